@@ -1,0 +1,151 @@
+# oplog2pg — top-level build.
+#
+#   make                 build build/oplog2pg and build/mongosim
+#   make check           unit suites + integration tests (throwaway PostgreSQL, mongosim, libmongoc, pymongo)
+#   make SANITIZE=1 check   the same under AddressSanitizer and UBSan (objects in build/san)
+#   make demo            replicate a sample workload into a throwaway PostgreSQL and show the result
+#   make bench           benchmarks (figures go to docs/benchmarks.md by hand)
+#   make format / lint   clang-format in place / cppcheck
+#
+# Sources are found by folder, so adding a file needs no edit here:
+#   src/**.c              the daemon (src/daemon/main.c holds main(); the rest is also linked into the tests)
+#   tests/mongosim/*.c    the MongoDB replica-set simulator (main.c holds main())
+#   tests/unit/*.c        Check suites; each defines `Suite *NAME_suite(void)`, collected into runner.c's list
+#   tests/integration/*.c Check suites run against PostgreSQL and mongosim (or MONGO_URI), their own runner
+#   tests/lib/*.c         helpers shared by both
+
+CC      ?= cc
+PKGS    := libmongoc-1.0 libbson-1.0 libpq inih libsystemd
+VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
+
+# BUILD may be set on the command line to keep several builds apart (make BUILD=build/mine).
+ifeq ($(SANITIZE),1)
+BUILD   ?= build/san
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+else
+BUILD   ?= build
+SANFLAGS :=
+endif
+
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) check 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lpthread -lm
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+CFLAGS  ?= -O2 -g
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -Iinclude -I$(BUILD)/gen \
+              -DOPLOG2PG_VERSION='"$(VERSION)"' $(PKG_CFLAGS) -MMD -MP
+ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS)
+
+DAEMON_SRC := $(sort $(shell find src -name '*.c'))
+DAEMON_LIB_SRC := $(filter-out src/daemon/main.c,$(DAEMON_SRC))
+SIM_SRC    := $(sort $(wildcard tests/mongosim/*.c))
+SIM_LIB_SRC := $(filter-out tests/mongosim/main.c,$(SIM_SRC))
+UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
+INTEG_SRC  := $(sort $(wildcard tests/integration/*.c))
+TESTLIB_SRC := $(sort $(wildcard tests/lib/*.c))
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+SQL_SRC    := $(sort $(shell find src -name '*.sql'))
+BENCH_SRC  := $(sort $(wildcard bench/*.c))
+BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+DAEMON_LIB := $(BUILD)/liboplog2pg.a
+SIM_LIB    := $(BUILD)/libmongosim.a
+TEST_LIB   := $(BUILD)/libtestutil.a
+
+.PHONY: all check unit integration demo bench format lint clean deps install
+
+all: $(BUILD)/oplog2pg $(BUILD)/mongosim $(BENCH_BIN)
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+# SQL the daemon installs (src/**/*.sql) is compiled in as strings: see scripts/embed-sql.sh.
+$(BUILD)/gen/sql_embed.c $(BUILD)/gen/sql_embed.h &: $(SQL_SRC) scripts/embed-sql.sh
+	@mkdir -p $(BUILD)/gen
+	@scripts/embed-sql.sh $(BUILD)/gen/sql_embed.c $(BUILD)/gen/sql_embed.h $(SQL_SRC)
+$(BUILD)/obj/gen/sql_embed.o: $(BUILD)/gen/sql_embed.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+$(call obj,$(DAEMON_SRC)): | $(BUILD)/gen/sql_embed.h
+
+$(DAEMON_LIB): $(call obj,$(DAEMON_LIB_SRC)) $(BUILD)/obj/gen/sql_embed.o
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(SIM_LIB): $(call obj,$(SIM_LIB_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(TEST_LIB): $(call obj,$(TESTLIB_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/oplog2pg: $(call obj,src/daemon/main.c) $(DAEMON_LIB)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
+$(BUILD)/mongosim: $(call obj,tests/mongosim/main.c) $(SIM_LIB)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
+# The suite lists are generated from the `Suite *NAME_suite(void)` definitions in the test files.
+$(BUILD)/gen/unit_suites.h: $(UNIT_SRC)
+	@mkdir -p $(dir $@)
+	@sed -n 's/^Suite \*\([a-z0-9_]*_suite\)(void)$$/SUITE(\1)/p' $(UNIT_SRC) > $@.tmp && mv $@.tmp $@
+$(BUILD)/gen/integration_suites.h: $(INTEG_SRC)
+	@mkdir -p $(dir $@)
+	@sed -n 's/^Suite \*\([a-z0-9_]*_suite\)(void)$$/SUITE(\1)/p' $(INTEG_SRC) > $@.tmp && mv $@.tmp $@
+
+$(call obj,tests/unit/runner.c): $(BUILD)/gen/unit_suites.h
+$(call obj,tests/integration/runner.c): $(BUILD)/gen/integration_suites.h
+
+$(BUILD)/unit_tests: $(call obj,$(UNIT_SRC)) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PKG_LIBS)
+
+$(BUILD)/integration_tests: $(call obj,$(INTEG_SRC)) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PKG_LIBS)
+
+# Benchmarks: each bench/NAME.c is a program linked with the daemon and simulator libraries.
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(DAEMON_LIB) $(SIM_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
+check: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/unit_tests $(BUILD)/integration_tests
+	@tests/run.sh $(BUILD)
+
+unit: all $(BUILD)/unit_tests
+	$(BUILD)/unit_tests
+
+integration: all $(BUILD)/integration_tests
+	scripts/with-pg.sh tests/integration/run.sh $(BUILD)
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/with-pg.sh scripts/demo.sh $(BUILD)
+
+bench: deps
+	@$(MAKE) --no-print-directory SANITIZE= CFLAGS='-O2 -g' all
+	@bench/run.sh build
+
+format:
+	clang-format -i $(shell find src include tests bench -name '*.[ch]')
+
+lint:
+	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,performance,portability \
+	    --inline-suppr --suppress=missingIncludeSystem -Iinclude $(shell find src tests/mongosim -name '*.c')
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+install: all
+	install -D -m 0755 $(BUILD)/oplog2pg $(DESTDIR)$(PREFIX)/bin/oplog2pg
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# scripts/deps.sh — make sure the Debian packages oplog2pg builds, tests and benchmarks with are present.
+#
+# Run by `make check`, `make demo` and `make bench` before anything else. As root it installs what is missing with
+# apt-get; as anyone else it prints the exact command to run and fails. Set OPLOG2PG_NO_DEPS=1 to skip the check
+# (for packagers building in a prepared chroot).
+set -euo pipefail
+
+[ "${OPLOG2PG_NO_DEPS:-0}" = 1 ] && exit 0
+
+# Build: compiler, pkg-config and the libraries the daemon links.
+pkgs=(gcc make pkg-config libmongoc-dev libbson-dev libpq-dev libev-dev libinih-dev libsystemd-dev check)
+# Tests, demo and benchmarks: a PostgreSQL server to throw away, pymongo for the compatibility test, valgrind.
+pkgs+=(postgresql postgresql-client python3 python3-pymongo valgrind util-linux)
+# Tooling behind `make format` and `make lint`.
+[ "${1:-}" = --tools ] && pkgs+=(clang-format cppcheck)
+
+missing=()
+for p in "${pkgs[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+    [ "$status" = installed ] || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "oplog2pg: missing Debian packages: ${missing[*]}" >&2
+    echo "install them with:  sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+
+echo "oplog2pg: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+# A fresh machine has no package lists; an old list may miss a package. Update once, then install.
+apt-get update -qq >&2
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

@@ -1,0 +1,96 @@
+/*
+ * store.h — mongosim's data engine: databases, collections and documents, and the oplog entry bodies writes produce.
+ *
+ * The store knows nothing of sockets, cursors or timestamps. Every write that changes data hands the body of the
+ * oplog entry a MongoDB server would write for it to the caller's `emit` callback, in the server's field order
+ * (op, ns, ui, o[, o2]); the caller (oplog.c) appends ts, t, v and wall, or collects bodies into an applyOps entry for a
+ * transaction. One write may emit several bodies (a create before the first insert into a new collection, one drop
+ * per collection before a dropDatabase).
+ *
+ * Errors are reported in a bson_error_t whose `code` is the MongoDB server error code (11000 DuplicateKey,
+ * 26 NamespaceNotFound, 48 NamespaceExists, 2 BadValue, 9 FailedToParse, 14 TypeMismatch, ...), so the wire layer can
+ * pass it to the client as `{ok: 0, code, codeName, errmsg}`; store_code_name() gives the codeName.
+ *
+ * Not thread-safe: mongosim runs one event loop.
+ */
+#ifndef MONGOSIM_STORE_H
+#define MONGOSIM_STORE_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct sim_store sim_store;
+
+/* Which server's oplog shapes writes produce. */
+typedef enum {
+    SIM_FORMAT_70, /* MongoDB 7.0: updates as {$v: 2, diff: ...} */
+    SIM_FORMAT_44, /* MongoDB 4.4: updates as {$v: 1, $set: ..., $unset: ...} */
+} sim_oplog_format;
+
+/* Receives one oplog entry body (op, ns, ui, o[, o2]); the callee copies what it keeps. */
+typedef void (*store_emit_fn)(void *ctx, const bson_t *body);
+
+typedef struct {
+    int64_t matched;  /* documents matched by the query */
+    int64_t modified; /* documents actually changed (a no-op update matches but does not modify, and logs nothing) */
+    bool upserted;    /* a document was inserted by upsert; its _id is in upserted_id */
+    bson_value_t upserted_id; /* owned by the result: free with store_update_result_clear() */
+} sim_update_result;
+
+sim_store *store_new(sim_oplog_format format);
+void store_free(sim_store *store);
+sim_oplog_format store_format(const sim_store *store);
+
+/* Writes. db/coll are names (no dots in db). Each returns false and fills err on failure, having emitted nothing. */
+
+/* Insert one document; adds an ObjectId _id first if it has none. Creates the collection (emitting its create
+ * entry first) if it does not exist. */
+bool store_insert(sim_store *store, const char *db, const char *coll, const bson_t *doc, store_emit_fn emit,
+                  void *ctx, bson_error_t *err);
+
+/* Update the document whose _id equals the query's _id (q is {_id: X}; other query shapes are BadValue).
+ * u is either a modifier document ($set, $unset, $inc, $push) or a replacement. With upsert and no match, inserts
+ * (logged as an 'i' entry, as a real server does). */
+bool store_update(sim_store *store, const char *db, const char *coll, const bson_t *q, const bson_t *u, bool upsert,
+                  sim_update_result *res, store_emit_fn emit, void *ctx, bson_error_t *err);
+void store_update_result_clear(sim_update_result *res);
+
+/* Delete by _id (q is {_id: X}) or, with an empty q, every document (limit 0) or the first one (limit 1).
+ * *deleted gets the count. */
+bool store_delete(sim_store *store, const char *db, const char *coll, const bson_t *q, int limit, int64_t *deleted,
+                  store_emit_fn emit, void *ctx, bson_error_t *err);
+
+/* DDL. create fails with 48 if the collection exists; drop of a missing collection succeeds and emits nothing (as
+ * a real server answers ns not found but writes nothing — the wire layer decides the reply from *existed). */
+bool store_create(sim_store *store, const char *db, const char *coll, store_emit_fn emit, void *ctx,
+                  bson_error_t *err);
+bool store_drop(sim_store *store, const char *db, const char *coll, bool *existed, store_emit_fn emit, void *ctx,
+                bson_error_t *err);
+bool store_rename(sim_store *store, const char *from_db, const char *from_coll, const char *to_db,
+                  const char *to_coll, bool drop_target, store_emit_fn emit, void *ctx, bson_error_t *err);
+bool store_drop_database(sim_store *store, const char *db, store_emit_fn emit, void *ctx, bson_error_t *err);
+
+/* Reads. */
+
+/* Calls fn for each document of db.coll in _id order that matches filter (empty filter, or {_id: X}, or
+ * {_id: {$gt|$gte|$lt|$lte: X}} combinations); fn returns false to stop. A missing collection yields nothing. */
+typedef bool (*store_doc_fn)(void *ctx, const bson_t *doc);
+void store_find(const sim_store *store, const char *db, const char *coll, const bson_t *filter, store_doc_fn fn,
+                void *ctx);
+int64_t store_count(const sim_store *store, const char *db, const char *coll);
+
+/* Names, sorted. fn gets each name; for collections also the collection's UUID (16 bytes). */
+typedef void (*store_name_fn)(void *ctx, const char *name, const uint8_t *uuid);
+void store_list_databases(const sim_store *store, store_name_fn fn, void *ctx);
+void store_list_collections(const sim_store *store, const char *db, store_name_fn fn, void *ctx);
+
+/* Loading and saving in mongodump's layout: DIR/<db>/<coll>.bson, concatenated BSON documents. load adds the
+ * collections found (emitting nothing: they are initial data, not writes); save writes every collection. */
+bool store_load_dir(sim_store *store, const char *dir, bson_error_t *err);
+bool store_save_dir(const sim_store *store, const char *dir, bson_error_t *err);
+
+/* The codeName a server gives an error code ("DuplicateKey" for 11000), or "UnknownError". */
+const char *store_code_name(int code);
+
+#endif
