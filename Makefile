@@ -73,7 +73,7 @@ $(BUILD)/gen/sql_embed.c $(BUILD)/gen/sql_embed.h &: $(SQL_SRC) scripts/embed-sq
 $(BUILD)/obj/gen/sql_embed.o: $(BUILD)/gen/sql_embed.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
-$(call obj,$(DAEMON_SRC)): | $(BUILD)/gen/sql_embed.h
+$(call obj,$(DAEMON_SRC) $(UNIT_SRC) $(INTEG_SRC) $(TESTLIB_SRC) $(BENCH_SRC)): | $(BUILD)/gen/sql_embed.h
 
 $(DAEMON_LIB): $(call obj,$(DAEMON_LIB_SRC)) $(BUILD)/obj/gen/sql_embed.o
 	@mkdir -p $(dir $@)

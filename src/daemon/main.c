@@ -2,15 +2,21 @@
  * main.c — the oplog2pg command line.
  *
  * oplog2pg tails a MongoDB replica set's oplog and applies every change to PostgreSQL, committing its resume point in
- * the same transaction as the rows it covers. This file only reads the command line and dispatches to a command;
- * the work lives in the modules under src/ (source: MongoDB, core: batching, sink: PostgreSQL, map: table shapes).
+ * the same transaction as the rows it covers. This file reads the command line and the configuration file and hands
+ * over to a command; the work lives in the modules under src/ (source: MongoDB, core: batching, sink: PostgreSQL,
+ * map: table shapes and update functions, daemon: process life).
  */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <mongoc/mongoc.h>
+
+#include "daemon/config.h"
+#include "daemon/daemon.h"
 #include "daemon/exitcodes.h"
+#include "util/log.h"
 
 #define DEFAULT_CONFIG "/etc/oplog2pg/oplog2pg.ini"
 
@@ -20,16 +26,19 @@ static void usage(FILE *out)
             "oplog2pg %s — replicate a MongoDB replica set's oplog into PostgreSQL, exactly once\n"
             "\n"
             "Usage:\n"
-            "  oplog2pg [-c FILE] [--service NAME] [run]   tail the oplog and apply it (the default)\n"
-            "  oplog2pg -c FILE replay FILE.bson          apply a mongodump of local.oplog.rs, then exit\n"
-            "  oplog2pg -c FILE check                     validate the configuration and connect to both sides\n"
-            "  oplog2pg -c FILE status [--json]           show the checkpoint, lag and oplog window\n"
+            "  oplog2pg [OPTIONS] [run]              tail the oplog and apply it until stopped (the default)\n"
+            "  oplog2pg [OPTIONS] replay FILE.bson   apply a mongodump of local.oplog.rs, then exit\n"
+            "  oplog2pg [OPTIONS] check              validate the configuration and reach both sides\n"
+            "  oplog2pg [OPTIONS] config             print the effective configuration (secrets masked)\n"
             "\n"
             "Options:\n"
             "  -c, --config FILE   configuration file (default " DEFAULT_CONFIG ")\n"
-            "      --service NAME  service name (overrides [replication] service)\n"
+            "      --service NAME  service name: the checkpoint row (overrides [replication] service)\n"
             "  -h, --help          show this help and exit\n"
-            "  -V, --version       show the version and exit\n",
+            "  -V, --version       show the version and exit\n"
+            "\n"
+            "Exit codes: 0 clean stop, 1 failure, 2 usage, 3 configuration, 4 resume point lost (resync),\n"
+            "5 unsupported or malformed oplog entry, 6 service held by another oplog2pg.\n",
             OPLOG2PG_VERSION);
 }
 
@@ -42,12 +51,17 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
+    const char *config_path = DEFAULT_CONFIG;
+    const char *service = NULL;
     int ch;
 
     while ((ch = getopt_long(argc, argv, "c:hV", longopts, NULL)) != -1) {
         switch (ch) {
         case 'c':
+            config_path = optarg;
+            break;
         case 's':
+            service = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -60,6 +74,51 @@ int main(int argc, char **argv)
             return EXIT_USAGE;
         }
     }
-    fprintf(stderr, "oplog2pg: command '%s' is not implemented yet\n", optind < argc ? argv[optind] : "run");
-    return EXIT_SOFTWARE;
+    const char *command = optind < argc ? argv[optind++] : "run";
+    const char *arg = NULL;
+    if (strcmp(command, "replay") == 0) {
+        if (optind >= argc) {
+            fprintf(stderr, "oplog2pg: replay needs the dump file: oplog2pg -c FILE replay FILE.bson\n");
+            return EXIT_USAGE;
+        }
+        arg = argv[optind++];
+    } else if (strcmp(command, "run") != 0 && strcmp(command, "check") != 0 && strcmp(command, "config") != 0) {
+        fprintf(stderr, "oplog2pg: unknown command '%s' (try --help)\n", command);
+        return EXIT_USAGE;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "oplog2pg: unexpected argument '%s' (try --help)\n", argv[optind]);
+        return EXIT_USAGE;
+    }
+
+    config cfg;
+    char err[1024];
+    if (!config_load(config_path, &cfg, err, sizeof err)) {
+        fprintf(stderr, "oplog2pg: %s\n", err);
+        return EXIT_CONFIG;
+    }
+    if (service != NULL && !config_override(&cfg, "replication", "service", service, err, sizeof err)) {
+        fprintf(stderr, "oplog2pg: --service: %s\n", err);
+        config_free(&cfg);
+        return EXIT_CONFIG;
+    }
+    log_set_level((log_level)cfg.log_level);
+    log_set_timestamps(cfg.log_timestamps);
+
+    int code;
+    if (strcmp(command, "config") == 0) {
+        config_print(stdout, &cfg);
+        config_free(&cfg);
+        return EXIT_OK;
+    }
+    mongoc_init();
+    if (strcmp(command, "replay") == 0)
+        code = daemon_replay(&cfg, arg);
+    else if (strcmp(command, "check") == 0)
+        code = daemon_check(&cfg);
+    else
+        code = daemon_run(&cfg, config_path);
+    mongoc_cleanup();
+    config_free(&cfg);
+    return code;
 }

@@ -1,7 +1,129 @@
-/* main.c — mongosim entry point (placeholder until the server lands). */
+/*
+ * main.c — mongosim entry point: parses options, runs the simulated replica-set PRIMARY on libev's default loop and
+ * saves --state on SIGTERM/SIGINT. See README.md in this folder for what it simulates.
+ */
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
-int main(void)
+#include <stdlib.h>
+#include <string.h>
+
+#include <ev.h>
+
+#include "server.h"
+
+static void usage(FILE *out)
 {
-    fprintf(stderr, "mongosim: not built yet\n");
-    return 1;
+    fprintf(out,
+            "usage: mongosim [options]\n"
+            "  --port N                 listen on 127.0.0.1:N (0: pick a free port, printed alone on the first line)\n"
+            "  --bind ADDR              listen address (default 127.0.0.1)\n"
+            "  --set-name NAME          replica set name (default rs0)\n"
+            "  --advertise-host NAME    host in me/hosts/primary (default 127.0.0.1; must match the client's URI)\n"
+            "  --oplog-format 7.0|4.4   entry shapes and buildInfo version (default 7.0)\n"
+            "  --noop-interval SECS     periodic noop entries (default 0 = off)\n"
+            "  --max-oplog-entries N    cap the oplog (oldest removed; default 0 = unlimited)\n"
+            "  --oplog FILE.bson        append these entries (a mongodump of local.oplog.rs) at start\n"
+            "  --data DIR               load DIR/<db>/<coll>.bson at start\n"
+            "  --state DIR              load DIR's saved oplog and data at start; save them on SIGTERM/SIGINT\n"
+            "  --verbose                log connections and commands to stderr\n");
+}
+
+int main(int argc, char **argv)
+{
+    sim_options opts;
+    sim_options_init(&opts);
+    opts.port = 27017;
+    static const struct option longopts[] = {
+        {"port", required_argument, NULL, 'p'},
+        {"bind", required_argument, NULL, 'b'},
+        {"set-name", required_argument, NULL, 's'},
+        {"advertise-host", required_argument, NULL, 'a'},
+        {"oplog-format", required_argument, NULL, 'f'},
+        {"noop-interval", required_argument, NULL, 'n'},
+        {"max-oplog-entries", required_argument, NULL, 'm'},
+        {"oplog", required_argument, NULL, 'o'},
+        {"data", required_argument, NULL, 'd'},
+        {"state", required_argument, NULL, 'S'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int ch;
+    while ((ch = getopt_long(argc, argv, "p:vh", longopts, NULL)) != -1) {
+        char *end = NULL;
+        switch (ch) {
+        case 'p':
+            opts.port = (int)strtol(optarg, &end, 10);
+            if (*end || opts.port < 0 || opts.port > 65535) {
+                fprintf(stderr, "mongosim: bad --port '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'b': opts.bind_host = optarg; break;
+        case 's': opts.set_name = optarg; break;
+        case 'a': opts.advertise_host = optarg; break;
+        case 'f':
+            if (strcmp(optarg, "7.0") == 0)
+                opts.format = SIM_FORMAT_70;
+            else if (strcmp(optarg, "4.4") == 0)
+                opts.format = SIM_FORMAT_44;
+            else {
+                fprintf(stderr, "mongosim: --oplog-format must be 7.0 or 4.4, not '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'n':
+            opts.noop_interval = strtod(optarg, &end);
+            if (*end || opts.noop_interval < 0) {
+                fprintf(stderr, "mongosim: bad --noop-interval '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'm':
+            opts.max_oplog_entries = strtoull(optarg, &end, 10);
+            if (*end) {
+                fprintf(stderr, "mongosim: bad --max-oplog-entries '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'o': opts.oplog_file = optarg; break;
+        case 'd': opts.data_dir = optarg; break;
+        case 'S': opts.state_dir = optarg; break;
+        case 'v': opts.verbose = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    bson_error_t err;
+    struct ev_loop *loop = ev_default_loop(0);
+    sim_server *srv = sim_server_new(&opts, loop, &err);
+    if (!srv) {
+        fprintf(stderr, "mongosim: cannot start: %s\n", err.message);
+        return 1;
+    }
+    if (opts.port == 0) {
+        printf("%d\n", sim_server_port(srv));
+        fflush(stdout);
+    }
+    fprintf(stderr, "mongosim: PRIMARY of replica set %s listening on %s:%d\n", opts.set_name, opts.bind_host,
+            sim_server_port(srv));
+    sim_server_handle_signals(srv);
+    sim_server_run(srv);
+    int rc = 0;
+    if (opts.state_dir) {
+        if (sim_server_save(srv, &err))
+            fprintf(stderr, "mongosim: state saved to %s\n", opts.state_dir);
+        else {
+            fprintf(stderr, "mongosim: cannot save state to %s: %s\n", opts.state_dir, err.message);
+            rc = 1;
+        }
+    }
+    sim_server_free(srv);
+    return rc;
 }

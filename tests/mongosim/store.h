@@ -78,7 +78,15 @@ bool store_drop_database(sim_store *store, const char *db, store_emit_fn emit, v
 typedef bool (*store_doc_fn)(void *ctx, const bson_t *doc);
 void store_find(const sim_store *store, const char *db, const char *coll, const bson_t *filter, store_doc_fn fn,
                 void *ctx);
+/* The same, continuing strictly after _id `after` in BSON order (a cursor's later batches). */
+void store_find_after(const sim_store *store, const char *db, const char *coll, const bson_t *filter,
+                      const bson_value_t *after, store_doc_fn fn, void *ctx);
 int64_t store_count(const sim_store *store, const char *db, const char *coll);
+
+/* (Added by the store's author.) True if store_find understands filter; otherwise fills err (code 2 BadValue) so
+ * the wire layer can reject the query instead of returning nothing. fn passed to store_find must not write to the
+ * store. */
+bool store_filter_supported(const bson_t *filter, bson_error_t *err);
 
 /* Names, sorted. fn gets each name; for collections also the collection's UUID (16 bytes). */
 typedef void (*store_name_fn)(void *ctx, const char *name, const uint8_t *uuid);

@@ -1,0 +1,42 @@
+/*
+ * nsfilter.h — which MongoDB namespaces oplog2pg replicates.
+ *
+ * A filter is compiled once from the [replication] include and exclude pattern lists and then asked about every op
+ * on the hot path, so matching never allocates. A pattern is "DB.COLL" where each part is an exact name or a glob
+ * with `*` (any run of characters, possibly empty) and `?` (exactly one character). The database part never holds a
+ * dot, so a pattern splits at its first dot: "shop.a.b" is database "shop", collection "a.b", and a `*` in the
+ * collection part also matches dots. A namespace is replicated when it matches some include pattern and no exclude
+ * pattern. Names are compared byte for byte (MongoDB names are case-sensitive).
+ */
+#ifndef OPLOG2PG_CORE_NSFILTER_H
+#define OPLOG2PG_CORE_NSFILTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/op.h"
+
+typedef struct nsfilter nsfilter;
+
+/* Compile the patterns. Both lists are NULL-terminated arrays of patterns; NULL means an empty list. An empty
+ * include list matches nothing. Returns NULL with a message in err (naming the pattern) when a pattern is malformed
+ * (no dot, an empty part) or memory runs out. */
+nsfilter *nsfilter_new(const char *const *include, const char *const *exclude, char *err, size_t errlen);
+
+/* Checks one pattern as nsfilter_new would (used by the configuration to reject a bad pattern at its line). */
+bool nsfilter_check_pattern(const char *pattern, char *err, size_t errlen);
+
+/* True when namespace db.coll is replicated. db and coll are NUL-terminated; no allocation, no side effect. */
+bool nsfilter_match(const nsfilter *f, const char *db, const char *coll);
+
+/* The same for a whole namespace "db.coll" (split at its first dot; a namespace without a dot never matches). */
+bool nsfilter_match_ns(const nsfilter *f, const char *ns);
+
+/* Turns the ops of a decoded entry whose namespace the filter rejects into OP_NOOP (keeping pos and index), so the
+ * checkpoint still moves past them. A rename is kept when either side is replicated; dropDatabase always (it drops
+ * only what was replicated). f NULL keeps everything. */
+void nsfilter_filter_entry(const nsfilter *f, op_entry *e);
+
+void nsfilter_free(nsfilter *f);
+
+#endif

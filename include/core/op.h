@@ -1,0 +1,120 @@
+/*
+ * op.h — one decoded oplog change, the unit the reader hands to the batcher and the PostgreSQL sink.
+ *
+ * The decoder (source/decode.h) turns one raw `local.oplog.rs` entry into an op_entry: its position plus one op, or
+ * several for an applyOps. Everything an op points at lives in memory the op owns (one buffer per op), so the raw
+ * entry may be freed as soon as decoding returns.
+ *
+ * NOTES
+ * - Allocation: decoding an entry costs one calloc for the op array and one malloc per op for its buffer (namespace
+ *   strings and copies of `o`/`o2`). Nothing else is allocated on the success path.
+ * - Documents are kept as (pointer, length) into that buffer rather than as bson_t members: libbson here is built
+ *   with BSON_EXTRA_ALIGN, which makes bson_t 128-byte aligned and 128 bytes long, so two of them would triple the
+ *   size of an op and require aligned allocation. Iterate with bson_iter_init_from_data(&it, op->doc, op->doc_len)
+ *   or get a read-only bson_t view with op_doc_view()/op_key_view().
+ * - `id` is a bson_value_t whose data pointers (strings, documents, binary) point into the op's buffer: it is valid
+ *   while the op lives and must NOT be passed to bson_value_destroy(). Use bson_value_copy() to keep it longer.
+ * - Positions order by (secs, inc) only; the term is carried for rollback detection, not for ordering.
+ */
+#ifndef OPLOG2PG_CORE_OP_H
+#define OPLOG2PG_CORE_OP_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* An oplog position: the entry's `ts` Timestamp (seconds, increment) and its `t` term (-1 when absent, pv0). */
+typedef struct op_pos {
+    uint32_t secs;
+    uint32_t inc;
+    int64_t term;
+} op_pos;
+
+/* Enough for "4294967295:4294967295" and the NUL. */
+#define OP_POS_STRLEN 24
+
+/* <0, 0, >0 as a is before, at, after b, comparing (secs, inc); the term is ignored. */
+int op_pos_cmp(const op_pos *a, const op_pos *b);
+
+/* Writes "secs:inc" into buf (at least OP_POS_STRLEN bytes is always enough) and returns buf. */
+const char *op_pos_format(const op_pos *p, char *buf, size_t len);
+
+typedef enum op_kind {
+    OP_NOOP = 0,      /* nothing to apply; only advances the checkpoint (reason says why) */
+    OP_INSERT,        /* doc = the full document (o); key = o2 when present (8.0+: _id + shard key) */
+    OP_UPDATE,        /* doc = o as logged (see form); key = o2 (the document key, _id + shard key) */
+    OP_DELETE,        /* doc = key = o (the document key) */
+    OP_CREATE,        /* coll created; doc = the whole command `o` (options: capped, validator, collation, ...) */
+    OP_DROP,          /* coll dropped */
+    OP_RENAME,        /* db.coll renamed to to_db.to_coll; drop_target when an existing target was dropped */
+    OP_DROP_DATABASE, /* every collection of db dropped (4.4+ logs one OP_DROP per collection before it) */
+    OP_TRUNCATE,      /* all documents of coll removed, collection kept (the legacy emptycapped command) */
+} op_kind;
+
+/* How an OP_UPDATE's `o` is written (REPORT §3). */
+typedef enum op_update_form {
+    OP_FORM_NONE = 0, /* not an update */
+    OP_FORM_REPLACE,  /* o is the full new document */
+    OP_FORM_MODIFIER, /* o is {$set: {...}, $unset: {...}} ($v:1, or no $v and $-keys) */
+    OP_FORM_DIFF,     /* o is {$v: 2, diff: D}; D has been validated structurally */
+} op_update_form;
+
+typedef struct op {
+    op_kind kind;
+    op_update_form form; /* OP_UPDATE only */
+    op_pos pos;          /* the entry's position (shared by every op of an applyOps) */
+    uint32_t index;      /* index inside the entry's applyOps array; 0 for a plain entry */
+    bool upsert;         /* OP_UPDATE with `b: true` (applyOps alwaysUpsert) */
+    bool drop_target;    /* OP_RENAME: an existing target collection was dropped first */
+    const char *reason;  /* OP_NOOP: a static string saying why (never NULL for a NOOP) */
+
+    /* Namespace, NUL-terminated, in the op's buffer. NULL when the kind has none (NOOP, DROP_DATABASE has db only). */
+    const char *db;
+    const char *coll;
+    const char *to_db; /* OP_RENAME only */
+    const char *to_coll;
+
+    bson_value_t id; /* data ops: the document's _id (a view into buf; see NOTES); BSON_TYPE_EOD otherwise */
+
+    const uint8_t *doc; /* payload document (see op_kind), NULL when none */
+    uint32_t doc_len;
+    const uint8_t *key; /* document key (o2 for updates/8.0 inserts, o for deletes), NULL when none */
+    uint32_t key_len;
+
+    uint8_t *buf; /* owns everything above */
+} op;
+
+/* One decoded oplog entry. ops[i].index == i. For a plain entry n == 1. */
+typedef struct op_entry {
+    op_pos pos;
+    op *ops;
+    size_t n;
+    bool atomic; /* the ops must be applied in one PostgreSQL transaction (see source/decode.h) */
+} op_entry;
+
+/* Empties an entry (no allocation). */
+void op_entry_init(op_entry *e);
+
+/* Allocates n zeroed ops (n >= 1) for a new entry at pos; index and pos are set on each. False on OOM. */
+bool op_entry_alloc(op_entry *e, const op_pos *pos, size_t n);
+
+/* Frees every op's buffer and the op array and leaves the entry empty (as op_entry_init). Safe on an empty entry. */
+void op_entry_clear(op_entry *e);
+
+/* op_entry_clear, then free(e) itself (for heap-allocated entries). NULL is fine. */
+void op_entry_free(op_entry *e);
+
+/* Frees one op's buffer and zeroes it except pos/index. */
+void op_clear(op *o);
+
+/* Read-only bson_t views on the op's documents (bson_init_static: no allocation, valid while the op lives, no
+ * bson_destroy needed). False when the op has no such document. */
+bool op_doc_view(const op *o, bson_t *view);
+bool op_key_view(const op *o, bson_t *view);
+
+/* Short names for logs: "insert", "update", ...; "replace", "modifier", "diff". */
+const char *op_kind_name(op_kind k);
+const char *op_form_name(op_update_form f);
+
+#endif

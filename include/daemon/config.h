@@ -1,0 +1,139 @@
+/*
+ * config.h — oplog2pg's configuration: one table of options, an INI parser over it, reload and printing.
+ *
+ * Every option is declared once, in the table in src/daemon/config.c (section, name, type, default, bounds, unit,
+ * reloadable flag, help). That table drives parsing (libinih), validation, the printed effective configuration and
+ * the unit test that checks docs/configuration.md and conf/oplog2pg.ini list every key. docs/configuration.md is the
+ * user's reference for every option and for how values, units and errors are written.
+ *
+ * Loading parses into a fresh struct and validates it as a whole before anything is handed to the caller; a failed
+ * load or reload leaves the caller's configuration untouched. Errors name the file, the line and the key:
+ *     /etc/oplog2pg/oplog2pg.ini:12: [replication] batch_rows: "10x" is not a whole number
+ */
+#ifndef OPLOG2PG_DAEMON_CONFIG_H
+#define OPLOG2PG_DAEMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* A comma-separated list, items trimmed. items is NULL-terminated (items[count] == NULL), so it can be handed to
+ * nsfilter_new as is. An empty list has count 0 and items pointing at a lone NULL. */
+typedef struct config_list {
+    char **items;
+    size_t count;
+} config_list;
+
+enum config_apply_mode {
+    CONFIG_APPLY_BATCHED = 0, /* flush groups: COPY runs + pipelined statements, one commit per group */
+    CONFIG_APPLY_PER_OP = 1,  /* one statement and one commit per op (baseline for benchmarks, debugging) */
+};
+
+enum config_log_level {
+    CONFIG_LOG_DEBUG = 0,
+    CONFIG_LOG_INFO,
+    CONFIG_LOG_NOTICE,
+    CONFIG_LOG_WARNING,
+    CONFIG_LOG_ERROR,
+};
+
+/* The effective configuration. Durations are in milliseconds, sizes in bytes. Owned strings; free with
+ * config_free. */
+typedef struct config {
+    /* [mongodb] */
+    char *mongodb_uri;
+    /* [postgres] */
+    char *postgres_conninfo; /* libpq conninfo or URI; "" = libpq's environment defaults */
+    /* [replication] */
+    char *service;
+    config_list include;
+    config_list exclude;
+    int64_t batch_rows;
+    int64_t batch_bytes;
+    int64_t flush_interval_ms;
+    int64_t queue_size;
+    enum config_apply_mode apply_mode;
+    /* [logging] */
+    enum config_log_level log_level;
+    int64_t progress_interval_ms; /* 0 = off */
+    bool log_timestamps;          /* prefix lines with a timestamp (off under journald, which stamps lines) */
+
+    /* Values set by config_override (e.g. --service), kept so config_reload applies them again; one slot per
+     * option, NULL when not overridden. Internal: use config_override. */
+    char **overrides;
+} config;
+
+enum config_type {
+    CONFIG_TYPE_STRING,
+    CONFIG_TYPE_INT,
+    CONFIG_TYPE_BOOL,
+    CONFIG_TYPE_ENUM,
+    CONFIG_TYPE_DURATION,
+    CONFIG_TYPE_SIZE,
+    CONFIG_TYPE_LIST,
+};
+
+/* What the table says about one option (for tests, docs checks and help output). */
+typedef struct config_option_info {
+    const char *section;
+    const char *name;
+    enum config_type type;
+    const char *type_name;      /* "string", "int", "bool", "enum", "duration", "size", "list" */
+    const char *default_text;   /* as written in the INI file, e.g. "16MB", "200ms", "" */
+    int64_t min, max;           /* int: bounds; duration: ms; size: bytes (unused for other types) */
+    const char *base_unit;      /* duration: unit of a bare number ("ms" or "s"); NULL otherwise */
+    const char *const *choices; /* enum: NULL-terminated names, index = stored value; NULL otherwise */
+    bool reloadable;
+    const char *help;
+} config_option_info;
+
+/* A sink for messages from config_reload ("restart required", "changed"). */
+typedef void (*config_log_fn)(void *arg, const char *msg);
+
+/* Fills c with the defaults (after zeroing it). False only when memory runs out. Free with config_free. */
+bool config_init_defaults(config *c);
+
+/* Parses path into a fresh configuration starting from the defaults, validates it, and only then moves it into
+ * *out (which must not hold a configuration: it is overwritten). On failure *out is left as it was and err holds
+ * "FILE:LINE: [section] key: what is wrong" (or "FILE: ..." when the file cannot be read). */
+bool config_load(const char *path, config *out, char *err, size_t errlen);
+
+/* The same from a string (name is used in messages in place of a file name); for tests and tools. */
+bool config_load_string(const char *name, const char *text, config *out, char *err, size_t errlen);
+
+/* Sets one option from its text form, with the same checks as the file, and remembers it so that config_reload
+ * applies it again (the command line wins over the file: --service). */
+bool config_override(config *c, const char *section, const char *name, const char *value, char *err, size_t errlen);
+
+/* Re-reads path. When it is invalid, returns false with err set and *current unchanged. Otherwise copies into
+ * *current the reloadable options whose value changed (logging "[s] k changed: OLD -> NEW") and leaves the others,
+ * logging "[s] k changed in the file; restart required to apply it (keeping OLD)". Overrides from config_override
+ * are applied to the new file first. *changed (may be NULL) receives the number of options applied. */
+bool config_reload(const char *path, config *current, char *err, size_t errlen, config_log_fn log, void *log_arg,
+                   int *changed);
+
+/* Frees what c owns and zeroes it. Safe on a zeroed struct and twice. */
+void config_free(config *c);
+
+/* Writes the effective configuration as an INI file that config_load reads back to the same values, except that
+ * secrets (a password in the conninfo or in either URI) are replaced by "********". */
+void config_print(FILE *out, const config *c);
+
+/* The text form of one option's value in c (as config_print writes it, secrets masked). Returns buf. */
+const char *config_value_text(const config *c, size_t index, char *buf, size_t buflen);
+
+/* A copy of s with passwords masked (libpq conninfo key/value or URI userinfo/password=, MongoDB URI userinfo).
+ * Returns buf. */
+const char *config_mask_secrets(const char *s, char *buf, size_t buflen);
+
+/* The option table. */
+size_t config_option_count(void);
+const config_option_info *config_option_at(size_t i);
+/* Index of [section] name, or -1. Case-insensitive, as in the file. */
+int config_option_find(const char *section, const char *name);
+
+const char *config_log_level_name(enum config_log_level level);
+const char *config_apply_mode_name(enum config_apply_mode mode);
+
+#endif

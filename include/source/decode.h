@@ -1,0 +1,79 @@
+/*
+ * decode.h — turns one raw oplog entry (a bson_t from local.oplog.rs) into an op_entry (core/op.h).
+ *
+ * The rules follow /work/shared/oplog/REPORT.md §1–§4 and never depend on field order.
+ *
+ * What becomes what:
+ * - `i`/`u`/`d` → OP_INSERT/OP_UPDATE/OP_DELETE (the update's form classified and, for $v:2, validated).
+ * - `n` → OP_NOOP (it only advances the checkpoint; never data, even with lsid and an image in `o`).
+ * - `c` create/drop/renameCollection/dropDatabase → the DDL kinds. emptycapped → OP_TRUNCATE (it removes every
+ *   document). convertToCapped → OP_NOOP (the documents stay; PostgreSQL has no capped tables). A create with
+ *   `viewOn` → OP_NOOP (a view holds no data; its definition lives in the skipped system.views).
+ * - index builds, createIndexes, dropIndexes (and old aliases), collMod and the internal commands of REPORT §2
+ *   → OP_NOOP.
+ * - applyOps → one op per inner op, in order (ops[i] is applyOps[i]; skipped inner ops stay as OP_NOOP so indexes
+ *   are stable). Inner ts/h/v/wall (3.6 user applyOps) are ignored: every op carries the outer position.
+ *
+ * Atomicity (op_entry.atomic):
+ * - a transaction's applyOps (lsid + txnNumber, no multiOpType): atomic — it is the whole transaction;
+ * - an applyOps without lsid (a user applyOps command, or 6.0+ batched multi-deletes): atomic too — the server
+ *   applied both in one storage transaction (all-or-nothing), so one PostgreSQL transaction reproduces it exactly
+ *   and keeps the checkpoint at entry granularity;
+ * - an applyOps with multiOpType (8.0 vectored insert): NOT atomic — independent inserts that the batcher may split
+ *   across PostgreSQL transactions (resume position is (entry ts, op index));
+ * - any plain entry: n == 1, atomic false.
+ *
+ * Skipped (decoded as OP_NOOP so the checkpoint advances): `fromMigrate: true`; data and DDL in the admin, local and
+ * config databases (applyOps and renameCollection on admin.$cmd are still decoded, their inner/target namespaces
+ * decide); collections named system.* (system.views, system.indexes, system.buckets.*, ...; with DECODE_KEEP_SYSTEM the
+ * time-series system.buckets.* collections are decoded); a rename whose source and target are both skipped.
+ *
+ * DECODE_UNSUPPORTED (the reader must stop; transaction chains come later): an applyOps with partialTxn or prepare,
+ * or with `count` under an lsid (the last entry of a multi-entry transaction), commitTransaction,
+ * abortTransaction, a nested applyOps, an unknown op code (ci, cu, cd, km, ...), an unknown command outside the
+ * skipped databases, $v other than 1/2, modifier operators other than $set/$unset, a rename between a skipped and
+ * a replicated namespace, an entry whose `v` is not 2.
+ *
+ * DECODE_MALFORMED: a missing or ill-typed required field (ts Timestamp; op/ns strings; o document; t int32/int64;
+ * v number), `i`/`d` without o._id, `u` without o2._id, a DDL command without its collection, a $v:2 diff that the
+ * server would reject (the message names the server's error code, e.g. "[4728000]").
+ *
+ * Error messages name the entry as `ts SECS:INC op 'X' ns 'NS'` (plus applyOps[i] and _id where known).
+ */
+#ifndef OPLOG2PG_SOURCE_DECODE_H
+#define OPLOG2PG_SOURCE_DECODE_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/op.h"
+
+typedef enum decode_status {
+    DECODE_OK = 0,
+    DECODE_MALFORMED,   /* the entry breaks the oplog format */
+    DECODE_UNSUPPORTED, /* a valid entry that oplog2pg cannot apply (yet) */
+    DECODE_NOMEM,
+} decode_status;
+
+/* Flags for decode_entry_ex. */
+enum {
+    /* Decode ops on time-series bucket collections (DB.system.buckets.*) instead of skipping them. Other system.*
+     * collections and the admin/local/config databases are skipped regardless. */
+    DECODE_KEEP_SYSTEM = 1u << 0,
+};
+
+/* Decodes entry into out (which need not be initialised; on failure it is left empty, as op_entry_init). On a
+ * failure err receives a one-line message (err may be NULL when errlen is 0). Nothing in out points into entry. */
+decode_status decode_entry(const bson_t *entry, op_entry *out, char *err, size_t errlen);
+decode_status decode_entry_ex(const bson_t *entry, unsigned flags, op_entry *out, char *err, size_t errlen);
+
+/* Validates a $v:2 diff (the value of o.diff) the way the server's DocumentDiffReader and applier do. On failure
+ * returns false, stores the server's error code in *code (0 when the server has no code for that check) and writes
+ * the reason (with the code) to err. */
+bool decode_validate_diff(const bson_t *diff, int32_t *code, char *err, size_t errlen);
+
+const char *decode_status_name(decode_status s);
+
+#endif

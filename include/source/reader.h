@@ -1,0 +1,76 @@
+/*
+ * reader.h — the reader thread: tails local.oplog.rs with libmongoc and feeds decoded entries to a queue.
+ *
+ * It is the only thread that touches libmongoc (the caller must have called mongoc_init once). It checks the resume
+ * point (REPORT §5.2), skips it, decodes every later entry, turns ops on namespaces the nsfilter rejects into
+ * OP_NOOP, and pushes QUEUE_ENTRY items, a QUEUE_IDLE item whenever it has drained the oplog, and a QUEUE_FATAL item
+ * (exit code from daemon/exitcodes.h) when it must stop for good:
+ * - EXIT_RESUME_LOST (4): the start position or the last position pushed is no longer in the oplog, or it was
+ *   rolled back (same ts, another term);
+ * - EXIT_UNSUPPORTED (5): an entry the decoder rejects (malformed or unsupported); nothing after it is pushed;
+ * - EXIT_FAILURE_GENERIC (1): authentication/authorisation refused, or out of memory.
+ * Network errors, dead cursors and replica-set state changes are retried (backoff 100 ms doubling to 5 s) by
+ * re-opening the cursor at the last position pushed and checking it again, so nothing is lost or repeated.
+ *
+ * Without a start position it pushes the newest oplog entry as an entry with one OP_NOOP op (reason "start: newest
+ * oplog entry") and tails from there; with an empty oplog it polls every await_ms until an entry appears.
+ *
+ * reader_stop sets a flag, wakes the thread (also from a blocked queue push, via queue_wake_pushers) and joins it:
+ * this takes at most about one await_ms (a getMore in flight), or the connect timeout while MongoDB is unreachable.
+ * It does not stop the queue; that is the caller's choice. When the thread ends by itself (fatal item pushed, or the
+ * queue stopped) reader_finished turns true.
+ */
+#ifndef OPLOG2PG_SOURCE_READER_H
+#define OPLOG2PG_SOURCE_READER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/nsfilter.h"
+#include "core/op.h"
+#include "core/queue.h"
+
+#define READER_DEFAULT_AWAIT_MS   1000
+#define READER_DEFAULT_BATCH_SIZE 10000
+
+typedef struct reader_config {
+    const char *uri;        /* MongoDB connection string (copied); appname=oplog2pg is added unless it has one */
+    bool have_start;        /* start holds the checkpoint to resume after */
+    op_pos start;           /* the last applied position (term -1 when unknown) */
+    int32_t await_ms;       /* maxTimeMS of each getMore; <= 0 means READER_DEFAULT_AWAIT_MS */
+    int32_t batch_size;     /* batchSize of find and getMore; <= 0 means READER_DEFAULT_BATCH_SIZE */
+    const nsfilter *filter; /* NULL = replicate everything; must outlive the reader */
+    unsigned decode_flags;  /* passed to decode_entry_ex (e.g. DECODE_KEEP_SYSTEM); 0 normally */
+} reader_config;
+
+/* Counters, safe to read from any thread (each field is read atomically; together they are a near snapshot). */
+typedef struct reader_stats {
+    uint64_t entries;    /* oplog entries pushed (the start NOOP included) */
+    bool have_last;      /* last holds something */
+    op_pos last;         /* position of the last entry pushed (or the start position before that) */
+    uint64_t reconnects; /* cursor re-opens after an error or a dead cursor */
+    uint64_t idles;      /* QUEUE_IDLE items pushed */
+} reader_stats;
+
+typedef struct reader reader;
+
+/* Defaults: no start, await 1000 ms, batch 10000, no filter. */
+void reader_config_init(reader_config *cfg);
+
+/* Parses the URI, creates the client and starts the thread. NULL with a message in err on a bad URI or a thread
+ * failure. q must outlive the reader. */
+reader *reader_start(const reader_config *cfg, queue *q, char *err, size_t errlen);
+
+/* Asks the thread to end and joins it (idempotent). Items already pushed stay in the queue. */
+void reader_stop(reader *r);
+
+/* reader_stop, then frees. NULL is fine. */
+void reader_free(reader *r);
+
+/* True once the thread has ended (by itself or through reader_stop). */
+bool reader_finished(const reader *r);
+
+void reader_get_stats(const reader *r, reader_stats *out);
+
+#endif

@@ -1,0 +1,267 @@
+/*
+ * queue.c — the bounded, op-counted queue between the reader thread and the apply loop (see core/queue.h).
+ *
+ * Items live in a growable ring buffer guarded by one mutex. A pusher that finds the queue full waits on `not_full`,
+ * which a pop signals whenever it removes ops; stop and wake broadcast it. Consumers never wait.
+ */
+#include "core/queue.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+struct queue {
+    pthread_mutex_t mu;
+    pthread_cond_t not_full;
+    queue_item *items; /* ring of cap slots */
+    size_t cap, head, len;
+    size_t ops;      /* ops held by queued entries */
+    size_t capacity; /* the bound, in ops */
+    size_t waiting;  /* pushers blocked on not_full */
+    bool stopped;
+    queue_notify_fn notify;
+    void *notify_arg;
+};
+
+#define QUEUE_INITIAL_SLOTS 64
+
+queue *queue_new(size_t capacity)
+{
+    queue *q = calloc(1, sizeof *q);
+    bool mu_ok = false;
+    if (!q) {
+        log_error("queue: out of memory");
+        return NULL;
+    }
+    q->capacity = capacity ? capacity : 1;
+    q->cap = QUEUE_INITIAL_SLOTS;
+    q->items = calloc(q->cap, sizeof *q->items);
+    if (!q->items) {
+        log_error("queue: out of memory");
+        goto fail;
+    }
+    if (pthread_mutex_init(&q->mu, NULL) != 0) {
+        log_error("queue: pthread_mutex_init failed");
+        goto fail;
+    }
+    mu_ok = true;
+    if (pthread_cond_init(&q->not_full, NULL) != 0) {
+        log_error("queue: pthread_cond_init failed");
+        goto fail;
+    }
+    return q;
+fail:
+    if (mu_ok)
+        pthread_mutex_destroy(&q->mu);
+    free(q->items);
+    free(q);
+    return NULL;
+}
+
+void queue_free(queue *q)
+{
+    if (!q)
+        return;
+    queue_clear(q);
+    pthread_cond_destroy(&q->not_full);
+    pthread_mutex_destroy(&q->mu);
+    free(q->items);
+    free(q);
+}
+
+void queue_set_notify(queue *q, queue_notify_fn fn, void *arg)
+{
+    pthread_mutex_lock(&q->mu);
+    q->notify = fn;
+    q->notify_arg = arg;
+    pthread_mutex_unlock(&q->mu);
+}
+
+/* Makes room for one more slot; called with the lock held. False on OOM. */
+static bool grow(queue *q)
+{
+    if (q->len < q->cap)
+        return true;
+    size_t ncap = q->cap * 2;
+    queue_item *n = calloc(ncap, sizeof *n);
+    if (!n)
+        return false;
+    for (size_t i = 0; i < q->len; i++)
+        n[i] = q->items[(q->head + i) % q->cap];
+    free(q->items);
+    q->items = n;
+    q->cap = ncap;
+    q->head = 0;
+    return true;
+}
+
+static size_t item_ops(const queue_item *it)
+{
+    if (it->type != QUEUE_ENTRY || !it->entry)
+        return 0;
+    return it->entry->n ? it->entry->n : 1; /* an empty entry still takes a place */
+}
+
+/* Appends item (lock held, room checked by the caller's wait); returns whether notify is due. */
+static bool append_locked(queue *q, const queue_item *it)
+{
+    bool was_empty = q->len == 0;
+    q->items[(q->head + q->len) % q->cap] = *it;
+    q->len++;
+    q->ops += item_ops(it);
+    return was_empty && q->notify != NULL;
+}
+
+/* The common push: waits for room when `weight` > 0, appends, notifies outside the lock. */
+static bool push(queue *q, const queue_item *it, size_t weight, const atomic_bool *cancel)
+{
+    queue_notify_fn fn = NULL;
+    void *arg = NULL;
+
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        if (q->stopped || (cancel && atomic_load(cancel))) {
+            pthread_mutex_unlock(&q->mu);
+            return false;
+        }
+        /* Room when nothing is queued (so an oversize entry goes through) or the entry fits. */
+        if (weight == 0 || q->ops == 0 || q->ops + weight <= q->capacity)
+            break;
+        q->waiting++;
+        pthread_cond_wait(&q->not_full, &q->mu);
+        q->waiting--;
+    }
+    if (!grow(q)) {
+        pthread_mutex_unlock(&q->mu);
+        log_error("queue: out of memory growing to %zu slots", q->cap * 2);
+        return false;
+    }
+    if (append_locked(q, it)) {
+        fn = q->notify;
+        arg = q->notify_arg;
+    }
+    pthread_mutex_unlock(&q->mu);
+    if (fn)
+        fn(arg);
+    return true;
+}
+
+bool queue_push_entry(queue *q, op_entry *e, const atomic_bool *cancel)
+{
+    queue_item it = {.type = QUEUE_ENTRY, .entry = e};
+    return push(q, &it, item_ops(&it), cancel);
+}
+
+bool queue_push_idle(queue *q)
+{
+    queue_item it = {.type = QUEUE_IDLE};
+    return push(q, &it, 0, NULL);
+}
+
+bool queue_push_fatal(queue *q, int exit_code, const char *message)
+{
+    queue_item it = {.type = QUEUE_FATAL, .exit_code = exit_code};
+    it.message = strdup(message ? message : "");
+    if (!it.message) {
+        log_error("queue: out of memory for a fatal message");
+        return false;
+    }
+    if (!push(q, &it, 0, NULL)) {
+        free(it.message);
+        return false;
+    }
+    return true;
+}
+
+/* Removes the head item into *out (lock held, len > 0). */
+static void take_locked(queue *q, queue_item *out)
+{
+    *out = q->items[q->head];
+    memset(&q->items[q->head], 0, sizeof q->items[q->head]);
+    q->head = (q->head + 1) % q->cap;
+    q->len--;
+    q->ops -= item_ops(out);
+}
+
+bool queue_pop(queue *q, queue_item *out)
+{
+    return queue_pop_all(q, out, 1) == 1;
+}
+
+size_t queue_pop_all(queue *q, queue_item *out, size_t max)
+{
+    size_t n = 0;
+    size_t ops_before;
+
+    pthread_mutex_lock(&q->mu);
+    ops_before = q->ops;
+    while (n < max && q->len > 0)
+        take_locked(q, &out[n++]);
+    if (q->ops < ops_before && q->waiting > 0)
+        pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
+void queue_item_clear(queue_item *it)
+{
+    if (!it)
+        return;
+    op_entry_free(it->entry);
+    free(it->message);
+    memset(it, 0, sizeof *it);
+}
+
+void queue_stop(queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    q->stopped = true;
+    pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+}
+
+bool queue_stopped(queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    bool s = q->stopped;
+    pthread_mutex_unlock(&q->mu);
+    return s;
+}
+
+void queue_wake_pushers(queue *q)
+{
+    /* Taking the lock orders this after a pusher's check of its cancel flag, so the wake-up cannot be lost. */
+    pthread_mutex_lock(&q->mu);
+    pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+}
+
+void queue_clear(queue *q)
+{
+    queue_item it;
+    while (queue_pop(q, &it))
+        queue_item_clear(&it);
+}
+
+size_t queue_len(queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    size_t n = q->len;
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
+size_t queue_ops(queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    size_t n = q->ops;
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
+size_t queue_capacity(const queue *q)
+{
+    return q->capacity;
+}

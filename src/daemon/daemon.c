@@ -1,0 +1,665 @@
+/*
+ * daemon.c — the apply loop: wires the reader thread, the queue, the batcher and the PostgreSQL sink together on a
+ * libev loop, and owns the process's life (signals, reconnects, the exit code).
+ *
+ * NOTES
+ * One session of the loop runs from a PostgreSQL connection to its loss. It reads the committed checkpoint, starts a
+ * reader there, and applies what the reader queues. Every failure that a retry can cure (PostgreSQL gone, MongoDB
+ * gone: the reader retries that one itself) ends the session without committing anything further; the next session
+ * starts again from the committed checkpoint, so nothing is lost and nothing applied twice. Failures a person must
+ * see (the resume point lost, an entry that cannot be applied, the service fenced) stop the process with a distinct
+ * exit code, after committing everything before the bad entry.
+ *
+ * Signals are loop events (ev_signal). The first SIGTERM/SIGINT stops the reader, writes and commits what was taken,
+ * and exits 0; from then on a plain handler makes a second signal exit at once, which is safe because a commit is
+ * atomic. SIGHUP re-reads the configuration file and applies the reloadable options.
+ */
+#include "daemon/daemon.h"
+
+#include <ev.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mongoc/mongoc.h>
+
+#include "core/batcher.h"
+#include "core/nsfilter.h"
+#include "core/queue.h"
+#include "daemon/exitcodes.h"
+#include "sink/pg.h"
+#include "source/decode.h"
+#include "source/reader.h"
+#include "util/log.h"
+
+#define ITEMS_PER_WAKE 1024 /* queue items applied before the loop looks at signals and timers again */
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define FENCE_WAIT_MS 15000 /* how long a start waits for another holder of the service to go away */
+
+typedef enum {
+    END_NONE = 0,
+    END_STOP,       /* SIGTERM/SIGINT: flush, commit, exit 0 */
+    END_FATAL,      /* exit with exit_code */
+    END_RECONNECT,  /* PostgreSQL failed: new session from the committed checkpoint */
+} session_end;
+
+typedef struct {
+    config *cfg;
+    const char *config_path;
+    struct ev_loop *loop;
+    ev_async wake;
+    ev_timer flush_timer, progress_timer;
+    ev_signal sig_term, sig_int, sig_hup;
+
+    nsfilter *filter;
+    sink *snk;
+    batcher *bt;
+    queue *q;
+    reader *rd;
+
+    session_end end;
+    int exit_code;
+    uint64_t applied_at_last_progress;
+    ev_tstamp last_progress;
+} daemon_ctx;
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static batcher_config batcher_config_from(const config *cfg)
+{
+    batcher_config bc = {
+        .batch_rows = (uint64_t)cfg->batch_rows,
+        .batch_bytes = (uint64_t)cfg->batch_bytes,
+        .flush_interval_ms = (uint64_t)cfg->flush_interval_ms,
+        .per_op = cfg->apply_mode == CONFIG_APPLY_PER_OP,
+    };
+    return bc;
+}
+
+static nsfilter *make_filter(const config *cfg)
+{
+    char err[256];
+    nsfilter *f = nsfilter_new((const char *const *)cfg->include.items, (const char *const *)cfg->exclude.items, err,
+                               sizeof err);
+    if (f == NULL)
+        log_error("namespace filter: %s", err);
+    return f;
+}
+
+static sink *make_sink(const config *cfg)
+{
+    sink_config sc = {
+        .conninfo = cfg->postgres_conninfo,
+        .service = cfg->service,
+        .per_op = cfg->apply_mode == CONFIG_APPLY_PER_OP,
+    };
+    return sink_new(&sc);
+}
+
+/* Connect to PostgreSQL, retrying connection failures with backoff. Returns the exit code to stop with, or -1 when
+ * connected. `stop` is polled between attempts (a signal during the wait). */
+static int connect_sink(sink *s, const volatile sig_atomic_t *stop)
+{
+    unsigned backoff = BACKOFF_MIN_MS, fenced_ms = 0;
+    for (;;) {
+        sink_status st = sink_connect(s);
+        if (st == SINK_OK)
+            return -1;
+        if (st == SINK_ERR_FENCED) {
+            /* A session of a daemon that was just killed can hold the lock until PostgreSQL notices the closed
+             * socket; a live rival holds it for good. Wait out the first, give up on the second. */
+            if (fenced_ms >= FENCE_WAIT_MS) {
+                log_error("%s", sink_error(s));
+                return EXIT_FENCED;
+            }
+            if (fenced_ms == 0)
+                log_warning("%s; waiting up to %d s for it to go away", sink_error(s), FENCE_WAIT_MS / 1000);
+            for (unsigned slept = 0; slept < 250; slept += 50) {
+                if (stop && *stop)
+                    return EXIT_OK;
+                usleep(50 * 1000);
+            }
+            fenced_ms += 250;
+            continue;
+        }
+        if (st != SINK_ERR_CONNECTION) {
+            log_error("%s", sink_error(s));
+            return EXIT_FAILURE_GENERIC;
+        }
+        log_warning("%s; retrying in %u ms", sink_error(s), backoff);
+        for (unsigned slept = 0; slept < backoff; slept += 50) {
+            if (stop && *stop)
+                return EXIT_OK;
+            usleep(50 * 1000);
+        }
+        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* the loop's callbacks */
+
+static void end_session(daemon_ctx *d, session_end why, int code)
+{
+    if (d->end == END_NONE || why == END_FATAL) {
+        d->end = why;
+        d->exit_code = code;
+    }
+    ev_break(d->loop, EVBREAK_ALL);
+}
+
+/* A sink failure: retryable ones end the session, the others the process. */
+static void on_sink_failure(daemon_ctx *d, sink_status st)
+{
+    switch (st) {
+    case SINK_ERR_CONNECTION:
+        log_warning("%s; reconnecting and resuming from the committed checkpoint", sink_error(d->snk));
+        end_session(d, END_RECONNECT, 0);
+        break;
+    case SINK_ERR_FENCED:
+        log_error("%s", sink_error(d->snk));
+        end_session(d, END_FATAL, EXIT_FENCED);
+        break;
+    default:
+        log_error("%s", sink_error(d->snk)[0] ? sink_error(d->snk) : "applying an oplog entry failed");
+        log_error("stopped; everything before this entry is committed. Fix the cause and start oplog2pg again: it "
+                  "resumes at this entry");
+        end_session(d, END_FATAL, EXIT_FAILURE_GENERIC);
+        break;
+    }
+}
+
+static void arm_flush_timer(daemon_ctx *d)
+{
+    uint64_t deadline = batcher_deadline(d->bt);
+    if (deadline == UINT64_MAX) {
+        ev_timer_stop(d->loop, &d->flush_timer);
+        return;
+    }
+    if (ev_is_active(&d->flush_timer))
+        return;
+    uint64_t now = now_ms();
+    double in = deadline > now ? (double)(deadline - now) / 1000.0 : 0.0;
+    ev_timer_set(&d->flush_timer, in, 0.0);
+    ev_timer_start(d->loop, &d->flush_timer);
+}
+
+static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    queue_item items[64];
+    size_t done = 0;
+    (void)loop;
+    (void)revents;
+
+    while (d->end == END_NONE && done < ITEMS_PER_WAKE) {
+        size_t n = queue_pop_all(d->q, items, sizeof items / sizeof items[0]);
+        if (n == 0)
+            break;
+        for (size_t i = 0; i < n; i++) {
+            queue_item *it = &items[i];
+            if (d->end != END_NONE) {
+                queue_item_clear(it);
+                continue;
+            }
+            sink_status st = SINK_OK;
+            switch (it->type) {
+            case QUEUE_ENTRY:
+                st = batcher_add(d->bt, it->entry, now_ms());
+                if (st == SINK_OK)
+                    st = batcher_tick(d->bt, now_ms());
+                break;
+            case QUEUE_IDLE:
+                /* The reader drained the oplog; we have caught up with it only if nothing follows the marker. While
+                 * the applier lags, markers are stale and committing on each would cost an fsync per getMore. */
+                if (i + 1 == n && queue_len(d->q) == 0)
+                    st = batcher_flush(d->bt, FLUSH_IDLE);
+                break;
+            case QUEUE_FATAL:
+                /* Everything before the entry the reader stopped at is good: commit it, then stop. */
+                st = batcher_flush(d->bt, FLUSH_EXIT);
+                log_error("%s", it->message ? it->message : "the oplog reader stopped");
+                if (st == SINK_OK)
+                    end_session(d, END_FATAL, it->exit_code);
+                break;
+            }
+            queue_item_clear(it);
+            if (st != SINK_OK)
+                on_sink_failure(d, st);
+        }
+        done += n;
+    }
+    if (d->end == END_NONE) {
+        if (done >= ITEMS_PER_WAKE)
+            ev_async_send(d->loop, &d->wake); /* more to do: come back after signals and timers had their turn */
+        arm_flush_timer(d);
+    }
+}
+
+static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    (void)loop;
+    (void)revents;
+    sink_status st = batcher_tick(d->bt, now_ms());
+    if (st != SINK_OK) {
+        on_sink_failure(d, st);
+        return;
+    }
+    arm_flush_timer(d);
+}
+
+static void on_progress(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    (void)revents;
+    const batcher_stats *bs = batcher_get_stats(d->bt);
+    ev_tstamp now = ev_now(loop);
+    double secs = now - d->last_progress;
+    double rate = secs > 0 ? (double)(bs->entries - d->applied_at_last_progress) / secs : 0;
+    char at[OP_POS_STRLEN];
+    double lag = bs->committed.secs ? (double)time(NULL) - (double)bs->committed.secs : 0;
+    log_info("applied %llu entries (%.0f/s), %llu commits; committed through %s, %.0f s behind; queue %zu ops",
+             (unsigned long long)bs->entries, rate, (unsigned long long)bs->commits,
+             op_pos_format(&bs->committed, at, sizeof at), lag < 0 ? 0 : lag, queue_ops(d->q));
+    d->applied_at_last_progress = bs->entries;
+    d->last_progress = now;
+}
+
+static void exit_now(int sig)
+{
+    (void)sig;
+    static const char msg[] = "oplog2pg: second signal, exiting at once (the last commit stands)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(EXIT_FAILURE_GENERIC);
+}
+
+static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    (void)revents;
+    log_notice("%s received: stopping the reader, then committing what was read", strsignal(w->signum));
+    /* A second signal must not wait for the flush: from now on the kernel calls exit_now directly. */
+    ev_signal_stop(loop, &d->sig_term);
+    ev_signal_stop(loop, &d->sig_int);
+    struct sigaction sa = {.sa_handler = exit_now};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    sigaddset(&unblock, SIGTERM);
+    sigaddset(&unblock, SIGINT);
+    pthread_sigmask(SIG_UNBLOCK, &unblock, NULL);
+    end_session(d, END_STOP, EXIT_OK);
+}
+
+static void log_reload(void *arg, const char *msg)
+{
+    (void)arg;
+    log_notice("reload: %s", msg);
+}
+
+static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    (void)loop;
+    (void)revents;
+    char err[512];
+    int changed = 0;
+    if (d->config_path == NULL) {
+        log_warning("SIGHUP: no configuration file to reload");
+        return;
+    }
+    if (!config_reload(d->config_path, d->cfg, err, sizeof err, log_reload, NULL, &changed)) {
+        log_error("SIGHUP: keeping the running configuration: %s", err);
+        return;
+    }
+    log_set_level((log_level)d->cfg->log_level);
+    log_set_timestamps(d->cfg->log_timestamps);
+    batcher_config bc = batcher_config_from(d->cfg);
+    batcher_set_config(d->bt, &bc);
+    log_notice("configuration reloaded from %s (%d option%s changed)", d->config_path, changed,
+               changed == 1 ? "" : "s");
+}
+
+static void notify_wake(void *arg)
+{
+    daemon_ctx *d = arg;
+    ev_async_send(d->loop, &d->wake);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* run */
+
+/* One session: from a fresh PostgreSQL connection until it fails, a stop, or a fatal fault. */
+static void run_session(daemon_ctx *d)
+{
+    op_pos start = {0, 0, -1};
+    int have = sink_read_checkpoint(d->snk, &start);
+    if (have < 0) {
+        on_sink_failure(d, SINK_ERR_CONNECTION);
+        return;
+    }
+    char at[OP_POS_STRLEN];
+    if (have)
+        log_info("service '%s': resuming after oplog entry %s (term %lld)", d->cfg->service,
+                 op_pos_format(&start, at, sizeof at), (long long)start.term);
+
+    batcher_config bc = batcher_config_from(d->cfg);
+    batcher_sink out = batcher_sink_pg(d->snk);
+    d->bt = batcher_new(&bc, &out);
+    d->q = queue_new((size_t)d->cfg->queue_size);
+    if (d->bt == NULL || d->q == NULL) {
+        log_error("out of memory starting the apply loop");
+        d->end = END_FATAL;
+        d->exit_code = EXIT_FAILURE_GENERIC;
+        return;
+    }
+    queue_set_notify(d->q, notify_wake, d);
+
+    reader_config rc;
+    reader_config_init(&rc);
+    rc.uri = d->cfg->mongodb_uri;
+    rc.have_start = have == 1;
+    rc.start = start;
+    rc.filter = d->filter;
+    char err[512];
+    d->rd = reader_start(&rc, d->q, err, sizeof err);
+    if (d->rd == NULL) {
+        log_error("cannot start reading the oplog: %s", err);
+        d->end = END_FATAL;
+        d->exit_code = EXIT_CONFIG;
+        return;
+    }
+
+    d->end = END_NONE;
+    ev_async_start(d->loop, &d->wake);
+    ev_async_send(d->loop, &d->wake); /* anything queued before the notify was set */
+    ev_run(d->loop, 0);
+
+    reader_stop(d->rd);
+    ev_timer_stop(d->loop, &d->flush_timer);
+    ev_async_stop(d->loop, &d->wake);
+    if (d->end == END_STOP) {
+        /* Entries still queued are simply not applied: the checkpoint will say so and the next run reads them. */
+        sink_status st = batcher_flush(d->bt, FLUSH_EXIT);
+        if (st != SINK_OK) {
+            log_error("final commit failed: %s (the previous commit stands; nothing is lost)", sink_error(d->snk));
+            d->exit_code = EXIT_FAILURE_GENERIC;
+        } else {
+            const batcher_stats *bs = batcher_get_stats(d->bt);
+            log_notice("stopped cleanly; committed through oplog entry %s",
+                       op_pos_format(&bs->committed, at, sizeof at));
+        }
+    }
+}
+
+static void end_of_session_cleanup(daemon_ctx *d)
+{
+    reader_free(d->rd);
+    d->rd = NULL;
+    queue_free(d->q);
+    d->q = NULL;
+    batcher_free(d->bt);
+    d->bt = NULL;
+}
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal_during_connect(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+int daemon_run(config *cfg, const char *config_path)
+{
+    daemon_ctx d = {.cfg = cfg, .config_path = config_path};
+    int code = EXIT_OK;
+
+    d.filter = make_filter(cfg);
+    d.snk = make_sink(cfg);
+    d.loop = ev_default_loop(EVFLAG_AUTO);
+    if (d.filter == NULL || d.snk == NULL || d.loop == NULL) {
+        code = d.filter == NULL ? EXIT_CONFIG : EXIT_FAILURE_GENERIC;
+        goto done;
+    }
+    ev_async_init(&d.wake, on_wake);
+    d.wake.data = &d;
+    ev_timer_init(&d.flush_timer, on_flush_timer, 1.0, 0.0);
+    d.flush_timer.data = &d;
+    double every = cfg->progress_interval_ms > 0 ? (double)cfg->progress_interval_ms / 1000.0 : 0;
+    ev_timer_init(&d.progress_timer, on_progress, every, every);
+    d.progress_timer.data = &d;
+    ev_signal_init(&d.sig_term, on_stop_signal, SIGTERM);
+    ev_signal_init(&d.sig_int, on_stop_signal, SIGINT);
+    ev_signal_init(&d.sig_hup, on_hup, SIGHUP);
+    d.sig_term.data = d.sig_int.data = d.sig_hup.data = &d;
+    signal(SIGPIPE, SIG_IGN);
+
+    log_notice("oplog2pg %s starting: service '%s', apply mode %s", OPLOG2PG_VERSION, cfg->service,
+               config_apply_mode_name(cfg->apply_mode));
+
+    unsigned backoff = BACKOFF_MIN_MS;
+    for (;;) {
+        /* Between sessions (connecting, backing off) signals are plain flags; in a session they are loop events. */
+        struct sigaction sa = {.sa_handler = on_signal_during_connect}, old_term, old_int;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, &old_term);
+        sigaction(SIGINT, &sa, &old_int);
+        int rc = connect_sink(d.snk, &stop_requested);
+        if (rc >= 0 || stop_requested) {
+            code = rc >= 0 ? rc : EXIT_OK;
+            break;
+        }
+        ev_signal_start(d.loop, &d.sig_term);
+        ev_signal_start(d.loop, &d.sig_int);
+        ev_signal_start(d.loop, &d.sig_hup);
+        if (every > 0) {
+            d.last_progress = ev_now(d.loop);
+            ev_timer_start(d.loop, &d.progress_timer);
+        }
+
+        run_session(&d);
+
+        ev_timer_stop(d.loop, &d.progress_timer);
+        ev_signal_stop(d.loop, &d.sig_term);
+        ev_signal_stop(d.loop, &d.sig_int);
+        ev_signal_stop(d.loop, &d.sig_hup);
+        session_end end = d.end;
+        code = d.exit_code;
+        end_of_session_cleanup(&d);
+        if (end != END_RECONNECT)
+            break;
+        sink_disconnect(d.snk);
+        for (unsigned slept = 0; slept < backoff && !stop_requested; slept += 50)
+            usleep(50 * 1000);
+        if (stop_requested)
+            break;
+        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+    }
+
+done:
+    sink_free(d.snk);
+    nsfilter_free(d.filter);
+    if (d.loop)
+        ev_loop_destroy(d.loop);
+    return code;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* replay */
+
+int daemon_replay(config *cfg, const char *dump_path)
+{
+    int code = EXIT_OK;
+    bson_error_t berr;
+    bson_reader_t *rd = bson_reader_new_from_file(dump_path, &berr);
+    nsfilter *filter = make_filter(cfg);
+    sink *snk = make_sink(cfg);
+    batcher *bt = NULL;
+    if (rd == NULL) {
+        log_error("%s: %s", dump_path, berr.message);
+        code = EXIT_USAGE;
+        goto done;
+    }
+    if (filter == NULL || snk == NULL) {
+        code = EXIT_CONFIG;
+        goto done;
+    }
+    int rc = connect_sink(snk, NULL);
+    if (rc >= 0) {
+        code = rc;
+        goto done;
+    }
+    op_pos ckpt = {0, 0, -1};
+    int have = sink_read_checkpoint(snk, &ckpt);
+    if (have < 0) {
+        log_error("%s", sink_error(snk));
+        code = EXIT_FAILURE_GENERIC;
+        goto done;
+    }
+    batcher_config bc = batcher_config_from(cfg);
+    batcher_sink out = batcher_sink_pg(snk);
+    bt = batcher_new(&bc, &out);
+    if (bt == NULL) {
+        code = EXIT_FAILURE_GENERIC;
+        goto done;
+    }
+
+    const bson_t *doc;
+    bool eof = false;
+    uint64_t n = 0, skipped = 0;
+    char err[1024], at[OP_POS_STRLEN];
+    sink_status st = SINK_OK;
+    while (st == SINK_OK && (doc = bson_reader_read(rd, &eof)) != NULL) {
+        n++;
+        op_entry e;
+        decode_status ds = decode_entry(doc, &e, err, sizeof err);
+        if (ds != DECODE_OK) {
+            log_error("%s: entry %llu: %s", dump_path, (unsigned long long)n, err);
+            code = EXIT_UNSUPPORTED;
+            break;
+        }
+        if (have == 1 && op_pos_cmp(&e.pos, &ckpt) <= 0) {
+            skipped++; /* already applied by an earlier run */
+            op_entry_clear(&e);
+            continue;
+        }
+        nsfilter_filter_entry(filter, &e);
+        st = batcher_add(bt, &e, now_ms());
+        op_entry_clear(&e);
+    }
+    if (code == EXIT_OK && st == SINK_OK && !eof) {
+        log_error("%s: entry %llu is not valid BSON (truncated dump?)", dump_path, (unsigned long long)n + 1);
+        code = EXIT_UNSUPPORTED;
+    }
+    if (st == SINK_OK)
+        st = batcher_flush(bt, FLUSH_EXIT); /* commit everything before a bad entry too */
+    if (st != SINK_OK) {
+        log_error("%s", sink_error(snk));
+        code = st == SINK_ERR_FENCED ? EXIT_FENCED : EXIT_FAILURE_GENERIC;
+    } else {
+        const batcher_stats *bs = batcher_get_stats(bt);
+        log_notice("replayed %llu entries from %s (%llu already applied, skipped); committed through %s",
+                   (unsigned long long)bs->entries, dump_path, (unsigned long long)skipped,
+                   op_pos_format(&bs->committed, at, sizeof at));
+    }
+
+done:
+    batcher_free(bt);
+    sink_free(snk);
+    nsfilter_free(filter);
+    if (rd)
+        bson_reader_destroy(rd);
+    return code;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* check */
+
+int daemon_check(config *cfg)
+{
+    int code = EXIT_OK;
+    bson_error_t err;
+    printf("configuration: ok (service '%s')\n", cfg->service);
+
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(cfg->mongodb_uri, &err);
+    mongoc_client_t *client = uri ? mongoc_client_new_from_uri(uri) : NULL;
+    if (client == NULL) {
+        printf("mongodb: bad URI: %s\n", err.message);
+        code = EXIT_CONFIG;
+    } else {
+        mongoc_client_set_appname(client, "oplog2pg-check");
+        bson_t *ping = BCON_NEW("ping", BCON_INT32(1));
+        if (!mongoc_client_command_simple(client, "admin", ping, NULL, NULL, &err)) {
+            printf("mongodb: cannot reach it: %s\n", err.message);
+            code = EXIT_FAILURE_GENERIC;
+        } else {
+            mongoc_collection_t *oplog = mongoc_client_get_collection(client, "local", "oplog.rs");
+            const char *names[2] = {"oldest", "newest"};
+            for (int dir = 0; dir < 2; dir++) {
+                bson_t *opts = BCON_NEW("sort", "{", "$natural", BCON_INT32(dir == 0 ? 1 : -1), "}", "limit",
+                                        BCON_INT64(1));
+                bson_t filter = BSON_INITIALIZER;
+                mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, opts, NULL);
+                const bson_t *doc;
+                bson_iter_t it;
+                if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+                    uint32_t t, i;
+                    bson_iter_timestamp(&it, &t, &i);
+                    time_t when = (time_t)t;
+                    char buf[64];
+                    strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%SZ", gmtime(&when));
+                    printf("mongodb: %s oplog entry %u:%u (%s)\n", names[dir], t, i, buf);
+                } else if (mongoc_cursor_error(cur, &err)) {
+                    printf("mongodb: cannot read local.oplog.rs: %s\n", err.message);
+                    code = EXIT_FAILURE_GENERIC;
+                } else {
+                    printf("mongodb: the oplog is empty (is this a replica set member?)\n");
+                }
+                mongoc_cursor_destroy(cur);
+                bson_destroy(&filter);
+                bson_destroy(opts);
+            }
+            mongoc_collection_destroy(oplog);
+        }
+        bson_destroy(ping);
+        mongoc_client_destroy(client);
+    }
+    if (uri)
+        mongoc_uri_destroy(uri);
+
+    sink *snk = make_sink(cfg);
+    sink_status st = snk ? sink_connect(snk) : SINK_ERR_DATA;
+    if (st != SINK_OK) {
+        printf("postgres: %s\n", snk ? sink_error(snk) : "out of memory");
+        code = st == SINK_ERR_FENCED ? EXIT_FENCED : EXIT_FAILURE_GENERIC;
+    } else {
+        op_pos ckpt;
+        int have = sink_read_checkpoint(snk, &ckpt);
+        char at[OP_POS_STRLEN];
+        if (have == 1)
+            printf("postgres: ok; service '%s' resumes after oplog entry %s (term %lld)\n", cfg->service,
+                   op_pos_format(&ckpt, at, sizeof at), (long long)ckpt.term);
+        else if (have == 0)
+            printf("postgres: ok; service '%s' has no checkpoint yet (it starts at the newest oplog entry)\n",
+                   cfg->service);
+        else
+            printf("postgres: %s\n", sink_error(snk));
+    }
+    sink_free(snk);
+    printf("%s\n", code == EXIT_OK ? "check passed" : "check failed");
+    return code;
+}

@@ -1,0 +1,1073 @@
+/*
+ * decode.c — the oplog entry decoder: raw local.oplog.rs BSON → op_entry (see source/decode.h for the rules).
+ *
+ * NOTES
+ * - One pass over the entry's top-level fields collects what we need (field order differs between server versions);
+ *   type errors are remembered and reported after the pass so the message can name ts/op/ns wherever they sit.
+ * - Nothing is allocated until an op is known to be valid; then one buffer per op receives the namespace strings and
+ *   copies of o/o2 (op_fill). _id values are views into that buffer.
+ * - The $v:2 diff check mirrors the server's DocumentDiffReader/ArrayDiffReader (document_diff_serialization.cpp)
+ *   and the applier's duplicate-field check, and reports the server's error codes. It only checks structure; the
+ *   applier (another module) gives the diff its meaning.
+ */
+#include "source/decode.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* raw fields */
+
+/* The fields of one entry (or one inner applyOps op) that decoding needs; pointers into the caller's BSON. */
+typedef struct raw_op {
+    bool has_ts;
+    uint32_t secs, inc;
+    int64_t term;
+    const char *op; /* NULL when absent */
+    uint32_t op_len;
+    const char *ns;
+    uint32_t ns_len;
+    const uint8_t *o;
+    uint32_t o_len;
+    const uint8_t *o2;
+    uint32_t o2_len;
+    bool from_migrate, upsert, has_lsid, has_txn, has_multi;
+    const char *bad_field; /* first ill-typed field, reported after the pass */
+    const char *bad_what;
+    decode_status bad_status;
+} raw_op;
+
+/* Decoding context, for error messages and flags. */
+typedef struct dctx {
+    unsigned flags;
+    char *err;
+    size_t errlen;
+    const raw_op *top;   /* the entry */
+    const raw_op *inner; /* the inner applyOps op being decoded, or NULL */
+    long index;
+} dctx;
+
+typedef struct span {
+    const char *s;
+    size_t len;
+} span;
+
+static void appendf(char *buf, size_t len, size_t *off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void appendf(char *buf, size_t len, size_t *off, const char *fmt, ...)
+{
+    if (*off + 1 >= len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *off, len - *off, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    *off += (size_t)n;
+    if (*off >= len)
+        *off = len - 1;
+}
+
+static void vappendf(char *buf, size_t len, size_t *off, const char *fmt, va_list ap)
+{
+    if (*off + 1 >= len)
+        return;
+    int n = vsnprintf(buf + *off, len - *off, fmt, ap);
+    if (n < 0)
+        return;
+    *off += (size_t)n;
+    if (*off >= len)
+        *off = len - 1;
+}
+
+static void append_id(char *buf, size_t len, size_t *off, const bson_value_t *id)
+{
+    bson_t b = BSON_INITIALIZER;
+    char *json = NULL;
+    if (bson_append_value(&b, "_id", 3, id))
+        json = bson_as_relaxed_extended_json(&b, NULL);
+    /* json is `{ "_id" : X }`: print X only. */
+    const char *v = json ? strstr(json, ": ") : NULL;
+    if (v) {
+        size_t vl = strlen(v + 2);
+        if (vl >= 2)
+            vl -= 2; /* " }" */
+        appendf(buf, len, off, " _id %.*s", (int)(vl > 200 ? 200 : vl), v + 2);
+    } else {
+        appendf(buf, len, off, " _id ?");
+    }
+    bson_free(json);
+    bson_destroy(&b);
+}
+
+static decode_status fail(const dctx *c, decode_status st, const bson_value_t *id, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Writes "ts S:I op 'X' ns 'N'[ applyOps[i] op 'Y' ns 'M'][ _id V]: <message>" to c->err and returns st. */
+static decode_status fail(const dctx *c, decode_status st, const bson_value_t *id, const char *fmt, ...)
+{
+    if (!c->err || c->errlen == 0)
+        return st;
+    size_t off = 0;
+    c->err[0] = '\0';
+    const raw_op *t = c->top;
+    if (t && t->has_ts)
+        appendf(c->err, c->errlen, &off, "ts %u:%u", t->secs, t->inc);
+    else
+        appendf(c->err, c->errlen, &off, "ts ?");
+    if (t)
+        appendf(c->err, c->errlen, &off, " op '%.*s' ns '%.*s'", t->op ? (int)t->op_len : 1, t->op ? t->op : "?",
+                t->ns ? (int)t->ns_len : 1, t->ns ? t->ns : "?");
+    if (c->inner) {
+        const raw_op *r = c->inner;
+        appendf(c->err, c->errlen, &off, " applyOps[%ld] op '%.*s' ns '%.*s'", c->index, r->op ? (int)r->op_len : 1,
+                r->op ? r->op : "?", r->ns ? (int)r->ns_len : 1, r->ns ? r->ns : "?");
+    } else if (c->index >= 0) {
+        appendf(c->err, c->errlen, &off, " applyOps[%ld]", c->index);
+    }
+    if (id && id->value_type != BSON_TYPE_EOD)
+        append_id(c->err, c->errlen, &off, id);
+    appendf(c->err, c->errlen, &off, ": ");
+    va_list ap;
+    va_start(ap, fmt);
+    vappendf(c->err, c->errlen, &off, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static void mark_bad(raw_op *r, const char *field, const char *what, decode_status st)
+{
+    if (!r->bad_field) {
+        r->bad_field = field;
+        r->bad_what = what;
+        r->bad_status = st;
+    }
+}
+
+static bool utf8_field(bson_iter_t *it, const char **s, uint32_t *len)
+{
+    if (!BSON_ITER_HOLDS_UTF8(it))
+        return false;
+    *s = bson_iter_utf8(it, len);
+    return strlen(*s) == *len; /* no embedded NUL */
+}
+
+static void doc_field(bson_iter_t *it, const uint8_t **data, uint32_t *len)
+{
+    bson_iter_document(it, len, data);
+}
+
+/* One pass over an entry (top) or an inner applyOps op (!top: ts/t/v and session fields are ignored there). */
+static bool parse_raw(const uint8_t *data, uint32_t len, raw_op *r, bool top)
+{
+    bson_iter_t it;
+    memset(r, 0, sizeof *r);
+    r->term = -1;
+    if (!bson_iter_init_from_data(&it, data, len))
+        return false;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        switch (k[0]) {
+        case 't':
+            if (!top)
+                break;
+            if (strcmp(k, "ts") == 0) {
+                if (BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+                    bson_iter_timestamp(&it, &r->secs, &r->inc);
+                    r->has_ts = true;
+                } else {
+                    mark_bad(r, "ts", "is not a Timestamp", DECODE_MALFORMED);
+                }
+            } else if (strcmp(k, "t") == 0) {
+                if (BSON_ITER_HOLDS_INT64(&it) || BSON_ITER_HOLDS_INT32(&it))
+                    r->term = bson_iter_as_int64(&it);
+                else
+                    mark_bad(r, "t", "is not an int64/int32", DECODE_MALFORMED);
+            } else if (strcmp(k, "txnNumber") == 0) {
+                r->has_txn = true;
+            }
+            break;
+        case 'v':
+            if (!top || k[1] != '\0')
+                break;
+            if (BSON_ITER_HOLDS_INT32(&it) || BSON_ITER_HOLDS_INT64(&it) || BSON_ITER_HOLDS_DOUBLE(&it)) {
+                if (bson_iter_as_int64(&it) != 2 || (BSON_ITER_HOLDS_DOUBLE(&it) && bson_iter_double(&it) != 2.0))
+                    mark_bad(r, "v", "is not 2 (unsupported oplog format version)", DECODE_UNSUPPORTED);
+            } else {
+                mark_bad(r, "v", "is not a number", DECODE_MALFORMED);
+            }
+            break;
+        case 'o':
+            if (strcmp(k, "op") == 0) {
+                if (!utf8_field(&it, &r->op, &r->op_len)) {
+                    r->op = NULL;
+                    mark_bad(r, "op", "is not a string", DECODE_MALFORMED);
+                }
+            } else if (strcmp(k, "o") == 0) {
+                if (BSON_ITER_HOLDS_DOCUMENT(&it))
+                    doc_field(&it, &r->o, &r->o_len);
+                else
+                    mark_bad(r, "o", "is not a document", DECODE_MALFORMED);
+            } else if (strcmp(k, "o2") == 0) {
+                if (BSON_ITER_HOLDS_DOCUMENT(&it))
+                    doc_field(&it, &r->o2, &r->o2_len);
+                else
+                    mark_bad(r, "o2", "is not a document", DECODE_MALFORMED);
+            }
+            break;
+        case 'n':
+            if (strcmp(k, "ns") == 0 && !utf8_field(&it, &r->ns, &r->ns_len)) {
+                r->ns = NULL;
+                mark_bad(r, "ns", "is not a string", DECODE_MALFORMED);
+            }
+            break;
+        case 'f':
+            if (strcmp(k, "fromMigrate") == 0)
+                r->from_migrate = bson_iter_as_bool(&it);
+            break;
+        case 'b':
+            if (k[1] == '\0')
+                r->upsert = bson_iter_as_bool(&it);
+            break;
+        case 'l':
+            if (top && strcmp(k, "lsid") == 0)
+                r->has_lsid = true;
+            break;
+        case 'm':
+            if (top && strcmp(k, "multiOpType") == 0)
+                r->has_multi = true;
+            break;
+        default:
+            break;
+        }
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* $v:2 diff validation */
+
+typedef struct dv {
+    int32_t code;
+    char *err;
+    size_t errlen;
+    char path[192]; /* where in the diff, for messages: "diff.sa.s0" */
+} dv;
+
+#define DIFF_MAX_DEPTH 200
+
+static bool dv_fail(dv *d, int32_t code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static bool dv_fail(dv *d, int32_t code, const char *fmt, ...)
+{
+    d->code = code;
+    if (d->err && d->errlen) {
+        size_t off = 0;
+        d->err[0] = '\0';
+        if (code)
+            appendf(d->err, d->errlen, &off, "invalid $v:2 diff [%d] at %s: ", code, d->path);
+        else
+            appendf(d->err, d->errlen, &off, "invalid $v:2 diff at %s: ", d->path);
+        va_list ap;
+        va_start(ap, fmt);
+        vappendf(d->err, d->errlen, &off, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+/* Field names of one object-diff level, for the duplicate check. Small levels stay on the stack. */
+typedef struct names {
+    const char **v;
+    size_t n, cap;
+    const char *stack[32];
+} names;
+
+static void names_init(names *s)
+{
+    s->v = s->stack;
+    s->n = 0;
+    s->cap = sizeof s->stack / sizeof s->stack[0];
+}
+
+static bool names_add(names *s, const char *name)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap * 2;
+        const char **v = malloc(cap * sizeof *v);
+        if (!v)
+            return false;
+        memcpy(v, s->v, s->n * sizeof *v);
+        if (s->v != s->stack)
+            free(s->v);
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = name;
+    return true;
+}
+
+static void names_free(names *s)
+{
+    if (s->v != s->stack)
+        free(s->v);
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static size_t path_push(dv *d, const char *key)
+{
+    size_t old = strlen(d->path);
+    size_t off = old;
+    appendf(d->path, sizeof d->path, &off, ".%s", key);
+    return old;
+}
+
+static bool validate_subdiff(dv *d, bson_iter_t *it, int depth);
+
+/* An object diff D: sections d < u < i < b < s..., each at most once, sub-diffs last. This level's structure and
+ * its field names (duplicates: 4728000) are checked before any sub-diff is entered, as the server's applier does. */
+static bool validate_object_diff(dv *d, const uint8_t *data, uint32_t len, int depth)
+{
+    bson_iter_t it, subdiffs;
+    names nm;
+    bool ok = false;
+    int prev = 0;
+    bool in_subdiffs = false, any = false;
+
+    names_init(&nm);
+    if (depth > DIFF_MAX_DEPTH)
+        return dv_fail(d, 0, "nested deeper than %d levels", DIFF_MAX_DEPTH);
+    if (!bson_iter_init_from_data(&it, data, len))
+        return dv_fail(d, 0, "not a valid BSON document");
+    while (bson_iter_next(&it)) {
+        uint32_t klen = bson_iter_key_len(&it);
+        const char *key = bson_iter_key(&it);
+        any = true;
+        if (klen == 0) {
+            dv_fail(d, 4770505, "empty section name");
+            goto done;
+        }
+        char ch = key[0];
+        if (in_subdiffs) {
+            if (ch != 's') {
+                dv_fail(d, 4770514, "section '%s' after the sub-diffs", key);
+                goto done;
+            }
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                dv_fail(d, 470510, "sub-diff '%s' is not an object", key);
+                goto done;
+            }
+            if (!names_add(&nm, key + 1)) {
+                dv_fail(d, 0, "out of memory");
+                goto done;
+            }
+            continue;
+        }
+        int order = ch == 'd' ? 1 : ch == 'u' ? 2 : ch == 'i' ? 3 : ch == 'b' ? 4 : ch == 's' ? 5 : 0;
+        if (order == 0 || order <= prev) {
+            dv_fail(d, 4770503, "unexpected section '%s'%s", key, order ? " (repeated or out of order)" : "");
+            goto done;
+        }
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            dv_fail(d, 4770507, "section '%s' is not an object", key);
+            goto done;
+        }
+        prev = order;
+        if (ch == 's') {
+            in_subdiffs = true;
+            subdiffs = it; /* revisited after the duplicate check */
+            if (!names_add(&nm, key + 1)) {
+                dv_fail(d, 0, "out of memory");
+                goto done;
+            }
+            continue;
+        }
+        bson_iter_t sec;
+        if (!bson_iter_recurse(&it, &sec)) {
+            dv_fail(d, 0, "section '%s' is not valid BSON", key);
+            goto done;
+        }
+        while (bson_iter_next(&sec)) {
+            const char *field = bson_iter_key(&sec);
+            if (ch == 'b') {
+                /* 8.x binary diff: {field: {o: int offset, d: BinData}}. The server codes are not known to us. */
+                bson_iter_t bi;
+                bool has_o = false, has_d = false;
+                if (BSON_ITER_HOLDS_DOCUMENT(&sec) && bson_iter_recurse(&sec, &bi)) {
+                    while (bson_iter_next(&bi)) {
+                        if (strcmp(bson_iter_key(&bi), "o") == 0)
+                            has_o = BSON_ITER_HOLDS_INT32(&bi) || BSON_ITER_HOLDS_INT64(&bi);
+                        else if (strcmp(bson_iter_key(&bi), "d") == 0)
+                            has_d = BSON_ITER_HOLDS_BINARY(&bi);
+                    }
+                }
+                if (!has_o || !has_d) {
+                    dv_fail(d, 0, "binary section entry '%s' is not {o: int, d: BinData}", field);
+                    goto done;
+                }
+            }
+            if (!names_add(&nm, field)) {
+                dv_fail(d, 0, "out of memory");
+                goto done;
+            }
+        }
+    }
+    if (!any) {
+        dv_fail(d, 4770500, "empty diff");
+        goto done;
+    }
+    if (nm.n > 1) {
+        qsort(nm.v, nm.n, sizeof *nm.v, cmp_names);
+        for (size_t i = 1; i < nm.n; i++) {
+            if (strcmp(nm.v[i - 1], nm.v[i]) == 0) {
+                dv_fail(d, 4728000, "duplicate field name in diff: '%s'", nm.v[i]);
+                goto done;
+            }
+        }
+    }
+    if (in_subdiffs) {
+        do {
+            if (!validate_subdiff(d, &subdiffs, depth + 1))
+                goto done;
+        } while (bson_iter_next(&subdiffs));
+    }
+    ok = true;
+done:
+    names_free(&nm);
+    return ok;
+}
+
+/* Digits only, fits in 32 bits (an array index). */
+static bool parse_index(const char *s)
+{
+    uint64_t v = 0;
+    if (!*s)
+        return false;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return false;
+        v = v * 10 + (uint64_t)(*s - '0');
+        if (v > UINT32_MAX)
+            return false;
+    }
+    return true;
+}
+
+/* An array diff A: {a: true, [l: int32], (u<idx>: value | s<idx>: D|A)*}. */
+static bool validate_array_diff(dv *d, const uint8_t *data, uint32_t len, int depth)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_from_data(&it, data, len) || !bson_iter_next(&it))
+        return dv_fail(d, 4770500, "empty diff");
+    if (strcmp(bson_iter_key(&it), "a") != 0)
+        return dv_fail(d, 4770504, "first field is '%s', not the array header 'a'", bson_iter_key(&it));
+    if (!BSON_ITER_HOLDS_BOOL(&it))
+        return dv_fail(d, 4770519, "array header 'a' is not a bool");
+    if (!bson_iter_bool(&it))
+        return dv_fail(d, 4770520, "array header 'a' is not true");
+    bool first = true;
+    while (bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        if (first && strcmp(key, "l") == 0) {
+            first = false;
+            if (!BSON_ITER_HOLDS_INT32(&it))
+                return dv_fail(d, 4770507, "array resize 'l' is not an int32");
+            continue;
+        }
+        first = false;
+        if (bson_iter_key_len(&it) < 2)
+            return dv_fail(d, 4770521, "array diff field '%s' is shorter than two characters", key);
+        if (!parse_index(key + 1))
+            return dv_fail(d, 4770512, "array diff field '%s' does not name an index", key);
+        if (key[0] == 'u')
+            continue;
+        if (key[0] != 's')
+            return dv_fail(d, 4770502, "array diff field '%s' is neither u<index> nor s<index>", key);
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+            return dv_fail(d, 4770501, "array sub-diff '%s' is not an object", key);
+        if (!validate_subdiff(d, &it, depth + 1))
+            return false;
+    }
+    return true;
+}
+
+/* A sub-diff (the value of s<field> or s<index>): an array diff when its first field is "a", else an object diff. */
+static bool validate_subdiff(dv *d, bson_iter_t *it, int depth)
+{
+    const uint8_t *data;
+    uint32_t len;
+    bson_iter_t first;
+    size_t mark = path_push(d, bson_iter_key(it));
+    bool ok;
+
+    bson_iter_document(it, &len, &data);
+    if (depth > DIFF_MAX_DEPTH)
+        return dv_fail(d, 0, "nested deeper than %d levels", DIFF_MAX_DEPTH);
+    if (!bson_iter_init_from_data(&first, data, len) || !bson_iter_next(&first))
+        return dv_fail(d, 4770500, "empty diff");
+    if (strcmp(bson_iter_key(&first), "a") == 0)
+        ok = validate_array_diff(d, data, len, depth);
+    else
+        ok = validate_object_diff(d, data, len, depth);
+    if (ok)
+        d->path[mark] = '\0';
+    return ok;
+}
+
+bool decode_validate_diff(const bson_t *diff, int32_t *code, char *err, size_t errlen)
+{
+    dv d = {.code = 0, .err = err, .errlen = errlen};
+    snprintf(d.path, sizeof d.path, "diff");
+    /* The top level is always an object diff: a leading "a" is an unknown section there (4770503). */
+    bool ok = validate_object_diff(&d, bson_get_data(diff), diff->len, 0);
+    if (code)
+        *code = ok ? 0 : d.code;
+    return ok;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* ops */
+
+/* Splits "db.coll" at its first dot. False when there is no dot or the db part is empty. */
+static bool split_ns(const char *ns, size_t len, span *db, span *coll)
+{
+    const char *dot = memchr(ns, '.', len);
+    if (!dot || dot == ns)
+        return false;
+    db->s = ns;
+    db->len = (size_t)(dot - ns);
+    coll->s = dot + 1;
+    coll->len = len - db->len - 1;
+    return true;
+}
+
+static bool span_eq(span s, const char *lit)
+{
+    size_t n = strlen(lit);
+    return s.len == n && memcmp(s.s, lit, n) == 0;
+}
+
+static bool internal_db(span db)
+{
+    return span_eq(db, "admin") || span_eq(db, "local") || span_eq(db, "config");
+}
+
+/* Why db.coll is not replicated, or NULL when it is. */
+static const char *skip_reason(const dctx *c, span db, span coll)
+{
+    if (internal_db(db))
+        return "internal database (admin/local/config)";
+    if (coll.len >= 7 && memcmp(coll.s, "system.", 7) == 0) {
+        if ((c->flags & DECODE_KEEP_SYSTEM) && coll.len > 15 && memcmp(coll.s, "system.buckets.", 15) == 0)
+            return NULL;
+        return "system collection";
+    }
+    return NULL;
+}
+
+static void set_noop(op *o, const char *reason)
+{
+    o->kind = OP_NOOP;
+    o->reason = reason;
+}
+
+/* Copies the namespace strings and documents into one buffer owned by o. key may equal doc (shared copy). */
+static bool op_fill(op *o, span db, span coll, span to_db, span to_coll, const uint8_t *doc, uint32_t doc_len,
+                    const uint8_t *key, uint32_t key_len)
+{
+    bool key_is_doc = key && key == doc;
+    size_t size = (size_t)doc_len + (key && !key_is_doc ? key_len : 0);
+    if (db.s)
+        size += db.len + 1;
+    if (coll.s)
+        size += coll.len + 1;
+    if (to_db.s)
+        size += to_db.len + 1;
+    if (to_coll.s)
+        size += to_coll.len + 1;
+    uint8_t *buf = malloc(size ? size : 1);
+    if (!buf)
+        return false;
+    uint8_t *p = buf;
+    o->buf = buf;
+    if (doc) {
+        memcpy(p, doc, doc_len);
+        o->doc = p;
+        o->doc_len = doc_len;
+        p += doc_len;
+    }
+    if (key_is_doc) {
+        o->key = o->doc;
+        o->key_len = o->doc_len;
+    } else if (key) {
+        memcpy(p, key, key_len);
+        o->key = p;
+        o->key_len = key_len;
+        p += key_len;
+    }
+    const span *src[4] = {&db, &coll, &to_db, &to_coll};
+    const char **dst[4] = {&o->db, &o->coll, &o->to_db, &o->to_coll};
+    for (int i = 0; i < 4; i++) {
+        if (!src[i]->s)
+            continue;
+        memcpy(p, src[i]->s, src[i]->len);
+        p[src[i]->len] = '\0';
+        *dst[i] = (const char *)p;
+        p += src[i]->len + 1;
+    }
+    return true;
+}
+
+/* Finds _id in a document; the value points into data. */
+static bool find_id(const uint8_t *data, uint32_t len, bson_value_t *id)
+{
+    bson_iter_t it;
+    if (!data || !bson_iter_init_from_data(&it, data, len) || !bson_iter_find(&it, "_id"))
+        return false;
+    *id = *bson_iter_value(&it);
+    return true;
+}
+
+static bool numeric_value(bson_iter_t *it, double *v)
+{
+    if (BSON_ITER_HOLDS_INT32(it) || BSON_ITER_HOLDS_INT64(it) || BSON_ITER_HOLDS_DOUBLE(it)) {
+        *v = bson_iter_as_double(it);
+        return true;
+    }
+    return false;
+}
+
+/* Checks a modifier-style `o`: only $set/$unset (plus $v) with document values. */
+static decode_status check_modifier(const dctx *c, const uint8_t *o, uint32_t len, const bson_value_t *id)
+{
+    bson_iter_t it;
+    bson_iter_init_from_data(&it, o, len);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "$v") == 0)
+            continue;
+        if (strcmp(k, "$set") == 0 || strcmp(k, "$unset") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+                return fail(c, DECODE_MALFORMED, id, "modifier update: %s is not a document", k);
+            continue;
+        }
+        if (k[0] == '$')
+            return fail(c, DECODE_UNSUPPORTED, id, "modifier update uses operator %s (only $set/$unset expected)", k);
+        return fail(c, DECODE_MALFORMED, id, "modifier update mixes operators and the plain field '%s'", k);
+    }
+    return DECODE_OK;
+}
+
+/* REPORT §3: $v 2 → diff; $v 1 → modifier; no $v and a leading $-key → modifier; else replacement. */
+static decode_status classify_update(const dctx *c, const uint8_t *o, uint32_t len, const bson_value_t *id,
+                                     op_update_form *form)
+{
+    bson_iter_t it;
+    bool has_v = false, has_diff = false, first_dollar = false, empty = true;
+    double v = 0;
+    const uint8_t *diff = NULL;
+    uint32_t diff_len = 0;
+
+    bson_iter_init_from_data(&it, o, len);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (empty)
+            first_dollar = k[0] == '$';
+        empty = false;
+        if (strcmp(k, "$v") == 0) {
+            has_v = true;
+            if (!numeric_value(&it, &v))
+                return fail(c, DECODE_MALFORMED, id, "update $v is not a number");
+        } else if (strcmp(k, "diff") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            has_diff = true;
+            bson_iter_document(&it, &diff_len, &diff);
+        }
+    }
+    if (empty)
+        return fail(c, DECODE_MALFORMED, id, "update with an empty o");
+    if (has_v && v == 2) {
+        if (!has_diff)
+            return fail(c, DECODE_MALFORMED, id, "$v:2 update without a diff document");
+        bson_t view;
+        char msg[256];
+        int32_t code = 0;
+        if (!bson_init_static(&view, diff, diff_len))
+            return fail(c, DECODE_MALFORMED, id, "$v:2 diff is not valid BSON");
+        if (!decode_validate_diff(&view, &code, msg, sizeof msg))
+            return fail(c, DECODE_MALFORMED, id, "%s", msg);
+        *form = OP_FORM_DIFF;
+        return DECODE_OK;
+    }
+    if (has_v && v != 1)
+        return fail(c, DECODE_UNSUPPORTED, id, "update with unknown $v %g", v);
+    if (has_v || first_dollar) {
+        *form = OP_FORM_MODIFIER;
+        return check_modifier(c, o, len, id);
+    }
+    *form = OP_FORM_REPLACE;
+    return DECODE_OK;
+}
+
+static decode_status nomem(const dctx *c)
+{
+    return fail(c, DECODE_NOMEM, NULL, "out of memory");
+}
+
+/* i / u / d. */
+static decode_status decode_data(const dctx *c, const raw_op *r, char code, op *out)
+{
+    span db, coll, none = {NULL, 0};
+    bson_value_t id;
+    id.value_type = BSON_TYPE_EOD;
+
+    if (!split_ns(r->ns, r->ns_len, &db, &coll) || coll.len == 0)
+        return fail(c, DECODE_MALFORMED, NULL, "namespace is not db.collection");
+    const char *why = skip_reason(c, db, coll);
+    if (why) {
+        set_noop(out, why);
+        return DECODE_OK;
+    }
+    switch (code) {
+    case 'i':
+        if (!find_id(r->o, r->o_len, &id))
+            return fail(c, DECODE_MALFORMED, NULL, "insert without o._id");
+        if (!op_fill(out, db, coll, none, none, r->o, r->o_len, r->o2, r->o2_len))
+            return nomem(c);
+        out->kind = OP_INSERT;
+        find_id(out->doc, out->doc_len, &out->id);
+        return DECODE_OK;
+    case 'u': {
+        op_update_form form = OP_FORM_NONE;
+        if (!r->o2)
+            return fail(c, DECODE_MALFORMED, NULL, "update without o2");
+        if (!find_id(r->o2, r->o2_len, &id))
+            return fail(c, DECODE_MALFORMED, NULL, "update without o2._id");
+        decode_status st = classify_update(c, r->o, r->o_len, &id, &form);
+        if (st != DECODE_OK)
+            return st;
+        if (!op_fill(out, db, coll, none, none, r->o, r->o_len, r->o2, r->o2_len))
+            return nomem(c);
+        out->kind = OP_UPDATE;
+        out->form = form;
+        out->upsert = r->upsert;
+        find_id(out->key, out->key_len, &out->id);
+        return DECODE_OK;
+    }
+    default: /* 'd' */
+        if (!find_id(r->o, r->o_len, &id))
+            return fail(c, DECODE_MALFORMED, NULL, "delete without o._id");
+        if (!op_fill(out, db, coll, none, none, r->o, r->o_len, r->o, r->o_len))
+            return nomem(c);
+        out->kind = OP_DELETE;
+        find_id(out->doc, out->doc_len, &out->id);
+        return DECODE_OK;
+    }
+}
+
+/* Commands that never change replicated data: indexes, collection options, internal bookkeeping. */
+static const char *const noop_commands[] = {
+    "createIndexes",
+    "startIndexBuild",
+    "commitIndexBuild",
+    "abortIndexBuild",
+    "dropIndexes",
+    "deleteIndex",
+    "deleteIndexes",
+    "dropIndex",
+    "collMod",
+    "dbCheck",
+    "importCollection",
+    "modifyCollectionShardingIndexCatalog",
+    "createDatabaseMetadata",
+    "dropDatabaseMetadata",
+    "setMultikeyMetadata",
+    "dropIdent",
+    "upgradeDowngradeViewlessTimeseries",
+    NULL,
+};
+
+static bool is_noop_command(const char *name)
+{
+    for (const char *const *p = noop_commands; *p; p++)
+        if (strcmp(name, *p) == 0)
+            return true;
+    return false;
+}
+
+/* Reads a string-valued command field into s. */
+static bool cmd_string(bson_iter_t *it, span *s)
+{
+    uint32_t len;
+    const char *v;
+    if (!utf8_field(it, &v, &len))
+        return false;
+    s->s = v;
+    s->len = len;
+    return true;
+}
+
+static decode_status decode_rename(const dctx *c, const raw_op *r, op *out)
+{
+    bson_iter_t it;
+    span from = {NULL, 0}, to = {NULL, 0}, fdb, fcoll, tdb, tcoll;
+    bool drop_target = false;
+
+    bson_iter_init_from_data(&it, r->o, r->o_len);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "renameCollection") == 0) {
+            if (!cmd_string(&it, &from))
+                return fail(c, DECODE_MALFORMED, NULL, "renameCollection source is not a string");
+        } else if (strcmp(k, "to") == 0) {
+            if (!cmd_string(&it, &to))
+                return fail(c, DECODE_MALFORMED, NULL, "renameCollection 'to' is not a string");
+        } else if (strcmp(k, "dropTarget") == 0) {
+            /* 3.6: bool or the dropped target's UUID; 4.0: UUID or false; later: UUID, only when one was dropped. */
+            drop_target = BSON_ITER_HOLDS_BINARY(&it) || bson_iter_as_bool(&it);
+        }
+    }
+    if (!from.s || !to.s)
+        return fail(c, DECODE_MALFORMED, NULL, "renameCollection without its source or 'to'");
+    if (!split_ns(from.s, from.len, &fdb, &fcoll) || fcoll.len == 0 || !split_ns(to.s, to.len, &tdb, &tcoll) ||
+        tcoll.len == 0)
+        return fail(c, DECODE_MALFORMED, NULL, "renameCollection '%.*s' -> '%.*s': not db.collection names",
+                    (int)from.len, from.s, (int)to.len, to.s);
+    const char *why_from = skip_reason(c, fdb, fcoll), *why_to = skip_reason(c, tdb, tcoll);
+    if (why_from && why_to) {
+        set_noop(out, why_from);
+        return DECODE_OK;
+    }
+    if (why_from || why_to)
+        return fail(c, DECODE_UNSUPPORTED, NULL,
+                    "renameCollection '%.*s' -> '%.*s' moves a collection between a replicated and a skipped "
+                    "namespace",
+                    (int)from.len, from.s, (int)to.len, to.s);
+    if (!op_fill(out, fdb, fcoll, tdb, tcoll, NULL, 0, NULL, 0))
+        return nomem(c);
+    out->kind = OP_RENAME;
+    out->drop_target = drop_target;
+    return DECODE_OK;
+}
+
+/* `c` entries other than applyOps (which decode_entry_ex handles), at top level or inside an applyOps. */
+static decode_status decode_command(const dctx *c, const raw_op *r, op *out)
+{
+    bson_iter_t it;
+    span db, cmdcoll, none = {NULL, 0};
+
+    if (!bson_iter_init_from_data(&it, r->o, r->o_len) || !bson_iter_next(&it))
+        return fail(c, DECODE_MALFORMED, NULL, "command entry with an empty o");
+    const char *name = bson_iter_key(&it);
+    if (strcmp(name, "applyOps") == 0)
+        return fail(c, DECODE_UNSUPPORTED, NULL, "nested applyOps");
+    if (strcmp(name, "commitTransaction") == 0 || strcmp(name, "abortTransaction") == 0)
+        return fail(c, DECODE_UNSUPPORTED, NULL, "%s (prepared transactions are not supported yet)", name);
+    if (strcmp(name, "renameCollection") == 0)
+        return decode_rename(c, r, out);
+    if (!split_ns(r->ns, r->ns_len, &db, &cmdcoll))
+        return fail(c, DECODE_MALFORMED, NULL, "command namespace is not db.$cmd");
+    if (is_noop_command(name)) {
+        set_noop(out, "index or collection-option command");
+        return DECODE_OK;
+    }
+    if (strcmp(name, "convertToCapped") == 0) {
+        set_noop(out, "convertToCapped keeps the documents");
+        return DECODE_OK;
+    }
+    bool create = strcmp(name, "create") == 0, drop = strcmp(name, "drop") == 0;
+    bool empty = strcmp(name, "emptycapped") == 0, dropdb = strcmp(name, "dropDatabase") == 0;
+    if (!create && !drop && !empty && !dropdb) {
+        if (internal_db(db)) {
+            set_noop(out, "command in an internal database");
+            return DECODE_OK;
+        }
+        return fail(c, DECODE_UNSUPPORTED, NULL, "unknown command '%s'", name);
+    }
+    if (dropdb) {
+        if (internal_db(db)) {
+            set_noop(out, "internal database (admin/local/config)");
+            return DECODE_OK;
+        }
+        if (!op_fill(out, db, none, none, none, NULL, 0, NULL, 0))
+            return nomem(c);
+        out->kind = OP_DROP_DATABASE;
+        return DECODE_OK;
+    }
+    span coll;
+    if (!cmd_string(&it, &coll) || coll.len == 0)
+        return fail(c, DECODE_MALFORMED, NULL, "%s without a collection name", name);
+    const char *why = skip_reason(c, db, coll);
+    if (why) {
+        set_noop(out, why);
+        return DECODE_OK;
+    }
+    if (create) {
+        bson_iter_t v;
+        if (bson_iter_init_from_data(&v, r->o, r->o_len) && bson_iter_find(&v, "viewOn")) {
+            set_noop(out, "view definition");
+            return DECODE_OK;
+        }
+    }
+    if (!op_fill(out, db, coll, none, none, create ? r->o : NULL, create ? r->o_len : 0, NULL, 0))
+        return nomem(c);
+    out->kind = create ? OP_CREATE : drop ? OP_DROP : OP_TRUNCATE;
+    return DECODE_OK;
+}
+
+/* Checks the fields every op needs, then dispatches on the op code. */
+static decode_status decode_op(const dctx *c, const raw_op *r, op *out)
+{
+    if (r->bad_field)
+        return fail(c, r->bad_status, NULL, "field '%s' %s", r->bad_field, r->bad_what);
+    if (!r->op)
+        return fail(c, DECODE_MALFORMED, NULL, "missing op");
+    if (!r->ns)
+        return fail(c, DECODE_MALFORMED, NULL, "missing ns");
+    char code = r->op_len == 1 ? r->op[0] : '\0';
+    if (code != 'i' && code != 'u' && code != 'd' && code != 'c' && code != 'n')
+        return fail(c, DECODE_UNSUPPORTED, NULL, "unknown op code '%.*s'", (int)r->op_len, r->op);
+    if (!r->o)
+        return fail(c, DECODE_MALFORMED, NULL, "missing o");
+    if (r->from_migrate) {
+        set_noop(out, "fromMigrate");
+        return DECODE_OK;
+    }
+    switch (code) {
+    case 'n':
+        set_noop(out, "noop entry");
+        return DECODE_OK;
+    case 'c':
+        return decode_command(c, r, out);
+    default:
+        return decode_data(c, r, code, out);
+    }
+}
+
+/* Is this entry an applyOps command (and not a skipped one)? */
+static bool is_apply_ops(const raw_op *r)
+{
+    bson_iter_t it;
+    if (r->bad_field || !r->op || r->op_len != 1 || r->op[0] != 'c' || !r->o || !r->ns || r->from_migrate)
+        return false;
+    return bson_iter_init_from_data(&it, r->o, r->o_len) && bson_iter_next(&it) &&
+           strcmp(bson_iter_key(&it), "applyOps") == 0;
+}
+
+static decode_status decode_apply_ops(dctx *c, const raw_op *r, const op_pos *pos, op_entry *out)
+{
+    bson_iter_t it, arr;
+    bool have_arr = false, partial = false, prepare = false, has_count = false;
+
+    bson_iter_init_from_data(&it, r->o, r->o_len);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "applyOps") == 0) {
+            if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
+                return fail(c, DECODE_MALFORMED, NULL, "applyOps is not an array");
+            have_arr = true;
+        } else if (strcmp(k, "partialTxn") == 0) {
+            partial = bson_iter_as_bool(&it);
+        } else if (strcmp(k, "prepare") == 0) {
+            prepare = bson_iter_as_bool(&it);
+        } else if (strcmp(k, "count") == 0) {
+            has_count = true;
+        }
+    }
+    if (!have_arr)
+        return fail(c, DECODE_MALFORMED, NULL, "applyOps is not an array");
+    if (partial)
+        return fail(c, DECODE_UNSUPPORTED, NULL,
+                    "applyOps with partialTxn (a transaction spread over several entries) is not supported yet");
+    if (prepare)
+        return fail(c, DECODE_UNSUPPORTED, NULL, "applyOps with prepare (a prepared transaction) is not supported yet");
+    bool txn = r->has_lsid && r->has_txn && !r->has_multi;
+    if (txn && has_count)
+        return fail(c, DECODE_UNSUPPORTED, NULL,
+                    "applyOps with count ends a transaction spread over several entries: not supported yet");
+
+    size_t n = 0;
+    bson_iter_t count_it = arr;
+    while (bson_iter_next(&count_it))
+        n++;
+    if (!op_entry_alloc(out, pos, n ? n : 1))
+        return nomem(c);
+    out->atomic = !r->has_multi;
+    if (n == 0) {
+        set_noop(&out->ops[0], "empty applyOps");
+        return DECODE_OK;
+    }
+    for (size_t i = 0; bson_iter_next(&arr); i++) {
+        raw_op inner;
+        const uint8_t *data;
+        uint32_t len;
+        decode_status st;
+        c->index = (long)i;
+        c->inner = NULL;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr))
+            return fail(c, DECODE_MALFORMED, NULL, "inner op is not a document");
+        bson_iter_document(&arr, &len, &data);
+        if (!parse_raw(data, len, &inner, false))
+            return fail(c, DECODE_MALFORMED, NULL, "inner op is not valid BSON");
+        c->inner = &inner;
+        st = decode_op(c, &inner, &out->ops[i]);
+        c->inner = NULL;
+        if (st != DECODE_OK)
+            return st;
+    }
+    c->index = -1;
+    return DECODE_OK;
+}
+
+decode_status decode_entry_ex(const bson_t *entry, unsigned flags, op_entry *out, char *err, size_t errlen)
+{
+    raw_op r;
+    dctx c = {.flags = flags, .err = err, .errlen = errlen, .top = NULL, .inner = NULL, .index = -1};
+    decode_status st;
+
+    op_entry_init(out);
+    if (err && errlen)
+        err[0] = '\0';
+    if (!parse_raw(bson_get_data(entry), entry->len, &r, true))
+        return fail(&c, DECODE_MALFORMED, NULL, "not a valid BSON document");
+    c.top = &r;
+    if (!r.has_ts)
+        return fail(&c, DECODE_MALFORMED, NULL, "missing or ill-typed ts (a Timestamp is required)");
+    op_pos pos = {.secs = r.secs, .inc = r.inc, .term = r.term};
+
+    if (is_apply_ops(&r))
+        st = decode_apply_ops(&c, &r, &pos, out);
+    else if (!op_entry_alloc(out, &pos, 1))
+        st = nomem(&c);
+    else
+        st = decode_op(&c, &r, &out->ops[0]);
+    if (st != DECODE_OK)
+        op_entry_clear(out);
+    return st;
+}
+
+decode_status decode_entry(const bson_t *entry, op_entry *out, char *err, size_t errlen)
+{
+    return decode_entry_ex(entry, 0, out, err, errlen);
+}
+
+const char *decode_status_name(decode_status s)
+{
+    switch (s) {
+    case DECODE_OK:
+        return "ok";
+    case DECODE_MALFORMED:
+        return "malformed";
+    case DECODE_UNSUPPORTED:
+        return "unsupported";
+    case DECODE_NOMEM:
+        return "out of memory";
+    }
+    return "?";
+}

@@ -1,0 +1,738 @@
+/*
+ * reader.c — the reader thread: tails local.oplog.rs through raw find/getMore commands and feeds the queue.
+ *
+ * NOTES
+ * - Raw commands rather than mongoc_cursor_t, so the reader sees every batch boundary (an under-full batch means
+ *   the oplog is drained: push QUEUE_IDLE) and controls batchSize and maxTimeMS itself. find, getMore and
+ *   killCursors share one explicit client session (an implicit session per command would give getMore another
+ *   lsid, which a real server refuses) and one serverId chosen when the cursor is opened.
+ * - mongoc_client_command_with_opts is used, never the read_command variant: that one is a retryable read, and a
+ *   getMore silently retried after its reply was lost would skip a batch. retryReads is also switched off in the
+ *   URI. Recovery is ours: every transient error re-opens the cursor with {ts: {$gte: last pushed}}, checks that the
+ *   first document is that very entry (same ts, same term) and skips it, so nothing is lost or applied twice, and a
+ *   rollback or a truncation past our position turns into QUEUE_FATAL (EXIT_RESUME_LOST).
+ * - All state below the "thread only" line belongs to the reader thread; other threads read the atomic counters and
+ *   set `stop`. Waiting (backoff, polling an empty oplog) is a timed wait on a condition variable that reader_stop
+ *   signals, and a blocked queue push is woken through queue_wake_pushers: no sleep ignores a stop request.
+ */
+#include "source/reader.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <mongoc/mongoc.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon/exitcodes.h"
+#include "source/decode.h"
+#include "util/log.h"
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+
+struct reader {
+    reader_config cfg;
+    char *uri_str;
+    mongoc_client_t *client;
+    queue *q;
+    pthread_t thread;
+    bool joined;
+
+    atomic_bool stop;
+    atomic_bool finished;
+    pthread_mutex_t nap_mu;
+    pthread_cond_t nap_cv;
+
+    atomic_uint_fast64_t entries, reconnects, idles;
+    atomic_uint_fast64_t last_ts; /* secs << 32 | inc */
+    atomic_int_fast64_t last_term;
+    atomic_bool have_last;
+
+    /* ---- thread only ---- */
+    mongoc_client_session_t *cs;
+    bool no_sessions; /* the server does not support sessions: run without */
+    uint32_t server_id;
+    int64_t cursor_id;
+    op_pos pos;    /* the last position pushed (or the start position) */
+    bool have_pos; /* pos is set */
+    bool idle_due; /* entries were pushed since the last QUEUE_IDLE */
+    int64_t backoff_ms;
+    bool empty_logged;
+};
+
+/* What a step of the tailing loop asks for next. */
+typedef enum { STEP_OK, STEP_RETRY, STEP_END } step;
+
+void reader_config_init(reader_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->start.term = -1;
+    cfg->await_ms = READER_DEFAULT_AWAIT_MS;
+    cfg->batch_size = READER_DEFAULT_BATCH_SIZE;
+}
+
+static bool stopping(reader *r)
+{
+    return atomic_load(&r->stop);
+}
+
+/* Waits ms milliseconds unless reader_stop comes first; false when stopping. */
+static bool nap(reader *r, int64_t ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&r->nap_mu);
+    while (!stopping(r)) {
+        if (pthread_cond_timedwait(&r->nap_cv, &r->nap_mu, &until) == ETIMEDOUT)
+            break;
+    }
+    pthread_mutex_unlock(&r->nap_mu);
+    return !stopping(r);
+}
+
+static const char *term_str(int64_t term, char *buf, size_t len)
+{
+    if (term < 0)
+        snprintf(buf, len, "no term");
+    else
+        snprintf(buf, len, "term %" PRId64, term);
+    return buf;
+}
+
+/* Logs an error and pushes QUEUE_FATAL: the thread then ends. */
+static void fatal(reader *r, int exit_code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fatal(reader *r, int exit_code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    log_error("reader: %s", msg);
+    if (!queue_push_fatal(r->q, exit_code, msg))
+        log_warning("reader: the queue is stopped; the fatal error above was not handed to the apply loop");
+}
+
+static void publish_pos(reader *r, const op_pos *p)
+{
+    atomic_store(&r->last_ts, ((uint64_t)p->secs << 32) | p->inc);
+    atomic_store(&r->last_term, p->term);
+    atomic_store(&r->have_last, true);
+}
+
+/* Reads ts and t of a raw oplog document. False when ts is missing or not a Timestamp. */
+static bool doc_pos(const bson_t *doc, op_pos *out)
+{
+    bson_iter_t it;
+    out->term = -1;
+    if (!bson_iter_init_find(&it, doc, "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it))
+        return false;
+    bson_iter_timestamp(&it, &out->secs, &out->inc);
+    if (bson_iter_init_find(&it, doc, "t") && (BSON_ITER_HOLDS_INT32(&it) || BSON_ITER_HOLDS_INT64(&it)))
+        out->term = bson_iter_as_int64(&it);
+    return true;
+}
+
+/* ---- commands ---- */
+
+static bool is_network_error(const bson_error_t *e)
+{
+    return e->domain == MONGOC_ERROR_STREAM || e->domain == MONGOC_ERROR_SERVER_SELECTION ||
+           e->domain == MONGOC_ERROR_PROTOCOL;
+}
+
+/* Decides what a failed command means: auth refusals are fatal, everything else is retried. */
+static step failed(reader *r, const char *what, const bson_error_t *e)
+{
+    char pbuf[OP_POS_STRLEN];
+    bool server = e->domain == MONGOC_ERROR_SERVER || e->domain == MONGOC_ERROR_QUERY;
+    if ((server && (e->code == 13 || e->code == 18)) ||
+        (e->domain == MONGOC_ERROR_CLIENT && e->code == MONGOC_ERROR_CLIENT_AUTHENTICATE)) {
+        fatal(r, EXIT_FAILURE_GENERIC,
+              "%s on local.oplog.rs refused: %s (code %u); check the user's roles in [mongodb]", what, e->message,
+              e->code);
+        return STEP_END;
+    }
+    if (r->have_pos)
+        log_warning("reader: %s failed (%s%s, code %u): re-opening the oplog cursor at %s in %" PRId64 " ms", what,
+                    is_network_error(e) ? "network: " : "", e->message, e->code,
+                    op_pos_format(&r->pos, pbuf, sizeof pbuf), r->backoff_ms);
+    else
+        log_warning("reader: %s failed (%s%s, code %u): retrying in %" PRId64 " ms", what,
+                    is_network_error(e) ? "network: " : "", e->message, e->code, r->backoff_ms);
+    return STEP_RETRY;
+}
+
+/* Runs cmd in db local with the reader's session and server. reply is always initialised. */
+static bool run_cmd(reader *r, const bson_t *cmd, bson_t *reply, bson_error_t *err)
+{
+    bson_t opts = BSON_INITIALIZER;
+    bool ok = true;
+    if (r->cs && !mongoc_client_session_append(r->cs, &opts, err)) {
+        bson_init(reply);
+        ok = false;
+    } else {
+        if (r->server_id)
+            BSON_APPEND_INT32(&opts, "serverId", (int32_t)r->server_id);
+        ok = mongoc_client_command_with_opts(r->client, "local", cmd, NULL, &opts, reply, err);
+    }
+    bson_destroy(&opts);
+    return ok;
+}
+
+static void kill_cursor(reader *r)
+{
+    if (r->cursor_id == 0)
+        return;
+    bson_t cmd = BSON_INITIALIZER, arr, reply;
+    bson_error_t err;
+    BSON_APPEND_UTF8(&cmd, "killCursors", "oplog.rs");
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
+    BSON_APPEND_INT64(&arr, "0", r->cursor_id);
+    bson_append_array_end(&cmd, &arr);
+    if (!run_cmd(r, &cmd, &reply, &err))
+        log_debug("reader: killCursors failed: %s", err.message);
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    r->cursor_id = 0;
+}
+
+/* A fresh session pinned to the current primary, for one cursor's life. */
+static step open_session(reader *r)
+{
+    bson_error_t err;
+    if (r->cs) {
+        mongoc_client_session_destroy(r->cs);
+        r->cs = NULL;
+    }
+    r->server_id = 0;
+    r->cursor_id = 0;
+    mongoc_server_description_t *sd = mongoc_client_select_server(r->client, false, NULL, &err);
+    if (!sd)
+        return failed(r, "selecting the primary", &err);
+    r->server_id = mongoc_server_description_id(sd);
+    mongoc_server_description_destroy(sd);
+    if (r->no_sessions)
+        return STEP_OK;
+    r->cs = mongoc_client_start_session(r->client, NULL, &err);
+    if (!r->cs) {
+        if (err.domain == MONGOC_ERROR_CLIENT && err.code == MONGOC_ERROR_CLIENT_SESSION_FAILURE) {
+            log_info("reader: the server does not support sessions (%s); tailing without one", err.message);
+            r->no_sessions = true;
+            return STEP_OK;
+        }
+        return failed(r, "starting a session", &err);
+    }
+    return STEP_OK;
+}
+
+/* Finds cursor.id and cursor.<batch_key> in a reply. */
+static bool parse_cursor(const bson_t *reply, const char *batch_key, int64_t *id, bson_iter_t *batch)
+{
+    bson_iter_t it, cur;
+    bool have_id = false, have_batch = false;
+    if (!bson_iter_init_find(&it, reply, "cursor") || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &cur))
+        return false;
+    while (bson_iter_next(&cur)) {
+        const char *k = bson_iter_key(&cur);
+        if (strcmp(k, "id") == 0 && (BSON_ITER_HOLDS_INT64(&cur) || BSON_ITER_HOLDS_INT32(&cur))) {
+            *id = bson_iter_as_int64(&cur);
+            have_id = true;
+        } else if (strcmp(k, batch_key) == 0 && BSON_ITER_HOLDS_ARRAY(&cur)) {
+            have_batch = bson_iter_recurse(&cur, batch);
+        }
+    }
+    return have_id && have_batch;
+}
+
+/* Next document of a batch array into *doc (a static view); false at the end or on a non-document element. */
+static bool next_doc(bson_iter_t *batch, bson_t *doc)
+{
+    const uint8_t *data;
+    uint32_t len;
+    while (bson_iter_next(batch)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(batch))
+            continue;
+        bson_iter_document(batch, &len, &data);
+        return bson_init_static(doc, data, len);
+    }
+    return false;
+}
+
+/* The oldest (dir 1) or newest (dir -1) entry into doc (always initialised; empty when *found is false). False
+ * with err set when the command fails; the caller decides what that means. */
+static bool find_edge(reader *r, int dir, bson_t *doc, bool *found, bson_error_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, sort, reply;
+    bson_iter_t batch;
+    int64_t id = 0;
+    bool ok = true;
+
+    bson_init(doc);
+    *found = false;
+    BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "$natural", dir);
+    bson_append_document_end(&cmd, &sort);
+    BSON_APPEND_INT32(&cmd, "limit", 1);
+    BSON_APPEND_BOOL(&cmd, "singleBatch", true);
+    if (!run_cmd(r, &cmd, &reply, err)) {
+        ok = false;
+    } else if (!parse_cursor(&reply, "firstBatch", &id, &batch)) {
+        bson_set_error(err, 0, 0, "reply without cursor.id/firstBatch");
+        ok = false;
+    } else {
+        bson_t view;
+        if (next_doc(&batch, &view)) {
+            bson_destroy(doc);
+            bson_copy_to(&view, doc);
+            *found = true;
+        }
+    }
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return ok;
+}
+
+/* ---- pushing ---- */
+
+/* Pushes e (consumed either way). STEP_END when the reader is stopping or the queue was stopped. */
+static step push_entry(reader *r, op_entry *e)
+{
+    op_pos p = e->pos;
+    if (!queue_push_entry(r->q, e, &r->stop)) {
+        op_entry_free(e);
+        return STEP_END;
+    }
+    r->pos = p;
+    r->have_pos = true;
+    r->idle_due = true;
+    atomic_fetch_add(&r->entries, 1);
+    publish_pos(r, &p);
+    return STEP_OK;
+}
+
+static step maybe_idle(reader *r)
+{
+    if (!r->idle_due)
+        return STEP_OK;
+    if (!queue_push_idle(r->q))
+        return STEP_END;
+    r->idle_due = false;
+    atomic_fetch_add(&r->idles, 1);
+    return STEP_OK;
+}
+
+/* Decodes, filters and pushes one raw entry. */
+static step push_raw(reader *r, const bson_t *doc)
+{
+    char err[512];
+    op_entry *e = malloc(sizeof *e);
+    if (!e) {
+        fatal(r, EXIT_FAILURE_GENERIC, "out of memory decoding an oplog entry");
+        return STEP_END;
+    }
+    decode_status st = decode_entry_ex(doc, r->cfg.decode_flags, e, err, sizeof err);
+    if (st != DECODE_OK) {
+        free(e);
+        if (st == DECODE_NOMEM) {
+            fatal(r, EXIT_FAILURE_GENERIC, "out of memory decoding an oplog entry");
+        } else {
+            char pbuf[OP_POS_STRLEN];
+            fatal(r, EXIT_UNSUPPORTED,
+                  "%s oplog entry: %s; stopped before it (the last entry handed on is %s), a fixed version resumes "
+                  "there",
+                  st == DECODE_MALFORMED ? "malformed" : "unsupported", err, op_pos_format(&r->pos, pbuf, sizeof pbuf));
+        }
+        return STEP_END;
+    }
+    nsfilter_filter_entry(r->cfg.filter, e);
+    return push_entry(r, e);
+}
+
+/* Pushes every document of a batch (skipping the first when skip_first); *count gets the batch's size. */
+static step push_batch(reader *r, bson_iter_t *batch, bool skip_first, uint32_t *count)
+{
+    bson_t doc;
+    *count = 0;
+    while (next_doc(batch, &doc)) {
+        (*count)++;
+        if (skip_first && *count == 1)
+            continue;
+        step s = push_raw(r, &doc);
+        if (s != STEP_OK)
+            return s;
+    }
+    return STEP_OK;
+}
+
+/* ---- the resume check ---- */
+
+static step resume_lost(reader *r, const char *why)
+{
+    char want[OP_POS_STRLEN], tbuf[32], oldest[128] = "unknown", obuf[OP_POS_STRLEN], otbuf[32];
+    bson_t doc;
+    bson_error_t err;
+    bool have = false;
+    /* Best effort: name the oldest entry so the operator sees how far the oplog reaches. */
+    if (find_edge(r, 1, &doc, &have, &err)) {
+        op_pos o;
+        if (!have)
+            snprintf(oldest, sizeof oldest, "none: the oplog is empty");
+        else if (doc_pos(&doc, &o))
+            snprintf(oldest, sizeof oldest, "%s (%s)", op_pos_format(&o, obuf, sizeof obuf),
+                     term_str(o.term, otbuf, sizeof otbuf));
+    }
+    bson_destroy(&doc);
+    fatal(r, EXIT_RESUME_LOST,
+          "the resume point %s (%s) is no longer in the oplog (oldest entry is %s; %s): the changes since then are "
+          "lost to oplog2pg; resync this service with --reimport",
+          op_pos_format(&r->pos, want, sizeof want), term_str(r->pos.term, tbuf, sizeof tbuf), oldest, why);
+    return STEP_END;
+}
+
+/* Checks that the first document of the cursor is r->pos itself (REPORT §5.2). */
+static step check_first(reader *r, bson_iter_t batch)
+{
+    bson_t doc;
+    op_pos got;
+    char why[160], gbuf[OP_POS_STRLEN], tbuf[32];
+    if (!next_doc(&batch, &doc))
+        return resume_lost(r, "no entry at or after it");
+    if (!doc_pos(&doc, &got)) {
+        fatal(r, EXIT_UNSUPPORTED,
+              "malformed oplog entry: the first entry at or after the resume point has no ts "
+              "Timestamp");
+        return STEP_END;
+    }
+    if (op_pos_cmp(&got, &r->pos) != 0) {
+        snprintf(why, sizeof why, "the first entry at or after it is %s (%s)", op_pos_format(&got, gbuf, sizeof gbuf),
+                 term_str(got.term, tbuf, sizeof tbuf));
+        return resume_lost(r, why);
+    }
+    if (r->pos.term >= 0 && got.term >= 0 && got.term != r->pos.term) {
+        snprintf(why, sizeof why, "that position now holds an entry of term %" PRId64 ": it was rolled back", got.term);
+        return resume_lost(r, why);
+    }
+    return STEP_OK;
+}
+
+/* ---- tailing ---- */
+
+/* Opens a tailable cursor at r->pos, checks it, and follows it until an error or a stop. */
+static step tail_once(reader *r)
+{
+    bson_t cmd = BSON_INITIALIZER, filter, ts, reply;
+    bson_error_t err;
+    bson_iter_t batch;
+    uint32_t count;
+    step s = open_session(r);
+    if (s != STEP_OK)
+        return s;
+
+    BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &ts);
+    BSON_APPEND_TIMESTAMP(&ts, "$gte", r->pos.secs, r->pos.inc);
+    bson_append_document_end(&filter, &ts);
+    bson_append_document_end(&cmd, &filter);
+    BSON_APPEND_BOOL(&cmd, "tailable", true);
+    BSON_APPEND_BOOL(&cmd, "awaitData", true);
+    BSON_APPEND_INT32(&cmd, "batchSize", r->cfg.batch_size);
+    bool ok = run_cmd(r, &cmd, &reply, &err);
+    bson_destroy(&cmd);
+    if (!ok) {
+        bson_destroy(&reply);
+        return failed(r, "find", &err);
+    }
+    if (!parse_cursor(&reply, "firstBatch", &r->cursor_id, &batch)) {
+        bson_destroy(&reply);
+        bson_set_error(&err, 0, 0, "reply without cursor.id/firstBatch");
+        return failed(r, "find", &err);
+    }
+    s = check_first(r, batch);
+    if (s == STEP_OK) {
+        r->backoff_ms = BACKOFF_MIN_MS;
+        s = push_batch(r, &batch, true, &count);
+        if (s == STEP_OK && count < (uint32_t)r->cfg.batch_size)
+            s = maybe_idle(r);
+    }
+    bson_destroy(&reply);
+
+    while (s == STEP_OK) {
+        if (stopping(r))
+            return STEP_END;
+        if (r->cursor_id == 0) {
+            char pbuf[OP_POS_STRLEN];
+            log_warning("reader: the server closed the oplog cursor: re-opening it at %s in %" PRId64 " ms",
+                        op_pos_format(&r->pos, pbuf, sizeof pbuf), r->backoff_ms);
+            return STEP_RETRY;
+        }
+        bson_t gm = BSON_INITIALIZER;
+        BSON_APPEND_INT64(&gm, "getMore", r->cursor_id);
+        BSON_APPEND_UTF8(&gm, "collection", "oplog.rs");
+        BSON_APPEND_INT32(&gm, "batchSize", r->cfg.batch_size);
+        BSON_APPEND_INT64(&gm, "maxTimeMS", r->cfg.await_ms);
+        ok = run_cmd(r, &gm, &reply, &err);
+        bson_destroy(&gm);
+        if (!ok) {
+            bson_destroy(&reply);
+            r->cursor_id = 0; /* a failed getMore leaves the cursor to the server's timeout */
+            return failed(r, "getMore", &err);
+        }
+        if (!parse_cursor(&reply, "nextBatch", &r->cursor_id, &batch)) {
+            bson_destroy(&reply);
+            r->cursor_id = 0;
+            bson_set_error(&err, 0, 0, "reply without cursor.id/nextBatch");
+            return failed(r, "getMore", &err);
+        }
+        r->backoff_ms = BACKOFF_MIN_MS;
+        s = push_batch(r, &batch, false, &count);
+        if (s == STEP_OK && count < (uint32_t)r->cfg.batch_size)
+            s = maybe_idle(r);
+        bson_destroy(&reply);
+        if (count > 0)
+            log_debug("reader: %" PRIu32 " entries in a getMore batch", count);
+    }
+    return s;
+}
+
+/* No checkpoint: push the newest entry as a NOOP and make it the position to tail from. */
+static step start_at_newest(reader *r)
+{
+    for (;;) {
+        if (stopping(r))
+            return STEP_END;
+        bool found = false;
+        bson_t doc;
+        bson_error_t err;
+        step s = open_session(r);
+        if (s == STEP_OK) {
+            if (!find_edge(r, -1, &doc, &found, &err))
+                s = failed(r, "finding the newest oplog entry", &err);
+        } else {
+            bson_init(&doc);
+        }
+        if (s == STEP_END) {
+            bson_destroy(&doc);
+            return s;
+        }
+        if (s == STEP_RETRY) {
+            bson_destroy(&doc);
+            atomic_fetch_add(&r->reconnects, 1);
+            if (!nap(r, r->backoff_ms))
+                return STEP_END;
+            r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
+            continue;
+        }
+        r->backoff_ms = BACKOFF_MIN_MS;
+        if (!found) {
+            bson_destroy(&doc);
+            if (!r->empty_logged) {
+                log_notice("reader: the oplog is empty; waiting for its first entry");
+                r->empty_logged = true;
+            }
+            if (!nap(r, r->cfg.await_ms))
+                return STEP_END;
+            continue;
+        }
+        op_pos p;
+        bool have_pos = doc_pos(&doc, &p);
+        bson_destroy(&doc);
+        if (!have_pos) {
+            fatal(r, EXIT_UNSUPPORTED, "malformed oplog entry: the newest entry has no ts Timestamp");
+            return STEP_END;
+        }
+        op_entry *e = malloc(sizeof *e);
+        if (e)
+            op_entry_init(e);
+        if (!e || !op_entry_alloc(e, &p, 1)) {
+            free(e);
+            fatal(r, EXIT_FAILURE_GENERIC, "out of memory");
+            return STEP_END;
+        }
+        e->ops[0].kind = OP_NOOP;
+        e->ops[0].reason = "start: newest oplog entry";
+        char pbuf[OP_POS_STRLEN], tbuf[32];
+        log_notice("reader: no checkpoint: tailing starts at the newest oplog entry %s (%s); earlier changes are not "
+                   "copied (the initial copy is a later feature)",
+                   op_pos_format(&p, pbuf, sizeof pbuf), term_str(p.term, tbuf, sizeof tbuf));
+        return push_entry(r, e);
+    }
+}
+
+static void *reader_main(void *arg)
+{
+    reader *r = arg;
+    step s = STEP_OK;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    r->idle_due = true; /* the first drain is announced even when nothing new came */
+
+    if (r->cfg.have_start) {
+        r->pos = r->cfg.start;
+        r->have_pos = true;
+        publish_pos(r, &r->pos);
+    } else {
+        s = start_at_newest(r);
+    }
+    while (s != STEP_END && !stopping(r)) {
+        s = tail_once(r);
+        if (s != STEP_RETRY)
+            break;
+        atomic_fetch_add(&r->reconnects, 1);
+        if (!nap(r, r->backoff_ms))
+            break;
+        r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
+    }
+
+    kill_cursor(r);
+    if (r->cs) {
+        mongoc_client_session_destroy(r->cs);
+        r->cs = NULL;
+    }
+    mongoc_client_destroy(r->client);
+    r->client = NULL;
+    atomic_store(&r->finished, true);
+    log_debug("reader: thread ended");
+    return NULL;
+}
+
+/* ---- lifecycle ---- */
+
+reader *reader_start(const reader_config *cfg, queue *q, char *err, size_t errlen)
+{
+    bson_error_t berr;
+    mongoc_uri_t *uri = NULL;
+    bool sync_ok = false;
+    reader *r = calloc(1, sizeof *r);
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    r->cfg = *cfg;
+    if (r->cfg.await_ms <= 0)
+        r->cfg.await_ms = READER_DEFAULT_AWAIT_MS;
+    if (r->cfg.batch_size <= 0)
+        r->cfg.batch_size = READER_DEFAULT_BATCH_SIZE;
+    r->q = q;
+    r->uri_str = strdup(cfg->uri ? cfg->uri : "");
+    if (!r->uri_str) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    r->cfg.uri = r->uri_str;
+    atomic_init(&r->stop, false);
+    atomic_init(&r->finished, false);
+    atomic_init(&r->entries, 0);
+    atomic_init(&r->reconnects, 0);
+    atomic_init(&r->idles, 0);
+    atomic_init(&r->last_ts, 0);
+    atomic_init(&r->last_term, -1);
+    atomic_init(&r->have_last, false);
+
+    uri = mongoc_uri_new_with_error(r->uri_str, &berr);
+    if (!uri) {
+        snprintf(err, errlen, "invalid MongoDB URI: %s", berr.message);
+        goto fail;
+    }
+    if (!mongoc_uri_get_appname(uri))
+        mongoc_uri_set_appname(uri, "oplog2pg");
+    /* Our own recovery replaces the driver's: a retried getMore could skip a batch. */
+    mongoc_uri_set_option_as_bool(uri, MONGOC_URI_RETRYREADS, false);
+    /* A getMore waits await_ms on the server; a silent network loss should not block us for the 5-minute default. */
+    if (!mongoc_uri_has_option(uri, MONGOC_URI_SOCKETTIMEOUTMS))
+        mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, r->cfg.await_ms + 30000);
+    r->client = mongoc_client_new_from_uri_with_error(uri, &berr);
+    if (!r->client) {
+        snprintf(err, errlen, "cannot create a MongoDB client: %s", berr.message);
+        goto fail;
+    }
+    mongoc_client_set_error_api(r->client, MONGOC_ERROR_API_VERSION_2);
+
+    if (pthread_mutex_init(&r->nap_mu, NULL) != 0) {
+        snprintf(err, errlen, "pthread_mutex_init failed");
+        goto fail;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&r->nap_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) {
+        pthread_mutex_destroy(&r->nap_mu);
+        snprintf(err, errlen, "pthread_cond_init failed");
+        goto fail;
+    }
+    sync_ok = true;
+    rc = pthread_create(&r->thread, NULL, reader_main, r);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot start the reader thread: %s", strerror(rc));
+        goto fail;
+    }
+    mongoc_uri_destroy(uri);
+    return r;
+fail:
+    if (sync_ok) {
+        pthread_cond_destroy(&r->nap_cv);
+        pthread_mutex_destroy(&r->nap_mu);
+    }
+    if (r->client)
+        mongoc_client_destroy(r->client);
+    mongoc_uri_destroy(uri);
+    free(r->uri_str);
+    free(r);
+    return NULL;
+}
+
+void reader_stop(reader *r)
+{
+    if (!r || r->joined)
+        return;
+    atomic_store(&r->stop, true);
+    pthread_mutex_lock(&r->nap_mu);
+    pthread_cond_broadcast(&r->nap_cv);
+    pthread_mutex_unlock(&r->nap_mu);
+    queue_wake_pushers(r->q);
+    pthread_join(r->thread, NULL);
+    r->joined = true;
+}
+
+void reader_free(reader *r)
+{
+    if (!r)
+        return;
+    reader_stop(r);
+    pthread_cond_destroy(&r->nap_cv);
+    pthread_mutex_destroy(&r->nap_mu);
+    free(r->uri_str);
+    free(r);
+}
+
+bool reader_finished(const reader *r)
+{
+    return atomic_load(&((reader *)r)->finished);
+}
+
+void reader_get_stats(const reader *r, reader_stats *out)
+{
+    reader *m = (reader *)r; /* atomic loads on C11 atomics need a non-const object on some compilers */
+    uint64_t ts = atomic_load(&m->last_ts);
+    out->entries = atomic_load(&m->entries);
+    out->reconnects = atomic_load(&m->reconnects);
+    out->idles = atomic_load(&m->idles);
+    out->have_last = atomic_load(&m->have_last);
+    out->last.secs = (uint32_t)(ts >> 32);
+    out->last.inc = (uint32_t)ts;
+    out->last.term = atomic_load(&m->last_term);
+}

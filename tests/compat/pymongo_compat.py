@@ -1,0 +1,154 @@
+#!/usr/bin/python3
+"""pymongo_compat.py — checks that pymongo 3.11 treats the server at URI (mongosim, or a real replica set) as a
+replica-set PRIMARY and can write, read and tail local.oplog.rs with a TAILABLE_AWAIT cursor.
+
+Usage: /usr/bin/python3 tests/compat/pymongo_compat.py mongodb://127.0.0.1:PORT/?replicaSet=rs0
+Prints one line per check and, alone on the last line, "N passed, N failed"; exits 1 on any failure.
+"""
+import random
+import sys
+import time
+
+import bson
+import pymongo
+from bson.timestamp import Timestamp
+from pymongo import CursorType
+
+passed = 0
+failed = 0
+
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+        print("ok   %s" % name)
+    else:
+        failed += 1
+        print("FAIL %s %s" % (name, detail))
+
+
+def last_ts(client):
+    hello = client.admin.command("isMaster")
+    return hello["lastWrite"]["opTime"]["ts"]
+
+
+def tail(client, after, ns, want, seconds=10.0):
+    """Entries on ns after ts `after`, read with a tailable awaitData cursor."""
+    cur = client.local["oplog.rs"].find({"ts": {"$gt": after}}, cursor_type=CursorType.TAILABLE_AWAIT)
+    cur = cur.max_await_time_ms(200)
+    got = []
+    deadline = time.time() + seconds
+    while cur.alive and len(got) < want and time.time() < deadline:
+        for e in cur:
+            if e.get("ns") == ns:
+                got.append(e)
+            if len(got) >= want:
+                break
+    cur.close()
+    return got
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        print("0 passed, 1 failed")
+        return 1
+    uri = sys.argv[1]
+    client = pymongo.MongoClient(uri, serverSelectionTimeoutMS=10000)
+    try:
+        client.admin.command("ping")
+        check("ping", True)
+    except Exception as exc:  # noqa: BLE001 - report and stop
+        check("ping", False, repr(exc))
+        print("%d passed, %d failed" % (passed, failed))
+        return 1
+
+    check("sees a primary", client.primary is not None, repr(client.primary))
+    hello = client.admin.command("isMaster")
+    check("isMaster ismaster:true", hello.get("ismaster") is True, repr(hello.get("ismaster")))
+    check("isMaster setName", bool(hello.get("setName")), repr(hello.get("setName")))
+    check("logicalSessionTimeoutMinutes", hello.get("logicalSessionTimeoutMinutes") == 30)
+    info = client.server_info()
+    check("buildInfo version", isinstance(info.get("version"), str) and info.get("versionArray") is not None)
+
+    name = "compat_%d_%d" % (int(time.time()), random.randint(0, 99999))
+    db = client["mongosim_compat"]
+    coll = db[name]
+    ns = "mongosim_compat.%s" % name
+    start = last_ts(client)
+    check("last ts is a Timestamp", isinstance(start, Timestamp), repr(start))
+
+    res = coll.insert_many([{"_id": i, "v": i} for i in range(5)])
+    check("insert_many", res.inserted_ids == list(range(5)))
+    try:
+        coll.insert_one({"_id": 0})
+        check("duplicate key raises", False)
+    except pymongo.errors.DuplicateKeyError as exc:
+        check("duplicate key raises", exc.code == 11000)
+    r = coll.update_one({"_id": 1}, {"$set": {"w": "x"}, "$inc": {"v": 10}})
+    check("update_one", r.matched_count == 1 and r.modified_count == 1, repr(r.raw_result))
+    r = coll.update_one({"_id": 99}, {"$set": {"u": 1}}, upsert=True)
+    check("upsert", r.upserted_id == 99, repr(r.raw_result))
+    r = coll.delete_one({"_id": 2})
+    check("delete_one", r.deleted_count == 1)
+    docs = list(coll.find().sort("_id", 1))
+    check("find sorted", [d["_id"] for d in docs] == [0, 1, 3, 4, 99], repr([d["_id"] for d in docs]))
+    check("find doc", coll.find_one({"_id": 1}) == {"_id": 1, "v": 11, "w": "x"}, repr(coll.find_one({"_id": 1})))
+    check("count_documents", coll.count_documents({}) == 5)
+    many = db[name + "_big"]
+    many.insert_many([{"_id": i} for i in range(250)])
+    ids = [d["_id"] for d in many.find(batch_size=7)]
+    check("find with getMore batches", ids == list(range(250)), "got %d" % len(ids))
+    check("list_collection_names", name in db.list_collection_names())
+    check("list_database_names", "mongosim_compat" in client.list_database_names())
+
+    entries = tail(client, start, ns, 8)
+    ops = [e["op"] for e in entries]
+    check("oplog entries for the writes", ops == ["i"] * 5 + ["u", "i", "d"], repr(ops))
+    if len(entries) >= 8:
+        ins, upd, ups, dele = entries[0], entries[5], entries[6], entries[7]
+        check("insert o", ins["o"] == {"_id": 0, "v": 0}, repr(ins["o"]))
+        check("update o2", upd.get("o2") == {"_id": 1}, repr(upd.get("o2")))
+        check("update o is a modifier or diff", "$v" in upd["o"] or "$set" in upd["o"], repr(upd["o"]))
+        check("upsert logged as insert", ups["o"].get("_id") == 99, repr(ups["o"]))
+        check("delete o", dele["o"] == {"_id": 2}, repr(dele["o"]))
+        check("t is int64", isinstance(ins.get("t"), bson.int64.Int64), repr(type(ins.get("t"))))
+        check("ui is a UUID", ins.get("ui") is not None and getattr(ins["ui"], "version", None) is not None,
+              repr(ins.get("ui")))
+        check("wall is a date", hasattr(ins.get("wall"), "year"))
+        tss = [e["ts"] for e in entries]
+        check("ts strictly increasing", all(a < b for a, b in zip(tss, tss[1:])))
+
+    # A write made while the cursor is waiting shows up in the next batch.
+    cur = client.local["oplog.rs"].find({"ts": {"$gt": last_ts(client)}}, cursor_type=CursorType.TAILABLE_AWAIT)
+    cur = cur.max_await_time_ms(300)
+    t0 = time.time()
+    first = list(cur)
+    waited = time.time() - t0
+    check("empty tailable batch", first == [] and cur.alive, repr(first))
+    check("awaitData waits", waited < 3.0, "%.3f s" % waited)
+    coll.insert_one({"_id": 1000})
+    seen = []
+    deadline = time.time() + 5
+    while cur.alive and not seen and time.time() < deadline:
+        seen = [e for e in cur if e.get("ns") == ns]
+    check("tailing cursor sees a new write", len(seen) == 1 and seen[0]["o"] == {"_id": 1000}, repr(seen))
+    cur.close()
+
+    try:
+        client.admin.command("noSuchCommandHere")
+        check("unknown command error", False)
+    except pymongo.errors.OperationFailure as exc:
+        check("unknown command error", exc.code == 59, repr(exc.details))
+
+    coll.drop()
+    many.drop()
+    check("drop", name not in db.list_collection_names())
+    client.close()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

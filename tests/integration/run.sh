@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# tests/integration/run.sh BUILD — integration tests; run inside scripts/with-pg.sh (needs OPLOG2PG_TEST_PG).
+#
+# Starts mongosim on a free port and points MONGO_URI at it, unless MONGO_URI is already set: then the same tests run
+# against that real replica set, and the cases that need mongosim's fault commands say SKIP with the reason.
+# Runs the Check integration suites, then the pymongo compatibility script. mongosim is stopped on any exit.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+: "${OPLOG2PG_TEST_PG:?run me through scripts/with-pg.sh}"
+
+sim_pid=""
+workdir=$(mktemp -d "${TMPDIR:-/tmp}/oplog2pg-it.XXXXXX")
+cleanup() {
+    local rc=$?
+    [ -n "$sim_pid" ] && kill "$sim_pid" 2>/dev/null && wait "$sim_pid" 2>/dev/null
+    rm -rf "$workdir"
+    exit $rc
+}
+trap cleanup EXIT
+
+if [ -z "${MONGO_URI:-}" ]; then
+    coproc SIM { exec "$build/mongosim" --port 0 2>"$workdir/mongosim.log"; }
+    sim_pid=$SIM_PID
+    read -r -t 10 port <&"${SIM[0]}" || { echo "mongosim did not start:" >&2; cat "$workdir/mongosim.log" >&2; exit 1; }
+    export MONGO_URI="mongodb://127.0.0.1:$port/?replicaSet=rs0"
+    export OPLOG2PG_TEST_SIM=1
+    echo "mongosim on port $port"
+else
+    echo "using the replica set at MONGO_URI (mongosim-only cases will say SKIP)"
+fi
+export OPLOG2PG_TEST_BUILD=$build
+
+CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120} "$build/integration_tests"
+
+echo "== pymongo compatibility"
+/usr/bin/python3 tests/compat/pymongo_compat.py "$MONGO_URI"

@@ -1,0 +1,681 @@
+/*
+ * test_reader.c — the reader thread against the server in MONGO_URI (mongosim, or a real replica set).
+ *
+ * Each case starts a reader on its own queue and pops what it pushes: the newest entry as a NOOP when there is no
+ * checkpoint, writes decoded in order, QUEUE_IDLE after a drain, a resume position skipped, a lost resume point or
+ * a rolled-back term turned into QUEUE_FATAL code 4, reconnection after mongosim drops every connection (no loss,
+ * no duplicate), a malformed entry turned into QUEUE_FATAL code 5, the nsfilter turning excluded ops into NOOPs, and
+ * a prompt reader_stop even while blocked on a full queue. Cases that need mongosim's test commands print
+ * "SKIP: <case>: needs mongosim" on a real server. Other suites write to the same server, so every check looks only
+ * at this suite's own namespaces (database rdr_*).
+ */
+#include <check.h>
+#include <mongoc/mongoc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/nsfilter.h"
+#include "core/queue.h"
+#include "daemon/exitcodes.h"
+#include "source/reader.h"
+
+Suite *reader_suite(void);
+
+#define AWAIT_MS 300
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static const char *mongo_uri(void)
+{
+    const char *uri = getenv("MONGO_URI");
+    ck_assert_msg(uri && *uri, "MONGO_URI is not set: the integration harness (tests/integration/run.sh) sets it");
+    return uri;
+}
+
+static mongoc_client_t *client_new(void)
+{
+    bson_error_t err;
+    mongoc_init();
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(mongo_uri(), &err);
+    ck_assert_msg(uri, "bad MONGO_URI: %s", err.message);
+    mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, 15000);
+    mongoc_client_t *c = mongoc_client_new_from_uri(uri);
+    mongoc_uri_destroy(uri);
+    ck_assert_ptr_nonnull(c);
+    return c;
+}
+
+static void command_ok(mongoc_client_t *c, const char *db, bson_t *cmd, bson_t *reply)
+{
+    bson_error_t err;
+    bson_t tmp;
+    bool ok = mongoc_client_command_simple(c, db, cmd, NULL, reply ? reply : &tmp, &err);
+    bson_destroy(cmd);
+    ck_assert_msg(ok, "command failed: %s (code %u)", err.message, err.code);
+    if (!reply)
+        bson_destroy(&tmp);
+}
+
+static bool is_mongosim(mongoc_client_t *c)
+{
+    bson_t reply;
+    bson_iter_t it;
+    command_ok(c, "admin", BCON_NEW("buildInfo", BCON_INT32(1)), &reply);
+    bool yes = bson_iter_init_find(&it, &reply, "mongosim") && bson_iter_as_bool(&it);
+    bson_destroy(&reply);
+    return yes;
+}
+
+#define NEED_MONGOSIM(c, name)                                                                                         \
+    do {                                                                                                               \
+        if (!is_mongosim(c)) {                                                                                         \
+            printf("SKIP: %s: needs mongosim\n", name);                                                                \
+            mongoc_client_destroy(c);                                                                                  \
+            return;                                                                                                    \
+        }                                                                                                              \
+    } while (0)
+
+/* Where the oplog ends now: hello's lastWrite.opTime. */
+static op_pos last_optime(mongoc_client_t *c)
+{
+    bson_t reply;
+    bson_iter_t it, ts, t;
+    op_pos p = {0, 0, -1};
+    command_ok(c, "admin", BCON_NEW("hello", BCON_INT32(1)), &reply);
+    ck_assert_msg(bson_iter_init_find(&it, &reply, "lastWrite") && bson_iter_recurse(&it, &ts) &&
+                      bson_iter_find_descendant(&ts, "opTime.ts", &t) && BSON_ITER_HOLDS_TIMESTAMP(&t),
+                  "hello has no lastWrite.opTime.ts");
+    bson_iter_timestamp(&t, &p.secs, &p.inc);
+    ck_assert(bson_iter_init_find(&it, &reply, "lastWrite") && bson_iter_recurse(&it, &ts));
+    if (bson_iter_find_descendant(&ts, "opTime.t", &t) && BSON_ITER_HOLDS_NUMBER(&t))
+        p.term = bson_iter_as_int64(&t);
+    bson_destroy(&reply);
+    return p;
+}
+
+static void insert_one(mongoc_client_t *c, const char *db, const char *coll, int32_t id)
+{
+    bson_error_t err;
+    mongoc_collection_t *col = mongoc_client_get_collection(c, db, coll);
+    bson_t *doc = BCON_NEW("_id", BCON_INT32(id), "v", BCON_UTF8("x"));
+    ck_assert_msg(mongoc_collection_insert_one(col, doc, NULL, NULL, &err), "insert %s.%s: %s", db, coll, err.message);
+    bson_destroy(doc);
+    mongoc_collection_destroy(col);
+}
+
+static void drop_db(mongoc_client_t *c, const char *db)
+{
+    bson_t reply;
+    bson_error_t err;
+    bson_t *cmd = BCON_NEW("dropDatabase", BCON_INT32(1));
+    mongoc_client_command_simple(c, db, cmd, NULL, &reply, &err); /* absent is fine */
+    bson_destroy(cmd);
+    bson_destroy(&reply);
+}
+
+/* A reader on q with the test defaults; start NULL = no checkpoint. */
+static reader *start_reader(queue *q, const op_pos *start, const nsfilter *f)
+{
+    reader_config cfg;
+    char err[256] = "";
+    reader_config_init(&cfg);
+    cfg.uri = mongo_uri();
+    cfg.await_ms = AWAIT_MS;
+    cfg.batch_size = 100;
+    cfg.filter = f;
+    if (start) {
+        cfg.have_start = true;
+        cfg.start = *start;
+    }
+    reader *r = reader_start(&cfg, q, err, sizeof err);
+    ck_assert_msg(r != NULL, "reader_start: %s", err);
+    return r;
+}
+
+/* Pops the next item, waiting up to secs; false on timeout. */
+static bool pop_wait(queue *q, queue_item *it, double secs)
+{
+    double until = now_s() + secs;
+    while (!queue_pop(q, it)) {
+        if (now_s() > until)
+            return false;
+        sleep_ms(5);
+    }
+    return true;
+}
+
+/* Does the entry hold a data op (insert/update/delete) on db? DDL such as the implicit create before a first
+ * insert is not counted. */
+static bool entry_in_db(const op_entry *e, const char *db)
+{
+    for (size_t i = 0; i < e->n; i++) {
+        const op *o = &e->ops[i];
+        if ((o->kind == OP_INSERT || o->kind == OP_UPDATE || o->kind == OP_DELETE) && o->db && strcmp(o->db, db) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The int32 _id of an op (or -1). */
+static int32_t op_id(const op *o)
+{
+    return o->id.value_type == BSON_TYPE_INT32 ? o->id.value.v_int32 : -1;
+}
+
+/* Collects entries on db until `want` were seen or secs passed; returns how many; *saw_idle_after tells whether an
+ * IDLE item came after the last of them. Entries are stored (owned) in out. A FATAL item fails the test. */
+static size_t collect(queue *q, const char *db, op_entry **out, size_t want, double secs, bool *saw_idle_after)
+{
+    size_t n = 0;
+    double until = now_s() + secs;
+    if (saw_idle_after)
+        *saw_idle_after = false;
+    while (now_s() < until) {
+        queue_item it;
+        if (!pop_wait(q, &it, 0.05))
+            continue;
+        if (it.type == QUEUE_FATAL)
+            ck_abort_msg("unexpected QUEUE_FATAL (code %d): %s", it.exit_code, it.message);
+        if (it.type == QUEUE_IDLE) {
+            if (n == want && saw_idle_after) {
+                *saw_idle_after = true;
+                return n;
+            }
+            continue;
+        }
+        if (entry_in_db(it.entry, db)) {
+            ck_assert_msg(n < want, "more entries on %s than expected", db);
+            out[n++] = it.entry;
+            it.entry = NULL;
+            if (n == want && !saw_idle_after)
+                return n;
+        }
+        queue_item_clear(&it);
+    }
+    return n;
+}
+
+static void free_entries(op_entry **e, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        op_entry_free(e[i]);
+}
+
+/* Waits for a FATAL item (skipping everything else); returns it (caller clears). */
+static queue_item wait_fatal(queue *q, double secs)
+{
+    queue_item it;
+    double until = now_s() + secs;
+    while (now_s() < until) {
+        if (!pop_wait(q, &it, 0.05))
+            continue;
+        if (it.type == QUEUE_FATAL)
+            return it;
+        queue_item_clear(&it);
+    }
+    ck_abort_msg("no QUEUE_FATAL within %.0f s", secs);
+    memset(&it, 0, sizeof it);
+    return it;
+}
+
+START_TEST(test_start_at_newest_then_tail)
+{
+    mongoc_client_t *c = client_new();
+    drop_db(c, "rdr_tail");
+    insert_one(c, "rdr_tail", "seed", 0);
+    op_pos before = last_optime(c);
+
+    queue *q = queue_new(1000);
+    reader *r = start_reader(q, NULL, NULL);
+
+    queue_item it;
+    ck_assert_msg(pop_wait(q, &it, 10), "no item within 10 s of starting without a checkpoint");
+    ck_assert_msg(it.type == QUEUE_ENTRY, "first item is type %d, not an entry (%s)", it.type,
+                  it.message ? it.message : "");
+    ck_assert_uint_eq(it.entry->n, 1);
+    ck_assert_int_eq(it.entry->ops[0].kind, OP_NOOP);
+    ck_assert_str_eq(it.entry->ops[0].reason, "start: newest oplog entry");
+    ck_assert_msg(op_pos_cmp(&it.entry->pos, &before) >= 0, "the start entry is older than the oplog's end");
+    op_pos start = it.entry->pos;
+    queue_item_clear(&it);
+
+    for (int32_t i = 1; i <= 5; i++)
+        insert_one(c, "rdr_tail", "orders", i);
+    op_entry *got[5];
+    bool idle = false;
+    size_t n = collect(q, "rdr_tail", got, 5, 10, &idle);
+    ck_assert_uint_eq(n, 5);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_int_eq(got[i]->ops[0].kind, OP_INSERT);
+        ck_assert_str_eq(got[i]->ops[0].coll, "orders");
+        ck_assert_int_eq(op_id(&got[i]->ops[0]), (int32_t)i + 1);
+        ck_assert(op_pos_cmp(&got[i]->pos, i ? &got[i - 1]->pos : &start) > 0);
+    }
+    ck_assert_msg(idle, "no QUEUE_IDLE after the oplog was drained");
+
+    reader_stats st;
+    reader_get_stats(r, &st);
+    ck_assert_uint_ge(st.entries, 6);
+    ck_assert(st.have_last);
+    ck_assert_int_ge(op_pos_cmp(&st.last, &got[4]->pos), 0);
+    ck_assert_uint_ge(st.idles, 1);
+
+    double t0 = now_s();
+    reader_free(r);
+    ck_assert_msg(now_s() - t0 < AWAIT_MS / 1000.0 + 2.0, "reader_stop took %.2f s", now_s() - t0);
+    free_entries(got, n);
+    queue_free(q);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_resume_skips_start)
+{
+    mongoc_client_t *c = client_new();
+    drop_db(c, "rdr_resume");
+    insert_one(c, "rdr_resume", "a", 1);
+    op_pos at_a = last_optime(c);
+    insert_one(c, "rdr_resume", "a", 2);
+    insert_one(c, "rdr_resume", "a", 3);
+
+    queue *q = queue_new(1000);
+    reader *r = start_reader(q, &at_a, NULL);
+    op_entry *got[2];
+    bool idle = false;
+    size_t n = collect(q, "rdr_resume", got, 2, 10, &idle);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_int_eq(op_id(&got[0]->ops[0]), 2); /* 1 was at the resume point: skipped */
+    ck_assert_int_eq(op_id(&got[1]->ops[0]), 3);
+    ck_assert(op_pos_cmp(&got[0]->pos, &at_a) > 0);
+    ck_assert(idle);
+    reader_free(r);
+    free_entries(got, n);
+    queue_free(q);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_resume_point_lost)
+{
+    mongoc_client_t *c = client_new();
+    insert_one(c, "rdr_lost", "a", (int32_t)(now_s() * 1000) & 0x7fffffff); /* the oplog is not empty */
+    queue *q = queue_new(1000);
+    op_pos gone = {1, 1, 1};
+    reader *r = start_reader(q, &gone, NULL);
+    queue_item it = wait_fatal(q, 10);
+    ck_assert_int_eq(it.exit_code, EXIT_RESUME_LOST);
+    ck_assert_msg(strstr(it.message, "1:1") && strstr(it.message, "--reimport") &&
+                      strstr(it.message, "no longer in the oplog"),
+                  "message: %s", it.message);
+    queue_item_clear(&it);
+    double until = now_s() + 5;
+    while (!reader_finished(r) && now_s() < until)
+        sleep_ms(10);
+    ck_assert_msg(reader_finished(r), "the reader thread did not end after QUEUE_FATAL");
+    ck_assert_uint_eq(queue_len(q), 0); /* nothing after the fatal item */
+    reader_free(r);
+    queue_free(q);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_rolled_back_term)
+{
+    mongoc_client_t *c = client_new();
+    insert_one(c, "rdr_term", "a", (int32_t)(now_s() * 1000) & 0x7fffffff);
+    op_pos p = last_optime(c);
+    if (p.term < 0) {
+        printf("SKIP: rolled back term: the server reports no term\n");
+        mongoc_client_destroy(c);
+        return;
+    }
+    p.term += 7; /* same ts, another term: what a rollback looks like */
+    queue *q = queue_new(1000);
+    reader *r = start_reader(q, &p, NULL);
+    queue_item it = wait_fatal(q, 10);
+    ck_assert_int_eq(it.exit_code, EXIT_RESUME_LOST);
+    ck_assert_msg(strstr(it.message, "rolled back"), "message: %s", it.message);
+    queue_item_clear(&it);
+    reader_free(r);
+    queue_free(q);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+/* Waits until the reader has pushed an IDLE (so it is parked in an awaitData getMore), draining the queue. */
+static void drain_until_idle(queue *q, const char *db, op_entry **out, size_t *n, size_t max)
+{
+    double until = now_s() + 10;
+    while (now_s() < until) {
+        queue_item it;
+        if (!pop_wait(q, &it, 0.05))
+            continue;
+        ck_assert_msg(it.type != QUEUE_FATAL, "unexpected QUEUE_FATAL: %s", it.message);
+        if (it.type == QUEUE_IDLE)
+            return;
+        if (entry_in_db(it.entry, db)) {
+            ck_assert(*n < max);
+            out[(*n)++] = it.entry;
+            it.entry = NULL;
+        }
+        queue_item_clear(&it);
+    }
+    ck_abort_msg("no QUEUE_IDLE within 10 s");
+}
+
+static void check_ids_in_order(op_entry **e, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(op_id(&e[i]->ops[0]) == (int32_t)i + 1, "entry %zu has _id %d: lost or repeated", i,
+                      op_id(&e[i]->ops[0]));
+        if (i)
+            ck_assert(op_pos_cmp(&e[i]->pos, &e[i - 1]->pos) > 0);
+    }
+}
+
+START_TEST(test_reconnect_after_drop)
+{
+    mongoc_client_t *c = client_new();
+    NEED_MONGOSIM(c, "reconnect after dropped connections");
+    drop_db(c, "rdr_drop");
+    op_pos start = last_optime(c);
+    queue *q = queue_new(1000);
+    reader *r = start_reader(q, &start, NULL);
+    op_entry *got[20];
+    size_t n = 0;
+
+    for (int32_t i = 1; i <= 5; i++)
+        insert_one(c, "rdr_drop", "a", i);
+    n += collect(q, "rdr_drop", got, 5, 10, NULL);
+    ck_assert_uint_eq(n, 5);
+    drain_until_idle(q, "rdr_drop", got, &n, 20);
+    sleep_ms(100); /* the reader is now parked in getMore */
+
+    command_ok(c, "admin", BCON_NEW("mongosimDropConnections", BCON_INT32(1)), NULL);
+    for (int32_t i = 6; i <= 10; i++)
+        insert_one(c, "rdr_drop", "a", i);
+    n += collect(q, "rdr_drop", got + n, 10 - n, 15, NULL);
+    ck_assert_uint_eq(n, 10);
+    check_ids_in_order(got, n);
+    /* Nothing repeated afterwards either. */
+    drain_until_idle(q, "rdr_drop", got, &n, 20);
+    ck_assert_uint_eq(n, 10);
+
+    reader_stats st;
+    reader_get_stats(r, &st);
+    ck_assert_msg(st.reconnects >= 1, "the reader did not notice the dropped connection");
+    reader_free(r);
+    free_entries(got, n);
+    queue_free(q);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_step_down_and_up)
+{
+    mongoc_client_t *c = client_new();
+    NEED_MONGOSIM(c, "step down and up");
+    drop_db(c, "rdr_step");
+    op_pos start = last_optime(c);
+    queue *q = queue_new(1000);
+    reader *r = start_reader(q, &start, NULL);
+    op_entry *got[20];
+    size_t n = 0;
+    insert_one(c, "rdr_step", "a", 1);
+    insert_one(c, "rdr_step", "a", 2);
+    n += collect(q, "rdr_step", got, 2, 10, NULL);
+    ck_assert_uint_eq(n, 2);
+    drain_until_idle(q, "rdr_step", got, &n, 20);
+    sleep_ms(100);
+
+    /* A step-down fails the parked getMore (11602); the re-find checks the last position, whose term is the old
+     * one and still correct, so the reader goes on. */
+    command_ok(c, "admin", BCON_NEW("mongosimStepDown", BCON_INT32(500)), NULL);
+    sleep_ms(1200);
+    insert_one(c, "rdr_step", "a", 3);
+    n += collect(q, "rdr_step", got + n, 3 - n, 15, NULL);
+    ck_assert_uint_eq(n, 3);
+    check_ids_in_order(got, n);
+    reader_stats st;
+    reader_get_stats(r, &st);
+    ck_assert_uint_ge(st.reconnects, 1);
+    reader_free(r);
+    free_entries(got, n);
+    queue_free(q);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_malformed_entry_is_fatal)
+{
+    mongoc_client_t *c = client_new();
+    NEED_MONGOSIM(c, "malformed entry");
+    drop_db(c, "rdr_bad");
+    op_pos start = last_optime(c);
+    queue *q = queue_new(1000);
+    reader *r = start_reader(q, &start, NULL);
+
+    insert_one(c, "rdr_bad", "a", 1);
+    /* An insert without o._id: DECODE_MALFORMED. mongosim stamps ts/t/v/wall. */
+    command_ok(c, "admin",
+               BCON_NEW("appendOplog", "[", "{", "op", BCON_UTF8("i"), "ns", BCON_UTF8("rdr_bad.a"), "o", "{", "x",
+                        BCON_INT32(1), "}", "}", "]"),
+               NULL);
+    insert_one(c, "rdr_bad", "a", 2);
+
+    bool good_seen = false;
+    queue_item it;
+    double until = now_s() + 10;
+    for (;;) {
+        ck_assert_msg(now_s() < until, "no QUEUE_FATAL for the malformed entry");
+        if (!pop_wait(q, &it, 0.05))
+            continue;
+        if (it.type == QUEUE_FATAL)
+            break;
+        if (it.type == QUEUE_ENTRY && entry_in_db(it.entry, "rdr_bad")) {
+            ck_assert_msg(!good_seen && op_id(&it.entry->ops[0]) == 1, "an entry after the bad one was pushed");
+            good_seen = true;
+        }
+        queue_item_clear(&it);
+    }
+    ck_assert(good_seen);
+    ck_assert_int_eq(it.exit_code, EXIT_UNSUPPORTED);
+    ck_assert_msg(strstr(it.message, "malformed") && strstr(it.message, "rdr_bad.a"), "message: %s", it.message);
+    queue_item_clear(&it);
+    sleep_ms(200);
+    ck_assert_uint_eq(queue_len(q), 0); /* _id 2 never follows */
+    ck_assert(reader_finished(r));
+    reader_free(r);
+    queue_free(q);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_nsfilter_turns_excluded_into_noop)
+{
+    mongoc_client_t *c = client_new();
+    drop_db(c, "rdr_f");
+    /* Create both collections first so no implicit create shows up between the ops under test. */
+    insert_one(c, "rdr_f", "keep", 100);
+    insert_one(c, "rdr_f", "skip", 100);
+    op_pos start = last_optime(c);
+    const char *inc[] = {"rdr_f.*", NULL};
+    const char *exc[] = {"rdr_f.skip*", NULL};
+    char err[256];
+    nsfilter *f = nsfilter_new(inc, exc, err, sizeof err);
+    ck_assert_msg(f, "nsfilter_new: %s", err);
+
+    queue *q = queue_new(1000);
+    reader *r = start_reader(q, &start, f);
+    insert_one(c, "rdr_f", "keep", 1);
+    insert_one(c, "rdr_f", "skip", 2);
+    bson_error_t berr;
+    mongoc_collection_t *col = mongoc_client_get_collection(c, "rdr_f", "skip");
+    ck_assert_msg(mongoc_collection_rename(col, "rdr_f", "kept", false, &berr), "rename: %s", berr.message);
+    mongoc_collection_destroy(col);
+    insert_one(c, "rdr_f", "kept", 3);
+
+    /* keep insert, skip insert (NOOP), rename (target included), kept insert. An excluded op loses its namespace,
+     * so NOOPs with the filter's reason count too (the suites run one at a time, so they are ours). */
+    op_kind kinds[8];
+    const char *reasons[8];
+    int32_t ids[8];
+    size_t n = 0;
+    double until = now_s() + 10;
+    while (n < 4 && now_s() < until) {
+        queue_item it;
+        if (!pop_wait(q, &it, 0.05))
+            continue;
+        ck_assert_msg(it.type != QUEUE_FATAL, "unexpected QUEUE_FATAL: %s", it.message);
+        if (it.type == QUEUE_ENTRY) {
+            const op *o = &it.entry->ops[0];
+            bool ours = (o->db && strcmp(o->db, "rdr_f") == 0) ||
+                        (o->kind == OP_NOOP && o->reason && strcmp(o->reason, "excluded by include/exclude") == 0);
+            if (ours) {
+                kinds[n] = o->kind;
+                reasons[n] = o->reason;
+                ids[n] = op_id(o);
+                n++;
+            }
+        }
+        queue_item_clear(&it);
+    }
+    ck_assert_uint_eq(n, 4);
+    ck_assert_int_eq(kinds[0], OP_INSERT);
+    ck_assert_int_eq(ids[0], 1);
+    ck_assert_int_eq(kinds[1], OP_NOOP);
+    ck_assert_str_eq(reasons[1], "excluded by include/exclude");
+    ck_assert_int_eq(kinds[2], OP_RENAME);
+    ck_assert_int_eq(kinds[3], OP_INSERT);
+    ck_assert_int_eq(ids[3], 3);
+    reader_free(r);
+    queue_free(q);
+    nsfilter_free(f);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+/* Truncation past the reader's position: the getMore fails with CappedPositionLost, the re-find at the last pushed
+ * position finds a later entry first, and the reader gives up with code 4 instead of skipping the lost entries. */
+START_TEST(test_truncated_under_reader)
+{
+    mongoc_client_t *c = client_new();
+    NEED_MONGOSIM(c, "truncated under the reader");
+    drop_db(c, "rdr_trunc");
+    insert_one(c, "rdr_trunc", "a", 0); /* the implicit create comes before start */
+    op_pos start = last_optime(c);
+    queue *q = queue_new(1); /* the reader blocks on its second push until we pop */
+    reader *r = start_reader(q, &start, NULL);
+    for (int32_t i = 1; i <= 3; i++)
+        insert_one(c, "rdr_trunc", "a", i);
+    double until = now_s() + 10;
+    while (queue_ops(q) == 0 && now_s() < until)
+        sleep_ms(10);
+    ck_assert_uint_eq(queue_ops(q), 1);
+    sleep_ms(100);
+
+    insert_one(c, "rdr_trunc", "a", 4);
+    op_pos at4 = last_optime(c);
+    command_ok(c, "admin",
+               BCON_NEW("mongosimTruncateOplog", BCON_INT32(1), "before", BCON_TIMESTAMP(at4.secs, at4.inc)), NULL);
+
+    int32_t next = 1;
+    queue_item it;
+    until = now_s() + 10;
+    for (;;) {
+        ck_assert_msg(now_s() < until, "no QUEUE_FATAL after the truncation");
+        if (!pop_wait(q, &it, 0.05))
+            continue;
+        if (it.type == QUEUE_FATAL)
+            break;
+        if (it.type == QUEUE_ENTRY && entry_in_db(it.entry, "rdr_trunc")) {
+            ck_assert_msg(op_id(&it.entry->ops[0]) == next, "got _id %d, expected %d (4 is past the lost part)",
+                          op_id(&it.entry->ops[0]), next);
+            next++;
+        }
+        queue_item_clear(&it);
+    }
+    ck_assert_int_ge(next, 2); /* at least _id 1 came before the failure */
+    ck_assert_int_eq(it.exit_code, EXIT_RESUME_LOST);
+    ck_assert_msg(strstr(it.message, "no longer in the oplog"), "message: %s", it.message);
+    queue_item_clear(&it);
+    reader_free(r);
+    queue_free(q);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_stop_while_queue_full)
+{
+    mongoc_client_t *c = client_new();
+    drop_db(c, "rdr_full");
+    op_pos start = last_optime(c);
+    queue *q = queue_new(1);
+    reader *r = start_reader(q, &start, NULL);
+    for (int32_t i = 1; i <= 4; i++)
+        insert_one(c, "rdr_full", "a", i);
+    /* Without popping, the reader fills the queue and blocks in its push. */
+    double until = now_s() + 10;
+    while (queue_ops(q) == 0 && now_s() < until)
+        sleep_ms(10);
+    ck_assert_uint_ge(queue_ops(q), 1);
+    sleep_ms(AWAIT_MS);
+    double t0 = now_s();
+    reader_stop(r);
+    ck_assert_msg(now_s() - t0 < 1.0, "reader_stop took %.2f s while the reader was blocked", now_s() - t0);
+    ck_assert(reader_finished(r));
+    ck_assert(!queue_stopped(q)); /* stopping the queue is the caller's choice */
+    reader_free(r);
+    queue_free(q); /* frees what is left */
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_bad_uri)
+{
+    reader_config cfg;
+    char err[256] = "";
+    reader_config_init(&cfg);
+    cfg.uri = "notmongodb://x";
+    queue *q = queue_new(10);
+    mongoc_init();
+    reader *r = reader_start(&cfg, q, err, sizeof err);
+    ck_assert_ptr_null(r);
+    ck_assert_msg(strstr(err, "URI"), "err: %s", err);
+    queue_free(q);
+}
+END_TEST
+
+Suite *reader_suite(void)
+{
+    Suite *s = suite_create("reader");
+    TCase *tc = tcase_create("mongo");
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_bad_uri);
+    tcase_add_test(tc, test_start_at_newest_then_tail);
+    tcase_add_test(tc, test_resume_skips_start);
+    tcase_add_test(tc, test_resume_point_lost);
+    tcase_add_test(tc, test_rolled_back_term);
+    tcase_add_test(tc, test_reconnect_after_drop);
+    tcase_add_test(tc, test_step_down_and_up);
+    tcase_add_test(tc, test_malformed_entry_is_fatal);
+    tcase_add_test(tc, test_nsfilter_turns_excluded_into_noop);
+    tcase_add_test(tc, test_truncated_under_reader);
+    tcase_add_test(tc, test_stop_while_queue_full);
+    suite_add_tcase(s, tc);
+    return s;
+}

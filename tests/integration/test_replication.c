@@ -1,0 +1,346 @@
+/*
+ * test_replication.c — the daemon end to end: a seeded random workload written to MongoDB (mongosim, or the replica
+ * set at MONGO_URI) while oplog2pg runs, then every PostgreSQL row compared with the source; and the crash test:
+ * kill -9 at many random moments, restart each time, and the result must still equal the source, with the
+ * checkpoint at the newest oplog entry.
+ *
+ * Each test gets its own mongosim (so its oplog and its format are its own), its own service name and its own
+ * database prefix. With MONGO_URI pointing at a real replica set (OPLOG2PG_TEST_SIM unset), the tests use it instead
+ * and the 4.4-format case says SKIP.
+ */
+#include <check.h>
+#include <libpq-fe.h>
+#include <mongoc/mongoc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../lib/compare.h"
+#include "../lib/proc.h"
+#include "../lib/workload.h"
+
+typedef struct {
+    proc_handle sim;
+    bool own_sim;
+    char uri[256];
+    char dir[128];
+    char ini[256];
+    char base_log[256];
+    char log[300];
+    char service[64];
+    char prefix[32];
+    proc_handle daemon;
+    int starts;
+} env;
+
+static const char *pg_conninfo(void)
+{
+    const char *c = getenv("OPLOG2PG_TEST_PG");
+    ck_assert_msg(c != NULL, "OPLOG2PG_TEST_PG is not set: run through scripts/with-pg.sh");
+    return c;
+}
+
+static bool using_sim(void)
+{
+    return getenv("OPLOG2PG_TEST_SIM") != NULL || getenv("MONGO_URI") == NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The newest oplog entry's ts (0 when the oplog is empty). */
+static uint64_t newest_ts(const char *uri)
+{
+    bson_error_t err;
+    mongoc_client_t *c = mongoc_client_new(uri);
+    ck_assert_ptr_nonnull(c);
+    mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
+    bson_t filter = BSON_INITIALIZER;
+    bson_t *opts = BCON_NEW("sort", "{", "$natural", BCON_INT32(-1), "}", "limit", BCON_INT64(1));
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, opts, NULL);
+    const bson_t *doc;
+    uint64_t ts = 0;
+    bson_iter_t it;
+    if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "ts")) {
+        uint32_t t, i;
+        bson_iter_timestamp(&it, &t, &i);
+        ts = (uint64_t)t << 32 | i;
+    }
+    ck_assert_msg(!mongoc_cursor_error(cur, &err), "reading the oplog: %s", err.message);
+    mongoc_cursor_destroy(cur);
+    bson_destroy(opts);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(oplog);
+    mongoc_client_destroy(c);
+    return ts;
+}
+
+/* The service's committed checkpoint as ts (0 when none). */
+static uint64_t checkpoint_ts(const char *service)
+{
+    PGconn *pg = PQconnectdb(pg_conninfo());
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    const char *params[1] = {service};
+    PGresult *r = PQexecParams(pg, "SELECT ts_sec, ts_inc FROM oplog2pg.checkpoint WHERE service = $1", 1, NULL,
+                               params, NULL, NULL, 0);
+    uint64_t ts = 0;
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+        ts = (uint64_t)strtoull(PQgetvalue(r, 0, 0), NULL, 10) << 32 | strtoull(PQgetvalue(r, 0, 1), NULL, 10);
+    PQclear(r);
+    PQfinish(pg);
+    return ts;
+}
+
+static void show_log(const env *e)
+{
+    FILE *f = fopen(e->log, "r");
+    if (f == NULL)
+        return;
+    char line[1024];
+    fprintf(stderr, "---- %s (last lines)\n", e->log);
+    long lines = 0;
+    while (fgets(line, sizeof line, f))
+        lines++;
+    rewind(f);
+    for (long i = 0; fgets(line, sizeof line, f); i++)
+        if (i >= lines - 30)
+            fputs(line, stderr);
+    fclose(f);
+}
+
+static void env_start(env *e, const char *name, const char *const *sim_args, const char *extra_ini)
+{
+    memset(e, 0, sizeof *e);
+    char err[512];
+    snprintf(e->dir, sizeof e->dir, "/tmp/oplog2pg-rep-%s.XXXXXX", name);
+    ck_assert_ptr_nonnull(mkdtemp(e->dir));
+    snprintf(e->service, sizeof e->service, "rep_%s", name);
+    snprintf(e->prefix, sizeof e->prefix, "rep_%s_", name);
+    snprintf(e->base_log, sizeof e->base_log, "%s/oplog2pg.log", e->dir);
+    mongoc_init();
+    if (using_sim()) {
+        char simlog[256];
+        snprintf(simlog, sizeof simlog, "%s/mongosim.log", e->dir);
+        ck_assert_msg(proc_start_mongosim(sim_args, simlog, &e->sim, err, sizeof err), "%s", err);
+        e->own_sim = true;
+        snprintf(e->uri, sizeof e->uri, "mongodb://127.0.0.1:%d/?replicaSet=rs0", e->sim.port);
+    } else {
+        snprintf(e->uri, sizeof e->uri, "%s", getenv("MONGO_URI"));
+    }
+    /* One entry outside the replicated databases, so the daemon has a newest entry to start from. */
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    mongoc_collection_t *coll = mongoc_client_get_collection(c, "rep_seed", name);
+    bson_t *doc = BCON_NEW("started", BCON_BOOL(true));
+    bson_error_t berr;
+    ck_assert_msg(mongoc_collection_insert_one(coll, doc, NULL, NULL, &berr), "seed insert: %s", berr.message);
+    bson_destroy(doc);
+    mongoc_collection_destroy(coll);
+    mongoc_client_destroy(c);
+
+    snprintf(e->ini, sizeof e->ini, "%s/oplog2pg.ini", e->dir);
+    FILE *f = fopen(e->ini, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "[mongodb]\nuri = %s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s*.*\n%s",
+            e->uri, pg_conninfo(), e->service, e->prefix, extra_ini ? extra_ini : "");
+    fclose(f);
+}
+
+static void daemon_start(env *e)
+{
+    char err[512];
+    char bin[256];
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *argv[] = {bin, "-c", e->ini, "run", NULL};
+    /* One log per start (show_log prints the current one). */
+    snprintf(e->log, sizeof e->log, "%s.%d", e->base_log, e->starts++);
+    ck_assert_msg(proc_start(argv, NULL, e->log, &e->daemon, err, sizeof err), "%s", err);
+}
+
+/* Wait until the checkpoint reaches the newest oplog entry; false on timeout. */
+static bool wait_caught_up(env *e, double timeout_s)
+{
+    double until = now_s() + timeout_s;
+    while (now_s() < until) {
+        uint64_t want = newest_ts(e->uri), have = checkpoint_ts(e->service);
+        if (want != 0 && have == want)
+            return true;
+        if (e->daemon.pid != 0 && proc_wait(&e->daemon, 0.0)) {
+            show_log(e);
+            ck_abort_msg("the daemon exited with %d while catching up", proc_exit_code(&e->daemon));
+        }
+        usleep(50 * 1000);
+    }
+    return false;
+}
+
+static void expect_match(env *e)
+{
+    PGconn *pg = PQconnectdb(pg_conninfo());
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    compare_options opts = {.db_prefix = e->prefix};
+    compare_report rep;
+    char err[512];
+    bool ran = compare_all(e->uri, pg, &opts, &rep, err, sizeof err);
+    if (ran && !rep.match) {
+        compare_report_print(&rep, stderr, false);
+        show_log(e);
+    }
+    bool match = ran && rep.match;
+    int64_t rows = rep.source_rows;
+    compare_report_free(&rep);
+    PQfinish(pg);
+    ck_assert_msg(ran, "compare failed to run: %s", err);
+    ck_assert_msg(match, "PostgreSQL differs from the source (see above)");
+    ck_assert_msg(rows > 0, "the workload left no rows to compare");
+}
+
+static void env_stop(env *e)
+{
+    if (e->daemon.pid != 0) {
+        ck_assert_msg(proc_stop(&e->daemon, 30), "the daemon did not stop on SIGTERM");
+        if (proc_exit_code(&e->daemon) != 0)
+            show_log(e);
+        ck_assert_int_eq(proc_exit_code(&e->daemon), 0);
+    }
+    if (e->own_sim)
+        proc_stop(&e->sim, 10);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", e->dir);
+}
+
+static void run_workload(env *e, uint64_t seed, uint64_t ops)
+{
+    workload_config wc;
+    workload_config_init(&wc);
+    wc.seed = seed;
+    wc.ops = ops;
+    wc.db_prefix = e->prefix;
+    wc.n_databases = 2;
+    wc.n_namespaces = 6;
+    wc.w_ddl = 2;
+    workload_stats st;
+    char err[512];
+    ck_assert_msg(workload_run(e->uri, &wc, &st, err, sizeof err), "workload: %s", err);
+    ck_assert_uint_gt(st.inserts, 0);
+    ck_assert_uint_gt(st.updates, 0);
+    ck_assert_uint_gt(st.replaces, 0);
+    ck_assert_uint_gt(st.deletes, 0);
+    ck_assert_uint_gt(st.drops + st.renames + st.creates, 0);
+}
+
+/* 100 000 mixed ops over 6 namespaces in 2 databases, 7.0 oplog ($v:2 diffs and replacements), daemon running
+ * while they are written. */
+START_TEST(test_workload_v2)
+{
+    env e;
+    env_start(&e, "v2", NULL, NULL);
+    daemon_start(&e);
+    run_workload(&e, 42, 100000);
+    ck_assert_msg(wait_caught_up(&e, 300), "the daemon did not catch up within 300 s");
+    expect_match(&e);
+    env_stop(&e);
+}
+END_TEST
+
+/* The same against a 4.4-format oplog ($v:1 $set/$unset modifiers), with small batches and a short timer so the
+ * size and timer triggers fire too. */
+START_TEST(test_workload_v1)
+{
+    if (!using_sim()) {
+        printf("SKIP: test_workload_v1: needs mongosim --oplog-format 4.4\n");
+        return;
+    }
+    const char *args[] = {"--oplog-format", "4.4", NULL};
+    env e;
+    env_start(&e, "v1", args, "batch_rows = 500\nflush_interval = 20ms\n");
+    daemon_start(&e);
+    run_workload(&e, 7, 30000);
+    ck_assert_msg(wait_caught_up(&e, 300), "the daemon did not catch up within 300 s");
+    expect_match(&e);
+    env_stop(&e);
+}
+END_TEST
+
+typedef struct {
+    env *e;
+    uint64_t seed, ops;
+    bool done, ok;
+    char err[512];
+} workload_thread;
+
+static void *workload_main(void *arg)
+{
+    workload_thread *w = arg;
+    workload_config wc;
+    workload_config_init(&wc);
+    wc.seed = w->seed;
+    wc.ops = w->ops;
+    wc.db_prefix = w->e->prefix;
+    wc.n_databases = 2;
+    wc.n_namespaces = 6;
+    wc.w_ddl = 2;
+    wc.batch_size = 50; /* many small bulks: the oplog grows steadily while the daemon is being killed */
+    workload_stats st;
+    w->ok = workload_run(w->e->uri, &wc, &st, w->err, sizeof w->err);
+    __atomic_store_n(&w->done, true, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* kill -9 at 25 random moments while a 100 000-op workload is written; each time the daemon restarts and resumes
+ * from its committed checkpoint. In the end PostgreSQL equals the source, and the checkpoint is the newest entry. */
+START_TEST(test_crash_restart)
+{
+    env e;
+    env_start(&e, "crash", NULL, "batch_rows = 2000\n");
+    daemon_start(&e);
+    /* The first run must commit its starting point before anything is killed; after that every restart resumes. */
+    ck_assert_msg(wait_caught_up(&e, 30), "the daemon did not commit its starting point");
+
+    workload_thread w = {.e = &e, .seed = 2024, .ops = 100000};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, workload_main, &w), 0);
+
+    unsigned seed = 99;
+    int kills = 0;
+    while (kills < 25) {
+        usleep((useconds_t)(30000 + rand_r(&seed) % 400000)); /* 30..430 ms into a run */
+        ck_assert_msg(e.daemon.pid != 0 && !proc_wait(&e.daemon, 0.0), "the daemon exited by itself with %d",
+                      proc_exit_code(&e.daemon));
+        proc_signal(&e.daemon, SIGKILL);
+        ck_assert(proc_wait(&e.daemon, 10));
+        kills++;
+        daemon_start(&e);
+    }
+    pthread_join(th, NULL);
+    ck_assert_msg(w.ok, "workload: %s", w.err);
+
+    ck_assert_msg(wait_caught_up(&e, 300), "the daemon did not catch up after %d kills", kills);
+    ck_assert_uint_eq(checkpoint_ts(e.service), newest_ts(e.uri));
+    expect_match(&e);
+    env_stop(&e);
+}
+END_TEST
+
+Suite *replication_suite(void); /* called by the generated runner list */
+
+Suite *replication_suite(void)
+{
+    Suite *s = suite_create("replication");
+    TCase *tc = tcase_create("end_to_end");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, test_workload_v2);
+    tcase_add_test(tc, test_workload_v1);
+    tcase_add_test(tc, test_crash_restart);
+    suite_add_tcase(s, tc);
+    return s;
+}

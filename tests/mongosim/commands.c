@@ -1,0 +1,1672 @@
+/*
+ * commands.c — mongosim's command handlers: handshake, catalog, CRUD through the store, cursors on collections and
+ * on local.oplog.rs (tailable/awaitData), transactions and test-only fault commands.
+ *
+ * NOTES: every write goes through the store, which hands each oplog entry body to emit_body(); that adds the
+ * session fields of a retryable write (lsid, txnNumber, stmtId, prevOpTime) when the command carried a txnNumber,
+ * stamps ts/t/v/wall and appends to the oplog. Cursor batches are written straight into the connection's output
+ * buffer (one copy per document). Collection cursors keep only the last returned _id and re-enter the store's
+ * ordered find after it, so a large collection is never copied into a cursor.
+ */
+#include "sim_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* sha256("") — the lsid.uid a server records when no user is authenticated. */
+static const uint8_t EMPTY_USER_UID[32] = {0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4,
+                                           0xc8, 0x99, 0x6f, 0xb9, 0x24, 0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b,
+                                           0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52, 0xb8, 0x55};
+
+struct sim_cursor {
+    int64_t id;
+    sim_cursor *next;
+    bool oplog, tailable, await_data;
+    uint64_t next_seq; /* oplog: next entry to return */
+    int64_t limit_left; /* < 0: no limit */
+    char db[128], coll[256];
+    bson_t filter;      /* collection: the user's filter, applied again to later batches */
+    bool has_last;
+    bson_value_t last_id;
+};
+
+typedef struct {
+    sim_server *srv;
+    sim_reply *r;
+    const bson_t *cmd;
+    const char *db;
+    const char *name;
+    bson_iter_t first; /* the command's first element */
+} cmd_ctx;
+
+/* ---- helpers ---- */
+
+static void reply_ok(sim_reply *r, bson_t *doc)
+{
+    BSON_APPEND_DOUBLE(doc, "ok", 1.0);
+    reply_bson(r, doc);
+    bson_destroy(doc);
+}
+
+static bool opt_int64(const bson_t *cmd, const char *key, int64_t *v)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, cmd, key) || !BSON_ITER_HOLDS_NUMBER(&it))
+        return false;
+    *v = bson_iter_as_int64(&it);
+    return true;
+}
+
+static bool opt_bool(const bson_t *cmd, const char *key)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, cmd, key) && bson_iter_as_bool(&it);
+}
+
+/* An optional sub-document; false when present with another type. */
+static bool opt_doc(const bson_t *cmd, const char *key, bson_t *out, bool *present)
+{
+    bson_iter_t it;
+    *present = false;
+    bson_init(out);
+    if (!bson_iter_init_find(&it, cmd, key))
+        return true;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+        return false;
+    uint32_t len;
+    const uint8_t *data;
+    bson_iter_document(&it, &len, &data);
+    bson_destroy(out);
+    *present = true;
+    return bson_init_static(out, data, len);
+}
+
+static const char *coll_name(cmd_ctx *x)
+{
+    if (!BSON_ITER_HOLDS_UTF8(&x->first)) {
+        reply_error(x->r, 73, "collection name must be a string in '%s'", x->name);
+        return NULL;
+    }
+    const char *c = bson_iter_utf8(&x->first, NULL);
+    if (!*c || strlen(c) > 200) {
+        reply_error(x->r, 73, "Invalid namespace specified '%s.%s'", x->db, c);
+        return NULL;
+    }
+    return c;
+}
+
+static bool need_primary(cmd_ctx *x)
+{
+    if (!x->srv->stepped_down)
+        return true;
+    reply_error(x->r, 10107, "not primary");
+    return false;
+}
+
+static void append_uuid(bson_t *b, const char *key, const uint8_t *uuid)
+{
+    bson_append_binary(b, key, -1, BSON_SUBTYPE_UUID, uuid, 16);
+}
+
+static void append_optime(bson_t *b, const char *key, uint64_t ts, int64_t t)
+{
+    bson_t o;
+    BSON_APPEND_DOCUMENT_BEGIN(b, key, &o);
+    BSON_APPEND_TIMESTAMP(&o, "ts", OPLOG_TS_SECS(ts), OPLOG_TS_INC(ts));
+    BSON_APPEND_INT64(&o, "t", t);
+    bson_append_document_end(b, &o);
+}
+
+/* ---- cursors ---- */
+
+static sim_cursor *cursor_find(sim_server *srv, int64_t id)
+{
+    for (sim_cursor *c = srv->cursors; c; c = c->next)
+        if (c->id == id)
+            return c;
+    return NULL;
+}
+
+static sim_cursor *cursor_new(sim_server *srv)
+{
+    sim_cursor *c = calloc(1, sizeof *c);
+    if (!c) {
+        fprintf(stderr, "mongosim: out of memory creating a cursor\n");
+        abort();
+    }
+    do {
+        c->id = (int64_t)(((uint64_t)rand() << 31 ^ (uint64_t)rand()) & 0x3fffffffffffffffull);
+    } while (c->id == 0 || cursor_find(srv, c->id));
+    bson_init(&c->filter);
+    c->limit_left = -1;
+    c->next = srv->cursors;
+    srv->cursors = c;
+    return c;
+}
+
+static void cursor_free(sim_server *srv, sim_cursor *cur)
+{
+    for (sim_cursor **pp = &srv->cursors; *pp; pp = &(*pp)->next) {
+        if (*pp == cur) {
+            *pp = cur->next;
+            break;
+        }
+    }
+    bson_destroy(&cur->filter);
+    if (cur->has_last)
+        bson_value_destroy(&cur->last_id);
+    free(cur);
+}
+
+void cmd_cursors_free(sim_server *srv)
+{
+    while (srv->cursors)
+        cursor_free(srv, srv->cursors);
+}
+
+/* The entry a live oplog cursor last looked at was removed by capping or truncation. */
+static bool cursor_lost(sim_server *srv, const sim_cursor *cur)
+{
+    return cur->next_seq >= 1 && cur->next_seq - 1 < oplog_first_seq(srv->oplog);
+}
+
+/* Writes `key: [entries...]` for an oplog cursor, advancing it; returns the number written. */
+static int64_t write_oplog_batch(sim_server *srv, sim_buf *b, sim_cursor *cur, const char *key, int64_t max_docs)
+{
+    size_t arr = bw_sub_begin(b, BSON_TYPE_ARRAY, key);
+    uint64_t end = oplog_end_seq(srv->oplog);
+    if (cur->next_seq < oplog_first_seq(srv->oplog))
+        cur->next_seq = oplog_first_seq(srv->oplog);
+    int64_t n = 0;
+    size_t bytes = 0;
+    char keybuf[16];
+    while (cur->next_seq < end && (max_docs <= 0 || n < max_docs) && bytes < SIM_BATCH_BYTES) {
+        uint32_t len;
+        const uint8_t *data = oplog_entry(srv->oplog, cur->next_seq, &len);
+        if (n > 0 && bytes + len > SIM_BATCH_BYTES)
+            break;
+        const char *k;
+        bson_uint32_to_string((uint32_t)n, &k, keybuf, sizeof keybuf);
+        bw_doc(b, k, data, len);
+        bytes += len;
+        n++;
+        cur->next_seq++;
+    }
+    bw_doc_end(b, arr);
+    return n;
+}
+
+/* Writes a whole cursor reply for an oplog cursor; frees the cursor when it ends (id 0). */
+static void reply_oplog_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, bool first, int64_t batch,
+                              bool single)
+{
+    int64_t max = batch;
+    if (cur->limit_left >= 0 && (max <= 0 || cur->limit_left < max))
+        max = cur->limit_left;
+    sim_buf *b = &r->conn->out;
+    reply_begin(r);
+    size_t doc = bw_doc_begin(b);
+    size_t cdoc = bw_sub_begin(b, BSON_TYPE_DOCUMENT, "cursor");
+    int64_t n = (cur->limit_left == 0) ? 0 : write_oplog_batch(srv, b, cur, first ? "firstBatch" : "nextBatch", max);
+    if (cur->limit_left == 0) {
+        size_t arr = bw_sub_begin(b, BSON_TYPE_ARRAY, first ? "firstBatch" : "nextBatch");
+        bw_doc_end(b, arr);
+    }
+    if (cur->limit_left > 0)
+        cur->limit_left -= n;
+    bool done = single || cur->limit_left == 0 || (!cur->tailable && cur->next_seq >= oplog_end_seq(srv->oplog)) ||
+                (cur->tailable && first && oplog_count(srv->oplog) == 0);
+    bw_int64(b, "id", done ? 0 : cur->id);
+    bw_string(b, "ns", "local.oplog.rs");
+    bw_doc_end(b, cdoc);
+    bw_double(b, "ok", 1.0);
+    bw_doc_end(b, doc);
+    reply_end(r);
+    if (done)
+        cursor_free(srv, cur);
+}
+
+/* Collection cursors: one batch from the store, after the cursor's last _id. */
+typedef struct {
+    sim_buf *b;
+    int64_t max, n;
+    size_t bytes;
+    size_t last_off;
+    uint32_t last_len;
+    bool more;
+} coll_batch;
+
+static bool coll_batch_doc(void *ctx, const bson_t *doc)
+{
+    coll_batch *cb = ctx;
+    if ((cb->max > 0 && cb->n >= cb->max) || (cb->n > 0 && cb->bytes + doc->len > SIM_BATCH_BYTES)) {
+        cb->more = true;
+        return false;
+    }
+    char keybuf[16];
+    const char *k;
+    bson_uint32_to_string((uint32_t)cb->n, &k, keybuf, sizeof keybuf);
+    bw_key(cb->b, BSON_TYPE_DOCUMENT, k);
+    cb->last_off = cb->b->len;
+    cb->last_len = doc->len;
+    buf_put(cb->b, bson_get_data(doc), doc->len);
+    cb->bytes += doc->len;
+    cb->n++;
+    return true;
+}
+
+static void reply_coll_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, const bson_t *filter, bool first,
+                             int64_t batch, bool single)
+{
+    int64_t max = batch;
+    if (cur->limit_left >= 0 && (max <= 0 || cur->limit_left < max))
+        max = cur->limit_left;
+    sim_buf *b = &r->conn->out;
+    reply_begin(r);
+    size_t doc = bw_doc_begin(b);
+    size_t cdoc = bw_sub_begin(b, BSON_TYPE_DOCUMENT, "cursor");
+    size_t arr = bw_sub_begin(b, BSON_TYPE_ARRAY, first ? "firstBatch" : "nextBatch");
+    coll_batch cb = {.b = b, .max = max};
+    if (cur->limit_left != 0) {
+        if (first)
+            store_find(srv->store, cur->db, cur->coll, filter, coll_batch_doc, &cb);
+        else
+            store_find_after(srv->store, cur->db, cur->coll, &cur->filter, &cur->last_id, coll_batch_doc, &cb);
+    }
+    bw_doc_end(b, arr);
+    if (cb.n > 0) {
+        bson_t last;
+        bson_iter_t it;
+        if (bson_init_static(&last, b->data + cb.last_off, cb.last_len) && bson_iter_init_find(&it, &last, "_id")) {
+            if (cur->has_last)
+                bson_value_destroy(&cur->last_id);
+            bson_value_copy(bson_iter_value(&it), &cur->last_id);
+            cur->has_last = true;
+        }
+    }
+    if (cur->limit_left > 0)
+        cur->limit_left -= cb.n;
+    bool done = single || !cb.more || cur->limit_left == 0 || !cur->has_last;
+    char ns[400];
+    snprintf(ns, sizeof ns, "%s.%s", cur->db, cur->coll);
+    bw_int64(b, "id", done ? 0 : cur->id);
+    bw_string(b, "ns", ns);
+    bw_doc_end(b, cdoc);
+    bw_double(b, "ok", 1.0);
+    bw_doc_end(b, doc);
+    reply_end(r);
+    if (done)
+        cursor_free(srv, cur);
+}
+
+/* ---- writes ---- */
+
+typedef struct {
+    sim_server *srv;
+    bool session;
+    uint8_t lsid_id[16];
+    int64_t txn_number;
+    int32_t stmt_id;
+    bool have_prev;
+    uint64_t prev_ts;
+    int64_t prev_t;
+    bson_t **collected; /* transaction: bodies kept for applyOps instead of being logged */
+    size_t ncollected, capcollected;
+    bool failed;
+    bson_error_t err;
+} write_ctx;
+
+static void append_lsid(bson_t *b, const uint8_t *id)
+{
+    bson_t l;
+    BSON_APPEND_DOCUMENT_BEGIN(b, "lsid", &l);
+    append_uuid(&l, "id", id);
+    bson_append_binary(&l, "uid", -1, BSON_SUBTYPE_BINARY, EMPTY_USER_UID, 32);
+    bson_append_document_end(b, &l);
+}
+
+static void emit_body(void *ctx, const bson_t *body)
+{
+    write_ctx *w = ctx;
+    sim_server *srv = w->srv;
+    if (w->collected) {
+        if (w->ncollected == w->capcollected) {
+            size_t cap = w->capcollected ? w->capcollected * 2 : 16;
+            bson_t **p = realloc(w->collected, cap * sizeof *p);
+            if (!p) {
+                w->failed = true;
+                bson_set_error(&w->err, 0, 1, "out of memory collecting transaction operations");
+                return;
+            }
+            w->collected = p;
+            w->capcollected = cap;
+        }
+        w->collected[w->ncollected++] = bson_copy(body);
+        return;
+    }
+    bson_iter_t it;
+    bool command = bson_iter_init_find(&it, body, "op") && BSON_ITER_HOLDS_UTF8(&it) &&
+                   strcmp(bson_iter_utf8(&it, NULL), "c") == 0;
+    bool ok;
+    if (!w->session || command) {
+        ok = sim_append_body(srv, body, &w->err);
+    } else {
+        /* A retryable write: [lsid, txnNumber,] op, ns, ui, o, [o2,] stmtId, ts, t, v, wall, prevOpTime. */
+        uint64_t ts = sim_next_ts(srv);
+        bson_t e = BSON_INITIALIZER;
+        append_lsid(&e, w->lsid_id);
+        BSON_APPEND_INT64(&e, "txnNumber", w->txn_number);
+        bson_concat(&e, body);
+        BSON_APPEND_INT32(&e, "stmtId", w->stmt_id);
+        BSON_APPEND_TIMESTAMP(&e, "ts", OPLOG_TS_SECS(ts), OPLOG_TS_INC(ts));
+        BSON_APPEND_INT64(&e, "t", srv->term);
+        BSON_APPEND_INT64(&e, "v", 2);
+        BSON_APPEND_DATE_TIME(&e, "wall", sim_now_ms());
+        append_optime(&e, "prevOpTime", w->have_prev ? w->prev_ts : 0, w->have_prev ? w->prev_t : -1);
+        ok = sim_append_entry(srv, &e, ts, &w->err);
+        bson_destroy(&e);
+        if (ok) {
+            w->have_prev = true;
+            w->prev_ts = ts;
+            w->prev_t = srv->term;
+        }
+    }
+    if (!ok) {
+        w->failed = true;
+        fprintf(stderr, "mongosim: cannot append an oplog entry: %s\n", w->err.message);
+    }
+}
+
+/* Session fields of a retryable write (lsid + txnNumber, without autocommit). False after replying an error. */
+static bool write_ctx_init(cmd_ctx *x, write_ctx *w)
+{
+    memset(w, 0, sizeof *w);
+    w->srv = x->srv;
+    bson_iter_t it, sub;
+    if (bson_iter_init_find(&it, x->cmd, "autocommit") || bson_iter_init_find(&it, x->cmd, "startTransaction")) {
+        reply_error(x->r, 20, "mongosim does not support client transactions; use the mongosimTransaction command");
+        return false;
+    }
+    if (!opt_int64(x->cmd, "txnNumber", &w->txn_number))
+        return true;
+    if (bson_iter_init_find(&it, x->cmd, "lsid") && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) &&
+        bson_iter_find(&sub, "id") && BSON_ITER_HOLDS_BINARY(&sub)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_subtype_t st;
+        bson_iter_binary(&sub, &st, &len, &data);
+        if (len == 16) {
+            memcpy(w->lsid_id, data, 16);
+            w->session = true;
+        }
+    }
+    return true;
+}
+
+static void write_ctx_clear(write_ctx *w)
+{
+    for (size_t i = 0; i < w->ncollected; i++)
+        bson_destroy(w->collected[i]);
+    free(w->collected);
+}
+
+static void add_write_error(bson_t *errs, uint32_t *nerr, int64_t index, const bson_error_t *err)
+{
+    char keybuf[16];
+    const char *k;
+    bson_uint32_to_string((*nerr)++, &k, keybuf, sizeof keybuf);
+    bson_t e;
+    bson_append_document_begin(errs, k, -1, &e);
+    BSON_APPEND_INT32(&e, "index", (int32_t)index);
+    BSON_APPEND_INT32(&e, "code", (int32_t)err->code);
+    BSON_APPEND_UTF8(&e, "errmsg", err->message);
+    bson_append_document_end(errs, &e);
+}
+
+/* Iterates an array field of the command; false (after replying) when missing or not an array of documents. */
+static bool array_field(cmd_ctx *x, const char *key, bson_iter_t *arr)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, x->cmd, key) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, arr)) {
+        reply_error(x->r, 40414, "BSON field '%s.%s' is missing but a required field", x->name, key);
+        return false;
+    }
+    return true;
+}
+
+static bool iter_doc(bson_iter_t *it, bson_t *doc)
+{
+    if (!BSON_ITER_HOLDS_DOCUMENT(it))
+        return false;
+    uint32_t len;
+    const uint8_t *data;
+    bson_iter_document(it, &len, &data);
+    return bson_init_static(doc, data, len);
+}
+
+static void finish_write_reply(cmd_ctx *x, bson_t *reply, bson_t *errs, uint32_t nerr)
+{
+    if (nerr > 0)
+        BSON_APPEND_ARRAY(reply, "writeErrors", errs);
+    bson_destroy(errs);
+    reply_ok(x->r, reply);
+}
+
+static void h_insert(cmd_ctx *x)
+{
+    const char *coll = coll_name(x);
+    bson_iter_t docs;
+    write_ctx w;
+    if (!coll || !need_primary(x) || !array_field(x, "documents", &docs) || !write_ctx_init(x, &w))
+        return;
+    bool ordered = true;
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, x->cmd, "ordered"))
+        ordered = bson_iter_as_bool(&it);
+    bson_t errs = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    uint32_t nerr = 0;
+    int32_t n = 0, index = 0;
+    while (bson_iter_next(&docs)) {
+        bson_t doc;
+        bson_error_t err;
+        w.stmt_id = index;
+        if (!iter_doc(&docs, &doc)) {
+            bson_set_error(&err, 0, 14, "insert document %d is not a document", index);
+            add_write_error(&errs, &nerr, index, &err);
+        } else if (store_insert(x->srv->store, x->db, coll, &doc, emit_body, &w, &err)) {
+            n++;
+        } else {
+            add_write_error(&errs, &nerr, index, &err);
+            if (ordered) {
+                index++;
+                break;
+            }
+        }
+        index++;
+    }
+    write_ctx_clear(&w);
+    BSON_APPEND_INT32(&reply, "n", n);
+    finish_write_reply(x, &reply, &errs, nerr);
+}
+
+static void h_update(cmd_ctx *x)
+{
+    const char *coll = coll_name(x);
+    bson_iter_t ups;
+    write_ctx w;
+    if (!coll || !need_primary(x) || !array_field(x, "updates", &ups) || !write_ctx_init(x, &w))
+        return;
+    bool ordered = true;
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, x->cmd, "ordered"))
+        ordered = bson_iter_as_bool(&it);
+    bson_t errs = BSON_INITIALIZER, reply = BSON_INITIALIZER, upserted = BSON_INITIALIZER;
+    uint32_t nerr = 0, nups = 0;
+    int64_t n = 0, modified = 0;
+    int32_t index = 0;
+    for (; bson_iter_next(&ups); index++) {
+        bson_t spec, q, u;
+        bson_error_t err;
+        bool has_q, has_u;
+        w.stmt_id = index;
+        if (!iter_doc(&ups, &spec) || !opt_doc(&spec, "q", &q, &has_q) || !has_q || !opt_doc(&spec, "u", &u, &has_u) ||
+            !has_u) {
+            bson_set_error(&err, 0, 9, "update statement %d needs documents q and u (pipeline updates are not "
+                                       "supported by mongosim)", index);
+            add_write_error(&errs, &nerr, index, &err);
+            if (ordered)
+                break;
+            continue;
+        }
+        sim_update_result res;
+        memset(&res, 0, sizeof res);
+        if (!store_update(x->srv->store, x->db, coll, &q, &u, opt_bool(&spec, "upsert"), &res, emit_body, &w, &err)) {
+            add_write_error(&errs, &nerr, index, &err);
+            store_update_result_clear(&res);
+            if (ordered)
+                break;
+            continue;
+        }
+        n += res.matched;
+        modified += res.modified;
+        if (res.upserted) {
+            n++;
+            char keybuf[16];
+            const char *k;
+            bson_uint32_to_string(nups++, &k, keybuf, sizeof keybuf);
+            bson_t e;
+            bson_append_document_begin(&upserted, k, -1, &e);
+            BSON_APPEND_INT32(&e, "index", index);
+            bson_append_value(&e, "_id", -1, &res.upserted_id);
+            bson_append_document_end(&upserted, &e);
+        }
+        store_update_result_clear(&res);
+    }
+    write_ctx_clear(&w);
+    BSON_APPEND_INT32(&reply, "n", (int32_t)n);
+    BSON_APPEND_INT32(&reply, "nModified", (int32_t)modified);
+    if (nups > 0)
+        BSON_APPEND_ARRAY(&reply, "upserted", &upserted);
+    bson_destroy(&upserted);
+    finish_write_reply(x, &reply, &errs, nerr);
+}
+
+static void h_delete(cmd_ctx *x)
+{
+    const char *coll = coll_name(x);
+    bson_iter_t dels;
+    write_ctx w;
+    if (!coll || !need_primary(x) || !array_field(x, "deletes", &dels) || !write_ctx_init(x, &w))
+        return;
+    bool ordered = true;
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, x->cmd, "ordered"))
+        ordered = bson_iter_as_bool(&it);
+    bson_t errs = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    uint32_t nerr = 0;
+    int64_t n = 0;
+    int32_t index = 0;
+    for (; bson_iter_next(&dels); index++) {
+        bson_t spec, q;
+        bson_error_t err;
+        bool has_q;
+        int64_t limit = 0, deleted = 0;
+        w.stmt_id = index;
+        if (!iter_doc(&dels, &spec) || !opt_doc(&spec, "q", &q, &has_q) || !has_q) {
+            bson_set_error(&err, 0, 9, "delete statement %d needs a document q", index);
+            add_write_error(&errs, &nerr, index, &err);
+            if (ordered)
+                break;
+            continue;
+        }
+        opt_int64(&spec, "limit", &limit);
+        if (!store_delete(x->srv->store, x->db, coll, &q, (int)limit, &deleted, emit_body, &w, &err)) {
+            add_write_error(&errs, &nerr, index, &err);
+            if (ordered)
+                break;
+            continue;
+        }
+        n += deleted;
+    }
+    write_ctx_clear(&w);
+    BSON_APPEND_INT32(&reply, "n", (int32_t)n);
+    finish_write_reply(x, &reply, &errs, nerr);
+}
+
+/* Runs a DDL store call's result: error reply or ok. */
+static void ddl_reply(cmd_ctx *x, bool ok, write_ctx *w, bson_error_t *err, bson_t *reply)
+{
+    write_ctx_clear(w);
+    if (!ok) {
+        bson_destroy(reply);
+        reply_error(x->r, (int)err->code, "%s", err->message);
+        return;
+    }
+    reply_ok(x->r, reply);
+}
+
+static void h_create(cmd_ctx *x)
+{
+    const char *coll = coll_name(x);
+    write_ctx w;
+    if (!coll || !need_primary(x) || !write_ctx_init(x, &w))
+        return;
+    bson_error_t err;
+    bool ok = store_create(x->srv->store, x->db, coll, emit_body, &w, &err);
+    bson_t reply = BSON_INITIALIZER;
+    ddl_reply(x, ok, &w, &err, &reply);
+}
+
+static void h_drop(cmd_ctx *x)
+{
+    const char *coll = coll_name(x);
+    write_ctx w;
+    if (!coll || !need_primary(x) || !write_ctx_init(x, &w))
+        return;
+    bson_error_t err;
+    bool existed = false;
+    bool ok = store_drop(x->srv->store, x->db, coll, &existed, emit_body, &w, &err);
+    if (ok && !existed) {
+        write_ctx_clear(&w);
+        reply_error(x->r, 26, "ns not found");
+        return;
+    }
+    bson_t reply = BSON_INITIALIZER;
+    char ns[400];
+    snprintf(ns, sizeof ns, "%s.%s", x->db, coll);
+    BSON_APPEND_INT32(&reply, "nIndexesWas", 1);
+    BSON_APPEND_UTF8(&reply, "ns", ns);
+    ddl_reply(x, ok, &w, &err, &reply);
+}
+
+static bool split_ns(const char *ns, char *db, size_t dbsz, const char **coll)
+{
+    const char *dot = strchr(ns, '.');
+    if (!dot || dot == ns || !dot[1] || (size_t)(dot - ns) >= dbsz)
+        return false;
+    memcpy(db, ns, (size_t)(dot - ns));
+    db[dot - ns] = '\0';
+    *coll = dot + 1;
+    return true;
+}
+
+static void h_rename(cmd_ctx *x)
+{
+    if (strcmp(x->db, "admin") != 0) {
+        reply_error(x->r, 13, "renameCollection may only be run against the admin database.");
+        return;
+    }
+    bson_iter_t it;
+    char from_db[128], to_db[128];
+    const char *from_coll, *to_coll;
+    if (!BSON_ITER_HOLDS_UTF8(&x->first) || !split_ns(bson_iter_utf8(&x->first, NULL), from_db, sizeof from_db,
+                                                      &from_coll) ||
+        !bson_iter_init_find(&it, x->cmd, "to") || !BSON_ITER_HOLDS_UTF8(&it) ||
+        !split_ns(bson_iter_utf8(&it, NULL), to_db, sizeof to_db, &to_coll)) {
+        reply_error(x->r, 73, "renameCollection needs 'db.coll' strings in renameCollection and to");
+        return;
+    }
+    write_ctx w;
+    if (!need_primary(x) || !write_ctx_init(x, &w))
+        return;
+    bson_error_t err;
+    bool ok = store_rename(x->srv->store, from_db, from_coll, to_db, to_coll, opt_bool(x->cmd, "dropTarget"),
+                           emit_body, &w, &err);
+    bson_t reply = BSON_INITIALIZER;
+    ddl_reply(x, ok, &w, &err, &reply);
+}
+
+static void h_drop_database(cmd_ctx *x)
+{
+    write_ctx w;
+    if (!need_primary(x) || !write_ctx_init(x, &w))
+        return;
+    bson_error_t err;
+    bool ok = store_drop_database(x->srv->store, x->db, emit_body, &w, &err);
+    bson_t reply = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&reply, "dropped", x->db);
+    ddl_reply(x, ok, &w, &err, &reply);
+}
+
+/* ---- reads ---- */
+
+/* Collection filters mongosim supports: {} or {_id: ...} (the store handles the _id operators). */
+static bool check_coll_filter(cmd_ctx *x, const bson_t *filter)
+{
+    bson_iter_t it;
+    bson_iter_init(&it, filter);
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), "_id") != 0) {
+            reply_error(x->r, 2, "mongosim supports only filters on _id (got a filter on '%s')", bson_iter_key(&it));
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool check_sort(cmd_ctx *x, const char *allowed)
+{
+    bson_t sort;
+    bool present;
+    if (!opt_doc(x->cmd, "sort", &sort, &present)) {
+        reply_error(x->r, 14, "sort must be a document");
+        return false;
+    }
+    bson_iter_t it;
+    bson_iter_init(&it, &sort);
+    while (bson_iter_next(&it)) {
+        bool key_ok = strcmp(bson_iter_key(&it), allowed) == 0 || strcmp(bson_iter_key(&it), "$natural") == 0;
+        if (!key_ok || !BSON_ITER_HOLDS_NUMBER(&it) || bson_iter_as_int64(&it) != 1) {
+            reply_error(x->r, 2, "mongosim supports only sort {%s: 1} here", allowed);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* True in *reverse when the sort is exactly {$natural: -1}. */
+static bool oplog_reverse_sort(cmd_ctx *x, bool *reverse)
+{
+    bson_t sort;
+    bool present;
+    *reverse = false;
+    if (!opt_doc(x->cmd, "sort", &sort, &present)) {
+        reply_error(x->r, 14, "sort must be a document");
+        return false;
+    }
+    bson_iter_t it;
+    if (present && bson_iter_init(&it, &sort) && bson_iter_next(&it) && strcmp(bson_iter_key(&it), "$natural") == 0 &&
+        BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) == -1 && !bson_iter_next(&it))
+        *reverse = true;
+    return true;
+}
+
+static bool find_options(cmd_ctx *x, int64_t *batch, int64_t *limit, bool *single)
+{
+    bson_t proj;
+    bool present;
+    int64_t skip = 0;
+    if (!opt_doc(x->cmd, "projection", &proj, &present) || !bson_empty(&proj) ||
+        (opt_int64(x->cmd, "skip", &skip) && skip != 0)) {
+        reply_error(x->r, 2, "mongosim does not support projection or skip in find");
+        return false;
+    }
+    *batch = 101;
+    *limit = -1;
+    if (opt_int64(x->cmd, "batchSize", batch) && *batch < 0) {
+        reply_error(x->r, 2, "BatchSize value must be non-negative, but received: %" PRId64, *batch);
+        return false;
+    }
+    int64_t l;
+    *single = opt_bool(x->cmd, "singleBatch");
+    if (opt_int64(x->cmd, "limit", &l) && l != 0) {
+        if (l < 0) {
+            *single = true;
+            l = -l;
+        }
+        *limit = l;
+    }
+    if (opt_bool(x->cmd, "awaitData") && !opt_bool(x->cmd, "tailable")) {
+        reply_error(x->r, 9, "Cannot set 'awaitData' without also setting 'tailable'");
+        return false;
+    }
+    return true;
+}
+
+/* local.oplog.rs filters: {} or {ts: {$gte|$gt: Timestamp}}; the start seq goes to *start. */
+static bool oplog_filter_start(cmd_ctx *x, const bson_t *filter, uint64_t *start)
+{
+    *start = oplog_first_seq(x->srv->oplog);
+    bson_iter_t it, op;
+    bson_iter_init(&it, filter);
+    int keys = 0;
+    while (bson_iter_next(&it))
+        keys++;
+    if (keys == 0)
+        return true;
+    if (keys == 1 && bson_iter_init_find(&it, filter, "ts") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &op) && bson_iter_next(&op) && BSON_ITER_HOLDS_TIMESTAMP(&op)) {
+        const char *k = bson_iter_key(&op);
+        bool gte = strcmp(k, "$gte") == 0, gt = strcmp(k, "$gt") == 0;
+        uint32_t secs, inc;
+        bson_iter_timestamp(&op, &secs, &inc);
+        if ((gte || gt) && !bson_iter_next(&op)) {
+            *start = oplog_seek(x->srv->oplog, OPLOG_TS(secs, inc), gte);
+            return true;
+        }
+    }
+    char *json = bson_as_relaxed_extended_json(filter, NULL);
+    reply_error(x->r, 2,
+                "mongosim supports only {} or {ts: {$gte: Timestamp}} / {ts: {$gt: Timestamp}} filters on "
+                "local.oplog.rs, not %s",
+                json ? json : "?");
+    bson_free(json);
+    return false;
+}
+
+static void h_find(cmd_ctx *x)
+{
+    const char *coll = coll_name(x);
+    if (!coll)
+        return;
+    bson_t filter;
+    bool present;
+    if (!opt_doc(x->cmd, "filter", &filter, &present)) {
+        reply_error(x->r, 14, "BSON field 'FindCommandRequest.filter' is the wrong type, expected type 'object'");
+        return;
+    }
+    int64_t batch, limit;
+    bool single;
+    if (!find_options(x, &batch, &limit, &single))
+        return;
+    bool is_oplog = strcmp(x->db, "local") == 0 && strcmp(coll, "oplog.rs") == 0;
+    if (is_oplog) {
+        uint64_t start;
+        bool reverse = false;
+        if (!oplog_reverse_sort(x, &reverse) || (!reverse && !check_sort(x, "ts")) ||
+            !oplog_filter_start(x, &filter, &start))
+            return;
+        if (reverse) {
+            /* {$natural: -1} with limit 1 and no filter: the newest entry (how clients find the oplog's end). */
+            if (limit != 1 || !bson_empty(&filter) || opt_bool(x->cmd, "tailable")) {
+                reply_error(x->r, 2, "mongosim supports sort {$natural: -1} on the oplog only with limit 1, no filter");
+                return;
+            }
+            uint64_t end = oplog_end_seq(x->srv->oplog);
+            start = end > oplog_first_seq(x->srv->oplog) ? end - 1 : end;
+        }
+        sim_cursor *cur = cursor_new(x->srv);
+        cur->oplog = true;
+        cur->tailable = opt_bool(x->cmd, "tailable");
+        cur->await_data = opt_bool(x->cmd, "awaitData");
+        cur->next_seq = start;
+        cur->limit_left = limit;
+        snprintf(cur->db, sizeof cur->db, "local");
+        snprintf(cur->coll, sizeof cur->coll, "oplog.rs");
+        reply_oplog_batch(x->srv, x->r, cur, true, batch, single);
+        return;
+    }
+    if (opt_bool(x->cmd, "tailable")) {
+        reply_error(x->r, 2, "error processing query: tailable cursor requested on non capped collection");
+        return;
+    }
+    if (!check_sort(x, "_id") || !check_coll_filter(x, &filter))
+        return;
+    sim_cursor *cur = cursor_new(x->srv);
+    cur->limit_left = limit;
+    snprintf(cur->db, sizeof cur->db, "%s", x->db);
+    snprintf(cur->coll, sizeof cur->coll, "%s", coll);
+    bson_destroy(&cur->filter);
+    bson_copy_to(&filter, &cur->filter);
+    reply_coll_batch(x->srv, x->r, cur, &filter, true, batch, single);
+}
+
+static void h_get_more(cmd_ctx *x)
+{
+    if (!BSON_ITER_HOLDS_INT64(&x->first) && !BSON_ITER_HOLDS_INT32(&x->first)) {
+        reply_error(x->r, 14, "getMore id must be an int64");
+        return;
+    }
+    int64_t id = bson_iter_as_int64(&x->first);
+    int64_t batch = 0, max_time = 1000;
+    opt_int64(x->cmd, "batchSize", &batch);
+    opt_int64(x->cmd, "maxTimeMS", &max_time);
+    sim_cursor *cur = cursor_find(x->srv, id);
+    if (!cur) {
+        reply_error(x->r, 43, "cursor id %" PRId64 " not found", id);
+        return;
+    }
+    if (!cur->oplog) {
+        reply_coll_batch(x->srv, x->r, cur, NULL, false, batch, false);
+        return;
+    }
+    if (x->srv->stepped_down) {
+        cursor_free(x->srv, cur);
+        reply_error(x->r, 11602, "operation was interrupted because the node stepped down");
+        return;
+    }
+    if (cursor_lost(x->srv, cur)) {
+        cursor_free(x->srv, cur);
+        reply_error(x->r, 136, "CollectionScan died due to position in capped collection being deleted");
+        return;
+    }
+    if (cur->tailable && cur->await_data && cur->next_seq >= oplog_end_seq(x->srv->oplog) && max_time > 0 &&
+        !x->r->no_reply) {
+        sim_conn *c = x->r->conn;
+        x->r->parked = true;
+        c->park_cursor = id;
+        c->park_batch = batch;
+        sim_conn_park(c, (double)max_time / 1000.0);
+        return;
+    }
+    reply_oplog_batch(x->srv, x->r, cur, false, batch, false);
+}
+
+bool cmd_parked_try(sim_server *srv, sim_conn *c, bool timeout)
+{
+    sim_reply r = {.conn = c, .request_id = c->park_request, .opcode = SIM_OP_MSG};
+    sim_cursor *cur = cursor_find(srv, c->park_cursor);
+    if (!cur) {
+        reply_error(&r, 237, "cursor id %" PRId64 " was killed", c->park_cursor);
+        return true;
+    }
+    if (srv->stepped_down) {
+        cursor_free(srv, cur);
+        reply_error(&r, 11602, "operation was interrupted because the node stepped down");
+        return true;
+    }
+    if (cursor_lost(srv, cur)) {
+        cursor_free(srv, cur);
+        reply_error(&r, 136, "CollectionScan died due to position in capped collection being deleted");
+        return true;
+    }
+    if (!timeout && cur->next_seq >= oplog_end_seq(srv->oplog))
+        return false;
+    reply_oplog_batch(srv, &r, cur, false, c->park_batch, false);
+    return true;
+}
+
+/* Answer every parked getMore now (their cursor was killed, the node stepped down...). */
+static void wake_all_parked(sim_server *srv, int64_t only_cursor)
+{
+    for (sim_conn *c = srv->conns; c; c = c->next) {
+        if (!c->parked || (only_cursor != 0 && c->park_cursor != only_cursor))
+            continue;
+        if (cmd_parked_try(srv, c, true))
+            sim_conn_unpark(c);
+    }
+}
+
+void cmd_fail_parked(sim_server *srv, int code, const char *msg)
+{
+    (void)code;
+    (void)msg;
+    wake_all_parked(srv, 0); /* srv->stepped_down is set, so each answers 11602 */
+}
+
+static void h_kill_cursors(cmd_ctx *x)
+{
+    bson_iter_t ids;
+    if (!array_field(x, "cursors", &ids))
+        return;
+    bson_t reply = BSON_INITIALIZER, killed, notfound, empty;
+    uint32_t nk = 0, nn = 0;
+    BSON_APPEND_ARRAY_BEGIN(&reply, "cursorsKilled", &killed);
+    bson_t nf = BSON_INITIALIZER;
+    while (bson_iter_next(&ids)) {
+        if (!BSON_ITER_HOLDS_NUMBER(&ids))
+            continue;
+        int64_t id = bson_iter_as_int64(&ids);
+        char keybuf[16];
+        const char *k;
+        sim_cursor *cur = cursor_find(x->srv, id);
+        if (cur) {
+            cursor_free(x->srv, cur);
+            wake_all_parked(x->srv, id);
+            bson_uint32_to_string(nk++, &k, keybuf, sizeof keybuf);
+            BSON_APPEND_INT64(&killed, k, id);
+        } else {
+            bson_uint32_to_string(nn++, &k, keybuf, sizeof keybuf);
+            BSON_APPEND_INT64(&nf, k, id);
+        }
+    }
+    bson_append_array_end(&reply, &killed);
+    BSON_APPEND_ARRAY_BEGIN(&reply, "cursorsNotFound", &notfound);
+    bson_concat(&notfound, &nf);
+    bson_append_array_end(&reply, &notfound);
+    bson_destroy(&nf);
+    BSON_APPEND_ARRAY_BEGIN(&reply, "cursorsAlive", &empty);
+    bson_append_array_end(&reply, &empty);
+    BSON_APPEND_ARRAY_BEGIN(&reply, "cursorsUnknown", &empty);
+    bson_append_array_end(&reply, &empty);
+    reply_ok(x->r, &reply);
+}
+
+typedef struct {
+    int64_t n;
+} count_ctx;
+
+static bool count_doc(void *ctx, const bson_t *doc)
+{
+    ((count_ctx *)ctx)->n++;
+    return true;
+}
+
+static int64_t count_matching(sim_server *srv, const char *db, const char *coll, const bson_t *filter)
+{
+    if (bson_empty(filter))
+        return store_count(srv->store, db, coll);
+    count_ctx cc = {0};
+    store_find(srv->store, db, coll, filter, count_doc, &cc);
+    return cc.n;
+}
+
+static void h_count(cmd_ctx *x)
+{
+    const char *coll = coll_name(x);
+    if (!coll)
+        return;
+    bson_t query;
+    bool present;
+    if (!opt_doc(x->cmd, "query", &query, &present) || !check_coll_filter(x, &query))
+        return;
+    int64_t n = strcmp(x->db, "local") == 0 && strcmp(coll, "oplog.rs") == 0
+                    ? (int64_t)oplog_count(x->srv->oplog)
+                    : count_matching(x->srv, x->db, coll, &query);
+    bson_t reply = BSON_INITIALIZER;
+    if (n <= INT32_MAX)
+        BSON_APPEND_INT32(&reply, "n", (int32_t)n);
+    else
+        BSON_APPEND_INT64(&reply, "n", n);
+    reply_ok(x->r, &reply);
+}
+
+/* aggregate: [{$match: F}?, {$count: name} | {$group: {_id: X, field: {$sum: 1}}}] only. */
+static void h_aggregate(cmd_ctx *x)
+{
+    const char *coll = coll_name(x);
+    bson_iter_t stages;
+    if (!coll || !array_field(x, "pipeline", &stages))
+        return;
+    bson_t match = BSON_INITIALIZER, out = BSON_INITIALIZER;
+    bool have_out = false, bad = false;
+    int i = 0;
+    const char *count_name = NULL;
+    bson_iter_t group_id;
+    const char *group_field = NULL;
+    while (bson_iter_next(&stages) && !bad) {
+        bson_t stage;
+        bson_iter_t it;
+        if (!iter_doc(&stages, &stage) || !bson_iter_init(&it, &stage) || !bson_iter_next(&it)) {
+            bad = true;
+            break;
+        }
+        const char *op = bson_iter_key(&it);
+        if (i == 0 && strcmp(op, "$match") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            bson_t m;
+            iter_doc(&it, &m);
+            bson_destroy(&match);
+            bson_copy_to(&m, &match);
+        } else if (!count_name && !group_field && strcmp(op, "$count") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            count_name = bson_iter_utf8(&it, NULL);
+        } else if (!count_name && !group_field && strcmp(op, "$group") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            bson_iter_t g, sum;
+            bson_iter_recurse(&it, &g);
+            if (!bson_iter_next(&g) || strcmp(bson_iter_key(&g), "_id") != 0) {
+                bad = true;
+                break;
+            }
+            group_id = g;
+            if (!bson_iter_next(&g) || !BSON_ITER_HOLDS_DOCUMENT(&g) || !bson_iter_recurse(&g, &sum) ||
+                !bson_iter_find(&sum, "$sum") || !BSON_ITER_HOLDS_NUMBER(&sum) || bson_iter_as_int64(&sum) != 1) {
+                bad = true;
+                break;
+            }
+            group_field = bson_iter_key(&g);
+            if (bson_iter_next(&g))
+                bad = true;
+        } else {
+            bad = true;
+        }
+        i++;
+    }
+    if (bad || (!count_name && !group_field)) {
+        bson_destroy(&match);
+        bson_destroy(&out);
+        reply_error(x->r, 2,
+                    "mongosim's aggregate supports only [{$match}?, {$count: name} | {$group: {_id: X, n: {$sum: "
+                    "1}}}]");
+        return;
+    }
+    if (!check_coll_filter(x, &match)) {
+        bson_destroy(&match);
+        bson_destroy(&out);
+        return;
+    }
+    int64_t n = count_matching(x->srv, x->db, coll, &match);
+    if (n > 0) {
+        have_out = true;
+        if (count_name) {
+            BSON_APPEND_INT32(&out, count_name, (int32_t)n);
+        } else {
+            bson_append_iter(&out, "_id", -1, &group_id);
+            BSON_APPEND_INT32(&out, group_field, (int32_t)n);
+        }
+    }
+    char ns[400];
+    snprintf(ns, sizeof ns, "%s.%s", x->db, coll);
+    bson_t reply = BSON_INITIALIZER, cur, batch;
+    BSON_APPEND_DOCUMENT_BEGIN(&reply, "cursor", &cur);
+    BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &batch);
+    if (have_out)
+        BSON_APPEND_DOCUMENT(&batch, "0", &out);
+    bson_append_array_end(&cur, &batch);
+    BSON_APPEND_INT64(&cur, "id", 0);
+    BSON_APPEND_UTF8(&cur, "ns", ns);
+    bson_append_document_end(&reply, &cur);
+    bson_destroy(&match);
+    bson_destroy(&out);
+    reply_ok(x->r, &reply);
+}
+
+/* ---- catalog ---- */
+
+typedef struct {
+    char **names;
+    size_t n, cap;
+} name_list;
+
+static void collect_name(void *ctx, const char *name, const uint8_t *uuid)
+{
+    name_list *l = ctx;
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->names[i], name) == 0)
+            return;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 16;
+        char **p = realloc(l->names, l->cap * sizeof *p);
+        if (!p)
+            abort();
+        l->names = p;
+    }
+    l->names[l->n++] = bson_strdup(name);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void h_list_databases(cmd_ctx *x)
+{
+    name_list l = {0};
+    store_list_databases(x->srv->store, collect_name, &l);
+    collect_name(&l, "local", NULL);
+    qsort(l.names, l.n, sizeof *l.names, cmp_str);
+    bool name_only = opt_bool(x->cmd, "nameOnly");
+    bson_t reply = BSON_INITIALIZER, arr;
+    BSON_APPEND_ARRAY_BEGIN(&reply, "databases", &arr);
+    for (size_t i = 0; i < l.n; i++) {
+        char keybuf[16];
+        const char *k;
+        bson_uint32_to_string((uint32_t)i, &k, keybuf, sizeof keybuf);
+        bson_t d;
+        bson_append_document_begin(&arr, k, -1, &d);
+        BSON_APPEND_UTF8(&d, "name", l.names[i]);
+        if (!name_only) {
+            BSON_APPEND_INT64(&d, "sizeOnDisk", 4096);
+            BSON_APPEND_BOOL(&d, "empty", false);
+        }
+        bson_append_document_end(&arr, &d);
+        bson_free(l.names[i]);
+    }
+    free(l.names);
+    bson_append_array_end(&reply, &arr);
+    if (!name_only) {
+        BSON_APPEND_INT64(&reply, "totalSize", (int64_t)(4096 * l.n));
+        BSON_APPEND_INT64(&reply, "totalSizeMb", 0);
+    }
+    reply_ok(x->r, &reply);
+}
+
+typedef struct {
+    bson_t *batch;
+    uint32_t n;
+    const char *only_name;
+    bool name_only;
+    bool oplog;
+} list_coll_ctx;
+
+static void list_coll_one(void *ctx, const char *name, const uint8_t *uuid)
+{
+    list_coll_ctx *lc = ctx;
+    if (lc->only_name && strcmp(lc->only_name, name) != 0)
+        return;
+    char keybuf[16];
+    const char *k;
+    bson_uint32_to_string(lc->n++, &k, keybuf, sizeof keybuf);
+    bson_t d, sub;
+    bson_append_document_begin(lc->batch, k, -1, &d);
+    BSON_APPEND_UTF8(&d, "name", name);
+    BSON_APPEND_UTF8(&d, "type", "collection");
+    if (!lc->name_only) {
+        BSON_APPEND_DOCUMENT_BEGIN(&d, "options", &sub);
+        if (lc->oplog) {
+            BSON_APPEND_BOOL(&sub, "capped", true);
+            BSON_APPEND_INT64(&sub, "size", 1024LL * 1024 * 1024);
+        }
+        bson_append_document_end(&d, &sub);
+        BSON_APPEND_DOCUMENT_BEGIN(&d, "info", &sub);
+        BSON_APPEND_BOOL(&sub, "readOnly", false);
+        if (uuid)
+            append_uuid(&sub, "uuid", uuid);
+        bson_append_document_end(&d, &sub);
+        bson_t key;
+        BSON_APPEND_DOCUMENT_BEGIN(&d, "idIndex", &sub);
+        BSON_APPEND_INT32(&sub, "v", 2);
+        BSON_APPEND_DOCUMENT_BEGIN(&sub, "key", &key);
+        BSON_APPEND_INT32(&key, "_id", 1);
+        bson_append_document_end(&sub, &key);
+        BSON_APPEND_UTF8(&sub, "name", "_id_");
+        bson_append_document_end(&d, &sub);
+    }
+    bson_append_document_end(lc->batch, &d);
+}
+
+static void h_list_collections(cmd_ctx *x)
+{
+    bson_t filter;
+    bool present;
+    if (!opt_doc(x->cmd, "filter", &filter, &present)) {
+        reply_error(x->r, 14, "listCollections filter must be a document");
+        return;
+    }
+    list_coll_ctx lc = {.name_only = opt_bool(x->cmd, "nameOnly")};
+    bson_iter_t it;
+    bson_iter_init(&it, &filter);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "name") == 0 && BSON_ITER_HOLDS_UTF8(&it))
+            lc.only_name = bson_iter_utf8(&it, NULL);
+        else if (!(strcmp(k, "type") == 0 && BSON_ITER_HOLDS_UTF8(&it) &&
+                   strcmp(bson_iter_utf8(&it, NULL), "collection") == 0)) {
+            reply_error(x->r, 2, "mongosim's listCollections supports only filters {name: S} and {type: "
+                                 "\"collection\"}");
+            return;
+        }
+    }
+    char ns[300];
+    snprintf(ns, sizeof ns, "%s.$cmd.listCollections", x->db);
+    bson_t reply = BSON_INITIALIZER, cur, batch;
+    BSON_APPEND_DOCUMENT_BEGIN(&reply, "cursor", &cur);
+    BSON_APPEND_INT64(&cur, "id", 0);
+    BSON_APPEND_UTF8(&cur, "ns", ns);
+    BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &batch);
+    lc.batch = &batch;
+    lc.oplog = strcmp(x->db, "local") == 0;
+    if (lc.oplog)
+        list_coll_one(&lc, "oplog.rs", x->srv->oplog_uuid);
+    else
+        store_list_collections(x->srv->store, x->db, list_coll_one, &lc);
+    bson_append_array_end(&cur, &batch);
+    bson_append_document_end(&reply, &cur);
+    reply_ok(x->r, &reply);
+}
+
+/* ---- handshake and server info ---- */
+
+static void h_hello(cmd_ctx *x)
+{
+    sim_server *srv = x->srv;
+    bool legacy = strcmp(x->name, "hello") != 0;
+    bool primary = !srv->stepped_down;
+    bson_t d = BSON_INITIALIZER, hosts, lw;
+    BSON_APPEND_ARRAY_BEGIN(&d, "hosts", &hosts);
+    BSON_APPEND_UTF8(&hosts, "0", srv->me);
+    bson_append_array_end(&d, &hosts);
+    BSON_APPEND_UTF8(&d, "setName", srv->opts.set_name);
+    BSON_APPEND_INT32(&d, "setVersion", 1);
+    BSON_APPEND_BOOL(&d, legacy ? "ismaster" : "isWritablePrimary", primary);
+    BSON_APPEND_BOOL(&d, "secondary", !primary);
+    if (primary)
+        BSON_APPEND_UTF8(&d, "primary", srv->me);
+    BSON_APPEND_UTF8(&d, "me", srv->me);
+    if (primary) {
+        bson_oid_t eid;
+        memset(eid.bytes, 0, sizeof eid.bytes);
+        eid.bytes[0] = 0x7f;
+        eid.bytes[1] = eid.bytes[2] = eid.bytes[3] = 0xff;
+        for (int i = 0; i < 8; i++)
+            eid.bytes[4 + i] = (uint8_t)((uint64_t)srv->term >> (8 * (7 - i)));
+        BSON_APPEND_OID(&d, "electionId", &eid);
+    }
+    uint64_t last = oplog_last_ts(srv->oplog);
+    int64_t last_ms = (int64_t)OPLOG_TS_SECS(last) * 1000;
+    BSON_APPEND_DOCUMENT_BEGIN(&d, "lastWrite", &lw);
+    append_optime(&lw, "opTime", last, srv->term);
+    BSON_APPEND_DATE_TIME(&lw, "lastWriteDate", last_ms);
+    append_optime(&lw, "majorityOpTime", last, srv->term);
+    BSON_APPEND_DATE_TIME(&lw, "majorityWriteDate", last_ms);
+    bson_append_document_end(&d, &lw);
+    BSON_APPEND_INT32(&d, "maxBsonObjectSize", SIM_MAX_BSON);
+    BSON_APPEND_INT32(&d, "maxMessageSizeBytes", SIM_MAX_MESSAGE);
+    BSON_APPEND_INT32(&d, "maxWriteBatchSize", 100000);
+    BSON_APPEND_DATE_TIME(&d, "localTime", sim_now_ms());
+    BSON_APPEND_INT32(&d, "logicalSessionTimeoutMinutes", 30);
+    BSON_APPEND_INT32(&d, "connectionId", (int32_t)x->r->conn->id);
+    BSON_APPEND_INT32(&d, "minWireVersion", 0);
+    BSON_APPEND_INT32(&d, "maxWireVersion", srv->opts.format == SIM_FORMAT_44 ? 9 : 17);
+    BSON_APPEND_BOOL(&d, "readOnly", false);
+    if (opt_bool(x->cmd, "helloOk") || !legacy)
+        BSON_APPEND_BOOL(&d, "helloOk", true);
+    reply_ok(x->r, &d);
+}
+
+static void h_build_info(cmd_ctx *x)
+{
+    bool v44 = x->srv->opts.format == SIM_FORMAT_44;
+    bson_t d = BSON_INITIALIZER, arr, eng;
+    BSON_APPEND_UTF8(&d, "version", v44 ? "4.4.29" : "7.0.14");
+    BSON_APPEND_UTF8(&d, "gitVersion", "mongosim");
+    BSON_APPEND_ARRAY_BEGIN(&d, "versionArray", &arr);
+    BSON_APPEND_INT32(&arr, "0", v44 ? 4 : 7);
+    BSON_APPEND_INT32(&arr, "1", v44 ? 4 : 0);
+    BSON_APPEND_INT32(&arr, "2", v44 ? 29 : 14);
+    BSON_APPEND_INT32(&arr, "3", 0);
+    bson_append_array_end(&d, &arr);
+    BSON_APPEND_INT32(&d, "bits", 64);
+    BSON_APPEND_BOOL(&d, "debug", false);
+    BSON_APPEND_INT32(&d, "maxBsonObjectSize", SIM_MAX_BSON);
+    BSON_APPEND_ARRAY_BEGIN(&d, "storageEngines", &eng);
+    BSON_APPEND_UTF8(&eng, "0", "wiredTiger");
+    bson_append_array_end(&d, &eng);
+    BSON_APPEND_BOOL(&d, "mongosim", true);
+    reply_ok(x->r, &d);
+}
+
+static void h_ok(cmd_ctx *x)
+{
+    bson_t d = BSON_INITIALIZER;
+    reply_ok(x->r, &d);
+}
+
+/* ---- test commands ---- */
+
+/* {appendOplog: [entries]}: verbatim; ts/t/v/wall are added only to entries without a ts. */
+static void h_append_oplog(cmd_ctx *x)
+{
+    bson_iter_t arr;
+    if (!BSON_ITER_HOLDS_ARRAY(&x->first) || !bson_iter_recurse(&x->first, &arr)) {
+        reply_error(x->r, 2, "appendOplog needs an array of entries");
+        return;
+    }
+    sim_server *srv = x->srv;
+    int32_t n = 0;
+    int64_t now_ms = sim_now_ms();
+    while (bson_iter_next(&arr)) {
+        bson_t e;
+        bson_error_t err;
+        if (!iter_doc(&arr, &e)) {
+            reply_error(x->r, 2, "appendOplog entry %d is not a document", n);
+            return;
+        }
+        bson_iter_t it;
+        bool has_ts = false, has_t = false, has_v = false, has_wall = false;
+        uint32_t secs = 0, inc = 0;
+        bson_iter_init(&it, &e);
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            if (strcmp(k, "ts") == 0) {
+                if (!BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+                    reply_error(x->r, 2, "appendOplog entry %d: ts must be a Timestamp", n);
+                    return;
+                }
+                has_ts = true;
+                bson_iter_timestamp(&it, &secs, &inc);
+            } else if (strcmp(k, "t") == 0) {
+                has_t = true;
+            } else if (strcmp(k, "v") == 0) {
+                has_v = true;
+            } else if (strcmp(k, "wall") == 0) {
+                has_wall = true;
+            }
+        }
+        bool ok;
+        if (has_ts) {
+            ok = sim_append_entry(srv, &e, OPLOG_TS(secs, inc), &err);
+        } else {
+            uint64_t ts = oplog_next_ts(srv->oplog, now_ms / 1000);
+            ok = oplog_append_stamped(srv->oplog, bson_get_data(&e), e.len, ts, srv->term, now_ms, !has_t, !has_v,
+                                      !has_wall, &err);
+            if (ok)
+                oplog_cap(srv->oplog, srv->opts.max_oplog_entries);
+        }
+        if (!ok) {
+            reply_error(x->r, 2, "appendOplog entry %d: %s (%d entries appended before it)", n, err.message, n);
+            return;
+        }
+        n++;
+    }
+    uint64_t last = oplog_last_ts(srv->oplog);
+    bson_t reply = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&reply, "n", n);
+    BSON_APPEND_TIMESTAMP(&reply, "lastTs", OPLOG_TS_SECS(last), OPLOG_TS_INC(last));
+    reply_ok(x->r, &reply);
+}
+
+/* {mongosimTransaction: 1, ops: [{insert: "db.c", document} | {update: "db.c", q, u, upsert} |
+ *  {delete: "db.c", q, limit}], chain: N, lsid: UUID?, txnNumber: long?} */
+static void h_transaction(cmd_ctx *x)
+{
+    sim_server *srv = x->srv;
+    bson_iter_t ops;
+    write_ctx w;
+    if (!need_primary(x) || !array_field(x, "ops", &ops))
+        return;
+    memset(&w, 0, sizeof w);
+    w.srv = srv;
+    w.collected = calloc(16, sizeof *w.collected);
+    w.capcollected = 16;
+    if (!w.collected)
+        abort();
+    int64_t chain = 1, txn_number;
+    opt_int64(x->cmd, "chain", &chain);
+    if (!opt_int64(x->cmd, "txnNumber", &txn_number))
+        txn_number = srv->next_txn_number++;
+    uint8_t lsid[16];
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, x->cmd, "lsid") && BSON_ITER_HOLDS_BINARY(&it)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_subtype_t st;
+        bson_iter_binary(&it, &st, &len, &data);
+        memcpy(lsid, data, len >= 16 ? 16 : len);
+    } else {
+        bson_oid_t oid;
+        bson_oid_init(&oid, NULL);
+        memcpy(lsid, oid.bytes, 12);
+        uint32_t rnd = (uint32_t)rand();
+        memcpy(lsid + 12, &rnd, 4);
+        lsid[6] = (uint8_t)((lsid[6] & 0x0f) | 0x40);
+        lsid[8] = (uint8_t)((lsid[8] & 0x3f) | 0x80);
+    }
+    bson_error_t err;
+    bool failed = false;
+    int index = 0;
+    for (; bson_iter_next(&ops) && !failed; index++) {
+        bson_t op, q, u, doc;
+        bool has_q, has_u, has_doc;
+        bson_iter_t k;
+        char db[128];
+        const char *coll;
+        if (!iter_doc(&ops, &op) || !bson_iter_init(&k, &op) || !bson_iter_next(&k) || !BSON_ITER_HOLDS_UTF8(&k) ||
+            !split_ns(bson_iter_utf8(&k, NULL), db, sizeof db, &coll)) {
+            bson_set_error(&err, 0, 2, "ops[%d] must start with insert|update|delete: \"db.coll\"", index);
+            failed = true;
+            break;
+        }
+        const char *kind = bson_iter_key(&k);
+        opt_doc(&op, "q", &q, &has_q);
+        opt_doc(&op, "u", &u, &has_u);
+        opt_doc(&op, "document", &doc, &has_doc);
+        if (strcmp(kind, "insert") == 0 && has_doc) {
+            failed = !store_insert(srv->store, db, coll, &doc, emit_body, &w, &err);
+        } else if (strcmp(kind, "update") == 0 && has_q && has_u) {
+            sim_update_result res;
+            memset(&res, 0, sizeof res);
+            failed = !store_update(srv->store, db, coll, &q, &u, opt_bool(&op, "upsert"), &res, emit_body, &w, &err);
+            store_update_result_clear(&res);
+        } else if (strcmp(kind, "delete") == 0 && has_q) {
+            int64_t limit = 0, deleted;
+            opt_int64(&op, "limit", &limit);
+            failed = !store_delete(srv->store, db, coll, &q, (int)limit, &deleted, emit_body, &w, &err);
+        } else {
+            bson_set_error(&err, 0, 2, "ops[%d]: unknown or incomplete operation '%s'", index, kind);
+            failed = true;
+        }
+    }
+    /* Log what was applied (there is no rollback), split into `chain` applyOps entries. */
+    size_t total = w.ncollected;
+    size_t groups = chain < 1 ? 1 : (size_t)chain;
+    if (groups > total)
+        groups = total;
+    uint64_t prev_ts = 0;
+    int64_t prev_t = -1;
+    size_t next = 0;
+    bool log_ok = true;
+    for (size_t g = 0; g < groups && log_ok; g++) {
+        size_t take = total / groups + (g < total % groups ? 1 : 0);
+        uint64_t ts = sim_next_ts(srv);
+        bson_t e = BSON_INITIALIZER, o, arr;
+        append_lsid(&e, lsid);
+        BSON_APPEND_INT64(&e, "txnNumber", txn_number);
+        BSON_APPEND_UTF8(&e, "op", "c");
+        BSON_APPEND_UTF8(&e, "ns", "admin.$cmd");
+        BSON_APPEND_DOCUMENT_BEGIN(&e, "o", &o);
+        BSON_APPEND_ARRAY_BEGIN(&o, "applyOps", &arr);
+        for (size_t i = 0; i < take; i++) {
+            char keybuf[16];
+            const char *key;
+            bson_uint32_to_string((uint32_t)i, &key, keybuf, sizeof keybuf);
+            BSON_APPEND_DOCUMENT(&arr, key, w.collected[next++]);
+        }
+        bson_append_array_end(&o, &arr);
+        if (g + 1 < groups)
+            BSON_APPEND_BOOL(&o, "partialTxn", true);
+        else if (groups > 1)
+            BSON_APPEND_INT64(&o, "count", (int64_t)total);
+        bson_append_document_end(&e, &o);
+        BSON_APPEND_TIMESTAMP(&e, "ts", OPLOG_TS_SECS(ts), OPLOG_TS_INC(ts));
+        BSON_APPEND_INT64(&e, "t", srv->term);
+        BSON_APPEND_INT64(&e, "v", 2);
+        BSON_APPEND_DATE_TIME(&e, "wall", sim_now_ms());
+        append_optime(&e, "prevOpTime", prev_ts, prev_t);
+        bson_error_t lerr;
+        log_ok = sim_append_entry(srv, &e, ts, &lerr);
+        if (!log_ok)
+            fprintf(stderr, "mongosim: cannot log a transaction entry: %s\n", lerr.message);
+        bson_destroy(&e);
+        prev_ts = ts;
+        prev_t = srv->term;
+    }
+    write_ctx_clear(&w);
+    if (failed) {
+        reply_error(x->r, (int)err.code, "transaction op %d failed (%zu ops before it were applied and logged): %s",
+                    index, total, err.message);
+        return;
+    }
+    bson_t reply = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&reply, "nOps", (int32_t)total);
+    BSON_APPEND_INT32(&reply, "entries", (int32_t)groups);
+    BSON_APPEND_INT64(&reply, "txnNumber", txn_number);
+    append_uuid(&reply, "lsid", lsid);
+    reply_ok(x->r, &reply);
+}
+
+static void h_save(cmd_ctx *x)
+{
+    bson_error_t err;
+    if (!x->srv->opts.state_dir) {
+        reply_error(x->r, 20, "mongosim was started without --state DIR");
+        return;
+    }
+    if (!sim_server_save(x->srv, &err)) {
+        reply_error(x->r, 1, "mongosimSave: %s", err.message);
+        return;
+    }
+    h_ok(x);
+}
+
+static void h_truncate(cmd_ctx *x)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, x->cmd, "before") || !BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        reply_error(x->r, 2, "mongosimTruncateOplog needs before: Timestamp");
+        return;
+    }
+    uint32_t secs, inc;
+    bson_iter_timestamp(&it, &secs, &inc);
+    uint64_t before = oplog_count(x->srv->oplog);
+    oplog_truncate_before(x->srv->oplog, OPLOG_TS(secs, inc));
+    x->srv->woken_end = UINT64_MAX; /* re-check parked cursors: their position may be gone */
+    bson_t reply = BSON_INITIALIZER;
+    BSON_APPEND_INT64(&reply, "removed", (int64_t)(before - oplog_count(x->srv->oplog)));
+    reply_ok(x->r, &reply);
+}
+
+static void h_drop_connections(cmd_ctx *x)
+{
+    sim_drop_connections(x->srv, x->r->conn);
+    h_ok(x);
+}
+
+static void h_step_down(cmd_ctx *x)
+{
+    int64_t ms = BSON_ITER_HOLDS_NUMBER(&x->first) ? bson_iter_as_int64(&x->first) : 0;
+    if (ms <= 0) {
+        reply_error(x->r, 2, "mongosimStepDown needs a duration in ms");
+        return;
+    }
+    sim_step_down(x->srv, ms);
+    h_ok(x);
+}
+
+static void h_delay(cmd_ctx *x)
+{
+    int64_t ms = BSON_ITER_HOLDS_NUMBER(&x->first) ? bson_iter_as_int64(&x->first) : 0;
+    x->srv->delay_ms = ms < 0 ? 0 : ms;
+    h_ok(x);
+}
+
+static void h_status(cmd_ctx *x)
+{
+    sim_server *srv = x->srv;
+    bson_t d = BSON_INITIALIZER;
+    uint64_t n = oplog_count(srv->oplog);
+    BSON_APPEND_INT64(&d, "oplogCount", (int64_t)n);
+    if (n > 0) {
+        uint64_t f = oplog_entry_ts(srv->oplog, oplog_first_seq(srv->oplog));
+        BSON_APPEND_TIMESTAMP(&d, "firstTs", OPLOG_TS_SECS(f), OPLOG_TS_INC(f));
+    }
+    uint64_t l = oplog_last_ts(srv->oplog);
+    BSON_APPEND_TIMESTAMP(&d, "lastTs", OPLOG_TS_SECS(l), OPLOG_TS_INC(l));
+    BSON_APPEND_INT64(&d, "term", srv->term);
+    BSON_APPEND_BOOL(&d, "steppedDown", srv->stepped_down);
+    int64_t conns = 0, cursors = 0;
+    for (sim_conn *c = srv->conns; c; c = c->next)
+        conns++;
+    for (sim_cursor *c = srv->cursors; c; c = c->next)
+        cursors++;
+    BSON_APPEND_INT64(&d, "connections", conns);
+    BSON_APPEND_INT64(&d, "cursors", cursors);
+    BSON_APPEND_INT64(&d, "delayMS", srv->delay_ms);
+    reply_ok(x->r, &d);
+}
+
+/* ---- dispatch ---- */
+
+typedef struct {
+    const char *name;
+    void (*fn)(cmd_ctx *x);
+} cmd_entry;
+
+static const cmd_entry COMMANDS[] = {
+    {"hello", h_hello},
+    {"isMaster", h_hello},
+    {"ismaster", h_hello},
+    {"ping", h_ok},
+    {"endSessions", h_ok},
+    {"buildInfo", h_build_info},
+    {"buildinfo", h_build_info},
+    {"listDatabases", h_list_databases},
+    {"listCollections", h_list_collections},
+    {"count", h_count},
+    {"aggregate", h_aggregate},
+    {"insert", h_insert},
+    {"update", h_update},
+    {"delete", h_delete},
+    {"create", h_create},
+    {"drop", h_drop},
+    {"renameCollection", h_rename},
+    {"dropDatabase", h_drop_database},
+    {"find", h_find},
+    {"getMore", h_get_more},
+    {"killCursors", h_kill_cursors},
+    {"appendOplog", h_append_oplog},
+    {"mongosimTransaction", h_transaction},
+    {"mongosimSave", h_save},
+    {"mongosimTruncateOplog", h_truncate},
+    {"mongosimDropConnections", h_drop_connections},
+    {"mongosimStepDown", h_step_down},
+    {"mongosimDelay", h_delay},
+    {"mongosimStatus", h_status},
+};
+
+void cmd_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *db)
+{
+    cmd_ctx x = {.srv = srv, .r = r, .cmd = cmd, .db = db};
+    if (!bson_iter_init(&x.first, cmd) || !bson_iter_next(&x.first)) {
+        reply_error(r, 9, "empty command document");
+        return;
+    }
+    x.name = bson_iter_key(&x.first);
+    if (!x.db) {
+        bson_iter_t it;
+        if (!bson_iter_init_find(&it, cmd, "$db") || !BSON_ITER_HOLDS_UTF8(&it)) {
+            reply_error(r, 40571, "OP_MSG requests require a $db argument");
+            return;
+        }
+        x.db = bson_iter_utf8(&it, NULL);
+    }
+    if (!*x.db || strchr(x.db, '.')) {
+        reply_error(r, 73, "Invalid database name: '%s'", x.db);
+        return;
+    }
+    if (srv->opts.verbose)
+        fprintf(stderr, "mongosim: conn %" PRId64 ": %s on %s\n", r->conn->id, x.name, x.db);
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++) {
+        if (strcmp(COMMANDS[i].name, x.name) == 0) {
+            COMMANDS[i].fn(&x);
+            return;
+        }
+    }
+    reply_error(r, 59, "no such command: '%s'", x.name);
+}

@@ -1,0 +1,49 @@
+/*
+ * server.h — mongosim's server: one replica-set member (a PRIMARY) speaking the MongoDB wire protocol on 127.0.0.1.
+ *
+ * main.c parses options into a sim_options and runs the server on libev's default loop; tests create one with its
+ * own loop and run it on a thread (sim_server_run), stopping it from another thread with sim_server_stop.
+ */
+#ifndef MONGOSIM_SERVER_H
+#define MONGOSIM_SERVER_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "store.h"
+
+struct ev_loop;
+
+typedef struct {
+    const char *bind_host;      /* "127.0.0.1" */
+    int port;                   /* 0 = pick a free port (see sim_server_port) */
+    const char *set_name;       /* "rs0" */
+    const char *advertise_host; /* host in me/hosts/primary; "127.0.0.1" */
+    sim_oplog_format format;    /* SIM_FORMAT_70 */
+    double noop_interval;       /* seconds between periodic noops; 0 = off */
+    uint64_t max_oplog_entries; /* 0 = unlimited */
+    const char *oplog_file;     /* BSON file appended verbatim at start, or NULL */
+    const char *data_dir;       /* mongodump layout loaded at start, or NULL */
+    const char *state_dir;      /* loaded at start if present; saved on stop / mongosimSave, or NULL */
+    bool verbose;               /* log each connection and command to stderr */
+} sim_options;
+
+typedef struct sim_server sim_server;
+
+void sim_options_init(sim_options *opts);
+
+/* Binds the listening socket and loads files. loop NULL: the server makes (and frees) its own loop. */
+sim_server *sim_server_new(const sim_options *opts, struct ev_loop *loop, bson_error_t *err);
+int sim_server_port(const sim_server *srv);
+/* Runs the loop until sim_server_stop (or SIGTERM/SIGINT when installed by sim_server_handle_signals). */
+void sim_server_run(sim_server *srv);
+/* Thread-safe: asks the loop to return. */
+void sim_server_stop(sim_server *srv);
+/* SIGTERM/SIGINT stop the loop (default loop only). */
+void sim_server_handle_signals(sim_server *srv);
+/* Saves oplog and data to state_dir (no-op without one). */
+bool sim_server_save(sim_server *srv, bson_error_t *err);
+void sim_server_free(sim_server *srv);
+
+#endif

@@ -1,0 +1,138 @@
+/*
+ * sim_internal.h — what mongosim's server.c (event loop, connections, framing) and commands.c (command handlers,
+ * cursors, oplog writes) share. Not for use outside tests/mongosim.
+ */
+#ifndef MONGOSIM_SIM_INTERNAL_H
+#define MONGOSIM_SIM_INTERNAL_H
+
+#include <bson/bson.h>
+#include <ev.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "oplog.h"
+#include "server.h"
+#include "store.h"
+
+#define SIM_OP_REPLY 1
+#define SIM_OP_QUERY 2004
+#define SIM_OP_MSG 2013
+#define SIM_MAX_MESSAGE 48000000
+#define SIM_MAX_BSON 16777216
+/* Cursor batches stop growing past this many bytes, as a real server's do at 16 MB. */
+#define SIM_BATCH_BYTES (16 * 1024 * 1024 - 64 * 1024)
+
+/* A growable byte buffer. Allocation failure aborts: mongosim is a test tool, and a half-written reply is worse. */
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+} sim_buf;
+
+void buf_reserve(sim_buf *b, size_t more);
+void buf_put(sim_buf *b, const void *p, size_t n);
+void buf_free(sim_buf *b);
+/* Raw BSON writing straight into a buffer (used for replies so entries are copied once). */
+size_t bw_doc_begin(sim_buf *b);
+void bw_doc_end(sim_buf *b, size_t start);
+size_t bw_sub_begin(sim_buf *b, uint8_t type, const char *key); /* type 3 document or 4 array */
+void bw_key(sim_buf *b, uint8_t type, const char *key);
+void bw_int32(sim_buf *b, const char *key, int32_t v);
+void bw_int64(sim_buf *b, const char *key, int64_t v);
+void bw_double(sim_buf *b, const char *key, double v);
+void bw_string(sim_buf *b, const char *key, const char *s);
+void bw_doc(sim_buf *b, const char *key, const uint8_t *doc, uint32_t len);
+
+typedef struct sim_cursor sim_cursor;
+typedef struct sim_conn sim_conn;
+
+struct sim_conn {
+    sim_server *srv;
+    int fd;
+    int64_t id;
+    ev_io rio, wio;
+    sim_buf in, out;
+    size_t out_off;   /* bytes of out already sent */
+    bool parked;      /* an awaitData getMore waits for new entries */
+    int32_t park_request;
+    int64_t park_cursor;
+    int64_t park_batch;
+    ev_timer park_timer;
+    bool held;        /* replies held back by the delay fault */
+    ev_timer delay_timer;
+    bool close_after_flush;
+    bool dead; /* socket error: close at the next safe point */
+    sim_conn *prev, *next;
+};
+
+struct sim_server {
+    sim_options opts;
+    struct ev_loop *loop;
+    bool own_loop;
+    int lfd;
+    int port;
+    ev_io accept_io;
+    ev_async stop_async;
+    ev_prepare prepare;
+    ev_timer noop_timer;
+    ev_timer stepdown_timer;
+    ev_signal sig_term, sig_int;
+    bool signals;
+    sim_store *store;
+    sim_oplog *oplog;
+    int64_t term;
+    uint8_t oplog_uuid[16];
+    char me[512];
+    sim_conn *conns;
+    int64_t next_conn_id;
+    sim_cursor *cursors;
+    int64_t next_txn_number;
+    uint64_t closed_gen; /* bumped whenever a connection is freed */
+    uint64_t woken_end; /* oplog_end_seq when parked getMores were last offered entries */
+    bool stepped_down;
+    int64_t delay_ms;
+};
+
+/* One reply under construction: a header is written into conn->out by reply_begin, the body document follows,
+ * reply_end fixes the length. With no_reply (OP_MSG moreToCome) the bytes are dropped. */
+typedef struct {
+    sim_conn *conn;
+    int32_t request_id;
+    int32_t opcode; /* of the request: OP_QUERY gets OP_REPLY, OP_MSG gets OP_MSG */
+    bool no_reply;
+    size_t start;
+    bool parked; /* set by getMore when it parked instead of replying */
+} sim_reply;
+
+void reply_begin(sim_reply *r);
+void reply_end(sim_reply *r);
+void reply_bson(sim_reply *r, const bson_t *doc);
+void reply_error(sim_reply *r, int code, const char *fmt, ...) BSON_GNUC_PRINTF(3, 4);
+const char *sim_code_name(int code);
+
+/* server.c */
+int64_t sim_now_ms(void);
+/* Next ts and append a complete entry (it must contain that ts); caps the oplog. */
+uint64_t sim_next_ts(sim_server *srv);
+bool sim_append_entry(sim_server *srv, const bson_t *entry, uint64_t ts, bson_error_t *err);
+/* Append a body with ts, t, v, wall added at its end. */
+bool sim_append_body(sim_server *srv, const bson_t *body, bson_error_t *err);
+void sim_conn_reply_ready(sim_conn *c);
+/* A parked getMore was answered (its reply is in c->out): send it and resume the connection. */
+void sim_conn_unpark(sim_conn *c);
+/* Start the timer after which a parked getMore answers with an empty batch. */
+void sim_conn_park(sim_conn *c, double seconds);
+/* Closes every client connection but `except` (the one that asked). */
+void sim_drop_connections(sim_server *srv, sim_conn *except);
+void sim_step_down(sim_server *srv, int64_t ms);
+
+/* commands.c */
+/* Runs one command (db from OP_QUERY's namespace, or NULL to use the body's $db); the reply (unless parked) is
+ * complete in r->conn->out when it returns. */
+void cmd_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *db);
+/* A parked getMore: offer it new entries (timeout false) or give up (timeout true). True when it was answered. */
+bool cmd_parked_try(sim_server *srv, sim_conn *c, bool timeout);
+/* Fail every parked getMore on oplog cursors with this error (step-down). */
+void cmd_fail_parked(sim_server *srv, int code, const char *msg);
+void cmd_cursors_free(sim_server *srv);
+
+#endif

@@ -1,0 +1,1233 @@
+/*
+ * store.c — mongosim's data engine (see store.h): databases → collections → documents, and the oplog entry bodies
+ * a MongoDB 7.0 (or 4.4) server writes for each change.
+ *
+ * Documents of a collection live in a treap keyed by `_id` in MongoDB's BSON comparison order
+ * (update_compare_iters), so insert, lookup, delete and "first _id > X" are O(log n) expected. Databases and
+ * collections are small sorted arrays. Collection UUIDs are random v4 UUIDs from getrandom().
+ *
+ * Oplog bodies (op, ns, ui, o[, o2]) follow the real entries in /work/shared/oplog/vectors and REPORT.md §2:
+ *   - create {create, idIndex: {v: 2, key: {_id: 1}, name: "_id_"}} before the first write into a new collection;
+ *   - insert: `o` only — the 7.0-era entries (transcribed_understanding_the_oplog_doc) and the 4.4 dumps carry no
+ *     `o2` on inserts; only 8.0 adds it. Upserts that insert are logged as `i`;
+ *   - update: o from update.c, o2 {_id}; a no-op update logs nothing;
+ *   - delete: o {_id};
+ *   - drop: o {drop}, o2 {numRecords: int32} (int32 in the 4.4 ddl_stream dump);
+ *   - renameCollection within a db: ns "<db>.$cmd", ui = source UUID, o {renameCollection, to, stayTemp: false
+ *     [, dropTarget: UUID]} with o2 {numRecords: int32 of the dropped target} only when a target was dropped;
+ *   - renameCollection across databases (the server's SERVER-30371 procedure, simplified): create a temporary
+ *     collection "<todb>.tmpXXXXX.renameCollection" (new UUID), one insert per source document into it, a
+ *     within-db rename of the temporary collection to the target (dropTarget if one existed), then a drop of the
+ *     source. The target ends up with the temporary collection's UUID. Index copies are not simulated.
+ *   - dropDatabase: one drop per collection (name order), then {dropDatabase: 1} with no ui.
+ * Every write validates everything before emitting, so a failed write emits nothing.
+ */
+#include "store.h"
+#include "update.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Treap of documents
+ * ------------------------------------------------------------------------------------------------------------- */
+
+typedef struct tnode {
+    bson_t *doc;
+    uint32_t id_off; /* offset of doc's _id element (bson_iter_t needs 128-byte alignment, so none is stored) */
+    uint32_t prio;
+    struct tnode *l, *r;
+} tnode;
+
+typedef struct {
+    char *name;
+    uint8_t uuid[16];
+    tnode *root;
+    int64_t count;
+} scoll;
+
+typedef struct {
+    char *name;
+    scoll **colls;
+    size_t n, cap;
+} sdb;
+
+struct sim_store {
+    sim_oplog_format format;
+    sdb **dbs;
+    size_t n, cap;
+    uint64_t rng;
+};
+
+static uint32_t store_rand(sim_store *s)
+{
+    s->rng ^= s->rng << 13;
+    s->rng ^= s->rng >> 7;
+    s->rng ^= s->rng << 17;
+    return (uint32_t)(s->rng >> 11);
+}
+
+static void tnode_free_all(tnode *t)
+{
+    while (t) {
+        tnode_free_all(t->l);
+        tnode *r = t->r;
+        bson_destroy(t->doc);
+        free(t);
+        t = r;
+    }
+}
+
+/* Positions it on t's _id. */
+static void tnode_id(const tnode *t, bson_iter_t *it)
+{
+    bson_iter_init_from_data_at_offset(it, bson_get_data(t->doc), t->doc->len, t->id_off, 3);
+}
+
+static int key_cmp(const bson_iter_t *a, const tnode *t)
+{
+    bson_iter_t id;
+    tnode_id(t, &id);
+    return update_compare_iters(a, &id);
+}
+
+static tnode *treap_find(tnode *t, const bson_iter_t *key)
+{
+    while (t) {
+        int r = key_cmp(key, t);
+        if (r == 0)
+            return t;
+        t = r < 0 ? t->l : t->r;
+    }
+    return NULL;
+}
+
+/* First node with id > key (strict) or >= key. */
+static tnode *treap_lower(tnode *t, const bson_iter_t *key, bool strict)
+{
+    tnode *best = NULL;
+    while (t) {
+        int r = key_cmp(key, t);
+        if (r < 0 || (r == 0 && !strict)) {
+            best = t;
+            t = t->l;
+        } else {
+            t = t->r;
+        }
+    }
+    return best;
+}
+
+static tnode *treap_first(tnode *t)
+{
+    while (t && t->l)
+        t = t->l;
+    return t;
+}
+
+/* Split t into < key (l) and >= key (r). */
+static void treap_split(tnode *t, const bson_iter_t *key, tnode **l, tnode **r)
+{
+    if (!t) {
+        *l = *r = NULL;
+        return;
+    }
+    if (key_cmp(key, t) <= 0) {
+        treap_split(t->l, key, l, &t->l);
+        *r = t;
+    } else {
+        treap_split(t->r, key, &t->r, r);
+        *l = t;
+    }
+}
+
+static tnode *treap_merge(tnode *a, tnode *b)
+{
+    if (!a)
+        return b;
+    if (!b)
+        return a;
+    if (a->prio > b->prio) {
+        a->r = treap_merge(a->r, b);
+        return a;
+    }
+    b->l = treap_merge(a, b->l);
+    return b;
+}
+
+static tnode *treap_insert(tnode *t, tnode *nd)
+{
+    if (!t)
+        return nd;
+    bson_iter_t id;
+    tnode_id(nd, &id);
+    if (nd->prio > t->prio) {
+        treap_split(t, &id, &nd->l, &nd->r);
+        return nd;
+    }
+    if (key_cmp(&id, t) < 0)
+        t->l = treap_insert(t->l, nd);
+    else
+        t->r = treap_insert(t->r, nd);
+    return t;
+}
+
+/* Unlinks the node whose id equals key; returns it (or NULL). */
+static tnode *treap_remove(tnode **tp, const bson_iter_t *key)
+{
+    while (*tp) {
+        int r = key_cmp(key, *tp);
+        if (r == 0) {
+            tnode *hit = *tp;
+            *tp = treap_merge(hit->l, hit->r);
+            hit->l = hit->r = NULL;
+            return hit;
+        }
+        tp = r < 0 ? &(*tp)->l : &(*tp)->r;
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Catalog
+ * ------------------------------------------------------------------------------------------------------------- */
+
+sim_store *store_new(sim_oplog_format format)
+{
+    sim_store *s = bson_malloc0(sizeof *s);
+    s->format = format;
+    if (getrandom(&s->rng, sizeof s->rng, 0) != sizeof s->rng || !s->rng)
+        s->rng = 0x9E3779B97F4A7C15ull;
+    return s;
+}
+
+static void coll_free(scoll *c)
+{
+    if (!c)
+        return;
+    tnode_free_all(c->root);
+    free(c->name);
+    free(c);
+}
+
+static void db_free(sdb *d)
+{
+    for (size_t i = 0; i < d->n; i++)
+        coll_free(d->colls[i]);
+    free(d->colls);
+    free(d->name);
+    free(d);
+}
+
+void store_free(sim_store *store)
+{
+    if (!store)
+        return;
+    for (size_t i = 0; i < store->n; i++)
+        db_free(store->dbs[i]);
+    free(store->dbs);
+    free(store);
+}
+
+sim_oplog_format store_format(const sim_store *store) { return store->format; }
+
+/* Binary search in a sorted array of name-first structs; returns the index found or the insertion point. */
+#define FIND_SORTED(arr, n, key, found)                                                                              \
+    ({                                                                                                               \
+        size_t lo_ = 0, hi_ = (n);                                                                                   \
+        *(found) = false;                                                                                            \
+        while (lo_ < hi_) {                                                                                          \
+            size_t mid_ = (lo_ + hi_) / 2;                                                                           \
+            int r_ = strcmp((arr)[mid_]->name, (key));                                                               \
+            if (r_ == 0) {                                                                                           \
+                *(found) = true;                                                                                     \
+                lo_ = mid_;                                                                                          \
+                break;                                                                                               \
+            }                                                                                                        \
+            if (r_ < 0)                                                                                              \
+                lo_ = mid_ + 1;                                                                                      \
+            else                                                                                                     \
+                hi_ = mid_;                                                                                          \
+        }                                                                                                            \
+        lo_;                                                                                                         \
+    })
+
+static sdb *db_get(const sim_store *s, const char *name, size_t *pos)
+{
+    bool found;
+    size_t i = FIND_SORTED(s->dbs, s->n, name, &found);
+    if (pos)
+        *pos = i;
+    return found ? s->dbs[i] : NULL;
+}
+
+static scoll *coll_get(const sim_store *s, const char *db, const char *coll)
+{
+    sdb *d = db_get(s, db, NULL);
+    if (!d)
+        return NULL;
+    bool found;
+    size_t i = FIND_SORTED(d->colls, d->n, coll, &found);
+    return found ? d->colls[i] : NULL;
+}
+
+static void new_uuid(uint8_t uuid[16])
+{
+    if (getrandom(uuid, 16, 0) != 16) {
+        for (int i = 0; i < 16; i++)
+            uuid[i] = (uint8_t)rand();
+    }
+    uuid[6] = (uint8_t)((uuid[6] & 0x0f) | 0x40);
+    uuid[8] = (uint8_t)((uuid[8] & 0x3f) | 0x80);
+}
+
+/* Adds an (empty) collection object to the catalog, creating the db entry if needed. */
+static void catalog_add(sim_store *s, const char *db, scoll *c)
+{
+    size_t pos;
+    sdb *d = db_get(s, db, &pos);
+    if (!d) {
+        d = bson_malloc0(sizeof *d);
+        d->name = bson_strdup(db);
+        if (s->n == s->cap) {
+            s->cap = s->cap ? s->cap * 2 : 8;
+            s->dbs = bson_realloc(s->dbs, s->cap * sizeof *s->dbs);
+        }
+        memmove(&s->dbs[pos + 1], &s->dbs[pos], (s->n - pos) * sizeof *s->dbs);
+        s->dbs[pos] = d;
+        s->n++;
+    }
+    bool found;
+    size_t i = FIND_SORTED(d->colls, d->n, c->name, &found);
+    if (d->n == d->cap) {
+        d->cap = d->cap ? d->cap * 2 : 8;
+        d->colls = bson_realloc(d->colls, d->cap * sizeof *d->colls);
+    }
+    memmove(&d->colls[i + 1], &d->colls[i], (d->n - i) * sizeof *d->colls);
+    d->colls[i] = c;
+    d->n++;
+}
+
+/* Unlinks a collection from the catalog (dropping the db entry when it becomes empty) and returns it. */
+static scoll *catalog_remove(sim_store *s, const char *db, const char *coll)
+{
+    size_t dpos;
+    sdb *d = db_get(s, db, &dpos);
+    if (!d)
+        return NULL;
+    bool found;
+    size_t i = FIND_SORTED(d->colls, d->n, coll, &found);
+    if (!found)
+        return NULL;
+    scoll *c = d->colls[i];
+    memmove(&d->colls[i], &d->colls[i + 1], (d->n - i - 1) * sizeof *d->colls);
+    d->n--;
+    if (d->n == 0) {
+        db_free(d);
+        memmove(&s->dbs[dpos], &s->dbs[dpos + 1], (s->n - dpos - 1) * sizeof *s->dbs);
+        s->n--;
+    }
+    return c;
+}
+
+static scoll *coll_new(const char *name)
+{
+    scoll *c = bson_malloc0(sizeof *c);
+    c->name = bson_strdup(name);
+    new_uuid(c->uuid);
+    return c;
+}
+
+static bool check_ns(const char *db, const char *coll, bson_error_t *err)
+{
+    if (!db || !*db || strchr(db, '.') || strchr(db, '$') || strchr(db, '/') || strchr(db, ' ')) {
+        bson_set_error(err, 0, 73, "Invalid database name: '%s'", db ? db : "");
+        return false;
+    }
+    if (coll && (!*coll || strchr(coll, '$') || coll[0] == '.')) {
+        bson_set_error(err, 0, 73, "Invalid collection name: '%s.%s'", db, coll);
+        return false;
+    }
+    if (coll && strlen(db) + strlen(coll) + 1 > 255) {
+        bson_set_error(err, 0, 73, "Fully qualified namespace is too long: '%s.%s'", db, coll);
+        return false;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Oplog bodies
+ * ------------------------------------------------------------------------------------------------------------- */
+
+static void emit_body(store_emit_fn emit, void *ctx, const char *op, const char *ns, const uint8_t *uuid,
+                      const bson_t *o, const bson_t *o2)
+{
+    if (!emit)
+        return;
+    bson_t body = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&body, "op", op);
+    BSON_APPEND_UTF8(&body, "ns", ns);
+    if (uuid)
+        BSON_APPEND_BINARY(&body, "ui", BSON_SUBTYPE_UUID, uuid, 16);
+    BSON_APPEND_DOCUMENT(&body, "o", o);
+    if (o2)
+        BSON_APPEND_DOCUMENT(&body, "o2", o2);
+    emit(ctx, &body);
+    bson_destroy(&body);
+}
+
+static void emit_cmd(store_emit_fn emit, void *ctx, const char *db, const uint8_t *uuid, const bson_t *o,
+                     const bson_t *o2)
+{
+    char *ns = bson_strdup_printf("%s.$cmd", db);
+    emit_body(emit, ctx, "c", ns, uuid, o, o2);
+    bson_free(ns);
+}
+
+static void emit_create(store_emit_fn emit, void *ctx, const char *db, const scoll *c)
+{
+    bson_t o = BSON_INITIALIZER, idx, key;
+    BSON_APPEND_UTF8(&o, "create", c->name);
+    BSON_APPEND_DOCUMENT_BEGIN(&o, "idIndex", &idx);
+    BSON_APPEND_INT32(&idx, "v", 2);
+    BSON_APPEND_DOCUMENT_BEGIN(&idx, "key", &key);
+    BSON_APPEND_INT32(&key, "_id", 1);
+    bson_append_document_end(&idx, &key);
+    BSON_APPEND_UTF8(&idx, "name", "_id_");
+    bson_append_document_end(&o, &idx);
+    emit_cmd(emit, ctx, db, c->uuid, &o, NULL);
+    bson_destroy(&o);
+}
+
+static void emit_drop(store_emit_fn emit, void *ctx, const char *db, const scoll *c)
+{
+    bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&o, "drop", c->name);
+    BSON_APPEND_INT32(&o2, "numRecords", (int32_t)c->count);
+    emit_cmd(emit, ctx, db, c->uuid, &o, &o2);
+    bson_destroy(&o);
+    bson_destroy(&o2);
+}
+
+static void emit_doc_op(store_emit_fn emit, void *ctx, const char *op, const char *db, const scoll *c,
+                        const bson_t *o, const bson_t *o2)
+{
+    char *ns = bson_strdup_printf("%s.%s", db, c->name);
+    emit_body(emit, ctx, op, ns, c->uuid, o, o2);
+    bson_free(ns);
+}
+
+static void id_doc(const bson_iter_t *id, bson_t *out)
+{
+    bson_init(out);
+    bson_append_iter(out, "_id", 3, id);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Writes
+ * ------------------------------------------------------------------------------------------------------------- */
+
+static char *dup_key_text(const bson_iter_t *id)
+{
+    if (BSON_ITER_HOLDS_OID(id)) {
+        char hex[25];
+        bson_oid_to_string(bson_iter_oid(id), hex);
+        return bson_strdup_printf("{ _id: ObjectId('%s') }", hex);
+    }
+    bson_t tmp = BSON_INITIALIZER;
+    bson_append_iter(&tmp, "_id", 3, id);
+    char *js = bson_as_relaxed_extended_json(&tmp, NULL);
+    bson_destroy(&tmp);
+    /* `{ "_id" : V }` → `{ _id: V }` */
+    const char *v = strstr(js, " : ");
+    char *out = bson_strdup_printf("{ _id: %s", v ? v + 3 : js);
+    bson_free(js);
+    return out;
+}
+
+/* Builds the stored form of doc: _id first (an ObjectId added when missing). */
+static bool prepare_doc(const bson_t *doc, bson_t **out, bson_error_t *err)
+{
+    bson_iter_t it, id;
+    if (!bson_validate(doc, BSON_VALIDATE_NONE, NULL)) {
+        bson_set_error(err, 0, 2, "invalid BSON document");
+        return false;
+    }
+    bool has_id = bson_iter_init_find(&id, doc, "_id");
+    if (has_id) {
+        bson_type_t t = bson_iter_type(&id);
+        if (t == BSON_TYPE_ARRAY || t == BSON_TYPE_REGEX || t == BSON_TYPE_UNDEFINED) {
+            bson_set_error(err, 0, 2, "can't use a%s %s for _id",
+                           t == BSON_TYPE_ARRAY ? "n" : t == BSON_TYPE_UNDEFINED ? "n" : "",
+                           t == BSON_TYPE_ARRAY ? "array" : t == BSON_TYPE_REGEX ? "regex" : "undefined");
+            return false;
+        }
+    }
+    bson_t *d = bson_sized_new(doc->len + 20);
+    if (has_id) {
+        bson_append_iter(d, "_id", 3, &id);
+    } else {
+        bson_oid_t oid;
+        bson_oid_init(&oid, NULL);
+        BSON_APPEND_OID(d, "_id", &oid);
+    }
+    if (bson_iter_init(&it, doc))
+        while (bson_iter_next(&it))
+            if (strcmp(bson_iter_key(&it), "_id") != 0)
+                bson_append_iter(d, NULL, 0, &it);
+    if (d->len > 16 * 1024 * 1024 + 16 * 1024) {
+        bson_destroy(d);
+        bson_set_error(err, 0, 10334, "object to insert too large");
+        return false;
+    }
+    *out = d;
+    return true;
+}
+
+static tnode *tnode_new(sim_store *s, bson_t *doc)
+{
+    tnode *nd = bson_malloc0(sizeof *nd);
+    bson_iter_t it;
+    nd->doc = doc;
+    if (bson_iter_init_find(&it, doc, "_id"))
+        nd->id_off = bson_iter_offset(&it);
+    nd->prio = store_rand(s);
+    return nd;
+}
+
+/* Inserts a prepared document (owned) into db.coll, creating the collection; emits create/insert. */
+static bool insert_prepared(sim_store *store, const char *db, const char *coll, bson_t *d, store_emit_fn emit,
+                            void *ctx, bson_error_t *err)
+{
+    scoll *c = coll_get(store, db, coll);
+    tnode *nd = tnode_new(store, d);
+    bson_iter_t id;
+    tnode_id(nd, &id);
+    if (c && treap_find(c->root, &id)) {
+        char *k = dup_key_text(&id);
+        bson_set_error(err, 0, 11000, "E11000 duplicate key error collection: %s.%s index: _id_ dup key: %s", db,
+                       coll, k);
+        bson_free(k);
+        bson_destroy(d);
+        free(nd);
+        return false;
+    }
+    if (!c) {
+        c = coll_new(coll);
+        catalog_add(store, db, c);
+        emit_create(emit, ctx, db, c);
+    }
+    c->root = treap_insert(c->root, nd);
+    c->count++;
+    emit_doc_op(emit, ctx, "i", db, c, d, NULL);
+    return true;
+}
+
+bool store_insert(sim_store *store, const char *db, const char *coll, const bson_t *doc, store_emit_fn emit,
+                  void *ctx, bson_error_t *err)
+{
+    bson_t *d;
+    if (!check_ns(db, coll, err) || !prepare_doc(doc, &d, err))
+        return false;
+    return insert_prepared(store, db, coll, d, emit, ctx, err);
+}
+
+/* q must be {_id: X} with X not an operator document. */
+static bool parse_id_query(const bson_t *q, bson_iter_t *id, bson_error_t *err)
+{
+    bson_iter_t it;
+    if (bson_iter_init(&it, q) && bson_iter_next(&it) && strcmp(bson_iter_key(&it), "_id") == 0) {
+        *id = it;
+        bool extra = bson_iter_next(&it);
+        bool op = false;
+        if (BSON_ITER_HOLDS_DOCUMENT(id)) {
+            bson_iter_t sub;
+            op = bson_iter_recurse(id, &sub) && bson_iter_next(&sub) && bson_iter_key(&sub)[0] == '$';
+        }
+        if (!extra && !op)
+            return true;
+    }
+    char *js = bson_as_relaxed_extended_json(q, NULL);
+    bson_set_error(err, 0, 2, "mongosim supports only {_id: <value>} queries here, got %s", js);
+    bson_free(js);
+    return false;
+}
+
+void store_update_result_clear(sim_update_result *res)
+{
+    if (!res)
+        return;
+    if (res->upserted)
+        bson_value_destroy(&res->upserted_id);
+    memset(res, 0, sizeof *res);
+}
+
+bool store_update(sim_store *store, const char *db, const char *coll, const bson_t *q, const bson_t *u, bool upsert,
+                  sim_update_result *res, store_emit_fn emit, void *ctx, bson_error_t *err)
+{
+    sim_update_result local;
+    if (!res)
+        res = &local;
+    memset(res, 0, sizeof *res);
+    bson_iter_t id;
+    if (!check_ns(db, coll, err) || !parse_id_query(q, &id, err))
+        return false;
+    scoll *c = coll_get(store, db, coll);
+    tnode *nd = c ? treap_find(c->root, &id) : NULL;
+    bson_t new_doc, o;
+    bool changed;
+    if (nd) {
+        if (!update_apply(nd->doc, u, store->format, false, &new_doc, &o, &changed, err))
+            return false;
+        res->matched = 1;
+        if (!changed)
+            return true;
+        res->modified = 1;
+        bson_destroy(nd->doc);
+        nd->doc = bson_copy(&new_doc);
+        bson_destroy(&new_doc);
+        bson_iter_t nid;
+        if (bson_iter_init_find(&nid, nd->doc, "_id"))
+            nd->id_off = bson_iter_offset(&nid);
+        bson_t o2;
+        id_doc(&nid, &o2);
+        emit_doc_op(emit, ctx, "u", db, c, &o, &o2);
+        bson_destroy(&o2);
+        bson_destroy(&o);
+        if (res == &local)
+            store_update_result_clear(res);
+        return true;
+    }
+    if (!upsert)
+        return true;
+
+    bson_t base;
+    id_doc(&id, &base);
+    bson_t *d;
+    if (!update_apply(&base, u, store->format, true, &new_doc, &o, &changed, err)) {
+        bson_destroy(&base);
+        return false;
+    }
+    if (changed) {
+        bson_destroy(&o);
+        bool ok = prepare_doc(&new_doc, &d, err);
+        bson_destroy(&new_doc);
+        if (!ok) {
+            bson_destroy(&base);
+            return false;
+        }
+    } else {
+        d = bson_copy(&base);
+    }
+    bson_destroy(&base);
+    bson_iter_t nid;
+    bson_iter_init_find(&nid, d, "_id");
+    bson_value_t idv;
+    bson_value_copy(bson_iter_value(&nid), &idv);
+    if (!insert_prepared(store, db, coll, d, emit, ctx, err)) {
+        bson_value_destroy(&idv);
+        return false;
+    }
+    res->upserted = true;
+    res->upserted_id = idv;
+    if (res == &local)
+        store_update_result_clear(res);
+    return true;
+}
+
+static void delete_node(sim_store *store, const char *db, scoll *c, tnode *nd, store_emit_fn emit, void *ctx)
+{
+    bson_iter_t key;
+    tnode_id(nd, &key);
+    tnode *hit = treap_remove(&c->root, &key);
+    c->count--;
+    bson_t o;
+    id_doc(&key, &o);
+    emit_doc_op(emit, ctx, "d", db, c, &o, NULL);
+    bson_destroy(&o);
+    bson_destroy(hit->doc);
+    free(hit);
+}
+
+bool store_delete(sim_store *store, const char *db, const char *coll, const bson_t *q, int limit, int64_t *deleted,
+                  store_emit_fn emit, void *ctx, bson_error_t *err)
+{
+    int64_t n = 0;
+    if (deleted)
+        *deleted = 0;
+    if (!check_ns(db, coll, err))
+        return false;
+    scoll *c = coll_get(store, db, coll);
+    if (bson_empty(q)) {
+        while (c && c->root && (limit != 1 || n == 0)) {
+            delete_node(store, db, c, treap_first(c->root), emit, ctx);
+            n++;
+        }
+    } else {
+        bson_iter_t id;
+        if (!parse_id_query(q, &id, err))
+            return false;
+        tnode *nd = c ? treap_find(c->root, &id) : NULL;
+        if (nd) {
+            delete_node(store, db, c, nd, emit, ctx);
+            n++;
+        }
+    }
+    if (deleted)
+        *deleted = n;
+    return true;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * DDL
+ * ------------------------------------------------------------------------------------------------------------- */
+
+bool store_create(sim_store *store, const char *db, const char *coll, store_emit_fn emit, void *ctx,
+                  bson_error_t *err)
+{
+    if (!check_ns(db, coll, err))
+        return false;
+    if (coll_get(store, db, coll)) {
+        bson_set_error(err, 0, 48, "Collection %s.%s already exists.", db, coll);
+        return false;
+    }
+    scoll *c = coll_new(coll);
+    catalog_add(store, db, c);
+    emit_create(emit, ctx, db, c);
+    return true;
+}
+
+bool store_drop(sim_store *store, const char *db, const char *coll, bool *existed, store_emit_fn emit, void *ctx,
+                bson_error_t *err)
+{
+    if (existed)
+        *existed = false;
+    if (!check_ns(db, coll, err))
+        return false;
+    scoll *c = catalog_remove(store, db, coll);
+    if (!c)
+        return true;
+    if (existed)
+        *existed = true;
+    emit_drop(emit, ctx, db, c);
+    coll_free(c);
+    return true;
+}
+
+static void emit_rename(store_emit_fn emit, void *ctx, const char *db, const uint8_t *uuid, const char *from_ns,
+                        const char *to_ns, const scoll *dropped)
+{
+    bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&o, "renameCollection", from_ns);
+    BSON_APPEND_UTF8(&o, "to", to_ns);
+    BSON_APPEND_BOOL(&o, "stayTemp", false);
+    if (dropped) {
+        BSON_APPEND_BINARY(&o, "dropTarget", BSON_SUBTYPE_UUID, dropped->uuid, 16);
+        BSON_APPEND_INT32(&o2, "numRecords", (int32_t)dropped->count);
+    }
+    emit_cmd(emit, ctx, db, uuid, &o, dropped ? &o2 : NULL);
+    bson_destroy(&o);
+    bson_destroy(&o2);
+}
+
+static void emit_inserts(tnode *t, const char *db, const scoll *c, store_emit_fn emit, void *ctx)
+{
+    while (t) {
+        emit_inserts(t->l, db, c, emit, ctx);
+        emit_doc_op(emit, ctx, "i", db, c, t->doc, NULL);
+        t = t->r;
+    }
+}
+
+bool store_rename(sim_store *store, const char *from_db, const char *from_coll, const char *to_db,
+                  const char *to_coll, bool drop_target, store_emit_fn emit, void *ctx, bson_error_t *err)
+{
+    if (!check_ns(from_db, from_coll, err) || !check_ns(to_db, to_coll, err))
+        return false;
+    if (!coll_get(store, from_db, from_coll)) {
+        bson_set_error(err, 0, 26, "Source collection %s.%s does not exist", from_db, from_coll);
+        return false;
+    }
+    if (strcmp(from_db, to_db) == 0 && strcmp(from_coll, to_coll) == 0) {
+        bson_set_error(err, 0, 20, "Can't rename a collection to itself");
+        return false;
+    }
+    scoll *target = coll_get(store, to_db, to_coll);
+    if (target && !drop_target) {
+        bson_set_error(err, 0, 48, "target namespace exists");
+        return false;
+    }
+    char *from_ns = bson_strdup_printf("%s.%s", from_db, from_coll);
+    char *to_ns = bson_strdup_printf("%s.%s", to_db, to_coll);
+    if (target)
+        target = catalog_remove(store, to_db, to_coll);
+    scoll *src = catalog_remove(store, from_db, from_coll);
+
+    if (strcmp(from_db, to_db) == 0) {
+        emit_rename(emit, ctx, from_db, src->uuid, from_ns, to_ns, target);
+        free(src->name);
+        src->name = bson_strdup(to_coll);
+        catalog_add(store, to_db, src);
+    } else {
+        /* SERVER-30371: copy into a temporary collection of the target db, rename it over the target, drop the
+         * source. */
+        static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+        char tmpname[40];
+        do {
+            char r[6];
+            for (int i = 0; i < 5; i++)
+                r[i] = alnum[store_rand(store) % (sizeof alnum - 1)];
+            r[5] = '\0';
+            snprintf(tmpname, sizeof tmpname, "tmp%s.renameCollection", r);
+        } while (coll_get(store, to_db, tmpname));
+        scoll *tmp = coll_new(tmpname);
+        emit_create(emit, ctx, to_db, tmp);
+        emit_inserts(src->root, to_db, tmp, emit, ctx);
+        char *tmp_ns = bson_strdup_printf("%s.%s", to_db, tmpname);
+        emit_rename(emit, ctx, to_db, tmp->uuid, tmp_ns, to_ns, target);
+        bson_free(tmp_ns);
+        emit_drop(emit, ctx, from_db, src);
+        /* The documents move to the new collection object. */
+        tmp->root = src->root;
+        tmp->count = src->count;
+        src->root = NULL;
+        free(tmp->name);
+        tmp->name = bson_strdup(to_coll);
+        catalog_add(store, to_db, tmp);
+        coll_free(src);
+    }
+    coll_free(target);
+    bson_free(from_ns);
+    bson_free(to_ns);
+    return true;
+}
+
+bool store_drop_database(sim_store *store, const char *db, store_emit_fn emit, void *ctx, bson_error_t *err)
+{
+    if (!check_ns(db, NULL, err))
+        return false;
+    size_t pos;
+    sdb *d = db_get(store, db, &pos);
+    if (!d)
+        return true;
+    for (size_t i = 0; i < d->n; i++)
+        emit_drop(emit, ctx, db, d->colls[i]);
+    bson_t o = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&o, "dropDatabase", 1);
+    emit_cmd(emit, ctx, db, NULL, &o, NULL);
+    bson_destroy(&o);
+    db_free(d);
+    memmove(&store->dbs[pos], &store->dbs[pos + 1], (store->n - pos - 1) * sizeof *store->dbs);
+    store->n--;
+    return true;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Reads
+ * ------------------------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    bool exact, has_lo, lo_incl, has_hi, hi_incl, none;
+    bson_iter_t eq, lo, hi;
+    int bracket; /* canonical type rank the range is restricted to, or INT32_MIN */
+} id_filter;
+
+static int rank_of(const bson_iter_t *it)
+{
+    switch (bson_iter_type(it)) {
+    case BSON_TYPE_MINKEY: return -1;
+    case BSON_TYPE_NULL:
+    case BSON_TYPE_UNDEFINED: return 5;
+    case BSON_TYPE_DOUBLE:
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64:
+    case BSON_TYPE_DECIMAL128: return 10;
+    case BSON_TYPE_UTF8:
+    case BSON_TYPE_SYMBOL: return 15;
+    case BSON_TYPE_DOCUMENT: return 20;
+    case BSON_TYPE_ARRAY: return 25;
+    case BSON_TYPE_BINARY: return 30;
+    case BSON_TYPE_OID: return 35;
+    case BSON_TYPE_BOOL: return 40;
+    case BSON_TYPE_DATE_TIME: return 45;
+    case BSON_TYPE_TIMESTAMP: return 47;
+    case BSON_TYPE_REGEX: return 50;
+    case BSON_TYPE_MAXKEY: return 100;
+    default: return 60;
+    }
+}
+
+static bool parse_filter(const bson_t *filter, id_filter *f, bson_error_t *err)
+{
+    memset(f, 0, sizeof *f);
+    f->bracket = INT32_MIN;
+    bson_iter_t it;
+    if (!filter || bson_empty(filter))
+        return true;
+    if (!bson_iter_init(&it, filter) || !bson_iter_next(&it) || strcmp(bson_iter_key(&it), "_id") != 0)
+        goto bad;
+    bson_iter_t val = it;
+    if (bson_iter_next(&it))
+        goto bad;
+    bson_iter_t sub;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&val) || !bson_iter_recurse(&val, &sub) || !bson_iter_next(&sub) ||
+        bson_iter_key(&sub)[0] != '$') {
+        f->exact = true;
+        f->eq = val;
+        return true;
+    }
+    do {
+        const char *op = bson_iter_key(&sub);
+        bool gt = strcmp(op, "$gt") == 0, gte = strcmp(op, "$gte") == 0;
+        bool lt = strcmp(op, "$lt") == 0, lte = strcmp(op, "$lte") == 0;
+        if (strcmp(op, "$eq") == 0) {
+            if (f->exact && update_compare_iters(&f->eq, &sub) != 0)
+                f->none = true;
+            f->exact = true;
+            f->eq = sub;
+            continue;
+        }
+        if (!gt && !gte && !lt && !lte)
+            goto bad;
+        int r = rank_of(&sub);
+        if (r != -1 && r != 100) {
+            if (f->bracket != INT32_MIN && f->bracket != r)
+                f->none = true;
+            f->bracket = r;
+        }
+        if (gt || gte) {
+            int c = f->has_lo ? update_compare_iters(&sub, &f->lo) : 1;
+            if (c > 0 || (c == 0 && gt)) {
+                f->lo = sub;
+                f->lo_incl = gte;
+                f->has_lo = true;
+            }
+        } else {
+            int c = f->has_hi ? update_compare_iters(&sub, &f->hi) : -1;
+            if (c < 0 || (c == 0 && lt)) {
+                f->hi = sub;
+                f->hi_incl = lte;
+                f->has_hi = true;
+            }
+        }
+    } while (bson_iter_next(&sub));
+    return true;
+bad: {
+    char *js = bson_as_relaxed_extended_json(filter, NULL);
+    bson_set_error(err, 0, 2, "mongosim supports only {}, {_id: X} and {_id: {$gt|$gte|$lt|$lte|$eq: X}} filters, "
+                              "got %s",
+                   js);
+    bson_free(js);
+    return false;
+}
+}
+
+bool store_filter_supported(const bson_t *filter, bson_error_t *err)
+{
+    id_filter f;
+    return parse_filter(filter, &f, err);
+}
+
+/* The documents matching filter, in _id order, strictly after `after` in BSON order when it is given (a cursor's
+ * next batch: continuing by order rather than by a $gt filter keeps _ids of other types, which $gt would bracket
+ * away). */
+static void find_impl(const sim_store *store, const char *db, const char *coll, const bson_t *filter,
+                      const bson_value_t *after, store_doc_fn fn, void *ctx)
+{
+    id_filter f;
+    bson_error_t err;
+    scoll *c = coll_get(store, db, coll);
+    if (!c || !parse_filter(filter, &f, &err) || f.none)
+        return;
+    bson_t after_doc = BSON_INITIALIZER;
+    bson_iter_t after_it;
+    bool has_after = after != NULL && bson_append_value(&after_doc, "_id", 3, after) &&
+                     bson_iter_init_find(&after_it, &after_doc, "_id");
+    if (f.exact) {
+        tnode *nd = treap_find(c->root, &f.eq);
+        bson_iter_t id;
+        if (nd)
+            tnode_id(nd, &id);
+        if (!nd || (has_after && update_compare_iters(&id, &after_it) <= 0) ||
+            (f.has_lo && update_compare_iters(&id, &f.lo) < (f.lo_incl ? 0 : 1)) ||
+            (f.has_hi && update_compare_iters(&id, &f.hi) > (f.hi_incl ? 0 : -1))) {
+            bson_destroy(&after_doc);
+            return;
+        }
+        fn(ctx, nd->doc);
+        bson_destroy(&after_doc);
+        return;
+    }
+    tnode *nd = f.has_lo ? treap_lower(c->root, &f.lo, !f.lo_incl) : treap_first(c->root);
+    if (has_after) {
+        bson_iter_t id;
+        if (nd)
+            tnode_id(nd, &id);
+        if (nd && update_compare_iters(&id, &after_it) <= 0)
+            nd = treap_lower(c->root, &after_it, true);
+    }
+    while (nd) {
+        bson_iter_t id;
+        tnode_id(nd, &id);
+        int r = rank_of(&id);
+        if (f.bracket != INT32_MIN && r > f.bracket)
+            break;
+        if (f.has_hi) {
+            int cmp = update_compare_iters(&id, &f.hi);
+            if (cmp > 0 || (cmp == 0 && !f.hi_incl))
+                break;
+        }
+        if (f.bracket == INT32_MIN || r == f.bracket)
+            if (!fn(ctx, nd->doc))
+                break;
+        nd = treap_lower(c->root, &id, true);
+    }
+    bson_destroy(&after_doc);
+}
+
+void store_find(const sim_store *store, const char *db, const char *coll, const bson_t *filter, store_doc_fn fn,
+                void *ctx)
+{
+    find_impl(store, db, coll, filter, NULL, fn, ctx);
+}
+
+void store_find_after(const sim_store *store, const char *db, const char *coll, const bson_t *filter,
+                      const bson_value_t *after, store_doc_fn fn, void *ctx)
+{
+    find_impl(store, db, coll, filter, after, fn, ctx);
+}
+
+int64_t store_count(const sim_store *store, const char *db, const char *coll)
+{
+    scoll *c = coll_get(store, db, coll);
+    return c ? c->count : 0;
+}
+
+void store_list_databases(const sim_store *store, store_name_fn fn, void *ctx)
+{
+    for (size_t i = 0; i < store->n; i++)
+        fn(ctx, store->dbs[i]->name, NULL);
+}
+
+void store_list_collections(const sim_store *store, const char *db, store_name_fn fn, void *ctx)
+{
+    sdb *d = db_get(store, db, NULL);
+    for (size_t i = 0; d && i < d->n; i++)
+        fn(ctx, d->colls[i]->name, d->colls[i]->uuid);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * mongodump layout
+ * ------------------------------------------------------------------------------------------------------------- */
+
+static bool load_file(sim_store *store, const char *path, const char *db, const char *coll, bson_error_t *err)
+{
+    FILE *fp = fopen(path, "rb");
+    uint8_t *buf = NULL;
+    if (!fp) {
+        bson_set_error(err, 0, 1, "%s: %s", path, strerror(errno));
+        return false;
+    }
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0)
+        goto io_fail;
+    size_t size = (size_t)st.st_size;
+    buf = bson_malloc(size ? size : 1);
+    if (size && fread(buf, 1, size, fp) != size)
+        goto io_fail;
+    fclose(fp);
+    fp = NULL;
+    if (!coll_get(store, db, coll)) {
+        bson_error_t e;
+        if (!check_ns(db, coll, &e)) {
+            bson_set_error(err, 0, 73, "%s: %s", path, e.message);
+            goto fail;
+        }
+        catalog_add(store, db, coll_new(coll));
+    }
+    scoll *c = coll_get(store, db, coll);
+    size_t off = 0;
+    while (off < size) {
+        uint32_t len;
+        if (size - off < 5) {
+            bson_set_error(err, 0, 2, "%s: truncated document at offset %zu", path, off);
+            goto fail;
+        }
+        memcpy(&len, buf + off, 4);
+        len = BSON_UINT32_FROM_LE(len);
+        bson_t view;
+        size_t bad = 0;
+        if (len < 5 || len > size - off) {
+            bson_set_error(err, 0, 2, "%s: bad document length %u at offset %zu", path, len, off);
+            goto fail;
+        }
+        if (!bson_init_static(&view, buf + off, len) || !bson_validate(&view, BSON_VALIDATE_NONE, &bad)) {
+            bson_set_error(err, 0, 2, "%s: invalid BSON document at offset %zu (error at byte %zu)", path, off,
+                           bad);
+            goto fail;
+        }
+        bson_t *d;
+        bson_error_t e;
+        if (!prepare_doc(&view, &d, &e)) {
+            bson_set_error(err, 0, e.code, "%s: document at offset %zu: %s", path, off, e.message);
+            goto fail;
+        }
+        tnode *nd = tnode_new(store, d);
+        bson_iter_t nid;
+        tnode_id(nd, &nid);
+        if (treap_find(c->root, &nid)) {
+            char *k = dup_key_text(&nid);
+            bson_set_error(err, 0, 11000,
+                           "%s: document at offset %zu: E11000 duplicate key error collection: %s.%s index: _id_ "
+                           "dup key: %s",
+                           path, off, db, coll, k);
+            bson_free(k);
+            bson_destroy(d);
+            free(nd);
+            goto fail;
+        }
+        c->root = treap_insert(c->root, nd);
+        c->count++;
+        off += len;
+    }
+    bson_free(buf);
+    return true;
+io_fail:
+    bson_set_error(err, 0, 1, "%s: %s", path, strerror(errno));
+fail:
+    if (fp)
+        fclose(fp);
+    bson_free(buf);
+    return false;
+}
+
+bool store_load_dir(sim_store *store, const char *dir, bson_error_t *err)
+{
+    DIR *top = opendir(dir);
+    if (!top) {
+        bson_set_error(err, 0, 1, "%s: %s", dir, strerror(errno));
+        return false;
+    }
+    struct dirent *de;
+    bool ok = true;
+    while (ok && (de = readdir(top))) {
+        if (de->d_name[0] == '.')
+            continue;
+        char *dbdir = bson_strdup_printf("%s/%s", dir, de->d_name);
+        struct stat st;
+        DIR *dd = stat(dbdir, &st) == 0 && S_ISDIR(st.st_mode) ? opendir(dbdir) : NULL;
+        struct dirent *fe;
+        while (ok && dd && (fe = readdir(dd))) {
+            size_t l = strlen(fe->d_name);
+            if (l <= 5 || strcmp(fe->d_name + l - 5, ".bson") != 0)
+                continue;
+            char *coll = bson_strndup(fe->d_name, l - 5);
+            char *path = bson_strdup_printf("%s/%s", dbdir, fe->d_name);
+            ok = load_file(store, path, de->d_name, coll, err);
+            bson_free(coll);
+            bson_free(path);
+        }
+        if (dd)
+            closedir(dd);
+        bson_free(dbdir);
+    }
+    closedir(top);
+    return ok;
+}
+
+static bool save_tree(FILE *fp, const tnode *t)
+{
+    while (t) {
+        if (!save_tree(fp, t->l))
+            return false;
+        if (fwrite(bson_get_data(t->doc), 1, t->doc->len, fp) != t->doc->len)
+            return false;
+        t = t->r;
+    }
+    return true;
+}
+
+bool store_save_dir(const sim_store *store, const char *dir, bson_error_t *err)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        bson_set_error(err, 0, 1, "%s: %s", dir, strerror(errno));
+        return false;
+    }
+    for (size_t i = 0; i < store->n; i++) {
+        sdb *d = store->dbs[i];
+        char *dbdir = bson_strdup_printf("%s/%s", dir, d->name);
+        if (mkdir(dbdir, 0755) != 0 && errno != EEXIST) {
+            bson_set_error(err, 0, 1, "%s: %s", dbdir, strerror(errno));
+            bson_free(dbdir);
+            return false;
+        }
+        for (size_t j = 0; j < d->n; j++) {
+            char *path = bson_strdup_printf("%s/%s.bson", dbdir, d->colls[j]->name);
+            FILE *fp = fopen(path, "wb");
+            bool ok = fp && save_tree(fp, d->colls[j]->root);
+            if (fp && fclose(fp) != 0)
+                ok = false;
+            if (!ok) {
+                bson_set_error(err, 0, 1, "%s: %s", path, strerror(errno));
+                bson_free(path);
+                bson_free(dbdir);
+                return false;
+            }
+            bson_free(path);
+        }
+        bson_free(dbdir);
+    }
+    return true;
+}
+
+const char *store_code_name(int code)
+{
+    switch (code) {
+    case 0: return "OK";
+    case 1: return "InternalError";
+    case 2: return "BadValue";
+    case 4: return "NoSuchKey";
+    case 8: return "UnknownError";
+    case 9: return "FailedToParse";
+    case 11: return "UserNotFound";
+    case 13: return "Unauthorized";
+    case 14: return "TypeMismatch";
+    case 18: return "AuthenticationFailed";
+    case 20: return "IllegalOperation";
+    case 26: return "NamespaceNotFound";
+    case 28: return "PathNotViable";
+    case 40: return "ConflictingUpdateOperators";
+    case 43: return "CursorNotFound";
+    case 48: return "NamespaceExists";
+    case 50: return "MaxTimeMSExpired";
+    case 56: return "EmptyFieldName";
+    case 59: return "CommandNotFound";
+    case 66: return "ImmutableField";
+    case 72: return "InvalidOptions";
+    case 73: return "InvalidNamespace";
+    case 96: return "OperationFailed";
+    case 112: return "WriteConflict";
+    case 125: return "CommandFailed";
+    case 136: return "CappedPositionLost";
+    case 251: return "NoSuchTransaction";
+    case 256: return "TransactionCommitted";
+    case 263: return "OperationNotSupportedInTransaction";
+    case 286: return "ChangeStreamHistoryLost";
+    case 10107: return "NotWritablePrimary";
+    case 10334: return "BSONObjectTooLarge";
+    case 11000: return "DuplicateKey";
+    case 11600: return "InterruptedAtShutdown";
+    case 11601: return "Interrupted";
+    case 13435: return "NotPrimaryNoSecondaryOk";
+    case 13436: return "NotPrimaryOrSecondary";
+    case 17419: return "Location17419";
+    default: return "UnknownError";
+    }
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# tests/run.sh BUILD — everything `make check` runs, in order, from the repository root.
+#
+#   1. the Check unit suites (no servers needed);
+#   2. the integration tests, against a throwaway PostgreSQL (scripts/with-pg.sh) and mongosim — or a real replica
+#      set when MONGO_URI is set (see tests/integration/run.sh).
+# Any failure fails the whole run; nothing is skipped silently.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+
+echo "== unit suites"
+CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-30} "$build/unit_tests"
+
+echo "== integration tests"
+scripts/with-pg.sh tests/integration/run.sh "$build"

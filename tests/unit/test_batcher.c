@@ -1,0 +1,266 @@
+/*
+ * test_batcher.c — the batcher's flush rules, with a recording sink and a fake clock.
+ *
+ * The recorder writes one line per call ("copy shop.a 3 @1:2", "apply update shop.a", "commit 1:5"), so each test
+ * states the exact sequence PostgreSQL would see.
+ */
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/batcher.h"
+
+typedef struct {
+    char log[4096];
+    sink_status fail_commit;
+} recorder;
+
+static void rec(recorder *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void rec(recorder *r, const char *fmt, ...)
+{
+    size_t len = strlen(r->log);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->log + len, sizeof r->log - len, fmt, ap);
+    va_end(ap);
+    len = strlen(r->log);
+    snprintf(r->log + len, sizeof r->log - len, "; ");
+}
+
+static sink_status rec_insert(void *ctx, const char *db, const char *coll, sink_batch *b, const op_pos *pos)
+{
+    rec(ctx, "copy %s.%s %zu @%u:%u", db, coll, sink_batch_rows(b), pos->secs, pos->inc);
+    return SINK_OK;
+}
+
+static sink_status rec_apply(void *ctx, const op *o)
+{
+    rec(ctx, "%s %s.%s", op_kind_name(o->kind), o->db ? o->db : "-", o->coll ? o->coll : "-");
+    return SINK_OK;
+}
+
+static sink_status rec_commit(void *ctx, const op_pos *pos)
+{
+    recorder *r = ctx;
+    if (r->fail_commit != SINK_OK)
+        return r->fail_commit;
+    rec(r, "commit %u:%u", pos->secs, pos->inc);
+    return SINK_OK;
+}
+
+static recorder R;
+static batcher *B;
+static uint32_t next_inc;
+static bson_t *DOC;
+
+static void setup_with(uint64_t rows, uint64_t interval, bool per_op)
+{
+    memset(&R, 0, sizeof R);
+    batcher_sink out = {.ctx = &R, .insert_batch = rec_insert, .apply = rec_apply, .commit = rec_commit};
+    batcher_config cfg = {.batch_rows = rows, .batch_bytes = 1 << 30, .flush_interval_ms = interval, .per_op = per_op};
+    B = batcher_new(&cfg, &out);
+    ck_assert_ptr_nonnull(B);
+    next_inc = 0;
+    DOC = BCON_NEW("_id", BCON_INT32(1), "x", BCON_UTF8("y"));
+}
+
+static void setup(void)
+{
+    setup_with(1000, 200, false);
+}
+
+static void teardown(void)
+{
+    batcher_free(B);
+    bson_destroy(DOC);
+}
+
+/* Fill one op in place; names point at string literals (the op owns no buffer). */
+static void fill(op *o, op_kind kind, const char *db, const char *coll)
+{
+    o->kind = kind;
+    o->db = db;
+    o->coll = coll;
+    if (kind == OP_INSERT || kind == OP_UPDATE) {
+        o->doc = bson_get_data(DOC);
+        o->doc_len = DOC->len;
+        o->form = kind == OP_UPDATE ? OP_FORM_DIFF : OP_FORM_NONE;
+    }
+    if (kind == OP_NOOP)
+        o->reason = "test";
+    if (kind == OP_RENAME) {
+        o->to_db = db;
+        o->to_coll = "renamed";
+    }
+}
+
+/* Feed one entry of one op at the next position; returns the sink status. */
+static sink_status feed(op_kind kind, const char *db, const char *coll, uint64_t now)
+{
+    op_entry e;
+    op_pos pos = {.secs = 1, .inc = ++next_inc, .term = 1};
+    op_entry_init(&e);
+    ck_assert(op_entry_alloc(&e, &pos, 1));
+    fill(&e.ops[0], kind, db, coll);
+    sink_status st = batcher_add(B, &e, now);
+    op_entry_clear(&e);
+    return st;
+}
+
+static void expect_log(const char *want)
+{
+    ck_assert_msg(strcmp(R.log, want) == 0, "\n  want: %s\n  got:  %s", want, R.log);
+}
+
+START_TEST(test_conflict_writes_only_its_namespace)
+{
+    feed(OP_INSERT, "shop", "a", 0);
+    feed(OP_INSERT, "shop", "b", 0);
+    feed(OP_INSERT, "shop", "a", 0);
+    feed(OP_UPDATE, "shop", "b", 0); /* writes b's run only */
+    expect_log("copy shop.b 1 @1:2; update shop.b; ");
+    feed(OP_DELETE, "shop", "a", 0);
+    expect_log("copy shop.b 1 @1:2; update shop.b; copy shop.a 2 @1:3; delete shop.a; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_CONFLICT], 2);
+    ck_assert_uint_eq(batcher_get_stats(B)->commits, 0);
+}
+END_TEST
+
+START_TEST(test_ddl_writes_every_run_first)
+{
+    feed(OP_INSERT, "shop", "a", 0);
+    feed(OP_INSERT, "shop", "b", 0);
+    feed(OP_DROP, "shop", "c", 0);
+    expect_log("copy shop.a 1 @1:1; copy shop.b 1 @1:2; drop shop.c; ");
+}
+END_TEST
+
+START_TEST(test_idle_commits_everything_once)
+{
+    feed(OP_INSERT, "shop", "a", 0);
+    feed(OP_INSERT, "shop", "a", 0);
+    ck_assert(batcher_dirty(B));
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), SINK_OK);
+    expect_log("copy shop.a 2 @1:2; commit 1:2; ");
+    ck_assert(!batcher_dirty(B));
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), SINK_OK); /* nothing new: no empty commit */
+    expect_log("copy shop.a 2 @1:2; commit 1:2; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_IDLE], 1);
+    ck_assert_uint_eq(batcher_get_stats(B)->committed.inc, 2);
+}
+END_TEST
+
+START_TEST(test_noops_advance_the_checkpoint)
+{
+    feed(OP_NOOP, NULL, NULL, 0);
+    feed(OP_NOOP, NULL, NULL, 0);
+    ck_assert(batcher_dirty(B));
+    batcher_flush(B, FLUSH_EXIT);
+    expect_log("commit 1:2; ");
+}
+END_TEST
+
+START_TEST(test_size_threshold)
+{
+    batcher_free(B);
+    bson_destroy(DOC);
+    setup_with(3, 200, false);
+    feed(OP_INSERT, "shop", "a", 0);
+    feed(OP_INSERT, "shop", "a", 0);
+    expect_log("");
+    feed(OP_INSERT, "shop", "a", 0);
+    expect_log("copy shop.a 3 @1:3; commit 1:3; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_SIZE], 1);
+}
+END_TEST
+
+START_TEST(test_timer_with_fake_clock)
+{
+    ck_assert_uint_eq(batcher_deadline(B), UINT64_MAX);
+    feed(OP_INSERT, "shop", "a", 1000); /* the group opens at t=1000 */
+    feed(OP_INSERT, "shop", "a", 1150);
+    ck_assert_uint_eq(batcher_deadline(B), 1200);
+    batcher_tick(B, 1199);
+    expect_log("");
+    batcher_tick(B, 1200);
+    expect_log("copy shop.a 2 @1:2; commit 1:2; ");
+    ck_assert_uint_eq(batcher_deadline(B), UINT64_MAX);
+    feed(OP_INSERT, "shop", "a", 5000); /* a new group: the clock starts again */
+    ck_assert_uint_eq(batcher_deadline(B), 5200);
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_TIMER], 1);
+}
+END_TEST
+
+/* A transaction (one atomic entry) is never split, even past the size threshold. */
+START_TEST(test_atomic_entry_not_split)
+{
+    batcher_free(B);
+    bson_destroy(DOC);
+    setup_with(2, 200, false);
+    op_entry e;
+    op_pos pos = {.secs = 9, .inc = 1, .term = 1};
+    op_entry_init(&e);
+    ck_assert(op_entry_alloc(&e, &pos, 5));
+    e.atomic = true;
+    fill(&e.ops[0], OP_INSERT, "shop", "a");
+    fill(&e.ops[1], OP_INSERT, "shop", "a");
+    fill(&e.ops[2], OP_UPDATE, "shop", "a");
+    fill(&e.ops[3], OP_INSERT, "shop", "b");
+    fill(&e.ops[4], OP_DELETE, "shop", "b");
+    ck_assert_int_eq(batcher_add(B, &e, 0), SINK_OK);
+    op_entry_clear(&e);
+    expect_log("copy shop.a 2 @9:1; update shop.a; copy shop.b 1 @9:1; delete shop.b; commit 9:1; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->commits, 1);
+}
+END_TEST
+
+START_TEST(test_per_op_commits_every_entry)
+{
+    batcher_free(B);
+    bson_destroy(DOC);
+    setup_with(1000, 200, true);
+    feed(OP_INSERT, "shop", "a", 0);
+    feed(OP_UPDATE, "shop", "a", 0);
+    expect_log("copy shop.a 1 @1:1; commit 1:1; update shop.a; commit 1:2; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_PER_OP], 2);
+}
+END_TEST
+
+START_TEST(test_failure_keeps_committed_position)
+{
+    feed(OP_INSERT, "shop", "a", 0);
+    batcher_flush(B, FLUSH_IDLE);
+    feed(OP_INSERT, "shop", "a", 0);
+    R.fail_commit = SINK_ERR_CONNECTION;
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), SINK_ERR_CONNECTION);
+    batcher_reset(B);
+    ck_assert(!batcher_dirty(B));
+    ck_assert_uint_eq(batcher_last(B)->inc, 1); /* back at the committed position */
+    R.fail_commit = SINK_OK;
+    R.log[0] = '\0';
+    feed(OP_INSERT, "shop", "a", 0); /* the run was dropped: only the new row is written */
+    batcher_flush(B, FLUSH_IDLE);
+    expect_log("copy shop.a 1 @1:3; commit 1:3; ");
+}
+END_TEST
+
+Suite *batcher_suite(void); /* called by the generated runner list */
+
+Suite *batcher_suite(void)
+{
+    Suite *s = suite_create("batcher");
+    TCase *tc = tcase_create("rules");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_conflict_writes_only_its_namespace);
+    tcase_add_test(tc, test_ddl_writes_every_run_first);
+    tcase_add_test(tc, test_idle_commits_everything_once);
+    tcase_add_test(tc, test_noops_advance_the_checkpoint);
+    tcase_add_test(tc, test_size_threshold);
+    tcase_add_test(tc, test_timer_with_fake_clock);
+    tcase_add_test(tc, test_atomic_entry_not_split);
+    tcase_add_test(tc, test_per_op_commits_every_entry);
+    tcase_add_test(tc, test_failure_keeps_committed_position);
+    suite_add_tcase(s, tc);
+    return s;
+}

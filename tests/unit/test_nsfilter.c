@@ -1,0 +1,181 @@
+/*
+ * test_nsfilter.c — the namespace filter: glob patterns per part, include/exclude precedence, malformed patterns.
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/nsfilter.h"
+
+static nsfilter *make(const char *const *inc, const char *const *exc)
+{
+    char err[256] = "";
+    nsfilter *f = nsfilter_new(inc, exc, err, sizeof err);
+    ck_assert_msg(f != NULL, "nsfilter_new failed: %s", err);
+    return f;
+}
+
+START_TEST(test_everything)
+{
+    const char *inc[] = {"*.*", NULL};
+    nsfilter *f = make(inc, NULL);
+
+    ck_assert(nsfilter_match(f, "shop", "orders"));
+    ck_assert(nsfilter_match(f, "a", "b.c.d"));
+    ck_assert(nsfilter_match_ns(f, "shop.orders"));
+    ck_assert(!nsfilter_match_ns(f, "nodot"));
+    nsfilter_free(f);
+}
+END_TEST
+
+START_TEST(test_exact_and_prefix)
+{
+    const char *inc[] = {"shop.orders", "crm.cust*", NULL};
+    nsfilter *f = make(inc, NULL);
+
+    ck_assert(nsfilter_match(f, "shop", "orders"));
+    ck_assert(!nsfilter_match(f, "shop", "orders2"));
+    ck_assert(!nsfilter_match(f, "shop", "order"));
+    ck_assert(!nsfilter_match(f, "shopx", "orders"));
+    ck_assert(!nsfilter_match(f, "Shop", "orders")); /* names are case-sensitive */
+    ck_assert(nsfilter_match(f, "crm", "cust"));
+    ck_assert(nsfilter_match(f, "crm", "customers"));
+    ck_assert(nsfilter_match(f, "crm", "cust.archive"));
+    ck_assert(!nsfilter_match(f, "crm", "cus"));
+    ck_assert(!nsfilter_match(f, "crm2", "customers"));
+    nsfilter_free(f);
+}
+END_TEST
+
+START_TEST(test_globs)
+{
+    const char *inc[] = {"*.orders", "shop.order?", "log?.*_2024", "x.a*b*c", NULL};
+    nsfilter *f = make(inc, NULL);
+
+    ck_assert(nsfilter_match(f, "any", "orders"));
+    ck_assert(!nsfilter_match(f, "any", "orders_old"));
+    ck_assert(nsfilter_match(f, "shop", "orderX"));
+    ck_assert(!nsfilter_match(f, "shop", "orderXY"));
+    ck_assert(nsfilter_match(f, "log1", "events_2024"));
+    ck_assert(nsfilter_match(f, "log1", "_2024"));
+    ck_assert(!nsfilter_match(f, "log", "events_2024"));
+    ck_assert(!nsfilter_match(f, "log12", "events_2024"));
+    ck_assert(!nsfilter_match(f, "log1", "events_2023"));
+    ck_assert(nsfilter_match(f, "x", "abc"));
+    ck_assert(nsfilter_match(f, "x", "aXXbYYc"));
+    ck_assert(nsfilter_match(f, "x", "abcbc"));
+    ck_assert(!nsfilter_match(f, "x", "acb"));
+    ck_assert(!nsfilter_match(f, "x", "abcX"));
+    nsfilter_free(f);
+}
+END_TEST
+
+START_TEST(test_dotted_collections)
+{
+    /* The database part never holds a dot: "db.a.b" is database db, collection a.b. */
+    const char *inc[] = {"db.a.b", "app.sys?em.*", NULL};
+    nsfilter *f = make(inc, NULL);
+
+    ck_assert(nsfilter_match(f, "db", "a.b"));
+    ck_assert(nsfilter_match_ns(f, "db.a.b"));
+    ck_assert(!nsfilter_match(f, "db.a", "b"));
+    ck_assert(!nsfilter_match_ns(f, "db.a"));
+    ck_assert(nsfilter_match_ns(f, "app.system.views"));
+    ck_assert(!nsfilter_match_ns(f, "app.system"));
+    nsfilter_free(f);
+}
+END_TEST
+
+START_TEST(test_question_mark_is_one_character)
+{
+    const char *inc[] = {"caf?.x", "d.*?z", NULL};
+    nsfilter *f = make(inc, NULL);
+
+    ck_assert(nsfilter_match(f, "cafe", "x"));
+    ck_assert(nsfilter_match(f, "caf\xC3\xA9", "x")); /* "café": ? takes the two-byte é */
+    ck_assert(!nsfilter_match(f, "caf", "x"));
+    ck_assert(nsfilter_match(f, "d", "\xC3\xA9z"));
+    ck_assert(!nsfilter_match(f, "d", "z"));
+    nsfilter_free(f);
+}
+END_TEST
+
+START_TEST(test_exclude_wins)
+{
+    const char *inc[] = {"shop.*", "crm.*", NULL};
+    const char *exc[] = {"shop.tmp_*", "*.audit", NULL};
+    nsfilter *f = make(inc, exc);
+
+    ck_assert(nsfilter_match(f, "shop", "orders"));
+    ck_assert(!nsfilter_match(f, "shop", "tmp_1"));
+    ck_assert(!nsfilter_match(f, "shop", "audit"));
+    ck_assert(!nsfilter_match(f, "crm", "audit"));
+    ck_assert(nsfilter_match(f, "crm", "audits"));
+    ck_assert(!nsfilter_match(f, "other", "orders")); /* not included at all */
+    nsfilter_free(f);
+}
+END_TEST
+
+START_TEST(test_empty_include_matches_nothing)
+{
+    const char *inc[] = {NULL};
+    nsfilter *f = make(inc, NULL);
+
+    ck_assert(!nsfilter_match(f, "shop", "orders"));
+    nsfilter_free(f);
+    f = make(NULL, NULL);
+    ck_assert(!nsfilter_match(f, "a", "b"));
+    nsfilter_free(f);
+}
+END_TEST
+
+static void expect_malformed(const char *pattern, const char *needle)
+{
+    const char *inc[] = {"ok.*", pattern, NULL};
+    const char *exc[] = {pattern, NULL};
+    char err[256] = "";
+
+    ck_assert_msg(nsfilter_new(inc, NULL, err, sizeof err) == NULL, "\"%s\" accepted as include", pattern);
+    ck_assert_msg(strstr(err, needle) != NULL, "error for \"%s\" lacks \"%s\": %s", pattern, needle, err);
+    err[0] = '\0';
+    ck_assert_msg(nsfilter_new(NULL, exc, err, sizeof err) == NULL, "\"%s\" accepted as exclude", pattern);
+    ck_assert_msg(strstr(err, needle) != NULL, "error for \"%s\" lacks \"%s\": %s", pattern, needle, err);
+    err[0] = '\0';
+    ck_assert(!nsfilter_check_pattern(pattern, err, sizeof err));
+    ck_assert(err[0] != '\0');
+}
+
+START_TEST(test_malformed)
+{
+    expect_malformed("shop", "no dot");
+    expect_malformed("*", "no dot");
+    expect_malformed(".orders", "empty database part");
+    expect_malformed("shop.", "empty collection part");
+    expect_malformed("", "empty namespace pattern");
+    expect_malformed("shop.my orders", "space");
+
+    char err[256];
+    ck_assert(nsfilter_check_pattern("a.b", err, sizeof err));
+    ck_assert(nsfilter_check_pattern("*.*", err, sizeof err));
+}
+END_TEST
+
+Suite *nsfilter_suite(void); /* called by the generated runner list */
+
+Suite *nsfilter_suite(void)
+{
+    Suite *s = suite_create("nsfilter");
+    TCase *tc = tcase_create("core");
+
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, test_everything);
+    tcase_add_test(tc, test_exact_and_prefix);
+    tcase_add_test(tc, test_globs);
+    tcase_add_test(tc, test_dotted_collections);
+    tcase_add_test(tc, test_question_mark_is_one_character);
+    tcase_add_test(tc, test_exclude_wins);
+    tcase_add_test(tc, test_empty_include_matches_nothing);
+    tcase_add_test(tc, test_malformed);
+    suite_add_tcase(s, tc);
+    return s;
+}
