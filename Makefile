@@ -111,7 +111,7 @@ $(BUILD)/integration_tests: $(call obj,$(INTEG_SRC)) $(TEST_LIB) $(DAEMON_LIB) $
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PKG_LIBS)
 
 # Benchmarks: each bench/NAME.c is a program linked with the daemon and simulator libraries.
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(DAEMON_LIB) $(SIM_LIB)
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS)
 

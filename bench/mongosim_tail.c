@@ -92,8 +92,8 @@ int main(int argc, char **argv)
 
     oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
     bson_t *filter = BCON_NEW("ts", "{", "$gt", BCON_TIMESTAMP(secs, inc), "}");
-    bson_t *opts = BCON_NEW("tailable", BCON_BOOL(true), "awaitData", BCON_BOOL(true), "maxAwaitTimeMS",
-                            BCON_INT64(1000));
+    bson_t *opts =
+        BCON_NEW("tailable", BCON_BOOL(true), "awaitData", BCON_BOOL(true), "maxAwaitTimeMS", BCON_INT64(1000));
     t0 = now_s();
     cur = mongoc_collection_find_with_opts(oplog, filter, opts, NULL);
     bson_destroy(filter);

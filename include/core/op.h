@@ -83,6 +83,14 @@ typedef struct op {
     uint32_t key_len;
 
     uint8_t *buf; /* owns everything above */
+
+    /* The PostgreSQL-side text, prepared on the reader thread (map/ejson.h) so the apply loop only copies it:
+     * INSERT: doc as relaxed Extended JSON; UPDATE: o as relaxed Extended JSON, and id_json unless a replacement;
+     * DELETE: id_json. NULL when not prepared (the sink then converts itself). Owned (bson_malloc); freed by op_clear.
+     */
+    char *json;
+    uint32_t json_len;
+    char *id_json;
 } op;
 
 /* One decoded oplog entry. ops[i].index == i. For a plain entry n == 1. */

@@ -8,14 +8,14 @@
 #define OPLOG2PG_DAEMON_EXITCODES_H
 
 enum {
-    EXIT_OK = 0,             /* clean stop: everything read was applied and committed */
+    EXIT_OK = 0,              /* clean stop: everything read was applied and committed */
     EXIT_FAILURE_GENERIC = 1, /* an unexpected fault; restarting may help */
-    EXIT_USAGE = 2,          /* bad command line */
-    EXIT_CONFIG = 3,         /* configuration file missing or invalid: a person must fix it */
-    EXIT_RESUME_LOST = 4,    /* the checkpoint is no longer in the oplog: resync (--reimport) */
-    EXIT_UNSUPPORTED = 5,    /* an oplog entry this version cannot apply (stopped before it; nothing lost) */
-    EXIT_FENCED = 6,         /* another daemon holds this service name */
-    EXIT_SOFTWARE = 70,      /* internal error (EX_SOFTWARE) */
+    EXIT_USAGE = 2,           /* bad command line */
+    EXIT_CONFIG = 3,          /* configuration file missing or invalid: a person must fix it */
+    EXIT_RESUME_LOST = 4,     /* the checkpoint is no longer in the oplog: resync (--reimport) */
+    EXIT_UNSUPPORTED = 5,     /* an oplog entry this version cannot apply (stopped before it; nothing lost) */
+    EXIT_FENCED = 6,          /* another daemon holds this service name */
+    EXIT_SOFTWARE = 70,       /* internal error (EX_SOFTWARE) */
 };
 
 #endif

@@ -42,13 +42,13 @@ typedef struct {
 
 typedef struct {
     uint64_t commits;
-    uint64_t rows_copied;    /* inserted by COPY */
-    uint64_t rows_inserted;  /* inserted by pipelined INSERT */
+    uint64_t rows_copied;   /* inserted by COPY */
+    uint64_t rows_inserted; /* inserted by pipelined INSERT */
     uint64_t updates;
     uint64_t deletes;
     uint64_t ddl;
-    uint64_t dup_fallbacks;  /* COPY runs re-sent as upserts after a duplicate _id */
-    uint64_t bytes;          /* document bytes sent */
+    uint64_t dup_fallbacks; /* COPY runs re-sent as upserts after a duplicate _id */
+    uint64_t bytes;         /* document bytes sent */
 } sink_stats;
 
 /* Outcome classes, so the daemon knows whether to retry (connection) or stop (data, fence). */
@@ -75,7 +75,8 @@ int sink_read_checkpoint(sink *s, op_pos *out);
 sink_batch *sink_batch_new(void);
 void sink_batch_free(sink_batch *b);
 void sink_batch_reset(sink_batch *b);
-bool sink_batch_add(sink_batch *b, const bson_t *doc); /* false if the document cannot be converted */
+bool sink_batch_add(sink_batch *b, const bson_t *doc);                 /* false if the document cannot be converted */
+bool sink_batch_add_json(sink_batch *b, const char *json, size_t len); /* already relaxed Extended JSON */
 size_t sink_batch_rows(const sink_batch *b);
 size_t sink_batch_bytes(const sink_batch *b);
 
@@ -84,6 +85,10 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
 sink_status sink_update(sink *s, const char *db, const char *coll, const bson_value_t *id, op_update_form form,
                         const bson_t *o, const op_pos *pos);
 sink_status sink_delete(sink *s, const char *db, const char *coll, const bson_value_t *id, const op_pos *pos);
+/* The same with the text already made (map/ejson.h): the _id and `o` as relaxed Extended JSON. */
+sink_status sink_update_json(sink *s, const char *db, const char *coll, const char *id_json, op_update_form form,
+                             const char *o_json, const op_pos *pos);
+sink_status sink_delete_json(sink *s, const char *db, const char *coll, const char *id_json, const op_pos *pos);
 sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos *pos);
 sink_status sink_drop(sink *s, const char *db, const char *coll, const op_pos *pos);
 sink_status sink_rename(sink *s, const char *db, const char *coll, const char *to_db, const char *to_coll,
@@ -94,6 +99,19 @@ sink_status sink_truncate(sink *s, const char *db, const char *coll, const op_po
 /* End the group: checkpoint := pos (fenced), COMMIT, wait for the result. Also valid with no writes (moves the
  * checkpoint past noops). */
 sink_status sink_commit(sink *s, const op_pos *pos);
+
+/* What a read-only look at PostgreSQL finds for a service (`check`, later `status`): it takes no lock and writes
+ * nothing, so it is safe while the daemon runs. */
+typedef struct {
+    char server_version[32];
+    bool have_table;      /* oplog2pg.checkpoint exists */
+    bool have_checkpoint; /* the service has committed a position */
+    op_pos pos;
+    char applied_at[64];  /* when that commit happened, as PostgreSQL prints it */
+    bool running;         /* a daemon holds the service's lock right now */
+} sink_probe_result;
+
+bool sink_probe(const char *conninfo, const char *service, sink_probe_result *out, char *err, size_t errlen);
 
 /* The last error, with context ("applying update to shop.orders at 1700000000:3: ..."). */
 const char *sink_error(const sink *s);

@@ -29,10 +29,10 @@ void log_set_timestamps(bool on);
 
 void log_msg(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
-#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
-#define log_notice(...) log_msg(LOG_NOTICE, __VA_ARGS__)
+#define log_debug(...)   log_msg(LOG_DEBUG, __VA_ARGS__)
+#define log_info(...)    log_msg(LOG_INFO, __VA_ARGS__)
+#define log_notice(...)  log_msg(LOG_NOTICE, __VA_ARGS__)
 #define log_warning(...) log_msg(LOG_WARNING, __VA_ARGS__)
-#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+#define log_error(...)   log_msg(LOG_ERROR, __VA_ARGS__)
 
 #endif

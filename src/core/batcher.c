@@ -141,7 +141,9 @@ static sink_status apply_op(batcher *b, const op *o)
     case OP_INSERT: {
         ns_run *r = get_run(b, o->db, o->coll);
         bson_t doc;
-        if (r == NULL || !op_doc_view(o, &doc) || !sink_batch_add(r->rows, &doc)) {
+        bool added = r != NULL && (o->json != NULL ? sink_batch_add_json(r->rows, o->json, o->json_len)
+                                                   : op_doc_view(o, &doc) && sink_batch_add(r->rows, &doc));
+        if (!added) {
             char at[OP_POS_STRLEN];
             log_error("insert into %s.%s (oplog entry %s): the document cannot be converted to JSON", o->db, o->coll,
                       op_pos_format(&o->pos, at, sizeof at));
@@ -264,11 +266,15 @@ static sink_status pg_apply(void *ctx, const op *o)
     sink *s = ctx;
     switch (o->kind) {
     case OP_UPDATE: {
+        if (o->json != NULL && (o->id_json != NULL || o->form == OP_FORM_REPLACE))
+            return sink_update_json(s, o->db, o->coll, o->id_json, o->form, o->json, &o->pos);
         bson_t doc;
         op_doc_view(o, &doc);
         return sink_update(s, o->db, o->coll, &o->id, o->form, &doc, &o->pos);
     }
     case OP_DELETE:
+        if (o->id_json != NULL)
+            return sink_delete_json(s, o->db, o->coll, o->id_json, &o->pos);
         return sink_delete(s, o->db, o->coll, &o->id, &o->pos);
     case OP_CREATE:
         return sink_create(s, o->db, o->coll, &o->pos);

@@ -56,6 +56,8 @@ void op_clear(op *o)
     op_pos pos = o->pos;
     uint32_t index = o->index;
     free(o->buf);
+    bson_free(o->json);
+    bson_free(o->id_json);
     memset(o, 0, sizeof *o);
     o->pos = pos;
     o->index = index;
@@ -66,8 +68,11 @@ void op_entry_clear(op_entry *e)
 {
     if (!e)
         return;
-    for (size_t i = 0; i < e->n; i++)
+    for (size_t i = 0; i < e->n; i++) {
         free(e->ops[i].buf);
+        bson_free(e->ops[i].json);
+        bson_free(e->ops[i].id_json);
+    }
     free(e->ops);
     op_entry_init(e);
 }

@@ -826,7 +826,7 @@ nomem:
 
 struct parse_ctx {
     const char *file;
-    config cfg;        /* the configuration being built (moved out only when valid) */
+    config cfg;       /* the configuration being built (moved out only when valid) */
     FILE *fp;         /* the source: a file, */
     const char *text; /* or a string (advanced as it is read) */
     int lineno;       /* physical line last handed to libinih */

@@ -30,6 +30,7 @@
 #include "core/nsfilter.h"
 #include "core/queue.h"
 #include "daemon/exitcodes.h"
+#include "map/ejson.h"
 #include "sink/pg.h"
 #include "source/decode.h"
 #include "source/reader.h"
@@ -38,13 +39,13 @@
 #define ITEMS_PER_WAKE 1024 /* queue items applied before the loop looks at signals and timers again */
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
-#define FENCE_WAIT_MS 15000 /* how long a start waits for another holder of the service to go away */
+#define FENCE_WAIT_MS  15000 /* how long a start waits for another holder of the service to go away */
 
 typedef enum {
     END_NONE = 0,
-    END_STOP,       /* SIGTERM/SIGINT: flush, commit, exit 0 */
-    END_FATAL,      /* exit with exit_code */
-    END_RECONNECT,  /* PostgreSQL failed: new session from the committed checkpoint */
+    END_STOP,      /* SIGTERM/SIGINT: flush, commit, exit 0 */
+    END_FATAL,     /* exit with exit_code */
+    END_RECONNECT, /* PostgreSQL failed: new session from the committed checkpoint */
 } session_end;
 
 typedef struct {
@@ -88,8 +89,8 @@ static batcher_config batcher_config_from(const config *cfg)
 static nsfilter *make_filter(const config *cfg)
 {
     char err[256];
-    nsfilter *f = nsfilter_new((const char *const *)cfg->include.items, (const char *const *)cfg->exclude.items, err,
-                               sizeof err);
+    nsfilter *f =
+        nsfilter_new((const char *const *)cfg->include.items, (const char *const *)cfg->exclude.items, err, sizeof err);
     if (f == NULL)
         log_error("namespace filter: %s", err);
     return f;
@@ -329,6 +330,12 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
     log_set_timestamps(d->cfg->log_timestamps);
     batcher_config bc = batcher_config_from(d->cfg);
     batcher_set_config(d->bt, &bc);
+    ev_timer_stop(d->loop, &d->progress_timer);
+    if (d->cfg->progress_interval_ms > 0) {
+        double every = (double)d->cfg->progress_interval_ms / 1000.0;
+        ev_timer_set(&d->progress_timer, every, every);
+        ev_timer_start(d->loop, &d->progress_timer);
+    }
     log_notice("configuration reloaded from %s (%d option%s changed)", d->config_path, changed,
                changed == 1 ? "" : "s");
 }
@@ -558,6 +565,7 @@ int daemon_replay(config *cfg, const char *dump_path)
             continue;
         }
         nsfilter_filter_entry(filter, &e);
+        ejson_prepare_entry(&e);
         st = batcher_add(bt, &e, now_ms());
         op_entry_clear(&e);
     }
@@ -610,13 +618,14 @@ int daemon_check(config *cfg)
             mongoc_collection_t *oplog = mongoc_client_get_collection(client, "local", "oplog.rs");
             const char *names[2] = {"oldest", "newest"};
             for (int dir = 0; dir < 2; dir++) {
-                bson_t *opts = BCON_NEW("sort", "{", "$natural", BCON_INT32(dir == 0 ? 1 : -1), "}", "limit",
-                                        BCON_INT64(1));
+                bson_t *opts =
+                    BCON_NEW("sort", "{", "$natural", BCON_INT32(dir == 0 ? 1 : -1), "}", "limit", BCON_INT64(1));
                 bson_t filter = BSON_INITIALIZER;
                 mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, opts, NULL);
                 const bson_t *doc;
                 bson_iter_t it;
-                if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+                if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "ts") &&
+                    BSON_ITER_HOLDS_TIMESTAMP(&it)) {
                     uint32_t t, i;
                     bson_iter_timestamp(&it, &t, &i);
                     time_t when = (time_t)t;
@@ -641,25 +650,24 @@ int daemon_check(config *cfg)
     if (uri)
         mongoc_uri_destroy(uri);
 
-    sink *snk = make_sink(cfg);
-    sink_status st = snk ? sink_connect(snk) : SINK_ERR_DATA;
-    if (st != SINK_OK) {
-        printf("postgres: %s\n", snk ? sink_error(snk) : "out of memory");
-        code = st == SINK_ERR_FENCED ? EXIT_FENCED : EXIT_FAILURE_GENERIC;
+    /* Read-only on PostgreSQL: safe next to a running daemon. */
+    sink_probe_result pr;
+    char perr[512], at[OP_POS_STRLEN];
+    if (!sink_probe(cfg->postgres_conninfo, cfg->service, &pr, perr, sizeof perr)) {
+        printf("postgres: %s\n", perr);
+        code = EXIT_FAILURE_GENERIC;
     } else {
-        op_pos ckpt;
-        int have = sink_read_checkpoint(snk, &ckpt);
-        char at[OP_POS_STRLEN];
-        if (have == 1)
-            printf("postgres: ok; service '%s' resumes after oplog entry %s (term %lld)\n", cfg->service,
-                   op_pos_format(&ckpt, at, sizeof at), (long long)ckpt.term);
-        else if (have == 0)
-            printf("postgres: ok; service '%s' has no checkpoint yet (it starts at the newest oplog entry)\n",
-                   cfg->service);
+        printf("postgres: ok (server %s)%s\n", pr.server_version,
+               pr.have_table ? "" : "; the oplog2pg schema will be created at the first run");
+        if (pr.have_checkpoint)
+            printf("postgres: service '%s' resumes after oplog entry %s (term %lld), committed %s\n", cfg->service,
+                   op_pos_format(&pr.pos, at, sizeof at), (long long)pr.pos.term, pr.applied_at);
         else
-            printf("postgres: %s\n", sink_error(snk));
+            printf("postgres: service '%s' has no checkpoint yet (it starts at the newest oplog entry)\n",
+                   cfg->service);
+        printf("postgres: service '%s' is %s\n", cfg->service,
+               pr.running ? "being applied by a running oplog2pg right now" : "not running");
     }
-    sink_free(snk);
     printf("%s\n", code == EXIT_OK ? "check passed" : "check failed");
     return code;
 }

@@ -25,11 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "map/ejson.h"
 #include "sql_embed.h"
 #include "util/log.h"
 
-#define PG_MAX_IDENT 63        /* NAMEDATALEN - 1: longer names would be truncated by PostgreSQL */
-#define MAX_PENDING 20000      /* results outstanding before a send waits for some to arrive */
+#define PG_MAX_IDENT   63    /* NAMEDATALEN - 1: longer names would be truncated by PostgreSQL */
+#define MAX_PENDING    20000 /* results outstanding before a send waits for some to arrive */
 #define SAVEPOINT_NAME "oplog2pg_copy"
 
 static const char copy_header[] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, extension 0 */
@@ -50,15 +51,24 @@ typedef enum {
 } pending_kind;
 
 static const char *const pending_what[] = {
-    "BEGIN", "preparing a statement", "insert", "update", "delete", "DDL", "savepoint", "savepoint release",
-    "checkpoint update", "COMMIT", "sync",
+    "BEGIN",
+    "preparing a statement",
+    "insert",
+    "update",
+    "delete",
+    "DDL",
+    "savepoint",
+    "savepoint release",
+    "checkpoint update",
+    "COMMIT",
+    "sync",
 };
 
 typedef struct table {
     char *db, *coll;
-    char *qname;  /* "db"."coll", quoted */
-    unsigned id;  /* statement names: i<id>, u<id>, d<id> */
-    bool ready;   /* schema, table and statements sent on this connection */
+    char *qname; /* "db"."coll", quoted */
+    unsigned id; /* statement names: i<id>, u<id>, d<id> */
+    bool ready;  /* schema, table and statements sent on this connection */
 } table;
 
 typedef struct {
@@ -77,8 +87,8 @@ struct sink {
     sink_config cfg;
     char *conninfo, *service;
     PGconn *conn;
-    char owner[64];     /* fence token written into the checkpoint row */
-    bool in_txn;        /* BEGIN sent for the open group */
+    char owner[64]; /* fence token written into the checkpoint row */
+    bool in_txn;    /* BEGIN sent for the open group */
     bool ckpt_prepared;
 
     pending *pend;
@@ -88,7 +98,7 @@ struct sink {
     size_t ntables, tables_cap;
     unsigned next_table_id;
 
-    sink_status failed;  /* first failure in the current pipeline, reported at drain */
+    sink_status failed; /* first failure in the current pipeline, reported at drain */
     bool dup_in_copy;
     char err[1024];
     sink_stats stats;
@@ -154,7 +164,7 @@ sink *sink_new(const sink_config *cfg)
         return NULL;
     }
     if (s->cfg.copy_min_rows == 0)
-        s->cfg.copy_min_rows = 64;
+        s->cfg.copy_min_rows = 32;
     s->cfg.conninfo = s->conninfo;
     s->cfg.service = s->service;
     return s;
@@ -236,7 +246,10 @@ sink_status sink_connect(sink *s)
     s->failed = SINK_OK;
     s->err[0] = '\0';
 
-    s->conn = PQconnectdb(s->conninfo);
+    /* The conninfo may be key=value or a URI (expand_dbname); name the session unless the user did. */
+    const char *keys[] = {"dbname", "fallback_application_name", NULL};
+    const char *values[] = {s->conninfo, "oplog2pg", NULL};
+    s->conn = PQconnectdbParams(keys, values, 1);
     if (PQstatus(s->conn) != CONNECTION_OK) {
         set_err(s, SINK_ERR_CONNECTION, "cannot connect to PostgreSQL: %s", PQerrorMessage(s->conn));
         goto fail;
@@ -289,14 +302,13 @@ sink_status sink_connect(sink *s)
     }
     return SINK_OK;
 
-fail:
-    {
-        sink_status st = s->failed;
-        if (s->conn != NULL)
-            PQfinish(s->conn);
-        s->conn = NULL;
-        return st;
-    }
+fail : {
+    sink_status st = s->failed;
+    if (s->conn != NULL)
+        PQfinish(s->conn);
+    s->conn = NULL;
+    return st;
+}
 }
 
 int sink_read_checkpoint(sink *s, op_pos *out)
@@ -307,8 +319,8 @@ int sink_read_checkpoint(sink *s, op_pos *out)
         return -1;
     }
     const char *params[1] = {s->service};
-    PGresult *res = PQexecParams(s->conn, "SELECT ts_sec, ts_inc, term FROM oplog2pg.checkpoint WHERE service = $1",
-                                 1, NULL, params, NULL, NULL, 0);
+    PGresult *res = PQexecParams(s->conn, "SELECT ts_sec, ts_inc, term FROM oplog2pg.checkpoint WHERE service = $1", 1,
+                                 NULL, params, NULL, NULL, 0);
     int rc = -1;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         set_err(s, classify(s->conn, res), "reading the checkpoint: %s", PQerrorMessage(s->conn));
@@ -452,6 +464,8 @@ static sink_status drain(sink *s)
 {
     if (s->failed != SINK_OK)
         return s->failed;
+    if (s->pend_head == s->pend_tail)
+        return SINK_OK; /* nothing outstanding: no round trip */
     if (PQpipelineSync(s->conn) != 1) {
         set_err(s, SINK_ERR_CONNECTION, "sending a sync: %s", PQerrorMessage(s->conn));
         return s->failed;
@@ -598,10 +612,11 @@ static table *get_table(sink *s, const char *db, const char *coll, const op_pos 
     ok = sql != NULL && send_simple(s, P_DDL, t, sql, pos) == SINK_OK;
     free(sql);
     sql = NULL;
-    if (ok && asprintf(&sql,
-                       "CREATE TABLE IF NOT EXISTS %s (_id jsonb GENERATED ALWAYS AS (doc -> '_id') STORED PRIMARY KEY, "
-                       "doc jsonb NOT NULL)",
-                       t->qname) < 0)
+    if (ok &&
+        asprintf(&sql,
+                 "CREATE TABLE IF NOT EXISTS %s (_id jsonb GENERATED ALWAYS AS (doc -> '_id') STORED PRIMARY KEY, "
+                 "doc jsonb NOT NULL)",
+                 t->qname) < 0)
         sql = NULL;
     ok = ok && sql != NULL && send_simple(s, P_DDL, t, sql, pos) == SINK_OK;
     free(sql);
@@ -679,11 +694,9 @@ static uint32_t get_be32(const char *p)
     return (uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 | (uint32_t)u[2] << 8 | u[3];
 }
 
-bool sink_batch_add(sink_batch *b, const bson_t *doc)
+bool sink_batch_add_json(sink_batch *b, const char *json, size_t jlen)
 {
-    size_t jlen = 0;
-    char *json = bson_as_relaxed_extended_json(doc, &jlen);
-    if (json == NULL)
+    if (jlen > INT32_MAX - 1)
         return false;
     size_t need = b->len + 2 + 4 + 1 + jlen;
     if (need > b->cap) {
@@ -691,10 +704,8 @@ bool sink_batch_add(sink_batch *b, const bson_t *doc)
         while (cap < need)
             cap *= 2;
         char *nb = realloc(b->buf, cap);
-        if (nb == NULL) {
-            bson_free(json);
+        if (nb == NULL)
             return false;
-        }
         b->buf = nb;
         b->cap = cap;
     }
@@ -705,8 +716,16 @@ bool sink_batch_add(sink_batch *b, const bson_t *doc)
     memcpy(p + 7, json, jlen);
     b->len = need;
     b->rows++;
-    bson_free(json);
     return true;
+}
+
+bool sink_batch_add(sink_batch *b, const bson_t *doc)
+{
+    size_t jlen = 0;
+    char *json = ejson_document(doc, &jlen);
+    bool ok = json != NULL && sink_batch_add_json(b, json, jlen);
+    bson_free(json);
+    return ok;
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -833,96 +852,80 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
     return send_simple(s, P_RELEASE, NULL, "RELEASE SAVEPOINT " SAVEPOINT_NAME, pos);
 }
 
-/* The relaxed Extended JSON of one value, as libbson writes it inside a document. */
-static char *value_json(const bson_value_t *v)
+sink_status sink_update_json(sink *s, const char *db, const char *coll, const char *id_json, op_update_form form,
+                             const char *o_json, const op_pos *pos)
 {
-    bson_t tmp = BSON_INITIALIZER;
-    char *out = NULL;
-    if (bson_append_value(&tmp, "v", 1, v)) {
-        size_t len = 0;
-        char *json = bson_as_relaxed_extended_json(&tmp, &len);
-        /* libbson writes { "v" : VALUE }: keep VALUE. */
-        static const char prefix[] = "{ \"v\" : ";
-        if (json != NULL && len > sizeof prefix + 1 && memcmp(json, prefix, sizeof prefix - 1) == 0 &&
-            memcmp(json + len - 2, " }", 2) == 0) {
-            size_t vlen = len - (sizeof prefix - 1) - 2;
-            out = malloc(vlen + 1);
-            if (out) {
-                memcpy(out, json + sizeof prefix - 1, vlen);
-                out[vlen] = '\0';
-            }
-        }
-        bson_free(json);
+    if (begin_if_needed(s) != SINK_OK)
+        return s->failed;
+    table *t = get_table(s, db, coll, pos);
+    if (t == NULL)
+        return s->failed;
+    char name[32];
+    bool ok;
+    if (!push_pending(s, form == OP_FORM_REPLACE ? P_INSERT : P_UPDATE, t, pos))
+        return s->failed;
+    if (form == OP_FORM_REPLACE) {
+        /* A replacement is the whole new document: upsert it. */
+        snprintf(name, sizeof name, "i%u", t->id);
+        const char *values[1] = {o_json};
+        ok = PQsendQueryPrepared(s->conn, name, 1, values, NULL, NULL, 0) == 1;
+    } else {
+        snprintf(name, sizeof name, "u%u", t->id);
+        const char *values[2] = {id_json, o_json};
+        ok = PQsendQueryPrepared(s->conn, name, 2, values, NULL, NULL, 0) == 1;
     }
-    bson_destroy(&tmp);
-    return out;
+    s->stats.bytes += strlen(o_json);
+    s->stats.updates++;
+    return after_send(s, ok);
+}
+
+/* An op whose text could not be made: the error names it. */
+static sink_status unconvertible(sink *s, const char *what, const char *db, const char *coll, const op_pos *pos)
+{
+    char where[32];
+    fmt_pos(pos, where, sizeof where);
+    set_err(s, SINK_ERR_DATA, "%s on %s.%s (oplog entry %s): cannot convert it to JSON (invalid UTF-8?)", what, db,
+            coll, where);
+    return s->failed;
 }
 
 sink_status sink_update(sink *s, const char *db, const char *coll, const bson_value_t *id, op_update_form form,
                         const bson_t *o, const op_pos *pos)
 {
-    if (begin_if_needed(s) != SINK_OK)
-        return s->failed;
-    table *t = get_table(s, db, coll, pos);
-    if (t == NULL)
-        return s->failed;
-    char *ojson = bson_as_relaxed_extended_json(o, NULL);
-    char *idjson = form == OP_FORM_REPLACE ? NULL : value_json(id);
-    if (ojson == NULL || (form != OP_FORM_REPLACE && idjson == NULL)) {
-        char where[32];
-        fmt_pos(pos, where, sizeof where);
-        set_err(s, SINK_ERR_DATA, "update on %s.%s (oplog entry %s): cannot convert it to JSON", db, coll, where);
-        bson_free(ojson);
-        free(idjson);
-        return s->failed;
-    }
-    char name[32];
-    bool ok;
-    if (!push_pending(s, form == OP_FORM_REPLACE ? P_INSERT : P_UPDATE, t, pos)) {
-        ok = false;
-    } else if (form == OP_FORM_REPLACE) {
-        /* A replacement is the whole new document: upsert it. */
-        snprintf(name, sizeof name, "i%u", t->id);
-        const char *values[1] = {ojson};
-        ok = PQsendQueryPrepared(s->conn, name, 1, values, NULL, NULL, 0) == 1;
-    } else {
-        snprintf(name, sizeof name, "u%u", t->id);
-        const char *values[2] = {idjson, ojson};
-        ok = PQsendQueryPrepared(s->conn, name, 2, values, NULL, NULL, 0) == 1;
-    }
-    s->stats.bytes += strlen(ojson);
+    char *ojson = ejson_document(o, NULL);
+    char *idjson = form == OP_FORM_REPLACE ? NULL : ejson_value(id);
+    sink_status st = ojson == NULL || (form != OP_FORM_REPLACE && idjson == NULL)
+                         ? unconvertible(s, "update", db, coll, pos)
+                         : sink_update_json(s, db, coll, idjson, form, ojson, pos);
     bson_free(ojson);
-    free(idjson);
-    if (s->failed != SINK_OK)
-        return s->failed;
-    s->stats.updates++;
-    return after_send(s, ok);
+    bson_free(idjson);
+    return st;
 }
 
-sink_status sink_delete(sink *s, const char *db, const char *coll, const bson_value_t *id, const op_pos *pos)
+sink_status sink_delete_json(sink *s, const char *db, const char *coll, const char *id_json, const op_pos *pos)
 {
     if (begin_if_needed(s) != SINK_OK)
         return s->failed;
     table *t = get_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
-    char *idjson = value_json(id);
-    if (idjson == NULL) {
-        char where[32];
-        fmt_pos(pos, where, sizeof where);
-        set_err(s, SINK_ERR_DATA, "delete on %s.%s (oplog entry %s): cannot convert its _id to JSON", db, coll,
-                where);
-        return s->failed;
-    }
     char name[32];
     snprintf(name, sizeof name, "d%u", t->id);
-    const char *values[1] = {idjson};
-    bool ok = push_pending(s, P_DELETE, t, pos) && PQsendQueryPrepared(s->conn, name, 1, values, NULL, NULL, 0) == 1;
-    free(idjson);
-    if (s->failed != SINK_OK)
+    const char *values[1] = {id_json};
+    if (!push_pending(s, P_DELETE, t, pos))
         return s->failed;
+    bool ok = PQsendQueryPrepared(s->conn, name, 1, values, NULL, NULL, 0) == 1;
     s->stats.deletes++;
     return after_send(s, ok);
+}
+
+sink_status sink_delete(sink *s, const char *db, const char *coll, const bson_value_t *id, const op_pos *pos)
+{
+    char *idjson = ejson_value(id);
+    sink_status st =
+        idjson == NULL ? unconvertible(s, "delete", db, coll, pos) : sink_delete_json(s, db, coll, idjson, pos);
+    bson_free(idjson);
+    return st;
 }
 
 sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos *pos)
@@ -1018,8 +1021,7 @@ sink_status sink_commit(sink *s, const op_pos *pos)
     if (!s->ckpt_prepared) {
         if (!push_pending(s, P_PREPARE, NULL, NULL))
             return s->failed;
-        if (after_send(s, PQsendPrepare(s->conn, "ckpt",
-                                        "SELECT oplog2pg.advance_checkpoint($1, $5::uuid, $2, $3, $4)",
+        if (after_send(s, PQsendPrepare(s->conn, "ckpt", "SELECT oplog2pg.advance_checkpoint($1, $5::uuid, $2, $3, $4)",
                                         0, NULL) == 1) != SINK_OK)
             return s->failed;
         s->ckpt_prepared = true;
@@ -1043,4 +1045,61 @@ sink_status sink_commit(sink *s, const op_pos *pos)
         return s->failed;
     s->stats.commits++;
     return SINK_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* probe */
+
+bool sink_probe(const char *conninfo, const char *service, sink_probe_result *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    const char *keys[] = {"dbname", "fallback_application_name", NULL};
+    const char *values[] = {conninfo, "oplog2pg-probe", NULL};
+    PGconn *conn = PQconnectdbParams(keys, values, 1);
+    PGresult *res = NULL;
+    bool ok = false;
+    if (PQstatus(conn) != CONNECTION_OK) {
+        snprintf(err, errlen, "cannot connect to PostgreSQL: %s", PQerrorMessage(conn));
+        goto done;
+    }
+    snprintf(out->server_version, sizeof out->server_version, "%d.%d", PQserverVersion(conn) / 10000,
+             PQserverVersion(conn) % 10000);
+    /* The advisory lock the daemon holds: a bigint key shows in pg_locks as classid (high half), objid (low half). */
+    const char *params[1] = {service};
+    res = PQexecParams(conn,
+                       "WITH k AS (SELECT hashtextextended('oplog2pg.service:' || $1, 0) AS key) "
+                       "SELECT to_regclass('oplog2pg.checkpoint') IS NOT NULL, EXISTS (SELECT 1 FROM pg_locks, k "
+                       "WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
+                       "AND classid::bigint = ((key >> 32) & 4294967295) AND objid::bigint = (key & 4294967295))",
+                       1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        snprintf(err, errlen, "probing PostgreSQL: %s", PQerrorMessage(conn));
+        goto done;
+    }
+    out->have_table = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    out->running = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+    PQclear(res);
+    res = NULL;
+    if (out->have_table) {
+        res = PQexecParams(conn,
+                           "SELECT ts_sec, ts_inc, term, applied_at FROM oplog2pg.checkpoint "
+                           "WHERE service = $1 AND ts_sec IS NOT NULL",
+                           1, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+            snprintf(err, errlen, "reading oplog2pg.checkpoint: %s", PQerrorMessage(conn));
+            goto done;
+        }
+        if (PQntuples(res) == 1) {
+            out->have_checkpoint = true;
+            out->pos.secs = (uint32_t)strtoul(PQgetvalue(res, 0, 0), NULL, 10);
+            out->pos.inc = (uint32_t)strtoul(PQgetvalue(res, 0, 1), NULL, 10);
+            out->pos.term = PQgetisnull(res, 0, 2) ? -1 : strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+            snprintf(out->applied_at, sizeof out->applied_at, "%s", PQgetvalue(res, 0, 3));
+        }
+    }
+    ok = true;
+done:
+    PQclear(res);
+    PQfinish(conn);
+    return ok;
 }

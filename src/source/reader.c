@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "daemon/exitcodes.h"
+#include "map/ejson.h"
 #include "source/decode.h"
 #include "util/log.h"
 
@@ -358,6 +359,9 @@ static step push_raw(reader *r, const bson_t *doc)
         return STEP_END;
     }
     nsfilter_filter_entry(r->cfg.filter, e);
+    /* Render the PostgreSQL text here, on this thread, so the apply loop overlaps with PostgreSQL instead of
+     * converting while PostgreSQL waits. A document that cannot be rendered is left for the sink to report. */
+    ejson_prepare_entry(e);
     return push_entry(r, e);
 }
 

@@ -30,8 +30,13 @@ else
     echo "using the replica set at MONGO_URI (mongosim-only cases will say SKIP)"
 fi
 export OPLOG2PG_TEST_BUILD=$build
+# Tests make their folders under TMPDIR: inside $workdir, they go with it even when a test fails half-way.
+export TMPDIR=$workdir
 
 CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120} "$build/integration_tests"
 
 echo "== pymongo compatibility"
 /usr/bin/python3 tests/compat/pymongo_compat.py "$MONGO_URI"
+
+echo "== the daemon under valgrind"
+tests/integration/valgrind.sh "$build"

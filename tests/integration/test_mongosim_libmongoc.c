@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../lib/oplogutil.h"
+
 #define TEST_DB "mongosim_it"
 
 Suite *mongosim_libmongoc_suite(void);
@@ -60,23 +62,13 @@ static void command_ok(mongoc_client_t *c, const char *db, bson_t *cmd, bson_t *
         bson_destroy(&tmp);
 }
 
-static bool is_mongosim(mongoc_client_t *c)
-{
-    bson_t reply;
-    bson_iter_t it;
-    command_ok(c, "admin", BCON_NEW("buildInfo", BCON_INT32(1)), &reply);
-    bool yes = bson_iter_init_find(&it, &reply, "mongosim") && bson_iter_as_bool(&it);
-    bson_destroy(&reply);
-    return yes;
-}
-
-#define NEED_MONGOSIM(c, name)                                                                                        \
-    do {                                                                                                              \
-        if (!is_mongosim(c)) {                                                                                        \
-            printf("SKIP: %s: needs mongosim\n", name);                                                               \
-            mongoc_client_destroy(c);                                                                                 \
-            return;                                                                                                   \
-        }                                                                                                             \
+#define NEED_MONGOSIM(c, name)                                                                                         \
+    do {                                                                                                               \
+        if (!oplogutil_is_mongosim(c)) {                                                                               \
+            printf("SKIP: %s: needs mongosim\n", name);                                                                \
+            mongoc_client_destroy(c);                                                                                  \
+            return;                                                                                                    \
+        }                                                                                                              \
     } while (0)
 
 /* lastWrite.opTime from hello: where the oplog ends now. */
@@ -102,8 +94,8 @@ static mongoc_cursor_t *tail_after(mongoc_client_t *c, uint32_t secs, uint32_t i
 {
     mongoc_collection_t *coll = mongoc_client_get_collection(c, "local", "oplog.rs");
     bson_t *filter = BCON_NEW("ts", "{", "$gt", BCON_TIMESTAMP(secs, inc), "}");
-    bson_t *opts = BCON_NEW("tailable", BCON_BOOL(true), "awaitData", BCON_BOOL(true), "maxAwaitTimeMS",
-                            BCON_INT64(await_ms));
+    bson_t *opts =
+        BCON_NEW("tailable", BCON_BOOL(true), "awaitData", BCON_BOOL(true), "maxAwaitTimeMS", BCON_INT64(await_ms));
     mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, filter, opts, NULL);
     bson_destroy(filter);
     bson_destroy(opts);
@@ -342,14 +334,13 @@ START_TEST(test_kill_cursors_and_not_found)
     ck_assert(bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.ns", &it));
     ck_assert_str_eq(bson_iter_utf8(&it, NULL), "local.oplog.rs");
     bson_destroy(&reply);
-    command_ok(c, "local", BCON_NEW("killCursors", BCON_UTF8("oplog.rs"), "cursors", "[", BCON_INT64(id), "]"),
-               &reply);
+    command_ok(c, "local", BCON_NEW("killCursors", BCON_UTF8("oplog.rs"), "cursors", "[", BCON_INT64(id), "]"), &reply);
     ck_assert(bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursorsKilled.0", &it));
     ck_assert(bson_iter_as_int64(&it) == id);
     bson_destroy(&reply);
     bson_error_t err;
-    ck_assert(!command(c, "local", BCON_NEW("getMore", BCON_INT64(id), "collection", BCON_UTF8("oplog.rs")), &reply,
-                       &err));
+    ck_assert(
+        !command(c, "local", BCON_NEW("getMore", BCON_INT64(id), "collection", BCON_UTF8("oplog.rs")), &reply, &err));
     ck_assert_uint_eq(err.code, 43);
     bson_destroy(&reply);
     ck_assert(!command(c, "local", BCON_NEW("getMore", BCON_INT64(123456789), "collection", BCON_UTF8("oplog.rs")),
@@ -381,8 +372,7 @@ START_TEST(test_fault_truncate)
         bson_destroy(d);
     }
     last_optime(c, &secs, &inc, NULL);
-    command_ok(c, "admin", BCON_NEW("mongosimTruncateOplog", BCON_INT32(1), "before", BCON_TIMESTAMP(secs, inc)),
-               NULL);
+    command_ok(c, "admin", BCON_NEW("mongosimTruncateOplog", BCON_INT32(1), "before", BCON_TIMESTAMP(secs, inc)), NULL);
     ck_assert_uint_eq(next_until_error(cur, ns), 136);
     mongoc_cursor_destroy(cur);
     mongoc_collection_destroy(coll);

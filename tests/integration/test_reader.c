@@ -21,6 +21,8 @@
 #include "daemon/exitcodes.h"
 #include "source/reader.h"
 
+#include "../lib/oplogutil.h"
+
 Suite *reader_suite(void);
 
 #define AWAIT_MS 300
@@ -69,19 +71,9 @@ static void command_ok(mongoc_client_t *c, const char *db, bson_t *cmd, bson_t *
         bson_destroy(&tmp);
 }
 
-static bool is_mongosim(mongoc_client_t *c)
-{
-    bson_t reply;
-    bson_iter_t it;
-    command_ok(c, "admin", BCON_NEW("buildInfo", BCON_INT32(1)), &reply);
-    bool yes = bson_iter_init_find(&it, &reply, "mongosim") && bson_iter_as_bool(&it);
-    bson_destroy(&reply);
-    return yes;
-}
-
 #define NEED_MONGOSIM(c, name)                                                                                         \
     do {                                                                                                               \
-        if (!is_mongosim(c)) {                                                                                         \
+        if (!oplogutil_is_mongosim(c)) {                                                                               \
             printf("SKIP: %s: needs mongosim\n", name);                                                                \
             mongoc_client_destroy(c);                                                                                  \
             return;                                                                                                    \

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../lib/compare.h"
+#include "../lib/oplogutil.h"
 #include "../lib/proc.h"
 #include "../lib/workload.h"
 
@@ -27,7 +28,7 @@ typedef struct {
     proc_handle sim;
     bool own_sim;
     char uri[256];
-    char dir[128];
+    char dir[200];
     char ini[256];
     char base_log[256];
     char log[300];
@@ -60,26 +61,12 @@ static double now_s(void)
 static uint64_t newest_ts(const char *uri)
 {
     bson_error_t err;
+    uint64_t ts;
     mongoc_client_t *c = mongoc_client_new(uri);
     ck_assert_ptr_nonnull(c);
-    mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
-    bson_t filter = BSON_INITIALIZER;
-    bson_t *opts = BCON_NEW("sort", "{", "$natural", BCON_INT32(-1), "}", "limit", BCON_INT64(1));
-    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, opts, NULL);
-    const bson_t *doc;
-    uint64_t ts = 0;
-    bson_iter_t it;
-    if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "ts")) {
-        uint32_t t, i;
-        bson_iter_timestamp(&it, &t, &i);
-        ts = (uint64_t)t << 32 | i;
-    }
-    ck_assert_msg(!mongoc_cursor_error(cur, &err), "reading the oplog: %s", err.message);
-    mongoc_cursor_destroy(cur);
-    bson_destroy(opts);
-    bson_destroy(&filter);
-    mongoc_collection_destroy(oplog);
+    bool ok = oplogutil_newest_ts(c, &ts, &err);
     mongoc_client_destroy(c);
+    ck_assert_msg(ok, "reading the oplog: %s", err.message);
     return ts;
 }
 
@@ -88,13 +75,7 @@ static uint64_t checkpoint_ts(const char *service)
 {
     PGconn *pg = PQconnectdb(pg_conninfo());
     ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
-    const char *params[1] = {service};
-    PGresult *r = PQexecParams(pg, "SELECT ts_sec, ts_inc FROM oplog2pg.checkpoint WHERE service = $1", 1, NULL,
-                               params, NULL, NULL, 0);
-    uint64_t ts = 0;
-    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
-        ts = (uint64_t)strtoull(PQgetvalue(r, 0, 0), NULL, 10) << 32 | strtoull(PQgetvalue(r, 0, 1), NULL, 10);
-    PQclear(r);
+    uint64_t ts = oplogutil_checkpoint_ts(pg, service);
     PQfinish(pg);
     return ts;
 }
@@ -120,7 +101,8 @@ static void env_start(env *e, const char *name, const char *const *sim_args, con
 {
     memset(e, 0, sizeof *e);
     char err[512];
-    snprintf(e->dir, sizeof e->dir, "/tmp/oplog2pg-rep-%s.XXXXXX", name);
+    const char *tmp = getenv("TMPDIR"); /* the harness points it at a folder it removes, even after a failure */
+    snprintf(e->dir, sizeof e->dir, "%s/oplog2pg-rep-%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
     ck_assert_ptr_nonnull(mkdtemp(e->dir));
     snprintf(e->service, sizeof e->service, "rep_%s", name);
     snprintf(e->prefix, sizeof e->prefix, "rep_%s_", name);
@@ -331,6 +313,161 @@ START_TEST(test_crash_restart)
 }
 END_TEST
 
+/* PostgreSQL drops the daemon's session five times while the workload runs: the same process reconnects and
+ * resumes from its committed checkpoint each time, and the result still equals the source. */
+START_TEST(test_postgres_reconnect)
+{
+    env e;
+    env_start(&e, "pgkill", NULL, "batch_rows = 1000\n");
+    daemon_start(&e);
+    ck_assert_msg(wait_caught_up(&e, 30), "the daemon did not commit its starting point");
+    pid_t pid = e.daemon.pid;
+
+    workload_thread w = {.e = &e, .seed = 31, .ops = 30000};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, workload_main, &w), 0);
+    PGconn *pg = PQconnectdb(pg_conninfo());
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    int killed = 0;
+    for (int i = 0; i < 5; i++) {
+        usleep(300 * 1000);
+        PGresult *r = PQexec(pg, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                 "WHERE application_name = 'oplog2pg' AND pid <> pg_backend_pid()");
+        ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+        killed += atoi(PQgetvalue(r, 0, 0));
+        PQclear(r);
+    }
+    PQfinish(pg);
+    pthread_join(th, NULL);
+    ck_assert_msg(w.ok, "workload: %s", w.err);
+    ck_assert_msg(killed >= 3, "only %d daemon sessions were found to terminate", killed);
+    ck_assert_msg(wait_caught_up(&e, 300), "the daemon did not catch up after PostgreSQL dropped it");
+    ck_assert_int_eq(e.daemon.pid, pid); /* the same process: it reconnected, it was not restarted */
+    expect_match(&e);
+    env_stop(&e);
+}
+END_TEST
+
+/* Copies the source's oplog into a mongodump-style file (concatenated BSON). */
+static void dump_oplog(const char *uri, const char *path)
+{
+    mongoc_client_t *c = mongoc_client_new(uri);
+    mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
+    bson_t filter = BSON_INITIALIZER;
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, NULL, NULL);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    const bson_t *doc;
+    while (mongoc_cursor_next(cur, &doc))
+        ck_assert_uint_eq(fwrite(bson_get_data(doc), 1, doc->len, f), doc->len);
+    bson_error_t err;
+    ck_assert_msg(!mongoc_cursor_error(cur, &err), "%s", err.message);
+    fclose(f);
+    mongoc_cursor_destroy(cur);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(oplog);
+    mongoc_client_destroy(c);
+}
+
+static int run_command(env *e, const char *const *args, const char *out_path)
+{
+    char err[512], bin[256];
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *argv[8] = {bin};
+    size_t n = 1;
+    for (; args[n - 1] != NULL && n < 7; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    proc_handle p;
+    ck_assert_msg(proc_start(argv, NULL, out_path, &p, err, sizeof err), "%s", err);
+    ck_assert_msg(proc_wait(&p, 300), "%s did not finish", args[0]);
+    (void)e;
+    return proc_exit_code(&p);
+}
+
+static bool file_contains(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    char line[2048];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* `oplog2pg replay` applies a dump of the oplog through the same pipeline; a second replay skips everything. */
+START_TEST(test_replay_dump)
+{
+    env e;
+    env_start(&e, "replay", NULL, NULL);
+    run_workload(&e, 5, 20000);
+    char dump[300], out[300];
+    snprintf(dump, sizeof dump, "%s/oplog.bson", e.dir);
+    snprintf(out, sizeof out, "%s/replay.out", e.dir);
+    dump_oplog(e.uri, dump);
+    const char *args[] = {"-c", e.ini, "replay", dump, NULL};
+    int rc = run_command(&e, args, out);
+    if (rc != 0)
+        snprintf(e.log, sizeof e.log, "%s", out), show_log(&e);
+    ck_assert_int_eq(rc, 0);
+    expect_match(&e);
+    ck_assert_uint_eq(checkpoint_ts(e.service), newest_ts(e.uri));
+    rc = run_command(&e, args, out);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(file_contains(out, "replayed 0 entries"), "a second replay applied entries again");
+    expect_match(&e);
+    env_stop(&e);
+}
+END_TEST
+
+/* `check` reaches both sides; a bad configuration file is refused with its line and exit code 3; SIGHUP reloads. */
+START_TEST(test_check_config_and_reload)
+{
+    env e;
+    env_start(&e, "check", NULL, NULL);
+    char out[300];
+    snprintf(out, sizeof out, "%s/check.out", e.dir);
+    const char *check[] = {"-c", e.ini, "check", NULL};
+    ck_assert_int_eq(run_command(&e, check, out), 0);
+    ck_assert(file_contains(out, "check passed"));
+
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/bad.ini", e.dir);
+    FILE *f = fopen(bad, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "[replication]\nservice = x\nbatch_rows = lots\n");
+    fclose(f);
+    const char *badcheck[] = {"-c", bad, "check", NULL};
+    ck_assert_int_eq(run_command(&e, badcheck, out), 3);
+    ck_assert_msg(file_contains(out, "bad.ini:3: [replication] batch_rows"), "the error does not name file:line");
+
+    daemon_start(&e);
+    ck_assert(wait_caught_up(&e, 30));
+    f = fopen(e.ini, "a");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "[logging]\nlevel = debug\n");
+    fclose(f);
+    proc_signal(&e.daemon, SIGHUP);
+    bool reloaded = false;
+    for (int i = 0; i < 100 && !reloaded; i++) {
+        usleep(50 * 1000);
+        reloaded = file_contains(e.log, "configuration reloaded");
+    }
+    ck_assert_msg(reloaded, "no reload logged after SIGHUP");
+    ck_assert(file_contains(e.log, "[logging] level changed"));
+
+    /* check is read-only on PostgreSQL: it sees the running daemon and leaves it undisturbed. */
+    ck_assert_int_eq(run_command(&e, check, out), 0);
+    ck_assert_msg(file_contains(out, "being applied by a running oplog2pg"), "check did not see the running daemon");
+    ck_assert_msg(file_contains(out, "resumes after oplog entry"), "check did not report the checkpoint");
+    ck_assert(wait_caught_up(&e, 30));
+    env_stop(&e);
+}
+END_TEST
+
 Suite *replication_suite(void); /* called by the generated runner list */
 
 Suite *replication_suite(void)
@@ -341,6 +478,9 @@ Suite *replication_suite(void)
     tcase_add_test(tc, test_workload_v2);
     tcase_add_test(tc, test_workload_v1);
     tcase_add_test(tc, test_crash_restart);
+    tcase_add_test(tc, test_postgres_reconnect);
+    tcase_add_test(tc, test_replay_dump);
+    tcase_add_test(tc, test_check_config_and_reload);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -77,15 +77,16 @@ START_TEST(test_writes_and_checkpoint)
         sink_batch *b = sink_batch_new();
         for (int i = 1; i <= 5; i++) {
             char json[128];
-            snprintf(json, sizeof json, "{\"_id\": %d, \"n\": %d, \"tags\": [\"a\", \"b\"], \"sub\": {\"x\": 1}}", i, i);
+            snprintf(json, sizeof json, "{\"_id\": %d, \"n\": %d, \"tags\": [\"a\", \"b\"], \"sub\": {\"x\": 1}}", i,
+                     i);
             add_json(b, json);
         }
         op_pos pos = {.secs = 100, .inc = 1, .term = 1};
         ck_assert_msg(sink_insert_batch(s, db, "c", b, &pos) == SINK_OK, "%s", sink_error(s));
 
         bson_value_t id2 = int_id(2), id3 = int_id(3), id4 = int_id(4);
-        bson_t *diff = BCON_NEW("$v", BCON_INT32(2), "diff", "{", "u", "{", "n", BCON_INT32(20), "}", "ssub", "{",
-                                "i", "{", "y", BCON_INT32(2), "}", "}", "}");
+        bson_t *diff = BCON_NEW("$v", BCON_INT32(2), "diff", "{", "u", "{", "n", BCON_INT32(20), "}", "ssub", "{", "i",
+                                "{", "y", BCON_INT32(2), "}", "}", "}");
         bson_t *mod = BCON_NEW("$v", BCON_INT32(1), "$set", "{", "n", BCON_INT32(30), "}", "$unset", "{", "tags",
                                BCON_BOOL(true), "}");
         bson_t *repl = BCON_NEW("_id", BCON_INT32(4), "replaced", BCON_BOOL(true));
@@ -107,8 +108,10 @@ START_TEST(test_writes_and_checkpoint)
         expect(sql, "30-");
         snprintf(sql, sizeof sql, "SELECT doc::text FROM %s.c WHERE _id = '4'", db);
         expect(sql, "{\"_id\": 4, \"replaced\": true}");
-        snprintf(sql, sizeof sql, "SELECT ts_sec || ':' || ts_inc || '/' || term FROM oplog2pg.checkpoint "
-                                  "WHERE service = '%s'", service);
+        snprintf(sql, sizeof sql,
+                 "SELECT ts_sec || ':' || ts_inc || '/' || term FROM oplog2pg.checkpoint "
+                 "WHERE service = '%s'",
+                 service);
         expect(sql, "100:3/1");
         const sink_stats *st = sink_get_stats(s);
         ck_assert_uint_eq(copy ? st->rows_copied : st->rows_inserted, 5);

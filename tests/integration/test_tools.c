@@ -20,6 +20,7 @@
 #include "../lib/compare.h"
 #include "../lib/proc.h"
 #include "../lib/workload.h"
+#include "map/ejson.h"
 
 static const char *mongo_uri(void)
 {
@@ -155,7 +156,7 @@ static int64_t load_all(mongoc_client_t *mc, PGconn *pg, const char *prefix)
             const bson_t *doc;
             bson_string_t *buf = bson_string_new(NULL);
             while (mongoc_cursor_next(cur, &doc)) {
-                char *js = bson_as_relaxed_extended_json(doc, NULL);
+                char *js = ejson_document(doc, NULL); /* the daemon's format */
                 csv_append(buf, js);
                 bson_free(js);
                 total++;
@@ -215,8 +216,9 @@ START_TEST(test_workload_compare_roundtrip)
     cfg.w_ddl = 6; /* about a dozen drops, renames and creates in 2 000 ops */
     workload_stats st;
     ck_assert_msg(workload_run(mongo_uri(), &cfg, &st, err, sizeof err), "workload: %s", err);
-    fprintf(stderr, "workload: %llu ops (%llu i, %llu u, %llu r, %llu d, %llu create, %llu drop, %llu rename) "
-                    "in %llu bulks, %.2f s, %llu live docs\n",
+    fprintf(stderr,
+            "workload: %llu ops (%llu i, %llu u, %llu r, %llu d, %llu create, %llu drop, %llu rename) "
+            "in %llu bulks, %.2f s, %llu live docs\n",
             (unsigned long long)st.ops, (unsigned long long)st.inserts, (unsigned long long)st.updates,
             (unsigned long long)st.replaces, (unsigned long long)st.deletes, (unsigned long long)st.creates,
             (unsigned long long)st.drops, (unsigned long long)st.renames, (unsigned long long)st.bulks, st.seconds,

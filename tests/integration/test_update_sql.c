@@ -118,8 +118,8 @@ static const char *string_field(const bson_t *doc, const char *key)
  * with post, and when twice is set also check that applying o again changes nothing. Prints the details and returns
  * false on a mismatch or an error.
  */
-static bool check_triple(PGconn *conn, const char *fn, const char *id, const char *pre, const char *o,
-                         const char *post, bool twice)
+static bool check_triple(PGconn *conn, const char *fn, const char *id, const char *pre, const char *o, const char *post,
+                         bool twice)
 {
     const char *cast = strcmp(fn, "apply_update_checked") == 0 ? "json" : "jsonb";
     char *sql = bson_strdup_printf("WITH r AS (SELECT oplog2pg.%s($1::jsonb, $2::%s) AS once) "
@@ -379,15 +379,13 @@ typedef struct {
 
 static const extra_case_t extra_cases[] = {
     /* EJSON wrappers are BSON scalars, not documents: a sub-diff on them is a type mismatch -> null. */
-    {"subdiff onto ObjectId -> null",
-     "{\"_id\": 1, \"a\": {\"$oid\": \"5f0c1d2e3f40516273849506\"}, \"k\": 1}",
+    {"subdiff onto ObjectId -> null", "{\"_id\": 1, \"a\": {\"$oid\": \"5f0c1d2e3f40516273849506\"}, \"k\": 1}",
      "{\"$v\": 2, \"diff\": {\"sa\": {\"u\": {\"x\": 1}}}}", "{\"_id\": 1, \"a\": null, \"k\": 1}"},
     {"subdiff onto Date -> null", "{\"_id\": 1, \"d\": {\"$date\": {\"$numberLong\": \"1600000000000\"}}}",
      "{\"$v\": 2, \"diff\": {\"sd\": {\"i\": {\"x\": 1}}}}", "{\"_id\": 1, \"d\": null}"},
     {"subdiff onto Decimal128 -> null", "{\"_id\": 1, \"d\": {\"$numberDecimal\": \"1.5\"}}",
      "{\"$v\": 2, \"diff\": {\"sd\": {\"d\": {\"x\": false}}}}", "{\"_id\": 1, \"d\": null}"},
-    {"subdiff onto Binary -> null",
-     "{\"_id\": 1, \"b\": {\"$binary\": {\"base64\": \"AQID\", \"subType\": \"00\"}}}",
+    {"subdiff onto Binary -> null", "{\"_id\": 1, \"b\": {\"$binary\": {\"base64\": \"AQID\", \"subType\": \"00\"}}}",
      "{\"$v\": 2, \"diff\": {\"sb\": {\"u\": {\"base64\": \"x\"}}}}", "{\"_id\": 1, \"b\": null}"},
     {"array diff onto Timestamp -> null", "{\"_id\": 1, \"t\": {\"$timestamp\": {\"t\": 1, \"i\": 2}}}",
      "{\"$v\": 2, \"diff\": {\"st\": {\"a\": true, \"u0\": 1}}}", "{\"_id\": 1, \"t\": null}"},
@@ -403,8 +401,8 @@ static const extra_case_t extra_cases[] = {
     {"object diff field names may look numeric", "{\"_id\": 1, \"o\": {\"0\": {\"x\": 1}, \"12\": 2}}",
      "{\"$v\": 2, \"diff\": {\"so\": {\"u\": {\"12\": 3}, \"s0\": {\"u\": {\"x\": 2}}}}}",
      "{\"_id\": 1, \"o\": {\"0\": {\"x\": 2}, \"12\": 3}}"},
-    {"array l pads with null", "{\"_id\": 1, \"a\": [1]}",
-     "{\"$v\": 2, \"diff\": {\"sa\": {\"a\": true, \"l\": 4}}}", "{\"_id\": 1, \"a\": [1, null, null, null]}"},
+    {"array l pads with null", "{\"_id\": 1, \"a\": [1]}", "{\"$v\": 2, \"diff\": {\"sa\": {\"a\": true, \"l\": 4}}}",
+     "{\"_id\": 1, \"a\": [1, null, null, null]}"},
     {"array l pads, update inside padding", "{\"_id\": 1, \"a\": [1]}",
      "{\"$v\": 2, \"diff\": {\"sa\": {\"a\": true, \"l\": 5, \"u2\": \"x\"}}}",
      "{\"_id\": 1, \"a\": [1, null, \"x\", null, null]}"},
@@ -437,8 +435,8 @@ static const extra_case_t extra_cases[] = {
      "{\"$v\": 2, \"diff\": {\"u\": {\"n\": {\"$numberLong\": \"9007199254740993\"}}}}",
      "{\"_id\": 1, \"n\": {\"$numberLong\": \"9007199254740993\"}}"},
     /* $v:1 modifier style. */
-    {"$set through missing intermediate objects", "{\"_id\": 1}",
-     "{\"$v\": 1, \"$set\": {\"a.b.c\": 1, \"a.x\": 2}}", "{\"_id\": 1, \"a\": {\"b\": {\"c\": 1}, \"x\": 2}}"},
+    {"$set through missing intermediate objects", "{\"_id\": 1}", "{\"$v\": 1, \"$set\": {\"a.b.c\": 1, \"a.x\": 2}}",
+     "{\"_id\": 1, \"a\": {\"b\": {\"c\": 1}, \"x\": 2}}"},
     {"$set numeric component names a field under an object", "{\"_id\": 1, \"a\": {}}",
      "{\"$v\": 1, \"$set\": {\"a.0.b\": 1}}", "{\"_id\": 1, \"a\": {\"0\": {\"b\": 1}}}"},
     {"$set pads an array with null and creates an object in it", "{\"_id\": 1, \"a\": [1]}",
@@ -539,11 +537,12 @@ START_TEST(test_is_ejson_scalar_all_types)
 
     PGconn *conn = setup_session();
     const char *params[1] = {json};
-    PGresult *res = PQexecParams(conn,
-                                 "SELECT string_agg(key, ',' ORDER BY key) FILTER (WHERE NOT oplog2pg.is_ejson_scalar(value)), "
-                                 "       string_agg(key, ',' ORDER BY key) FILTER (WHERE oplog2pg.is_document(value)) "
-                                 "FROM jsonb_each($1::jsonb)",
-                                 1, NULL, params, NULL, NULL, 0);
+    PGresult *res =
+        PQexecParams(conn,
+                     "SELECT string_agg(key, ',' ORDER BY key) FILTER (WHERE NOT oplog2pg.is_ejson_scalar(value)), "
+                     "       string_agg(key, ',' ORDER BY key) FILTER (WHERE oplog2pg.is_document(value)) "
+                     "FROM jsonb_each($1::jsonb)",
+                     1, NULL, params, NULL, NULL, 0);
     ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK, "%s", PQresultErrorMessage(res));
     ck_assert_msg(strcmp(PQgetvalue(res, 0, 0), "zdbref,zdoc,zplain") == 0,
                   "non-scalars should be the three documents, got %s (input %s)", PQgetvalue(res, 0, 0), json);

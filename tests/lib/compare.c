@@ -193,7 +193,8 @@ static bool compare_one(PGconn *pg, compare_ns *ns, const char *target, char *er
         ns->table_missing = true;
         ns->missing = ns->source_rows;
         char q[160];
-        snprintf(q, sizeof q, "SELECT doc->'_id' FROM " TMP_TABLE " ORDER BY doc->'_id' LIMIT %d", COMPARE_MAX_EXAMPLES);
+        snprintf(q, sizeof q, "SELECT doc->'_id' FROM " TMP_TABLE " ORDER BY doc->'_id' LIMIT %d",
+                 COMPARE_MAX_EXAMPLES);
         r = PQexec(pg, q);
         if (PQresultStatus(r) != PGRES_TUPLES_OK) {
             snprintf(err, errlen, "compare: %s.%s: %s", ns->db, ns->coll, PQresultErrorMessage(r));
@@ -358,8 +359,9 @@ static void print_examples(FILE *f, const char *label, char (*ex)[COMPARE_ID_LEN
 
 void compare_report_print(const compare_report *r, FILE *f, bool verbose)
 {
-    fprintf(f, "compare: %s — %zu collections, %lld source rows, %lld missing, %lld extra, %lld different, "
-               "%zu orphan tables\n",
+    fprintf(f,
+            "compare: %s — %zu collections, %lld source rows, %lld missing, %lld extra, %lld different, "
+            "%zu orphan tables\n",
             r->match ? "MATCH" : "DIFFERENT", r->n_ns, (long long)r->source_rows, (long long)r->missing,
             (long long)r->extra, (long long)r->different, r->n_orphans);
     for (size_t i = 0; i < r->n_ns; i++) {

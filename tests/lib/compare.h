@@ -2,7 +2,7 @@
  * compare.h — checks that PostgreSQL holds exactly what the MongoDB source holds.
  *
  * For every source collection (databases admin/local/config and collections system.* skipped) all documents are
- * read sorted by _id, converted with bson_as_relaxed_extended_json (the daemon's `doc` format), COPYed into a
+ * read sorted by _id, converted with ejson_document (map/ejson.h, the daemon's own `doc` format), COPYed into a
  * temporary table and compared with the replicated table "db"."coll" (column `doc jsonb`) in SQL: EXCEPT ALL both
  * ways on the jsonb documents, then the unmatched rows are paired by doc->'_id'. A row only in the source is
  * *missing*, only in PostgreSQL *extra*, on both sides with unequal documents *different*. Tables in PostgreSQL
@@ -19,7 +19,7 @@
 #include <stdio.h>
 
 #define COMPARE_MAX_EXAMPLES 3
-#define COMPARE_ID_LEN 128
+#define COMPARE_ID_LEN       128
 
 typedef struct {
     const char *db_prefix; /* only databases / schemas whose name starts with this (NULL or "" = all) */

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "map/ejson.h"
+
 #define COPY_CHUNK (1u << 20)
 
 bool pgutil_exec(PGconn *pg, const char *sql, char *err, size_t errlen)
@@ -65,9 +67,9 @@ static bool copy_flush(pgutil_copy *c, char *err, size_t errlen)
 bool pgutil_copy_doc(pgutil_copy *c, const bson_t *doc, char *err, size_t errlen)
 {
     size_t jl = 0;
-    char *js = bson_as_relaxed_extended_json(doc, &jl);
+    char *js = ejson_document(doc, &jl);
     if (!js) {
-        snprintf(err, errlen, "bson_as_relaxed_extended_json failed (invalid BSON?)");
+        snprintf(err, errlen, "ejson_document failed (invalid BSON?)");
         return false;
     }
     /* Worst case every byte doubles, plus the newline. */
@@ -85,11 +87,25 @@ bool pgutil_copy_doc(pgutil_copy *c, const bson_t *doc, char *err, size_t errlen
     for (size_t i = 0; i < jl; i++) {
         char ch = js[i];
         switch (ch) {
-        case '\\': *o++ = '\\'; *o++ = '\\'; break;
-        case '\n': *o++ = '\\'; *o++ = 'n'; break;
-        case '\r': *o++ = '\\'; *o++ = 'r'; break;
-        case '\t': *o++ = '\\'; *o++ = 't'; break;
-        default: *o++ = ch; break;
+        case '\\':
+            *o++ = '\\';
+            *o++ = '\\';
+            break;
+        case '\n':
+            *o++ = '\\';
+            *o++ = 'n';
+            break;
+        case '\r':
+            *o++ = '\\';
+            *o++ = 'r';
+            break;
+        case '\t':
+            *o++ = '\\';
+            *o++ = 't';
+            break;
+        default:
+            *o++ = ch;
+            break;
         }
     }
     *o++ = '\n';

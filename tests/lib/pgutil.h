@@ -27,7 +27,7 @@ typedef struct {
 
 /* Starts copy_sql (a "COPY t (doc) FROM STDIN" statement: text format, one column). */
 bool pgutil_copy_begin(pgutil_copy *c, PGconn *pg, const char *copy_sql, char *err, size_t errlen);
-/* Appends one row: doc converted with bson_as_relaxed_extended_json, escaped for COPY text format. */
+/* Appends one row: doc converted with ejson_document (the daemon's format), escaped for COPY text format. */
 bool pgutil_copy_doc(pgutil_copy *c, const bson_t *doc, char *err, size_t errlen);
 /* Finishes (ok true) or aborts (ok false) the COPY; always frees the buffer. Returns false on any error. */
 bool pgutil_copy_end(pgutil_copy *c, bool ok, char *err, size_t errlen);

@@ -14,11 +14,11 @@
 #include <sys/types.h>
 
 typedef struct {
-    pid_t pid;      /* 0 when not running (never started, or reaped) */
-    int port;       /* mongosim: the port it printed; 0 otherwise */
-    int stdout_fd;  /* mongosim: read end of its stdout pipe, kept open so later writes cannot SIGPIPE it; -1 */
-    bool exited;    /* reaped by proc_wait / proc_stop */
-    int status;     /* raw waitpid status once exited */
+    pid_t pid;          /* 0 when not running (never started, or reaped) */
+    int port;           /* mongosim: the port it printed; 0 otherwise */
+    int stdout_fd;      /* mongosim: read end of its stdout pipe, kept open so later writes cannot SIGPIPE it; -1 */
+    bool exited;        /* reaped by proc_wait / proc_stop */
+    int status;         /* raw waitpid status once exited */
     char log_path[512]; /* where stderr (and stdout, for proc_start) goes; "" = inherited */
 } proc_handle;
 

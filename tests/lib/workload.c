@@ -121,9 +121,30 @@ static void hash_op(wl_state *s, char kind, int slot, const bson_t *a, const bso
 
 static void random_string(wl_state *s, char *buf, size_t cap)
 {
-    static const char *const pieces[] = {"a", "b", "c", "x", "y", "z", "0", "7", " ", "-", "_", "\"", "\\",
-                                         "/", "\t", "\n", "\xc3\xa9" /* é */, "\xe6\x97\xa5" /* 日 */,
-                                         "\xf0\x9f\x98\x80" /* 😀 */, "{", "}", "$", ".", "'"};
+    static const char *const pieces[] = {"a",
+                                         "b",
+                                         "c",
+                                         "x",
+                                         "y",
+                                         "z",
+                                         "0",
+                                         "7",
+                                         " ",
+                                         "-",
+                                         "_",
+                                         "\"",
+                                         "\\",
+                                         "/",
+                                         "\t",
+                                         "\n",
+                                         "\xc3\xa9" /* é */,
+                                         "\xe6\x97\xa5" /* 日 */,
+                                         "\xf0\x9f\x98\x80" /* 😀 */,
+                                         "{",
+                                         "}",
+                                         "$",
+                                         ".",
+                                         "'"};
     size_t len = 0, want = below(s, 24);
     buf[0] = '\0';
     for (size_t i = 0; i < want; i++) {
@@ -164,11 +185,16 @@ static int64_t random_date(wl_state *s)
 static double random_double(wl_state *s)
 {
     switch (below(s, 8)) {
-    case 0: return (double)((int32_t)below(s, 2000) - 1000); /* integral */
-    case 1: return ((double)(rnd(s) >> 11) / 9007199254740992.0) * 1e300;
-    case 2: return ((double)(rnd(s) >> 11) / 9007199254740992.0) * 1e-300;
-    case 3: return -0.5 * below(s, 100);
-    default: return ((double)(rnd(s) >> 11) / 9007199254740992.0) * 1000.0 - 500.0;
+    case 0:
+        return (double)((int32_t)below(s, 2000) - 1000); /* integral */
+    case 1:
+        return ((double)(rnd(s) >> 11) / 9007199254740992.0) * 1e300;
+    case 2:
+        return ((double)(rnd(s) >> 11) / 9007199254740992.0) * 1e-300;
+    case 3:
+        return -0.5 * below(s, 100);
+    default:
+        return ((double)(rnd(s) >> 11) / 9007199254740992.0) * 1000.0 - 500.0;
     }
 }
 
@@ -179,21 +205,35 @@ static void append_scalar(wl_state *s, bson_t *b, const char *key)
     char buf[128];
     bson_oid_t oid;
     switch (below(s, 9)) {
-    case 0: BSON_APPEND_INT32(b, key, (int32_t)(rnd(s) & 0xffffffffu)); break;
-    case 1: BSON_APPEND_INT64(b, key, (int64_t)rnd(s)); break;
-    case 2: BSON_APPEND_DOUBLE(b, key, random_double(s)); break;
+    case 0:
+        BSON_APPEND_INT32(b, key, (int32_t)(rnd(s) & 0xffffffffu));
+        break;
+    case 1:
+        BSON_APPEND_INT64(b, key, (int64_t)rnd(s));
+        break;
+    case 2:
+        BSON_APPEND_DOUBLE(b, key, random_double(s));
+        break;
     case 3:
         random_string(s, buf, sizeof buf);
         BSON_APPEND_UTF8(b, key, buf);
         break;
-    case 4: BSON_APPEND_BOOL(b, key, below(s, 2)); break;
-    case 5: BSON_APPEND_NULL(b, key); break;
+    case 4:
+        BSON_APPEND_BOOL(b, key, below(s, 2));
+        break;
+    case 5:
+        BSON_APPEND_NULL(b, key);
+        break;
     case 6:
         make_oid((uint32_t)rnd(s), 0xfff, (uint32_t)rnd(s), &oid);
         BSON_APPEND_OID(b, key, &oid);
         break;
-    case 7: BSON_APPEND_DATE_TIME(b, key, random_date(s)); break;
-    default: BSON_APPEND_INT32(b, key, (int32_t)below(s, 100)); break;
+    case 7:
+        BSON_APPEND_DATE_TIME(b, key, random_date(s));
+        break;
+    default:
+        BSON_APPEND_INT32(b, key, (int32_t)below(s, 100));
+        break;
     }
 }
 
@@ -234,7 +274,9 @@ static void append_id(wl_state *s, bson_t *b, int slot, wl_id id)
         make_oid(0x64000000u + id.n, (uint32_t)slot, id.n, &oid);
         BSON_APPEND_OID(b, "_id", &oid);
         break;
-    case ID_INT: BSON_APPEND_INT32(b, "_id", (int32_t)id.n); break;
+    case ID_INT:
+        BSON_APPEND_INT32(b, "_id", (int32_t)id.n);
+        break;
     default:
         snprintf(buf, sizeof buf, "s%u-%u", (unsigned)slot, id.n);
         BSON_APPEND_UTF8(b, "_id", buf);
@@ -313,10 +355,10 @@ static void build_doc(wl_state *s, int slot, wl_id id, bson_t *doc)
 /* An update document ($set / $unset / $inc / $push) legal on any document of the skeleton. */
 static void build_update(wl_state *s, bson_t *upd)
 {
-    static const char *const set_paths[] = {"s", "sub.a", "sub.b.c", "sub.b.d.1", "x0", "x1", "sub.new",
-                                            "tags.0", "arr.0", "arr.1", "arr.3", "arr.7", "sub.b.e.f"};
-    static const char *const unset_paths[] = {"s", "sub.a", "sub.b.c", "sub.b", "sub", "x0", "x1", "x2",
-                                              "nil", "flag", "oid", "at", "big"};
+    static const char *const set_paths[] = {"s",      "sub.a", "sub.b.c", "sub.b.d.1", "x0",    "x1",       "sub.new",
+                                            "tags.0", "arr.0", "arr.1",   "arr.3",     "arr.7", "sub.b.e.f"};
+    static const char *const unset_paths[] = {"s",  "sub.a", "sub.b.c", "sub.b", "sub", "x0", "x1",
+                                              "x2", "nil",   "flag",    "oid",   "at",  "big"};
     bson_t op, each;
     char buf[128];
     uint32_t k = below(s, 10);
@@ -341,9 +383,15 @@ static void build_update(wl_state *s, bson_t *upd)
     } else if (k <= 6) {
         BSON_APPEND_DOCUMENT_BEGIN(upd, "$inc", &op);
         switch (below(s, 3)) {
-        case 0: BSON_APPEND_INT32(&op, "n", (int32_t)below(s, 201) - 100); break;
-        case 1: BSON_APPEND_DOUBLE(&op, "f", 0.25 * below(s, 9)); break;
-        default: BSON_APPEND_INT64(&op, "cnt", (int64_t)below(s, 50) + 1); break;
+        case 0:
+            BSON_APPEND_INT32(&op, "n", (int32_t)below(s, 201) - 100);
+            break;
+        case 1:
+            BSON_APPEND_DOUBLE(&op, "f", 0.25 * below(s, 9));
+            break;
+        default:
+            BSON_APPEND_INT64(&op, "cnt", (int64_t)below(s, 50) + 1);
+            break;
         }
         bson_append_document_end(upd, &op);
     } else if (k <= 8) {

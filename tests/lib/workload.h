@@ -20,17 +20,17 @@
 #include <stdint.h>
 
 typedef enum {
-    WORKLOAD_MIXED = 0,           /* weighted mix of inserts, updates, replaces, deletes and DDL */
-    WORKLOAD_INSERT_ONLY,         /* inserts only, namespaces chosen at random */
-    WORKLOAD_INSERTS_PER_UPDATE,  /* runs of inserts_per_update inserts into one namespace, then one update there */
+    WORKLOAD_MIXED = 0,          /* weighted mix of inserts, updates, replaces, deletes and DDL */
+    WORKLOAD_INSERT_ONLY,        /* inserts only, namespaces chosen at random */
+    WORKLOAD_INSERTS_PER_UPDATE, /* runs of inserts_per_update inserts into one namespace, then one update there */
 } workload_mode;
 
 typedef struct {
     uint64_t seed;
-    uint64_t ops;                /* operations to generate */
-    const char *db_prefix;       /* database names are <db_prefix><k>; keep it unique per test ("wl1_") */
-    int n_databases;             /* ≥ 1 (default 2) */
-    int n_namespaces;            /* ≥ 1 (default 6) */
+    uint64_t ops;          /* operations to generate */
+    const char *db_prefix; /* database names are <db_prefix><k>; keep it unique per test ("wl1_") */
+    int n_databases;       /* ≥ 1 (default 2) */
+    int n_namespaces;      /* ≥ 1 (default 6) */
     workload_mode mode;
     /* WORKLOAD_MIXED weights (relative; 0 disables a kind). DDL covers drop, rename and create. */
     unsigned w_insert, w_update, w_replace, w_delete, w_ddl;
@@ -41,13 +41,13 @@ typedef struct {
 } workload_config;
 
 typedef struct {
-    uint64_t ops;     /* operations generated */
+    uint64_t ops; /* operations generated */
     uint64_t inserts, updates, replaces, deletes;
     uint64_t creates, drops, renames;
-    uint64_t bulks;   /* bulk operations executed */
+    uint64_t bulks;     /* bulk operations executed */
     uint64_t live_docs; /* documents alive at the end, over all namespaces */
-    uint64_t op_hash; /* FNV-1a 64 over every generated operation (kind, namespace slot and name, BSON bytes) */
-    double seconds;   /* wall time of workload_run */
+    uint64_t op_hash;   /* FNV-1a 64 over every generated operation (kind, namespace slot and name, BSON bytes) */
+    double seconds;     /* wall time of workload_run */
 } workload_stats;
 
 /* Fills defaults: seed 1, 10 000 ops, prefix "wl_", 2 databases, 6 namespaces, MIXED with weights

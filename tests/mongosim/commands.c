@@ -23,10 +23,10 @@ struct sim_cursor {
     int64_t id;
     sim_cursor *next;
     bool oplog, tailable, await_data;
-    uint64_t next_seq; /* oplog: next entry to return */
+    uint64_t next_seq;  /* oplog: next entry to return */
     int64_t limit_left; /* < 0: no limit */
     char db[128], coll[256];
-    bson_t filter;      /* collection: the user's filter, applied again to later batches */
+    bson_t filter; /* collection: the user's filter, applied again to later batches */
     bool has_last;
     bson_value_t last_id;
 };
@@ -198,8 +198,7 @@ static int64_t write_oplog_batch(sim_server *srv, sim_buf *b, sim_cursor *cur, c
 }
 
 /* Writes a whole cursor reply for an oplog cursor; frees the cursor when it ends (id 0). */
-static void reply_oplog_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, bool first, int64_t batch,
-                              bool single)
+static void reply_oplog_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, bool first, int64_t batch, bool single)
 {
     int64_t max = batch;
     if (cur->limit_left >= 0 && (max <= 0 || cur->limit_left < max))
@@ -512,8 +511,10 @@ static void h_update(cmd_ctx *x)
         w.stmt_id = index;
         if (!iter_doc(&ups, &spec) || !opt_doc(&spec, "q", &q, &has_q) || !has_q || !opt_doc(&spec, "u", &u, &has_u) ||
             !has_u) {
-            bson_set_error(&err, 0, 9, "update statement %d needs documents q and u (pipeline updates are not "
-                                       "supported by mongosim)", index);
+            bson_set_error(&err, 0, 9,
+                           "update statement %d needs documents q and u (pipeline updates are not "
+                           "supported by mongosim)",
+                           index);
             add_write_error(&errs, &nerr, index, &err);
             if (ordered)
                 break;
@@ -660,8 +661,8 @@ static void h_rename(cmd_ctx *x)
     bson_iter_t it;
     char from_db[128], to_db[128];
     const char *from_coll, *to_coll;
-    if (!BSON_ITER_HOLDS_UTF8(&x->first) || !split_ns(bson_iter_utf8(&x->first, NULL), from_db, sizeof from_db,
-                                                      &from_coll) ||
+    if (!BSON_ITER_HOLDS_UTF8(&x->first) ||
+        !split_ns(bson_iter_utf8(&x->first, NULL), from_db, sizeof from_db, &from_coll) ||
         !bson_iter_init_find(&it, x->cmd, "to") || !BSON_ITER_HOLDS_UTF8(&it) ||
         !split_ns(bson_iter_utf8(&it, NULL), to_db, sizeof to_db, &to_coll)) {
         reply_error(x->r, 73, "renameCollection needs 'db.coll' strings in renameCollection and to");
@@ -671,8 +672,8 @@ static void h_rename(cmd_ctx *x)
     if (!need_primary(x) || !write_ctx_init(x, &w))
         return;
     bson_error_t err;
-    bool ok = store_rename(x->srv->store, from_db, from_coll, to_db, to_coll, opt_bool(x->cmd, "dropTarget"),
-                           emit_body, &w, &err);
+    bool ok = store_rename(x->srv->store, from_db, from_coll, to_db, to_coll, opt_bool(x->cmd, "dropTarget"), emit_body,
+                           &w, &err);
     bson_t reply = BSON_INITIALIZER;
     ddl_reply(x, ok, &w, &err, &reply);
 }
@@ -1133,7 +1134,10 @@ static void collect_name(void *ctx, const char *name, const uint8_t *uuid)
     l->names[l->n++] = bson_strdup(name);
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static void h_list_databases(cmd_ctx *x)
 {
@@ -1228,8 +1232,9 @@ static void h_list_collections(cmd_ctx *x)
             lc.only_name = bson_iter_utf8(&it, NULL);
         else if (!(strcmp(k, "type") == 0 && BSON_ITER_HOLDS_UTF8(&it) &&
                    strcmp(bson_iter_utf8(&it, NULL), "collection") == 0)) {
-            reply_error(x->r, 2, "mongosim's listCollections supports only filters {name: S} and {type: "
-                                 "\"collection\"}");
+            reply_error(x->r, 2,
+                        "mongosim's listCollections supports only filters {name: S} and {type: "
+                        "\"collection\"}");
             return;
         }
     }

@@ -60,9 +60,15 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 'b': opts.bind_host = optarg; break;
-        case 's': opts.set_name = optarg; break;
-        case 'a': opts.advertise_host = optarg; break;
+        case 'b':
+            opts.bind_host = optarg;
+            break;
+        case 's':
+            opts.set_name = optarg;
+            break;
+        case 'a':
+            opts.advertise_host = optarg;
+            break;
         case 'f':
             if (strcmp(optarg, "7.0") == 0)
                 opts.format = SIM_FORMAT_70;
@@ -87,12 +93,24 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 'o': opts.oplog_file = optarg; break;
-        case 'd': opts.data_dir = optarg; break;
-        case 'S': opts.state_dir = optarg; break;
-        case 'v': opts.verbose = true; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'o':
+            opts.oplog_file = optarg;
+            break;
+        case 'd':
+            opts.data_dir = optarg;
+            break;
+        case 'S':
+            opts.state_dir = optarg;
+            break;
+        case 'v':
+            opts.verbose = true;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind < argc) {

@@ -22,9 +22,9 @@ struct sim_oplog {
     uint8_t *buf;
     size_t buf_len, buf_cap;
     oplog_idx *idx;
-    size_t n, cap;   /* idx[0..n) allocated, idx[first..n) live */
+    size_t n, cap; /* idx[0..n) allocated, idx[first..n) live */
     size_t first;
-    uint64_t base;   /* seq of idx[0] */
+    uint64_t base; /* seq of idx[0] */
     uint64_t last_ts;
 };
 
@@ -43,10 +43,22 @@ void oplog_free(sim_oplog *log)
     free(log);
 }
 
-uint64_t oplog_first_seq(const sim_oplog *log) { return log->base + log->first; }
-uint64_t oplog_end_seq(const sim_oplog *log) { return log->base + log->n; }
-uint64_t oplog_count(const sim_oplog *log) { return log->n - log->first; }
-uint64_t oplog_last_ts(const sim_oplog *log) { return log->last_ts; }
+uint64_t oplog_first_seq(const sim_oplog *log)
+{
+    return log->base + log->first;
+}
+uint64_t oplog_end_seq(const sim_oplog *log)
+{
+    return log->base + log->n;
+}
+uint64_t oplog_count(const sim_oplog *log)
+{
+    return log->n - log->first;
+}
+uint64_t oplog_last_ts(const sim_oplog *log)
+{
+    return log->last_ts;
+}
 
 const uint8_t *oplog_entry(const sim_oplog *log, uint64_t seq, uint32_t *len)
 {
@@ -55,7 +67,10 @@ const uint8_t *oplog_entry(const sim_oplog *log, uint64_t seq, uint32_t *len)
     return log->buf + e->off;
 }
 
-uint64_t oplog_entry_ts(const sim_oplog *log, uint64_t seq) { return log->idx[seq - log->base].ts; }
+uint64_t oplog_entry_ts(const sim_oplog *log, uint64_t seq)
+{
+    return log->idx[seq - log->base].ts;
+}
 
 uint64_t oplog_seek(const sim_oplog *log, uint64_t ts, bool inclusive)
 {
@@ -170,8 +185,8 @@ static uint8_t *put_u64(uint8_t *p, uint64_t v)
     return p + 8;
 }
 
-bool oplog_append_stamped(sim_oplog *log, const uint8_t *doc, uint32_t len, uint64_t ts, int64_t term,
-                          int64_t wall_ms, bool add_t, bool add_v, bool add_wall, bson_error_t *err)
+bool oplog_append_stamped(sim_oplog *log, const uint8_t *doc, uint32_t len, uint64_t ts, int64_t term, int64_t wall_ms,
+                          bool add_t, bool add_v, bool add_wall, bson_error_t *err)
 {
     if (len < 5) {
         bson_set_error(err, 0, 2, "oplog entry of %u bytes is not a document", len);

@@ -16,8 +16,8 @@
 typedef struct sim_oplog sim_oplog;
 
 #define OPLOG_TS(secs, inc) (((uint64_t)(secs) << 32) | (uint32_t)(inc))
-#define OPLOG_TS_SECS(ts) ((uint32_t)((ts) >> 32))
-#define OPLOG_TS_INC(ts) ((uint32_t)((ts)&0xffffffffu))
+#define OPLOG_TS_SECS(ts)   ((uint32_t)((ts) >> 32))
+#define OPLOG_TS_INC(ts)    ((uint32_t)((ts)&0xffffffffu))
 
 sim_oplog *oplog_new(void);
 void oplog_free(sim_oplog *log);
@@ -41,8 +41,8 @@ uint64_t oplog_next_ts(const sim_oplog *log, int64_t now_secs);
 bool oplog_append(sim_oplog *log, const uint8_t *doc, uint32_t len, uint64_t ts, bson_error_t *err);
 
 /* Append a document with ts, t (int64), v (int64 2) and wall (date) added at its end, in one copy. */
-bool oplog_append_stamped(sim_oplog *log, const uint8_t *doc, uint32_t len, uint64_t ts, int64_t term,
-                          int64_t wall_ms, bool add_t, bool add_v, bool add_wall, bson_error_t *err);
+bool oplog_append_stamped(sim_oplog *log, const uint8_t *doc, uint32_t len, uint64_t ts, int64_t term, int64_t wall_ms,
+                          bool add_t, bool add_v, bool add_wall, bson_error_t *err);
 
 /* Remove entries with ts < ts. */
 void oplog_truncate_before(sim_oplog *log, uint64_t ts);

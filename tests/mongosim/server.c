@@ -142,15 +142,15 @@ void reply_begin(sim_reply *r)
 {
     sim_buf *b = &r->conn->out;
     r->start = b->len;
-    put_i32(b, 0);               /* messageLength, fixed by reply_end */
+    put_i32(b, 0);                                                /* messageLength, fixed by reply_end */
     put_i32(b, (int32_t)(r->conn->srv->next_conn_id * 1000 + 1)); /* requestID: any value */
-    put_i32(b, r->request_id);   /* responseTo */
+    put_i32(b, r->request_id);                                    /* responseTo */
     if (r->opcode == SIM_OP_QUERY) {
         put_i32(b, SIM_OP_REPLY);
-        put_i32(b, 0);  /* responseFlags */
-        put_i64(b, 0);  /* cursorID */
-        put_i32(b, 0);  /* startingFrom */
-        put_i32(b, 1);  /* numberReturned */
+        put_i32(b, 0); /* responseFlags */
+        put_i64(b, 0); /* cursorID */
+        put_i32(b, 0); /* startingFrom */
+        put_i32(b, 1); /* numberReturned */
     } else {
         put_i32(b, SIM_OP_MSG);
         put_i32(b, 0); /* flagBits: never checksumPresent, never moreToCome */
@@ -179,21 +179,36 @@ void reply_bson(sim_reply *r, const bson_t *doc)
 const char *sim_code_name(int code)
 {
     switch (code) {
-    case 2: return "BadValue";
-    case 9: return "FailedToParse";
-    case 20: return "IllegalOperation";
-    case 22: return "InvalidBSON";
-    case 26: return "NamespaceNotFound";
-    case 43: return "CursorNotFound";
-    case 59: return "CommandNotFound";
-    case 73: return "InvalidNamespace";
-    case 136: return "CappedPositionLost";
-    case 175: return "QueryPlanKilled";
-    case 237: return "CursorKilled";
-    case 10107: return "NotWritablePrimary";
-    case 11000: return "DuplicateKey";
-    case 11602: return "InterruptedDueToReplStateChange";
-    default: return store_code_name(code);
+    case 2:
+        return "BadValue";
+    case 9:
+        return "FailedToParse";
+    case 20:
+        return "IllegalOperation";
+    case 22:
+        return "InvalidBSON";
+    case 26:
+        return "NamespaceNotFound";
+    case 43:
+        return "CursorNotFound";
+    case 59:
+        return "CommandNotFound";
+    case 73:
+        return "InvalidNamespace";
+    case 136:
+        return "CappedPositionLost";
+    case 175:
+        return "QueryPlanKilled";
+    case 237:
+        return "CursorKilled";
+    case 10107:
+        return "NotWritablePrimary";
+    case 11000:
+        return "DuplicateKey";
+    case 11602:
+        return "InterruptedDueToReplStateChange";
+    default:
+        return store_code_name(code);
     }
 }
 
@@ -224,7 +239,10 @@ int64_t sim_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-uint64_t sim_next_ts(sim_server *srv) { return oplog_next_ts(srv->oplog, sim_now_ms() / 1000); }
+uint64_t sim_next_ts(sim_server *srv)
+{
+    return oplog_next_ts(srv->oplog, sim_now_ms() / 1000);
+}
 
 bool sim_append_entry(sim_server *srv, const bson_t *entry, uint64_t ts, bson_error_t *err)
 {
@@ -237,8 +255,8 @@ bool sim_append_entry(sim_server *srv, const bson_t *entry, uint64_t ts, bson_er
 bool sim_append_body(sim_server *srv, const bson_t *body, bson_error_t *err)
 {
     uint64_t ts = sim_next_ts(srv);
-    if (!oplog_append_stamped(srv->oplog, bson_get_data(body), body->len, ts, srv->term, sim_now_ms(), true, true,
-                              true, err))
+    if (!oplog_append_stamped(srv->oplog, bson_get_data(body), body->len, ts, srv->term, sim_now_ms(), true, true, true,
+                              err))
         return false;
     oplog_cap(srv->oplog, srv->opts.max_oplog_entries);
     return true;
@@ -704,7 +722,10 @@ static void on_noop(struct ev_loop *loop, ev_timer *w, int revents)
         append_noop(srv, "periodic noop");
 }
 
-static void on_stop(struct ev_loop *loop, ev_async *w, int revents) { ev_break(loop, EVBREAK_ALL); }
+static void on_stop(struct ev_loop *loop, ev_async *w, int revents)
+{
+    ev_break(loop, EVBREAK_ALL);
+}
 
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
@@ -854,11 +875,20 @@ fail:
     return NULL;
 }
 
-int sim_server_port(const sim_server *srv) { return srv->port; }
+int sim_server_port(const sim_server *srv)
+{
+    return srv->port;
+}
 
-void sim_server_run(sim_server *srv) { ev_run(srv->loop, 0); }
+void sim_server_run(sim_server *srv)
+{
+    ev_run(srv->loop, 0);
+}
 
-void sim_server_stop(sim_server *srv) { ev_async_send(srv->loop, &srv->stop_async); }
+void sim_server_stop(sim_server *srv)
+{
+    ev_async_send(srv->loop, &srv->stop_async);
+}
 
 void sim_server_handle_signals(sim_server *srv)
 {

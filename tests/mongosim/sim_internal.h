@@ -14,11 +14,11 @@
 #include "server.h"
 #include "store.h"
 
-#define SIM_OP_REPLY 1
-#define SIM_OP_QUERY 2004
-#define SIM_OP_MSG 2013
+#define SIM_OP_REPLY    1
+#define SIM_OP_QUERY    2004
+#define SIM_OP_MSG      2013
 #define SIM_MAX_MESSAGE 48000000
-#define SIM_MAX_BSON 16777216
+#define SIM_MAX_BSON    16777216
 /* Cursor batches stop growing past this many bytes, as a real server's do at 16 MB. */
 #define SIM_BATCH_BYTES (16 * 1024 * 1024 - 64 * 1024)
 
@@ -51,13 +51,13 @@ struct sim_conn {
     int64_t id;
     ev_io rio, wio;
     sim_buf in, out;
-    size_t out_off;   /* bytes of out already sent */
-    bool parked;      /* an awaitData getMore waits for new entries */
+    size_t out_off; /* bytes of out already sent */
+    bool parked;    /* an awaitData getMore waits for new entries */
     int32_t park_request;
     int64_t park_cursor;
     int64_t park_batch;
     ev_timer park_timer;
-    bool held;        /* replies held back by the delay fault */
+    bool held; /* replies held back by the delay fault */
     ev_timer delay_timer;
     bool close_after_flush;
     bool dead; /* socket error: close at the next safe point */
@@ -87,7 +87,7 @@ struct sim_server {
     sim_cursor *cursors;
     int64_t next_txn_number;
     uint64_t closed_gen; /* bumped whenever a connection is freed */
-    uint64_t woken_end; /* oplog_end_seq when parked getMores were last offered entries */
+    uint64_t woken_end;  /* oplog_end_seq when parked getMores were last offered entries */
     bool stepped_down;
     int64_t delay_ms;
 };

@@ -236,27 +236,30 @@ void store_free(sim_store *store)
     free(store);
 }
 
-sim_oplog_format store_format(const sim_store *store) { return store->format; }
+sim_oplog_format store_format(const sim_store *store)
+{
+    return store->format;
+}
 
 /* Binary search in a sorted array of name-first structs; returns the index found or the insertion point. */
-#define FIND_SORTED(arr, n, key, found)                                                                              \
-    ({                                                                                                               \
-        size_t lo_ = 0, hi_ = (n);                                                                                   \
-        *(found) = false;                                                                                            \
-        while (lo_ < hi_) {                                                                                          \
-            size_t mid_ = (lo_ + hi_) / 2;                                                                           \
-            int r_ = strcmp((arr)[mid_]->name, (key));                                                               \
-            if (r_ == 0) {                                                                                           \
-                *(found) = true;                                                                                     \
-                lo_ = mid_;                                                                                          \
-                break;                                                                                               \
-            }                                                                                                        \
-            if (r_ < 0)                                                                                              \
-                lo_ = mid_ + 1;                                                                                      \
-            else                                                                                                     \
-                hi_ = mid_;                                                                                          \
-        }                                                                                                            \
-        lo_;                                                                                                         \
+#define FIND_SORTED(arr, n, key, found)                                                                                \
+    ({                                                                                                                 \
+        size_t lo_ = 0, hi_ = (n);                                                                                     \
+        *(found) = false;                                                                                              \
+        while (lo_ < hi_) {                                                                                            \
+            size_t mid_ = (lo_ + hi_) / 2;                                                                             \
+            int r_ = strcmp((arr)[mid_]->name, (key));                                                                 \
+            if (r_ == 0) {                                                                                             \
+                *(found) = true;                                                                                       \
+                lo_ = mid_;                                                                                            \
+                break;                                                                                                 \
+            }                                                                                                          \
+            if (r_ < 0)                                                                                                \
+                lo_ = mid_ + 1;                                                                                        \
+            else                                                                                                       \
+                hi_ = mid_;                                                                                            \
+        }                                                                                                              \
+        lo_;                                                                                                           \
     })
 
 static sdb *db_get(const sim_store *s, const char *name, size_t *pos)
@@ -416,8 +419,8 @@ static void emit_drop(store_emit_fn emit, void *ctx, const char *db, const scoll
     bson_destroy(&o2);
 }
 
-static void emit_doc_op(store_emit_fn emit, void *ctx, const char *op, const char *db, const scoll *c,
-                        const bson_t *o, const bson_t *o2)
+static void emit_doc_op(store_emit_fn emit, void *ctx, const char *op, const char *db, const scoll *c, const bson_t *o,
+                        const bson_t *o2)
 {
     char *ns = bson_strdup_printf("%s.%s", db, c->name);
     emit_body(emit, ctx, op, ns, c->uuid, o, o2);
@@ -465,8 +468,12 @@ static bool prepare_doc(const bson_t *doc, bson_t **out, bson_error_t *err)
         bson_type_t t = bson_iter_type(&id);
         if (t == BSON_TYPE_ARRAY || t == BSON_TYPE_REGEX || t == BSON_TYPE_UNDEFINED) {
             bson_set_error(err, 0, 2, "can't use a%s %s for _id",
-                           t == BSON_TYPE_ARRAY ? "n" : t == BSON_TYPE_UNDEFINED ? "n" : "",
-                           t == BSON_TYPE_ARRAY ? "array" : t == BSON_TYPE_REGEX ? "regex" : "undefined");
+                           t == BSON_TYPE_ARRAY       ? "n"
+                           : t == BSON_TYPE_UNDEFINED ? "n"
+                                                      : "",
+                           t == BSON_TYPE_ARRAY   ? "array"
+                           : t == BSON_TYPE_REGEX ? "regex"
+                                                  : "undefined");
             return false;
         }
     }
@@ -512,8 +519,8 @@ static bool insert_prepared(sim_store *store, const char *db, const char *coll, 
     tnode_id(nd, &id);
     if (c && treap_find(c->root, &id)) {
         char *k = dup_key_text(&id);
-        bson_set_error(err, 0, 11000, "E11000 duplicate key error collection: %s.%s index: _id_ dup key: %s", db,
-                       coll, k);
+        bson_set_error(err, 0, 11000, "E11000 duplicate key error collection: %s.%s index: _id_ dup key: %s", db, coll,
+                       k);
         bson_free(k);
         bson_destroy(d);
         free(nd);
@@ -530,8 +537,8 @@ static bool insert_prepared(sim_store *store, const char *db, const char *coll, 
     return true;
 }
 
-bool store_insert(sim_store *store, const char *db, const char *coll, const bson_t *doc, store_emit_fn emit,
-                  void *ctx, bson_error_t *err)
+bool store_insert(sim_store *store, const char *db, const char *coll, const bson_t *doc, store_emit_fn emit, void *ctx,
+                  bson_error_t *err)
 {
     bson_t *d;
     if (!check_ns(db, coll, err) || !prepare_doc(doc, &d, err))
@@ -689,8 +696,7 @@ bool store_delete(sim_store *store, const char *db, const char *coll, const bson
  * DDL
  * ------------------------------------------------------------------------------------------------------------- */
 
-bool store_create(sim_store *store, const char *db, const char *coll, store_emit_fn emit, void *ctx,
-                  bson_error_t *err)
+bool store_create(sim_store *store, const char *db, const char *coll, store_emit_fn emit, void *ctx, bson_error_t *err)
 {
     if (!check_ns(db, coll, err))
         return false;
@@ -746,8 +752,8 @@ static void emit_inserts(tnode *t, const char *db, const scoll *c, store_emit_fn
     }
 }
 
-bool store_rename(sim_store *store, const char *from_db, const char *from_coll, const char *to_db,
-                  const char *to_coll, bool drop_target, store_emit_fn emit, void *ctx, bson_error_t *err)
+bool store_rename(sim_store *store, const char *from_db, const char *from_coll, const char *to_db, const char *to_coll,
+                  bool drop_target, store_emit_fn emit, void *ctx, bson_error_t *err)
 {
     if (!check_ns(from_db, from_coll, err) || !check_ns(to_db, to_coll, err))
         return false;
@@ -841,27 +847,7 @@ typedef struct {
 
 static int rank_of(const bson_iter_t *it)
 {
-    switch (bson_iter_type(it)) {
-    case BSON_TYPE_MINKEY: return -1;
-    case BSON_TYPE_NULL:
-    case BSON_TYPE_UNDEFINED: return 5;
-    case BSON_TYPE_DOUBLE:
-    case BSON_TYPE_INT32:
-    case BSON_TYPE_INT64:
-    case BSON_TYPE_DECIMAL128: return 10;
-    case BSON_TYPE_UTF8:
-    case BSON_TYPE_SYMBOL: return 15;
-    case BSON_TYPE_DOCUMENT: return 20;
-    case BSON_TYPE_ARRAY: return 25;
-    case BSON_TYPE_BINARY: return 30;
-    case BSON_TYPE_OID: return 35;
-    case BSON_TYPE_BOOL: return 40;
-    case BSON_TYPE_DATE_TIME: return 45;
-    case BSON_TYPE_TIMESTAMP: return 47;
-    case BSON_TYPE_REGEX: return 50;
-    case BSON_TYPE_MAXKEY: return 100;
-    default: return 60;
-    }
+    return update_type_rank(bson_iter_type(it));
 }
 
 static bool parse_filter(const bson_t *filter, id_filter *f, bson_error_t *err)
@@ -919,10 +905,11 @@ static bool parse_filter(const bson_t *filter, id_filter *f, bson_error_t *err)
         }
     } while (bson_iter_next(&sub));
     return true;
-bad: {
+bad : {
     char *js = bson_as_relaxed_extended_json(filter, NULL);
-    bson_set_error(err, 0, 2, "mongosim supports only {}, {_id: X} and {_id: {$gt|$gte|$lt|$lte|$eq: X}} filters, "
-                              "got %s",
+    bson_set_error(err, 0, 2,
+                   "mongosim supports only {}, {_id: X} and {_id: {$gt|$gte|$lt|$lte|$eq: X}} filters, "
+                   "got %s",
                    js);
     bson_free(js);
     return false;
@@ -1069,8 +1056,7 @@ static bool load_file(sim_store *store, const char *path, const char *db, const 
             goto fail;
         }
         if (!bson_init_static(&view, buf + off, len) || !bson_validate(&view, BSON_VALIDATE_NONE, &bad)) {
-            bson_set_error(err, 0, 2, "%s: invalid BSON document at offset %zu (error at byte %zu)", path, off,
-                           bad);
+            bson_set_error(err, 0, 2, "%s: invalid BSON document at offset %zu (error at byte %zu)", path, off, bad);
             goto fail;
         }
         bson_t *d;
@@ -1190,44 +1176,83 @@ bool store_save_dir(const sim_store *store, const char *dir, bson_error_t *err)
 const char *store_code_name(int code)
 {
     switch (code) {
-    case 0: return "OK";
-    case 1: return "InternalError";
-    case 2: return "BadValue";
-    case 4: return "NoSuchKey";
-    case 8: return "UnknownError";
-    case 9: return "FailedToParse";
-    case 11: return "UserNotFound";
-    case 13: return "Unauthorized";
-    case 14: return "TypeMismatch";
-    case 18: return "AuthenticationFailed";
-    case 20: return "IllegalOperation";
-    case 26: return "NamespaceNotFound";
-    case 28: return "PathNotViable";
-    case 40: return "ConflictingUpdateOperators";
-    case 43: return "CursorNotFound";
-    case 48: return "NamespaceExists";
-    case 50: return "MaxTimeMSExpired";
-    case 56: return "EmptyFieldName";
-    case 59: return "CommandNotFound";
-    case 66: return "ImmutableField";
-    case 72: return "InvalidOptions";
-    case 73: return "InvalidNamespace";
-    case 96: return "OperationFailed";
-    case 112: return "WriteConflict";
-    case 125: return "CommandFailed";
-    case 136: return "CappedPositionLost";
-    case 251: return "NoSuchTransaction";
-    case 256: return "TransactionCommitted";
-    case 263: return "OperationNotSupportedInTransaction";
-    case 286: return "ChangeStreamHistoryLost";
-    case 10107: return "NotWritablePrimary";
-    case 10334: return "BSONObjectTooLarge";
-    case 11000: return "DuplicateKey";
-    case 11600: return "InterruptedAtShutdown";
-    case 11601: return "Interrupted";
-    case 13435: return "NotPrimaryNoSecondaryOk";
-    case 13436: return "NotPrimaryOrSecondary";
-    case 17419: return "Location17419";
-    default: return "UnknownError";
+    case 0:
+        return "OK";
+    case 1:
+        return "InternalError";
+    case 2:
+        return "BadValue";
+    case 4:
+        return "NoSuchKey";
+    case 8:
+        return "UnknownError";
+    case 9:
+        return "FailedToParse";
+    case 11:
+        return "UserNotFound";
+    case 13:
+        return "Unauthorized";
+    case 14:
+        return "TypeMismatch";
+    case 18:
+        return "AuthenticationFailed";
+    case 20:
+        return "IllegalOperation";
+    case 26:
+        return "NamespaceNotFound";
+    case 28:
+        return "PathNotViable";
+    case 40:
+        return "ConflictingUpdateOperators";
+    case 43:
+        return "CursorNotFound";
+    case 48:
+        return "NamespaceExists";
+    case 50:
+        return "MaxTimeMSExpired";
+    case 56:
+        return "EmptyFieldName";
+    case 59:
+        return "CommandNotFound";
+    case 66:
+        return "ImmutableField";
+    case 72:
+        return "InvalidOptions";
+    case 73:
+        return "InvalidNamespace";
+    case 96:
+        return "OperationFailed";
+    case 112:
+        return "WriteConflict";
+    case 125:
+        return "CommandFailed";
+    case 136:
+        return "CappedPositionLost";
+    case 251:
+        return "NoSuchTransaction";
+    case 256:
+        return "TransactionCommitted";
+    case 263:
+        return "OperationNotSupportedInTransaction";
+    case 286:
+        return "ChangeStreamHistoryLost";
+    case 10107:
+        return "NotWritablePrimary";
+    case 10334:
+        return "BSONObjectTooLarge";
+    case 11000:
+        return "DuplicateKey";
+    case 11600:
+        return "InterruptedAtShutdown";
+    case 11601:
+        return "Interrupted";
+    case 13435:
+        return "NotPrimaryNoSecondaryOk";
+    case 13436:
+        return "NotPrimaryOrSecondary";
+    case 17419:
+        return "Location17419";
+    default:
+        return "UnknownError";
     }
 }

@@ -3,8 +3,8 @@
  *
  * The store knows nothing of sockets, cursors or timestamps. Every write that changes data hands the body of the
  * oplog entry a MongoDB server would write for it to the caller's `emit` callback, in the server's field order
- * (op, ns, ui, o[, o2]); the caller (oplog.c) appends ts, t, v and wall, or collects bodies into an applyOps entry for a
- * transaction. One write may emit several bodies (a create before the first insert into a new collection, one drop
+ * (op, ns, ui, o[, o2]); the caller (oplog.c) appends ts, t, v and wall, or collects bodies into an applyOps entry for
+ * a transaction. One write may emit several bodies (a create before the first insert into a new collection, one drop
  * per collection before a dropDatabase).
  *
  * Errors are reported in a bson_error_t whose `code` is the MongoDB server error code (11000 DuplicateKey,
@@ -46,8 +46,8 @@ sim_oplog_format store_format(const sim_store *store);
 
 /* Insert one document; adds an ObjectId _id first if it has none. Creates the collection (emitting its create
  * entry first) if it does not exist. */
-bool store_insert(sim_store *store, const char *db, const char *coll, const bson_t *doc, store_emit_fn emit,
-                  void *ctx, bson_error_t *err);
+bool store_insert(sim_store *store, const char *db, const char *coll, const bson_t *doc, store_emit_fn emit, void *ctx,
+                  bson_error_t *err);
 
 /* Update the document whose _id equals the query's _id (q is {_id: X}; other query shapes are BadValue).
  * u is either a modifier document ($set, $unset, $inc, $push) or a replacement. With upsert and no match, inserts
@@ -63,12 +63,11 @@ bool store_delete(sim_store *store, const char *db, const char *coll, const bson
 
 /* DDL. create fails with 48 if the collection exists; drop of a missing collection succeeds and emits nothing (as
  * a real server answers ns not found but writes nothing — the wire layer decides the reply from *existed). */
-bool store_create(sim_store *store, const char *db, const char *coll, store_emit_fn emit, void *ctx,
-                  bson_error_t *err);
+bool store_create(sim_store *store, const char *db, const char *coll, store_emit_fn emit, void *ctx, bson_error_t *err);
 bool store_drop(sim_store *store, const char *db, const char *coll, bool *existed, store_emit_fn emit, void *ctx,
                 bson_error_t *err);
-bool store_rename(sim_store *store, const char *from_db, const char *from_coll, const char *to_db,
-                  const char *to_coll, bool drop_target, store_emit_fn emit, void *ctx, bson_error_t *err);
+bool store_rename(sim_store *store, const char *from_db, const char *from_coll, const char *to_db, const char *to_coll,
+                  bool drop_target, store_emit_fn emit, void *ctx, bson_error_t *err);
 bool store_drop_database(sim_store *store, const char *db, store_emit_fn emit, void *ctx, bson_error_t *err);
 
 /* Reads. */

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define UPD_MAX_DEPTH 200
+#define UPD_MAX_DEPTH    200
 #define UPD_MAX_BACKFILL 1500000
 #define UPD_MAX_DOC_SIZE (16 * 1024 * 1024)
 
@@ -33,40 +33,61 @@
  * BSON comparison order
  * ------------------------------------------------------------------------------------------------------------- */
 
-static int canon_rank(bson_type_t t)
+int update_type_rank(bson_type_t t)
 {
     switch (t) {
-    case BSON_TYPE_MINKEY: return -1;
-    case BSON_TYPE_UNDEFINED: return 0;
-    case BSON_TYPE_NULL: return 5;
+    case BSON_TYPE_MINKEY:
+        return -1;
+    case BSON_TYPE_UNDEFINED:
+        return 0;
+    case BSON_TYPE_NULL:
+        return 5;
     case BSON_TYPE_DOUBLE:
     case BSON_TYPE_INT32:
     case BSON_TYPE_INT64:
-    case BSON_TYPE_DECIMAL128: return 10;
+    case BSON_TYPE_DECIMAL128:
+        return 10;
     case BSON_TYPE_UTF8:
-    case BSON_TYPE_SYMBOL: return 15;
-    case BSON_TYPE_DOCUMENT: return 20;
-    case BSON_TYPE_ARRAY: return 25;
-    case BSON_TYPE_BINARY: return 30;
-    case BSON_TYPE_OID: return 35;
-    case BSON_TYPE_BOOL: return 40;
-    case BSON_TYPE_DATE_TIME: return 45;
-    case BSON_TYPE_TIMESTAMP: return 47;
-    case BSON_TYPE_REGEX: return 50;
-    case BSON_TYPE_DBPOINTER: return 55;
-    case BSON_TYPE_CODE: return 60;
-    case BSON_TYPE_CODEWSCOPE: return 65;
-    case BSON_TYPE_MAXKEY: return 100;
-    default: return 0;
+    case BSON_TYPE_SYMBOL:
+        return 15;
+    case BSON_TYPE_DOCUMENT:
+        return 20;
+    case BSON_TYPE_ARRAY:
+        return 25;
+    case BSON_TYPE_BINARY:
+        return 30;
+    case BSON_TYPE_OID:
+        return 35;
+    case BSON_TYPE_BOOL:
+        return 40;
+    case BSON_TYPE_DATE_TIME:
+        return 45;
+    case BSON_TYPE_TIMESTAMP:
+        return 47;
+    case BSON_TYPE_REGEX:
+        return 50;
+    case BSON_TYPE_DBPOINTER:
+        return 55;
+    case BSON_TYPE_CODE:
+        return 60;
+    case BSON_TYPE_CODEWSCOPE:
+        return 65;
+    case BSON_TYPE_MAXKEY:
+        return 100;
+    default:
+        return 0;
     }
 }
 
 static long double iter_number(const bson_iter_t *it)
 {
     switch (bson_iter_type(it)) {
-    case BSON_TYPE_DOUBLE: return bson_iter_double(it);
-    case BSON_TYPE_INT32: return bson_iter_int32(it);
-    case BSON_TYPE_INT64: return (long double)bson_iter_int64(it);
+    case BSON_TYPE_DOUBLE:
+        return bson_iter_double(it);
+    case BSON_TYPE_INT32:
+        return bson_iter_int32(it);
+    case BSON_TYPE_INT64:
+        return (long double)bson_iter_int64(it);
     case BSON_TYPE_DECIMAL128: {
         bson_decimal128_t d;
         char buf[BSON_DECIMAL128_STRING];
@@ -74,11 +95,15 @@ static long double iter_number(const bson_iter_t *it)
         bson_decimal128_to_string(&d, buf);
         return strtold(buf, NULL);
     }
-    default: return 0;
+    default:
+        return 0;
     }
 }
 
-static int sign_of(long long v) { return v < 0 ? -1 : v > 0 ? 1 : 0; }
+static int sign_of(long long v)
+{
+    return v < 0 ? -1 : v > 0 ? 1 : 0;
+}
 
 static int cmp_bytes(const void *a, size_t la, const void *b, size_t lb)
 {
@@ -97,7 +122,7 @@ static int cmp_docs(const uint8_t *da, uint32_t la, const uint8_t *db, uint32_t 
         bool ha = bson_iter_next(&ia), hb = bson_iter_next(&ib);
         if (!ha || !hb)
             return (int)ha - (int)hb;
-        int r = canon_rank(bson_iter_type(&ia)) - canon_rank(bson_iter_type(&ib));
+        int r = update_type_rank(bson_iter_type(&ia)) - update_type_rank(bson_iter_type(&ib));
         if (r)
             return sign_of(r);
         r = strcmp(bson_iter_key(&ia), bson_iter_key(&ib));
@@ -112,7 +137,7 @@ static int cmp_docs(const uint8_t *da, uint32_t la, const uint8_t *db, uint32_t 
 int update_compare_iters(const bson_iter_t *a, const bson_iter_t *b)
 {
     bson_type_t ta = bson_iter_type(a), tb = bson_iter_type(b);
-    int ra = canon_rank(ta), rb = canon_rank(tb);
+    int ra = update_type_rank(ta), rb = update_type_rank(tb);
     if (ra != rb)
         return ra < rb ? -1 : 1;
     switch (ra) {
@@ -160,8 +185,10 @@ int update_compare_iters(const bson_iter_t *a, const bson_iter_t *b)
             return sa < sb ? -1 : 1;
         return sign_of(memcmp(pa, pb, la));
     }
-    case 35: return sign_of(bson_oid_compare(bson_iter_oid(a), bson_iter_oid(b)));
-    case 40: return (int)bson_iter_bool(a) - (int)bson_iter_bool(b);
+    case 35:
+        return sign_of(bson_oid_compare(bson_iter_oid(a), bson_iter_oid(b)));
+    case 40:
+        return (int)bson_iter_bool(a) - (int)bson_iter_bool(b);
     case 45: {
         int64_t x = bson_iter_date_time(a), y = bson_iter_date_time(b);
         return x < y ? -1 : x > y ? 1 : 0;
@@ -197,7 +224,8 @@ int update_compare_iters(const bson_iter_t *a, const bson_iter_t *b)
         int r = cmp_bytes(ca, la, cb, lb);
         return r ? r : cmp_docs(sa, sla, sb, slb);
     }
-    default: return 0;
+    default:
+        return 0;
     }
 }
 
@@ -660,24 +688,42 @@ static char *id_json(const bson_t *doc)
 static const char *type_name(bson_type_t t)
 {
     switch (t) {
-    case BSON_TYPE_DOUBLE: return "double";
-    case BSON_TYPE_UTF8: return "string";
-    case BSON_TYPE_DOCUMENT: return "object";
-    case BSON_TYPE_ARRAY: return "array";
-    case BSON_TYPE_BINARY: return "binData";
-    case BSON_TYPE_UNDEFINED: return "undefined";
-    case BSON_TYPE_OID: return "objectId";
-    case BSON_TYPE_BOOL: return "bool";
-    case BSON_TYPE_DATE_TIME: return "date";
-    case BSON_TYPE_NULL: return "null";
-    case BSON_TYPE_REGEX: return "regex";
-    case BSON_TYPE_INT32: return "int";
-    case BSON_TYPE_TIMESTAMP: return "timestamp";
-    case BSON_TYPE_INT64: return "long";
-    case BSON_TYPE_DECIMAL128: return "decimal";
-    case BSON_TYPE_MINKEY: return "minKey";
-    case BSON_TYPE_MAXKEY: return "maxKey";
-    default: return "unknown";
+    case BSON_TYPE_DOUBLE:
+        return "double";
+    case BSON_TYPE_UTF8:
+        return "string";
+    case BSON_TYPE_DOCUMENT:
+        return "object";
+    case BSON_TYPE_ARRAY:
+        return "array";
+    case BSON_TYPE_BINARY:
+        return "binData";
+    case BSON_TYPE_UNDEFINED:
+        return "undefined";
+    case BSON_TYPE_OID:
+        return "objectId";
+    case BSON_TYPE_BOOL:
+        return "bool";
+    case BSON_TYPE_DATE_TIME:
+        return "date";
+    case BSON_TYPE_NULL:
+        return "null";
+    case BSON_TYPE_REGEX:
+        return "regex";
+    case BSON_TYPE_INT32:
+        return "int";
+    case BSON_TYPE_TIMESTAMP:
+        return "timestamp";
+    case BSON_TYPE_INT64:
+        return "long";
+    case BSON_TYPE_DECIMAL128:
+        return "decimal";
+    case BSON_TYPE_MINKEY:
+        return "minKey";
+    case BSON_TYPE_MAXKEY:
+        return "maxKey";
+    default:
+        return "unknown";
     }
 }
 
@@ -687,8 +733,7 @@ static bool is_number(bson_type_t t)
 }
 
 /* cur + inc with MongoDB's type promotion: int32 < int64 < double; int32 overflow widens to int64. */
-static bool inc_compute(uctx *c, const bson_value_t *cur, const bson_value_t *inc, bson_value_t *out,
-                        bson_error_t *err)
+static bool inc_compute(uctx *c, const bson_value_t *cur, const bson_value_t *inc, bson_value_t *out, bson_error_t *err)
 {
     memset(out, 0, sizeof *out);
     if (cur->value_type == BSON_TYPE_DECIMAL128 || inc->value_type == BSON_TYPE_DECIMAL128) {
@@ -927,11 +972,11 @@ static bool parse_ops(const bson_t *u, upd_op **out, size_t *out_n, bson_error_t
             kind = OP_INC;
         else if (strcmp(name, "$push") == 0)
             kind = OP_PUSH;
-        else if (name[0] == '$' && (strcmp(name, "$min") == 0 || strcmp(name, "$max") == 0 ||
-                                    strcmp(name, "$mul") == 0 || strcmp(name, "$rename") == 0 ||
-                                    strcmp(name, "$addToSet") == 0 || strcmp(name, "$pop") == 0 ||
-                                    strcmp(name, "$pull") == 0 || strcmp(name, "$pullAll") == 0 ||
-                                    strcmp(name, "$currentDate") == 0 || strcmp(name, "$bit") == 0)) {
+        else if (name[0] == '$' &&
+                 (strcmp(name, "$min") == 0 || strcmp(name, "$max") == 0 || strcmp(name, "$mul") == 0 ||
+                  strcmp(name, "$rename") == 0 || strcmp(name, "$addToSet") == 0 || strcmp(name, "$pop") == 0 ||
+                  strcmp(name, "$pull") == 0 || strcmp(name, "$pullAll") == 0 || strcmp(name, "$currentDate") == 0 ||
+                  strcmp(name, "$bit") == 0)) {
             bson_set_error(err, 0, 2, "mongosim does not implement the %s update operator", name);
             goto fail;
         } else {
@@ -1085,8 +1130,10 @@ static bool apply_replacement(const bson_t *doc, const bson_t *u, bson_t *new_do
         bson_t tmp = BSON_INITIALIZER;
         bson_append_iter(&tmp, "_id", 3, &new_id);
         char *js = bson_as_relaxed_extended_json(&tmp, NULL);
-        bson_set_error(err, 0, 66, "After applying the update, the (immutable) field '_id' was found to have been "
-                                   "altered to %s", js);
+        bson_set_error(err, 0, 66,
+                       "After applying the update, the (immutable) field '_id' was found to have been "
+                       "altered to %s",
+                       js);
         bson_free(js);
         bson_destroy(&tmp);
         return false;
@@ -1145,8 +1192,7 @@ bool update_apply(const bson_t *doc, const bson_t *u, sim_oplog_format format, b
         size_t slot;
         unode *id = node_find(root, "_id", &slot);
         if (bson_iter_init_find(&old_id, doc, "_id") && (!id || !node_equals_iter(id, &old_id))) {
-            bson_set_error(err, 0, 66,
-                           "Performing an update on the path '_id' would modify the immutable field '_id'");
+            bson_set_error(err, 0, 66, "Performing an update on the path '_id' would modify the immutable field '_id'");
             goto fail;
         }
         bson_init(new_doc);

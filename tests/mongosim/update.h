@@ -30,4 +30,7 @@ bool update_apply(const bson_t *doc, const bson_t *u, sim_oplog_format format, b
 int update_compare_values(const bson_value_t *a, const bson_value_t *b);
 int update_compare_iters(const bson_iter_t *a, const bson_iter_t *b);
 
+/* MongoDB's canonical rank of a BSON type: the first key of the comparison order (numbers share one rank). */
+int update_type_rank(bson_type_t t);
+
 #endif

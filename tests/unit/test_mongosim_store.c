@@ -159,8 +159,7 @@ static void run_vector(const char *file, const char *id, const char *update_json
         bson_t q = BSON_INITIALIZER;
         bson_append_iter(&q, "_id", 3, &idit);
         sim_update_result res;
-        ck_assert_msg(store_update(s, "db", "c", &q, u, false, &res, sink_emit, &k, &err), "%s: %s", id,
-                      err.message);
+        ck_assert_msg(store_update(s, "db", "c", &q, u, false, &res, sink_emit, &k, &err), "%s: %s", id, err.message);
         ck_assert_int_eq(res.matched, 1);
         ck_assert_int_eq(res.modified, 1);
         ck_assert_int_eq(k.n, 1);
@@ -276,10 +275,10 @@ START_TEST(test_vectors_v2)
     run_vector(f, "oplog_format-v2-$push $each $slice", "{\"$set\": {\"a.b\": [1.0, 2.0]}}", SIM_FORMAT_70);
     run_vector(f, "oplog_format-v2-$push $sort $slice -100",
                "{\"$set\": {\"a.b\": [{\"c\": -1.0}, {\"c\": 1.0}, {\"c\": 2.0}]}}", SIM_FORMAT_70);
-    run_vector(f, "oplog_format-v2-$push $slice $sort first two",
-               "{\"$set\": {\"a.b\": [{\"c\": 1.0}, {\"c\": 2.0}]}}", SIM_FORMAT_70);
-    run_vector(f, "oplog_format-v2-$push $slice $sort reversed",
-               "{\"$set\": {\"a.b\": [{\"c\": 1.0}, {\"c\": -1.0}]}}", SIM_FORMAT_70);
+    run_vector(f, "oplog_format-v2-$push $slice $sort first two", "{\"$set\": {\"a.b\": [{\"c\": 1.0}, {\"c\": 2.0}]}}",
+               SIM_FORMAT_70);
+    run_vector(f, "oplog_format-v2-$push $slice $sort reversed", "{\"$set\": {\"a.b\": [{\"c\": 1.0}, {\"c\": -1.0}]}}",
+               SIM_FORMAT_70);
 }
 END_TEST
 
@@ -297,8 +296,8 @@ START_TEST(test_vectors_v1)
     run_vector(f, "oplog_format-v1-$push $each $slice", "{\"$set\": {\"a.b\": [1.0, 2.0]}}", SIM_FORMAT_44);
     run_vector(f, "oplog_format-v1-$push $slice $sort top-level", "{\"$set\": {\"a\": [{\"b\": 1.0}, {\"b\": 2.0}]}}",
                SIM_FORMAT_44);
-    run_vector(f, "oplog_format-v1-$push $slice $sort first two",
-               "{\"$set\": {\"a.b\": [{\"c\": 1.0}, {\"c\": 2.0}]}}", SIM_FORMAT_44);
+    run_vector(f, "oplog_format-v1-$push $slice $sort first two", "{\"$set\": {\"a.b\": [{\"c\": 1.0}, {\"c\": 2.0}]}}",
+               SIM_FORMAT_44);
     run_vector(f, "csraw-v1-$inc", "{\"$inc\": {\"b\": 2.0}}", SIM_FORMAT_44);
     run_vector(f, "csraw-v1-$set multi (doc 4)", "{\"$set\": {\"b\": 2.0}}", SIM_FORMAT_44);
     run_vector(f, "csraw-v1-$set nested", "{\"$set\": {\"b.d\": 2.0}}", SIM_FORMAT_44);
@@ -319,8 +318,9 @@ START_TEST(test_set_nested)
                  "{\"$v\": 2, \"diff\": {\"i\": {\"n\": {\"a\": 1, \"b\": 2}}}}",
                  "{\"$v\": 1, \"$set\": {\"n.a\": 1, \"n.b\": 2}}");
     /* New top-level fields appended in lexicographic order regardless of the update's order. */
-    check_update("{\"_id\": 1, \"m\": 0}", "{\"$set\": {\"z\": 1, \"a\": 1}}", "{\"_id\": 1, \"m\": 0, \"a\": 1, \"z\": 1}",
-                 "{\"$v\": 2, \"diff\": {\"i\": {\"a\": 1, \"z\": 1}}}", "{\"$v\": 1, \"$set\": {\"a\": 1, \"z\": 1}}");
+    check_update("{\"_id\": 1, \"m\": 0}", "{\"$set\": {\"z\": 1, \"a\": 1}}",
+                 "{\"_id\": 1, \"m\": 0, \"a\": 1, \"z\": 1}", "{\"$v\": 2, \"diff\": {\"i\": {\"a\": 1, \"z\": 1}}}",
+                 "{\"$v\": 1, \"$set\": {\"a\": 1, \"z\": 1}}");
     /* Type change of an existing field is u. */
     check_update("{\"_id\": 1, \"a\": 1}", "{\"$set\": {\"a\": \"s\"}}", "{\"_id\": 1, \"a\": \"s\"}",
                  "{\"$v\": 2, \"diff\": {\"u\": {\"a\": \"s\"}}}", "{\"$v\": 1, \"$set\": {\"a\": \"s\"}}");
@@ -328,9 +328,9 @@ START_TEST(test_set_nested)
     check_update("{\"_id\": 1, \"o\": {}}", "{\"$set\": {\"o.0\": true}}", "{\"_id\": 1, \"o\": {\"0\": true}}",
                  "{\"$v\": 2, \"diff\": {\"so\": {\"i\": {\"0\": true}}}}", "{\"$v\": 1, \"$set\": {\"o.0\": true}}");
     /* Past the end of an array pads with null; logged as u<idx> (array diffs have no i). */
-    check_update("{\"_id\": 1, \"arr\": [1]}", "{\"$set\": {\"arr.3\": 9}}",
-                 "{\"_id\": 1, \"arr\": [1, null, null, 9]}", "{\"$v\": 2, \"diff\": {\"sarr\": {\"a\": true, \"u3\": 9}}}",
-                 "{\"$v\": 1, \"$set\": {\"arr.3\": 9}}");
+    check_update(
+        "{\"_id\": 1, \"arr\": [1]}", "{\"$set\": {\"arr.3\": 9}}", "{\"_id\": 1, \"arr\": [1, null, null, 9]}",
+        "{\"$v\": 2, \"diff\": {\"sarr\": {\"a\": true, \"u3\": 9}}}", "{\"$v\": 1, \"$set\": {\"arr.3\": 9}}");
     /* Inside an array element's object. */
     check_update("{\"_id\": 1, \"arr\": [{\"k\": 1}, {\"k\": 2}]}", "{\"$set\": {\"arr.1.k\": 3}}",
                  "{\"_id\": 1, \"arr\": [{\"k\": 1}, {\"k\": 3}]}",
@@ -379,7 +379,8 @@ START_TEST(test_inc)
     /* $inc by int32 0 on an int32: unchanged. */
     check_update("{\"_id\": 1, \"a\": 5}", "{\"$inc\": {\"a\": 0}}", NULL, NULL, NULL);
     check_update("{\"_id\": 1, \"arr\": [1, 2]}", "{\"$inc\": {\"arr.1\": 10}}", "{\"_id\": 1, \"arr\": [1, 12]}",
-                 "{\"$v\": 2, \"diff\": {\"sarr\": {\"a\": true, \"u1\": 12}}}", "{\"$v\": 1, \"$set\": {\"arr.1\": 12}}");
+                 "{\"$v\": 2, \"diff\": {\"sarr\": {\"a\": true, \"u1\": 12}}}",
+                 "{\"$v\": 1, \"$set\": {\"arr.1\": 12}}");
 }
 END_TEST
 
@@ -426,8 +427,7 @@ START_TEST(test_replacement_and_errors)
     check_update_error("{\"_id\": 1, \"a\": 1}", "{\"$set\": {\"a.b\": 1}}", 28);
     check_update_error("{\"_id\": 1, \"a\": [1]}", "{\"$set\": {\"a.x\": 1}}", 28);
     check_update_error("{\"_id\": 1}", "{\"$set\": {\"a..b\": 1}}", 56);
-    check_update_error("{\"_id\": 1, \"a\": {\"$numberLong\": \"9223372036854775807\"}}",
-                       "{\"$inc\": {\"a\": 1}}", 2);
+    check_update_error("{\"_id\": 1, \"a\": {\"$numberLong\": \"9223372036854775807\"}}", "{\"$inc\": {\"a\": 1}}", 2);
 }
 END_TEST
 

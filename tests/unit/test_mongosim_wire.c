@@ -111,14 +111,18 @@ static reply_t read_reply(int fd, int timeout_ms)
     ck_assert_int_ge(len, 21);
     uint8_t *body = malloc((size_t)len - 16);
     ck_assert_int_eq(recv_exact(fd, body, (size_t)len - 16, timeout_ms), 1);
-    size_t off = r.opcode == 1 ? 20 : 5; /* OP_REPLY: flags, cursorID, startingFrom, numberReturned; OP_MSG: flags, kind */
+    size_t off =
+        r.opcode == 1 ? 20 : 5; /* OP_REPLY: flags, cursorID, startingFrom, numberReturned; OP_MSG: flags, kind */
     r.doc = bson_new_from_data(body + off, (size_t)len - 16 - off);
     ck_assert_msg(r.doc, "reply document is not valid BSON");
     free(body);
     return r;
 }
 
-static void put32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); }
+static void put32(uint8_t *p, int32_t v)
+{
+    memcpy(p, &v, 4);
+}
 
 /* OP_MSG with one kind-0 body; extra raw bytes may follow the sections. */
 static size_t build_msg(uint8_t *out, int32_t request_id, uint32_t flags, const bson_t *body)
@@ -365,8 +369,8 @@ START_TEST(test_client_vanishes_mid_getmore)
     reply_t r = read_reply(fd, 3000);
     ck_assert(r.status == 1 && field_num(r.doc, "ok") == 1.0);
     bson_destroy(r.doc);
-    bson_t *find = BCON_NEW("find", BCON_UTF8("oplog.rs"), "filter", "{", "}", "tailable", BCON_BOOL(true),
-                            "awaitData", BCON_BOOL(true), "$db", BCON_UTF8("local"));
+    bson_t *find = BCON_NEW("find", BCON_UTF8("oplog.rs"), "filter", "{", "}", "tailable", BCON_BOOL(true), "awaitData",
+                            BCON_BOOL(true), "$db", BCON_UTF8("local"));
     send_all(fd, buf, build_msg(buf, 2, 0, find));
     r = read_reply(fd, 3000);
     ck_assert_int_eq(r.status, 1);
@@ -375,8 +379,8 @@ START_TEST(test_client_vanishes_mid_getmore)
     int64_t id = bson_iter_as_int64(&it);
     ck_assert(id != 0);
     bson_destroy(r.doc);
-    bson_t *gm = BCON_NEW("getMore", BCON_INT64(id), "collection", BCON_UTF8("oplog.rs"), "maxTimeMS",
-                          BCON_INT64(5000), "$db", BCON_UTF8("local"));
+    bson_t *gm = BCON_NEW("getMore", BCON_INT64(id), "collection", BCON_UTF8("oplog.rs"), "maxTimeMS", BCON_INT64(5000),
+                          "$db", BCON_UTF8("local"));
     send_all(fd, buf, build_msg(buf, 3, 0, gm));
     usleep(100 * 1000);
     close(fd); /* gone while the getMore is parked */
@@ -402,8 +406,8 @@ END_TEST
 START_TEST(test_tailable_find_on_empty_oplog)
 {
     uint8_t buf[512];
-    bson_t *find = BCON_NEW("find", BCON_UTF8("oplog.rs"), "filter", "{", "}", "tailable", BCON_BOOL(true),
-                            "awaitData", BCON_BOOL(true), "$db", BCON_UTF8("local"));
+    bson_t *find = BCON_NEW("find", BCON_UTF8("oplog.rs"), "filter", "{", "}", "tailable", BCON_BOOL(true), "awaitData",
+                            BCON_BOOL(true), "$db", BCON_UTF8("local"));
     int fd = connect_sim();
     send_all(fd, buf, build_msg(buf, 3, 0, find));
     reply_t r = read_reply(fd, 3000);
@@ -414,8 +418,8 @@ START_TEST(test_tailable_find_on_empty_oplog)
                   "a tailable find on an empty oplog must return cursor id 0");
     bson_destroy(r.doc);
     /* Another filter shape is refused clearly. */
-    bson_t *bad = BCON_NEW("find", BCON_UTF8("oplog.rs"), "filter", "{", "op", BCON_UTF8("i"), "}", "$db",
-                           BCON_UTF8("local"));
+    bson_t *bad =
+        BCON_NEW("find", BCON_UTF8("oplog.rs"), "filter", "{", "op", BCON_UTF8("i"), "}", "$db", BCON_UTF8("local"));
     send_all(fd, buf, build_msg(buf, 4, 0, bad));
     r = read_reply(fd, 3000);
     ck_assert_int_eq(r.status, 1);

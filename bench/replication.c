@@ -1,0 +1,338 @@
+/*
+ * replication.c — oplog2pg's replication benchmarks (run by bench/run.sh under `make bench`).
+ *
+ *   replication batching [N]   the batching table: N oplog entries (default 20 000) at 1, 10, 20, 50 and 1000
+ *                              inserts per update, applied by oplog2pg batched and in per-op mode, same run
+ *   replication inserts [N]    N inserts (default 1 000 000) replicated by oplog2pg, against psql \copy of the same
+ *                              rows into the same table shape; reports the daemon's peak memory
+ *
+ * Every figure is a ratio of two runs made side by side on the same PostgreSQL (OPLOG2PG_TEST_PG, from
+ * scripts/with-pg.sh) and the same mongosim build, never a timed pass/fail. A trial writes the workload to a fresh
+ * mongosim first, with the daemon stopped after it has committed its starting point, then times the daemon from its
+ * start until its checkpoint equals the newest oplog entry: the whole backlog, read, applied and committed.
+ */
+#include <libpq-fe.h>
+#include <mongoc/mongoc.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../tests/lib/oplogutil.h"
+#include "../tests/lib/proc.h"
+#include "../tests/lib/workload.h"
+#include "map/ejson.h"
+
+static const char *conninfo;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "replication bench: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    proc_kill_all();
+    exit(1);
+}
+
+static uint64_t newest_ts(mongoc_client_t *c)
+{
+    uint64_t ts;
+    bson_error_t err;
+    if (!oplogutil_newest_ts(c, &ts, &err))
+        die("reading the oplog: %s", err.message);
+    return ts;
+}
+
+static void exec_sql(PGconn *pg, const char *sql)
+{
+    PGresult *r = PQexec(pg, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
+        die("%s: %s", sql, PQerrorMessage(pg));
+    PQclear(r);
+}
+
+/* Peak resident memory of a process, from /proc (kB). */
+static long peak_rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kb = strtol(line + 6, NULL, 10);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+typedef struct {
+    proc_handle sim, daemon;
+    mongoc_client_t *client;
+    PGconn *pg;
+    char dir[64], ini[128], log[128], uri[128], service[64], prefix[32];
+} trial;
+
+static void trial_open(trial *t, const char *name, const char *apply_mode)
+{
+    char err[512];
+    memset(t, 0, sizeof *t);
+    snprintf(t->dir, sizeof t->dir, "/tmp/oplog2pg-bench.XXXXXX");
+    if (!mkdtemp(t->dir))
+        die("mkdtemp failed");
+    char simlog[128];
+    snprintf(simlog, sizeof simlog, "%s/mongosim.log", t->dir);
+    if (!proc_start_mongosim(NULL, simlog, &t->sim, err, sizeof err))
+        die("%s", err);
+    snprintf(t->uri, sizeof t->uri, "mongodb://127.0.0.1:%d/?replicaSet=rs0", t->sim.port);
+    snprintf(t->service, sizeof t->service, "bench_%s", name);
+    snprintf(t->prefix, sizeof t->prefix, "bench_%s_", name);
+    snprintf(t->ini, sizeof t->ini, "%s/oplog2pg.ini", t->dir);
+    snprintf(t->log, sizeof t->log, "%s/oplog2pg.log", t->dir);
+    t->client = mongoc_client_new(t->uri);
+    t->pg = PQconnectdb(conninfo);
+    if (PQstatus(t->pg) != CONNECTION_OK)
+        die("%s", PQerrorMessage(t->pg));
+    /* A fresh start for this service: no checkpoint, no tables. */
+    char sql[256];
+    snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s0 CASCADE", t->prefix);
+    exec_sql(t->pg, sql);
+    exec_sql(t->pg, "CREATE SCHEMA IF NOT EXISTS oplog2pg");
+    snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.checkpoint WHERE service = '%s'", t->service);
+    PQclear(PQexec(t->pg, sql));
+
+    mongoc_collection_t *coll = mongoc_client_get_collection(t->client, "bench_seed", "start");
+    bson_t *doc = BCON_NEW("started", BCON_BOOL(true));
+    bson_error_t berr;
+    if (!mongoc_collection_insert_one(coll, doc, NULL, NULL, &berr))
+        die("seed insert: %s", berr.message);
+    bson_destroy(doc);
+    mongoc_collection_destroy(coll);
+
+    FILE *f = fopen(t->ini, "w");
+    if (!f)
+        die("cannot write %s", t->ini);
+    fprintf(f,
+            "[mongodb]\nuri = %s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s*.*\n"
+            "apply_mode = %s\n[logging]\nlevel = warning\n",
+            t->uri, conninfo, t->service, t->prefix, apply_mode);
+    fclose(f);
+}
+
+static void daemon_start(trial *t)
+{
+    char err[512], bin[256];
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *argv[] = {bin, "-c", t->ini, "run", NULL};
+    if (!proc_start(argv, NULL, t->log, &t->daemon, err, sizeof err))
+        die("%s", err);
+}
+
+/* Seconds until the checkpoint reaches the newest oplog entry. */
+static double wait_caught_up(trial *t, double timeout_s)
+{
+    double t0 = now_s();
+    uint64_t want = newest_ts(t->client);
+    while (now_s() - t0 < timeout_s) {
+        if (oplogutil_checkpoint_ts(t->pg, t->service) == want)
+            return now_s() - t0;
+        if (proc_wait(&t->daemon, 0.0))
+            die("the daemon exited with %d; see %s", proc_exit_code(&t->daemon), t->log);
+        usleep(5000); /* polling costs PostgreSQL a little CPU: not too often */
+    }
+    die("the daemon did not catch up within %.0f s; see %s", timeout_s, t->log);
+}
+
+static void trial_close(trial *t)
+{
+    if (t->daemon.pid)
+        proc_stop(&t->daemon, 60);
+    proc_stop(&t->sim, 10);
+    char sql[256];
+    snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s0 CASCADE", t->prefix);
+    exec_sql(t->pg, sql);
+    PQfinish(t->pg);
+    mongoc_client_destroy(t->client);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", t->dir);
+}
+
+/* Write the workload while the daemon is stopped (after it committed its start), then time the catch-up. */
+static double timed_backlog(trial *t, const workload_config *wc, long *peak_kb)
+{
+    char err[512];
+    daemon_start(t);
+    wait_caught_up(t, 60);
+    if (!proc_stop(&t->daemon, 60) || proc_exit_code(&t->daemon) != 0)
+        die("the daemon did not stop cleanly; see %s", t->log);
+    workload_stats st;
+    if (!workload_run(t->uri, wc, &st, err, sizeof err))
+        die("workload: %s", err);
+    double t0 = now_s();
+    daemon_start(t);
+    wait_caught_up(t, 3600);
+    double secs = now_s() - t0;
+    if (peak_kb)
+        *peak_kb = peak_rss_kb(t->daemon.pid);
+    if (!proc_stop(&t->daemon, 60) || proc_exit_code(&t->daemon) != 0)
+        die("the daemon did not stop cleanly; see %s", t->log);
+    return secs;
+}
+
+static double batching_trial(unsigned ratio, bool batched, uint64_t n, int rep)
+{
+    trial t;
+    char name[32];
+    snprintf(name, sizeof name, "r%u_%s%d", ratio, batched ? "b" : "p", rep);
+    trial_open(&t, name, batched ? "batched" : "per-op");
+    workload_config wc;
+    workload_config_init(&wc);
+    wc.seed = 1000 + ratio;
+    wc.ops = n;
+    wc.db_prefix = t.prefix;
+    wc.n_databases = 1;
+    wc.n_namespaces = 1;
+    wc.mode = WORKLOAD_INSERTS_PER_UPDATE;
+    wc.inserts_per_update = ratio;
+    double secs = timed_backlog(&t, &wc, NULL);
+    trial_close(&t);
+    return (double)n / secs;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Per-op runs take seconds and vary little; batched runs take a fraction of a second, so each batched figure is the
+ * median of three runs. */
+static void bench_batching(uint64_t n)
+{
+    static const unsigned ratios[] = {1, 10, 20, 50, 1000};
+    printf("| inserts per update | per-op mode (entries/s) | batched, median of 3 (entries/s) | speed-up |\n");
+    printf("|---:|---:|---:|---:|\n");
+    for (size_t i = 0; i < sizeof ratios / sizeof ratios[0]; i++) {
+        double per_op = batching_trial(ratios[i], false, n, 0);
+        double batched[3];
+        for (int rep = 0; rep < 3; rep++)
+            batched[rep] = batching_trial(ratios[i], true, n, rep);
+        qsort(batched, 3, sizeof batched[0], cmp_double);
+        printf("| %u | %.0f | %.0f | %.1fx |\n", ratios[i], per_op, batched[1], batched[1] / per_op);
+        fflush(stdout);
+    }
+}
+
+/* Writes every document of db.coll as a COPY text line of relaxed Extended JSON. */
+static uint64_t dump_for_copy(mongoc_client_t *c, const char *db, const char *coll, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        die("cannot write %s", path);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, db, coll);
+    bson_t filter = BSON_INITIALIZER;
+    bson_t *opts = BCON_NEW("batchSize", BCON_INT32(10000));
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(col, &filter, opts, NULL);
+    const bson_t *doc;
+    uint64_t n = 0;
+    while (mongoc_cursor_next(cur, &doc)) {
+        size_t len;
+        char *json = ejson_document(doc, &len);
+        for (size_t i = 0; i < len; i++) {
+            char ch = json[i];
+            if (ch == '\\' || ch == '\t' || ch == '\n' || ch == '\r')
+                fputc('\\', f);
+            fputc(ch == '\t' ? 't' : ch == '\n' ? 'n' : ch == '\r' ? 'r' : ch, f);
+        }
+        fputc('\n', f);
+        bson_free(json);
+        n++;
+    }
+    bson_error_t err;
+    if (mongoc_cursor_error(cur, &err))
+        die("reading %s.%s: %s", db, coll, err.message);
+    mongoc_cursor_destroy(cur);
+    bson_destroy(opts);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(col);
+    fclose(f);
+    return n;
+}
+
+static void bench_inserts(uint64_t n)
+{
+    trial t;
+    trial_open(&t, "ins", "batched");
+    workload_config wc;
+    workload_config_init(&wc);
+    wc.seed = 77;
+    wc.ops = n;
+    wc.db_prefix = t.prefix;
+    wc.n_databases = 1;
+    wc.n_namespaces = 1;
+    wc.mode = WORKLOAD_INSERT_ONLY;
+    wc.batch_size = 1000;
+    long peak_kb = -1;
+    double daemon_s = timed_backlog(&t, &wc, &peak_kb);
+
+    /* The same rows by psql \copy into a table of the same shape, on the same server. */
+    char path[128], db[64], sql[512];
+    snprintf(path, sizeof path, "%s/rows.copy", t.dir);
+    snprintf(db, sizeof db, "%s0", t.prefix);
+    uint64_t rows = dump_for_copy(t.client, db, "c0", path);
+    exec_sql(t.pg, "DROP TABLE IF EXISTS public.bench_copy");
+    exec_sql(t.pg, "CREATE TABLE public.bench_copy (_id jsonb GENERATED ALWAYS AS (doc -> '_id') STORED PRIMARY KEY, "
+                   "doc jsonb NOT NULL)");
+    snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy public.bench_copy (doc) from '%s'\"", path);
+    double t0 = now_s();
+    if (system(sql) != 0)
+        die("psql \\copy failed");
+    double copy_s = now_s() - t0;
+    exec_sql(t.pg, "DROP TABLE public.bench_copy");
+    trial_close(&t);
+
+    double daemon_rate = (double)n / daemon_s, copy_rate = (double)rows / copy_s;
+    printf("| what | rows | seconds | rows/s |\n|---|---:|---:|---:|\n");
+    printf("| psql \\copy (relaxed EJSON text, same table shape) | %llu | %.2f | %.0f |\n", (unsigned long long)rows,
+           copy_s, copy_rate);
+    printf("| oplog2pg, tailing the oplog of those inserts | %llu | %.2f | %.0f |\n", (unsigned long long)n, daemon_s,
+           daemon_rate);
+    printf("\noplog2pg reached %.0f%% of the COPY rate; its peak resident memory was %.1f MB\n",
+           100.0 * daemon_rate / copy_rate, (double)peak_kb / 1024.0);
+}
+
+int main(int argc, char **argv)
+{
+    conninfo = getenv("OPLOG2PG_TEST_PG");
+    if (argc < 2 || conninfo == NULL) {
+        fprintf(stderr, "usage: OPLOG2PG_TEST_PG=... %s batching|inserts [N]  (run through scripts/with-pg.sh)\n",
+                argv[0]);
+        return 2;
+    }
+    mongoc_init();
+    uint64_t n = argc > 2 ? strtoull(argv[2], NULL, 10) : 0;
+    if (strcmp(argv[1], "batching") == 0)
+        bench_batching(n ? n : 20000);
+    else if (strcmp(argv[1], "inserts") == 0)
+        bench_inserts(n ? n : 1000000);
+    else
+        die("unknown benchmark '%s'", argv[1]);
+    mongoc_cleanup();
+    return 0;
+}
