@@ -5,6 +5,8 @@
  *                              inserts per update, applied by oplog2pg batched and in per-op mode, same run
  *   replication inserts [N]    N inserts (default 1 000 000) replicated by oplog2pg, against psql \copy of the same
  *                              rows into the same table shape; reports the daemon's peak memory
+ *   replication copy [N]       the initial copy of N documents (default 1 000 000) in 4 collections, with 1 and 4
+ *                              workers, against psql \copy of the same rows
  *
  * Every figure is a ratio of two runs made side by side on the same PostgreSQL (OPLOG2PG_TEST_PG, from
  * scripts/with-pg.sh) and the same mongosim build, never a timed pass/fail. A trial writes the workload to a fresh
@@ -87,6 +89,18 @@ typedef struct {
     char dir[64], ini[128], log[128], uri[128], service[64], prefix[32];
 } trial;
 
+static void trial_write_ini(trial *t, const char *apply_mode, const char *extra)
+{
+    FILE *f = fopen(t->ini, "w");
+    if (!f)
+        die("cannot write %s", t->ini);
+    fprintf(f,
+            "[mongodb]\nuri = %s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s*.*\n"
+            "apply_mode = %s\n[logging]\nlevel = warning\n%s",
+            t->uri, conninfo, t->service, t->prefix, apply_mode, extra);
+    fclose(f);
+}
+
 static void trial_open(trial *t, const char *name, const char *apply_mode)
 {
     char err[512];
@@ -123,14 +137,7 @@ static void trial_open(trial *t, const char *name, const char *apply_mode)
     bson_destroy(doc);
     mongoc_collection_destroy(coll);
 
-    FILE *f = fopen(t->ini, "w");
-    if (!f)
-        die("cannot write %s", t->ini);
-    fprintf(f,
-            "[mongodb]\nuri = %s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s*.*\n"
-            "apply_mode = %s\n[logging]\nlevel = warning\n",
-            t->uri, conninfo, t->service, t->prefix, apply_mode);
-    fclose(f);
+    trial_write_ini(t, apply_mode, "");
 }
 
 static void daemon_start(trial *t)
@@ -317,11 +324,93 @@ static void bench_inserts(uint64_t n)
            100.0 * daemon_rate / copy_rate, (double)peak_kb / 1024.0);
 }
 
+/* The initial copy of n documents in 4 collections: `run --import-only` with 1 worker and with 4, against psql
+ * \copy of the same rows into 4 tables of the same shape, one after another. */
+static void bench_copy(uint64_t n)
+{
+    trial t;
+    trial_open(&t, "cp", "batched");
+    workload_config wc;
+    workload_config_init(&wc);
+    wc.seed = 88;
+    wc.ops = n;
+    wc.db_prefix = t.prefix;
+    wc.n_databases = 1;
+    wc.n_namespaces = 4;
+    wc.mode = WORKLOAD_INSERT_ONLY;
+    wc.batch_size = 1000;
+    workload_stats st;
+    char err[512], sql[1024], bin[256], db[64];
+    if (!workload_run(t.uri, &wc, &st, err, sizeof err))
+        die("workload: %s", err);
+    snprintf(db, sizeof db, "%s0", t.prefix);
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+
+    static const int workers[] = {1, 4};
+    double rate[2];
+    for (int w = 0; w < 2; w++) {
+        snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s CASCADE", db);
+        exec_sql(t.pg, sql);
+        snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.copy_state WHERE service = '%s'", t.service);
+        PQclear(PQexec(t.pg, sql));
+        snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.checkpoint WHERE service = '%s'", t.service);
+        PQclear(PQexec(t.pg, sql));
+        char extra[64];
+        snprintf(extra, sizeof extra, "[copy]\nworkers = %d\n", workers[w]);
+        trial_write_ini(&t, "batched", extra);
+        const char *argv[] = {bin, "-c", t.ini, "run", "--import-only", NULL};
+        double t0 = now_s();
+        if (!proc_start(argv, NULL, t.log, &t.daemon, err, sizeof err))
+            die("%s", err);
+        if (!proc_wait(&t.daemon, 3600) || proc_exit_code(&t.daemon) != 0)
+            die("oplog2pg --import-only failed; see %s", t.log);
+        rate[w] = (double)st.live_docs / (now_s() - t0);
+        t.daemon.pid = 0;
+    }
+
+    /* psql \copy of the same rows, the four tables one after another. */
+    char script[200];
+    snprintf(script, sizeof script, "%s/copy.sql", t.dir);
+    FILE *f = fopen(script, "w");
+    if (!f)
+        die("cannot write %s", script);
+    uint64_t rows = 0;
+    exec_sql(t.pg, "DROP SCHEMA IF EXISTS bench_psql CASCADE");
+    exec_sql(t.pg, "CREATE SCHEMA bench_psql");
+    for (int i = 0; i < 4; i++) {
+        char coll[16], path[200];
+        snprintf(coll, sizeof coll, "c%d", i);
+        snprintf(path, sizeof path, "%s/%s.copy", t.dir, coll);
+        rows += dump_for_copy(t.client, db, coll, path);
+        snprintf(sql, sizeof sql,
+                 "CREATE TABLE bench_psql.%s (_id jsonb GENERATED ALWAYS AS (doc -> '_id') STORED PRIMARY KEY, "
+                 "doc jsonb NOT NULL)",
+                 coll);
+        exec_sql(t.pg, sql);
+        fprintf(f, "\\copy bench_psql.%s (doc) from '%s'\n", coll, path);
+    }
+    fclose(f);
+    snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -f '%s'", script);
+    double t0 = now_s();
+    if (system(sql) != 0)
+        die("psql \\copy failed");
+    double copy_rate = (double)rows / (now_s() - t0);
+    exec_sql(t.pg, "DROP SCHEMA bench_psql CASCADE");
+    trial_close(&t);
+
+    printf("| what | documents | documents/s | of the psql \\copy rate |\n|---|---:|---:|---:|\n");
+    printf("| psql \\copy, the 4 tables one after another | %llu | %.0f | 100%% |\n", (unsigned long long)rows,
+           copy_rate);
+    for (int w = 0; w < 2; w++)
+        printf("| oplog2pg initial copy, %d worker%s | %llu | %.0f | %.0f%% |\n", workers[w], workers[w] > 1 ? "s" : "",
+               (unsigned long long)st.live_docs, rate[w], 100.0 * rate[w] / copy_rate);
+}
+
 int main(int argc, char **argv)
 {
     conninfo = getenv("OPLOG2PG_TEST_PG");
     if (argc < 2 || conninfo == NULL) {
-        fprintf(stderr, "usage: OPLOG2PG_TEST_PG=... %s batching|inserts [N]  (run through scripts/with-pg.sh)\n",
+        fprintf(stderr, "usage: OPLOG2PG_TEST_PG=... %s batching|inserts|copy [N]  (run through scripts/with-pg.sh)\n",
                 argv[0]);
         return 2;
     }
@@ -331,6 +420,8 @@ int main(int argc, char **argv)
         bench_batching(n ? n : 20000);
     else if (strcmp(argv[1], "inserts") == 0)
         bench_inserts(n ? n : 1000000);
+    else if (strcmp(argv[1], "copy") == 0)
+        bench_copy(n ? n : 1000000);
     else
         die("unknown benchmark '%s'", argv[1]);
     mongoc_cleanup();

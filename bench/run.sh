@@ -5,8 +5,9 @@
 # (fsync on) and the same mongosim build: timings are reported, never asserted.
 #   1. mongosim's tailing speed (it must never be what a benchmark of oplog2pg measures);
 #   2. the batching table: oplog2pg batched versus per-op mode at 1..1000 inserts per update;
-#   3. insert-only throughput against psql \copy of the same rows, and the daemon's peak memory.
-# BENCH_ENTRIES (default 20000) and BENCH_INSERTS (default 1000000) scale the last two.
+#   3. insert-only throughput against psql \copy of the same rows, and the daemon's peak memory;
+#   4. the initial copy, with one worker and with four, against psql \copy.
+# BENCH_ENTRIES (default 20000), BENCH_INSERTS and BENCH_COPY (default 1000000) scale the last three.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -32,3 +33,6 @@ echo "## Batching: ${BENCH_ENTRIES:-20000} oplog entries, batched versus per-op 
 echo
 echo "## Insert-only throughput against psql \\copy"
 "$build/bench/replication" inserts "${BENCH_INSERTS:-1000000}" 2>/dev/null
+echo
+echo "## Initial copy against psql \\copy"
+"$build/bench/replication" copy "${BENCH_COPY:-1000000}" 2>/dev/null

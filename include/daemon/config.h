@@ -30,6 +30,11 @@ enum config_apply_mode {
     CONFIG_APPLY_PER_OP = 1,  /* one statement and one commit per op (baseline for benchmarks, debugging) */
 };
 
+enum config_reimport_mode {
+    CONFIG_REIMPORT_DROP = 0,     /* --reimport drops the tables of included collections (the copy recreates them) */
+    CONFIG_REIMPORT_TRUNCATE = 1, /* --reimport empties them, keeping grants, indexes and views built on them */
+};
+
 enum config_log_level {
     CONFIG_LOG_DEBUG = 0,
     CONFIG_LOG_INFO,
@@ -54,6 +59,12 @@ typedef struct config {
     int64_t flush_interval_ms;
     int64_t queue_size;
     enum config_apply_mode apply_mode;
+    /* [copy] */
+    int64_t copy_workers;
+    int64_t copy_batch_docs;
+    int64_t copy_window_warning_ms;
+    enum config_reimport_mode copy_reimport;
+
     /* [logging] */
     enum config_log_level log_level;
     int64_t progress_interval_ms; /* 0 = off */
@@ -135,5 +146,6 @@ int config_option_find(const char *section, const char *name);
 
 const char *config_log_level_name(enum config_log_level level);
 const char *config_apply_mode_name(enum config_apply_mode mode);
+const char *config_reimport_mode_name(enum config_reimport_mode mode);
 
 #endif

@@ -15,6 +15,7 @@ enum {
     EXIT_RESUME_LOST = 4,     /* the checkpoint is no longer in the oplog: resync (--reimport) */
     EXIT_UNSUPPORTED = 5,     /* an oplog entry this version cannot apply (stopped before it; nothing lost) */
     EXIT_FENCED = 6,          /* another daemon holds this service name */
+    EXIT_COPY_WINDOW = 7,     /* the oplog no longer holds the initial copy's start: raise its size, --reimport */
     EXIT_SOFTWARE = 70,       /* internal error (EX_SOFTWARE) */
 };
 

@@ -79,6 +79,9 @@ bool sink_batch_add(sink_batch *b, const bson_t *doc);                 /* false 
 bool sink_batch_add_json(sink_batch *b, const char *json, size_t len); /* already relaxed Extended JSON */
 size_t sink_batch_rows(const sink_batch *b);
 size_t sink_batch_bytes(const sink_batch *b);
+/* The encoded tuples (sink_batch_bytes() bytes, no COPY header or trailer), for another COPY sender (the initial
+ * copy, source/copy.c). Valid until the batch changes. */
+const char *sink_batch_data(const sink_batch *b);
 
 /* Writes within the open group; `pos` names the oplog entry for error messages. */
 sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_batch *b, const op_pos *pos);
@@ -112,6 +115,9 @@ typedef struct {
 } sink_probe_result;
 
 bool sink_probe(const char *conninfo, const char *service, sink_probe_result *out, char *err, size_t errlen);
+
+/* Forget the service's checkpoint (--reimport): the next start copies again. Fenced like a commit. */
+sink_status sink_clear_checkpoint(sink *s);
 
 /* The last error, with context ("applying update to shop.orders at 1700000000:3: ..."). */
 const char *sink_error(const sink *s);

@@ -38,6 +38,8 @@ typedef struct reader_config {
     const char *uri;        /* MongoDB connection string (copied); appname=oplog2pg is added unless it has one */
     bool have_start;        /* start holds the checkpoint to resume after */
     op_pos start;           /* the last applied position (term -1 when unknown) */
+    bool start_inclusive;   /* start is instead the first position to apply (--tail-from): not checked, not
+                             * skipped; reading begins at the first entry with ts >= start */
     int32_t await_ms;       /* maxTimeMS of each getMore; <= 0 means READER_DEFAULT_AWAIT_MS */
     int32_t batch_size;     /* batchSize of find and getMore; <= 0 means READER_DEFAULT_BATCH_SIZE */
     const nsfilter *filter; /* NULL = replicate everything; must outlive the reader */

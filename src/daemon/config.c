@@ -53,6 +53,7 @@ static bool check_pattern(const char *value, char *err, size_t errlen);
 
 static const char *const apply_mode_names[] = {"batched", "per-op", NULL};
 static const char *const log_level_names[] = {"debug", "info", "notice", "warning", "error", NULL};
+static const char *const reimport_names[] = {"drop", "truncate", NULL};
 
 #define MS_PER_S   INT64_C(1000)
 #define MS_PER_MIN (60 * MS_PER_S)
@@ -113,6 +114,26 @@ static const struct option_def options[] = {
               .help = "batched: flush groups, one commit each; per-op: one statement and one commit per op "
                       "(slow; a benchmark baseline and a debugging aid)"},
      .offset = offsetof(config, apply_mode)},
+
+    {.info = {.section = "copy", .name = "workers", TYPE(INT, "int"), .default_text = "2", .min = 1, .max = 64,
+              .help = "collections copied at once by the initial copy, each over its own MongoDB and PostgreSQL "
+                      "connection"},
+     .offset = offsetof(config, copy_workers)},
+
+    {.info = {.section = "copy", .name = "batch_docs", TYPE(INT, "int"), .default_text = "10000",
+              .min = 100, .max = 1000000,
+              .help = "documents per committed batch of the initial copy: the most a crash makes it copy again"},
+     .offset = offsetof(config, copy_batch_docs)},
+
+    {.info = {.section = "copy", .name = "window_warning", TYPE(DURATION, "duration"), .default_text = "1h",
+              .min = 0, .max = 30 * 24 * MS_PER_H, .base_unit = "s",
+              .help = "warn when the oplog holds less than this much history before the copy's start point"},
+     .offset = offsetof(config, copy_window_warning_ms)},
+
+    {.info = {.section = "copy", .name = "reimport", TYPE(ENUM, "enum"), .default_text = "drop",
+              .choices = reimport_names,
+              .help = "what --reimport does to the tables of included collections before copying: drop or truncate"},
+     .offset = offsetof(config, copy_reimport)},
 
     {.info = {.section = "logging", .name = "level", TYPE(ENUM, "enum"), .default_text = "info",
               .choices = log_level_names, .reloadable = true,
@@ -185,6 +206,11 @@ static bool section_known(const char *section, size_t len)
 const char *config_log_level_name(enum config_log_level level)
 {
     return (unsigned)level < sizeof log_level_names / sizeof log_level_names[0] - 1 ? log_level_names[level] : "?";
+}
+
+const char *config_reimport_mode_name(enum config_reimport_mode mode)
+{
+    return mode <= CONFIG_REIMPORT_TRUNCATE ? reimport_names[mode] : "?";
 }
 
 const char *config_apply_mode_name(enum config_apply_mode mode)

@@ -18,6 +18,7 @@
 
 #include <ev.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@
 #include "daemon/exitcodes.h"
 #include "map/ejson.h"
 #include "sink/pg.h"
+#include "source/copy.h"
 #include "source/decode.h"
 #include "source/reader.h"
 #include "util/log.h"
@@ -64,6 +66,8 @@ typedef struct {
 
     session_end end;
     int exit_code;
+    bool have_tail_from;
+    op_pos tail_from;
     uint64_t applied_at_last_progress;
     ev_tstamp last_progress;
 } daemon_ctx;
@@ -359,9 +363,19 @@ static void run_session(daemon_ctx *d)
         return;
     }
     char at[OP_POS_STRLEN];
-    if (have)
+    bool inclusive = false;
+    if (d->have_tail_from) {
+        /* --tail-from applies to the first session only: once it commits, the checkpoint takes over. */
+        start = d->tail_from;
+        have = 1;
+        inclusive = true;
+        d->have_tail_from = false;
+        log_notice("service '%s': tailing from oplog position %s (--tail-from)", d->cfg->service,
+                   op_pos_format(&start, at, sizeof at));
+    } else if (have) {
         log_info("service '%s': resuming after oplog entry %s (term %lld)", d->cfg->service,
                  op_pos_format(&start, at, sizeof at), (long long)start.term);
+    }
 
     batcher_config bc = batcher_config_from(d->cfg);
     batcher_sink out = batcher_sink_pg(d->snk);
@@ -380,6 +394,7 @@ static void run_session(daemon_ctx *d)
     rc.uri = d->cfg->mongodb_uri;
     rc.have_start = have == 1;
     rc.start = start;
+    rc.start_inclusive = inclusive;
     rc.filter = d->filter;
     char err[512];
     d->rd = reader_start(&rc, d->q, err, sizeof err);
@@ -423,14 +438,185 @@ static void end_of_session_cleanup(daemon_ctx *d)
 }
 
 static volatile sig_atomic_t stop_requested;
+static atomic_bool copy_cancel; /* lock-free on every platform oplog2pg builds on: safe to set from a handler */
 
 static void on_signal_during_connect(int sig)
 {
     (void)sig;
     stop_requested = 1;
+    atomic_store(&copy_cancel, true);
 }
 
-int daemon_run(config *cfg, const char *config_path)
+/* The oldest and newest oplog entries (0 when the oplog is empty). False with err when MongoDB cannot be read. */
+static bool oplog_edges(const char *uri_text, uint64_t *oldest, uint64_t *newest, char *err, size_t errlen)
+{
+    bson_error_t berr;
+    bool ok = true;
+    *oldest = *newest = 0;
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_text, &berr);
+    mongoc_client_t *client = uri ? mongoc_client_new_from_uri(uri) : NULL;
+    if (client == NULL) {
+        snprintf(err, errlen, "bad MongoDB URI: %s", berr.message);
+        ok = false;
+        goto done;
+    }
+    mongoc_client_set_appname(client, "oplog2pg-probe");
+    mongoc_collection_t *oplog = mongoc_client_get_collection(client, "local", "oplog.rs");
+    for (int dir = 0; dir < 2 && ok; dir++) {
+        bson_t *opts = BCON_NEW("sort", "{", "$natural", BCON_INT32(dir == 0 ? 1 : -1), "}", "limit", BCON_INT64(1));
+        bson_t filter = BSON_INITIALIZER;
+        mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, opts, NULL);
+        const bson_t *doc;
+        bson_iter_t it;
+        if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            uint32_t t, i;
+            bson_iter_timestamp(&it, &t, &i);
+            *(dir == 0 ? oldest : newest) = (uint64_t)t << 32 | i;
+        } else if (mongoc_cursor_error(cur, &berr)) {
+            snprintf(err, errlen, "cannot read local.oplog.rs: %s", berr.message);
+            ok = false;
+        }
+        mongoc_cursor_destroy(cur);
+        bson_destroy(&filter);
+        bson_destroy(opts);
+    }
+    mongoc_collection_destroy(oplog);
+done:
+    if (client)
+        mongoc_client_destroy(client);
+    if (uri)
+        mongoc_uri_destroy(uri);
+    return ok;
+}
+
+static op_pos pos_from_ts(uint64_t ts)
+{
+    op_pos p = {(uint32_t)(ts >> 32), (uint32_t)ts, -1};
+    return p;
+}
+
+bool daemon_parse_position(const char *text, op_pos *out)
+{
+    char *end;
+    out->term = -1;
+    unsigned long long secs = strtoull(text, &end, 10);
+    if (end != text && *end == ':') {
+        unsigned long long inc = strtoull(end + 1, &end, 10);
+        if (*end == '\0' && secs <= UINT32_MAX && inc <= UINT32_MAX) {
+            out->secs = (uint32_t)secs;
+            out->inc = (uint32_t)inc;
+            return true;
+        }
+        return false;
+    }
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    end = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (end == NULL || (*end != '\0' && strcmp(end, "Z") != 0))
+        return false;
+    time_t t = timegm(&tm);
+    if (t < 0 || (unsigned long long)t > UINT32_MAX)
+        return false;
+    out->secs = (uint32_t)t;
+    out->inc = 0;
+    return true;
+}
+
+/* Before the first session: --reimport, the initial copy, --tail-from's check. Returns -1 to go on tailing, or the
+ * exit code to stop with. */
+static int prepare_start(daemon_ctx *d, const daemon_options *opts)
+{
+    char err[1024], at[OP_POS_STRLEN];
+    config *cfg = d->cfg;
+    if (opts->reimport) {
+        bool drop = cfg->copy_reimport == CONFIG_REIMPORT_DROP;
+        log_notice("--reimport: forgetting service '%s''s checkpoint and copy, and %s its tables", cfg->service,
+                   drop ? "dropping" : "emptying");
+        if (!copy_reset(cfg->postgres_conninfo, cfg->service, d->filter, drop, err, sizeof err)) {
+            log_error("--reimport: %s", err);
+            return EXIT_FAILURE_GENERIC;
+        }
+        if (sink_clear_checkpoint(d->snk) != SINK_OK) {
+            log_error("--reimport: %s", sink_error(d->snk));
+            return EXIT_FAILURE_GENERIC;
+        }
+    }
+    if (opts->have_tail_from) {
+        uint64_t oldest, newest;
+        if (!oplog_edges(cfg->mongodb_uri, &oldest, &newest, err, sizeof err)) {
+            log_error("--tail-from: %s", err);
+            return EXIT_FAILURE_GENERIC;
+        }
+        op_pos first = pos_from_ts(oldest);
+        /* The entry before the start must still be there too, or entries between it and the start may be gone. */
+        if (oldest == 0 || op_pos_cmp(&opts->tail_from, &first) <= 0) {
+            char want[OP_POS_STRLEN];
+            log_error("--tail-from %s is no longer in the oplog (its oldest entry is %s): the changes before the "
+                      "oldest entry are lost; copy instead (run without --tail-from, or with --reimport)",
+                      op_pos_format(&opts->tail_from, want, sizeof want),
+                      oldest ? op_pos_format(&first, at, sizeof at) : "none: it is empty");
+            return EXIT_RESUME_LOST;
+        }
+        d->have_tail_from = true;
+        d->tail_from = opts->tail_from;
+        return -1;
+    }
+
+    op_pos ckpt;
+    int have = sink_read_checkpoint(d->snk, &ckpt);
+    if (have < 0) {
+        log_error("%s", sink_error(d->snk));
+        return EXIT_FAILURE_GENERIC;
+    }
+    if (have == 1) {
+        if (opts->import_only) {
+            log_notice("--import-only: service '%s' already has a checkpoint (%s): nothing to copy", cfg->service,
+                       op_pos_format(&ckpt, at, sizeof at));
+            return EXIT_OK;
+        }
+        return -1;
+    }
+    if (opts->skip_import) {
+        log_notice("--skip-import: no initial copy; tailing starts at the newest oplog entry");
+        return -1;
+    }
+
+    copy_config cc = {
+        .mongo_uri = cfg->mongodb_uri,
+        .pg_conninfo = cfg->postgres_conninfo,
+        .service = cfg->service,
+        .filter = d->filter,
+        .workers = (int)cfg->copy_workers,
+        .batch_docs = (uint32_t)cfg->copy_batch_docs,
+        .window_warn_ms = cfg->copy_window_warning_ms,
+        .progress_interval_ms = cfg->progress_interval_ms,
+        .cancel = &copy_cancel,
+    };
+    op_pos start;
+    log_notice("service '%s' has no checkpoint: copying the included collections first", cfg->service);
+    copy_result r = copy_run(&cc, &start, err, sizeof err);
+    switch (r) {
+    case COPY_DONE:
+        /* The copy's start becomes the checkpoint: tailing replays everything since, checked like any resume. */
+        if (sink_commit(d->snk, &start) != SINK_OK) {
+            log_error("committing the copy's start point: %s", sink_error(d->snk));
+            return EXIT_FAILURE_GENERIC;
+        }
+        log_notice("initial copy complete; tailing from oplog entry %s", op_pos_format(&start, at, sizeof at));
+        return opts->import_only ? EXIT_OK : -1;
+    case COPY_CANCELLED:
+        log_notice("initial copy stopped; its progress is committed and the next start continues it");
+        return EXIT_OK;
+    case COPY_WINDOW_LOST:
+        log_error("%s", err);
+        return EXIT_COPY_WINDOW;
+    default:
+        log_error("initial copy failed: %s", err);
+        return EXIT_FAILURE_GENERIC;
+    }
+}
+
+int daemon_run(config *cfg, const char *config_path, const daemon_options *opts)
 {
     daemon_ctx d = {.cfg = cfg, .config_path = config_path};
     int code = EXIT_OK;
@@ -459,6 +645,7 @@ int daemon_run(config *cfg, const char *config_path)
                config_apply_mode_name(cfg->apply_mode));
 
     unsigned backoff = BACKOFF_MIN_MS;
+    bool first_session = true;
     for (;;) {
         /* Between sessions (connecting, backing off) signals are plain flags; in a session they are loop events. */
         struct sigaction sa = {.sa_handler = on_signal_during_connect}, old_term, old_int;
@@ -469,6 +656,14 @@ int daemon_run(config *cfg, const char *config_path)
         if (rc >= 0 || stop_requested) {
             code = rc >= 0 ? rc : EXIT_OK;
             break;
+        }
+        if (first_session) {
+            first_session = false;
+            rc = prepare_start(&d, opts);
+            if (rc >= 0 || stop_requested) {
+                code = rc >= 0 ? rc : EXIT_OK;
+                break;
+            }
         }
         ev_signal_start(d.loop, &d.sig_term);
         ev_signal_start(d.loop, &d.sig_int);
@@ -669,5 +864,162 @@ int daemon_check(config *cfg)
                pr.running ? "being applied by a running oplog2pg right now" : "not running");
     }
     printf("%s\n", code == EXIT_OK ? "check passed" : "check failed");
+    return code;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* status */
+
+static const char *utc_text(uint32_t secs, char *buf, size_t len)
+{
+    time_t t = (time_t)secs;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    return buf;
+}
+
+/* A JSON string literal of s (status output only holds names and timestamps, but quote properly anyway). */
+static void json_str(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(out, "\\u%04x", c);
+        else
+            fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+int daemon_status(config *cfg, bool json)
+{
+    int code = EXIT_OK;
+    char perr[512] = "", merr[512] = "", cerr[512] = "", at[OP_POS_STRLEN], when[64];
+    sink_probe_result pr;
+    bool pg_ok = sink_probe(cfg->postgres_conninfo, cfg->service, &pr, perr, sizeof perr);
+    uint64_t oldest = 0, newest = 0;
+    bool mongo_ok = oplog_edges(cfg->mongodb_uri, &oldest, &newest, merr, sizeof merr);
+    copy_state cs;
+    memset(&cs, 0, sizeof cs);
+    bool copy_ok = pg_ok && copy_state_read(cfg->postgres_conninfo, cfg->service, &cs, cerr, sizeof cerr);
+    if (!pg_ok || !mongo_ok || (pg_ok && !copy_ok))
+        code = EXIT_FAILURE_GENERIC;
+
+    op_pos old_p = pos_from_ts(oldest), new_p = pos_from_ts(newest);
+    bool have_ck = pg_ok && pr.have_checkpoint;
+    double lag = have_ck && newest ? (double)new_p.secs - (double)pr.pos.secs : -1;
+    double window_h = oldest && newest ? ((double)new_p.secs - (double)old_p.secs) / 3600.0 : -1;
+    double margin_h = have_ck && oldest ? ((double)pr.pos.secs - (double)old_p.secs) / 3600.0 : -1;
+
+    if (json) {
+        FILE *o = stdout;
+        fprintf(o, "{\"service\": ");
+        json_str(o, cfg->service);
+        fprintf(o, ", \"running\": %s", pg_ok && pr.running ? "true" : "false");
+        if (have_ck) {
+            fprintf(o, ", \"checkpoint\": {\"position\": \"%s\", \"time\": ", op_pos_format(&pr.pos, at, sizeof at));
+            json_str(o, utc_text(pr.pos.secs, when, sizeof when));
+            fprintf(o, ", \"term\": %lld, \"committed_at\": ", (long long)pr.pos.term);
+            json_str(o, pr.applied_at);
+            fprintf(o, "}");
+        } else {
+            fprintf(o, ", \"checkpoint\": null");
+        }
+        if (lag >= 0)
+            fprintf(o, ", \"lag_seconds\": %.0f", lag);
+        else
+            fprintf(o, ", \"lag_seconds\": null");
+        if (mongo_ok && oldest) {
+            fprintf(o, ", \"oplog\": {\"oldest\": \"%s\"", op_pos_format(&old_p, at, sizeof at));
+            fprintf(o, ", \"newest\": \"%s\", \"window_hours\": %.2f", op_pos_format(&new_p, at, sizeof at),
+                    window_h);
+            if (margin_h >= 0)
+                fprintf(o, ", \"margin_hours\": %.2f", margin_h);
+            fprintf(o, "}");
+        } else {
+            fprintf(o, ", \"oplog\": null");
+        }
+        if (copy_ok && cs.exists) {
+            fprintf(o, ", \"copy\": {\"finished\": %s, \"start\": \"%s\", \"collections\": [", cs.finished ? "true" : "false",
+                    op_pos_format(&cs.start, at, sizeof at));
+            for (size_t i = 0; i < cs.n; i++) {
+                fprintf(o, "%s{\"namespace\": ", i ? ", " : "");
+                char ns[400];
+                snprintf(ns, sizeof ns, "%s.%s", cs.rows[i].db, cs.rows[i].coll);
+                json_str(o, ns);
+                fprintf(o, ", \"copied\": %lld, \"estimate\": %lld, \"done\": %s}", (long long)cs.rows[i].copied,
+                        (long long)cs.rows[i].total_estimate, cs.rows[i].done ? "true" : "false");
+            }
+            fprintf(o, "]}");
+        } else {
+            fprintf(o, ", \"copy\": null");
+        }
+        fprintf(o, ", \"errors\": [");
+        const char *errs[3] = {pg_ok ? NULL : perr, mongo_ok ? NULL : merr, !pg_ok || copy_ok ? NULL : cerr};
+        bool first = true;
+        for (int i = 0; i < 3; i++) {
+            if (errs[i] == NULL)
+                continue;
+            fputs(first ? "" : ", ", o);
+            json_str(o, errs[i]);
+            first = false;
+        }
+        fprintf(o, "]}\n");
+        copy_state_free(&cs);
+        return code;
+    }
+
+    printf("service '%s'\n", cfg->service);
+    if (!pg_ok) {
+        printf("  postgres:      %s\n", perr);
+    } else {
+        printf("  state:         %s\n", pr.running ? "running (an oplog2pg holds the service)" : "not running");
+        if (have_ck)
+            printf("  checkpoint:    %s (%s), term %lld, committed %s\n", op_pos_format(&pr.pos, at, sizeof at),
+                   utc_text(pr.pos.secs, when, sizeof when), (long long)pr.pos.term, pr.applied_at);
+        else
+            printf("  checkpoint:    none yet\n");
+    }
+    if (!mongo_ok) {
+        printf("  mongodb:       %s\n", merr);
+    } else if (oldest == 0) {
+        printf("  oplog:         empty\n");
+    } else {
+        if (lag >= 0)
+            printf("  behind:        %.0f s (newest oplog entry %s)\n", lag, op_pos_format(&new_p, at, sizeof at));
+        char w2[64];
+        printf("  oplog window:  %s .. %s (%.2f h)\n", utc_text(old_p.secs, when, sizeof when),
+               utc_text(new_p.secs, w2, sizeof w2), window_h);
+        if (margin_h >= 0)
+            printf("  margin:        %.2f h of oplog before the checkpoint would fall off\n", margin_h);
+    }
+    if (copy_ok && cs.exists) {
+        size_t done = 0;
+        int64_t copied = 0, total = 0;
+        for (size_t i = 0; i < cs.n; i++) {
+            done += cs.rows[i].done;
+            copied += cs.rows[i].copied;
+            total += cs.rows[i].total_estimate;
+        }
+        if (cs.finished)
+            printf("  initial copy:  finished %s (%zu collections, %lld documents)\n", cs.finished_at, cs.n,
+                   (long long)copied);
+        else
+            printf("  initial copy:  in progress since %s: %zu of %zu collections done, %lld of ~%lld documents\n",
+                   cs.started_at, done, cs.n, (long long)copied, (long long)total);
+        for (size_t i = 0; i < cs.n && !cs.finished; i++) {
+            const copy_progress_row *r = &cs.rows[i];
+            double pct = r->total_estimate > 0 ? 100.0 * (double)r->copied / (double)r->total_estimate : 100.0;
+            printf("    %s.%s: %lld of ~%lld (%.0f%%)%s\n", r->db, r->coll, (long long)r->copied,
+                   (long long)r->total_estimate, pct > 100 ? 100 : pct, r->done ? ", done" : "");
+        }
+    } else if (pg_ok && !copy_ok) {
+        printf("  initial copy:  %s\n", cerr);
+    }
+    copy_state_free(&cs);
     return code;
 }

@@ -29,16 +29,22 @@ static void usage(FILE *out)
             "  oplog2pg [OPTIONS] [run]              tail the oplog and apply it until stopped (the default)\n"
             "  oplog2pg [OPTIONS] replay FILE.bson   apply a mongodump of local.oplog.rs, then exit\n"
             "  oplog2pg [OPTIONS] check              validate the configuration and reach both sides\n"
+            "  oplog2pg [OPTIONS] status [--json]    checkpoint, lag, oplog window and copy progress\n"
             "  oplog2pg [OPTIONS] config             print the effective configuration (secrets masked)\n"
             "\n"
             "Options:\n"
             "  -c, --config FILE   configuration file (default " DEFAULT_CONFIG ")\n"
             "      --service NAME  service name: the checkpoint row (overrides [replication] service)\n"
+            "      --reimport      run: forget the checkpoint, empty the tables, copy everything again\n"
+            "      --skip-import   run: without a checkpoint, tail from the newest entry instead of copying\n"
+            "      --import-only   run: copy (if the service has no checkpoint yet), then exit\n"
+            "      --tail-from TS  run: start at oplog position TS (SECS:INC or 2026-11-29T10:00:00Z)\n"
             "  -h, --help          show this help and exit\n"
             "  -V, --version       show the version and exit\n"
             "\n"
             "Exit codes: 0 clean stop, 1 failure, 2 usage, 3 configuration, 4 resume point lost (resync),\n"
-            "5 unsupported or malformed oplog entry, 6 service held by another oplog2pg.\n",
+            "5 unsupported or malformed oplog entry, 6 service held by another oplog2pg,\n"
+            "7 the oplog no longer holds the initial copy's start.\n",
             OPLOG2PG_VERSION);
 }
 
@@ -49,10 +55,17 @@ int main(int argc, char **argv)
         {"service", required_argument, NULL, 's'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
+        {"reimport", no_argument, NULL, 'R'},
+        {"skip-import", no_argument, NULL, 'S'},
+        {"import-only", no_argument, NULL, 'I'},
+        {"tail-from", required_argument, NULL, 'T'},
+        {"json", no_argument, NULL, 'J'},
         {NULL, 0, NULL, 0},
     };
     const char *config_path = DEFAULT_CONFIG;
     const char *service = NULL;
+    daemon_options opts = {0};
+    bool json = false;
     int ch;
 
     while ((ch = getopt_long(argc, argv, "c:hV", longopts, NULL)) != -1) {
@@ -69,6 +82,26 @@ int main(int argc, char **argv)
         case 'V':
             printf("oplog2pg %s\n", OPLOG2PG_VERSION);
             return EXIT_OK;
+        case 'R':
+            opts.reimport = true;
+            break;
+        case 'S':
+            opts.skip_import = true;
+            break;
+        case 'I':
+            opts.import_only = true;
+            break;
+        case 'T':
+            if (!daemon_parse_position(optarg, &opts.tail_from)) {
+                fprintf(stderr, "oplog2pg: --tail-from '%s': expected SECS:INC or an ISO time like "
+                                "2026-11-29T10:00:00Z\n", optarg);
+                return EXIT_USAGE;
+            }
+            opts.have_tail_from = true;
+            break;
+        case 'J':
+            json = true;
+            break;
         default:
             usage(stderr);
             return EXIT_USAGE;
@@ -82,9 +115,27 @@ int main(int argc, char **argv)
             return EXIT_USAGE;
         }
         arg = argv[optind++];
-    } else if (strcmp(command, "run") != 0 && strcmp(command, "check") != 0 && strcmp(command, "config") != 0) {
+    } else if (strcmp(command, "run") != 0 && strcmp(command, "check") != 0 && strcmp(command, "config") != 0 &&
+               strcmp(command, "status") != 0) {
         fprintf(stderr, "oplog2pg: unknown command '%s' (try --help)\n", command);
         return EXIT_USAGE;
+    }
+    if ((opts.reimport || opts.skip_import || opts.import_only || opts.have_tail_from) && strcmp(command, "run") != 0) {
+        fprintf(stderr, "oplog2pg: --reimport, --skip-import, --import-only and --tail-from go with run\n");
+        return EXIT_USAGE;
+    }
+    if ((opts.skip_import && (opts.reimport || opts.import_only)) || (opts.have_tail_from && opts.import_only)) {
+        fprintf(stderr, "oplog2pg: --skip-import cannot go with --reimport or --import-only, nor --tail-from with "
+                        "--import-only\n");
+        return EXIT_USAGE;
+    }
+    if (json && strcmp(command, "status") != 0) {
+        fprintf(stderr, "oplog2pg: --json goes with status\n");
+        return EXIT_USAGE;
+    }
+    if (optind < argc && strcmp(command, "status") == 0 && strcmp(argv[optind], "--json") == 0) {
+        json = true; /* `status --json` after the command, as people type it */
+        optind++;
     }
     if (optind < argc) {
         fprintf(stderr, "oplog2pg: unexpected argument '%s' (try --help)\n", argv[optind]);
@@ -116,8 +167,10 @@ int main(int argc, char **argv)
         code = daemon_replay(&cfg, arg);
     else if (strcmp(command, "check") == 0)
         code = daemon_check(&cfg);
+    else if (strcmp(command, "status") == 0)
+        code = daemon_status(&cfg, json);
     else
-        code = daemon_run(&cfg, config_path);
+        code = daemon_run(&cfg, config_path, &opts);
     mongoc_cleanup();
     config_free(&cfg);
     return code;

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "map/ejson.h"
+#include "map/shape.h"
 #include "sql_embed.h"
 #include "util/log.h"
 
@@ -607,17 +608,10 @@ static table *get_table(sink *s, const char *db, const char *coll, const op_pos 
     if (qdb == NULL)
         goto oom;
     bool ok = true;
-    if (asprintf(&sql, "CREATE SCHEMA IF NOT EXISTS %s", qdb) < 0)
-        sql = NULL;
+    sql = shape_schema_sql(qdb); /* the table's shape is defined once, in map/shape.c */
     ok = sql != NULL && send_simple(s, P_DDL, t, sql, pos) == SINK_OK;
     free(sql);
-    sql = NULL;
-    if (ok &&
-        asprintf(&sql,
-                 "CREATE TABLE IF NOT EXISTS %s (_id jsonb GENERATED ALWAYS AS (doc -> '_id') STORED PRIMARY KEY, "
-                 "doc jsonb NOT NULL)",
-                 t->qname) < 0)
-        sql = NULL;
+    sql = ok ? shape_table_sql(t->qname) : NULL;
     ok = ok && sql != NULL && send_simple(s, P_DDL, t, sql, pos) == SINK_OK;
     free(sql);
     free(qdb);
@@ -672,6 +666,11 @@ size_t sink_batch_rows(const sink_batch *b)
 size_t sink_batch_bytes(const sink_batch *b)
 {
     return b->len;
+}
+
+const char *sink_batch_data(const sink_batch *b)
+{
+    return b->buf;
 }
 
 static void put_be16(char *p, uint16_t v)
@@ -1102,4 +1101,23 @@ done:
     PQclear(res);
     PQfinish(conn);
     return ok;
+}
+
+sink_status sink_clear_checkpoint(sink *s)
+{
+    if (begin_if_needed(s) != SINK_OK)
+        return s->failed;
+    const char *values[2] = {s->service, s->owner};
+    if (!push_pending(s, P_CKPT, NULL, NULL))
+        return s->failed;
+    bool ok = PQsendQueryParams(s->conn,
+                                "UPDATE oplog2pg.checkpoint SET ts_sec = NULL, ts_inc = NULL, term = NULL, "
+                                "applied_at = now() WHERE service = $1 AND owner = $2::uuid",
+                                2, NULL, values, NULL, NULL, 0) == 1;
+    if (after_send(s, ok) != SINK_OK)
+        return s->failed;
+    if (send_simple(s, P_COMMIT, NULL, "COMMIT", NULL) != SINK_OK)
+        return s->failed;
+    s->in_txn = false;
+    return drain(s);
 }

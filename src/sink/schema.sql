@@ -33,3 +33,36 @@ BEGIN
     END IF;
 END
 $$;
+
+-- The initial copy (source/copy.c): one row per service while a copy runs or after it finished. start_* is the
+-- newest oplog entry noted before the first document was read: the daemon tails from there once the copy is done.
+-- finished_at stays NULL until every collection is copied, so an unfinished row means "resume the copy".
+CREATE TABLE IF NOT EXISTS oplog2pg.copy_state (
+    service     text PRIMARY KEY,
+    start_sec   bigint NOT NULL,
+    start_inc   bigint NOT NULL,
+    start_term  bigint NOT NULL, -- -1 when the entry has no term (pv0)
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    finished_at timestamptz
+);
+
+COMMENT ON TABLE oplog2pg.copy_state IS
+    'oplog2pg initial copies: the oplog position noted before the copy began, and when it finished (NULL = running)';
+
+-- One row per collection of a copy. last_id is the BSON document {_id: v} of the last document committed (its exact
+-- BSON type kept, so a resumed copy continues after it in MongoDB's order); it is updated in the same transaction as
+-- the rows it covers. copied counts the documents committed so far; total_estimate is the count taken at start.
+CREATE TABLE IF NOT EXISTS oplog2pg.copy_progress (
+    service        text NOT NULL REFERENCES oplog2pg.copy_state (service) ON DELETE CASCADE,
+    db             text NOT NULL,
+    coll           text NOT NULL,
+    last_id        bytea,
+    copied         bigint NOT NULL DEFAULT 0,
+    total_estimate bigint NOT NULL DEFAULT 0,
+    done           boolean NOT NULL DEFAULT false,
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (service, db, coll)
+);
+
+COMMENT ON TABLE oplog2pg.copy_progress IS
+    'oplog2pg initial copy progress per collection: last _id committed (BSON), documents copied, done';

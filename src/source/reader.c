@@ -37,6 +37,7 @@
 #define BACKOFF_MAX_MS 5000
 
 struct reader {
+    bool inclusive; /* the start position is the first entry to apply (--tail-from), not one already applied */
     reader_config cfg;
     char *uri_str;
     mongoc_client_t *client;
@@ -465,10 +466,15 @@ static step tail_once(reader *r)
         bson_set_error(&err, 0, 0, "reply without cursor.id/firstBatch");
         return failed(r, "find", &err);
     }
-    s = check_first(r, batch);
+    /* A checkpoint is an entry already applied: it must be there, and is skipped. An inclusive start (--tail-from)
+     * is the first entry to apply: nothing to check or skip, until the first entry has been handed on. */
+    bool inclusive = r->inclusive;
+    s = inclusive ? STEP_OK : check_first(r, batch);
     if (s == STEP_OK) {
         r->backoff_ms = BACKOFF_MIN_MS;
-        s = push_batch(r, &batch, true, &count);
+        s = push_batch(r, &batch, !inclusive, &count);
+        if (inclusive && count > 0)
+            r->inclusive = false;
         if (s == STEP_OK && count < (uint32_t)r->cfg.batch_size)
             s = maybe_idle(r);
     }
@@ -584,6 +590,7 @@ static void *reader_main(void *arg)
     r->idle_due = true; /* the first drain is announced even when nothing new came */
 
     if (r->cfg.have_start) {
+        r->inclusive = r->cfg.start_inclusive;
         r->pos = r->cfg.start;
         r->have_pos = true;
         publish_pos(r, &r->pos);

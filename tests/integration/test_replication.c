@@ -256,6 +256,8 @@ END_TEST
 typedef struct {
     env *e;
     uint64_t seed, ops;
+    bool no_ddl;       /* no drops or renames: DDL while the initial copy runs is a documented limit */
+    uint32_t first_id; /* _ids of its own when the namespaces already hold another workload's documents */
     bool done, ok;
     char err[512];
 } workload_thread;
@@ -270,7 +272,8 @@ static void *workload_main(void *arg)
     wc.db_prefix = w->e->prefix;
     wc.n_databases = 2;
     wc.n_namespaces = 6;
-    wc.w_ddl = 2;
+    wc.w_ddl = w->no_ddl ? 0 : 2;
+    wc.first_id = w->first_id;
     wc.batch_size = 50; /* many small bulks: the oplog grows steadily while the daemon is being killed */
     workload_stats st;
     w->ok = workload_run(w->e->uri, &wc, &st, w->err, sizeof w->err);
@@ -468,6 +471,175 @@ START_TEST(test_check_config_and_reload)
 }
 END_TEST
 
+/* ---- the initial copy, through the daemon ---- */
+
+/* Inserts n documents into the test's databases before anything runs (insert-only workload, mixed _id types). */
+static void fill(env *e, uint64_t seed, uint64_t n)
+{
+    workload_config wc;
+    workload_config_init(&wc);
+    wc.seed = seed;
+    wc.ops = n;
+    wc.db_prefix = e->prefix;
+    wc.n_databases = 2;
+    wc.n_namespaces = 4;
+    wc.mode = WORKLOAD_INSERT_ONLY;
+    wc.batch_size = 1000;
+    workload_stats st;
+    char err[512];
+    ck_assert_msg(workload_run(e->uri, &wc, &st, err, sizeof err), "fill: %s", err);
+}
+
+/* Documents the copy has committed so far, summed over collections (-1 before the copy has started). */
+static int64_t copied_so_far(const char *service)
+{
+    PGconn *pg = PQconnectdb(pg_conninfo());
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    const char *params[1] = {service};
+    PGresult *r = PQexecParams(pg,
+                               "SELECT CASE WHEN to_regclass('oplog2pg.copy_progress') IS NULL THEN -1 ELSE "
+                               "(SELECT coalesce(sum(copied), -1) FROM oplog2pg.copy_progress WHERE service = $1) END",
+                               1, NULL, params, NULL, NULL, 0);
+    int64_t n = PQresultStatus(r) == PGRES_TUPLES_OK ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : -1;
+    PQclear(r);
+    PQfinish(pg);
+    return n;
+}
+
+/* A service without a checkpoint copies the existing data while a writer keeps changing it, then tails: the result
+ * equals the source. */
+START_TEST(test_import_with_writer)
+{
+    env e;
+    env_start(&e, "imp", NULL, "[copy]\nworkers = 3\nbatch_docs = 2000\n");
+    fill(&e, 11, 200000);
+    daemon_start(&e);
+    workload_thread w = {.e = &e, .seed = 12, .ops = 30000, .no_ddl = true, .first_id = 10000000};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, workload_main, &w), 0);
+    pthread_join(th, NULL);
+    ck_assert_msg(w.ok, "writer: %s", w.err);
+    ck_assert_msg(wait_caught_up(&e, 300), "the daemon did not finish the copy and catch up");
+    ck_assert_msg(file_contains(e.log, "initial copy complete"), "no copy was logged");
+    expect_match(&e);
+    env_stop(&e);
+}
+END_TEST
+
+/* kill -9 three times during the copy: each restart continues the copy (the committed count never goes back) and
+ * the result equals the source. */
+START_TEST(test_import_kill9_resumes)
+{
+    env e;
+    env_start(&e, "impkill", NULL, "[copy]\nworkers = 2\nbatch_docs = 1000\n");
+    fill(&e, 21, 200000);
+    daemon_start(&e);
+    int64_t last = -1;
+    for (int kill = 0; kill < 3; kill++) {
+        /* Wait until this run has committed more than the last one left. */
+        double until = now_s() + 120;
+        while (copied_so_far(e.service) <= last + 5000 && now_s() < until)
+            usleep(20 * 1000);
+        ck_assert_msg(now_s() < until, "the copy made no progress");
+        proc_signal(&e.daemon, SIGKILL);
+        ck_assert(proc_wait(&e.daemon, 10));
+        int64_t committed = copied_so_far(e.service);
+        ck_assert_msg(committed > last, "progress went back: %lld after %lld", (long long)committed, (long long)last);
+        ck_assert_msg(!file_contains(e.log, "initial copy complete"), "the copy finished before kill %d", kill + 1);
+        last = committed;
+        daemon_start(&e);
+        /* The restarted copy starts from what was committed, not from zero. */
+        usleep(300 * 1000);
+        ck_assert_msg(copied_so_far(e.service) >= last, "the restarted copy started over");
+    }
+    ck_assert_msg(wait_caught_up(&e, 300), "the daemon did not finish the copy after the kills");
+    expect_match(&e);
+    env_stop(&e);
+}
+END_TEST
+
+/* The oplog loses the copy's start while the copy runs: the daemon stops with exit code 7 and says why. */
+START_TEST(test_import_window_lost)
+{
+    if (!using_sim()) {
+        printf("SKIP: test_import_window_lost: needs mongosim's oplog truncation\n");
+        return;
+    }
+    env e;
+    env_start(&e, "impwin", NULL, "[copy]\nworkers = 1\nbatch_docs = 500\n");
+    fill(&e, 31, 100000);
+    daemon_start(&e);
+    double until = now_s() + 60;
+    while (copied_so_far(e.service) <= 0 && now_s() < until)
+        usleep(10 * 1000);
+    ck_assert_msg(copied_so_far(e.service) > 0, "the copy did not start");
+    /* One more write, then drop everything older than it: the copy's start is gone. */
+    mongoc_client_t *c = mongoc_client_new(e.uri);
+    mongoc_collection_t *coll = mongoc_client_get_collection(c, "rep_seed", "late");
+    bson_t *doc = BCON_NEW("late", BCON_BOOL(true));
+    ck_assert(mongoc_collection_insert_one(coll, doc, NULL, NULL, NULL));
+    bson_destroy(doc);
+    uint64_t ts = newest_ts(e.uri);
+    bson_t *cmd = BCON_NEW("mongosimTruncateOplog", BCON_INT32(1), "before",
+                           BCON_TIMESTAMP((uint32_t)(ts >> 32), (uint32_t)ts));
+    bson_error_t err;
+    ck_assert_msg(mongoc_client_command_simple(c, "admin", cmd, NULL, NULL, &err), "%s", err.message);
+    bson_destroy(cmd);
+    mongoc_collection_destroy(coll);
+    mongoc_client_destroy(c);
+    ck_assert_msg(proc_wait(&e.daemon, 60), "the daemon did not stop");
+    ck_assert_int_eq(proc_exit_code(&e.daemon), 7);
+    ck_assert_msg(file_contains(e.log, "the oplog no longer holds the copy's start"), "the message is missing");
+    e.daemon.pid = 0;
+    env_stop(&e);
+}
+END_TEST
+
+/* --import-only copies and exits; status shows the finished copy; --reimport restores a damaged table; --skip-import
+ * and --tail-from start without a copy; a --tail-from position the oplog no longer holds is refused. */
+START_TEST(test_import_flags_and_status)
+{
+    env e;
+    env_start(&e, "flags", NULL, NULL);
+    fill(&e, 41, 5000);
+    char out[300];
+    snprintf(out, sizeof out, "%s/cmd.out", e.dir);
+    const char *import_only[] = {"-c", e.ini, "run", "--import-only", NULL};
+    ck_assert_int_eq(run_command(&e, import_only, out), 0);
+    ck_assert_uint_gt(checkpoint_ts(e.service), 0);
+    expect_match(&e);
+
+    const char *status[] = {"-c", e.ini, "status", NULL};
+    ck_assert_int_eq(run_command(&e, status, out), 0);
+    ck_assert_msg(file_contains(out, "initial copy:  finished"), "status does not show the finished copy");
+    ck_assert_msg(file_contains(out, "not running"), "status does not say the daemon is stopped");
+    const char *status_json[] = {"-c", e.ini, "status", "--json", NULL};
+    ck_assert_int_eq(run_command(&e, status_json, out), 0);
+    ck_assert_msg(file_contains(out, "\"copy\": {\"finished\": true"), "status --json lacks the copy");
+
+    /* Damage the copy, then --reimport (with --import-only, to stop after it). */
+    PGconn *pg = PQconnectdb(pg_conninfo());
+    char sql[256];
+    snprintf(sql, sizeof sql, "DELETE FROM %s0.c0 WHERE ctid IN (SELECT ctid FROM %s0.c0 LIMIT 10)", e.prefix,
+             e.prefix);
+    PGresult *r = PQexec(pg, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+    const char *reimport[] = {"-c", e.ini, "run", "--reimport", "--import-only", NULL};
+    ck_assert_int_eq(run_command(&e, reimport, out), 0);
+    expect_match(&e);
+
+    /* A position older than the oplog's oldest entry is refused with exit code 4. */
+    const char *tail_old[] = {"-c", e.ini, "run", "--tail-from", "1:1", NULL};
+    ck_assert_int_eq(run_command(&e, tail_old, out), 4);
+    ck_assert(file_contains(out, "is no longer in the oplog"));
+    const char *bad_ts[] = {"-c", e.ini, "run", "--tail-from", "yesterday", NULL};
+    ck_assert_int_eq(run_command(&e, bad_ts, out), 2);
+    env_stop(&e);
+}
+END_TEST
+
 Suite *replication_suite(void); /* called by the generated runner list */
 
 Suite *replication_suite(void)
@@ -482,5 +654,12 @@ Suite *replication_suite(void)
     tcase_add_test(tc, test_replay_dump);
     tcase_add_test(tc, test_check_config_and_reload);
     suite_add_tcase(s, tc);
+    TCase *imp = tcase_create("import");
+    tcase_set_timeout(imp, 900);
+    tcase_add_test(imp, test_import_with_writer);
+    tcase_add_test(imp, test_import_kill9_resumes);
+    tcase_add_test(imp, test_import_window_lost);
+    tcase_add_test(imp, test_import_flags_and_status);
+    suite_add_tcase(s, imp);
     return s;
 }

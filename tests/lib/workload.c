@@ -676,6 +676,8 @@ bool workload_run(const char *mongo_uri, const workload_config *cfg, workload_st
     }
     s.n_ns = cfg->n_namespaces;
     s.ns = bson_malloc0((size_t)s.n_ns * sizeof *s.ns);
+    for (int i = 0; i < s.n_ns; i++)
+        s.ns[i].next_id = cfg->first_id;
     for (int i = 0; i < s.n_ns; i++) {
         snprintf(s.ns[i].db, sizeof s.ns[i].db, "%s%d", cfg->db_prefix, i % cfg->n_databases);
         snprintf(s.ns[i].coll, sizeof s.ns[i].coll, "c%d", i);

@@ -37,6 +37,8 @@ typedef struct {
     unsigned inserts_per_update; /* R for WORKLOAD_INSERTS_PER_UPDATE (default 10) */
     unsigned batch_size;         /* max pending writes per namespace before a bulk is sent (default 500) */
     unsigned pad_bytes;          /* extra string field of this length in inserted/replaced documents (default 0) */
+    uint32_t first_id;           /* number behind the first _id of each namespace (default 0); a second workload on
+                                  * the same namespaces takes a range of its own, e.g. 10 000 000 */
     bool dry_run;                /* generate and hash only; nothing is sent (mongo_uri may be NULL) */
 } workload_config;
 

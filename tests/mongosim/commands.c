@@ -255,8 +255,9 @@ static bool coll_batch_doc(void *ctx, const bson_t *doc)
     return true;
 }
 
-static void reply_coll_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, const bson_t *filter, bool first,
-                             int64_t batch, bool single)
+/* min (first batch only, may be NULL): the find option min {_id: X}, an inclusive lower bound in full BSON order. */
+static void reply_coll_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, const bson_t *filter,
+                             const bson_value_t *min, bool first, int64_t batch, bool single)
 {
     int64_t max = batch;
     if (cur->limit_left >= 0 && (max <= 0 || cur->limit_left < max))
@@ -268,7 +269,17 @@ static void reply_coll_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, con
     size_t arr = bw_sub_begin(b, BSON_TYPE_ARRAY, first ? "firstBatch" : "nextBatch");
     coll_batch cb = {.b = b, .max = max};
     if (cur->limit_left != 0) {
-        if (first)
+        if (first && min != NULL) {
+            /* X itself if present, then everything after it: the store continues by full BSON order. */
+            bson_t eq = BSON_INITIALIZER, sub;
+            BSON_APPEND_DOCUMENT_BEGIN(&eq, "_id", &sub);
+            bson_append_value(&sub, "$eq", 3, min);
+            bson_append_document_end(&eq, &sub);
+            store_find(srv->store, cur->db, cur->coll, &eq, coll_batch_doc, &cb);
+            if (!cb.more)
+                store_find_after(srv->store, cur->db, cur->coll, filter, min, coll_batch_doc, &cb);
+            bson_destroy(&eq);
+        } else if (first)
             store_find(srv->store, cur->db, cur->coll, filter, coll_batch_doc, &cb);
         else
             store_find_after(srv->store, cur->db, cur->coll, &cur->filter, &cur->last_id, coll_batch_doc, &cb);
@@ -854,13 +865,42 @@ static void h_find(cmd_ctx *x)
     }
     if (!check_sort(x, "_id") || !check_coll_filter(x, &filter))
         return;
+    /* min {_id: X} with hint {_id: 1}: start at X inclusive in full BSON order (how a resumable scan continues
+     * across _id types). As on a real server, min without a hint is BadValue. */
+    bson_t min_doc, hint;
+    bool have_min, have_hint;
+    bson_iter_t min_it;
+    if (!opt_doc(x->cmd, "min", &min_doc, &have_min) || !opt_doc(x->cmd, "hint", &hint, &have_hint)) {
+        reply_error(x->r, 14, "min and hint must be documents in mongosim");
+        return;
+    }
+    const bson_value_t *min = NULL;
+    if (have_min) {
+        bson_iter_t hi;
+        if (!have_hint) {
+            reply_error(x->r, 2, "When using min()/max() a hint of which index to use must be provided");
+            return;
+        }
+        if (!bson_iter_init(&hi, &hint) || !bson_iter_next(&hi) || strcmp(bson_iter_key(&hi), "_id") != 0 ||
+            !BSON_ITER_HOLDS_NUMBER(&hi) || bson_iter_as_int64(&hi) != 1 || bson_iter_next(&hi)) {
+            reply_error(x->r, 2, "mongosim supports min only with hint {_id: 1}");
+            return;
+        }
+        if (!bson_iter_init(&min_it, &min_doc) || !bson_iter_next(&min_it) ||
+            strcmp(bson_iter_key(&min_it), "_id") != 0 || bson_iter_next(&min_it) || !bson_empty(&filter)) {
+            reply_error(x->r, 2, "mongosim supports only min {_id: X}, with an empty filter");
+            return;
+        }
+        bson_iter_init_find(&min_it, &min_doc, "_id");
+        min = bson_iter_value(&min_it);
+    }
     sim_cursor *cur = cursor_new(x->srv);
     cur->limit_left = limit;
     snprintf(cur->db, sizeof cur->db, "%s", x->db);
     snprintf(cur->coll, sizeof cur->coll, "%s", coll);
     bson_destroy(&cur->filter);
     bson_copy_to(&filter, &cur->filter);
-    reply_coll_batch(x->srv, x->r, cur, &filter, true, batch, single);
+    reply_coll_batch(x->srv, x->r, cur, &filter, min, true, batch, single);
 }
 
 static void h_get_more(cmd_ctx *x)
@@ -879,7 +919,7 @@ static void h_get_more(cmd_ctx *x)
         return;
     }
     if (!cur->oplog) {
-        reply_coll_batch(x->srv, x->r, cur, NULL, false, batch, false);
+        reply_coll_batch(x->srv, x->r, cur, NULL, NULL, false, batch, false);
         return;
     }
     if (x->srv->stepped_down) {

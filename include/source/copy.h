@@ -1,0 +1,84 @@
+/*
+ * copy.h — the initial copy: every included collection copied into PostgreSQL before the daemon tails the oplog.
+ *
+ * A service without a checkpoint (or after --reimport) first notes the newest oplog entry, then copies every
+ * included collection (find sorted by _id, binary COPY per batch), then tails from the noted entry: changes made
+ * during the copy are replayed on top and converge (inserts of copied rows become upserts, updates and deletes are
+ * idempotent).
+ *
+ * State lives in PostgreSQL (oplog2pg.copy_state, oplog2pg.copy_progress; see src/sink/schema.sql). Each batch's
+ * rows and the collection's progress (last _id as BSON, count) commit in one transaction, so a crash or a cancel
+ * loses nothing: the next copy_run continues after the last committed _id, in full BSON order.
+ *
+ * Threads: copy_run starts cfg->workers threads, each with its own MongoDB client and PostgreSQL connection, each
+ * taking the next unfinished collection. The calling thread coordinates: it logs progress and checks the oplog
+ * window (the oldest oplog entry must stay at or before the copy's start) about once a second.
+ */
+#ifndef OPLOG2PG_SOURCE_COPY_H
+#define OPLOG2PG_SOURCE_COPY_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/nsfilter.h"
+#include "core/op.h"
+
+typedef struct copy_config {
+    const char *mongo_uri;        /* source */
+    const char *pg_conninfo;      /* target (libpq conninfo/URI) */
+    const char *service;          /* the copy state's key, = the checkpoint's service */
+    const nsfilter *filter;       /* which namespaces (NULL = all); admin/local/config and system.* never */
+    int workers;                  /* collections copied at once, each with its own MongoDB client and PG connection */
+    uint32_t batch_docs;          /* documents per committed batch (0 = default 10000) */
+    int64_t window_warn_ms;       /* warn when the oplog window margin falls under this */
+    int64_t progress_interval_ms; /* progress log line period (0 = off) */
+    const atomic_bool *cancel;    /* set by the daemon on SIGTERM: workers stop after their current batch commits */
+} copy_config;
+
+typedef enum { COPY_DONE, COPY_CANCELLED, COPY_WINDOW_LOST, COPY_FAILED } copy_result;
+
+/* Runs or resumes the copy for cfg->service. On COPY_DONE *start is the oplog position noted before the copy
+ * began (the caller tails from it, checking it like any resume point). A copy already finished returns COPY_DONE
+ * at once with its start. Otherwise err says why (naming the collection and the last _id where one is concerned). */
+copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t errlen);
+
+/* --reimport: forget the service's copy state and drop (or truncate) the tables of the included collections (the
+ * PostgreSQL tables whose schema.table the filter includes; the oplog2pg and system schemas are never touched).
+ * The caller clears the checkpoint itself. */
+bool copy_reset(const char *pg_conninfo, const char *service, const nsfilter *filter, bool drop, char *err,
+                size_t errlen);
+
+/* For `status` and the daemon: the state of the service's copy (none, running/resumable, finished) and per
+ * collection progress. Read-only: no lock, no write, safe while a copy runs. */
+typedef struct {
+    char db[128], coll[256];
+    int64_t copied, total_estimate;
+    bool done;
+} copy_progress_row;
+
+typedef struct {
+    bool exists, finished;
+    op_pos start;
+    char started_at[64], finished_at[64]; /* as PostgreSQL prints them; finished_at "" while running */
+    copy_progress_row *rows;              /* sorted by db, coll */
+    size_t n;
+} copy_state;
+
+bool copy_state_read(const char *pg_conninfo, const char *service, copy_state *out, char *err, size_t errlen);
+void copy_state_free(copy_state *s);
+
+/* Pure helpers (exposed for the progress lines and `status`, and for tests). */
+
+/* A duration for people: "45s", "12m05s", "3h07m", "2d04h"; "?" when secs is negative, NaN or infinite. */
+const char *copy_format_duration(double secs, char *buf, size_t len);
+
+/* Seconds left at `rate` documents per second for `done` of `total` documents; -1 when it cannot be estimated
+ * (rate <= 0). 0 when done >= total. */
+double copy_eta_seconds(int64_t done, int64_t total, double rate);
+
+/* "copied", "cancelled", "oplog window lost", "failed". */
+const char *copy_result_name(copy_result r);
+
+#endif
