@@ -79,9 +79,12 @@ bool sink_batch_add(sink_batch *b, const bson_t *doc);                 /* false 
 bool sink_batch_add_json(sink_batch *b, const char *json, size_t len); /* already relaxed Extended JSON */
 size_t sink_batch_rows(const sink_batch *b);
 size_t sink_batch_bytes(const sink_batch *b);
-/* The encoded tuples (sink_batch_bytes() bytes, no COPY header or trailer), for another COPY sender (the initial
- * copy, source/copy.c). Valid until the batch changes. */
-const char *sink_batch_data(const sink_batch *b);
+
+/* Streams the batch as a whole binary COPY body on a connection in the COPY IN state: header, the tuples in
+ * pieces small enough that libpq never buffers the whole batch, trailer, end of data. The caller then reads the
+ * COPY's result. False when sending failed (PQerrorMessage says why). Used by the sink and the initial copy. */
+struct pg_conn;
+bool sink_batch_put_copy(struct pg_conn *conn, const sink_batch *b);
 
 /* Writes within the open group; `pos` names the oplog entry for error messages. */
 sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_batch *b, const op_pos *pos);

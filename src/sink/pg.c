@@ -668,11 +668,6 @@ size_t sink_batch_bytes(const sink_batch *b)
     return b->len;
 }
 
-const char *sink_batch_data(const sink_batch *b)
-{
-    return b->buf;
-}
-
 static void put_be16(char *p, uint16_t v)
 {
     p[0] = (char)(v >> 8);
@@ -725,6 +720,19 @@ bool sink_batch_add(sink_batch *b, const bson_t *doc)
     bool ok = json != NULL && sink_batch_add_json(b, json, jlen);
     bson_free(json);
     return ok;
+}
+
+bool sink_batch_put_copy(PGconn *conn, const sink_batch *b)
+{
+    static const char trailer[2] = {(char)0xff, (char)0xff};
+    enum { PIECE = 256 * 1024 }; /* rows may span pieces: COPY data is a byte stream */
+    bool sent = PQputCopyData(conn, copy_header, COPY_HEADER_LEN) == 1;
+    for (size_t off = 0; sent && off < b->len;) {
+        size_t n = b->len - off > PIECE ? PIECE : b->len - off;
+        sent = PQputCopyData(conn, b->buf + off, (int)n) == 1;
+        off += n;
+    }
+    return sent && PQputCopyData(conn, trailer, 2) == 1 && PQputCopyEnd(conn, NULL) == 1;
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -785,9 +793,7 @@ static sink_status copy_rows(sink *s, table *t, const sink_batch *b, const op_po
         return s->failed;
     }
     PQclear(res);
-    static const char trailer[2] = {(char)0xff, (char)0xff};
-    if (PQputCopyData(s->conn, copy_header, COPY_HEADER_LEN) != 1 || PQputCopyData(s->conn, b->buf, (int)b->len) != 1 ||
-        PQputCopyData(s->conn, trailer, 2) != 1 || PQputCopyEnd(s->conn, NULL) != 1) {
+    if (!sink_batch_put_copy(s->conn, b)) {
         set_err(s, SINK_ERR_CONNECTION, "sending COPY data: %s", PQerrorMessage(s->conn));
         return s->failed;
     }

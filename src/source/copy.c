@@ -40,8 +40,6 @@
 #define STAGE_TABLE        "oplog2pg_copy_stage"
 #define ERRLEN             1024
 
-static const char copy_header[] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, extension 0 */
-#define COPY_HEADER_LEN 19
 
 typedef enum { JOB_PENDING, JOB_RUNNING, JOB_FINISHED } job_state;
 
@@ -559,17 +557,7 @@ static bool copy_send(worker *w, const char *target, bool *dup, bool *retryable)
         return false;
     }
     PQclear(r);
-    static const char trailer[2] = {(char)0xff, (char)0xff};
-    size_t len = sink_batch_bytes(w->batch);
-    const char *data = sink_batch_data(w->batch);
-    bool sent = PQputCopyData(w->pg, copy_header, COPY_HEADER_LEN) == 1;
-    /* PQputCopyData takes an int length: send very large batches in pieces (COPY rows may span calls). */
-    for (size_t off = 0; sent && off < len;) {
-        size_t n = len - off > (1u << 30) ? (1u << 30) : len - off;
-        sent = PQputCopyData(w->pg, data + off, (int)n) == 1;
-        off += n;
-    }
-    sent = sent && PQputCopyData(w->pg, trailer, 2) == 1 && PQputCopyEnd(w->pg, NULL) == 1;
+    bool sent = sink_batch_put_copy(w->pg, w->batch);
     if (!sent) {
         *retryable = true;
         snprintf(w->err, sizeof w->err, "sending COPY data: %s", PQerrorMessage(w->pg));

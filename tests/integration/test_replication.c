@@ -506,19 +506,103 @@ static int64_t copied_so_far(const char *service)
     return n;
 }
 
-/* A service without a checkpoint copies the existing data while a writer keeps changing it, then tails: the result
- * equals the source. */
+/* Changes documents that already exist while the copy runs: the smallest _ids (copied first) and ObjectId _ids
+ * (the largest type, copied last), with $set, $inc, replacements and deletes. */
+typedef struct {
+    env *e;
+    uint64_t changed;
+    bool ok;
+    char err[700];
+} changer;
+
+static void *change_existing_main(void *arg)
+{
+    changer *ch = arg;
+    mongoc_client_t *c = mongoc_client_new(ch->e->uri);
+    ch->ok = true;
+    for (int slot = 0; slot < 4 && ch->ok; slot++) {
+        char db[64], coll[16];
+        snprintf(db, sizeof db, "%s%d", ch->e->prefix, slot % 2);
+        snprintf(coll, sizeof coll, "c%d", slot);
+        mongoc_collection_t *col = mongoc_client_get_collection(c, db, coll);
+        bson_oid_t zero;
+        bson_oid_init_from_string(&zero, "000000000000000000000000");
+        bson_t *filters[2] = {bson_new(), BCON_NEW("_id", "{", "$gt", BCON_OID(&zero), "}")};
+        for (int f = 0; f < 2 && ch->ok; f++) {
+            bson_t *opts = BCON_NEW("limit", BCON_INT64(1500), "sort", "{", "_id", BCON_INT32(1), "}");
+            mongoc_cursor_t *cur = mongoc_collection_find_with_opts(col, filters[f], opts, NULL);
+            bson_value_t ids[1500];
+            int n = 0;
+            const bson_t *doc;
+            bson_iter_t it;
+            while (n < 1500 && mongoc_cursor_next(cur, &doc))
+                if (bson_iter_init_find(&it, doc, "_id"))
+                    bson_value_copy(bson_iter_value(&it), &ids[n++]);
+            mongoc_cursor_destroy(cur);
+            bson_destroy(opts);
+            for (int i = 0; i < n && ch->ok; i++) {
+                bson_t sel = BSON_INITIALIZER;
+                bson_append_value(&sel, "_id", 3, &ids[i]);
+                bson_error_t err;
+                bool ok;
+                bson_t *u = NULL;
+                switch (i % 4) {
+                case 0:
+                    u = BCON_NEW("$set", "{", "touched", BCON_INT32(i), "w.nested", BCON_UTF8("x"), "}");
+                    ok = mongoc_collection_update_one(col, &sel, u, NULL, NULL, &err);
+                    break;
+                case 1:
+                    u = BCON_NEW("$inc", "{", "w_count", BCON_INT32(1), "}");
+                    ok = mongoc_collection_update_one(col, &sel, u, NULL, NULL, &err);
+                    break;
+                case 2:
+                    u = BCON_NEW("replaced", BCON_BOOL(true), "i", BCON_INT32(i));
+                    ok = mongoc_collection_replace_one(col, &sel, u, NULL, NULL, &err);
+                    break;
+                default:
+                    ok = mongoc_collection_delete_one(col, &sel, NULL, NULL, &err);
+                    break;
+                }
+                if (u)
+                    bson_destroy(u);
+                bson_destroy(&sel);
+                bson_value_destroy(&ids[i]);
+                if (!ok) {
+                    snprintf(ch->err, sizeof ch->err, "%s.%s: %s", db, coll, err.message);
+                    ch->ok = false;
+                } else {
+                    ch->changed++;
+                }
+            }
+        }
+        bson_destroy(filters[0]);
+        bson_destroy(filters[1]);
+        mongoc_collection_destroy(col);
+    }
+    mongoc_client_destroy(c);
+    return NULL;
+}
+
+/* A service without a checkpoint copies 1 000 000 existing documents while writers keep changing them and adding
+ * more, then tails: the result equals the source. */
 START_TEST(test_import_with_writer)
 {
     env e;
-    env_start(&e, "imp", NULL, "[copy]\nworkers = 3\nbatch_docs = 2000\n");
-    fill(&e, 11, 200000);
+    env_start(&e, "imp", NULL, "[copy]\nworkers = 3\n");
+    fill(&e, 11, 1000000);
     daemon_start(&e);
-    workload_thread w = {.e = &e, .seed = 12, .ops = 30000, .no_ddl = true, .first_id = 10000000};
-    pthread_t th;
+    workload_thread w = {.e = &e, .seed = 12, .ops = 50000, .no_ddl = true, .first_id = 10000000};
+    changer ch = {.e = &e};
+    pthread_t th, th2;
     ck_assert_int_eq(pthread_create(&th, NULL, workload_main, &w), 0);
+    ck_assert_int_eq(pthread_create(&th2, NULL, change_existing_main, &ch), 0);
     pthread_join(th, NULL);
+    pthread_join(th2, NULL);
     ck_assert_msg(w.ok, "writer: %s", w.err);
+    ck_assert_msg(ch.ok, "changer: %s", ch.err);
+    ck_assert_uint_gt(ch.changed, 4000);
+    /* The writers must have overlapped the copy, or this test proves nothing about it. */
+    ck_assert_msg(!file_contains(e.log, "initial copy complete"), "the copy ended before the writers did");
     ck_assert_msg(wait_caught_up(&e, 300), "the daemon did not finish the copy and catch up");
     ck_assert_msg(file_contains(e.log, "initial copy complete"), "no copy was logged");
     expect_match(&e);
