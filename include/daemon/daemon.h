@@ -11,11 +11,11 @@
 
 /* How a run starts (command-line flags). */
 typedef struct {
-    bool reimport;      /* --reimport: forget the checkpoint and the copy, empty the tables, copy again */
-    bool skip_import;   /* --skip-import: without a checkpoint, tail from the newest entry instead of copying */
-    bool import_only;   /* --import-only: copy (if needed), commit the start point, exit */
+    bool reimport;    /* --reimport: forget the checkpoint and the copy, empty the tables, copy again */
+    bool skip_import; /* --skip-import: without a checkpoint, tail from the newest entry instead of copying */
+    bool import_only; /* --import-only: copy (if needed), commit the start point, exit */
     bool have_tail_from;
-    op_pos tail_from;   /* --tail-from: the first oplog position to apply */
+    op_pos tail_from; /* --tail-from: the first oplog position to apply */
 } daemon_options;
 
 /* Parses a --tail-from value: "SECS:INC" or an ISO 8601 UTC time ("2026-11-29T10:00:00Z"). */

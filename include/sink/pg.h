@@ -113,8 +113,8 @@ typedef struct {
     bool have_table;      /* oplog2pg.checkpoint exists */
     bool have_checkpoint; /* the service has committed a position */
     op_pos pos;
-    char applied_at[64];  /* when that commit happened, as PostgreSQL prints it */
-    bool running;         /* a daemon holds the service's lock right now */
+    char applied_at[64]; /* when that commit happened, as PostgreSQL prints it */
+    bool running;        /* a daemon holds the service's lock right now */
 } sink_probe_result;
 
 bool sink_probe(const char *conninfo, const char *service, sink_probe_result *out, char *err, size_t errlen);

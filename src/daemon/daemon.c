@@ -35,6 +35,7 @@
 #include "sink/pg.h"
 #include "source/copy.h"
 #include "source/decode.h"
+#include "source/oplog_edge.h"
 #include "source/reader.h"
 #include "util/log.h"
 
@@ -461,26 +462,13 @@ static bool oplog_edges(const char *uri_text, uint64_t *oldest, uint64_t *newest
         goto done;
     }
     mongoc_client_set_appname(client, "oplog2pg-probe");
-    mongoc_collection_t *oplog = mongoc_client_get_collection(client, "local", "oplog.rs");
     for (int dir = 0; dir < 2 && ok; dir++) {
-        bson_t *opts = BCON_NEW("sort", "{", "$natural", BCON_INT32(dir == 0 ? 1 : -1), "}", "limit", BCON_INT64(1));
-        bson_t filter = BSON_INITIALIZER;
-        mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, opts, NULL);
-        const bson_t *doc;
-        bson_iter_t it;
-        if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-            uint32_t t, i;
-            bson_iter_timestamp(&it, &t, &i);
-            *(dir == 0 ? oldest : newest) = (uint64_t)t << 32 | i;
-        } else if (mongoc_cursor_error(cur, &berr)) {
-            snprintf(err, errlen, "cannot read local.oplog.rs: %s", berr.message);
-            ok = false;
-        }
-        mongoc_cursor_destroy(cur);
-        bson_destroy(&filter);
-        bson_destroy(opts);
+        op_pos p;
+        bool found;
+        ok = oplog_edge(client, dir == 0 ? 1 : -1, &p, &found, err, errlen);
+        if (ok && found)
+            *(dir == 0 ? oldest : newest) = (uint64_t)p.secs << 32 | p.inc;
     }
-    mongoc_collection_destroy(oplog);
 done:
     if (client)
         mongoc_client_destroy(client);
@@ -789,6 +777,15 @@ done:
     return code;
 }
 
+static const char *utc_text(uint32_t secs, char *buf, size_t len)
+{
+    time_t t = (time_t)secs;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    return buf;
+}
+
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* check */
 
@@ -810,34 +807,23 @@ int daemon_check(config *cfg)
             printf("mongodb: cannot reach it: %s\n", err.message);
             code = EXIT_FAILURE_GENERIC;
         } else {
-            mongoc_collection_t *oplog = mongoc_client_get_collection(client, "local", "oplog.rs");
             const char *names[2] = {"oldest", "newest"};
             for (int dir = 0; dir < 2; dir++) {
-                bson_t *opts =
-                    BCON_NEW("sort", "{", "$natural", BCON_INT32(dir == 0 ? 1 : -1), "}", "limit", BCON_INT64(1));
-                bson_t filter = BSON_INITIALIZER;
-                mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, opts, NULL);
-                const bson_t *doc;
-                bson_iter_t it;
-                if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "ts") &&
-                    BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-                    uint32_t t, i;
-                    bson_iter_timestamp(&it, &t, &i);
-                    time_t when = (time_t)t;
-                    char buf[64];
-                    strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%SZ", gmtime(&when));
-                    printf("mongodb: %s oplog entry %u:%u (%s)\n", names[dir], t, i, buf);
-                } else if (mongoc_cursor_error(cur, &err)) {
-                    printf("mongodb: cannot read local.oplog.rs: %s\n", err.message);
+                op_pos p;
+                bool found;
+                char oerr[512], when[64], at[OP_POS_STRLEN];
+                if (!oplog_edge(client, dir == 0 ? 1 : -1, &p, &found, oerr, sizeof oerr)) {
+                    printf("mongodb: %s\n", oerr);
                     code = EXIT_FAILURE_GENERIC;
-                } else {
-                    printf("mongodb: the oplog is empty (is this a replica set member?)\n");
+                    break;
                 }
-                mongoc_cursor_destroy(cur);
-                bson_destroy(&filter);
-                bson_destroy(opts);
+                if (!found) {
+                    printf("mongodb: the oplog is empty (is this a replica set member?)\n");
+                    break;
+                }
+                printf("mongodb: %s oplog entry %s (%s)\n", names[dir], op_pos_format(&p, at, sizeof at),
+                       utc_text(p.secs, when, sizeof when));
             }
-            mongoc_collection_destroy(oplog);
         }
         bson_destroy(ping);
         mongoc_client_destroy(client);
@@ -869,15 +855,6 @@ int daemon_check(config *cfg)
 
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* status */
-
-static const char *utc_text(uint32_t secs, char *buf, size_t len)
-{
-    time_t t = (time_t)secs;
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "%Y-%m-%d %H:%M:%S UTC", &tm);
-    return buf;
-}
 
 /* A JSON string literal of s (status output only holds names and timestamps, but quote properly anyway). */
 static void json_str(FILE *out, const char *s)
@@ -935,8 +912,7 @@ int daemon_status(config *cfg, bool json)
             fprintf(o, ", \"lag_seconds\": null");
         if (mongo_ok && oldest) {
             fprintf(o, ", \"oplog\": {\"oldest\": \"%s\"", op_pos_format(&old_p, at, sizeof at));
-            fprintf(o, ", \"newest\": \"%s\", \"window_hours\": %.2f", op_pos_format(&new_p, at, sizeof at),
-                    window_h);
+            fprintf(o, ", \"newest\": \"%s\", \"window_hours\": %.2f", op_pos_format(&new_p, at, sizeof at), window_h);
             if (margin_h >= 0)
                 fprintf(o, ", \"margin_hours\": %.2f", margin_h);
             fprintf(o, "}");
@@ -944,8 +920,8 @@ int daemon_status(config *cfg, bool json)
             fprintf(o, ", \"oplog\": null");
         }
         if (copy_ok && cs.exists) {
-            fprintf(o, ", \"copy\": {\"finished\": %s, \"start\": \"%s\", \"collections\": [", cs.finished ? "true" : "false",
-                    op_pos_format(&cs.start, at, sizeof at));
+            fprintf(o, ", \"copy\": {\"finished\": %s, \"start\": \"%s\", \"collections\": [",
+                    cs.finished ? "true" : "false", op_pos_format(&cs.start, at, sizeof at));
             for (size_t i = 0; i < cs.n; i++) {
                 fprintf(o, "%s{\"namespace\": ", i ? ", " : "");
                 char ns[400];

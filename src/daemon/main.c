@@ -51,16 +51,11 @@ static void usage(FILE *out)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"service", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {"reimport", no_argument, NULL, 'R'},
-        {"skip-import", no_argument, NULL, 'S'},
-        {"import-only", no_argument, NULL, 'I'},
-        {"tail-from", required_argument, NULL, 'T'},
-        {"json", no_argument, NULL, 'J'},
-        {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'}, {"service", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},         {"version", no_argument, NULL, 'V'},
+        {"reimport", no_argument, NULL, 'R'},     {"skip-import", no_argument, NULL, 'S'},
+        {"import-only", no_argument, NULL, 'I'},  {"tail-from", required_argument, NULL, 'T'},
+        {"json", no_argument, NULL, 'J'},         {NULL, 0, NULL, 0},
     };
     const char *config_path = DEFAULT_CONFIG;
     const char *service = NULL;
@@ -93,8 +88,10 @@ int main(int argc, char **argv)
             break;
         case 'T':
             if (!daemon_parse_position(optarg, &opts.tail_from)) {
-                fprintf(stderr, "oplog2pg: --tail-from '%s': expected SECS:INC or an ISO time like "
-                                "2026-11-29T10:00:00Z\n", optarg);
+                fprintf(stderr,
+                        "oplog2pg: --tail-from '%s': expected SECS:INC or an ISO time like "
+                        "2026-11-29T10:00:00Z\n",
+                        optarg);
                 return EXIT_USAGE;
             }
             opts.have_tail_from = true;

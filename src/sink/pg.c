@@ -636,6 +636,14 @@ oom:
     return NULL;
 }
 
+/* The group's transaction open and db.coll ready in it: what every write starts with. NULL on failure (s->failed). */
+static table *open_table(sink *s, const char *db, const char *coll, const op_pos *pos)
+{
+    if (begin_if_needed(s) != SINK_OK)
+        return NULL;
+    return get_table(s, db, coll, pos);
+}
+
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* batches: binary COPY tuples with one jsonb field: int16 1, int32 len, byte 1 (jsonb version), JSON text */
 
@@ -819,9 +827,7 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
 {
     if (b->rows == 0)
         return SINK_OK;
-    if (begin_if_needed(s) != SINK_OK)
-        return s->failed;
-    table *t = get_table(s, db, coll, pos);
+    table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
     if (s->cfg.per_op || b->rows < s->cfg.copy_min_rows)
@@ -860,9 +866,7 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
 sink_status sink_update_json(sink *s, const char *db, const char *coll, const char *id_json, op_update_form form,
                              const char *o_json, const op_pos *pos)
 {
-    if (begin_if_needed(s) != SINK_OK)
-        return s->failed;
-    table *t = get_table(s, db, coll, pos);
+    table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
     char name[32];
@@ -909,9 +913,7 @@ sink_status sink_update(sink *s, const char *db, const char *coll, const bson_va
 
 sink_status sink_delete_json(sink *s, const char *db, const char *coll, const char *id_json, const op_pos *pos)
 {
-    if (begin_if_needed(s) != SINK_OK)
-        return s->failed;
-    table *t = get_table(s, db, coll, pos);
+    table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
     char name[32];
@@ -1008,9 +1010,7 @@ sink_status sink_drop_database(sink *s, const char *db, const op_pos *pos)
 
 sink_status sink_truncate(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
-    if (begin_if_needed(s) != SINK_OK)
-        return s->failed;
-    table *t = get_table(s, db, coll, pos);
+    table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
     char sql[256];

@@ -30,16 +30,16 @@
 #include "map/ejson.h"
 #include "map/shape.h"
 #include "sink/pg.h"
+#include "source/oplog_edge.h"
 #include "sql_embed.h"
 #include "util/log.h"
 
 #define DEFAULT_BATCH_DOCS 10000
-#define WINDOW_CHECK_MS    1000  /* how often the coordinator reads the oldest oplog entry */
-#define WINDOW_WARN_EVERY  60.0  /* seconds between two window warnings */
-#define MAX_RETRIES        4     /* attempts after a connection error, per collection, without progress */
+#define WINDOW_CHECK_MS    1000 /* how often the coordinator reads the oldest oplog entry */
+#define WINDOW_WARN_EVERY  60.0 /* seconds between two window warnings */
+#define MAX_RETRIES        4    /* attempts after a connection error, per collection, without progress */
 #define STAGE_TABLE        "oplog2pg_copy_stage"
 #define ERRLEN             1024
-
 
 typedef enum { JOB_PENDING, JOB_RUNNING, JOB_FINISHED } job_state;
 
@@ -50,7 +50,7 @@ typedef struct {
     int64_t copied; /* committed documents (the worker's, while it runs the job) */
     int64_t estimate;
     bool done;
-    job_state state; /* under mu */
+    job_state state;             /* under mu */
     _Atomic int64_t live_copied; /* committed documents, for the progress lines */
     int64_t run_base;            /* copied when this run took the job */
     double run_started;          /* when this run took the job (monotonic seconds) */
@@ -181,8 +181,21 @@ static bool mongo_retryable(const bson_error_t *e)
         return e->domain == MONGOC_ERROR_STREAM || e->domain == MONGOC_ERROR_SERVER_SELECTION ||
                e->domain == MONGOC_ERROR_CLIENT || e->domain == MONGOC_ERROR_CURSOR;
     switch (e->code) {
-    case 6: case 7: case 89: case 91: case 189: case 262: case 9001: case 10107: case 11600: case 11602: case 13435:
-    case 13436: case 43: case 237: case 175:
+    case 6:
+    case 7:
+    case 89:
+    case 91:
+    case 189:
+    case 262:
+    case 9001:
+    case 10107:
+    case 11600:
+    case 11602:
+    case 13435:
+    case 13436:
+    case 43:
+    case 237:
+    case 175:
         return true;
     default:
         return false;
@@ -216,35 +229,6 @@ static PGconn *pg_connect(const char *conninfo, char *err, size_t errlen)
     PGresult *r = PQexec(pg, "SET client_min_messages = warning");
     PQclear(r);
     return pg;
-}
-
-/* Reads the oldest (natural 1) or newest (natural -1) oplog entry's position; *found false when the oplog is
- * empty. */
-static bool oplog_edge(mongoc_client_t *client, int natural, op_pos *out, bool *found, char *err, size_t errlen)
-{
-    mongoc_collection_t *oplog = mongoc_client_get_collection(client, "local", "oplog.rs");
-    bson_t filter = BSON_INITIALIZER;
-    bson_t *opts = BCON_NEW("sort", "{", "$natural", BCON_INT32(natural), "}", "limit", BCON_INT64(1));
-    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, opts, NULL);
-    const bson_t *doc;
-    bson_iter_t it;
-    bson_error_t e;
-    *found = false;
-    if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-        bson_iter_timestamp(&it, &out->secs, &out->inc);
-        out->term = -1;
-        if (bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
-            out->term = bson_iter_as_int64(&it);
-        *found = true;
-    }
-    bool ok = !mongoc_cursor_error(cur, &e);
-    if (!ok)
-        snprintf(err, errlen, "reading the %s oplog entry: %s", natural < 0 ? "newest" : "oldest", e.message);
-    mongoc_cursor_destroy(cur);
-    bson_destroy(opts);
-    bson_destroy(&filter);
-    mongoc_collection_destroy(oplog);
-    return ok;
 }
 
 static mongoc_client_t *mongo_connect(const char *uri, char *err, size_t errlen)
@@ -626,8 +610,12 @@ static bool commit_batch(worker *w, job *j, const bson_t *last, bool done, bool 
         }
         char copied[24];
         snprintf(copied, sizeof copied, "%lld", (long long)(j->copied + (int64_t)rows));
-        const char *vals[6] = {last ? (const char *)bson_get_data(last) : NULL, copied, done ? "t" : "f",
-                               w->rc->cfg->service, j->db, j->coll};
+        const char *vals[6] = {last ? (const char *)bson_get_data(last) : NULL,
+                               copied,
+                               done ? "t" : "f",
+                               w->rc->cfg->service,
+                               j->db,
+                               j->coll};
         int lens[6] = {last ? (int)last->len : 0, 0, 0, 0, 0, 0};
         int fmts[6] = {1, 0, 0, 0, 0, 0};
         PGresult *r = PQexecParams(w->pg,
@@ -1139,8 +1127,8 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
     if (wr < 0)
         goto fail;
     const char *fp[1] = {cfg->service};
-    PGresult *r = PQexecParams(pg, "UPDATE oplog2pg.copy_state SET finished_at = now() WHERE service = $1", 1, NULL,
-                               fp, NULL, NULL, 0);
+    PGresult *r = PQexecParams(pg, "UPDATE oplog2pg.copy_state SET finished_at = now() WHERE service = $1", 1, NULL, fp,
+                               NULL, NULL, 0);
     bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     if (!ok) {

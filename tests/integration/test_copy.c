@@ -25,6 +25,7 @@
 #include "../lib/workload.h"
 #include "core/nsfilter.h"
 #include "source/copy.h"
+#include "source/oplog_edge.h"
 
 typedef struct {
     proc_handle sim;
@@ -155,21 +156,14 @@ static void insert_marker(const char *uri, const char *db, const char *coll)
 static void newest_ts(const char *uri, uint32_t *secs, uint32_t *inc)
 {
     mongoc_client_t *c = mongoc_client_new(uri);
-    mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
-    bson_t filter = BSON_INITIALIZER;
-    bson_t *opts = BCON_NEW("sort", "{", "$natural", BCON_INT32(-1), "}", "limit", BCON_INT64(1));
-    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, opts, NULL);
-    const bson_t *doc;
-    bson_iter_t it;
-    *secs = *inc = 0;
-    if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "ts"))
-        bson_iter_timestamp(&it, secs, inc);
-    mongoc_cursor_destroy(cur);
-    bson_destroy(opts);
-    bson_destroy(&filter);
-    mongoc_collection_destroy(oplog);
+    op_pos p = {0, 0, -1};
+    bool found = false;
+    char err[512];
+    bool ok = oplog_edge(c, -1, &p, &found, err, sizeof err);
     mongoc_client_destroy(c);
-    ck_assert_uint_gt(*secs, 0);
+    ck_assert_msg(ok && found, "reading the newest oplog entry: %s", ok ? "the oplog is empty" : err);
+    *secs = p.secs;
+    *inc = p.inc;
 }
 
 static void fill_workload(const env *e, uint64_t ops, uint64_t seed)
@@ -349,8 +343,8 @@ static void *cancel_main(void *arg)
     canceller *c = arg;
     PGconn *pg = PQconnectdb(pg_conninfo());
     char sql[300];
-    snprintf(sql, sizeof sql,
-             "SELECT COALESCE(sum(copied), 0) FROM oplog2pg.copy_progress WHERE service = '%s'", c->e->service);
+    snprintf(sql, sizeof sql, "SELECT COALESCE(sum(copied), 0) FROM oplog2pg.copy_progress WHERE service = '%s'",
+             c->e->service);
     for (int i = 0; i < 3000 && PQstatus(pg) == CONNECTION_OK; i++) {
         PGresult *r = PQexec(pg, sql);
         long long n = PQresultStatus(r) == PGRES_TUPLES_OK ? atoll(PQgetvalue(r, 0, 0)) : 0;
@@ -523,8 +517,8 @@ static void *truncate_main(void *arg)
     truncater *t = arg;
     PGconn *pg = PQconnectdb(pg_conninfo());
     char sql[300];
-    snprintf(sql, sizeof sql,
-             "SELECT COALESCE(sum(copied), 0) FROM oplog2pg.copy_progress WHERE service = '%s'", t->e->service);
+    snprintf(sql, sizeof sql, "SELECT COALESCE(sum(copied), 0) FROM oplog2pg.copy_progress WHERE service = '%s'",
+             t->e->service);
     /* Wait until the copy has committed something, then roll the oplog past its start. */
     for (int k = 0; k < 3000 && PQstatus(pg) == CONNECTION_OK; k++) {
         PGresult *r = PQexec(pg, sql);
@@ -681,8 +675,8 @@ START_TEST(test_sim_find_min)
     mongoc_client_t *c = mongoc_client_new(e.uri);
     mongoc_collection_t *co = mongoc_client_get_collection(c, "cp_min", "m");
     /* BSON order: numbers < strings < ObjectId. */
-    bson_t *docs[] = {BCON_NEW("_id", BCON_INT32(1)), BCON_NEW("_id", BCON_DOUBLE(2.5)), BCON_NEW("_id", BCON_UTF8("a")),
-                      BCON_NEW("_id", BCON_UTF8("b"))};
+    bson_t *docs[] = {BCON_NEW("_id", BCON_INT32(1)), BCON_NEW("_id", BCON_DOUBLE(2.5)),
+                      BCON_NEW("_id", BCON_UTF8("a")), BCON_NEW("_id", BCON_UTF8("b"))};
     bson_error_t err;
     for (int i = 0; i < 4; i++) {
         ck_assert_msg(mongoc_collection_insert_one(co, docs[i], NULL, NULL, &err), "%s", err.message);

@@ -664,8 +664,8 @@ START_TEST(test_import_window_lost)
     ck_assert(mongoc_collection_insert_one(coll, doc, NULL, NULL, NULL));
     bson_destroy(doc);
     uint64_t ts = newest_ts(e.uri);
-    bson_t *cmd = BCON_NEW("mongosimTruncateOplog", BCON_INT32(1), "before",
-                           BCON_TIMESTAMP((uint32_t)(ts >> 32), (uint32_t)ts));
+    bson_t *cmd =
+        BCON_NEW("mongosimTruncateOplog", BCON_INT32(1), "before", BCON_TIMESTAMP((uint32_t)(ts >> 32), (uint32_t)ts));
     bson_error_t err;
     ck_assert_msg(mongoc_client_command_simple(c, "admin", cmd, NULL, NULL, &err), "%s", err.message);
     bson_destroy(cmd);

@@ -3,28 +3,23 @@
  */
 #include "oplogutil.h"
 
+#include "source/oplog_edge.h"
+
 #include <stdlib.h>
 
 bool oplogutil_newest_ts(mongoc_client_t *client, uint64_t *ts, bson_error_t *err)
 {
-    mongoc_collection_t *oplog = mongoc_client_get_collection(client, "local", "oplog.rs");
-    bson_t filter = BSON_INITIALIZER;
-    bson_t *opts = BCON_NEW("sort", "{", "$natural", BCON_INT32(-1), "}", "limit", BCON_INT64(1));
-    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, opts, NULL);
-    const bson_t *doc;
-    bson_iter_t it;
+    op_pos p;
+    bool found;
+    char msg[512];
     *ts = 0;
-    if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-        uint32_t t, i;
-        bson_iter_timestamp(&it, &t, &i);
-        *ts = (uint64_t)t << 32 | i;
+    if (!oplog_edge(client, -1, &p, &found, msg, sizeof msg)) {
+        bson_set_error(err, 0, 0, "%s", msg);
+        return false;
     }
-    bool ok = !mongoc_cursor_error(cur, err);
-    mongoc_cursor_destroy(cur);
-    bson_destroy(opts);
-    bson_destroy(&filter);
-    mongoc_collection_destroy(oplog);
-    return ok;
+    if (found)
+        *ts = (uint64_t)p.secs << 32 | p.inc;
+    return true;
 }
 
 uint64_t oplogutil_checkpoint_ts(PGconn *pg, const char *service)

@@ -1,0 +1,18 @@
+/*
+ * oplog_edge.h — the oldest or the newest entry of local.oplog.rs: where a copy starts, how wide the oplog window
+ * is, whether a resume point is still there. One short find ({$natural: ±1}, limit 1) on any libmongoc client.
+ */
+#ifndef OPLOG2PG_SOURCE_OPLOG_EDGE_H
+#define OPLOG2PG_SOURCE_OPLOG_EDGE_H
+
+#include <mongoc/mongoc.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/op.h"
+
+/* natural 1: the oldest entry, -1: the newest. *found is false when the oplog is empty. False with a message in err
+ * when the read fails. The term is -1 when the entry has none. */
+bool oplog_edge(mongoc_client_t *client, int natural, op_pos *out, bool *found, char *err, size_t errlen);
+
+#endif
