@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # scripts/demo.sh BUILD — the `make demo` walk-through; runs inside scripts/with-pg.sh (a throwaway PostgreSQL).
 #
-# Starts mongosim (a one-member replica set on a free port), starts oplog2pg against it and the throwaway PostgreSQL,
-# runs a small shop workload through pymongo (inserts, $set/$inc/$push/$unset updates, a replacement, deletes, a
-# multi-document transaction-free rename), then shows the tables, a few rows and the checkpoint, and stops the daemon
-# with SIGTERM as systemd would.
+# Starts mongosim (a one-member replica set on a free port) holding a first collection, starts oplog2pg against it and
+# the throwaway PostgreSQL (it copies that collection, then tails), runs a small shop workload through pymongo
+# (inserts, $set/$inc/$push/$unset updates, a replacement, deletes, a rename, a drop), then shows the tables, a few
+# rows, the checkpoint and `oplog2pg status`, and stops the daemon with SIGTERM as systemd would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -37,12 +37,15 @@ conninfo = $OPLOG2PG_TEST_PG
 [replication]
 service = demo
 include = shop.*
+[copy]
+# A fresh simulator's oplog is seconds old: no point warning that it holds less than an hour.
+window_warning = 0
 INI
 say "configuration ($work/oplog2pg.ini)"
 cat "$work/oplog2pg.ini"
 
-# The daemon starts at the newest oplog entry (no initial copy yet), so give the oplog one entry first.
-/usr/bin/python3 -c "import pymongo,sys; pymongo.MongoClient(sys.argv[1]).shop.hello.insert_one({'_id': 'hello'})" "$uri"
+# Some data from before oplog2pg starts: its initial copy brings it over, then it tails the oplog.
+/usr/bin/python3 -c "import pymongo,sys; pymongo.MongoClient(sys.argv[1]).shop.hello.insert_many([{'_id': i, 'greeting': 'hello'} for i in range(1000)])" "$uri"
 
 say "starting oplog2pg"
 "$build/oplog2pg" -c "$work/oplog2pg.ini" run 2>"$work/oplog2pg.log" &
@@ -64,6 +67,9 @@ SELECT _id, doc FROM shop.orders ORDER BY _id LIMIT 5;
 SELECT service, ts_sec || ':' || ts_inc AS oplog_position, term, to_timestamp(ts_sec) AS entry_time, applied_at
   FROM oplog2pg.checkpoint;
 SQL
+
+say "oplog2pg status"
+"$build/oplog2pg" -c "$work/oplog2pg.ini" status
 
 say "stopping oplog2pg with SIGTERM (it commits what it has, then exits 0)"
 kill -TERM "$daemon_pid"
