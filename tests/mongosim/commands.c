@@ -463,6 +463,13 @@ static void finish_write_reply(cmd_ctx *x, bson_t *reply, bson_t *errs, uint32_t
     reply_ok(x->r, reply);
 }
 
+/* A write's `ordered` option (default true, as on a real server): stop at the first error or go on. */
+static bool write_ordered(const cmd_ctx *x)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, x->cmd, "ordered") ? bson_iter_as_bool(&it) : true;
+}
+
 static void h_insert(cmd_ctx *x)
 {
     const char *coll = coll_name(x);
@@ -470,10 +477,7 @@ static void h_insert(cmd_ctx *x)
     write_ctx w;
     if (!coll || !need_primary(x) || !array_field(x, "documents", &docs) || !write_ctx_init(x, &w))
         return;
-    bool ordered = true;
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, x->cmd, "ordered"))
-        ordered = bson_iter_as_bool(&it);
+    bool ordered = write_ordered(x);
     bson_t errs = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     uint32_t nerr = 0;
     int32_t n = 0, index = 0;
@@ -507,10 +511,7 @@ static void h_update(cmd_ctx *x)
     write_ctx w;
     if (!coll || !need_primary(x) || !array_field(x, "updates", &ups) || !write_ctx_init(x, &w))
         return;
-    bool ordered = true;
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, x->cmd, "ordered"))
-        ordered = bson_iter_as_bool(&it);
+    bool ordered = write_ordered(x);
     bson_t errs = BSON_INITIALIZER, reply = BSON_INITIALIZER, upserted = BSON_INITIALIZER;
     uint32_t nerr = 0, nups = 0;
     int64_t n = 0, modified = 0;
@@ -571,10 +572,7 @@ static void h_delete(cmd_ctx *x)
     write_ctx w;
     if (!coll || !need_primary(x) || !array_field(x, "deletes", &dels) || !write_ctx_init(x, &w))
         return;
-    bool ordered = true;
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, x->cmd, "ordered"))
-        ordered = bson_iter_as_bool(&it);
+    bool ordered = write_ordered(x);
     bson_t errs = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     uint32_t nerr = 0;
     int64_t n = 0;
