@@ -5,6 +5,8 @@
 #   make SANITIZE=1 check   the same under AddressSanitizer and UBSan (objects in build/san)
 #   make demo            replicate a sample workload into a throwaway PostgreSQL and show the result
 #   make bench           benchmarks (figures go to docs/benchmarks.md by hand)
+#   make install         binary, unit, sysusers file, man pages, docs, and the configuration if there is none
+#                        (PREFIX=/usr/local, DESTDIR=, SYSCONFDIR=...: see the install section below); make uninstall
 #   make format / lint   clang-format in place / cppcheck
 #
 # Sources are found by folder, so adding a file needs no edit here:
@@ -15,7 +17,7 @@
 #   tests/lib/*.c         helpers shared by both
 
 CC      ?= cc
-PKGS    := libmongoc-1.0 libbson-1.0 libpq inih libsystemd
+PKGS    := libmongoc-1.0 libbson-1.0 libpq inih libsystemd libmicrohttpd
 VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 
 # BUILD may be set on the command line to keep several builds apart (make BUILD=build/mine).
@@ -55,7 +57,7 @@ DAEMON_LIB := $(BUILD)/liboplog2pg.a
 SIM_LIB    := $(BUILD)/libmongosim.a
 TEST_LIB   := $(BUILD)/libtestutil.a
 
-.PHONY: all check unit integration demo bench format lint clean deps install
+.PHONY: all check unit integration demo bench format lint clean deps install uninstall
 
 all: $(BUILD)/oplog2pg $(BUILD)/mongosim $(BENCH_BIN)
 
@@ -140,10 +142,69 @@ lint:
 	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,performance,portability \
 	    --inline-suppr --suppress=missingIncludeSystem -Iinclude $(shell find src tests/mongosim -name '*.c')
 
-PREFIX  ?= /usr/local
-DESTDIR ?=
-install: all
-	install -D -m 0755 $(BUILD)/oplog2pg $(DESTDIR)$(PREFIX)/bin/oplog2pg
+# ---- install / uninstall ----------------------------------------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=/staging] [SYSCONFDIR=...] [BUILD=...]
+#
+# The configuration lives in /etc for the two system prefixes (/usr, /usr/local), which is also the binary's default
+# -c path; any other prefix (an /opt/oplog2pg tree) keeps it at $(PREFIX)/etc. The installed unit names the
+# binary and the configuration at the paths of this install. An existing configuration file is never overwritten.
+# With DESTDIR everything goes under it and nothing needs root; without DESTDIR, as root, the oplog2pg user is
+# created (systemd-sysusers) and the new configuration file is given to its group, unless SYSTEM_SETUP=no.
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+SYSTEM_SETUP ?= yes
+BINDIR     ?= $(PREFIX)/bin
+SYSCONFDIR ?= $(if $(filter /usr /usr/local,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/oplog2pg
+CONFDIR    := $(SYSCONFDIR)/oplog2pg
+DOC_FILES  := README.md $(sort $(wildcard docs/*.md))
+
+install: $(BUILD)/oplog2pg
+	install -D -m 0755 $(BUILD)/oplog2pg $(DESTDIR)$(BINDIR)/oplog2pg
+	install -d -m 0755 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(MANDIR)/man5 \
+	    $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(CONFDIR)
+	sed -e 's|/usr/local/bin/oplog2pg|$(BINDIR)/oplog2pg|g' -e 's|/etc/oplog2pg/|$(CONFDIR)/|g' \
+	    systemd/oplog2pg.service > $(DESTDIR)$(UNITDIR)/oplog2pg.service.tmp
+	@grep -q '^ExecStart=$(BINDIR)/oplog2pg -c $(CONFDIR)/oplog2pg.ini ' $(DESTDIR)$(UNITDIR)/oplog2pg.service.tmp \
+	    || { echo "install: systemd/oplog2pg.service: ExecStart= was not rewritten to $(BINDIR) and $(CONFDIR)" >&2; \
+	         rm -f $(DESTDIR)$(UNITDIR)/oplog2pg.service.tmp; exit 1; }
+	chmod 0644 $(DESTDIR)$(UNITDIR)/oplog2pg.service.tmp
+	mv -f $(DESTDIR)$(UNITDIR)/oplog2pg.service.tmp $(DESTDIR)$(UNITDIR)/oplog2pg.service
+	install -m 0644 systemd/oplog2pg.sysusers $(DESTDIR)$(SYSUSERSDIR)/oplog2pg.conf
+	install -m 0644 man/oplog2pg.8 $(DESTDIR)$(MANDIR)/man8/oplog2pg.8
+	install -m 0644 man/oplog2pg.ini.5 $(DESTDIR)$(MANDIR)/man5/oplog2pg.ini.5
+	install -m 0644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
+	install -m 0644 conf/oplog2pg.ini conf/oplog2pg-minimal.ini $(DESTDIR)$(DOCDIR)/examples/
+	@if [ -z "$(DESTDIR)" ] && [ "$(SYSTEM_SETUP)" != no ] && [ "$$(id -u)" = 0 ] && \
+	    command -v systemd-sysusers >/dev/null; then \
+	    echo "systemd-sysusers $(SYSUSERSDIR)/oplog2pg.conf"; systemd-sysusers $(SYSUSERSDIR)/oplog2pg.conf; fi
+	@conf=$(DESTDIR)$(CONFDIR)/oplog2pg.ini; \
+	if [ -e "$$conf" ]; then \
+	    echo "install: kept the existing $$conf (the new sample is $(DESTDIR)$(DOCDIR)/examples/oplog2pg.ini)"; \
+	else \
+	    echo "install -m 0640 conf/oplog2pg.ini $$conf"; install -m 0640 conf/oplog2pg.ini "$$conf" || exit 1; \
+	    if [ -z "$(DESTDIR)" ] && [ "$(SYSTEM_SETUP)" != no ] && [ "$$(id -u)" = 0 ] && \
+	        getent group oplog2pg >/dev/null; then \
+	        echo "chgrp oplog2pg $$conf"; chgrp oplog2pg "$$conf" || exit 1; \
+	    else \
+	        echo "install: $$conf must be readable by group oplog2pg: chgrp oplog2pg $(CONFDIR)/oplog2pg.ini"; \
+	    fi; \
+	fi
+	@if [ -z "$(DESTDIR)" ]; then echo "install: next: edit $(CONFDIR)/oplog2pg.ini, then" \
+	    "systemctl daemon-reload && systemctl enable --now oplog2pg (see oplog2pg(8))"; fi
+
+# Removes what install put, except the configuration (and the oplog2pg user, which may own files elsewhere).
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/oplog2pg $(DESTDIR)$(UNITDIR)/oplog2pg.service \
+	    $(DESTDIR)$(SYSUSERSDIR)/oplog2pg.conf $(DESTDIR)$(MANDIR)/man8/oplog2pg.8 \
+	    $(DESTDIR)$(MANDIR)/man5/oplog2pg.ini.5 $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOC_FILES))) \
+	    $(DESTDIR)$(DOCDIR)/examples/oplog2pg.ini $(DESTDIR)$(DOCDIR)/examples/oplog2pg-minimal.ini
+	@rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null || true
+	@if [ -e $(DESTDIR)$(CONFDIR)/oplog2pg.ini ]; then \
+	    echo "uninstall: kept the configuration $(DESTDIR)$(CONFDIR)/oplog2pg.ini"; fi
 
 clean:
 	rm -rf build

@@ -12,5 +12,8 @@ build=${1:-build}
 echo "== unit suites"
 CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-30} "$build/unit_tests"
 
+echo "== make install / uninstall (tests/system/install.sh)"
+tests/system/install.sh "$build"
+
 echo "== integration tests"
 scripts/with-pg.sh tests/integration/run.sh "$build"

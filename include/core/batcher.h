@@ -9,7 +9,9 @@
  *   ("size"), when flush_interval has passed since it opened ("timer", via batcher_tick), when the reader finds the
  *   oplog drained ("idle") and on exit ("exit");
  * - commits happen only between entries: a MongoDB transaction (an atomic applyOps) is never split;
- * - in per-op mode every entry is written and committed on its own (the baseline the benchmarks compare against).
+ * - in per-op mode every entry is written and committed on its own (the baseline the benchmarks compare against);
+ * - careful mode is per-op mode in which each op is guarded, and one the sink refuses as data is handed to the
+ *   sink's dead_letter (the daemon uses it to step over ops PostgreSQL cannot store).
  * Writes go through a batcher_sink (the PostgreSQL sink in the daemon, a recorder in the unit tests); time comes
  * from the caller, so the rules are testable with a fake clock.
  */
@@ -40,22 +42,32 @@ typedef struct batcher_sink {
     sink_status (*insert_batch)(void *ctx, const char *db, const char *coll, sink_batch *b, const op_pos *pos);
     sink_status (*apply)(void *ctx, const op *o); /* update, delete, DDL */
     sink_status (*commit)(void *ctx, const op_pos *pos);
+    /* Careful mode only (see batcher_config.careful); may be NULL otherwise. */
+    sink_status (*guard_begin)(void *ctx);
+    sink_status (*guard_end)(void *ctx);
+    sink_status (*dead_letter)(void *ctx, const op *o, const char *why); /* why NULL: the sink's own error */
 } batcher_sink;
 
-/* The PostgreSQL sink as a batcher_sink. */
+/* The PostgreSQL sink as a batcher_sink: careful mode sets refused ops aside (sink_dead_letter)... */
 batcher_sink batcher_sink_pg(sink *s);
+/* ... or, for [replication] on_error = stop, names the refused op and fails there (sink_refused). */
+batcher_sink batcher_sink_pg_stop(sink *s);
 
 typedef struct {
     uint64_t batch_rows;  /* commit when the group holds this many ops */
     uint64_t batch_bytes; /* ... or this many document bytes */
     uint64_t flush_interval_ms;
     bool per_op;
+    /* Careful mode, to find and set aside ops PostgreSQL refuses: per-op, and every op but a noop is applied at
+     * once inside a guard; one that fails with SINK_ERR_DATA goes to the sink's dead_letter instead. */
+    bool careful;
 } batcher_config;
 
 typedef struct {
     uint64_t entries, ops[OP_TRUNCATE + 1];
     uint64_t flushes[FLUSH_TRIGGERS];
     uint64_t commits;
+    uint64_t dead_letters;
     op_pos committed; /* last committed position */
 } batcher_stats;
 

@@ -35,6 +35,29 @@ enum config_reimport_mode {
     CONFIG_REIMPORT_TRUNCATE = 1, /* --reimport empties them, keeping grants, indexes and views built on them */
 };
 
+enum config_on_error {
+    CONFIG_ON_ERROR_DEAD_LETTER = 0, /* set the refused op aside in oplog2pg.dead_letter, go on */
+    CONFIG_ON_ERROR_STOP = 1,        /* commit everything before it, stop (exit 1) */
+};
+
+enum config_timestamps {
+    CONFIG_TIMESTAMPS_AUTO = 0, /* on, unless stderr is the systemd journal */
+    CONFIG_TIMESTAMPS_ON,
+    CONFIG_TIMESTAMPS_OFF,
+};
+
+enum config_log_destination {
+    CONFIG_LOG_STDERR = 0,
+    CONFIG_LOG_SYSLOG = 1,
+};
+
+/* Index into the [logging] syslog_facility choices: daemon, user, local0 .. local7. */
+enum config_syslog_facility {
+    CONFIG_FACILITY_DAEMON = 0,
+    CONFIG_FACILITY_USER,
+    CONFIG_FACILITY_LOCAL0, /* LOCAL1..LOCAL7 follow */
+};
+
 enum config_log_level {
     CONFIG_LOG_DEBUG = 0,
     CONFIG_LOG_INFO,
@@ -47,7 +70,12 @@ enum config_log_level {
  * config_free. */
 typedef struct config {
     /* [mongodb] */
-    char *mongodb_uri;
+    char *mongodb_uri;           /* as written in the file (printed, masked) */
+    char *mongodb_password_file; /* "" = none */
+    /* The URI to connect with: mongodb_uri, plus the password read from password_file when that is set. Not an
+     * option of the table (never printed); set by config_load, config_init_defaults and config_override. Every
+     * connection to MongoDB uses this one. */
+    char *mongodb_uri_effective;
     /* [postgres] */
     char *postgres_conninfo; /* libpq conninfo or URI; "" = libpq's environment defaults */
     /* [replication] */
@@ -59,6 +87,7 @@ typedef struct config {
     int64_t flush_interval_ms;
     int64_t queue_size;
     enum config_apply_mode apply_mode;
+    enum config_on_error on_error;
     /* [copy] */
     int64_t copy_workers;
     int64_t copy_batch_docs;
@@ -68,7 +97,13 @@ typedef struct config {
     /* [logging] */
     enum config_log_level log_level;
     int64_t progress_interval_ms; /* 0 = off */
-    bool log_timestamps;          /* prefix lines with a timestamp (off under journald, which stamps lines) */
+    enum config_timestamps log_timestamps;
+    enum config_log_destination log_destination;
+    enum config_syslog_facility syslog_facility; /* LOCALn = CONFIG_FACILITY_LOCAL0 + n */
+    char *syslog_ident;
+
+    /* [metrics] */
+    char *metrics_listen; /* "HOST:PORT"; "" = off */
 
     /* Values set by config_override (e.g. --service), kept so config_reload applies them again; one slot per
      * option, NULL when not overridden. Internal: use config_override. */
@@ -138,6 +173,13 @@ const char *config_value_text(const config *c, size_t index, char *buf, size_t b
  * Returns buf. */
 const char *config_mask_secrets(const char *s, char *buf, size_t buflen);
 
+/* Whether the configuration file at path can be read by every user (S_IROTH) while c holds a password in
+ * [mongodb] uri (as written) or [postgres] conninfo (libpq's "password" keyword). When it does, msg receives
+ * "PATH is readable by every user and holds a password: chmod 0640 it (owner root, group oplog2pg) or move the
+ * password out (see docs/configuration.md)" and the result is true; otherwise msg is "" and the result false
+ * (also when path cannot be stat'ed: the load has read it, so that does not happen in practice). */
+bool config_secret_exposed(const char *path, const config *c, char *msg, size_t len);
+
 /* The option table. */
 size_t config_option_count(void);
 const config_option_info *config_option_at(size_t i);
@@ -146,6 +188,7 @@ int config_option_find(const char *section, const char *name);
 
 const char *config_log_level_name(enum config_log_level level);
 const char *config_apply_mode_name(enum config_apply_mode mode);
+const char *config_on_error_name(enum config_on_error mode);
 const char *config_reimport_mode_name(enum config_reimport_mode mode);
 
 #endif

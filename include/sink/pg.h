@@ -49,6 +49,7 @@ typedef struct {
     uint64_t ddl;
     uint64_t dup_fallbacks; /* COPY runs re-sent as upserts after a duplicate _id */
     uint64_t bytes;         /* document bytes sent */
+    uint64_t dead_letters;  /* ops set aside in oplog2pg.dead_letter */
 } sink_stats;
 
 /* Outcome classes, so the daemon knows whether to retry (connection) or stop (data, fence). */
@@ -106,6 +107,19 @@ sink_status sink_truncate(sink *s, const char *db, const char *coll, const op_po
  * checkpoint past noops). */
 sink_status sink_commit(sink *s, const op_pos *pos);
 
+/* Guarded ops, for finding an op PostgreSQL refuses and setting it aside ([replication] on_error = dead-letter):
+ * sink_guard_begin opens a savepoint (the group's transaction first, if needed) and waits for it; after the op,
+ * sink_guard_end releases it. When the op failed with SINK_ERR_DATA, sink_dead_letter instead rolls back to the
+ * savepoint and records the op in oplog2pg.dead_letter with the error (why, or the sink's own message when NULL),
+ * in the same open group, so the commit that follows moves the checkpoint past it. Use per-op mode meanwhile, so
+ * that an error is attributed to its own op. */
+void sink_set_per_op(sink *s, bool on);
+sink_status sink_guard_begin(sink *s);
+sink_status sink_guard_end(sink *s);
+sink_status sink_dead_letter(sink *s, const op *o, const char *why);
+/* The same for on_error = stop: logs which op was refused (namespace, _id, position) and returns the failure. */
+sink_status sink_refused(sink *s, const op *o, const char *why);
+
 /* What a read-only look at PostgreSQL finds for a service (`check`, later `status`): it takes no lock and writes
  * nothing, so it is safe while the daemon runs. */
 typedef struct {
@@ -113,8 +127,9 @@ typedef struct {
     bool have_table;      /* oplog2pg.checkpoint exists */
     bool have_checkpoint; /* the service has committed a position */
     op_pos pos;
-    char applied_at[64]; /* when that commit happened, as PostgreSQL prints it */
-    bool running;        /* a daemon holds the service's lock right now */
+    char applied_at[64];  /* when that commit happened, as PostgreSQL prints it */
+    bool running;         /* a daemon holds the service's lock right now */
+    int64_t dead_letters; /* rows in oplog2pg.dead_letter for the service */
 } sink_probe_result;
 
 bool sink_probe(const char *conninfo, const char *service, sink_probe_result *out, char *err, size_t errlen);

@@ -35,6 +35,11 @@ typedef struct copy_config {
     int64_t window_warn_ms;       /* warn when the oplog window margin falls under this */
     int64_t progress_interval_ms; /* progress log line period (0 = off) */
     const atomic_bool *cancel;    /* set by the daemon on SIGTERM: workers stop after their current batch commits */
+    /* Called by the coordinating (calling) thread about every 50 ms while the copy runs, with the documents
+     * committed so far, the estimated total and the collections not finished yet: the daemon's watchdog, STATUS
+     * line and metrics. May be NULL. */
+    void (*tick)(void *arg, int64_t copied, int64_t estimate, size_t collections_left);
+    void *tick_arg;
 } copy_config;
 
 typedef enum { COPY_DONE, COPY_CANCELLED, COPY_WINDOW_LOST, COPY_FAILED } copy_result;

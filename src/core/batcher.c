@@ -31,6 +31,7 @@ struct batcher {
     uint64_t opened_ms; /* when the open group took its first entry */
     op_pos last;
     batcher_stats stats;
+    const char *why; /* careful mode: why the batcher itself refused the last op (static text), NULL = the sink did */
 };
 
 static const char *const trigger_names[FLUSH_TRIGGERS] = {"conflict", "size", "timer", "idle", "exit", "per-op"};
@@ -145,8 +146,10 @@ static sink_status apply_op(batcher *b, const op *o)
                                                    : op_doc_view(o, &doc) && sink_batch_add(r->rows, &doc));
         if (!added) {
             char at[OP_POS_STRLEN];
-            log_error("insert into %s.%s (oplog entry %s): the document cannot be converted to JSON", o->db, o->coll,
-                      op_pos_format(&o->pos, at, sizeof at));
+            b->why = "the document cannot be converted to JSON (invalid UTF-8?)";
+            if (!b->cfg.careful)
+                log_error("insert into %s.%s (oplog entry %s): %s", o->db, o->coll,
+                          op_pos_format(&o->pos, at, sizeof at), b->why);
             return SINK_ERR_DATA;
         }
         r->last = o->pos;
@@ -176,6 +179,30 @@ static sink_status apply_op(batcher *b, const op *o)
     }
 }
 
+/* Careful mode: the op (a write or DDL) applied at once inside a guard; refused as data, it is set aside instead. */
+static sink_status apply_guarded(batcher *b, const op *o)
+{
+    sink_status st = b->out.guard_begin(b->out.ctx);
+    if (st != SINK_OK)
+        return st;
+    b->why = NULL;
+    st = apply_op(b, o);
+    if (st == SINK_OK && o->kind == OP_INSERT) {
+        ns_run *r = find_run(b, o->db, o->coll);
+        if (r != NULL)
+            st = write_run(b, r, FLUSH_PER_OP);
+    }
+    if (st == SINK_ERR_DATA) {
+        st = b->out.dead_letter(b->out.ctx, o, b->why);
+        if (st == SINK_OK)
+            b->stats.dead_letters++;
+        return st;
+    }
+    if (st != SINK_OK)
+        return st;
+    return b->out.guard_end(b->out.ctx);
+}
+
 sink_status batcher_flush(batcher *b, flush_trigger why)
 {
     if (!b->dirty)
@@ -199,7 +226,8 @@ sink_status batcher_add(batcher *b, const op_entry *e, uint64_t now_ms)
         b->opened_ms = now_ms;
     for (size_t i = 0; i < e->n; i++) {
         const op *o = &e->ops[i];
-        sink_status st = apply_op(b, o);
+        bool guarded = b->cfg.careful && b->out.dead_letter != NULL && o->kind != OP_NOOP;
+        sink_status st = guarded ? apply_guarded(b, o) : apply_op(b, o);
         if (st != SINK_OK)
             return st;
         b->stats.ops[o->kind]++;
@@ -211,7 +239,7 @@ sink_status batcher_add(batcher *b, const op_entry *e, uint64_t now_ms)
     b->have_last = true;
     b->dirty = true;
 
-    if (b->cfg.per_op)
+    if (b->cfg.per_op || b->cfg.careful)
         return batcher_flush(b, FLUSH_PER_OP);
     if (b->group_ops >= b->cfg.batch_rows || b->group_bytes >= b->cfg.batch_bytes)
         return batcher_flush(b, FLUSH_SIZE);
@@ -296,8 +324,41 @@ static sink_status pg_commit(void *ctx, const op_pos *pos)
     return sink_commit(ctx, pos);
 }
 
+static sink_status pg_guard_begin(void *ctx)
+{
+    return sink_guard_begin(ctx);
+}
+
+static sink_status pg_guard_end(void *ctx)
+{
+    return sink_guard_end(ctx);
+}
+
+static sink_status pg_dead_letter(void *ctx, const op *o, const char *why)
+{
+    return sink_dead_letter(ctx, o, why);
+}
+
+static sink_status pg_refused(void *ctx, const op *o, const char *why)
+{
+    return sink_refused(ctx, o, why);
+}
+
+batcher_sink batcher_sink_pg_stop(sink *s)
+{
+    batcher_sink out = batcher_sink_pg(s);
+    out.dead_letter = pg_refused;
+    return out;
+}
+
 batcher_sink batcher_sink_pg(sink *s)
 {
-    batcher_sink out = {.ctx = s, .insert_batch = pg_insert_batch, .apply = pg_apply, .commit = pg_commit};
+    batcher_sink out = {.ctx = s,
+                        .insert_batch = pg_insert_batch,
+                        .apply = pg_apply,
+                        .commit = pg_commit,
+                        .guard_begin = pg_guard_begin,
+                        .guard_end = pg_guard_end,
+                        .dead_letter = pg_dead_letter};
     return out;
 }

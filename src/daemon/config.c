@@ -28,8 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "core/nsfilter.h"
+#include "daemon/metrics.h"
 
 _Static_assert(sizeof(enum config_apply_mode) == sizeof(int), "enum fields are accessed as int");
 _Static_assert(sizeof(enum config_log_level) == sizeof(int), "enum fields are accessed as int");
@@ -50,10 +52,17 @@ static bool check_mongodb_uri(const char *value, char *err, size_t errlen);
 static bool check_conninfo(const char *value, char *err, size_t errlen);
 static bool check_service(const char *value, char *err, size_t errlen);
 static bool check_pattern(const char *value, char *err, size_t errlen);
+static bool check_listen(const char *value, char *err, size_t errlen);
+static bool check_ident(const char *value, char *err, size_t errlen);
 
 static const char *const apply_mode_names[] = {"batched", "per-op", NULL};
 static const char *const log_level_names[] = {"debug", "info", "notice", "warning", "error", NULL};
 static const char *const reimport_names[] = {"drop", "truncate", NULL};
+static const char *const on_error_names[] = {"dead-letter", "stop", NULL};
+static const char *const timestamps_names[] = {"auto", "on", "off", NULL};
+static const char *const destination_names[] = {"stderr", "syslog", NULL};
+static const char *const facility_names[] = {"daemon", "user",   "local0", "local1", "local2", "local3",
+                                             "local4", "local5", "local6", "local7", NULL};
 
 #define MS_PER_S   INT64_C(1000)
 #define MS_PER_MIN (60 * MS_PER_S)
@@ -71,6 +80,11 @@ static const struct option_def options[] = {
               .default_text = "mongodb://127.0.0.1:27017/?replicaSet=rs0",
               .help = "MongoDB connection string of the replica set whose oplog is read"},
      .offset = offsetof(config, mongodb_uri), .check = check_mongodb_uri, .join = "", .secret = true},
+
+    {.info = {.section = "mongodb", .name = "password_file", TYPE(STRING, "string"), .default_text = "",
+              .help = "file whose first line is the password of the user named in the URI (keeps it out of this "
+                      "file; e.g. a systemd credential); empty = none"},
+     .offset = offsetof(config, mongodb_password_file)},
 
     {.info = {.section = "postgres", .name = "conninfo", TYPE(STRING, "string"), .default_text = "",
               .help = "libpq connection string or URI of the target database; empty = libpq's defaults (PGHOST, ...)"},
@@ -115,6 +129,13 @@ static const struct option_def options[] = {
                       "(slow; a benchmark baseline and a debugging aid)"},
      .offset = offsetof(config, apply_mode)},
 
+    {.info = {.section = "replication", .name = "on_error", TYPE(ENUM, "enum"), .default_text = "dead-letter",
+              .choices = on_error_names, .reloadable = true,
+              .help = "an op PostgreSQL refuses (a document it cannot store, a collection it cannot make, an update "
+                      "it cannot apply): dead-letter sets it aside in oplog2pg.dead_letter and goes on; stop commits "
+                      "everything before it and exits"},
+     .offset = offsetof(config, on_error)},
+
     {.info = {.section = "copy", .name = "workers", TYPE(INT, "int"), .default_text = "2", .min = 1, .max = 64,
               .help = "collections copied at once by the initial copy, each over its own MongoDB and PostgreSQL "
                       "connection"},
@@ -145,10 +166,29 @@ static const struct option_def options[] = {
               .help = "log a progress line (ops applied, lag) this often; 0 = never"},
      .offset = offsetof(config, progress_interval_ms)},
 
-    {.info = {.section = "logging", .name = "timestamps", TYPE(BOOL, "bool"), .default_text = "on",
-              .reloadable = true,
-              .help = "start each line with a timestamp; turn off under systemd, whose journal stamps lines itself"},
+    {.info = {.section = "logging", .name = "timestamps", TYPE(ENUM, "enum"), .default_text = "auto",
+              .choices = timestamps_names, .reloadable = true,
+              .help = "start each stderr line with a timestamp: auto = unless stderr is the systemd journal, which "
+                      "stamps lines itself"},
      .offset = offsetof(config, log_timestamps)},
+
+    {.info = {.section = "logging", .name = "destination", TYPE(ENUM, "enum"), .default_text = "stderr",
+              .choices = destination_names,
+              .help = "stderr (the journal under systemd) or syslog"},
+     .offset = offsetof(config, log_destination)},
+
+    {.info = {.section = "logging", .name = "syslog_facility", TYPE(ENUM, "enum"), .default_text = "daemon",
+              .choices = facility_names,
+              .help = "syslog facility when destination = syslog"},
+     .offset = offsetof(config, syslog_facility)},
+
+    {.info = {.section = "logging", .name = "syslog_ident", TYPE(STRING, "string"), .default_text = "oplog2pg",
+              .help = "syslog identity (program name) when destination = syslog"},
+     .offset = offsetof(config, syslog_ident), .check = check_ident},
+
+    {.info = {.section = "metrics", .name = "listen", TYPE(STRING, "string"), .default_text = "",
+              .help = "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9187); empty = off"},
+     .offset = offsetof(config, metrics_listen), .check = check_listen},
 };
 /* clang-format on */
 
@@ -213,6 +253,11 @@ const char *config_reimport_mode_name(enum config_reimport_mode mode)
     return mode <= CONFIG_REIMPORT_TRUNCATE ? reimport_names[mode] : "?";
 }
 
+const char *config_on_error_name(enum config_on_error mode)
+{
+    return (unsigned)mode < sizeof on_error_names / sizeof on_error_names[0] - 1 ? on_error_names[mode] : "?";
+}
+
 const char *config_apply_mode_name(enum config_apply_mode mode)
 {
     return (unsigned)mode < sizeof apply_mode_names / sizeof apply_mode_names[0] - 1 ? apply_mode_names[mode] : "?";
@@ -260,6 +305,22 @@ static bool check_conninfo(const char *value, char *err, size_t errlen)
     return true;
 }
 
+static bool check_listen(const char *value, char *err, size_t errlen)
+{
+    char host[256];
+    int port;
+    return value[0] == '\0' || metrics_parse_listen(value, host, sizeof host, &port, err, errlen);
+}
+
+static bool check_ident(const char *value, char *err, size_t errlen)
+{
+    if (value[0] == '\0' || strlen(value) > 64) {
+        snprintf(err, errlen, "a syslog identity is 1 to 64 characters");
+        return false;
+    }
+    return true;
+}
+
 static bool check_service(const char *value, char *err, size_t errlen)
 {
     size_t n = strlen(value);
@@ -280,6 +341,203 @@ static bool check_service(const char *value, char *err, size_t errlen)
 static bool check_pattern(const char *value, char *err, size_t errlen)
 {
     return nsfilter_check_pattern(value, err, errlen);
+}
+
+/* ---- [mongodb] password_file ----------------------------------------------------------------------------------- */
+
+/* The first line of path, trailing whitespace (and the newline) dropped, in *out (malloc'd). */
+static bool read_password_file(const char *path, char **out, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    char *line = NULL;
+    size_t cap = 0;
+
+    if (f == NULL) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return false;
+    }
+    errno = 0;
+    ssize_t n = getline(&line, &cap, f);
+    if (n < 0 && ferror(f)) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (n < 0)
+        n = 0;
+    while (n > 0 && isspace((unsigned char)line[n - 1]))
+        n--;
+    if (n == 0) {
+        snprintf(err, errlen, "%s is empty (its first line must be the password)", path);
+        goto fail;
+    }
+    line[n] = '\0';
+    fclose(f);
+    *out = line;
+    return true;
+fail:
+    if (line != NULL) {
+        explicit_bzero(line, cap);
+        free(line);
+    }
+    fclose(f);
+    return false;
+}
+
+/* The userinfo of a MongoDB URI: [*user, *at) is "USER" or "USER:PASSWORD" (still percent-encoded), *at the '@'
+ * before the hosts. False when the URI has no userinfo. Scanned as text rather than with the driver's parser, which
+ * would repeat its warnings (an unsupported option, ...) each time; the URI has passed check_mongodb_uri. */
+static bool uri_userinfo(const char *uri, const char **user, const char **at)
+{
+    const char *host = strstr(uri, "://");
+
+    if (host == NULL)
+        return false;
+    host += 3;
+    const char *slash = strchr(host, '/');
+    *at = memrchr(host, '@', slash ? (size_t)(slash - host) : strlen(host));
+    *user = host;
+    return *at != NULL;
+}
+
+/* The URI names a user ("USER@" or "USER:...@" with USER not empty). */
+static bool uri_has_user(const char *uri)
+{
+    const char *user, *at;
+    return uri_userinfo(uri, &user, &at) && at > user && *user != ':';
+}
+
+/* The URI's userinfo holds a password field (even an empty one: "USER:@"). */
+static bool uri_has_password_field(const char *uri)
+{
+    const char *user, *at;
+    return uri_userinfo(uri, &user, &at) && memchr(user, ':', (size_t)(at - user)) != NULL;
+}
+
+/* uri with ":PASSWORD" (percent-encoded) inserted after the user name of its userinfo. mongoc_uri_set_password
+ * would not do: mongoc_uri_get_string returns the text the URI was parsed from, without the password. */
+static char *uri_with_password(const char *uri, const char *password)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const char *user, *at;
+    char *out, *w;
+
+    if (!uri_userinfo(uri, &user, &at))
+        return NULL;
+    out = malloc(strlen(uri) + 1 + 3 * strlen(password) + 1);
+    if (out == NULL)
+        return NULL;
+    memcpy(out, uri, (size_t)(at - uri));
+    w = out + (at - uri);
+    *w++ = ':';
+    for (const unsigned char *p = (const unsigned char *)password; *p != '\0'; p++) {
+        if (isalnum(*p) || *p == '-' || *p == '.' || *p == '_' || *p == '~') {
+            *w++ = (char)*p;
+        } else {
+            *w++ = '%';
+            *w++ = hex[*p >> 4];
+            *w++ = hex[*p & 15];
+        }
+    }
+    strcpy(w, at);
+    return out;
+}
+
+/* Sets c->mongodb_uri_effective: the URI as written, or, with a password_file, the URI with that file's password.
+ * The URI itself has passed check_mongodb_uri. On failure c is unchanged and err says what is wrong (without the
+ * "[mongodb] password_file: " that the caller puts in front). */
+static bool resolve_mongodb_uri(config *c, char *err, size_t errlen)
+{
+    const char *uri = c->mongodb_uri != NULL ? c->mongodb_uri : "";
+    char *password = NULL, *effective = NULL;
+
+    if (c->mongodb_password_file == NULL || c->mongodb_password_file[0] == '\0') {
+        effective = strdup(uri);
+        if (effective == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return false;
+        }
+        goto done;
+    }
+    if (!uri_has_user(uri)) {
+        snprintf(err, errlen,
+                 "is set, so [mongodb] uri must name the user whose password it holds "
+                 "(mongodb://USER@host/...)");
+        goto fail;
+    }
+    if (uri_has_password_field(uri)) {
+        snprintf(err, errlen,
+                 "is set, but [mongodb] uri already holds a password: remove the password from the URI "
+                 "(or do not set password_file)");
+        goto fail;
+    }
+    if (!read_password_file(c->mongodb_password_file, &password, err, errlen))
+        goto fail;
+    /* The driver refuses a password that is not UTF-8; say so here rather than at the first connection. */
+    if (!bson_utf8_validate(password, strlen(password), false)) {
+        snprintf(err, errlen, "the first line of %s is not valid UTF-8", c->mongodb_password_file);
+        goto fail;
+    }
+    effective = uri_with_password(uri, password);
+    if (effective == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    explicit_bzero(password, strlen(password));
+    free(password);
+done:
+    free(c->mongodb_uri_effective);
+    c->mongodb_uri_effective = effective;
+    return true;
+fail:
+    if (password != NULL) {
+        explicit_bzero(password, strlen(password));
+        free(password);
+    }
+    return false;
+}
+
+/* A non-empty password in the URI's userinfo (percent-encoded or not, it is a secret either way). */
+static bool uri_has_password(const char *s)
+{
+    const char *user, *at;
+    const char *colon;
+
+    if (s == NULL || !uri_userinfo(s, &user, &at))
+        return false;
+    colon = memchr(user, ':', (size_t)(at - user));
+    return colon != NULL && colon + 1 < at;
+}
+
+static bool conninfo_has_password(const char *s)
+{
+    PQconninfoOption *opts;
+    bool has = false;
+
+    if (s == NULL || (opts = PQconninfoParse(s, NULL)) == NULL)
+        return false;
+    for (PQconninfoOption *o = opts; o->keyword != NULL; o++) {
+        if (strcmp(o->keyword, "password") == 0 && o->val != NULL && o->val[0] != '\0')
+            has = true;
+    }
+    PQconninfoFree(opts);
+    return has;
+}
+
+bool config_secret_exposed(const char *path, const config *c, char *msg, size_t len)
+{
+    struct stat st;
+
+    if (len > 0)
+        msg[0] = '\0';
+    if (stat(path, &st) != 0 || (st.st_mode & S_IROTH) == 0)
+        return false;
+    if (!uri_has_password(c->mongodb_uri) && !conninfo_has_password(c->postgres_conninfo))
+        return false;
+    snprintf(msg, len,
+             "%s is readable by every user and holds a password: chmod 0640 it (owner root, group oplog2pg) or move "
+             "the password out (see docs/configuration.md)",
+             path);
+    return true;
 }
 
 /* ---- values: parsing -------------------------------------------------------------------------------------------- */
@@ -801,6 +1059,10 @@ void config_free(config *c)
             free(c->overrides[i]);
         free(c->overrides);
     }
+    if (c->mongodb_uri_effective != NULL) {
+        explicit_bzero(c->mongodb_uri_effective, strlen(c->mongodb_uri_effective));
+        free(c->mongodb_uri_effective);
+    }
     memset(c, 0, sizeof *c);
 }
 
@@ -815,6 +1077,11 @@ bool config_init_defaults(config *c)
             config_free(c);
             return false;
         }
+    }
+    /* The default has no password_file, so this only copies the URI. */
+    if (!resolve_mongodb_uri(c, err, sizeof err)) {
+        config_free(c);
+        return false;
     }
     return true;
 }
@@ -837,6 +1104,11 @@ bool config_override(config *c, const char *section, const char *name, const cha
         (options[idx].info.type == CONFIG_TYPE_STRING && options[idx].check != NULL &&
          !options[idx].check(*FIELD(c, &options[idx], char *), msg, sizeof msg))) {
         snprintf(err, errlen, "[%s] %s: %s", options[idx].info.section, options[idx].info.name, msg);
+        free(copy);
+        return false;
+    }
+    if (strcmp(options[idx].info.section, "mongodb") == 0 && !resolve_mongodb_uri(c, msg, sizeof msg)) {
+        snprintf(err, errlen, "[mongodb] password_file: %s", msg);
         free(copy);
         return false;
     }
@@ -1016,6 +1288,11 @@ static bool validate(struct parse_ctx *ctx)
             record_error(ctx, ctx->seen_line[i], "[%s] %s: %s", def->info.section, def->info.name, msg);
             return false;
         }
+    }
+    if (!resolve_mongodb_uri(c, msg, sizeof msg)) {
+        int pwf = config_option_find("mongodb", "password_file");
+        record_error(ctx, ctx->seen_line[pwf], "[mongodb] password_file: %s", msg);
+        return false;
     }
     if (c->include.count == 0) {
         record_error(ctx, ctx->seen_line[inc],

@@ -31,6 +31,9 @@
 #include "core/nsfilter.h"
 #include "core/queue.h"
 #include "daemon/exitcodes.h"
+#include "daemon/logsetup.h"
+#include "daemon/metrics.h"
+#include "daemon/notify.h"
 #include "map/ejson.h"
 #include "sink/pg.h"
 #include "source/copy.h"
@@ -44,11 +47,14 @@
 #define BACKOFF_MAX_MS 5000
 #define FENCE_WAIT_MS  15000 /* how long a start waits for another holder of the service to go away */
 
+#define TICK_S 1.0 /* STATUS line, metrics snapshot and watchdog period (shorter when the watchdog needs it) */
+
 typedef enum {
     END_NONE = 0,
     END_STOP,      /* SIGTERM/SIGINT: flush, commit, exit 0 */
     END_FATAL,     /* exit with exit_code */
     END_RECONNECT, /* PostgreSQL failed: new session from the committed checkpoint */
+    END_CAREFUL,   /* PostgreSQL refused an op: new session from the checkpoint, stepping over refused ops */
 } session_end;
 
 typedef struct {
@@ -56,7 +62,7 @@ typedef struct {
     const char *config_path;
     struct ev_loop *loop;
     ev_async wake;
-    ev_timer flush_timer, progress_timer;
+    ev_timer flush_timer, progress_timer, tick_timer;
     ev_signal sig_term, sig_int, sig_hup;
 
     nsfilter *filter;
@@ -71,6 +77,25 @@ typedef struct {
     op_pos tail_from;
     uint64_t applied_at_last_progress;
     ev_tstamp last_progress;
+
+    /* Careful mode ([replication] on_error = dead-letter): after PostgreSQL refused an op, the next session applies
+     * the entries up to careful_until one at a time and sets refused ones aside (see batcher.h). */
+    bool careful;
+    op_pos careful_until;
+    op_pos last_taken; /* the last entry handed to the batcher */
+
+    /* What systemd, `status` and the metrics see. */
+    bool ready_sent;   /* READY=1 went out */
+    bool session_live; /* the reader has answered in this session */
+    bool caught_up;    /* the last queue item was an idle marker and everything is committed */
+    op_pos committed;  /* the committed checkpoint (from PostgreSQL at session start, then from the batcher) */
+    uint64_t entries_at_tick, reader_seen_at_tick;
+    ev_tstamp last_tick, reader_quiet_since;
+    double rate; /* entries applied per second over the last tick */
+    metrics_server *metrics;
+    metrics_snapshot totals; /* counters of the sessions that ended (the running one is added at publish time) */
+    uint64_t pg_reconnects;
+    int64_t copy_copied, copy_estimate;
 } daemon_ctx;
 
 static uint64_t now_ms(void)
@@ -80,13 +105,14 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static batcher_config batcher_config_from(const config *cfg)
+static batcher_config batcher_config_from(const config *cfg, bool careful)
 {
     batcher_config bc = {
         .batch_rows = (uint64_t)cfg->batch_rows,
         .batch_bytes = (uint64_t)cfg->batch_bytes,
         .flush_interval_ms = (uint64_t)cfg->flush_interval_ms,
         .per_op = cfg->apply_mode == CONFIG_APPLY_PER_OP,
+        .careful = careful,
     };
     return bc;
 }
@@ -127,11 +153,14 @@ static int connect_sink(sink *s, const volatile sig_atomic_t *stop)
                 log_error("%s", sink_error(s));
                 return EXIT_FENCED;
             }
-            if (fenced_ms == 0)
+            if (fenced_ms == 0) {
                 log_warning("%s; waiting up to %d s for it to go away", sink_error(s), FENCE_WAIT_MS / 1000);
+                notify_status("waiting for another oplog2pg to release the service");
+            }
             for (unsigned slept = 0; slept < 250; slept += 50) {
                 if (stop && *stop)
                     return EXIT_OK;
+                notify_watchdog();
                 usleep(50 * 1000);
             }
             fenced_ms += 250;
@@ -142,9 +171,11 @@ static int connect_sink(sink *s, const volatile sig_atomic_t *stop)
             return EXIT_FAILURE_GENERIC;
         }
         log_warning("%s; retrying in %u ms", sink_error(s), backoff);
+        notify_status("reconnecting to PostgreSQL: %s", sink_error(s));
         for (unsigned slept = 0; slept < backoff; slept += 50) {
             if (stop && *stop)
                 return EXIT_OK;
+            notify_watchdog();
             usleep(50 * 1000);
         }
         backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
@@ -176,9 +207,24 @@ static void on_sink_failure(daemon_ctx *d, sink_status st)
         end_session(d, END_FATAL, EXIT_FENCED);
         break;
     default:
+        if (!d->careful) {
+            /* The group failed as a whole: find the op, committing each entry before it on its own. */
+            char until[OP_POS_STRLEN];
+            bool dl = d->cfg->on_error == CONFIG_ON_ERROR_DEAD_LETTER;
+            d->careful_until = d->last_taken;
+            log_warning("%s", sink_error(d->snk)[0] ? sink_error(d->snk) : "applying an oplog entry failed");
+            log_warning("finding the op PostgreSQL refused: going back to the last commit and applying the entries "
+                        "up to %s one at a time, %s ([replication] on_error = %s)",
+                        op_pos_format(&d->careful_until, until, sizeof until),
+                        dl ? "setting refused ones aside" : "to commit everything before it and stop there",
+                        config_on_error_name(d->cfg->on_error));
+            end_session(d, END_CAREFUL, 0);
+            break;
+        }
         log_error("%s", sink_error(d->snk)[0] ? sink_error(d->snk) : "applying an oplog entry failed");
         log_error("stopped; everything before this entry is committed. Fix the cause and start oplog2pg again: it "
-                  "resumes at this entry");
+                  "resumes at this entry%s",
+                  d->careful ? "" : " (or set [replication] on_error = dead-letter to set such ops aside)");
         end_session(d, END_FATAL, EXIT_FAILURE_GENERIC);
         break;
     }
@@ -197,6 +243,154 @@ static void arm_flush_timer(daemon_ctx *d)
     double in = deadline > now ? (double)(deadline - now) / 1000.0 : 0.0;
     ev_timer_set(&d->flush_timer, in, 0.0);
     ev_timer_start(d->loop, &d->flush_timer);
+}
+
+static void leave_careful_if_past(daemon_ctx *d)
+{
+    const batcher_stats *bs = batcher_get_stats(d->bt);
+    if (op_pos_cmp(&bs->committed, &d->careful_until) < 0)
+        return;
+    char at[OP_POS_STRLEN];
+    d->careful = false;
+    sink_set_per_op(d->snk, d->cfg->apply_mode == CONFIG_APPLY_PER_OP);
+    batcher_config bc = batcher_config_from(d->cfg, false);
+    batcher_set_config(d->bt, &bc);
+    log_notice("stepped past oplog entry %s (%llu op(s) set aside in oplog2pg.dead_letter so far): back to batched "
+               "apply",
+               op_pos_format(&d->careful_until, at, sizeof at),
+               (unsigned long long)sink_get_stats(d->snk)->dead_letters);
+}
+
+/* Seconds the committed position is behind the oplog: 0 once everything read is committed and the reader found
+ * the oplog drained; otherwise the age of the last committed entry. */
+static double current_lag(const daemon_ctx *d)
+{
+    if (d->caught_up || d->committed.secs == 0)
+        return 0;
+    double lag = (double)time(NULL) - (double)d->committed.secs;
+    return lag < 0 ? 0 : lag;
+}
+
+/* The counters of the whole run so far: the sessions that ended plus the running one. */
+static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
+{
+    *m = d->totals;
+    snprintf(m->service, sizeof m->service, "%s", d->cfg->service);
+    if (d->bt != NULL) {
+        const batcher_stats *bs = batcher_get_stats(d->bt);
+        m->entries_applied += bs->entries;
+        for (int k = 0; k <= OP_TRUNCATE; k++) {
+            int mk = k == OP_INSERT   ? METRICS_OP_INSERT
+                     : k == OP_UPDATE ? METRICS_OP_UPDATE
+                     : k == OP_DELETE ? METRICS_OP_DELETE
+                     : k == OP_NOOP   ? METRICS_OP_NOOP
+                                      : METRICS_OP_DDL;
+            m->ops_applied[mk] += bs->ops[k];
+        }
+        for (int t = 0; t < FLUSH_TRIGGERS && t < METRICS_FLUSH_TRIGGERS; t++)
+            m->flushes[t] += bs->flushes[t];
+        m->commits += bs->commits;
+        if (bs->committed.secs != 0)
+            d->committed = bs->committed;
+    }
+    if (d->rd != NULL) {
+        reader_stats rs;
+        reader_get_stats(d->rd, &rs);
+        m->mongo_reconnects += rs.reconnects;
+    }
+    /* The sink lives as long as the run: its counters are already totals. */
+    const sink_stats *ss = sink_get_stats(d->snk);
+    m->rows_written[METRICS_WRITE_COPY] = ss->rows_copied;
+    m->rows_written[METRICS_WRITE_INSERT] = ss->rows_inserted;
+    m->rows_written[METRICS_WRITE_UPDATE] = ss->updates;
+    m->rows_written[METRICS_WRITE_DELETE] = ss->deletes;
+    m->bytes_written = ss->bytes;
+    m->dup_fallbacks = ss->dup_fallbacks;
+    m->dead_letters = ss->dead_letters;
+    m->pg_reconnects = d->pg_reconnects;
+    m->queue_depth = d->q != NULL ? queue_ops(d->q) : 0;
+    m->queue_capacity = (uint64_t)d->cfg->queue_size;
+    m->checkpoint_timestamp = d->committed.secs;
+    m->lag_seconds = current_lag(d);
+    m->copy_documents = d->copy_copied;
+    m->copy_documents_estimate = d->copy_estimate;
+    m->ready = d->session_live && d->end == END_NONE;
+}
+
+/* Fold the ending session's counters into the totals (the batcher and reader go away with it). */
+static void close_session_counters(daemon_ctx *d)
+{
+    metrics_snapshot m;
+    fill_snapshot(d, &m);
+    d->totals.entries_applied = m.entries_applied;
+    memcpy(d->totals.ops_applied, m.ops_applied, sizeof m.ops_applied);
+    memcpy(d->totals.flushes, m.flushes, sizeof m.flushes);
+    d->totals.commits = m.commits;
+    d->totals.mongo_reconnects = m.mongo_reconnects;
+}
+
+static void publish(daemon_ctx *d)
+{
+    if (d->metrics == NULL)
+        return;
+    metrics_snapshot m;
+    fill_snapshot(d, &m);
+    metrics_publish(d->metrics, &m);
+}
+
+/* The reader answered (an entry or an idle marker): MongoDB is reachable and the resume point checked. */
+static void session_is_live(daemon_ctx *d)
+{
+    d->session_live = true;
+    if (!d->ready_sent) {
+        d->ready_sent = true;
+        notify_ready();
+        log_info("ready: PostgreSQL connected, checkpoint read, oplog cursor open");
+    }
+}
+
+/* Every TICK_S: STATUS line, metrics, watchdog. */
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    (void)revents;
+    notify_watchdog();
+    ev_tstamp now = ev_now(loop);
+    metrics_snapshot m;
+    fill_snapshot(d, &m);
+    if (d->metrics != NULL)
+        metrics_publish(d->metrics, &m);
+
+    double secs = now - d->last_tick;
+    d->rate = secs > 0 ? (double)(m.entries_applied - d->entries_at_tick) / secs : 0;
+    d->entries_at_tick = m.entries_applied;
+    d->last_tick = now;
+
+    uint64_t seen = 0;
+    if (d->rd != NULL) {
+        reader_stats rs;
+        reader_get_stats(d->rd, &rs);
+        seen = rs.entries + rs.idles;
+    }
+    if (seen != d->reader_seen_at_tick || !d->session_live)
+        d->reader_quiet_since = now;
+    d->reader_seen_at_tick = seen;
+
+    char at[OP_POS_STRLEN];
+    if (!d->session_live)
+        notify_status("connecting to MongoDB and checking the resume point");
+    else if (now - d->reader_quiet_since > 5.0)
+        notify_status("tailing: no answer from MongoDB for %.0f s (retrying); committed through %s",
+                      now - d->reader_quiet_since, op_pos_format(&d->committed, at, sizeof at));
+    else if (d->careful)
+        notify_status("setting aside ops PostgreSQL refused: applying one at a time up to %s",
+                      op_pos_format(&d->careful_until, at, sizeof at));
+    else if (m.lag_seconds <= 0)
+        notify_status("tailing: caught up, %.0f entries/s, committed through %s", d->rate,
+                      op_pos_format(&d->committed, at, sizeof at));
+    else
+        notify_status("tailing: %.0f s behind, %.0f entries/s, queue %llu ops", m.lag_seconds, d->rate,
+                      (unsigned long long)m.queue_depth);
 }
 
 static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
@@ -220,15 +414,21 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
             sink_status st = SINK_OK;
             switch (it->type) {
             case QUEUE_ENTRY:
+                d->caught_up = false;
+                d->last_taken = it->entry->pos;
                 st = batcher_add(d->bt, it->entry, now_ms());
                 if (st == SINK_OK)
                     st = batcher_tick(d->bt, now_ms());
+                if (st == SINK_OK && d->careful)
+                    leave_careful_if_past(d);
                 break;
             case QUEUE_IDLE:
                 /* The reader drained the oplog; we have caught up with it only if nothing follows the marker. While
                  * the applier lags, markers are stale and committing on each would cost an fsync per getMore. */
-                if (i + 1 == n && queue_len(d->q) == 0)
+                if (i + 1 == n && queue_len(d->q) == 0) {
                     st = batcher_flush(d->bt, FLUSH_IDLE);
+                    d->caught_up = st == SINK_OK;
+                }
                 break;
             case QUEUE_FATAL:
                 /* Everything before the entry the reader stopped at is good: commit it, then stop. */
@@ -243,6 +443,8 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
                 on_sink_failure(d, st);
         }
         done += n;
+        if (!d->session_live && d->end == END_NONE)
+            session_is_live(d);
     }
     if (d->end == END_NONE) {
         if (done >= ITEMS_PER_WAKE)
@@ -273,10 +475,11 @@ static void on_progress(struct ev_loop *loop, ev_timer *w, int revents)
     double secs = now - d->last_progress;
     double rate = secs > 0 ? (double)(bs->entries - d->applied_at_last_progress) / secs : 0;
     char at[OP_POS_STRLEN];
-    double lag = bs->committed.secs ? (double)time(NULL) - (double)bs->committed.secs : 0;
+    if (bs->committed.secs != 0)
+        d->committed = bs->committed;
     log_info("applied %llu entries (%.0f/s), %llu commits; committed through %s, %.0f s behind; queue %zu ops",
              (unsigned long long)bs->entries, rate, (unsigned long long)bs->commits,
-             op_pos_format(&bs->committed, at, sizeof at), lag < 0 ? 0 : lag, queue_ops(d->q));
+             op_pos_format(&d->committed, at, sizeof at), current_lag(d), queue_ops(d->q));
     d->applied_at_last_progress = bs->entries;
     d->last_progress = now;
 }
@@ -295,6 +498,8 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
     daemon_ctx *d = w->data;
     (void)revents;
     log_notice("%s received: stopping the reader, then committing what was read", strsignal(w->signum));
+    notify_stopping();
+    notify_status("stopping: committing what was read");
     /* A second signal must not wait for the flush: from now on the kernel calls exit_now directly. */
     ev_signal_stop(loop, &d->sig_term);
     ev_signal_stop(loop, &d->sig_int);
@@ -327,13 +532,14 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
         log_warning("SIGHUP: no configuration file to reload");
         return;
     }
+    notify_reloading();
     if (!config_reload(d->config_path, d->cfg, err, sizeof err, log_reload, NULL, &changed)) {
         log_error("SIGHUP: keeping the running configuration: %s", err);
+        notify_ready();
         return;
     }
-    log_set_level((log_level)d->cfg->log_level);
-    log_set_timestamps(d->cfg->log_timestamps);
-    batcher_config bc = batcher_config_from(d->cfg);
+    logsetup_apply(d->cfg);
+    batcher_config bc = batcher_config_from(d->cfg, d->careful);
     batcher_set_config(d->bt, &bc);
     ev_timer_stop(d->loop, &d->progress_timer);
     if (d->cfg->progress_interval_ms > 0) {
@@ -343,6 +549,7 @@ static void on_hup(struct ev_loop *loop, ev_signal *w, int revents)
     }
     log_notice("configuration reloaded from %s (%d option%s changed)", d->config_path, changed,
                changed == 1 ? "" : "s");
+    notify_ready();
 }
 
 static void notify_wake(void *arg)
@@ -365,6 +572,17 @@ static void run_session(daemon_ctx *d)
     }
     char at[OP_POS_STRLEN];
     bool inclusive = false;
+    if (have == 1)
+        d->committed = start;
+    d->session_live = false;
+    d->caught_up = false;
+    if (d->careful && (have != 1 || op_pos_cmp(&start, &d->careful_until) >= 0))
+        d->careful = false; /* the refused op was committed past meanwhile (another run, or --reimport) */
+    if (d->careful) {
+        char until[OP_POS_STRLEN];
+        log_notice("applying oplog entries after %s up to %s one at a time, setting aside what PostgreSQL refuses",
+                   op_pos_format(&start, at, sizeof at), op_pos_format(&d->careful_until, until, sizeof until));
+    }
     if (d->have_tail_from) {
         /* --tail-from applies to the first session only: once it commits, the checkpoint takes over. */
         start = d->tail_from;
@@ -378,8 +596,10 @@ static void run_session(daemon_ctx *d)
                  op_pos_format(&start, at, sizeof at), (long long)start.term);
     }
 
-    batcher_config bc = batcher_config_from(d->cfg);
-    batcher_sink out = batcher_sink_pg(d->snk);
+    batcher_config bc = batcher_config_from(d->cfg, d->careful);
+    sink_set_per_op(d->snk, d->careful || d->cfg->apply_mode == CONFIG_APPLY_PER_OP);
+    batcher_sink out =
+        d->cfg->on_error == CONFIG_ON_ERROR_STOP ? batcher_sink_pg_stop(d->snk) : batcher_sink_pg(d->snk);
     d->bt = batcher_new(&bc, &out);
     d->q = queue_new((size_t)d->cfg->queue_size);
     if (d->bt == NULL || d->q == NULL) {
@@ -392,7 +612,7 @@ static void run_session(daemon_ctx *d)
 
     reader_config rc;
     reader_config_init(&rc);
-    rc.uri = d->cfg->mongodb_uri;
+    rc.uri = d->cfg->mongodb_uri_effective;
     rc.have_start = have == 1;
     rc.start = start;
     rc.start_inclusive = inclusive;
@@ -414,6 +634,7 @@ static void run_session(daemon_ctx *d)
     reader_stop(d->rd);
     ev_timer_stop(d->loop, &d->flush_timer);
     ev_async_stop(d->loop, &d->wake);
+    d->session_live = false;
     if (d->end == END_STOP) {
         /* Entries still queued are simply not applied: the checkpoint will say so and the next run reads them. */
         sink_status st = batcher_flush(d->bt, FLUSH_EXIT);
@@ -430,6 +651,7 @@ static void run_session(daemon_ctx *d)
 
 static void end_of_session_cleanup(daemon_ctx *d)
 {
+    close_session_counters(d);
     reader_free(d->rd);
     d->rd = NULL;
     queue_free(d->q);
@@ -510,6 +732,19 @@ bool daemon_parse_position(const char *text, op_pos *out)
     return true;
 }
 
+/* The initial copy's coordinator calls this about every 50 ms. */
+static void copy_tick(void *arg, int64_t copied, int64_t estimate, size_t left)
+{
+    daemon_ctx *d = arg;
+    notify_watchdog();
+    d->copy_copied = copied;
+    d->copy_estimate = estimate;
+    double pct = estimate > 0 ? 100.0 * (double)copied / (double)estimate : 0;
+    notify_status("copying: %.0f%% (%lld of ~%lld documents), %zu collection%s left", pct > 100 ? 100 : pct,
+                  (long long)copied, (long long)estimate, left, left == 1 ? "" : "s");
+    publish(d);
+}
+
 /* Before the first session: --reimport, the initial copy, --tail-from's check. Returns -1 to go on tailing, or the
  * exit code to stop with. */
 static int prepare_start(daemon_ctx *d, const daemon_options *opts)
@@ -531,7 +766,7 @@ static int prepare_start(daemon_ctx *d, const daemon_options *opts)
     }
     if (opts->have_tail_from) {
         uint64_t oldest, newest;
-        if (!oplog_edges(cfg->mongodb_uri, &oldest, &newest, err, sizeof err)) {
+        if (!oplog_edges(cfg->mongodb_uri_effective, &oldest, &newest, err, sizeof err)) {
             log_error("--tail-from: %s", err);
             return EXIT_FAILURE_GENERIC;
         }
@@ -570,7 +805,9 @@ static int prepare_start(daemon_ctx *d, const daemon_options *opts)
     }
 
     copy_config cc = {
-        .mongo_uri = cfg->mongodb_uri,
+        .tick = copy_tick,
+        .tick_arg = d,
+        .mongo_uri = cfg->mongodb_uri_effective,
         .pg_conninfo = cfg->postgres_conninfo,
         .service = cfg->service,
         .filter = d->filter,
@@ -629,6 +866,26 @@ int daemon_run(config *cfg, const char *config_path, const daemon_options *opts)
     d.sig_term.data = d.sig_int.data = d.sig_hup.data = &d;
     signal(SIGPIPE, SIG_IGN);
 
+    notify_init();
+    notify_status("starting: connecting to PostgreSQL");
+    double tick = TICK_S;
+    if (notify_watchdog_usec() > 0 && (double)notify_watchdog_usec() / 4e6 < tick)
+        tick = (double)notify_watchdog_usec() / 4e6;
+    ev_timer_init(&d.tick_timer, on_tick, tick, tick);
+    d.tick_timer.data = &d;
+    d.totals.start_time = (double)time(NULL);
+    if (cfg->metrics_listen[0] != '\0') {
+        char merr[512];
+        d.metrics = metrics_start(cfg->metrics_listen, merr, sizeof merr);
+        if (d.metrics == NULL) {
+            log_error("%s", merr);
+            code = EXIT_CONFIG;
+            goto done;
+        }
+        log_info("serving metrics at http://%s/metrics", cfg->metrics_listen);
+        publish(&d);
+    }
+
     log_notice("oplog2pg %s starting: service '%s', apply mode %s", OPLOG2PG_VERSION, cfg->service,
                config_apply_mode_name(cfg->apply_mode));
 
@@ -660,9 +917,12 @@ int daemon_run(config *cfg, const char *config_path, const daemon_options *opts)
             d.last_progress = ev_now(d.loop);
             ev_timer_start(d.loop, &d.progress_timer);
         }
+        d.last_tick = d.reader_quiet_since = ev_now(d.loop);
+        ev_timer_start(d.loop, &d.tick_timer);
 
         run_session(&d);
 
+        ev_timer_stop(d.loop, &d.tick_timer);
         ev_timer_stop(d.loop, &d.progress_timer);
         ev_signal_stop(d.loop, &d.sig_term);
         ev_signal_stop(d.loop, &d.sig_int);
@@ -670,17 +930,28 @@ int daemon_run(config *cfg, const char *config_path, const daemon_options *opts)
         session_end end = d.end;
         code = d.exit_code;
         end_of_session_cleanup(&d);
+        if (end == END_CAREFUL) {
+            /* Not a fault of the connection: start over from the checkpoint at once, stepping carefully. */
+            d.careful = true;
+            sink_disconnect(d.snk);
+            continue;
+        }
         if (end != END_RECONNECT)
             break;
+        d.pg_reconnects++;
         sink_disconnect(d.snk);
-        for (unsigned slept = 0; slept < backoff && !stop_requested; slept += 50)
+        notify_status("reconnecting to PostgreSQL");
+        for (unsigned slept = 0; slept < backoff && !stop_requested; slept += 50) {
+            notify_watchdog();
             usleep(50 * 1000);
+        }
         if (stop_requested)
             break;
         backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
     }
 
 done:
+    metrics_stop(d.metrics);
     sink_free(d.snk);
     nsfilter_free(d.filter);
     if (d.loop)
@@ -720,7 +991,7 @@ int daemon_replay(config *cfg, const char *dump_path)
         code = EXIT_FAILURE_GENERIC;
         goto done;
     }
-    batcher_config bc = batcher_config_from(cfg);
+    batcher_config bc = batcher_config_from(cfg, false);
     batcher_sink out = batcher_sink_pg(snk);
     bt = batcher_new(&bc, &out);
     if (bt == NULL) {
@@ -795,7 +1066,7 @@ int daemon_check(config *cfg)
     bson_error_t err;
     printf("configuration: ok (service '%s')\n", cfg->service);
 
-    mongoc_uri_t *uri = mongoc_uri_new_with_error(cfg->mongodb_uri, &err);
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(cfg->mongodb_uri_effective, &err);
     mongoc_client_t *client = uri ? mongoc_client_new_from_uri(uri) : NULL;
     if (client == NULL) {
         printf("mongodb: bad URI: %s\n", err.message);
@@ -879,7 +1150,7 @@ int daemon_status(config *cfg, bool json)
     sink_probe_result pr;
     bool pg_ok = sink_probe(cfg->postgres_conninfo, cfg->service, &pr, perr, sizeof perr);
     uint64_t oldest = 0, newest = 0;
-    bool mongo_ok = oplog_edges(cfg->mongodb_uri, &oldest, &newest, merr, sizeof merr);
+    bool mongo_ok = oplog_edges(cfg->mongodb_uri_effective, &oldest, &newest, merr, sizeof merr);
     copy_state cs;
     memset(&cs, 0, sizeof cs);
     bool copy_ok = pg_ok && copy_state_read(cfg->postgres_conninfo, cfg->service, &cs, cerr, sizeof cerr);
@@ -934,6 +1205,10 @@ int daemon_status(config *cfg, bool json)
         } else {
             fprintf(o, ", \"copy\": null");
         }
+        if (pg_ok)
+            fprintf(o, ", \"dead_letters\": %lld", (long long)pr.dead_letters);
+        else
+            fprintf(o, ", \"dead_letters\": null");
         fprintf(o, ", \"errors\": [");
         const char *errs[3] = {pg_ok ? NULL : perr, mongo_ok ? NULL : merr, !pg_ok || copy_ok ? NULL : cerr};
         bool first = true;
@@ -959,6 +1234,11 @@ int daemon_status(config *cfg, bool json)
                    utc_text(pr.pos.secs, when, sizeof when), (long long)pr.pos.term, pr.applied_at);
         else
             printf("  checkpoint:    none yet\n");
+        if (pr.dead_letters > 0)
+            printf("  dead letters:  %lld (SELECT * FROM oplog2pg.dead_letter WHERE service = '%s')\n",
+                   (long long)pr.dead_letters, cfg->service);
+        else
+            printf("  dead letters:  0\n");
     }
     if (!mongo_ok) {
         printf("  mongodb:       %s\n", merr);

@@ -16,6 +16,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/exitcodes.h"
+#include "daemon/logsetup.h"
 #include "util/log.h"
 
 #define DEFAULT_CONFIG "/etc/oplog2pg/oplog2pg.ini"
@@ -139,27 +140,33 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
 
+    /* The driver first, with its messages routed into our log: loading the configuration already parses the URI,
+     * and the driver warns there (an unsupported URI option, for instance). */
+    mongoc_init();
+    logsetup_route_mongoc();
+
     config cfg;
     char err[1024];
+    int code;
     if (!config_load(config_path, &cfg, err, sizeof err)) {
         fprintf(stderr, "oplog2pg: %s\n", err);
+        mongoc_cleanup();
         return EXIT_CONFIG;
     }
     if (service != NULL && !config_override(&cfg, "replication", "service", service, err, sizeof err)) {
         fprintf(stderr, "oplog2pg: --service: %s\n", err);
-        config_free(&cfg);
-        return EXIT_CONFIG;
+        code = EXIT_CONFIG;
+        goto out;
     }
-    log_set_level((log_level)cfg.log_level);
-    log_set_timestamps(cfg.log_timestamps);
+    logsetup_apply(&cfg);
+    if (config_secret_exposed(config_path, &cfg, err, sizeof err))
+        log_warning("%s", err);
 
-    int code;
     if (strcmp(command, "config") == 0) {
         config_print(stdout, &cfg);
-        config_free(&cfg);
-        return EXIT_OK;
+        code = EXIT_OK;
+        goto out;
     }
-    mongoc_init();
     if (strcmp(command, "replay") == 0)
         code = daemon_replay(&cfg, arg);
     else if (strcmp(command, "check") == 0)
@@ -168,7 +175,8 @@ int main(int argc, char **argv)
         code = daemon_status(&cfg, json);
     else
         code = daemon_run(&cfg, config_path, &opts);
-    mongoc_cleanup();
+out:
     config_free(&cfg);
+    mongoc_cleanup();
     return code;
 }

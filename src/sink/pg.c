@@ -49,6 +49,7 @@ typedef enum {
     P_CKPT,
     P_COMMIT,
     P_SYNC,
+    P_DEAD_LETTER,
 } pending_kind;
 
 static const char *const pending_what[] = {
@@ -63,6 +64,7 @@ static const char *const pending_what[] = {
     "checkpoint update",
     "COMMIT",
     "sync",
+    "recording a dead letter",
 };
 
 typedef struct table {
@@ -91,6 +93,7 @@ struct sink {
     char owner[64]; /* fence token written into the checkpoint row */
     bool in_txn;    /* BEGIN sent for the open group */
     bool ckpt_prepared;
+    bool guarded; /* a per-op guard savepoint is open (sink_guard_begin) */
 
     pending *pend;
     size_t pend_head, pend_tail, pend_cap;
@@ -102,6 +105,7 @@ struct sink {
     sink_status failed; /* first failure in the current pipeline, reported at drain */
     bool dup_in_copy;
     char err[1024];
+    char err_state[6]; /* SQLSTATE of the first failure, "" when it was not PostgreSQL's */
     sink_stats stats;
 };
 
@@ -118,6 +122,7 @@ static void set_err(sink *s, sink_status st, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(s->err, sizeof s->err, fmt, ap);
     va_end(ap);
+    s->err_state[0] = '\0';
     size_t n = strlen(s->err);
     while (n > 0 && s->err[n - 1] == '\n')
         s->err[--n] = '\0';
@@ -217,6 +222,7 @@ void sink_disconnect(sink *s)
     s->conn = NULL;
     s->in_txn = false;
     s->ckpt_prepared = false;
+    s->guarded = false;
     s->pend_head = s->pend_tail = 0;
     tables_clear(s); /* prepared statements and "created" marks belong to the connection */
 }
@@ -384,12 +390,15 @@ static void take_result(sink *s, PGresult *res)
         char where[32];
         fmt_pos(&p->pos, where, sizeof where);
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        bool first = s->failed == SINK_OK;
         if (p->t != NULL)
             set_err(s, classify(s->conn, res), "%s on %s.%s (oplog entry %s) failed: [%s] %s", pending_what[p->kind],
                     p->t->db, p->t->coll, where, state ? state : "?", PQresultErrorMessage(res));
         else
             set_err(s, classify(s->conn, res), "%s (oplog entry %s) failed: [%s] %s", pending_what[p->kind], where,
                     state ? state : "?", PQresultErrorMessage(res));
+        if (first && state != NULL)
+            snprintf(s->err_state, sizeof s->err_state, "%s", state);
         return;
     }
 }
@@ -1053,6 +1062,135 @@ sink_status sink_commit(sink *s, const op_pos *pos)
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
+/* guarded ops and dead letters */
+
+#define GUARD_NAME "oplog2pg_op"
+
+void sink_set_per_op(sink *s, bool on)
+{
+    s->cfg.per_op = on;
+}
+
+sink_status sink_guard_begin(sink *s)
+{
+    if (begin_if_needed(s) != SINK_OK)
+        return s->failed;
+    if (send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " GUARD_NAME, NULL) != SINK_OK || drain(s) != SINK_OK)
+        return s->failed;
+    s->guarded = true;
+    return SINK_OK;
+}
+
+sink_status sink_guard_end(sink *s)
+{
+    if (!s->guarded)
+        return s->failed;
+    s->guarded = false;
+    return send_simple(s, P_RELEASE, NULL, "RELEASE SAVEPOINT " GUARD_NAME, NULL);
+}
+
+sink_status sink_refused(sink *s, const op *o, const char *why)
+{
+    char at[OP_POS_STRLEN];
+    char *id_text = o->id_json != NULL                  ? bson_strdup(o->id_json)
+                    : o->id.value_type != BSON_TYPE_EOD ? ejson_value(&o->id)
+                                                        : NULL;
+    if (why != NULL)
+        set_err(s, SINK_ERR_DATA, "%s", why);
+    log_error("the op PostgreSQL refused: %s.%s%s%s (oplog entry %s, op %u of the entry)", o->db,
+              o->coll ? o->coll : "", id_text ? " _id " : "", id_text ? id_text : "",
+              op_pos_format(&o->pos, at, sizeof at), o->index);
+    bson_free(id_text);
+    return s->failed != SINK_OK ? s->failed : SINK_ERR_DATA;
+}
+
+sink_status sink_dead_letter(sink *s, const op *o, const char *why)
+{
+    char msg[sizeof s->err], state[sizeof s->err_state], at[OP_POS_STRLEN];
+    if (s->failed == SINK_ERR_CONNECTION || s->failed == SINK_ERR_FENCED)
+        return s->failed;
+    snprintf(msg, sizeof msg, "%s", why != NULL ? why : s->err[0] ? s->err : "refused");
+    snprintf(state, sizeof state, "%s", why != NULL ? "" : s->err_state);
+    if (!s->guarded) {
+        set_err(s, SINK_ERR_DATA, "%s (and it cannot be set aside: no guard was open)", msg);
+        return s->failed;
+    }
+    s->guarded = false;
+
+    /* Settle the pipeline: after an error the server skips everything up to the next sync, whose results (aborted)
+     * carry no news. Then undo the op back to its guard and record it instead. */
+    s->failed = SINK_OK;
+    s->err[0] = '\0';
+    if (PQpipelineSync(s->conn) != 1) {
+        set_err(s, SINK_ERR_CONNECTION, "sending a sync: %s", PQerrorMessage(s->conn));
+        return s->failed;
+    }
+    if (!push_pending(s, P_SYNC, NULL, NULL) || !pump(s, 0))
+        return s->failed;
+    if (send_simple(s, P_SAVEPOINT, NULL, "ROLLBACK TO SAVEPOINT " GUARD_NAME, &o->pos) != SINK_OK)
+        return s->failed;
+
+    char secs[16], inc[16], term[24], idx[16], *id_text = NULL, *op_text = NULL;
+    snprintf(secs, sizeof secs, "%u", o->pos.secs);
+    snprintf(inc, sizeof inc, "%u", o->pos.inc);
+    snprintf(term, sizeof term, "%lld", (long long)o->pos.term);
+    snprintf(idx, sizeof idx, "%u", o->index);
+    const char *kind = o->kind == OP_INSERT ? "i" : o->kind == OP_UPDATE ? "u" : o->kind == OP_DELETE ? "d" : "c";
+    if (o->id_json != NULL)
+        id_text = bson_strdup(o->id_json);
+    else if (o->id.value_type != BSON_TYPE_EOD)
+        id_text = ejson_value(&o->id);
+    if (o->json != NULL) {
+        op_text = bson_strdup(o->json);
+    } else if (o->doc != NULL) {
+        bson_t doc;
+        if (bson_init_static(&doc, o->doc, o->doc_len))
+            op_text = bson_as_relaxed_extended_json(&doc, NULL);
+    }
+    const char *values[13] = {s->service,
+                              secs,
+                              inc,
+                              o->pos.term < 0 ? NULL : term,
+                              idx,
+                              o->db,
+                              o->coll ? o->coll : "",
+                              kind,
+                              id_text,
+                              (const char *)o->doc,
+                              op_text,
+                              msg,
+                              state[0] ? state : NULL};
+    int lengths[13] = {0};
+    int formats[13] = {0};
+    lengths[9] = (int)o->doc_len;
+    formats[9] = 1;
+    if (o->doc == NULL)
+        values[9] = NULL;
+    if (!push_pending(s, P_DEAD_LETTER, NULL, &o->pos)) {
+        bson_free(id_text);
+        bson_free(op_text);
+        return s->failed;
+    }
+    bool ok = PQsendQueryParams(s->conn,
+                                "SELECT oplog2pg.record_dead_letter($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, "
+                                "$13)",
+                                13, NULL, values, lengths, formats, 0) == 1;
+    if (after_send(s, ok) == SINK_OK)
+        drain(s);
+    if (s->failed == SINK_OK) {
+        s->stats.dead_letters++;
+        log_error("%s %s.%s%s%s (oplog entry %s): %s; set aside in oplog2pg.dead_letter, going on",
+                  kind[0] == 'c' ? "DDL on" : "op on", o->db, o->coll ? o->coll : "", id_text ? " _id " : "",
+                  id_text ? id_text : "", op_pos_format(&o->pos, at, sizeof at), msg);
+    }
+    bson_free(id_text);
+    bson_free(op_text);
+    /* The op may have created its table inside the guard: forget it, so the next op on it makes sure again. */
+    forget_table(s, o->db, o->coll ? o->coll : NULL);
+    return s->failed;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
 /* probe */
 
 bool sink_probe(const char *conninfo, const char *service, sink_probe_result *out, char *err, size_t errlen)
@@ -1101,6 +1239,19 @@ bool sink_probe(const char *conninfo, const char *service, sink_probe_result *ou
             out->pos.term = PQgetisnull(res, 0, 2) ? -1 : strtoll(PQgetvalue(res, 0, 2), NULL, 10);
             snprintf(out->applied_at, sizeof out->applied_at, "%s", PQgetvalue(res, 0, 3));
         }
+        PQclear(res);
+        /* The table comes with the schema of a later version: an older database may not have it yet. */
+        res = PQexec(conn, "SELECT to_regclass('oplog2pg.dead_letter') IS NOT NULL");
+        bool have_dl = PQresultStatus(res) == PGRES_TUPLES_OK && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        PQclear(res);
+        res = have_dl ? PQexecParams(conn, "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = $1", 1, NULL,
+                                     params, NULL, NULL, 0)
+                      : PQexec(conn, "SELECT 0");
+        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+            snprintf(err, errlen, "counting oplog2pg.dead_letter: %s", PQerrorMessage(conn));
+            goto done;
+        }
+        out->dead_letters = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
     }
     ok = true;
 done:

@@ -66,3 +66,52 @@ CREATE TABLE IF NOT EXISTS oplog2pg.copy_progress (
 
 COMMENT ON TABLE oplog2pg.copy_progress IS
     'oplog2pg initial copy progress per collection: last _id committed (BSON), documents copied, done';
+
+-- Dead letters ([replication] on_error = dead-letter): an op (a write or DDL) PostgreSQL refused, set aside in
+-- the same transaction that moves the checkpoint past it, so it is neither lost nor applied twice. op_bson is the
+-- op's payload exactly as the oplog holds it (the document, the update, the delete's key, the command); doc_id and
+-- op_json are the same as JSON when they could be converted. Inspect with SQL; delete rows once dealt with.
+CREATE TABLE IF NOT EXISTS oplog2pg.dead_letter (
+    id          bigserial PRIMARY KEY,
+    service     text NOT NULL,
+    ts_sec      bigint NOT NULL,
+    ts_inc      bigint NOT NULL,
+    term        bigint,
+    op_index    integer NOT NULL, -- position inside an applyOps (transaction) entry; 0 for a plain entry
+    db          text NOT NULL,
+    coll        text NOT NULL,
+    op          char(1) NOT NULL, -- 'i' insert, 'u' update, 'd' delete, 'c' DDL (create, drop, rename, ...)
+    doc_id      jsonb,
+    op_bson     bytea,
+    op_json     text,  -- relaxed Extended JSON (text: jsonb cannot hold every string a document can)
+    error       text NOT NULL,
+    sqlstate    text,
+    recorded_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX IF NOT EXISTS dead_letter_service_ts ON oplog2pg.dead_letter (service, ts_sec, ts_inc);
+
+COMMENT ON TABLE oplog2pg.dead_letter IS
+    'oplog2pg dead letters: inserts, updates and deletes PostgreSQL refused, with the op and the error, per service';
+
+-- Records one dead letter (called by the daemon inside the group's transaction). The _id is stored as jsonb when
+-- PostgreSQL accepts its JSON (a string holding U+0000 is refused by jsonb): otherwise doc_id stays NULL, and
+-- op_json and op_bson still hold it.
+CREATE OR REPLACE FUNCTION oplog2pg.record_dead_letter(p_service text, p_sec bigint, p_inc bigint, p_term bigint,
+                                                       p_index integer, p_db text, p_coll text, p_op text,
+                                                       p_id text, p_bson bytea, p_json text, p_error text,
+                                                       p_sqlstate text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_id jsonb;
+BEGIN
+    BEGIN
+        v_id := p_id::jsonb;
+    EXCEPTION WHEN others THEN
+        v_id := NULL;
+    END;
+    INSERT INTO oplog2pg.dead_letter (service, ts_sec, ts_inc, term, op_index, db, coll, op, doc_id, op_bson, op_json,
+                                      error, sqlstate)
+    VALUES (p_service, p_sec, p_inc, p_term, p_index, p_db, p_coll, p_op, v_id, p_bson, p_json, p_error, p_sqlstate);
+END
+$$;

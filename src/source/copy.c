@@ -931,6 +931,22 @@ static void log_progress(run_ctx *rc, double started, int64_t base_total)
              copy_format_duration(copy_eta_seconds(copied, total, rate), eta, sizeof eta));
 }
 
+/* Documents committed, the estimated total, and collections not finished, for copy_config.tick. */
+static void tick_totals(run_ctx *rc, int64_t *copied, int64_t *total, size_t *left)
+{
+    *copied = *total = 0;
+    *left = 0;
+    pthread_mutex_lock(&rc->mu);
+    for (size_t i = 0; i < rc->njobs; i++) {
+        job *j = &rc->jobs[i];
+        int64_t c = atomic_load(&j->live_copied);
+        *copied += c;
+        *total += j->state == JOB_FINISHED ? c : (j->estimate > c ? j->estimate : c);
+        *left += j->state != JOB_FINISHED;
+    }
+    pthread_mutex_unlock(&rc->mu);
+}
+
 /* 1 fine, 0 window lost (err set), -1 could not check (err set; the caller logs and tries again later). */
 static int window_check(run_ctx *rc, mongoc_client_t *client, double *last_warn, double eta, char *err, size_t errlen)
 {
@@ -1086,6 +1102,12 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
     double next_window = started + WINDOW_CHECK_MS / 1000.0;
     while (atomic_load(&rc.workers_running) > 0) {
         sleep_ms(50);
+        if (cfg->tick != NULL) {
+            int64_t copied, total;
+            size_t left;
+            tick_totals(&rc, &copied, &total, &left);
+            cfg->tick(cfg->tick_arg, copied, total, left);
+        }
         double now = now_s();
         if (next_progress > 0 && now >= next_progress) {
             log_progress(&rc, started, base_total);

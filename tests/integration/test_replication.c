@@ -20,187 +20,12 @@
 #include <unistd.h>
 
 #include "../lib/compare.h"
+#include "../lib/daemonenv.h"
 #include "../lib/oplogutil.h"
 #include "../lib/proc.h"
 #include "../lib/workload.h"
 
-typedef struct {
-    proc_handle sim;
-    bool own_sim;
-    char uri[256];
-    char dir[200];
-    char ini[256];
-    char base_log[256];
-    char log[300];
-    char service[64];
-    char prefix[32];
-    proc_handle daemon;
-    int starts;
-} env;
-
-static const char *pg_conninfo(void)
-{
-    const char *c = getenv("OPLOG2PG_TEST_PG");
-    ck_assert_msg(c != NULL, "OPLOG2PG_TEST_PG is not set: run through scripts/with-pg.sh");
-    return c;
-}
-
-static bool using_sim(void)
-{
-    return getenv("OPLOG2PG_TEST_SIM") != NULL || getenv("MONGO_URI") == NULL;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* The newest oplog entry's ts (0 when the oplog is empty). */
-static uint64_t newest_ts(const char *uri)
-{
-    bson_error_t err;
-    uint64_t ts;
-    mongoc_client_t *c = mongoc_client_new(uri);
-    ck_assert_ptr_nonnull(c);
-    bool ok = oplogutil_newest_ts(c, &ts, &err);
-    mongoc_client_destroy(c);
-    ck_assert_msg(ok, "reading the oplog: %s", err.message);
-    return ts;
-}
-
-/* The service's committed checkpoint as ts (0 when none). */
-static uint64_t checkpoint_ts(const char *service)
-{
-    PGconn *pg = PQconnectdb(pg_conninfo());
-    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
-    uint64_t ts = oplogutil_checkpoint_ts(pg, service);
-    PQfinish(pg);
-    return ts;
-}
-
-static void show_log(const env *e)
-{
-    FILE *f = fopen(e->log, "r");
-    if (f == NULL)
-        return;
-    char line[1024];
-    fprintf(stderr, "---- %s (last lines)\n", e->log);
-    long lines = 0;
-    while (fgets(line, sizeof line, f))
-        lines++;
-    rewind(f);
-    for (long i = 0; fgets(line, sizeof line, f); i++)
-        if (i >= lines - 30)
-            fputs(line, stderr);
-    fclose(f);
-}
-
-static void env_start(env *e, const char *name, const char *const *sim_args, const char *extra_ini)
-{
-    memset(e, 0, sizeof *e);
-    char err[512];
-    const char *tmp = getenv("TMPDIR"); /* the harness points it at a folder it removes, even after a failure */
-    snprintf(e->dir, sizeof e->dir, "%s/oplog2pg-rep-%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
-    ck_assert_ptr_nonnull(mkdtemp(e->dir));
-    snprintf(e->service, sizeof e->service, "rep_%s", name);
-    snprintf(e->prefix, sizeof e->prefix, "rep_%s_", name);
-    snprintf(e->base_log, sizeof e->base_log, "%s/oplog2pg.log", e->dir);
-    mongoc_init();
-    if (using_sim()) {
-        char simlog[256];
-        snprintf(simlog, sizeof simlog, "%s/mongosim.log", e->dir);
-        ck_assert_msg(proc_start_mongosim(sim_args, simlog, &e->sim, err, sizeof err), "%s", err);
-        e->own_sim = true;
-        snprintf(e->uri, sizeof e->uri, "mongodb://127.0.0.1:%d/?replicaSet=rs0", e->sim.port);
-    } else {
-        snprintf(e->uri, sizeof e->uri, "%s", getenv("MONGO_URI"));
-    }
-    /* One entry outside the replicated databases, so the daemon has a newest entry to start from. */
-    mongoc_client_t *c = mongoc_client_new(e->uri);
-    mongoc_collection_t *coll = mongoc_client_get_collection(c, "rep_seed", name);
-    bson_t *doc = BCON_NEW("started", BCON_BOOL(true));
-    bson_error_t berr;
-    ck_assert_msg(mongoc_collection_insert_one(coll, doc, NULL, NULL, &berr), "seed insert: %s", berr.message);
-    bson_destroy(doc);
-    mongoc_collection_destroy(coll);
-    mongoc_client_destroy(c);
-
-    snprintf(e->ini, sizeof e->ini, "%s/oplog2pg.ini", e->dir);
-    FILE *f = fopen(e->ini, "w");
-    ck_assert_ptr_nonnull(f);
-    fprintf(f, "[mongodb]\nuri = %s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s*.*\n%s",
-            e->uri, pg_conninfo(), e->service, e->prefix, extra_ini ? extra_ini : "");
-    fclose(f);
-}
-
-static void daemon_start(env *e)
-{
-    char err[512];
-    char bin[256];
-    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
-    const char *argv[] = {bin, "-c", e->ini, "run", NULL};
-    /* One log per start (show_log prints the current one). */
-    snprintf(e->log, sizeof e->log, "%s.%d", e->base_log, e->starts++);
-    ck_assert_msg(proc_start(argv, NULL, e->log, &e->daemon, err, sizeof err), "%s", err);
-}
-
-/* Wait until the checkpoint reaches the newest oplog entry; false on timeout. */
-static bool wait_caught_up(env *e, double timeout_s)
-{
-    double until = now_s() + timeout_s;
-    while (now_s() < until) {
-        uint64_t want = newest_ts(e->uri), have = checkpoint_ts(e->service);
-        if (want != 0 && have == want)
-            return true;
-        if (e->daemon.pid != 0 && proc_wait(&e->daemon, 0.0)) {
-            show_log(e);
-            ck_abort_msg("the daemon exited with %d while catching up", proc_exit_code(&e->daemon));
-        }
-        usleep(50 * 1000);
-    }
-    return false;
-}
-
-static void expect_match(env *e)
-{
-    PGconn *pg = PQconnectdb(pg_conninfo());
-    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
-    compare_options opts = {.db_prefix = e->prefix};
-    compare_report rep;
-    char err[512];
-    bool ran = compare_all(e->uri, pg, &opts, &rep, err, sizeof err);
-    if (ran && !rep.match) {
-        compare_report_print(&rep, stderr, false);
-        show_log(e);
-    }
-    bool match = ran && rep.match;
-    int64_t rows = rep.source_rows;
-    compare_report_free(&rep);
-    PQfinish(pg);
-    ck_assert_msg(ran, "compare failed to run: %s", err);
-    ck_assert_msg(match, "PostgreSQL differs from the source (see above)");
-    ck_assert_msg(rows > 0, "the workload left no rows to compare");
-}
-
-static void env_stop(env *e)
-{
-    if (e->daemon.pid != 0) {
-        ck_assert_msg(proc_stop(&e->daemon, 30), "the daemon did not stop on SIGTERM");
-        if (proc_exit_code(&e->daemon) != 0)
-            show_log(e);
-        ck_assert_int_eq(proc_exit_code(&e->daemon), 0);
-    }
-    if (e->own_sim)
-        proc_stop(&e->sim, 10);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", e->dir);
-}
-
-static void run_workload(env *e, uint64_t seed, uint64_t ops)
+static void run_workload(denv *e, uint64_t seed, uint64_t ops)
 {
     workload_config wc;
     workload_config_init(&wc);
@@ -224,13 +49,13 @@ static void run_workload(env *e, uint64_t seed, uint64_t ops)
  * while they are written. */
 START_TEST(test_workload_v2)
 {
-    env e;
-    env_start(&e, "v2", NULL, NULL);
-    daemon_start(&e);
+    denv e;
+    denv_start(&e, "v2", NULL, NULL);
+    denv_daemon_start(&e);
     run_workload(&e, 42, 100000);
-    ck_assert_msg(wait_caught_up(&e, 300), "the daemon did not catch up within 300 s");
-    expect_match(&e);
-    env_stop(&e);
+    ck_assert_msg(denv_wait_caught_up(&e, 300), "the daemon did not catch up within 300 s");
+    denv_expect_match(&e);
+    denv_stop(&e);
 }
 END_TEST
 
@@ -238,23 +63,23 @@ END_TEST
  * size and timer triggers fire too. */
 START_TEST(test_workload_v1)
 {
-    if (!using_sim()) {
+    if (!denv_using_sim()) {
         printf("SKIP: test_workload_v1: needs mongosim --oplog-format 4.4\n");
         return;
     }
     const char *args[] = {"--oplog-format", "4.4", NULL};
-    env e;
-    env_start(&e, "v1", args, "batch_rows = 500\nflush_interval = 20ms\n");
-    daemon_start(&e);
+    denv e;
+    denv_start(&e, "v1", args, "batch_rows = 500\nflush_interval = 20ms\n");
+    denv_daemon_start(&e);
     run_workload(&e, 7, 30000);
-    ck_assert_msg(wait_caught_up(&e, 300), "the daemon did not catch up within 300 s");
-    expect_match(&e);
-    env_stop(&e);
+    ck_assert_msg(denv_wait_caught_up(&e, 300), "the daemon did not catch up within 300 s");
+    denv_expect_match(&e);
+    denv_stop(&e);
 }
 END_TEST
 
 typedef struct {
-    env *e;
+    denv *e;
     uint64_t seed, ops;
     bool no_ddl;       /* no drops or renames: DDL while the initial copy runs is a documented limit */
     uint32_t first_id; /* _ids of its own when the namespaces already hold another workload's documents */
@@ -285,11 +110,11 @@ static void *workload_main(void *arg)
  * from its committed checkpoint. In the end PostgreSQL equals the source, and the checkpoint is the newest entry. */
 START_TEST(test_crash_restart)
 {
-    env e;
-    env_start(&e, "crash", NULL, "batch_rows = 2000\n");
-    daemon_start(&e);
+    denv e;
+    denv_start(&e, "crash", NULL, "batch_rows = 2000\n");
+    denv_daemon_start(&e);
     /* The first run must commit its starting point before anything is killed; after that every restart resumes. */
-    ck_assert_msg(wait_caught_up(&e, 30), "the daemon did not commit its starting point");
+    ck_assert_msg(denv_wait_caught_up(&e, 30), "the daemon did not commit its starting point");
 
     workload_thread w = {.e = &e, .seed = 2024, .ops = 100000};
     pthread_t th;
@@ -304,15 +129,15 @@ START_TEST(test_crash_restart)
         proc_signal(&e.daemon, SIGKILL);
         ck_assert(proc_wait(&e.daemon, 10));
         kills++;
-        daemon_start(&e);
+        denv_daemon_start(&e);
     }
     pthread_join(th, NULL);
     ck_assert_msg(w.ok, "workload: %s", w.err);
 
-    ck_assert_msg(wait_caught_up(&e, 300), "the daemon did not catch up after %d kills", kills);
-    ck_assert_uint_eq(checkpoint_ts(e.service), newest_ts(e.uri));
-    expect_match(&e);
-    env_stop(&e);
+    ck_assert_msg(denv_wait_caught_up(&e, 300), "the daemon did not catch up after %d kills", kills);
+    ck_assert_uint_eq(denv_checkpoint_ts(e.service), denv_newest_ts(e.uri));
+    denv_expect_match(&e);
+    denv_stop(&e);
 }
 END_TEST
 
@@ -320,16 +145,16 @@ END_TEST
  * resumes from its committed checkpoint each time, and the result still equals the source. */
 START_TEST(test_postgres_reconnect)
 {
-    env e;
-    env_start(&e, "pgkill", NULL, "batch_rows = 1000\n");
-    daemon_start(&e);
-    ck_assert_msg(wait_caught_up(&e, 30), "the daemon did not commit its starting point");
+    denv e;
+    denv_start(&e, "pgkill", NULL, "batch_rows = 1000\n");
+    denv_daemon_start(&e);
+    ck_assert_msg(denv_wait_caught_up(&e, 30), "the daemon did not commit its starting point");
     pid_t pid = e.daemon.pid;
 
     workload_thread w = {.e = &e, .seed = 31, .ops = 30000};
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, workload_main, &w), 0);
-    PGconn *pg = PQconnectdb(pg_conninfo());
+    PGconn *pg = PQconnectdb(denv_pg_conninfo());
     ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
     int killed = 0;
     for (int i = 0; i < 5; i++) {
@@ -344,10 +169,10 @@ START_TEST(test_postgres_reconnect)
     pthread_join(th, NULL);
     ck_assert_msg(w.ok, "workload: %s", w.err);
     ck_assert_msg(killed >= 3, "only %d daemon sessions were found to terminate", killed);
-    ck_assert_msg(wait_caught_up(&e, 300), "the daemon did not catch up after PostgreSQL dropped it");
+    ck_assert_msg(denv_wait_caught_up(&e, 300), "the daemon did not catch up after PostgreSQL dropped it");
     ck_assert_int_eq(e.daemon.pid, pid); /* the same process: it reconnected, it was not restarted */
-    expect_match(&e);
-    env_stop(&e);
+    denv_expect_match(&e);
+    denv_stop(&e);
 }
 END_TEST
 
@@ -372,70 +197,41 @@ static void dump_oplog(const char *uri, const char *path)
     mongoc_client_destroy(c);
 }
 
-static int run_command(env *e, const char *const *args, const char *out_path)
-{
-    char err[512], bin[256];
-    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
-    const char *argv[8] = {bin};
-    size_t n = 1;
-    for (; args[n - 1] != NULL && n < 7; n++)
-        argv[n] = args[n - 1];
-    argv[n] = NULL;
-    proc_handle p;
-    ck_assert_msg(proc_start(argv, NULL, out_path, &p, err, sizeof err), "%s", err);
-    ck_assert_msg(proc_wait(&p, 300), "%s did not finish", args[0]);
-    (void)e;
-    return proc_exit_code(&p);
-}
-
-static bool file_contains(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return false;
-    char line[2048];
-    bool found = false;
-    while (!found && fgets(line, sizeof line, f))
-        found = strstr(line, needle) != NULL;
-    fclose(f);
-    return found;
-}
-
 /* `oplog2pg replay` applies a dump of the oplog through the same pipeline; a second replay skips everything. */
 START_TEST(test_replay_dump)
 {
-    env e;
-    env_start(&e, "replay", NULL, NULL);
+    denv e;
+    denv_start(&e, "replay", NULL, NULL);
     run_workload(&e, 5, 20000);
     char dump[300], out[300];
     snprintf(dump, sizeof dump, "%s/oplog.bson", e.dir);
     snprintf(out, sizeof out, "%s/replay.out", e.dir);
     dump_oplog(e.uri, dump);
     const char *args[] = {"-c", e.ini, "replay", dump, NULL};
-    int rc = run_command(&e, args, out);
+    int rc = denv_run_command(&e, args, out);
     if (rc != 0)
-        snprintf(e.log, sizeof e.log, "%s", out), show_log(&e);
+        snprintf(e.log, sizeof e.log, "%s", out), denv_show_log(&e);
     ck_assert_int_eq(rc, 0);
-    expect_match(&e);
-    ck_assert_uint_eq(checkpoint_ts(e.service), newest_ts(e.uri));
-    rc = run_command(&e, args, out);
+    denv_expect_match(&e);
+    ck_assert_uint_eq(denv_checkpoint_ts(e.service), denv_newest_ts(e.uri));
+    rc = denv_run_command(&e, args, out);
     ck_assert_int_eq(rc, 0);
-    ck_assert_msg(file_contains(out, "replayed 0 entries"), "a second replay applied entries again");
-    expect_match(&e);
-    env_stop(&e);
+    ck_assert_msg(denv_file_contains(out, "replayed 0 entries"), "a second replay applied entries again");
+    denv_expect_match(&e);
+    denv_stop(&e);
 }
 END_TEST
 
 /* `check` reaches both sides; a bad configuration file is refused with its line and exit code 3; SIGHUP reloads. */
 START_TEST(test_check_config_and_reload)
 {
-    env e;
-    env_start(&e, "check", NULL, NULL);
+    denv e;
+    denv_start(&e, "check", NULL, NULL);
     char out[300];
     snprintf(out, sizeof out, "%s/check.out", e.dir);
     const char *check[] = {"-c", e.ini, "check", NULL};
-    ck_assert_int_eq(run_command(&e, check, out), 0);
-    ck_assert(file_contains(out, "check passed"));
+    ck_assert_int_eq(denv_run_command(&e, check, out), 0);
+    ck_assert(denv_file_contains(out, "check passed"));
 
     char bad[300];
     snprintf(bad, sizeof bad, "%s/bad.ini", e.dir);
@@ -444,11 +240,11 @@ START_TEST(test_check_config_and_reload)
     fprintf(f, "[replication]\nservice = x\nbatch_rows = lots\n");
     fclose(f);
     const char *badcheck[] = {"-c", bad, "check", NULL};
-    ck_assert_int_eq(run_command(&e, badcheck, out), 3);
-    ck_assert_msg(file_contains(out, "bad.ini:3: [replication] batch_rows"), "the error does not name file:line");
+    ck_assert_int_eq(denv_run_command(&e, badcheck, out), 3);
+    ck_assert_msg(denv_file_contains(out, "bad.ini:3: [replication] batch_rows"), "the error does not name file:line");
 
-    daemon_start(&e);
-    ck_assert(wait_caught_up(&e, 30));
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 30));
     f = fopen(e.ini, "a");
     ck_assert_ptr_nonnull(f);
     fprintf(f, "[logging]\nlevel = debug\n");
@@ -457,24 +253,25 @@ START_TEST(test_check_config_and_reload)
     bool reloaded = false;
     for (int i = 0; i < 100 && !reloaded; i++) {
         usleep(50 * 1000);
-        reloaded = file_contains(e.log, "configuration reloaded");
+        reloaded = denv_file_contains(e.log, "configuration reloaded");
     }
     ck_assert_msg(reloaded, "no reload logged after SIGHUP");
-    ck_assert(file_contains(e.log, "[logging] level changed"));
+    ck_assert(denv_file_contains(e.log, "[logging] level changed"));
 
     /* check is read-only on PostgreSQL: it sees the running daemon and leaves it undisturbed. */
-    ck_assert_int_eq(run_command(&e, check, out), 0);
-    ck_assert_msg(file_contains(out, "being applied by a running oplog2pg"), "check did not see the running daemon");
-    ck_assert_msg(file_contains(out, "resumes after oplog entry"), "check did not report the checkpoint");
-    ck_assert(wait_caught_up(&e, 30));
-    env_stop(&e);
+    ck_assert_int_eq(denv_run_command(&e, check, out), 0);
+    ck_assert_msg(denv_file_contains(out, "being applied by a running oplog2pg"),
+                  "check did not see the running daemon");
+    ck_assert_msg(denv_file_contains(out, "resumes after oplog entry"), "check did not report the checkpoint");
+    ck_assert(denv_wait_caught_up(&e, 30));
+    denv_stop(&e);
 }
 END_TEST
 
 /* ---- the initial copy, through the daemon ---- */
 
 /* Inserts n documents into the test's databases before anything runs (insert-only workload, mixed _id types). */
-static void fill(env *e, uint64_t seed, uint64_t n)
+static void fill(denv *e, uint64_t seed, uint64_t n)
 {
     workload_config wc;
     workload_config_init(&wc);
@@ -493,7 +290,7 @@ static void fill(env *e, uint64_t seed, uint64_t n)
 /* Documents the copy has committed so far, summed over collections (-1 before the copy has started). */
 static int64_t copied_so_far(const char *service)
 {
-    PGconn *pg = PQconnectdb(pg_conninfo());
+    PGconn *pg = PQconnectdb(denv_pg_conninfo());
     ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
     const char *params[1] = {service};
     PGresult *r = PQexecParams(pg,
@@ -509,7 +306,7 @@ static int64_t copied_so_far(const char *service)
 /* Changes documents that already exist while the copy runs: the smallest _ids (copied first) and ObjectId _ids
  * (the largest type, copied last), with $set, $inc, replacements and deletes. */
 typedef struct {
-    env *e;
+    denv *e;
     uint64_t changed;
     bool ok;
     char err[700];
@@ -587,10 +384,10 @@ static void *change_existing_main(void *arg)
  * more, then tails: the result equals the source. */
 START_TEST(test_import_with_writer)
 {
-    env e;
-    env_start(&e, "imp", NULL, "[copy]\nworkers = 3\n");
+    denv e;
+    denv_start(&e, "imp", NULL, "[copy]\nworkers = 3\n");
     fill(&e, 11, 1000000);
-    daemon_start(&e);
+    denv_daemon_start(&e);
     workload_thread w = {.e = &e, .seed = 12, .ops = 50000, .no_ddl = true, .first_id = 10000000};
     changer ch = {.e = &e};
     pthread_t th, th2;
@@ -602,11 +399,11 @@ START_TEST(test_import_with_writer)
     ck_assert_msg(ch.ok, "changer: %s", ch.err);
     ck_assert_uint_gt(ch.changed, 4000);
     /* The writers must have overlapped the copy, or this test proves nothing about it. */
-    ck_assert_msg(!file_contains(e.log, "initial copy complete"), "the copy ended before the writers did");
-    ck_assert_msg(wait_caught_up(&e, 300), "the daemon did not finish the copy and catch up");
-    ck_assert_msg(file_contains(e.log, "initial copy complete"), "no copy was logged");
-    expect_match(&e);
-    env_stop(&e);
+    ck_assert_msg(!denv_file_contains(e.log, "initial copy complete"), "the copy ended before the writers did");
+    ck_assert_msg(denv_wait_caught_up(&e, 300), "the daemon did not finish the copy and catch up");
+    ck_assert_msg(denv_file_contains(e.log, "initial copy complete"), "no copy was logged");
+    denv_expect_match(&e);
+    denv_stop(&e);
 }
 END_TEST
 
@@ -614,47 +411,48 @@ END_TEST
  * the result equals the source. */
 START_TEST(test_import_kill9_resumes)
 {
-    env e;
-    env_start(&e, "impkill", NULL, "[copy]\nworkers = 2\nbatch_docs = 1000\n");
+    denv e;
+    denv_start(&e, "impkill", NULL, "[copy]\nworkers = 2\nbatch_docs = 1000\n");
     fill(&e, 21, 200000);
-    daemon_start(&e);
+    denv_daemon_start(&e);
     int64_t last = -1;
     for (int kill = 0; kill < 3; kill++) {
         /* Wait until this run has committed more than the last one left. */
-        double until = now_s() + 120;
-        while (copied_so_far(e.service) <= last + 5000 && now_s() < until)
+        double until = denv_now() + 120;
+        while (copied_so_far(e.service) <= last + 5000 && denv_now() < until)
             usleep(20 * 1000);
-        ck_assert_msg(now_s() < until, "the copy made no progress");
+        ck_assert_msg(denv_now() < until, "the copy made no progress");
         proc_signal(&e.daemon, SIGKILL);
         ck_assert(proc_wait(&e.daemon, 10));
         int64_t committed = copied_so_far(e.service);
         ck_assert_msg(committed > last, "progress went back: %lld after %lld", (long long)committed, (long long)last);
-        ck_assert_msg(!file_contains(e.log, "initial copy complete"), "the copy finished before kill %d", kill + 1);
+        ck_assert_msg(!denv_file_contains(e.log, "initial copy complete"), "the copy finished before kill %d",
+                      kill + 1);
         last = committed;
-        daemon_start(&e);
+        denv_daemon_start(&e);
         /* The restarted copy starts from what was committed, not from zero. */
         usleep(300 * 1000);
         ck_assert_msg(copied_so_far(e.service) >= last, "the restarted copy started over");
     }
-    ck_assert_msg(wait_caught_up(&e, 300), "the daemon did not finish the copy after the kills");
-    expect_match(&e);
-    env_stop(&e);
+    ck_assert_msg(denv_wait_caught_up(&e, 300), "the daemon did not finish the copy after the kills");
+    denv_expect_match(&e);
+    denv_stop(&e);
 }
 END_TEST
 
 /* The oplog loses the copy's start while the copy runs: the daemon stops with exit code 7 and says why. */
 START_TEST(test_import_window_lost)
 {
-    if (!using_sim()) {
+    if (!denv_using_sim()) {
         printf("SKIP: test_import_window_lost: needs mongosim's oplog truncation\n");
         return;
     }
-    env e;
-    env_start(&e, "impwin", NULL, "[copy]\nworkers = 1\nbatch_docs = 500\n");
+    denv e;
+    denv_start(&e, "impwin", NULL, "[copy]\nworkers = 1\nbatch_docs = 500\n");
     fill(&e, 31, 100000);
-    daemon_start(&e);
-    double until = now_s() + 60;
-    while (copied_so_far(e.service) <= 0 && now_s() < until)
+    denv_daemon_start(&e);
+    double until = denv_now() + 60;
+    while (copied_so_far(e.service) <= 0 && denv_now() < until)
         usleep(10 * 1000);
     ck_assert_msg(copied_so_far(e.service) > 0, "the copy did not start");
     /* One more write, then drop everything older than it: the copy's start is gone. */
@@ -663,7 +461,7 @@ START_TEST(test_import_window_lost)
     bson_t *doc = BCON_NEW("late", BCON_BOOL(true));
     ck_assert(mongoc_collection_insert_one(coll, doc, NULL, NULL, NULL));
     bson_destroy(doc);
-    uint64_t ts = newest_ts(e.uri);
+    uint64_t ts = denv_newest_ts(e.uri);
     bson_t *cmd =
         BCON_NEW("mongosimTruncateOplog", BCON_INT32(1), "before", BCON_TIMESTAMP((uint32_t)(ts >> 32), (uint32_t)ts));
     bson_error_t err;
@@ -673,9 +471,9 @@ START_TEST(test_import_window_lost)
     mongoc_client_destroy(c);
     ck_assert_msg(proc_wait(&e.daemon, 60), "the daemon did not stop");
     ck_assert_int_eq(proc_exit_code(&e.daemon), 7);
-    ck_assert_msg(file_contains(e.log, "the oplog no longer holds the copy's start"), "the message is missing");
+    ck_assert_msg(denv_file_contains(e.log, "the oplog no longer holds the copy's start"), "the message is missing");
     e.daemon.pid = 0;
-    env_stop(&e);
+    denv_stop(&e);
 }
 END_TEST
 
@@ -683,26 +481,26 @@ END_TEST
  * and --tail-from start without a copy; a --tail-from position the oplog no longer holds is refused. */
 START_TEST(test_import_flags_and_status)
 {
-    env e;
-    env_start(&e, "flags", NULL, NULL);
+    denv e;
+    denv_start(&e, "flags", NULL, NULL);
     fill(&e, 41, 5000);
     char out[300];
     snprintf(out, sizeof out, "%s/cmd.out", e.dir);
     const char *import_only[] = {"-c", e.ini, "run", "--import-only", NULL};
-    ck_assert_int_eq(run_command(&e, import_only, out), 0);
-    ck_assert_uint_gt(checkpoint_ts(e.service), 0);
-    expect_match(&e);
+    ck_assert_int_eq(denv_run_command(&e, import_only, out), 0);
+    ck_assert_uint_gt(denv_checkpoint_ts(e.service), 0);
+    denv_expect_match(&e);
 
     const char *status[] = {"-c", e.ini, "status", NULL};
-    ck_assert_int_eq(run_command(&e, status, out), 0);
-    ck_assert_msg(file_contains(out, "initial copy:  finished"), "status does not show the finished copy");
-    ck_assert_msg(file_contains(out, "not running"), "status does not say the daemon is stopped");
+    ck_assert_int_eq(denv_run_command(&e, status, out), 0);
+    ck_assert_msg(denv_file_contains(out, "initial copy:  finished"), "status does not show the finished copy");
+    ck_assert_msg(denv_file_contains(out, "not running"), "status does not say the daemon is stopped");
     const char *status_json[] = {"-c", e.ini, "status", "--json", NULL};
-    ck_assert_int_eq(run_command(&e, status_json, out), 0);
-    ck_assert_msg(file_contains(out, "\"copy\": {\"finished\": true"), "status --json lacks the copy");
+    ck_assert_int_eq(denv_run_command(&e, status_json, out), 0);
+    ck_assert_msg(denv_file_contains(out, "\"copy\": {\"finished\": true"), "status --json lacks the copy");
 
     /* Damage the copy, then --reimport (with --import-only, to stop after it). */
-    PGconn *pg = PQconnectdb(pg_conninfo());
+    PGconn *pg = PQconnectdb(denv_pg_conninfo());
     char sql[256];
     snprintf(sql, sizeof sql, "DELETE FROM %s0.c0 WHERE ctid IN (SELECT ctid FROM %s0.c0 LIMIT 10)", e.prefix,
              e.prefix);
@@ -711,16 +509,16 @@ START_TEST(test_import_flags_and_status)
     PQclear(r);
     PQfinish(pg);
     const char *reimport[] = {"-c", e.ini, "run", "--reimport", "--import-only", NULL};
-    ck_assert_int_eq(run_command(&e, reimport, out), 0);
-    expect_match(&e);
+    ck_assert_int_eq(denv_run_command(&e, reimport, out), 0);
+    denv_expect_match(&e);
 
     /* A position older than the oplog's oldest entry is refused with exit code 4. */
     const char *tail_old[] = {"-c", e.ini, "run", "--tail-from", "1:1", NULL};
-    ck_assert_int_eq(run_command(&e, tail_old, out), 4);
-    ck_assert(file_contains(out, "is no longer in the oplog"));
+    ck_assert_int_eq(denv_run_command(&e, tail_old, out), 4);
+    ck_assert(denv_file_contains(out, "is no longer in the oplog"));
     const char *bad_ts[] = {"-c", e.ini, "run", "--tail-from", "yesterday", NULL};
-    ck_assert_int_eq(run_command(&e, bad_ts, out), 2);
-    env_stop(&e);
+    ck_assert_int_eq(denv_run_command(&e, bad_ts, out), 2);
+    denv_stop(&e);
 }
 END_TEST
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tests/integration/valgrind.sh BUILD — the daemon under valgrind: a short replication run, then SIGTERM.
+# tests/integration/valgrind.sh BUILD — the daemon under valgrind: a short replication run with the metrics endpoint
+# on and scraped, one document PostgreSQL refuses (set aside as a dead letter), a SIGHUP reload, then SIGTERM.
 #
 # Fails on any memory error or definite leak (valgrind's exit code 99), and when the daemon does not exit 0.
 # Skipped, with the reason printed, for sanitizer builds (ASan and valgrind cannot share a process).
@@ -32,6 +33,7 @@ sim_pid=$SIM_PID
 read -r -t 10 port <&"${SIM[0]}"
 uri="mongodb://127.0.0.1:$port/?replicaSet=rs0"
 /usr/bin/python3 -c "import pymongo,sys; pymongo.MongoClient(sys.argv[1]).vg_seed.x.insert_one({'_id': 1})" "$uri"
+mport=$(/usr/bin/python3 -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 cat >"$work/oplog2pg.ini" <<INI
 [mongodb]
 uri = $uri
@@ -40,6 +42,8 @@ conninfo = $OPLOG2PG_TEST_PG
 [replication]
 service = valgrind
 include = vg.*
+[metrics]
+listen = 127.0.0.1:$mport
 INI
 
 valgrind --quiet --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
@@ -70,9 +74,14 @@ for i in range(0, 300, 3):
     c.update_one({"_id": i}, {"$set": {"v": -i}, "$push": {"tags": "b"}})
 for i in range(0, 300, 7):
     c.delete_one({"_id": i})
+c.insert_one({"_id": 1000, "s": "a\x00b"})  # jsonb refuses U+0000: a dead letter
 c.rename("renamed")
 PY
 wait_caught_up
+kill -HUP "$daemon_pid"
+scrape=$(curl -s --max-time 10 "http://127.0.0.1:$mport/metrics")
+grep -q '^oplog2pg_dead_letters_total 1$' <<<"$scrape" || {
+    echo "valgrind: the metrics do not show the dead letter:" >&2; echo "$scrape" | head -40 >&2; exit 1; }
 kill -TERM "$daemon_pid"
 rc=0
 wait "$daemon_pid" || rc=$?

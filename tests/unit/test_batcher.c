@@ -14,6 +14,7 @@
 typedef struct {
     char log[4096];
     sink_status fail_commit;
+    const char *refuse_coll; /* writes and DDL on this collection fail with SINK_ERR_DATA */
 } recorder;
 
 static void rec(recorder *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -28,15 +29,39 @@ static void rec(recorder *r, const char *fmt, ...)
     snprintf(r->log + len, sizeof r->log - len, "; ");
 }
 
+static bool refused(const recorder *r, const char *coll)
+{
+    return r->refuse_coll != NULL && coll != NULL && strcmp(coll, r->refuse_coll) == 0;
+}
+
 static sink_status rec_insert(void *ctx, const char *db, const char *coll, sink_batch *b, const op_pos *pos)
 {
     rec(ctx, "copy %s.%s %zu @%u:%u", db, coll, sink_batch_rows(b), pos->secs, pos->inc);
-    return SINK_OK;
+    return refused(ctx, coll) ? SINK_ERR_DATA : SINK_OK;
 }
 
 static sink_status rec_apply(void *ctx, const op *o)
 {
     rec(ctx, "%s %s.%s", op_kind_name(o->kind), o->db ? o->db : "-", o->coll ? o->coll : "-");
+    return refused(ctx, o->coll) ? SINK_ERR_DATA : SINK_OK;
+}
+
+static sink_status rec_guard_begin(void *ctx)
+{
+    rec(ctx, "savepoint");
+    return SINK_OK;
+}
+
+static sink_status rec_guard_end(void *ctx)
+{
+    rec(ctx, "release");
+    return SINK_OK;
+}
+
+static sink_status rec_dead_letter(void *ctx, const op *o, const char *why)
+{
+    rec(ctx, "dead letter %s %s.%s @%u:%u%s", op_kind_name(o->kind), o->db, o->coll, o->pos.secs, o->pos.inc,
+        why ? " (batcher's reason)" : "");
     return SINK_OK;
 }
 
@@ -227,6 +252,46 @@ START_TEST(test_per_op_commits_every_entry)
 }
 END_TEST
 
+/* Careful mode: per-op, each op between a savepoint and its release; a refused op (here: anything on shop.bad)
+ * goes to dead_letter in the same group, and the entry still commits, so the checkpoint moves past it. */
+START_TEST(test_careful_sets_refused_ops_aside)
+{
+    batcher_free(B);
+    memset(&R, 0, sizeof R);
+    R.refuse_coll = "bad";
+    batcher_sink out = {.ctx = &R,
+                        .insert_batch = rec_insert,
+                        .apply = rec_apply,
+                        .commit = rec_commit,
+                        .guard_begin = rec_guard_begin,
+                        .guard_end = rec_guard_end,
+                        .dead_letter = rec_dead_letter};
+    batcher_config cfg = {.batch_rows = 1000, .batch_bytes = 1 << 30, .flush_interval_ms = 200, .careful = true};
+    B = batcher_new(&cfg, &out);
+    ck_assert_int_eq(feed(OP_INSERT, "shop", "a", 0), SINK_OK);
+    ck_assert_int_eq(feed(OP_INSERT, "shop", "bad", 0), SINK_OK);
+    ck_assert_int_eq(feed(OP_UPDATE, "shop", "bad", 0), SINK_OK);
+    ck_assert_int_eq(feed(OP_NOOP, NULL, NULL, 0), SINK_OK);
+    expect_log("savepoint; copy shop.a 1 @1:1; release; commit 1:1; "
+               "savepoint; copy shop.bad 1 @1:2; dead letter insert shop.bad @1:2; commit 1:2; "
+               "savepoint; update shop.bad; dead letter update shop.bad @1:3; commit 1:3; "
+               "commit 1:4; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->dead_letters, 2);
+    ck_assert_uint_eq(batcher_get_stats(B)->committed.inc, 4);
+
+    /* Without a dead_letter (on_error = stop) the refused op fails the entry: nothing of it is committed. */
+    batcher_free(B);
+    memset(&R, 0, sizeof R);
+    R.refuse_coll = "bad";
+    out.dead_letter = NULL;
+    B = batcher_new(&cfg, &out);
+    ck_assert_int_eq(feed(OP_INSERT, "shop", "a", 0), SINK_OK);
+    ck_assert_int_eq(feed(OP_DELETE, "shop", "bad", 0), SINK_ERR_DATA);
+    expect_log("copy shop.a 1 @1:5; commit 1:5; delete shop.bad; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->committed.inc, 5);
+}
+END_TEST
+
 START_TEST(test_failure_keeps_committed_position)
 {
     feed(OP_INSERT, "shop", "a", 0);
@@ -261,6 +326,7 @@ Suite *batcher_suite(void)
     tcase_add_test(tc, test_atomic_entry_not_split);
     tcase_add_test(tc, test_per_op_commits_every_entry);
     tcase_add_test(tc, test_failure_keeps_committed_position);
+    tcase_add_test(tc, test_careful_sets_refused_ops_aside);
     suite_add_tcase(s, tc);
     return s;
 }

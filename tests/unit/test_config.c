@@ -119,7 +119,13 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.apply_mode, CONFIG_APPLY_BATCHED);
     ck_assert_int_eq(c.log_level, CONFIG_LOG_INFO);
     ck_assert_int_eq(c.progress_interval_ms, 10000);
-    ck_assert(c.log_timestamps);
+    ck_assert_int_eq(c.log_timestamps, CONFIG_TIMESTAMPS_AUTO);
+    ck_assert_int_eq(c.on_error, CONFIG_ON_ERROR_DEAD_LETTER);
+    ck_assert_int_eq(c.log_destination, CONFIG_LOG_STDERR);
+    ck_assert_int_eq(c.syslog_facility, CONFIG_FACILITY_DAEMON);
+    ck_assert_str_eq(c.syslog_ident, "oplog2pg");
+    ck_assert_str_eq(c.metrics_listen, "");
+    ck_assert_str_eq(c.mongodb_password_file, "");
     config_free(&c);
     config_free(&c); /* twice is harmless */
 
@@ -186,7 +192,12 @@ START_TEST(test_types_and_units)
             "[Logging]\n"
             "level = warning\n"
             "progress_interval = 3\n"
-            "timestamps = no\n",
+            "timestamps = off\n"
+            "destination = syslog\n"
+            "syslog_facility = local3\n"
+            "syslog_ident = o2p-main\n"
+            "[metrics]\n"
+            "listen = [::1]:9187\n",
             &c);
     ck_assert_str_eq(c.mongodb_uri, "mongodb://u@db1:27017,db2:27018/?replicaSet=main");
     ck_assert_str_eq(c.postgres_conninfo, "host=/run/postgresql dbname=app");
@@ -204,7 +215,11 @@ START_TEST(test_types_and_units)
     ck_assert_int_eq(c.apply_mode, CONFIG_APPLY_PER_OP);
     ck_assert_int_eq(c.log_level, CONFIG_LOG_WARNING);
     ck_assert_int_eq(c.progress_interval_ms, 3000); /* bare number: seconds for this one */
-    ck_assert(!c.log_timestamps);
+    ck_assert_int_eq(c.log_timestamps, CONFIG_TIMESTAMPS_OFF);
+    ck_assert_int_eq(c.log_destination, CONFIG_LOG_SYSLOG);
+    ck_assert_int_eq(c.syslog_facility, CONFIG_FACILITY_LOCAL0 + 3);
+    ck_assert_str_eq(c.syslog_ident, "o2p-main");
+    ck_assert_str_eq(c.metrics_listen, "[::1]:9187");
     config_free(&c);
 
     static const struct {
@@ -239,16 +254,12 @@ START_TEST(test_types_and_units)
         config_free(&c);
     }
 
-    static const char *const yes[] = {"on", "TRUE", "yes", "1"}, *const no[] = {"off", "false", "No", "0"};
-    for (size_t i = 0; i < 4; i++) {
+    static const char *const stamps[] = {"auto", "ON", "off"};
+    for (size_t i = 0; i < 3; i++) {
         char text[128];
-        snprintf(text, sizeof text, "[logging]\ntimestamps = %s\n", yes[i]);
+        snprintf(text, sizeof text, "[logging]\ntimestamps = %s\n", stamps[i]);
         load_ok(text, &c);
-        ck_assert(c.log_timestamps);
-        config_free(&c);
-        snprintf(text, sizeof text, "[logging]\ntimestamps = %s\n", no[i]);
-        load_ok(text, &c);
-        ck_assert(!c.log_timestamps);
+        ck_assert_int_eq(c.log_timestamps, (int)i);
         config_free(&c);
     }
 
@@ -317,7 +328,11 @@ START_TEST(test_errors_name_file_line_key)
     expect_error("[replication]\napply_mode = fast\n", 2,
                  "[replication] apply_mode: ", "\"fast\" is not one of: batched, per-op");
     expect_error("[logging]\nlevel = loud\n", 2, "[logging] level: ", "is not one of: debug, info");
-    expect_error("[logging]\ntimestamps = maybe\n", 2, "[logging] timestamps: ", "is not a boolean");
+    expect_error("[logging]\ntimestamps = maybe\n", 2, "[logging] timestamps: ", "is not one of: auto, on, off");
+    expect_error("[metrics]\nlisten = 9187\n", 2, "[metrics] listen: ", "is not HOST:PORT");
+    expect_error("[metrics]\nlisten = localhost:http\n", 2, "[metrics] listen: ", "port must be a number");
+    expect_error("[metrics]\nlisten = [::1:9187\n", 2, "[metrics] listen: ", "[ADDRESS]:PORT");
+    expect_error("[replication]\non_error = ignore\n", 2, "[replication] on_error: ", "dead-letter, stop");
     expect_error("[replication]\ninclude = shop\n", 2, "[replication] include: ", "no dot");
     expect_error("[replication]\nexclude = a.*,,b.*\n", 2, "[replication] exclude: ", "empty item");
     expect_error("[replication]\nexclude = ,b.*\n", 2, "[replication] exclude: ", "empty item");

@@ -77,7 +77,7 @@ build/obj/src/daemon/main.o: src/daemon/main.c \
  /usr/include/libmongoc-1.0/mongoc/mongoc-rand.h \
  /usr/include/libmongoc-1.0/mongoc/mongoc-stream-tls.h \
  include/daemon/config.h include/daemon/daemon.h include/core/op.h \
- include/daemon/exitcodes.h include/util/log.h
+ include/daemon/exitcodes.h include/daemon/logsetup.h include/util/log.h
 /usr/include/libmongoc-1.0/mongoc/mongoc.h:
 /usr/include/libbson-1.0/bson/bson.h:
 /usr/include/libbson-1.0/bson/bson-compat.h:
@@ -159,4 +159,5 @@ include/daemon/config.h:
 include/daemon/daemon.h:
 include/core/op.h:
 include/daemon/exitcodes.h:
+include/daemon/logsetup.h:
 include/util/log.h:

@@ -1,0 +1,425 @@
+/*
+ * test_operate.c — the daemon as an operator meets it: the systemd notify protocol (read from a fake NOTIFY_SOCKET),
+ * the metrics endpoint scraped with a real HTTP client (curl), and ops PostgreSQL refuses (dead letters, or a stop
+ * that commits everything before the op).
+ */
+#include <check.h>
+#include <libpq-fe.h>
+#include <mongoc/mongoc.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../lib/daemonenv.h"
+
+/* ---- a fake service manager: the datagram socket sd_notify writes to ---- */
+
+typedef struct {
+    int fd;
+    char path[300];
+    char seen[64][256]; /* every message, in order */
+    int n;
+} notify_sock;
+
+static void notify_open(notify_sock *ns, const char *dir)
+{
+    memset(ns, 0, sizeof *ns);
+    snprintf(ns->path, sizeof ns->path, "%s/notify.sock", dir);
+    ns->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(ns->fd, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    ck_assert_uint_lt(strlen(ns->path), sizeof sa.sun_path);
+    memcpy(sa.sun_path, ns->path, strlen(ns->path) + 1);
+    ck_assert_int_eq(bind(ns->fd, (struct sockaddr *)&sa, sizeof sa), 0);
+}
+
+/* Waits up to timeout_s for a message containing `want` (each datagram may hold several NAME=value lines) and
+ * records everything received meanwhile. True when it arrived. */
+static bool notify_wait(notify_sock *ns, const char *want, double timeout_s)
+{
+    double until = denv_now() + timeout_s;
+    for (;;) {
+        double left = until - denv_now();
+        if (left <= 0)
+            return false;
+        struct pollfd pfd = {.fd = ns->fd, .events = POLLIN};
+        if (poll(&pfd, 1, (int)(left * 1000) + 1) <= 0)
+            continue;
+        char buf[4096];
+        ssize_t len = recv(ns->fd, buf, sizeof buf - 1, 0);
+        if (len <= 0)
+            continue;
+        buf[len] = '\0';
+        if (ns->n < 64)
+            snprintf(ns->seen[ns->n++], sizeof ns->seen[0], "%.255s", buf);
+        if (strstr(buf, want) != NULL)
+            return true;
+    }
+}
+
+static int notify_count(const notify_sock *ns, const char *what)
+{
+    int k = 0;
+    for (int i = 0; i < ns->n; i++)
+        k += strstr(ns->seen[i], what) != NULL;
+    return k;
+}
+
+static void notify_close(notify_sock *ns)
+{
+    close(ns->fd);
+    unlink(ns->path);
+}
+
+/* A TCP port nobody listens on right now. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void insert_docs(const char *uri, const char *db, const char *coll, int from, int to)
+{
+    mongoc_client_t *c = mongoc_client_new(uri);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, db, coll);
+    bson_error_t err;
+    for (int i = from; i <= to; i += 100) {
+        bson_t *docs[100];
+        size_t n = 0;
+        for (int k = i; k <= to && n < 100; k++)
+            docs[n++] = BCON_NEW("_id", BCON_INT32(k), "v", BCON_INT32(k * 10));
+        ck_assert_msg(mongoc_collection_insert_many(col, (const bson_t **)docs, n, NULL, NULL, &err), "insert: %s",
+                      err.message);
+        for (size_t k = 0; k < n; k++)
+            bson_destroy(docs[k]);
+    }
+    mongoc_collection_destroy(col);
+    mongoc_client_destroy(c);
+}
+
+static int64_t pg_count(const char *sql)
+{
+    PGconn *pg = PQconnectdb(denv_pg_conninfo());
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PGresult *r = PQexec(pg, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(pg));
+    int64_t v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    PQfinish(pg);
+    return v;
+}
+
+/* READY=1 after PostgreSQL and the oplog cursor are up; STATUS lines; WATCHDOG=1 at a quarter of WATCHDOG_USEC;
+ * RELOADING=1 then READY=1 on SIGHUP; STOPPING=1 on SIGTERM, then a clean exit. */
+START_TEST(test_systemd_notify)
+{
+    denv e;
+    denv_start(&e, "notify", NULL, NULL);
+    notify_sock ns;
+    notify_open(&ns, e.dir);
+    char sock_env[400];
+    snprintf(sock_env, sizeof sock_env, "NOTIFY_SOCKET=%s", ns.path);
+    const char *env_extra[] = {sock_env, "WATCHDOG_USEC=400000", NULL};
+    denv_daemon_start_env(&e, env_extra);
+
+    ck_assert_msg(notify_wait(&ns, "READY=1", 30), "no READY=1 within 30 s");
+    ck_assert_msg(notify_count(&ns, "STATUS=") >= 1, "no STATUS= before READY=1");
+    /* READY means the checkpoint is read and the start committed: it is in PostgreSQL by now. */
+    ck_assert(denv_wait_caught_up(&e, 30));
+    ck_assert_msg(denv_file_contains(e.log, "ready: PostgreSQL connected"), "the log does not say it is ready");
+
+    int before = notify_count(&ns, "WATCHDOG=1");
+    notify_wait(&ns, "no such message", 1.2);
+    int pings = notify_count(&ns, "WATCHDOG=1") - before;
+    ck_assert_msg(pings >= 3, "only %d WATCHDOG=1 in 1.2 s with WATCHDOG_USEC=400000", pings);
+
+    insert_docs(e.uri, "rep_notify_a", "c", 1, 500);
+    ck_assert(denv_wait_caught_up(&e, 30));
+    ck_assert_msg(notify_wait(&ns, "STATUS=tailing: caught up", 10), "no 'tailing: caught up' STATUS");
+
+    proc_signal(&e.daemon, SIGHUP);
+    ck_assert_msg(notify_wait(&ns, "RELOADING=1", 10), "no RELOADING=1 after SIGHUP");
+    ck_assert_msg(notify_wait(&ns, "READY=1", 10), "no READY=1 after the reload");
+
+    proc_signal(&e.daemon, SIGTERM);
+    ck_assert_msg(notify_wait(&ns, "STOPPING=1", 10), "no STOPPING=1 after SIGTERM");
+    ck_assert(proc_wait(&e.daemon, 30));
+    ck_assert_int_eq(proc_exit_code(&e.daemon), 0);
+    e.daemon.pid = 0;
+    notify_close(&ns);
+    denv_expect_match(&e);
+    denv_stop(&e);
+}
+END_TEST
+
+/* Without PostgreSQL there is no READY=1: the STATUS line says what it waits for, and SIGTERM still stops it. */
+START_TEST(test_not_ready_without_postgres)
+{
+    denv e;
+    denv_start(&e, "notready", NULL, NULL);
+    char ini[320];
+    snprintf(ini, sizeof ini, "%s/nopg.ini", e.dir);
+    FILE *f = fopen(ini, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "[mongodb]\nuri = %s\n[postgres]\nconninfo = host=127.0.0.1 port=%d connect_timeout=2\n", e.uri,
+            free_port());
+    fclose(f);
+    notify_sock ns;
+    notify_open(&ns, e.dir);
+    char sock_env[400], bin[256], err[256];
+    snprintf(sock_env, sizeof sock_env, "NOTIFY_SOCKET=%s", ns.path);
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *argv[] = {bin, "-c", ini, "run", NULL};
+    const char *env_extra[] = {sock_env, NULL};
+    snprintf(e.log, sizeof e.log, "%s/nopg.log", e.dir);
+    ck_assert_msg(proc_start(argv, env_extra, e.log, &e.daemon, err, sizeof err), "%s", err);
+    ck_assert_msg(notify_wait(&ns, "STATUS=reconnecting to PostgreSQL", 15), "no 'reconnecting' STATUS");
+    ck_assert_msg(!notify_wait(&ns, "READY=1", 2), "READY=1 without PostgreSQL");
+    ck_assert(proc_stop(&e.daemon, 10));
+    ck_assert_int_eq(proc_exit_code(&e.daemon), 0);
+    e.daemon.pid = 0;
+    notify_close(&ns);
+    denv_stop(&e);
+}
+END_TEST
+
+/* ---- metrics ---- */
+
+/* GET url with curl; the body (with headers when `headers`) into out. Returns curl's exit code. */
+static int curl_get(const char *url, bool headers, char *out, size_t outlen)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "curl -s -S --max-time 10 %s '%s' 2>&1", headers ? "-i" : "", url);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, outlen - 1, p);
+    out[n] = '\0';
+    int rc = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* The value of the sample line that starts with `series` (name and labels as written), or -1. */
+static double metric(const char *text, const char *series)
+{
+    size_t len = strlen(series);
+    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, series, len) == 0 && line[len] == ' ')
+            return strtod(line + len + 1, NULL);
+    }
+    return -1;
+}
+
+/* The counters a scrape shows match what was applied: 300 inserts, 40 updates, 25 deletes. */
+START_TEST(test_metrics_scrape)
+{
+    int port = free_port();
+    char extra[128];
+    snprintf(extra, sizeof extra, "[metrics]\nlisten = 127.0.0.1:%d\n", port);
+    denv e;
+    denv_start(&e, "metrics", NULL, extra);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 30));
+
+    insert_docs(e.uri, "rep_metrics_a", "c", 1, 300);
+    mongoc_client_t *c = mongoc_client_new(e.uri);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, "rep_metrics_a", "c");
+    bson_error_t berr;
+    for (int i = 1; i <= 40; i++) {
+        bson_t *q = BCON_NEW("_id", BCON_INT32(i)), *u = BCON_NEW("$set", "{", "w", BCON_INT32(i), "}");
+        ck_assert_msg(mongoc_collection_update_one(col, q, u, NULL, NULL, &berr), "%s", berr.message);
+        bson_destroy(q);
+        bson_destroy(u);
+    }
+    for (int i = 101; i <= 125; i++) {
+        bson_t *q = BCON_NEW("_id", BCON_INT32(i));
+        ck_assert_msg(mongoc_collection_delete_one(col, q, NULL, NULL, &berr), "%s", berr.message);
+        bson_destroy(q);
+    }
+    mongoc_collection_destroy(col);
+    mongoc_client_destroy(c);
+    ck_assert(denv_wait_caught_up(&e, 30));
+
+    char url[128], *body = malloc(65536);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", port);
+    /* The snapshot is published every second: wait for one that has seen the idle marker after the last commit. */
+    for (int i = 0; i < 50; i++) {
+        ck_assert_int_eq(curl_get(url, true, body, 65536), 0);
+        if (metric(body, "oplog2pg_ops_applied_total{kind=\"delete\"}") == 25 &&
+            metric(body, "oplog2pg_lag_seconds") == 0)
+            break;
+        usleep(100 * 1000);
+    }
+    ck_assert_msg(strstr(body, "HTTP/1.1 200") != NULL, "status: %.200s", body);
+    ck_assert_msg(strstr(body, "text/plain; version=0.0.4") != NULL, "content type: %.300s", body);
+    ck_assert_double_eq(metric(body, "oplog2pg_ops_applied_total{kind=\"insert\"}"), 300);
+    ck_assert_double_eq(metric(body, "oplog2pg_ops_applied_total{kind=\"update\"}"), 40);
+    ck_assert_double_eq(metric(body, "oplog2pg_ops_applied_total{kind=\"delete\"}"), 25);
+    ck_assert_double_eq(metric(body, "oplog2pg_rows_written_total{method=\"copy\"}") +
+                            metric(body, "oplog2pg_rows_written_total{method=\"insert\"}"),
+                        300);
+    ck_assert_double_eq(metric(body, "oplog2pg_rows_written_total{method=\"update\"}"), 40);
+    ck_assert_double_eq(metric(body, "oplog2pg_rows_written_total{method=\"delete\"}"), 25);
+    ck_assert_double_eq(metric(body, "oplog2pg_dead_letters_total"), 0);
+    ck_assert_double_eq(metric(body, "oplog2pg_ready"), 1);
+    ck_assert_double_eq(metric(body, "oplog2pg_lag_seconds"), 0);
+    ck_assert_msg(metric(body, "oplog2pg_commits_total") >= 1, "no commits counted");
+    ck_assert_msg(metric(body, "oplog2pg_flushes_total{trigger=\"idle\"}") >= 1, "no idle flush counted");
+    ck_assert_msg(metric(body, "oplog2pg_bytes_written_total") > 0, "no bytes counted");
+    ck_assert_double_eq(metric(body, "oplog2pg_checkpoint_timestamp_seconds"),
+                        (double)(denv_checkpoint_ts(e.service) >> 32));
+    ck_assert_msg(strstr(body, "oplog2pg_info{service=\"rep_metrics\"") != NULL, "no info line");
+
+    denv_stop(&e);
+    ck_assert_msg(curl_get(url, false, body, 65536) != 0, "the endpoint still answers after the daemon stopped");
+    free(body);
+}
+END_TEST
+
+/* ---- ops PostgreSQL refuses ---- */
+
+/* Inserts one document whose string holds U+0000 (valid BSON, refused by jsonb). */
+static void insert_nul(const char *uri, const char *db, const char *coll, int id)
+{
+    mongoc_client_t *c = mongoc_client_new(uri);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, db, coll);
+    bson_t doc = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&doc, "_id", id);
+    bson_append_utf8(&doc, "s", 1, "a\0b", 3);
+    bson_error_t err;
+    ck_assert_msg(mongoc_collection_insert_one(col, &doc, NULL, NULL, &err), "%s", err.message);
+    bson_destroy(&doc);
+    mongoc_collection_destroy(col);
+    mongoc_client_destroy(c);
+}
+
+/* Default on_error = dead-letter: a document with U+0000 (in a COPY run), an update setting such a string, and the
+ * create of and insert into a collection whose name is too long for PostgreSQL are set aside; everything else
+ * arrives. */
+START_TEST(test_dead_letters)
+{
+    denv e;
+    denv_start(&e, "dl", NULL, NULL);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 30));
+
+    insert_docs(e.uri, "rep_dl_a", "c", 1, 1);
+    insert_nul(e.uri, "rep_dl_a", "c", 2);
+    insert_docs(e.uri, "rep_dl_a", "c", 3, 102);
+    mongoc_client_t *c = mongoc_client_new(e.uri);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, "rep_dl_a", "c");
+    bson_error_t berr;
+    bson_t *q = BCON_NEW("_id", BCON_INT32(1));
+    bson_t u = BSON_INITIALIZER, set;
+    BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
+    bson_append_utf8(&set, "t", 1, "x\0y", 3);
+    bson_append_document_end(&u, &set);
+    ck_assert_msg(mongoc_collection_update_one(col, q, &u, NULL, NULL, &berr), "%s", berr.message);
+    bson_destroy(q);
+    bson_destroy(&u);
+    q = BCON_NEW("_id", BCON_INT32(3));
+    bson_t *u2 = BCON_NEW("$set", "{", "w", BCON_INT32(7), "}");
+    ck_assert_msg(mongoc_collection_update_one(col, q, u2, NULL, NULL, &berr), "%s", berr.message);
+    bson_destroy(q);
+    bson_destroy(u2);
+    q = BCON_NEW("_id", BCON_INT32(4));
+    ck_assert_msg(mongoc_collection_delete_one(col, q, NULL, NULL, &berr), "%s", berr.message);
+    bson_destroy(q);
+    mongoc_collection_destroy(col);
+    mongoc_client_destroy(c);
+    char longname[80];
+    memset(longname, 'n', 70);
+    longname[70] = '\0';
+    insert_docs(e.uri, "rep_dl_a", longname, 1, 1);
+    insert_docs(e.uri, "rep_dl_a", "after", 1, 5);
+
+    ck_assert_msg(denv_wait_caught_up(&e, 60), "the daemon did not get past the refused ops");
+    ck_assert_int_eq(pg_count("SELECT count(*) FROM rep_dl_a.c"), 100); /* 102 inserted, _id 2 refused, 4 deleted */
+    ck_assert_int_eq(pg_count("SELECT count(*) FROM rep_dl_a.c WHERE _id = '2'"), 0);
+    ck_assert_int_eq(pg_count("SELECT count(*) FROM rep_dl_a.c WHERE _id = '1' AND NOT doc ? 't'"), 1);
+    ck_assert_int_eq(pg_count("SELECT count(*) FROM rep_dl_a.c WHERE _id = '3' AND doc->'w' = '7'"), 1);
+    ck_assert_int_eq(pg_count("SELECT count(*) FROM rep_dl_a.after"), 5);
+    /* Four: the NUL document, the NUL update, and the long namespace's implicit create and its insert. */
+    ck_assert_int_eq(pg_count("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_dl'"), 4);
+    ck_assert_int_eq(pg_count("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_dl' AND op = 'i' "
+                              "AND coll = 'c' AND doc_id = '2' AND sqlstate IS NOT NULL AND op_bson IS NOT NULL "
+                              "AND op_json LIKE '%\\u0000%'"),
+                     1);
+    ck_assert_int_eq(pg_count("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_dl' AND op = 'u' "
+                              "AND doc_id = '1' AND error <> ''"),
+                     1);
+    ck_assert_int_eq(pg_count("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_dl' AND op IN ('c', 'i') "
+                              "AND length(coll) = 70 AND error LIKE '%cannot be a PostgreSQL table%'"),
+                     2);
+    ck_assert_msg(denv_file_contains(e.log, "set aside in oplog2pg.dead_letter"), "no dead letter logged");
+
+    char out[320];
+    snprintf(out, sizeof out, "%s/status.json", e.dir);
+    const char *args[] = {"-c", e.ini, "status", "--json", NULL};
+    ck_assert_int_eq(denv_run_command(&e, args, out), 0);
+    ck_assert_msg(denv_file_contains(out, "\"dead_letters\": 4"), "status --json does not count 4 dead letters");
+    denv_stop(&e);
+}
+END_TEST
+
+/* on_error = stop: everything before the refused entry is committed, the daemon exits 1, and a restart with
+ * dead-letter goes on from there. */
+START_TEST(test_stop_on_refused_op)
+{
+    denv e;
+    denv_start(&e, "dlstop", NULL, "on_error = stop\n");
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 30));
+    /* Stop the daemon while the workload is written, so the bad document lands in the middle of one group. */
+    ck_assert(proc_stop(&e.daemon, 30));
+    insert_docs(e.uri, "rep_dlstop_a", "c", 1, 10);
+    uint64_t before_bad = denv_newest_ts(e.uri);
+    insert_nul(e.uri, "rep_dlstop_a", "c", 11);
+    insert_docs(e.uri, "rep_dlstop_a", "c", 12, 21);
+    denv_daemon_start(&e);
+    ck_assert_msg(proc_wait(&e.daemon, 60), "the daemon did not stop at the refused op");
+    ck_assert_int_eq(proc_exit_code(&e.daemon), 1);
+    e.daemon.pid = 0;
+    ck_assert_int_eq(pg_count("SELECT count(*) FROM rep_dlstop_a.c"), 10);
+    ck_assert_uint_eq(denv_checkpoint_ts(e.service), before_bad);
+    ck_assert_msg(denv_file_contains(e.log, "everything before this entry is committed"), "no stop message");
+    ck_assert_msg(denv_file_contains(e.log, "the op PostgreSQL refused: rep_dlstop_a.c _id 11 (oplog entry"),
+                  "the log does not name the refused op");
+
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "sed -i 's/^on_error = stop$/on_error = dead-letter/' '%s'", e.ini);
+    ck_assert_int_eq(system(cmd), 0);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_int_eq(pg_count("SELECT count(*) FROM rep_dlstop_a.c"), 20);
+    ck_assert_int_eq(pg_count("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_dlstop'"), 1);
+    denv_stop(&e);
+}
+END_TEST
+
+Suite *operate_suite(void); /* called by the generated runner list */
+
+Suite *operate_suite(void)
+{
+    Suite *s = suite_create("operate");
+    TCase *tc = tcase_create("operate");
+    tcase_set_timeout(tc, 180);
+    tcase_add_test(tc, test_systemd_notify);
+    tcase_add_test(tc, test_not_ready_without_postgres);
+    tcase_add_test(tc, test_metrics_scrape);
+    tcase_add_test(tc, test_dead_letters);
+    tcase_add_test(tc, test_stop_on_refused_op);
+    suite_add_tcase(s, tc);
+    return s;
+}

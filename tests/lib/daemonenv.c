@@ -1,0 +1,212 @@
+/*
+ * daemonenv.c — see daemonenv.h.
+ */
+#include "daemonenv.h"
+
+#include <check.h>
+#include <libpq-fe.h>
+#include <mongoc/mongoc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "compare.h"
+#include "oplogutil.h"
+
+const char *denv_pg_conninfo(void)
+{
+    const char *c = getenv("OPLOG2PG_TEST_PG");
+    ck_assert_msg(c != NULL, "OPLOG2PG_TEST_PG is not set: run through scripts/with-pg.sh");
+    return c;
+}
+
+bool denv_using_sim(void)
+{
+    return getenv("OPLOG2PG_TEST_SIM") != NULL || getenv("MONGO_URI") == NULL;
+}
+
+double denv_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The newest oplog entry's ts (0 when the oplog is empty). */
+uint64_t denv_newest_ts(const char *uri)
+{
+    bson_error_t err;
+    uint64_t ts;
+    mongoc_client_t *c = mongoc_client_new(uri);
+    ck_assert_ptr_nonnull(c);
+    bool ok = oplogutil_newest_ts(c, &ts, &err);
+    mongoc_client_destroy(c);
+    ck_assert_msg(ok, "reading the oplog: %s", err.message);
+    return ts;
+}
+
+/* The service's committed checkpoint as ts (0 when none). */
+uint64_t denv_checkpoint_ts(const char *service)
+{
+    PGconn *pg = PQconnectdb(denv_pg_conninfo());
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    uint64_t ts = oplogutil_checkpoint_ts(pg, service);
+    PQfinish(pg);
+    return ts;
+}
+
+void denv_show_log(const denv *e)
+{
+    FILE *f = fopen(e->log, "r");
+    if (f == NULL)
+        return;
+    char line[1024];
+    fprintf(stderr, "---- %s (last lines)\n", e->log);
+    long lines = 0;
+    while (fgets(line, sizeof line, f))
+        lines++;
+    rewind(f);
+    for (long i = 0; fgets(line, sizeof line, f); i++)
+        if (i >= lines - 30)
+            fputs(line, stderr);
+    fclose(f);
+}
+
+void denv_start(denv *e, const char *name, const char *const *sim_args, const char *extra_ini)
+{
+    memset(e, 0, sizeof *e);
+    char err[512];
+    const char *tmp = getenv("TMPDIR"); /* the harness points it at a folder it removes, even after a failure */
+    snprintf(e->dir, sizeof e->dir, "%s/oplog2pg-rep-%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+    ck_assert_ptr_nonnull(mkdtemp(e->dir));
+    snprintf(e->service, sizeof e->service, "rep_%s", name);
+    snprintf(e->prefix, sizeof e->prefix, "rep_%s_", name);
+    snprintf(e->base_log, sizeof e->base_log, "%s/oplog2pg.log", e->dir);
+    mongoc_init();
+    if (denv_using_sim()) {
+        char simlog[256];
+        snprintf(simlog, sizeof simlog, "%s/mongosim.log", e->dir);
+        ck_assert_msg(proc_start_mongosim(sim_args, simlog, &e->sim, err, sizeof err), "%s", err);
+        e->own_sim = true;
+        snprintf(e->uri, sizeof e->uri, "mongodb://127.0.0.1:%d/?replicaSet=rs0", e->sim.port);
+    } else {
+        snprintf(e->uri, sizeof e->uri, "%s", getenv("MONGO_URI"));
+    }
+    /* One entry outside the replicated databases, so the daemon has a newest entry to start from. */
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    mongoc_collection_t *coll = mongoc_client_get_collection(c, "rep_seed", name);
+    bson_t *doc = BCON_NEW("started", BCON_BOOL(true));
+    bson_error_t berr;
+    ck_assert_msg(mongoc_collection_insert_one(coll, doc, NULL, NULL, &berr), "seed insert: %s", berr.message);
+    bson_destroy(doc);
+    mongoc_collection_destroy(coll);
+    mongoc_client_destroy(c);
+
+    snprintf(e->ini, sizeof e->ini, "%s/oplog2pg.ini", e->dir);
+    FILE *f = fopen(e->ini, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "[mongodb]\nuri = %s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s*.*\n%s",
+            e->uri, denv_pg_conninfo(), e->service, e->prefix, extra_ini ? extra_ini : "");
+    fclose(f);
+}
+
+void denv_daemon_start_env(denv *e, const char *const *env_extra)
+{
+    char err[512];
+    char bin[256];
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *argv[] = {bin, "-c", e->ini, "run", NULL};
+    /* One log per start (denv_show_log prints the current one). */
+    snprintf(e->log, sizeof e->log, "%s.%d", e->base_log, e->starts++);
+    ck_assert_msg(proc_start(argv, env_extra, e->log, &e->daemon, err, sizeof err), "%s", err);
+}
+
+void denv_daemon_start(denv *e)
+{
+    denv_daemon_start_env(e, NULL);
+}
+
+/* Wait until the checkpoint reaches the newest oplog entry; false on timeout. */
+bool denv_wait_caught_up(denv *e, double timeout_s)
+{
+    double until = denv_now() + timeout_s;
+    while (denv_now() < until) {
+        uint64_t want = denv_newest_ts(e->uri), have = denv_checkpoint_ts(e->service);
+        if (want != 0 && have == want)
+            return true;
+        if (e->daemon.pid != 0 && proc_wait(&e->daemon, 0.0)) {
+            denv_show_log(e);
+            ck_abort_msg("the daemon exited with %d while catching up", proc_exit_code(&e->daemon));
+        }
+        usleep(50 * 1000);
+    }
+    return false;
+}
+
+void denv_expect_match(denv *e)
+{
+    PGconn *pg = PQconnectdb(denv_pg_conninfo());
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    compare_options opts = {.db_prefix = e->prefix};
+    compare_report rep;
+    char err[512];
+    bool ran = compare_all(e->uri, pg, &opts, &rep, err, sizeof err);
+    if (ran && !rep.match) {
+        compare_report_print(&rep, stderr, false);
+        denv_show_log(e);
+    }
+    bool match = ran && rep.match;
+    int64_t rows = rep.source_rows;
+    compare_report_free(&rep);
+    PQfinish(pg);
+    ck_assert_msg(ran, "compare failed to run: %s", err);
+    ck_assert_msg(match, "PostgreSQL differs from the source (see above)");
+    ck_assert_msg(rows > 0, "the workload left no rows to compare");
+}
+
+void denv_stop(denv *e)
+{
+    if (e->daemon.pid != 0) {
+        ck_assert_msg(proc_stop(&e->daemon, 30), "the daemon did not stop on SIGTERM");
+        if (proc_exit_code(&e->daemon) != 0)
+            denv_show_log(e);
+        ck_assert_int_eq(proc_exit_code(&e->daemon), 0);
+    }
+    if (e->own_sim)
+        proc_stop(&e->sim, 10);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", e->dir);
+}
+
+int denv_run_command(denv *e, const char *const *args, const char *out_path)
+{
+    char err[512], bin[256];
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *argv[8] = {bin};
+    size_t n = 1;
+    for (; args[n - 1] != NULL && n < 7; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    proc_handle p;
+    ck_assert_msg(proc_start(argv, NULL, out_path, &p, err, sizeof err), "%s", err);
+    ck_assert_msg(proc_wait(&p, 300), "%s did not finish", args[0]);
+    (void)e;
+    return proc_exit_code(&p);
+}
+
+bool denv_file_contains(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    char line[2048];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}

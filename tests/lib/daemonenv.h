@@ -1,0 +1,56 @@
+/*
+ * daemonenv.h — one integration-test environment around the daemon: a mongosim of its own (or the replica set at
+ * MONGO_URI), a configuration file naming the throwaway PostgreSQL, a service name and a database prefix of its own,
+ * a folder under $TMPDIR for logs; and the steps tests take with it (start the daemon, wait until it caught up,
+ * compare PostgreSQL with the source, run a command, stop). Failures abort the Check test with a message.
+ */
+#ifndef OPLOG2PG_TESTS_DAEMONENV_H
+#define OPLOG2PG_TESTS_DAEMONENV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "proc.h"
+
+typedef struct {
+    proc_handle sim;
+    bool own_sim;
+    char uri[256];
+    char dir[200];
+    char ini[256];
+    char base_log[256];
+    char log[300];
+    char service[64];
+    char prefix[32];
+    proc_handle daemon;
+    int starts;
+} denv;
+
+/* $OPLOG2PG_TEST_PG (set by scripts/with-pg.sh). */
+const char *denv_pg_conninfo(void);
+/* True unless MONGO_URI names a real replica set (and OPLOG2PG_TEST_SIM is unset). */
+bool denv_using_sim(void);
+double denv_now(void); /* monotonic seconds */
+/* The newest oplog entry's ts as (secs << 32 | inc), 0 when the oplog is empty. */
+uint64_t denv_newest_ts(const char *uri);
+/* The service's committed checkpoint the same way (0 when none). */
+uint64_t denv_checkpoint_ts(const char *service);
+/* Prints the last 30 lines of the current daemon log to stderr. */
+void denv_show_log(const denv *e);
+/* Sets up the environment `name` (service rep_NAME, databases rep_NAME_*); extra_ini is appended to the
+ * [replication] section of the configuration (it may open further sections). */
+void denv_start(denv *e, const char *name, const char *const *sim_args, const char *extra_ini);
+/* Starts `oplog2pg -c INI run`, with env_extra ("NAME=value", NULL-terminated) added to its environment. */
+void denv_daemon_start(denv *e);
+void denv_daemon_start_env(denv *e, const char *const *env_extra);
+/* Waits until the checkpoint reaches the newest oplog entry; false on timeout. Aborts if the daemon exits. */
+bool denv_wait_caught_up(denv *e, double timeout_s);
+/* Every row of the rep_NAME_* databases equals the source. */
+void denv_expect_match(denv *e);
+/* SIGTERM the daemon (it must exit 0), stop the mongosim, remove the folder. */
+void denv_stop(denv *e);
+/* Runs `oplog2pg ARGS...` to completion with its output in out_path; returns its exit code. */
+int denv_run_command(denv *e, const char *const *args, const char *out_path);
+bool denv_file_contains(const char *path, const char *needle);
+
+#endif
