@@ -121,13 +121,16 @@ static void trial_open(trial *t, const char *name, const char *apply_mode)
     t->pg = PQconnectdb(conninfo);
     if (PQstatus(t->pg) != CONNECTION_OK)
         die("%s", PQerrorMessage(t->pg));
-    /* A fresh start for this service: no checkpoint, no tables. */
+    /* A fresh start for this service: no checkpoint, no copy state, no tables (the same PostgreSQL may have run
+     * this benchmark before, against another mongosim: an old copy's start point would not be in this oplog). */
     char sql[256];
     snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s0 CASCADE", t->prefix);
     exec_sql(t->pg, sql);
     exec_sql(t->pg, "CREATE SCHEMA IF NOT EXISTS oplog2pg");
     snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.checkpoint WHERE service = '%s'", t->service);
     PQclear(PQexec(t->pg, sql));
+    snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.copy_state WHERE service = '%s'", t->service);
+    PQclear(PQexec(t->pg, sql)); /* fails harmlessly when the table does not exist yet */
 
     mongoc_collection_t *coll = mongoc_client_get_collection(t->client, "bench_seed", "start");
     bson_t *doc = BCON_NEW("started", BCON_BOOL(true));

@@ -4,7 +4,8 @@
 # Starts mongosim (a one-member replica set on a free port) holding a first collection, starts oplog2pg against it and
 # the throwaway PostgreSQL (it copies that collection, then tails), runs a small shop workload through pymongo
 # (inserts, $set/$inc/$push/$unset updates, a replacement, deletes, a rename, a drop), then shows the tables, a few
-# rows, the checkpoint and `oplog2pg status`, and stops the daemon with SIGTERM as systemd would.
+# rows, the checkpoint, `oplog2pg status` and a few of its Prometheus metrics, and stops the daemon with SIGTERM as
+# systemd would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -29,6 +30,7 @@ read -r -t 10 port <&"${SIM[0]}"
 uri="mongodb://127.0.0.1:$port/?replicaSet=rs0"
 echo "replica set rs0 at $uri"
 
+mport=$(/usr/bin/python3 -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 cat >"$work/oplog2pg.ini" <<INI
 [mongodb]
 uri = $uri
@@ -40,6 +42,8 @@ include = shop.*
 [copy]
 # A fresh simulator's oplog is seconds old: no point warning that it holds less than an hour.
 window_warning = 0
+[metrics]
+listen = 127.0.0.1:$mport
 INI
 say "configuration ($work/oplog2pg.ini)"
 cat "$work/oplog2pg.ini"
@@ -70,6 +74,11 @@ SQL
 
 say "oplog2pg status"
 "$build/oplog2pg" -c "$work/oplog2pg.ini" status
+
+say "some of its metrics (curl http://127.0.0.1:$mport/metrics)"
+sleep 1 # the snapshot is published every second
+curl -s "http://127.0.0.1:$mport/metrics" |
+    grep -E '^oplog2pg_(ready|ops_applied_total|flushes_total|lag_seconds|dead_letters_total|commits_total)[ {]'
 
 say "stopping oplog2pg with SIGTERM (it commits what it has, then exits 0)"
 kill -TERM "$daemon_pid"

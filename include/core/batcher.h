@@ -64,7 +64,8 @@ typedef struct {
 } batcher_config;
 
 typedef struct {
-    uint64_t entries, ops[OP_TRUNCATE + 1];
+    uint64_t entries, ops[OP_TRUNCATE + 1];                     /* taken (a failed group's are counted too) */
+    uint64_t committed_entries, committed_ops[OP_TRUNCATE + 1]; /* of those, committed */
     uint64_t flushes[FLUSH_TRIGGERS];
     uint64_t commits;
     uint64_t dead_letters;

@@ -31,6 +31,7 @@ struct batcher {
     uint64_t opened_ms; /* when the open group took its first entry */
     op_pos last;
     batcher_stats stats;
+    uint64_t pending_entries, pending_ops[OP_TRUNCATE + 1]; /* taken since the last commit */
     const char *why; /* careful mode: why the batcher itself refused the last op (static text), NULL = the sink did */
 };
 
@@ -215,6 +216,11 @@ sink_status batcher_flush(batcher *b, flush_trigger why)
     b->stats.flushes[why]++;
     b->stats.commits++;
     b->stats.committed = b->last;
+    b->stats.committed_entries += b->pending_entries;
+    for (size_t k = 0; k <= OP_TRUNCATE; k++)
+        b->stats.committed_ops[k] += b->pending_ops[k];
+    b->pending_entries = 0;
+    memset(b->pending_ops, 0, sizeof b->pending_ops);
     b->dirty = false;
     b->group_ops = b->group_bytes = 0;
     return SINK_OK;
@@ -231,10 +237,12 @@ sink_status batcher_add(batcher *b, const op_entry *e, uint64_t now_ms)
         if (st != SINK_OK)
             return st;
         b->stats.ops[o->kind]++;
+        b->pending_ops[o->kind]++;
         if (o->kind != OP_NOOP)
             b->group_ops++;
     }
     b->stats.entries++;
+    b->pending_entries++;
     b->last = e->pos;
     b->have_last = true;
     b->dirty = true;
@@ -265,6 +273,8 @@ void batcher_reset(batcher *b)
     b->dirty = false;
     b->group_ops = b->group_bytes = 0;
     b->last = b->stats.committed;
+    b->pending_entries = 0;
+    memset(b->pending_ops, 0, sizeof b->pending_ops);
 }
 
 bool batcher_dirty(const batcher *b)

@@ -278,14 +278,15 @@ static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
     snprintf(m->service, sizeof m->service, "%s", d->cfg->service);
     if (d->bt != NULL) {
         const batcher_stats *bs = batcher_get_stats(d->bt);
-        m->entries_applied += bs->entries;
+        /* Committed work only: a group rolled back (a lost connection) is applied again by the next session. */
+        m->entries_applied += bs->committed_entries;
         for (int k = 0; k <= OP_TRUNCATE; k++) {
             int mk = k == OP_INSERT   ? METRICS_OP_INSERT
                      : k == OP_UPDATE ? METRICS_OP_UPDATE
                      : k == OP_DELETE ? METRICS_OP_DELETE
                      : k == OP_NOOP   ? METRICS_OP_NOOP
                                       : METRICS_OP_DDL;
-            m->ops_applied[mk] += bs->ops[k];
+            m->ops_applied[mk] += bs->committed_ops[k];
         }
         for (int t = 0; t < FLUSH_TRIGGERS && t < METRICS_FLUSH_TRIGGERS; t++)
             m->flushes[t] += bs->flushes[t];
@@ -874,6 +875,9 @@ int daemon_run(config *cfg, const char *config_path, const daemon_options *opts)
     ev_timer_init(&d.tick_timer, on_tick, tick, tick);
     d.tick_timer.data = &d;
     d.totals.start_time = (double)time(NULL);
+
+    log_notice("oplog2pg %s starting: service '%s', apply mode %s", OPLOG2PG_VERSION, cfg->service,
+               config_apply_mode_name(cfg->apply_mode));
     if (cfg->metrics_listen[0] != '\0') {
         char merr[512];
         d.metrics = metrics_start(cfg->metrics_listen, merr, sizeof merr);
@@ -885,9 +889,6 @@ int daemon_run(config *cfg, const char *config_path, const daemon_options *opts)
         log_info("serving metrics at http://%s/metrics", cfg->metrics_listen);
         publish(&d);
     }
-
-    log_notice("oplog2pg %s starting: service '%s', apply mode %s", OPLOG2PG_VERSION, cfg->service,
-               config_apply_mode_name(cfg->apply_mode));
 
     unsigned backoff = BACKOFF_MIN_MS;
     bool first_session = true;

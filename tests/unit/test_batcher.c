@@ -307,6 +307,10 @@ START_TEST(test_failure_keeps_committed_position)
     feed(OP_INSERT, "shop", "a", 0); /* the run was dropped: only the new row is written */
     batcher_flush(B, FLUSH_IDLE);
     expect_log("copy shop.a 1 @1:3; commit 1:3; ");
+    /* Three entries taken, two committed: the rolled-back one is not counted as applied. */
+    ck_assert_uint_eq(batcher_get_stats(B)->entries, 3);
+    ck_assert_uint_eq(batcher_get_stats(B)->committed_entries, 2);
+    ck_assert_uint_eq(batcher_get_stats(B)->committed_ops[OP_INSERT], 2);
 }
 END_TEST
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../lib/textfile.h"
 #include "daemon/config.h"
 
 /* ---- helpers ----------------------------------------------------------------------------------------------------- */
@@ -26,17 +27,8 @@ static void write_tmp(char *path, const char *text)
 
 static char *read_all(const char *path)
 {
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "cannot open %s (tests run from the repository root)", path);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&buf, &len);
-    char chunk[4096];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        fwrite(chunk, 1, got, mem);
-    fclose(f);
-    fclose(mem);
+    char *buf = textfile_read(path);
+    ck_assert_msg(buf != NULL, "cannot read %s (tests run from the repository root)", path);
     return buf;
 }
 

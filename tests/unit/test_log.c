@@ -17,6 +17,7 @@
 
 #include <mongoc/mongoc.h>
 
+#include "../lib/textfile.h"
 #include "daemon/config.h"
 #include "daemon/logsetup.h"
 #include "util/log.h"
@@ -45,17 +46,8 @@ static char *capture_end(void)
     close(saved_fd);
     saved_fd = -1;
 
-    FILE *f = fopen(capture_path, "r");
-    ck_assert(f != NULL);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&buf, &len);
-    char chunk[4096];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        fwrite(chunk, 1, got, mem);
-    fclose(f);
-    fclose(mem);
+    char *buf = textfile_read(capture_path);
+    ck_assert_msg(buf != NULL, "cannot read the captured stderr %s", capture_path);
     unlink(capture_path);
     return buf;
 }
