@@ -261,6 +261,13 @@ static void leave_careful_if_past(daemon_ctx *d)
                (unsigned long long)sink_get_stats(d->snk)->dead_letters);
 }
 
+/* Bring d->committed up to the batcher's last commit (it starts as the checkpoint read at session start). */
+static void refresh_committed(daemon_ctx *d)
+{
+    if (d->bt != NULL && batcher_get_stats(d->bt)->committed.secs != 0)
+        d->committed = batcher_get_stats(d->bt)->committed;
+}
+
 /* Seconds the committed position is behind the oplog: 0 once everything read is committed and the reader found
  * the oplog drained; otherwise the age of the last committed entry. */
 static double current_lag(const daemon_ctx *d)
@@ -291,9 +298,8 @@ static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
         for (int t = 0; t < FLUSH_TRIGGERS && t < METRICS_FLUSH_TRIGGERS; t++)
             m->flushes[t] += bs->flushes[t];
         m->commits += bs->commits;
-        if (bs->committed.secs != 0)
-            d->committed = bs->committed;
     }
+    refresh_committed(d);
     if (d->rd != NULL) {
         reader_stats rs;
         reader_get_stats(d->rd, &rs);
@@ -476,8 +482,7 @@ static void on_progress(struct ev_loop *loop, ev_timer *w, int revents)
     double secs = now - d->last_progress;
     double rate = secs > 0 ? (double)(bs->entries - d->applied_at_last_progress) / secs : 0;
     char at[OP_POS_STRLEN];
-    if (bs->committed.secs != 0)
-        d->committed = bs->committed;
+    refresh_committed(d);
     log_info("applied %llu entries (%.0f/s), %llu commits; committed through %s, %.0f s behind; queue %zu ops",
              (unsigned long long)bs->entries, rate, (unsigned long long)bs->commits,
              op_pos_format(&d->committed, at, sizeof at), current_lag(d), queue_ops(d->q));

@@ -1089,12 +1089,18 @@ sink_status sink_guard_end(sink *s)
     return send_simple(s, P_RELEASE, NULL, "RELEASE SAVEPOINT " GUARD_NAME, NULL);
 }
 
+/* The op's _id as relaxed Extended JSON (bson_free it), or NULL for DDL and when it cannot be rendered. */
+static char *op_id_text(const op *o)
+{
+    if (o->id_json != NULL)
+        return bson_strdup(o->id_json);
+    return o->id.value_type != BSON_TYPE_EOD ? ejson_value(&o->id) : NULL;
+}
+
 sink_status sink_refused(sink *s, const op *o, const char *why)
 {
     char at[OP_POS_STRLEN];
-    char *id_text = o->id_json != NULL                  ? bson_strdup(o->id_json)
-                    : o->id.value_type != BSON_TYPE_EOD ? ejson_value(&o->id)
-                                                        : NULL;
+    char *id_text = op_id_text(o);
     if (why != NULL)
         set_err(s, SINK_ERR_DATA, "%s", why);
     log_error("the op PostgreSQL refused: %s.%s%s%s (oplog entry %s, op %u of the entry)", o->db,
@@ -1130,22 +1136,18 @@ sink_status sink_dead_letter(sink *s, const op *o, const char *why)
     if (send_simple(s, P_SAVEPOINT, NULL, "ROLLBACK TO SAVEPOINT " GUARD_NAME, &o->pos) != SINK_OK)
         return s->failed;
 
-    char secs[16], inc[16], term[24], idx[16], *id_text = NULL, *op_text = NULL;
+    char secs[16], inc[16], term[24], idx[16], *id_text = op_id_text(o), *op_text = NULL;
     snprintf(secs, sizeof secs, "%u", o->pos.secs);
     snprintf(inc, sizeof inc, "%u", o->pos.inc);
     snprintf(term, sizeof term, "%lld", (long long)o->pos.term);
     snprintf(idx, sizeof idx, "%u", o->index);
     const char *kind = o->kind == OP_INSERT ? "i" : o->kind == OP_UPDATE ? "u" : o->kind == OP_DELETE ? "d" : "c";
-    if (o->id_json != NULL)
-        id_text = bson_strdup(o->id_json);
-    else if (o->id.value_type != BSON_TYPE_EOD)
-        id_text = ejson_value(&o->id);
     if (o->json != NULL) {
         op_text = bson_strdup(o->json);
     } else if (o->doc != NULL) {
         bson_t doc;
         if (bson_init_static(&doc, o->doc, o->doc_len))
-            op_text = bson_as_relaxed_extended_json(&doc, NULL);
+            op_text = ejson_document(&doc, NULL); /* the same rendering as the rows */
     }
     const char *values[13] = {s->service,
                               secs,

@@ -902,18 +902,36 @@ out:
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* the coordinator */
 
+/* Documents committed, the estimated total, and (left may be NULL) collections not finished: for the progress
+ * lines and copy_config.tick. */
+static void copy_totals(run_ctx *rc, int64_t *copied, int64_t *total, size_t *left)
+{
+    size_t unfinished = 0;
+    *copied = *total = 0;
+    pthread_mutex_lock(&rc->mu);
+    for (size_t i = 0; i < rc->njobs; i++) {
+        job *j = &rc->jobs[i];
+        int64_t c = atomic_load(&j->live_copied);
+        *copied += c;
+        *total += j->state == JOB_FINISHED ? c : (j->estimate > c ? j->estimate : c);
+        unfinished += j->state != JOB_FINISHED;
+    }
+    pthread_mutex_unlock(&rc->mu);
+    if (left != NULL)
+        *left = unfinished;
+}
+
 static void log_progress(run_ctx *rc, double started, int64_t base_total)
 {
     double now = now_s();
-    int64_t total = 0, copied = 0;
+    int64_t total, copied;
     char eta[32], r2[32];
+    copy_totals(rc, &copied, &total, NULL);
     pthread_mutex_lock(&rc->mu);
     for (size_t i = 0; i < rc->njobs; i++) {
         job *j = &rc->jobs[i];
         int64_t c = atomic_load(&j->live_copied);
         int64_t est = j->estimate > c ? j->estimate : c;
-        copied += c;
-        total += j->state == JOB_FINISHED ? c : est;
         if (j->state != JOB_RUNNING)
             continue;
         double secs = now - j->run_started;
@@ -929,22 +947,6 @@ static void log_progress(run_ctx *rc, double started, int64_t base_total)
              (long long)total, total > 0 ? 100.0 * (double)copied / (double)total : 100.0, rate,
              copy_format_duration(secs, r2, sizeof r2),
              copy_format_duration(copy_eta_seconds(copied, total, rate), eta, sizeof eta));
-}
-
-/* Documents committed, the estimated total, and collections not finished, for copy_config.tick. */
-static void tick_totals(run_ctx *rc, int64_t *copied, int64_t *total, size_t *left)
-{
-    *copied = *total = 0;
-    *left = 0;
-    pthread_mutex_lock(&rc->mu);
-    for (size_t i = 0; i < rc->njobs; i++) {
-        job *j = &rc->jobs[i];
-        int64_t c = atomic_load(&j->live_copied);
-        *copied += c;
-        *total += j->state == JOB_FINISHED ? c : (j->estimate > c ? j->estimate : c);
-        *left += j->state != JOB_FINISHED;
-    }
-    pthread_mutex_unlock(&rc->mu);
 }
 
 /* 1 fine, 0 window lost (err set), -1 could not check (err set; the caller logs and tries again later). */
@@ -1105,7 +1107,7 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
         if (cfg->tick != NULL) {
             int64_t copied, total;
             size_t left;
-            tick_totals(&rc, &copied, &total, &left);
+            copy_totals(&rc, &copied, &total, &left);
             cfg->tick(cfg->tick_arg, copied, total, left);
         }
         double now = now_s();
