@@ -7,6 +7,8 @@
  *                              rows into the same table shape; reports the daemon's peak memory
  *   replication copy [N]       the initial copy of N documents (default 1 000 000) in 4 collections, with 1 and 4
  *                              workers, against psql \copy of the same rows
+ *   replication keys [N]       what the key column costs an insert: psql \copy of the same N rows (default 300 000)
+ *                              with the key as text, as jsonb, and as a jsonb generated from the document
  *
  * Every figure is a ratio of two runs made side by side on the same PostgreSQL (OPLOG2PG_TEST_PG, from
  * scripts/with-pg.sh) and the same mongosim build, never a timed pass/fail. A trial starts the daemon on a fresh
@@ -87,6 +89,7 @@ typedef struct {
     mongoc_client_t *client;
     PGconn *pg;
     char dir[64], ini[128], log[128], uri[128], service[64], prefix[32];
+    uint64_t start; /* the checkpoint before the timed workload (timed_backlog) */
 } trial;
 
 static void trial_write_ini(trial *t, const char *apply_mode, const char *extra)
@@ -194,6 +197,7 @@ static double timed_backlog(trial *t, const workload_config *wc, long *peak_kb)
     wait_caught_up(t, 60);
     if (!proc_signal(&t->daemon, SIGSTOP))
         die("cannot pause the daemon");
+    t->start = oplogutil_checkpoint_ts(t->pg, t->service);
     workload_stats st;
     if (!workload_run(t->uri, wc, &st, err, sizeof err))
         die("workload: %s", err);
@@ -253,6 +257,39 @@ static void bench_batching(uint64_t n)
 }
 
 /* Writes every document of db.coll as a COPY text line of relaxed Extended JSON. */
+/* The source's oplog as a dump (concatenated BSON), as mongodump writes it. */
+static void dump_oplog(mongoc_client_t *c, const char *path)
+{
+    mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
+    bson_t filter = BSON_INITIALIZER;
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, NULL, NULL);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        die("cannot write %s", path);
+    const bson_t *doc;
+    while (mongoc_cursor_next(cur, &doc))
+        if (fwrite(bson_get_data(doc), 1, doc->len, f) != doc->len)
+            die("writing %s", path);
+    bson_error_t err;
+    if (mongoc_cursor_error(cur, &err))
+        die("reading the oplog: %s", err.message);
+    fclose(f);
+    mongoc_cursor_destroy(cur);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(oplog);
+}
+
+static void put_copy_text(FILE *f, const char *text, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (ch == '\\' || ch == '\t' || ch == '\n' || ch == '\r')
+            fputc('\\', f);
+        fputc(ch == '\t' ? 't' : ch == '\n' ? 'n' : ch == '\r' ? 'r' : ch, f);
+    }
+}
+
+/* The rows of db.coll as COPY text: the key text of _id, a tab, the document (the daemon's own two formats). */
 static uint64_t dump_for_copy(mongoc_client_t *c, const char *db, const char *coll, const char *path)
 {
     FILE *f = fopen(path, "w");
@@ -266,15 +303,17 @@ static uint64_t dump_for_copy(mongoc_client_t *c, const char *db, const char *co
     uint64_t n = 0;
     while (mongoc_cursor_next(cur, &doc)) {
         size_t len;
+        bson_iter_t it;
+        char *key = bson_iter_init_find(&it, doc, "_id") ? ejson_key(bson_iter_value(&it)) : NULL;
         char *json = ejson_document(doc, &len);
-        for (size_t i = 0; i < len; i++) {
-            char ch = json[i];
-            if (ch == '\\' || ch == '\t' || ch == '\n' || ch == '\r')
-                fputc('\\', f);
-            fputc(ch == '\t' ? 't' : ch == '\n' ? 'n' : ch == '\r' ? 'r' : ch, f);
-        }
+        if (key == NULL || json == NULL)
+            die("cannot render a document of %s.%s", db, coll);
+        put_copy_text(f, key, strlen(key));
+        fputc('\t', f);
+        put_copy_text(f, json, len);
         fputc('\n', f);
-        bson_free(json);
+        free(key);
+        free(json);
         n++;
     }
     bson_error_t err;
@@ -286,6 +325,28 @@ static uint64_t dump_for_copy(mongoc_client_t *c, const char *db, const char *co
     mongoc_collection_destroy(col);
     fclose(f);
     return n;
+}
+
+/* The table shape oplog2pg writes, for the psql \copy baselines: same columns, same key, no generated column. */
+#define SAME_SHAPE "(_id text COLLATE \"C\" PRIMARY KEY, doc jsonb NOT NULL)"
+
+/* Seconds psql \copy takes to load `path` into a fresh table `name` made by `create` (columns from `cols`). */
+static double psql_copy(PGconn *pg, const char *name, const char *create, const char *cols, const char *path)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS %s", name);
+    exec_sql(pg, sql);
+    snprintf(sql, sizeof sql, "CREATE TABLE %s %s", name, create);
+    exec_sql(pg, sql);
+    exec_sql(pg, "CHECKPOINT");
+    snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy %s %s from '%s'\"", name, cols, path);
+    double t0 = now_s();
+    if (system(sql) != 0)
+        die("psql \\copy into %s failed", name);
+    double secs = now_s() - t0;
+    snprintf(sql, sizeof sql, "DROP TABLE %s", name);
+    exec_sql(pg, sql);
+    return secs;
 }
 
 static void bench_inserts(uint64_t n)
@@ -304,30 +365,99 @@ static void bench_inserts(uint64_t n)
     long peak_kb = -1;
     double daemon_s = timed_backlog(&t, &wc, &peak_kb);
 
+    /* The same entries by `oplog2pg replay` of a dump of the oplog, from the same checkpoint, into empty tables. */
+    char dump[128], sql[512], bin[256], err[512];
+    snprintf(dump, sizeof dump, "%s/oplog.bson", t.dir);
+    dump_oplog(t.client, dump);
+    snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s0 CASCADE", t.prefix);
+    exec_sql(t.pg, sql);
+    snprintf(sql, sizeof sql, "UPDATE oplog2pg.checkpoint SET ts_sec = %u, ts_inc = %u WHERE service = '%s'",
+             (unsigned)(t.start >> 32), (unsigned)t.start, t.service);
+    exec_sql(t.pg, sql);
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *argv[] = {bin, "-c", t.ini, "replay", dump, NULL};
+    double r0 = now_s();
+    if (!proc_start(argv, NULL, t.log, &t.daemon, err, sizeof err))
+        die("%s", err);
+    if (!proc_wait(&t.daemon, 3600) || proc_exit_code(&t.daemon) != 0)
+        die("oplog2pg replay failed; see %s", t.log);
+    double replay_s = now_s() - r0;
+    t.daemon.pid = 0;
+
     /* The same rows by psql \copy into a table of the same shape, on the same server. */
-    char path[128], db[64], sql[512];
+    char path[128], db[64];
     snprintf(path, sizeof path, "%s/rows.copy", t.dir);
     snprintf(db, sizeof db, "%s0", t.prefix);
     uint64_t rows = dump_for_copy(t.client, db, "c0", path);
-    exec_sql(t.pg, "DROP TABLE IF EXISTS public.bench_copy");
-    exec_sql(t.pg, "CREATE TABLE public.bench_copy (_id jsonb GENERATED ALWAYS AS (doc -> '_id') STORED PRIMARY KEY, "
-                   "doc jsonb NOT NULL)");
-    snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy public.bench_copy (doc) from '%s'\"", path);
-    double t0 = now_s();
-    if (system(sql) != 0)
-        die("psql \\copy failed");
-    double copy_s = now_s() - t0;
-    exec_sql(t.pg, "DROP TABLE public.bench_copy");
+    double copy_s = psql_copy(t.pg, "public.bench_copy", SAME_SHAPE, "(_id, doc)", path);
     trial_close(&t);
 
     double daemon_rate = (double)n / daemon_s, copy_rate = (double)rows / copy_s;
     printf("| what | rows | seconds | rows/s |\n|---|---:|---:|---:|\n");
-    printf("| psql \\copy (relaxed EJSON text, same table shape) | %llu | %.2f | %.0f |\n", (unsigned long long)rows,
-           copy_s, copy_rate);
+    printf("| psql \\copy (the same key and document text, same table shape) | %llu | %.2f | %.0f |\n",
+           (unsigned long long)rows, copy_s, copy_rate);
     printf("| oplog2pg, tailing the oplog of those inserts | %llu | %.2f | %.0f |\n", (unsigned long long)n, daemon_s,
            daemon_rate);
-    printf("\noplog2pg reached %.0f%% of the COPY rate; its peak resident memory was %.1f MB\n",
-           100.0 * daemon_rate / copy_rate, (double)peak_kb / 1024.0);
+    printf("| oplog2pg replay of a dump of that oplog (start-up included) | %llu | %.2f | %.0f |\n",
+           (unsigned long long)n, replay_s, (double)n / replay_s);
+    printf("\noplog2pg reached %.0f%% of the COPY rate tailing and %.0f%% replaying; its peak resident memory was "
+           "%.1f MB\n",
+           100.0 * daemon_rate / copy_rate, 100.0 * ((double)n / replay_s) / copy_rate, (double)peak_kb / 1024.0);
+}
+
+/* What the key encoding costs an insert: the same n rows (the workload's documents, ObjectId, int32 and string
+ * _ids) loaded by psql \copy into the three shapes a key could take, median of three loads each. */
+static void bench_keys(uint64_t n)
+{
+    trial t;
+    trial_open(&t, "keys", "batched");
+    workload_config wc;
+    workload_config_init(&wc);
+    wc.seed = 99;
+    wc.ops = n;
+    wc.db_prefix = t.prefix;
+    wc.n_databases = 1;
+    wc.n_namespaces = 1;
+    wc.mode = WORKLOAD_INSERT_ONLY;
+    wc.batch_size = 1000;
+    workload_stats st;
+    char err[512], path[128], docs[140], db[64];
+    if (!workload_run(t.uri, &wc, &st, err, sizeof err))
+        die("workload: %s", err);
+    snprintf(path, sizeof path, "%s/rows.copy", t.dir);
+    snprintf(docs, sizeof docs, "%s/docs.copy", t.dir);
+    snprintf(db, sizeof db, "%s0", t.prefix);
+    uint64_t rows = dump_for_copy(t.client, db, "c0", path);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "cut -f2 '%s' > '%s'", path, docs);
+    if (system(cmd) != 0)
+        die("cut failed");
+    static const struct {
+        const char *what, *create, *cols;
+        bool docs_only;
+    } shapes[] = {
+        {"`_id text COLLATE \"C\"` key text (oplog2pg 0.2)", SAME_SHAPE, "(_id, doc)", false},
+        {"`_id jsonb`, the same key text as jsonb", "(_id jsonb PRIMARY KEY, doc jsonb NOT NULL)", "(_id, doc)", false},
+        {"`_id jsonb GENERATED ALWAYS AS (doc->'_id') STORED` (oplog2pg 0.1)",
+         "(_id jsonb GENERATED ALWAYS AS (doc -> '_id') STORED PRIMARY KEY, doc jsonb NOT NULL)", "(doc)", true},
+    };
+    double secs[3][3];
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < 3; i++)
+            secs[i][round] = psql_copy(t.pg, "public.bench_keys", shapes[i].create, shapes[i].cols,
+                                       shapes[i].docs_only ? docs : path);
+    trial_close(&t);
+    printf(
+        "| key column | rows | seconds (median of 3) | rows/s | of the text key's rate |\n|---|---:|---:|---:|---:|\n");
+    double base = 0;
+    for (int i = 0; i < 3; i++) {
+        qsort(secs[i], 3, sizeof secs[i][0], cmp_double);
+        double rate = (double)rows / secs[i][1];
+        if (i == 0)
+            base = rate;
+        printf("| %s | %llu | %.2f | %.0f | %.0f%% |\n", shapes[i].what, (unsigned long long)rows, secs[i][1], rate,
+               100.0 * rate / base);
+    }
 }
 
 /* The initial copy of n documents in 4 collections: `run --import-only` with 1 worker and with 4, against psql
@@ -388,12 +518,9 @@ static void bench_copy(uint64_t n)
         snprintf(coll, sizeof coll, "c%d", i);
         snprintf(path, sizeof path, "%s/%s.copy", t.dir, coll);
         rows += dump_for_copy(t.client, db, coll, path);
-        snprintf(sql, sizeof sql,
-                 "CREATE TABLE bench_psql.%s (_id jsonb GENERATED ALWAYS AS (doc -> '_id') STORED PRIMARY KEY, "
-                 "doc jsonb NOT NULL)",
-                 coll);
+        snprintf(sql, sizeof sql, "CREATE TABLE bench_psql.%s " SAME_SHAPE, coll);
         exec_sql(t.pg, sql);
-        fprintf(f, "\\copy bench_psql.%s (doc) from '%s'\n", coll, path);
+        fprintf(f, "\\copy bench_psql.%s (_id, doc) from '%s'\n", coll, path);
     }
     fclose(f);
     snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -f '%s'", script);
@@ -426,6 +553,8 @@ int main(int argc, char **argv)
         bench_batching(n ? n : 20000);
     else if (strcmp(argv[1], "inserts") == 0)
         bench_inserts(n ? n : 1000000);
+    else if (strcmp(argv[1], "keys") == 0)
+        bench_keys(argc > 2 ? strtoull(argv[2], NULL, 10) : 300000);
     else if (strcmp(argv[1], "copy") == 0)
         bench_copy(n ? n : 1000000);
     else

@@ -12,17 +12,22 @@
  * - in per-op mode every entry is written and committed on its own (the baseline the benchmarks compare against);
  * - careful mode is per-op mode in which each op is guarded, and one the sink refuses as data is handed to the
  *   sink's dead_letter (the daemon uses it to step over ops PostgreSQL cannot store).
- * Writes go through a batcher_sink (the PostgreSQL sink in the daemon, a recorder in the unit tests); time comes
+ * Writes go through a batcher_sink (sink/batcher_pg.h in the daemon, a recorder in the unit tests): the batcher
+ * knows nothing of PostgreSQL, and an insert run is an opaque handle that the sink encodes rows into. Time comes
  * from the caller, so the rules are testable with a fake clock.
+ *
+ * An op whose text could not be made (op.refusal, set on the reader thread) is reported as APPLY_DATA with that
+ * reason, before anything is sent for it.
  */
 #ifndef OPLOG2PG_CORE_BATCHER_H
 #define OPLOG2PG_CORE_BATCHER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/op.h"
-#include "sink/pg.h"
+#include "core/status.h"
 
 typedef enum {
     FLUSH_CONFLICT = 0, /* an update/delete/DDL met a pending insert run (writes the run; no commit) */
@@ -36,30 +41,34 @@ typedef enum {
 
 const char *flush_trigger_name(flush_trigger t);
 
-/* Where writes go. Each returns SINK_OK or the failure (the batcher stops at the first and reports it). */
+/* Where writes go. Each call that can fail returns APPLY_OK or the failure (the batcher stops at the first and
+ * reports it). */
 typedef struct batcher_sink {
     void *ctx;
-    sink_status (*insert_batch)(void *ctx, const char *db, const char *coll, sink_batch *b, const op_pos *pos);
-    sink_status (*apply)(void *ctx, const op *o); /* update, delete, DDL */
-    sink_status (*commit)(void *ctx, const op_pos *pos);
+    /* Insert runs: rows encoded by the sink as they are added. run_add may take the op's rendered text (o->json,
+     * which it then sets to NULL) rather than copy it. */
+    void *(*run_new)(void *ctx);
+    void (*run_free)(void *ctx, void *run);
+    apply_status (*run_add)(void *ctx, void *run, op *o);
+    size_t (*run_rows)(void *ctx, const void *run);
+    /* Empties a run; keep_storage false gives its memory back. */
+    void (*run_reset)(void *ctx, void *run, bool keep_storage);
+    apply_status (*insert_run)(void *ctx, const char *db, const char *coll, void *run, const op_pos *pos);
+    apply_status (*apply)(void *ctx, const op *o); /* update, delete, DDL */
+    apply_status (*commit)(void *ctx, const op_pos *pos);
     /* Careful mode only (see batcher_config.careful); may be NULL otherwise. */
-    sink_status (*guard_begin)(void *ctx);
-    sink_status (*guard_end)(void *ctx);
-    sink_status (*dead_letter)(void *ctx, const op *o, const char *why); /* why NULL: the sink's own error */
+    apply_status (*guard_begin)(void *ctx);
+    apply_status (*guard_end)(void *ctx);
+    apply_status (*dead_letter)(void *ctx, const op *o, const char *why); /* why NULL: the sink's own error */
 } batcher_sink;
-
-/* The PostgreSQL sink as a batcher_sink: careful mode sets refused ops aside (sink_dead_letter)... */
-batcher_sink batcher_sink_pg(sink *s);
-/* ... or, for [replication] on_error = stop, names the refused op and fails there (sink_refused). */
-batcher_sink batcher_sink_pg_stop(sink *s);
 
 typedef struct {
     uint64_t batch_rows;  /* commit when the group holds this many ops */
-    uint64_t batch_bytes; /* ... or this many document bytes */
+    uint64_t batch_bytes; /* ... or this many bytes of rendered rows */
     uint64_t flush_interval_ms;
     bool per_op;
     /* Careful mode, to find and set aside ops PostgreSQL refuses: per-op, and every op but a noop is applied at
-     * once inside a guard; one that fails with SINK_ERR_DATA goes to the sink's dead_letter instead. */
+     * once inside a guard; one that fails with APPLY_DATA goes to the sink's dead_letter instead. */
     bool careful;
 } batcher_config;
 
@@ -78,14 +87,15 @@ batcher *batcher_new(const batcher_config *cfg, const batcher_sink *out);
 void batcher_free(batcher *b);
 void batcher_set_config(batcher *b, const batcher_config *cfg); /* reload: thresholds and timer */
 
-/* Takes one entry (the caller keeps ownership). now_ms is the caller's monotonic clock. */
-sink_status batcher_add(batcher *b, const op_entry *e, uint64_t now_ms);
+/* Takes one entry (the caller keeps ownership, but an insert's rendered text may move into the sink's run: op.json
+ * is NULL afterwards). now_ms is the caller's monotonic clock. */
+apply_status batcher_add(batcher *b, op_entry *e, uint64_t now_ms);
 /* Write every pending run and commit, if anything is uncommitted. */
-sink_status batcher_flush(batcher *b, flush_trigger why);
+apply_status batcher_flush(batcher *b, flush_trigger why);
 /* When the timer should fire (monotonic ms), or UINT64_MAX when nothing waits. */
 uint64_t batcher_deadline(const batcher *b);
 /* Commit if the deadline has passed. */
-sink_status batcher_tick(batcher *b, uint64_t now_ms);
+apply_status batcher_tick(batcher *b, uint64_t now_ms);
 /* Forget everything not committed (after a failure: the caller resumes from the committed checkpoint). */
 void batcher_reset(batcher *b);
 /* Anything not yet committed (including a position moved by noops)? */

@@ -82,15 +82,20 @@ typedef struct op {
     const uint8_t *key; /* document key (o2 for updates/8.0 inserts, o for deletes), NULL when none */
     uint32_t key_len;
 
-    uint8_t *buf; /* owns everything above */
+    uint8_t *buf; /* owns everything above, except a borrowed doc */
+    uint32_t buf_len;
+    bool doc_borrowed; /* doc points into the raw entry it was decoded from (DECODE_BORROW_PAYLOAD) */
 
     /* The PostgreSQL-side text, prepared on the reader thread (map/ejson.h) so the apply loop only copies it:
-     * INSERT: doc as relaxed Extended JSON; UPDATE: o as relaxed Extended JSON, and id_json unless a replacement;
-     * DELETE: id_json. NULL when not prepared (the sink then converts itself). Owned (bson_malloc); freed by op_clear.
-     */
+     * INSERT: json = the document as relaxed Extended JSON; UPDATE: json = o; INSERT, UPDATE, DELETE: id_key = the
+     * key text of the _id. NULL when not prepared (the sink then makes them itself). refusal, when set, says why the op
+     * cannot be written at all (a string that is not UTF-8, a document nested too deep): PostgreSQL is never asked,
+     * and the op goes to the dead letters with that reason. All malloc'd and freed by op_clear. */
     char *json;
     uint32_t json_len;
-    char *id_json;
+    char *id_key;
+    uint32_t id_key_len;
+    char *refusal;
 } op;
 
 /* One decoded oplog entry. ops[i].index == i. For a plain entry n == 1. */
@@ -112,6 +117,13 @@ void op_entry_clear(op_entry *e);
 
 /* op_entry_clear, then free(e) itself (for heap-allocated entries). NULL is fine. */
 void op_entry_free(op_entry *e);
+
+/* The bytes an entry holds in memory: its ops, their buffers (raw BSON and names) and their rendered text. */
+size_t op_entry_bytes(const op_entry *e);
+
+/* Forgets every borrowed payload (DECODE_BORROW_PAYLOAD), once the text is rendered and before the raw entry goes:
+ * doc becomes NULL, and an insert's id (a view into it) becomes BSON_TYPE_EOD; the rendered text stays. */
+void op_entry_drop_payload(op_entry *e);
 
 /* Frees one op's buffer and zeroes it except pos/index. */
 void op_clear(op *o);

@@ -2,13 +2,15 @@
  * queue.h — the bounded hand-off from the reader thread (which owns libmongoc) to the libev apply loop.
  *
  * The reader pushes decoded oplog entries, an IDLE marker when the oplog runs dry (the applier may commit at once)
- * and at most one FATAL item when it stops for good. The consumer pops without ever blocking, woken by a notify
+ * and at most one END item when it stops for good. The consumer pops without ever blocking, woken by a notify
  * callback (typically a wrapper around ev_async_send).
  *
  * NOTES
- * - The bound counts ops, not entries: an applyOps of 5000 ops weighs 5000. A push waits while the queue already
- *   holds ops and the new entry would exceed `capacity`; an entry is always accepted when no ops are queued, so an
- *   applyOps bigger than the whole capacity cannot deadlock. IDLE and FATAL items weigh nothing and never wait.
+ * - Two bounds: ops (an applyOps of 5000 ops weighs 5000) and bytes (what the entries hold in memory: their raw
+ *   BSON and rendered text, op_entry_bytes). A push waits while the queue already holds ops and the new entry would
+ *   exceed either bound; an entry is always accepted when no ops are queued, so an entry bigger than a whole bound
+ *   cannot deadlock, and memory stays within the byte bound plus one entry. IDLE and END items weigh nothing and
+ *   never wait.
  * - notify is called only on the empty → non-empty transition, outside the lock. The consumer must therefore keep
  *   popping until the queue is empty, or come back on its own (e.g. after a commit) if it stops early: no further
  *   notify comes while items are left.
@@ -28,15 +30,25 @@
 
 typedef enum queue_item_type {
     QUEUE_ENTRY = 1, /* entry: a decoded oplog entry; the consumer owns it once popped (op_entry_free) */
-    QUEUE_IDLE,      /* the reader found the oplog drained: flush / commit now */
-    QUEUE_FATAL,     /* the reader stopped for good: message (owned) and exit_code (daemon/exitcodes.h) */
+    QUEUE_IDLE,      /* the source found the oplog drained: flush / commit now */
+    QUEUE_END,       /* the source stopped for good: reason and message (owned) */
 } queue_item_type;
+
+/* Why a source stopped (QUEUE_END). The consumer decides what each means for the process. */
+typedef enum queue_end_reason {
+    QUEUE_END_DONE = 0,    /* nothing more to read (a dump read to its end) */
+    QUEUE_END_RESUME_LOST, /* the resume point is no longer in the oplog, or was rolled back */
+    QUEUE_END_UNSUPPORTED, /* an entry that cannot be decoded (malformed or unsupported); nothing after it came */
+    QUEUE_END_REFUSED,     /* MongoDB refused the reader (authentication, authorisation) */
+    QUEUE_END_NOMEM,       /* memory ran out on the source's thread: a retry may pass */
+    QUEUE_END_BAD_INPUT,   /* the input is not what it should be (a dump cut short or followed by garbage) */
+} queue_end_reason;
 
 typedef struct queue_item {
     queue_item_type type;
-    int exit_code;   /* QUEUE_FATAL */
-    op_entry *entry; /* QUEUE_ENTRY, heap-allocated */
-    char *message;   /* QUEUE_FATAL, heap-allocated */
+    queue_end_reason reason; /* QUEUE_END */
+    op_entry *entry;         /* QUEUE_ENTRY, heap-allocated */
+    char *message;           /* QUEUE_END, heap-allocated */
 } queue_item;
 
 typedef struct queue queue;
@@ -44,8 +56,9 @@ typedef struct queue queue;
 /* Called (from the pushing thread, outside the lock) when a push makes the queue non-empty. */
 typedef void (*queue_notify_fn)(void *arg);
 
-/* A queue bounded at capacity ops (capacity >= 1). NULL on OOM or a pthread failure (logged). */
-queue *queue_new(size_t capacity);
+/* A queue bounded at capacity ops (>= 1) and capacity_bytes bytes (0 = no byte bound). NULL on OOM or a pthread
+ * failure (logged). */
+queue *queue_new(size_t capacity, size_t capacity_bytes);
 /* Frees left-over items (queue_clear) and the queue. No thread may be using it. NULL is fine. */
 void queue_free(queue *q);
 
@@ -55,14 +68,25 @@ void queue_set_notify(queue *q, queue_notify_fn fn, void *arg);
 /* Pushes an entry, blocking while the queue is full. On true the queue owns e; on false (the queue was stopped,
  * *cancel became true while waiting, or OOM) e is still the caller's. cancel may be NULL. */
 bool queue_push_entry(queue *q, op_entry *e, const atomic_bool *cancel);
+/* The reader's side of the byte bound: reserve room for an entry of about `bytes` before decoding and rendering it
+ * (blocking while the queue is full, as a push would), then push it with queue_push_entry_reserved, which trades
+ * the reservation for the entry's real weight — so the entry a blocked reader holds counts against the bound too.
+ * False when the queue was stopped or *cancel became true (nothing is then reserved). queue_unreserve gives back a
+ * reservation that will not be pushed. */
+bool queue_reserve(queue *q, size_t bytes, const atomic_bool *cancel);
+void queue_unreserve(queue *q, size_t bytes);
+bool queue_push_entry_reserved(queue *q, op_entry *e, size_t reserved, const atomic_bool *cancel);
 /* Pushes an IDLE marker (never blocks). False when stopped or OOM. */
 bool queue_push_idle(queue *q);
-/* Pushes a FATAL item with a copy of message (never blocks). False when stopped or OOM. */
-bool queue_push_fatal(queue *q, int exit_code, const char *message);
+/* Pushes an END item with a copy of message (never blocks). False when stopped or OOM. */
+bool queue_push_end(queue *q, queue_end_reason reason, const char *message);
 
 /* Pops the oldest item into *out; false when the queue is empty. Never blocks. */
 bool queue_pop(queue *q, queue_item *out);
-/* Pops up to max items (all there are when fewer) into out[], oldest first; returns how many. Never blocks. */
+/* Pops up to max items (all there are when fewer) into out[], oldest first, but no more than about QUEUE_POP_BYTES
+ * of entries (at least one item): popped entries no longer count against the byte bound. Returns how many. Never
+ * blocks. */
+#define QUEUE_POP_BYTES (1024 * 1024)
 size_t queue_pop_all(queue *q, queue_item *out, size_t max);
 
 /* Frees what a popped item owns (entry or message) and zeroes it. */
@@ -79,6 +103,7 @@ void queue_clear(queue *q);
 /* Snapshot counts (for stats and tests). */
 size_t queue_len(queue *q);
 size_t queue_ops(queue *q);
+size_t queue_bytes(queue *q);
 size_t queue_capacity(const queue *q);
 
 #endif

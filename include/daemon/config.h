@@ -78,6 +78,7 @@ typedef struct config {
     char *mongodb_uri_effective;
     /* [postgres] */
     char *postgres_conninfo; /* libpq conninfo or URI; "" = libpq's environment defaults */
+    int64_t postgres_peer_timeout_ms;
     /* [replication] */
     char *service;
     config_list include;
@@ -86,6 +87,7 @@ typedef struct config {
     int64_t batch_bytes;
     int64_t flush_interval_ms;
     int64_t queue_size;
+    int64_t queue_bytes;
     enum config_apply_mode apply_mode;
     enum config_on_error on_error;
     /* [copy] */

@@ -1,30 +1,77 @@
 /*
- * ejson.h — how documents and _ids look in PostgreSQL: relaxed Extended JSON, exactly as libbson writes it.
+ * ejson.h — how documents and _ids look in PostgreSQL.
  *
- * `doc` holds the document as relaxed Extended JSON (doubles shortened), and `_id` is doc->'_id', so the text of an _id
- * parameter must be libbson's rendering of that value. Every conversion goes through here, so the two can never
- * disagree. ejson_prepare_entry runs on the reader thread: the apply loop then only copies text, and the conversion
- * (the daemon's largest CPU cost) overlaps with PostgreSQL's work instead of stalling it.
+ * `doc` holds a document as relaxed Extended JSON (MongoDB's Extended JSON specification, relaxed mode), compact,
+ * with doubles in their shortest round-trip form (14.42, not 14.419999999999999929) and a trailing ".0" on integral
+ * ones (3.0), and three choices made for PostgreSQL's jsonb, which would otherwise lose the value:
+ *   - -0.0 is {"$numberDouble": "-0.0"} (a jsonb number has no negative zero); NaN and ±Infinity are
+ *     {"$numberDouble": "NaN"} and so on, as the specification says;
+ *   - a date is {"$date": "1970-01-01T00:00:00.001Z"} from 1970 to 9999 (milliseconds only when not zero) and
+ *     {"$date": {"$numberLong": "-1000"}} outside that range, as the specification says;
+ *   - a string or field name that is not valid UTF-8, or a document nested deeper than EJSON_MAX_DEPTH, is refused
+ *     (ejson_status says which and where) instead of being written as something PostgreSQL cannot read.
+ *
+ * `_id` holds the key: a text (COLLATE "C") that is equal for two _ids exactly when MongoDB's _id index finds them
+ * equal, and that reads like the _id's JSON:
+ *   - numbers of every type (int32, int64, double, decimal128) are their exact value in one canonical decimal form:
+ *     1, 1.0, NumberLong(1) and NumberDecimal("1.00") are all `1`; the double 0.1 is
+ *     `0.1000000000000000055511151231257827021181583404541015625` (its exact value: it is not the decimal 0.1, and
+ *     MongoDB keeps the two apart); -0.0 is `0`; a form longer than 64 characters is written in scientific notation
+ *     (`1E+6144`); NaN and ±Infinity are {"$numberDouble": "NaN"} etc. whatever their type;
+ *   - a string and a symbol are the JSON string (`"abc"`), escaped as PostgreSQL's jsonb prints strings;
+ *   - a sub-document is an array of [name, value] pairs in field order (`[["a", 1], ["b", 2]]`): field order counts
+ *     in MongoDB, and a JSON object would lose it; an array inside one is {"$array": [...]};
+ *   - every other type is its Extended JSON wrapper as jsonb prints it ({"$oid": "65a1..."},
+ *     {"$date": "2024-01-01T00:00:00Z"}, {"$binary": {"base64": "...", "subType": "04"}}, ...).
+ * So for an ObjectId, a string or an integer, `_id` is exactly `(doc->'_id')::text`, and
+ * `WHERE _id = '{"$oid": "65a1f0c2e4b0a1b2c3d4e5f6"}'` finds the row. docs/architecture.md explains the choice.
+ *
+ * Everything here runs on the reader thread (ejson_prepare_entry), so the apply loop only copies bytes.
  */
 #ifndef OPLOG2PG_MAP_EJSON_H
 #define OPLOG2PG_MAP_EJSON_H
 
 #include <bson/bson.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "core/op.h"
+#include "util/strbuf.h"
 
-/* A document as relaxed Extended JSON: libbson's rendering, with doubles in their shortest round-trip form
- * (14.42, not 14.419999999999999929). Free with bson_free; *len (may be NULL) gets the length. NULL if libbson
- * cannot render it (invalid UTF-8, ...). */
+/* Deeper documents are refused: MongoDB itself stores at most 100 levels, and PostgreSQL's JSON parser runs out of
+ * stack a few thousand levels down. */
+#define EJSON_MAX_DEPTH 1000
+
+typedef enum {
+    EJSON_OK = 0,
+    EJSON_BAD_UTF8, /* a string, field name or other text is not valid UTF-8 */
+    EJSON_TOO_DEEP, /* nested deeper than EJSON_MAX_DEPTH */
+    EJSON_BAD_BSON, /* the bytes are not a valid BSON document */
+    EJSON_NOMEM,
+} ejson_status;
+
+typedef struct {
+    ejson_status status;
+    char where[200]; /* dotted path of the offending value ("" for the top); sanitized, printable */
+} ejson_error;
+
+/* Appends the relaxed Extended JSON of a document, or of one value. On failure the buffer holds a partial text
+ * (the caller truncates or resets it) and err (may be NULL) says why. */
+ejson_status ejson_write_document(strbuf *out, const uint8_t *data, size_t len, ejson_error *err);
+ejson_status ejson_write_value(strbuf *out, const bson_value_t *v, ejson_error *err);
+/* Appends the key text of an _id (see above). */
+ejson_status ejson_write_key(strbuf *out, const bson_value_t *id, ejson_error *err);
+
+/* A sentence for logs and dead letters: "the string at a.b is not valid UTF-8". */
+const char *ejson_error_text(const ejson_error *err, char *buf, size_t len);
+
+/* Conveniences: the text malloc'd (free()), NULL when it cannot be made (the error is lost: use the writers). */
 char *ejson_document(const bson_t *doc, size_t *len);
-
-/* The relaxed Extended JSON of one value (free with bson_free), or NULL if libbson cannot render it. */
 char *ejson_value(const bson_value_t *v);
+char *ejson_key(const bson_value_t *id);
 
-/* Fill op->json / op->id_json for every op of e that needs them (see core/op.h). False when a document cannot be
- * rendered (invalid UTF-8, ...) or memory runs out; ops already prepared stay prepared, the rest stay NULL and the
- * sink reports the failure with its context when it meets them. */
+/* Fills op->json, op->key and, for an op whose text cannot be made, op->refusal (see core/op.h) for every op of e.
+ * False only when memory runs out (the entry is then left partly prepared; throw it away). */
 bool ejson_prepare_entry(op_entry *e);
 
 #endif

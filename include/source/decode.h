@@ -62,6 +62,11 @@ enum {
     /* Decode ops on time-series bucket collections (DB.system.buckets.*) instead of skipping them. Other system.*
      * collections and the admin/local/config databases are skipped regardless. */
     DECODE_KEEP_SYSTEM = 1u << 0,
+    /* Do not copy an insert's or update's `o` into the op: op.doc points into the caller's entry, which must stay
+     * alive until the op's text is rendered (map/ejson.h) and op_entry_drop_payload is called. Halves the memory
+     * of a large document; the raw payload is then gone, so it is for sessions that will not need it for a dead
+     * letter. */
+    DECODE_BORROW_PAYLOAD = 1u << 1,
 };
 
 /* Decodes entry into out (which need not be initialised; on failure it is left empty, as op_entry_init). On a

@@ -1,6 +1,7 @@
 /*
  * oplog_edge.h — the oldest or the newest entry of local.oplog.rs: where a copy starts, how wide the oplog window
- * is, whether a resume point is still there. One short find ({$natural: ±1}, limit 1) on any libmongoc client.
+ * is, whether a resume point is still there. One short find ({$natural: ±1}, limit 1) on any libmongoc client; the
+ * one place oplog2pg asks for them.
  */
 #ifndef OPLOG2PG_SOURCE_OPLOG_EDGE_H
 #define OPLOG2PG_SOURCE_OPLOG_EDGE_H
@@ -14,5 +15,11 @@
 /* natural 1: the oldest entry, -1: the newest. *found is false when the oplog is empty. False with a message in err
  * when the read fails. The term is -1 when the entry has none. */
 bool oplog_edge(mongoc_client_t *client, int natural, op_pos *out, bool *found, char *err, size_t errlen);
+
+/* The newest entry strictly before pos (*found false when there is none). */
+bool oplog_entry_before(mongoc_client_t *client, const op_pos *pos, op_pos *out, bool *found, char *err, size_t errlen);
+
+/* Both edges, over a client of its own made from uri (for the commands). *found is false when the oplog is empty. */
+bool oplog_window(const char *uri, op_pos *oldest, op_pos *newest, bool *found, char *err, size_t errlen);
 
 #endif

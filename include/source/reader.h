@@ -1,19 +1,19 @@
 /*
  * reader.h — the reader thread: tails local.oplog.rs with libmongoc and feeds decoded entries to a queue.
  *
- * It is the only thread that touches libmongoc (the caller must have called mongoc_init once). It checks the resume
- * point (REPORT §5.2), skips it, decodes every later entry, turns ops on namespaces the nsfilter rejects into
- * OP_NOOP, and pushes QUEUE_ENTRY items, a QUEUE_IDLE item whenever it has drained the oplog, and a QUEUE_FATAL item
- * (exit code from daemon/exitcodes.h) when it must stop for good:
- * - EXIT_RESUME_LOST (4): the start position or the last position pushed is no longer in the oplog, or it was
+ * It is the only thread that touches libmongoc (the caller must have called mongoc_init once). It starts at a
+ * position already applied (the committed checkpoint: the daemon makes sure there is one before a reader starts),
+ * checks that it is still there (REPORT §5.2), skips it, decodes every later entry, turns ops on namespaces the
+ * nsfilter rejects into OP_NOOP, renders their PostgreSQL text (map/ejson.h), and pushes QUEUE_ENTRY items, a
+ * QUEUE_IDLE item whenever it has drained the oplog, and a QUEUE_END item when it must stop for good:
+ * - QUEUE_END_RESUME_LOST: the start position or the last position pushed is no longer in the oplog, or it was
  *   rolled back (same ts, another term);
- * - EXIT_UNSUPPORTED (5): an entry the decoder rejects (malformed or unsupported); nothing after it is pushed;
- * - EXIT_FAILURE_GENERIC (1): authentication/authorisation refused, or out of memory.
- * Network errors, dead cursors and replica-set state changes are retried (backoff 100 ms doubling to 5 s) by
- * re-opening the cursor at the last position pushed and checking it again, so nothing is lost or repeated.
- *
- * Without a start position it pushes the newest oplog entry as an entry with one OP_NOOP op (reason "start: newest
- * oplog entry") and tails from there; with an empty oplog it polls every await_ms until an entry appears.
+ * - QUEUE_END_UNSUPPORTED: an entry the decoder rejects (malformed or unsupported); nothing after it is pushed;
+ * - QUEUE_END_REFUSED: authentication/authorisation refused;
+ * - QUEUE_END_NOMEM: memory ran out.
+ * What each means for the process is the daemon's choice. Network errors, dead cursors and replica-set state
+ * changes are retried (backoff 100 ms doubling to 5 s) by re-opening the cursor at the last position pushed and
+ * checking it again, so nothing is lost or repeated.
  *
  * reader_stop sets a flag, wakes the thread (also from a blocked queue push, via queue_wake_pushers) and joins it:
  * this takes at most about one await_ms (a getMore in flight), or the connect timeout while MongoDB is unreachable.
@@ -36,14 +36,12 @@
 
 typedef struct reader_config {
     const char *uri;        /* MongoDB connection string (copied); appname=oplog2pg is added unless it has one */
-    bool have_start;        /* start holds the checkpoint to resume after */
-    op_pos start;           /* the last applied position (term -1 when unknown) */
-    bool start_inclusive;   /* start is instead the first position to apply (--tail-from): not checked, not
-                             * skipped; reading begins at the first entry with ts >= start */
+    op_pos start;           /* the last applied position, the committed checkpoint (term -1 when unknown) */
     int32_t await_ms;       /* maxTimeMS of each getMore; <= 0 means READER_DEFAULT_AWAIT_MS */
     int32_t batch_size;     /* batchSize of find and getMore; <= 0 means READER_DEFAULT_BATCH_SIZE */
     const nsfilter *filter; /* NULL = replicate everything; must outlive the reader */
-    unsigned decode_flags;  /* passed to decode_entry_ex (e.g. DECODE_KEEP_SYSTEM); 0 normally */
+    unsigned decode_flags;  /* passed to decode_entry_ex (DECODE_KEEP_SYSTEM, DECODE_BORROW_PAYLOAD: then the raw
+                             * payload is dropped once rendered, and only the text reaches the queue) */
 } reader_config;
 
 /* Counters, safe to read from any thread (each field is read atomically; together they are a near snapshot). */
@@ -57,7 +55,7 @@ typedef struct reader_stats {
 
 typedef struct reader reader;
 
-/* Defaults: no start, await 1000 ms, batch 10000, no filter. */
+/* Defaults: start 0:0, await 1000 ms, batch 10000, no filter. */
 void reader_config_init(reader_config *cfg);
 
 /* Parses the URI, creates the client and starts the thread. NULL with a message in err on a bad URI or a thread

@@ -3,10 +3,10 @@
  *
  * NOTES
  * Pending insert runs are kept in a small array of namespaces (a daemon replicates tens of collections, and the last
- * one used is checked first), each with its own sink_batch holding the rows already encoded for COPY. A run is
- * written when its namespace sees another kind of op, when DDL comes, or when the group ends; the order in which the
- * runs of different namespaces reach PostgreSQL does not matter, since they touch different tables and commit
- * together. Per _id, oplog order is kept: a row is written before any later op on its namespace.
+ * one used is checked first), each with its own run (an opaque handle of the sink's, holding the rows already
+ * encoded). A run is written when its namespace sees another kind of op, when DDL comes, or when the group ends; the
+ * order in which the runs of different namespaces reach PostgreSQL does not matter, since they touch different
+ * tables and commit together. Per _id, oplog order is kept: a row is written before any later op on its namespace.
  */
 #include "core/batcher.h"
 
@@ -17,9 +17,14 @@
 
 typedef struct {
     char *db, *coll;
-    sink_batch *rows;
-    op_pos last; /* last entry that added to the run, for error messages */
+    void *rows;     /* the sink's encoded run */
+    uint64_t bytes; /* what the rows in it weigh (op_bytes) */
+    op_pos last;    /* last entry that added to the run, for error messages */
 } ns_run;
+
+/* Runs of more namespaces than this give their storage back at each commit (thousands of collections must not each
+ * pin a buffer). */
+#define KEEP_STORAGE_RUNS 16
 
 struct batcher {
     batcher_config cfg;
@@ -32,7 +37,7 @@ struct batcher {
     op_pos last;
     batcher_stats stats;
     uint64_t pending_entries, pending_ops[OP_TRUNCATE + 1]; /* taken since the last commit */
-    const char *why; /* careful mode: why the batcher itself refused the last op (static text), NULL = the sink did */
+    const char *why; /* why the batcher itself refused the last op (the op's refusal text), NULL = the sink did */
 };
 
 static const char *const trigger_names[FLUSH_TRIGGERS] = {"conflict", "size", "timer", "idle", "exit", "per-op"};
@@ -59,7 +64,7 @@ void batcher_free(batcher *b)
     for (size_t i = 0; i < b->nruns; i++) {
         free(b->runs[i].db);
         free(b->runs[i].coll);
-        sink_batch_free(b->runs[i].rows);
+        b->out.run_free(b->out.ctx, b->runs[i].rows);
     }
     free(b->runs);
     free(b);
@@ -101,78 +106,99 @@ static ns_run *get_run(batcher *b, const char *db, const char *coll)
         b->cap = cap;
     }
     r = &b->runs[b->nruns];
+    memset(r, 0, sizeof *r);
     r->db = strdup(db);
     r->coll = strdup(coll);
-    r->rows = sink_batch_new();
+    r->rows = b->out.run_new(b->out.ctx);
     if (r->db == NULL || r->coll == NULL || r->rows == NULL) {
         free(r->db);
         free(r->coll);
-        sink_batch_free(r->rows);
+        if (r->rows != NULL)
+            b->out.run_free(b->out.ctx, r->rows);
         return NULL;
     }
     b->hint = b->nruns++;
     return r;
 }
 
-static sink_status write_run(batcher *b, ns_run *r, flush_trigger why)
+static apply_status write_run(batcher *b, ns_run *r, flush_trigger why)
 {
-    if (sink_batch_rows(r->rows) == 0)
-        return SINK_OK;
-    sink_status st = b->out.insert_batch(b->out.ctx, r->db, r->coll, r->rows, &r->last);
-    sink_batch_reset(r->rows);
+    if (b->out.run_rows(b->out.ctx, r->rows) == 0)
+        return APPLY_OK;
+    apply_status st = b->out.insert_run(b->out.ctx, r->db, r->coll, r->rows, &r->last);
+    b->out.run_reset(b->out.ctx, r->rows, b->nruns <= KEEP_STORAGE_RUNS);
+    r->bytes = 0;
     if (why == FLUSH_CONFLICT)
         b->stats.flushes[FLUSH_CONFLICT]++;
     return st;
 }
 
-static sink_status write_all(batcher *b, flush_trigger why)
+static apply_status write_all(batcher *b, flush_trigger why)
 {
     for (size_t i = 0; i < b->nruns; i++) {
-        sink_status st = write_run(b, &b->runs[i], why);
-        if (st != SINK_OK)
+        apply_status st = write_run(b, &b->runs[i], why);
+        if (st != APPLY_OK)
             return st;
     }
-    return SINK_OK;
+    return APPLY_OK;
 }
 
-static sink_status apply_op(batcher *b, const op *o)
+/* The bytes an op adds to the group: what will be sent for it. */
+static uint64_t op_bytes(const op *o)
 {
+    if (o->json != NULL)
+        return (uint64_t)o->json_len + (o->id_key ? o->id_key_len : 0);
+    return o->doc_len;
+}
+
+static apply_status apply_op(batcher *b, op *o)
+{
+    if (o->refusal != NULL && o->kind != OP_NOOP) {
+        char at[OP_POS_STRLEN];
+        b->why = o->refusal;
+        if (!b->cfg.careful)
+            log_warning("%s on %s.%s (oplog entry %s) cannot be written: %s", op_kind_name(o->kind),
+                        o->db ? o->db : "?", o->coll ? o->coll : "", op_pos_format(&o->pos, at, sizeof at), o->refusal);
+        return APPLY_DATA;
+    }
     switch (o->kind) {
     case OP_NOOP:
-        return SINK_OK;
+        return APPLY_OK;
     case OP_INSERT: {
         ns_run *r = get_run(b, o->db, o->coll);
-        bson_t doc;
-        bool added = r != NULL && (o->json != NULL ? sink_batch_add_json(r->rows, o->json, o->json_len)
-                                                   : op_doc_view(o, &doc) && sink_batch_add(r->rows, &doc));
-        if (!added) {
-            char at[OP_POS_STRLEN];
-            b->why = "the document cannot be converted to JSON (invalid UTF-8?)";
-            if (!b->cfg.careful)
-                log_error("insert into %s.%s (oplog entry %s): %s", o->db, o->coll,
-                          op_pos_format(&o->pos, at, sizeof at), b->why);
-            return SINK_ERR_DATA;
+        if (r == NULL)
+            return APPLY_NOMEM;
+        /* A run never holds more than batch_bytes plus one row: write it (no commit) before it would. */
+        uint64_t w = op_bytes(o);
+        if (r->bytes > 0 && r->bytes + w > b->cfg.batch_bytes) {
+            apply_status st = write_run(b, r, FLUSH_SIZE);
+            if (st != APPLY_OK)
+                return st;
         }
+        apply_status st = b->out.run_add(b->out.ctx, r->rows, o);
+        if (st != APPLY_OK)
+            return st;
         r->last = o->pos;
-        b->group_bytes += o->doc_len;
-        return SINK_OK;
+        r->bytes += w;
+        b->group_bytes += w;
+        return APPLY_OK;
     }
     case OP_UPDATE:
     case OP_DELETE: {
         ns_run *r = find_run(b, o->db, o->coll);
         if (r != NULL) {
-            sink_status st = write_run(b, r, FLUSH_CONFLICT);
-            if (st != SINK_OK)
+            apply_status st = write_run(b, r, FLUSH_CONFLICT);
+            if (st != APPLY_OK)
                 return st;
         }
-        b->group_bytes += o->doc_len;
+        b->group_bytes += op_bytes(o);
         return b->out.apply(b->out.ctx, o);
     }
     default: {
         /* DDL: everything pending first, so no row lands in a table that is about to change. */
         for (size_t i = 0; i < b->nruns; i++) {
-            sink_status st = write_run(b, &b->runs[i], FLUSH_CONFLICT);
-            if (st != SINK_OK)
+            apply_status st = write_run(b, &b->runs[i], FLUSH_CONFLICT);
+            if (st != APPLY_OK)
                 return st;
         }
         return b->out.apply(b->out.ctx, o);
@@ -181,37 +207,37 @@ static sink_status apply_op(batcher *b, const op *o)
 }
 
 /* Careful mode: the op (a write or DDL) applied at once inside a guard; refused as data, it is set aside instead. */
-static sink_status apply_guarded(batcher *b, const op *o)
+static apply_status apply_guarded(batcher *b, op *o)
 {
-    sink_status st = b->out.guard_begin(b->out.ctx);
-    if (st != SINK_OK)
+    apply_status st = b->out.guard_begin(b->out.ctx);
+    if (st != APPLY_OK)
         return st;
     b->why = NULL;
     st = apply_op(b, o);
-    if (st == SINK_OK && o->kind == OP_INSERT) {
+    if (st == APPLY_OK && o->kind == OP_INSERT) {
         ns_run *r = find_run(b, o->db, o->coll);
         if (r != NULL)
             st = write_run(b, r, FLUSH_PER_OP);
     }
-    if (st == SINK_ERR_DATA) {
+    if (st == APPLY_DATA) {
         st = b->out.dead_letter(b->out.ctx, o, b->why);
-        if (st == SINK_OK)
+        if (st == APPLY_OK)
             b->stats.dead_letters++;
         return st;
     }
-    if (st != SINK_OK)
+    if (st != APPLY_OK)
         return st;
     return b->out.guard_end(b->out.ctx);
 }
 
-sink_status batcher_flush(batcher *b, flush_trigger why)
+apply_status batcher_flush(batcher *b, flush_trigger why)
 {
     if (!b->dirty)
-        return SINK_OK;
-    sink_status st = write_all(b, why);
-    if (st == SINK_OK)
+        return APPLY_OK;
+    apply_status st = write_all(b, why);
+    if (st == APPLY_OK)
         st = b->out.commit(b->out.ctx, &b->last);
-    if (st != SINK_OK)
+    if (st != APPLY_OK)
         return st;
     b->stats.flushes[why]++;
     b->stats.commits++;
@@ -223,18 +249,18 @@ sink_status batcher_flush(batcher *b, flush_trigger why)
     memset(b->pending_ops, 0, sizeof b->pending_ops);
     b->dirty = false;
     b->group_ops = b->group_bytes = 0;
-    return SINK_OK;
+    return APPLY_OK;
 }
 
-sink_status batcher_add(batcher *b, const op_entry *e, uint64_t now_ms)
+apply_status batcher_add(batcher *b, op_entry *e, uint64_t now_ms)
 {
     if (!b->dirty)
         b->opened_ms = now_ms;
     for (size_t i = 0; i < e->n; i++) {
-        const op *o = &e->ops[i];
+        op *o = &e->ops[i];
         bool guarded = b->cfg.careful && b->out.dead_letter != NULL && o->kind != OP_NOOP;
-        sink_status st = guarded ? apply_guarded(b, o) : apply_op(b, o);
-        if (st != SINK_OK)
+        apply_status st = guarded ? apply_guarded(b, o) : apply_op(b, o);
+        if (st != APPLY_OK)
             return st;
         b->stats.ops[o->kind]++;
         b->pending_ops[o->kind]++;
@@ -251,7 +277,7 @@ sink_status batcher_add(batcher *b, const op_entry *e, uint64_t now_ms)
         return batcher_flush(b, FLUSH_PER_OP);
     if (b->group_ops >= b->cfg.batch_rows || b->group_bytes >= b->cfg.batch_bytes)
         return batcher_flush(b, FLUSH_SIZE);
-    return SINK_OK;
+    return APPLY_OK;
 }
 
 uint64_t batcher_deadline(const batcher *b)
@@ -259,17 +285,19 @@ uint64_t batcher_deadline(const batcher *b)
     return b->dirty ? b->opened_ms + b->cfg.flush_interval_ms : UINT64_MAX;
 }
 
-sink_status batcher_tick(batcher *b, uint64_t now_ms)
+apply_status batcher_tick(batcher *b, uint64_t now_ms)
 {
     if (b->dirty && now_ms >= batcher_deadline(b))
         return batcher_flush(b, FLUSH_TIMER);
-    return SINK_OK;
+    return APPLY_OK;
 }
 
 void batcher_reset(batcher *b)
 {
-    for (size_t i = 0; i < b->nruns; i++)
-        sink_batch_reset(b->runs[i].rows);
+    for (size_t i = 0; i < b->nruns; i++) {
+        b->out.run_reset(b->out.ctx, b->runs[i].rows, false);
+        b->runs[i].bytes = 0;
+    }
     b->dirty = false;
     b->group_ops = b->group_bytes = 0;
     b->last = b->stats.committed;
@@ -290,85 +318,4 @@ const op_pos *batcher_last(const batcher *b)
 const batcher_stats *batcher_get_stats(const batcher *b)
 {
     return &b->stats;
-}
-
-/* ---- the PostgreSQL sink behind the batcher_sink interface ---- */
-
-static sink_status pg_insert_batch(void *ctx, const char *db, const char *coll, sink_batch *rows, const op_pos *pos)
-{
-    return sink_insert_batch(ctx, db, coll, rows, pos);
-}
-
-static sink_status pg_apply(void *ctx, const op *o)
-{
-    sink *s = ctx;
-    switch (o->kind) {
-    case OP_UPDATE: {
-        if (o->json != NULL && (o->id_json != NULL || o->form == OP_FORM_REPLACE))
-            return sink_update_json(s, o->db, o->coll, o->id_json, o->form, o->json, &o->pos);
-        bson_t doc;
-        op_doc_view(o, &doc);
-        return sink_update(s, o->db, o->coll, &o->id, o->form, &doc, &o->pos);
-    }
-    case OP_DELETE:
-        if (o->id_json != NULL)
-            return sink_delete_json(s, o->db, o->coll, o->id_json, &o->pos);
-        return sink_delete(s, o->db, o->coll, &o->id, &o->pos);
-    case OP_CREATE:
-        return sink_create(s, o->db, o->coll, &o->pos);
-    case OP_DROP:
-        return sink_drop(s, o->db, o->coll, &o->pos);
-    case OP_RENAME:
-        return sink_rename(s, o->db, o->coll, o->to_db, o->to_coll, o->drop_target, &o->pos);
-    case OP_DROP_DATABASE:
-        return sink_drop_database(s, o->db, &o->pos);
-    case OP_TRUNCATE:
-        return sink_truncate(s, o->db, o->coll, &o->pos);
-    default:
-        return SINK_OK;
-    }
-}
-
-static sink_status pg_commit(void *ctx, const op_pos *pos)
-{
-    return sink_commit(ctx, pos);
-}
-
-static sink_status pg_guard_begin(void *ctx)
-{
-    return sink_guard_begin(ctx);
-}
-
-static sink_status pg_guard_end(void *ctx)
-{
-    return sink_guard_end(ctx);
-}
-
-static sink_status pg_dead_letter(void *ctx, const op *o, const char *why)
-{
-    return sink_dead_letter(ctx, o, why);
-}
-
-static sink_status pg_refused(void *ctx, const op *o, const char *why)
-{
-    return sink_refused(ctx, o, why);
-}
-
-batcher_sink batcher_sink_pg_stop(sink *s)
-{
-    batcher_sink out = batcher_sink_pg(s);
-    out.dead_letter = pg_refused;
-    return out;
-}
-
-batcher_sink batcher_sink_pg(sink *s)
-{
-    batcher_sink out = {.ctx = s,
-                        .insert_batch = pg_insert_batch,
-                        .apply = pg_apply,
-                        .commit = pg_commit,
-                        .guard_begin = pg_guard_begin,
-                        .guard_end = pg_guard_end,
-                        .dead_letter = pg_dead_letter};
-    return out;
 }

@@ -56,12 +56,37 @@ void op_clear(op *o)
     op_pos pos = o->pos;
     uint32_t index = o->index;
     free(o->buf);
-    bson_free(o->json);
-    bson_free(o->id_json);
+    free(o->json);
+    free(o->id_key);
+    free(o->refusal);
     memset(o, 0, sizeof *o);
     o->pos = pos;
     o->index = index;
     o->id.value_type = BSON_TYPE_EOD;
+}
+
+size_t op_entry_bytes(const op_entry *e)
+{
+    size_t n = sizeof *e + e->n * sizeof *e->ops;
+    for (size_t i = 0; i < e->n; i++) {
+        const op *o = &e->ops[i];
+        n += o->buf_len + o->json_len + (o->id_key ? o->id_key_len + 1 : 0) + (o->json ? 1 : 0);
+    }
+    return n;
+}
+
+void op_entry_drop_payload(op_entry *e)
+{
+    for (size_t i = 0; i < e->n; i++) {
+        op *o = &e->ops[i];
+        if (!o->doc_borrowed)
+            continue;
+        o->doc = NULL;
+        o->doc_len = 0;
+        o->doc_borrowed = false;
+        if (o->kind == OP_INSERT)
+            o->id.value_type = BSON_TYPE_EOD;
+    }
 }
 
 void op_entry_clear(op_entry *e)
@@ -70,8 +95,9 @@ void op_entry_clear(op_entry *e)
         return;
     for (size_t i = 0; i < e->n; i++) {
         free(e->ops[i].buf);
-        bson_free(e->ops[i].json);
-        bson_free(e->ops[i].id_json);
+        free(e->ops[i].json);
+        free(e->ops[i].id_key);
+        free(e->ops[i].refusal);
     }
     free(e->ops);
     op_entry_init(e);

@@ -17,9 +17,12 @@ struct queue {
     pthread_cond_t not_full;
     queue_item *items; /* ring of cap slots */
     size_t cap, head, len;
-    size_t ops;      /* ops held by queued entries */
-    size_t capacity; /* the bound, in ops */
-    size_t waiting;  /* pushers blocked on not_full */
+    size_t ops;            /* ops held by queued entries */
+    size_t bytes;          /* bytes held by queued entries (op_entry_bytes) */
+    size_t capacity;       /* the bound, in ops */
+    size_t capacity_bytes; /* the bound, in bytes; 0 = none */
+    size_t reserved;       /* bytes reserved by queue_reserve, not pushed yet */
+    size_t waiting;        /* pushers blocked on not_full */
     bool stopped;
     queue_notify_fn notify;
     void *notify_arg;
@@ -27,7 +30,7 @@ struct queue {
 
 #define QUEUE_INITIAL_SLOTS 64
 
-queue *queue_new(size_t capacity)
+queue *queue_new(size_t capacity, size_t capacity_bytes)
 {
     queue *q = calloc(1, sizeof *q);
     bool mu_ok = false;
@@ -36,6 +39,7 @@ queue *queue_new(size_t capacity)
         return NULL;
     }
     q->capacity = capacity ? capacity : 1;
+    q->capacity_bytes = capacity_bytes;
     q->cap = QUEUE_INITIAL_SLOTS;
     q->items = calloc(q->cap, sizeof *q->items);
     if (!q->items) {
@@ -104,41 +108,71 @@ static size_t item_ops(const queue_item *it)
     return it->entry->n ? it->entry->n : 1; /* an empty entry still takes a place */
 }
 
+static size_t item_bytes(const queue_item *it)
+{
+    return it->type == QUEUE_ENTRY && it->entry ? op_entry_bytes(it->entry) : 0;
+}
+
 /* Appends item (lock held, room checked by the caller's wait); returns whether notify is due. */
-static bool append_locked(queue *q, const queue_item *it)
+static bool append_locked(queue *q, const queue_item *it, size_t bytes)
 {
     bool was_empty = q->len == 0;
     q->items[(q->head + q->len) % q->cap] = *it;
     q->len++;
     q->ops += item_ops(it);
+    q->bytes += bytes;
     return was_empty && q->notify != NULL;
 }
 
-/* The common push: waits for room when `weight` > 0, appends, notifies outside the lock. */
-static bool push(queue *q, const queue_item *it, size_t weight, const atomic_bool *cancel)
+/* Room for `weight` ops and `bytes` bytes (lock held): always when nothing is queued or reserved, so an entry larger
+ * than a whole bound still passes alone. */
+static bool room(const queue *q, size_t weight, size_t bytes)
 {
+    if (q->ops == 0 && q->reserved == 0)
+        return true;
+    return q->ops + weight <= q->capacity &&
+           (q->capacity_bytes == 0 || q->bytes + q->reserved + bytes <= q->capacity_bytes);
+}
+
+/* Waits (lock held) until room() or a stop; false when stopped or cancelled. */
+static bool wait_room(queue *q, size_t weight, size_t bytes, const atomic_bool *cancel)
+{
+    for (;;) {
+        if (q->stopped || (cancel && atomic_load(cancel)))
+            return false;
+        if (room(q, weight, bytes))
+            return true;
+        q->waiting++;
+        pthread_cond_wait(&q->not_full, &q->mu);
+        q->waiting--;
+    }
+}
+
+/* The common push: waits for room when `weight` > 0 (the entry's bytes counted unless reserved already), appends,
+ * notifies outside the lock. */
+static bool push(queue *q, const queue_item *it, size_t weight, size_t reserved, const atomic_bool *cancel)
+{
+    size_t bytes = item_bytes(it);
     queue_notify_fn fn = NULL;
     void *arg = NULL;
 
     pthread_mutex_lock(&q->mu);
-    for (;;) {
-        if (q->stopped || (cancel && atomic_load(cancel))) {
-            pthread_mutex_unlock(&q->mu);
-            return false;
-        }
-        /* Room when nothing is queued (so an oversize entry goes through) or the entry fits. */
-        if (weight == 0 || q->ops == 0 || q->ops + weight <= q->capacity)
-            break;
-        q->waiting++;
-        pthread_cond_wait(&q->not_full, &q->mu);
-        q->waiting--;
+    q->reserved -= reserved < q->reserved ? reserved : q->reserved;
+    if (weight > 0 && !wait_room(q, weight, reserved > 0 ? 0 : bytes, cancel)) {
+        pthread_cond_broadcast(&q->not_full); /* the reservation given back may let another pusher on */
+        pthread_mutex_unlock(&q->mu);
+        return false;
+    }
+    if (weight == 0 && (q->stopped || (cancel && atomic_load(cancel)))) {
+        pthread_mutex_unlock(&q->mu);
+        return false;
     }
     if (!grow(q)) {
         pthread_mutex_unlock(&q->mu);
         log_error("queue: out of memory growing to %zu slots", q->cap * 2);
         return false;
     }
-    if (append_locked(q, it)) {
+    if (append_locked(q, it, bytes)) {
         fn = q->notify;
         arg = q->notify_arg;
     }
@@ -148,27 +182,51 @@ static bool push(queue *q, const queue_item *it, size_t weight, const atomic_boo
     return true;
 }
 
+bool queue_reserve(queue *q, size_t bytes, const atomic_bool *cancel)
+{
+    pthread_mutex_lock(&q->mu);
+    bool ok = wait_room(q, 0, bytes, cancel);
+    if (ok)
+        q->reserved += bytes;
+    pthread_mutex_unlock(&q->mu);
+    return ok;
+}
+
+void queue_unreserve(queue *q, size_t bytes)
+{
+    pthread_mutex_lock(&q->mu);
+    q->reserved -= bytes < q->reserved ? bytes : q->reserved;
+    pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+}
+
+bool queue_push_entry_reserved(queue *q, op_entry *e, size_t reserved, const atomic_bool *cancel)
+{
+    queue_item it = {.type = QUEUE_ENTRY, .entry = e};
+    return push(q, &it, item_ops(&it), reserved, cancel);
+}
+
 bool queue_push_entry(queue *q, op_entry *e, const atomic_bool *cancel)
 {
     queue_item it = {.type = QUEUE_ENTRY, .entry = e};
-    return push(q, &it, item_ops(&it), cancel);
+    return push(q, &it, item_ops(&it), 0, cancel);
 }
 
 bool queue_push_idle(queue *q)
 {
     queue_item it = {.type = QUEUE_IDLE};
-    return push(q, &it, 0, NULL);
+    return push(q, &it, 0, 0, NULL);
 }
 
-bool queue_push_fatal(queue *q, int exit_code, const char *message)
+bool queue_push_end(queue *q, queue_end_reason reason, const char *message)
 {
-    queue_item it = {.type = QUEUE_FATAL, .exit_code = exit_code};
+    queue_item it = {.type = QUEUE_END, .reason = reason};
     it.message = strdup(message ? message : "");
     if (!it.message) {
-        log_error("queue: out of memory for a fatal message");
+        log_error("queue: out of memory for an end message");
         return false;
     }
-    if (!push(q, &it, 0, NULL)) {
+    if (!push(q, &it, 0, 0, NULL)) {
         free(it.message);
         return false;
     }
@@ -183,6 +241,7 @@ static void take_locked(queue *q, queue_item *out)
     q->head = (q->head + 1) % q->cap;
     q->len--;
     q->ops -= item_ops(out);
+    q->bytes -= item_bytes(out);
 }
 
 bool queue_pop(queue *q, queue_item *out)
@@ -192,13 +251,17 @@ bool queue_pop(queue *q, queue_item *out)
 
 size_t queue_pop_all(queue *q, queue_item *out, size_t max)
 {
-    size_t n = 0;
+    size_t n = 0, bytes = 0;
     size_t ops_before;
 
     pthread_mutex_lock(&q->mu);
     ops_before = q->ops;
-    while (n < max && q->len > 0)
-        take_locked(q, &out[n++]);
+    /* Popped items leave the byte bound: take only about QUEUE_POP_BYTES at a time (always one). */
+    while (n < max && q->len > 0 && (n == 0 || bytes < QUEUE_POP_BYTES)) {
+        take_locked(q, &out[n]);
+        bytes += item_bytes(&out[n]);
+        n++;
+    }
     if (q->ops < ops_before && q->waiting > 0)
         pthread_cond_broadcast(&q->not_full);
     pthread_mutex_unlock(&q->mu);
@@ -257,6 +320,14 @@ size_t queue_ops(queue *q)
 {
     pthread_mutex_lock(&q->mu);
     size_t n = q->ops;
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
+size_t queue_bytes(queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    size_t n = q->bytes;
     pthread_mutex_unlock(&q->mu);
     return n;
 }

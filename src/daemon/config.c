@@ -32,6 +32,7 @@
 
 #include "core/nsfilter.h"
 #include "daemon/metrics.h"
+#include "sink/pgerror.h"
 
 _Static_assert(sizeof(enum config_apply_mode) == sizeof(int), "enum fields are accessed as int");
 _Static_assert(sizeof(enum config_log_level) == sizeof(int), "enum fields are accessed as int");
@@ -90,6 +91,13 @@ static const struct option_def options[] = {
               .help = "libpq connection string or URI of the target database; empty = libpq's defaults (PGHOST, ...)"},
      .offset = offsetof(config, postgres_conninfo), .check = check_conninfo, .join = " ", .secret = true},
 
+    {.info = {.section = "postgres", .name = "peer_timeout", TYPE(DURATION, "duration"), .default_text = "30s",
+              .min = 2 * MS_PER_S, .max = MS_PER_H, .base_unit = "s",
+              .help = "how long PostgreSQL may stay silent at the network level before its connection counts as dead: "
+                      "the connect timeout, and TCP keepalives and tcp_user_timeout (unless conninfo sets them); a "
+                      "busy server that merely keeps oplog2pg waiting (a lock) is not dead"},
+     .offset = offsetof(config, postgres_peer_timeout_ms)},
+
     {.info = {.section = "replication", .name = "service", TYPE(STRING, "string"), .default_text = "default",
               .help = "name of this replication stream: the key of its checkpoint row (--service overrides it)"},
      .offset = offsetof(config, service), .check = check_service},
@@ -107,9 +115,10 @@ static const struct option_def options[] = {
               .help = "commit a flush group once it holds this many rows"},
      .offset = offsetof(config, batch_rows)},
 
-    {.info = {.section = "replication", .name = "batch_bytes", TYPE(SIZE, "size"), .default_text = "16MB",
+    {.info = {.section = "replication", .name = "batch_bytes", TYPE(SIZE, "size"), .default_text = "8MB",
               .min = KB, .max = GB, .reloadable = true,
-              .help = "commit a flush group once its rows add up to this many bytes of document data"},
+              .help = "commit a flush group once its rows add up to this many bytes (their text as sent); an insert "
+                      "run is also written at this size, so it bounds the memory a run takes"},
      .offset = offsetof(config, batch_bytes)},
 
     {.info = {.section = "replication", .name = "flush_interval", TYPE(DURATION, "duration"),
@@ -122,6 +131,12 @@ static const struct option_def options[] = {
               .min = 16, .max = 10000000,
               .help = "ops held between the oplog reader and the applier; a full queue makes the reader wait"},
      .offset = offsetof(config, queue_size)},
+
+    {.info = {.section = "replication", .name = "queue_bytes", TYPE(SIZE, "size"), .default_text = "8MB",
+              .min = MB, .max = GB,
+              .help = "bytes of decoded entries held between the oplog reader and the applier (with queue_size, "
+                      "whichever is reached first); one entry larger than this still passes alone"},
+     .offset = offsetof(config, queue_bytes)},
 
     {.info = {.section = "replication", .name = "apply_mode", TYPE(ENUM, "enum"), .default_text = "batched",
               .choices = apply_mode_names,
@@ -288,21 +303,8 @@ static bool check_mongodb_uri(const char *value, char *err, size_t errlen)
 
 static bool check_conninfo(const char *value, char *err, size_t errlen)
 {
-    char *msg = NULL;
-    PQconninfoOption *opts = PQconninfoParse(value, &msg);
-
-    if (opts == NULL) {
-        if (msg != NULL) {
-            size_t n = strlen(msg);
-            while (n > 0 && isspace((unsigned char)msg[n - 1]))
-                msg[--n] = '\0';
-        }
-        snprintf(err, errlen, "not a valid libpq connection string: %s", msg ? msg : "out of memory");
-        PQfreemem(msg);
-        return false;
-    }
-    PQconninfoFree(opts);
-    return true;
+    /* libpq's reason may quote pieces of the string, the password among them: pgerror masks those. */
+    return pgerror_check_conninfo(value, err, errlen);
 }
 
 static bool check_listen(const char *value, char *err, size_t errlen)

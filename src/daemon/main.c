@@ -6,7 +6,9 @@
  * over to a command; the work lives in the modules under src/ (source: MongoDB, core: batching, sink: PostgreSQL,
  * map: table shapes and update functions, daemon: process life).
  */
+#include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@
 #include "daemon/daemon.h"
 #include "daemon/exitcodes.h"
 #include "daemon/logsetup.h"
+#include "daemon/signals.h"
 #include "util/log.h"
 
 #define DEFAULT_CONFIG "/etc/oplog2pg/oplog2pg.ini"
@@ -165,6 +168,17 @@ int main(int argc, char **argv)
     if (strcmp(command, "config") == 0) {
         config_print(stdout, &cfg);
         code = EXIT_OK;
+        goto out;
+    }
+    if (strcmp(command, "run") == 0 || strcmp(command, "replay") == 0) {
+        /* Large buffers (a 16 MB document's text) are mapped and unmapped, never kept in the heap after use: a fixed
+         * threshold stops glibc from raising it after the first large free. */
+        mallopt(M_MMAP_THRESHOLD, 512 * 1024);
+        mallopt(M_ARENA_MAX, 4);
+    }
+    if ((strcmp(command, "run") == 0 || strcmp(command, "replay") == 0) && !signals_init()) {
+        log_error("cannot set up signal handling: %s", strerror(errno));
+        code = EXIT_SOFTWARE;
         goto out;
     }
     if (strcmp(command, "replay") == 0)

@@ -1,160 +1,804 @@
 /*
- * ejson.c — documents and _ids as relaxed Extended JSON (see ejson.h).
+ * ejson.c — documents as relaxed Extended JSON and _ids as key text (see ejson.h for the formats).
+ *
+ * NOTES
+ * - One recursive writer over bson_iter for both formats; `key` mode differs in numbers (exact canonical values),
+ *   sub-documents ([name, value] pairs), arrays ({"$array": ...}), symbols (plain strings) and spacing (jsonb's text
+ *   style, so that simple keys equal (doc->'_id')::text).
+ * - Strings are escaped and checked for UTF-8 in one pass; runs of plain ASCII are copied whole.
+ * - A double's shortest round-trip form is found by printing with 15, 16, then 17 significant digits and keeping
+ *   the first that reads back to the same double. Its exact value (for keys) comes from glibc's printf, which prints
+ *   binary fractions exactly when given enough digits.
  */
 #include "map/ejson.h"
 
-#include <ctype.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-/* Rewrite one number token of libbson's output (JSON text, a double) into the shortest form that reads back to
- * the same double; writes into out (at least 32 bytes) and returns its length, or 0 to keep the token. */
-static size_t shortest_double(const char *tok, size_t len, char *out)
+#include "util/utf8.h"
+
+/* Longest plain form of a canonical key number before scientific notation is used. */
+#define KEY_PLAIN_MAX 64
+
+typedef struct {
+    strbuf *out;
+    bool key; /* key text instead of relaxed Extended JSON */
+    ejson_error *err;
+    /* The path being written, for error messages: the names of the enclosing fields. */
+    const char *path[32];
+    size_t path_len[32];
+    int depth;
+} writer;
+
+static ejson_status fail(writer *w, ejson_status st, const char *leaf, size_t leaf_len)
 {
-    char buf[64];
-    if (len >= sizeof buf)
-        return 0;
-    memcpy(buf, tok, len);
-    buf[len] = '\0';
-    char *end;
-    double d = strtod(buf, &end);
-    if (end != buf + len || !isfinite(d))
-        return 0;
+    if (w->err == NULL || w->err->status != EJSON_OK)
+        return st;
+    w->err->status = st;
+    char raw[400];
+    size_t off = 0;
+    int shown = w->depth < 32 ? w->depth : 32;
+    for (int i = 0; i <= shown; i++) {
+        const char *name = i < shown ? w->path[i] : leaf;
+        size_t n = i < shown ? w->path_len[i] : leaf_len;
+        if (name == NULL || n == 0)
+            continue; /* the top document, or an element of one written as a whole */
+        if (i == shown && w->depth > 32 && off + 4 < sizeof raw) {
+            memcpy(raw + off, ".…", strlen(".…"));
+            off += strlen(".…");
+        }
+        if (off + 2 >= sizeof raw)
+            break;
+        if (off > 0)
+            raw[off++] = '.';
+        if (n > sizeof raw - off - 1)
+            n = sizeof raw - off - 1;
+        memcpy(raw + off, name, n);
+        off += n;
+    }
+    utf8_sanitize(raw, off, w->err->where, sizeof w->err->where);
+    return st;
+}
+
+static ejson_status nomem(writer *w)
+{
+    if (w->err != NULL && w->err->status == EJSON_OK)
+        w->err->status = EJSON_NOMEM;
+    return EJSON_NOMEM;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* strings */
+
+/* A JSON string, escaped as PostgreSQL's escape_json writes it: \" \\ \b \f \n \r \t, other controls as \u00XX,
+ * everything else (DEL, non-ASCII) as is. False when s is not valid UTF-8. */
+static bool put_string(strbuf *out, const char *str, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *s = (const unsigned char *)str;
+    if (!strbuf_reserve(out, len + 2))
+        return true; /* the failure is sticky; the caller checks strbuf_failed */
+    strbuf_putc(out, '"');
+    size_t run = 0; /* start of the pending run of characters copied as they are */
+    bool ascii = true;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = s[i];
+        if (c >= 0x80) {
+            ascii = false;
+            continue;
+        }
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        strbuf_append(out, s + run, i - run);
+        run = i + 1;
+        char esc[7] = {'\\', 0, 0, 0, 0, 0, 0};
+        size_t n = 2;
+        switch (c) {
+        case '"':
+            esc[1] = '"';
+            break;
+        case '\\':
+            esc[1] = '\\';
+            break;
+        case '\b':
+            esc[1] = 'b';
+            break;
+        case '\f':
+            esc[1] = 'f';
+            break;
+        case '\n':
+            esc[1] = 'n';
+            break;
+        case '\r':
+            esc[1] = 'r';
+            break;
+        case '\t':
+            esc[1] = 't';
+            break;
+        default:
+            esc[1] = 'u';
+            esc[2] = '0';
+            esc[3] = '0';
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            n = 6;
+            break;
+        }
+        strbuf_append(out, esc, n);
+    }
+    strbuf_append(out, s + run, len - run);
+    strbuf_putc(out, '"');
+    return ascii || utf8_valid(str, len, true);
+}
+
+static ejson_status write_string(writer *w, const char *s, size_t len, const char *name, size_t name_len)
+{
+    if (!put_string(w->out, s, len))
+        return fail(w, EJSON_BAD_UTF8, name, name_len);
+    return strbuf_failed(w->out) ? nomem(w) : EJSON_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* numbers */
+
+/* The shortest text that reads back to d (finite), with ".0" added to an integral value written without a point. */
+static size_t shortest_double(double d, char *buf, size_t len)
+{
+    int n = 0;
     for (int prec = 15; prec <= 17; prec++) {
-        int n = snprintf(out, 32, "%.*g", prec, d);
-        if (n > 0 && n < 32 && strtod(out, NULL) == d) {
-            /* Keep a double recognisable as one: 3 stays 3.0, as libbson writes it. */
-            if (strpbrk(out, ".eE") == NULL && n + 2 < 32) {
-                memcpy(out + n, ".0", 3);
-                n += 2;
-            }
-            return (size_t)n < len ? (size_t)n : 0;
-        }
+        n = snprintf(buf, len, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d)
+            break;
     }
-    return 0;
+    if (n > 0 && (size_t)n + 2 < len && strpbrk(buf, ".eEn") == NULL) {
+        memcpy(buf + n, ".0", 3);
+        n += 2;
+    }
+    return n > 0 ? (size_t)n : 0;
 }
 
-/* libbson writes doubles with 20 significant digits (14.42 becomes 14.419999999999999929): correct, but not what a
- * person querying `doc->>'total'` expects, and not equal to 14.42 as a PostgreSQL numeric. Shorten every number
- * token that has a fraction or an exponent (integers, exact already, are left alone), outside strings, in place. */
-static size_t shorten_doubles(char *json, size_t len)
+/* Canonical key form of a finite, non-zero number given as sign, digits (no leading or trailing zeros, at least
+ * one) and a power of ten: value = (neg ? -1 : 1) * digits * 10^exp10. */
+static void put_canonical(strbuf *out, bool neg, const char *digits, size_t nd, long exp10)
 {
-    size_t r = 0, w = 0;
-    while (r < len) {
-        char ch = json[r];
-        if (ch == '"') {
-            json[w++] = json[r++];
-            while (r < len && json[r] != '"') {
-                if (json[r] == '\\' && r + 1 < len)
-                    json[w++] = json[r++];
-                json[w++] = json[r++];
-            }
-            if (r < len)
-                json[w++] = json[r++];
-            continue;
+    /* Plain form length: the digits, the zeros on either side, the point and the sign. */
+    long int_digits = (long)nd + exp10; /* digits before the point in the plain form */
+    size_t plain;
+    if (exp10 >= 0)
+        plain = nd + (size_t)exp10;
+    else if (int_digits > 0)
+        plain = nd + 1;
+    else
+        plain = 2 + (size_t)(-int_digits) + nd;
+    plain += neg;
+    if (neg)
+        strbuf_putc(out, '-');
+    if (plain <= KEY_PLAIN_MAX) {
+        if (exp10 >= 0) {
+            strbuf_append(out, digits, nd);
+            for (long i = 0; i < exp10; i++)
+                strbuf_putc(out, '0');
+        } else if (int_digits > 0) {
+            strbuf_append(out, digits, (size_t)int_digits);
+            strbuf_putc(out, '.');
+            strbuf_append(out, digits + int_digits, nd - (size_t)int_digits);
+        } else {
+            strbuf_append(out, "0.", 2);
+            for (long i = 0; i < -int_digits; i++)
+                strbuf_putc(out, '0');
+            strbuf_append(out, digits, nd);
         }
-        if (ch == '-' || (ch >= '0' && ch <= '9')) {
-            size_t start = r;
-            bool is_double = false;
-            while (r < len && (isdigit((unsigned char)json[r]) || strchr("+-.eE", json[r]) != NULL)) {
-                if (json[r] == '.' || json[r] == 'e' || json[r] == 'E')
-                    is_double = true;
-                r++;
-            }
-            char out[32];
-            size_t n = is_double ? shortest_double(json + start, r - start, out) : 0;
-            if (n > 0) {
-                memcpy(json + w, out, n);
-                w += n;
-            } else {
-                memmove(json + w, json + start, r - start);
-                w += r - start;
-            }
-            continue;
-        }
-        json[w++] = json[r++];
+        return;
     }
-    json[w] = '\0';
-    return w;
+    strbuf_putc(out, digits[0]);
+    if (nd > 1) {
+        strbuf_putc(out, '.');
+        strbuf_append(out, digits + 1, nd - 1);
+    }
+    strbuf_printf(out, "E%+ld", exp10 + (long)nd - 1);
 }
+
+/* Canonical form of a plain decimal text "[-]DIGITS[.DIGITS]" (as printf %f writes it), or of "[-]D.DDDE[+-]X"
+ * (as libbson writes a decimal128). Zero becomes "0". */
+static void put_canonical_text(strbuf *out, const char *text)
+{
+    const char *p = text;
+    bool neg = *p == '-';
+    if (*p == '-' || *p == '+')
+        p++;
+    char stackbuf[160];
+    size_t cap = strlen(p) + 1;
+    char *digits = cap <= sizeof stackbuf ? stackbuf : malloc(cap);
+    if (digits == NULL) {
+        out->failed = true;
+        return;
+    }
+    size_t nd = 0;
+    long exp10 = 0;
+    bool after_point = false;
+    for (; *p && *p != 'E' && *p != 'e'; p++) {
+        if (*p == '.') {
+            after_point = true;
+            continue;
+        }
+        if (nd == 0 && *p == '0') {
+            if (after_point)
+                exp10--;
+            continue; /* leading zero */
+        }
+        digits[nd++] = *p;
+        if (after_point)
+            exp10--;
+    }
+    if (*p == 'E' || *p == 'e')
+        exp10 += strtol(p + 1, NULL, 10);
+    while (nd > 0 && digits[nd - 1] == '0') {
+        nd--;
+        exp10++;
+    }
+    if (nd == 0)
+        strbuf_putc(out, '0');
+    else
+        put_canonical(out, neg, digits, nd, exp10);
+    if (digits != stackbuf)
+        free(digits);
+}
+
+static void put_nonfinite(strbuf *out, double d, bool key)
+{
+    const char *v = isnan(d) ? "NaN" : d > 0 ? "Infinity" : "-Infinity";
+    strbuf_printf(out, key ? "{\"$numberDouble\": \"%s\"}" : "{\"$numberDouble\":\"%s\"}", v);
+}
+
+static void put_double(writer *w, double d)
+{
+    strbuf *out = w->out;
+    if (!isfinite(d)) {
+        put_nonfinite(out, d, w->key);
+        return;
+    }
+    if (!w->key) {
+        if (d == 0 && signbit(d)) {
+            strbuf_puts(out, "{\"$numberDouble\":\"-0.0\"}");
+            return;
+        }
+        char buf[40];
+        size_t n = shortest_double(d, buf, sizeof buf);
+        strbuf_append(out, buf, n);
+        return;
+    }
+    if (d == 0) {
+        strbuf_putc(out, '0');
+        return;
+    }
+    /* The exact value: d = m * 2^e with m odd; -e fraction digits print it exactly. */
+    int e2;
+    double m = frexp(fabs(d), &e2); /* 0.5 <= m < 1, d = m * 2^e2 */
+    uint64_t mant = (uint64_t)ldexp(m, 53);
+    int e = e2 - 53;
+    while (mant != 0 && (mant & 1) == 0) {
+        mant >>= 1;
+        e++;
+    }
+    int frac = e < 0 ? -e : 0;
+    char small[1500];
+    int n = snprintf(small, sizeof small, "%.*f", frac, d);
+    if (n < 0 || (size_t)n >= sizeof small) {
+        out->failed = true;
+        return;
+    }
+    put_canonical_text(out, small);
+}
+
+static void put_decimal128(writer *w, const bson_decimal128_t *dec)
+{
+    char text[BSON_DECIMAL128_STRING];
+    bson_decimal128_to_string(dec, text);
+    if (!w->key) {
+        strbuf_printf(w->out, "{\"$numberDecimal\":\"%s\"}", text);
+        return;
+    }
+    const char *t = text[0] == '-' ? text + 1 : text;
+    if (strcmp(t, "NaN") == 0)
+        put_nonfinite(w->out, NAN, true);
+    else if (strcmp(t, "Infinity") == 0)
+        put_nonfinite(w->out, text[0] == '-' ? -INFINITY : INFINITY, true);
+    else
+        put_canonical_text(w->out, text);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* other scalars */
+
+static void put_oid(writer *w, const bson_oid_t *oid)
+{
+    char hex[25];
+    bson_oid_to_string(oid, hex);
+    strbuf_printf(w->out, w->key ? "{\"$oid\": \"%s\"}" : "{\"$oid\":\"%s\"}", hex);
+}
+
+/* Days since 1970-01-01 to a civil date (proleptic Gregorian), for any day count. */
+static void civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d)
+{
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t yy = (int64_t)yoe + era * 400;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = yy + (*m <= 2);
+}
+
+#define DATE_ISO_MAX_MS INT64_C(253402300799999) /* 9999-12-31T23:59:59.999Z */
+
+static void put_date(writer *w, int64_t ms)
+{
+    strbuf *out = w->out;
+    if (ms < 0 || ms > DATE_ISO_MAX_MS) {
+        strbuf_printf(out,
+                      w->key ? "{\"$date\": {\"$numberLong\": \"%" PRId64 "\"}}"
+                             : "{\"$date\":{\"$numberLong\":\"%" PRId64 "\"}}",
+                      ms);
+        return;
+    }
+    int64_t secs = ms / 1000, days = secs / 86400;
+    unsigned rem = (unsigned)(secs % 86400), millis = (unsigned)(ms % 1000);
+    int64_t y;
+    unsigned mo, d;
+    civil_from_days(days, &y, &mo, &d);
+    char iso[40];
+    int n = snprintf(iso, sizeof iso, "%04" PRId64 "-%02u-%02uT%02u:%02u:%02u", y, mo, d, rem / 3600, rem / 60 % 60,
+                     rem % 60);
+    if (millis != 0)
+        n += snprintf(iso + n, sizeof iso - (size_t)n, ".%03u", millis);
+    strbuf_printf(out, w->key ? "{\"$date\": \"%sZ\"}" : "{\"$date\":\"%sZ\"}", iso);
+}
+
+static void put_base64(strbuf *out, const uint8_t *data, size_t len)
+{
+    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    if (!strbuf_reserve(out, (len + 2) / 3 * 4))
+        return;
+    char *p = out->data + out->len;
+    size_t i = 0;
+    for (; i + 3 <= len; i += 3) {
+        uint32_t v = (uint32_t)data[i] << 16 | (uint32_t)data[i + 1] << 8 | data[i + 2];
+        *p++ = tbl[v >> 18];
+        *p++ = tbl[(v >> 12) & 63];
+        *p++ = tbl[(v >> 6) & 63];
+        *p++ = tbl[v & 63];
+    }
+    if (i < len) {
+        uint32_t v = (uint32_t)data[i] << 16 | (i + 1 < len ? (uint32_t)data[i + 1] << 8 : 0);
+        *p++ = tbl[v >> 18];
+        *p++ = tbl[(v >> 12) & 63];
+        *p++ = i + 1 < len ? tbl[(v >> 6) & 63] : '=';
+        *p++ = '=';
+    }
+    out->len = (size_t)(p - out->data);
+    out->data[out->len] = '\0';
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* the walk */
+
+static ejson_status write_iter_value(writer *w, bson_iter_t *it, const char *name, size_t name_len);
+
+static ejson_status enter(writer *w, const char *name, size_t name_len)
+{
+    if (w->depth >= EJSON_MAX_DEPTH)
+        return fail(w, EJSON_TOO_DEEP, name, name_len);
+    if (w->depth < 32) {
+        w->path[w->depth] = name;
+        w->path_len[w->depth] = name_len;
+    }
+    w->depth++;
+    return EJSON_OK;
+}
+
+/* A document (is_array false) or an array, from raw BSON bytes. */
+static ejson_status write_container(writer *w, const uint8_t *data, uint32_t len, bool is_array, const char *name,
+                                    size_t name_len)
+{
+    bson_iter_t it;
+    ejson_status st = enter(w, name, name_len);
+    if (st != EJSON_OK)
+        return st;
+    if (!bson_iter_init_from_data(&it, data, len)) {
+        w->depth--;
+        return fail(w, EJSON_BAD_BSON, name, name_len);
+    }
+    strbuf *out = w->out;
+    bool first = true;
+    /* key mode: a document is [[name, value], ...] and an array {"$array": [...]}. */
+    if (w->key && is_array)
+        strbuf_puts(out, "{\"$array\": [");
+    else
+        strbuf_putc(out, is_array || w->key ? '[' : '{');
+    while (bson_iter_next(&it)) {
+        uint32_t klen = bson_iter_key_len(&it);
+        const char *k = bson_iter_key(&it);
+        if (!first)
+            strbuf_puts(out, w->key ? ", " : ",");
+        first = false;
+        if (!is_array) {
+            if (w->key)
+                strbuf_putc(out, '[');
+            if (!put_string(out, k, klen)) {
+                w->depth--;
+                return fail(w, EJSON_BAD_UTF8, k, klen);
+            }
+            strbuf_puts(out, w->key ? ", " : ":");
+        }
+        st = write_iter_value(w, &it, k, klen);
+        if (st != EJSON_OK) {
+            w->depth--;
+            return st;
+        }
+        if (!is_array && w->key)
+            strbuf_putc(out, ']');
+    }
+    w->depth--;
+    if (it.err_off != 0)
+        return fail(w, EJSON_BAD_BSON, name, name_len);
+    if (w->key && is_array)
+        strbuf_puts(out, "]}");
+    else
+        strbuf_putc(out, is_array || w->key ? ']' : '}');
+    return strbuf_failed(out) ? nomem(w) : EJSON_OK;
+}
+
+static ejson_status write_iter_value(writer *w, bson_iter_t *it, const char *name, size_t name_len)
+{
+    strbuf *out = w->out;
+    const bool key = w->key;
+    switch (bson_iter_type(it)) {
+    case BSON_TYPE_DOUBLE:
+        put_double(w, bson_iter_double(it));
+        break;
+    case BSON_TYPE_UTF8: {
+        uint32_t len;
+        const char *s = bson_iter_utf8(it, &len);
+        return write_string(w, s, len, name, name_len);
+    }
+    case BSON_TYPE_DOCUMENT:
+    case BSON_TYPE_ARRAY: {
+        const uint8_t *data;
+        uint32_t len;
+        bool arr = bson_iter_type(it) == BSON_TYPE_ARRAY;
+        if (arr)
+            bson_iter_array(it, &len, &data);
+        else
+            bson_iter_document(it, &len, &data);
+        return write_container(w, data, len, arr, name, name_len);
+    }
+    case BSON_TYPE_BINARY: {
+        bson_subtype_t sub;
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_binary(it, &sub, &len, &data);
+        strbuf_puts(out, key ? "{\"$binary\": {\"base64\": \"" : "{\"$binary\":{\"base64\":\"");
+        put_base64(out, data, len);
+        strbuf_printf(out, key ? "\", \"subType\": \"%02x\"}}" : "\",\"subType\":\"%02x\"}}", (unsigned)sub);
+        break;
+    }
+    case BSON_TYPE_UNDEFINED:
+        strbuf_puts(out, key ? "{\"$undefined\": true}" : "{\"$undefined\":true}");
+        break;
+    case BSON_TYPE_OID:
+        put_oid(w, bson_iter_oid(it));
+        break;
+    case BSON_TYPE_BOOL:
+        strbuf_puts(out, bson_iter_bool(it) ? "true" : "false");
+        break;
+    case BSON_TYPE_DATE_TIME:
+        put_date(w, bson_iter_date_time(it));
+        break;
+    case BSON_TYPE_NULL:
+        strbuf_puts(out, "null");
+        break;
+    case BSON_TYPE_REGEX: {
+        const char *opts;
+        const char *pattern = bson_iter_regex(it, &opts);
+        /* jsonb orders keys by length, then bytes: "options" before "pattern" (key text only). */
+        if (key) {
+            strbuf_puts(out, "{\"$regularExpression\": {\"options\": ");
+            if (!put_string(out, opts, strlen(opts)))
+                return fail(w, EJSON_BAD_UTF8, name, name_len);
+            strbuf_puts(out, ", \"pattern\": ");
+            if (!put_string(out, pattern, strlen(pattern)))
+                return fail(w, EJSON_BAD_UTF8, name, name_len);
+            strbuf_puts(out, "}}");
+        } else {
+            strbuf_puts(out, "{\"$regularExpression\":{\"pattern\":");
+            if (!put_string(out, pattern, strlen(pattern)))
+                return fail(w, EJSON_BAD_UTF8, name, name_len);
+            strbuf_puts(out, ",\"options\":");
+            if (!put_string(out, opts, strlen(opts)))
+                return fail(w, EJSON_BAD_UTF8, name, name_len);
+            strbuf_puts(out, "}}");
+        }
+        break;
+    }
+    case BSON_TYPE_DBPOINTER: {
+        uint32_t len;
+        const char *coll;
+        const bson_oid_t *oid;
+        char hex[25];
+        bson_iter_dbpointer(it, &len, &coll, &oid);
+        bson_oid_to_string(oid, hex);
+        if (key) {
+            strbuf_printf(out, "{\"$dbPointer\": {\"$id\": {\"$oid\": \"%s\"}, \"$ref\": ", hex);
+            if (!put_string(out, coll, len))
+                return fail(w, EJSON_BAD_UTF8, name, name_len);
+            strbuf_puts(out, "}}");
+        } else {
+            strbuf_puts(out, "{\"$dbPointer\":{\"$ref\":");
+            if (!put_string(out, coll, len))
+                return fail(w, EJSON_BAD_UTF8, name, name_len);
+            strbuf_printf(out, ",\"$id\":{\"$oid\":\"%s\"}}}", hex);
+        }
+        break;
+    }
+    case BSON_TYPE_CODE: {
+        uint32_t len;
+        const char *code = bson_iter_code(it, &len);
+        strbuf_puts(out, key ? "{\"$code\": " : "{\"$code\":");
+        if (!put_string(out, code, len))
+            return fail(w, EJSON_BAD_UTF8, name, name_len);
+        strbuf_putc(out, '}');
+        break;
+    }
+    case BSON_TYPE_SYMBOL: {
+        uint32_t len;
+        const char *sym = bson_iter_symbol(it, &len);
+        if (key) /* MongoDB compares a symbol equal to the string with the same text */
+            return write_string(w, sym, len, name, name_len);
+        strbuf_puts(out, "{\"$symbol\":");
+        if (!put_string(out, sym, len))
+            return fail(w, EJSON_BAD_UTF8, name, name_len);
+        strbuf_putc(out, '}');
+        break;
+    }
+    case BSON_TYPE_CODEWSCOPE: {
+        uint32_t len, scope_len;
+        const uint8_t *scope;
+        const char *code = bson_iter_codewscope(it, &len, &scope_len, &scope);
+        strbuf_puts(out, key ? "{\"$code\": " : "{\"$code\":");
+        if (!put_string(out, code, len))
+            return fail(w, EJSON_BAD_UTF8, name, name_len);
+        strbuf_puts(out, key ? ", \"$scope\": " : ",\"$scope\":");
+        ejson_status st = write_container(w, scope, scope_len, false, name, name_len);
+        if (st != EJSON_OK)
+            return st;
+        strbuf_putc(out, '}');
+        break;
+    }
+    case BSON_TYPE_INT32:
+        strbuf_printf(out, "%" PRId32, bson_iter_int32(it));
+        break;
+    case BSON_TYPE_TIMESTAMP: {
+        uint32_t t, i;
+        bson_iter_timestamp(it, &t, &i);
+        if (key)
+            strbuf_printf(out, "{\"$timestamp\": {\"i\": %" PRIu32 ", \"t\": %" PRIu32 "}}", i, t);
+        else
+            strbuf_printf(out, "{\"$timestamp\":{\"t\":%" PRIu32 ",\"i\":%" PRIu32 "}}", t, i);
+        break;
+    }
+    case BSON_TYPE_INT64:
+        strbuf_printf(out, "%" PRId64, bson_iter_int64(it));
+        break;
+    case BSON_TYPE_DECIMAL128: {
+        bson_decimal128_t dec;
+        bson_iter_decimal128(it, &dec);
+        put_decimal128(w, &dec);
+        break;
+    }
+    case BSON_TYPE_MAXKEY:
+        strbuf_puts(out, key ? "{\"$maxKey\": 1}" : "{\"$maxKey\":1}");
+        break;
+    case BSON_TYPE_MINKEY:
+        strbuf_puts(out, key ? "{\"$minKey\": 1}" : "{\"$minKey\":1}");
+        break;
+    default:
+        return fail(w, EJSON_BAD_BSON, name, name_len);
+    }
+    return strbuf_failed(out) ? nomem(w) : EJSON_OK;
+}
+
+static void writer_init(writer *w, strbuf *out, bool key, ejson_error *err)
+{
+    memset(w, 0, sizeof *w);
+    w->out = out;
+    w->key = key;
+    w->err = err;
+    if (err != NULL) {
+        err->status = EJSON_OK;
+        err->where[0] = '\0';
+    }
+}
+
+ejson_status ejson_write_document(strbuf *out, const uint8_t *data, size_t len, ejson_error *err)
+{
+    writer w;
+    writer_init(&w, out, false, err);
+    if (len > UINT32_MAX)
+        return fail(&w, EJSON_BAD_BSON, NULL, 0);
+    return write_container(&w, data, (uint32_t)len, false, NULL, 0);
+}
+
+/* One value through the iterator path: wrap it in a one-field document. */
+static ejson_status write_value(strbuf *out, const bson_value_t *v, bool key, ejson_error *err)
+{
+    writer w;
+    writer_init(&w, out, key, err);
+    bson_t tmp = BSON_INITIALIZER;
+    bson_iter_t it;
+    ejson_status st;
+    if (!bson_append_value(&tmp, "", 0, v) || !bson_iter_init(&it, &tmp) || !bson_iter_next(&it))
+        st = fail(&w, EJSON_BAD_BSON, NULL, 0);
+    else
+        st = write_iter_value(&w, &it, NULL, 0);
+    bson_destroy(&tmp);
+    return st;
+}
+
+ejson_status ejson_write_value(strbuf *out, const bson_value_t *v, ejson_error *err)
+{
+    return write_value(out, v, false, err);
+}
+
+ejson_status ejson_write_key(strbuf *out, const bson_value_t *id, ejson_error *err)
+{
+    return write_value(out, id, true, err);
+}
+
+const char *ejson_error_text(const ejson_error *err, char *buf, size_t len)
+{
+    char at[sizeof err->where + 8] = "";
+    if (err->where[0])
+        snprintf(at, sizeof at, " at %s", err->where);
+    switch (err->status) {
+    case EJSON_OK:
+        snprintf(buf, len, "no error");
+        break;
+    case EJSON_BAD_UTF8:
+        snprintf(buf, len, "a string or field name%s is not valid UTF-8, which PostgreSQL cannot store", at);
+        break;
+    case EJSON_TOO_DEEP:
+        snprintf(buf, len, "nested deeper than %d levels%s, more than PostgreSQL's JSON parser takes", EJSON_MAX_DEPTH,
+                 at);
+        break;
+    case EJSON_BAD_BSON:
+        snprintf(buf, len, "malformed BSON%s", at);
+        break;
+    case EJSON_NOMEM:
+        snprintf(buf, len, "out of memory");
+        break;
+    }
+    return buf;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* conveniences and entry preparation */
 
 char *ejson_document(const bson_t *doc, size_t *len)
 {
-    size_t n = 0;
-    char *json = bson_as_relaxed_extended_json(doc, &n);
-    if (json == NULL)
+    strbuf b = STRBUF_INIT;
+    if (ejson_write_document(&b, bson_get_data(doc), doc->len, NULL) != EJSON_OK) {
+        strbuf_free(&b);
         return NULL;
-    n = shorten_doubles(json, n);
-    if (len)
-        *len = n;
-    return json;
+    }
+    return strbuf_detach(&b, len);
 }
 
 char *ejson_value(const bson_value_t *v)
 {
-    bson_t tmp = BSON_INITIALIZER;
-    char *out = NULL;
-    if (bson_append_value(&tmp, "v", 1, v)) {
-        size_t len = 0;
-        char *json = ejson_document(&tmp, &len);
-        /* libbson writes { "v" : VALUE }: keep VALUE. */
-        static const char prefix[] = "{ \"v\" : ";
-        if (json != NULL && len > sizeof prefix + 1 && memcmp(json, prefix, sizeof prefix - 1) == 0 &&
-            memcmp(json + len - 2, " }", 2) == 0) {
-            size_t vlen = len - (sizeof prefix - 1) - 2;
-            out = bson_malloc(vlen + 1);
-            if (out) {
-                memcpy(out, json + sizeof prefix - 1, vlen);
-                out[vlen] = '\0';
-            }
-        }
-        bson_free(json);
+    strbuf b = STRBUF_INIT;
+    if (ejson_write_value(&b, v, NULL) != EJSON_OK) {
+        strbuf_free(&b);
+        return NULL;
     }
-    bson_destroy(&tmp);
-    return out;
+    return strbuf_detach(&b, NULL);
 }
 
-static bool doc_json(const op *o, char **out, uint32_t *len)
+char *ejson_key(const bson_value_t *id)
 {
-    bson_t view;
-    if (!op_doc_view(o, &view))
-        return false;
-    size_t n = 0;
-    *out = ejson_document(&view, &n);
-    if (*out == NULL || n > UINT32_MAX) {
-        bson_free(*out);
-        *out = NULL;
-        return false;
+    strbuf b = STRBUF_INIT;
+    if (ejson_write_key(&b, id, NULL) != EJSON_OK) {
+        strbuf_free(&b);
+        return NULL;
     }
-    *len = (uint32_t)n;
-    return true;
+    return strbuf_detach(&b, NULL);
+}
+
+/* Records why an op cannot be written; false only when even that fails for memory. */
+static bool refuse(op *o, const char *what, const ejson_error *err)
+{
+    char why[400], text[300];
+    snprintf(why, sizeof why, "%s: %s", what, ejson_error_text(err, text, sizeof text));
+    free(o->refusal);
+    o->refusal = strdup(why);
+    return o->refusal != NULL;
+}
+
+/* Renders o's payload into o->json. -1 out of memory, 0 refused (o->refusal set), 1 done. */
+static int prepare_json(op *o, strbuf *b, const char *what)
+{
+    ejson_error err;
+    strbuf_reset(b, 0);
+    ejson_status st = ejson_write_document(b, o->doc, o->doc_len, &err);
+    if (st == EJSON_NOMEM)
+        return -1;
+    if (st != EJSON_OK) {
+        strbuf_free(b);
+        return refuse(o, what, &err) ? 0 : -1;
+    }
+    size_t len;
+    o->json = strbuf_detach(b, &len);
+    if (o->json == NULL)
+        return -1;
+    if (len > UINT32_MAX) {
+        free(o->json);
+        o->json = NULL;
+        ejson_error big = {.status = EJSON_BAD_BSON, .where = ""};
+        return refuse(o, "the document's JSON is larger than 4 GB", &big) ? 0 : -1;
+    }
+    o->json_len = (uint32_t)len;
+    return 1;
+}
+
+static int prepare_key(op *o, strbuf *b)
+{
+    ejson_error err;
+    strbuf_reset(b, 0);
+    ejson_status st = ejson_write_key(b, &o->id, &err);
+    if (st == EJSON_NOMEM)
+        return -1;
+    if (st != EJSON_OK) {
+        strbuf_free(b);
+        return refuse(o, "its _id", &err) ? 0 : -1;
+    }
+    size_t len;
+    o->id_key = strbuf_detach(b, &len);
+    if (o->id_key == NULL)
+        return -1;
+    o->id_key_len = (uint32_t)len;
+    return 1;
 }
 
 bool ejson_prepare_entry(op_entry *e)
 {
+    strbuf b = STRBUF_INIT;
     bool ok = true;
-    for (size_t i = 0; i < e->n; i++) {
+    for (size_t i = 0; i < e->n && ok; i++) {
         op *o = &e->ops[i];
+        int r = 1;
         switch (o->kind) {
         case OP_INSERT:
-            if (o->json == NULL && !doc_json(o, &o->json, &o->json_len))
-                ok = false;
-            break;
         case OP_UPDATE:
-            if (o->json == NULL && !doc_json(o, &o->json, &o->json_len))
-                ok = false;
-            if (o->form != OP_FORM_REPLACE && o->id_json == NULL && (o->id_json = ejson_value(&o->id)) == NULL)
-                ok = false;
+            if (o->json == NULL && o->refusal == NULL && o->doc != NULL)
+                r = prepare_json(o, &b, o->kind == OP_INSERT ? "the document" : "the update");
+            if (r > 0 && o->id_key == NULL && o->refusal == NULL)
+                r = prepare_key(o, &b);
             break;
         case OP_DELETE:
-            if (o->id_json == NULL && (o->id_json = ejson_value(&o->id)) == NULL)
-                ok = false;
+            if (o->id_key == NULL && o->refusal == NULL)
+                r = prepare_key(o, &b);
             break;
         default:
             break;
         }
+        ok = r >= 0;
     }
+    strbuf_free(&b);
     return ok;
 }

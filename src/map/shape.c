@@ -17,9 +17,7 @@ char *shape_schema_sql(const char *qschema)
 char *shape_table_sql(const char *qtable)
 {
     char *sql = NULL;
-    if (asprintf(&sql,
-                 "CREATE TABLE IF NOT EXISTS %s (_id jsonb GENERATED ALWAYS AS (doc -> '_id') STORED PRIMARY KEY, "
-                 "doc jsonb NOT NULL)",
+    if (asprintf(&sql, "CREATE TABLE IF NOT EXISTS %s (_id text COLLATE \"C\" PRIMARY KEY, doc jsonb NOT NULL)",
                  qtable) < 0)
         return NULL;
     return sql;

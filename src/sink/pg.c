@@ -7,9 +7,9 @@
  * op that caused it. pump() pushes output and reads whatever results have arrived without waiting; drain() sends a
  * Sync and waits until every pending item is answered. A group therefore waits on the network once, at its commit.
  *
- * Long insert runs leave the pipeline: drain (which also sets a savepoint), switch to blocking mode, stream the run
- * with COPY ... (FORMAT binary), and come back. A unique violation in the COPY rolls back to the savepoint and the run
- * is re-sent as pipelined upserts: a replay of inserts that are already there (after an initial copy, or a crash
+ * Long insert runs leave the pipeline: drain (which also sets a savepoint), stream the run with
+ * COPY ... (FORMAT binary), and come back. A unique violation in the COPY rolls back to the savepoint and the run is
+ * re-sent as pipelined upserts: a replay of inserts that are already there (after an initial copy, or a crash
  * between COPY and commit that PostgreSQL rolled back anyway) never stops the stream.
  *
  * After any error the group is lost (the transaction is aborted); the caller disconnects and resumes from the
@@ -19,7 +19,6 @@
 
 #include <errno.h>
 #include <libpq-fe.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,15 +26,18 @@
 
 #include "map/ejson.h"
 #include "map/shape.h"
+#include "sink/pgerror.h"
 #include "sql_embed.h"
+#include "util/clock.h"
 #include "util/log.h"
+#include "util/strbuf.h"
+#include "util/utf8.h"
 
-#define PG_MAX_IDENT   63    /* NAMEDATALEN - 1: longer names would be truncated by PostgreSQL */
-#define MAX_PENDING    20000 /* results outstanding before a send waits for some to arrive */
-#define SAVEPOINT_NAME "oplog2pg_copy"
-
-static const char copy_header[] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, extension 0 */
-#define COPY_HEADER_LEN 19
+#define PG_MAX_IDENT    63    /* NAMEDATALEN - 1: longer names would be truncated by PostgreSQL */
+#define MAX_PENDING     20000 /* results outstanding before a send waits for some to arrive */
+#define SAVEPOINT_NAME  "oplog2pg_copy"
+#define GUARD_NAME      "oplog2pg_op"
+#define SINK_COPY_BYTES (1024 * 1024) /* runs this large go by COPY, however few their rows */
 
 typedef enum {
     P_BEGIN,
@@ -67,6 +69,12 @@ static const char *const pending_what[] = {
     "recording a dead letter",
 };
 
+/* Whether a statement of this kind writes an op's own data (see pgerror_classify). */
+static bool is_data_kind(pending_kind k)
+{
+    return k == P_INSERT || k == P_UPDATE || k == P_DELETE || k == P_DDL;
+}
+
 typedef struct table {
     char *db, *coll;
     char *qname; /* "db"."coll", quoted */
@@ -78,32 +86,34 @@ typedef struct {
     pending_kind kind;
     const table *t;
     op_pos pos;
+    bool answered; /* a result came (its end-of-results marker may still be due) */
 } pending;
-
-struct sink_batch {
-    char *buf;
-    size_t len, cap;
-    size_t rows;
-};
 
 struct sink {
     sink_config cfg;
     char *conninfo, *service;
-    PGconn *conn;
+    pgconn *c;
+    PGconn *conn;   /* c->pg */
     char owner[64]; /* fence token written into the checkpoint row */
     bool in_txn;    /* BEGIN sent for the open group */
     bool ckpt_prepared;
     bool guarded; /* a per-op guard savepoint is open (sink_guard_begin) */
+    int have_ckpt;
+    op_pos ckpt;
 
     pending *pend;
     size_t pend_head, pend_tail, pend_cap;
+    size_t unflushed; /* bytes handed to libpq since its buffer was last seen empty */
 
     table **tables;
     size_t ntables, tables_cap;
     unsigned next_table_id;
 
-    sink_status failed; /* first failure in the current pipeline, reported at drain */
-    bool dup_in_copy;
+    sink_status failed;  /* first failure in the current pipeline, reported at drain */
+    char goodbye[300];   /* a FATAL the server sent outside any query (it is about to close the connection) */
+    pgconn *probe;       /* a side connection that asks pg_stat_activity what a long wait is about */
+    double probed_at;    /* clock_s() of the last probe */
+    char wait_note[300]; /* what the server said about the wait */
     char err[1024];
     char err_state[6]; /* SQLSTATE of the first failure, "" when it was not PostgreSQL's */
     sink_stats stats;
@@ -112,36 +122,24 @@ struct sink {
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* errors */
 
-static void set_err(sink *s, sink_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(sink *s, sink_status st, const char *state, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
-static void set_err(sink *s, sink_status st, const char *fmt, ...)
+static void set_err(sink *s, sink_status st, const char *state, const char *fmt, ...)
 {
-    if (s->failed != SINK_OK)
+    if (s->failed != APPLY_OK)
         return; /* keep the first, which is the cause */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    char raw[sizeof s->err];
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
-    s->err_state[0] = '\0';
-    size_t n = strlen(s->err);
-    while (n > 0 && s->err[n - 1] == '\n')
-        s->err[--n] = '\0';
+    size_t n = strlen(raw);
+    while (n > 0 && (raw[n - 1] == '\n' || raw[n - 1] == ' '))
+        raw[--n] = '\0';
+    utf8_sanitize(raw, n, s->err, sizeof s->err);
+    snprintf(s->err_state, sizeof s->err_state, "%s", state ? state : "");
     s->failed = st;
-}
-
-/* Connection trouble (08xxx, shutdown, a broken socket) is retried; anything else PostgreSQL refused is data. */
-static sink_status classify(PGconn *conn, const PGresult *res)
-{
-    if (PQstatus(conn) == CONNECTION_BAD)
-        return SINK_ERR_CONNECTION;
-    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-    if (state == NULL)
-        return SINK_ERR_CONNECTION;
-    if (strcmp(state, "O2FEN") == 0)
-        return SINK_ERR_FENCED;
-    if (strncmp(state, "08", 2) == 0 || strncmp(state, "57P", 3) == 0 || strcmp(state, "53300") == 0)
-        return SINK_ERR_CONNECTION;
-    return SINK_ERR_DATA;
 }
 
 static void fmt_pos(const op_pos *pos, char *buf, size_t len)
@@ -205,6 +203,11 @@ const char *sink_error(const sink *s)
     return s->err;
 }
 
+const char *sink_error_state(const sink *s)
+{
+    return s->err_state;
+}
+
 const sink_stats *sink_get_stats(const sink *s)
 {
     return &s->stats;
@@ -217,102 +220,125 @@ bool sink_connected(const sink *s)
 
 void sink_disconnect(sink *s)
 {
-    if (s->conn != NULL)
-        PQfinish(s->conn);
+    pgconn_close(s->probe);
+    s->probe = NULL;
+    s->wait_note[0] = '\0';
+    pgconn_close(s->c);
+    s->c = NULL;
     s->conn = NULL;
     s->in_txn = false;
     s->ckpt_prepared = false;
     s->guarded = false;
+    s->have_ckpt = -1;
     s->pend_head = s->pend_tail = 0;
+    s->unflushed = 0;
+    s->goodbye[0] = '\0';
     tables_clear(s); /* prepared statements and "created" marks belong to the connection */
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
-/* synchronous helpers, used outside pipeline mode (connect, COPY) */
+/* connecting (outside pipeline mode) */
 
-static bool exec_ok(sink *s, const char *sql, ExecStatusType want, const char *what)
+/* Notices go to the debug log; a FATAL outside any query (a terminated session, a server shutting down) comes this
+ * way too, before the socket closes: note it, so an idle connection's end is seen at once. */
+static void notice_receiver(void *arg, const PGresult *res)
 {
-    PGresult *res = PQexec(s->conn, sql);
-    bool ok = PQresultStatus(res) == want;
-    if (!ok)
-        set_err(s, classify(s->conn, res), "%s: %s", what, PQerrorMessage(s->conn));
-    PQclear(res);
-    return ok;
+    sink *s = arg;
+    const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    char msg[300];
+    pgerror_message(PQresultErrorMessage(res), NULL, msg, sizeof msg);
+    if (sev != NULL && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0))
+        snprintf(s->goodbye, sizeof s->goodbye, "%s", msg);
+    log_debug("postgres: %s", msg);
 }
 
-static void notice_to_log(void *arg, const char *message)
+static bool exec_sync(sink *s, const char *sql, int n, const char *const *values, PGresult **out, const char *what)
 {
-    (void)arg;
-    size_t n = strlen(message);
-    log_debug("postgres: %.*s", (int)(n > 0 && message[n - 1] == '\n' ? n - 1 : n), message);
+    pgconn_error e;
+    if (pgconn_exec_params(s->c, sql, n, values, NULL, NULL, 0, out, false, &e))
+        return true;
+    set_err(s, e.status, e.sqlstate, "%s: %s", what, e.message);
+    return false;
 }
 
 sink_status sink_connect(sink *s)
 {
     sink_disconnect(s);
-    s->failed = SINK_OK;
+    s->failed = APPLY_OK;
     s->err[0] = '\0';
+    s->err_state[0] = '\0';
 
-    /* The conninfo may be key=value or a URI (expand_dbname); name the session unless the user did. */
-    const char *keys[] = {"dbname", "fallback_application_name", NULL};
-    const char *values[] = {s->conninfo, "oplog2pg", NULL};
-    s->conn = PQconnectdbParams(keys, values, 1);
-    if (PQstatus(s->conn) != CONNECTION_OK) {
-        set_err(s, SINK_ERR_CONNECTION, "cannot connect to PostgreSQL: %s", PQerrorMessage(s->conn));
-        goto fail;
+    pgconn_params pp = {.conninfo = s->conninfo,
+                        .app_name = "oplog2pg",
+                        .peer_timeout_s = s->cfg.peer_timeout_s,
+                        .wait_hook = s->cfg.wait_hook,
+                        .wait_arg = s->cfg.wait_arg,
+                        .wait_slice_ms = s->cfg.wait_slice_ms};
+    pgconn_error e;
+    s->c = pgconn_connect(&pp, &e);
+    if (s->c == NULL) {
+        const char *advice = pgerror_advice(e.sqlstate);
+        set_err(s, e.status, e.sqlstate, "%s%s%s", e.message, advice[0] ? "; " : "", advice);
+        return s->failed;
     }
-    PQsetNoticeProcessor(s->conn, notice_to_log, NULL);
+    s->conn = s->c->pg;
+    PQsetNoticeReceiver(s->conn, notice_receiver, s);
+    PGresult *res = NULL;
     if (PQserverVersion(s->conn) < 130000) {
-        set_err(s, SINK_ERR_DATA, "PostgreSQL %d is too old: oplog2pg needs 13 or later", PQserverVersion(s->conn));
+        set_err(s, APPLY_CONFIG, NULL, "PostgreSQL %d is too old: oplog2pg needs 13 or later",
+                PQserverVersion(s->conn));
         goto fail;
     }
-    if (!exec_ok(s, "SET synchronous_commit = on; SET client_min_messages = warning", PGRES_COMMAND_OK,
-                 "setting session options"))
-        goto fail;
-    if (!exec_ok(s, oplog2pg_sql_schema, PGRES_COMMAND_OK, "installing the oplog2pg schema") ||
-        !exec_ok(s, oplog2pg_sql_update_functions, PGRES_COMMAND_OK, "installing the update functions"))
+    if (!exec_sync(s, "SET synchronous_commit = on; SET client_min_messages = warning", 0, NULL, NULL,
+                   "setting session options") ||
+        !exec_sync(s, oplog2pg_sql_schema, 0, NULL, NULL, "installing the oplog2pg schema") ||
+        !exec_sync(s, oplog2pg_sql_update_functions, 0, NULL, NULL, "installing the update functions"))
         goto fail;
 
     /* Fence: one daemon per service. The advisory lock lives as long as this session. */
     const char *params[1] = {s->service};
-    PGresult *res = PQexecParams(s->conn, "SELECT pg_try_advisory_lock(hashtextextended('oplog2pg.service:' || $1, 0))",
-                                 1, NULL, params, NULL, NULL, 0);
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        set_err(s, classify(s->conn, res), "taking the service lock: %s", PQerrorMessage(s->conn));
-        PQclear(res);
+    if (!exec_sync(s, "SELECT pg_try_advisory_lock(hashtextextended('oplog2pg.service:' || $1, 0))", 1, params, &res,
+                   "taking the service lock"))
         goto fail;
-    }
     bool locked = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     PQclear(res);
+    res = NULL;
     if (!locked) {
-        set_err(s, SINK_ERR_FENCED,
+        set_err(s, APPLY_FENCED, NULL,
                 "another oplog2pg is running for service '%s' on this database (it holds the service lock); "
                 "stop it, or give this one a different [replication] service",
                 s->service);
         goto fail;
     }
-    res = PQexecParams(s->conn,
-                       "INSERT INTO oplog2pg.checkpoint (service, owner) VALUES ($1, gen_random_uuid()) "
-                       "ON CONFLICT (service) DO UPDATE SET owner = excluded.owner RETURNING owner",
-                       1, NULL, params, NULL, NULL, 0);
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        set_err(s, classify(s->conn, res), "claiming the checkpoint row: %s", PQerrorMessage(s->conn));
-        PQclear(res);
+    if (!exec_sync(s,
+                   "INSERT INTO oplog2pg.checkpoint (service, owner) VALUES ($1, gen_random_uuid()) "
+                   "ON CONFLICT (service) DO UPDATE SET owner = excluded.owner "
+                   "RETURNING owner, ts_sec, ts_inc, term",
+                   1, params, &res, "claiming the checkpoint row"))
         goto fail;
-    }
     snprintf(s->owner, sizeof s->owner, "%s", PQgetvalue(res, 0, 0));
+    if (PQgetisnull(res, 0, 1)) {
+        s->have_ckpt = 0;
+    } else {
+        s->ckpt.secs = (uint32_t)strtoul(PQgetvalue(res, 0, 1), NULL, 10);
+        s->ckpt.inc = (uint32_t)strtoul(PQgetvalue(res, 0, 2), NULL, 10);
+        s->ckpt.term = PQgetisnull(res, 0, 3) ? -1 : strtoll(PQgetvalue(res, 0, 3), NULL, 10);
+        s->have_ckpt = 1;
+    }
     PQclear(res);
+    res = NULL;
 
-    if (PQsetnonblocking(s->conn, 1) != 0 || PQenterPipelineMode(s->conn) != 1) {
-        set_err(s, SINK_ERR_CONNECTION, "entering pipeline mode: %s", PQerrorMessage(s->conn));
+    if (PQenterPipelineMode(s->conn) != 1) {
+        set_err(s, APPLY_RETRY, NULL, "entering pipeline mode: %s", PQerrorMessage(s->conn));
         goto fail;
     }
-    return SINK_OK;
+    return APPLY_OK;
 
 fail : {
     sink_status st = s->failed;
-    if (s->conn != NULL)
-        PQfinish(s->conn);
+    PQclear(res);
+    pgconn_close(s->c);
+    s->c = NULL;
     s->conn = NULL;
     return st;
 }
@@ -320,31 +346,11 @@ fail : {
 
 int sink_read_checkpoint(sink *s, op_pos *out)
 {
-    /* Read outside the pipeline: only called right after connect, before any group. */
-    if (PQexitPipelineMode(s->conn) != 1 || PQsetnonblocking(s->conn, 0) != 0) {
-        set_err(s, SINK_ERR_CONNECTION, "leaving pipeline mode: %s", PQerrorMessage(s->conn));
+    if (s->conn == NULL)
         return -1;
-    }
-    const char *params[1] = {s->service};
-    PGresult *res = PQexecParams(s->conn, "SELECT ts_sec, ts_inc, term FROM oplog2pg.checkpoint WHERE service = $1", 1,
-                                 NULL, params, NULL, NULL, 0);
-    int rc = -1;
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        set_err(s, classify(s->conn, res), "reading the checkpoint: %s", PQerrorMessage(s->conn));
-    } else if (PQntuples(res) == 0 || PQgetisnull(res, 0, 0)) {
-        rc = 0;
-    } else {
-        out->secs = (uint32_t)strtoul(PQgetvalue(res, 0, 0), NULL, 10);
-        out->inc = (uint32_t)strtoul(PQgetvalue(res, 0, 1), NULL, 10);
-        out->term = PQgetisnull(res, 0, 2) ? -1 : strtoll(PQgetvalue(res, 0, 2), NULL, 10);
-        rc = 1;
-    }
-    PQclear(res);
-    if (PQsetnonblocking(s->conn, 1) != 0 || PQenterPipelineMode(s->conn) != 1) {
-        set_err(s, SINK_ERR_CONNECTION, "entering pipeline mode: %s", PQerrorMessage(s->conn));
-        return -1;
-    }
-    return rc;
+    if (s->have_ckpt == 1)
+        *out = s->ckpt;
+    return s->have_ckpt;
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -361,7 +367,7 @@ static bool push_pending(sink *s, pending_kind kind, const table *t, const op_po
             size_t cap = s->pend_cap * 2;
             pending *p = realloc(s->pend, cap * sizeof *p);
             if (p == NULL) {
-                set_err(s, SINK_ERR_DATA, "out of memory queueing a statement");
+                set_err(s, APPLY_NOMEM, NULL, "out of memory queueing a statement");
                 return false;
             }
             s->pend = p;
@@ -371,6 +377,7 @@ static bool push_pending(sink *s, pending_kind kind, const table *t, const op_po
     pending *p = &s->pend[s->pend_tail++];
     p->kind = kind;
     p->t = t;
+    p->answered = false;
     if (pos)
         p->pos = *pos;
     else
@@ -384,22 +391,23 @@ static void take_result(sink *s, PGresult *res)
     pending *p = &s->pend[s->pend_head];
     ExecStatusType st = PQresultStatus(res);
 
+    p->answered = true;
     if (st == PGRES_PIPELINE_ABORTED)
         return; /* skipped after an earlier error, which was recorded */
     if (st == PGRES_FATAL_ERROR) {
         char where[32];
         fmt_pos(&p->pos, where, sizeof where);
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        bool first = s->failed == SINK_OK;
+        apply_status cls = pgerror_classify_result(s->conn, res, is_data_kind(p->kind));
+        const char *advice = cls == APPLY_CONFIG ? pgerror_advice(state) : "";
+        char msg[700];
+        pgerror_message(PQresultErrorMessage(res), NULL, msg, sizeof msg);
         if (p->t != NULL)
-            set_err(s, classify(s->conn, res), "%s on %s.%s (oplog entry %s) failed: [%s] %s", pending_what[p->kind],
-                    p->t->db, p->t->coll, where, state ? state : "?", PQresultErrorMessage(res));
+            set_err(s, cls, state, "%s on %s.%s (oplog entry %s) failed: [%s] %s%s%s", pending_what[p->kind], p->t->db,
+                    p->t->coll, where, state ? state : "?", msg, advice[0] ? "; " : "", advice);
         else
-            set_err(s, classify(s->conn, res), "%s (oplog entry %s) failed: [%s] %s", pending_what[p->kind], where,
-                    state ? state : "?", PQresultErrorMessage(res));
-        if (first && state != NULL)
-            snprintf(s->err_state, sizeof s->err_state, "%s", state);
-        return;
+            set_err(s, cls, state, "%s (oplog entry %s) failed: [%s] %s%s%s", pending_what[p->kind], where,
+                    state ? state : "?", msg, advice[0] ? "; " : "", advice);
     }
 }
 
@@ -407,7 +415,7 @@ static void take_result(sink *s, PGresult *res)
 static bool read_ready(sink *s)
 {
     if (PQconsumeInput(s->conn) != 1) {
-        set_err(s, SINK_ERR_CONNECTION, "lost the PostgreSQL connection: %s", PQerrorMessage(s->conn));
+        set_err(s, APPLY_RETRY, NULL, "lost the PostgreSQL connection: %s", PQerrorMessage(s->conn));
         return false;
     }
     while (s->pend_head < s->pend_tail && !PQisBusy(s->conn)) {
@@ -431,69 +439,134 @@ static bool read_ready(sink *s)
         PQclear(res);
     }
     if (PQstatus(s->conn) == CONNECTION_BAD) {
-        set_err(s, SINK_ERR_CONNECTION, "lost the PostgreSQL connection: %s", PQerrorMessage(s->conn));
+        set_err(s, APPLY_RETRY, NULL, "lost the PostgreSQL connection: %s", PQerrorMessage(s->conn));
         return false;
     }
     return true;
 }
 
-static bool wait_socket(sink *s, bool for_write)
+/* Asks PostgreSQL, on a side connection, what our backend waits for and who blocks it (pg_stat_activity,
+ * pg_blocking_pids), into s->wait_note. Best effort: quietly nothing when it cannot. */
+static void probe_wait(sink *s)
 {
-    struct pollfd pfd = {.fd = PQsocket(s->conn), .events = POLLIN | (for_write ? POLLOUT : 0)};
-    for (;;) {
-        int n = poll(&pfd, 1, -1);
-        if (n >= 0)
-            return true;
-        if (errno != EINTR) {
-            set_err(s, SINK_ERR_CONNECTION, "waiting for PostgreSQL: %s", strerror(errno));
-            return false;
-        }
+    s->probed_at = clock_s();
+    if (s->probe == NULL) {
+        pgconn_params pp = {.conninfo = s->conninfo, .app_name = "oplog2pg-probe", .peer_timeout_s = 5};
+        pgconn_error e;
+        s->probe = pgconn_connect(&pp, &e);
+        if (s->probe == NULL)
+            return;
+        pgconn_exec(s->probe, "SET statement_timeout = 2000", NULL, false, &e);
     }
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", PQbackendPID(s->conn));
+    const char *values[1] = {pid};
+    PGresult *res = NULL;
+    pgconn_error e;
+    if (!pgconn_exec_params(s->probe,
+                            "SELECT coalesce(a.wait_event_type || ':' || a.wait_event, a.state, '?'), "
+                            "(SELECT string_agg(b.pid || ' (' || coalesce(nullif(b.application_name, ''), "
+                            "b.usename::text, '?') || ', ' || coalesce(b.state, '?') || ')', ', ') "
+                            "FROM pg_stat_activity b WHERE b.pid = ANY (pg_blocking_pids(a.pid))) "
+                            "FROM pg_stat_activity a WHERE a.pid = $1",
+                            1, values, NULL, NULL, 0, &res, false, &e) ||
+        PQntuples(res) != 1) {
+        PQclear(res);
+        pgconn_close(s->probe);
+        s->probe = NULL;
+        return;
+    }
+    char raw[300];
+    if (PQgetisnull(res, 0, 1))
+        snprintf(raw, sizeof raw, "PostgreSQL reports %s", PQgetvalue(res, 0, 0));
+    else
+        snprintf(raw, sizeof raw, "PostgreSQL reports %s, blocked by pid %s", PQgetvalue(res, 0, 0),
+                 PQgetvalue(res, 0, 1));
+    utf8_sanitize(raw, strlen(raw), s->wait_note, sizeof s->wait_note);
+    PQclear(res);
 }
 
-/* Push output and collect results. With `until` set, keep going until that many items remain pending. */
-static bool pump(sink *s, size_t until)
+/* What the sink waits for, for the wait hook: the statements not answered yet (PostgreSQL answers a pipeline only
+ * when it reaches the Sync, so which one blocks cannot be told from here), and, once the wait is long, what the
+ * server says about it. */
+static void waiting_for(sink *s, char *buf, size_t len, double waited)
 {
+    size_t i = s->pend_head, open = 0;
+    while (i < s->pend_tail && s->pend[i].answered)
+        i++;
+    for (size_t k = i; k < s->pend_tail; k++)
+        open += s->pend[k].kind != P_SYNC && !s->pend[k].answered;
+    if (waited >= 3.0 && clock_s() - s->probed_at >= 5.0)
+        probe_wait(s);
+    const char *note = waited >= 3.0 && s->wait_note[0] ? s->wait_note : NULL;
+    if (i >= s->pend_tail || open == 0) {
+        snprintf(buf, len, "statements to be sent%s%s", note ? "; " : "", note ? note : "");
+        return;
+    }
+    const pending *p = &s->pend[i];
+    char first[200];
+    if (p->t != NULL)
+        snprintf(first, sizeof first, "the %s on %s.%s", pending_what[p->kind], p->t->db, p->t->coll);
+    else
+        snprintf(first, sizeof first, "the %s", pending_what[p->kind]);
+    if (open == 1)
+        snprintf(buf, len, "%s%s%s", first, note ? "; " : "", note ? note : "");
+    else
+        snprintf(buf, len, "%zu statements from %s on%s%s", open, first, note ? "; " : "", note ? note : "");
+}
+
+/* Push output and collect results. With `until` set, keep going until at most that many items remain pending, and
+ * until at most `unsent` bytes wait in libpq's buffer. */
+static bool pump(sink *s, size_t until, size_t unsent)
+{
+    double since = clock_s();
+    char what[600];
     for (;;) {
         int fr = PQflush(s->conn);
         if (fr < 0) {
-            set_err(s, SINK_ERR_CONNECTION, "sending to PostgreSQL: %s", PQerrorMessage(s->conn));
+            set_err(s, APPLY_RETRY, NULL, "sending to PostgreSQL: %s", PQerrorMessage(s->conn));
             return false;
         }
+        if (fr == 0)
+            s->unflushed = 0;
         if (!read_ready(s))
             return false;
-        if (fr == 0 && s->pend_tail - s->pend_head <= until)
+        if ((fr == 0 || s->unflushed <= unsent) && s->pend_tail - s->pend_head <= until)
             return true;
-        if (!wait_socket(s, fr == 1))
+        waiting_for(s, what, sizeof what, clock_s() - since);
+        if (!pgconn_wait(s->c, fr == 1, what, since)) {
+            set_err(s, APPLY_RETRY, NULL, "waiting for PostgreSQL: %s", strerror(errno));
             return false;
+        }
     }
 }
 
 /* Send a Sync and wait for every outstanding result. */
 static sink_status drain(sink *s)
 {
-    if (s->failed != SINK_OK)
+    if (s->failed != APPLY_OK)
         return s->failed;
     if (s->pend_head == s->pend_tail)
-        return SINK_OK; /* nothing outstanding: no round trip */
+        return APPLY_OK; /* nothing outstanding: no round trip */
     if (PQpipelineSync(s->conn) != 1) {
-        set_err(s, SINK_ERR_CONNECTION, "sending a sync: %s", PQerrorMessage(s->conn));
+        set_err(s, APPLY_RETRY, NULL, "sending a sync: %s", PQerrorMessage(s->conn));
         return s->failed;
     }
     if (!push_pending(s, P_SYNC, NULL, NULL))
         return s->failed;
-    pump(s, 0);
+    pump(s, 0, 0);
     return s->failed;
 }
 
-/* After a send: opportunistic progress, and a bound on what waits unanswered. */
-static sink_status after_send(sink *s, bool ok)
+/* After a send of `bytes`: opportunistic progress, and bounds on what waits unanswered and unsent. */
+static sink_status after_send(sink *s, bool ok, size_t bytes)
 {
     if (!ok) {
-        set_err(s, classify(s->conn, NULL), "queueing a statement: %s", PQerrorMessage(s->conn));
+        set_err(s, APPLY_RETRY, NULL, "queueing a statement: %s", PQerrorMessage(s->conn));
         return s->failed;
     }
-    if (!pump(s, MAX_PENDING))
+    s->unflushed += bytes;
+    if (!pump(s, MAX_PENDING, SINK_PIPE_BYTES))
         return s->failed;
     if (s->cfg.per_op)
         return drain(s); /* the baseline: wait for every statement */
@@ -504,21 +577,54 @@ static sink_status send_simple(sink *s, pending_kind kind, const table *t, const
 {
     if (!push_pending(s, kind, t, pos))
         return s->failed;
-    return after_send(s, PQsendQueryParams(s->conn, sql, 0, NULL, NULL, NULL, NULL, 0) == 1);
+    return after_send(s, PQsendQueryParams(s->conn, sql, 0, NULL, NULL, NULL, NULL, 0) == 1, strlen(sql));
 }
 
 static sink_status begin_if_needed(sink *s)
 {
-    if (s->failed != SINK_OK)
+    if (s->failed != APPLY_OK)
         return s->failed;
     if (s->conn == NULL) {
-        set_err(s, SINK_ERR_CONNECTION, "not connected to PostgreSQL");
+        set_err(s, APPLY_RETRY, NULL, "not connected to PostgreSQL");
         return s->failed;
     }
     if (s->in_txn)
-        return SINK_OK;
+        return APPLY_OK;
     s->in_txn = true;
     return send_simple(s, P_BEGIN, NULL, "BEGIN", NULL);
+}
+
+int sink_socket(const sink *s)
+{
+    return s->conn != NULL ? PQsocket(s->conn) : -1;
+}
+
+int sink_backend_pid(const sink *s)
+{
+    return s->conn != NULL ? PQbackendPID(s->conn) : 0;
+}
+
+sink_status sink_check_idle(sink *s)
+{
+    if (s->conn == NULL)
+        return APPLY_RETRY;
+    if (s->pend_head < s->pend_tail) {
+        read_ready(s); /* results on their way: take what came */
+        return s->failed;
+    }
+    /* PQisBusy parses what arrived: a FATAL outside any query reaches the notice receiver (s->goodbye). */
+    bool ok = PQconsumeInput(s->conn) == 1;
+    PGresult *res = ok && !PQisBusy(s->conn) ? PQgetResult(s->conn) : NULL;
+    if (!ok || PQstatus(s->conn) == CONNECTION_BAD || s->goodbye[0] != '\0' || res != NULL) {
+        char msg[600];
+        pgerror_message(s->goodbye[0]                                 ? s->goodbye
+                        : res != NULL && PQresultErrorMessage(res)[0] ? PQresultErrorMessage(res)
+                                                                      : PQerrorMessage(s->conn),
+                        NULL, msg, sizeof msg);
+        set_err(s, APPLY_RETRY, NULL, "the idle PostgreSQL connection ended: %s", msg[0] ? msg : "unexpected data");
+    }
+    PQclear(res);
+    return s->failed;
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -564,7 +670,20 @@ static sink_status prepare_stmt(sink *s, table *t, char kind, const char *sql)
     snprintf(name, sizeof name, "%c%u", kind, t->id);
     if (!push_pending(s, P_PREPARE, t, NULL))
         return s->failed;
-    return after_send(s, PQsendPrepare(s->conn, name, sql, 0, NULL) == 1);
+    return after_send(s, PQsendPrepare(s->conn, name, sql, 0, NULL) == 1, strlen(sql));
+}
+
+/* A name PostgreSQL can hold as an identifier, or the reason it cannot. */
+static const char *name_refusal(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0)
+        return "it is empty";
+    if (n > PG_MAX_IDENT)
+        return "database and collection names must be 1 to 63 bytes";
+    if (!utf8_valid(name, n, false))
+        return "it is not valid UTF-8";
+    return NULL;
 }
 
 /* The table for db.coll, created (schema, table) and its statements prepared on this connection if needed. */
@@ -576,11 +695,12 @@ static table *get_table(sink *s, const char *db, const char *coll, const op_pos 
 
     char where[32];
     fmt_pos(pos, where, sizeof where);
-    if (strlen(db) > PG_MAX_IDENT || strlen(coll) > PG_MAX_IDENT || db[0] == '\0' || coll[0] == '\0') {
-        set_err(s, SINK_ERR_DATA,
-                "namespace %s.%s (oplog entry %s) cannot be a PostgreSQL table: database and collection names must "
-                "be 1 to %d bytes",
-                db, coll, where, PG_MAX_IDENT);
+    const char *why = name_refusal(db);
+    if (why == NULL)
+        why = name_refusal(coll);
+    if (why != NULL) {
+        set_err(s, APPLY_DATA, NULL, "namespace %s.%s (oplog entry %s) cannot be a PostgreSQL table: %s", db, coll,
+                where, why);
         return NULL;
     }
     if (t == NULL) {
@@ -618,349 +738,200 @@ static table *get_table(sink *s, const char *db, const char *coll, const op_pos 
         goto oom;
     bool ok = true;
     sql = shape_schema_sql(qdb); /* the table's shape is defined once, in map/shape.c */
-    ok = sql != NULL && send_simple(s, P_DDL, t, sql, pos) == SINK_OK;
+    ok = sql != NULL && send_simple(s, P_DDL, t, sql, pos) == APPLY_OK;
     free(sql);
     sql = ok ? shape_table_sql(t->qname) : NULL;
-    ok = ok && sql != NULL && send_simple(s, P_DDL, t, sql, pos) == SINK_OK;
+    ok = ok && sql != NULL && send_simple(s, P_DDL, t, sql, pos) == APPLY_OK;
     free(sql);
     free(qdb);
 
     /* Insert doubles as replacement: an insert that meets its own _id (a replay) becomes the document it carries. */
     char buf[512];
     snprintf(buf, sizeof buf,
-             "INSERT INTO %s (doc) VALUES ($1::jsonb) ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc", t->qname);
-    ok = ok && prepare_stmt(s, t, 'i', buf) == SINK_OK;
-    snprintf(buf, sizeof buf, "UPDATE %s SET doc = oplog2pg.apply_update(doc, $2::jsonb) WHERE _id = $1::jsonb",
+             "INSERT INTO %s (" SHAPE_COLUMNS ") VALUES ($1, $2) ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc",
              t->qname);
-    ok = ok && prepare_stmt(s, t, 'u', buf) == SINK_OK;
-    snprintf(buf, sizeof buf, "DELETE FROM %s WHERE _id = $1::jsonb", t->qname);
-    ok = ok && prepare_stmt(s, t, 'd', buf) == SINK_OK;
-    if (!ok)
+    ok = ok && prepare_stmt(s, t, 'i', buf) == APPLY_OK;
+    snprintf(buf, sizeof buf, "UPDATE %s SET doc = oplog2pg.apply_update(doc, $2::jsonb) WHERE _id = $1", t->qname);
+    ok = ok && prepare_stmt(s, t, 'u', buf) == APPLY_OK;
+    snprintf(buf, sizeof buf, "DELETE FROM %s WHERE _id = $1", t->qname);
+    ok = ok && prepare_stmt(s, t, 'd', buf) == APPLY_OK;
+    if (!ok) {
+        if (s->failed == APPLY_OK)
+            set_err(s, APPLY_NOMEM, NULL, "out of memory preparing table %s.%s", db, coll);
         return NULL;
+    }
     t->ready = true;
     return t;
 
 oom:
-    set_err(s, SINK_ERR_DATA, "out of memory preparing table %s.%s", db, coll);
+    set_err(s, APPLY_NOMEM, NULL, "out of memory preparing table %s.%s", db, coll);
     return NULL;
 }
 
 /* The group's transaction open and db.coll ready in it: what every write starts with. NULL on failure (s->failed). */
 static table *open_table(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
-    if (begin_if_needed(s) != SINK_OK)
+    if (begin_if_needed(s) != APPLY_OK)
         return NULL;
     return get_table(s, db, coll, pos);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
-/* batches: binary COPY tuples with one jsonb field: int16 1, int32 len, byte 1 (jsonb version), JSON text */
-
-sink_batch *sink_batch_new(void)
-{
-    return calloc(1, sizeof(sink_batch));
-}
-
-void sink_batch_free(sink_batch *b)
-{
-    if (b == NULL)
-        return;
-    free(b->buf);
-    free(b);
-}
-
-void sink_batch_reset(sink_batch *b)
-{
-    b->len = 0;
-    b->rows = 0;
-}
-
-size_t sink_batch_rows(const sink_batch *b)
-{
-    return b->rows;
-}
-
-size_t sink_batch_bytes(const sink_batch *b)
-{
-    return b->len;
-}
-
-static void put_be16(char *p, uint16_t v)
-{
-    p[0] = (char)(v >> 8);
-    p[1] = (char)v;
-}
-
-static void put_be32(char *p, uint32_t v)
-{
-    p[0] = (char)(v >> 24);
-    p[1] = (char)(v >> 16);
-    p[2] = (char)(v >> 8);
-    p[3] = (char)v;
-}
-
-static uint32_t get_be32(const char *p)
-{
-    const unsigned char *u = (const unsigned char *)p;
-    return (uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 | (uint32_t)u[2] << 8 | u[3];
-}
-
-bool sink_batch_add_json(sink_batch *b, const char *json, size_t jlen)
-{
-    if (jlen > INT32_MAX - 1)
-        return false;
-    size_t need = b->len + 2 + 4 + 1 + jlen;
-    if (need > b->cap) {
-        size_t cap = b->cap ? b->cap : 65536;
-        while (cap < need)
-            cap *= 2;
-        char *nb = realloc(b->buf, cap);
-        if (nb == NULL)
-            return false;
-        b->buf = nb;
-        b->cap = cap;
-    }
-    char *p = b->buf + b->len;
-    put_be16(p, 1);
-    put_be32(p + 2, (uint32_t)(jlen + 1));
-    p[6] = 1;
-    memcpy(p + 7, json, jlen);
-    b->len = need;
-    b->rows++;
-    return true;
-}
-
-bool sink_batch_add(sink_batch *b, const bson_t *doc)
-{
-    size_t jlen = 0;
-    char *json = ejson_document(doc, &jlen);
-    bool ok = json != NULL && sink_batch_add_json(b, json, jlen);
-    bson_free(json);
-    return ok;
-}
-
-bool sink_batch_put_copy(PGconn *conn, const sink_batch *b)
-{
-    static const char trailer[2] = {(char)0xff, (char)0xff};
-    enum { PIECE = 256 * 1024 }; /* rows may span pieces: COPY data is a byte stream */
-    bool sent = PQputCopyData(conn, copy_header, COPY_HEADER_LEN) == 1;
-    for (size_t off = 0; sent && off < b->len;) {
-        size_t n = b->len - off > PIECE ? PIECE : b->len - off;
-        sent = PQputCopyData(conn, b->buf + off, (int)n) == 1;
-        off += n;
-    }
-    return sent && PQputCopyData(conn, trailer, 2) == 1 && PQputCopyEnd(conn, NULL) == 1;
-}
-
-/* ---------------------------------------------------------------------------------------------------------------- */
 /* writes */
 
-/* Each row of the batch as a binary jsonb parameter of the upsert statement, pipelined. */
+/* Each row of the batch as parameters of the upsert statement (binary, no conversion), pipelined. */
 static sink_status insert_rows_pipelined(sink *s, table *t, const sink_batch *b, const op_pos *pos)
 {
     char name[32];
     snprintf(name, sizeof name, "i%u", t->id);
-    const int formats[1] = {1};
-    for (size_t off = 0; off < b->len;) {
-        uint32_t flen = get_be32(b->buf + off + 2);
-        const char *values[1] = {b->buf + off + 6};
-        const int lengths[1] = {(int)flen};
+    const int formats[2] = {1, 0};
+    for (size_t i = 0; i < sink_batch_rows(b); i++) {
+        const char *key, *json;
+        size_t klen, jlen;
+        sink_batch_row(b, i, &key, &klen, &json, &jlen);
+        const char *values[2] = {key, json};
+        const int lengths[2] = {(int)klen, (int)jlen};
         if (!push_pending(s, P_INSERT, t, pos))
             return s->failed;
-        if (after_send(s, PQsendQueryPrepared(s->conn, name, 1, values, lengths, formats, 0) == 1) != SINK_OK)
+        if (after_send(s, PQsendQueryPrepared(s->conn, name, 2, values, lengths, formats, 0) == 1, klen + jlen + 64) !=
+            APPLY_OK)
             return s->failed;
-        off += 6 + flen;
     }
-    s->stats.rows_inserted += b->rows;
-    s->stats.bytes += b->len;
-    return SINK_OK;
+    s->stats.rows_inserted += sink_batch_rows(b);
+    s->stats.bytes += sink_batch_bytes(b);
+    return APPLY_OK;
 }
 
-static bool leave_pipeline(sink *s)
-{
-    if (PQexitPipelineMode(s->conn) != 1 || PQsetnonblocking(s->conn, 0) != 0) {
-        set_err(s, SINK_ERR_CONNECTION, "leaving pipeline mode: %s", PQerrorMessage(s->conn));
-        return false;
-    }
-    return true;
-}
-
-static bool enter_pipeline(sink *s)
-{
-    if (PQsetnonblocking(s->conn, 1) != 0 || PQenterPipelineMode(s->conn) != 1) {
-        set_err(s, SINK_ERR_CONNECTION, "entering pipeline mode: %s", PQerrorMessage(s->conn));
-        return false;
-    }
-    return true;
-}
-
-/* COPY the batch. Returns SINK_OK, or an error; *dup is set when the COPY met an existing _id. */
+/* COPY the batch (outside the pipeline). *dup when it met an existing _id. */
 static sink_status copy_rows(sink *s, table *t, const sink_batch *b, const op_pos *pos, bool *dup)
 {
-    char where[32], sql[256];
+    char where[32], sql[300];
     fmt_pos(pos, where, sizeof where);
-    snprintf(sql, sizeof sql, "COPY %s (doc) FROM STDIN (FORMAT binary)", t->qname);
+    snprintf(sql, sizeof sql, "COPY %s (" SHAPE_COLUMNS ") FROM STDIN (FORMAT binary)", t->qname);
     *dup = false;
-
-    PGresult *res = PQexec(s->conn, sql);
-    if (PQresultStatus(res) != PGRES_COPY_IN) {
-        set_err(s, classify(s->conn, res), "COPY into %s.%s (oplog entries up to %s) failed to start: %s", t->db,
-                t->coll, where, PQerrorMessage(s->conn));
-        PQclear(res);
-        return s->failed;
+    pgconn_error e;
+    if (pgconn_copy_start(s->c, sql, &e) && sink_batch_copy(s->c, b, &e))
+        return APPLY_OK;
+    if (strcmp(e.sqlstate, "23505") == 0) {
+        *dup = true;
+        return APPLY_DATA;
     }
-    PQclear(res);
-    if (!sink_batch_put_copy(s->conn, b)) {
-        set_err(s, SINK_ERR_CONNECTION, "sending COPY data: %s", PQerrorMessage(s->conn));
-        return s->failed;
-    }
-    sink_status st = SINK_OK;
-    while ((res = PQgetResult(s->conn)) != NULL) {
-        if (PQresultStatus(res) != PGRES_COMMAND_OK && st == SINK_OK) {
-            const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-            if (state != NULL && strcmp(state, "23505") == 0) {
-                *dup = true;
-                st = SINK_ERR_DATA;
-            } else {
-                set_err(s, classify(s->conn, res), "COPY into %s.%s (oplog entries up to %s) failed: %s", t->db,
-                        t->coll, where, PQresultErrorMessage(res));
-                st = s->failed;
-            }
-        }
-        PQclear(res);
-    }
-    return st;
+    const char *advice = e.status == APPLY_CONFIG ? pgerror_advice(e.sqlstate) : "";
+    set_err(s, e.status, e.sqlstate, "COPY into %s.%s (oplog entries up to %s) failed: [%s] %s%s%s", t->db, t->coll,
+            where, e.sqlstate[0] ? e.sqlstate : "?", e.message, advice[0] ? "; " : "", advice);
+    return s->failed;
 }
 
 sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_batch *b, const op_pos *pos)
 {
-    if (b->rows == 0)
-        return SINK_OK;
+    if (sink_batch_rows(b) == 0)
+        return APPLY_OK;
     table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
-    if (s->cfg.per_op || b->rows < s->cfg.copy_min_rows)
+    /* Short runs go pipelined; a long run, or a large one (libpq would hold it whole), by COPY in pieces. */
+    if (s->cfg.per_op || (sink_batch_rows(b) < s->cfg.copy_min_rows && sink_batch_bytes(b) < SINK_COPY_BYTES))
         return insert_rows_pipelined(s, t, b, pos);
 
     /* Long run: COPY, outside the pipeline, behind a savepoint. */
-    if (send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " SAVEPOINT_NAME, pos) != SINK_OK || drain(s) != SINK_OK)
+    if (send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " SAVEPOINT_NAME, pos) != APPLY_OK || drain(s) != APPLY_OK)
         return s->failed;
-    if (!leave_pipeline(s))
+    if (PQexitPipelineMode(s->conn) != 1) {
+        set_err(s, APPLY_RETRY, NULL, "leaving pipeline mode: %s", PQerrorMessage(s->conn));
         return s->failed;
+    }
     bool dup = false;
     sink_status st = copy_rows(s, t, b, pos, &dup);
-    if (st != SINK_OK && dup) {
-        if (!exec_ok(s, "ROLLBACK TO SAVEPOINT " SAVEPOINT_NAME, PGRES_COMMAND_OK, "rolling back a COPY"))
+    if (st != APPLY_OK && !dup)
+        return st;
+    if (dup) {
+        pgconn_error e;
+        if (!pgconn_exec(s->c, "ROLLBACK TO SAVEPOINT " SAVEPOINT_NAME, NULL, false, &e)) {
+            set_err(s, e.status, e.sqlstate, "rolling back a COPY: %s", e.message);
             return s->failed;
+        }
         char where[32];
         fmt_pos(pos, where, sizeof where);
         log_info("COPY of %zu rows into %s.%s (entries up to %s) met an existing _id; re-sending them as upserts",
-                 b->rows, db, coll, where);
+                 sink_batch_rows(b), db, coll, where);
         s->stats.dup_fallbacks++;
-        if (!enter_pipeline(s))
-            return s->failed;
-        if (insert_rows_pipelined(s, t, b, pos) != SINK_OK)
-            return s->failed;
-        return send_simple(s, P_RELEASE, NULL, "RELEASE SAVEPOINT " SAVEPOINT_NAME, pos);
     }
-    if (st != SINK_OK)
-        return st;
-    if (!enter_pipeline(s))
+    if (PQenterPipelineMode(s->conn) != 1) {
+        set_err(s, APPLY_RETRY, NULL, "entering pipeline mode: %s", PQerrorMessage(s->conn));
         return s->failed;
-    s->stats.rows_copied += b->rows;
-    s->stats.bytes += b->len;
+    }
+    if (dup) {
+        if (insert_rows_pipelined(s, t, b, pos) != APPLY_OK)
+            return s->failed;
+    } else {
+        s->stats.rows_copied += sink_batch_rows(b);
+        s->stats.bytes += sink_batch_bytes(b);
+    }
     return send_simple(s, P_RELEASE, NULL, "RELEASE SAVEPOINT " SAVEPOINT_NAME, pos);
 }
 
-sink_status sink_update_json(sink *s, const char *db, const char *coll, const char *id_json, op_update_form form,
-                             const char *o_json, const op_pos *pos)
+sink_status sink_update(sink *s, const char *db, const char *coll, const char *key, op_update_form form,
+                        const char *json, const op_pos *pos)
 {
     table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
     char name[32];
-    bool ok;
+    snprintf(name, sizeof name, "%c%u", form == OP_FORM_REPLACE ? 'i' : 'u', t->id);
+    const char *values[2] = {key, json};
     if (!push_pending(s, form == OP_FORM_REPLACE ? P_INSERT : P_UPDATE, t, pos))
         return s->failed;
-    if (form == OP_FORM_REPLACE) {
-        /* A replacement is the whole new document: upsert it. */
-        snprintf(name, sizeof name, "i%u", t->id);
-        const char *values[1] = {o_json};
-        ok = PQsendQueryPrepared(s->conn, name, 1, values, NULL, NULL, 0) == 1;
-    } else {
-        snprintf(name, sizeof name, "u%u", t->id);
-        const char *values[2] = {id_json, o_json};
-        ok = PQsendQueryPrepared(s->conn, name, 2, values, NULL, NULL, 0) == 1;
-    }
-    s->stats.bytes += strlen(o_json);
+    /* A replacement is the whole new document: upsert it. */
+    size_t bytes = strlen(json);
+    bool ok = PQsendQueryPrepared(s->conn, name, 2, values, NULL, NULL, 0) == 1;
+    s->stats.bytes += bytes;
     s->stats.updates++;
-    return after_send(s, ok);
+    return after_send(s, ok, bytes + strlen(key) + 64);
 }
 
-/* An op whose text could not be made: the error names it. */
-static sink_status unconvertible(sink *s, const char *what, const char *db, const char *coll, const op_pos *pos)
-{
-    char where[32];
-    fmt_pos(pos, where, sizeof where);
-    set_err(s, SINK_ERR_DATA, "%s on %s.%s (oplog entry %s): cannot convert it to JSON (invalid UTF-8?)", what, db,
-            coll, where);
-    return s->failed;
-}
-
-sink_status sink_update(sink *s, const char *db, const char *coll, const bson_value_t *id, op_update_form form,
-                        const bson_t *o, const op_pos *pos)
-{
-    char *ojson = ejson_document(o, NULL);
-    char *idjson = form == OP_FORM_REPLACE ? NULL : ejson_value(id);
-    sink_status st = ojson == NULL || (form != OP_FORM_REPLACE && idjson == NULL)
-                         ? unconvertible(s, "update", db, coll, pos)
-                         : sink_update_json(s, db, coll, idjson, form, ojson, pos);
-    bson_free(ojson);
-    bson_free(idjson);
-    return st;
-}
-
-sink_status sink_delete_json(sink *s, const char *db, const char *coll, const char *id_json, const op_pos *pos)
+sink_status sink_delete(sink *s, const char *db, const char *coll, const char *key, const op_pos *pos)
 {
     table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
     char name[32];
     snprintf(name, sizeof name, "d%u", t->id);
-    const char *values[1] = {id_json};
+    const char *values[1] = {key};
     if (!push_pending(s, P_DELETE, t, pos))
         return s->failed;
     bool ok = PQsendQueryPrepared(s->conn, name, 1, values, NULL, NULL, 0) == 1;
     s->stats.deletes++;
-    return after_send(s, ok);
-}
-
-sink_status sink_delete(sink *s, const char *db, const char *coll, const bson_value_t *id, const op_pos *pos)
-{
-    char *idjson = ejson_value(id);
-    sink_status st =
-        idjson == NULL ? unconvertible(s, "delete", db, coll, pos) : sink_delete_json(s, db, coll, idjson, pos);
-    bson_free(idjson);
-    return st;
+    return after_send(s, ok, strlen(key) + 64);
 }
 
 sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
-    if (begin_if_needed(s) != SINK_OK)
+    if (begin_if_needed(s) != APPLY_OK)
         return s->failed;
     s->stats.ddl++;
-    return get_table(s, db, coll, pos) != NULL ? SINK_OK : s->failed;
+    return get_table(s, db, coll, pos) != NULL ? APPLY_OK : s->failed;
 }
 
 /* DDL on tables that may not be in the cache: quote names here. */
 static sink_status ddl(sink *s, const op_pos *pos, const char *fmt, const char *a, const char *b, const char *c,
                        const char *d)
 {
+    const char *names[4] = {a, b, c, d};
+    for (int i = 0; i < 4; i++) {
+        const char *why = names[i] ? name_refusal(names[i]) : NULL;
+        if (why != NULL) {
+            char where[32];
+            fmt_pos(pos, where, sizeof where);
+            set_err(s, APPLY_DATA, NULL, "DDL naming %s (oplog entry %s) cannot be applied in PostgreSQL: %s", names[i],
+                    where, why);
+            return s->failed;
+        }
+    }
     char *qa = a ? quote_ident(s, a) : NULL, *qb = b ? quote_ident(s, b) : NULL;
     char *qc = c ? quote_ident(s, c) : NULL, *qd = d ? quote_ident(s, d) : NULL;
     char *sql = NULL;
     if ((a && !qa) || (b && !qb) || (c && !qc) || (d && !qd) || asprintf(&sql, fmt, qa, qb, qc, qd) < 0) {
-        set_err(s, SINK_ERR_DATA, "out of memory building DDL");
+        set_err(s, APPLY_NOMEM, NULL, "out of memory building DDL");
         sql = NULL;
     }
     sink_status st = sql ? send_simple(s, P_DDL, NULL, sql, pos) : s->failed;
@@ -975,7 +946,7 @@ static sink_status ddl(sink *s, const op_pos *pos, const char *fmt, const char *
 
 sink_status sink_drop(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
-    if (begin_if_needed(s) != SINK_OK)
+    if (begin_if_needed(s) != APPLY_OK)
         return s->failed;
     forget_table(s, db, coll);
     return ddl(s, pos, "DROP TABLE IF EXISTS %s.%s", db, coll, NULL, NULL);
@@ -984,14 +955,14 @@ sink_status sink_drop(sink *s, const char *db, const char *coll, const op_pos *p
 sink_status sink_rename(sink *s, const char *db, const char *coll, const char *to_db, const char *to_coll,
                         bool drop_target, const op_pos *pos)
 {
-    if (begin_if_needed(s) != SINK_OK)
+    if (begin_if_needed(s) != APPLY_OK)
         return s->failed;
     forget_table(s, db, coll);
     forget_table(s, to_db, to_coll);
     /* The target may have been dropped by the rename (dropTarget); without it, a target table left over from an
      * earlier run would make the rename fail, and MongoDB would have refused it, so dropping is right either way. */
     (void)drop_target;
-    if (ddl(s, pos, "DROP TABLE IF EXISTS %s.%s", to_db, to_coll, NULL, NULL) != SINK_OK)
+    if (ddl(s, pos, "DROP TABLE IF EXISTS %s.%s", to_db, to_coll, NULL, NULL) != APPLY_OK)
         return s->failed;
     /* Make sure the source exists (a collection can be renamed before anything was replicated from it). */
     table *t = get_table(s, db, coll, pos);
@@ -999,19 +970,19 @@ sink_status sink_rename(sink *s, const char *db, const char *coll, const char *t
         return s->failed;
     forget_table(s, db, coll);
     if (strcmp(db, to_db) != 0) {
-        if (ddl(s, pos, "CREATE SCHEMA IF NOT EXISTS %s", to_db, NULL, NULL, NULL) != SINK_OK ||
-            ddl(s, pos, "ALTER TABLE %s.%s SET SCHEMA %s", db, coll, to_db, NULL) != SINK_OK)
+        if (ddl(s, pos, "CREATE SCHEMA IF NOT EXISTS %s", to_db, NULL, NULL, NULL) != APPLY_OK ||
+            ddl(s, pos, "ALTER TABLE %s.%s SET SCHEMA %s", db, coll, to_db, NULL) != APPLY_OK)
             return s->failed;
         db = to_db;
     }
     if (strcmp(coll, to_coll) != 0)
         return ddl(s, pos, "ALTER TABLE %s.%s RENAME TO %s", db, coll, to_coll, NULL);
-    return SINK_OK;
+    return APPLY_OK;
 }
 
 sink_status sink_drop_database(sink *s, const char *db, const op_pos *pos)
 {
-    if (begin_if_needed(s) != SINK_OK)
+    if (begin_if_needed(s) != APPLY_OK)
         return s->failed;
     forget_table(s, db, NULL);
     return ddl(s, pos, "DROP SCHEMA IF EXISTS %s CASCADE", db, NULL, NULL, NULL);
@@ -1028,43 +999,74 @@ sink_status sink_truncate(sink *s, const char *db, const char *coll, const op_po
     return send_simple(s, P_DDL, t, sql, pos);
 }
 
+static sink_status send_checkpoint(sink *s, const char *stmt, const char *sql, const op_pos *pos)
+{
+    char secs[16], inc[16], term[24];
+    const char *values[5] = {s->service, NULL, NULL, NULL, s->owner};
+    if (pos != NULL) {
+        snprintf(secs, sizeof secs, "%u", pos->secs);
+        snprintf(inc, sizeof inc, "%u", pos->inc);
+        snprintf(term, sizeof term, "%lld", (long long)pos->term);
+        values[1] = secs;
+        values[2] = inc;
+        values[3] = pos->term < 0 ? NULL : term;
+    }
+    if (!push_pending(s, P_CKPT, NULL, pos))
+        return s->failed;
+    bool ok = stmt != NULL ? PQsendQueryPrepared(s->conn, stmt, 5, values, NULL, NULL, 0) == 1
+                           : PQsendQueryParams(s->conn, sql, 5, NULL, values, NULL, NULL, 0) == 1;
+    return after_send(s, ok, 128);
+}
+
+static sink_status commit_and_wait(sink *s, const op_pos *pos, const op_pos *new_ckpt)
+{
+    if (send_simple(s, P_COMMIT, NULL, "COMMIT", pos) != APPLY_OK)
+        return s->failed;
+    s->in_txn = false;
+    /* A foreign owner token makes the checkpoint functions raise O2FEN: the transaction, data included, rolls back. */
+    if (drain(s) != APPLY_OK)
+        return s->failed;
+    s->stats.commits++;
+    if (new_ckpt != NULL) {
+        s->ckpt = *new_ckpt;
+        s->have_ckpt = 1;
+    } else {
+        s->have_ckpt = 0;
+    }
+    return APPLY_OK;
+}
+
 sink_status sink_commit(sink *s, const op_pos *pos)
 {
-    if (begin_if_needed(s) != SINK_OK)
+    if (begin_if_needed(s) != APPLY_OK)
         return s->failed;
     if (!s->ckpt_prepared) {
+        static const char sql[] = "SELECT oplog2pg.advance_checkpoint($1, $5::uuid, $2, $3, $4)";
         if (!push_pending(s, P_PREPARE, NULL, NULL))
             return s->failed;
-        if (after_send(s, PQsendPrepare(s->conn, "ckpt", "SELECT oplog2pg.advance_checkpoint($1, $5::uuid, $2, $3, $4)",
-                                        0, NULL) == 1) != SINK_OK)
+        if (after_send(s, PQsendPrepare(s->conn, "ckpt", sql, 0, NULL) == 1, sizeof sql) != APPLY_OK)
             return s->failed;
         s->ckpt_prepared = true;
     }
-    char secs[16], inc[16], term[24];
-    snprintf(secs, sizeof secs, "%u", pos->secs);
-    snprintf(inc, sizeof inc, "%u", pos->inc);
-    snprintf(term, sizeof term, "%lld", (long long)pos->term);
-    const char *values[5] = {s->service, secs, inc, pos->term < 0 ? NULL : term, s->owner};
-    if (!push_pending(s, P_CKPT, NULL, pos))
+    if (send_checkpoint(s, "ckpt", NULL, pos) != APPLY_OK)
         return s->failed;
-    if (PQsendQueryPrepared(s->conn, "ckpt", 5, values, NULL, NULL, 0) != 1) {
-        set_err(s, SINK_ERR_CONNECTION, "queueing the checkpoint: %s", PQerrorMessage(s->conn));
+    return commit_and_wait(s, pos, pos);
+}
+
+sink_status sink_set_checkpoint(sink *s, const op_pos *pos)
+{
+    if (s->in_txn) {
+        set_err(s, APPLY_CONFIG, NULL, "internal error: the checkpoint is set only outside a flush group");
         return s->failed;
     }
-    if (send_simple(s, P_COMMIT, NULL, "COMMIT", pos) != SINK_OK && s->failed != SINK_OK)
+    if (begin_if_needed(s) != APPLY_OK ||
+        send_checkpoint(s, NULL, "SELECT oplog2pg.set_checkpoint($1, $5::uuid, $2, $3, $4)", pos) != APPLY_OK)
         return s->failed;
-    s->in_txn = false;
-    /* A foreign owner token makes advance_checkpoint raise O2FEN: the transaction, data included, rolls back. */
-    if (drain(s) != SINK_OK)
-        return s->failed;
-    s->stats.commits++;
-    return SINK_OK;
+    return commit_and_wait(s, pos, pos);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* guarded ops and dead letters */
-
-#define GUARD_NAME "oplog2pg_op"
 
 void sink_set_per_op(sink *s, bool on)
 {
@@ -1073,12 +1075,12 @@ void sink_set_per_op(sink *s, bool on)
 
 sink_status sink_guard_begin(sink *s)
 {
-    if (begin_if_needed(s) != SINK_OK)
+    if (begin_if_needed(s) != APPLY_OK)
         return s->failed;
-    if (send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " GUARD_NAME, NULL) != SINK_OK || drain(s) != SINK_OK)
+    if (send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " GUARD_NAME, NULL) != APPLY_OK || drain(s) != APPLY_OK)
         return s->failed;
     s->guarded = true;
-    return SINK_OK;
+    return APPLY_OK;
 }
 
 sink_status sink_guard_end(sink *s)
@@ -1089,151 +1091,242 @@ sink_status sink_guard_end(sink *s)
     return send_simple(s, P_RELEASE, NULL, "RELEASE SAVEPOINT " GUARD_NAME, NULL);
 }
 
-/* The op's _id as relaxed Extended JSON (bson_free it), or NULL for DDL and when it cannot be rendered. */
-static char *op_id_text(const op *o)
+/* The op's _id as key text (malloc'd), or NULL for DDL and when it cannot be made. */
+static char *op_key_text(const op *o)
 {
-    if (o->id_json != NULL)
-        return bson_strdup(o->id_json);
-    return o->id.value_type != BSON_TYPE_EOD ? ejson_value(&o->id) : NULL;
+    if (o->id_key != NULL)
+        return strdup(o->id_key);
+    return o->id.value_type != BSON_TYPE_EOD ? ejson_key(&o->id) : NULL;
 }
 
 sink_status sink_refused(sink *s, const op *o, const char *why)
 {
-    char at[OP_POS_STRLEN];
-    char *id_text = op_id_text(o);
+    char at[OP_POS_STRLEN], ns[400];
+    char *key = op_key_text(o);
     if (why != NULL)
-        set_err(s, SINK_ERR_DATA, "%s", why);
-    log_error("the op PostgreSQL refused: %s.%s%s%s (oplog entry %s, op %u of the entry)", o->db,
-              o->coll ? o->coll : "", id_text ? " _id " : "", id_text ? id_text : "",
-              op_pos_format(&o->pos, at, sizeof at), o->index);
-    bson_free(id_text);
-    return s->failed != SINK_OK ? s->failed : SINK_ERR_DATA;
+        set_err(s, APPLY_DATA, NULL, "%s", why);
+    snprintf(ns, sizeof ns, "%s.%s", o->db ? o->db : "", o->coll ? o->coll : "");
+    char safe_ns[400];
+    utf8_sanitize(ns, strlen(ns), safe_ns, sizeof safe_ns);
+    log_error("the op PostgreSQL refused: %s%s%s (oplog entry %s, op %u of the entry)", safe_ns, key ? " _id " : "",
+              key ? key : "", op_pos_format(&o->pos, at, sizeof at), o->index);
+    free(key);
+    return s->failed != APPLY_OK ? s->failed : APPLY_DATA;
+}
+
+sink_status sink_refuse(sink *s, const op *o, const char *why)
+{
+    char at[OP_POS_STRLEN];
+    set_err(s, APPLY_DATA, NULL, "%s on %s.%s (oplog entry %s): %s", op_kind_name(o->kind), o->db ? o->db : "",
+            o->coll ? o->coll : "", op_pos_format(&o->pos, at, sizeof at), why);
+    return s->failed != APPLY_OK ? s->failed : APPLY_DATA;
+}
+
+/* Text a dead letter keeps: valid UTF-8 without NUL, whatever the op held (malloc'd; NULL for NULL). */
+static char *safe_text(const char *s)
+{
+    return s != NULL ? utf8_sanitize_dup(s, strlen(s)) : NULL;
+}
+
+/* The parameters of oplog2pg.record_dead_letter for an op: every text made safe to store (valid UTF-8, no NUL). */
+typedef struct {
+    char secs[16], inc[16], term[24], idx[16];
+    char *key, *op_text, *db, *coll, *msg;
+    const char *values[13];
+    int lengths[13], formats[13];
+} dl_params;
+
+static const char dl_sql[] =
+    "SELECT oplog2pg.record_dead_letter($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+
+static void dl_free(dl_params *p)
+{
+    free(p->key);
+    free(p->op_text);
+    free(p->db);
+    free(p->coll);
+    free(p->msg);
+}
+
+static const char *op_letter(const op *o)
+{
+    return o->kind == OP_INSERT ? "i" : o->kind == OP_UPDATE ? "u" : o->kind == OP_DELETE ? "d" : "c";
+}
+
+/* False when memory runs out (p is freed then). */
+static bool dl_build(dl_params *p, const char *service, const op *o, const char *why, const char *sqlstate)
+{
+    memset(p, 0, sizeof *p);
+    char *key = op_key_text(o);
+    p->key = key ? utf8_sanitize_dup(key, strlen(key)) : NULL;
+    free(key);
+    p->db = safe_text(o->db ? o->db : "");
+    p->coll = safe_text(o->coll ? o->coll : "");
+    p->msg = safe_text(why ? why : "refused");
+    if (o->json != NULL) {
+        p->op_text = strdup(o->json);
+    } else if (o->doc != NULL) {
+        strbuf b = STRBUF_INIT;
+        if (ejson_write_document(&b, o->doc, o->doc_len, NULL) == EJSON_OK)
+            p->op_text = strbuf_detach(&b, NULL);
+        else
+            strbuf_free(&b);
+    }
+    if (p->db == NULL || p->coll == NULL || p->msg == NULL) {
+        dl_free(p);
+        return false;
+    }
+    snprintf(p->secs, sizeof p->secs, "%u", o->pos.secs);
+    snprintf(p->inc, sizeof p->inc, "%u", o->pos.inc);
+    snprintf(p->term, sizeof p->term, "%lld", (long long)o->pos.term);
+    snprintf(p->idx, sizeof p->idx, "%u", o->index);
+    const char *v[13] = {service,
+                         p->secs,
+                         p->inc,
+                         o->pos.term < 0 ? NULL : p->term,
+                         p->idx,
+                         p->db,
+                         p->coll,
+                         op_letter(o),
+                         p->key,
+                         (const char *)o->doc,
+                         p->op_text,
+                         p->msg,
+                         sqlstate && sqlstate[0] ? sqlstate : NULL};
+    memcpy(p->values, v, sizeof v);
+    p->lengths[9] = (int)o->doc_len;
+    p->formats[9] = 1;
+    if (o->doc == NULL)
+        p->values[9] = NULL;
+    return true;
+}
+
+bool sink_record_dead_letter(pgconn *c, const char *service, const op *o, const char *why, const char *sqlstate,
+                             pgconn_error *err)
+{
+    dl_params p;
+    if (!dl_build(&p, service, o, why, sqlstate)) {
+        if (err) {
+            err->status = APPLY_NOMEM;
+            snprintf(err->message, sizeof err->message, "out of memory recording a dead letter");
+        }
+        return false;
+    }
+    bool ok = pgconn_exec_params(c, dl_sql, 13, p.values, p.lengths, p.formats, 0, NULL, false, err);
+    if (!ok && err != NULL && strncmp(err->sqlstate, "22", 2) == 0 && p.values[10] != NULL) {
+        /* The JSON rendering itself was refused: keep the raw op without it rather than lose it. */
+        p.values[10] = NULL;
+        ok = pgconn_exec_params(c, dl_sql, 13, p.values, p.lengths, p.formats, 0, NULL, false, err);
+    }
+    dl_free(&p);
+    return ok;
 }
 
 sink_status sink_dead_letter(sink *s, const op *o, const char *why)
 {
     char msg[sizeof s->err], state[sizeof s->err_state], at[OP_POS_STRLEN];
-    if (s->failed == SINK_ERR_CONNECTION || s->failed == SINK_ERR_FENCED)
-        return s->failed;
+    if (s->failed != APPLY_OK && s->failed != APPLY_DATA)
+        return s->failed; /* only a refusal of the op's data may set it aside */
     snprintf(msg, sizeof msg, "%s", why != NULL ? why : s->err[0] ? s->err : "refused");
     snprintf(state, sizeof state, "%s", why != NULL ? "" : s->err_state);
     if (!s->guarded) {
-        set_err(s, SINK_ERR_DATA, "%s (and it cannot be set aside: no guard was open)", msg);
+        s->failed = APPLY_OK;
+        set_err(s, APPLY_UNRECORDABLE, NULL, "%s (and it cannot be set aside: no guard was open)", msg);
         return s->failed;
     }
     s->guarded = false;
 
     /* Settle the pipeline: after an error the server skips everything up to the next sync, whose results (aborted)
      * carry no news. Then undo the op back to its guard and record it instead. */
-    s->failed = SINK_OK;
+    s->failed = APPLY_OK;
     s->err[0] = '\0';
     if (PQpipelineSync(s->conn) != 1) {
-        set_err(s, SINK_ERR_CONNECTION, "sending a sync: %s", PQerrorMessage(s->conn));
+        set_err(s, APPLY_RETRY, NULL, "sending a sync: %s", PQerrorMessage(s->conn));
         return s->failed;
     }
-    if (!push_pending(s, P_SYNC, NULL, NULL) || !pump(s, 0))
+    if (!push_pending(s, P_SYNC, NULL, NULL) || !pump(s, 0, 0))
         return s->failed;
-    if (send_simple(s, P_SAVEPOINT, NULL, "ROLLBACK TO SAVEPOINT " GUARD_NAME, &o->pos) != SINK_OK)
+    if (send_simple(s, P_SAVEPOINT, NULL, "ROLLBACK TO SAVEPOINT " GUARD_NAME, &o->pos) != APPLY_OK)
         return s->failed;
 
-    char secs[16], inc[16], term[24], idx[16], *id_text = op_id_text(o), *op_text = NULL;
-    snprintf(secs, sizeof secs, "%u", o->pos.secs);
-    snprintf(inc, sizeof inc, "%u", o->pos.inc);
-    snprintf(term, sizeof term, "%lld", (long long)o->pos.term);
-    snprintf(idx, sizeof idx, "%u", o->index);
-    const char *kind = o->kind == OP_INSERT ? "i" : o->kind == OP_UPDATE ? "u" : o->kind == OP_DELETE ? "d" : "c";
-    if (o->json != NULL) {
-        op_text = bson_strdup(o->json);
-    } else if (o->doc != NULL) {
-        bson_t doc;
-        if (bson_init_static(&doc, o->doc, o->doc_len))
-            op_text = ejson_document(&doc, NULL); /* the same rendering as the rows */
+    dl_params p;
+    if (!dl_build(&p, s->service, o, msg, state)) {
+        set_err(s, APPLY_NOMEM, NULL, "out of memory recording a dead letter");
+        goto out;
     }
-    const char *values[13] = {s->service,
-                              secs,
-                              inc,
-                              o->pos.term < 0 ? NULL : term,
-                              idx,
-                              o->db,
-                              o->coll ? o->coll : "",
-                              kind,
-                              id_text,
-                              (const char *)o->doc,
-                              op_text,
-                              msg,
-                              state[0] ? state : NULL};
-    int lengths[13] = {0};
-    int formats[13] = {0};
-    lengths[9] = (int)o->doc_len;
-    formats[9] = 1;
-    if (o->doc == NULL)
-        values[9] = NULL;
-    if (!push_pending(s, P_DEAD_LETTER, NULL, &o->pos)) {
-        bson_free(id_text);
-        bson_free(op_text);
-        return s->failed;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!push_pending(s, P_DEAD_LETTER, NULL, &o->pos))
+            break;
+        bool ok = PQsendQueryParams(s->conn, dl_sql, 13, NULL, p.values, p.lengths, p.formats, 0) == 1;
+        if (after_send(s, ok, (size_t)o->doc_len + (p.op_text ? strlen(p.op_text) : 0) + 256) == APPLY_OK)
+            drain(s);
+        if (s->failed != APPLY_CONFIG || strncmp(s->err_state, "22", 2) != 0 || p.values[10] == NULL)
+            break;
+        /* The record was refused for its JSON rendering: keep the raw op without it rather than lose it. */
+        log_warning("recording the dead letter with its JSON failed (%s); recording it without", s->err);
+        s->failed = APPLY_OK;
+        s->err[0] = '\0';
+        if (PQpipelineSync(s->conn) != 1 || !push_pending(s, P_SYNC, NULL, NULL) || !pump(s, 0, 0) ||
+            send_simple(s, P_SAVEPOINT, NULL, "ROLLBACK TO SAVEPOINT " GUARD_NAME, &o->pos) != APPLY_OK)
+            break;
+        p.values[10] = NULL;
     }
-    bool ok = PQsendQueryParams(s->conn,
-                                "SELECT oplog2pg.record_dead_letter($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, "
-                                "$13)",
-                                13, NULL, values, lengths, formats, 0) == 1;
-    if (after_send(s, ok) == SINK_OK)
-        drain(s);
-    if (s->failed == SINK_OK) {
+    if (s->failed == APPLY_OK) {
         s->stats.dead_letters++;
         log_error("%s %s.%s%s%s (oplog entry %s): %s; set aside in oplog2pg.dead_letter, going on",
-                  kind[0] == 'c' ? "DDL on" : "op on", o->db, o->coll ? o->coll : "", id_text ? " _id " : "",
-                  id_text ? id_text : "", op_pos_format(&o->pos, at, sizeof at), msg);
+                  o->kind >= OP_CREATE ? "DDL on" : "op on", p.db, p.coll, p.key ? " _id " : "", p.key ? p.key : "",
+                  op_pos_format(&o->pos, at, sizeof at), p.msg);
+    } else if (s->failed == APPLY_CONFIG || s->failed == APPLY_DATA) {
+        char first[sizeof s->err];
+        snprintf(first, sizeof first, "%s", s->err);
+        s->failed = APPLY_OK;
+        set_err(s, APPLY_UNRECORDABLE, NULL,
+                "the op on %s.%s%s%s (oplog entry %s, op %u) was refused (%s), and recording it as a dead letter "
+                "failed too: %s",
+                p.db, p.coll, p.key ? " _id " : "", p.key ? p.key : "", op_pos_format(&o->pos, at, sizeof at), o->index,
+                p.msg, first);
     }
-    bson_free(id_text);
-    bson_free(op_text);
+    dl_free(&p);
+out:
     /* The op may have created its table inside the guard: forget it, so the next op on it makes sure again. */
-    forget_table(s, o->db, o->coll ? o->coll : NULL);
+    if (o->db != NULL)
+        forget_table(s, o->db, o->coll ? o->coll : NULL);
     return s->failed;
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* probe */
 
-bool sink_probe(const char *conninfo, const char *service, sink_probe_result *out, char *err, size_t errlen)
+bool sink_probe(const char *conninfo, const char *service, sink_probe_result *out, pgconn_error *err)
 {
     memset(out, 0, sizeof *out);
-    const char *keys[] = {"dbname", "fallback_application_name", NULL};
-    const char *values[] = {conninfo, "oplog2pg-probe", NULL};
-    PGconn *conn = PQconnectdbParams(keys, values, 1);
+    pgconn_params pp = {.conninfo = conninfo, .app_name = "oplog2pg-probe"};
+    pgconn *c = pgconn_connect(&pp, err);
     PGresult *res = NULL;
     bool ok = false;
-    if (PQstatus(conn) != CONNECTION_OK) {
-        snprintf(err, errlen, "cannot connect to PostgreSQL: %s", PQerrorMessage(conn));
-        goto done;
-    }
-    snprintf(out->server_version, sizeof out->server_version, "%d.%d", PQserverVersion(conn) / 10000,
-             PQserverVersion(conn) % 10000);
+    if (c == NULL)
+        return false;
+    int v = PQserverVersion(c->pg);
+    snprintf(out->server_version, sizeof out->server_version, "%d.%d", v / 10000, v % 10000);
     /* The advisory lock the daemon holds: a bigint key shows in pg_locks as classid (high half), objid (low half). */
     const char *params[1] = {service};
-    res = PQexecParams(conn,
-                       "WITH k AS (SELECT hashtextextended('oplog2pg.service:' || $1, 0) AS key) "
-                       "SELECT to_regclass('oplog2pg.checkpoint') IS NOT NULL, EXISTS (SELECT 1 FROM pg_locks, k "
-                       "WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
-                       "AND classid::bigint = ((key >> 32) & 4294967295) AND objid::bigint = (key & 4294967295))",
-                       1, NULL, params, NULL, NULL, 0);
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        snprintf(err, errlen, "probing PostgreSQL: %s", PQerrorMessage(conn));
+    if (!pgconn_exec_params(c,
+                            "WITH k AS (SELECT hashtextextended('oplog2pg.service:' || $1, 0) AS key) "
+                            "SELECT to_regclass('oplog2pg.checkpoint') IS NOT NULL, EXISTS (SELECT 1 FROM pg_locks, k "
+                            "WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
+                            "AND classid::bigint = ((key >> 32) & 4294967295) AND objid::bigint = (key & 4294967295))",
+                            1, params, NULL, NULL, 0, &res, false, err))
         goto done;
-    }
     out->have_table = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     out->running = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
     PQclear(res);
     res = NULL;
     if (out->have_table) {
-        res = PQexecParams(conn,
-                           "SELECT ts_sec, ts_inc, term, applied_at FROM oplog2pg.checkpoint "
-                           "WHERE service = $1 AND ts_sec IS NOT NULL",
-                           1, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-            snprintf(err, errlen, "reading oplog2pg.checkpoint: %s", PQerrorMessage(conn));
+        if (!pgconn_exec_params(c,
+                                "SELECT ts_sec, ts_inc, term, applied_at FROM oplog2pg.checkpoint "
+                                "WHERE service = $1 AND ts_sec IS NOT NULL",
+                                1, params, NULL, NULL, 0, &res, false, err))
             goto done;
-        }
         if (PQntuples(res) == 1) {
             out->have_checkpoint = true;
             out->pos.secs = (uint32_t)strtoul(PQgetvalue(res, 0, 0), NULL, 10);
@@ -1242,41 +1335,23 @@ bool sink_probe(const char *conninfo, const char *service, sink_probe_result *ou
             snprintf(out->applied_at, sizeof out->applied_at, "%s", PQgetvalue(res, 0, 3));
         }
         PQclear(res);
+        res = NULL;
         /* The table comes with the schema of a later version: an older database may not have it yet. */
-        res = PQexec(conn, "SELECT to_regclass('oplog2pg.dead_letter') IS NOT NULL");
-        bool have_dl = PQresultStatus(res) == PGRES_TUPLES_OK && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-        PQclear(res);
-        res = have_dl ? PQexecParams(conn, "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = $1", 1, NULL,
-                                     params, NULL, NULL, 0)
-                      : PQexec(conn, "SELECT 0");
-        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-            snprintf(err, errlen, "counting oplog2pg.dead_letter: %s", PQerrorMessage(conn));
+        if (!pgconn_exec(c, "SELECT to_regclass('oplog2pg.dead_letter') IS NOT NULL", &res, false, err))
             goto done;
+        bool have_dl = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        PQclear(res);
+        res = NULL;
+        if (have_dl) {
+            if (!pgconn_exec_params(c, "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = $1", 1, params, NULL,
+                                    NULL, 0, &res, false, err))
+                goto done;
+            out->dead_letters = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
         }
-        out->dead_letters = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
     }
     ok = true;
 done:
     PQclear(res);
-    PQfinish(conn);
+    pgconn_close(c);
     return ok;
-}
-
-sink_status sink_clear_checkpoint(sink *s)
-{
-    if (begin_if_needed(s) != SINK_OK)
-        return s->failed;
-    const char *values[2] = {s->service, s->owner};
-    if (!push_pending(s, P_CKPT, NULL, NULL))
-        return s->failed;
-    bool ok = PQsendQueryParams(s->conn,
-                                "UPDATE oplog2pg.checkpoint SET ts_sec = NULL, ts_inc = NULL, term = NULL, "
-                                "applied_at = now() WHERE service = $1 AND owner = $2::uuid",
-                                2, NULL, values, NULL, NULL, 0) == 1;
-    if (after_send(s, ok) != SINK_OK)
-        return s->failed;
-    if (send_simple(s, P_COMMIT, NULL, "COMMIT", NULL) != SINK_OK)
-        return s->failed;
-    s->in_txn = false;
-    return drain(s);
 }

@@ -18,10 +18,35 @@ CREATE TABLE IF NOT EXISTS oplog2pg.checkpoint (
 COMMENT ON TABLE oplog2pg.checkpoint IS
     'oplog2pg resume points: the last MongoDB oplog entry (timestamp seconds:increment, term) committed per service';
 
--- Moves a service's checkpoint, in the caller's transaction, only for the daemon holding the row's owner token.
--- Any other caller gets SQLSTATE O2FEN and its whole transaction (data included) rolls back.
+-- Moves a service's checkpoint forward, in the caller's transaction, only for the daemon holding the row's owner
+-- token. Any other caller gets SQLSTATE O2FEN, and a position before the committed one SQLSTATE O2BAK (the
+-- checkpoint never moves backwards on its own); either way the whole transaction, data included, rolls back.
 CREATE OR REPLACE FUNCTION oplog2pg.advance_checkpoint(p_service text, p_owner uuid, p_sec bigint, p_inc bigint,
                                                        p_term bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_sec bigint;
+    v_inc bigint;
+BEGIN
+    SELECT ts_sec, ts_inc INTO v_sec, v_inc FROM oplog2pg.checkpoint
+     WHERE service = p_service AND owner = p_owner FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the checkpoint of service "%" is held by another oplog2pg', p_service
+            USING ERRCODE = 'O2FEN';
+    END IF;
+    IF v_sec IS NOT NULL AND (v_sec, v_inc) > (p_sec, p_inc) THEN
+        RAISE EXCEPTION 'the checkpoint of service "%" would move backwards, from %:% to %:%', p_service, v_sec,
+            v_inc, p_sec, p_inc USING ERRCODE = 'O2BAK';
+    END IF;
+    UPDATE oplog2pg.checkpoint SET ts_sec = p_sec, ts_inc = p_inc, term = p_term, applied_at = now()
+     WHERE service = p_service;
+END
+$$;
+
+-- Puts a service's checkpoint at a given position, forward or back (--tail-from, --skip-import), fenced like
+-- advance_checkpoint. NULL position: no checkpoint (--reimport).
+CREATE OR REPLACE FUNCTION oplog2pg.set_checkpoint(p_service text, p_owner uuid, p_sec bigint, p_inc bigint,
+                                                   p_term bigint)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE oplog2pg.checkpoint
@@ -69,8 +94,10 @@ COMMENT ON TABLE oplog2pg.copy_progress IS
 
 -- Dead letters ([replication] on_error = dead-letter): an op (a write or DDL) PostgreSQL refused, set aside in
 -- the same transaction that moves the checkpoint past it, so it is neither lost nor applied twice. op_bson is the
--- op's payload exactly as the oplog holds it (the document, the update, the delete's key, the command); doc_id and
--- op_json are the same as JSON when they could be converted. Inspect with SQL; delete rows once dealt with.
+-- op's payload exactly as the oplog holds it (the document, the update, the delete's key, the command); doc_id is
+-- the key text of its _id (what the table's _id column would hold) and op_json the op as relaxed Extended JSON,
+-- when they could be made. db and coll are the namespace, with bytes that are not UTF-8 written as \xHH. Inspect
+-- with SQL; delete rows once dealt with.
 CREATE TABLE IF NOT EXISTS oplog2pg.dead_letter (
     id          bigserial PRIMARY KEY,
     service     text NOT NULL,
@@ -81,7 +108,7 @@ CREATE TABLE IF NOT EXISTS oplog2pg.dead_letter (
     db          text NOT NULL,
     coll        text NOT NULL,
     op          char(1) NOT NULL, -- 'i' insert, 'u' update, 'd' delete, 'c' DDL (create, drop, rename, ...)
-    doc_id      jsonb,
+    doc_id      text,
     op_bson     bytea,
     op_json     text,  -- relaxed Extended JSON (text: jsonb cannot hold every string a document can)
     error       text NOT NULL,
@@ -89,29 +116,29 @@ CREATE TABLE IF NOT EXISTS oplog2pg.dead_letter (
     recorded_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- Before 0.2 doc_id was jsonb; the key text is what a row's _id holds now.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'oplog2pg.dead_letter'::regclass
+                AND attname = 'doc_id' AND atttypid = 'jsonb'::regtype AND NOT attisdropped) THEN
+        ALTER TABLE oplog2pg.dead_letter ALTER COLUMN doc_id TYPE text USING doc_id::text;
+    END IF;
+END
+$$;
+
 CREATE INDEX IF NOT EXISTS dead_letter_service_ts ON oplog2pg.dead_letter (service, ts_sec, ts_inc);
 
 COMMENT ON TABLE oplog2pg.dead_letter IS
     'oplog2pg dead letters: inserts, updates and deletes PostgreSQL refused, with the op and the error, per service';
 
--- Records one dead letter (called by the daemon inside the group's transaction). The _id is stored as jsonb when
--- PostgreSQL accepts its JSON (a string holding U+0000 is refused by jsonb): otherwise doc_id stays NULL, and
--- op_json and op_bson still hold it.
+-- Records one dead letter (called by the daemon inside the group's transaction). Every text argument arrives as
+-- valid UTF-8 without U+0000 (the daemon makes it so), so recording cannot fail on the text it keeps.
 CREATE OR REPLACE FUNCTION oplog2pg.record_dead_letter(p_service text, p_sec bigint, p_inc bigint, p_term bigint,
                                                        p_index integer, p_db text, p_coll text, p_op text,
                                                        p_id text, p_bson bytea, p_json text, p_error text,
                                                        p_sqlstate text)
-RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-    v_id jsonb;
-BEGIN
-    BEGIN
-        v_id := p_id::jsonb;
-    EXCEPTION WHEN others THEN
-        v_id := NULL;
-    END;
+RETURNS void LANGUAGE sql AS $$
     INSERT INTO oplog2pg.dead_letter (service, ts_sec, ts_inc, term, op_index, db, coll, op, doc_id, op_bson, op_json,
                                       error, sqlstate)
-    VALUES (p_service, p_sec, p_inc, p_term, p_index, p_db, p_coll, p_op, v_id, p_bson, p_json, p_error, p_sqlstate);
-END
+    VALUES (p_service, p_sec, p_inc, p_term, p_index, p_db, p_coll, p_op, p_id, p_bson, p_json, p_error, p_sqlstate);
 $$;

@@ -39,6 +39,7 @@
 #define WINDOW_WARN_EVERY  60.0 /* seconds between two window warnings */
 #define MAX_RETRIES        4    /* attempts after a connection error, per collection, without progress */
 #define STAGE_TABLE        "oplog2pg_copy_stage"
+#define COPY_BATCH_BYTES   (16u * 1024 * 1024) /* a batch commits at this many bytes of rows, whatever batch_docs */
 #define ERRLEN             1024
 
 typedef enum { JOB_PENDING, JOB_RUNNING, JOB_FINISHED } job_state;
@@ -53,6 +54,7 @@ typedef struct {
     job_state state;             /* under mu */
     _Atomic int64_t live_copied; /* committed documents, for the progress lines */
     int64_t run_base;            /* copied when this run took the job */
+    int64_t careful_left;        /* documents still to write row by row (after a batch was refused as data) */
     double run_started;          /* when this run took the job (monotonic seconds) */
 } job;
 
@@ -159,19 +161,7 @@ static void id_text(const uint8_t *bson, uint32_t len, char *buf, size_t buflen)
     }
     char *j = ejson_value(bson_iter_value(&it));
     snprintf(buf, buflen, "%s", j ? j : "(unprintable)");
-    bson_free(j);
-}
-
-/* A PostgreSQL error worth retrying: the connection, the server shutting down, too many connections, conflicts. */
-static bool pg_retryable(PGconn *pg, const PGresult *res)
-{
-    if (pg == NULL || PQstatus(pg) == CONNECTION_BAD)
-        return true;
-    const char *st = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-    if (st == NULL)
-        return true;
-    return strncmp(st, "08", 2) == 0 || strncmp(st, "57P", 3) == 0 || strcmp(st, "53300") == 0 ||
-           strcmp(st, "40001") == 0 || strcmp(st, "40P01") == 0;
+    free(j);
 }
 
 /* MongoDB errors that a later attempt may not meet: the network, server selection, elections, killed cursors. */
@@ -202,32 +192,56 @@ static bool mongo_retryable(const bson_error_t *e)
     }
 }
 
-static bool pg_exec(PGconn *pg, const char *sql, char *err, size_t errlen, bool *retryable)
+/* The shared libpq layer (sink/pgconn.h) under the names of the calls it replaces: a result, or NULL with the
+ * error (its class from the one policy, sink/pgerror.h) in pg->last. */
+static PGresult *xparams(pgconn *pg, const char *sql, int n, const Oid *types, const char *const *values,
+                         const int *lengths, const int *formats, int result_format)
 {
-    PGresult *r = PQexec(pg, sql);
-    ExecStatusType st = PQresultStatus(r);
-    bool ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
-    if (!ok) {
-        if (retryable)
-            *retryable = pg_retryable(pg, r);
-        snprintf(err, errlen, "%s", PQerrorMessage(pg));
-        trim_nl(err);
-    }
-    PQclear(r);
-    return ok;
+    (void)types;
+    PGresult *r = NULL;
+    pgconn_exec_params(pg, sql, n, values, lengths, formats, result_format, &r, false, &pg->last);
+    return r;
 }
 
-static PGconn *pg_connect(const char *conninfo, char *err, size_t errlen)
+static PGresult *xexec(pgconn *pg, const char *sql)
 {
-    PGconn *pg = PQconnectdb(conninfo);
-    if (pg == NULL || PQstatus(pg) != CONNECTION_OK) {
-        snprintf(err, errlen, "connecting to PostgreSQL: %s", pg ? PQerrorMessage(pg) : "out of memory");
-        trim_nl(err);
-        PQfinish(pg);
+    return xparams(pg, sql, 0, NULL, NULL, NULL, NULL, 0);
+}
+
+static const char *xerr(const pgconn *pg)
+{
+    return pg->last.message;
+}
+
+/* Whether the last failure on pg may pass by itself (the one policy: only APPLY_RETRY and APPLY_NOMEM do). */
+static bool xretryable(const pgconn *pg)
+{
+    return pg->last.status == APPLY_RETRY || pg->last.status == APPLY_NOMEM;
+}
+
+static bool pg_exec(pgconn *pg, const char *sql, char *err, size_t errlen, bool *retryable)
+{
+    PGresult *r = xexec(pg, sql);
+    if (r != NULL) {
+        PQclear(r);
+        return true;
+    }
+    if (retryable)
+        *retryable = xretryable(pg);
+    snprintf(err, errlen, "%s", xerr(pg));
+    return false;
+}
+
+static pgconn *pg_connect(const char *conninfo, int peer_timeout_s, char *err, size_t errlen)
+{
+    pgconn_params pp = {.conninfo = conninfo, .app_name = "oplog2pg-copy", .peer_timeout_s = peer_timeout_s};
+    pgconn_error e;
+    pgconn *pg = pgconn_connect(&pp, &e);
+    if (pg == NULL) {
+        snprintf(err, errlen, "%s", e.message);
         return NULL;
     }
-    PGresult *r = PQexec(pg, "SET client_min_messages = warning");
-    PQclear(r);
+    pg_exec(pg, "SET client_min_messages = warning", err, errlen, NULL);
     return pg;
 }
 
@@ -254,16 +268,16 @@ static mongoc_client_t *mongo_connect(const char *uri, char *err, size_t errlen)
 /* the copy state in PostgreSQL */
 
 /* 1 with *start and *finished when the service has a copy state row, 0 when not, -1 on error. */
-static int state_load(PGconn *pg, const char *service, op_pos *start, bool *finished, char *err, size_t errlen)
+static int state_load(pgconn *pg, const char *service, op_pos *start, bool *finished, char *err, size_t errlen)
 {
     const char *p[1] = {service};
-    PGresult *r = PQexecParams(pg,
-                               "SELECT start_sec, start_inc, start_term, finished_at IS NOT NULL "
-                               "FROM oplog2pg.copy_state WHERE service = $1",
-                               1, NULL, p, NULL, NULL, 0);
+    PGresult *r = xparams(pg,
+                          "SELECT start_sec, start_inc, start_term, finished_at IS NOT NULL "
+                          "FROM oplog2pg.copy_state WHERE service = $1",
+                          1, NULL, p, NULL, NULL, 0);
     int rc = -1;
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        snprintf(err, errlen, "reading oplog2pg.copy_state: %s", PQerrorMessage(pg));
+        snprintf(err, errlen, "reading oplog2pg.copy_state: %s", xerr(pg));
         trim_nl(err);
     } else if (PQntuples(r) == 0) {
         rc = 0;
@@ -285,16 +299,16 @@ static void jobs_free(job *jobs, size_t n)
     free(jobs);
 }
 
-static bool jobs_load(PGconn *pg, const char *service, job **out, size_t *nout, char *err, size_t errlen)
+static bool jobs_load(pgconn *pg, const char *service, job **out, size_t *nout, char *err, size_t errlen)
 {
     const char *p[1] = {service};
     /* last_id in binary (result format 1) so the BSON comes back byte for byte. */
-    PGresult *r = PQexecParams(pg,
-                               "SELECT db, coll, last_id, copied, total_estimate, done FROM oplog2pg.copy_progress "
-                               "WHERE service = $1 ORDER BY db, coll",
-                               1, NULL, p, NULL, NULL, 1);
+    PGresult *r = xparams(pg,
+                          "SELECT db, coll, last_id, copied, total_estimate, done FROM oplog2pg.copy_progress "
+                          "WHERE service = $1 ORDER BY db, coll",
+                          1, NULL, p, NULL, NULL, 1);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        snprintf(err, errlen, "reading oplog2pg.copy_progress: %s", PQerrorMessage(pg));
+        snprintf(err, errlen, "reading oplog2pg.copy_progress: %s", xerr(pg));
         trim_nl(err);
         PQclear(r);
         return false;
@@ -432,7 +446,7 @@ static bool plan_collections(mongoc_client_t *client, const nsfilter *filter, pl
 }
 
 /* The copy_state row and one copy_progress row per collection, in one transaction. */
-static bool plan_store(PGconn *pg, const char *service, const op_pos *start, const plan *p, char *err, size_t errlen)
+static bool plan_store(pgconn *pg, const char *service, const op_pos *start, const plan *p, char *err, size_t errlen)
 {
     char m[ERRLEN];
     if (!pg_exec(pg, "BEGIN", m, sizeof m, NULL))
@@ -442,27 +456,27 @@ static bool plan_store(PGconn *pg, const char *service, const op_pos *start, con
     snprintf(inc, sizeof inc, "%u", start->inc);
     snprintf(term, sizeof term, "%lld", (long long)start->term);
     const char *sp[4] = {service, sec, inc, term};
-    PGresult *r = PQexecParams(pg,
-                               "INSERT INTO oplog2pg.copy_state (service, start_sec, start_inc, start_term) "
-                               "VALUES ($1, $2, $3, $4)",
-                               4, NULL, sp, NULL, NULL, 0);
+    PGresult *r = xparams(pg,
+                          "INSERT INTO oplog2pg.copy_state (service, start_sec, start_inc, start_term) "
+                          "VALUES ($1, $2, $3, $4)",
+                          4, NULL, sp, NULL, NULL, 0);
     bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     for (size_t i = 0; ok && i < p->n; i++) {
         char est[24];
         snprintf(est, sizeof est, "%lld", (long long)p->items[i].estimate);
         const char *pp[4] = {service, p->items[i].db, p->items[i].coll, est};
-        r = PQexecParams(pg,
-                         "INSERT INTO oplog2pg.copy_progress (service, db, coll, total_estimate) "
-                         "VALUES ($1, $2, $3, $4)",
-                         4, NULL, pp, NULL, NULL, 0);
+        r = xparams(pg,
+                    "INSERT INTO oplog2pg.copy_progress (service, db, coll, total_estimate) "
+                    "VALUES ($1, $2, $3, $4)",
+                    4, NULL, pp, NULL, NULL, 0);
         ok = PQresultStatus(r) == PGRES_COMMAND_OK;
         PQclear(r);
     }
     if (!ok) {
-        snprintf(m, sizeof m, "%s", PQerrorMessage(pg));
+        snprintf(m, sizeof m, "%s", xerr(pg));
         trim_nl(m);
-        PGresult *rb = PQexec(pg, "ROLLBACK");
+        PGresult *rb = xexec(pg, "ROLLBACK");
         PQclear(rb);
         goto fail;
     }
@@ -477,15 +491,63 @@ fail:
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* workers */
 
+/* A document of the current batch kept as BSON: one whose text cannot be made (a dead letter already), or, in a
+ * careful batch, every one (so that the one PostgreSQL refuses can be recorded). */
+typedef struct {
+    uint8_t *bson;
+    uint32_t len;
+    char *why; /* why it is set aside; NULL for a row of a careful batch */
+} kept_doc;
+
 typedef struct {
     run_ctx *rc;
     mongoc_client_t *mongo;
-    PGconn *pg;
+    pgconn *pg;
     sink_batch *batch;
     char *qtable; /* "db"."coll" of the current job */
     bool stage_ready;
+    bool data_refused; /* the last batch failed because PostgreSQL refused a row's data */
+    kept_doc *kept;    /* see kept_doc */
+    size_t nkept, kept_cap;
+    size_t kept_bytes;
+    strbuf key_buf, json_buf; /* one document's texts, reused */
     char err[ERRLEN];
 } worker;
+
+static void kept_clear(worker *w)
+{
+    for (size_t i = 0; i < w->nkept; i++) {
+        free(w->kept[i].bson);
+        free(w->kept[i].why);
+    }
+    w->nkept = 0;
+    w->kept_bytes = 0;
+}
+
+static bool kept_add(worker *w, const bson_t *doc, const char *why)
+{
+    if (w->nkept == w->kept_cap) {
+        size_t cap = w->kept_cap ? w->kept_cap * 2 : 64;
+        kept_doc *k = realloc(w->kept, cap * sizeof *k);
+        if (k == NULL)
+            return false;
+        w->kept = k;
+        w->kept_cap = cap;
+    }
+    kept_doc *k = &w->kept[w->nkept];
+    k->bson = malloc(doc->len);
+    k->why = why ? strdup(why) : NULL;
+    if (k->bson == NULL || (why != NULL && k->why == NULL)) {
+        free(k->bson);
+        free(k->why);
+        return false;
+    }
+    memcpy(k->bson, bson_get_data(doc), doc->len);
+    k->len = doc->len;
+    w->nkept++;
+    w->kept_bytes += doc->len;
+    return true;
+}
 
 static bool stopping(run_ctx *rc)
 {
@@ -531,43 +593,26 @@ static void job_set_state(run_ctx *rc, job *j, job_state st)
 static bool copy_send(worker *w, const char *target, bool *dup, bool *retryable)
 {
     char sql[700];
-    snprintf(sql, sizeof sql, "COPY %s (doc) FROM STDIN (FORMAT binary)", target);
+    pgconn_error e;
+    snprintf(sql, sizeof sql, "COPY %s (" SHAPE_COLUMNS ") FROM STDIN (FORMAT binary)", target);
     *dup = false;
-    PGresult *r = PQexec(w->pg, sql);
-    if (PQresultStatus(r) != PGRES_COPY_IN) {
-        *retryable = pg_retryable(w->pg, r);
-        snprintf(w->err, sizeof w->err, "COPY failed to start: %s", PQerrorMessage(w->pg));
-        PQclear(r);
-        return false;
-    }
-    PQclear(r);
-    bool sent = sink_batch_put_copy(w->pg, w->batch);
-    if (!sent) {
-        *retryable = true;
-        snprintf(w->err, sizeof w->err, "sending COPY data: %s", PQerrorMessage(w->pg));
-        return false;
-    }
-    bool ok = true;
-    while ((r = PQgetResult(w->pg)) != NULL) {
-        if (PQresultStatus(r) != PGRES_COMMAND_OK && ok) {
-            const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-            if (st != NULL && strcmp(st, "23505") == 0)
-                *dup = true;
-            *retryable = pg_retryable(w->pg, r);
-            snprintf(w->err, sizeof w->err, "COPY failed: %s", PQresultErrorMessage(r));
-            ok = false;
-        }
-        PQclear(r);
-    }
-    return ok;
+    if (pgconn_copy_start(w->pg, sql, &e) && sink_batch_copy(w->pg, w->batch, &e))
+        return true;
+    *dup = strcmp(e.sqlstate, "23505") == 0;
+    *retryable = e.status == APPLY_RETRY || e.status == APPLY_NOMEM;
+    w->data_refused = e.status == APPLY_DATA && !*dup;
+    snprintf(w->err, sizeof w->err, "COPY failed: %s", e.message);
+    return false;
 }
 
 /* The batch through the staging table as upserts (after a COPY met an existing _id), in the open transaction. */
 static bool upsert_batch(worker *w, bool *retryable)
 {
     if (!w->stage_ready) {
-        if (!pg_exec(w->pg, "CREATE TEMP TABLE IF NOT EXISTS " STAGE_TABLE " (doc jsonb) ON COMMIT DELETE ROWS", w->err,
-                     sizeof w->err, retryable))
+        if (!pg_exec(w->pg,
+                     "CREATE TEMP TABLE IF NOT EXISTS " STAGE_TABLE " (_id text COLLATE \"C\", doc jsonb) "
+                     "ON COMMIT DELETE ROWS",
+                     w->err, sizeof w->err, retryable))
             return false;
         w->stage_ready = true;
     }
@@ -576,32 +621,116 @@ static bool upsert_batch(worker *w, bool *retryable)
         return false;
     char sql[800];
     snprintf(sql, sizeof sql,
-             "INSERT INTO %s (doc) SELECT doc FROM " STAGE_TABLE " ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc",
+             "INSERT INTO %s (" SHAPE_COLUMNS ") SELECT " SHAPE_COLUMNS " FROM " STAGE_TABLE
+             " ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc",
              w->qtable);
-    return pg_exec(w->pg, sql, w->err, sizeof w->err, retryable);
+    pgconn_error e;
+    if (pgconn_exec(w->pg, sql, NULL, true, &e))
+        return true;
+    *retryable = e.status == APPLY_RETRY || e.status == APPLY_NOMEM;
+    w->data_refused = e.status == APPLY_DATA;
+    snprintf(w->err, sizeof w->err, "%s", e.message);
+    return false;
 }
 
-/* One transaction: the batch's rows, then the progress row (last_id, copied + rows, done). */
-static bool commit_batch(worker *w, job *j, const bson_t *last, bool done, bool *retryable)
+/* A dead letter for a document of the copy: position = the copy's start, op 'i'. */
+static bool copy_dead_letter(worker *w, job *j, const uint8_t *bson, uint32_t len, const char *why,
+                             const char *sqlstate, bool *retryable)
+{
+    op o;
+    memset(&o, 0, sizeof o);
+    o.kind = OP_INSERT;
+    o.pos = w->rc->start;
+    o.db = j->db;
+    o.coll = j->coll;
+    o.doc = bson;
+    o.doc_len = len;
+    o.id.value_type = BSON_TYPE_EOD;
+    bson_iter_t it;
+    if (bson_iter_init_from_data(&it, bson, len) && bson_iter_find(&it, "_id"))
+        o.id = *bson_iter_value(&it);
+    pgconn_error e;
+    if (sink_record_dead_letter(w->pg, w->rc->cfg->service, &o, why, sqlstate, &e)) {
+        char id[256];
+        bson_t b;
+        id_text(bson_init_static(&b, bson, len) && bson_iter_init_find(&it, &b, "_id") ? bson : NULL, len, id,
+                sizeof id);
+        log_error("copy of %s.%s: the document with _id %s cannot be stored: %s; set aside in oplog2pg.dead_letter",
+                  j->db, j->coll, id, why);
+        return true;
+    }
+    *retryable = e.status == APPLY_RETRY || e.status == APPLY_NOMEM;
+    snprintf(w->err, sizeof w->err, "recording a dead letter: %s", e.message);
+    return false;
+}
+
+/* A careful batch: each row on its own behind a savepoint; a row PostgreSQL refuses as data becomes a dead letter
+ * (w->kept holds every row's BSON, in order). In the open transaction. */
+static bool careful_rows(worker *w, job *j, bool *retryable)
+{
+    char sql[800];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO %s (" SHAPE_COLUMNS ") VALUES ($1, $2) ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc",
+             w->qtable);
+    size_t row = 0;
+    for (size_t k = 0; k < w->nkept; k++) {
+        if (w->kept[k].why != NULL)
+            continue; /* set aside already; not in the batch */
+        if (row >= sink_batch_rows(w->batch))
+            break;
+        const char *key, *json;
+        size_t klen, jlen;
+        sink_batch_row(w->batch, row++, &key, &klen, &json, &jlen);
+        const char *values[2] = {key, json};
+        const int lengths[2] = {(int)klen, (int)jlen}, formats[2] = {1, 0};
+        if (!pg_exec(w->pg, "SAVEPOINT oplog2pg_row", w->err, sizeof w->err, retryable))
+            return false;
+        pgconn_error e;
+        if (pgconn_exec_params(w->pg, sql, 2, values, lengths, formats, 0, NULL, true, &e)) {
+            if (!pg_exec(w->pg, "RELEASE SAVEPOINT oplog2pg_row", w->err, sizeof w->err, retryable))
+                return false;
+            continue;
+        }
+        if (e.status != APPLY_DATA) {
+            *retryable = e.status == APPLY_RETRY || e.status == APPLY_NOMEM;
+            snprintf(w->err, sizeof w->err, "%s", e.message);
+            return false;
+        }
+        if (!pg_exec(w->pg, "ROLLBACK TO SAVEPOINT oplog2pg_row", w->err, sizeof w->err, retryable) ||
+            !copy_dead_letter(w, j, w->kept[k].bson, w->kept[k].len, e.message, e.sqlstate, retryable))
+            return false;
+    }
+    return true;
+}
+
+/* One transaction: the batch's rows (COPY; upserts after a duplicate; row by row when careful), the dead letters
+ * of documents whose text could not be made, then the progress row (last_id, copied + rows, done). */
+static bool commit_batch(worker *w, job *j, const bson_t *last, bool done, bool careful, bool *retryable)
 {
     size_t rows = sink_batch_rows(w->batch);
     char m[ERRLEN];
+    w->data_refused = false;
     for (int pass = 0; pass < 2; pass++) {
         if (!pg_exec(w->pg, "BEGIN", w->err, sizeof w->err, retryable))
             return false;
         bool dup = false, ok = true;
         if (rows > 0) {
-            if (pass == 0)
+            if (careful)
+                ok = careful_rows(w, j, retryable);
+            else if (pass == 0)
                 ok = copy_send(w, w->qtable, &dup, retryable);
             else
                 ok = upsert_batch(w, retryable);
         }
+        for (size_t k = 0; ok && k < w->nkept; k++)
+            if (w->kept[k].why != NULL)
+                ok = copy_dead_letter(w, j, w->kept[k].bson, w->kept[k].len, w->kept[k].why, NULL, retryable);
         if (!ok) {
             snprintf(m, sizeof m, "%s", w->err);
-            PGresult *r = PQexec(w->pg, "ROLLBACK");
+            PGresult *r = xexec(w->pg, "ROLLBACK");
             PQclear(r);
             snprintf(w->err, sizeof w->err, "%s", m);
-            if (dup && pass == 0) {
+            if (dup && pass == 0 && !careful) {
                 log_info("copy of %s.%s: a batch of %zu documents met an existing _id; writing it as upserts", j->db,
                          j->coll, rows);
                 continue;
@@ -618,23 +747,23 @@ static bool commit_batch(worker *w, job *j, const bson_t *last, bool done, bool 
                                j->coll};
         int lens[6] = {last ? (int)last->len : 0, 0, 0, 0, 0, 0};
         int fmts[6] = {1, 0, 0, 0, 0, 0};
-        PGresult *r = PQexecParams(w->pg,
-                                   "UPDATE oplog2pg.copy_progress SET last_id = COALESCE($1::bytea, last_id), "
-                                   "copied = $2, done = $3, updated_at = now() "
-                                   "WHERE service = $4 AND db = $5 AND coll = $6",
-                                   6, NULL, vals, lens, fmts, 0);
-        bool upd = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PGresult *r = xparams(w->pg,
+                              "UPDATE oplog2pg.copy_progress SET last_id = COALESCE($1::bytea, last_id), "
+                              "copied = $2, done = $3, updated_at = now() "
+                              "WHERE service = $4 AND db = $5 AND coll = $6",
+                              6, NULL, vals, lens, fmts, 0);
+        bool upd = r != NULL;
         bool found = upd && strcmp(PQcmdTuples(r), "1") == 0;
         if (!upd) {
-            *retryable = pg_retryable(w->pg, r);
-            snprintf(w->err, sizeof w->err, "updating the copy progress: %s", PQerrorMessage(w->pg));
+            *retryable = xretryable(w->pg);
+            snprintf(w->err, sizeof w->err, "updating the copy progress: %s", xerr(w->pg));
         } else if (!found) {
             *retryable = false;
             snprintf(w->err, sizeof w->err, "the copy progress row is gone (was the copy reset meanwhile?)");
         }
         PQclear(r);
         if (!upd || !found) {
-            PGresult *rb = PQexec(w->pg, "ROLLBACK");
+            PGresult *rb = xexec(w->pg, "ROLLBACK");
             PQclear(rb);
             return false;
         }
@@ -656,6 +785,7 @@ static bool commit_batch(worker *w, job *j, const bson_t *last, bool done, bool 
     j->done = done;
     atomic_store(&j->live_copied, j->copied);
     sink_batch_reset(w->batch);
+    kept_clear(w);
     return true;
 }
 
@@ -680,14 +810,14 @@ static bool ensure_table(worker *w, job *j, bool *retryable)
 {
     free(w->qtable);
     w->qtable = NULL;
-    char *qdb = PQescapeIdentifier(w->pg, j->db, strlen(j->db));
-    char *qcoll = PQescapeIdentifier(w->pg, j->coll, strlen(j->coll));
+    char *qdb = PQescapeIdentifier(w->pg->pg, j->db, strlen(j->db));
+    char *qcoll = PQescapeIdentifier(w->pg->pg, j->coll, strlen(j->coll));
     char *schema_sql = NULL, *table_sql = NULL;
     bool ok = false;
     if (qdb == NULL || qcoll == NULL || asprintf(&w->qtable, "%s.%s", qdb, qcoll) < 0) {
         w->qtable = NULL;
-        *retryable = pg_retryable(w->pg, NULL);
-        snprintf(w->err, sizeof w->err, "quoting the table name: %s", PQerrorMessage(w->pg));
+        *retryable = false;
+        snprintf(w->err, sizeof w->err, "quoting the table name: %s", xerr(w->pg));
         goto done;
     }
     schema_sql = shape_schema_sql(qdb);
@@ -712,16 +842,45 @@ done:
 typedef enum { PASS_DONE, PASS_STOPPED, PASS_ERROR } pass_result;
 
 /* One pass over a collection from its committed last _id to its end (or a stop, or an error). */
+/* Adds one document to the batch, or keeps it to be set aside when its text cannot be made. False only when memory
+ * runs out (w->err says so). */
+static bool add_doc(worker *w, const bson_t *doc, const bson_value_t *id, bool careful)
+{
+    strbuf_reset(&w->key_buf, 64 * 1024);
+    strbuf_reset(&w->json_buf, 1024 * 1024);
+    ejson_error err;
+    ejson_status st = ejson_write_key(&w->key_buf, id, &err);
+    if (st == EJSON_OK)
+        st = ejson_write_document(&w->json_buf, bson_get_data(doc), doc->len, &err);
+    bool ok;
+    if (st == EJSON_NOMEM) {
+        ok = false;
+    } else if (st != EJSON_OK) {
+        char why[300];
+        ok = kept_add(w, doc, ejson_error_text(&err, why, sizeof why));
+    } else {
+        size_t jlen;
+        char *json = strbuf_detach(&w->json_buf, &jlen);
+        ok = json != NULL && sink_batch_take(w->batch, w->key_buf.data, w->key_buf.len, &json, jlen) &&
+             (!careful || kept_add(w, doc, NULL));
+        free(json); /* NULL once taken */
+    }
+    if (!ok)
+        snprintf(w->err, sizeof w->err, "out of memory");
+    return ok;
+}
+
 static pass_result copy_pass(worker *w, job *j, bool *retryable)
 {
     *retryable = false;
     sink_batch_reset(w->batch);
-    if (w->pg != NULL && PQstatus(w->pg) != CONNECTION_OK) {
-        PQfinish(w->pg);
+    kept_clear(w);
+    if (w->pg != NULL && PQstatus(w->pg->pg) != CONNECTION_OK) {
+        pgconn_close(w->pg);
         w->pg = NULL;
     }
     if (w->pg == NULL) {
-        w->pg = pg_connect(w->rc->cfg->pg_conninfo, w->err, sizeof w->err);
+        w->pg = pg_connect(w->rc->cfg->pg_conninfo, w->rc->cfg->peer_timeout_s, w->err, sizeof w->err);
         w->stage_ready = false;
         if (w->pg == NULL) {
             *retryable = true;
@@ -775,24 +934,24 @@ static pass_result copy_pass(worker *w, job *j, bool *retryable)
             if (have_last && last.len == j->last_id_len && memcmp(bson_get_data(&last), j->last_id, last.len) == 0)
                 continue;
         }
-        size_t jlen = 0;
-        char *json = ejson_document(doc, &jlen);
-        bool added = json != NULL && sink_batch_add_json(w->batch, json, jlen);
-        bson_free(json);
-        if (!added) {
-            char at[256];
-            id_text(bson_get_data(&last), last.len, at, sizeof at);
-            snprintf(w->err, sizeof w->err, "the document with _id %s cannot be converted to JSON (invalid UTF-8?)",
-                     at);
+        bool careful = j->careful_left > 0;
+        if (!add_doc(w, doc, bson_iter_value(&it), careful)) {
+            *retryable = true;
             res = PASS_ERROR;
             goto out;
         }
         have_pending_last = true;
-        if (sink_batch_rows(w->batch) >= w->rc->batch_docs) {
-            if (!commit_batch(w, j, &last, false, retryable)) {
+        size_t in_batch = sink_batch_rows(w->batch) + (careful ? 0 : w->nkept);
+        if (careful)
+            in_batch = w->nkept;
+        if (in_batch >= w->rc->batch_docs || sink_batch_bytes(w->batch) + w->kept_bytes >= COPY_BATCH_BYTES ||
+            (careful && (int64_t)in_batch >= j->careful_left)) {
+            if (!commit_batch(w, j, &last, false, careful, retryable)) {
                 res = PASS_ERROR;
                 goto out;
             }
+            if (careful)
+                j->careful_left -= (int64_t)in_batch;
             have_pending_last = false;
             if (stopping(w->rc)) {
                 res = PASS_STOPPED;
@@ -808,7 +967,8 @@ static pass_result copy_pass(worker *w, job *j, bool *retryable)
                        "drops its table)",
                        j->db, j->coll);
             sink_batch_reset(w->batch);
-            if (!commit_batch(w, j, NULL, true, retryable))
+            kept_clear(w);
+            if (!commit_batch(w, j, NULL, true, false, retryable))
                 res = PASS_ERROR;
             goto out;
         }
@@ -817,8 +977,10 @@ static pass_result copy_pass(worker *w, job *j, bool *retryable)
         res = PASS_ERROR;
         goto out;
     }
-    if (!commit_batch(w, j, have_pending_last ? &last : NULL, true, retryable))
+    if (!commit_batch(w, j, have_pending_last ? &last : NULL, true, j->careful_left > 0, retryable))
         res = PASS_ERROR;
+    else if (j->careful_left > 0)
+        j->careful_left = 0;
 out:
     mongoc_cursor_destroy(cur);
     bson_destroy(&last);
@@ -837,11 +999,21 @@ static copy_result copy_job(worker *w, job *j)
             return COPY_CANCELLED;
         int64_t before = j->copied;
         bool retryable = false;
+        size_t batch_docs = 0;
         pass_result pr = copy_pass(w, j, &retryable);
         if (pr == PASS_DONE)
             return COPY_DONE;
         if (pr == PASS_STOPPED)
             return COPY_CANCELLED;
+        if (w->data_refused && j->careful_left == 0) {
+            /* PostgreSQL refused a row of the batch: write that stretch again row by row, setting aside the rows
+             * it refuses, then go back to batches. */
+            batch_docs = sink_batch_rows(w->batch) + w->nkept;
+            j->careful_left = batch_docs > 0 ? (int64_t)batch_docs : 1;
+            log_warning("copy of %s.%s: %s; writing the next %lld documents one at a time to find the refused one",
+                        j->db, j->coll, w->err, (long long)j->careful_left);
+            continue;
+        }
         char at[256];
         id_text(j->last_id, j->last_id_len, at, sizeof at);
         if (j->copied > before)
@@ -858,8 +1030,8 @@ static copy_result copy_job(worker *w, job *j)
                     at, w->err, wait, attempt, MAX_RETRIES);
         for (int waited = 0; waited < wait && !stopping(w->rc); waited += 50)
             sleep_ms(50);
-        if (w->pg != NULL && PQstatus(w->pg) != CONNECTION_OK) {
-            PQfinish(w->pg);
+        if (w->pg != NULL && PQstatus(w->pg->pg) != CONNECTION_OK) {
+            pgconn_close(w->pg);
             w->pg = NULL;
         }
     }
@@ -892,9 +1064,13 @@ static void *worker_main(void *arg)
 out:
     if (w.mongo != NULL)
         mongoc_client_destroy(w.mongo);
-    PQfinish(w.pg);
+    pgconn_close(w.pg);
     sink_batch_free(w.batch);
     free(w.qtable);
+    kept_clear(&w);
+    free(w.kept);
+    strbuf_free(&w.key_buf);
+    strbuf_free(&w.json_buf);
     atomic_fetch_sub(&rc->workers_running, 1);
     return NULL;
 }
@@ -1009,7 +1185,7 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
     atomic_init(&rc.workers_running, 0);
     rc.batch_docs = cfg->batch_docs ? cfg->batch_docs : DEFAULT_BATCH_DOCS;
     copy_result result = COPY_FAILED;
-    PGconn *pg = NULL;
+    pgconn *pg = NULL;
     mongoc_client_t *mongo = NULL;
     pthread_t *threads = NULL;
     int nthreads = 0;
@@ -1022,7 +1198,7 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
         snprintf(m, sizeof m, "copy: service, MongoDB URI and PostgreSQL conninfo are required");
         goto fail;
     }
-    pg = pg_connect(cfg->pg_conninfo, m, sizeof m);
+    pg = pg_connect(cfg->pg_conninfo, cfg->peer_timeout_s, m, sizeof m);
     if (pg == NULL)
         goto fail;
     char e2[ERRLEN];
@@ -1151,12 +1327,12 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
     if (wr < 0)
         goto fail;
     const char *fp[1] = {cfg->service};
-    PGresult *r = PQexecParams(pg, "UPDATE oplog2pg.copy_state SET finished_at = now() WHERE service = $1", 1, NULL, fp,
-                               NULL, NULL, 0);
+    PGresult *r = xparams(pg, "UPDATE oplog2pg.copy_state SET finished_at = now() WHERE service = $1", 1, NULL, fp,
+                          NULL, NULL, 0);
     bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     if (!ok) {
-        snprintf(m, sizeof m, "recording the end of the copy: %s", PQerrorMessage(pg));
+        snprintf(m, sizeof m, "recording the end of the copy: %s", xerr(pg));
         trim_nl(m);
         goto fail;
     }
@@ -1190,7 +1366,7 @@ out:
     free(p.items);
     if (mongo != NULL)
         mongoc_client_destroy(mongo);
-    PQfinish(pg);
+    pgconn_close(pg);
     pthread_mutex_destroy(&rc.mu);
     pthread_mutex_destroy(&rc.ddl_mu);
     return result;
@@ -1204,38 +1380,38 @@ bool copy_reset(const char *pg_conninfo, const char *service, const nsfilter *fi
 {
     char m[ERRLEN];
     PGresult *r = NULL;
-    PGconn *pg = pg_connect(pg_conninfo, m, sizeof m);
+    pgconn *pg = pg_connect(pg_conninfo, 0, m, sizeof m);
     size_t n = 0;
     if (pg == NULL)
         goto fail;
     if (!pg_exec(pg, oplog2pg_sql_schema, m, sizeof m, NULL) || !pg_exec(pg, "BEGIN", m, sizeof m, NULL))
         goto fail;
     const char *sp[1] = {service};
-    r = PQexecParams(pg, "DELETE FROM oplog2pg.copy_state WHERE service = $1", 1, NULL, sp, NULL, NULL, 0);
+    r = xparams(pg, "DELETE FROM oplog2pg.copy_state WHERE service = $1", 1, NULL, sp, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-        snprintf(m, sizeof m, "forgetting the copy state: %s", PQerrorMessage(pg));
+        snprintf(m, sizeof m, "forgetting the copy state: %s", xerr(pg));
         goto fail_rb;
     }
     PQclear(r);
     /* Only tables with oplog2pg's shape (jsonb _id and doc): a table of someone else is never touched. */
-    r = PQexec(pg, "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                   "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('oplog2pg', 'information_schema') "
-                   "AND n.nspname NOT LIKE 'pg\\_%' "
-                   "AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = '_id' "
-                   "            AND a.atttypid = 'jsonb'::regtype AND NOT a.attisdropped) "
-                   "AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'doc' "
-                   "            AND a.atttypid = 'jsonb'::regtype AND NOT a.attisdropped) "
-                   "ORDER BY 1, 2");
+    r = xexec(pg, "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                  "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('oplog2pg', 'information_schema') "
+                  "AND n.nspname NOT LIKE 'pg\\_%' "
+                  "AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = '_id' "
+                  "            AND a.atttypid IN ('jsonb'::regtype, 'text'::regtype) AND NOT a.attisdropped) "
+                  "AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'doc' "
+                  "            AND a.atttypid = 'jsonb'::regtype AND NOT a.attisdropped) "
+                  "ORDER BY 1, 2");
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        snprintf(m, sizeof m, "listing tables: %s", PQerrorMessage(pg));
+        snprintf(m, sizeof m, "listing tables: %s", xerr(pg));
         goto fail_rb;
     }
     for (int i = 0; i < PQntuples(r); i++) {
         const char *db = PQgetvalue(r, i, 0), *coll = PQgetvalue(r, i, 1);
         if (skip_namespace(filter, db, coll))
             continue;
-        char *qdb = PQescapeIdentifier(pg, db, strlen(db));
-        char *qcoll = PQescapeIdentifier(pg, coll, strlen(coll));
+        char *qdb = PQescapeIdentifier(pg->pg, db, strlen(db));
+        char *qcoll = PQescapeIdentifier(pg->pg, coll, strlen(coll));
         char *sql = NULL;
         if (qdb == NULL || qcoll == NULL ||
             asprintf(&sql, drop ? "DROP TABLE %s.%s" : "TRUNCATE %s.%s", qdb, qcoll) < 0)
@@ -1258,17 +1434,17 @@ bool copy_reset(const char *pg_conninfo, const char *service, const nsfilter *fi
         goto fail;
     log_notice("copy: service %s reset: copy state forgotten, %zu tables %s", service, n,
                drop ? "dropped" : "truncated");
-    PQfinish(pg);
+    pgconn_close(pg);
     return true;
 
 fail_rb:
     trim_nl(m);
     PQclear(r);
-    r = PQexec(pg, "ROLLBACK");
+    r = xexec(pg, "ROLLBACK");
 fail:
     PQclear(r);
     snprintf(err, errlen, "resetting the copy of service %s: %s", service, m);
-    PQfinish(pg);
+    pgconn_close(pg);
     return false;
 }
 
@@ -1277,30 +1453,30 @@ bool copy_state_read(const char *pg_conninfo, const char *service, copy_state *o
     memset(out, 0, sizeof *out);
     char m[ERRLEN];
     PGresult *r = NULL;
-    PGconn *pg = pg_connect(pg_conninfo, m, sizeof m);
+    pgconn *pg = pg_connect(pg_conninfo, 0, m, sizeof m);
     if (pg == NULL)
         goto fail;
-    r = PQexec(pg, "SELECT to_regclass('oplog2pg.copy_state') IS NOT NULL AND "
-                   "to_regclass('oplog2pg.copy_progress') IS NOT NULL");
+    r = xexec(pg, "SELECT to_regclass('oplog2pg.copy_state') IS NOT NULL AND "
+                  "to_regclass('oplog2pg.copy_progress') IS NOT NULL");
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         goto pgfail;
     bool have_tables = PQgetvalue(r, 0, 0)[0] == 't';
     PQclear(r);
     r = NULL;
     if (!have_tables) {
-        PQfinish(pg);
+        pgconn_close(pg);
         return true;
     }
     const char *sp[1] = {service};
-    r = PQexecParams(pg,
-                     "SELECT start_sec, start_inc, start_term, started_at::text, COALESCE(finished_at::text, '') "
-                     "FROM oplog2pg.copy_state WHERE service = $1",
-                     1, NULL, sp, NULL, NULL, 0);
+    r = xparams(pg,
+                "SELECT start_sec, start_inc, start_term, started_at::text, COALESCE(finished_at::text, '') "
+                "FROM oplog2pg.copy_state WHERE service = $1",
+                1, NULL, sp, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         goto pgfail;
     if (PQntuples(r) == 0) {
         PQclear(r);
-        PQfinish(pg);
+        pgconn_close(pg);
         return true;
     }
     out->exists = true;
@@ -1311,10 +1487,10 @@ bool copy_state_read(const char *pg_conninfo, const char *service, copy_state *o
     snprintf(out->finished_at, sizeof out->finished_at, "%s", PQgetvalue(r, 0, 4));
     out->finished = out->finished_at[0] != '\0';
     PQclear(r);
-    r = PQexecParams(pg,
-                     "SELECT db, coll, copied, total_estimate, done FROM oplog2pg.copy_progress WHERE service = $1 "
-                     "ORDER BY db, coll",
-                     1, NULL, sp, NULL, NULL, 0);
+    r = xparams(pg,
+                "SELECT db, coll, copied, total_estimate, done FROM oplog2pg.copy_progress WHERE service = $1 "
+                "ORDER BY db, coll",
+                1, NULL, sp, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         goto pgfail;
     size_t n = (size_t)PQntuples(r);
@@ -1335,15 +1511,15 @@ bool copy_state_read(const char *pg_conninfo, const char *service, copy_state *o
     }
     out->n = n;
     PQclear(r);
-    PQfinish(pg);
+    pgconn_close(pg);
     return true;
 
 pgfail:
-    snprintf(m, sizeof m, "%s", PQerrorMessage(pg));
+    snprintf(m, sizeof m, "%s", xerr(pg));
     trim_nl(m);
 fail:
     PQclear(r);
-    PQfinish(pg);
+    pgconn_close(pg);
     copy_state_free(out);
     snprintf(err, errlen, "reading the copy state of service %s: %s", service, m);
     return false;

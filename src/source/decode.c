@@ -597,6 +597,7 @@ static bool op_fill(op *o, span db, span coll, span to_db, span to_coll, const u
         return false;
     uint8_t *p = buf;
     o->buf = buf;
+    o->buf_len = size > UINT32_MAX ? UINT32_MAX : (uint32_t)size;
     if (doc) {
         memcpy(p, doc, doc_len);
         o->doc = p;
@@ -723,6 +724,7 @@ static decode_status nomem(const dctx *c)
 /* i / u / d. */
 static decode_status decode_data(const dctx *c, const raw_op *r, char code, op *out)
 {
+    bool borrow = (c->flags & DECODE_BORROW_PAYLOAD) != 0;
     span db, coll, none = {NULL, 0};
     bson_value_t id;
     id.value_type = BSON_TYPE_EOD;
@@ -738,8 +740,13 @@ static decode_status decode_data(const dctx *c, const raw_op *r, char code, op *
     case 'i':
         if (!find_id(r->o, r->o_len, &id))
             return fail(c, DECODE_MALFORMED, NULL, "insert without o._id");
-        if (!op_fill(out, db, coll, none, none, r->o, r->o_len, r->o2, r->o2_len))
+        if (!op_fill(out, db, coll, none, none, borrow ? NULL : r->o, borrow ? 0 : r->o_len, r->o2, r->o2_len))
             return nomem(c);
+        if (borrow) {
+            out->doc = r->o;
+            out->doc_len = r->o_len;
+            out->doc_borrowed = true;
+        }
         out->kind = OP_INSERT;
         find_id(out->doc, out->doc_len, &out->id);
         return DECODE_OK;
@@ -752,8 +759,13 @@ static decode_status decode_data(const dctx *c, const raw_op *r, char code, op *
         decode_status st = classify_update(c, r->o, r->o_len, &id, &form);
         if (st != DECODE_OK)
             return st;
-        if (!op_fill(out, db, coll, none, none, r->o, r->o_len, r->o2, r->o2_len))
+        if (!op_fill(out, db, coll, none, none, borrow ? NULL : r->o, borrow ? 0 : r->o_len, r->o2, r->o2_len))
             return nomem(c);
+        if (borrow) {
+            out->doc = r->o;
+            out->doc_len = r->o_len;
+            out->doc_borrowed = true;
+        }
         out->kind = OP_UPDATE;
         out->form = form;
         out->upsert = r->upsert;

@@ -5,12 +5,13 @@
 
 #include <stdio.h>
 
-bool oplog_edge(mongoc_client_t *client, int natural, op_pos *out, bool *found, char *err, size_t errlen)
+/* One entry of local.oplog.rs: the first that `filter` matches in {$natural: natural} order. */
+static bool find_one(mongoc_client_t *client, const bson_t *filter, int natural, op_pos *out, bool *found, char *err,
+                     size_t errlen, const char *what)
 {
     mongoc_collection_t *oplog = mongoc_client_get_collection(client, "local", "oplog.rs");
-    bson_t filter = BSON_INITIALIZER;
     bson_t *opts = BCON_NEW("sort", "{", "$natural", BCON_INT32(natural), "}", "limit", BCON_INT64(1));
-    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, opts, NULL);
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, filter, opts, NULL);
     const bson_t *doc;
     bson_iter_t it;
     bson_error_t e;
@@ -24,10 +25,48 @@ bool oplog_edge(mongoc_client_t *client, int natural, op_pos *out, bool *found, 
     }
     bool ok = !mongoc_cursor_error(cur, &e);
     if (!ok)
-        snprintf(err, errlen, "reading the %s oplog entry: %s", natural < 0 ? "newest" : "oldest", e.message);
+        snprintf(err, errlen, "reading the %s oplog entry: %s", what, e.message);
     mongoc_cursor_destroy(cur);
     bson_destroy(opts);
-    bson_destroy(&filter);
     mongoc_collection_destroy(oplog);
+    return ok;
+}
+
+bool oplog_edge(mongoc_client_t *client, int natural, op_pos *out, bool *found, char *err, size_t errlen)
+{
+    bson_t filter = BSON_INITIALIZER;
+    bool ok = find_one(client, &filter, natural, out, found, err, errlen, natural < 0 ? "newest" : "oldest");
+    bson_destroy(&filter);
+    return ok;
+}
+
+bool oplog_entry_before(mongoc_client_t *client, const op_pos *pos, op_pos *out, bool *found, char *err, size_t errlen)
+{
+    bson_t *filter = BCON_NEW("ts", "{", "$lt", BCON_TIMESTAMP(pos->secs, pos->inc), "}");
+    bool ok = find_one(client, filter, -1, out, found, err, errlen, "previous");
+    bson_destroy(filter);
+    return ok;
+}
+
+bool oplog_window(const char *uri_text, op_pos *oldest, op_pos *newest, bool *found, char *err, size_t errlen)
+{
+    bson_error_t berr;
+    bool ok = false, f1 = false, f2 = false;
+    *found = false;
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_text, &berr);
+    mongoc_client_t *client = uri ? mongoc_client_new_from_uri(uri) : NULL;
+    if (client == NULL) {
+        snprintf(err, errlen, "bad MongoDB URI: %s", uri ? "cannot create a client" : berr.message);
+        goto done;
+    }
+    mongoc_client_set_error_api(client, MONGOC_ERROR_API_VERSION_2);
+    mongoc_client_set_appname(client, "oplog2pg-probe");
+    ok = oplog_edge(client, 1, oldest, &f1, err, errlen) && oplog_edge(client, -1, newest, &f2, err, errlen);
+    *found = ok && f1 && f2;
+done:
+    if (client)
+        mongoc_client_destroy(client);
+    if (uri)
+        mongoc_uri_destroy(uri);
     return ok;
 }

@@ -10,7 +10,7 @@
  *   getMore silently retried after its reply was lost would skip a batch. retryReads is also switched off in the
  *   URI. Recovery is ours: every transient error re-opens the cursor with {ts: {$gte: last pushed}}, checks that the
  *   first document is that very entry (same ts, same term) and skips it, so nothing is lost or applied twice, and a
- *   rollback or a truncation past our position turns into QUEUE_FATAL (EXIT_RESUME_LOST).
+ *   rollback or a truncation past our position turns into QUEUE_END (QUEUE_END_RESUME_LOST).
  * - All state below the "thread only" line belongs to the reader thread; other threads read the atomic counters and
  *   set `stop`. Waiting (backoff, polling an empty oplog) is a timed wait on a condition variable that reader_stop
  *   signals, and a blocked queue push is woken through queue_wake_pushers: no sleep ignores a stop request.
@@ -28,16 +28,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/exitcodes.h"
 #include "map/ejson.h"
 #include "source/decode.h"
+#include "source/oplog_edge.h"
 #include "util/log.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 
 struct reader {
-    bool inclusive; /* the start position is the first entry to apply (--tail-from), not one already applied */
     reader_config cfg;
     char *uri_str;
     mongoc_client_t *client;
@@ -64,7 +63,6 @@ struct reader {
     bool have_pos; /* pos is set */
     bool idle_due; /* entries were pushed since the last QUEUE_IDLE */
     int64_t backoff_ms;
-    bool empty_logged;
 };
 
 /* What a step of the tailing loop asks for next. */
@@ -112,9 +110,9 @@ static const char *term_str(int64_t term, char *buf, size_t len)
     return buf;
 }
 
-/* Logs an error and pushes QUEUE_FATAL: the thread then ends. */
-static void fatal(reader *r, int exit_code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fatal(reader *r, int exit_code, const char *fmt, ...)
+/* Logs why the reader stops and pushes QUEUE_END: the thread then ends. */
+static void fatal(reader *r, queue_end_reason reason, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fatal(reader *r, queue_end_reason reason, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -122,8 +120,8 @@ static void fatal(reader *r, int exit_code, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     log_error("reader: %s", msg);
-    if (!queue_push_fatal(r->q, exit_code, msg))
-        log_warning("reader: the queue is stopped; the fatal error above was not handed to the apply loop");
+    if (!queue_push_end(r->q, reason, msg))
+        log_warning("reader: the queue is stopped; the error above was not handed to the apply loop");
 }
 
 static void publish_pos(reader *r, const op_pos *p)
@@ -161,9 +159,8 @@ static step failed(reader *r, const char *what, const bson_error_t *e)
     bool server = e->domain == MONGOC_ERROR_SERVER || e->domain == MONGOC_ERROR_QUERY;
     if ((server && (e->code == 13 || e->code == 18)) ||
         (e->domain == MONGOC_ERROR_CLIENT && e->code == MONGOC_ERROR_CLIENT_AUTHENTICATE)) {
-        fatal(r, EXIT_FAILURE_GENERIC,
-              "%s on local.oplog.rs refused: %s (code %u); check the user's roles in [mongodb]", what, e->message,
-              e->code);
+        fatal(r, QUEUE_END_REFUSED, "%s on local.oplog.rs refused: %s (code %u); check the user's roles in [mongodb]",
+              what, e->message, e->code);
         return STEP_END;
     }
     if (r->have_pos)
@@ -272,48 +269,11 @@ static bool next_doc(bson_iter_t *batch, bson_t *doc)
     return false;
 }
 
-/* The oldest (dir 1) or newest (dir -1) entry into doc (always initialised; empty when *found is false). False
- * with err set when the command fails; the caller decides what that means. */
-static bool find_edge(reader *r, int dir, bson_t *doc, bool *found, bson_error_t *err)
-{
-    bson_t cmd = BSON_INITIALIZER, sort, reply;
-    bson_iter_t batch;
-    int64_t id = 0;
-    bool ok = true;
-
-    bson_init(doc);
-    *found = false;
-    BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "sort", &sort);
-    BSON_APPEND_INT32(&sort, "$natural", dir);
-    bson_append_document_end(&cmd, &sort);
-    BSON_APPEND_INT32(&cmd, "limit", 1);
-    BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-    if (!run_cmd(r, &cmd, &reply, err)) {
-        ok = false;
-    } else if (!parse_cursor(&reply, "firstBatch", &id, &batch)) {
-        bson_set_error(err, 0, 0, "reply without cursor.id/firstBatch");
-        ok = false;
-    } else {
-        bson_t view;
-        if (next_doc(&batch, &view)) {
-            bson_destroy(doc);
-            bson_copy_to(&view, doc);
-            *found = true;
-        }
-    }
-    bson_destroy(&reply);
-    bson_destroy(&cmd);
-    return ok;
-}
-
-/* ---- pushing ---- */
-
-/* Pushes e (consumed either way). STEP_END when the reader is stopping or the queue was stopped. */
-static step push_entry(reader *r, op_entry *e)
+/* Pushes a decoded entry; `reserved` is the queue room reserved for it (queue_reserve), or 0. */
+static step push_entry(reader *r, op_entry *e, size_t reserved)
 {
     op_pos p = e->pos;
-    if (!queue_push_entry(r->q, e, &r->stop)) {
+    if (!queue_push_entry_reserved(r->q, e, reserved, &r->stop)) {
         op_entry_free(e);
         return STEP_END;
     }
@@ -336,23 +296,29 @@ static step maybe_idle(reader *r)
     return STEP_OK;
 }
 
-/* Decodes, filters and pushes one raw entry. */
+/* Decodes, filters and pushes one raw entry. Room in the queue is reserved first (about the entry's size), so the
+ * text about to be rendered counts against the queue's byte bound while this thread holds it. */
 static step push_raw(reader *r, const bson_t *doc)
 {
     char err[512];
+    size_t reserved = doc->len;
+    if (!queue_reserve(r->q, reserved, &r->stop))
+        return STEP_END;
     op_entry *e = malloc(sizeof *e);
     if (!e) {
-        fatal(r, EXIT_FAILURE_GENERIC, "out of memory decoding an oplog entry");
+        queue_unreserve(r->q, reserved);
+        fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
         return STEP_END;
     }
     decode_status st = decode_entry_ex(doc, r->cfg.decode_flags, e, err, sizeof err);
     if (st != DECODE_OK) {
+        queue_unreserve(r->q, reserved);
         free(e);
         if (st == DECODE_NOMEM) {
-            fatal(r, EXIT_FAILURE_GENERIC, "out of memory decoding an oplog entry");
+            fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
         } else {
             char pbuf[OP_POS_STRLEN];
-            fatal(r, EXIT_UNSUPPORTED,
+            fatal(r, QUEUE_END_UNSUPPORTED,
                   "%s oplog entry: %s; stopped before it (the last entry handed on is %s), a fixed version resumes "
                   "there",
                   st == DECODE_MALFORMED ? "malformed" : "unsupported", err, op_pos_format(&r->pos, pbuf, sizeof pbuf));
@@ -361,9 +327,15 @@ static step push_raw(reader *r, const bson_t *doc)
     }
     nsfilter_filter_entry(r->cfg.filter, e);
     /* Render the PostgreSQL text here, on this thread, so the apply loop overlaps with PostgreSQL instead of
-     * converting while PostgreSQL waits. A document that cannot be rendered is left for the sink to report. */
-    ejson_prepare_entry(e);
-    return push_entry(r, e);
+     * converting while PostgreSQL waits. An op whose text cannot be made carries the reason (op.refusal). */
+    if (!ejson_prepare_entry(e)) {
+        queue_unreserve(r->q, reserved);
+        op_entry_free(e);
+        fatal(r, QUEUE_END_NOMEM, "out of memory rendering an oplog entry");
+        return STEP_END;
+    }
+    op_entry_drop_payload(e); /* a borrowed payload lives in this batch's reply, which goes soon */
+    return push_entry(r, e, reserved);
 }
 
 /* Pushes every document of a batch (skipping the first when skip_first); *count gets the batch's size. */
@@ -386,21 +358,18 @@ static step push_batch(reader *r, bson_iter_t *batch, bool skip_first, uint32_t 
 
 static step resume_lost(reader *r, const char *why)
 {
-    char want[OP_POS_STRLEN], tbuf[32], oldest[128] = "unknown", obuf[OP_POS_STRLEN], otbuf[32];
-    bson_t doc;
-    bson_error_t err;
+    char want[OP_POS_STRLEN], tbuf[32], oldest[128] = "unknown", obuf[OP_POS_STRLEN], otbuf[32], err[256];
+    op_pos o;
     bool have = false;
     /* Best effort: name the oldest entry so the operator sees how far the oplog reaches. */
-    if (find_edge(r, 1, &doc, &have, &err)) {
-        op_pos o;
+    if (oplog_edge(r->client, 1, &o, &have, err, sizeof err)) {
         if (!have)
             snprintf(oldest, sizeof oldest, "none: the oplog is empty");
-        else if (doc_pos(&doc, &o))
+        else
             snprintf(oldest, sizeof oldest, "%s (%s)", op_pos_format(&o, obuf, sizeof obuf),
                      term_str(o.term, otbuf, sizeof otbuf));
     }
-    bson_destroy(&doc);
-    fatal(r, EXIT_RESUME_LOST,
+    fatal(r, QUEUE_END_RESUME_LOST,
           "the resume point %s (%s) is no longer in the oplog (oldest entry is %s; %s): the changes since then are "
           "lost to oplog2pg; resync this service with --reimport",
           op_pos_format(&r->pos, want, sizeof want), term_str(r->pos.term, tbuf, sizeof tbuf), oldest, why);
@@ -416,7 +385,7 @@ static step check_first(reader *r, bson_iter_t batch)
     if (!next_doc(&batch, &doc))
         return resume_lost(r, "no entry at or after it");
     if (!doc_pos(&doc, &got)) {
-        fatal(r, EXIT_UNSUPPORTED,
+        fatal(r, QUEUE_END_UNSUPPORTED,
               "malformed oplog entry: the first entry at or after the resume point has no ts "
               "Timestamp");
         return STEP_END;
@@ -466,15 +435,12 @@ static step tail_once(reader *r)
         bson_set_error(&err, 0, 0, "reply without cursor.id/firstBatch");
         return failed(r, "find", &err);
     }
-    /* A checkpoint is an entry already applied: it must be there, and is skipped. An inclusive start (--tail-from)
-     * is the first entry to apply: nothing to check or skip, until the first entry has been handed on. */
-    bool inclusive = r->inclusive;
-    s = inclusive ? STEP_OK : check_first(r, batch);
+    /* The start is an entry already applied (the committed checkpoint, or the last entry pushed): it must be
+     * there, and is skipped. */
+    s = check_first(r, batch);
     if (s == STEP_OK) {
         r->backoff_ms = BACKOFF_MIN_MS;
-        s = push_batch(r, &batch, !inclusive, &count);
-        if (inclusive && count > 0)
-            r->inclusive = false;
+        s = push_batch(r, &batch, true, &count);
         if (s == STEP_OK && count < (uint32_t)r->cfg.batch_size)
             s = maybe_idle(r);
     }
@@ -518,70 +484,6 @@ static step tail_once(reader *r)
     return s;
 }
 
-/* No checkpoint: push the newest entry as a NOOP and make it the position to tail from. */
-static step start_at_newest(reader *r)
-{
-    for (;;) {
-        if (stopping(r))
-            return STEP_END;
-        bool found = false;
-        bson_t doc;
-        bson_error_t err;
-        step s = open_session(r);
-        if (s == STEP_OK) {
-            if (!find_edge(r, -1, &doc, &found, &err))
-                s = failed(r, "finding the newest oplog entry", &err);
-        } else {
-            bson_init(&doc);
-        }
-        if (s == STEP_END) {
-            bson_destroy(&doc);
-            return s;
-        }
-        if (s == STEP_RETRY) {
-            bson_destroy(&doc);
-            atomic_fetch_add(&r->reconnects, 1);
-            if (!nap(r, r->backoff_ms))
-                return STEP_END;
-            r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
-            continue;
-        }
-        r->backoff_ms = BACKOFF_MIN_MS;
-        if (!found) {
-            bson_destroy(&doc);
-            if (!r->empty_logged) {
-                log_notice("reader: the oplog is empty; waiting for its first entry");
-                r->empty_logged = true;
-            }
-            if (!nap(r, r->cfg.await_ms))
-                return STEP_END;
-            continue;
-        }
-        op_pos p;
-        bool have_pos = doc_pos(&doc, &p);
-        bson_destroy(&doc);
-        if (!have_pos) {
-            fatal(r, EXIT_UNSUPPORTED, "malformed oplog entry: the newest entry has no ts Timestamp");
-            return STEP_END;
-        }
-        op_entry *e = malloc(sizeof *e);
-        if (e)
-            op_entry_init(e);
-        if (!e || !op_entry_alloc(e, &p, 1)) {
-            free(e);
-            fatal(r, EXIT_FAILURE_GENERIC, "out of memory");
-            return STEP_END;
-        }
-        e->ops[0].kind = OP_NOOP;
-        e->ops[0].reason = "start: newest oplog entry";
-        char pbuf[OP_POS_STRLEN], tbuf[32];
-        log_notice("reader: no checkpoint: tailing starts at the newest oplog entry %s (%s); earlier changes are not "
-                   "copied (the initial copy is a later feature)",
-                   op_pos_format(&p, pbuf, sizeof pbuf), term_str(p.term, tbuf, sizeof tbuf));
-        return push_entry(r, e);
-    }
-}
-
 static void *reader_main(void *arg)
 {
     reader *r = arg;
@@ -589,14 +491,9 @@ static void *reader_main(void *arg)
     r->backoff_ms = BACKOFF_MIN_MS;
     r->idle_due = true; /* the first drain is announced even when nothing new came */
 
-    if (r->cfg.have_start) {
-        r->inclusive = r->cfg.start_inclusive;
-        r->pos = r->cfg.start;
-        r->have_pos = true;
-        publish_pos(r, &r->pos);
-    } else {
-        s = start_at_newest(r);
-    }
+    r->pos = r->cfg.start;
+    r->have_pos = true;
+    publish_pos(r, &r->pos);
     while (s != STEP_END && !stopping(r)) {
         s = tail_once(r);
         if (s != STEP_RETRY)

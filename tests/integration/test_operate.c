@@ -21,10 +21,12 @@
 
 /* ---- a fake service manager: the datagram socket sd_notify writes to ---- */
 
+#define NOTIFY_KEEP 2048
+
 typedef struct {
     int fd;
     char path[300];
-    char seen[64][256]; /* every message, in order */
+    char seen[NOTIFY_KEEP][256]; /* every message, in order (the first NOTIFY_KEEP) */
     int n;
 } notify_sock;
 
@@ -57,7 +59,7 @@ static bool notify_wait(notify_sock *ns, const char *want, double timeout_s)
         if (len <= 0)
             continue;
         buf[len] = '\0';
-        if (ns->n < 64)
+        if (ns->n < NOTIFY_KEEP)
             snprintf(ns->seen[ns->n++], sizeof ns->seen[0], "%.255s", buf);
         if (strstr(buf, want) != NULL)
             return true;
@@ -127,7 +129,7 @@ START_TEST(test_systemd_notify)
 {
     denv e;
     denv_start(&e, "notify", NULL, NULL);
-    notify_sock ns;
+    static notify_sock ns;
     notify_open(&ns, e.dir);
     char sock_env[400];
     snprintf(sock_env, sizeof sock_env, "NOTIFY_SOCKET=%s", ns.path);
@@ -176,7 +178,7 @@ START_TEST(test_not_ready_without_postgres)
     fprintf(f, "[mongodb]\nuri = %s\n[postgres]\nconninfo = host=127.0.0.1 port=%d connect_timeout=2\n", e.uri,
             free_port());
     fclose(f);
-    notify_sock ns;
+    static notify_sock ns;
     notify_open(&ns, e.dir);
     char sock_env[400], bin[256], err[256];
     snprintf(sock_env, sizeof sock_env, "NOTIFY_SOCKET=%s", ns.path);
@@ -191,6 +193,69 @@ START_TEST(test_not_ready_without_postgres)
     ck_assert_int_eq(proc_exit_code(&e.daemon), 0);
     e.daemon.pid = 0;
     notify_close(&ns);
+    denv_stop(&e);
+}
+END_TEST
+
+/* A lock held elsewhere keeps a commit waiting far longer than WatchdogSec: the watchdog is still fed (from the
+ * wait itself, at a quarter of the period), STATUS says what the daemon waits for, and once the lock goes everything
+ * arrives. Before, the watchdog was fed only from the loop's timer, and such a wait became SIGABRT. */
+START_TEST(test_watchdog_fed_while_waiting_on_a_lock)
+{
+    denv e;
+    denv_start(&e, "wdlock", NULL, NULL);
+    static notify_sock ns;
+    notify_open(&ns, e.dir);
+    char sock_env[400];
+    snprintf(sock_env, sizeof sock_env, "NOTIFY_SOCKET=%s", ns.path);
+    const char *env_extra[] = {sock_env, "WATCHDOG_USEC=400000", NULL};
+    denv_daemon_start_env(&e, env_extra);
+    ck_assert_msg(notify_wait(&ns, "READY=1", 30), "no READY=1 within 30 s");
+    insert_docs(e.uri, "rep_wdlock_a", "c", 1, 10);
+    ck_assert(denv_wait_caught_up(&e, 30));
+
+    PGconn *lk = PQconnectdb(denv_pg_conninfo());
+    ck_assert_int_eq(PQstatus(lk), CONNECTION_OK);
+    PQclear(PQexec(lk, "BEGIN"));
+    PGresult *r = PQexec(lk, "LOCK TABLE rep_wdlock_a.c IN ACCESS EXCLUSIVE MODE");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    insert_docs(e.uri, "rep_wdlock_a", "c", 11, 20);
+    ck_assert_msg(notify_wait(&ns, "blocked by pid", 15),
+                  "STATUS never said what the daemon waits for (PostgreSQL: a lock, and who holds it)");
+    int before = notify_count(&ns, "WATCHDOG=1");
+    notify_wait(&ns, "no such message", 2.0); /* 2 s of waiting on the lock, five watchdog periods */
+    int pings = notify_count(&ns, "WATCHDOG=1") - before;
+    ck_assert_msg(pings >= 8, "only %d WATCHDOG=1 in 2 s of waiting on a lock, with WATCHDOG_USEC=400000", pings);
+    ck_assert_msg(!proc_wait(&e.daemon, 0.0), "the daemon exited while waiting");
+    PQclear(PQexec(lk, "ROLLBACK"));
+    PQfinish(lk);
+    ck_assert(denv_wait_caught_up(&e, 30));
+    notify_close(&ns);
+    denv_expect_match(&e);
+    denv_stop(&e);
+}
+END_TEST
+
+/* An idle daemon whose PostgreSQL session is terminated notices it at once (the server says so before it closes
+ * the socket, and the loop watches the socket), reconnects, and goes on. Before, it noticed at its next write. */
+START_TEST(test_idle_connection_loss_noticed)
+{
+    denv e;
+    denv_start(&e, "idlepg", NULL, NULL);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 30));
+    insert_docs(e.uri, "rep_idlepg_a", "c", 1, 10);
+    ck_assert(denv_wait_caught_up(&e, 30));
+    int64_t killed = pg_count("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                              "WHERE application_name = 'oplog2pg' AND pid <> pg_backend_pid()");
+    ck_assert_int_eq(killed, 1);
+    double t0 = denv_now();
+    ck_assert_msg(denv_wait_log(&e, "the idle PostgreSQL connection", 10), "the daemon did not notice within 10 s");
+    printf("terminated idle connection noticed in %.2f s\n", denv_now() - t0);
+    insert_docs(e.uri, "rep_idlepg_a", "c", 11, 20);
+    ck_assert(denv_wait_caught_up(&e, 30));
+    denv_expect_match(&e);
     denv_stop(&e);
 }
 END_TEST
@@ -417,6 +482,8 @@ Suite *operate_suite(void)
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, test_systemd_notify);
     tcase_add_test(tc, test_not_ready_without_postgres);
+    tcase_add_test(tc, test_watchdog_fed_while_waiting_on_a_lock);
+    tcase_add_test(tc, test_idle_connection_loss_noticed);
     tcase_add_test(tc, test_metrics_scrape);
     tcase_add_test(tc, test_dead_letters);
     tcase_add_test(tc, test_stop_on_refused_op);

@@ -3,11 +3,11 @@
  *
  * Each case starts a reader on its own queue and pops what it pushes: the newest entry as a NOOP when there is no
  * checkpoint, writes decoded in order, QUEUE_IDLE after a drain, a resume position skipped, a lost resume point or
- * a rolled-back term turned into QUEUE_FATAL code 4, reconnection after mongosim drops every connection (no loss,
- * no duplicate), a malformed entry turned into QUEUE_FATAL code 5, the nsfilter turning excluded ops into NOOPs, and
- * a prompt reader_stop even while blocked on a full queue. Cases that need mongosim's test commands print
- * "SKIP: <case>: needs mongosim" on a real server. Other suites write to the same server, so every check looks only
- * at this suite's own namespaces (database rdr_*).
+ * a rolled-back term turned into QUEUE_END (resume lost), reconnection after mongosim drops every connection (no loss,
+ * no duplicate), a malformed entry turned into QUEUE_END (unsupported), the nsfilter turning excluded ops into NOOPs,
+ * and a prompt reader_stop even while blocked on a full queue. Cases that need mongosim's test commands print "SKIP:
+ * <case>: needs mongosim" on a real server. Other suites write to the same server, so every check looks only at this
+ * suite's own namespaces (database rdr_*).
  */
 #include <check.h>
 #include <mongoc/mongoc.h>
@@ -18,7 +18,6 @@
 
 #include "core/nsfilter.h"
 #include "core/queue.h"
-#include "daemon/exitcodes.h"
 #include "source/reader.h"
 
 #include "../lib/oplogutil.h"
@@ -118,7 +117,7 @@ static void drop_db(mongoc_client_t *c, const char *db)
     bson_destroy(&reply);
 }
 
-/* A reader on q with the test defaults; start NULL = no checkpoint. */
+/* A reader on q with the test defaults, resuming after `start` (an entry already applied). */
 static reader *start_reader(queue *q, const op_pos *start, const nsfilter *f)
 {
     reader_config cfg;
@@ -128,10 +127,7 @@ static reader *start_reader(queue *q, const op_pos *start, const nsfilter *f)
     cfg.await_ms = AWAIT_MS;
     cfg.batch_size = 100;
     cfg.filter = f;
-    if (start) {
-        cfg.have_start = true;
-        cfg.start = *start;
-    }
+    cfg.start = *start;
     reader *r = reader_start(&cfg, q, err, sizeof err);
     ck_assert_msg(r != NULL, "reader_start: %s", err);
     return r;
@@ -179,8 +175,8 @@ static size_t collect(queue *q, const char *db, op_entry **out, size_t want, dou
         queue_item it;
         if (!pop_wait(q, &it, 0.05))
             continue;
-        if (it.type == QUEUE_FATAL)
-            ck_abort_msg("unexpected QUEUE_FATAL (code %d): %s", it.exit_code, it.message);
+        if (it.type == QUEUE_END)
+            ck_abort_msg("unexpected QUEUE_END (reason %d): %s", (int)it.reason, it.message);
         if (it.type == QUEUE_IDLE) {
             if (n == want && saw_idle_after) {
                 *saw_idle_after = true;
@@ -214,35 +210,25 @@ static queue_item wait_fatal(queue *q, double secs)
     while (now_s() < until) {
         if (!pop_wait(q, &it, 0.05))
             continue;
-        if (it.type == QUEUE_FATAL)
+        if (it.type == QUEUE_END)
             return it;
         queue_item_clear(&it);
     }
-    ck_abort_msg("no QUEUE_FATAL within %.0f s", secs);
+    ck_abort_msg("no QUEUE_END within %.0f s", secs);
     memset(&it, 0, sizeof it);
     return it;
 }
 
-START_TEST(test_start_at_newest_then_tail)
+/* Resuming after the newest entry: later entries arrive in order, each after the one before, then an IDLE. */
+START_TEST(test_tail_after_checkpoint)
 {
     mongoc_client_t *c = client_new();
     drop_db(c, "rdr_tail");
     insert_one(c, "rdr_tail", "seed", 0);
-    op_pos before = last_optime(c);
+    op_pos start = last_optime(c);
 
-    queue *q = queue_new(1000);
-    reader *r = start_reader(q, NULL, NULL);
-
-    queue_item it;
-    ck_assert_msg(pop_wait(q, &it, 10), "no item within 10 s of starting without a checkpoint");
-    ck_assert_msg(it.type == QUEUE_ENTRY, "first item is type %d, not an entry (%s)", it.type,
-                  it.message ? it.message : "");
-    ck_assert_uint_eq(it.entry->n, 1);
-    ck_assert_int_eq(it.entry->ops[0].kind, OP_NOOP);
-    ck_assert_str_eq(it.entry->ops[0].reason, "start: newest oplog entry");
-    ck_assert_msg(op_pos_cmp(&it.entry->pos, &before) >= 0, "the start entry is older than the oplog's end");
-    op_pos start = it.entry->pos;
-    queue_item_clear(&it);
+    queue *q = queue_new(1000, 0);
+    reader *r = start_reader(q, &start, NULL);
 
     for (int32_t i = 1; i <= 5; i++)
         insert_one(c, "rdr_tail", "orders", i);
@@ -260,7 +246,7 @@ START_TEST(test_start_at_newest_then_tail)
 
     reader_stats st;
     reader_get_stats(r, &st);
-    ck_assert_uint_ge(st.entries, 6);
+    ck_assert_uint_ge(st.entries, 5);
     ck_assert(st.have_last);
     ck_assert_int_ge(op_pos_cmp(&st.last, &got[4]->pos), 0);
     ck_assert_uint_ge(st.idles, 1);
@@ -283,7 +269,7 @@ START_TEST(test_resume_skips_start)
     insert_one(c, "rdr_resume", "a", 2);
     insert_one(c, "rdr_resume", "a", 3);
 
-    queue *q = queue_new(1000);
+    queue *q = queue_new(1000, 0);
     reader *r = start_reader(q, &at_a, NULL);
     op_entry *got[2];
     bool idle = false;
@@ -304,11 +290,11 @@ START_TEST(test_resume_point_lost)
 {
     mongoc_client_t *c = client_new();
     insert_one(c, "rdr_lost", "a", (int32_t)(now_s() * 1000) & 0x7fffffff); /* the oplog is not empty */
-    queue *q = queue_new(1000);
+    queue *q = queue_new(1000, 0);
     op_pos gone = {1, 1, 1};
     reader *r = start_reader(q, &gone, NULL);
     queue_item it = wait_fatal(q, 10);
-    ck_assert_int_eq(it.exit_code, EXIT_RESUME_LOST);
+    ck_assert_int_eq(it.reason, QUEUE_END_RESUME_LOST);
     ck_assert_msg(strstr(it.message, "1:1") && strstr(it.message, "--reimport") &&
                       strstr(it.message, "no longer in the oplog"),
                   "message: %s", it.message);
@@ -316,7 +302,7 @@ START_TEST(test_resume_point_lost)
     double until = now_s() + 5;
     while (!reader_finished(r) && now_s() < until)
         sleep_ms(10);
-    ck_assert_msg(reader_finished(r), "the reader thread did not end after QUEUE_FATAL");
+    ck_assert_msg(reader_finished(r), "the reader thread did not end after QUEUE_END");
     ck_assert_uint_eq(queue_len(q), 0); /* nothing after the fatal item */
     reader_free(r);
     queue_free(q);
@@ -335,10 +321,10 @@ START_TEST(test_rolled_back_term)
         return;
     }
     p.term += 7; /* same ts, another term: what a rollback looks like */
-    queue *q = queue_new(1000);
+    queue *q = queue_new(1000, 0);
     reader *r = start_reader(q, &p, NULL);
     queue_item it = wait_fatal(q, 10);
-    ck_assert_int_eq(it.exit_code, EXIT_RESUME_LOST);
+    ck_assert_int_eq(it.reason, QUEUE_END_RESUME_LOST);
     ck_assert_msg(strstr(it.message, "rolled back"), "message: %s", it.message);
     queue_item_clear(&it);
     reader_free(r);
@@ -355,7 +341,7 @@ static void drain_until_idle(queue *q, const char *db, op_entry **out, size_t *n
         queue_item it;
         if (!pop_wait(q, &it, 0.05))
             continue;
-        ck_assert_msg(it.type != QUEUE_FATAL, "unexpected QUEUE_FATAL: %s", it.message);
+        ck_assert_msg(it.type != QUEUE_END, "unexpected QUEUE_END: %s", it.message);
         if (it.type == QUEUE_IDLE)
             return;
         if (entry_in_db(it.entry, db)) {
@@ -384,7 +370,7 @@ START_TEST(test_reconnect_after_drop)
     NEED_MONGOSIM(c, "reconnect after dropped connections");
     drop_db(c, "rdr_drop");
     op_pos start = last_optime(c);
-    queue *q = queue_new(1000);
+    queue *q = queue_new(1000, 0);
     reader *r = start_reader(q, &start, NULL);
     op_entry *got[20];
     size_t n = 0;
@@ -422,7 +408,7 @@ START_TEST(test_step_down_and_up)
     NEED_MONGOSIM(c, "step down and up");
     drop_db(c, "rdr_step");
     op_pos start = last_optime(c);
-    queue *q = queue_new(1000);
+    queue *q = queue_new(1000, 0);
     reader *r = start_reader(q, &start, NULL);
     op_entry *got[20];
     size_t n = 0;
@@ -457,7 +443,7 @@ START_TEST(test_malformed_entry_is_fatal)
     NEED_MONGOSIM(c, "malformed entry");
     drop_db(c, "rdr_bad");
     op_pos start = last_optime(c);
-    queue *q = queue_new(1000);
+    queue *q = queue_new(1000, 0);
     reader *r = start_reader(q, &start, NULL);
 
     insert_one(c, "rdr_bad", "a", 1);
@@ -472,10 +458,10 @@ START_TEST(test_malformed_entry_is_fatal)
     queue_item it;
     double until = now_s() + 10;
     for (;;) {
-        ck_assert_msg(now_s() < until, "no QUEUE_FATAL for the malformed entry");
+        ck_assert_msg(now_s() < until, "no QUEUE_END for the malformed entry");
         if (!pop_wait(q, &it, 0.05))
             continue;
-        if (it.type == QUEUE_FATAL)
+        if (it.type == QUEUE_END)
             break;
         if (it.type == QUEUE_ENTRY && entry_in_db(it.entry, "rdr_bad")) {
             ck_assert_msg(!good_seen && op_id(&it.entry->ops[0]) == 1, "an entry after the bad one was pushed");
@@ -484,7 +470,7 @@ START_TEST(test_malformed_entry_is_fatal)
         queue_item_clear(&it);
     }
     ck_assert(good_seen);
-    ck_assert_int_eq(it.exit_code, EXIT_UNSUPPORTED);
+    ck_assert_int_eq(it.reason, QUEUE_END_UNSUPPORTED);
     ck_assert_msg(strstr(it.message, "malformed") && strstr(it.message, "rdr_bad.a"), "message: %s", it.message);
     queue_item_clear(&it);
     sleep_ms(200);
@@ -510,7 +496,7 @@ START_TEST(test_nsfilter_turns_excluded_into_noop)
     nsfilter *f = nsfilter_new(inc, exc, err, sizeof err);
     ck_assert_msg(f, "nsfilter_new: %s", err);
 
-    queue *q = queue_new(1000);
+    queue *q = queue_new(1000, 0);
     reader *r = start_reader(q, &start, f);
     insert_one(c, "rdr_f", "keep", 1);
     insert_one(c, "rdr_f", "skip", 2);
@@ -531,7 +517,7 @@ START_TEST(test_nsfilter_turns_excluded_into_noop)
         queue_item it;
         if (!pop_wait(q, &it, 0.05))
             continue;
-        ck_assert_msg(it.type != QUEUE_FATAL, "unexpected QUEUE_FATAL: %s", it.message);
+        ck_assert_msg(it.type != QUEUE_END, "unexpected QUEUE_END: %s", it.message);
         if (it.type == QUEUE_ENTRY) {
             const op *o = &it.entry->ops[0];
             bool ours = (o->db && strcmp(o->db, "rdr_f") == 0) ||
@@ -569,7 +555,7 @@ START_TEST(test_truncated_under_reader)
     drop_db(c, "rdr_trunc");
     insert_one(c, "rdr_trunc", "a", 0); /* the implicit create comes before start */
     op_pos start = last_optime(c);
-    queue *q = queue_new(1); /* the reader blocks on its second push until we pop */
+    queue *q = queue_new(1, 0); /* the reader blocks on its second push until we pop */
     reader *r = start_reader(q, &start, NULL);
     for (int32_t i = 1; i <= 3; i++)
         insert_one(c, "rdr_trunc", "a", i);
@@ -588,10 +574,10 @@ START_TEST(test_truncated_under_reader)
     queue_item it;
     until = now_s() + 10;
     for (;;) {
-        ck_assert_msg(now_s() < until, "no QUEUE_FATAL after the truncation");
+        ck_assert_msg(now_s() < until, "no QUEUE_END after the truncation");
         if (!pop_wait(q, &it, 0.05))
             continue;
-        if (it.type == QUEUE_FATAL)
+        if (it.type == QUEUE_END)
             break;
         if (it.type == QUEUE_ENTRY && entry_in_db(it.entry, "rdr_trunc")) {
             ck_assert_msg(op_id(&it.entry->ops[0]) == next, "got _id %d, expected %d (4 is past the lost part)",
@@ -601,7 +587,7 @@ START_TEST(test_truncated_under_reader)
         queue_item_clear(&it);
     }
     ck_assert_int_ge(next, 2); /* at least _id 1 came before the failure */
-    ck_assert_int_eq(it.exit_code, EXIT_RESUME_LOST);
+    ck_assert_int_eq(it.reason, QUEUE_END_RESUME_LOST);
     ck_assert_msg(strstr(it.message, "no longer in the oplog"), "message: %s", it.message);
     queue_item_clear(&it);
     reader_free(r);
@@ -615,7 +601,7 @@ START_TEST(test_stop_while_queue_full)
     mongoc_client_t *c = client_new();
     drop_db(c, "rdr_full");
     op_pos start = last_optime(c);
-    queue *q = queue_new(1);
+    queue *q = queue_new(1, 0);
     reader *r = start_reader(q, &start, NULL);
     for (int32_t i = 1; i <= 4; i++)
         insert_one(c, "rdr_full", "a", i);
@@ -642,7 +628,7 @@ START_TEST(test_bad_uri)
     char err[256] = "";
     reader_config_init(&cfg);
     cfg.uri = "notmongodb://x";
-    queue *q = queue_new(10);
+    queue *q = queue_new(10, 0);
     mongoc_init();
     reader *r = reader_start(&cfg, q, err, sizeof err);
     ck_assert_ptr_null(r);
@@ -658,7 +644,7 @@ Suite *reader_suite(void)
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_bad_uri);
-    tcase_add_test(tc, test_start_at_newest_then_tail);
+    tcase_add_test(tc, test_tail_after_checkpoint);
     tcase_add_test(tc, test_resume_skips_start);
     tcase_add_test(tc, test_resume_point_lost);
     tcase_add_test(tc, test_rolled_back_term);

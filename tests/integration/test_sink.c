@@ -1,14 +1,20 @@
 /*
  * test_sink.c — the PostgreSQL sink against a real PostgreSQL (OPLOG2PG_TEST_PG): COPY and pipelined insert runs,
- * updates in all three forms, deletes, DDL, the checkpoint committed with the rows, the duplicate fallback, and the
- * fence that keeps a second daemon off a service.
+ * updates in all three forms, deletes, DDL, the checkpoint committed with the rows, the duplicate fallback, the
+ * fence that keeps a second daemon off a service; and the error policy where it meets PostgreSQL: timeouts are
+ * retries, the checkpoint only moves forward, a terminated idle connection is noticed, long waits call the wait
+ * hook, a poison namespace becomes a safe dead letter, a refused login is for a person, dead-peer settings.
  */
 #include <check.h>
 #include <libpq-fe.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "map/ejson.h"
 #include "sink/pg.h"
 
 static const char *conninfo(void)
@@ -43,24 +49,35 @@ static sink *open_sink(const char *service, uint32_t copy_min_rows)
     sink_config cfg = {.conninfo = conninfo(), .service = service, .copy_min_rows = copy_min_rows};
     sink *s = sink_new(&cfg);
     ck_assert_ptr_nonnull(s);
-    ck_assert_msg(sink_connect(s) == SINK_OK, "connect: %s", sink_error(s));
+    ck_assert_msg(sink_connect(s) == APPLY_OK, "connect: %s", sink_error(s));
     return s;
 }
 
+/* A row from canonical Extended JSON: its key and document rendered as the reader thread would. */
 static void add_json(sink_batch *b, const char *json)
 {
     bson_error_t err;
     bson_t *doc = bson_new_from_json((const uint8_t *)json, -1, &err);
     ck_assert_msg(doc != NULL, "%s: %s", json, err.message);
-    ck_assert(sink_batch_add(b, doc));
+    bson_iter_t it;
+    ck_assert(bson_iter_init_find(&it, doc, "_id"));
+    char *key = ejson_key(bson_iter_value(&it));
+    size_t len;
+    char *text = ejson_document(doc, &len);
+    ck_assert(key && text);
+    ck_assert(sink_batch_add(b, key, strlen(key), text, len));
+    free(key);
+    free(text);
     bson_destroy(doc);
 }
 
-static bson_value_t int_id(int32_t v)
+/* The relaxed Extended JSON of an update's `o`. */
+static char *json_of(bson_t *doc)
 {
-    bson_value_t id = {.value_type = BSON_TYPE_INT32};
-    id.value.v_int32 = v;
-    return id;
+    char *j = ejson_document(doc, NULL);
+    ck_assert_ptr_nonnull(j);
+    bson_destroy(doc);
+    return j;
 }
 
 /* Insert runs both ways, an update of each form, a delete, then commit: rows and checkpoint land together. */
@@ -82,22 +99,20 @@ START_TEST(test_writes_and_checkpoint)
             add_json(b, json);
         }
         op_pos pos = {.secs = 100, .inc = 1, .term = 1};
-        ck_assert_msg(sink_insert_batch(s, db, "c", b, &pos) == SINK_OK, "%s", sink_error(s));
+        ck_assert_msg(sink_insert_batch(s, db, "c", b, &pos) == APPLY_OK, "%s", sink_error(s));
 
-        bson_value_t id2 = int_id(2), id3 = int_id(3), id4 = int_id(4);
-        bson_t *diff = BCON_NEW("$v", BCON_INT32(2), "diff", "{", "u", "{", "n", BCON_INT32(20), "}", "ssub", "{", "i",
-                                "{", "y", BCON_INT32(2), "}", "}", "}");
-        bson_t *mod = BCON_NEW("$v", BCON_INT32(1), "$set", "{", "n", BCON_INT32(30), "}", "$unset", "{", "tags",
-                               BCON_BOOL(true), "}");
-        bson_t *repl = BCON_NEW("_id", BCON_INT32(4), "replaced", BCON_BOOL(true));
+        char *diff = json_of(BCON_NEW("$v", BCON_INT32(2), "diff", "{", "u", "{", "n", BCON_INT32(20), "}", "ssub", "{",
+                                      "i", "{", "y", BCON_INT32(2), "}", "}", "}"));
+        char *mod = json_of(BCON_NEW("$v", BCON_INT32(1), "$set", "{", "n", BCON_INT32(30), "}", "$unset", "{", "tags",
+                                     BCON_BOOL(true), "}"));
+        char *repl = json_of(BCON_NEW("_id", BCON_INT32(4), "replaced", BCON_BOOL(true)));
         pos.inc = 2;
-        ck_assert(sink_update(s, db, "c", &id2, OP_FORM_DIFF, diff, &pos) == SINK_OK);
-        ck_assert(sink_update(s, db, "c", &id3, OP_FORM_MODIFIER, mod, &pos) == SINK_OK);
-        ck_assert(sink_update(s, db, "c", &id4, OP_FORM_REPLACE, repl, &pos) == SINK_OK);
-        bson_value_t id5 = int_id(5);
-        ck_assert(sink_delete(s, db, "c", &id5, &pos) == SINK_OK);
+        ck_assert(sink_update(s, db, "c", "2", OP_FORM_DIFF, diff, &pos) == APPLY_OK);
+        ck_assert(sink_update(s, db, "c", "3", OP_FORM_MODIFIER, mod, &pos) == APPLY_OK);
+        ck_assert(sink_update(s, db, "c", "4", OP_FORM_REPLACE, repl, &pos) == APPLY_OK);
+        ck_assert(sink_delete(s, db, "c", "5", &pos) == APPLY_OK);
         pos.inc = 3;
-        ck_assert_msg(sink_commit(s, &pos) == SINK_OK, "%s", sink_error(s));
+        ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
 
         char sql[256];
         snprintf(sql, sizeof sql, "SELECT count(*) FROM %s.c", db);
@@ -123,9 +138,9 @@ START_TEST(test_writes_and_checkpoint)
         ck_assert_uint_eq(back.inc, 3);
         ck_assert_int_eq(back.term, 1);
 
-        bson_destroy(diff);
-        bson_destroy(mod);
-        bson_destroy(repl);
+        free(diff);
+        free(mod);
+        free(repl);
         sink_batch_free(b);
         sink_free(s);
     }
@@ -140,7 +155,7 @@ START_TEST(test_uncommitted_is_invisible)
     add_json(b, "{\"_id\": \"a\"}");
     add_json(b, "{\"_id\": \"b\"}");
     op_pos pos = {.secs = 7, .inc = 1, .term = 2};
-    ck_assert(sink_insert_batch(s, "sinkvis", "c", b, &pos) == SINK_OK);
+    ck_assert(sink_insert_batch(s, "sinkvis", "c", b, &pos) == APPLY_OK);
     expect("SELECT count(*) FROM pg_tables WHERE schemaname = 'sinkvis'", "0");
     sink_disconnect(s);
     expect("SELECT coalesce(ts_sec::text, 'none') FROM oplog2pg.checkpoint WHERE service = 't_uncommitted'", "none");
@@ -156,15 +171,15 @@ START_TEST(test_duplicate_fallback)
     sink_batch *b = sink_batch_new();
     add_json(b, "{\"_id\": 1, \"v\": \"old\"}");
     op_pos pos = {.secs = 1, .inc = 1, .term = 1};
-    ck_assert(sink_insert_batch(s, "sinkdup", "c", b, &pos) == SINK_OK);
-    ck_assert(sink_commit(s, &pos) == SINK_OK);
+    ck_assert(sink_insert_batch(s, "sinkdup", "c", b, &pos) == APPLY_OK);
+    ck_assert(sink_commit(s, &pos) == APPLY_OK);
 
     sink_batch_reset(b);
     add_json(b, "{\"_id\": 1, \"v\": \"new\"}");
     add_json(b, "{\"_id\": 2, \"v\": \"two\"}");
     pos.inc = 2;
-    ck_assert_msg(sink_insert_batch(s, "sinkdup", "c", b, &pos) == SINK_OK, "%s", sink_error(s));
-    ck_assert_msg(sink_commit(s, &pos) == SINK_OK, "%s", sink_error(s));
+    ck_assert_msg(sink_insert_batch(s, "sinkdup", "c", b, &pos) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
     ck_assert_uint_eq(sink_get_stats(s)->dup_fallbacks, 1);
     expect("SELECT string_agg(doc->>'v', ',' ORDER BY _id) FROM sinkdup.c", "new,two");
     sink_batch_free(b);
@@ -178,11 +193,11 @@ START_TEST(test_fence)
     sink *a = open_sink("t_fence", 1);
     sink_config cfg = {.conninfo = conninfo(), .service = "t_fence"};
     sink *b = sink_new(&cfg);
-    ck_assert_int_eq(sink_connect(b), SINK_ERR_FENCED);
+    ck_assert_int_eq(sink_connect(b), APPLY_FENCED);
     ck_assert_msg(strstr(sink_error(b), "another oplog2pg") != NULL, "%s", sink_error(b));
     sink_free(a);
     /* Once the first is gone, the service is free again. */
-    ck_assert_msg(sink_connect(b) == SINK_OK, "%s", sink_error(b));
+    ck_assert_msg(sink_connect(b) == APPLY_OK, "%s", sink_error(b));
     sink_free(b);
 }
 END_TEST
@@ -194,22 +209,22 @@ START_TEST(test_ddl)
     sink_batch *b = sink_batch_new();
     add_json(b, "{\"_id\": 1}");
     op_pos pos = {.secs = 1, .inc = 1, .term = 1};
-    ck_assert(sink_insert_batch(s, "sinkddl", "a", b, &pos) == SINK_OK);
-    ck_assert(sink_rename(s, "sinkddl", "a", "sinkddl", "b", false, &pos) == SINK_OK);
-    ck_assert(sink_rename(s, "sinkddl", "b", "sinkddl2", "c", false, &pos) == SINK_OK);
-    ck_assert(sink_create(s, "sinkddl", "gone", &pos) == SINK_OK);
-    ck_assert(sink_drop(s, "sinkddl", "gone", &pos) == SINK_OK);
+    ck_assert(sink_insert_batch(s, "sinkddl", "a", b, &pos) == APPLY_OK);
+    ck_assert(sink_rename(s, "sinkddl", "a", "sinkddl", "b", false, &pos) == APPLY_OK);
+    ck_assert(sink_rename(s, "sinkddl", "b", "sinkddl2", "c", false, &pos) == APPLY_OK);
+    ck_assert(sink_create(s, "sinkddl", "gone", &pos) == APPLY_OK);
+    ck_assert(sink_drop(s, "sinkddl", "gone", &pos) == APPLY_OK);
     /* Writes after a rename go to a table of the old name again, created afresh. */
     sink_batch_reset(b);
     add_json(b, "{\"_id\": 2}");
-    ck_assert(sink_insert_batch(s, "sinkddl", "a", b, &pos) == SINK_OK);
-    ck_assert_msg(sink_commit(s, &pos) == SINK_OK, "%s", sink_error(s));
+    ck_assert(sink_insert_batch(s, "sinkddl", "a", b, &pos) == APPLY_OK);
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
     expect("SELECT string_agg(schemaname || '.' || tablename, ',' ORDER BY schemaname, tablename) FROM pg_tables "
            "WHERE schemaname LIKE 'sinkddl%'",
            "sinkddl.a,sinkddl2.c");
-    expect("SELECT doc::text FROM sinkddl2.c", "{\"_id\": 1}");
-    ck_assert(sink_drop_database(s, "sinkddl2", &pos) == SINK_OK);
-    ck_assert(sink_commit(s, &pos) == SINK_OK);
+    expect("SELECT _id || ' ' || doc::text FROM sinkddl2.c", "1 {\"_id\": 1}");
+    ck_assert(sink_drop_database(s, "sinkddl2", &pos) == APPLY_OK);
+    ck_assert(sink_commit(s, &pos) == APPLY_OK);
     expect("SELECT count(*) FROM pg_namespace WHERE nspname = 'sinkddl2'", "0");
     sink_batch_free(b);
     sink_free(s);
@@ -223,25 +238,279 @@ START_TEST(test_data_error_names_context)
     char longname[80];
     memset(longname, 'x', 70);
     longname[70] = '\0';
-    bson_value_t id = int_id(1);
     op_pos pos = {.secs = 42, .inc = 7, .term = 1};
-    ck_assert_int_eq(sink_delete(s, "sinkerr", longname, &id, &pos), SINK_ERR_DATA);
+    ck_assert_int_eq(sink_delete(s, "sinkerr", longname, "1", &pos), APPLY_DATA);
     ck_assert_msg(strstr(sink_error(s), "42:7") != NULL, "%s", sink_error(s));
     sink_disconnect(s);
 
-    ck_assert(sink_connect(s) == SINK_OK);
+    ck_assert(sink_connect(s) == APPLY_OK);
     sink_batch *b = sink_batch_new();
     add_json(b, "{\"_id\": 1}");
-    ck_assert(sink_insert_batch(s, "sinkerr", "c", b, &pos) == SINK_OK);
+    ck_assert(sink_insert_batch(s, "sinkerr", "c", b, &pos) == APPLY_OK);
     sink_batch_free(b);
-    bson_t *bad = BCON_NEW("$v", BCON_INT32(2), "diff", "{", "}");
-    ck_assert(sink_update(s, "sinkerr", "c", &id, OP_FORM_DIFF, bad, &pos) == SINK_OK); /* queued, not yet answered */
-    sink_status st = sink_commit(s, &pos);
-    ck_assert_int_eq(st, SINK_ERR_DATA);
+    char *bad = json_of(BCON_NEW("$v", BCON_INT32(2), "diff", "{", "}"));
+    ck_assert(sink_update(s, "sinkerr", "c", "1", OP_FORM_DIFF, bad, &pos) == APPLY_OK); /* queued, not yet answered */
+    apply_status st = sink_commit(s, &pos);
+    ck_assert_int_eq(st, APPLY_DATA);
     ck_assert_msg(strstr(sink_error(s), "sinkerr.c") != NULL && strstr(sink_error(s), "42:7") != NULL, "%s",
                   sink_error(s));
-    bson_destroy(bad);
+    free(bad);
     sink_free(s);
+}
+END_TEST
+
+/* ---- the one error policy, at the sink ---- */
+
+static PGconn *pg_open(void)
+{
+    PGconn *c = PQconnectdb(conninfo());
+    ck_assert_msg(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+    return c;
+}
+
+static void pg_run(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql,
+                  PQerrorMessage(c));
+    PQclear(r);
+}
+
+/* A table with one row, made through the sink. */
+static void one_row(const char *service, const char *db)
+{
+    sink *s = open_sink(service, 1000);
+    sink_batch *b = sink_batch_new();
+    add_json(b, "{\"_id\": 1, \"n\": 1}");
+    op_pos pos = {.secs = 1, .inc = 1, .term = 1};
+    ck_assert(sink_insert_batch(s, db, "c", b, &pos) == APPLY_OK);
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    sink_batch_free(b);
+    sink_free(s);
+}
+
+static sink *open_sink_with(const char *service, const char *extra)
+{
+    char ci[1024];
+    snprintf(ci, sizeof ci, "%s %s", conninfo(), extra);
+    sink_config cfg = {.conninfo = ci, .service = service, .copy_min_rows = 1000};
+    sink *s = sink_new(&cfg);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_msg(sink_connect(s) == APPLY_OK, "connect: %s", sink_error(s));
+    return s;
+}
+
+/* A lock timeout or a statement timeout (55P03, 57014) on an update is a passing fault: APPLY_RETRY, never data.
+ * Once the lock is gone the same op goes through. */
+START_TEST(test_timeouts_are_retries)
+{
+    const char *opts[2] = {"options='-c lock_timeout=200'", "options='-c statement_timeout=300'"};
+    const char *states[2] = {"55P03", "57014"};
+    one_row("t_timeouts", "sinklock");
+    for (int i = 0; i < 2; i++) {
+        PGconn *lk = pg_open();
+        pg_run(lk, "BEGIN");
+        pg_run(lk, "LOCK TABLE sinklock.c IN ACCESS EXCLUSIVE MODE");
+        sink *s = open_sink_with("t_timeouts", opts[i]);
+        op_pos pos = {.secs = 2, .inc = (uint32_t)i + 1, .term = 1};
+        ck_assert(sink_update(s, "sinklock", "c", "1", OP_FORM_MODIFIER, "{\"$set\": {\"n\": 2}}", &pos) == APPLY_OK);
+        apply_status st = sink_commit(s, &pos);
+        ck_assert_msg(st == APPLY_RETRY, "%s gave status %s: %s", states[i], apply_status_name(st), sink_error(s));
+        ck_assert_str_eq(sink_error_state(s), states[i]);
+        pg_run(lk, "ROLLBACK");
+        PQfinish(lk);
+        /* The retry: the same op, now that the lock is gone. */
+        ck_assert(sink_connect(s) == APPLY_OK);
+        ck_assert(sink_update(s, "sinklock", "c", "1", OP_FORM_MODIFIER, "{\"$set\": {\"n\": 2}}", &pos) == APPLY_OK);
+        ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+        sink_free(s);
+    }
+    expect("SELECT doc->>'n' FROM sinklock.c WHERE _id = '1'", "2");
+}
+END_TEST
+
+/* The checkpoint never moves backwards by a commit (O2BAK, a person must look); the explicit set can. */
+START_TEST(test_checkpoint_is_monotone)
+{
+    sink *s = open_sink("t_monotone", 1);
+    op_pos p10 = {.secs = 10, .inc = 1, .term = 1}, p9 = {.secs = 9, .inc = 5, .term = 1};
+    ck_assert(sink_commit(s, &p10) == APPLY_OK);
+    ck_assert(sink_commit(s, &p10) == APPLY_OK); /* the same position again is fine (noops) */
+    apply_status st = sink_commit(s, &p9);
+    ck_assert_msg(st == APPLY_CONFIG, "status %s: %s", apply_status_name(st), sink_error(s));
+    ck_assert_str_eq(sink_error_state(s), "O2BAK");
+    ck_assert_ptr_nonnull(strstr(sink_error(s), "backwards"));
+    expect("SELECT ts_sec || ':' || ts_inc FROM oplog2pg.checkpoint WHERE service = 't_monotone'", "10:1");
+    ck_assert(sink_connect(s) == APPLY_OK);
+    ck_assert_msg(sink_set_checkpoint(s, &p9) == APPLY_OK, "%s", sink_error(s));
+    expect("SELECT ts_sec || ':' || ts_inc FROM oplog2pg.checkpoint WHERE service = 't_monotone'", "9:5");
+    op_pos back;
+    ck_assert_int_eq(sink_read_checkpoint(s, &back), 1);
+    ck_assert_uint_eq(back.secs, 9);
+    ck_assert(sink_set_checkpoint(s, NULL) == APPLY_OK);
+    ck_assert_int_eq(sink_read_checkpoint(s, &back), 0);
+    sink_free(s);
+}
+END_TEST
+
+/* An idle connection whose backend is terminated is noticed as soon as the server says so, not at the next write. */
+START_TEST(test_idle_termination_noticed)
+{
+    sink *s = open_sink("t_idle", 1);
+    int pid = sink_backend_pid(s);
+    ck_assert_int_gt(pid, 0);
+    PGconn *c = pg_open();
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d)", pid);
+    pg_run(c, sql);
+    PQfinish(c);
+    struct pollfd pfd = {.fd = sink_socket(s), .events = POLLIN};
+    ck_assert_msg(poll(&pfd, 1, 10000) == 1, "the terminated connection's socket never became readable");
+    apply_status st = sink_check_idle(s);
+    ck_assert_msg(st == APPLY_RETRY, "status %s", apply_status_name(st));
+    sink_free(s);
+}
+END_TEST
+
+typedef struct {
+    int calls;
+    char what[200];
+} hook_log;
+
+static void count_waits(void *arg, const char *what, double waited)
+{
+    hook_log *h = arg;
+    h->calls++;
+    snprintf(h->what, sizeof h->what, "%s", what);
+    (void)waited;
+}
+
+static void *unlock_later(void *arg)
+{
+    PGconn *lk = arg;
+    struct timespec ts = {4, 500000000};
+    nanosleep(&ts, NULL);
+    pg_run(lk, "ROLLBACK");
+    return NULL;
+}
+
+/* A long wait on PostgreSQL (a lock held elsewhere) calls the wait hook every second, naming what it waits for —
+ * the statements sent, and after a few seconds what PostgreSQL itself reports (the lock, and who holds it) — and
+ * then completes: healthy waiting is not a failure. */
+START_TEST(test_wait_hook_during_a_lock)
+{
+    one_row("t_waithook", "sinkwait");
+    PGconn *lk = pg_open();
+    pg_run(lk, "BEGIN");
+    pg_run(lk, "LOCK TABLE sinkwait.c IN ACCESS EXCLUSIVE MODE");
+    hook_log h = {0};
+    sink_config cfg = {.conninfo = conninfo(), .service = "t_waithook", .wait_hook = count_waits, .wait_arg = &h};
+    sink *s = sink_new(&cfg);
+    ck_assert(sink_connect(s) == APPLY_OK);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, unlock_later, lk), 0);
+    op_pos pos = {.secs = 3, .inc = 1, .term = 1};
+    ck_assert(sink_update(s, "sinkwait", "c", "1", OP_FORM_MODIFIER, "{\"$set\": {\"n\": 5}}", &pos) == APPLY_OK);
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    pthread_join(t, NULL);
+    PQfinish(lk);
+    ck_assert_int_ge(h.calls, 1);
+    ck_assert_msg(strstr(h.what, "statements from the BEGIN on") != NULL &&
+                      strstr(h.what, "PostgreSQL reports Lock:relation") != NULL &&
+                      strstr(h.what, "blocked by pid") != NULL && strstr(h.what, "idle in transaction") != NULL,
+                  "the hook said it waited for: %s", h.what);
+    expect("SELECT doc->>'n' FROM sinkwait.c WHERE _id = '1'", "5");
+    sink_free(s);
+}
+END_TEST
+
+/* An op on a namespace that is not UTF-8 is refused as data and set aside with its raw BSON, its text made safe. */
+START_TEST(test_dead_letter_of_a_poison_namespace)
+{
+    sink *s = open_sink("t_poison", 1);
+    bson_t *doc = BCON_NEW("_id", BCON_INT32(9), "v", BCON_UTF8("x"));
+    op o;
+    memset(&o, 0, sizeof o);
+    o.kind = OP_INSERT;
+    o.pos = (op_pos){.secs = 5, .inc = 2, .term = 1};
+    o.db = "sinkpoison";
+    o.coll = "bad\xff\xfename";
+    o.doc = bson_get_data(doc);
+    o.doc_len = doc->len;
+    bson_iter_t it;
+    bson_iter_init_find(&it, doc, "_id");
+    o.id = *bson_iter_value(&it);
+    ck_assert(sink_guard_begin(s) == APPLY_OK);
+    ck_assert_int_eq(sink_delete(s, o.db, o.coll, "9", &o.pos), APPLY_DATA);
+    ck_assert_msg(sink_dead_letter(s, &o, NULL) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_msg(sink_commit(s, &o.pos) == APPLY_OK, "%s", sink_error(s));
+    expect("SELECT coll || ' ' || doc_id || ' ' || (op_bson IS NOT NULL) || ' ' || (error LIKE '%not valid UTF-8%') "
+           "FROM oplog2pg.dead_letter WHERE service = 't_poison'",
+           "bad\\xff\\xfename 9 true true");
+    bson_destroy(doc);
+    sink_free(s);
+}
+END_TEST
+
+/* A login PostgreSQL refuses is for a person: APPLY_CONFIG, saying what to check. */
+START_TEST(test_refused_login)
+{
+    char ci[1024];
+    snprintf(ci, sizeof ci, "%s user=oplog2pg_no_such_role", conninfo());
+    sink_config cfg = {.conninfo = ci, .service = "t_login"};
+    sink *s = sink_new(&cfg);
+    apply_status st = sink_connect(s);
+    ck_assert_msg(st == APPLY_CONFIG, "status %s: %s", apply_status_name(st), sink_error(s));
+    ck_assert_msg(strstr(sink_error(s), "oplog2pg_no_such_role") != NULL &&
+                      strstr(sink_error(s), "check the user name") != NULL,
+                  "%s", sink_error(s));
+    ck_assert_msg(strstr(sink_error(s), "LOCATION") == NULL, "%s", sink_error(s));
+    sink_free(s);
+    /* A database that does not exist, likewise. */
+    snprintf(ci, sizeof ci, "%s dbname=oplog2pg_no_such_db", conninfo());
+    cfg.conninfo = ci;
+    s = sink_new(&cfg);
+    ck_assert_int_eq(sink_connect(s), APPLY_CONFIG);
+    ck_assert_msg(strstr(sink_error(s), "check dbname") != NULL, "%s", sink_error(s));
+    sink_free(s);
+}
+END_TEST
+
+/* Dead peers: keepalives and tcp_user_timeout from [postgres] peer_timeout, unless the connection string sets them
+ * (the kernel then ends a connection to a peer that vanished without a reset, idle or busy). */
+static const char *option_of(PGconn *c, const char *key)
+{
+    static char value[64];
+    value[0] = '\0';
+    PQconninfoOption *opts = PQconninfo(c);
+    for (PQconninfoOption *o = opts; o && o->keyword; o++)
+        if (strcmp(o->keyword, key) == 0 && o->val)
+            snprintf(value, sizeof value, "%s", o->val);
+    PQconninfoFree(opts);
+    return value;
+}
+
+START_TEST(test_dead_peer_settings)
+{
+    pgconn_params pp = {.conninfo = conninfo(), .peer_timeout_s = 30};
+    pgconn_error e;
+    pgconn *c = pgconn_connect(&pp, &e);
+    ck_assert_msg(c != NULL, "%s", e.message);
+    ck_assert_str_eq(option_of(c->pg, "keepalives"), "1");
+    ck_assert_str_eq(option_of(c->pg, "keepalives_idle"), "15");
+    ck_assert_str_eq(option_of(c->pg, "keepalives_interval"), "5");
+    ck_assert_str_eq(option_of(c->pg, "keepalives_count"), "3");
+    ck_assert_str_eq(option_of(c->pg, "tcp_user_timeout"), "30000");
+    ck_assert_str_eq(option_of(c->pg, "connect_timeout"), "30");
+    pgconn_close(c);
+    char ci[1024];
+    snprintf(ci, sizeof ci, "%s keepalives_idle=7 tcp_user_timeout=9000", conninfo());
+    pp.conninfo = ci;
+    c = pgconn_connect(&pp, &e);
+    ck_assert_msg(c != NULL, "%s", e.message);
+    ck_assert_str_eq(option_of(c->pg, "keepalives_idle"), "7");
+    ck_assert_str_eq(option_of(c->pg, "tcp_user_timeout"), "9000");
+    pgconn_close(c);
 }
 END_TEST
 
@@ -258,6 +527,13 @@ Suite *sink_suite(void)
     tcase_add_test(tc, test_fence);
     tcase_add_test(tc, test_ddl);
     tcase_add_test(tc, test_data_error_names_context);
+    tcase_add_test(tc, test_timeouts_are_retries);
+    tcase_add_test(tc, test_checkpoint_is_monotone);
+    tcase_add_test(tc, test_idle_termination_noticed);
+    tcase_add_test(tc, test_wait_hook_during_a_lock);
+    tcase_add_test(tc, test_dead_letter_of_a_poison_namespace);
+    tcase_add_test(tc, test_refused_login);
+    tcase_add_test(tc, test_dead_peer_settings);
     suite_add_tcase(s, tc);
     return s;
 }

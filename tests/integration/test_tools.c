@@ -108,19 +108,20 @@ static void clean_prefix(mongoc_client_t *mc, PGconn *pg, const char *prefix)
     PQclear(r);
 }
 
-/* CSV field quoting: the whole field in double quotes, inner double quotes doubled. */
-static void csv_append(bson_string_t *out, const char *json)
+/* CSV field quoting: the whole field in double quotes, inner double quotes doubled; then `end` (, or newline). */
+static void csv_append(bson_string_t *out, const char *text, const char *end)
 {
     bson_string_append_c(out, '"');
-    for (const char *p = json; *p; p++) {
+    for (const char *p = text; *p; p++) {
         if (*p == '"')
             bson_string_append_c(out, '"');
         bson_string_append_c(out, *p);
     }
-    bson_string_append(out, "\"\n");
+    bson_string_append_c(out, '"');
+    bson_string_append(out, end);
 }
 
-/* The trivial replicator: every prefix* collection into "db"."coll" (_id generated from doc, doc jsonb).
+/* The trivial replicator: every prefix* collection into "db"."coll" (_id key text, doc jsonb).
  * Returns the number of documents loaded. */
 static int64_t load_all(mongoc_client_t *mc, PGconn *pg, const char *prefix)
 {
@@ -140,12 +141,10 @@ static int64_t load_all(mongoc_client_t *mc, PGconn *pg, const char *prefix)
             char q[1024];
             snprintf(q, sizeof q, "CREATE SCHEMA IF NOT EXISTS %s", schema);
             sql(pg, q);
-            snprintf(q, sizeof q,
-                     "CREATE TABLE %s.%s (_id jsonb GENERATED ALWAYS AS (doc->'_id') STORED PRIMARY KEY,"
-                     " doc jsonb NOT NULL)",
-                     schema, table);
+            snprintf(q, sizeof q, "CREATE TABLE %s.%s (_id text COLLATE \"C\" PRIMARY KEY, doc jsonb NOT NULL)", schema,
+                     table);
             sql(pg, q);
-            snprintf(q, sizeof q, "COPY %s.%s (doc) FROM STDIN (FORMAT csv)", schema, table);
+            snprintf(q, sizeof q, "COPY %s.%s (_id, doc) FROM STDIN (FORMAT csv)", schema, table);
             PGresult *r = PQexec(pg, q);
             ck_assert_msg(PQresultStatus(r) == PGRES_COPY_IN, "%s: %s", q, PQresultErrorMessage(r));
             PQclear(r);
@@ -156,9 +155,14 @@ static int64_t load_all(mongoc_client_t *mc, PGconn *pg, const char *prefix)
             const bson_t *doc;
             bson_string_t *buf = bson_string_new(NULL);
             while (mongoc_cursor_next(cur, &doc)) {
-                char *js = ejson_document(doc, NULL); /* the daemon's format */
-                csv_append(buf, js);
-                bson_free(js);
+                bson_iter_t it;
+                ck_assert(bson_iter_init_find(&it, doc, "_id"));
+                char *key = ejson_key(bson_iter_value(&it)); /* the daemon's formats */
+                char *js = ejson_document(doc, NULL);
+                csv_append(buf, key, ",");
+                csv_append(buf, js, "\n");
+                free(key);
+                free(js);
                 total++;
             }
             ck_assert_msg(!mongoc_cursor_error(cur, &e), "find %s.%s: %s", dbs[i], colls[j], e.message);
@@ -300,7 +304,8 @@ START_TEST(test_workload_compare_roundtrip)
     sql(pg, q);
     snprintf(q, sizeof q, "DELETE FROM %s WHERE _id = '%s'", tbl, deleted);
     sql(pg, q);
-    snprintf(q, sizeof q, "INSERT INTO %s (doc) VALUES ('{\"_id\": \"h7-extra\", \"v\": 1}')", tbl);
+    snprintf(q, sizeof q, "INSERT INTO %s (_id, doc) VALUES ('\"h7-extra\"', '{\"_id\": \"h7-extra\", \"v\": 1}')",
+             tbl);
     sql(pg, q);
     sql(pg, "CREATE TABLE \"wl1_1\".\"left_behind\" (_id jsonb, doc jsonb)");
     sql(pg, "CREATE SCHEMA IF NOT EXISTS \"wl1_gone\"; CREATE TABLE \"wl1_gone\".\"c0\" (_id jsonb, doc jsonb)");
@@ -338,7 +343,7 @@ START_TEST(test_workload_compare_roundtrip)
              " DELETE FROM %s WHERE _id = '\"h7-extra\"';"
              " UPDATE %s SET doc = doc - 'h7_changed' WHERE _id = '%s';"
              " ALTER TABLE %s DROP CONSTRAINT %s;"
-             " INSERT INTO %s (doc) SELECT doc FROM %s WHERE _id = '%s';",
+             " INSERT INTO %s (_id, doc) SELECT _id, doc FROM %s WHERE _id = '%s';",
              tbl, tbl, changed, tbl, conname, tbl, tbl, changed);
     sql(pg, q);
     run_compare(pg, prefix, &rep);

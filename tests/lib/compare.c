@@ -1,9 +1,10 @@
 /*
  * compare.c — source-vs-PostgreSQL comparison for replication tests (see compare.h).
  *
- * The classification is done by PostgreSQL so that jsonb semantics decide equality (key order and number spelling
- * do not matter, types do): a = source EXCEPT ALL target, b = target EXCEPT ALL source, then a FULL JOIN of their
- * _ids (a hash join, so a fully different table of 100 000 rows is still fast) labels each unmatched row.
+ * The classification is done by PostgreSQL so that jsonb semantics decide equality of documents (key order and
+ * number spelling do not matter, types do) and the key text must match exactly: a = source EXCEPT ALL target,
+ * b = target EXCEPT ALL source, both over (_id, doc), then a FULL JOIN of their _ids (a hash join, so a fully
+ * different table of 100 000 rows is still fast) labels each unmatched row.
  */
 #include "compare.h"
 
@@ -127,7 +128,7 @@ static bool load_source(mongoc_client_t *client, PGconn *pg, compare_ns *ns, cha
     bson_error_t e;
     if (!pgutil_exec(pg, "TRUNCATE " TMP_TABLE, err, errlen))
         return false;
-    if (!pgutil_copy_begin(&cp, pg, "COPY " TMP_TABLE " (doc) FROM STDIN", err, errlen))
+    if (!pgutil_copy_begin(&cp, pg, "COPY " TMP_TABLE " (_id, doc) FROM STDIN", err, errlen))
         return false;
     mongoc_collection_t *coll = mongoc_client_get_collection(client, ns->db, ns->coll);
     bson_t filter = BSON_INITIALIZER;
@@ -193,8 +194,7 @@ static bool compare_one(PGconn *pg, compare_ns *ns, const char *target, char *er
         ns->table_missing = true;
         ns->missing = ns->source_rows;
         char q[160];
-        snprintf(q, sizeof q, "SELECT doc->'_id' FROM " TMP_TABLE " ORDER BY doc->'_id' LIMIT %d",
-                 COMPARE_MAX_EXAMPLES);
+        snprintf(q, sizeof q, "SELECT _id FROM " TMP_TABLE " ORDER BY _id LIMIT %d", COMPARE_MAX_EXAMPLES);
         r = PQexec(pg, q);
         if (PQresultStatus(r) != PGRES_TUPLES_OK) {
             snprintf(err, errlen, "compare: %s.%s: %s", ns->db, ns->coll, PQresultErrorMessage(r));
@@ -212,11 +212,11 @@ static bool compare_one(PGconn *pg, compare_ns *ns, const char *target, char *er
     if (!ok)
         return false;
     sql = bson_strdup_printf(
-        "WITH a AS (SELECT doc FROM " TMP_TABLE " EXCEPT ALL SELECT doc FROM %s),"
-        " b AS (SELECT doc FROM %s EXCEPT ALL SELECT doc FROM " TMP_TABLE "),"
+        "WITH a AS (SELECT _id, doc FROM " TMP_TABLE " EXCEPT ALL SELECT _id, doc FROM %s),"
+        " b AS (SELECT _id, doc FROM %s EXCEPT ALL SELECT _id, doc FROM " TMP_TABLE "),"
         " j AS (SELECT CASE WHEN a.id IS NULL THEN 'extra' WHEN b.id IS NULL THEN 'missing' ELSE 'different' END"
         "        AS kind, coalesce(a.id, b.id) AS id"
-        "       FROM (SELECT doc->'_id' AS id FROM a) a FULL JOIN (SELECT doc->'_id' AS id FROM b) b ON a.id = b.id),"
+        "       FROM (SELECT _id AS id FROM a) a FULL JOIN (SELECT _id AS id FROM b) b ON a.id = b.id),"
         " k AS (SELECT kind, id, count(*) OVER (PARTITION BY kind) AS n,"
         "       row_number() OVER (PARTITION BY kind ORDER BY id) AS rn FROM j)"
         " SELECT kind, n, id::text FROM k WHERE rn <= %d ORDER BY kind, rn",
@@ -287,7 +287,7 @@ bool compare_all(const char *mongo_uri, PGconn *pg, const compare_options *opts,
         goto done;
     /* A leftover from an interrupted run on this connection is dropped first (checked, so no NOTICE is printed). */
     if (!drop_tmp_if_exists(pg, err, errlen) ||
-        !pgutil_exec(pg, "CREATE TEMP TABLE oplog2pg_compare_src (doc jsonb)", err, errlen))
+        !pgutil_exec(pg, "CREATE TEMP TABLE oplog2pg_compare_src (_id text COLLATE \"C\", doc jsonb)", err, errlen))
         goto done;
     tmp_made = true;
 

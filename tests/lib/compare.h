@@ -2,12 +2,12 @@
  * compare.h — checks that PostgreSQL holds exactly what the MongoDB source holds.
  *
  * For every source collection (databases admin/local/config and collections system.* skipped) all documents are
- * read sorted by _id, converted with ejson_document (map/ejson.h, the daemon's own `doc` format), COPYed into a
- * temporary table and compared with the replicated table "db"."coll" (column `doc jsonb`) in SQL: EXCEPT ALL both
- * ways on the jsonb documents, then the unmatched rows are paired by doc->'_id'. A row only in the source is
- * *missing*, only in PostgreSQL *extra*, on both sides with unequal documents *different*. Tables in PostgreSQL
- * with no source collection (schema oplog2pg and system schemas ignored) are *orphans*. A source collection with 0
- * documents and no table counts as equal.
+ * read sorted by _id, converted with ejson_document and ejson_key (map/ejson.h, the daemon's own `doc` and `_id`
+ * formats), COPYed into a temporary table and compared with the replicated table "db"."coll" (columns `_id text`,
+ * `doc jsonb`) in SQL: EXCEPT ALL both ways on (_id, doc), then the unmatched rows are paired by _id. A row only in the
+ * source is *missing*, only in PostgreSQL *extra*, on both sides with unequal documents *different*. Tables in
+ * PostgreSQL with no source collection (schema oplog2pg and system schemas ignored) are *orphans*. A source collection
+ * with 0 documents and no table counts as equal.
  */
 #ifndef OPLOG2PG_TESTS_COMPARE_H
 #define OPLOG2PG_TESTS_COMPARE_H
@@ -31,7 +31,7 @@ typedef struct {
     int64_t source_rows, pg_rows;
     bool table_missing; /* no "db"."coll" table (source_rows rows are then all missing) */
     int64_t missing, extra, different;
-    /* up to COMPARE_MAX_EXAMPLES example _ids per kind, as the jsonb text of doc->'_id' */
+    /* up to COMPARE_MAX_EXAMPLES example _ids per kind, as key text */
     int n_ex_missing, n_ex_extra, n_ex_different;
     char ex_missing[COMPARE_MAX_EXAMPLES][COMPARE_ID_LEN];
     char ex_extra[COMPARE_MAX_EXAMPLES][COMPARE_ID_LEN];

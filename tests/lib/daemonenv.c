@@ -114,10 +114,19 @@ void denv_start(denv *e, const char *name, const char *const *sim_args, const ch
 
 void denv_daemon_start_env(denv *e, const char *const *env_extra)
 {
+    denv_daemon_start_args(e, NULL, env_extra);
+}
+
+void denv_daemon_start_args(denv *e, const char *const *args, const char *const *env_extra)
+{
     char err[512];
     char bin[256];
     snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
-    const char *argv[] = {bin, "-c", e->ini, "run", NULL};
+    const char *argv[16] = {bin, "-c", e->ini, "run"};
+    size_t n = 4;
+    for (size_t i = 0; args != NULL && args[i] != NULL && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
     /* One log per start (denv_show_log prints the current one). */
     snprintf(e->log, sizeof e->log, "%s.%d", e->base_log, e->starts++);
     ck_assert_msg(proc_start(argv, env_extra, e->log, &e->daemon, err, sizeof err), "%s", err);
@@ -126,6 +135,49 @@ void denv_daemon_start_env(denv *e, const char *const *env_extra)
 void denv_daemon_start(denv *e)
 {
     denv_daemon_start_env(e, NULL);
+}
+
+void denv_set_conninfo(denv *e, const char *extra)
+{
+    char text[8192] = "", line[1024];
+    FILE *f = fopen(e->ini, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t off = 0;
+    while (fgets(line, sizeof line, f)) {
+        int n = strncmp(line, "conninfo = ", 11) == 0
+                    ? snprintf(text + off, sizeof text - off, "conninfo = %s %s\n", denv_pg_conninfo(), extra)
+                    : snprintf(text + off, sizeof text - off, "%s", line);
+        ck_assert(n > 0 && (size_t)n < sizeof text - off);
+        off += (size_t)n;
+    }
+    fclose(f);
+    f = fopen(e->ini, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+bool denv_wait_log(denv *e, const char *needle, double timeout_s)
+{
+    double until = denv_now() + timeout_s;
+    while (denv_now() < until) {
+        if (denv_file_contains(e->log, needle))
+            return true;
+        usleep(20 * 1000);
+    }
+    return false;
+}
+
+int64_t denv_pg_int(const char *sql)
+{
+    PGconn *pg = PQconnectdb(denv_pg_conninfo());
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PGresult *r = PQexec(pg, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1, "%s: %s", sql, PQerrorMessage(pg));
+    int64_t v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    PQfinish(pg);
+    return v;
 }
 
 /* Wait until the checkpoint reaches the newest oplog entry; false on timeout. */

@@ -40,9 +40,17 @@ void denv_show_log(const denv *e);
 /* Sets up the environment `name` (service rep_NAME, databases rep_NAME_*); extra_ini is appended to the
  * [replication] section of the configuration (it may open further sections). */
 void denv_start(denv *e, const char *name, const char *const *sim_args, const char *extra_ini);
-/* Starts `oplog2pg -c INI run`, with env_extra ("NAME=value", NULL-terminated) added to its environment. */
+/* Starts `oplog2pg -c INI run`, with env_extra ("NAME=value", NULL-terminated) added to its environment, and with
+ * extra arguments after `run` (NULL-terminated, may be NULL). */
 void denv_daemon_start(denv *e);
 void denv_daemon_start_env(denv *e, const char *const *env_extra);
+void denv_daemon_start_args(denv *e, const char *const *args, const char *const *env_extra);
+/* Rewrites the configuration's [postgres] conninfo as the test cluster's plus `extra` (libpq keywords). */
+void denv_set_conninfo(denv *e, const char *extra);
+/* Waits until the current daemon log holds `needle`; false on timeout. */
+bool denv_wait_log(denv *e, const char *needle, double timeout_s);
+/* One number from PostgreSQL (the first column of the first row of sql). */
+int64_t denv_pg_int(const char *sql);
 /* Waits until the checkpoint reaches the newest oplog entry; false on timeout. Aborts if the daemon exits. */
 bool denv_wait_caught_up(denv *e, double timeout_s);
 /* Every row of the rep_NAME_* databases equals the source. */

@@ -64,28 +64,11 @@ static bool copy_flush(pgutil_copy *c, char *err, size_t errlen)
     return true;
 }
 
-bool pgutil_copy_doc(pgutil_copy *c, const bson_t *doc, char *err, size_t errlen)
+/* Appends s[0..len) escaped for COPY text format (room checked by the caller). */
+static char *put_escaped(char *o, const char *s, size_t len)
 {
-    size_t jl = 0;
-    char *js = ejson_document(doc, &jl);
-    if (!js) {
-        snprintf(err, errlen, "ejson_document failed (invalid BSON?)");
-        return false;
-    }
-    /* Worst case every byte doubles, plus the newline. */
-    if (c->len + 2 * jl + 1 > c->cap) {
-        if (!copy_flush(c, err, errlen)) {
-            bson_free(js);
-            return false;
-        }
-        if (2 * jl + 1 > c->cap) {
-            c->cap = 2 * jl + 1;
-            c->buf = bson_realloc(c->buf, c->cap);
-        }
-    }
-    char *o = c->buf + c->len;
-    for (size_t i = 0; i < jl; i++) {
-        char ch = js[i];
+    for (size_t i = 0; i < len; i++) {
+        char ch = s[i];
         switch (ch) {
         case '\\':
             *o++ = '\\';
@@ -108,10 +91,43 @@ bool pgutil_copy_doc(pgutil_copy *c, const bson_t *doc, char *err, size_t errlen
             break;
         }
     }
+    return o;
+}
+
+bool pgutil_copy_doc(pgutil_copy *c, const bson_t *doc, char *err, size_t errlen)
+{
+    size_t jl = 0;
+    bson_iter_t it;
+    char *js = ejson_document(doc, &jl);
+    char *key = bson_iter_init_find(&it, doc, "_id") ? ejson_key(bson_iter_value(&it)) : NULL;
+    if (!js || !key) {
+        snprintf(err, errlen, "ejson_document/ejson_key failed (invalid BSON or UTF-8, or no _id?)");
+        free(js);
+        free(key);
+        return false;
+    }
+    size_t kl = strlen(key);
+    /* Worst case every byte doubles, plus the tab and the newline. */
+    size_t need = 2 * (jl + kl) + 2;
+    if (c->len + need > c->cap) {
+        if (!copy_flush(c, err, errlen)) {
+            free(js);
+            free(key);
+            return false;
+        }
+        if (need > c->cap) {
+            c->cap = need;
+            c->buf = bson_realloc(c->buf, c->cap);
+        }
+    }
+    char *o = put_escaped(c->buf + c->len, key, kl);
+    *o++ = '\t';
+    o = put_escaped(o, js, jl);
     *o++ = '\n';
     c->len = (size_t)(o - c->buf);
     c->rows++;
-    bson_free(js);
+    free(js);
+    free(key);
     if (c->len >= COPY_CHUNK)
         return copy_flush(c, err, errlen);
     return true;

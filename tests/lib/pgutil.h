@@ -25,9 +25,10 @@ typedef struct {
     int64_t rows;
 } pgutil_copy;
 
-/* Starts copy_sql (a "COPY t (doc) FROM STDIN" statement: text format, one column). */
+/* Starts copy_sql (a "COPY t (_id, doc) FROM STDIN" statement: text format, two columns). */
 bool pgutil_copy_begin(pgutil_copy *c, PGconn *pg, const char *copy_sql, char *err, size_t errlen);
-/* Appends one row: doc converted with ejson_document (the daemon's format), escaped for COPY text format. */
+/* Appends one row: the key text of doc's _id and doc as ejson_document renders it (the daemon's formats), escaped
+ * for COPY text format. */
 bool pgutil_copy_doc(pgutil_copy *c, const bson_t *doc, char *err, size_t errlen);
 /* Finishes (ok true) or aborts (ok false) the COPY; always frees the buffer. Returns false on any error. */
 bool pgutil_copy_end(pgutil_copy *c, bool ok, char *err, size_t errlen);

@@ -815,6 +815,23 @@ static bool oplog_filter_start(cmd_ctx *x, const bson_t *filter, uint64_t *start
     return false;
 }
 
+/* {ts: {$lt: T}} or {ts: {$lte: T}}: *end becomes the first seq past the entries that match. */
+static bool oplog_filter_before(const bson_t *filter, sim_oplog *log, uint64_t *end)
+{
+    bson_iter_t it, op;
+    if (!bson_iter_init(&it, filter) || !bson_iter_next(&it) || strcmp(bson_iter_key(&it), "ts") != 0 ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &op) || !bson_iter_next(&op) ||
+        !BSON_ITER_HOLDS_TIMESTAMP(&op))
+        return false;
+    bool lt = strcmp(bson_iter_key(&op), "$lt") == 0, lte = strcmp(bson_iter_key(&op), "$lte") == 0;
+    uint32_t secs, inc;
+    bson_iter_timestamp(&op, &secs, &inc);
+    if ((!lt && !lte) || bson_iter_next(&op) || bson_iter_next(&it))
+        return false;
+    *end = oplog_seek(log, OPLOG_TS(secs, inc), lt);
+    return true;
+}
+
 static void h_find(cmd_ctx *x)
 {
     const char *coll = coll_name(x);
@@ -835,16 +852,20 @@ static void h_find(cmd_ctx *x)
         uint64_t start;
         bool reverse = false;
         if (!oplog_reverse_sort(x, &reverse) || (!reverse && !check_sort(x, "ts")) ||
-            !oplog_filter_start(x, &filter, &start))
+            (!reverse && !oplog_filter_start(x, &filter, &start)))
             return;
         if (reverse) {
-            /* {$natural: -1} with limit 1 and no filter: the newest entry (how clients find the oplog's end). */
-            if (limit != 1 || !bson_empty(&filter) || opt_bool(x->cmd, "tailable")) {
-                reply_error(x->r, 2, "mongosim supports sort {$natural: -1} on the oplog only with limit 1, no filter");
+            /* {$natural: -1} with limit 1: the newest entry (how clients find the oplog's end), or with
+             * {ts: {$lt|$lte: T}} the newest entry before T (a real server scans backwards from the end). */
+            uint64_t end = oplog_end_seq(x->srv->oplog);
+            if (limit != 1 || opt_bool(x->cmd, "tailable") ||
+                (!bson_empty(&filter) && !oplog_filter_before(&filter, x->srv->oplog, &end))) {
+                reply_error(x->r, 2,
+                            "mongosim supports sort {$natural: -1} on the oplog only with limit 1, and a filter {} or "
+                            "{ts: {$lt|$lte: Timestamp}}");
                 return;
             }
-            uint64_t end = oplog_end_seq(x->srv->oplog);
-            start = end > oplog_first_seq(x->srv->oplog) ? end - 1 : end;
+            start = end > oplog_first_seq(x->srv->oplog) ? end - 1 : oplog_end_seq(x->srv->oplog);
         }
         sim_cursor *cur = cursor_new(x->srv);
         cur->oplog = true;

@@ -7,14 +7,16 @@
 #include <check.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/batcher.h"
 
 typedef struct {
     char log[4096];
-    sink_status fail_commit;
-    const char *refuse_coll; /* writes and DDL on this collection fail with SINK_ERR_DATA */
+    apply_status fail_commit;
+    apply_status fail_add;   /* what run_add answers (APPLY_OK normally) */
+    const char *refuse_coll; /* writes and DDL on this collection fail with APPLY_DATA */
 } recorder;
 
 static void rec(recorder *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -34,44 +36,84 @@ static bool refused(const recorder *r, const char *coll)
     return r->refuse_coll != NULL && coll != NULL && strcmp(coll, r->refuse_coll) == 0;
 }
 
-static sink_status rec_insert(void *ctx, const char *db, const char *coll, sink_batch *b, const op_pos *pos)
+/* A run is a row counter: the batcher never looks inside. */
+typedef struct {
+    size_t rows;
+} rec_run;
+
+static void *rec_run_new(void *ctx)
 {
-    rec(ctx, "copy %s.%s %zu @%u:%u", db, coll, sink_batch_rows(b), pos->secs, pos->inc);
-    return refused(ctx, coll) ? SINK_ERR_DATA : SINK_OK;
+    (void)ctx;
+    return calloc(1, sizeof(rec_run));
 }
 
-static sink_status rec_apply(void *ctx, const op *o)
+static void rec_run_free(void *ctx, void *run)
+{
+    (void)ctx;
+    free(run);
+}
+
+static apply_status rec_run_add(void *ctx, void *run, op *o)
+{
+    recorder *r = ctx;
+    (void)o;
+    if (r->fail_add != APPLY_OK)
+        return r->fail_add;
+    ((rec_run *)run)->rows++;
+    return APPLY_OK;
+}
+
+static size_t rec_run_rows(void *ctx, const void *run)
+{
+    (void)ctx;
+    return ((const rec_run *)run)->rows;
+}
+
+static void rec_run_reset(void *ctx, void *run, bool keep)
+{
+    (void)ctx;
+    (void)keep;
+    ((rec_run *)run)->rows = 0;
+}
+
+static apply_status rec_insert(void *ctx, const char *db, const char *coll, void *run, const op_pos *pos)
+{
+    rec(ctx, "copy %s.%s %zu @%u:%u", db, coll, ((rec_run *)run)->rows, pos->secs, pos->inc);
+    return refused(ctx, coll) ? APPLY_DATA : APPLY_OK;
+}
+
+static apply_status rec_apply(void *ctx, const op *o)
 {
     rec(ctx, "%s %s.%s", op_kind_name(o->kind), o->db ? o->db : "-", o->coll ? o->coll : "-");
-    return refused(ctx, o->coll) ? SINK_ERR_DATA : SINK_OK;
+    return refused(ctx, o->coll) ? APPLY_DATA : APPLY_OK;
 }
 
-static sink_status rec_guard_begin(void *ctx)
+static apply_status rec_guard_begin(void *ctx)
 {
     rec(ctx, "savepoint");
-    return SINK_OK;
+    return APPLY_OK;
 }
 
-static sink_status rec_guard_end(void *ctx)
+static apply_status rec_guard_end(void *ctx)
 {
     rec(ctx, "release");
-    return SINK_OK;
+    return APPLY_OK;
 }
 
-static sink_status rec_dead_letter(void *ctx, const op *o, const char *why)
+static apply_status rec_dead_letter(void *ctx, const op *o, const char *why)
 {
     rec(ctx, "dead letter %s %s.%s @%u:%u%s", op_kind_name(o->kind), o->db, o->coll, o->pos.secs, o->pos.inc,
         why ? " (batcher's reason)" : "");
-    return SINK_OK;
+    return APPLY_OK;
 }
 
-static sink_status rec_commit(void *ctx, const op_pos *pos)
+static apply_status rec_commit(void *ctx, const op_pos *pos)
 {
     recorder *r = ctx;
-    if (r->fail_commit != SINK_OK)
+    if (r->fail_commit != APPLY_OK)
         return r->fail_commit;
     rec(r, "commit %u:%u", pos->secs, pos->inc);
-    return SINK_OK;
+    return APPLY_OK;
 }
 
 static recorder R;
@@ -79,10 +121,24 @@ static batcher *B;
 static uint32_t next_inc;
 static bson_t *DOC;
 
+static batcher_sink rec_sink(void)
+{
+    batcher_sink out = {.ctx = &R,
+                        .run_new = rec_run_new,
+                        .run_free = rec_run_free,
+                        .run_add = rec_run_add,
+                        .run_rows = rec_run_rows,
+                        .run_reset = rec_run_reset,
+                        .insert_run = rec_insert,
+                        .apply = rec_apply,
+                        .commit = rec_commit};
+    return out;
+}
+
 static void setup_with(uint64_t rows, uint64_t interval, bool per_op)
 {
     memset(&R, 0, sizeof R);
-    batcher_sink out = {.ctx = &R, .insert_batch = rec_insert, .apply = rec_apply, .commit = rec_commit};
+    batcher_sink out = rec_sink();
     batcher_config cfg = {.batch_rows = rows, .batch_bytes = 1 << 30, .flush_interval_ms = interval, .per_op = per_op};
     B = batcher_new(&cfg, &out);
     ck_assert_ptr_nonnull(B);
@@ -121,14 +177,14 @@ static void fill(op *o, op_kind kind, const char *db, const char *coll)
 }
 
 /* Feed one entry of one op at the next position; returns the sink status. */
-static sink_status feed(op_kind kind, const char *db, const char *coll, uint64_t now)
+static apply_status feed(op_kind kind, const char *db, const char *coll, uint64_t now)
 {
     op_entry e;
     op_pos pos = {.secs = 1, .inc = ++next_inc, .term = 1};
     op_entry_init(&e);
     ck_assert(op_entry_alloc(&e, &pos, 1));
     fill(&e.ops[0], kind, db, coll);
-    sink_status st = batcher_add(B, &e, now);
+    apply_status st = batcher_add(B, &e, now);
     op_entry_clear(&e);
     return st;
 }
@@ -166,10 +222,10 @@ START_TEST(test_idle_commits_everything_once)
     feed(OP_INSERT, "shop", "a", 0);
     feed(OP_INSERT, "shop", "a", 0);
     ck_assert(batcher_dirty(B));
-    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), SINK_OK);
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
     expect_log("copy shop.a 2 @1:2; commit 1:2; ");
     ck_assert(!batcher_dirty(B));
-    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), SINK_OK); /* nothing new: no empty commit */
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK); /* nothing new: no empty commit */
     expect_log("copy shop.a 2 @1:2; commit 1:2; ");
     ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_IDLE], 1);
     ck_assert_uint_eq(batcher_get_stats(B)->committed.inc, 2);
@@ -233,7 +289,7 @@ START_TEST(test_atomic_entry_not_split)
     fill(&e.ops[2], OP_UPDATE, "shop", "a");
     fill(&e.ops[3], OP_INSERT, "shop", "b");
     fill(&e.ops[4], OP_DELETE, "shop", "b");
-    ck_assert_int_eq(batcher_add(B, &e, 0), SINK_OK);
+    ck_assert_int_eq(batcher_add(B, &e, 0), APPLY_OK);
     op_entry_clear(&e);
     expect_log("copy shop.a 2 @9:1; update shop.a; copy shop.b 1 @9:1; delete shop.b; commit 9:1; ");
     ck_assert_uint_eq(batcher_get_stats(B)->commits, 1);
@@ -259,19 +315,16 @@ START_TEST(test_careful_sets_refused_ops_aside)
     batcher_free(B);
     memset(&R, 0, sizeof R);
     R.refuse_coll = "bad";
-    batcher_sink out = {.ctx = &R,
-                        .insert_batch = rec_insert,
-                        .apply = rec_apply,
-                        .commit = rec_commit,
-                        .guard_begin = rec_guard_begin,
-                        .guard_end = rec_guard_end,
-                        .dead_letter = rec_dead_letter};
+    batcher_sink out = rec_sink();
+    out.guard_begin = rec_guard_begin;
+    out.guard_end = rec_guard_end;
+    out.dead_letter = rec_dead_letter;
     batcher_config cfg = {.batch_rows = 1000, .batch_bytes = 1 << 30, .flush_interval_ms = 200, .careful = true};
     B = batcher_new(&cfg, &out);
-    ck_assert_int_eq(feed(OP_INSERT, "shop", "a", 0), SINK_OK);
-    ck_assert_int_eq(feed(OP_INSERT, "shop", "bad", 0), SINK_OK);
-    ck_assert_int_eq(feed(OP_UPDATE, "shop", "bad", 0), SINK_OK);
-    ck_assert_int_eq(feed(OP_NOOP, NULL, NULL, 0), SINK_OK);
+    ck_assert_int_eq(feed(OP_INSERT, "shop", "a", 0), APPLY_OK);
+    ck_assert_int_eq(feed(OP_INSERT, "shop", "bad", 0), APPLY_OK);
+    ck_assert_int_eq(feed(OP_UPDATE, "shop", "bad", 0), APPLY_OK);
+    ck_assert_int_eq(feed(OP_NOOP, NULL, NULL, 0), APPLY_OK);
     expect_log("savepoint; copy shop.a 1 @1:1; release; commit 1:1; "
                "savepoint; copy shop.bad 1 @1:2; dead letter insert shop.bad @1:2; commit 1:2; "
                "savepoint; update shop.bad; dead letter update shop.bad @1:3; commit 1:3; "
@@ -285,8 +338,8 @@ START_TEST(test_careful_sets_refused_ops_aside)
     R.refuse_coll = "bad";
     out.dead_letter = NULL;
     B = batcher_new(&cfg, &out);
-    ck_assert_int_eq(feed(OP_INSERT, "shop", "a", 0), SINK_OK);
-    ck_assert_int_eq(feed(OP_DELETE, "shop", "bad", 0), SINK_ERR_DATA);
+    ck_assert_int_eq(feed(OP_INSERT, "shop", "a", 0), APPLY_OK);
+    ck_assert_int_eq(feed(OP_DELETE, "shop", "bad", 0), APPLY_DATA);
     expect_log("copy shop.a 1 @1:5; commit 1:5; delete shop.bad; ");
     ck_assert_uint_eq(batcher_get_stats(B)->committed.inc, 5);
 }
@@ -297,12 +350,12 @@ START_TEST(test_failure_keeps_committed_position)
     feed(OP_INSERT, "shop", "a", 0);
     batcher_flush(B, FLUSH_IDLE);
     feed(OP_INSERT, "shop", "a", 0);
-    R.fail_commit = SINK_ERR_CONNECTION;
-    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), SINK_ERR_CONNECTION);
+    R.fail_commit = APPLY_RETRY;
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_RETRY);
     batcher_reset(B);
     ck_assert(!batcher_dirty(B));
     ck_assert_uint_eq(batcher_last(B)->inc, 1); /* back at the committed position */
-    R.fail_commit = SINK_OK;
+    R.fail_commit = APPLY_OK;
     R.log[0] = '\0';
     feed(OP_INSERT, "shop", "a", 0); /* the run was dropped: only the new row is written */
     batcher_flush(B, FLUSH_IDLE);
@@ -311,6 +364,81 @@ START_TEST(test_failure_keeps_committed_position)
     ck_assert_uint_eq(batcher_get_stats(B)->entries, 3);
     ck_assert_uint_eq(batcher_get_stats(B)->committed_entries, 2);
     ck_assert_uint_eq(batcher_get_stats(B)->committed_ops[OP_INSERT], 2);
+}
+END_TEST
+
+/* An op whose text could not be made (op.refusal, set on the reader thread) never reaches the sink: it is refused
+ * as data with its own reason, and in careful mode set aside with that reason; the entries around it commit. */
+START_TEST(test_refusal_never_reaches_the_sink)
+{
+    op_entry e;
+    op_pos pos = {.secs = 1, .inc = ++next_inc, .term = 1};
+    op_entry_init(&e);
+    ck_assert(op_entry_alloc(&e, &pos, 1));
+    fill(&e.ops[0], OP_INSERT, "shop", "a");
+    e.ops[0].refusal = strdup("the document: a string at s is not valid UTF-8");
+    ck_assert_int_eq(batcher_add(B, &e, 0), APPLY_DATA);
+    expect_log(""); /* nothing was written */
+
+    batcher_free(B);
+    memset(&R, 0, sizeof R);
+    batcher_sink out = rec_sink();
+    out.guard_begin = rec_guard_begin;
+    out.guard_end = rec_guard_end;
+    out.dead_letter = rec_dead_letter;
+    batcher_config cfg = {.batch_rows = 1000, .batch_bytes = 1 << 30, .flush_interval_ms = 200, .careful = true};
+    B = batcher_new(&cfg, &out);
+    ck_assert_int_eq(batcher_add(B, &e, 0), APPLY_OK);
+    expect_log("savepoint; dead letter insert shop.a @1:1 (batcher's reason); commit 1:1; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->dead_letters, 1);
+    op_entry_clear(&e);
+}
+END_TEST
+
+/* Memory running out is its own status: in careful mode it is never taken for a refusal of the op's data, so a good
+ * op is never set aside because an allocation failed. */
+START_TEST(test_out_of_memory_is_not_data)
+{
+    batcher_free(B);
+    memset(&R, 0, sizeof R);
+    batcher_sink out = rec_sink();
+    out.guard_begin = rec_guard_begin;
+    out.guard_end = rec_guard_end;
+    out.dead_letter = rec_dead_letter;
+    batcher_config cfg = {.batch_rows = 1000, .batch_bytes = 1 << 30, .flush_interval_ms = 200, .careful = true};
+    B = batcher_new(&cfg, &out);
+    R.fail_add = APPLY_NOMEM;
+    ck_assert_int_eq(feed(OP_INSERT, "shop", "a", 0), APPLY_NOMEM);
+    ck_assert_ptr_null(strstr(R.log, "dead letter"));
+    ck_assert_uint_eq(batcher_get_stats(B)->dead_letters, 0);
+    ck_assert_uint_eq(batcher_get_stats(B)->commits, 0);
+}
+END_TEST
+
+/* The group's size counts the bytes that will be sent (the rendered text), so a few large documents commit early;
+ * and a run is written (without a commit) before a row would take it past batch_bytes, so a run holds at most
+ * batch_bytes plus one row in memory. */
+START_TEST(test_size_counts_rendered_bytes)
+{
+    batcher_free(B);
+    memset(&R, 0, sizeof R);
+    batcher_sink out = rec_sink();
+    batcher_config cfg = {.batch_rows = 1000, .batch_bytes = 1000, .flush_interval_ms = 200};
+    B = batcher_new(&cfg, &out);
+    static char big[600];
+    memset(big, 'x', sizeof big - 1);
+    for (int i = 0; i < 2; i++) {
+        op_entry e;
+        op_pos pos = {.secs = 1, .inc = ++next_inc, .term = 1};
+        op_entry_init(&e);
+        ck_assert(op_entry_alloc(&e, &pos, 1));
+        fill(&e.ops[0], OP_INSERT, "shop", "a");
+        e.ops[0].json = strdup(big);
+        e.ops[0].json_len = (uint32_t)strlen(big);
+        ck_assert_int_eq(batcher_add(B, &e, 0), APPLY_OK);
+        op_entry_clear(&e);
+    }
+    expect_log("copy shop.a 1 @1:1; copy shop.a 1 @1:2; commit 1:2; ");
 }
 END_TEST
 
@@ -331,6 +459,9 @@ Suite *batcher_suite(void)
     tcase_add_test(tc, test_per_op_commits_every_entry);
     tcase_add_test(tc, test_failure_keeps_committed_position);
     tcase_add_test(tc, test_careful_sets_refused_ops_aside);
+    tcase_add_test(tc, test_refusal_never_reaches_the_sink);
+    tcase_add_test(tc, test_size_counts_rendered_bytes);
+    tcase_add_test(tc, test_out_of_memory_is_not_data);
     suite_add_tcase(s, tc);
     return s;
 }

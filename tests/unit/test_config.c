@@ -105,7 +105,7 @@ START_TEST(test_defaults)
     ck_assert_ptr_nonnull(c.exclude.items);
     ck_assert_ptr_null(c.exclude.items[0]);
     ck_assert_int_eq(c.batch_rows, 10000);
-    ck_assert_int_eq(c.batch_bytes, 16 * 1024 * 1024);
+    ck_assert_int_eq(c.batch_bytes, 8 * 1024 * 1024);
     ck_assert_int_eq(c.flush_interval_ms, 200);
     ck_assert_int_eq(c.queue_size, 10000);
     ck_assert_int_eq(c.apply_mode, CONFIG_APPLY_BATCHED);

@@ -1,7 +1,7 @@
 /*
- * test_queue.c — the reader → apply-loop queue: FIFO order, the op-count bound (a pusher blocks until the consumer
- * pops), stop and cancel wake a blocked pusher, an oversize entry goes through an empty queue, notify fires only on
- * the empty → non-empty transition, and left-over items are freed.
+ * test_queue.c — the reader → apply-loop queue: FIFO order, the op-count and byte bounds (a pusher blocks until the
+ * consumer pops), stop and cancel wake a blocked pusher, an oversize entry goes through an empty queue, notify fires
+ * only on the empty → non-empty transition, and left-over items are freed.
  */
 #include <check.h>
 #include <pthread.h>
@@ -37,12 +37,12 @@ static void sleep_ms(long ms)
 
 START_TEST(test_fifo_and_types)
 {
-    queue *q = queue_new(100);
+    queue *q = queue_new(100, 0);
     ck_assert_ptr_nonnull(q);
     for (uint32_t i = 1; i <= 5; i++)
         ck_assert(queue_push_entry(q, make_entry(i, 1), NULL));
     ck_assert(queue_push_idle(q));
-    ck_assert(queue_push_fatal(q, 4, "resume point lost"));
+    ck_assert(queue_push_end(q, QUEUE_END_RESUME_LOST, "resume point lost"));
     ck_assert_uint_eq(queue_len(q), 7);
     ck_assert_uint_eq(queue_ops(q), 5);
 
@@ -63,8 +63,8 @@ START_TEST(test_fifo_and_types)
     ck_assert_uint_eq(rest[2].entry->pos.secs, 4);
     ck_assert_uint_eq(rest[3].entry->pos.secs, 5);
     ck_assert_int_eq(rest[4].type, QUEUE_IDLE);
-    ck_assert_int_eq(rest[5].type, QUEUE_FATAL);
-    ck_assert_int_eq(rest[5].exit_code, 4);
+    ck_assert_int_eq(rest[5].type, QUEUE_END);
+    ck_assert_int_eq(rest[5].reason, QUEUE_END_RESUME_LOST);
     ck_assert_str_eq(rest[5].message, "resume point lost");
     for (size_t i = 0; i < n; i++)
         queue_item_clear(&rest[i]);
@@ -77,7 +77,7 @@ END_TEST
 /* The ring grows past its initial slots and wraps correctly. */
 START_TEST(test_many_items_wrap)
 {
-    queue *q = queue_new(100000);
+    queue *q = queue_new(100000, 0);
     queue_item it;
     uint32_t next_pop = 1, next_push = 1;
     for (int round = 0; round < 50; round++) {
@@ -122,7 +122,7 @@ static void start_pusher(pthread_t *t, pusher_arg *a)
 
 START_TEST(test_bounded_blocks_until_pop)
 {
-    queue *q = queue_new(4);
+    queue *q = queue_new(4, 0);
     ck_assert(queue_push_entry(q, make_entry(1, 2), NULL));
     ck_assert(queue_push_entry(q, make_entry(2, 2), NULL)); /* 4 of 4 ops */
 
@@ -157,7 +157,7 @@ END_TEST
 
 START_TEST(test_stop_wakes_blocked_pusher)
 {
-    queue *q = queue_new(1);
+    queue *q = queue_new(1, 0);
     ck_assert(queue_push_entry(q, make_entry(1, 1), NULL));
     pusher_arg a = {.q = q, .e = make_entry(2, 1)};
     pthread_t t;
@@ -175,7 +175,7 @@ START_TEST(test_stop_wakes_blocked_pusher)
     ck_assert(!queue_push_entry(q, e, NULL));
     op_entry_free(e);
     ck_assert(!queue_push_idle(q));
-    ck_assert(!queue_push_fatal(q, 1, "x"));
+    ck_assert(!queue_push_end(q, QUEUE_END_NOMEM, "x"));
     queue_item it;
     ck_assert(queue_pop(q, &it));
     ck_assert_uint_eq(it.entry->pos.secs, 1);
@@ -186,7 +186,7 @@ END_TEST
 
 START_TEST(test_cancel_wakes_blocked_pusher)
 {
-    queue *q = queue_new(1);
+    queue *q = queue_new(1, 0);
     atomic_bool cancel;
     atomic_init(&cancel, false);
     ck_assert(queue_push_entry(q, make_entry(1, 1), NULL));
@@ -210,7 +210,7 @@ END_TEST
 
 START_TEST(test_oversize_entry_when_empty)
 {
-    queue *q = queue_new(3);
+    queue *q = queue_new(3, 0);
     ck_assert(queue_push_idle(q)); /* an IDLE marker holds no ops: the queue counts as empty */
     ck_assert(queue_push_entry(q, make_entry(1, 10), NULL));
     ck_assert_uint_eq(queue_ops(q), 10);
@@ -240,7 +240,7 @@ static void count_notify(void *arg)
 
 START_TEST(test_notify_on_empty_to_nonempty_only)
 {
-    queue *q = queue_new(100);
+    queue *q = queue_new(100, 0);
     atomic_int calls;
     atomic_init(&calls, 0);
     queue_set_notify(q, count_notify, &calls);
@@ -259,7 +259,7 @@ START_TEST(test_notify_on_empty_to_nonempty_only)
 
     queue_clear(q);
     ck_assert_uint_eq(queue_len(q), 0);
-    ck_assert(queue_push_fatal(q, 5, "bad entry"));
+    ck_assert(queue_push_end(q, QUEUE_END_UNSUPPORTED, "bad entry"));
     ck_assert_int_eq(atomic_load(&calls), 2);
     queue_free(q);
 }
@@ -286,7 +286,7 @@ static void *producer_main(void *p)
 
 START_TEST(test_producer_consumer)
 {
-    queue *q = queue_new(5);
+    queue *q = queue_new(5, 0);
     producer_arg a = {.q = q, .count = 20000};
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, producer_main, &a), 0);
@@ -309,6 +309,43 @@ START_TEST(test_producer_consumer)
 }
 END_TEST
 
+/* The byte bound: entries weigh what they hold (raw BSON and rendered text); a push that would pass the bound waits
+ * for the consumer, whatever the op count, and a single entry bigger than the bound still goes into an empty queue. */
+START_TEST(test_byte_bound)
+{
+    queue *q = queue_new(1000, 4096);
+    op_entry *a = make_entry(1, 1), *b = make_entry(2, 1), *big = make_entry(3, 1);
+    a->ops[0].json = calloc(1, 3000);
+    a->ops[0].json_len = 3000;
+    b->ops[0].json = calloc(1, 3000);
+    b->ops[0].json_len = 3000;
+    big->ops[0].json = calloc(1, 100000);
+    big->ops[0].json_len = 100000;
+    ck_assert_uint_ge(op_entry_bytes(a), 3000);
+    ck_assert(queue_push_entry(q, a, NULL));
+    ck_assert_uint_ge(queue_bytes(q), 3000);
+
+    pusher_arg pa = {.q = q, .e = b};
+    pthread_t t;
+    start_pusher(&t, &pa);
+    sleep_ms(150);
+    ck_assert_msg(!atomic_load(&pa.done), "a push past the byte bound did not wait (1 op of 1000 queued)");
+    queue_item it;
+    ck_assert(queue_pop(q, &it));
+    queue_item_clear(&it);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert(pa.result);
+    ck_assert(queue_pop(q, &it));
+    queue_item_clear(&it);
+    ck_assert_uint_eq(queue_bytes(q), 0);
+
+    /* Empty: an entry of 100 000 bytes passes a bound of 4 096 alone. */
+    ck_assert(queue_push_entry(q, big, NULL));
+    ck_assert_uint_ge(queue_bytes(q), 100000);
+    queue_free(q); /* frees it */
+}
+END_TEST
+
 Suite *queue_suite(void)
 {
     Suite *s = suite_create("queue");
@@ -323,6 +360,7 @@ Suite *queue_suite(void)
     tcase_add_test(tc, test_oversize_entry_when_empty);
     tcase_add_test(tc, test_notify_on_empty_to_nonempty_only);
     tcase_add_test(tc, test_producer_consumer);
+    tcase_add_test(tc, test_byte_bound);
     suite_add_tcase(s, tc);
     return s;
 }

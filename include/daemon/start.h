@@ -1,0 +1,39 @@
+/*
+ * start.h — where a run starts: the one place that decides the position the first session tails from.
+ *
+ * Every session of `run` starts at the committed checkpoint, and nowhere else; so before the first session this
+ * module makes sure the checkpoint is the position the user asked for, committing it through the fenced sink:
+ *   - a service with a checkpoint and no flag: nothing to do;
+ *   - --reimport: forget the checkpoint and the copy, empty or drop the tables, then as for a new service;
+ *   - a new service: the initial copy (source/copy.h) runs or resumes, and its start (the newest entry noted before
+ *     the copy read anything) becomes the checkpoint;
+ *   - --skip-import without a checkpoint: the newest oplog entry becomes the checkpoint (waiting for one if the
+ *     oplog is empty);
+ *   - --tail-from POS: the last entry before POS becomes the checkpoint (POS must still be in the oplog).
+ * Careful mode, reconnects and restarts after kill -9 then all resume from that one committed position.
+ */
+#ifndef OPLOG2PG_DAEMON_START_H
+#define OPLOG2PG_DAEMON_START_H
+
+#include <stdatomic.h>
+
+#include "core/nsfilter.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "sink/pg.h"
+
+typedef struct {
+    const config *cfg;
+    const daemon_options *opts;
+    sink *snk; /* connected */
+    const nsfilter *filter;
+    const atomic_bool *copy_cancel;
+    /* The initial copy's progress, about every 50 ms (see copy_config.tick). */
+    void (*tick)(void *arg, int64_t copied, int64_t estimate, size_t collections_left);
+    void *tick_arg;
+} start_params;
+
+/* Returns -1 when the first session may start (the checkpoint is in place), or the exit code to stop with. */
+int start_prepare(const start_params *p);
+
+#endif

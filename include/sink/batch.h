@@ -1,0 +1,44 @@
+/*
+ * batch.h — a run of rows for one table, as the sink writes them: a binary COPY of (_id text, doc jsonb), or
+ * pipelined upserts of the same rows.
+ *
+ * A row is its key text and its document as relaxed Extended JSON. The key is copied into the batch; the JSON is
+ * either copied (sink_batch_add) or handed over (sink_batch_take: the text the reader thread rendered moves into the
+ * batch instead of being copied, so a large document is held once on the apply side). Framing for COPY (field
+ * counts, lengths, the jsonb version byte) is written only while streaming, into a small staging buffer.
+ */
+#ifndef OPLOG2PG_SINK_BATCH_H
+#define OPLOG2PG_SINK_BATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sink/pgconn.h"
+
+typedef struct sink_batch sink_batch;
+
+sink_batch *sink_batch_new(void);
+void sink_batch_free(sink_batch *b);
+/* Empties it, keeping up to 1 MB of its own storage; sink_batch_release gives all of it back. */
+void sink_batch_reset(sink_batch *b);
+void sink_batch_release(sink_batch *b);
+
+/* Adds a row, copying both texts. False only when memory runs out. */
+bool sink_batch_add(sink_batch *b, const char *key, size_t key_len, const char *json, size_t json_len);
+/* Adds a row, taking *json (malloc'd; *json becomes NULL on success). False only when memory runs out (then *json
+ * is still the caller's). */
+bool sink_batch_take(sink_batch *b, const char *key, size_t key_len, char **json, size_t json_len);
+
+size_t sink_batch_rows(const sink_batch *b);
+/* The bytes the rows hold (keys and JSON). */
+size_t sink_batch_bytes(const sink_batch *b);
+/* Row i's texts (valid until the next reset). */
+void sink_batch_row(const sink_batch *b, size_t i, const char **key, size_t *key_len, const char **json,
+                    size_t *json_len);
+
+/* Streams the batch as a whole binary COPY body into a COPY started on c (header, tuples, trailer) and ends the COPY,
+ * reading its outcome. Used by the sink and the initial copy. */
+bool sink_batch_copy(pgconn *c, const sink_batch *b, pgconn_error *err);
+
+#endif

@@ -1,0 +1,48 @@
+/*
+ * strbuf.h — a growable byte buffer, always NUL-terminated, for building text and binary rows.
+ *
+ * Allocation failures are sticky: once an append could not grow the buffer, every later append is a no-op and
+ * strbuf_failed() stays true until strbuf_reset(), so a caller can append a whole row and check once.
+ */
+#ifndef OPLOG2PG_UTIL_STRBUF_H
+#define OPLOG2PG_UTIL_STRBUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct strbuf {
+    char *data; /* NUL-terminated when cap > 0; NULL before the first append */
+    size_t len, cap;
+    bool failed; /* an allocation failed since the last reset */
+} strbuf;
+
+#define STRBUF_INIT                                                                                                    \
+    {                                                                                                                  \
+        NULL, 0, 0, false                                                                                              \
+    }
+
+void strbuf_init(strbuf *b);
+/* Frees the storage; the buffer is empty and usable again. */
+void strbuf_free(strbuf *b);
+/* Empties the buffer and clears the failure flag. Keeps up to keep_cap bytes of storage (frees a larger one), so a
+ * buffer that once held a huge document does not pin that memory. */
+void strbuf_reset(strbuf *b, size_t keep_cap);
+/* Makes room for `more` bytes after len (plus the terminator). False (and failed set) when memory runs out. */
+bool strbuf_reserve(strbuf *b, size_t more);
+void strbuf_append(strbuf *b, const void *data, size_t len);
+void strbuf_puts(strbuf *b, const char *s);
+void strbuf_putc(strbuf *b, char c);
+void strbuf_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Big-endian integers (binary COPY). */
+void strbuf_put_be16(strbuf *b, uint16_t v);
+void strbuf_put_be32(strbuf *b, uint32_t v);
+static inline bool strbuf_failed(const strbuf *b)
+{
+    return b->failed;
+}
+/* Hands the storage to the caller (free() it) and leaves the buffer empty; "" when nothing was appended; NULL when
+ * an allocation failed (the storage is freed then). Large unused room is given back first. */
+char *strbuf_detach(strbuf *b, size_t *len);
+
+#endif

@@ -1,0 +1,981 @@
+/*
+ * apply.c — the apply loop: wires a source (the oplog reader thread for `run`, the dump reader for `replay`), the
+ * queue, the batcher and the PostgreSQL sink together on a libev loop, and owns the process's life (signals,
+ * reconnects, the exit code).
+ *
+ * NOTES
+ * One session of the loop runs from a PostgreSQL connection to its loss. It starts at the committed checkpoint —
+ * always: daemon/start.c puts the checkpoint where a new run must begin before the first session — starts the
+ * source there, and applies what the source queues. Every failure that a retry can cure (PostgreSQL gone, a lock or
+ * statement timeout, a deadlock, memory) ends the session without committing anything further; the next session
+ * starts again from the committed checkpoint, so nothing is lost and nothing applied twice. A refusal of an op's
+ * data starts a careful session (see "When PostgreSQL refuses an op" in docs/architecture.md). Failures a person
+ * must see stop the process with a distinct exit code, after committing everything before the bad entry.
+ *
+ * Signals come through daemon/signals.h in every state: an ev_io on the signalfd while the loop runs, naps that
+ * watch it between sessions, the copy's tick, and the sink's wait hook during a long wait on PostgreSQL (which only
+ * notes them; the loop acts once the call returns).
+ */
+#include "daemon/daemon.h"
+
+#include <ev.h>
+#include <mongoc/mongoc.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/batcher.h"
+#include "core/nsfilter.h"
+#include "core/queue.h"
+#include "daemon/exitcodes.h"
+#include "daemon/logsetup.h"
+#include "daemon/metrics.h"
+#include "daemon/notify.h"
+#include "daemon/signals.h"
+#include "daemon/start.h"
+#include "sink/batcher_pg.h"
+#include "sink/pg.h"
+#include "sink/pgerror.h"
+#include "source/decode.h"
+#include "source/dump.h"
+#include "source/reader.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#define ITEMS_PER_WAKE 1024 /* queue items applied before the loop looks at signals and timers again */
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define FENCE_WAIT_MS  15000 /* how long a start waits for another holder of the service to go away */
+#define WAIT_WARN_S    30.0  /* a wait on PostgreSQL this long is logged (once per wait) */
+
+#define TICK_S 1.0 /* STATUS line, metrics snapshot and watchdog period (shorter when the watchdog needs it) */
+
+typedef enum {
+    END_NONE = 0,
+    END_STOP,     /* SIGTERM/SIGINT: flush, commit, exit 0 */
+    END_FINISHED, /* the source has nothing more (replay): flush, commit, exit 0 */
+    END_FATAL,    /* exit with exit_code */
+    END_RETRY,    /* a passing fault: new session from the committed checkpoint after a backoff */
+    END_CAREFUL,  /* PostgreSQL refused an op: new session from the checkpoint, stepping over refused ops */
+} session_end;
+
+typedef struct {
+    config *cfg;
+    const char *config_path;
+    const char *dump_path; /* replay: the dump; NULL for run */
+    struct ev_loop *loop;
+    ev_async wake;
+    ev_timer flush_timer, progress_timer, tick_timer;
+    ev_io sig_io, pg_io;
+
+    nsfilter *filter;
+    sink *snk;
+    batcher *bt;
+    queue *q;
+    reader *rd;
+    dump_reader *dump;
+
+    session_end end;
+    int exit_code;
+    uint64_t applied_at_last_progress;
+    ev_tstamp last_progress;
+    bool in_session; /* the loop of a session is running (the wait hook must not act, only note) */
+
+    /* Careful mode ([replication] on_error = dead-letter): after PostgreSQL refused an op, the next session applies
+     * the entries up to careful_until one at a time and sets refused ones aside (see batcher.h). */
+    bool careful;
+    op_pos careful_until;
+    op_pos last_taken; /* the last entry handed to the batcher */
+
+    /* What systemd, `status` and the metrics see. */
+    bool ready_sent;   /* READY=1 went out */
+    bool session_live; /* the source has answered in this session */
+    bool caught_up;    /* the last queue item was an idle marker and everything is committed */
+    op_pos committed;  /* the committed checkpoint (from PostgreSQL at session start, then from the batcher) */
+    uint64_t entries_at_tick, reader_seen_at_tick;
+    ev_tstamp last_tick, reader_quiet_since;
+    double rate;        /* entries applied per second over the last tick */
+    double wait_logged; /* the wait on PostgreSQL already logged, by its start time */
+    metrics_server *metrics;
+    metrics_snapshot totals; /* counters of the sessions that ended (the running one is added at publish time) */
+    uint64_t pg_reconnects;
+    int64_t copy_copied, copy_estimate;
+    atomic_bool copy_cancel;
+} daemon_ctx;
+
+static batcher_config batcher_config_from(const config *cfg, bool careful)
+{
+    batcher_config bc = {
+        .batch_rows = (uint64_t)cfg->batch_rows,
+        .batch_bytes = (uint64_t)cfg->batch_bytes,
+        .flush_interval_ms = (uint64_t)cfg->flush_interval_ms,
+        .per_op = cfg->apply_mode == CONFIG_APPLY_PER_OP,
+        .careful = careful,
+    };
+    return bc;
+}
+
+static nsfilter *make_filter(const config *cfg)
+{
+    char err[256];
+    nsfilter *f =
+        nsfilter_new((const char *const *)cfg->include.items, (const char *const *)cfg->exclude.items, err, sizeof err);
+    if (f == NULL)
+        log_error("namespace filter: %s", err);
+    return f;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* signals, waits and reloads outside the loop's callbacks */
+
+static void log_reload(void *arg, const char *msg)
+{
+    (void)arg;
+    log_notice("reload: %s", msg);
+}
+
+static void do_reload(daemon_ctx *d)
+{
+    char err[512];
+    int changed = 0;
+    if (d->config_path == NULL) {
+        log_warning("SIGHUP: no configuration file to reload");
+        return;
+    }
+    notify_reloading();
+    if (!config_reload(d->config_path, d->cfg, err, sizeof err, log_reload, NULL, &changed)) {
+        log_error("SIGHUP: keeping the running configuration: %s", err);
+        notify_ready();
+        return;
+    }
+    logsetup_apply(d->cfg);
+    if (d->bt != NULL) {
+        batcher_config bc = batcher_config_from(d->cfg, d->careful);
+        batcher_set_config(d->bt, &bc);
+    }
+    if (d->loop != NULL && ev_is_active(&d->progress_timer)) {
+        ev_timer_stop(d->loop, &d->progress_timer);
+        if (d->cfg->progress_interval_ms > 0) {
+            double every = (double)d->cfg->progress_interval_ms / 1000.0;
+            ev_timer_set(&d->progress_timer, every, every);
+            ev_timer_start(d->loop, &d->progress_timer);
+        }
+    }
+    log_notice("configuration reloaded from %s (%d option%s changed)", d->config_path, changed,
+               changed == 1 ? "" : "s");
+    notify_ready();
+}
+
+/* Between sessions and before the first: waits up to ms, feeding the watchdog, handling SIGHUP. False when a stop
+ * was requested. */
+static bool nap(daemon_ctx *d, uint64_t ms)
+{
+    uint64_t until = clock_ms() + ms;
+    for (;;) {
+        notify_watchdog();
+        if (signals_take_reload())
+            do_reload(d);
+        uint64_t now = clock_ms();
+        if (signals_stop_requested())
+            return false;
+        if (now >= until)
+            return true;
+        uint64_t slice = until - now > 250 ? 250 : until - now;
+        if (!signals_nap(slice))
+            return false;
+    }
+}
+
+/* The sink's wait hook: PostgreSQL keeps us waiting (a lock, a slow commit, a connect). Healthy waiting feeds the
+ * watchdog and says in STATUS what it waits for; a dead peer is the kernel's to notice ([postgres] peer_timeout). */
+static void pg_wait_hook(void *arg, const char *what, double waited)
+{
+    daemon_ctx *d = arg;
+    notify_watchdog();
+    signals_poll(); /* a second SIGTERM exits at once; the first is acted on once the wait is over */
+    notify_status("waiting %.0f s for PostgreSQL: %s%s", waited, what,
+                  signals_stop_requested() ? " (stopping once it answers)" : "");
+    double started = clock_s() - waited;
+    if (waited >= WAIT_WARN_S && (started - d->wait_logged > 1.0 || started < d->wait_logged - 1.0)) {
+        d->wait_logged = started;
+        log_warning("PostgreSQL has kept oplog2pg waiting %.0f s for %s (a lock held by another session? see "
+                    "pg_stat_activity)",
+                    waited, what);
+    }
+}
+
+/* Connect to PostgreSQL, retrying passing failures with backoff. Returns the exit code to stop with, or -1 when
+ * connected. */
+static int connect_sink(daemon_ctx *d)
+{
+    backoff b;
+    backoff_init(&b, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
+    uint64_t fenced_ms = 0;
+    for (;;) {
+        if (signals_stop_requested())
+            return EXIT_OK;
+        notify_watchdog();
+        apply_status st = sink_connect(d->snk);
+        switch (st) {
+        case APPLY_OK:
+            return -1;
+        case APPLY_FENCED:
+            /* A session of a daemon that was just killed can hold the lock until PostgreSQL notices the closed
+             * socket; a live rival holds it for good. Wait out the first, give up on the second. */
+            if (fenced_ms >= FENCE_WAIT_MS) {
+                log_error("%s", sink_error(d->snk));
+                return EXIT_FENCED;
+            }
+            if (fenced_ms == 0) {
+                log_warning("%s; waiting up to %d s for it to go away", sink_error(d->snk), FENCE_WAIT_MS / 1000);
+                notify_status("waiting for another oplog2pg to release the service");
+            }
+            if (!nap(d, 250))
+                return EXIT_OK;
+            fenced_ms += 250;
+            continue;
+        case APPLY_CONFIG:
+            log_error("%s", sink_error(d->snk));
+            notify_status("stopped: %s", sink_error(d->snk));
+            return EXIT_CONFIG;
+        default: {
+            uint64_t wait = backoff_next(&b);
+            log_warning("%s; retrying in %llu ms", sink_error(d->snk), (unsigned long long)wait);
+            notify_status("reconnecting to PostgreSQL: %s", sink_error(d->snk));
+            if (!nap(d, wait))
+                return EXIT_OK;
+        }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* the loop's callbacks */
+
+static void end_session(daemon_ctx *d, session_end why, int code)
+{
+    if (d->end == END_NONE || why == END_FATAL) {
+        d->end = why;
+        d->exit_code = code;
+    }
+    ev_break(d->loop, EVBREAK_ALL);
+}
+
+/* A failure while applying: passing ones end the session, a refusal of data goes careful, the rest stop. */
+static void on_sink_failure(daemon_ctx *d, apply_status st)
+{
+    const char *msg = sink_error(d->snk)[0] ? sink_error(d->snk) : "applying an oplog entry failed";
+    switch (st) {
+    case APPLY_RETRY:
+    case APPLY_NOMEM:
+        log_warning("%s; the session ends uncommitted and resumes from the committed checkpoint", msg);
+        end_session(d, END_RETRY, 0);
+        break;
+    case APPLY_FENCED:
+        log_error("%s", msg);
+        end_session(d, END_FATAL, EXIT_FENCED);
+        break;
+    case APPLY_CONFIG:
+        log_error("%s", msg);
+        log_error("stopped; everything before this entry is committed. Fix the cause and start oplog2pg again: it "
+                  "resumes at this entry");
+        end_session(d, END_FATAL, EXIT_CONFIG);
+        break;
+    case APPLY_UNRECORDABLE:
+        log_error("%s", msg);
+        log_error("stopped; everything before this entry is committed, and the entry is not applied: it resumes at "
+                  "this entry once PostgreSQL can take it or its record");
+        end_session(d, END_FATAL, EXIT_UNSUPPORTED);
+        break;
+    case APPLY_DATA:
+        if (!d->careful) {
+            /* The group failed as a whole: find the op, committing each entry before it on its own. */
+            char until[OP_POS_STRLEN];
+            bool dl = d->cfg->on_error == CONFIG_ON_ERROR_DEAD_LETTER;
+            d->careful_until = d->last_taken;
+            log_warning("%s", msg);
+            log_warning("finding the op PostgreSQL refused: going back to the last commit and applying the entries "
+                        "up to %s one at a time, %s ([replication] on_error = %s)",
+                        op_pos_format(&d->careful_until, until, sizeof until),
+                        dl ? "setting refused ones aside" : "to commit everything before it and stop there",
+                        config_on_error_name(d->cfg->on_error));
+            end_session(d, END_CAREFUL, 0);
+            break;
+        }
+        log_error("%s", msg);
+        log_error("stopped; everything before this entry is committed. Fix the cause and start oplog2pg again: it "
+                  "resumes at this entry (or set [replication] on_error = dead-letter to set such ops aside)");
+        end_session(d, END_FATAL, EXIT_FAILURE_GENERIC);
+        break;
+    case APPLY_OK:
+        break;
+    }
+}
+
+static void arm_flush_timer(daemon_ctx *d)
+{
+    uint64_t deadline = batcher_deadline(d->bt);
+    if (deadline == UINT64_MAX) {
+        ev_timer_stop(d->loop, &d->flush_timer);
+        return;
+    }
+    if (ev_is_active(&d->flush_timer))
+        return;
+    uint64_t now = clock_ms();
+    double in = deadline > now ? (double)(deadline - now) / 1000.0 : 0.0;
+    ev_timer_set(&d->flush_timer, in, 0.0);
+    ev_timer_start(d->loop, &d->flush_timer);
+}
+
+static void leave_careful_if_past(daemon_ctx *d)
+{
+    const batcher_stats *bs = batcher_get_stats(d->bt);
+    if (op_pos_cmp(&bs->committed, &d->careful_until) < 0)
+        return;
+    char at[OP_POS_STRLEN];
+    d->careful = false;
+    sink_set_per_op(d->snk, d->cfg->apply_mode == CONFIG_APPLY_PER_OP);
+    batcher_config bc = batcher_config_from(d->cfg, false);
+    batcher_set_config(d->bt, &bc);
+    log_notice("stepped past oplog entry %s (%llu op(s) set aside in oplog2pg.dead_letter so far): back to batched "
+               "apply",
+               op_pos_format(&d->careful_until, at, sizeof at),
+               (unsigned long long)sink_get_stats(d->snk)->dead_letters);
+}
+
+/* Bring d->committed up to the batcher's last commit (it starts as the checkpoint read at session start). */
+static void refresh_committed(daemon_ctx *d)
+{
+    if (d->bt != NULL && batcher_get_stats(d->bt)->committed.secs != 0)
+        d->committed = batcher_get_stats(d->bt)->committed;
+}
+
+/* Seconds the committed position is behind the oplog: 0 once everything read is committed and the reader found
+ * the oplog drained; otherwise the age of the last committed entry. */
+static double current_lag(const daemon_ctx *d)
+{
+    if (d->caught_up || d->committed.secs == 0)
+        return 0;
+    double lag = (double)time(NULL) - (double)d->committed.secs;
+    return lag < 0 ? 0 : lag;
+}
+
+/* What the source has seen: entries and idle markers, for the quiet-source STATUS. */
+static uint64_t source_seen(const daemon_ctx *d, uint64_t *reconnects)
+{
+    *reconnects = 0;
+    if (d->rd != NULL) {
+        reader_stats rs;
+        reader_get_stats(d->rd, &rs);
+        *reconnects = rs.reconnects;
+        return rs.entries + rs.idles;
+    }
+    if (d->dump != NULL) {
+        dump_stats ds;
+        dump_get_stats(d->dump, &ds);
+        return ds.entries + ds.skipped;
+    }
+    return 0;
+}
+
+/* The counters of the whole run so far: the sessions that ended plus the running one. */
+static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
+{
+    *m = d->totals;
+    snprintf(m->service, sizeof m->service, "%s", d->cfg->service);
+    if (d->bt != NULL) {
+        const batcher_stats *bs = batcher_get_stats(d->bt);
+        /* Committed work only: a group rolled back (a lost connection) is applied again by the next session. */
+        m->entries_applied += bs->committed_entries;
+        for (int k = 0; k <= OP_TRUNCATE; k++) {
+            int mk = k == OP_INSERT   ? METRICS_OP_INSERT
+                     : k == OP_UPDATE ? METRICS_OP_UPDATE
+                     : k == OP_DELETE ? METRICS_OP_DELETE
+                     : k == OP_NOOP   ? METRICS_OP_NOOP
+                                      : METRICS_OP_DDL;
+            m->ops_applied[mk] += bs->committed_ops[k];
+        }
+        for (int t = 0; t < FLUSH_TRIGGERS && t < METRICS_FLUSH_TRIGGERS; t++)
+            m->flushes[t] += bs->flushes[t];
+        m->commits += bs->commits;
+    }
+    refresh_committed(d);
+    uint64_t reconnects;
+    source_seen(d, &reconnects);
+    m->mongo_reconnects += reconnects;
+    /* The sink lives as long as the run: its counters are already totals. */
+    const sink_stats *ss = sink_get_stats(d->snk);
+    m->rows_written[METRICS_WRITE_COPY] = ss->rows_copied;
+    m->rows_written[METRICS_WRITE_INSERT] = ss->rows_inserted;
+    m->rows_written[METRICS_WRITE_UPDATE] = ss->updates;
+    m->rows_written[METRICS_WRITE_DELETE] = ss->deletes;
+    m->bytes_written = ss->bytes;
+    m->dup_fallbacks = ss->dup_fallbacks;
+    m->dead_letters = ss->dead_letters;
+    m->pg_reconnects = d->pg_reconnects;
+    m->queue_depth = d->q != NULL ? queue_ops(d->q) : 0;
+    m->queue_capacity = (uint64_t)d->cfg->queue_size;
+    m->checkpoint_timestamp = d->committed.secs;
+    m->lag_seconds = current_lag(d);
+    m->copy_documents = d->copy_copied;
+    m->copy_documents_estimate = d->copy_estimate;
+    m->ready = d->session_live && d->end == END_NONE;
+}
+
+/* Fold the ending session's counters into the totals (the batcher and source go away with it). */
+static void close_session_counters(daemon_ctx *d)
+{
+    metrics_snapshot m;
+    fill_snapshot(d, &m);
+    d->totals.entries_applied = m.entries_applied;
+    memcpy(d->totals.ops_applied, m.ops_applied, sizeof m.ops_applied);
+    memcpy(d->totals.flushes, m.flushes, sizeof m.flushes);
+    d->totals.commits = m.commits;
+    d->totals.mongo_reconnects = m.mongo_reconnects;
+}
+
+static void publish(daemon_ctx *d)
+{
+    if (d->metrics == NULL)
+        return;
+    metrics_snapshot m;
+    fill_snapshot(d, &m);
+    metrics_publish(d->metrics, &m);
+}
+
+/* The source answered (an entry or an idle marker): MongoDB is reachable and the resume point checked. */
+static void session_is_live(daemon_ctx *d)
+{
+    d->session_live = true;
+    if (!d->ready_sent) {
+        d->ready_sent = true;
+        notify_ready();
+        log_info("ready: PostgreSQL connected, checkpoint read, %s", d->dump ? "dump open" : "oplog cursor open");
+    }
+}
+
+/* Stop and reload requests, acted on from the loop (never from inside a call on PostgreSQL). */
+static void act_on_signals(daemon_ctx *d)
+{
+    if (signals_take_reload())
+        do_reload(d);
+    if (signals_stop_requested() && d->end == END_NONE) {
+        log_notice("stopping the reader, then committing what was read");
+        notify_stopping();
+        notify_status("stopping: committing what was read");
+        end_session(d, END_STOP, EXIT_OK);
+    }
+}
+
+static void on_signal_fd(struct ev_loop *loop, ev_io *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    (void)loop;
+    (void)revents;
+    signals_poll();
+    act_on_signals(d);
+}
+
+/* The PostgreSQL socket is readable between the loop's own calls: results on their way, or, while idle, a server
+ * that is going away (a terminated session says so before it closes the socket). */
+static void on_pg_readable(struct ev_loop *loop, ev_io *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    (void)loop;
+    (void)revents;
+    apply_status st = sink_check_idle(d->snk);
+    if (st != APPLY_OK)
+        on_sink_failure(d, st);
+}
+
+/* Every TICK_S: STATUS line, metrics, watchdog. */
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    (void)revents;
+    notify_watchdog();
+    ev_tstamp now = ev_now(loop);
+    metrics_snapshot m;
+    fill_snapshot(d, &m);
+    if (d->metrics != NULL)
+        metrics_publish(d->metrics, &m);
+
+    double secs = now - d->last_tick;
+    d->rate = secs > 0 ? (double)(m.entries_applied - d->entries_at_tick) / secs : 0;
+    d->entries_at_tick = m.entries_applied;
+    d->last_tick = now;
+
+    uint64_t reconnects;
+    uint64_t seen = source_seen(d, &reconnects);
+    if (seen != d->reader_seen_at_tick || !d->session_live)
+        d->reader_quiet_since = now;
+    d->reader_seen_at_tick = seen;
+
+    char at[OP_POS_STRLEN];
+    if (!d->session_live)
+        notify_status("connecting to MongoDB and checking the resume point");
+    else if (now - d->reader_quiet_since > 5.0 && d->dump == NULL)
+        notify_status("tailing: no answer from MongoDB for %.0f s (retrying); committed through %s",
+                      now - d->reader_quiet_since, op_pos_format(&d->committed, at, sizeof at));
+    else if (d->careful)
+        notify_status("setting aside ops PostgreSQL refused: applying one at a time up to %s",
+                      op_pos_format(&d->careful_until, at, sizeof at));
+    else if (m.lag_seconds <= 0)
+        notify_status("%s: caught up, %.0f entries/s, committed through %s", d->dump ? "replaying" : "tailing", d->rate,
+                      op_pos_format(&d->committed, at, sizeof at));
+    else
+        notify_status("%s: %.0f s behind, %.0f entries/s, queue %llu ops", d->dump ? "replaying" : "tailing",
+                      m.lag_seconds, d->rate, (unsigned long long)m.queue_depth);
+}
+
+/* What a source's end means for the process. */
+static void on_source_end(daemon_ctx *d, queue_end_reason reason, const char *message)
+{
+    switch (reason) {
+    case QUEUE_END_DONE:
+        end_session(d, END_FINISHED, EXIT_OK);
+        break;
+    case QUEUE_END_RESUME_LOST:
+        end_session(d, END_FATAL, EXIT_RESUME_LOST);
+        break;
+    case QUEUE_END_UNSUPPORTED:
+    case QUEUE_END_BAD_INPUT:
+        end_session(d, END_FATAL, EXIT_UNSUPPORTED);
+        break;
+    case QUEUE_END_REFUSED:
+        end_session(d, END_FATAL, EXIT_CONFIG);
+        break;
+    case QUEUE_END_NOMEM:
+        log_warning("%s; the session ends and resumes from the committed checkpoint", message ? message : "");
+        end_session(d, END_RETRY, 0);
+        break;
+    }
+}
+
+static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    queue_item items[64];
+    size_t done = 0;
+    (void)loop;
+    (void)revents;
+
+    while (d->end == END_NONE && done < ITEMS_PER_WAKE) {
+        size_t n = queue_pop_all(d->q, items, sizeof items / sizeof items[0]);
+        if (n == 0)
+            break;
+        for (size_t i = 0; i < n; i++) {
+            queue_item *it = &items[i];
+            if (d->end != END_NONE) {
+                queue_item_clear(it);
+                continue;
+            }
+            apply_status st = APPLY_OK;
+            switch (it->type) {
+            case QUEUE_ENTRY:
+                d->caught_up = false;
+                d->last_taken = it->entry->pos;
+                st = batcher_add(d->bt, it->entry, clock_ms());
+                if (st == APPLY_OK)
+                    st = batcher_tick(d->bt, clock_ms());
+                if (st == APPLY_OK && d->careful)
+                    leave_careful_if_past(d);
+                break;
+            case QUEUE_IDLE:
+                /* The reader drained the oplog; we have caught up with it only if nothing follows the marker. While
+                 * the applier lags, markers are stale and committing on each would cost an fsync per getMore. */
+                if (i + 1 == n && queue_len(d->q) == 0) {
+                    st = batcher_flush(d->bt, FLUSH_IDLE);
+                    d->caught_up = st == APPLY_OK;
+                }
+                break;
+            case QUEUE_END:
+                /* Everything before the point where the source stopped is good: commit it, then stop. */
+                st = batcher_flush(d->bt, FLUSH_EXIT);
+                if (it->reason != QUEUE_END_DONE && it->reason != QUEUE_END_NOMEM)
+                    log_error("%s", it->message ? it->message : "the oplog reader stopped");
+                if (st == APPLY_OK)
+                    on_source_end(d, it->reason, it->message);
+                break;
+            }
+            queue_item_clear(it);
+            if (st != APPLY_OK)
+                on_sink_failure(d, st);
+        }
+        done += n;
+        if (!d->session_live && d->end == END_NONE)
+            session_is_live(d);
+    }
+    if (d->end == END_NONE) {
+        act_on_signals(d); /* a wait on PostgreSQL may have noted one */
+        if (done >= ITEMS_PER_WAKE)
+            ev_async_send(d->loop, &d->wake); /* more to do: come back after signals and timers had their turn */
+        if (d->end == END_NONE)
+            arm_flush_timer(d);
+    }
+}
+
+static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    (void)loop;
+    (void)revents;
+    apply_status st = batcher_tick(d->bt, clock_ms());
+    if (st != APPLY_OK) {
+        on_sink_failure(d, st);
+        return;
+    }
+    act_on_signals(d);
+    if (d->end == END_NONE)
+        arm_flush_timer(d);
+}
+
+static void on_progress(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    (void)revents;
+    const batcher_stats *bs = batcher_get_stats(d->bt);
+    ev_tstamp now = ev_now(loop);
+    double secs = now - d->last_progress;
+    double rate = secs > 0 ? (double)(bs->entries - d->applied_at_last_progress) / secs : 0;
+    char at[OP_POS_STRLEN];
+    refresh_committed(d);
+    log_info("applied %llu entries (%.0f/s), %llu commits; committed through %s, %.0f s behind; queue %zu ops, %zu "
+             "bytes",
+             (unsigned long long)bs->entries, rate, (unsigned long long)bs->commits,
+             op_pos_format(&d->committed, at, sizeof at), current_lag(d), queue_ops(d->q), queue_bytes(d->q));
+    d->applied_at_last_progress = bs->entries;
+    d->last_progress = now;
+}
+
+static void notify_wake(void *arg)
+{
+    daemon_ctx *d = arg;
+    ev_async_send(d->loop, &d->wake);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* a session */
+
+static bool start_source(daemon_ctx *d, int have, const op_pos *start, char *err, size_t errlen)
+{
+    if (d->dump_path != NULL) {
+        dump_config dc = {
+            .path = d->dump_path, .have_start = have == 1, .filter = d->filter, .keep_payload = d->careful};
+        if (have == 1)
+            dc.start = *start;
+        d->dump = dump_start(&dc, d->q, err, errlen);
+        return d->dump != NULL;
+    }
+    reader_config rc;
+    reader_config_init(&rc);
+    rc.uri = d->cfg->mongodb_uri_effective;
+    rc.start = *start;
+    rc.filter = d->filter;
+    /* Only a careful session can set an op aside, and a dead letter keeps the op's raw BSON: other sessions drop it
+     * once the text is made, which halves the memory of large documents. */
+    rc.decode_flags = d->careful ? 0 : DECODE_BORROW_PAYLOAD;
+    d->rd = reader_start(&rc, d->q, err, errlen);
+    return d->rd != NULL;
+}
+
+/* One session: from a fresh PostgreSQL connection until it fails, a stop, the source's end or a fatal fault. */
+static void run_session(daemon_ctx *d)
+{
+    op_pos start = {0, 0, -1};
+    int have = sink_read_checkpoint(d->snk, &start);
+    char at[OP_POS_STRLEN];
+    d->end = END_NONE;
+    if (have < 0) {
+        on_sink_failure(d, APPLY_RETRY);
+        return;
+    }
+    if (have == 0 && d->dump_path == NULL) {
+        /* start.c commits a checkpoint before the first session; only someone deleting it can get us here. */
+        log_error("service '%s' has no checkpoint any more (was oplog2pg.checkpoint changed by hand?); start "
+                  "oplog2pg again: it copies the collections again, or use --tail-from",
+                  d->cfg->service);
+        d->end = END_FATAL;
+        d->exit_code = EXIT_FAILURE_GENERIC;
+        return;
+    }
+    if (have == 1)
+        d->committed = start;
+    d->session_live = false;
+    d->caught_up = false;
+    if (d->careful && (have != 1 || op_pos_cmp(&start, &d->careful_until) >= 0))
+        d->careful = false; /* the refused op was committed past meanwhile (another run, or --reimport) */
+    if (d->careful) {
+        char until[OP_POS_STRLEN];
+        log_notice("applying oplog entries after %s up to %s one at a time, setting aside what PostgreSQL refuses",
+                   op_pos_format(&start, at, sizeof at), op_pos_format(&d->careful_until, until, sizeof until));
+    } else if (have == 1) {
+        log_info("service '%s': resuming after oplog entry %s (term %lld)", d->cfg->service,
+                 op_pos_format(&start, at, sizeof at), (long long)start.term);
+    }
+
+    batcher_config bc = batcher_config_from(d->cfg, d->careful);
+    sink_set_per_op(d->snk, d->careful || d->cfg->apply_mode == CONFIG_APPLY_PER_OP);
+    batcher_sink out =
+        d->cfg->on_error == CONFIG_ON_ERROR_STOP ? batcher_sink_pg_stop(d->snk) : batcher_sink_pg(d->snk);
+    d->bt = batcher_new(&bc, &out);
+    d->q = queue_new((size_t)d->cfg->queue_size, (size_t)d->cfg->queue_bytes);
+    if (d->bt == NULL || d->q == NULL) {
+        log_error("out of memory starting the apply loop");
+        d->end = END_RETRY;
+        return;
+    }
+    queue_set_notify(d->q, notify_wake, d);
+
+    char err[512];
+    if (!start_source(d, have, &start, err, sizeof err)) {
+        log_error("cannot start reading %s: %s", d->dump_path ? "the dump" : "the oplog", err);
+        d->end = END_FATAL;
+        d->exit_code = d->dump_path ? EXIT_USAGE : EXIT_CONFIG;
+        return;
+    }
+
+    ev_io_init(&d->pg_io, on_pg_readable, sink_socket(d->snk), EV_READ);
+    d->pg_io.data = d;
+    ev_io_start(d->loop, &d->pg_io);
+    ev_async_start(d->loop, &d->wake);
+    ev_async_send(d->loop, &d->wake); /* anything queued before the notify was set */
+    d->in_session = true;
+    act_on_signals(d);
+    if (d->end == END_NONE)
+        ev_run(d->loop, 0);
+    d->in_session = false;
+
+    reader_stop(d->rd);
+    dump_stop(d->dump);
+    ev_io_stop(d->loop, &d->pg_io);
+    ev_timer_stop(d->loop, &d->flush_timer);
+    ev_async_stop(d->loop, &d->wake);
+    d->session_live = false;
+    if (d->end == END_STOP) {
+        /* Entries still queued are simply not applied: the checkpoint will say so and the next run reads them. */
+        apply_status st = batcher_flush(d->bt, FLUSH_EXIT);
+        if (st != APPLY_OK) {
+            log_error("final commit failed: %s (the previous commit stands; nothing is lost)", sink_error(d->snk));
+            d->exit_code = EXIT_FAILURE_GENERIC;
+        } else {
+            const batcher_stats *bs = batcher_get_stats(d->bt);
+            refresh_committed(d);
+            log_notice("stopped cleanly; committed through oplog entry %s",
+                       op_pos_format(&d->committed, at, sizeof at));
+            (void)bs;
+        }
+    }
+}
+
+static void end_of_session_cleanup(daemon_ctx *d)
+{
+    close_session_counters(d);
+    reader_free(d->rd);
+    d->rd = NULL;
+    dump_free(d->dump);
+    d->dump = NULL;
+    queue_free(d->q);
+    d->q = NULL;
+    batcher_free(d->bt);
+    d->bt = NULL;
+}
+
+/* The initial copy's coordinator calls this about every 50 ms. */
+static void copy_tick(void *arg, int64_t copied, int64_t estimate, size_t left)
+{
+    daemon_ctx *d = arg;
+    notify_watchdog();
+    signals_poll();
+    if (signals_take_reload())
+        do_reload(d);
+    if (signals_stop_requested() && !atomic_load(&d->copy_cancel)) {
+        log_notice("stopping the initial copy once its current batches are committed");
+        notify_stopping();
+        atomic_store(&d->copy_cancel, true);
+    }
+    d->copy_copied = copied;
+    d->copy_estimate = estimate;
+    double pct = estimate > 0 ? 100.0 * (double)copied / (double)estimate : 0;
+    notify_status("copying: %.0f%% (%lld of ~%lld documents), %zu collection%s left", pct > 100 ? 100 : pct,
+                  (long long)copied, (long long)estimate, left, left == 1 ? "" : "s");
+    publish(d);
+}
+
+/* Sessions until a stop, the source's end or a fatal fault. */
+static int run_sessions(daemon_ctx *d, const daemon_options *opts)
+{
+    backoff b;
+    backoff_init(&b, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
+    bool first_session = true;
+    int code = EXIT_OK;
+    for (;;) {
+        int rc = connect_sink(d);
+        if (rc >= 0)
+            return rc;
+        if (first_session) {
+            first_session = false;
+            if (opts != NULL) {
+                start_params sp = {.cfg = d->cfg,
+                                   .opts = opts,
+                                   .snk = d->snk,
+                                   .filter = d->filter,
+                                   .copy_cancel = &d->copy_cancel,
+                                   .tick = copy_tick,
+                                   .tick_arg = d};
+                rc = start_prepare(&sp);
+                if (rc >= 0)
+                    return rc;
+                if (signals_stop_requested())
+                    return EXIT_OK;
+            }
+        }
+        double every = d->cfg->progress_interval_ms > 0 ? (double)d->cfg->progress_interval_ms / 1000.0 : 0;
+        if (every > 0) {
+            ev_timer_set(&d->progress_timer, every, every);
+            d->last_progress = ev_now(d->loop);
+            ev_timer_start(d->loop, &d->progress_timer);
+        }
+        d->last_tick = d->reader_quiet_since = ev_now(d->loop);
+        ev_timer_start(d->loop, &d->tick_timer);
+
+        run_session(d);
+
+        ev_timer_stop(d->loop, &d->tick_timer);
+        ev_timer_stop(d->loop, &d->progress_timer);
+        session_end end = d->end;
+        code = d->exit_code;
+        end_of_session_cleanup(d);
+        if (end == END_CAREFUL) {
+            /* Not a fault of the connection: start over from the checkpoint at once, stepping carefully. */
+            d->careful = true;
+            sink_disconnect(d->snk);
+            continue;
+        }
+        if (end != END_RETRY)
+            return code;
+        d->pg_reconnects++;
+        sink_disconnect(d->snk);
+        uint64_t wait = backoff_next(&b);
+        notify_status("resuming from the committed checkpoint in %llu ms", (unsigned long long)wait);
+        if (!nap(d, wait))
+            return EXIT_OK;
+    }
+}
+
+static bool ctx_init(daemon_ctx *d, config *cfg, const char *config_path, const char *dump_path)
+{
+    memset(d, 0, sizeof *d);
+    d->cfg = cfg;
+    d->config_path = config_path;
+    d->dump_path = dump_path;
+    atomic_init(&d->copy_cancel, false);
+    d->filter = make_filter(cfg);
+    sink_config sc = {
+        .conninfo = cfg->postgres_conninfo,
+        .service = cfg->service,
+        .per_op = cfg->apply_mode == CONFIG_APPLY_PER_OP,
+        .peer_timeout_s = (int)(cfg->postgres_peer_timeout_ms / 1000),
+        .wait_hook = pg_wait_hook,
+        .wait_arg = d,
+        /* The watchdog is fed from the hook while PostgreSQL keeps us waiting: at least four times per period. */
+        .wait_slice_ms = notify_watchdog_usec() > 0 && notify_watchdog_usec() / 4000 < 1000
+                             ? (int)(notify_watchdog_usec() / 4000 > 10 ? notify_watchdog_usec() / 4000 : 10)
+                             : 1000,
+    };
+    d->snk = sink_new(&sc);
+    d->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+    if (d->filter == NULL || d->snk == NULL || d->loop == NULL)
+        return false;
+    ev_async_init(&d->wake, on_wake);
+    d->wake.data = d;
+    ev_timer_init(&d->flush_timer, on_flush_timer, 1.0, 0.0);
+    d->flush_timer.data = d;
+    ev_timer_init(&d->progress_timer, on_progress, 10.0, 10.0);
+    d->progress_timer.data = d;
+    double tick = TICK_S;
+    if (notify_watchdog_usec() > 0 && (double)notify_watchdog_usec() / 4e6 < tick)
+        tick = (double)notify_watchdog_usec() / 4e6;
+    ev_timer_init(&d->tick_timer, on_tick, tick, tick);
+    d->tick_timer.data = d;
+    if (signals_fd() >= 0) {
+        ev_io_init(&d->sig_io, on_signal_fd, signals_fd(), EV_READ);
+        d->sig_io.data = d;
+        ev_io_start(d->loop, &d->sig_io);
+    }
+    d->totals.start_time = (double)time(NULL);
+    return true;
+}
+
+static void ctx_free(daemon_ctx *d)
+{
+    metrics_stop(d->metrics);
+    sink_free(d->snk);
+    nsfilter_free(d->filter);
+    if (d->loop) {
+        ev_io_stop(d->loop, &d->sig_io);
+        ev_loop_destroy(d->loop);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* run and replay */
+
+int daemon_run(config *cfg, const char *config_path, const daemon_options *opts)
+{
+    daemon_ctx d;
+    int code = EXIT_OK;
+    notify_init();
+    notify_status("starting: connecting to PostgreSQL");
+    if (!ctx_init(&d, cfg, config_path, NULL)) {
+        code = d.filter == NULL ? EXIT_CONFIG : EXIT_FAILURE_GENERIC;
+        goto done;
+    }
+    log_notice("oplog2pg %s starting: service '%s', apply mode %s", OPLOG2PG_VERSION, cfg->service,
+               config_apply_mode_name(cfg->apply_mode));
+    if (cfg->metrics_listen[0] != '\0') {
+        char merr[512];
+        d.metrics = metrics_start(cfg->metrics_listen, merr, sizeof merr);
+        if (d.metrics == NULL) {
+            log_error("%s", merr);
+            code = EXIT_CONFIG;
+            goto done;
+        }
+        log_info("serving metrics at http://%s/metrics", cfg->metrics_listen);
+        publish(&d);
+    }
+    code = run_sessions(&d, opts);
+    if (signals_stop_requested() && code == EXIT_OK)
+        notify_stopping();
+done:
+    ctx_free(&d);
+    return code;
+}
+
+int daemon_replay(config *cfg, const char *dump_path)
+{
+    daemon_ctx d;
+    int code = EXIT_OK;
+    if (!ctx_init(&d, cfg, NULL, dump_path)) {
+        code = d.filter == NULL ? EXIT_CONFIG : EXIT_FAILURE_GENERIC;
+        goto done;
+    }
+    FILE *probe = fopen(dump_path, "rb");
+    if (probe == NULL) {
+        log_error("%s: cannot open it", dump_path);
+        code = EXIT_USAGE;
+        goto done;
+    }
+    fclose(probe);
+    code = run_sessions(&d, NULL);
+    if (code == EXIT_OK && !signals_stop_requested()) {
+        char at[OP_POS_STRLEN];
+        log_notice("replayed %llu entries from %s; committed through %s", (unsigned long long)d.totals.entries_applied,
+                   dump_path, op_pos_format(&d.committed, at, sizeof at));
+    }
+done:
+    ctx_free(&d);
+    return code;
+}

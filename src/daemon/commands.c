@@ -1,0 +1,303 @@
+/*
+ * commands.c — the read-only commands: `check` (is the configuration good, can both sides be reached) and `status`
+ * (where a service stands: checkpoint, lag, oplog window, copy progress, dead letters), and the parsing of a
+ * --tail-from position. Neither command takes a lock or writes anything, so both work next to a running daemon.
+ *
+ * Exit codes follow daemon/exitcodes.h: 3 when PostgreSQL or MongoDB refuses the login or the configuration cannot
+ * work (a person must fix it), 1 when a side cannot be reached right now.
+ */
+#include "daemon/daemon.h"
+
+#include <mongoc/mongoc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon/exitcodes.h"
+#include "sink/pg.h"
+#include "sink/pgerror.h"
+#include "source/copy.h"
+#include "source/oplog_edge.h"
+#include "util/log.h"
+
+bool daemon_parse_position(const char *text, op_pos *out)
+{
+    char *end;
+    out->term = -1;
+    unsigned long long secs = strtoull(text, &end, 10);
+    if (end != text && *end == ':') {
+        unsigned long long inc = strtoull(end + 1, &end, 10);
+        if (*end == '\0' && secs <= UINT32_MAX && inc <= UINT32_MAX) {
+            out->secs = (uint32_t)secs;
+            out->inc = (uint32_t)inc;
+            return true;
+        }
+        return false;
+    }
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    end = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (end == NULL || (*end != '\0' && strcmp(end, "Z") != 0))
+        return false;
+    time_t t = timegm(&tm);
+    if (t < 0 || (unsigned long long)t > UINT32_MAX)
+        return false;
+    out->secs = (uint32_t)t;
+    out->inc = 0;
+    return true;
+}
+
+static const char *utc_text(uint32_t secs, char *buf, size_t len)
+{
+    time_t t = (time_t)secs;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    return buf;
+}
+
+/* MongoDB refused the login (authentication or authorisation): for a person to fix. */
+static bool mongo_refused(const bson_error_t *e)
+{
+    bool server = e->domain == MONGOC_ERROR_SERVER || e->domain == MONGOC_ERROR_QUERY;
+    return (server && (e->code == 13 || e->code == 18)) ||
+           (e->domain == MONGOC_ERROR_CLIENT && e->code == MONGOC_ERROR_CLIENT_AUTHENTICATE);
+}
+
+/* The worse of two exit codes (a person must act > cannot reach). */
+static int worse(int a, int b)
+{
+    return a == EXIT_CONFIG || b == EXIT_CONFIG ? EXIT_CONFIG : a != EXIT_OK ? a : b;
+}
+
+int daemon_check(config *cfg)
+{
+    int code = EXIT_OK;
+    bson_error_t err;
+    printf("configuration: ok (service '%s')\n", cfg->service);
+
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(cfg->mongodb_uri_effective, &err);
+    mongoc_client_t *client = uri ? mongoc_client_new_from_uri(uri) : NULL;
+    if (client == NULL) {
+        printf("mongodb: bad URI: %s\n", uri ? "cannot create a client" : err.message);
+        code = EXIT_CONFIG;
+    } else {
+        mongoc_client_set_error_api(client, MONGOC_ERROR_API_VERSION_2);
+        mongoc_client_set_appname(client, "oplog2pg-check");
+        bson_t *ping = BCON_NEW("ping", BCON_INT32(1));
+        if (!mongoc_client_command_simple(client, "admin", ping, NULL, NULL, &err)) {
+            bool refused = mongo_refused(&err);
+            printf("mongodb: %s: %s\n", refused ? "the login was refused" : "cannot reach it", err.message);
+            code = worse(code, refused ? EXIT_CONFIG : EXIT_FAILURE_GENERIC);
+        } else {
+            const char *names[2] = {"oldest", "newest"};
+            for (int dir = 0; dir < 2; dir++) {
+                op_pos p;
+                bool found;
+                char oerr[512], when[64], at[OP_POS_STRLEN];
+                if (!oplog_edge(client, dir == 0 ? 1 : -1, &p, &found, oerr, sizeof oerr)) {
+                    printf("mongodb: %s\n", oerr);
+                    code = worse(code, EXIT_FAILURE_GENERIC);
+                    break;
+                }
+                if (!found) {
+                    printf("mongodb: the oplog is empty (is this a replica set member?)\n");
+                    break;
+                }
+                printf("mongodb: %s oplog entry %s (%s)\n", names[dir], op_pos_format(&p, at, sizeof at),
+                       utc_text(p.secs, when, sizeof when));
+            }
+        }
+        bson_destroy(ping);
+        mongoc_client_destroy(client);
+    }
+    if (uri)
+        mongoc_uri_destroy(uri);
+
+    /* Read-only on PostgreSQL: safe next to a running daemon. */
+    sink_probe_result pr;
+    pgconn_error perr;
+    char at[OP_POS_STRLEN];
+    if (!sink_probe(cfg->postgres_conninfo, cfg->service, &pr, &perr)) {
+        const char *advice = perr.status == APPLY_CONFIG ? pgerror_advice(perr.sqlstate) : "";
+        printf("postgres: %s%s%s\n", perr.message, advice[0] ? "; " : "", advice);
+        code = worse(code, perr.status == APPLY_CONFIG ? EXIT_CONFIG : EXIT_FAILURE_GENERIC);
+    } else {
+        printf("postgres: ok (server %s)%s\n", pr.server_version,
+               pr.have_table ? "" : "; the oplog2pg schema will be created at the first run");
+        if (pr.have_checkpoint)
+            printf("postgres: service '%s' resumes after oplog entry %s (term %lld), committed %s\n", cfg->service,
+                   op_pos_format(&pr.pos, at, sizeof at), (long long)pr.pos.term, pr.applied_at);
+        else
+            printf("postgres: service '%s' has no checkpoint yet (its first run copies the included collections)\n",
+                   cfg->service);
+        printf("postgres: service '%s' is %s\n", cfg->service,
+               pr.running ? "being applied by a running oplog2pg right now" : "not running");
+    }
+    printf("%s\n", code == EXIT_OK ? "check passed" : "check failed");
+    return code;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* status */
+
+/* A JSON string literal of s (status output only holds names and timestamps, but quote properly anyway). */
+static void json_str(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(out, "\\u%04x", c);
+        else
+            fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+int daemon_status(config *cfg, bool json)
+{
+    int code = EXIT_OK;
+    char perr[1400] = "", merr[512] = "", cerr[512] = "", at[OP_POS_STRLEN], when[64];
+    sink_probe_result pr;
+    pgconn_error pe;
+    bool pg_ok = sink_probe(cfg->postgres_conninfo, cfg->service, &pr, &pe);
+    if (!pg_ok) {
+        const char *advice = pe.status == APPLY_CONFIG ? pgerror_advice(pe.sqlstate) : "";
+        snprintf(perr, sizeof perr, "%s%s%s", pe.message, advice[0] ? "; " : "", advice);
+    }
+    op_pos old_p = {0, 0, -1}, new_p = {0, 0, -1};
+    bool have_oplog = false;
+    bool mongo_ok = oplog_window(cfg->mongodb_uri_effective, &old_p, &new_p, &have_oplog, merr, sizeof merr);
+    copy_state cs;
+    memset(&cs, 0, sizeof cs);
+    bool copy_ok = pg_ok && copy_state_read(cfg->postgres_conninfo, cfg->service, &cs, cerr, sizeof cerr);
+    if (!pg_ok || !mongo_ok || (pg_ok && !copy_ok))
+        code = EXIT_FAILURE_GENERIC;
+    if (!pg_ok && pe.status == APPLY_CONFIG)
+        code = EXIT_CONFIG;
+
+    bool have_ck = pg_ok && pr.have_checkpoint;
+    double lag = have_ck && have_oplog ? (double)new_p.secs - (double)pr.pos.secs : -1;
+    double window_h = have_oplog ? ((double)new_p.secs - (double)old_p.secs) / 3600.0 : -1;
+    double margin_h = have_ck && have_oplog ? ((double)pr.pos.secs - (double)old_p.secs) / 3600.0 : -1;
+
+    if (json) {
+        FILE *o = stdout;
+        fprintf(o, "{\"service\": ");
+        json_str(o, cfg->service);
+        fprintf(o, ", \"running\": %s", pg_ok && pr.running ? "true" : "false");
+        if (have_ck) {
+            fprintf(o, ", \"checkpoint\": {\"position\": \"%s\", \"time\": ", op_pos_format(&pr.pos, at, sizeof at));
+            json_str(o, utc_text(pr.pos.secs, when, sizeof when));
+            fprintf(o, ", \"term\": %lld, \"committed_at\": ", (long long)pr.pos.term);
+            json_str(o, pr.applied_at);
+            fprintf(o, "}");
+        } else {
+            fprintf(o, ", \"checkpoint\": null");
+        }
+        if (lag >= 0)
+            fprintf(o, ", \"lag_seconds\": %.0f", lag);
+        else
+            fprintf(o, ", \"lag_seconds\": null");
+        if (mongo_ok && have_oplog) {
+            fprintf(o, ", \"oplog\": {\"oldest\": \"%s\"", op_pos_format(&old_p, at, sizeof at));
+            fprintf(o, ", \"newest\": \"%s\", \"window_hours\": %.2f", op_pos_format(&new_p, at, sizeof at), window_h);
+            if (margin_h >= 0)
+                fprintf(o, ", \"margin_hours\": %.2f", margin_h);
+            fprintf(o, "}");
+        } else {
+            fprintf(o, ", \"oplog\": null");
+        }
+        if (copy_ok && cs.exists) {
+            fprintf(o, ", \"copy\": {\"finished\": %s, \"start\": \"%s\", \"collections\": [",
+                    cs.finished ? "true" : "false", op_pos_format(&cs.start, at, sizeof at));
+            for (size_t i = 0; i < cs.n; i++) {
+                fprintf(o, "%s{\"namespace\": ", i ? ", " : "");
+                char ns[400];
+                snprintf(ns, sizeof ns, "%s.%s", cs.rows[i].db, cs.rows[i].coll);
+                json_str(o, ns);
+                fprintf(o, ", \"copied\": %lld, \"estimate\": %lld, \"done\": %s}", (long long)cs.rows[i].copied,
+                        (long long)cs.rows[i].total_estimate, cs.rows[i].done ? "true" : "false");
+            }
+            fprintf(o, "]}");
+        } else {
+            fprintf(o, ", \"copy\": null");
+        }
+        if (pg_ok)
+            fprintf(o, ", \"dead_letters\": %lld", (long long)pr.dead_letters);
+        else
+            fprintf(o, ", \"dead_letters\": null");
+        fprintf(o, ", \"errors\": [");
+        const char *errs[3] = {pg_ok ? NULL : perr, mongo_ok ? NULL : merr, !pg_ok || copy_ok ? NULL : cerr};
+        bool first = true;
+        for (int i = 0; i < 3; i++) {
+            if (errs[i] == NULL)
+                continue;
+            fputs(first ? "" : ", ", o);
+            json_str(o, errs[i]);
+            first = false;
+        }
+        fprintf(o, "]}\n");
+        copy_state_free(&cs);
+        return code;
+    }
+
+    printf("service '%s'\n", cfg->service);
+    if (!pg_ok) {
+        printf("  postgres:      %s\n", perr);
+    } else {
+        printf("  state:         %s\n", pr.running ? "running (an oplog2pg holds the service)" : "not running");
+        if (have_ck)
+            printf("  checkpoint:    %s (%s), term %lld, committed %s\n", op_pos_format(&pr.pos, at, sizeof at),
+                   utc_text(pr.pos.secs, when, sizeof when), (long long)pr.pos.term, pr.applied_at);
+        else
+            printf("  checkpoint:    none yet\n");
+        if (pr.dead_letters > 0)
+            printf("  dead letters:  %lld (SELECT * FROM oplog2pg.dead_letter WHERE service = '%s')\n",
+                   (long long)pr.dead_letters, cfg->service);
+        else
+            printf("  dead letters:  0\n");
+    }
+    if (!mongo_ok) {
+        printf("  mongodb:       %s\n", merr);
+    } else if (!have_oplog) {
+        printf("  oplog:         empty\n");
+    } else {
+        if (lag >= 0)
+            printf("  behind:        %.0f s (newest oplog entry %s)\n", lag, op_pos_format(&new_p, at, sizeof at));
+        char w2[64];
+        printf("  oplog window:  %s .. %s (%.2f h)\n", utc_text(old_p.secs, when, sizeof when),
+               utc_text(new_p.secs, w2, sizeof w2), window_h);
+        if (margin_h >= 0)
+            printf("  margin:        %.2f h of oplog before the checkpoint would fall off\n", margin_h);
+    }
+    if (copy_ok && cs.exists) {
+        size_t done = 0;
+        int64_t copied = 0, total = 0;
+        for (size_t i = 0; i < cs.n; i++) {
+            done += cs.rows[i].done;
+            copied += cs.rows[i].copied;
+            total += cs.rows[i].total_estimate;
+        }
+        if (cs.finished)
+            printf("  initial copy:  finished %s (%zu collections, %lld documents)\n", cs.finished_at, cs.n,
+                   (long long)copied);
+        else
+            printf("  initial copy:  in progress since %s: %zu of %zu collections done, %lld of ~%lld documents\n",
+                   cs.started_at, done, cs.n, (long long)copied, (long long)total);
+        for (size_t i = 0; i < cs.n && !cs.finished; i++) {
+            const copy_progress_row *r = &cs.rows[i];
+            double pct = r->total_estimate > 0 ? 100.0 * (double)r->copied / (double)r->total_estimate : 100.0;
+            printf("    %s.%s: %lld of ~%lld (%.0f%%)%s\n", r->db, r->coll, (long long)r->copied,
+                   (long long)r->total_estimate, pct > 100 ? 100 : pct, r->done ? ", done" : "");
+        }
+    } else if (pg_ok && !copy_ok) {
+        printf("  initial copy:  %s\n", cerr);
+    }
+    copy_state_free(&cs);
+    return code;
+}

@@ -1,0 +1,186 @@
+/*
+ * start.c — where a run starts (see start.h).
+ */
+#include "daemon/start.h"
+
+#include <mongoc/mongoc.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/exitcodes.h"
+#include "daemon/signals.h"
+#include "source/copy.h"
+#include "source/oplog_edge.h"
+#include "util/log.h"
+
+/* A short-lived MongoDB client for the start-up reads. */
+static mongoc_client_t *client_for(const config *cfg, char *err, size_t errlen)
+{
+    bson_error_t e;
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(cfg->mongodb_uri_effective, &e);
+    mongoc_client_t *c = uri ? mongoc_client_new_from_uri(uri) : NULL;
+    if (uri == NULL)
+        snprintf(err, errlen, "bad MongoDB URI: %.400s", e.message);
+    else if (c == NULL)
+        snprintf(err, errlen, "cannot create a MongoDB client");
+    if (uri)
+        mongoc_uri_destroy(uri);
+    if (c != NULL) {
+        mongoc_client_set_error_api(c, MONGOC_ERROR_API_VERSION_2);
+        mongoc_client_set_appname(c, "oplog2pg-start");
+    }
+    return c;
+}
+
+static int commit_start(const start_params *p, const op_pos *pos, const char *why)
+{
+    char at[OP_POS_STRLEN];
+    apply_status st = sink_set_checkpoint(p->snk, pos);
+    if (st != APPLY_OK) {
+        log_error("%s: committing the start position: %s", why, sink_error(p->snk));
+        return st == APPLY_CONFIG ? EXIT_CONFIG : st == APPLY_FENCED ? EXIT_FENCED : EXIT_FAILURE_GENERIC;
+    }
+    log_notice("service '%s': %s; tailing starts after oplog entry %s", p->cfg->service, why,
+               op_pos_format(pos, at, sizeof at));
+    return -1;
+}
+
+/* --skip-import: the newest entry, once there is one. */
+static int skip_import(const start_params *p)
+{
+    char err[512];
+    mongoc_client_t *c = client_for(p->cfg, err, sizeof err);
+    if (c == NULL) {
+        log_error("--skip-import: %s", err);
+        return EXIT_CONFIG;
+    }
+    int rc = -1;
+    bool logged = false;
+    for (;;) {
+        op_pos newest;
+        bool found = false;
+        if (oplog_edge(c, -1, &newest, &found, err, sizeof err) && found) {
+            rc = commit_start(p, &newest, "--skip-import: no initial copy");
+            break;
+        }
+        if (!logged) {
+            log_notice("--skip-import: %s; waiting for the oplog's first entry", found ? err : "the oplog is empty");
+            logged = true;
+        }
+        if (!signals_nap(1000)) {
+            rc = EXIT_OK;
+            break;
+        }
+    }
+    mongoc_client_destroy(c);
+    return rc;
+}
+
+/* --tail-from: the last entry before the position becomes the checkpoint. */
+static int tail_from(const start_params *p)
+{
+    char err[512], at[OP_POS_STRLEN], want[OP_POS_STRLEN];
+    const op_pos *from = &p->opts->tail_from;
+    mongoc_client_t *c = client_for(p->cfg, err, sizeof err);
+    if (c == NULL) {
+        log_error("--tail-from: %s", err);
+        return EXIT_CONFIG;
+    }
+    op_pos oldest, before;
+    bool found = false, have_before = false;
+    int rc = -1;
+    if (!oplog_edge(c, 1, &oldest, &found, err, sizeof err)) {
+        log_error("--tail-from: %s", err);
+        rc = EXIT_FAILURE_GENERIC;
+    } else if (!found || op_pos_cmp(from, &oldest) <= 0) {
+        /* The entry before the start must still be there too, or entries between it and the start may be gone. */
+        log_error("--tail-from %s is no longer in the oplog (its oldest entry is %s): the changes before the oldest "
+                  "entry are lost; copy instead (run without --tail-from, or with --reimport)",
+                  op_pos_format(from, want, sizeof want), found ? op_pos_format(&oldest, at, sizeof at) : "none");
+        rc = EXIT_RESUME_LOST;
+    } else if (!oplog_entry_before(c, from, &before, &have_before, err, sizeof err) || !have_before) {
+        log_error("--tail-from: finding the entry before %s: %s", op_pos_format(from, want, sizeof want),
+                  have_before ? err : "none found");
+        rc = EXIT_FAILURE_GENERIC;
+    } else {
+        char why[128];
+        snprintf(why, sizeof why, "--tail-from %s", op_pos_format(from, want, sizeof want));
+        rc = commit_start(p, &before, why);
+    }
+    mongoc_client_destroy(c);
+    return rc;
+}
+
+int start_prepare(const start_params *p)
+{
+    char err[1024], at[OP_POS_STRLEN];
+    const config *cfg = p->cfg;
+    if (p->opts->reimport) {
+        bool drop = cfg->copy_reimport == CONFIG_REIMPORT_DROP;
+        log_notice("--reimport: forgetting service '%s''s checkpoint and copy, and %s its tables", cfg->service,
+                   drop ? "dropping" : "emptying");
+        if (!copy_reset(cfg->postgres_conninfo, cfg->service, p->filter, drop, err, sizeof err)) {
+            log_error("--reimport: %s", err);
+            return EXIT_FAILURE_GENERIC;
+        }
+        if (sink_set_checkpoint(p->snk, NULL) != APPLY_OK) {
+            log_error("--reimport: %s", sink_error(p->snk));
+            return EXIT_FAILURE_GENERIC;
+        }
+    }
+    if (p->opts->have_tail_from)
+        return tail_from(p);
+
+    op_pos ckpt;
+    int have = sink_read_checkpoint(p->snk, &ckpt);
+    if (have < 0) {
+        log_error("%s", sink_error(p->snk));
+        return EXIT_FAILURE_GENERIC;
+    }
+    if (have == 1) {
+        if (p->opts->import_only) {
+            log_notice("--import-only: service '%s' already has a checkpoint (%s): nothing to copy", cfg->service,
+                       op_pos_format(&ckpt, at, sizeof at));
+            return EXIT_OK;
+        }
+        return -1;
+    }
+    if (p->opts->skip_import)
+        return skip_import(p);
+
+    copy_config cc = {
+        .tick = p->tick,
+        .tick_arg = p->tick_arg,
+        .mongo_uri = cfg->mongodb_uri_effective,
+        .pg_conninfo = cfg->postgres_conninfo,
+        .service = cfg->service,
+        .filter = p->filter,
+        .workers = (int)cfg->copy_workers,
+        .batch_docs = (uint32_t)cfg->copy_batch_docs,
+        .window_warn_ms = cfg->copy_window_warning_ms,
+        .progress_interval_ms = cfg->progress_interval_ms,
+        .cancel = p->copy_cancel,
+        .peer_timeout_s = (int)(cfg->postgres_peer_timeout_ms / 1000),
+    };
+    op_pos start;
+    log_notice("service '%s' has no checkpoint: copying the included collections first", cfg->service);
+    copy_result r = copy_run(&cc, &start, err, sizeof err);
+    switch (r) {
+    case COPY_DONE: {
+        /* The copy's start becomes the checkpoint: tailing replays everything since, checked like any resume. */
+        int rc = commit_start(p, &start, "initial copy complete");
+        if (rc >= 0)
+            return rc;
+        return p->opts->import_only ? EXIT_OK : -1;
+    }
+    case COPY_CANCELLED:
+        log_notice("initial copy stopped; its progress is committed and the next start continues it");
+        return EXIT_OK;
+    case COPY_WINDOW_LOST:
+        log_error("%s", err);
+        return EXIT_COPY_WINDOW;
+    default:
+        log_error("initial copy failed: %s", err);
+        return EXIT_FAILURE_GENERIC;
+    }
+}

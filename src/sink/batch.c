@@ -1,0 +1,209 @@
+/*
+ * batch.c — see batch.h.
+ */
+#include "sink/batch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/strbuf.h"
+
+#define KEEP_CAP    (1024 * 1024) /* storage kept across resets */
+#define STAGE_BYTES (256 * 1024)  /* framing and small rows are gathered up to this before libpq gets them */
+
+typedef struct {
+    char *json;
+    uint32_t json_len;
+    uint32_t key_off, key_len;
+} row;
+
+struct sink_batch {
+    row *rows;
+    size_t n, cap;
+    strbuf keys;
+    size_t bytes;
+};
+
+static const char copy_header[] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, extension 0 */
+#define COPY_HEADER_LEN 19
+
+sink_batch *sink_batch_new(void)
+{
+    sink_batch *b = calloc(1, sizeof *b);
+    if (b != NULL)
+        strbuf_init(&b->keys);
+    return b;
+}
+
+static void drop_rows(sink_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        free(b->rows[i].json);
+    b->n = 0;
+    b->bytes = 0;
+}
+
+void sink_batch_free(sink_batch *b)
+{
+    if (b == NULL)
+        return;
+    drop_rows(b);
+    free(b->rows);
+    strbuf_free(&b->keys);
+    free(b);
+}
+
+void sink_batch_reset(sink_batch *b)
+{
+    drop_rows(b);
+    strbuf_reset(&b->keys, KEEP_CAP);
+    if (b->cap * sizeof *b->rows > KEEP_CAP) {
+        free(b->rows);
+        b->rows = NULL;
+        b->cap = 0;
+    }
+}
+
+void sink_batch_release(sink_batch *b)
+{
+    drop_rows(b);
+    strbuf_free(&b->keys);
+    free(b->rows);
+    b->rows = NULL;
+    b->cap = 0;
+}
+
+static bool add_row(sink_batch *b, const char *key, size_t klen, char *json, size_t jlen)
+{
+    if (jlen > INT32_MAX - 1 || klen > INT32_MAX || b->keys.len + klen > UINT32_MAX)
+        return false;
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 64;
+        row *r = realloc(b->rows, cap * sizeof *r);
+        if (r == NULL)
+            return false;
+        b->rows = r;
+        b->cap = cap;
+    }
+    size_t off = b->keys.len;
+    strbuf_append(&b->keys, key, klen);
+    if (strbuf_failed(&b->keys)) {
+        b->keys.len = off;
+        b->keys.failed = false;
+        return false;
+    }
+    b->rows[b->n++] =
+        (row){.json = json, .json_len = (uint32_t)jlen, .key_off = (uint32_t)off, .key_len = (uint32_t)klen};
+    b->bytes += klen + jlen;
+    return true;
+}
+
+bool sink_batch_add(sink_batch *b, const char *key, size_t klen, const char *json, size_t jlen)
+{
+    char *copy = malloc(jlen + 1);
+    if (copy == NULL)
+        return false;
+    memcpy(copy, json, jlen);
+    copy[jlen] = '\0';
+    if (!add_row(b, key, klen, copy, jlen)) {
+        free(copy);
+        return false;
+    }
+    return true;
+}
+
+bool sink_batch_take(sink_batch *b, const char *key, size_t klen, char **json, size_t jlen)
+{
+    if (!add_row(b, key, klen, *json, jlen))
+        return false;
+    *json = NULL;
+    return true;
+}
+
+size_t sink_batch_rows(const sink_batch *b)
+{
+    return b->n;
+}
+
+size_t sink_batch_bytes(const sink_batch *b)
+{
+    return b->bytes;
+}
+
+void sink_batch_row(const sink_batch *b, size_t i, const char **key, size_t *klen, const char **json, size_t *jlen)
+{
+    const row *r = &b->rows[i];
+    *key = b->keys.data + r->key_off;
+    *klen = r->key_len;
+    *json = r->json;
+    *jlen = r->json_len;
+}
+
+static void put_be16(char *p, uint16_t v)
+{
+    p[0] = (char)(v >> 8);
+    p[1] = (char)v;
+}
+
+static void put_be32(char *p, uint32_t v)
+{
+    p[0] = (char)(v >> 24);
+    p[1] = (char)(v >> 16);
+    p[2] = (char)(v >> 8);
+    p[3] = (char)v;
+}
+
+bool sink_batch_copy(pgconn *c, const sink_batch *b, pgconn_error *err)
+{
+    static const char trailer[2] = {(char)0xff, (char)0xff};
+    char stage[STAGE_BYTES];
+    size_t used = 0;
+    bool ok = pgconn_copy_put(c, copy_header, COPY_HEADER_LEN, err);
+    for (size_t i = 0; ok && i < b->n; i++) {
+        const row *r = &b->rows[i];
+        /* int16 2 fields; int32 key length, key; int32 jsonb length (version byte + text), version 1, text. */
+        size_t frame = 2 + 4 + r->key_len + 4 + 1;
+        if (used + frame > sizeof stage) {
+            ok = pgconn_copy_put(c, stage, used, err);
+            used = 0;
+        }
+        if (!ok)
+            break;
+        if (frame > sizeof stage) {
+            /* A key this long is refused by the index anyway; send it as it is. */
+            char head[6];
+            put_be16(head, 2);
+            put_be32(head + 2, r->key_len);
+            char tail[5];
+            put_be32(tail, r->json_len + 1);
+            tail[4] = 1;
+            ok = pgconn_copy_put(c, head, 6, err) && pgconn_copy_put(c, b->keys.data + r->key_off, r->key_len, err) &&
+                 pgconn_copy_put(c, tail, 5, err);
+        } else {
+            char *p = stage + used;
+            put_be16(p, 2);
+            put_be32(p + 2, r->key_len);
+            memcpy(p + 6, b->keys.data + r->key_off, r->key_len);
+            put_be32(p + 6 + r->key_len, r->json_len + 1);
+            p[10 + r->key_len] = 1;
+            used += frame;
+        }
+        if (!ok)
+            break;
+        if (used + r->json_len <= sizeof stage) {
+            memcpy(stage + used, r->json, r->json_len);
+            used += r->json_len;
+        } else {
+            ok = (used == 0 || pgconn_copy_put(c, stage, used, err)) && pgconn_copy_put(c, r->json, r->json_len, err);
+            used = 0;
+        }
+    }
+    if (ok && used > 0)
+        ok = pgconn_copy_put(c, stage, used, err);
+    if (!ok || !pgconn_copy_put(c, trailer, 2, err)) {
+        /* End the COPY so that the connection (and its transaction) stays in a known state. */
+        PQputCopyEnd(c->pg, "oplog2pg: sending failed");
+        return false;
+    }
+    return pgconn_copy_end(c, err);
+}
