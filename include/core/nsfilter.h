@@ -32,9 +32,18 @@ bool nsfilter_match(const nsfilter *f, const char *db, const char *coll);
 /* The same for a whole namespace "db.coll" (split at its first dot; a namespace without a dot never matches). */
 bool nsfilter_match_ns(const nsfilter *f, const char *ns);
 
+/* True when a collection of db may be replicated: some include pattern's database part matches db and no exclude
+ * pattern takes the whole database (db.*). */
+bool nsfilter_match_db(const nsfilter *f, const char *db);
+
+/* The namespaces oplog2pg never replicates, whatever the patterns: the admin, local and config databases and
+ * collections named system.* (coll may be NULL: the database alone). The one place that says so. */
+bool ns_is_internal(const char *db, size_t dblen, const char *coll, size_t colllen);
+
 /* Turns the ops of a decoded entry whose namespace the filter rejects into OP_NOOP (keeping pos and index), so the
- * checkpoint still moves past them. A rename is kept when either side is replicated; dropDatabase always (it drops
- * only what was replicated). f NULL keeps everything. */
+ * checkpoint still moves past them and an excluded namespace gets no DDL at all. A rename is kept when either side
+ * is replicated (the sink moves or drops only tables this service made); dropDatabase when some include pattern
+ * can match the database (it drops only the tables this service made there). f NULL keeps everything. */
 void nsfilter_filter_entry(const nsfilter *f, op_entry *e);
 
 void nsfilter_free(nsfilter *f);

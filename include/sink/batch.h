@@ -16,6 +16,10 @@
 
 #include "sink/pgconn.h"
 
+/* The columns of a replicated table, in COPY order. The table itself is made by oplog2pg.ensure_table
+ * (src/sink/schema.sql): (_id text COLLATE "C" PRIMARY KEY, doc jsonb NOT NULL). */
+#define SINK_COLUMNS "_id, doc"
+
 typedef struct sink_batch sink_batch;
 
 sink_batch *sink_batch_new(void);

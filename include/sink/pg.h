@@ -123,6 +123,10 @@ bool sink_record_dead_letter(pgconn *c, const char *service, const op *o, const 
  * op; returns APPLY_DATA. */
 sink_status sink_refuse(sink *s, const op *o, const char *why);
 
+/* Installs (or brings up to date) the oplog2pg schema and the update functions on c, one installer at a time
+ * across the cluster. Every daemon start and every copy run does it; all of it is idempotent. */
+bool sink_install_schema(pgconn *c, pgconn_error *err);
+
 /* While idle between groups: the connection's socket (for the owner's event loop; -1 when not connected), and a
  * check of what arrived on it (a server that terminated the session says so before it closes the socket).
  * APPLY_OK while the connection is healthy. */
@@ -130,6 +134,9 @@ int sink_socket(const sink *s);
 /* The PostgreSQL backend's process id (0 when not connected), for logs and tests. */
 int sink_backend_pid(const sink *s);
 sink_status sink_check_idle(sink *s);
+/* Asks PostgreSQL to cancel the statement the sink waits on (from the wait hook: a stop that must not wait for a
+ * lock forever). The call in progress then fails as passing (APPLY_RETRY); nothing uncommitted is kept. */
+bool sink_cancel(sink *s, char *err, size_t errlen);
 
 /* What a read-only look at PostgreSQL finds for a service (`check`, `status`): it takes no lock and writes
  * nothing, so it is safe while the daemon runs. */

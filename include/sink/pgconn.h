@@ -45,12 +45,16 @@ typedef struct pgconn {
     pgconn_params p;
     char *conninfo;    /* owned copy */
     pgconn_error last; /* the last failure of pgconn_exec/pgconn_exec_params, whatever err was passed */
+    char goodbye[300]; /* a FATAL the server sent outside any query (it is about to close the connection) */
 } pgconn;
 
 /* Connects (see above). NULL with err set on failure: APPLY_CONFIG for a refused login or a bad connection string,
  * APPLY_RETRY for everything a later attempt may cure, APPLY_NOMEM. */
 pgconn *pgconn_connect(const pgconn_params *params, pgconn_error *err);
 void pgconn_close(pgconn *c);
+/* Asks the server to cancel what the connection runs now (it then fails with 57014, a passing error). False with
+ * the reason in err when the request could not be sent. */
+bool pgconn_cancel(pgconn *c, char *err, size_t errlen);
 
 /* Waits until the socket is readable (or also writable, for_write), a wait slice ends, or the connection fails;
  * calls the hook when the wait, counted from `since` (clock_s), has lasted a slice or more. False when poll itself

@@ -43,16 +43,18 @@ typedef struct copy_config {
     void *tick_arg;
 } copy_config;
 
-typedef enum { COPY_DONE, COPY_CANCELLED, COPY_WINDOW_LOST, COPY_FAILED } copy_result;
+/* COPY_REFUSED: PostgreSQL refused something the operator must fix (the login, a privilege, a table of that name
+ * that oplog2pg did not make); COPY_FAILED: anything else that did not pass with retries. */
+typedef enum { COPY_DONE, COPY_CANCELLED, COPY_WINDOW_LOST, COPY_FAILED, COPY_REFUSED } copy_result;
 
 /* Runs or resumes the copy for cfg->service. On COPY_DONE *start is the oplog position noted before the copy
  * began (the caller tails from it, checking it like any resume point). A copy already finished returns COPY_DONE
  * at once with its start. Otherwise err says why (naming the collection and the last _id where one is concerned). */
 copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t errlen);
 
-/* --reimport: forget the service's copy state and drop (or truncate) the tables of the included collections (the
- * PostgreSQL tables whose schema.table the filter includes; the oplog2pg and system schemas are never touched).
- * The caller clears the checkpoint itself. */
+/* --reimport: forget the service's copy state and drop (or truncate) the tables of the included collections that
+ * the catalog (oplog2pg.tables) says this service made; no other table is ever touched. The caller clears the
+ * checkpoint itself. */
 bool copy_reset(const char *pg_conninfo, const char *service, const nsfilter *filter, bool drop, char *err,
                 size_t errlen);
 

@@ -232,6 +232,27 @@ bool nsfilter_match_ns(const nsfilter *f, const char *ns)
     return match_parts(f, ns, (size_t)(dot - ns), dot + 1, strlen(dot + 1));
 }
 
+bool nsfilter_match_db(const nsfilter *f, const char *db)
+{
+    size_t dblen = strlen(db);
+    for (size_t i = 0; i < f->nexclude; i++) /* db.* excluded as a whole */
+        if (f->exclude[i].coll.kind == PART_ANY && part_match(&f->exclude[i].db, db, dblen))
+            return false;
+    for (size_t i = 0; i < f->ninclude; i++)
+        if (part_match(&f->include[i].db, db, dblen))
+            return true;
+    return false;
+}
+
+bool ns_is_internal(const char *db, size_t dblen, const char *coll, size_t colllen)
+{
+    static const char *const internal[] = {"admin", "local", "config"};
+    for (size_t i = 0; i < sizeof internal / sizeof internal[0]; i++)
+        if (dblen == strlen(internal[i]) && memcmp(db, internal[i], dblen) == 0)
+            return true;
+    return coll != NULL && colllen >= 7 && memcmp(coll, "system.", 7) == 0;
+}
+
 void nsfilter_free(nsfilter *f)
 {
     if (f == NULL)
@@ -253,7 +274,9 @@ void nsfilter_filter_entry(const nsfilter *f, op_entry *e)
         case OP_NOOP:
             continue;
         case OP_DROP_DATABASE:
-            keep = true;
+            /* It drops only the tables this service made (the catalog); a database no pattern can include has
+             * none, and gets no DDL at all. */
+            keep = o->db != NULL && nsfilter_match_db(f, o->db);
             break;
         case OP_RENAME:
             keep = (o->db && o->coll && nsfilter_match(f, o->db, o->coll)) ||

@@ -49,6 +49,7 @@
 #define BACKOFF_MAX_MS 5000
 #define FENCE_WAIT_MS  15000 /* how long a start waits for another holder of the service to go away */
 #define WAIT_WARN_S    30.0  /* a wait on PostgreSQL this long is logged (once per wait) */
+#define STOP_GRACE_S   5.0   /* a stop waits this long for PostgreSQL to answer, then cancels the statement */
 
 #define TICK_S 1.0 /* STATUS line, metrics snapshot and watchdog period (shorter when the watchdog needs it) */
 
@@ -98,6 +99,8 @@ typedef struct {
     ev_tstamp last_tick, reader_quiet_since;
     double rate;        /* entries applied per second over the last tick */
     double wait_logged; /* the wait on PostgreSQL already logged, by its start time */
+    double stop_seen;   /* when a wait on PostgreSQL first saw the stop request (0: not yet) */
+    bool cancel_sent;   /* the statement kept waiting past STOP_GRACE_S was cancelled */
     metrics_server *metrics;
     metrics_snapshot totals; /* counters of the sessions that ended (the running one is added at publish time) */
     uint64_t pg_reconnects;
@@ -189,15 +192,34 @@ static bool nap(daemon_ctx *d, uint64_t ms)
 }
 
 /* The sink's wait hook: PostgreSQL keeps us waiting (a lock, a slow commit, a connect). Healthy waiting feeds the
- * watchdog and says in STATUS what it waits for; a dead peer is the kernel's to notice ([postgres] peer_timeout). */
+ * watchdog and says in STATUS what it waits for; a dead peer is the kernel's to notice ([postgres] peer_timeout).
+ * A stop requested meanwhile gives PostgreSQL STOP_GRACE_S to answer (the work then commits as usual), then cancels
+ * the statement: the session ends uncommitted, which is safe (the next start reads it again), and a stop never
+ * hangs on a lock someone else holds. A second SIGTERM exits at once. */
 static void pg_wait_hook(void *arg, const char *what, double waited)
 {
     daemon_ctx *d = arg;
     notify_watchdog();
-    signals_poll(); /* a second SIGTERM exits at once; the first is acted on once the wait is over */
+    signals_poll();
+    double now = clock_s();
+    if (signals_stop_requested()) {
+        if (d->stop_seen == 0)
+            d->stop_seen = now;
+        if (!d->cancel_sent && now - d->stop_seen >= STOP_GRACE_S) {
+            char err[256];
+            d->cancel_sent = true;
+            log_notice("stopping: cancelling %s, which PostgreSQL has kept waiting %.0f s; what it would have "
+                       "committed is read again at the next start",
+                       what, waited);
+            if (!sink_cancel(d->snk, err, sizeof err))
+                log_warning("cancelling %s: %s", what, err);
+        }
+    }
     notify_status("waiting %.0f s for PostgreSQL: %s%s", waited, what,
-                  signals_stop_requested() ? " (stopping once it answers)" : "");
-    double started = clock_s() - waited;
+                  !signals_stop_requested() ? ""
+                  : d->cancel_sent          ? " (stopping: cancelled)"
+                                            : " (stopping once it answers, or cancelling it)");
+    double started = now - waited;
     if (waited >= WAIT_WARN_S && (started - d->wait_logged > 1.0 || started < d->wait_logged - 1.0)) {
         d->wait_logged = started;
         log_warning("PostgreSQL has kept oplog2pg waiting %.0f s for %s (a lock held by another session? see "

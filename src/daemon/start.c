@@ -179,6 +179,9 @@ int start_prepare(const start_params *p)
     case COPY_WINDOW_LOST:
         log_error("%s", err);
         return EXIT_COPY_WINDOW;
+    case COPY_REFUSED:
+        log_error("initial copy stopped: %s", err);
+        return EXIT_CONFIG;
     default:
         log_error("initial copy failed: %s", err);
         return EXIT_FAILURE_GENERIC;

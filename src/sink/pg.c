@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "map/ejson.h"
-#include "map/shape.h"
+#include "map/names.h"
 #include "sink/pgerror.h"
 #include "sql_embed.h"
 #include "util/clock.h"
@@ -52,6 +52,7 @@ typedef enum {
     P_COMMIT,
     P_SYNC,
     P_DEAD_LETTER,
+    P_CATALOG,
 } pending_kind;
 
 static const char *const pending_what[] = {
@@ -67,6 +68,7 @@ static const char *const pending_what[] = {
     "COMMIT",
     "sync",
     "recording a dead letter",
+    "catalog call",
 };
 
 /* Whether a statement of this kind writes an op's own data (see pgerror_classify). */
@@ -76,10 +78,11 @@ static bool is_data_kind(pending_kind k)
 }
 
 typedef struct table {
-    char *db, *coll;
-    char *qname; /* "db"."coll", quoted */
-    unsigned id; /* statement names: i<id>, u<id>, d<id> */
-    bool ready;  /* schema, table and statements sent on this connection */
+    char *db, *coll; /* the MongoDB namespace */
+    pg_name name;    /* its schema and table (map/names.h) */
+    char *qname;     /* "schema"."table", quoted */
+    unsigned id;     /* statement names: i<id>, u<id>, d<id> */
+    bool ready;      /* schema, table and statements sent on this connection */
 } table;
 
 typedef struct {
@@ -110,7 +113,6 @@ struct sink {
     unsigned next_table_id;
 
     sink_status failed;  /* first failure in the current pipeline, reported at drain */
-    char goodbye[300];   /* a FATAL the server sent outside any query (it is about to close the connection) */
     pgconn *probe;       /* a side connection that asks pg_stat_activity what a long wait is about */
     double probed_at;    /* clock_s() of the last probe */
     char wait_note[300]; /* what the server said about the wait */
@@ -232,25 +234,11 @@ void sink_disconnect(sink *s)
     s->have_ckpt = -1;
     s->pend_head = s->pend_tail = 0;
     s->unflushed = 0;
-    s->goodbye[0] = '\0';
     tables_clear(s); /* prepared statements and "created" marks belong to the connection */
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* connecting (outside pipeline mode) */
-
-/* Notices go to the debug log; a FATAL outside any query (a terminated session, a server shutting down) comes this
- * way too, before the socket closes: note it, so an idle connection's end is seen at once. */
-static void notice_receiver(void *arg, const PGresult *res)
-{
-    sink *s = arg;
-    const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
-    char msg[300];
-    pgerror_message(PQresultErrorMessage(res), NULL, msg, sizeof msg);
-    if (sev != NULL && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0))
-        snprintf(s->goodbye, sizeof s->goodbye, "%s", msg);
-    log_debug("postgres: %s", msg);
-}
 
 static bool exec_sync(sink *s, const char *sql, int n, const char *const *values, PGresult **out, const char *what)
 {
@@ -258,6 +246,30 @@ static bool exec_sync(sink *s, const char *sql, int n, const char *const *values
     if (pgconn_exec_params(s->c, sql, n, values, NULL, NULL, 0, out, false, &e))
         return true;
     set_err(s, e.status, e.sqlstate, "%s: %s", what, e.message);
+    return false;
+}
+
+bool sink_install_schema(pgconn *c, pgconn_error *err)
+{
+    /* One installer at a time: CREATE OR REPLACE FUNCTION and CREATE ... IF NOT EXISTS are not safe against a
+     * concurrent run of themselves (two daemons starting together, a copy beside its daemon). */
+    if (!pgconn_exec(c, "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('oplog2pg.schema', 0))", NULL, false,
+                     err))
+        return false;
+    if (pgconn_exec(c, oplog2pg_sql_schema, NULL, false, err) &&
+        pgconn_exec(c, oplog2pg_sql_update_functions, NULL, false, err) && pgconn_exec(c, "COMMIT", NULL, false, err))
+        return true;
+    pgconn_error ignored;
+    pgconn_exec(c, "ROLLBACK", NULL, false, &ignored);
+    return false;
+}
+
+static bool install_schema(sink *s)
+{
+    pgconn_error e;
+    if (sink_install_schema(s->c, &e))
+        return true;
+    set_err(s, e.status, e.sqlstate, "installing the oplog2pg schema: %s", e.message);
     return false;
 }
 
@@ -282,7 +294,6 @@ sink_status sink_connect(sink *s)
         return s->failed;
     }
     s->conn = s->c->pg;
-    PQsetNoticeReceiver(s->conn, notice_receiver, s);
     PGresult *res = NULL;
     if (PQserverVersion(s->conn) < 130000) {
         set_err(s, APPLY_CONFIG, NULL, "PostgreSQL %d is too old: oplog2pg needs 13 or later",
@@ -291,8 +302,7 @@ sink_status sink_connect(sink *s)
     }
     if (!exec_sync(s, "SET synchronous_commit = on; SET client_min_messages = warning", 0, NULL, NULL,
                    "setting session options") ||
-        !exec_sync(s, oplog2pg_sql_schema, 0, NULL, NULL, "installing the oplog2pg schema") ||
-        !exec_sync(s, oplog2pg_sql_update_functions, 0, NULL, NULL, "installing the update functions"))
+        !install_schema(s))
         goto fail;
 
     /* Fence: one daemon per service. The advisory lock lives as long as this session. */
@@ -604,6 +614,11 @@ int sink_backend_pid(const sink *s)
     return s->conn != NULL ? PQbackendPID(s->conn) : 0;
 }
 
+bool sink_cancel(sink *s, char *err, size_t errlen)
+{
+    return pgconn_cancel(s->c, err, errlen);
+}
+
 sink_status sink_check_idle(sink *s)
 {
     if (s->conn == NULL)
@@ -612,12 +627,12 @@ sink_status sink_check_idle(sink *s)
         read_ready(s); /* results on their way: take what came */
         return s->failed;
     }
-    /* PQisBusy parses what arrived: a FATAL outside any query reaches the notice receiver (s->goodbye). */
+    /* PQisBusy parses what arrived: a FATAL outside any query reaches pgconn's notice receiver (goodbye). */
     bool ok = PQconsumeInput(s->conn) == 1;
     PGresult *res = ok && !PQisBusy(s->conn) ? PQgetResult(s->conn) : NULL;
-    if (!ok || PQstatus(s->conn) == CONNECTION_BAD || s->goodbye[0] != '\0' || res != NULL) {
+    if (!ok || PQstatus(s->conn) == CONNECTION_BAD || s->c->goodbye[0] != '\0' || res != NULL) {
         char msg[600];
-        pgerror_message(s->goodbye[0]                                 ? s->goodbye
+        pgerror_message(s->c->goodbye[0]                              ? s->c->goodbye
                         : res != NULL && PQresultErrorMessage(res)[0] ? PQresultErrorMessage(res)
                                                                       : PQerrorMessage(s->conn),
                         NULL, msg, sizeof msg);
@@ -673,36 +688,38 @@ static sink_status prepare_stmt(sink *s, table *t, char kind, const char *sql)
     return after_send(s, PQsendPrepare(s->conn, name, sql, 0, NULL) == 1, strlen(sql));
 }
 
-/* A name PostgreSQL can hold as an identifier, or the reason it cannot. */
-static const char *name_refusal(const char *name)
+/* Maps db.coll to its names; false (s->failed = APPLY_DATA, naming the op's entry) when it cannot be a table. */
+static bool map_names(sink *s, const char *db, const char *coll, pg_name *out, const op_pos *pos)
 {
-    size_t n = strlen(name);
-    if (n == 0)
-        return "it is empty";
-    if (n > PG_MAX_IDENT)
-        return "database and collection names must be 1 to 63 bytes";
-    if (!utf8_valid(name, n, false))
-        return "it is not valid UTF-8";
-    return NULL;
+    char why[120], where[32];
+    if (names_map(db, coll, out, why, sizeof why))
+        return true;
+    fmt_pos(pos, where, sizeof where);
+    set_err(s, APPLY_DATA, NULL, "namespace %s.%s (oplog entry %s) cannot be a PostgreSQL table: %s", db,
+            coll ? coll : "", where, why);
+    return false;
 }
 
-/* The table for db.coll, created (schema, table) and its statements prepared on this connection if needed. */
+/* Sends a call of one of the catalog functions (oplog2pg.ensure_table, drop_table, ...), pipelined. */
+static sink_status catalog_call(sink *s, const table *t, const char *sql, int n, const char *const *values,
+                                const op_pos *pos)
+{
+    if (!push_pending(s, P_CATALOG, t, pos))
+        return s->failed;
+    return after_send(s, PQsendQueryParams(s->conn, sql, n, NULL, values, NULL, NULL, 0) == 1, 256);
+}
+
+/* The table for db.coll: made (schema, table, catalog row) or checked to be this service's, and its statements
+ * prepared on this connection if needed. A table of that name that oplog2pg did not make stops everything (O2FOR,
+ * a person must act). */
 static table *get_table(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
     table *t = find_table(s, db, coll);
     if (t != NULL && t->ready)
         return t;
-
-    char where[32];
-    fmt_pos(pos, where, sizeof where);
-    const char *why = name_refusal(db);
-    if (why == NULL)
-        why = name_refusal(coll);
-    if (why != NULL) {
-        set_err(s, APPLY_DATA, NULL, "namespace %s.%s (oplog entry %s) cannot be a PostgreSQL table: %s", db, coll,
-                where, why);
+    pg_name nm;
+    if (!map_names(s, db, coll, &nm, pos))
         return NULL;
-    }
     if (t == NULL) {
         if (s->ntables == s->tables_cap) {
             size_t cap = s->tables_cap ? s->tables_cap * 2 : 16;
@@ -717,11 +734,11 @@ static table *get_table(sink *s, const char *db, const char *coll, const op_pos 
             goto oom;
         t->db = strdup(db);
         t->coll = strdup(coll);
-        char *qdb = quote_ident(s, db), *qcoll = quote_ident(s, coll);
-        if (t->db && t->coll && qdb && qcoll && asprintf(&t->qname, "%s.%s", qdb, qcoll) < 0)
+        char *qs = quote_ident(s, nm.schema), *qt = quote_ident(s, nm.table);
+        if (t->db && t->coll && qs && qt && asprintf(&t->qname, "%s.%s", qs, qt) < 0)
             t->qname = NULL;
-        free(qdb);
-        free(qcoll);
+        free(qs);
+        free(qt);
         if (t->db == NULL || t->coll == NULL || t->qname == NULL) {
             free(t->db);
             free(t->coll);
@@ -729,27 +746,18 @@ static table *get_table(sink *s, const char *db, const char *coll, const op_pos 
             free(t);
             goto oom;
         }
+        t->name = nm;
         s->tables[s->ntables++] = t;
     }
     t->id = ++s->next_table_id;
 
-    char *qdb = quote_ident(s, db), *sql = NULL;
-    if (qdb == NULL)
-        goto oom;
-    bool ok = true;
-    sql = shape_schema_sql(qdb); /* the table's shape is defined once, in map/shape.c */
-    ok = sql != NULL && send_simple(s, P_DDL, t, sql, pos) == APPLY_OK;
-    free(sql);
-    sql = ok ? shape_table_sql(t->qname) : NULL;
-    ok = ok && sql != NULL && send_simple(s, P_DDL, t, sql, pos) == APPLY_OK;
-    free(sql);
-    free(qdb);
+    const char *values[5] = {s->service, db, coll, t->name.schema, t->name.table};
+    bool ok = catalog_call(s, t, "SELECT oplog2pg.ensure_table($1, $2, $3, $4, $5)", 5, values, pos) == APPLY_OK;
 
     /* Insert doubles as replacement: an insert that meets its own _id (a replay) becomes the document it carries. */
     char buf[512];
     snprintf(buf, sizeof buf,
-             "INSERT INTO %s (" SHAPE_COLUMNS ") VALUES ($1, $2) ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc",
-             t->qname);
+             "INSERT INTO %s (_id, doc) VALUES ($1, $2) ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc", t->qname);
     ok = ok && prepare_stmt(s, t, 'i', buf) == APPLY_OK;
     snprintf(buf, sizeof buf, "UPDATE %s SET doc = oplog2pg.apply_update(doc, $2::jsonb) WHERE _id = $1", t->qname);
     ok = ok && prepare_stmt(s, t, 'u', buf) == APPLY_OK;
@@ -807,7 +815,7 @@ static sink_status copy_rows(sink *s, table *t, const sink_batch *b, const op_po
 {
     char where[32], sql[300];
     fmt_pos(pos, where, sizeof where);
-    snprintf(sql, sizeof sql, "COPY %s (" SHAPE_COLUMNS ") FROM STDIN (FORMAT binary)", t->qname);
+    snprintf(sql, sizeof sql, "COPY %s (" SINK_COLUMNS ") FROM STDIN (FORMAT binary)", t->qname);
     *dup = false;
     pgconn_error e;
     if (pgconn_copy_start(s->c, sql, &e) && sink_batch_copy(s->c, b, &e))
@@ -912,80 +920,43 @@ sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos 
     return get_table(s, db, coll, pos) != NULL ? APPLY_OK : s->failed;
 }
 
-/* DDL on tables that may not be in the cache: quote names here. */
-static sink_status ddl(sink *s, const op_pos *pos, const char *fmt, const char *a, const char *b, const char *c,
-                       const char *d)
-{
-    const char *names[4] = {a, b, c, d};
-    for (int i = 0; i < 4; i++) {
-        const char *why = names[i] ? name_refusal(names[i]) : NULL;
-        if (why != NULL) {
-            char where[32];
-            fmt_pos(pos, where, sizeof where);
-            set_err(s, APPLY_DATA, NULL, "DDL naming %s (oplog entry %s) cannot be applied in PostgreSQL: %s", names[i],
-                    where, why);
-            return s->failed;
-        }
-    }
-    char *qa = a ? quote_ident(s, a) : NULL, *qb = b ? quote_ident(s, b) : NULL;
-    char *qc = c ? quote_ident(s, c) : NULL, *qd = d ? quote_ident(s, d) : NULL;
-    char *sql = NULL;
-    if ((a && !qa) || (b && !qb) || (c && !qc) || (d && !qd) || asprintf(&sql, fmt, qa, qb, qc, qd) < 0) {
-        set_err(s, APPLY_NOMEM, NULL, "out of memory building DDL");
-        sql = NULL;
-    }
-    sink_status st = sql ? send_simple(s, P_DDL, NULL, sql, pos) : s->failed;
-    free(qa);
-    free(qb);
-    free(qc);
-    free(qd);
-    free(sql);
-    s->stats.ddl++;
-    return st;
-}
-
 sink_status sink_drop(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
-    if (begin_if_needed(s) != APPLY_OK)
+    pg_name nm;
+    if (begin_if_needed(s) != APPLY_OK || !map_names(s, db, coll, &nm, pos))
         return s->failed;
     forget_table(s, db, coll);
-    return ddl(s, pos, "DROP TABLE IF EXISTS %s.%s", db, coll, NULL, NULL);
+    s->stats.ddl++;
+    const char *values[3] = {s->service, nm.schema, nm.table};
+    return catalog_call(s, NULL, "SELECT oplog2pg.drop_table($1, $2, $3)", 3, values, pos);
 }
 
 sink_status sink_rename(sink *s, const char *db, const char *coll, const char *to_db, const char *to_coll,
                         bool drop_target, const op_pos *pos)
 {
-    if (begin_if_needed(s) != APPLY_OK)
+    pg_name from, to;
+    if (begin_if_needed(s) != APPLY_OK || !map_names(s, db, coll, &from, pos) ||
+        !map_names(s, to_db, to_coll, &to, pos))
         return s->failed;
     forget_table(s, db, coll);
     forget_table(s, to_db, to_coll);
-    /* The target may have been dropped by the rename (dropTarget); without it, a target table left over from an
-     * earlier run would make the rename fail, and MongoDB would have refused it, so dropping is right either way. */
+    /* A target the rename dropped (dropTarget), or one left over from an earlier run: dropped if it is this
+     * service's; MongoDB would have refused the rename otherwise, so dropping is right either way. */
     (void)drop_target;
-    if (ddl(s, pos, "DROP TABLE IF EXISTS %s.%s", to_db, to_coll, NULL, NULL) != APPLY_OK)
-        return s->failed;
-    /* Make sure the source exists (a collection can be renamed before anything was replicated from it). */
-    table *t = get_table(s, db, coll, pos);
-    if (t == NULL)
-        return s->failed;
-    forget_table(s, db, coll);
-    if (strcmp(db, to_db) != 0) {
-        if (ddl(s, pos, "CREATE SCHEMA IF NOT EXISTS %s", to_db, NULL, NULL, NULL) != APPLY_OK ||
-            ddl(s, pos, "ALTER TABLE %s.%s SET SCHEMA %s", db, coll, to_db, NULL) != APPLY_OK)
-            return s->failed;
-        db = to_db;
-    }
-    if (strcmp(coll, to_coll) != 0)
-        return ddl(s, pos, "ALTER TABLE %s.%s RENAME TO %s", db, coll, to_coll, NULL);
-    return APPLY_OK;
+    s->stats.ddl++;
+    const char *values[7] = {s->service, from.schema, from.table, to_db, to_coll, to.schema, to.table};
+    return catalog_call(s, NULL, "SELECT oplog2pg.rename_table($1, $2, $3, $4, $5, $6, $7)", 7, values, pos);
 }
 
 sink_status sink_drop_database(sink *s, const char *db, const op_pos *pos)
 {
-    if (begin_if_needed(s) != APPLY_OK)
+    pg_name nm;
+    if (begin_if_needed(s) != APPLY_OK || !map_names(s, db, NULL, &nm, pos))
         return s->failed;
     forget_table(s, db, NULL);
-    return ddl(s, pos, "DROP SCHEMA IF EXISTS %s CASCADE", db, NULL, NULL, NULL);
+    s->stats.ddl++;
+    const char *values[2] = {s->service, db};
+    return catalog_call(s, NULL, "SELECT oplog2pg.drop_database($1, $2)", 2, values, pos);
 }
 
 sink_status sink_truncate(sink *s, const char *db, const char *coll, const op_pos *pos)

@@ -18,6 +18,7 @@
 
 #include "sink/pgerror.h"
 #include "util/clock.h"
+#include "util/log.h"
 
 #define PIECE (256 * 1024) /* bytes of COPY data handed to libpq at once */
 
@@ -73,6 +74,24 @@ bool pgconn_wait(pgconn *c, bool for_write, const char *what, double since)
         if (errno != EINTR)
             return false;
     }
+}
+
+/* Notices go to the debug log, except oplog2pg's own (schema.sql: a table left alone because oplog2pg did not make
+ * it), which an operator must see; a FATAL outside any query (a terminated session, a server shutting down) comes
+ * this way too, before the socket closes: it is kept in goodbye, so an idle connection's end is seen at once. */
+static void notice_receiver(void *arg, const PGresult *res)
+{
+    pgconn *c = arg;
+    const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    char msg[300];
+    pgerror_message(PQresultErrorMessage(res), NULL, msg, sizeof msg);
+    if (sev != NULL && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0))
+        snprintf(c->goodbye, sizeof c->goodbye, "%s", msg);
+    const char *text = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    if (text != NULL && strncmp(text, "oplog2pg: ", 10) == 0)
+        log_warning("postgres: %s", msg);
+    else
+        log_debug("postgres: %s", msg);
 }
 
 pgconn *pgconn_connect(const pgconn_params *params, pgconn_error *err)
@@ -142,12 +161,25 @@ pgconn *pgconn_connect(const pgconn_params *params, pgconn_error *err)
         return NULL;
     }
     PQsetErrorVerbosity(c->pg, PQERRORS_DEFAULT);
+    PQsetNoticeReceiver(c->pg, notice_receiver, c);
     if (PQsetnonblocking(c->pg, 1) != 0) {
         set_msg(c, err, APPLY_RETRY, "connecting to PostgreSQL", PQerrorMessage(c->pg));
         pgconn_close(c);
         return NULL;
     }
     return c;
+}
+
+bool pgconn_cancel(pgconn *c, char *err, size_t errlen)
+{
+    PGcancel *cn = c != NULL && c->pg != NULL ? PQgetCancel(c->pg) : NULL;
+    if (cn == NULL) {
+        snprintf(err, errlen, "no connection to cancel on");
+        return false;
+    }
+    bool ok = PQcancel(cn, err, (int)errlen) == 1;
+    PQfreeCancel(cn);
+    return ok;
 }
 
 void pgconn_close(pgconn *c)

@@ -36,6 +36,7 @@ static const policy_row policy[] = {
     {"42", APPLY_CONFIG, "syntax error or access rule violation: a table or function oplog2pg uses was changed, or a "
                          "privilege is missing"},
     {"O2FEN", APPLY_FENCED, "another oplog2pg holds the service"},
+    {"O2FOR", APPLY_CONFIG, "a table of that name exists and oplog2pg did not make it (for this service)"},
     {"O2BAK", APPLY_CONFIG, "the checkpoint would move backwards"},
     /* Passing faults (listed for the record: the default is the same). */
     {"08", APPLY_RETRY, "connection exception"},
@@ -141,6 +142,9 @@ const char *pgerror_advice(const char *sqlstate)
         return "check dbname in [postgres] conninfo, or create the database";
     if (strcmp(sqlstate, "42501") == 0)
         return "grant the role oplog2pg connects as what it needs (see docs/operations.md, \"PostgreSQL role\")";
+    if (strcmp(sqlstate, "O2FOR") == 0)
+        return "oplog2pg writes only tables it made: rename or move that table, or leave the namespace out of "
+               "[replication] include";
     if (strcmp(sqlstate, "O2BAK") == 0)
         return "a commit would have moved the checkpoint backwards; this is a bug, please report it with the log";
     if (strncmp(sqlstate, "42", 2) == 0)

@@ -142,3 +142,168 @@ RETURNS void LANGUAGE sql AS $$
                                       error, sqlstate)
     VALUES (p_service, p_sec, p_inc, p_term, p_index, p_db, p_coll, p_op, p_id, p_bson, p_json, p_error, p_sqlstate);
 $$;
+
+-- The catalog: the tables and schemas oplog2pg made, per service. Nothing else is ever written to or dropped: a
+-- table that exists but is not here (or belongs to another service) stops the daemon with SQLSTATE O2FOR, naming
+-- it; a MongoDB drop, rename or dropDatabase acts only on tables listed here; a schema is dropped only when
+-- oplog2pg made it and it holds nothing any more. Names come from map/names.c (a namespace's schema and table).
+CREATE TABLE IF NOT EXISTS oplog2pg.tables (
+    schema_name text NOT NULL,
+    table_name  text NOT NULL,
+    service     text NOT NULL,
+    db          text NOT NULL, -- the MongoDB namespace it holds
+    coll        text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (schema_name, table_name)
+);
+
+CREATE INDEX IF NOT EXISTS tables_service_ns ON oplog2pg.tables (service, db, coll);
+
+COMMENT ON TABLE oplog2pg.tables IS
+    'oplog2pg catalog: the tables oplog2pg made (the only ones it writes or drops), with the service and namespace';
+
+CREATE TABLE IF NOT EXISTS oplog2pg.schemas (
+    schema_name text PRIMARY KEY,
+    service     text NOT NULL, -- the service that made it (any service may drop it once it is empty)
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+COMMENT ON TABLE oplog2pg.schemas IS 'oplog2pg catalog: the schemas oplog2pg made (dropped only once empty)';
+
+-- Drops a schema oplog2pg made, once nothing is left in it.
+CREATE OR REPLACE FUNCTION oplog2pg.drop_schema_if_empty(p_schema text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM oplog2pg.schemas WHERE schema_name = p_schema)
+       AND NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                        WHERE n.nspname = p_schema)
+       AND NOT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                        WHERE n.nspname = p_schema)
+       AND NOT EXISTS (SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+                        WHERE n.nspname = p_schema) THEN
+        EXECUTE format('DROP SCHEMA IF EXISTS %I RESTRICT', p_schema);
+        DELETE FROM oplog2pg.schemas WHERE schema_name = p_schema;
+    END IF;
+END
+$$;
+
+-- Makes sure the table of a namespace exists and is this service's: made (with its schema, when missing) and
+-- recorded when it does not exist; O2FOR when a table of that name exists but oplog2pg did not make it for this
+-- service. A table of the catalog that someone dropped by hand is made again.
+CREATE OR REPLACE FUNCTION oplog2pg.ensure_table(p_service text, p_db text, p_coll text, p_schema text,
+                                                 p_table text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_owner text;
+BEGIN
+    SELECT service INTO v_owner FROM oplog2pg.tables WHERE schema_name = p_schema AND table_name = p_table;
+    IF FOUND AND v_owner <> p_service THEN
+        RAISE EXCEPTION 'table %.% belongs to oplog2pg service "%", not to "%"', quote_ident(p_schema),
+            quote_ident(p_table), v_owner, p_service
+            USING ERRCODE = 'O2FOR', HINT = 'give the services namespaces of their own ([replication] include)';
+    END IF;
+    IF FOUND AND to_regclass(format('%I.%I', p_schema, p_table)) IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM oplog2pg.tables WHERE schema_name = p_schema AND table_name = p_table
+                      AND (db, coll) <> (p_db, p_coll)) THEN
+            RAISE EXCEPTION 'table %.% already holds another namespace', quote_ident(p_schema), quote_ident(p_table)
+                USING ERRCODE = 'O2FOR', HINT = 'two long collection names met in the 40-bit hash of their table name';
+        END IF;
+        RETURN;
+    END IF;
+    IF NOT FOUND AND to_regclass(format('%I.%I', p_schema, p_table)) IS NOT NULL THEN
+        RAISE EXCEPTION 'table %.% exists and was not made by oplog2pg: it is never written to or dropped',
+            quote_ident(p_schema), quote_ident(p_table)
+            USING ERRCODE = 'O2FOR',
+                  HINT = 'rename or move that table, or leave namespace ' || p_db || '.' || p_coll ||
+                         ' out of [replication] include';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = p_schema) THEN
+        EXECUTE format('CREATE SCHEMA %I', p_schema);
+        INSERT INTO oplog2pg.schemas (schema_name, service) VALUES (p_schema, p_service)
+            ON CONFLICT (schema_name) DO NOTHING;
+    END IF;
+    EXECUTE format('CREATE TABLE %I.%I (_id text COLLATE "C" PRIMARY KEY, doc jsonb NOT NULL)', p_schema, p_table);
+    INSERT INTO oplog2pg.tables (schema_name, table_name, service, db, coll)
+    VALUES (p_schema, p_table, p_service, p_db, p_coll)
+    ON CONFLICT (schema_name, table_name) DO UPDATE SET db = excluded.db, coll = excluded.coll;
+END
+$$;
+
+-- Drops the table of a namespace if this service made it (a MongoDB drop); anything else is left alone.
+CREATE OR REPLACE FUNCTION oplog2pg.drop_table(p_service text, p_schema text, p_table text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM oplog2pg.tables WHERE schema_name = p_schema AND table_name = p_table
+                      AND service = p_service) THEN
+        IF to_regclass(format('%I.%I', p_schema, p_table)) IS NOT NULL THEN
+            RAISE WARNING 'oplog2pg: left %.% alone: oplog2pg did not make it for service "%"', quote_ident(p_schema),
+                quote_ident(p_table), p_service;
+        END IF;
+        RETURN;
+    END IF;
+    EXECUTE format('DROP TABLE IF EXISTS %I.%I', p_schema, p_table);
+    DELETE FROM oplog2pg.tables WHERE schema_name = p_schema AND table_name = p_table;
+    PERFORM oplog2pg.drop_schema_if_empty(p_schema);
+END
+$$;
+
+-- A MongoDB dropDatabase: the tables this service made for that database, then its schema if oplog2pg made it and
+-- it is empty. Other tables in the schema, and the schema itself when it is not oplog2pg's, stay.
+CREATE OR REPLACE FUNCTION oplog2pg.drop_database(p_service text, p_db text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT schema_name, table_name FROM oplog2pg.tables WHERE service = p_service AND db = p_db
+              ORDER BY schema_name, table_name LOOP
+        PERFORM oplog2pg.drop_table(p_service, r.schema_name, r.table_name);
+    END LOOP;
+END
+$$;
+
+-- A MongoDB renameCollection: the source's table (if this service made it) becomes the target's, moved to the
+-- target's schema and renamed; a target table of this service's is dropped first (MongoDB dropped it, or it is a
+-- leftover); a target table oplog2pg did not make stops the daemon (O2FOR). A source oplog2pg never saw leaves an
+-- empty target table (the collection had no replicated rows).
+CREATE OR REPLACE FUNCTION oplog2pg.rename_table(p_service text, p_schema text, p_table text, p_to_db text,
+                                                 p_to_coll text, p_to_schema text, p_to_table text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF (p_schema, p_table) = (p_to_schema, p_to_table) THEN
+        UPDATE oplog2pg.tables SET db = p_to_db, coll = p_to_coll
+         WHERE schema_name = p_schema AND table_name = p_table AND service = p_service;
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM oplog2pg.tables WHERE schema_name = p_to_schema AND table_name = p_to_table
+                  AND service = p_service) THEN
+        PERFORM oplog2pg.drop_table(p_service, p_to_schema, p_to_table);
+    ELSIF to_regclass(format('%I.%I', p_to_schema, p_to_table)) IS NOT NULL
+          OR EXISTS (SELECT 1 FROM oplog2pg.tables WHERE schema_name = p_to_schema AND table_name = p_to_table) THEN
+        RAISE EXCEPTION 'renaming to %.%: that table exists and was not made by oplog2pg for service "%"',
+            quote_ident(p_to_schema), quote_ident(p_to_table), p_service
+            USING ERRCODE = 'O2FOR', HINT = 'rename or move that table, or leave the target namespace out of '
+                                            '[replication] include';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM oplog2pg.tables WHERE schema_name = p_schema AND table_name = p_table
+                      AND service = p_service)
+       OR to_regclass(format('%I.%I', p_schema, p_table)) IS NULL THEN
+        DELETE FROM oplog2pg.tables WHERE schema_name = p_schema AND table_name = p_table AND service = p_service;
+        PERFORM oplog2pg.ensure_table(p_service, p_to_db, p_to_coll, p_to_schema, p_to_table);
+        RETURN;
+    END IF;
+    IF p_schema <> p_to_schema THEN
+        IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = p_to_schema) THEN
+            EXECUTE format('CREATE SCHEMA %I', p_to_schema);
+            INSERT INTO oplog2pg.schemas (schema_name, service) VALUES (p_to_schema, p_service)
+                ON CONFLICT (schema_name) DO NOTHING;
+        END IF;
+        EXECUTE format('ALTER TABLE %I.%I SET SCHEMA %I', p_schema, p_table, p_to_schema);
+    END IF;
+    IF p_table <> p_to_table THEN
+        EXECUTE format('ALTER TABLE %I.%I RENAME TO %I', p_to_schema, p_table, p_to_table);
+    END IF;
+    UPDATE oplog2pg.tables SET schema_name = p_to_schema, table_name = p_to_table, db = p_to_db, coll = p_to_coll
+     WHERE schema_name = p_schema AND table_name = p_table;
+    PERFORM oplog2pg.drop_schema_if_empty(p_schema);
+END
+$$;

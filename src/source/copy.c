@@ -28,10 +28,9 @@
 #include <time.h>
 
 #include "map/ejson.h"
-#include "map/shape.h"
+#include "map/names.h"
 #include "sink/pg.h"
 #include "source/oplog_edge.h"
-#include "sql_embed.h"
 #include "util/log.h"
 
 #define DEFAULT_BATCH_DOCS 10000
@@ -113,6 +112,8 @@ const char *copy_result_name(copy_result r)
         return "oplog window lost";
     case COPY_FAILED:
         return "failed";
+    case COPY_REFUSED:
+        return "refused by PostgreSQL";
     }
     return "?";
 }
@@ -143,11 +144,7 @@ static void trim_nl(char *s)
 
 static bool skip_namespace(const nsfilter *f, const char *db, const char *coll)
 {
-    if (strcmp(db, "admin") == 0 || strcmp(db, "local") == 0 || strcmp(db, "config") == 0)
-        return true;
-    if (strncmp(coll, "system.", 7) == 0)
-        return true;
-    return f != NULL && !nsfilter_match(f, db, coll);
+    return ns_is_internal(db, strlen(db), coll, strlen(coll)) || (f != NULL && !nsfilter_match(f, db, coll));
 }
 
 /* The _id of a {_id: v} BSON as relaxed Extended JSON, for messages ("(none)" before the first batch). */
@@ -232,13 +229,16 @@ static bool pg_exec(pgconn *pg, const char *sql, char *err, size_t errlen, bool 
     return false;
 }
 
-static pgconn *pg_connect(const char *conninfo, int peer_timeout_s, char *err, size_t errlen)
+/* Connects; on failure err says why and *fault (may be NULL) holds the class (APPLY_CONFIG: a refused login). */
+static pgconn *pg_connect(const char *conninfo, int peer_timeout_s, char *err, size_t errlen, apply_status *fault)
 {
     pgconn_params pp = {.conninfo = conninfo, .app_name = "oplog2pg-copy", .peer_timeout_s = peer_timeout_s};
     pgconn_error e;
     pgconn *pg = pgconn_connect(&pp, &e);
     if (pg == NULL) {
         snprintf(err, errlen, "%s", e.message);
+        if (fault != NULL)
+            *fault = e.status;
         return NULL;
     }
     pg_exec(pg, "SET client_min_messages = warning", err, errlen, NULL);
@@ -397,10 +397,13 @@ static bool plan_collections(mongoc_client_t *client, const nsfilter *filter, pl
     bool ok = true;
     for (size_t d = 0; ok && dbs[d] != NULL; d++) {
         const char *dbname = dbs[d];
-        if (strcmp(dbname, "admin") == 0 || strcmp(dbname, "local") == 0 || strcmp(dbname, "config") == 0)
+        if (ns_is_internal(dbname, strlen(dbname), NULL, 0))
             continue;
-        if (strlen(dbname) >= sizeof p->items[0].db) {
-            log_warning("copy: skipping database %s: name too long", dbname);
+        char why[120];
+        pg_name nm;
+        if (strlen(dbname) >= sizeof p->items[0].db || !names_schema(dbname, nm.schema, why, sizeof why)) {
+            log_error("copy: leaving database %s out: %s", dbname,
+                      strlen(dbname) >= sizeof p->items[0].db ? "the name is longer than MongoDB allows" : why);
             continue;
         }
         mongoc_database_t *db = mongoc_client_get_database(client, dbname);
@@ -416,8 +419,9 @@ static bool plan_collections(mongoc_client_t *client, const nsfilter *filter, pl
                 type = bson_iter_utf8(&it, NULL);
             if (name == NULL || strcmp(type, "collection") != 0 || skip_namespace(filter, dbname, name))
                 continue;
-            if (strlen(name) >= sizeof p->items[0].coll) {
-                log_warning("copy: skipping %s.%s: name too long", dbname, name);
+            if (strlen(name) >= sizeof p->items[0].coll || !names_map(dbname, name, &nm, why, sizeof why)) {
+                log_error("copy: leaving %s.%s out: %s", dbname, name,
+                          strlen(name) >= sizeof p->items[0].coll ? "the name is longer than MongoDB allows" : why);
                 continue;
             }
             mongoc_collection_t *coll = mongoc_database_get_collection(db, name);
@@ -510,7 +514,8 @@ typedef struct {
     kept_doc *kept;    /* see kept_doc */
     size_t nkept, kept_cap;
     size_t kept_bytes;
-    strbuf key_buf, json_buf; /* one document's texts, reused */
+    strbuf key_buf, json_buf;   /* one document's texts, reused */
+    apply_status connect_fault; /* the class of the last failed connect (APPLY_OK when it connected) */
     char err[ERRLEN];
 } worker;
 
@@ -594,7 +599,7 @@ static bool copy_send(worker *w, const char *target, bool *dup, bool *retryable)
 {
     char sql[700];
     pgconn_error e;
-    snprintf(sql, sizeof sql, "COPY %s (" SHAPE_COLUMNS ") FROM STDIN (FORMAT binary)", target);
+    snprintf(sql, sizeof sql, "COPY %s (" SINK_COLUMNS ") FROM STDIN (FORMAT binary)", target);
     *dup = false;
     if (pgconn_copy_start(w->pg, sql, &e) && sink_batch_copy(w->pg, w->batch, &e))
         return true;
@@ -621,7 +626,7 @@ static bool upsert_batch(worker *w, bool *retryable)
         return false;
     char sql[800];
     snprintf(sql, sizeof sql,
-             "INSERT INTO %s (" SHAPE_COLUMNS ") SELECT " SHAPE_COLUMNS " FROM " STAGE_TABLE
+             "INSERT INTO %s (" SINK_COLUMNS ") SELECT " SINK_COLUMNS " FROM " STAGE_TABLE
              " ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc",
              w->qtable);
     pgconn_error e;
@@ -670,7 +675,7 @@ static bool careful_rows(worker *w, job *j, bool *retryable)
 {
     char sql[800];
     snprintf(sql, sizeof sql,
-             "INSERT INTO %s (" SHAPE_COLUMNS ") VALUES ($1, $2) ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc",
+             "INSERT INTO %s (" SINK_COLUMNS ") VALUES ($1, $2) ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc",
              w->qtable);
     size_t row = 0;
     for (size_t k = 0; k < w->nkept; k++) {
@@ -806,37 +811,40 @@ static int coll_exists(mongoc_client_t *client, const char *dbname, const char *
     return found;
 }
 
+/* The collection's table (map/names.h), made and recorded in the catalog, or checked to be this service's
+ * (oplog2pg.ensure_table): a table oplog2pg did not make is never written to. */
 static bool ensure_table(worker *w, job *j, bool *retryable)
 {
     free(w->qtable);
     w->qtable = NULL;
-    char *qdb = PQescapeIdentifier(w->pg->pg, j->db, strlen(j->db));
-    char *qcoll = PQescapeIdentifier(w->pg->pg, j->coll, strlen(j->coll));
-    char *schema_sql = NULL, *table_sql = NULL;
-    bool ok = false;
-    if (qdb == NULL || qcoll == NULL || asprintf(&w->qtable, "%s.%s", qdb, qcoll) < 0) {
+    pg_name nm;
+    char why[120];
+    *retryable = false;
+    if (!names_map(j->db, j->coll, &nm, why, sizeof why)) {
+        snprintf(w->err, sizeof w->err, "%s", why);
+        return false;
+    }
+    char *qs = PQescapeIdentifier(w->pg->pg, nm.schema, strlen(nm.schema));
+    char *qt = PQescapeIdentifier(w->pg->pg, nm.table, strlen(nm.table));
+    bool ok = qs != NULL && qt != NULL && asprintf(&w->qtable, "%s.%s", qs, qt) >= 0;
+    PQfreemem(qs);
+    PQfreemem(qt);
+    if (!ok) {
         w->qtable = NULL;
-        *retryable = false;
-        snprintf(w->err, sizeof w->err, "quoting the table name: %s", xerr(w->pg));
-        goto done;
-    }
-    schema_sql = shape_schema_sql(qdb);
-    table_sql = shape_table_sql(w->qtable);
-    if (schema_sql == NULL || table_sql == NULL) {
-        *retryable = false;
         snprintf(w->err, sizeof w->err, "out of memory");
-        goto done;
+        return false;
     }
+    const char *values[5] = {w->rc->cfg->service, j->db, j->coll, nm.schema, nm.table};
     pthread_mutex_lock(&w->rc->ddl_mu);
-    ok = pg_exec(w->pg, schema_sql, w->err, sizeof w->err, retryable) &&
-         pg_exec(w->pg, table_sql, w->err, sizeof w->err, retryable);
+    PGresult *r = xparams(w->pg, "SELECT oplog2pg.ensure_table($1, $2, $3, $4, $5)", 5, NULL, values, NULL, NULL, 0);
     pthread_mutex_unlock(&w->rc->ddl_mu);
-done:
-    PQfreemem(qdb);
-    PQfreemem(qcoll);
-    free(schema_sql);
-    free(table_sql);
-    return ok;
+    if (r == NULL) {
+        *retryable = xretryable(w->pg);
+        snprintf(w->err, sizeof w->err, "%s", xerr(w->pg));
+        return false;
+    }
+    PQclear(r);
+    return true;
 }
 
 typedef enum { PASS_DONE, PASS_STOPPED, PASS_ERROR } pass_result;
@@ -879,14 +887,17 @@ static pass_result copy_pass(worker *w, job *j, bool *retryable)
         pgconn_close(w->pg);
         w->pg = NULL;
     }
+    w->connect_fault = APPLY_OK;
     if (w->pg == NULL) {
-        w->pg = pg_connect(w->rc->cfg->pg_conninfo, w->rc->cfg->peer_timeout_s, w->err, sizeof w->err);
+        w->pg =
+            pg_connect(w->rc->cfg->pg_conninfo, w->rc->cfg->peer_timeout_s, w->err, sizeof w->err, &w->connect_fault);
         w->stage_ready = false;
         if (w->pg == NULL) {
-            *retryable = true;
+            *retryable = w->connect_fault == APPLY_RETRY || w->connect_fault == APPLY_NOMEM;
             return PASS_ERROR;
         }
     }
+    pgconn_error_clear(&w->pg->last); /* what fails in this pass says what kind of failure it was */
     if (!ensure_table(w, j, retryable))
         return PASS_ERROR;
 
@@ -1020,10 +1031,12 @@ static copy_result copy_job(worker *w, job *j)
             attempt = 0;
         if (!retryable || ++attempt > MAX_RETRIES) {
             char msg[ERRLEN + 600];
-            snprintf(msg, sizeof msg, "copying %s.%s (last _id committed: %s, %lld documents): %s%s", j->db, j->coll,
-                     at, (long long)j->copied, w->err, retryable ? " (gave up after retries)" : "");
-            run_fail(w->rc, COPY_FAILED, msg);
-            return COPY_FAILED;
+            snprintf(msg, sizeof msg, "copying %s.%s (last _id committed: %s, %lld documents): %.700s%s", j->db,
+                     j->coll, at, (long long)j->copied, w->err, retryable ? " (gave up after retries)" : "");
+            /* A refused login, a table oplog2pg did not make, a missing privilege: the operator's to fix. */
+            bool refused = w->connect_fault == APPLY_CONFIG || (w->pg != NULL && w->pg->last.status == APPLY_CONFIG);
+            run_fail(w->rc, refused ? COPY_REFUSED : COPY_FAILED, msg);
+            return refused ? COPY_REFUSED : COPY_FAILED;
         }
         int wait = 250 << (attempt - 1);
         log_warning("copy of %s.%s (last _id committed: %s): %s; retrying in %d ms (attempt %d of %d)", j->db, j->coll,
@@ -1185,6 +1198,7 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
     atomic_init(&rc.workers_running, 0);
     rc.batch_docs = cfg->batch_docs ? cfg->batch_docs : DEFAULT_BATCH_DOCS;
     copy_result result = COPY_FAILED;
+    apply_status fault = APPLY_OK; /* of the coordinator's connect */
     pgconn *pg = NULL;
     mongoc_client_t *mongo = NULL;
     pthread_t *threads = NULL;
@@ -1198,12 +1212,12 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
         snprintf(m, sizeof m, "copy: service, MongoDB URI and PostgreSQL conninfo are required");
         goto fail;
     }
-    pg = pg_connect(cfg->pg_conninfo, cfg->peer_timeout_s, m, sizeof m);
+    pg = pg_connect(cfg->pg_conninfo, cfg->peer_timeout_s, m, sizeof m, &fault);
     if (pg == NULL)
         goto fail;
-    char e2[ERRLEN];
-    if (!pg_exec(pg, oplog2pg_sql_schema, e2, sizeof e2, NULL)) {
-        snprintf(m, sizeof m, "installing the oplog2pg schema: %s", e2);
+    pgconn_error ie;
+    if (!sink_install_schema(pg, &ie)) {
+        snprintf(m, sizeof m, "installing the oplog2pg schema: %s", ie.message);
         goto fail;
     }
     mongo = mongo_connect(cfg->mongo_uri, m, sizeof m);
@@ -1353,7 +1367,7 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
     goto out;
 
 fail:
-    result = COPY_FAILED;
+    result = fault == APPLY_CONFIG || (pg != NULL && pg->last.status == APPLY_CONFIG) ? COPY_REFUSED : COPY_FAILED;
 report:
     snprintf(err, errlen, "%s", m);
     if (result == COPY_CANCELLED)
@@ -1380,11 +1394,16 @@ bool copy_reset(const char *pg_conninfo, const char *service, const nsfilter *fi
 {
     char m[ERRLEN];
     PGresult *r = NULL;
-    pgconn *pg = pg_connect(pg_conninfo, 0, m, sizeof m);
+    pgconn *pg = pg_connect(pg_conninfo, 0, m, sizeof m, NULL);
     size_t n = 0;
     if (pg == NULL)
         goto fail;
-    if (!pg_exec(pg, oplog2pg_sql_schema, m, sizeof m, NULL) || !pg_exec(pg, "BEGIN", m, sizeof m, NULL))
+    pgconn_error ie;
+    if (!sink_install_schema(pg, &ie)) {
+        snprintf(m, sizeof m, "installing the oplog2pg schema: %s", ie.message);
+        goto fail;
+    }
+    if (!pg_exec(pg, "BEGIN", m, sizeof m, NULL))
         goto fail;
     const char *sp[1] = {service};
     r = xparams(pg, "DELETE FROM oplog2pg.copy_state WHERE service = $1", 1, NULL, sp, NULL, NULL, 0);
@@ -1393,37 +1412,37 @@ bool copy_reset(const char *pg_conninfo, const char *service, const nsfilter *fi
         goto fail_rb;
     }
     PQclear(r);
-    /* Only tables with oplog2pg's shape (jsonb _id and doc): a table of someone else is never touched. */
-    r = xexec(pg, "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                  "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('oplog2pg', 'information_schema') "
-                  "AND n.nspname NOT LIKE 'pg\\_%' "
-                  "AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = '_id' "
-                  "            AND a.atttypid IN ('jsonb'::regtype, 'text'::regtype) AND NOT a.attisdropped) "
-                  "AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'doc' "
-                  "            AND a.atttypid = 'jsonb'::regtype AND NOT a.attisdropped) "
-                  "ORDER BY 1, 2");
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        snprintf(m, sizeof m, "listing tables: %s", xerr(pg));
+    /* Only the tables the catalog says this service made, for the namespaces the filter includes: a table of
+     * someone else, or of another service, is never touched. */
+    r = xparams(pg, "SELECT schema_name, table_name, db, coll FROM oplog2pg.tables WHERE service = $1 ORDER BY 1, 2", 1,
+                NULL, sp, NULL, NULL, 0);
+    if (r == NULL) {
+        snprintf(m, sizeof m, "listing the catalog: %s", xerr(pg));
         goto fail_rb;
     }
     for (int i = 0; i < PQntuples(r); i++) {
-        const char *db = PQgetvalue(r, i, 0), *coll = PQgetvalue(r, i, 1);
+        const char *schema = PQgetvalue(r, i, 0), *table = PQgetvalue(r, i, 1);
+        const char *db = PQgetvalue(r, i, 2), *coll = PQgetvalue(r, i, 3);
         if (skip_namespace(filter, db, coll))
             continue;
-        char *qdb = PQescapeIdentifier(pg->pg, db, strlen(db));
-        char *qcoll = PQescapeIdentifier(pg->pg, coll, strlen(coll));
+        char *qs = PQescapeIdentifier(pg->pg, schema, strlen(schema));
+        char *qt = PQescapeIdentifier(pg->pg, table, strlen(table));
         char *sql = NULL;
-        if (qdb == NULL || qcoll == NULL ||
-            asprintf(&sql, drop ? "DROP TABLE %s.%s" : "TRUNCATE %s.%s", qdb, qcoll) < 0)
+        if (qs == NULL || qt == NULL || asprintf(&sql, "TRUNCATE %s.%s", qs, qt) < 0)
             sql = NULL;
-        PQfreemem(qdb);
-        PQfreemem(qcoll);
-        char e2[ERRLEN];
-        bool ok = sql != NULL && pg_exec(pg, sql, e2, sizeof e2, NULL);
+        PQfreemem(qs);
+        PQfreemem(qt);
+        const char *dv[3] = {service, schema, table};
+        PGresult *dr = NULL;
+        bool ok = drop
+                      ? (dr = xparams(pg, "SELECT oplog2pg.drop_table($1, $2, $3)", 3, NULL, dv, NULL, NULL, 0)) != NULL
+                      : sql != NULL && pg_exec(pg, sql, m, sizeof m, NULL);
+        PQclear(dr);
         free(sql);
         if (!ok) {
-            snprintf(m, sizeof m, "%s %.127s.%.127s: %.700s", drop ? "dropping" : "truncating", db, coll,
-                     sql == NULL ? "out of memory" : e2);
+            char e2[ERRLEN];
+            snprintf(e2, sizeof e2, "%s", drop ? xerr(pg) : m);
+            snprintf(m, sizeof m, "%s %.127s.%.127s: %.700s", drop ? "dropping" : "truncating", schema, table, e2);
             goto fail_rb;
         }
         n++;
@@ -1453,7 +1472,7 @@ bool copy_state_read(const char *pg_conninfo, const char *service, copy_state *o
     memset(out, 0, sizeof *out);
     char m[ERRLEN];
     PGresult *r = NULL;
-    pgconn *pg = pg_connect(pg_conninfo, 0, m, sizeof m);
+    pgconn *pg = pg_connect(pg_conninfo, 0, m, sizeof m, NULL);
     if (pg == NULL)
         goto fail;
     r = xexec(pg, "SELECT to_regclass('oplog2pg.copy_state') IS NOT NULL AND "

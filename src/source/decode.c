@@ -12,6 +12,8 @@
  */
 #include "source/decode.h"
 
+#include "core/nsfilter.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -548,15 +550,9 @@ static bool split_ns(const char *ns, size_t len, span *db, span *coll)
     return true;
 }
 
-static bool span_eq(span s, const char *lit)
-{
-    size_t n = strlen(lit);
-    return s.len == n && memcmp(s.s, lit, n) == 0;
-}
-
 static bool internal_db(span db)
 {
-    return span_eq(db, "admin") || span_eq(db, "local") || span_eq(db, "config");
+    return ns_is_internal(db.s, db.len, NULL, 0);
 }
 
 /* Why db.coll is not replicated, or NULL when it is. */
@@ -564,7 +560,7 @@ static const char *skip_reason(const dctx *c, span db, span coll)
 {
     if (internal_db(db))
         return "internal database (admin/local/config)";
-    if (coll.len >= 7 && memcmp(coll.s, "system.", 7) == 0) {
+    if (ns_is_internal(db.s, db.len, coll.s, coll.len)) {
         if ((c->flags & DECODE_KEEP_SYSTEM) && coll.len > 15 && memcmp(coll.s, "system.buckets.", 15) == 0)
             return NULL;
         return "system collection";

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "map/names.h"
 #include "pgutil.h"
 
 #define TMP_TABLE "pg_temp.oplog2pg_compare_src"
@@ -95,23 +96,29 @@ done:
     return ok;
 }
 
+/* The tables oplog2pg made (its catalog, oplog2pg.tables): tables it did not make are not its output, so they are
+ * neither compared nor orphans. Filtered by the MongoDB database the table holds. */
 static bool list_pg(PGconn *pg, const compare_options *opts, pg_table **tables, size_t *n, char *err, size_t errlen)
 {
-    PGresult *r = PQexec(pg, "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                             " WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition"
-                             " AND n.nspname NOT IN ('oplog2pg', 'information_schema')"
-                             " AND n.nspname NOT LIKE 'pg\\_%' ORDER BY 1, 2");
+    PGresult *r = PQexec(pg, "SELECT schema_name, table_name, db FROM oplog2pg.tables ORDER BY 1, 2");
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        snprintf(err, errlen, "compare: listing PostgreSQL tables failed: %s", PQresultErrorMessage(r));
+        /* No catalog yet: nothing was replicated. */
         PQclear(r);
-        return false;
+        r = PQexec(pg, "SELECT to_regclass('oplog2pg.tables') IS NULL");
+        bool none = PQresultStatus(r) == PGRES_TUPLES_OK && PQgetvalue(r, 0, 0)[0] == 't';
+        if (!none)
+            snprintf(err, errlen, "compare: reading the catalog oplog2pg.tables failed: %s", PQresultErrorMessage(r));
+        PQclear(r);
+        *tables = bson_malloc0(sizeof **tables);
+        *n = 0;
+        return none;
     }
     int rows = PQntuples(r);
     *tables = bson_malloc0(((size_t)rows + 1) * sizeof **tables);
     *n = 0;
     for (int i = 0; i < rows; i++) {
-        const char *s = PQgetvalue(r, i, 0), *t = PQgetvalue(r, i, 1);
-        if (opts && opts->db_prefix && *opts->db_prefix && strncmp(s, opts->db_prefix, strlen(opts->db_prefix)) != 0)
+        const char *s = PQgetvalue(r, i, 0), *t = PQgetvalue(r, i, 1), *db = PQgetvalue(r, i, 2);
+        if (opts && opts->db_prefix && *opts->db_prefix && strncmp(db, opts->db_prefix, strlen(opts->db_prefix)) != 0)
             continue;
         pg_table *pt = &(*tables)[(*n)++];
         snprintf(pt->schema, sizeof pt->schema, "%s", s);
@@ -295,10 +302,16 @@ bool compare_all(const char *mongo_uri, PGconn *pg, const compare_options *opts,
         compare_ns *ns = &out->ns[i];
         const char *target = NULL;
         char *qualified = NULL;
+        pg_name nm;
+        char why[120];
+        if (!names_map(ns->db, ns->coll, &nm, why, sizeof why)) {
+            snprintf(err, errlen, "compare: %s.%s: %s", ns->db, ns->coll, why);
+            goto done;
+        }
         for (size_t t = 0; t < n_tables; t++) {
-            if (!strcmp(tables[t].schema, ns->db) && !strcmp(tables[t].table, ns->coll)) {
+            if (!strcmp(tables[t].schema, nm.schema) && !strcmp(tables[t].table, nm.table)) {
                 tables[t].seen = true;
-                qualified = pgutil_qualified_name(pg, ns->db, ns->coll, err, errlen);
+                qualified = pgutil_qualified_name(pg, nm.schema, nm.table, err, errlen);
                 if (!qualified)
                     goto done;
                 target = qualified;

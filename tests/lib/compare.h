@@ -3,11 +3,11 @@
  *
  * For every source collection (databases admin/local/config and collections system.* skipped) all documents are
  * read sorted by _id, converted with ejson_document and ejson_key (map/ejson.h, the daemon's own `doc` and `_id`
- * formats), COPYed into a temporary table and compared with the replicated table "db"."coll" (columns `_id text`,
- * `doc jsonb`) in SQL: EXCEPT ALL both ways on (_id, doc), then the unmatched rows are paired by _id. A row only in the
- * source is *missing*, only in PostgreSQL *extra*, on both sides with unequal documents *different*. Tables in
- * PostgreSQL with no source collection (schema oplog2pg and system schemas ignored) are *orphans*. A source collection
- * with 0 documents and no table counts as equal.
+ * formats), COPYed into a temporary table and compared with the replicated table of the namespace (map/names.h; columns
+ * `_id text`, `doc jsonb`) in SQL: EXCEPT ALL both ways on (_id, doc), then the unmatched rows are paired by _id. A row
+ * only in the source is *missing*, only in PostgreSQL *extra*, on both sides with unequal documents *different*. Tables
+ * in PostgreSQL with no source collection (schema oplog2pg and system schemas ignored) are *orphans*. A source
+ * collection with 0 documents and no table counts as equal.
  */
 #ifndef OPLOG2PG_TESTS_COMPARE_H
 #define OPLOG2PG_TESTS_COMPARE_H

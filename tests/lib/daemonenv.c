@@ -180,6 +180,28 @@ int64_t denv_pg_int(const char *sql)
     return v;
 }
 
+void denv_pg_text(const char *sql, char *out, size_t outlen)
+{
+    PGconn *pg = PQconnectdb(denv_pg_conninfo());
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PGresult *r = PQexec(pg, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1, "%s: %s", sql, PQerrorMessage(pg));
+    snprintf(out, outlen, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    PQfinish(pg);
+}
+
+void denv_pg_exec(const char *sql)
+{
+    PGconn *pg = PQconnectdb(denv_pg_conninfo());
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PGresult *r = PQexec(pg, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql,
+                  PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+}
+
 /* Wait until the checkpoint reaches the newest oplog entry; false on timeout. */
 bool denv_wait_caught_up(denv *e, double timeout_s)
 {

@@ -51,6 +51,10 @@ void denv_set_conninfo(denv *e, const char *extra);
 bool denv_wait_log(denv *e, const char *needle, double timeout_s);
 /* One number from PostgreSQL (the first column of the first row of sql). */
 int64_t denv_pg_int(const char *sql);
+/* The first column of the one row of sql, as text. */
+void denv_pg_text(const char *sql, char *out, size_t outlen);
+/* Runs statements that must succeed (several, separated by semicolons, are fine). */
+void denv_pg_exec(const char *sql);
 /* Waits until the checkpoint reaches the newest oplog entry; false on timeout. Aborts if the daemon exits. */
 bool denv_wait_caught_up(denv *e, double timeout_s);
 /* Every row of the rep_NAME_* databases equals the source. */

@@ -250,11 +250,11 @@ bool proc_start_mongosim(const char *const *extra_args, const char *log_path, pr
     pipefd[0] = -1;
 
     /* The port alone on the first line. */
-    double deadline = now_s() + 10.0;
+    double deadline = now_s() + 60.0; /* a mongosim that generates a large data set first takes a while */
     for (;;) {
         double left = deadline - now_s();
         if (left <= 0) {
-            snprintf(err, errlen, "proc: %s printed no port within 10 s%s%s", path, log_path ? "; see " : "",
+            snprintf(err, errlen, "proc: %s printed no port within 60 s%s%s", path, log_path ? "; see " : "",
                      log_path ? log_path : "");
             goto fail;
         }

@@ -160,6 +160,36 @@ START_TEST(test_malformed)
 }
 END_TEST
 
+/* Whether a database's collections may be replicated (dropDatabase gets DDL only then). */
+START_TEST(test_match_db)
+{
+    const char *inc[] = {"shop.*", "crm.cust*", "log?.*", NULL};
+    const char *exc[] = {"log9.*", "shop.secret", NULL};
+    nsfilter *f = make(inc, exc);
+    ck_assert(nsfilter_match_db(f, "shop")); /* shop.secret is excluded, the rest of shop is not */
+    ck_assert(nsfilter_match_db(f, "crm"));  /* some collections of it */
+    ck_assert(nsfilter_match_db(f, "log1"));
+    ck_assert(!nsfilter_match_db(f, "log9")); /* excluded as a whole */
+    ck_assert(!nsfilter_match_db(f, "analytics"));
+    ck_assert(!nsfilter_match_db(f, "public"));
+    nsfilter_free(f);
+}
+END_TEST
+
+START_TEST(test_internal_namespaces)
+{
+    ck_assert(ns_is_internal("admin", 5, NULL, 0));
+    ck_assert(ns_is_internal("local", 5, "oplog.rs", 8));
+    ck_assert(ns_is_internal("config", 6, "c", 1));
+    ck_assert(ns_is_internal("shop", 4, "system.views", 12));
+    ck_assert(!ns_is_internal("shop", 4, "orders", 6));
+    ck_assert(!ns_is_internal("shop", 4, NULL, 0));
+    ck_assert(!ns_is_internal("admins", 6, NULL, 0));
+    ck_assert(!ns_is_internal("adm", 3, NULL, 0));
+    ck_assert(!ns_is_internal("shop", 4, "system", 6));
+}
+END_TEST
+
 Suite *nsfilter_suite(void); /* called by the generated runner list */
 
 Suite *nsfilter_suite(void)
@@ -176,6 +206,8 @@ Suite *nsfilter_suite(void)
     tcase_add_test(tc, test_exclude_wins);
     tcase_add_test(tc, test_empty_include_matches_nothing);
     tcase_add_test(tc, test_malformed);
+    tcase_add_test(tc, test_match_db);
+    tcase_add_test(tc, test_internal_namespaces);
     suite_add_tcase(s, tc);
     return s;
 }
