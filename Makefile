@@ -139,6 +139,7 @@ format:
 	clang-format -i $(shell find src include tests bench -name '*.[ch]')
 
 lint:
+	scripts/check-layers.sh
 	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,performance,portability \
 	    --inline-suppr --suppress=missingIncludeSystem -Iinclude $(shell find src tests/mongosim -name '*.c')
 

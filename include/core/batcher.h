@@ -64,7 +64,8 @@ typedef struct batcher_sink {
 
 typedef struct {
     uint64_t batch_rows;  /* commit when the group holds this many ops */
-    uint64_t batch_bytes; /* ... or this many bytes of rendered rows */
+    uint64_t batch_bytes; /* ... or this many bytes of ops (their rendered text, the raw BSON when none); an insert
+                           * run is also written, uncommitted, before one more row would take it past this */
     uint64_t flush_interval_ms;
     bool per_op;
     /* Careful mode, to find and set aside ops PostgreSQL refuses: per-op, and every op but a noop is applied at

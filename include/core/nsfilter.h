@@ -20,7 +20,7 @@ typedef struct nsfilter nsfilter;
 
 /* Compile the patterns. Both lists are NULL-terminated arrays of patterns; NULL means an empty list. An empty
  * include list matches nothing. Returns NULL with a message in err (naming the pattern) when a pattern is malformed
- * (no dot, an empty part) or memory runs out. */
+ * (no dot, an empty part, a space or control character) or memory runs out. */
 nsfilter *nsfilter_new(const char *const *include, const char *const *exclude, char *err, size_t errlen);
 
 /* Checks one pattern as nsfilter_new would (used by the configuration to reject a bad pattern at its line). */

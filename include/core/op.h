@@ -3,17 +3,20 @@
  *
  * The decoder (source/decode.h) turns one raw `local.oplog.rs` entry into an op_entry: its position plus one op, or
  * several for an applyOps. Everything an op points at lives in memory the op owns (one buffer per op), so the raw
- * entry may be freed as soon as decoding returns.
+ * entry may be freed as soon as decoding returns; the one exception is a payload borrowed with
+ * DECODE_BORROW_PAYLOAD (doc_borrowed), which lives in the raw entry until op_entry_drop_payload.
  *
  * NOTES
  * - Allocation: decoding an entry costs one calloc for the op array and one malloc per op for its buffer (namespace
- *   strings and copies of `o`/`o2`). Nothing else is allocated on the success path.
+ *   strings and copies of `o`/`o2`). Nothing else is kept; checking a $v:2 diff with more than 32 field names on one
+ *   level allocates a temporary list, freed before decoding returns.
  * - Documents are kept as (pointer, length) into that buffer rather than as bson_t members: libbson here is built
  *   with BSON_EXTRA_ALIGN, which makes bson_t 128-byte aligned and 128 bytes long, so two of them would triple the
  *   size of an op and require aligned allocation. Iterate with bson_iter_init_from_data(&it, op->doc, op->doc_len)
  *   or get a read-only bson_t view with op_doc_view()/op_key_view().
- * - `id` is a bson_value_t whose data pointers (strings, documents, binary) point into the op's buffer: it is valid
- *   while the op lives and must NOT be passed to bson_value_destroy(). Use bson_value_copy() to keep it longer.
+ * - `id` is a bson_value_t whose data pointers (strings, documents, binary) point into the op's buffer (into the
+ *   borrowed payload for an insert decoded with DECODE_BORROW_PAYLOAD): it is valid while the op lives (while the
+ *   payload does) and must NOT be passed to bson_value_destroy(). Use bson_value_copy() to keep it longer.
  * - Positions order by (secs, inc) only; the term is carried for rollback detection, not for ordering.
  */
 #ifndef OPLOG2PG_CORE_OP_H
@@ -52,7 +55,8 @@ typedef enum op_kind {
     OP_TRUNCATE,      /* all documents of coll removed, collection kept (the legacy emptycapped command) */
 } op_kind;
 
-/* How an OP_UPDATE's `o` is written (REPORT §3). */
+/* How an OP_UPDATE's `o` is written: the decoder tells the forms apart by `$v` and the first field name (see
+ * classify_update in source/decode.c). */
 typedef enum op_update_form {
     OP_FORM_NONE = 0, /* not an update */
     OP_FORM_REPLACE,  /* o is the full new document */
@@ -75,7 +79,8 @@ typedef struct op {
     const char *to_db; /* OP_RENAME only */
     const char *to_coll;
 
-    bson_value_t id; /* data ops: the document's _id (a view into buf; see NOTES); BSON_TYPE_EOD otherwise */
+    bson_value_t id; /* data ops: the document's _id (a view into buf or the borrowed doc; see NOTES);
+                      * BSON_TYPE_EOD otherwise */
 
     const uint8_t *doc; /* payload document (see op_kind), NULL when none */
     uint32_t doc_len;
@@ -86,16 +91,25 @@ typedef struct op {
     uint32_t buf_len;
     bool doc_borrowed; /* doc points into the raw entry it was decoded from (DECODE_BORROW_PAYLOAD) */
 
-    /* The PostgreSQL-side text, prepared on the reader thread (map/ejson.h) so the apply loop only copies it:
-     * INSERT: json = the document as relaxed Extended JSON; UPDATE: json = o; INSERT, UPDATE, DELETE: id_key = the
-     * key text of the _id. NULL when not prepared (the sink then makes them itself). refusal, when set, says why the op
-     * cannot be written at all (a string that is not UTF-8, a document nested too deep): PostgreSQL is never asked,
-     * and the op goes to the dead letters with that reason. All malloc'd and freed by op_clear. */
+    /* The PostgreSQL-side text, prepared on the thread that read the entry (map/ejson.h) so the apply loop only moves
+     * it on: INSERT: json = the document as relaxed Extended JSON; UPDATE: json = o; INSERT, UPDATE, DELETE: id_key =
+     * the key text of the _id. NULL when not prepared (the sink then makes them itself). refusal, when set, says why
+     * the op cannot be written at all (a string that is not UTF-8, a document nested too deep): PostgreSQL is never
+     * asked, and the op is refused as data with that reason (a dead letter; with on_error = stop, exit 1 with
+     * everything before it committed). All malloc'd, and freed by op_clear and op_entry_clear. */
     char *json;
     uint32_t json_len;
     char *id_key;
     uint32_t id_key_len;
     char *refusal;
+
+    /* An op of a collection with a typed map (map/map.h): its rows or its update plan (a map_plan, map/project.h),
+     * prepared on the thread that read the entry, as json is for the others (json and id_key stay NULL then).
+     * `map` is the collection's map; `mapped` is owned and freed with mapped_free; mapped_bytes is what it holds. */
+    const void *map;
+    void *mapped;
+    void (*mapped_free)(void *mapped);
+    uint32_t mapped_bytes;
 } op;
 
 /* One decoded oplog entry. ops[i].index == i. For a plain entry n == 1. */
@@ -106,13 +120,14 @@ typedef struct op_entry {
     bool atomic; /* the ops must be applied in one PostgreSQL transaction (see source/decode.h) */
 } op_entry;
 
-/* Empties an entry (no allocation). */
+/* Sets an entry to empty (no ops, term -1) without freeing anything: for a new entry; op_entry_clear frees. */
 void op_entry_init(op_entry *e);
 
 /* Allocates n zeroed ops (n >= 1) for a new entry at pos; index and pos are set on each. False on OOM. */
 bool op_entry_alloc(op_entry *e, const op_pos *pos, size_t n);
 
-/* Frees every op's buffer and the op array and leaves the entry empty (as op_entry_init). Safe on an empty entry. */
+/* Frees what every op owns (as op_clear) and the op array, and leaves the entry empty (as op_entry_init). Safe on an
+ * empty entry, and on NULL. */
 void op_entry_clear(op_entry *e);
 
 /* op_entry_clear, then free(e) itself (for heap-allocated entries). NULL is fine. */
@@ -125,7 +140,8 @@ size_t op_entry_bytes(const op_entry *e);
  * doc becomes NULL, and an insert's id (a view into it) becomes BSON_TYPE_EOD; the rendered text stays. */
 void op_entry_drop_payload(op_entry *e);
 
-/* Frees one op's buffer and zeroes it except pos/index. */
+/* Frees everything one op owns (buffer, json, id_key, refusal) and zeroes it except pos/index (id becomes
+ * BSON_TYPE_EOD). */
 void op_clear(op *o);
 
 /* Read-only bson_t views on the op's documents (bson_init_static: no allocation, valid while the op lives, no

@@ -7,10 +7,10 @@
  *
  * NOTES
  * - Two bounds: ops (an applyOps of 5000 ops weighs 5000) and bytes (what the entries hold in memory: their raw
- *   BSON and rendered text, op_entry_bytes). A push waits while the queue already holds ops and the new entry would
- *   exceed either bound; an entry is always accepted when no ops are queued, so an entry bigger than a whole bound
- *   cannot deadlock, and memory stays within the byte bound plus one entry. IDLE and END items weigh nothing and
- *   never wait.
+ *   BSON and rendered text, op_entry_bytes, plus what queue_reserve holds). A push waits while the queue already
+ *   holds ops (or a reservation) and the new entry would exceed either bound; an entry is always accepted when
+ *   nothing is queued or reserved, so an entry bigger than a whole bound cannot deadlock, and memory stays within the
+ *   byte bound plus one entry. IDLE and END items weigh nothing and never wait.
  * - notify is called only on the empty → non-empty transition, outside the lock. The consumer must therefore keep
  *   popping until the queue is empty, or come back on its own (e.g. after a commit) if it stops early: no further
  *   notify comes while items are left.
@@ -62,7 +62,8 @@ queue *queue_new(size_t capacity, size_t capacity_bytes);
 /* Frees left-over items (queue_clear) and the queue. No thread may be using it. NULL is fine. */
 void queue_free(queue *q);
 
-/* Set before the pushing thread starts (not synchronised with pushes). fn NULL disables notification. */
+/* Meant to be set before the pushing thread starts; it takes the queue's lock, so a change made later applies from
+ * the next push on. fn NULL disables notification. */
 void queue_set_notify(queue *q, queue_notify_fn fn, void *arg);
 
 /* Pushes an entry, blocking while the queue is full. On true the queue owns e; on false (the queue was stopped,

@@ -13,7 +13,8 @@
 typedef enum apply_status {
     APPLY_OK = 0,
     APPLY_RETRY,        /* a passing fault: end the session uncommitted, back off, resume from the checkpoint */
-    APPLY_DATA,         /* PostgreSQL refuses this op's data (or oplog2pg cannot render it): find it, set it aside */
+    APPLY_DATA,         /* PostgreSQL refuses this op's data (or oplog2pg cannot render it): find it, then set it
+                         * aside, or stop before it ([replication] on_error) */
     APPLY_NOMEM,        /* an allocation of oplog2pg's own failed: like APPLY_RETRY, never a dead letter */
     APPLY_CONFIG,       /* a person must act on PostgreSQL (login, privileges, a table oplog2pg does not own): exit 3 */
     APPLY_FENCED,       /* another oplog2pg holds this service: exit 6 */

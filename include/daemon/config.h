@@ -6,6 +6,9 @@
  * the unit test that checks docs/configuration.md and conf/oplog2pg.ini list every key. docs/configuration.md is the
  * user's reference for every option and for how values, units and errors are written.
  *
+ * The column maps ([map DB.COLL] and [child SCHEMA.TABLE] sections, docs/mapping.md) are not options of the table:
+ * daemon/config_map.h reads them into `maps`, in the same load and with the same FILE:LINE errors.
+ *
  * Loading parses into a fresh struct and validates it as a whole before anything is handed to the caller; a failed
  * load or reload leaves the caller's configuration untouched. Errors name the file, the line and the key:
  *     /etc/oplog2pg/oplog2pg.ini:12: [replication] batch_rows: "10x" is not a whole number
@@ -17,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "map/map.h"
 
 /* A comma-separated list, items trimmed. items is NULL-terminated (items[count] == NULL), so it can be handed to
  * nsfilter_new as is. An empty list has count 0 and items pointing at a lone NULL. */
@@ -107,6 +112,10 @@ typedef struct config {
     /* [metrics] */
     char *metrics_listen; /* "HOST:PORT"; "" = off */
 
+    /* [map DB.COLL] and [child SCHEMA.TABLE] sections (daemon/config_map.h, docs/mapping.md): not options of the
+     * table, and not reloadable (a reload that finds them changed keeps these and says a restart is needed). */
+    map_set maps;
+
     /* Values set by config_override (e.g. --service), kept so config_reload applies them again; one slot per
      * option, NULL when not overridden. Internal: use config_override. */
     char **overrides;
@@ -151,13 +160,17 @@ bool config_load(const char *path, config *out, char *err, size_t errlen);
 bool config_load_string(const char *name, const char *text, config *out, char *err, size_t errlen);
 
 /* Sets one option from its text form, with the same checks as the file, and remembers it so that config_reload
- * applies it again (the command line wins over the file: --service). */
+ * applies it again (the command line wins over the file: --service). The configuration with the new value is then
+ * checked as a whole, as config_load checks a file (an empty include, a password_file that cannot be read or a uri
+ * that holds a password as well, ...). On failure err says why ("[section] key: what is wrong") and c is left
+ * exactly as it was, its remembered overrides included. */
 bool config_override(config *c, const char *section, const char *name, const char *value, char *err, size_t errlen);
 
 /* Re-reads path. When it is invalid, returns false with err set and *current unchanged. Otherwise copies into
  * *current the reloadable options whose value changed (logging "[s] k changed: OLD -> NEW") and leaves the others,
  * logging "[s] k changed in the file; restart required to apply it (keeping OLD)". Overrides from config_override
- * are applied to the new file first. *changed (may be NULL) receives the number of options applied. */
+ * are applied to the new file first, and the result is checked as a whole as config_load checks a file. *changed (may
+ * be NULL) receives the number of options applied. */
 bool config_reload(const char *path, config *current, char *err, size_t errlen, config_log_fn log, void *log_arg,
                    int *changed);
 

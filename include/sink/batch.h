@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "map/project.h"
 #include "sink/pgconn.h"
 
 /* The columns of a replicated table, in COPY order. The table itself is made by oplog2pg.ensure_table
@@ -34,6 +35,14 @@ bool sink_batch_add(sink_batch *b, const char *key, size_t key_len, const char *
  * is still the caller's). */
 bool sink_batch_take(sink_batch *b, const char *key, size_t key_len, char **json, size_t json_len);
 
+/* Adds the rows of one document of a mapped collection (map/project.h: records for its table and child tables),
+ * copying them. A batch holds either kind of row, never both (a namespace has one shape). False when memory runs
+ * out. */
+bool sink_batch_add_mapped(sink_batch *b, const map_rows *rows);
+/* The mapped rows (records of every document added, in order) and how many documents they are. */
+const map_rows *sink_batch_mapped(const sink_batch *b);
+
+/* Rows: documents (for a mapped collection, each document counts once, whatever its child rows). */
 size_t sink_batch_rows(const sink_batch *b);
 /* The bytes the rows hold (keys and JSON). */
 size_t sink_batch_bytes(const sink_batch *b);
@@ -44,5 +53,8 @@ void sink_batch_row(const sink_batch *b, size_t i, const char **key, size_t *key
 /* Streams the batch as a whole binary COPY body into a COPY started on c (header, tuples, trailer) and ends the COPY,
  * reading its outcome. Used by the sink and the initial copy. */
 bool sink_batch_copy(pgconn *c, const sink_batch *b, pgconn_error *err);
+
+/* The same for the mapped rows of table number `table` (into a COPY of that table's fields started on c). */
+bool sink_batch_copy_mapped(pgconn *c, const sink_batch *b, uint16_t table, pgconn_error *err);
 
 #endif

@@ -8,21 +8,25 @@
  * forward (oplog2pg.advance_checkpoint refuses anything else); sink_set_checkpoint is the one explicit move.
  *
  * No network wait per op: statements (updates, deletes, short insert runs, DDL) go out in libpq pipeline mode and
- * their results are read as they arrive; the only wait is the commit at the end of the group, plus one per long
- * insert run, which leaves the pipeline to stream a binary COPY (pipeline mode forbids COPY). A COPY that meets a
- * duplicate _id (a replay) is rolled back to a savepoint and re-sent as per-row upserts. What libpq holds unsent is
- * bounded in bytes (SINK_PIPE_BYTES): past that, sending waits until the socket has taken it.
+ * their results are read as they arrive. The sink waits for PostgreSQL at the commit that ends the group, and for an
+ * insert run long or large enough for COPY (copy_min_rows rows, or 1 MB), which leaves the pipeline (waiting for the
+ * results still due) to stream a binary COPY, since pipeline mode forbids COPY. A COPY that meets a duplicate _id (a
+ * replay) is rolled back to a savepoint and re-sent as per-row upserts. Sending also waits while libpq holds more
+ * than SINK_PIPE_BYTES unsent or more than 20000 results are due, and, in per-op mode, for each statement's result.
  *
  * Errors follow the one policy (sink/pgerror.h): every failure is an apply_status (core/status.h), and only
  * APPLY_DATA — PostgreSQL refusing an op's own data — leads to a dead letter. Waits go through sink/pgconn.h, so the
- * owner's wait hook runs at least once a second while PostgreSQL keeps the sink waiting.
+ * owner's wait hook runs at least every wait_slice_ms (1 s unless set) while PostgreSQL keeps the sink waiting.
  *
  * Fencing: at connect the sink takes a session advisory lock on the service name and writes a fresh owner token
- * into the checkpoint row; every commit's checkpoint update requires that token, so a second daemon with the same
- * service name can neither start nor, if it somehow did, commit.
+ * into the checkpoint row; every commit's checkpoint update requires that token. So sink_connect refuses a second
+ * sink for the same service (APPLY_FENCED), and a sink whose token has since been replaced cannot commit (the
+ * checkpoint function raises O2FEN, APPLY_FENCED too). What the daemon makes of that (exit 6) is its own choice.
  *
- * Tables: namespace db.coll lives in "db"."coll" (map/shape.h: _id text key, doc jsonb), made on first sight inside
- * the group that first writes to it.
+ * Tables: namespace db.coll lives in the schema and table map/names.h gives it (normally "db"."coll"), with
+ * columns _id (text COLLATE "C", the key text) and doc (jsonb). The first write to it on a connection makes the
+ * table, or checks that this service made it, through the catalog (oplog2pg.ensure_table, oplog2pg.tables) inside
+ * the open group.
  */
 #ifndef OPLOG2PG_SINK_PG_H
 #define OPLOG2PG_SINK_PG_H
@@ -34,6 +38,7 @@
 
 #include "core/op.h"
 #include "core/status.h"
+#include "map/map.h"
 #include "sink/batch.h"
 #include "sink/pgconn.h"
 
@@ -45,9 +50,12 @@ typedef struct sink sink;
 typedef struct {
     const char *conninfo;   /* libpq conninfo or URI */
     const char *service;    /* checkpoint row key */
-    bool per_op;            /* baseline mode: one statement and one commit per op, synchronous */
-    uint32_t copy_min_rows; /* insert runs at least this long go by COPY; shorter ones by pipelined INSERT */
+    bool per_op;            /* wait for each statement's result before the next (per-op and careful mode; when to
+                             * commit stays the caller's choice); no COPY */
+    uint32_t copy_min_rows; /* insert runs this long (or of 1 MB) go by COPY, shorter ones by pipelined upserts;
+                             * 0 means 32 */
     int peer_timeout_s;     /* see pgconn_params */
+    const map_set *maps;    /* typed maps (map/map.h); NULL = every collection has the jsonb shape */
     pgconn_wait_fn wait_hook;
     void *wait_arg;
     int wait_slice_ms;
@@ -56,12 +64,12 @@ typedef struct {
 typedef struct {
     uint64_t commits;
     uint64_t rows_copied;   /* inserted by COPY */
-    uint64_t rows_inserted; /* inserted by pipelined INSERT */
-    uint64_t updates;
+    uint64_t rows_inserted; /* inserted by pipelined upserts (a COPY run re-sent after a duplicate too) */
+    uint64_t updates;       /* updates, replacements included */
     uint64_t deletes;
     uint64_t ddl;
     uint64_t dup_fallbacks; /* COPY runs re-sent as upserts after a duplicate _id */
-    uint64_t bytes;         /* document bytes sent */
+    uint64_t bytes;         /* bytes of text sent for inserts (keys and documents) and updates (the update) */
     uint64_t dead_letters;  /* ops set aside in oplog2pg.dead_letter */
 } sink_stats;
 
@@ -71,8 +79,8 @@ sink *sink_new(const sink_config *cfg);
 void sink_free(sink *s);
 
 /* Connect, install the oplog2pg schema and functions, take the fence, make sure the checkpoint row exists and read
- * it. APPLY_RETRY when PostgreSQL cannot be reached, APPLY_CONFIG when it refuses the login (sink_error says what
- * to fix), APPLY_FENCED when another daemon holds the service. */
+ * it. APPLY_RETRY when PostgreSQL cannot be reached, APPLY_CONFIG when it refuses the login or is older than 13
+ * (sink_error says what to fix), APPLY_FENCED when another daemon holds the service. */
 sink_status sink_connect(sink *s);
 bool sink_connected(const sink *s);
 /* Drop the connection (after an error; the open group is lost, the checkpoint says where to resume). */
@@ -88,6 +96,9 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
 sink_status sink_update(sink *s, const char *db, const char *coll, const char *key, op_update_form form,
                         const char *json, const op_pos *pos);
 sink_status sink_delete(sink *s, const char *db, const char *coll, const char *key, const op_pos *pos);
+/* An insert, update or delete of a collection with a typed map, as prepared on the reader thread (op->mapped, a
+ * map_plan): the rows upserted, or the plan's edits sent as statements. */
+sink_status sink_apply_mapped(sink *s, const op *o);
 sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos *pos);
 sink_status sink_drop(sink *s, const char *db, const char *coll, const op_pos *pos);
 sink_status sink_rename(sink *s, const char *db, const char *coll, const char *to_db, const char *to_coll,
@@ -98,8 +109,8 @@ sink_status sink_truncate(sink *s, const char *db, const char *coll, const op_po
 /* End the group: checkpoint := pos (fenced, never backwards), COMMIT, wait for the result. Also valid with no writes
  * (moves the checkpoint past noops). */
 sink_status sink_commit(sink *s, const op_pos *pos);
-/* Put the checkpoint at pos (NULL: none), forward or back, in a transaction of its own: --tail-from, --skip-import,
- * --reimport. */
+/* Put the checkpoint at pos (NULL: none), forward or back, in a transaction of its own, outside any group (inside
+ * one it is refused, APPLY_CONFIG): --tail-from, --skip-import, the end of the initial copy, --reimport. */
 sink_status sink_set_checkpoint(sink *s, const op_pos *pos);
 
 /* Guarded ops, for finding an op PostgreSQL refuses and setting it aside ([replication] on_error = dead-letter):
@@ -107,24 +118,32 @@ sink_status sink_set_checkpoint(sink *s, const op_pos *pos);
  * sink_guard_end releases it. When the op failed with APPLY_DATA, sink_dead_letter instead rolls back to the
  * savepoint and records the op in oplog2pg.dead_letter with the error (why, or the sink's own message when NULL),
  * in the same open group, so the commit that follows moves the checkpoint past it. Should the record itself be
- * refused, the result is APPLY_UNRECORDABLE (the daemon stops, exit 5, naming the op). Use per-op mode meanwhile,
- * so that an error is attributed to its own op. */
+ * refused, or no guard be open, it returns APPLY_UNRECORDABLE with a message saying why and leaves the rest to the
+ * caller (the apply loop exits 5); memory or the connection failing on the way give APPLY_NOMEM or APPLY_RETRY, and
+ * a failure other than APPLY_DATA that the sink already holds is returned as it is. Use per-op mode meanwhile, so
+ * that an error is attributed to its own op. */
 void sink_set_per_op(sink *s, bool on);
 sink_status sink_guard_begin(sink *s);
 sink_status sink_guard_end(sink *s);
 sink_status sink_dead_letter(sink *s, const op *o, const char *why);
-/* The same for on_error = stop: logs which op was refused (namespace, _id, position) and returns the failure. */
+/* For on_error = stop instead: logs which op was refused (namespace, _id, position) and returns the failure
+ * (APPLY_DATA, or the earlier failure the sink holds); records nothing. */
 sink_status sink_refused(sink *s, const op *o, const char *why);
 /* Records o in oplog2pg.dead_letter on c, outside any pipeline, in whatever transaction c has open (the initial
  * copy's batches). False with err set when the record itself fails. */
 bool sink_record_dead_letter(pgconn *c, const char *service, const op *o, const char *why, const char *sqlstate,
                              pgconn_error *err);
 /* Records that o cannot be written for the reason why (its text could not be made) as the sink's error, naming the
- * op; returns APPLY_DATA. */
+ * op; returns APPLY_DATA (or, when the sink already holds a failure, that one, whose message it keeps). */
 sink_status sink_refuse(sink *s, const op *o, const char *why);
 
-/* Installs (or brings up to date) the oplog2pg schema and the update functions on c, one installer at a time
- * across the cluster. Every daemon start and every copy run does it; all of it is idempotent. */
+/* An oplog position stored as three columns (seconds, increment, term; a NULL term is -1) of a text-format result,
+ * from column col of row: the checkpoint's and the copy state's. */
+void sink_row_pos(const PGresult *res, int row, int col, op_pos *out);
+
+/* Installs (or brings up to date) the oplog2pg schema and the update functions on c, one installer at a time per
+ * database (a transaction-scoped advisory lock). Every sink connect (each start and reconnect) and every copy run
+ * does it; all of it is idempotent. */
 bool sink_install_schema(pgconn *c, pgconn_error *err);
 
 /* While idle between groups: the connection's socket (for the owner's event loop; -1 when not connected), and a
@@ -153,8 +172,9 @@ typedef struct {
 /* False with err set (err->status APPLY_CONFIG for a refused login, APPLY_RETRY when unreachable). */
 bool sink_probe(const char *conninfo, const char *service, sink_probe_result *out, pgconn_error *err);
 
-/* The last error, with context ("update on shop.orders (oplog entry 1700000000:3) failed: [22P02] ..."), and its
- * SQLSTATE ("" when PostgreSQL gave none). */
+/* The error of the failure the sink holds, with context ("update on shop.orders (oplog entry 1700000000:3) failed:
+ * [22P02] ..."), and its SQLSTATE ("" when PostgreSQL gave none). It is the first error since the sink last
+ * connected (or set an op aside): what follows a failure in the same pipeline is its consequence, not kept. */
 const char *sink_error(const sink *s);
 const char *sink_error_state(const sink *s);
 const sink_stats *sink_get_stats(const sink *s);

@@ -22,8 +22,10 @@
 #include "core/status.h"
 
 /* Called at least every wait_slice_ms while a call waits on PostgreSQL (from the first slice on). what: "the
- * COMMIT", "the update on shop.orders", ... */
-typedef void (*pgconn_wait_fn)(void *arg, const char *what, double waited_s);
+ * COMMIT", "the update on shop.orders", "the connection", ... Returns true to go on waiting; false gives the wait up
+ * (the call then fails as passing: APPLY_RETRY), which the daemon does with a connection attempt once it is
+ * stopping. */
+typedef bool (*pgconn_wait_fn)(void *arg, const char *what, double waited_s);
 
 typedef struct {
     const char *conninfo;     /* libpq conninfo or URI (copied) */
@@ -46,6 +48,7 @@ typedef struct pgconn {
     char *conninfo;    /* owned copy */
     pgconn_error last; /* the last failure of pgconn_exec/pgconn_exec_params, whatever err was passed */
     char goodbye[300]; /* a FATAL the server sent outside any query (it is about to close the connection) */
+    bool abandoned;    /* the wait hook gave a wait up */
 } pgconn;
 
 /* Connects (see above). NULL with err set on failure: APPLY_CONFIG for a refused login or a bad connection string,

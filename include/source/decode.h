@@ -1,7 +1,10 @@
 /*
  * decode.h — turns one raw oplog entry (a bson_t from local.oplog.rs) into an op_entry (core/op.h).
  *
- * The rules follow /work/shared/oplog/REPORT.md §1–§4 and never depend on field order.
+ * The rules follow the entries MongoDB writes (their fields are declared in mongodb/mongo
+ * src/mongo/db/repl/oplog_entry.idl) and never depend on field order. They are tested against the real and
+ * transcribed entries of 3.0-era to 8.x servers under tests/vectors/ (tests/vectors/SOURCES.md says where each came
+ * from).
  *
  * What becomes what:
  * - `i`/`u`/`d` → OP_INSERT/OP_UPDATE/OP_DELETE (the update's form classified and, for $v:2, validated).
@@ -9,8 +12,11 @@
  * - `c` create/drop/renameCollection/dropDatabase → the DDL kinds. emptycapped → OP_TRUNCATE (it removes every
  *   document). convertToCapped → OP_NOOP (the documents stay; PostgreSQL has no capped tables). A create with
  *   `viewOn` → OP_NOOP (a view holds no data; its definition lives in the skipped system.views).
- * - index builds, createIndexes, dropIndexes (and old aliases), collMod and the internal commands of REPORT §2
- *   → OP_NOOP.
+ * - index builds (startIndexBuild, commitIndexBuild, abortIndexBuild), createIndexes, dropIndexes (and its old
+ *   aliases deleteIndex, deleteIndexes, dropIndex), collMod, and internal commands that change no document (dbCheck,
+ *   setMultikeyMetadata, dropIdent, the sharding catalog's modifyCollectionShardingIndexCatalog,
+ *   createDatabaseMetadata and dropDatabaseMetadata, upgradeDowngradeViewlessTimeseries) → OP_NOOP; so is
+ *   importCollection, whose documents arrive as data files and are not in the oplog at all.
  * - applyOps → one op per inner op, in order (ops[i] is applyOps[i]; skipped inner ops stay as OP_NOOP so indexes
  *   are stable). Inner ts/h/v/wall (3.6 user applyOps) are ignored: every op carries the outer position.
  *
@@ -28,15 +34,17 @@
  * decide); collections named system.* (system.views, system.indexes, system.buckets.*, ...; with DECODE_KEEP_SYSTEM the
  * time-series system.buckets.* collections are decoded); a rename whose source and target are both skipped.
  *
- * DECODE_UNSUPPORTED (the reader must stop; transaction chains come later): an applyOps with partialTxn or prepare,
- * or with `count` under an lsid (the last entry of a multi-entry transaction), commitTransaction,
- * abortTransaction, a nested applyOps, an unknown op code (ci, cu, cd, km, ...), an unknown command outside the
- * skipped databases, $v other than 1/2, modifier operators other than $set/$unset, a rename between a skipped and
- * a replicated namespace, an entry whose `v` is not 2.
+ * DECODE_UNSUPPORTED (oplog2pg cannot apply it yet; the reader, or replay, stops before the entry): an applyOps with
+ * partialTxn or prepare, or with `count` in a transaction (lsid and txnNumber, no multiOpType: the last entry of a
+ * transaction written over several entries), commitTransaction, abortTransaction, a nested applyOps, an unknown op
+ * code (ci, cu, cd, km, ...), an unknown command outside the skipped databases, $v other than 1/2, modifier
+ * operators other than $set/$unset, a rename between a skipped and a replicated namespace, an entry whose `v` is
+ * not 2.
  *
  * DECODE_MALFORMED: a missing or ill-typed required field (ts Timestamp; op/ns strings; o document; t int32/int64;
- * v number), `i`/`d` without o._id, `u` without o2._id, a DDL command without its collection, a $v:2 diff that the
- * server would reject (the message names the server's error code, e.g. "[4728000]").
+ * v number), `i`/`d` without o._id, `u` without o2 or o2._id, an update `o` that is empty or mixes operators and
+ * fields, a DDL command without its collection, a $v:2 diff whose structure the server would reject
+ * (source/v2diff.h; the message names the server's error code when it has one, e.g. "[4728000]").
  *
  * Error messages name the entry as `ts SECS:INC op 'X' ns 'NS'` (plus applyOps[i] and _id where known).
  */
@@ -63,21 +71,17 @@ enum {
      * collections and the admin/local/config databases are skipped regardless. */
     DECODE_KEEP_SYSTEM = 1u << 0,
     /* Do not copy an insert's or update's `o` into the op: op.doc points into the caller's entry, which must stay
-     * alive until the op's text is rendered (map/ejson.h) and op_entry_drop_payload is called. Halves the memory
-     * of a large document; the raw payload is then gone, so it is for sessions that will not need it for a dead
-     * letter. */
+     * alive until the op's text is rendered (map/ejson.h) and op_entry_drop_payload is called; an insert's op.id
+     * points into it too. Halves the memory of a large document; the raw payload is then gone, so it is for sessions
+     * that will not need it for a dead letter. */
     DECODE_BORROW_PAYLOAD = 1u << 1,
 };
 
 /* Decodes entry into out (which need not be initialised; on failure it is left empty, as op_entry_init). On a
- * failure err receives a one-line message (err may be NULL when errlen is 0). Nothing in out points into entry. */
+ * failure err receives a one-line message (err may be NULL). Nothing in out points into entry, unless
+ * decode_entry_ex was given DECODE_BORROW_PAYLOAD. */
 decode_status decode_entry(const bson_t *entry, op_entry *out, char *err, size_t errlen);
 decode_status decode_entry_ex(const bson_t *entry, unsigned flags, op_entry *out, char *err, size_t errlen);
-
-/* Validates a $v:2 diff (the value of o.diff) the way the server's DocumentDiffReader and applier do. On failure
- * returns false, stores the server's error code in *code (0 when the server has no code for that check) and writes
- * the reason (with the code) to err. */
-bool decode_validate_diff(const bson_t *diff, int32_t *code, char *err, size_t errlen);
 
 const char *decode_status_name(decode_status s);
 

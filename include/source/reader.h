@@ -1,14 +1,16 @@
 /*
  * reader.h — the reader thread: tails local.oplog.rs with libmongoc and feeds decoded entries to a queue.
  *
- * It is the only thread that touches libmongoc (the caller must have called mongoc_init once). It starts at a
+ * Its libmongoc client is used by that thread alone (the caller must have called mongoc_init once). It starts at a
  * position already applied (the committed checkpoint: the daemon makes sure there is one before a reader starts),
- * checks that it is still there (REPORT §5.2), skips it, decodes every later entry, turns ops on namespaces the
- * nsfilter rejects into OP_NOOP, renders their PostgreSQL text (map/ejson.h), and pushes QUEUE_ENTRY items, a
- * QUEUE_IDLE item whenever it has drained the oplog, and a QUEUE_END item when it must stop for good:
+ * checks that it is still there (the first entry at or after it must be that entry, with the same term), skips it,
+ * decodes every later entry, turns ops on namespaces the nsfilter rejects into OP_NOOP, renders their PostgreSQL
+ * text (map/ejson.h), and pushes QUEUE_ENTRY items, a QUEUE_IDLE item whenever it has drained the oplog, and a
+ * QUEUE_END item when it must stop for good:
  * - QUEUE_END_RESUME_LOST: the start position or the last position pushed is no longer in the oplog, or it was
  *   rolled back (same ts, another term);
- * - QUEUE_END_UNSUPPORTED: an entry the decoder rejects (malformed or unsupported); nothing after it is pushed;
+ * - QUEUE_END_UNSUPPORTED: an entry the decoder rejects (malformed or unsupported), or a first entry without a ts
+ *   Timestamp; nothing after it is pushed;
  * - QUEUE_END_REFUSED: authentication/authorisation refused;
  * - QUEUE_END_NOMEM: memory ran out.
  * What each means for the process is the daemon's choice. Network errors, dead cursors and replica-set state
@@ -16,7 +18,9 @@
  * checking it again, so nothing is lost or repeated.
  *
  * reader_stop sets a flag, wakes the thread (also from a blocked queue push, via queue_wake_pushers) and joins it:
- * this takes at most about one await_ms (a getMore in flight), or the connect timeout while MongoDB is unreachable.
+ * this takes about one await_ms at most (a getMore in flight), or the connect timeout while MongoDB is unreachable,
+ * or, should the network go silent during a getMore, the socket timeout (await_ms + 30 s unless the URI sets
+ * socketTimeoutMS).
  * It does not stop the queue; that is the caller's choice. When the thread ends by itself (fatal item pushed, or the
  * queue stopped) reader_finished turns true.
  */
@@ -30,23 +34,26 @@
 #include "core/nsfilter.h"
 #include "core/op.h"
 #include "core/queue.h"
+#include "map/map.h"
 
 #define READER_DEFAULT_AWAIT_MS   1000
 #define READER_DEFAULT_BATCH_SIZE 10000
 
 typedef struct reader_config {
-    const char *uri;        /* MongoDB connection string (copied); appname=oplog2pg is added unless it has one */
+    const char *uri;        /* MongoDB connection string (copied); appname=oplog2pg is added unless it has one,
+                             * retryReads is turned off, socketTimeoutMS is await_ms + 30 s unless it has one */
     op_pos start;           /* the last applied position, the committed checkpoint (term -1 when unknown) */
     int32_t await_ms;       /* maxTimeMS of each getMore; <= 0 means READER_DEFAULT_AWAIT_MS */
     int32_t batch_size;     /* batchSize of find and getMore; <= 0 means READER_DEFAULT_BATCH_SIZE */
     const nsfilter *filter; /* NULL = replicate everything; must outlive the reader */
+    const map_set *maps;    /* typed maps (map/map.h): their ops are projected on the reader thread; NULL = none */
     unsigned decode_flags;  /* passed to decode_entry_ex (DECODE_KEEP_SYSTEM, DECODE_BORROW_PAYLOAD: then the raw
                              * payload is dropped once rendered, and only the text reaches the queue) */
 } reader_config;
 
 /* Counters, safe to read from any thread (each field is read atomically; together they are a near snapshot). */
 typedef struct reader_stats {
-    uint64_t entries;    /* oplog entries pushed (the start NOOP included) */
+    uint64_t entries;    /* oplog entries pushed (the start entry, applied already, is skipped, not pushed) */
     bool have_last;      /* last holds something */
     op_pos last;         /* position of the last entry pushed (or the start position before that) */
     uint64_t reconnects; /* cursor re-opens after an error or a dead cursor */

@@ -7,6 +7,7 @@
 #ifndef OPLOG2PG_UTIL_STRBUF_H
 #define OPLOG2PG_UTIL_STRBUF_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -44,5 +45,10 @@ static inline bool strbuf_failed(const strbuf *b)
 /* Hands the storage to the caller (free() it) and leaves the buffer empty; "" when nothing was appended; NULL when
  * an allocation failed (the storage is freed then). Large unused room is given back first. */
 char *strbuf_detach(strbuf *b, size_t *len);
+
+/* Formatted text appended to a fixed buffer buf[0..len) at *off, which moves past it; always NUL-terminated, and
+ * what does not fit is dropped (for messages, which may be cut but never overflow). */
+void text_appendf(char *buf, size_t len, size_t *off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void text_vappendf(char *buf, size_t len, size_t *off, const char *fmt, va_list ap);
 
 #endif

@@ -4,9 +4,10 @@
  * NOTES
  * Pending insert runs are kept in a small array of namespaces (a daemon replicates tens of collections, and the last
  * one used is checked first), each with its own run (an opaque handle of the sink's, holding the rows already
- * encoded). A run is written when its namespace sees another kind of op, when DDL comes, or when the group ends; the
- * order in which the runs of different namespaces reach PostgreSQL does not matter, since they touch different
- * tables and commit together. Per _id, oplog order is kept: a row is written before any later op on its namespace.
+ * encoded). A run is written when its namespace sees another kind of op, when DDL comes, when one more row would
+ * take it past batch_bytes, or when the group ends; the order in which the runs of different namespaces reach
+ * PostgreSQL does not matter, since they touch different tables and commit together. Per _id, oplog order is kept: a
+ * row is written before any later op on its namespace.
  */
 #include "core/batcher.h"
 

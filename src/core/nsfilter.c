@@ -3,7 +3,8 @@
  *
  * Every op passes through nsfilter_match, so the patterns are split and classified once, at start: a part that is
  * only stars matches anything, a part without wildcards is compared with memcmp, "abc*" is a prefix test, and only
- * the rest runs the general glob matcher (linear backtracking over the last star, no recursion, no allocation).
+ * the rest runs the general glob matcher (it backtracks to the last star only: no recursion, no allocation, at worst
+ * about pattern length × name length steps).
  * `?` matches one character: one UTF-8 sequence, not one byte, so "caf?" matches "café".
  */
 #include "core/nsfilter.h"

@@ -59,6 +59,8 @@ void op_clear(op *o)
     free(o->json);
     free(o->id_key);
     free(o->refusal);
+    if (o->mapped != NULL && o->mapped_free != NULL)
+        o->mapped_free(o->mapped);
     memset(o, 0, sizeof *o);
     o->pos = pos;
     o->index = index;
@@ -70,7 +72,7 @@ size_t op_entry_bytes(const op_entry *e)
     size_t n = sizeof *e + e->n * sizeof *e->ops;
     for (size_t i = 0; i < e->n; i++) {
         const op *o = &e->ops[i];
-        n += o->buf_len + o->json_len + (o->id_key ? o->id_key_len + 1 : 0) + (o->json ? 1 : 0);
+        n += o->buf_len + o->json_len + (o->id_key ? o->id_key_len + 1 : 0) + (o->json ? 1 : 0) + o->mapped_bytes;
     }
     return n;
 }

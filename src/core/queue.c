@@ -1,8 +1,9 @@
 /*
- * queue.c — the bounded, op-counted queue between the reader thread and the apply loop (see core/queue.h).
+ * queue.c — the queue between the reader thread and the apply loop, bounded in ops and in bytes (see core/queue.h).
  *
  * Items live in a growable ring buffer guarded by one mutex. A pusher that finds the queue full waits on `not_full`,
- * which a pop signals whenever it removes ops; stop and wake broadcast it. Consumers never wait.
+ * which a pop broadcasts whenever it removes ops while someone waits; a reservation given back, stop and wake
+ * broadcast it too. Consumers never wait.
  */
 #include "core/queue.h"
 

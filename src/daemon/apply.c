@@ -147,10 +147,14 @@ static void do_reload(daemon_ctx *d)
         log_warning("SIGHUP: no configuration file to reload");
         return;
     }
-    notify_reloading();
+    /* RELOADING=1 ... READY=1 only once the service was ready: before that, READY=1 would tell systemd the start is
+     * over while PostgreSQL is still unreachable or the initial copy still runs. */
+    if (d->ready_sent)
+        notify_reloading();
     if (!config_reload(d->config_path, d->cfg, err, sizeof err, log_reload, NULL, &changed)) {
         log_error("SIGHUP: keeping the running configuration: %s", err);
-        notify_ready();
+        if (d->ready_sent)
+            notify_ready();
         return;
     }
     logsetup_apply(d->cfg);
@@ -168,7 +172,8 @@ static void do_reload(daemon_ctx *d)
     }
     log_notice("configuration reloaded from %s (%d option%s changed)", d->config_path, changed,
                changed == 1 ? "" : "s");
-    notify_ready();
+    if (d->ready_sent)
+        notify_ready();
 }
 
 /* Between sessions and before the first: waits up to ms, feeding the watchdog, handling SIGHUP. False when a stop
@@ -193,15 +198,21 @@ static bool nap(daemon_ctx *d, uint64_t ms)
 
 /* The sink's wait hook: PostgreSQL keeps us waiting (a lock, a slow commit, a connect). Healthy waiting feeds the
  * watchdog and says in STATUS what it waits for; a dead peer is the kernel's to notice ([postgres] peer_timeout).
- * A stop requested meanwhile gives PostgreSQL STOP_GRACE_S to answer (the work then commits as usual), then cancels
+ * A stop requested while connecting gives the attempt up at once (nothing is at stake); one requested meanwhile
+ * otherwise gives PostgreSQL STOP_GRACE_S to answer (the work then commits as usual), then cancels
  * the statement: the session ends uncommitted, which is safe (the next start reads it again), and a stop never
  * hangs on a lock someone else holds. A second SIGTERM exits at once. */
-static void pg_wait_hook(void *arg, const char *what, double waited)
+static bool pg_wait_hook(void *arg, const char *what, double waited)
 {
     daemon_ctx *d = arg;
     notify_watchdog();
     signals_poll();
     double now = clock_s();
+    if (signals_stop_requested() && !sink_connected(d->snk)) {
+        /* A connection attempt has nothing to commit: give it up at once. */
+        notify_status("stopping: giving up the connection attempt");
+        return false;
+    }
     if (signals_stop_requested()) {
         if (d->stop_seen == 0)
             d->stop_seen = now;
@@ -226,6 +237,7 @@ static void pg_wait_hook(void *arg, const char *what, double waited)
                     "pg_stat_activity)",
                     waited, what);
     }
+    return true;
 }
 
 /* Connect to PostgreSQL, retrying passing failures with backoff. Returns the exit code to stop with, or -1 when
@@ -263,6 +275,10 @@ static int connect_sink(daemon_ctx *d)
             notify_status("stopped: %s", sink_error(d->snk));
             return EXIT_CONFIG;
         default: {
+            if (signals_stop_requested()) {
+                log_notice("%s", sink_error(d->snk));
+                return EXIT_OK;
+            }
             uint64_t wait = backoff_next(&b);
             log_warning("%s; retrying in %llu ms", sink_error(d->snk), (unsigned long long)wait);
             notify_status("reconnecting to PostgreSQL: %s", sink_error(d->snk));
@@ -696,6 +712,7 @@ static bool start_source(daemon_ctx *d, int have, const op_pos *start, char *err
     rc.uri = d->cfg->mongodb_uri_effective;
     rc.start = *start;
     rc.filter = d->filter;
+    rc.maps = &d->cfg->maps;
     /* Only a careful session can set an op aside, and a dead letter keeps the op's raw BSON: other sessions drop it
      * once the text is made, which halves the memory of large documents. */
     rc.decode_flags = d->careful ? 0 : DECODE_BORROW_PAYLOAD;
@@ -899,6 +916,7 @@ static bool ctx_init(daemon_ctx *d, config *cfg, const char *config_path, const 
         .conninfo = cfg->postgres_conninfo,
         .service = cfg->service,
         .per_op = cfg->apply_mode == CONFIG_APPLY_PER_OP,
+        .maps = &cfg->maps,
         .peer_timeout_s = (int)(cfg->postgres_peer_timeout_ms / 1000),
         .wait_hook = pg_wait_hook,
         .wait_arg = d,

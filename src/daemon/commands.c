@@ -17,7 +17,8 @@
 #include "daemon/exitcodes.h"
 #include "sink/pg.h"
 #include "sink/pgerror.h"
-#include "source/copy.h"
+#include "copy/copy.h"
+#include "source/mongo_client.h"
 #include "source/oplog_edge.h"
 #include "util/log.h"
 
@@ -57,14 +58,6 @@ static const char *utc_text(uint32_t secs, char *buf, size_t len)
     return buf;
 }
 
-/* MongoDB refused the login (authentication or authorisation): for a person to fix. */
-static bool mongo_refused(const bson_error_t *e)
-{
-    bool server = e->domain == MONGOC_ERROR_SERVER || e->domain == MONGOC_ERROR_QUERY;
-    return (server && (e->code == 13 || e->code == 18)) ||
-           (e->domain == MONGOC_ERROR_CLIENT && e->code == MONGOC_ERROR_CLIENT_AUTHENTICATE);
-}
-
 /* The worse of two exit codes (a person must act > cannot reach). */
 static int worse(int a, int b)
 {
@@ -77,17 +70,16 @@ int daemon_check(config *cfg)
     bson_error_t err;
     printf("configuration: ok (service '%s')\n", cfg->service);
 
-    mongoc_uri_t *uri = mongoc_uri_new_with_error(cfg->mongodb_uri_effective, &err);
-    mongoc_client_t *client = uri ? mongoc_client_new_from_uri(uri) : NULL;
+    char cerr[512];
+    mongo_client_opts mo = {.appname = "oplog2pg-check"};
+    mongoc_client_t *client = mongo_client_open(cfg->mongodb_uri_effective, &mo, cerr, sizeof cerr);
     if (client == NULL) {
-        printf("mongodb: bad URI: %s\n", uri ? "cannot create a client" : err.message);
+        printf("mongodb: %s\n", cerr);
         code = EXIT_CONFIG;
     } else {
-        mongoc_client_set_error_api(client, MONGOC_ERROR_API_VERSION_2);
-        mongoc_client_set_appname(client, "oplog2pg-check");
         bson_t *ping = BCON_NEW("ping", BCON_INT32(1));
         if (!mongoc_client_command_simple(client, "admin", ping, NULL, NULL, &err)) {
-            bool refused = mongo_refused(&err);
+            bool refused = mongo_error_refused(&err);
             printf("mongodb: %s: %s\n", refused ? "the login was refused" : "cannot reach it", err.message);
             code = worse(code, refused ? EXIT_CONFIG : EXIT_FAILURE_GENERIC);
         } else {
@@ -112,8 +104,6 @@ int daemon_check(config *cfg)
         bson_destroy(ping);
         mongoc_client_destroy(client);
     }
-    if (uri)
-        mongoc_uri_destroy(uri);
 
     /* Read-only on PostgreSQL: safe next to a running daemon. */
     sink_probe_result pr;

@@ -1,58 +1,42 @@
 /*
- * config.c — the option table and everything it drives: INI parsing (libinih), validation, reload, printing.
+ * config.c — the option table and what it drives: defaults, loading a file (checked as a whole), --service style
+ * overrides, reload, printing; the API of include/daemon/config.h.
  *
  * NOTES
  * Each option is one row of `options[]` below: section, name, type, default (written as in the file, so the same
- * parser produces the defaults), bounds, base unit, reloadable flag, help, and where it lives in `struct config`.
- * Nothing else in the daemon lists option names; docs/configuration.md and conf/oplog2pg.ini are checked against
- * this table by tests/unit/test_config.c.
+ * parser produces the defaults), bounds, base unit, reloadable flag, help, where it lives in `struct config`, and the
+ * check its value must pass. Nothing else in the daemon lists option names; docs/configuration.md and
+ * conf/oplog2pg.ini are checked against this table by tests/unit/test_config.c, man/oplog2pg.ini.5 by
+ * tests/unit/test_docs.c. To add an option: a field in struct config, a row here, an entry in those three files.
  *
- * libinih reads the file; we hand it our own line reader (ini_parse_stream) so that we always know the physical line
- * a handler call comes from, can tell a continuation line (one that starts with whitespace; libinih passes it as the
- * previous key again) from a duplicate key, can see section headers (libinih reports a section only through its
- * keys, so an unknown empty section would otherwise pass silently), and can reject a line longer than libinih's
- * fixed buffer instead of letting it be split in two. The first error wins; the handler returns 0 on an error.
+ * The rest of the module, by concern (config_internal.h lists what they share):
+ *   config_values.c   value syntax (numbers and units, booleans, enums, lists) and the struct field behind a row
+ *   config_secrets.c  [mongodb] password_file, the world-readable warning, masking passwords when printing
+ *   config_ini.c      the INI file format: lines, sections, continuation lines, errors with line numbers
+ *   config_map.c      the [map DB.COLL] and [child SCHEMA.TABLE] sections: the column maps (struct config's maps)
  *
  * A load parses into a fresh struct and validates it as a whole; only a complete, valid configuration is moved
  * into the caller's struct. A reload does the same and then copies only the reloadable options that changed.
  */
 #include "daemon/config.h"
 
-#include <ctype.h>
 #include <errno.h>
-#include <ini.h>
-#include <inttypes.h>
-#include <libpq-fe.h>
 #include <mongoc/mongoc.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 
+#include "config_internal.h"
 #include "core/nsfilter.h"
+#include "daemon/config_ini.h"
+#include "daemon/config_map.h"
 #include "daemon/metrics.h"
 #include "sink/pgerror.h"
 
-_Static_assert(sizeof(enum config_apply_mode) == sizeof(int), "enum fields are accessed as int");
-_Static_assert(sizeof(enum config_log_level) == sizeof(int), "enum fields are accessed as int");
-
-#define MASK "********"
-
-typedef bool (*check_fn)(const char *value, char *err, size_t errlen);
-
-struct option_def {
-    config_option_info info;
-    size_t offset;    /* of the field in struct config */
-    check_fn check;   /* string: the whole value; list: each item; may be NULL */
-    const char *join; /* string: what joins a continuation line to the value before it; NULL = no continuation */
-    bool secret;      /* may hold a password: masked when printed */
-};
-
 static bool check_mongodb_uri(const char *value, char *err, size_t errlen);
-static bool check_conninfo(const char *value, char *err, size_t errlen);
 static bool check_service(const char *value, char *err, size_t errlen);
-static bool check_pattern(const char *value, char *err, size_t errlen);
 static bool check_listen(const char *value, char *err, size_t errlen);
 static bool check_ident(const char *value, char *err, size_t errlen);
 
@@ -64,13 +48,6 @@ static const char *const timestamps_names[] = {"auto", "on", "off", NULL};
 static const char *const destination_names[] = {"stderr", "syslog", NULL};
 static const char *const facility_names[] = {"daemon", "user",   "local0", "local1", "local2", "local3",
                                              "local4", "local5", "local6", "local7", NULL};
-
-#define MS_PER_S   INT64_C(1000)
-#define MS_PER_MIN (60 * MS_PER_S)
-#define MS_PER_H   (60 * MS_PER_MIN)
-#define KB         INT64_C(1024)
-#define MB         (1024 * KB)
-#define GB         (1024 * MB)
 
 /* Sets both the type and its name in a row of the table. */
 #define TYPE(t, name) .type = CONFIG_TYPE_##t, .type_name = name
@@ -87,9 +64,10 @@ static const struct option_def options[] = {
                       "file; e.g. a systemd credential); empty = none"},
      .offset = offsetof(config, mongodb_password_file)},
 
+    /* libpq's reason for refusing a conninfo may quote pieces of it, the password among them: pgerror masks those. */
     {.info = {.section = "postgres", .name = "conninfo", TYPE(STRING, "string"), .default_text = "",
               .help = "libpq connection string or URI of the target database; empty = libpq's defaults (PGHOST, ...)"},
-     .offset = offsetof(config, postgres_conninfo), .check = check_conninfo, .join = " ", .secret = true},
+     .offset = offsetof(config, postgres_conninfo), .check = pgerror_check_conninfo, .join = " ", .secret = true},
 
     {.info = {.section = "postgres", .name = "peer_timeout", TYPE(DURATION, "duration"), .default_text = "30s",
               .min = 2 * MS_PER_S, .max = MS_PER_H, .base_unit = "s",
@@ -104,11 +82,11 @@ static const struct option_def options[] = {
 
     {.info = {.section = "replication", .name = "include", TYPE(LIST, "list"), .default_text = "*.*",
               .help = "namespace patterns (DB.COLLECTION, * and ? globs) to replicate"},
-     .offset = offsetof(config, include), .check = check_pattern},
+     .offset = offsetof(config, include), .check = nsfilter_check_pattern},
 
     {.info = {.section = "replication", .name = "exclude", TYPE(LIST, "list"), .default_text = "",
               .help = "namespace patterns never replicated, even when an include pattern matches"},
-     .offset = offsetof(config, exclude), .check = check_pattern},
+     .offset = offsetof(config, exclude), .check = nsfilter_check_pattern},
 
     {.info = {.section = "replication", .name = "batch_rows", TYPE(INT, "int"), .default_text = "10000",
               .min = 1, .max = 10000000, .reloadable = true,
@@ -209,26 +187,7 @@ static const struct option_def options[] = {
 
 #define NOPTIONS (sizeof options / sizeof options[0])
 
-static const char *const type_names[] = {
-    [CONFIG_TYPE_STRING] = "string", [CONFIG_TYPE_INT] = "int",           [CONFIG_TYPE_BOOL] = "bool",
-    [CONFIG_TYPE_ENUM] = "enum",     [CONFIG_TYPE_DURATION] = "duration", [CONFIG_TYPE_SIZE] = "size",
-    [CONFIG_TYPE_LIST] = "list",
-};
-
-struct unit {
-    const char *name;
-    int64_t factor;
-};
-
-static const struct unit duration_units[] = {
-    {"ms", 1}, {"s", MS_PER_S}, {"min", MS_PER_MIN}, {"h", MS_PER_H}, {NULL, 0},
-};
-/* kB is PostgreSQL's spelling; KB is accepted too because people write it, and means the same 1024 bytes. */
-static const struct unit size_units[] = {
-    {"B", 1}, {"kB", KB}, {"KB", KB}, {"MB", MB}, {"GB", GB}, {NULL, 0},
-};
-
-/* ---- the table ---------------------------------------------------------------------------------------------- */
+/* ---- the table -------------------------------------------------------------------------------------------------- */
 
 size_t config_option_count(void)
 {
@@ -249,39 +208,80 @@ int config_option_find(const char *section, const char *name)
     return -1;
 }
 
-static bool section_known(const char *section, size_t len)
+static bool section_known(const char *section)
 {
     for (size_t i = 0; i < NOPTIONS; i++) {
-        if (strlen(options[i].info.section) == len && strncasecmp(options[i].info.section, section, len) == 0)
+        if (strcasecmp(options[i].info.section, section) == 0)
             return true;
     }
     return false;
 }
 
+/* The keys of section, for a message: "service, include, ...". */
+static void list_keys(const char *section, char *buf, size_t buflen)
+{
+    struct sbuf sb = {buf, 0, buflen};
+
+    buf[0] = '\0';
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        if (strcasecmp(options[i].info.section, section) != 0)
+            continue;
+        if (sb.len > 0)
+            sb_adds(&sb, ", ");
+        sb_adds(&sb, options[i].info.name);
+    }
+}
+
+/* The sections of the table, in its order, for a message: "[mongodb], [postgres], ...". */
+static void list_sections(char *buf, size_t buflen)
+{
+    struct sbuf sb = {buf, 0, buflen};
+
+    buf[0] = '\0';
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        size_t j = 0;
+        while (j < i && strcasecmp(options[j].info.section, options[i].info.section) != 0)
+            j++;
+        if (j < i)
+            continue; /* listed already */
+        if (sb.len > 0)
+            sb_adds(&sb, ", ");
+        sb_adds(&sb, "[");
+        sb_adds(&sb, options[i].info.section);
+        sb_adds(&sb, "]");
+    }
+}
+
+/* names[value], or "?" when value is not an index of the NULL-terminated names. */
+static const char *choice_name(const char *const *names, unsigned value)
+{
+    for (unsigned i = 0; names[i] != NULL; i++)
+        if (i == value)
+            return names[i];
+    return "?";
+}
+
 const char *config_log_level_name(enum config_log_level level)
 {
-    return (unsigned)level < sizeof log_level_names / sizeof log_level_names[0] - 1 ? log_level_names[level] : "?";
+    return choice_name(log_level_names, (unsigned)level);
 }
 
 const char *config_reimport_mode_name(enum config_reimport_mode mode)
 {
-    return mode <= CONFIG_REIMPORT_TRUNCATE ? reimport_names[mode] : "?";
+    return choice_name(reimport_names, (unsigned)mode);
 }
 
 const char *config_on_error_name(enum config_on_error mode)
 {
-    return (unsigned)mode < sizeof on_error_names / sizeof on_error_names[0] - 1 ? on_error_names[mode] : "?";
+    return choice_name(on_error_names, (unsigned)mode);
 }
 
 const char *config_apply_mode_name(enum config_apply_mode mode)
 {
-    return (unsigned)mode < sizeof apply_mode_names / sizeof apply_mode_names[0] - 1 ? apply_mode_names[mode] : "?";
+    return choice_name(apply_mode_names, (unsigned)mode);
 }
 
-#define FIELD(c, def, T)  ((T *)(void *)((char *)(c) + (def)->offset))
-#define CFIELD(c, def, T) ((const T *)(const void *)((const char *)(c) + (def)->offset))
-
-/* ---- per-option checks ---------------------------------------------------------------------------------------- */
+/* ---- per-option checks (the table's .check; a check of a list runs on each item) -------------------------------- */
 
 static bool check_mongodb_uri(const char *value, char *err, size_t errlen)
 {
@@ -299,12 +299,6 @@ static bool check_mongodb_uri(const char *value, char *err, size_t errlen)
     }
     mongoc_uri_destroy(uri);
     return true;
-}
-
-static bool check_conninfo(const char *value, char *err, size_t errlen)
-{
-    /* libpq's reason may quote pieces of the string, the password among them: pgerror masks those. */
-    return pgerror_check_conninfo(value, err, errlen);
 }
 
 static bool check_listen(const char *value, char *err, size_t errlen)
@@ -340,731 +334,21 @@ static bool check_service(const char *value, char *err, size_t errlen)
     return true;
 }
 
-static bool check_pattern(const char *value, char *err, size_t errlen)
-{
-    return nsfilter_check_pattern(value, err, errlen);
-}
-
-/* ---- [mongodb] password_file ----------------------------------------------------------------------------------- */
-
-/* The first line of path, trailing whitespace (and the newline) dropped, in *out (malloc'd). */
-static bool read_password_file(const char *path, char **out, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "r");
-    char *line = NULL;
-    size_t cap = 0;
-
-    if (f == NULL) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        return false;
-    }
-    errno = 0;
-    ssize_t n = getline(&line, &cap, f);
-    if (n < 0 && ferror(f)) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (n < 0)
-        n = 0;
-    while (n > 0 && isspace((unsigned char)line[n - 1]))
-        n--;
-    if (n == 0) {
-        snprintf(err, errlen, "%s is empty (its first line must be the password)", path);
-        goto fail;
-    }
-    line[n] = '\0';
-    fclose(f);
-    *out = line;
-    return true;
-fail:
-    if (line != NULL) {
-        explicit_bzero(line, cap);
-        free(line);
-    }
-    fclose(f);
-    return false;
-}
-
-/* The userinfo of a MongoDB URI: [*user, *at) is "USER" or "USER:PASSWORD" (still percent-encoded), *at the '@'
- * before the hosts. False when the URI has no userinfo. Scanned as text rather than with the driver's parser, which
- * would repeat its warnings (an unsupported option, ...) each time; the URI has passed check_mongodb_uri. */
-static bool uri_userinfo(const char *uri, const char **user, const char **at)
-{
-    const char *host = strstr(uri, "://");
-
-    if (host == NULL)
-        return false;
-    host += 3;
-    const char *slash = strchr(host, '/');
-    *at = memrchr(host, '@', slash ? (size_t)(slash - host) : strlen(host));
-    *user = host;
-    return *at != NULL;
-}
-
-/* The URI names a user ("USER@" or "USER:...@" with USER not empty). */
-static bool uri_has_user(const char *uri)
-{
-    const char *user, *at;
-    return uri_userinfo(uri, &user, &at) && at > user && *user != ':';
-}
-
-/* The URI's userinfo holds a password field (even an empty one: "USER:@"). */
-static bool uri_has_password_field(const char *uri)
-{
-    const char *user, *at;
-    return uri_userinfo(uri, &user, &at) && memchr(user, ':', (size_t)(at - user)) != NULL;
-}
-
-/* uri with ":PASSWORD" (percent-encoded) inserted after the user name of its userinfo. mongoc_uri_set_password
- * would not do: mongoc_uri_get_string returns the text the URI was parsed from, without the password. */
-static char *uri_with_password(const char *uri, const char *password)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    const char *user, *at;
-    char *out, *w;
-
-    if (!uri_userinfo(uri, &user, &at))
-        return NULL;
-    out = malloc(strlen(uri) + 1 + 3 * strlen(password) + 1);
-    if (out == NULL)
-        return NULL;
-    memcpy(out, uri, (size_t)(at - uri));
-    w = out + (at - uri);
-    *w++ = ':';
-    for (const unsigned char *p = (const unsigned char *)password; *p != '\0'; p++) {
-        if (isalnum(*p) || *p == '-' || *p == '.' || *p == '_' || *p == '~') {
-            *w++ = (char)*p;
-        } else {
-            *w++ = '%';
-            *w++ = hex[*p >> 4];
-            *w++ = hex[*p & 15];
-        }
-    }
-    strcpy(w, at);
-    return out;
-}
-
-/* Sets c->mongodb_uri_effective: the URI as written, or, with a password_file, the URI with that file's password.
- * The URI itself has passed check_mongodb_uri. On failure c is unchanged and err says what is wrong (without the
- * "[mongodb] password_file: " that the caller puts in front). */
-static bool resolve_mongodb_uri(config *c, char *err, size_t errlen)
-{
-    const char *uri = c->mongodb_uri != NULL ? c->mongodb_uri : "";
-    char *password = NULL, *effective = NULL;
-
-    if (c->mongodb_password_file == NULL || c->mongodb_password_file[0] == '\0') {
-        effective = strdup(uri);
-        if (effective == NULL) {
-            snprintf(err, errlen, "out of memory");
-            return false;
-        }
-        goto done;
-    }
-    if (!uri_has_user(uri)) {
-        snprintf(err, errlen,
-                 "is set, so [mongodb] uri must name the user whose password it holds "
-                 "(mongodb://USER@host/...)");
-        goto fail;
-    }
-    if (uri_has_password_field(uri)) {
-        snprintf(err, errlen,
-                 "is set, but [mongodb] uri already holds a password: remove the password from the URI "
-                 "(or do not set password_file)");
-        goto fail;
-    }
-    if (!read_password_file(c->mongodb_password_file, &password, err, errlen))
-        goto fail;
-    /* The driver refuses a password that is not UTF-8; say so here rather than at the first connection. */
-    if (!bson_utf8_validate(password, strlen(password), false)) {
-        snprintf(err, errlen, "the first line of %s is not valid UTF-8", c->mongodb_password_file);
-        goto fail;
-    }
-    effective = uri_with_password(uri, password);
-    if (effective == NULL) {
-        snprintf(err, errlen, "out of memory");
-        goto fail;
-    }
-    explicit_bzero(password, strlen(password));
-    free(password);
-done:
-    free(c->mongodb_uri_effective);
-    c->mongodb_uri_effective = effective;
-    return true;
-fail:
-    if (password != NULL) {
-        explicit_bzero(password, strlen(password));
-        free(password);
-    }
-    return false;
-}
-
-/* A non-empty password in the URI's userinfo (percent-encoded or not, it is a secret either way). */
-static bool uri_has_password(const char *s)
-{
-    const char *user, *at;
-    const char *colon;
-
-    if (s == NULL || !uri_userinfo(s, &user, &at))
-        return false;
-    colon = memchr(user, ':', (size_t)(at - user));
-    return colon != NULL && colon + 1 < at;
-}
-
-static bool conninfo_has_password(const char *s)
-{
-    PQconninfoOption *opts;
-    bool has = false;
-
-    if (s == NULL || (opts = PQconninfoParse(s, NULL)) == NULL)
-        return false;
-    for (PQconninfoOption *o = opts; o->keyword != NULL; o++) {
-        if (strcmp(o->keyword, "password") == 0 && o->val != NULL && o->val[0] != '\0')
-            has = true;
-    }
-    PQconninfoFree(opts);
-    return has;
-}
-
-bool config_secret_exposed(const char *path, const config *c, char *msg, size_t len)
-{
-    struct stat st;
-
-    if (len > 0)
-        msg[0] = '\0';
-    if (stat(path, &st) != 0 || (st.st_mode & S_IROTH) == 0)
-        return false;
-    if (!uri_has_password(c->mongodb_uri) && !conninfo_has_password(c->postgres_conninfo))
-        return false;
-    snprintf(msg, len,
-             "%s is readable by every user and holds a password: chmod 0640 it (owner root, group oplog2pg) or move "
-             "the password out (see docs/configuration.md)",
-             path);
-    return true;
-}
-
-/* ---- values: parsing -------------------------------------------------------------------------------------------- */
-
-static void list_clear(config_list *l)
-{
-    if (l->items != NULL) {
-        for (size_t i = 0; i < l->count; i++)
-            free(l->items[i]);
-        free(l->items);
-    }
-    l->items = NULL;
-    l->count = 0;
-}
-
-/* Appends the comma-separated items of text to l (trimmed; an empty text adds nothing). */
-static bool list_append_text(config_list *l, const char *text, check_fn check, char *err, size_t errlen)
-{
-    const char *p = text;
-
-    if (l->items == NULL) {
-        l->items = calloc(1, sizeof *l->items);
-        if (l->items == NULL)
-            goto nomem;
-    }
-    while (isspace((unsigned char)*p))
-        p++;
-    if (*p == '\0')
-        return true;
-    for (;;) {
-        const char *end = strchr(p, ',');
-        const char *stop = end ? end : p + strlen(p);
-        const char *a = p, *b = stop;
-        while (a < b && isspace((unsigned char)*a))
-            a++;
-        while (b > a && isspace((unsigned char)b[-1]))
-            b--;
-        if (a == b && end == NULL && l->count > 0)
-            break; /* a trailing comma, as at the end of a line that a continuation line extends */
-        if (a == b) {
-            snprintf(err, errlen, "\"%s\" has an empty item (items are separated by commas)", text);
-            return false;
-        }
-        char *item = strndup(a, (size_t)(b - a));
-        if (item == NULL)
-            goto nomem;
-        if (check != NULL && !check(item, err, errlen)) {
-            free(item);
-            return false;
-        }
-        char **grown = realloc(l->items, (l->count + 2) * sizeof *grown);
-        if (grown == NULL) {
-            free(item);
-            goto nomem;
-        }
-        l->items = grown;
-        l->items[l->count++] = item;
-        l->items[l->count] = NULL;
-        if (end == NULL)
-            break;
-        p = end + 1;
-    }
-    return true;
-nomem:
-    snprintf(err, errlen, "out of memory");
-    return false;
-}
-
-/* A whole number, optionally signed, then optional spaces, then the rest in *rest. */
-static bool parse_number(const char *text, int64_t *out, const char **rest)
-{
-    char *end;
-    const char *p = text;
-
-    while (isspace((unsigned char)*p))
-        p++;
-    if (!(isdigit((unsigned char)*p) || ((*p == '-' || *p == '+') && isdigit((unsigned char)p[1]))))
-        return false;
-    errno = 0;
-    long long v = strtoll(p, &end, 10);
-    if (errno == ERANGE)
-        return false;
-    while (isspace((unsigned char)*end))
-        end++;
-    *out = v;
-    *rest = end;
-    return true;
-}
-
-static void format_scaled(int64_t v, const struct unit *units, char *buf, size_t buflen)
-{
-    const struct unit *best = &units[0];
-
-    if (v == 0) {
-        snprintf(buf, buflen, "0");
-        return;
-    }
-    for (const struct unit *u = units; u->name != NULL; u++) {
-        if (v % u->factor == 0 && u->factor >= best->factor && strcmp(u->name, "KB") != 0)
-            best = u;
-    }
-    snprintf(buf, buflen, "%" PRId64 "%s", v / best->factor, best->name);
-}
-
-static void format_bound(const struct option_def *def, int64_t v, char *buf, size_t buflen)
-{
-    if (def->info.type == CONFIG_TYPE_DURATION)
-        format_scaled(v, duration_units, buf, buflen);
-    else if (def->info.type == CONFIG_TYPE_SIZE)
-        format_scaled(v, size_units, buf, buflen);
-    else
-        snprintf(buf, buflen, "%" PRId64, v);
-}
-
-static bool parse_scaled(const struct option_def *def, const char *value, int64_t *out, char *err, size_t errlen)
-{
-    const struct unit *units = def->info.type == CONFIG_TYPE_DURATION ? duration_units : size_units;
-    const char *rest;
-    int64_t n, factor = 1;
-
-    if (!parse_number(value, &n, &rest)) {
-        snprintf(err, errlen, "\"%s\" is not a whole number%s", value,
-                 def->info.type == CONFIG_TYPE_INT ? "" : " with an optional unit");
-        return false;
-    }
-    if (def->info.type == CONFIG_TYPE_INT) {
-        if (*rest != '\0') {
-            snprintf(err, errlen, "\"%s\" is not a whole number", value);
-            return false;
-        }
-    } else if (*rest == '\0') {
-        if (def->info.base_unit != NULL) {
-            for (const struct unit *u = units; u->name != NULL; u++)
-                if (strcmp(u->name, def->info.base_unit) == 0)
-                    factor = u->factor;
-        }
-    } else {
-        const struct unit *u = units;
-        while (u->name != NULL && strcmp(u->name, rest) != 0)
-            u++;
-        if (u->name == NULL) {
-            snprintf(err, errlen, "\"%s\" has an unknown unit \"%s\" (valid units: %s)", value, rest,
-                     units == duration_units ? "ms, s, min, h" : "B, kB, MB, GB");
-            return false;
-        }
-        factor = u->factor;
-    }
-    char lo[32], hi[32];
-    format_bound(def, def->info.min, lo, sizeof lo);
-    format_bound(def, def->info.max, hi, sizeof hi);
-    if ((n > 0 && n > INT64_MAX / factor) || (n < 0 && n < INT64_MIN / factor) || n * factor < def->info.min ||
-        n * factor > def->info.max) {
-        snprintf(err, errlen, "%s is out of range (%s .. %s)", value, lo, hi);
-        return false;
-    }
-    *out = n * factor;
-    return true;
-}
-
-static bool parse_bool(const char *value, bool *out, char *err, size_t errlen)
-{
-    static const char *const yes[] = {"on", "true", "yes", "1"};
-    static const char *const no[] = {"off", "false", "no", "0"};
-
-    for (size_t i = 0; i < 4; i++) {
-        if (strcasecmp(value, yes[i]) == 0) {
-            *out = true;
-            return true;
-        }
-        if (strcasecmp(value, no[i]) == 0) {
-            *out = false;
-            return true;
-        }
-    }
-    snprintf(err, errlen, "\"%s\" is not a boolean (on/off, true/false, yes/no, 1/0)", value);
-    return false;
-}
-
-static bool parse_enum(const struct option_def *def, const char *value, int *out, char *err, size_t errlen)
-{
-    char names[256] = "";
-
-    for (int i = 0; def->info.choices[i] != NULL; i++) {
-        if (strcasecmp(def->info.choices[i], value) == 0) {
-            *out = i;
-            return true;
-        }
-        size_t used = strlen(names);
-        snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", def->info.choices[i]);
-    }
-    snprintf(err, errlen, "\"%s\" is not one of: %s", value, names);
-    return false;
-}
-
-/* Stores value into c's field for def. A continuation appends to a string or list instead of replacing it. On
- * failure the field keeps its old value. */
-static bool set_value(config *c, const struct option_def *def, const char *value, bool continuation, char *err,
-                      size_t errlen)
-{
-    if (continuation && def->info.type != CONFIG_TYPE_STRING && def->info.type != CONFIG_TYPE_LIST) {
-        snprintf(err, errlen,
-                 "this line starts with whitespace, which continues the previous value, and a %s value cannot "
-                 "continue (remove the indentation)",
-                 type_names[def->info.type]);
-        return false;
-    }
-    if (continuation && def->info.type == CONFIG_TYPE_STRING && def->join == NULL) {
-        snprintf(err, errlen,
-                 "this line starts with whitespace, which continues the previous value, and this value cannot "
-                 "continue (remove the indentation)");
-        return false;
-    }
-
-    switch (def->info.type) {
-    case CONFIG_TYPE_STRING: {
-        char **field = FIELD(c, def, char *);
-        char *s;
-        if (continuation) {
-            if (asprintf(&s, "%s%s%s", *field ? *field : "", def->join, value) < 0)
-                s = NULL;
-        } else
-            s = strdup(value);
-        if (s == NULL) {
-            snprintf(err, errlen, "out of memory");
-            return false;
-        }
-        /* The check runs once the value is complete: at validation (a continuation line may follow) or in
-         * config_override. */
-        free(*field);
-        *field = s;
-        return true;
-    }
-    case CONFIG_TYPE_LIST: {
-        config_list *field = FIELD(c, def, config_list);
-        config_list l = {0};
-        if (continuation) {
-            for (size_t i = 0; i < field->count; i++)
-                if (!list_append_text(&l, field->items[i], NULL, err, errlen))
-                    goto list_fail;
-        }
-        if (!list_append_text(&l, value, def->check, err, errlen))
-            goto list_fail;
-        list_clear(field);
-        *field = l;
-        return true;
-    list_fail:
-        list_clear(&l);
-        return false;
-    }
-    case CONFIG_TYPE_INT:
-    case CONFIG_TYPE_DURATION:
-    case CONFIG_TYPE_SIZE:
-        return parse_scaled(def, value, FIELD(c, def, int64_t), err, errlen);
-    case CONFIG_TYPE_BOOL:
-        return parse_bool(value, FIELD(c, def, bool), err, errlen);
-    case CONFIG_TYPE_ENUM:
-        return parse_enum(def, value, FIELD(c, def, int), err, errlen);
-    }
-    return false;
-}
-
-/* ---- values: comparing, moving, printing ---------------------------------------------------------------------- */
-
-static bool field_equal(const struct option_def *def, const config *a, const config *b)
-{
-    switch (def->info.type) {
-    case CONFIG_TYPE_STRING: {
-        const char *x = *CFIELD(a, def, char *), *y = *CFIELD(b, def, char *);
-        return strcmp(x ? x : "", y ? y : "") == 0;
-    }
-    case CONFIG_TYPE_LIST: {
-        const config_list *x = CFIELD(a, def, config_list), *y = CFIELD(b, def, config_list);
-        if (x->count != y->count)
-            return false;
-        for (size_t i = 0; i < x->count; i++)
-            if (strcmp(x->items[i], y->items[i]) != 0)
-                return false;
-        return true;
-    }
-    case CONFIG_TYPE_INT:
-    case CONFIG_TYPE_DURATION:
-    case CONFIG_TYPE_SIZE:
-        return *CFIELD(a, def, int64_t) == *CFIELD(b, def, int64_t);
-    case CONFIG_TYPE_BOOL:
-        return *CFIELD(a, def, bool) == *CFIELD(b, def, bool);
-    case CONFIG_TYPE_ENUM:
-        return *CFIELD(a, def, int) == *CFIELD(b, def, int);
-    }
-    return false;
-}
-
-static size_t field_size(const struct option_def *def)
-{
-    switch (def->info.type) {
-    case CONFIG_TYPE_STRING:
-        return sizeof(char *);
-    case CONFIG_TYPE_LIST:
-        return sizeof(config_list);
-    case CONFIG_TYPE_BOOL:
-        return sizeof(bool);
-    case CONFIG_TYPE_ENUM:
-        return sizeof(int);
-    default:
-        return sizeof(int64_t);
-    }
-}
-
-static void field_swap(const struct option_def *def, config *a, config *b)
-{
-    unsigned char tmp[sizeof(config_list)];
-    size_t n = field_size(def);
-    void *x = (char *)a + def->offset, *y = (char *)b + def->offset;
-
-    memcpy(tmp, x, n);
-    memcpy(x, y, n);
-    memcpy(y, tmp, n);
-}
-
-/* A small bounded string builder: appends what fits, always NUL-terminated. */
-struct sbuf {
-    char *buf;
-    size_t len, cap;
-};
-
-static void sb_add(struct sbuf *sb, const char *s, size_t n)
-{
-    if (sb->cap == 0)
-        return;
-    size_t room = sb->cap - 1 - sb->len;
-    if (n > room)
-        n = room;
-    memcpy(sb->buf + sb->len, s, n);
-    sb->len += n;
-    sb->buf[sb->len] = '\0';
-}
-
-static void sb_adds(struct sbuf *sb, const char *s)
-{
-    sb_add(sb, s, strlen(s));
-}
-
-/* In a URI: userinfo "user:secret@" -> "user:********@", and a password=... query parameter. */
-static void mask_uri(const char *s, struct sbuf *sb)
-{
-    const char *auth = strstr(s, "://") + 3;
-    const char *query = strchr(auth, '?');
-    const char *at = NULL;
-
-    for (const char *p = auth; *p && (query == NULL || p < query); p++)
-        if (*p == '@')
-            at = p;
-    if (at != NULL) {
-        const char *colon = memchr(auth, ':', (size_t)(at - auth));
-        if (colon != NULL) {
-            sb_add(sb, s, (size_t)(colon + 1 - s));
-            sb_adds(sb, MASK);
-            s = at;
-        }
-    }
-    if (query == NULL) {
-        sb_adds(sb, s);
-        return;
-    }
-    sb_add(sb, s, (size_t)(query - s));
-    for (const char *p = query; *p;) {
-        const char *end = strchr(p + 1, '&');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        /* p points at '?' or '&' */
-        if (strncasecmp(p + 1, "password=", 9) == 0) {
-            sb_add(sb, p, 10);
-            sb_adds(sb, MASK);
-        } else
-            sb_add(sb, p, n);
-        p += n;
-    }
-}
-
-/* In a libpq key/value string: the value of every password keyword (quoted or not) becomes ********. */
-static void mask_keyvalue(const char *s, struct sbuf *sb)
-{
-    const char *p = s;
-
-    while (*p) {
-        const char *start = p;
-        while (isspace((unsigned char)*p))
-            p++;
-        const char *key = p;
-        while (*p && *p != '=' && !isspace((unsigned char)*p))
-            p++;
-        size_t keylen = (size_t)(p - key);
-        while (isspace((unsigned char)*p))
-            p++;
-        if (*p != '=') { /* not key=value: copy the rest as it is (the check rejects such strings anyway) */
-            sb_adds(sb, start);
-            return;
-        }
-        p++;
-        while (isspace((unsigned char)*p))
-            p++;
-        const char *value = p;
-        if (*p == '\'') {
-            for (p++; *p && *p != '\''; p++)
-                if (*p == '\\' && p[1])
-                    p++;
-            if (*p == '\'')
-                p++;
-        } else {
-            for (; *p && !isspace((unsigned char)*p); p++)
-                if (*p == '\\' && p[1])
-                    p++;
-        }
-        sb_add(sb, start, (size_t)(value - start));
-        if (keylen == 8 && strncasecmp(key, "password", 8) == 0)
-            sb_adds(sb, MASK);
-        else
-            sb_add(sb, value, (size_t)(p - value));
-    }
-}
-
-const char *config_mask_secrets(const char *s, char *buf, size_t buflen)
-{
-    struct sbuf sb = {buf, 0, buflen};
-
-    if (buflen > 0)
-        buf[0] = '\0';
-    if (s == NULL)
-        return buf;
-    if (strncmp(s, "mongodb://", 10) == 0 || strncmp(s, "mongodb+srv://", 14) == 0 ||
-        strncmp(s, "postgresql://", 13) == 0 || strncmp(s, "postgres://", 11) == 0)
-        mask_uri(s, &sb);
-    else
-        mask_keyvalue(s, &sb);
-    return buf;
-}
-
-static const char *format_value(const config *c, const struct option_def *def, bool mask, char *buf, size_t buflen)
-{
-    struct sbuf sb = {buf, 0, buflen};
-
-    if (buflen > 0)
-        buf[0] = '\0';
-    switch (def->info.type) {
-    case CONFIG_TYPE_STRING: {
-        const char *s = *CFIELD(c, def, char *);
-        if (mask && def->secret)
-            config_mask_secrets(s, buf, buflen);
-        else
-            sb_adds(&sb, s ? s : "");
-        break;
-    }
-    case CONFIG_TYPE_LIST: {
-        const config_list *l = CFIELD(c, def, config_list);
-        for (size_t i = 0; i < l->count; i++) {
-            if (i > 0)
-                sb_adds(&sb, ", ");
-            sb_adds(&sb, l->items[i]);
-        }
-        break;
-    }
-    case CONFIG_TYPE_INT:
-    case CONFIG_TYPE_DURATION:
-    case CONFIG_TYPE_SIZE:
-        format_bound(def, *CFIELD(c, def, int64_t), buf, buflen);
-        break;
-    case CONFIG_TYPE_BOOL:
-        sb_adds(&sb, *CFIELD(c, def, bool) ? "on" : "off");
-        break;
-    case CONFIG_TYPE_ENUM:
-        sb_adds(&sb, def->info.choices[*CFIELD(c, def, int)]);
-        break;
-    }
-    return buf;
-}
-
-const char *config_value_text(const config *c, size_t index, char *buf, size_t buflen)
-{
-    if (index >= NOPTIONS) {
-        if (buflen > 0)
-            buf[0] = '\0';
-        return buf;
-    }
-    return format_value(c, &options[index], true, buf, buflen);
-}
-
-void config_print(FILE *out, const config *c)
-{
-    const char *section = NULL;
-    char buf[4096];
-
-    fprintf(out, "; oplog2pg effective configuration (passwords masked)\n");
-    for (size_t i = 0; i < NOPTIONS; i++) {
-        const struct option_def *def = &options[i];
-        if (section == NULL || strcmp(section, def->info.section) != 0) {
-            section = def->info.section;
-            fprintf(out, "\n[%s]\n", section);
-        }
-        if (c->overrides != NULL && c->overrides[i] != NULL)
-            fprintf(out, "; set on the command line\n");
-        format_value(c, def, true, buf, sizeof buf);
-        fprintf(out, "%s =%s%s\n", def->info.name, buf[0] ? " " : "", buf);
-    }
-}
-
-/* ---- lifecycle ------------------------------------------------------------------------------------------------- */
+/* ---- lifecycle -------------------------------------------------------------------------------------------------- */
 
 void config_free(config *c)
 {
     if (c == NULL)
         return;
-    for (size_t i = 0; i < NOPTIONS; i++) {
-        const struct option_def *def = &options[i];
-        if (def->info.type == CONFIG_TYPE_STRING)
-            free(*FIELD(c, def, char *));
-        else if (def->info.type == CONFIG_TYPE_LIST)
-            list_clear(FIELD(c, def, config_list));
-    }
+    for (size_t i = 0; i < NOPTIONS; i++)
+        config_field_clear(c, &options[i]);
     if (c->overrides != NULL) {
         for (size_t i = 0; i < NOPTIONS; i++)
-            free(c->overrides[i]);
+            config_secret_free(c->overrides[i]); /* may be a URI with a password */
         free(c->overrides);
     }
-    if (c->mongodb_uri_effective != NULL) {
-        explicit_bzero(c->mongodb_uri_effective, strlen(c->mongodb_uri_effective));
-        free(c->mongodb_uri_effective);
-    }
+    config_secret_free(c->mongodb_uri_effective);
+    map_set_clear(&c->maps);
     memset(c, 0, sizeof *c);
 }
 
@@ -1074,291 +358,263 @@ bool config_init_defaults(config *c)
 
     memset(c, 0, sizeof *c);
     for (size_t i = 0; i < NOPTIONS; i++) {
-        if (!set_value(c, &options[i], options[i].info.default_text, false, err, sizeof err)) {
+        if (!config_field_set(c, &options[i], options[i].info.default_text, false, err, sizeof err)) {
             /* Only an allocation can fail here: test_config checks that every default parses. */
             config_free(c);
             return false;
         }
     }
     /* The default has no password_file, so this only copies the URI. */
-    if (!resolve_mongodb_uri(c, err, sizeof err)) {
+    if (!config_resolve_mongodb_uri(c, err, sizeof err)) {
         config_free(c);
         return false;
     }
     return true;
 }
 
+static bool check_whole(config *c, char *msg, size_t msglen, size_t *about, int *map_line);
+
+/* Works on c itself: the option's old value is moved aside, the new one set and the whole configuration checked as a
+ * load checks it; a refusal puts the old value (and the effective URI) back, so c is as it was, also c->overrides. */
 bool config_override(config *c, const char *section, const char *name, const char *value, char *err, size_t errlen)
 {
     int idx = config_option_find(section, name);
-    char msg[512];
-    char *copy = NULL;
+    char msg[640], field_msg[512];
+    size_t about;
+    int map_line;
 
     if (idx < 0) {
         snprintf(err, errlen, "[%s] %s: unknown option", section, name);
         return false;
     }
-    if (c->overrides == NULL && (c->overrides = calloc(NOPTIONS, sizeof *c->overrides)) == NULL)
-        goto nomem;
-    if ((copy = strdup(value)) == NULL)
-        goto nomem;
-    if (!set_value(c, &options[idx], value, false, msg, sizeof msg) ||
-        (options[idx].info.type == CONFIG_TYPE_STRING && options[idx].check != NULL &&
-         !options[idx].check(*FIELD(c, &options[idx], char *), msg, sizeof msg))) {
-        snprintf(err, errlen, "[%s] %s: %s", options[idx].info.section, options[idx].info.name, msg);
+    const struct option_def *def = &options[idx];
+    char **overrides = c->overrides != NULL ? c->overrides : calloc(NOPTIONS, sizeof *overrides);
+    char *copy = strdup(value);
+    if (overrides == NULL || copy == NULL) {
         free(copy);
+        if (overrides != c->overrides)
+            free(overrides);
+        snprintf(err, errlen, "out of memory");
         return false;
     }
-    if (strcmp(options[idx].info.section, "mongodb") == 0 && !resolve_mongodb_uri(c, msg, sizeof msg)) {
-        snprintf(err, errlen, "[mongodb] password_file: %s", msg);
-        free(copy);
+
+    config saved;
+    memset(&saved, 0, sizeof saved);
+    config_field_swap(def, &saved, c); /* the old value into saved; c's field is now empty */
+    char *old_effective = c->mongodb_uri_effective;
+    c->mongodb_uri_effective = NULL;
+
+    bool ok = config_field_set(c, def, value, false, field_msg, sizeof field_msg);
+    if (!ok)
+        snprintf(msg, sizeof msg, "[%s] %s: %s", def->info.section, def->info.name, field_msg);
+    else
+        ok = check_whole(c, msg, sizeof msg, &about, &map_line);
+    if (!ok) {
+        config_field_clear(c, def);
+        config_field_swap(def, &saved, c);
+        config_secret_free(c->mongodb_uri_effective);
+        c->mongodb_uri_effective = old_effective;
+        config_secret_free(copy);
+        if (overrides != c->overrides)
+            free(overrides);
+        snprintf(err, errlen, "%s", msg);
         return false;
     }
-    free(c->overrides[idx]);
+    config_field_clear(&saved, def);
+    config_secret_free(old_effective);
+    c->overrides = overrides;
+    config_secret_free(c->overrides[idx]);
     c->overrides[idx] = copy;
     return true;
-nomem:
-    snprintf(err, errlen, "out of memory");
+}
+
+/* ---- loading a file --------------------------------------------------------------------------------------------- */
+
+/* A configuration being loaded: built from the defaults, moved out only when valid. */
+struct loading {
+    const char *file;
+    config cfg;
+    int seen_line[NOPTIONS]; /* line where each option was set, 0 if not */
+    config_map_reader *maps; /* the [map] and [child] sections */
+};
+
+/* config_ini_handler.section_at: a section of the table, or a map's. */
+static bool on_section(void *arg, const char *name, int line, char *err, size_t errlen)
+{
+    struct loading *ld = arg;
+    char sections[256];
+
+    if (!config_map_section(ld->maps, name, line, err, errlen))
+        return false;
+    if (config_map_is_section(name) || section_known(name))
+        return true;
+    list_sections(sections, sizeof sections);
+    snprintf(err, errlen, "unknown section [%s] (sections: %s)", name, sections);
     return false;
 }
 
-/* ---- parsing a file --------------------------------------------------------------------------------------------- */
-
-struct parse_ctx {
-    const char *file;
-    config cfg;       /* the configuration being built (moved out only when valid) */
-    FILE *fp;         /* the source: a file, */
-    const char *text; /* or a string (advanced as it is read) */
-    int lineno;       /* physical line last handed to libinih */
-    bool indented;    /* that line starts with whitespace */
-    int prev_index;   /* option set by the previous key line in the current section (-2: none) */
-    char prev_name[64];
-    int seen_line[NOPTIONS]; /* line where each option was set, 0 if not */
-    bool failed;             /* an error was recorded: */
-    int err_line;            /* its line (0 when it has none) */
-    char err[640];
-};
-
-static void record_error(struct parse_ctx *ctx, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void record_error(struct parse_ctx *ctx, int line, const char *fmt, ...)
+/* config_ini_handler.key: an option of the table, set once. */
+static bool on_key(void *arg, const char *section, const char *name, const char *value, bool continuation, int line,
+                   char *err, size_t errlen)
 {
-    va_list ap;
+    struct loading *ld = arg;
+    char msg[512];
 
-    if (ctx->failed && ctx->err_line <= line)
-        return;
-    ctx->failed = true;
-    ctx->err_line = line;
-    int n = line > 0 ? snprintf(ctx->err, sizeof ctx->err, "%s:%d: ", ctx->file, line)
-                     : snprintf(ctx->err, sizeof ctx->err, "%s: ", ctx->file);
-    va_start(ap, fmt);
-    if (n >= 0 && (size_t)n < sizeof ctx->err)
-        vsnprintf(ctx->err + n, sizeof ctx->err - (size_t)n, fmt, ap);
-    va_end(ap);
-}
-
-/* Reads one physical line into buf (at most num-1 bytes), as fgets would. */
-static bool next_line(struct parse_ctx *ctx, char *buf, int num, bool *too_long)
-{
-    size_t len;
-
-    *too_long = false;
-    if (ctx->fp != NULL) {
-        if (fgets(buf, num, ctx->fp) == NULL)
-            return false;
-        len = strlen(buf);
-        if (len > 0 && buf[len - 1] != '\n') {
-            int ch = fgetc(ctx->fp);
-            if (ch != EOF && ch != '\n') {
-                *too_long = true;
-                while (ch != EOF && ch != '\n')
-                    ch = fgetc(ctx->fp);
-            }
-        }
-        return true;
-    }
-    if (*ctx->text == '\0')
+    if (config_map_is_section(section))
+        return config_map_key(ld->maps, name, value, continuation, line, err, errlen);
+    int idx = config_option_find(section, name);
+    if (idx < 0) {
+        if (!section_known(section))
+            return false; /* already reported at the section header */
+        list_keys(section, msg, sizeof msg);
+        snprintf(err, errlen, "[%s] %s: unknown key (the keys of [%s] are: %s)", section, name, section, msg);
         return false;
-    const char *nl = strchr(ctx->text, '\n');
-    size_t linelen = nl ? (size_t)(nl - ctx->text) + 1 : strlen(ctx->text);
-    len = linelen < (size_t)num - 1 ? linelen : (size_t)num - 1;
-    memcpy(buf, ctx->text, len);
-    buf[len] = '\0';
-    /* A line that fills the buffer exactly but for its newline still fits (the newline is dropped). */
-    if (len < linelen && !(len + 1 == linelen && ctx->text[len] == '\n'))
-        *too_long = true;
-    ctx->text += linelen;
+    }
+    const struct option_def *def = &options[idx];
+    if (!continuation) {
+        if (ld->seen_line[idx] != 0) {
+            snprintf(err, errlen, "[%s] %s: set twice (first on line %d)", def->info.section, def->info.name,
+                     ld->seen_line[idx]);
+            return false;
+        }
+        ld->seen_line[idx] = line;
+    }
+    if (!config_field_set(&ld->cfg, def, value, continuation, msg, sizeof msg)) {
+        snprintf(err, errlen, "[%s] %s: %s", def->info.section, def->info.name, msg);
+        return false;
+    }
     return true;
 }
 
-/* libinih's reader: one physical line per call, with the bookkeeping the handler needs. */
-static char *read_line(char *buf, int num, void *stream)
+/* The checks of a whole configuration, after every value has been set (by the file and by the overrides): each
+ * string option's own check, [mongodb] password_file with uri (this sets c->mongodb_uri_effective), include not
+ * empty, include and exclude together, and every map for a namespace they replicate. On failure msg holds
+ * "[section] key: what is wrong" and *about the index of the option it is about (for the line of an error about a
+ * file), or *map_line the line of the map it is about (0 when it is about an option). */
+static bool check_whole(config *c, char *msg, size_t msglen, size_t *about, int *map_line)
 {
-    struct parse_ctx *ctx = stream;
-    bool too_long;
-
-    if (!next_line(ctx, buf, num, &too_long))
-        return NULL;
-    ctx->lineno++;
-    if (too_long)
-        record_error(ctx, ctx->lineno, "line is longer than %d characters, the most this parser reads", num - 1);
-
-    const char *p = buf;
-    if (ctx->lineno == 1 && strncmp(p, "\xEF\xBB\xBF", 3) == 0)
-        p += 3;
-    ctx->indented = (*p == ' ' || *p == '\t');
-    if (*p == '[') {
-        /* A section header: libinih forgets the previous key here, and so do we. */
-        ctx->prev_index = -2;
-        ctx->prev_name[0] = '\0';
-        const char *end = strchr(p, ']');
-        if (end != NULL && !section_known(p + 1, (size_t)(end - p - 1)))
-            record_error(ctx, ctx->lineno,
-                         "unknown section [%.*s] (sections: [mongodb], [postgres], "
-                         "[replication], [logging])",
-                         (int)(end - p - 1), p + 1);
-    }
-    return buf;
-}
-
-static void list_keys(const char *section, char *buf, size_t buflen)
-{
-    struct sbuf sb = {buf, 0, buflen};
-
-    buf[0] = '\0';
-    for (size_t i = 0; i < NOPTIONS; i++) {
-        if (strcasecmp(options[i].info.section, section) != 0)
-            continue;
-        if (sb.len > 0)
-            sb_adds(&sb, ", ");
-        sb_adds(&sb, options[i].info.name);
-    }
-}
-
-static int handle_key(void *user, const char *section, const char *name, const char *value)
-{
-    struct parse_ctx *ctx = user;
-    int line = ctx->lineno;
-    bool continuation = ctx->indented && ctx->prev_index != -2 && strcmp(name, ctx->prev_name) == 0;
-    char msg[512];
-
-    if (!continuation) {
-        snprintf(ctx->prev_name, sizeof ctx->prev_name, "%s", name);
-        ctx->prev_index = -1;
-    }
-    if (section[0] == '\0') {
-        record_error(ctx, line, "%s: a key before any [section]", name);
-        return 0;
-    }
-    int idx = config_option_find(section, name);
-    if (idx < 0) {
-        if (!section_known(section, strlen(section)))
-            return 0; /* already reported at the section header */
-        list_keys(section, msg, sizeof msg);
-        record_error(ctx, line, "[%s] %s: unknown key (the keys of [%s] are: %s)", section, name, section, msg);
-        return 0;
-    }
-
-    const struct option_def *def = &options[idx];
-    if (!continuation) {
-        ctx->prev_index = idx;
-        if (ctx->seen_line[idx] != 0) {
-            record_error(ctx, line, "[%s] %s: set twice (first on line %d)", def->info.section, def->info.name,
-                         ctx->seen_line[idx]);
-            return 0;
-        }
-        ctx->seen_line[idx] = line;
-    }
-    if (!set_value(&ctx->cfg, def, value, continuation, msg, sizeof msg)) {
-        record_error(ctx, line, "[%s] %s: %s", def->info.section, def->info.name, msg);
-        return 0;
-    }
-    return 1;
-}
-
-/* Checks that need the whole configuration. */
-static bool validate(struct parse_ctx *ctx)
-{
-    config *c = &ctx->cfg;
-    char msg[512];
+    char why[512];
     int inc = config_option_find("replication", "include");
+
+    *map_line = 0;
 
     for (size_t i = 0; i < NOPTIONS; i++) {
         const struct option_def *def = &options[i];
-        if (def->info.type == CONFIG_TYPE_STRING && def->check != NULL &&
-            !def->check(*FIELD(c, def, char *), msg, sizeof msg)) {
-            record_error(ctx, ctx->seen_line[i], "[%s] %s: %s", def->info.section, def->info.name, msg);
+        if (!config_field_check(c, def, why, sizeof why)) {
+            snprintf(msg, msglen, "[%s] %s: %s", def->info.section, def->info.name, why);
+            *about = i;
             return false;
         }
     }
-    if (!resolve_mongodb_uri(c, msg, sizeof msg)) {
-        int pwf = config_option_find("mongodb", "password_file");
-        record_error(ctx, ctx->seen_line[pwf], "[mongodb] password_file: %s", msg);
+    if (!config_resolve_mongodb_uri(c, why, sizeof why)) {
+        snprintf(msg, msglen, "[mongodb] password_file: %s", why);
+        *about = (size_t)config_option_find("mongodb", "password_file");
         return false;
     }
+    *about = (size_t)inc;
     if (c->include.count == 0) {
-        record_error(ctx, ctx->seen_line[inc],
-                     "[replication] include: is empty, so nothing would be replicated "
-                     "(use *.* for everything)");
+        snprintf(msg, msglen,
+                 "[replication] include: is empty, so nothing would be replicated (use *.* for everything)");
         return false;
     }
     nsfilter *f =
-        nsfilter_new((const char *const *)c->include.items, (const char *const *)c->exclude.items, msg, sizeof msg);
+        nsfilter_new((const char *const *)c->include.items, (const char *const *)c->exclude.items, why, sizeof why);
     if (f == NULL) {
-        record_error(ctx, ctx->seen_line[inc], "[replication] include/exclude: %s", msg);
+        snprintf(msg, msglen, "[replication] include/exclude: %s", why);
         return false;
     }
+    bool maps_ok = config_map_check_filter(&c->maps, f, map_line, msg, msglen);
     nsfilter_free(f);
+    return maps_ok;
+}
+
+/* check_whole on a configuration being loaded; an error names the line of the option it is about. */
+static bool validate(struct loading *ld, char *err, size_t errlen)
+{
+    char msg[640];
+    size_t about;
+    int map_line;
+
+    if (check_whole(&ld->cfg, msg, sizeof msg, &about, &map_line))
+        return true;
+    config_ini_error(err, errlen, ld->file, map_line != 0 ? map_line : ld->seen_line[about], "%s", msg);
+    return false;
+}
+
+/* Sets the overrides (config_override's, kept for a reload) over what the file set; the option's line is forgotten,
+ * so that a later error about it names no line of the file. */
+static bool apply_overrides(struct loading *ld, char *const *overrides, char *err, size_t errlen)
+{
+    char msg[512];
+
+    for (size_t i = 0; overrides != NULL && i < NOPTIONS; i++) {
+        const struct option_def *def = &options[i];
+        if (overrides[i] == NULL)
+            continue;
+        if (!config_field_set(&ld->cfg, def, overrides[i], false, msg, sizeof msg)) {
+            config_ini_error(err, errlen, ld->file, 0, "[%s] %s (set on the command line): %s", def->info.section,
+                             def->info.name, msg);
+            return false;
+        }
+        ld->seen_line[i] = 0;
+    }
     return true;
 }
 
-static bool load(struct parse_ctx *ctx, config *out, char *err, size_t errlen)
+/* Reads fp (or text when fp is NULL) over the defaults, sets the overrides (may be NULL) over that, validates, and
+ * moves the result into *out. */
+static bool load(const char *file, FILE *fp, const char *text, char *const *overrides, config *out, char *err,
+                 size_t errlen)
 {
-    if (!config_init_defaults(&ctx->cfg)) {
-        snprintf(err, errlen, "%s: out of memory", ctx->file);
-        return false;
-    }
-    ctx->prev_index = -2;
+    struct loading ld = {.file = file};
+    const config_ini_handler handler = {.section_at = on_section, .key = on_key, .arg = &ld};
+    char msg[640]; /* errors are cut at this length, whatever errlen */
 
-    int rc = ini_parse_stream(read_line, ctx, handle_key, ctx);
-    if (rc > 0 && (!ctx->failed || rc < ctx->err_line))
-        record_error(ctx, rc, "syntax error (expected \"[section]\", \"key = value\" or a comment)");
-    else if (rc < 0 && !ctx->failed)
-        record_error(ctx, 0, "cannot parse (out of memory)");
-    if (!ctx->failed && ctx->fp != NULL && ferror(ctx->fp))
-        record_error(ctx, 0, "read error: %s", strerror(errno));
-    if (!ctx->failed)
-        (void)validate(ctx);
-    if (ctx->failed) {
-        snprintf(err, errlen, "%s", ctx->err);
-        config_free(&ctx->cfg);
+    if (!config_init_defaults(&ld.cfg) || (ld.maps = config_map_reader_new(file)) == NULL) {
+        config_free(&ld.cfg);
+        snprintf(err, errlen, "%s: out of memory", file);
         return false;
     }
-    *out = ctx->cfg;
+    /* The maps are joined up once the whole file is read (a [child] section may come before its map), and before
+     * the whole is validated (a map must name a namespace the filter replicates). */
+    bool ok = config_ini_parse(file, fp, text, &handler, msg, sizeof msg) &&
+              apply_overrides(&ld, overrides, msg, sizeof msg) &&
+              config_map_finish(ld.maps, &ld.cfg.maps, msg, sizeof msg) && validate(&ld, msg, sizeof msg);
+    config_map_reader_free(ld.maps);
+    if (!ok) {
+        snprintf(err, errlen, "%s", msg);
+        config_free(&ld.cfg);
+        return false;
+    }
+    *out = ld.cfg;
     return true;
+}
+
+static bool load_file(const char *path, char *const *overrides, config *out, char *err, size_t errlen)
+{
+    FILE *fp = fopen(path, "r");
+    bool ok;
+
+    if (fp == NULL) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return false;
+    }
+    ok = load(path, fp, NULL, overrides, out, err, errlen);
+    fclose(fp);
+    return ok;
 }
 
 bool config_load(const char *path, config *out, char *err, size_t errlen)
 {
-    struct parse_ctx ctx = {.file = path};
-    bool ok;
-
-    ctx.fp = fopen(path, "r");
-    if (ctx.fp == NULL) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return false;
-    }
-    ok = load(&ctx, out, err, errlen);
-    fclose(ctx.fp);
-    return ok;
+    return load_file(path, NULL, out, err, errlen);
 }
 
 bool config_load_string(const char *name, const char *text, config *out, char *err, size_t errlen)
 {
-    struct parse_ctx ctx = {.file = name, .text = text};
-
-    return load(&ctx, out, err, errlen);
+    return load(name, NULL, text, NULL, out, err, errlen);
 }
+
+/* ---- reload ----------------------------------------------------------------------------------------------------- */
 
 static void say(config_log_fn log, void *arg, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -1384,23 +640,17 @@ bool config_reload(const char *path, config *current, char *err, size_t errlen, 
 
     if (changed != NULL)
         *changed = 0;
-    if (!config_load(path, &fresh, err, errlen))
+    /* The overrides go over the new file before it is checked as a whole, as a load checks a file. */
+    if (!load_file(path, current->overrides, &fresh, err, errlen))
         return false;
-    for (size_t i = 0; current->overrides != NULL && i < NOPTIONS; i++) {
-        if (current->overrides[i] != NULL &&
-            !set_value(&fresh, &options[i], current->overrides[i], false, err, errlen)) {
-            config_free(&fresh);
-            return false;
-        }
-    }
     for (size_t i = 0; i < NOPTIONS; i++) {
         const struct option_def *def = &options[i];
-        if (field_equal(def, current, &fresh))
+        if (config_field_equal(def, current, &fresh))
             continue;
-        format_value(current, def, true, old_text, sizeof old_text);
-        format_value(&fresh, def, true, new_text, sizeof new_text);
+        config_field_format(current, def, true, old_text, sizeof old_text);
+        config_field_format(&fresh, def, true, new_text, sizeof new_text);
         if (def->info.reloadable) {
-            field_swap(def, current, &fresh);
+            config_field_swap(def, current, &fresh);
             applied++;
             say(log, log_arg, "[%s] %s changed: %s -> %s", def->info.section, def->info.name, old_text, new_text);
         } else {
@@ -1408,8 +658,45 @@ bool config_reload(const char *path, config *current, char *err, size_t errlen, 
                 def->info.section, def->info.name, new_text, old_text);
         }
     }
+    /* The maps shape the tables the daemon writes and the statements it has prepared: they change with a restart. */
+    if (!config_map_equal(&current->maps, &fresh.maps))
+        say(log, log_arg,
+            "the map sections ([map ...], [child ...]) changed in the file; restart required to apply "
+            "them (keeping the running map)");
     config_free(&fresh);
     if (changed != NULL)
         *changed = applied;
     return true;
+}
+
+/* ---- printing --------------------------------------------------------------------------------------------------- */
+
+const char *config_value_text(const config *c, size_t index, char *buf, size_t buflen)
+{
+    if (index >= NOPTIONS) {
+        if (buflen > 0)
+            buf[0] = '\0';
+        return buf;
+    }
+    return config_field_format(c, &options[index], true, buf, buflen);
+}
+
+void config_print(FILE *out, const config *c)
+{
+    const char *section = NULL;
+    char buf[4096];
+
+    fprintf(out, "; oplog2pg effective configuration (passwords masked)\n");
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const struct option_def *def = &options[i];
+        if (section == NULL || strcmp(section, def->info.section) != 0) {
+            section = def->info.section;
+            fprintf(out, "\n[%s]\n", section);
+        }
+        if (c->overrides != NULL && c->overrides[i] != NULL)
+            fprintf(out, "; set on the command line\n");
+        config_field_format(c, def, true, buf, sizeof buf);
+        fprintf(out, "%s =%s%s\n", def->info.name, buf[0] ? " " : "", buf);
+    }
+    config_map_print_ini(out, &c->maps);
 }

@@ -16,6 +16,7 @@
 #include <mongoc/mongoc.h>
 
 #include "daemon/config.h"
+#include "daemon/config_map.h"
 #include "daemon/daemon.h"
 #include "daemon/exitcodes.h"
 #include "daemon/logsetup.h"
@@ -35,6 +36,7 @@ static void usage(FILE *out)
             "  oplog2pg [OPTIONS] check              validate the configuration and reach both sides\n"
             "  oplog2pg [OPTIONS] status [--json]    checkpoint, lag, oplog window and copy progress\n"
             "  oplog2pg [OPTIONS] config             print the effective configuration (secrets masked)\n"
+            "  oplog2pg [OPTIONS] map [--json]       print the column maps: tables, keys, columns, child tables\n"
             "\n"
             "Options:\n"
             "  -c, --config FILE   configuration file (default " DEFAULT_CONFIG ")\n"
@@ -117,7 +119,7 @@ int main(int argc, char **argv)
         }
         arg = argv[optind++];
     } else if (strcmp(command, "run") != 0 && strcmp(command, "check") != 0 && strcmp(command, "config") != 0 &&
-               strcmp(command, "status") != 0) {
+               strcmp(command, "status") != 0 && strcmp(command, "map") != 0) {
         fprintf(stderr, "oplog2pg: unknown command '%s' (try --help)\n", command);
         return EXIT_USAGE;
     }
@@ -130,11 +132,12 @@ int main(int argc, char **argv)
                         "--import-only\n");
         return EXIT_USAGE;
     }
-    if (json && strcmp(command, "status") != 0) {
-        fprintf(stderr, "oplog2pg: --json goes with status\n");
+    bool takes_json = strcmp(command, "status") == 0 || strcmp(command, "map") == 0;
+    if (json && !takes_json) {
+        fprintf(stderr, "oplog2pg: --json goes with status and map\n");
         return EXIT_USAGE;
     }
-    if (optind < argc && strcmp(command, "status") == 0 && strcmp(argv[optind], "--json") == 0) {
+    if (optind < argc && takes_json && strcmp(argv[optind], "--json") == 0) {
         json = true; /* `status --json` after the command, as people type it */
         optind++;
     }
@@ -168,6 +171,10 @@ int main(int argc, char **argv)
     if (strcmp(command, "config") == 0) {
         config_print(stdout, &cfg);
         code = EXIT_OK;
+        goto out;
+    }
+    if (strcmp(command, "map") == 0) {
+        code = config_map_command(stdout, &cfg.maps, json);
         goto out;
     }
     if (strcmp(command, "run") == 0 || strcmp(command, "replay") == 0) {

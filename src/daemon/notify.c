@@ -11,6 +11,7 @@
 #include <systemd/sd-daemon.h>
 #include <time.h>
 
+#include "util/clock.h"
 #include "util/log.h"
 
 static bool enabled;
@@ -20,9 +21,7 @@ static char last_status[256];
 
 static uint64_t mono_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return clock_ms() * 1000u;
 }
 
 static void emit(const char *msg)
@@ -43,7 +42,7 @@ void notify_init(void)
     last_watchdog_us = mono_us();
     last_status[0] = '\0';
     if (watchdog_usec > 0)
-        log_info("systemd watchdog: pinging every %.1f s", (double)watchdog_usec / 2e6);
+        log_info("systemd watchdog: pinging every %.2f s (a quarter of WatchdogSec)", (double)watchdog_usec / 4e6);
 }
 
 uint64_t notify_watchdog_usec(void)

@@ -9,27 +9,16 @@
 
 #include "daemon/exitcodes.h"
 #include "daemon/signals.h"
-#include "source/copy.h"
+#include "copy/copy.h"
+#include "source/mongo_client.h"
 #include "source/oplog_edge.h"
 #include "util/log.h"
 
 /* A short-lived MongoDB client for the start-up reads. */
 static mongoc_client_t *client_for(const config *cfg, char *err, size_t errlen)
 {
-    bson_error_t e;
-    mongoc_uri_t *uri = mongoc_uri_new_with_error(cfg->mongodb_uri_effective, &e);
-    mongoc_client_t *c = uri ? mongoc_client_new_from_uri(uri) : NULL;
-    if (uri == NULL)
-        snprintf(err, errlen, "bad MongoDB URI: %.400s", e.message);
-    else if (c == NULL)
-        snprintf(err, errlen, "cannot create a MongoDB client");
-    if (uri)
-        mongoc_uri_destroy(uri);
-    if (c != NULL) {
-        mongoc_client_set_error_api(c, MONGOC_ERROR_API_VERSION_2);
-        mongoc_client_set_appname(c, "oplog2pg-start");
-    }
-    return c;
+    mongo_client_opts o = {.appname = "oplog2pg-start"};
+    return mongo_client_open(cfg->mongodb_uri_effective, &o, err, errlen);
 }
 
 static int commit_start(const start_params *p, const op_pos *pos, const char *why)
@@ -155,6 +144,7 @@ int start_prepare(const start_params *p)
         .pg_conninfo = cfg->postgres_conninfo,
         .service = cfg->service,
         .filter = p->filter,
+        .maps = &cfg->maps,
         .workers = (int)cfg->copy_workers,
         .batch_docs = (uint32_t)cfg->copy_batch_docs,
         .window_warn_ms = cfg->copy_window_warning_ms,

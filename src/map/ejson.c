@@ -782,10 +782,14 @@ bool ejson_prepare_entry(op_entry *e)
     for (size_t i = 0; i < e->n && ok; i++) {
         op *o = &e->ops[i];
         int r = 1;
+        if (o->mapped != NULL)
+            continue; /* a mapped collection's op carries its rows or plan instead (map/project.h) */
+        /* A mapped op refused for a value its column cannot take still gets its text, for the dead letter. */
+        bool refused_by_map = o->map != NULL && o->refusal != NULL;
         switch (o->kind) {
         case OP_INSERT:
         case OP_UPDATE:
-            if (o->json == NULL && o->refusal == NULL && o->doc != NULL)
+            if (o->json == NULL && (o->refusal == NULL || refused_by_map) && o->doc != NULL)
                 r = prepare_json(o, &b, o->kind == OP_INSERT ? "the document" : "the update");
             if (r > 0 && o->id_key == NULL && o->refusal == NULL)
                 r = prepare_key(o, &b);

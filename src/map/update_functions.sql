@@ -1,21 +1,23 @@
 -- update_functions.sql — apply MongoDB oplog update entries to jsonb documents inside PostgreSQL.
 --
--- oplog2pg keeps each document as relaxed Extended JSON (libbson's bson_as_relaxed_extended_json) in a jsonb column
--- and applies updates from the oplog entry's `o` field alone, never by refetching from MongoDB:
+-- oplog2pg keeps each document as relaxed Extended JSON (its own writer, src/map/ejson.c) in a jsonb column and
+-- applies updates from the oplog entry's `o` field alone, never by refetching from MongoDB:
 --
---     UPDATE "db"."coll" SET doc = oplog2pg.apply_update(doc, $2::jsonb) WHERE _id = $1::jsonb
+--     UPDATE "db"."coll" SET doc = oplog2pg.apply_update(doc, $2::jsonb) WHERE _id = $1
+--
+-- where $1 is the key text of the document's _id (the table's `_id text` column, see map/ejson.h).
 --
 -- The daemon runs this whole script at every start, so it must stay idempotent (CREATE OR REPLACE only).
 --
 -- NOTES
--- * Classification of `o` (REPORT §3, server update_oplog_entry_serialization.cpp): `$v` 2 is a delta
+-- * Classification of `o` (mongodb/mongo src/mongo/db/update/update_oplog_entry_serialization.cpp): `$v` 2 is a delta
 --   ({"$v": 2, "diff": D}), `$v` 1 is modifier style ($set/$unset), no `$v` plus a `$`-prefixed key is modifier
 --   style (pre-3.6 entries; top-level `$` field names were forbidden in stored documents then), anything else is a
 --   full replacement document.
--- * Delta application follows the server's DiffApplier (document_diff_applier.cpp): deletes dropped, updates replace
---   in place or are appended, inserts always go to the end, sub-diffs recurse only when the pre-image value has the
---   matching type (object <-> object diff, array <-> array diff) and write null on a mismatch, a sub-diff on an
---   absent field does nothing. Array diffs resize with `l` and pad with null.
+-- * Delta application follows the server's DiffApplier (mongodb/mongo src/mongo/db/update/document_diff_applier.cpp):
+--   deletes dropped, updates replace in place or are appended, inserts always go to the end, sub-diffs recurse only
+--   when the pre-image value has the matching type (object <-> object diff, array <-> array diff) and write null on a
+--   mismatch, a sub-diff on an absent field does nothing. Array diffs resize with `l` and pad with null.
 -- * jsonb keeps neither key order nor duplicate keys. Key order is only observable in arrays, which jsonb keeps, so
 --   `(doc - deletes) || updates || inserts` gives exactly the server's result. Duplicate keys and section order,
 --   however, are gone by the time a diff is jsonb, so apply_update(jsonb, jsonb) can detect only the malformations
@@ -29,6 +31,13 @@
 --   ("MongoDB error 4770503: ..."), so the daemon can tell a bad entry from a database failure.
 -- * $v:1 `$set` paths that go through a scalar (or a non-numeric component into an array) were refused by the
 --   server when the update ran, so they cannot appear in a real oplog; they raise 22023 rather than guess.
+-- * Typed (column-mapped) tables (docs/mapping.md) do not keep one jsonb document: the daemon splits each update by
+--   path into pieces, one per mapped column plus the jsonb column of unmapped fields, and applies each piece there.
+--   oplog2pg.apply_edits(doc, edits) applies a piece to a jsonb column as a list of primitive edits whose paths are
+--   JSON arrays of components (a component may contain dots): ["set", path, v] ($set semantics), ["unset", path]
+--   ($unset semantics) and ["resize", path, n] (a $v:2 array diff's `l`). Unlike set_path, a path through a scalar
+--   leaves the document unchanged instead of raising (see apply_edits). oplog2pg.resize_array(a, n) and
+--   oplog2pg.set_element(a, i, v) do the same for PostgreSQL array columns (1-based, lower bound always 1).
 
 CREATE SCHEMA IF NOT EXISTS oplog2pg;
 
@@ -700,5 +709,217 @@ BEGIN
         PERFORM oplog2pg.check_diff(o -> 'diff');
     END IF;
     RETURN oplog2pg.apply_update(doc, oj);
+END
+$fn$;
+
+-- Apply, in order, a JSON array of primitive edits to doc (a NULL doc, e.g. a NULL jsonb column of unmapped fields,
+-- counts as {}) and return the new document. Used by typed (column-mapped) tables, which split an update by path
+-- (docs/mapping.md):
+--   ["set", PATH, VALUE]  as $set: numeric components index existing arrays (padding with null), name fields
+--                         everywhere else; missing intermediate levels are created as documents.
+--   ["unset", PATH]       as $unset: removes a field, writes null into an array element, nothing on a missing path.
+--   ["resize", PATH, N]   truncates or null-pads the array at PATH to N elements (a $v:2 array diff's `l`);
+--                         anything else there, or nothing, is left alone.
+-- PATH is a non-empty JSON array of strings, the path's components (no dotted-string ambiguity: a component may
+-- contain dots, or be empty), N a non-negative integer. Malformed edits raise 22023 via update_error; so does a NULL
+-- edits list (a caller bug), which is why the function is not STRICT.
+-- A path that goes through a scalar (including an EJSON wrapper such as {"$oid": ...}), or that names a field inside
+-- an array, leaves the document unchanged. set_path raises there, because a $v:1 entry with such a path cannot
+-- exist; here the caller derived the edits from an update the server accepted, with paths it already knows, so
+-- such a path can only mean that this pre-image lacks what the caller assumed (the field lives in a typed column,
+-- or the document was rewritten since): guessing a shape, or failing the whole batch, would be worse than leaving
+-- the value to the next edit or full image. Padding an array by more than the server's limit (1500000 elements)
+-- counts the same.
+-- Cost: each edit walks down the levels on its path only (`->` copies a sub-value without re-encoding it) and then
+-- rebuilds the document once, with one jsonb_set / #- on the full path; every jsonb modification re-encodes the
+-- whole value, so rebuilding level by level would cost more. The walk is inlined in the loop rather than a function
+-- of its own: a PL/pgSQL call per edit costs about as much again as the jsonb_set it wraps on large documents.
+CREATE OR REPLACE FUNCTION oplog2pg.apply_edits(doc jsonb, edits jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+DECLARE
+    res jsonb := coalesce(doc, '{}'::jsonb);
+    e jsonb;
+    kind text;
+    path jsonb;
+    parts text[];
+    np integer;
+    arg jsonb;
+    nn numeric;
+    n integer;
+    cur jsonb;
+    newv jsonb;
+    c text;
+    idx integer;
+    len integer;
+BEGIN
+    IF jsonb_typeof(edits) IS DISTINCT FROM 'array' THEN
+        PERFORM oplog2pg.update_error(NULL, 'edits must be a JSON array, got ' || coalesce(edits::text, 'NULL'));
+    END IF;
+    FOR ei IN 0 .. jsonb_array_length(edits) - 1 LOOP
+        e := edits -> ei;
+
+        -- Validate the edit: kind and arity, path, resize length.
+        kind := NULL;
+        IF jsonb_typeof(e) = 'array' AND jsonb_typeof(e -> 0) = 'string' THEN
+            kind := e ->> 0;
+            IF jsonb_array_length(e) <> (CASE kind WHEN 'unset' THEN 2 ELSE 3 END) THEN
+                kind := NULL;
+            END IF;
+        END IF;
+        IF kind IS NULL OR kind NOT IN ('set', 'unset', 'resize') THEN
+            PERFORM oplog2pg.update_error(NULL, 'edit must be ["set", path, value], ["unset", path] or '
+                                                || '["resize", path, n], got ' || e::text);
+        END IF;
+        path := e -> 1;
+        np := CASE WHEN jsonb_typeof(path) = 'array' THEN jsonb_array_length(path) ELSE 0 END;
+        IF np = 0 THEN
+            PERFORM oplog2pg.update_error(NULL, 'edit path must be a non-empty array of strings, got ' || e::text);
+        END IF;
+        parts := '{}';
+        FOR k IN 0 .. np - 1 LOOP
+            IF jsonb_typeof(path -> k) <> 'string' THEN
+                PERFORM oplog2pg.update_error(NULL, 'edit path must be a non-empty array of strings, got ' || e::text);
+            END IF;
+            parts := parts || (path ->> k);
+        END LOOP;
+        arg := e -> 2;
+        IF kind = 'resize' THEN
+            nn := oplog2pg.ejson_integer(arg);
+            IF nn IS NULL OR nn < 0 OR nn > 2147483647 THEN
+                PERFORM oplog2pg.update_error(NULL, 'resize length must be a non-negative integer, got ' || e::text);
+            END IF;
+            n := nn::integer;
+        END IF;
+
+        -- Walk down. Every branch that is done with this edit leaves the loop (EXIT walk) with res updated or not;
+        -- only a resize whose whole path exists falls out of it normally, with cur the value at the path.
+        cur := res;
+        <<walk>>
+        FOR lvl IN 1 .. np LOOP
+            c := parts[lvl];
+            IF oplog2pg.is_document(cur) THEN
+                IF cur ? c THEN
+                    IF lvl < np THEN
+                        cur := cur -> c;
+                        CONTINUE walk;
+                    ELSIF kind = 'set' THEN
+                        res := jsonb_set(res, parts, arg);
+                        EXIT walk;
+                    ELSIF kind = 'unset' THEN
+                        res := res #- parts;
+                        EXIT walk;
+                    END IF;
+                    cur := cur -> c; -- resize: the value is looked at below
+                ELSIF kind = 'set' THEN
+                    -- First missing component: build the rest of the path as nested documents (a numeric
+                    -- component names a field here, as in MongoDB).
+                    newv := arg;
+                    FOR j IN REVERSE np .. lvl + 1 LOOP
+                        newv := jsonb_build_object(parts[j], newv);
+                    END LOOP;
+                    res := jsonb_set(res, parts[1:lvl], newv, true);
+                    EXIT walk;
+                ELSE
+                    EXIT walk; -- unset / resize of a missing path
+                END IF;
+            ELSIF jsonb_typeof(cur) = 'array' AND c ~ '^[0-9]{1,9}$' THEN
+                idx := c::integer;
+                len := jsonb_array_length(cur);
+                IF idx < len THEN
+                    IF lvl < np THEN
+                        cur := cur -> idx;
+                        CONTINUE walk;
+                    ELSIF kind = 'set' THEN
+                        res := jsonb_set(res, parts, arg);
+                        EXIT walk;
+                    ELSIF kind = 'unset' THEN
+                        res := jsonb_set(res, parts, 'null'::jsonb);
+                        EXIT walk;
+                    END IF;
+                    cur := cur -> idx;
+                ELSIF kind = 'set' AND idx - len <= 1500000 THEN
+                    -- Past the end: pad with null, then append the value (wrapped in the rest of the path).
+                    newv := arg;
+                    FOR j IN REVERSE np .. lvl + 1 LOOP
+                        newv := jsonb_build_object(parts[j], newv);
+                    END LOOP;
+                    newv := cur || oplog2pg.null_array(idx - len) || jsonb_build_array(newv);
+                    -- (lvl = 1 only if the document itself were an array, which a document never is.)
+                    res := CASE WHEN lvl = 1 THEN newv ELSE jsonb_set(res, parts[1:lvl - 1], newv) END;
+                    EXIT walk;
+                ELSE
+                    EXIT walk; -- unset / resize past the end, or a pad beyond the server's limit
+                END IF;
+            ELSE
+                EXIT walk; -- through a scalar, or a field name into an array: see above
+            END IF;
+
+            -- Only a resize whose last component exists gets here.
+            IF jsonb_typeof(cur) = 'array' THEN
+                len := jsonb_array_length(cur);
+                IF n > len THEN
+                    res := jsonb_set(res, parts, cur || oplog2pg.null_array(n - len));
+                ELSIF n = 0 THEN
+                    res := jsonb_set(res, parts, '[]'::jsonb);
+                ELSIF n < len THEN
+                    res := jsonb_set(res, parts,
+                                     jsonb_path_query_array(cur, '$[0 to $last]', jsonb_build_object('last', n - 1)));
+                END IF;
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN res;
+END
+$fn$;
+
+-- A one-dimensional PostgreSQL array (a typed array column) truncated to n elements or padded with NULL up to n,
+-- with lower bound 1 (the array column counterpart of a "resize" edit). NULL stays NULL: there is no array to resize.
+CREATE OR REPLACE FUNCTION oplog2pg.resize_array(a anyarray, n integer) RETURNS anyarray
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+DECLARE
+    lb integer;
+    len integer;
+BEGIN
+    IF n IS NULL OR n < 0 THEN
+        PERFORM oplog2pg.update_error(NULL, 'array length must be a non-negative integer, got '
+                                            || coalesce(n::text, 'NULL'));
+    END IF;
+    IF a IS NULL THEN
+        RETURN NULL;
+    ELSIF array_ndims(a) > 1 THEN
+        PERFORM oplog2pg.update_error(NULL, 'cannot resize a multidimensional array');
+    END IF;
+    lb := coalesce(array_lower(a, 1), 1);
+    len := coalesce(array_length(a, 1), 0);
+    IF n < len OR lb <> 1 THEN
+        a := a[lb : lb + least(n, len) - 1]; -- a slice always has lower bound 1; an empty one is '{}'
+    END IF;
+    IF n > len THEN
+        -- a[NULL] is a NULL of the element type, which array_fill needs.
+        a := a || array_fill(a[NULL::integer], ARRAY[n - len]);
+    END IF;
+    RETURN a;
+END
+$fn$;
+
+-- a with the element at 0-based index i set to v (the array column counterpart of a "set" edit on an element):
+-- pads with NULL up to i, creates the array when a is NULL; the lower bound is always 1 (a plain `a[i + 1] := v`
+-- on a NULL or empty array would give an array starting at i + 1).
+CREATE OR REPLACE FUNCTION oplog2pg.set_element(a anyarray, i integer, v anyelement) RETURNS anyarray
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+BEGIN
+    IF i IS NULL OR i < 0 THEN
+        PERFORM oplog2pg.update_error(NULL, 'array index must be a non-negative integer, got '
+                                            || coalesce(i::text, 'NULL'));
+    END IF;
+    IF a IS NULL OR array_lower(a, 1) IS DISTINCT FROM 1 THEN
+        -- NULL, empty, or another lower bound: rebuild with lower bound 1 and room for element i.
+        a := oplog2pg.resize_array(coalesce(a, array_fill(v, ARRAY[0])),
+                                   greatest(coalesce(array_length(a, 1), 0), i + 1));
+    ELSIF array_ndims(a) > 1 THEN
+        PERFORM oplog2pg.update_error(NULL, 'cannot set an element of a multidimensional array');
+    END IF;
+    a[i + 1] := v; -- past the end of a non-empty array, PostgreSQL pads with NULL
+    RETURN a;
 END
 $fn$;

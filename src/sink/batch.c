@@ -22,6 +22,8 @@ struct sink_batch {
     size_t n, cap;
     strbuf keys;
     size_t bytes;
+    map_rows mapped; /* a mapped collection's rows (records), instead of rows[] */
+    size_t mapped_docs;
 };
 
 static const char copy_header[] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, extension 0 */
@@ -30,8 +32,10 @@ static const char copy_header[] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signa
 sink_batch *sink_batch_new(void)
 {
     sink_batch *b = calloc(1, sizeof *b);
-    if (b != NULL)
+    if (b != NULL) {
         strbuf_init(&b->keys);
+        strbuf_init(&b->mapped.buf);
+    }
     return b;
 }
 
@@ -41,6 +45,9 @@ static void drop_rows(sink_batch *b)
         free(b->rows[i].json);
     b->n = 0;
     b->bytes = 0;
+    b->mapped.count = 0;
+    b->mapped.buf.len = 0;
+    b->mapped_docs = 0;
 }
 
 void sink_batch_free(sink_batch *b)
@@ -50,6 +57,7 @@ void sink_batch_free(sink_batch *b)
     drop_rows(b);
     free(b->rows);
     strbuf_free(&b->keys);
+    strbuf_free(&b->mapped.buf);
     free(b);
 }
 
@@ -57,6 +65,7 @@ void sink_batch_reset(sink_batch *b)
 {
     drop_rows(b);
     strbuf_reset(&b->keys, KEEP_CAP);
+    strbuf_reset(&b->mapped.buf, KEEP_CAP);
     if (b->cap * sizeof *b->rows > KEEP_CAP) {
         free(b->rows);
         b->rows = NULL;
@@ -68,6 +77,7 @@ void sink_batch_release(sink_batch *b)
 {
     drop_rows(b);
     strbuf_free(&b->keys);
+    strbuf_free(&b->mapped.buf);
     free(b->rows);
     b->rows = NULL;
     b->cap = 0;
@@ -122,12 +132,31 @@ bool sink_batch_take(sink_batch *b, const char *key, size_t klen, char **json, s
 
 size_t sink_batch_rows(const sink_batch *b)
 {
-    return b->n;
+    return b->n + b->mapped_docs;
 }
 
 size_t sink_batch_bytes(const sink_batch *b)
 {
-    return b->bytes;
+    return b->bytes + b->mapped.buf.len;
+}
+
+bool sink_batch_add_mapped(sink_batch *b, const map_rows *rows)
+{
+    size_t mark = b->mapped.buf.len;
+    strbuf_append(&b->mapped.buf, rows->buf.data, rows->buf.len);
+    if (strbuf_failed(&b->mapped.buf)) {
+        strbuf_reset(&b->mapped.buf, KEEP_CAP); /* the failure flag must go; the batch is dropped by the caller */
+        (void)mark;
+        return false;
+    }
+    b->mapped.count += rows->count;
+    b->mapped_docs++;
+    return true;
+}
+
+const map_rows *sink_batch_mapped(const sink_batch *b)
+{
+    return &b->mapped;
 }
 
 void sink_batch_row(const sink_batch *b, size_t i, const char **key, size_t *klen, const char **json, size_t *jlen)
@@ -202,6 +231,42 @@ bool sink_batch_copy(pgconn *c, const sink_batch *b, pgconn_error *err)
         ok = pgconn_copy_put(c, stage, used, err);
     if (!ok || !pgconn_copy_put(c, trailer, 2, err)) {
         /* End the COPY so that the connection (and its transaction) stays in a known state. */
+        PQputCopyEnd(c->pg, "oplog2pg: sending failed");
+        return false;
+    }
+    return pgconn_copy_end(c, err);
+}
+
+bool sink_batch_copy_mapped(pgconn *c, const sink_batch *b, uint16_t table, pgconn_error *err)
+{
+    static const char trailer[2] = {(char)0xff, (char)0xff};
+    char stage[STAGE_BYTES];
+    size_t used = 0;
+    bool ok = pgconn_copy_put(c, copy_header, COPY_HEADER_LEN, err);
+    map_row_iter it;
+    map_rows_iter(&b->mapped, &it);
+    uint16_t t;
+    const uint8_t *tuple;
+    uint32_t len;
+    while (ok && map_rows_next(&it, &t, &tuple, &len)) {
+        if (t != table)
+            continue;
+        if (used + len > sizeof stage) {
+            ok = used == 0 || pgconn_copy_put(c, stage, used, err);
+            used = 0;
+        }
+        if (!ok)
+            break;
+        if (len > sizeof stage) {
+            ok = pgconn_copy_put(c, (const char *)tuple, len, err);
+        } else {
+            memcpy(stage + used, tuple, len);
+            used += len;
+        }
+    }
+    if (ok && used > 0)
+        ok = pgconn_copy_put(c, stage, used, err);
+    if (!ok || !pgconn_copy_put(c, trailer, 2, err)) {
         PQputCopyEnd(c->pg, "oplog2pg: sending failed");
         return false;
     }

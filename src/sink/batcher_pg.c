@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "map/ejson.h"
+#include "map/project.h"
 
 static void *run_new(void *ctx)
 {
@@ -69,6 +70,10 @@ static apply_status texts(sink *s, const op *o, bool need_json, const char **key
 
 static apply_status run_add(void *ctx, void *run, op *o)
 {
+    if (o->mapped != NULL) {
+        const map_plan *plan = o->mapped;
+        return sink_batch_add_mapped(run, &plan->rows) ? APPLY_OK : APPLY_NOMEM;
+    }
     if (o->json != NULL && o->id_key != NULL) {
         /* The text rendered on the reader thread moves into the run: a large document is held once. */
         bool taken = sink_batch_take(run, o->id_key, o->id_key_len, &o->json, o->json_len);
@@ -111,6 +116,8 @@ static apply_status insert_run(void *ctx, const char *db, const char *coll, void
 static apply_status apply(void *ctx, const op *o)
 {
     sink *s = ctx;
+    if (o->mapped != NULL)
+        return sink_apply_mapped(s, o);
     switch (o->kind) {
     case OP_UPDATE:
     case OP_DELETE: {

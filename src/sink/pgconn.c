@@ -65,8 +65,10 @@ bool pgconn_wait(pgconn *c, bool for_write, const char *what, double since)
     for (;;) {
         int n = poll(&pfd, 1, slice);
         double waited = clock_s() - since;
-        if (waited * 1000.0 >= slice && c->p.wait_hook != NULL)
-            c->p.wait_hook(c->p.wait_arg, what, waited);
+        if (waited * 1000.0 >= slice && c->p.wait_hook != NULL && !c->p.wait_hook(c->p.wait_arg, what, waited)) {
+            c->abandoned = true;
+            return false;
+        }
         if (n > 0)
             return true;
         if (n == 0)
@@ -147,8 +149,12 @@ pgconn *pgconn_connect(const pgconn_params *params, pgconn_error *err)
             pgconn_close(c);
             return NULL;
         }
-        if (!pgconn_wait(c, ps == PGRES_POLLING_WRITING, "the connection", started))
-            break;
+        if (!pgconn_wait(c, ps == PGRES_POLLING_WRITING, "the connection", started)) {
+            set_msg(c, err, APPLY_RETRY, "connecting to PostgreSQL",
+                    c->abandoned ? "the attempt was given up (stopping)" : "waiting on the socket failed");
+            pgconn_close(c);
+            return NULL;
+        }
         ps = PQconnectPoll(c->pg);
     }
     if (PQstatus(c->pg) != CONNECTION_OK) {

@@ -37,6 +37,7 @@ static const policy_row policy[] = {
                          "privilege is missing"},
     {"O2FEN", APPLY_FENCED, "another oplog2pg holds the service"},
     {"O2FOR", APPLY_CONFIG, "a table of that name exists and oplog2pg did not make it (for this service)"},
+    {"O2MAP", APPLY_CONFIG, "a table does not match its typed map (columns, types or key)"},
     {"O2BAK", APPLY_CONFIG, "the checkpoint would move backwards"},
     /* Passing faults (listed for the record: the default is the same). */
     {"08", APPLY_RETRY, "connection exception"},
@@ -145,6 +146,8 @@ const char *pgerror_advice(const char *sqlstate)
     if (strcmp(sqlstate, "O2FOR") == 0)
         return "oplog2pg writes only tables it made: rename or move that table, or leave the namespace out of "
                "[replication] include";
+    if (strcmp(sqlstate, "O2MAP") == 0)
+        return "make the table and its map agree (docs/mapping.md, \"Existing tables\")";
     if (strcmp(sqlstate, "O2BAK") == 0)
         return "a commit would have moved the checkpoint backwards; this is a bug, please report it with the log";
     if (strncmp(sqlstate, "42", 2) == 0)

@@ -159,6 +159,10 @@ CREATE TABLE IF NOT EXISTS oplog2pg.tables (
 
 CREATE INDEX IF NOT EXISTS tables_service_ns ON oplog2pg.tables (service, db, coll);
 
+-- A table of a typed map (docs/mapping.md) that existed before and that the map adopts (adopt = true): oplog2pg writes
+-- to it but never drops it; a MongoDB drop or --reimport empties it instead. (0.2 catalogs lack the column.)
+ALTER TABLE oplog2pg.tables ADD COLUMN IF NOT EXISTS adopted boolean NOT NULL DEFAULT false;
+
 COMMENT ON TABLE oplog2pg.tables IS
     'oplog2pg catalog: the tables oplog2pg made (the only ones it writes or drops), with the service and namespace';
 
@@ -241,9 +245,132 @@ BEGIN
         END IF;
         RETURN;
     END IF;
+    IF EXISTS (SELECT 1 FROM oplog2pg.tables WHERE schema_name = p_schema AND table_name = p_table AND adopted) THEN
+        -- not oplog2pg's to drop: only what it wrote goes
+        IF to_regclass(format('%I.%I', p_schema, p_table)) IS NOT NULL THEN
+            EXECUTE format('DELETE FROM %I.%I', p_schema, p_table);
+        END IF;
+        DELETE FROM oplog2pg.tables WHERE schema_name = p_schema AND table_name = p_table;
+        RETURN;
+    END IF;
     EXECUTE format('DROP TABLE IF EXISTS %I.%I', p_schema, p_table);
     DELETE FROM oplog2pg.tables WHERE schema_name = p_schema AND table_name = p_table;
     PERFORM oplog2pg.drop_schema_if_empty(p_schema);
+END
+$$;
+
+-- Every table this service keeps for a namespace (a mapped collection has its child tables too): dropped, or
+-- emptied when adopted.
+CREATE OR REPLACE FUNCTION oplog2pg.drop_namespace(p_service text, p_db text, p_coll text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT schema_name, table_name FROM oplog2pg.tables WHERE service = p_service AND db = p_db
+                AND coll = p_coll ORDER BY schema_name, table_name LOOP
+        PERFORM oplog2pg.drop_table(p_service, r.schema_name, r.table_name);
+    END LOOP;
+END
+$$;
+
+-- The table of a typed map, or one of its child tables (docs/mapping.md): made with the map's columns when it does
+-- not exist; when it does, checked against the map. p_columns lists the columns in order as
+-- [{"name": ..., "type": ..., "ddl": ...}], each type spelled as format_type() spells it (ddl, when given, is what
+-- CREATE TABLE says instead: a collation); p_key the primary key's columns, as a jsonb array of names.
+--   - A table oplog2pg made (catalog) gets the columns the map gained (ALTER TABLE ADD COLUMN; rows already there
+--     hold NULL in them until a re-copy, which a WARNING says); a column the map no longer has is left in place
+--     (WARNING); a column whose type differs stops the daemon (O2MAP) naming the re-copy.
+--   - A table oplog2pg did not make is written to only when the map adopts it (p_adopt) and its columns and key match
+--     the map (O2MAP otherwise); it is recorded as adopted. Without p_adopt it stops the daemon (O2FOR).
+CREATE OR REPLACE FUNCTION oplog2pg.ensure_mapped_table(p_service text, p_db text, p_coll text, p_schema text,
+                                                        p_table text, p_columns jsonb, p_key_json jsonb,
+                                                        p_adopt boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_owner text;
+    v_in_catalog boolean;
+    v_rel regclass;
+    v_type text;
+    v_defs text;
+    c jsonb;
+    a record;
+    p_key text[] := ARRAY(SELECT jsonb_array_elements_text(p_key_json));
+BEGIN
+    SELECT service INTO v_owner FROM oplog2pg.tables WHERE schema_name = p_schema AND table_name = p_table;
+    v_in_catalog := FOUND;
+    IF v_in_catalog AND v_owner <> p_service THEN
+        RAISE EXCEPTION 'table %.% belongs to oplog2pg service "%", not to "%"', quote_ident(p_schema),
+            quote_ident(p_table), v_owner, p_service
+            USING ERRCODE = 'O2FOR', HINT = 'give the services tables of their own';
+    END IF;
+    v_rel := to_regclass(format('%I.%I', p_schema, p_table));
+    IF v_rel IS NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = p_schema) THEN
+            EXECUTE format('CREATE SCHEMA %I', p_schema);
+            INSERT INTO oplog2pg.schemas (schema_name, service) VALUES (p_schema, p_service)
+                ON CONFLICT (schema_name) DO NOTHING;
+        END IF;
+        SELECT string_agg(format('%I %s', e->>'name', coalesce(e->>'ddl', e->>'type')), ', ' ORDER BY n) INTO v_defs
+          FROM jsonb_array_elements(p_columns) WITH ORDINALITY AS x(e, n);
+        EXECUTE format('CREATE TABLE %I.%I (%s, PRIMARY KEY (%s))', p_schema, p_table, v_defs,
+                       (SELECT string_agg(format('%I', k), ', ') FROM unnest(p_key) AS k));
+        INSERT INTO oplog2pg.tables (schema_name, table_name, service, db, coll, adopted)
+        VALUES (p_schema, p_table, p_service, p_db, p_coll, false)
+        ON CONFLICT (schema_name, table_name) DO UPDATE SET db = excluded.db, coll = excluded.coll, adopted = false;
+        RETURN;
+    END IF;
+    IF NOT v_in_catalog AND NOT p_adopt THEN
+        RAISE EXCEPTION 'table %.% exists and was not made by oplog2pg: it is never written to or dropped',
+            quote_ident(p_schema), quote_ident(p_table)
+            USING ERRCODE = 'O2FOR',
+                  HINT = 'set adopt = true in the map of ' || p_db || '.' || p_coll || ' to write into it, or rename it';
+    END IF;
+    FOR c IN SELECT e FROM jsonb_array_elements(p_columns) AS x(e) LOOP
+        SELECT format_type(t.atttypid, t.atttypmod) INTO v_type FROM pg_attribute t
+         WHERE t.attrelid = v_rel AND t.attname = c->>'name' AND t.attnum > 0 AND NOT t.attisdropped;
+        IF NOT FOUND THEN
+            IF v_in_catalog AND NOT p_adopt THEN
+                EXECUTE format('ALTER TABLE %I.%I ADD COLUMN %I %s', p_schema, p_table, c->>'name',
+                               coalesce(c->>'ddl', c->>'type'));
+                RAISE WARNING 'oplog2pg: added column % (%) to %.% for the map; the rows already there hold NULL in it '
+                              'until the collection is copied again (oplog2pg run --reimport)',
+                    quote_ident(c->>'name'), c->>'type', quote_ident(p_schema), quote_ident(p_table);
+                CONTINUE;
+            END IF;
+            RAISE EXCEPTION 'table %.% has no column % (the map of %.% declares % %)', quote_ident(p_schema),
+                quote_ident(p_table), quote_ident(c->>'name'), p_db, p_coll, c->>'name', c->>'type'
+                USING ERRCODE = 'O2MAP';
+        END IF;
+        IF v_type <> c->>'type' THEN
+            RAISE EXCEPTION 'column % of %.% is %, the map of %.% says %', quote_ident(c->>'name'),
+                quote_ident(p_schema), quote_ident(p_table), v_type, p_db, p_coll, c->>'type'
+                USING ERRCODE = 'O2MAP',
+                      HINT = CASE WHEN v_in_catalog AND NOT p_adopt
+                                  THEN 'a column changes type only with a new copy: oplog2pg run --reimport'
+                                  ELSE 'change the map or the table' END;
+        END IF;
+    END LOOP;
+    IF NOT EXISTS (SELECT 1 FROM pg_index i
+                    WHERE i.indrelid = v_rel AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+                      AND i.indnkeyatts = cardinality(p_key)
+                      AND (SELECT array_agg(t.attname::text ORDER BY t.attname) FROM pg_attribute t
+                            WHERE t.attrelid = v_rel AND t.attnum = ANY (i.indkey))
+                          = (SELECT array_agg(k ORDER BY k) FROM unnest(p_key) AS k)) THEN
+        RAISE EXCEPTION 'table %.% has no unique index on (%), the key of the map of %.%', quote_ident(p_schema),
+            quote_ident(p_table), array_to_string(p_key, ', '), p_db, p_coll
+            USING ERRCODE = 'O2MAP';
+    END IF;
+    FOR a IN SELECT t.attname FROM pg_attribute t
+              WHERE t.attrelid = v_rel AND t.attnum > 0 AND NOT t.attisdropped
+                AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_columns) AS x(e) WHERE e->>'name' = t.attname)
+                AND v_in_catalog AND NOT p_adopt LOOP
+        RAISE WARNING 'oplog2pg: column % of %.% is no longer in the map: left in place, new rows leave it NULL',
+            quote_ident(a.attname), quote_ident(p_schema), quote_ident(p_table);
+    END LOOP;
+    IF NOT v_in_catalog THEN
+        INSERT INTO oplog2pg.tables (schema_name, table_name, service, db, coll, adopted)
+        VALUES (p_schema, p_table, p_service, p_db, p_coll, true);
+    END IF;
 END
 $$;
 

@@ -4,20 +4,23 @@
  * NOTES
  * - One pass over the entry's top-level fields collects what we need (field order differs between server versions);
  *   type errors are remembered and reported after the pass so the message can name ts/op/ns wherever they sit.
- * - Nothing is allocated until an op is known to be valid; then one buffer per op receives the namespace strings and
- *   copies of o/o2 (op_fill). _id values are views into that buffer.
- * - The $v:2 diff check mirrors the server's DocumentDiffReader/ArrayDiffReader (document_diff_serialization.cpp)
- *   and the applier's duplicate-field check, and reports the server's error codes. It only checks structure; the
- *   applier (another module) gives the diff its meaning.
+ * - The op array is allocated once the entry's ts has been read (for an applyOps, once its inner ops are counted);
+ *   an op's own buffer only once that op is known to be valid. The buffer receives the namespace strings and copies
+ *   of o/o2 (op_fill), and the _id is a view into it (into the caller's entry instead for an insert decoded with
+ *   DECODE_BORROW_PAYLOAD). A failure frees everything (op_entry_clear).
+ * - A $v:2 update's diff is checked by source/v2diff.h, structure only; src/map/update_functions.sql gives it its
+ *   meaning in PostgreSQL.
  */
 #include "source/decode.h"
-
-#include "core/nsfilter.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/nsfilter.h"
+#include "source/v2diff.h"
+#include "util/strbuf.h"
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* raw fields */
@@ -56,35 +59,6 @@ typedef struct span {
     size_t len;
 } span;
 
-static void appendf(char *buf, size_t len, size_t *off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static void appendf(char *buf, size_t len, size_t *off, const char *fmt, ...)
-{
-    if (*off + 1 >= len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf + *off, len - *off, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    *off += (size_t)n;
-    if (*off >= len)
-        *off = len - 1;
-}
-
-static void vappendf(char *buf, size_t len, size_t *off, const char *fmt, va_list ap)
-{
-    if (*off + 1 >= len)
-        return;
-    int n = vsnprintf(buf + *off, len - *off, fmt, ap);
-    if (n < 0)
-        return;
-    *off += (size_t)n;
-    if (*off >= len)
-        *off = len - 1;
-}
-
 static void append_id(char *buf, size_t len, size_t *off, const bson_value_t *id)
 {
     bson_t b = BSON_INITIALIZER;
@@ -97,9 +71,9 @@ static void append_id(char *buf, size_t len, size_t *off, const bson_value_t *id
         size_t vl = strlen(v + 2);
         if (vl >= 2)
             vl -= 2; /* " }" */
-        appendf(buf, len, off, " _id %.*s", (int)(vl > 200 ? 200 : vl), v + 2);
+        text_appendf(buf, len, off, " _id %.*s", (int)(vl > 200 ? 200 : vl), v + 2);
     } else {
-        appendf(buf, len, off, " _id ?");
+        text_appendf(buf, len, off, " _id ?");
     }
     bson_free(json);
     bson_destroy(&b);
@@ -117,25 +91,25 @@ static decode_status fail(const dctx *c, decode_status st, const bson_value_t *i
     c->err[0] = '\0';
     const raw_op *t = c->top;
     if (t && t->has_ts)
-        appendf(c->err, c->errlen, &off, "ts %u:%u", t->secs, t->inc);
+        text_appendf(c->err, c->errlen, &off, "ts %u:%u", t->secs, t->inc);
     else
-        appendf(c->err, c->errlen, &off, "ts ?");
+        text_appendf(c->err, c->errlen, &off, "ts ?");
     if (t)
-        appendf(c->err, c->errlen, &off, " op '%.*s' ns '%.*s'", t->op ? (int)t->op_len : 1, t->op ? t->op : "?",
-                t->ns ? (int)t->ns_len : 1, t->ns ? t->ns : "?");
+        text_appendf(c->err, c->errlen, &off, " op '%.*s' ns '%.*s'", t->op ? (int)t->op_len : 1, t->op ? t->op : "?",
+                     t->ns ? (int)t->ns_len : 1, t->ns ? t->ns : "?");
     if (c->inner) {
         const raw_op *r = c->inner;
-        appendf(c->err, c->errlen, &off, " applyOps[%ld] op '%.*s' ns '%.*s'", c->index, r->op ? (int)r->op_len : 1,
-                r->op ? r->op : "?", r->ns ? (int)r->ns_len : 1, r->ns ? r->ns : "?");
+        text_appendf(c->err, c->errlen, &off, " applyOps[%ld] op '%.*s' ns '%.*s'", c->index,
+                     r->op ? (int)r->op_len : 1, r->op ? r->op : "?", r->ns ? (int)r->ns_len : 1, r->ns ? r->ns : "?");
     } else if (c->index >= 0) {
-        appendf(c->err, c->errlen, &off, " applyOps[%ld]", c->index);
+        text_appendf(c->err, c->errlen, &off, " applyOps[%ld]", c->index);
     }
     if (id && id->value_type != BSON_TYPE_EOD)
         append_id(c->err, c->errlen, &off, id);
-    appendf(c->err, c->errlen, &off, ": ");
+    text_appendf(c->err, c->errlen, &off, ": ");
     va_list ap;
     va_start(ap, fmt);
-    vappendf(c->err, c->errlen, &off, fmt, ap);
+    text_vappendf(c->err, c->errlen, &off, fmt, ap);
     va_end(ap);
     return st;
 }
@@ -247,291 +221,6 @@ static bool parse_raw(const uint8_t *data, uint32_t len, raw_op *r, bool top)
         }
     }
     return true;
-}
-
-/* ------------------------------------------------------------------------------------------------------------ */
-/* $v:2 diff validation */
-
-typedef struct dv {
-    int32_t code;
-    char *err;
-    size_t errlen;
-    char path[192]; /* where in the diff, for messages: "diff.sa.s0" */
-} dv;
-
-#define DIFF_MAX_DEPTH 200
-
-static bool dv_fail(dv *d, int32_t code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static bool dv_fail(dv *d, int32_t code, const char *fmt, ...)
-{
-    d->code = code;
-    if (d->err && d->errlen) {
-        size_t off = 0;
-        d->err[0] = '\0';
-        if (code)
-            appendf(d->err, d->errlen, &off, "invalid $v:2 diff [%d] at %s: ", code, d->path);
-        else
-            appendf(d->err, d->errlen, &off, "invalid $v:2 diff at %s: ", d->path);
-        va_list ap;
-        va_start(ap, fmt);
-        vappendf(d->err, d->errlen, &off, fmt, ap);
-        va_end(ap);
-    }
-    return false;
-}
-
-/* Field names of one object-diff level, for the duplicate check. Small levels stay on the stack. */
-typedef struct names {
-    const char **v;
-    size_t n, cap;
-    const char *stack[32];
-} names;
-
-static void names_init(names *s)
-{
-    s->v = s->stack;
-    s->n = 0;
-    s->cap = sizeof s->stack / sizeof s->stack[0];
-}
-
-static bool names_add(names *s, const char *name)
-{
-    if (s->n == s->cap) {
-        size_t cap = s->cap * 2;
-        const char **v = malloc(cap * sizeof *v);
-        if (!v)
-            return false;
-        memcpy(v, s->v, s->n * sizeof *v);
-        if (s->v != s->stack)
-            free(s->v);
-        s->v = v;
-        s->cap = cap;
-    }
-    s->v[s->n++] = name;
-    return true;
-}
-
-static void names_free(names *s)
-{
-    if (s->v != s->stack)
-        free(s->v);
-}
-
-static int cmp_names(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-static size_t path_push(dv *d, const char *key)
-{
-    size_t old = strlen(d->path);
-    size_t off = old;
-    appendf(d->path, sizeof d->path, &off, ".%s", key);
-    return old;
-}
-
-static bool validate_subdiff(dv *d, bson_iter_t *it, int depth);
-
-/* An object diff D: sections d < u < i < b < s..., each at most once, sub-diffs last. This level's structure and
- * its field names (duplicates: 4728000) are checked before any sub-diff is entered, as the server's applier does. */
-static bool validate_object_diff(dv *d, const uint8_t *data, uint32_t len, int depth)
-{
-    bson_iter_t it, subdiffs;
-    names nm;
-    bool ok = false;
-    int prev = 0;
-    bool in_subdiffs = false, any = false;
-
-    names_init(&nm);
-    if (depth > DIFF_MAX_DEPTH)
-        return dv_fail(d, 0, "nested deeper than %d levels", DIFF_MAX_DEPTH);
-    if (!bson_iter_init_from_data(&it, data, len))
-        return dv_fail(d, 0, "not a valid BSON document");
-    while (bson_iter_next(&it)) {
-        uint32_t klen = bson_iter_key_len(&it);
-        const char *key = bson_iter_key(&it);
-        any = true;
-        if (klen == 0) {
-            dv_fail(d, 4770505, "empty section name");
-            goto done;
-        }
-        char ch = key[0];
-        if (in_subdiffs) {
-            if (ch != 's') {
-                dv_fail(d, 4770514, "section '%s' after the sub-diffs", key);
-                goto done;
-            }
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
-                dv_fail(d, 470510, "sub-diff '%s' is not an object", key);
-                goto done;
-            }
-            if (!names_add(&nm, key + 1)) {
-                dv_fail(d, 0, "out of memory");
-                goto done;
-            }
-            continue;
-        }
-        int order = ch == 'd' ? 1 : ch == 'u' ? 2 : ch == 'i' ? 3 : ch == 'b' ? 4 : ch == 's' ? 5 : 0;
-        if (order == 0 || order <= prev) {
-            dv_fail(d, 4770503, "unexpected section '%s'%s", key, order ? " (repeated or out of order)" : "");
-            goto done;
-        }
-        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            dv_fail(d, 4770507, "section '%s' is not an object", key);
-            goto done;
-        }
-        prev = order;
-        if (ch == 's') {
-            in_subdiffs = true;
-            subdiffs = it; /* revisited after the duplicate check */
-            if (!names_add(&nm, key + 1)) {
-                dv_fail(d, 0, "out of memory");
-                goto done;
-            }
-            continue;
-        }
-        bson_iter_t sec;
-        if (!bson_iter_recurse(&it, &sec)) {
-            dv_fail(d, 0, "section '%s' is not valid BSON", key);
-            goto done;
-        }
-        while (bson_iter_next(&sec)) {
-            const char *field = bson_iter_key(&sec);
-            if (ch == 'b') {
-                /* 8.x binary diff: {field: {o: int offset, d: BinData}}. The server codes are not known to us. */
-                bson_iter_t bi;
-                bool has_o = false, has_d = false;
-                if (BSON_ITER_HOLDS_DOCUMENT(&sec) && bson_iter_recurse(&sec, &bi)) {
-                    while (bson_iter_next(&bi)) {
-                        if (strcmp(bson_iter_key(&bi), "o") == 0)
-                            has_o = BSON_ITER_HOLDS_INT32(&bi) || BSON_ITER_HOLDS_INT64(&bi);
-                        else if (strcmp(bson_iter_key(&bi), "d") == 0)
-                            has_d = BSON_ITER_HOLDS_BINARY(&bi);
-                    }
-                }
-                if (!has_o || !has_d) {
-                    dv_fail(d, 0, "binary section entry '%s' is not {o: int, d: BinData}", field);
-                    goto done;
-                }
-            }
-            if (!names_add(&nm, field)) {
-                dv_fail(d, 0, "out of memory");
-                goto done;
-            }
-        }
-    }
-    if (!any) {
-        dv_fail(d, 4770500, "empty diff");
-        goto done;
-    }
-    if (nm.n > 1) {
-        qsort(nm.v, nm.n, sizeof *nm.v, cmp_names);
-        for (size_t i = 1; i < nm.n; i++) {
-            if (strcmp(nm.v[i - 1], nm.v[i]) == 0) {
-                dv_fail(d, 4728000, "duplicate field name in diff: '%s'", nm.v[i]);
-                goto done;
-            }
-        }
-    }
-    if (in_subdiffs) {
-        do {
-            if (!validate_subdiff(d, &subdiffs, depth + 1))
-                goto done;
-        } while (bson_iter_next(&subdiffs));
-    }
-    ok = true;
-done:
-    names_free(&nm);
-    return ok;
-}
-
-/* Digits only, fits in 32 bits (an array index). */
-static bool parse_index(const char *s)
-{
-    uint64_t v = 0;
-    if (!*s)
-        return false;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9')
-            return false;
-        v = v * 10 + (uint64_t)(*s - '0');
-        if (v > UINT32_MAX)
-            return false;
-    }
-    return true;
-}
-
-/* An array diff A: {a: true, [l: int32], (u<idx>: value | s<idx>: D|A)*}. */
-static bool validate_array_diff(dv *d, const uint8_t *data, uint32_t len, int depth)
-{
-    bson_iter_t it;
-    if (!bson_iter_init_from_data(&it, data, len) || !bson_iter_next(&it))
-        return dv_fail(d, 4770500, "empty diff");
-    if (strcmp(bson_iter_key(&it), "a") != 0)
-        return dv_fail(d, 4770504, "first field is '%s', not the array header 'a'", bson_iter_key(&it));
-    if (!BSON_ITER_HOLDS_BOOL(&it))
-        return dv_fail(d, 4770519, "array header 'a' is not a bool");
-    if (!bson_iter_bool(&it))
-        return dv_fail(d, 4770520, "array header 'a' is not true");
-    bool first = true;
-    while (bson_iter_next(&it)) {
-        const char *key = bson_iter_key(&it);
-        if (first && strcmp(key, "l") == 0) {
-            first = false;
-            if (!BSON_ITER_HOLDS_INT32(&it))
-                return dv_fail(d, 4770507, "array resize 'l' is not an int32");
-            continue;
-        }
-        first = false;
-        if (bson_iter_key_len(&it) < 2)
-            return dv_fail(d, 4770521, "array diff field '%s' is shorter than two characters", key);
-        if (!parse_index(key + 1))
-            return dv_fail(d, 4770512, "array diff field '%s' does not name an index", key);
-        if (key[0] == 'u')
-            continue;
-        if (key[0] != 's')
-            return dv_fail(d, 4770502, "array diff field '%s' is neither u<index> nor s<index>", key);
-        if (!BSON_ITER_HOLDS_DOCUMENT(&it))
-            return dv_fail(d, 4770501, "array sub-diff '%s' is not an object", key);
-        if (!validate_subdiff(d, &it, depth + 1))
-            return false;
-    }
-    return true;
-}
-
-/* A sub-diff (the value of s<field> or s<index>): an array diff when its first field is "a", else an object diff. */
-static bool validate_subdiff(dv *d, bson_iter_t *it, int depth)
-{
-    const uint8_t *data;
-    uint32_t len;
-    bson_iter_t first;
-    size_t mark = path_push(d, bson_iter_key(it));
-    bool ok;
-
-    bson_iter_document(it, &len, &data);
-    if (depth > DIFF_MAX_DEPTH)
-        return dv_fail(d, 0, "nested deeper than %d levels", DIFF_MAX_DEPTH);
-    if (!bson_iter_init_from_data(&first, data, len) || !bson_iter_next(&first))
-        return dv_fail(d, 4770500, "empty diff");
-    if (strcmp(bson_iter_key(&first), "a") == 0)
-        ok = validate_array_diff(d, data, len, depth);
-    else
-        ok = validate_object_diff(d, data, len, depth);
-    if (ok)
-        d->path[mark] = '\0';
-    return ok;
-}
-
-bool decode_validate_diff(const bson_t *diff, int32_t *code, char *err, size_t errlen)
-{
-    dv d = {.code = 0, .err = err, .errlen = errlen};
-    snprintf(d.path, sizeof d.path, "diff");
-    /* The top level is always an object diff: a leading "a" is an unknown section there (4770503). */
-    bool ok = validate_object_diff(&d, bson_get_data(diff), diff->len, 0);
-    if (code)
-        *code = ok ? 0 : d.code;
-    return ok;
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -662,7 +351,10 @@ static decode_status check_modifier(const dctx *c, const uint8_t *o, uint32_t le
     return DECODE_OK;
 }
 
-/* REPORT §3: $v 2 → diff; $v 1 → modifier; no $v and a leading $-key → modifier; else replacement. */
+/* The form of an update's `o`: $v 2 → diff (checked by v2diff_validate); $v 1 → modifier; no $v and a first field
+ * that starts with `$` → modifier (servers before 3.6 wrote no $v); anything else → replacement; any other $v →
+ * unsupported. The server's own reading of `o` is extractUpdateType in mongodb/mongo
+ * src/mongo/db/update/update_oplog_entry_serialization.cpp (current versions know only $v:2 and replacements). */
 static decode_status classify_update(const dctx *c, const uint8_t *o, uint32_t len, const bson_value_t *id,
                                      op_update_form *form)
 {
@@ -697,8 +389,8 @@ static decode_status classify_update(const dctx *c, const uint8_t *o, uint32_t l
         int32_t code = 0;
         if (!bson_init_static(&view, diff, diff_len))
             return fail(c, DECODE_MALFORMED, id, "$v:2 diff is not valid BSON");
-        if (!decode_validate_diff(&view, &code, msg, sizeof msg))
-            return fail(c, DECODE_MALFORMED, id, "%s", msg);
+        if (!v2diff_validate(&view, &code, msg, sizeof msg))
+            return fail(c, code == V2DIFF_NOMEM ? DECODE_NOMEM : DECODE_MALFORMED, id, "%s", msg);
         *form = OP_FORM_DIFF;
         return DECODE_OK;
     }
@@ -779,7 +471,9 @@ static decode_status decode_data(const dctx *c, const raw_op *r, char code, op *
     }
 }
 
-/* Commands that never change replicated data: indexes, collection options, internal bookkeeping. */
+/* Commands decoded as noops: index builds and drops, collection options, and internal bookkeeping that changes no
+ * document. (importCollection is not one: it attaches a collection's data files whole, so its documents are not in
+ * the oplog; it is refused as unsupported, so the stream stops before it rather than silently miss them.) */
 static const char *const noop_commands[] = {
     "createIndexes",
     "startIndexBuild",
@@ -791,7 +485,6 @@ static const char *const noop_commands[] = {
     "dropIndex",
     "collMod",
     "dbCheck",
-    "importCollection",
     "modifyCollectionShardingIndexCatalog",
     "createDatabaseMetadata",
     "dropDatabaseMetadata",
@@ -881,6 +574,10 @@ static decode_status decode_command(const dctx *c, const raw_op *r, op *out)
         return decode_rename(c, r, out);
     if (!split_ns(r->ns, r->ns_len, &db, &cmdcoll))
         return fail(c, DECODE_MALFORMED, NULL, "command namespace is not db.$cmd");
+    if (strcmp(name, "importCollection") == 0)
+        return fail(c, DECODE_UNSUPPORTED, NULL,
+                    "importCollection brings in documents the oplog does not hold: copy that collection again "
+                    "(run --reimport)");
     if (is_noop_command(name)) {
         set_noop(out, "index or collection-option command");
         return DECODE_OK;

@@ -3,6 +3,8 @@
  */
 #include "source/oplog_edge.h"
 
+#include "source/mongo_client.h"
+
 #include <stdio.h>
 
 /* One entry of local.oplog.rs: the first that `filter` matches in {$natural: natural} order. */
@@ -50,23 +52,14 @@ bool oplog_entry_before(mongoc_client_t *client, const op_pos *pos, op_pos *out,
 
 bool oplog_window(const char *uri_text, op_pos *oldest, op_pos *newest, bool *found, char *err, size_t errlen)
 {
-    bson_error_t berr;
-    bool ok = false, f1 = false, f2 = false;
+    bool f1 = false, f2 = false;
     *found = false;
-    mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_text, &berr);
-    mongoc_client_t *client = uri ? mongoc_client_new_from_uri(uri) : NULL;
-    if (client == NULL) {
-        snprintf(err, errlen, "bad MongoDB URI: %s", uri ? "cannot create a client" : berr.message);
-        goto done;
-    }
-    mongoc_client_set_error_api(client, MONGOC_ERROR_API_VERSION_2);
-    mongoc_client_set_appname(client, "oplog2pg-probe");
-    ok = oplog_edge(client, 1, oldest, &f1, err, errlen) && oplog_edge(client, -1, newest, &f2, err, errlen);
+    mongo_client_opts o = {.appname = "oplog2pg-probe"};
+    mongoc_client_t *client = mongo_client_open(uri_text, &o, err, errlen);
+    if (client == NULL)
+        return false;
+    bool ok = oplog_edge(client, 1, oldest, &f1, err, errlen) && oplog_edge(client, -1, newest, &f2, err, errlen);
     *found = ok && f1 && f2;
-done:
-    if (client)
-        mongoc_client_destroy(client);
-    if (uri)
-        mongoc_uri_destroy(uri);
+    mongoc_client_destroy(client);
     return ok;
 }

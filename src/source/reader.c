@@ -4,16 +4,18 @@
  * NOTES
  * - Raw commands rather than mongoc_cursor_t, so the reader sees every batch boundary (an under-full batch means
  *   the oplog is drained: push QUEUE_IDLE) and controls batchSize and maxTimeMS itself. find, getMore and
- *   killCursors share one explicit client session (an implicit session per command would give getMore another
- *   lsid, which a real server refuses) and one serverId chosen when the cursor is opened.
+ *   killCursors share one explicit client session when the server supports sessions (an implicit session per
+ *   command would give getMore another lsid, which a real server refuses) and one serverId chosen when the cursor is
+ *   opened.
  * - mongoc_client_command_with_opts is used, never the read_command variant: that one is a retryable read, and a
  *   getMore silently retried after its reply was lost would skip a batch. retryReads is also switched off in the
  *   URI. Recovery is ours: every transient error re-opens the cursor with {ts: {$gte: last pushed}}, checks that the
  *   first document is that very entry (same ts, same term) and skips it, so nothing is lost or applied twice, and a
  *   rollback or a truncation past our position turns into QUEUE_END (QUEUE_END_RESUME_LOST).
  * - All state below the "thread only" line belongs to the reader thread; other threads read the atomic counters and
- *   set `stop`. Waiting (backoff, polling an empty oplog) is a timed wait on a condition variable that reader_stop
- *   signals, and a blocked queue push is woken through queue_wake_pushers: no sleep ignores a stop request.
+ *   set `stop`. The backoff between attempts is a timed wait on a condition variable that reader_stop signals, and a
+ *   blocked queue push is woken through queue_wake_pushers: no sleep ignores a stop request. An empty oplog is waited
+ *   on by the server (an awaitData getMore returns after at most maxTimeMS = await_ms).
  */
 #include "source/reader.h"
 
@@ -29,8 +31,11 @@
 #include <time.h>
 
 #include "map/ejson.h"
+#include "map/project.h"
 #include "source/decode.h"
+#include "source/mongo_client.h"
 #include "source/oplog_edge.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define BACKOFF_MIN_MS 100
@@ -62,7 +67,7 @@ struct reader {
     op_pos pos;    /* the last position pushed (or the start position) */
     bool have_pos; /* pos is set */
     bool idle_due; /* entries were pushed since the last QUEUE_IDLE */
-    int64_t backoff_ms;
+    backoff bo;    /* between attempts (util/clock.h) */
 };
 
 /* What a step of the tailing loop asks for next. */
@@ -146,30 +151,22 @@ static bool doc_pos(const bson_t *doc, op_pos *out)
 
 /* ---- commands ---- */
 
-static bool is_network_error(const bson_error_t *e)
-{
-    return e->domain == MONGOC_ERROR_STREAM || e->domain == MONGOC_ERROR_SERVER_SELECTION ||
-           e->domain == MONGOC_ERROR_PROTOCOL;
-}
-
 /* Decides what a failed command means: auth refusals are fatal, everything else is retried. */
 static step failed(reader *r, const char *what, const bson_error_t *e)
 {
     char pbuf[OP_POS_STRLEN];
-    bool server = e->domain == MONGOC_ERROR_SERVER || e->domain == MONGOC_ERROR_QUERY;
-    if ((server && (e->code == 13 || e->code == 18)) ||
-        (e->domain == MONGOC_ERROR_CLIENT && e->code == MONGOC_ERROR_CLIENT_AUTHENTICATE)) {
+    if (mongo_error_refused(e)) {
         fatal(r, QUEUE_END_REFUSED, "%s on local.oplog.rs refused: %s (code %u); check the user's roles in [mongodb]",
               what, e->message, e->code);
         return STEP_END;
     }
     if (r->have_pos)
         log_warning("reader: %s failed (%s%s, code %u): re-opening the oplog cursor at %s in %" PRId64 " ms", what,
-                    is_network_error(e) ? "network: " : "", e->message, e->code,
-                    op_pos_format(&r->pos, pbuf, sizeof pbuf), r->backoff_ms);
+                    mongo_error_network(e) ? "network: " : "", e->message, e->code,
+                    op_pos_format(&r->pos, pbuf, sizeof pbuf), (int64_t)r->bo.next_ms);
     else
         log_warning("reader: %s failed (%s%s, code %u): retrying in %" PRId64 " ms", what,
-                    is_network_error(e) ? "network: " : "", e->message, e->code, r->backoff_ms);
+                    mongo_error_network(e) ? "network: " : "", e->message, e->code, (int64_t)r->bo.next_ms);
     return STEP_RETRY;
 }
 
@@ -255,7 +252,8 @@ static bool parse_cursor(const bson_t *reply, const char *batch_key, int64_t *id
     return have_id && have_batch;
 }
 
-/* Next document of a batch array into *doc (a static view); false at the end or on a non-document element. */
+/* Next document of a batch array into *doc (a static view), skipping elements that are not documents; false at the
+ * end, or when bson_init_static refuses a document's bytes. */
 static bool next_doc(bson_iter_t *batch, bson_t *doc)
 {
     const uint8_t *data;
@@ -328,7 +326,7 @@ static step push_raw(reader *r, const bson_t *doc)
     nsfilter_filter_entry(r->cfg.filter, e);
     /* Render the PostgreSQL text here, on this thread, so the apply loop overlaps with PostgreSQL instead of
      * converting while PostgreSQL waits. An op whose text cannot be made carries the reason (op.refusal). */
-    if (!ejson_prepare_entry(e)) {
+    if (!map_prepare_entry(e, r->cfg.maps) || !ejson_prepare_entry(e)) {
         queue_unreserve(r->q, reserved);
         op_entry_free(e);
         fatal(r, QUEUE_END_NOMEM, "out of memory rendering an oplog entry");
@@ -376,7 +374,10 @@ static step resume_lost(reader *r, const char *why)
     return STEP_END;
 }
 
-/* Checks that the first document of the cursor is r->pos itself (REPORT §5.2). */
+/* The resume check: the first document of a cursor opened with {ts: {$gte: r->pos}} must be r->pos itself, with
+ * the same term when both have one. Otherwise the oplog no longer holds that entry (it was truncated past it) or it
+ * was rolled back (another entry, or another term, at its place): either way the changes since it are lost to
+ * oplog2pg. */
 static step check_first(reader *r, bson_iter_t batch)
 {
     bson_t doc;
@@ -439,7 +440,7 @@ static step tail_once(reader *r)
      * there, and is skipped. */
     s = check_first(r, batch);
     if (s == STEP_OK) {
-        r->backoff_ms = BACKOFF_MIN_MS;
+        backoff_reset(&r->bo);
         s = push_batch(r, &batch, true, &count);
         if (s == STEP_OK && count < (uint32_t)r->cfg.batch_size)
             s = maybe_idle(r);
@@ -452,7 +453,7 @@ static step tail_once(reader *r)
         if (r->cursor_id == 0) {
             char pbuf[OP_POS_STRLEN];
             log_warning("reader: the server closed the oplog cursor: re-opening it at %s in %" PRId64 " ms",
-                        op_pos_format(&r->pos, pbuf, sizeof pbuf), r->backoff_ms);
+                        op_pos_format(&r->pos, pbuf, sizeof pbuf), (int64_t)r->bo.next_ms);
             return STEP_RETRY;
         }
         bson_t gm = BSON_INITIALIZER;
@@ -473,7 +474,7 @@ static step tail_once(reader *r)
             bson_set_error(&err, 0, 0, "reply without cursor.id/nextBatch");
             return failed(r, "getMore", &err);
         }
-        r->backoff_ms = BACKOFF_MIN_MS;
+        backoff_reset(&r->bo);
         s = push_batch(r, &batch, false, &count);
         if (s == STEP_OK && count < (uint32_t)r->cfg.batch_size)
             s = maybe_idle(r);
@@ -488,7 +489,7 @@ static void *reader_main(void *arg)
 {
     reader *r = arg;
     step s = STEP_OK;
-    r->backoff_ms = BACKOFF_MIN_MS;
+    backoff_init(&r->bo, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
     r->idle_due = true; /* the first drain is announced even when nothing new came */
 
     r->pos = r->cfg.start;
@@ -499,9 +500,8 @@ static void *reader_main(void *arg)
         if (s != STEP_RETRY)
             break;
         atomic_fetch_add(&r->reconnects, 1);
-        if (!nap(r, r->backoff_ms))
+        if (!nap(r, (int64_t)backoff_next(&r->bo)))
             break;
-        r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
     }
 
     kill_cursor(r);
@@ -520,8 +520,6 @@ static void *reader_main(void *arg)
 
 reader *reader_start(const reader_config *cfg, queue *q, char *err, size_t errlen)
 {
-    bson_error_t berr;
-    mongoc_uri_t *uri = NULL;
     bool sync_ok = false;
     reader *r = calloc(1, sizeof *r);
     if (!r) {
@@ -549,24 +547,13 @@ reader *reader_start(const reader_config *cfg, queue *q, char *err, size_t errle
     atomic_init(&r->last_term, -1);
     atomic_init(&r->have_last, false);
 
-    uri = mongoc_uri_new_with_error(r->uri_str, &berr);
-    if (!uri) {
-        snprintf(err, errlen, "invalid MongoDB URI: %s", berr.message);
+    /* Our own recovery replaces the driver's retryReads (a retried getMore could skip a batch); a getMore waits
+     * await_ms on the server, and a silent network loss should not block us for the 5-minute default. */
+    mongo_client_opts mo = {
+        .appname = "oplog2pg", .socket_timeout_ms = r->cfg.await_ms + 30000, .no_retry_reads = true};
+    r->client = mongo_client_open(r->uri_str, &mo, err, errlen);
+    if (!r->client)
         goto fail;
-    }
-    if (!mongoc_uri_get_appname(uri))
-        mongoc_uri_set_appname(uri, "oplog2pg");
-    /* Our own recovery replaces the driver's: a retried getMore could skip a batch. */
-    mongoc_uri_set_option_as_bool(uri, MONGOC_URI_RETRYREADS, false);
-    /* A getMore waits await_ms on the server; a silent network loss should not block us for the 5-minute default. */
-    if (!mongoc_uri_has_option(uri, MONGOC_URI_SOCKETTIMEOUTMS))
-        mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, r->cfg.await_ms + 30000);
-    r->client = mongoc_client_new_from_uri_with_error(uri, &berr);
-    if (!r->client) {
-        snprintf(err, errlen, "cannot create a MongoDB client: %s", berr.message);
-        goto fail;
-    }
-    mongoc_client_set_error_api(r->client, MONGOC_ERROR_API_VERSION_2);
 
     if (pthread_mutex_init(&r->nap_mu, NULL) != 0) {
         snprintf(err, errlen, "pthread_mutex_init failed");
@@ -588,7 +575,6 @@ reader *reader_start(const reader_config *cfg, queue *q, char *err, size_t errle
         snprintf(err, errlen, "cannot start the reader thread: %s", strerror(rc));
         goto fail;
     }
-    mongoc_uri_destroy(uri);
     return r;
 fail:
     if (sync_ok) {
@@ -597,7 +583,6 @@ fail:
     }
     if (r->client)
         mongoc_client_destroy(r->client);
-    mongoc_uri_destroy(uri);
     free(r->uri_str);
     free(r);
     return NULL;

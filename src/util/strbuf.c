@@ -138,3 +138,23 @@ char *strbuf_detach(strbuf *b, size_t *len)
     strbuf_init(b);
     return d;
 }
+
+void text_vappendf(char *buf, size_t len, size_t *off, const char *fmt, va_list ap)
+{
+    if (*off + 1 >= len)
+        return;
+    int n = vsnprintf(buf + *off, len - *off, fmt, ap);
+    if (n < 0)
+        return;
+    *off += (size_t)n;
+    if (*off >= len)
+        *off = len - 1;
+}
+
+void text_appendf(char *buf, size_t len, size_t *off, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    text_vappendf(buf, len, off, fmt, ap);
+    va_end(ap);
+}

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """pymongo_compat.py — checks that pymongo 3.11 treats the server at URI (mongosim, or a real replica set) as a
-replica-set PRIMARY and can write, read and tail local.oplog.rs with a TAILABLE_AWAIT cursor.
+replica-set PRIMARY and can write, read and tail local.oplog.rs with a TAILABLE_AWAIT cursor, and that the update
+operators ($push with modifiers, $pull, $addToSet, $pop, $pullAll, $min, $max, $mul, $rename, $currentDate) give the
+documents, the oplog `o` fields ($v:2 or $v:1), the no-ops and the error codes a server gives.
 
 Usage: /usr/bin/python3 tests/compat/pymongo_compat.py mongodb://127.0.0.1:PORT/?replicaSet=rs0
 Prints one line per check and, alone on the last line, "N passed, N failed"; exits 1 on any failure.
@@ -47,6 +49,88 @@ def tail(client, after, ns, want, seconds=10.0):
                 break
     cur.close()
     return got
+
+
+def ordered(x):
+    """x with every dict turned into a list of (key, value) pairs, so that == also compares field order."""
+    if isinstance(x, dict):
+        return [(k, ordered(v)) for k, v in x.items()]
+    if isinstance(x, list):
+        return [ordered(v) for v in x]
+    return x
+
+
+# Update operators: (update, document after it, `o` a 7.0 server logs, `o` a 4.4 server logs). The documents follow
+# one another, starting from {_id: 1, a: [1, 2, 3], n: 5, t: {x: 1}}. Appending with $push logs the new element;
+# every other array change logs the whole array; $rename logs the destination and deletes the source.
+OPERATOR_CASES = [
+    ({"$push": {"a": 4}},
+     {"_id": 1, "a": [1, 2, 3, 4], "n": 5, "t": {"x": 1}},
+     {"sa": {"a": True, "u3": 4}}, {"$set": {"a.3": 4}}),
+    ({"$push": {"a": {"$each": [0], "$position": 0}}},
+     {"_id": 1, "a": [0, 1, 2, 3, 4], "n": 5, "t": {"x": 1}},
+     {"u": {"a": [0, 1, 2, 3, 4]}}, {"$set": {"a": [0, 1, 2, 3, 4]}}),
+    ({"$pull": {"a": {"$gte": 3}}},
+     {"_id": 1, "a": [0, 1, 2], "n": 5, "t": {"x": 1}},
+     {"u": {"a": [0, 1, 2]}}, {"$set": {"a": [0, 1, 2]}}),
+    ({"$addToSet": {"a": {"$each": [2, 5]}}},
+     {"_id": 1, "a": [0, 1, 2, 5], "n": 5, "t": {"x": 1}},
+     {"u": {"a": [0, 1, 2, 5]}}, {"$set": {"a": [0, 1, 2, 5]}}),
+    ({"$pop": {"a": -1}},
+     {"_id": 1, "a": [1, 2, 5], "n": 5, "t": {"x": 1}},
+     {"u": {"a": [1, 2, 5]}}, {"$set": {"a": [1, 2, 5]}}),
+    ({"$pullAll": {"a": [1, 5]}},
+     {"_id": 1, "a": [2], "n": 5, "t": {"x": 1}},
+     {"u": {"a": [2]}}, {"$set": {"a": [2]}}),
+    ({"$min": {"n": 3}, "$max": {"m": 7}},
+     {"_id": 1, "a": [2], "n": 3, "t": {"x": 1}, "m": 7},
+     {"u": {"n": 3}, "i": {"m": 7}}, {"$set": {"m": 7, "n": 3}}),
+    ({"$mul": {"n": 2}},
+     {"_id": 1, "a": [2], "n": 6, "t": {"x": 1}, "m": 7},
+     {"u": {"n": 6}}, {"$set": {"n": 6}}),
+    ({"$rename": {"t.x": "y"}},
+     {"_id": 1, "a": [2], "n": 6, "t": {}, "m": 7, "y": 1},
+     {"i": {"y": 1}, "st": {"d": {"x": False}}}, {"$set": {"y": 1}, "$unset": {"t.x": True}}),
+]
+
+
+def check_update_operators(client, db, name):
+    """$push/$pull/$addToSet/$pop/$pullAll/$min/$max/$mul/$rename/$currentDate: documents, oplog o, no-ops, errors."""
+    coll = db[name + "_ops"]
+    ns = "%s.%s" % (db.name, coll.name)
+    coll.insert_one({"_id": 1, "a": [1, 2, 3], "n": 5, "t": {"x": 1}})
+    start = last_ts(client)
+    for update, want_doc, _, _ in OPERATOR_CASES:
+        r = coll.update_one({"_id": 1}, update)
+        got = coll.find_one({"_id": 1})
+        check("%s changes the document" % list(update), r.modified_count == 1 and ordered(got) == ordered(want_doc),
+              "%r %r" % (r.raw_result, got))
+    for update in ({"$pull": {"a": 99}}, {"$addToSet": {"a": 2}}, {"$min": {"n": 7}}, {"$pop": {"zz": 1}}):
+        r = coll.update_one({"_id": 1}, update)
+        check("%s is a no-op" % update, r.matched_count == 1 and r.modified_count == 0, repr(r.raw_result))
+    r = coll.update_one({"_id": 1}, {"$currentDate": {"d": True}})
+    got = coll.find_one({"_id": 1})
+    check("$currentDate sets a date", r.modified_count == 1 and hasattr(got.get("d"), "year"), repr(got))
+    for update, code in (({"$pop": {"a": 2}}, 9), ({"$pull": {"n": 1}}, 2), ({"$mul": {"t": 2}}, 14),
+                         ({"$rename": {"a.0": "z"}}, 2)):
+        try:
+            coll.update_one({"_id": 1}, update)
+            check("%s fails with %d" % (update, code), False)
+        except pymongo.errors.WriteError as exc:
+            check("%s fails with %d" % (update, code), exc.code == code, repr(exc.details))
+
+    entries = tail(client, start, ns, len(OPERATOR_CASES) + 1)
+    check("one oplog entry per modifying update", len(entries) == len(OPERATOR_CASES) + 1,
+          repr([e.get("o") for e in entries]))
+    for (update, _, want_v2, want_v1), e in zip(OPERATOR_CASES, entries):
+        o = e["o"]
+        want = {"$v": 2, "diff": want_v2} if o.get("$v") == 2 else dict([("$v", 1)] + list(want_v1.items()))
+        check("%s logs %r" % (list(update), want), e["op"] == "u" and ordered(o) == ordered(want), repr(o))
+    if len(entries) == len(OPERATOR_CASES) + 1:
+        o, d = entries[-1]["o"], got.get("d")
+        want = {"$v": 2, "diff": {"i": {"d": d}}} if o.get("$v") == 2 else {"$v": 1, "$set": {"d": d}}
+        check("$currentDate logs the date it set", ordered(o) == ordered(want), repr(o))
+    coll.drop()
 
 
 def main():
@@ -135,6 +219,8 @@ def main():
         seen = [e for e in cur if e.get("ns") == ns]
     check("tailing cursor sees a new write", len(seen) == 1 and seen[0]["o"] == {"_id": 1000}, repr(seen))
     cur.close()
+
+    check_update_operators(client, db, name)
 
     try:
         client.admin.command("noSuchCommandHere")

@@ -24,7 +24,7 @@
 #include "../lib/proc.h"
 #include "../lib/workload.h"
 #include "core/nsfilter.h"
-#include "source/copy.h"
+#include "copy/copy.h"
 #include "source/oplog_edge.h"
 
 typedef struct {

@@ -1,20 +1,28 @@
 /*
  * test_reader.c — the reader thread against the server in MONGO_URI (mongosim, or a real replica set).
  *
- * Each case starts a reader on its own queue and pops what it pushes: the newest entry as a NOOP when there is no
- * checkpoint, writes decoded in order, QUEUE_IDLE after a drain, a resume position skipped, a lost resume point or
- * a rolled-back term turned into QUEUE_END (resume lost), reconnection after mongosim drops every connection (no loss,
- * no duplicate), a malformed entry turned into QUEUE_END (unsupported), the nsfilter turning excluded ops into NOOPs,
- * and a prompt reader_stop even while blocked on a full queue. Cases that need mongosim's test commands print "SKIP:
- * <case>: needs mongosim" on a real server. Other suites write to the same server, so every check looks only at this
- * suite's own namespaces (database rdr_*).
+ * Each case starts a reader on its own queue and pops what it pushes: writes after the resume position decoded in
+ * order, QUEUE_IDLE after a drain, the resume position itself skipped, a lost resume point or a rolled-back term
+ * turned into QUEUE_END (resume lost), reconnection after mongosim drops every connection and after a step-down (no
+ * loss, no duplicate), a malformed entry turned into QUEUE_END (unsupported) with nothing after it, the nsfilter
+ * turning excluded ops into NOOPs, a truncation under the reader turned into QUEUE_END (resume lost) instead of a
+ * skip, and a prompt reader_stop even while blocked on a full queue. Cases that need mongosim's test commands print
+ * "SKIP: <case>: needs mongosim" on a real server. Other suites write to the same server, so every check looks only
+ * at this suite's own namespaces (database rdr_*).
+ *
+ * Where a case needs the reader thread in a given state (waiting for a getMore the server holds, or asleep in a push
+ * into a full queue), it waits for that state as /proc/self/task/TID/syscall shows it, not for a guessed time.
  */
 #include <check.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <mongoc/mongoc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/nsfilter.h"
 #include "core/queue.h"
@@ -25,6 +33,8 @@
 Suite *reader_suite(void);
 
 #define AWAIT_MS 300
+/* An upper bound on the size of the (opaque) queue object, whose mutex and condition variable come first. */
+#define QUEUE_OBJECT_BYTES 512
 
 static double now_s(void)
 {
@@ -117,20 +127,138 @@ static void drop_db(mongoc_client_t *c, const char *db)
     bson_destroy(&reply);
 }
 
-/* A reader on q with the test defaults, resuming after `start` (an entry already applied). */
-static reader *start_reader(queue *q, const op_pos *start, const nsfilter *f)
+/* One number from mongosimStatus (a bool as 0/1). */
+static int64_t sim_status_int(mongoc_client_t *c, const char *field)
+{
+    bson_t reply;
+    bson_iter_t it;
+    command_ok(c, "admin", BCON_NEW("mongosimStatus", BCON_INT32(1)), &reply);
+    ck_assert_msg(bson_iter_init_find(&it, &reply, field), "mongosimStatus has no %s", field);
+    int64_t v = BSON_ITER_HOLDS_BOOL(&it) ? (int64_t)bson_iter_bool(&it) : bson_iter_as_int64(&it);
+    bson_destroy(&reply);
+    return v;
+}
+
+/* A reader on q with the test defaults but batchSize `batch`, resuming after `start` (an entry already applied). */
+static reader *start_reader_batch(queue *q, const op_pos *start, const nsfilter *f, int32_t batch)
 {
     reader_config cfg;
     char err[256] = "";
     reader_config_init(&cfg);
     cfg.uri = mongo_uri();
     cfg.await_ms = AWAIT_MS;
-    cfg.batch_size = 100;
+    cfg.batch_size = batch;
     cfg.filter = f;
     cfg.start = *start;
     reader *r = reader_start(&cfg, q, err, sizeof err);
     ck_assert_msg(r != NULL, "reader_start: %s", err);
     return r;
+}
+
+static reader *start_reader(queue *q, const op_pos *start, const nsfilter *f)
+{
+    return start_reader_batch(q, start, f, 100);
+}
+
+/* ---- the reader thread's state, from /proc/self/task/TID/syscall ----
+ *
+ * That file holds the number of the system call the thread is blocked in and its arguments ("running" while it
+ * runs, "-1 ..." when it is blocked outside a system call). It says what the reader's API cannot: that the thread
+ * waits for a getMore's answer (poll) or sleeps on the queue's condition variable (futex). */
+
+typedef struct {
+    size_t n;
+    pid_t tid[64];
+} thread_list;
+
+static void threads_now(thread_list *out)
+{
+    out->n = 0;
+    DIR *d = opendir("/proc/self/task");
+    ck_assert_msg(d != NULL, "cannot list /proc/self/task");
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (de->d_name[0] != '.' && out->n < sizeof out->tid / sizeof out->tid[0])
+            out->tid[out->n++] = (pid_t)atoi(de->d_name);
+    closedir(d);
+}
+
+/* The one thread started since `before` was listed: the reader's (a single-threaded libmongoc client starts none). */
+static pid_t reader_thread(const thread_list *before)
+{
+    thread_list now;
+    threads_now(&now);
+    pid_t found = 0;
+    int n = 0;
+    for (size_t i = 0; i < now.n; i++) {
+        bool old = false;
+        for (size_t k = 0; k < before->n && !old; k++)
+            old = now.tid[i] == before->tid[k];
+        if (!old) {
+            found = now.tid[i];
+            n++;
+        }
+    }
+    ck_assert_msg(n == 1, "%d threads appeared with the reader: which one is it?", n);
+    return found;
+}
+
+/* Reads the thread's system call: 1 when it is blocked in one (*nr, *arg0 set), 0 when not, -1 when /proc does not
+ * say (no such file: a kernel without it, or a sandbox). Uses no malloc, so it cannot contend with the reader. */
+static int thread_syscall(pid_t tid, long *nr, unsigned long *arg0)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t len = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (len <= 0)
+        return -1;
+    buf[len] = '\0';
+    if (strncmp(buf, "running", 7) == 0)
+        return 0;
+    char *end;
+    *nr = strtol(buf, &end, 10);
+    if (*nr < 0)
+        return 0;
+    *arg0 = strtoul(end, NULL, 16);
+    return 1;
+}
+
+static bool is_poll(long nr)
+{
+#ifdef SYS_poll
+    if (nr == SYS_poll)
+        return true;
+#endif
+    return nr == SYS_ppoll;
+}
+
+/* Waits up to secs until the reader thread is blocked in poll() (with `lo` NULL) or on a futex inside [lo, lo + len)
+ * (with lo set). Aborts on timeout. False, at once and with a note, when /proc does not show thread states: the
+ * caller then goes on without knowing (what it checks afterwards still holds, it may just not test that state). */
+static bool wait_reader_blocked(pid_t tid, const void *lo, size_t len, double secs, const char *what)
+{
+    double until = now_s() + secs;
+    for (;;) {
+        long nr = -1;
+        unsigned long arg0 = 0;
+        int st = thread_syscall(tid, &nr, &arg0);
+        if (st < 0) {
+            printf("NOTE: /proc/self/task/%d/syscall is not readable: not waiting until %s\n", (int)tid, what);
+            return false;
+        }
+        if (st == 1) {
+            if (lo == NULL && is_poll(nr))
+                return true;
+            if (lo != NULL && nr == SYS_futex && arg0 >= (uintptr_t)lo && arg0 < (uintptr_t)lo + len)
+                return true;
+        }
+        ck_assert_msg(now_s() < until, "the reader thread did not get to %s within %.0f s", what, secs);
+        sleep_ms(1);
+    }
 }
 
 /* Pops the next item, waiting up to secs; false on timeout. */
@@ -371,7 +499,10 @@ START_TEST(test_reconnect_after_drop)
     drop_db(c, "rdr_drop");
     op_pos start = last_optime(c);
     queue *q = queue_new(1000, 0);
+    thread_list before;
+    threads_now(&before);
     reader *r = start_reader(q, &start, NULL);
+    pid_t tid = reader_thread(&before);
     op_entry *got[20];
     size_t n = 0;
 
@@ -380,7 +511,11 @@ START_TEST(test_reconnect_after_drop)
     n += collect(q, "rdr_drop", got, 5, 10, NULL);
     ck_assert_uint_eq(n, 5);
     drain_until_idle(q, "rdr_drop", got, &n, 20);
-    sleep_ms(100); /* the reader is now parked in getMore */
+    /* The reader drained the oplog, so its next getMore is one the server holds (awaitData): wait until its thread
+     * waits in poll() for that answer, so the drop below cuts a parked getMore. */
+    wait_reader_blocked(tid, NULL, 0, 10, "waiting for its getMore");
+    reader_stats st0;
+    reader_get_stats(r, &st0);
 
     command_ok(c, "admin", BCON_NEW("mongosimDropConnections", BCON_INT32(1)), NULL);
     for (int32_t i = 6; i <= 10; i++)
@@ -392,9 +527,11 @@ START_TEST(test_reconnect_after_drop)
     drain_until_idle(q, "rdr_drop", got, &n, 20);
     ck_assert_uint_eq(n, 10);
 
+    /* Entries 6..10 came through a cursor the reader re-opened after the drop, or through the old one if it missed
+     * the drop: the count tells which, with no race (it is raised before the cursor is re-opened). */
     reader_stats st;
     reader_get_stats(r, &st);
-    ck_assert_msg(st.reconnects >= 1, "the reader did not notice the dropped connection");
+    ck_assert_msg(st.reconnects > st0.reconnects, "the reader did not notice the dropped connection");
     reader_free(r);
     free_entries(got, n);
     queue_free(q);
@@ -409,7 +546,10 @@ START_TEST(test_step_down_and_up)
     drop_db(c, "rdr_step");
     op_pos start = last_optime(c);
     queue *q = queue_new(1000, 0);
+    thread_list before;
+    threads_now(&before);
     reader *r = start_reader(q, &start, NULL);
+    pid_t tid = reader_thread(&before);
     op_entry *got[20];
     size_t n = 0;
     insert_one(c, "rdr_step", "a", 1);
@@ -417,19 +557,28 @@ START_TEST(test_step_down_and_up)
     n += collect(q, "rdr_step", got, 2, 10, NULL);
     ck_assert_uint_eq(n, 2);
     drain_until_idle(q, "rdr_step", got, &n, 20);
-    sleep_ms(100);
+    /* Drained: the reader's next getMore is held by the server. Wait until the thread waits for it. */
+    wait_reader_blocked(tid, NULL, 0, 10, "waiting for its getMore");
+    reader_stats st0;
+    reader_get_stats(r, &st0);
+    int64_t term0 = sim_status_int(c, "term");
 
     /* A step-down fails the parked getMore (11602); the re-find checks the last position, whose term is the old
-     * one and still correct, so the reader goes on. */
+     * one and still correct, so the reader goes on. Writes fail while it lasts: wait until mongosim is primary
+     * again, in a new term, before the next one. */
     command_ok(c, "admin", BCON_NEW("mongosimStepDown", BCON_INT32(500)), NULL);
-    sleep_ms(1200);
+    double until = now_s() + 30;
+    while (sim_status_int(c, "steppedDown") != 0 || sim_status_int(c, "term") <= term0) {
+        ck_assert_msg(now_s() < until, "mongosim did not step up again within 30 s");
+        sleep_ms(20);
+    }
     insert_one(c, "rdr_step", "a", 3);
     n += collect(q, "rdr_step", got + n, 3 - n, 15, NULL);
     ck_assert_uint_eq(n, 3);
     check_ids_in_order(got, n);
     reader_stats st;
     reader_get_stats(r, &st);
-    ck_assert_uint_ge(st.reconnects, 1);
+    ck_assert_msg(st.reconnects > st0.reconnects, "the reader did not notice the step-down");
     reader_free(r);
     free_entries(got, n);
     queue_free(q);
@@ -473,9 +622,12 @@ START_TEST(test_malformed_entry_is_fatal)
     ck_assert_int_eq(it.reason, QUEUE_END_UNSUPPORTED);
     ck_assert_msg(strstr(it.message, "malformed") && strstr(it.message, "rdr_bad.a"), "message: %s", it.message);
     queue_item_clear(&it);
-    sleep_ms(200);
+    /* The thread ends after pushing QUEUE_END; once it has, nothing can follow, so the empty queue is final. */
+    until = now_s() + 10;
+    while (!reader_finished(r) && now_s() < until)
+        sleep_ms(5);
+    ck_assert_msg(reader_finished(r), "the reader thread did not end after QUEUE_END");
     ck_assert_uint_eq(queue_len(q), 0); /* _id 2 never follows */
-    ck_assert(reader_finished(r));
     reader_free(r);
     queue_free(q);
     mongoc_client_destroy(c);
@@ -556,14 +708,17 @@ START_TEST(test_truncated_under_reader)
     insert_one(c, "rdr_trunc", "a", 0); /* the implicit create comes before start */
     op_pos start = last_optime(c);
     queue *q = queue_new(1, 0); /* the reader blocks on its second push until we pop */
-    reader *r = start_reader(q, &start, NULL);
+    /* Batches of 2: once _id 1 is queued the reader can push nothing more, and holds at most the rest of the batch
+     * that brought _id 1 or, that rest being empty, one more batch: a subset of {_id 2, _id 3}, never _id 4, however
+     * far it got. (With larger batches, a test slow to insert _id 4 could find the reader's next getMore bringing it
+     * along: the truncation would then not be under the reader, and the case would fail for want of a QUEUE_END.) */
+    reader *r = start_reader_batch(q, &start, NULL, 2);
     for (int32_t i = 1; i <= 3; i++)
         insert_one(c, "rdr_trunc", "a", i);
     double until = now_s() + 10;
     while (queue_ops(q) == 0 && now_s() < until)
         sleep_ms(10);
     ck_assert_uint_eq(queue_ops(q), 1);
-    sleep_ms(100);
 
     insert_one(c, "rdr_trunc", "a", 4);
     op_pos at4 = last_optime(c);
@@ -602,18 +757,24 @@ START_TEST(test_stop_while_queue_full)
     drop_db(c, "rdr_full");
     op_pos start = last_optime(c);
     queue *q = queue_new(1, 0);
+    thread_list before;
+    threads_now(&before);
     reader *r = start_reader(q, &start, NULL);
+    pid_t tid = reader_thread(&before);
     for (int32_t i = 1; i <= 4; i++)
         insert_one(c, "rdr_full", "a", i);
-    /* Without popping, the reader fills the queue and blocks in its push. */
+    /* Without popping, the reader fills the queue and blocks in its push: wait for _id 1 in the queue, then for
+     * the thread asleep on the queue's condition variable (a futex inside the queue object) with _id 2 in hand. */
     double until = now_s() + 10;
     while (queue_ops(q) == 0 && now_s() < until)
         sleep_ms(10);
-    ck_assert_uint_ge(queue_ops(q), 1);
-    sleep_ms(AWAIT_MS);
+    ck_assert_uint_eq(queue_ops(q), 1);
+    wait_reader_blocked(tid, q, QUEUE_OBJECT_BYTES, 10, "blocked in a push into the full queue");
+    /* Nothing but a wake-up from reader_stop gets it out of that push (nobody pops), so a stop that does not wake it
+     * never returns; the bound is only there to fail fast, and is generous (it takes milliseconds). */
     double t0 = now_s();
     reader_stop(r);
-    ck_assert_msg(now_s() - t0 < 1.0, "reader_stop took %.2f s while the reader was blocked", now_s() - t0);
+    ck_assert_msg(now_s() - t0 < 5.0, "reader_stop took %.2f s while the reader was blocked", now_s() - t0);
     ck_assert(reader_finished(r));
     ck_assert(!queue_stopped(q)); /* stopping the queue is the caller's choice */
     reader_free(r);

@@ -231,6 +231,56 @@ START_TEST(test_ddl)
 }
 END_TEST
 
+/* Tables the sink did not make: a drop or a dropDatabase leaves them (and their schema) alone; a write or a rename
+ * onto one is refused as the operator's to fix (APPLY_CONFIG, naming the table), in the transaction's rollback. */
+START_TEST(test_foreign_tables_left_alone)
+{
+    PGconn *c = PQconnectdb(conninfo());
+    ck_assert_msg(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+    PGresult *r = PQexec(c, "DROP SCHEMA IF EXISTS sinkown CASCADE; CREATE SCHEMA sinkown;"
+                            "CREATE TABLE sinkown.f (_id text PRIMARY KEY, doc jsonb NOT NULL);"
+                            "INSERT INTO sinkown.f VALUES ('1', '{}')");
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
+
+    sink *s = open_sink("t_own", 1);
+    op_pos pos = {.secs = 1, .inc = 1, .term = 1};
+    sink_batch *b = sink_batch_new();
+    add_json(b, "{\"_id\": 1}");
+    ck_assert(sink_insert_batch(s, "sinkown", "mine", b, &pos) == APPLY_OK);
+    ck_assert(sink_drop(s, "sinkown", "f", &pos) == APPLY_OK);
+    ck_assert(sink_drop_database(s, "sinkown", &pos) == APPLY_OK);
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    expect("SELECT count(*) FROM sinkown.f", "1");
+    expect("SELECT count(*) FROM pg_tables WHERE schemaname = 'sinkown'", "1"); /* "mine" dropped, "f" kept */
+
+    pos.inc = 2;
+    sink_batch_reset(b);
+    add_json(b, "{\"_id\": 2}");
+    apply_status st = sink_insert_batch(s, "sinkown", "f", b, &pos); /* answered now or at the commit */
+    if (st == APPLY_OK)
+        st = sink_commit(s, &pos);
+    ck_assert_int_eq(st, APPLY_CONFIG);
+    ck_assert_msg(strstr(sink_error(s), "sinkown.f exists and was not made by oplog2pg") != NULL, "%s",
+                  sink_error(s));
+    sink_disconnect(s);
+    ck_assert(sink_connect(s) == APPLY_OK);
+    pos.inc = 3;
+    st = sink_create(s, "sinkown", "x", &pos);
+    if (st == APPLY_OK)
+        st = sink_rename(s, "sinkown", "x", "sinkown", "f", true, &pos);
+    if (st == APPLY_OK)
+        st = sink_commit(s, &pos);
+    ck_assert_int_eq(st, APPLY_CONFIG);
+    ck_assert_msg(strstr(sink_error(s), "sinkown.f") != NULL, "%s", sink_error(s));
+    expect("SELECT count(*) FROM sinkown.f", "1");
+    expect("SELECT count(*) FROM pg_tables WHERE schemaname = 'sinkown'", "1"); /* x's create rolled back */
+    sink_batch_free(b);
+    sink_free(s);
+}
+END_TEST
+
 /* Bad input stops the group with a message naming the table and the oplog entry. */
 START_TEST(test_data_error_names_context)
 {
@@ -375,12 +425,13 @@ typedef struct {
     char what[200];
 } hook_log;
 
-static void count_waits(void *arg, const char *what, double waited)
+static bool count_waits(void *arg, const char *what, double waited)
 {
     hook_log *h = arg;
     h->calls++;
     snprintf(h->what, sizeof h->what, "%s", what);
     (void)waited;
+    return true;
 }
 
 static void *unlock_later(void *arg)
@@ -524,6 +575,7 @@ Suite *sink_suite(void)
     tcase_add_test(tc, test_duplicate_fallback);
     tcase_add_test(tc, test_fence);
     tcase_add_test(tc, test_ddl);
+    tcase_add_test(tc, test_foreign_tables_left_alone);
     tcase_add_test(tc, test_data_error_names_context);
     tcase_add_test(tc, test_timeouts_are_retries);
     tcase_add_test(tc, test_checkpoint_is_monotone);

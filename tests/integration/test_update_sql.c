@@ -6,7 +6,9 @@
  * oplog2pg.apply_update exactly as the daemon will: canonical EJSON -> BSON -> bson_as_relaxed_extended_json ->
  * jsonb. Each diff is applied twice to prove idempotence. Every malformed diff of diff_v2_must_reject.jsonl must be
  * refused with SQLSTATE 22023 and the server's error code in the message. Hand-written cases cover the EJSON wrapper
- * type subtleties, padding, $set/$unset paths and replacements.
+ * type subtleties, padding, $set/$unset paths and replacements. The `edits` case covers what typed tables use:
+ * oplog2pg.apply_edits (path-split set/unset/resize edits on jsonb) and the array column helpers
+ * oplog2pg.resize_array / oplog2pg.set_element.
  *
  * The vectors are read from $OPLOG2PG_VECTORS_DIR, or tests/vectors relative to the working directory.
  */
@@ -202,9 +204,10 @@ START_TEST(test_sql_installs_twice)
     PGconn *conn = setup_session();
     PGresult *res = PQexec(conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'oplog2pg'::regnamespace "
                                  "AND proname IN ('apply_update', 'apply_diff', 'apply_modifier', "
-                                 "'apply_update_checked', 'is_ejson_scalar')");
+                                 "'apply_update_checked', 'is_ejson_scalar', 'apply_edits', 'resize_array', "
+                                 "'set_element')");
     ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK, "%s", PQresultErrorMessage(res));
-    ck_assert_str_eq(PQgetvalue(res, 0, 0), "5");
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "8");
     PQclear(res);
     /* A NULL update (a caller bug) must fail, never turn the document into NULL. */
     res = PQexec(conn, "SELECT oplog2pg.apply_update('{\"_id\": 1}'::jsonb, NULL)");
@@ -558,6 +561,259 @@ START_TEST(test_is_ejson_scalar_all_types)
 }
 END_TEST
 
+/*
+ * oplog2pg.apply_edits(doc, edits): documents and edits in relaxed EJSON as the daemon sends them. doc NULL is SQL
+ * NULL; post NULL means the edits must be refused with SQLSTATE 22023 by oplog2pg.update_error.
+ */
+typedef struct {
+    const char *name;
+    const char *doc;
+    const char *edits;
+    const char *post;
+} edit_case_t;
+
+#define OID "{\"$oid\": \"5f0c1d2e3f40516273849506\"}"
+
+static const edit_case_t edit_cases[] = {
+    /* set: numeric components index arrays, name fields elsewhere. */
+    {"set: numeric component indexes an existing array", "{\"a\": [1, 2, 3]}", "[[\"set\", [\"a\", \"1\"], \"x\"]]",
+     "{\"a\": [1, \"x\", 3]}"},
+    {"set: numeric component names a field in a document", "{\"a\": {\"1\": 0}}",
+     "[[\"set\", [\"a\", \"1\"], 5], [\"set\", [\"a\", \"2\"], 6]]", "{\"a\": {\"1\": 5, \"2\": 6}}"},
+    {"set: numeric component under a missing field creates a document", "{\"k\": 1}",
+     "[[\"set\", [\"a\", \"2\", \"b\"], 1]]", "{\"k\": 1, \"a\": {\"2\": {\"b\": 1}}}"},
+    {"set: past the end of an array pads with null", "{\"a\": [1]}", "[[\"set\", [\"a\", \"3\"], 4]]",
+     "{\"a\": [1, null, null, 4]}"},
+    {"set: at the array's length appends without padding", "{\"a\": [1]}", "[[\"set\", [\"a\", \"1\"], 2]]",
+     "{\"a\": [1, 2]}"},
+    {"set: past the end builds the rest of the path as documents", "{\"a\": [1]}",
+     "[[\"set\", [\"a\", \"2\", \"b\", \"0\"], true]]", "{\"a\": [1, null, {\"b\": {\"0\": true}}]}"},
+    {"set: into a document inside an array", "{\"a\": [{\"x\": 1}, {\"x\": 2}]}",
+     "[[\"set\", [\"a\", \"1\", \"x\"], 3], [\"set\", [\"a\", \"0\", \"y\"], 4]]",
+     "{\"a\": [{\"x\": 1, \"y\": 4}, {\"x\": 3}]}"},
+    {"set: creates missing intermediate documents", "{\"_id\": 1, \"a\": {\"k\": 0}}",
+     "[[\"set\", [\"a\", \"b\", \"c\"], 1], [\"set\", [\"x\", \"y\"], 2]]",
+     "{\"_id\": 1, \"a\": {\"k\": 0, \"b\": {\"c\": 1}}, \"x\": {\"y\": 2}}"},
+    {"set: replaces a value of another type", "{\"a\": {\"b\": [1, 2]}}", "[[\"set\", [\"a\", \"b\"], {\"c\": 1}]]",
+     "{\"a\": {\"b\": {\"c\": 1}}}"},
+    {"set: writes JSON null and EJSON values", "{\"a\": 1}", "[[\"set\", [\"a\"], null], [\"set\", [\"o\"], " OID "]]",
+     "{\"a\": null, \"o\": " OID "}"},
+    {"set: through a number does nothing", "{\"a\": 5, \"k\": 1}", "[[\"set\", [\"a\", \"b\"], 1]]",
+     "{\"a\": 5, \"k\": 1}"},
+    {"set: through null does nothing", "{\"a\": null}", "[[\"set\", [\"a\", \"b\"], 1]]", "{\"a\": null}"},
+    {"set: through a string in an array does nothing", "{\"a\": [\"s\"]}", "[[\"set\", [\"a\", \"0\", \"x\"], 1]]",
+     "{\"a\": [\"s\"]}"},
+    {"set: through an ObjectId does nothing", "{\"a\": " OID "}",
+     "[[\"set\", [\"a\", \"b\"], 1], [\"set\", [\"a\", \"$oid\"], \"x\"], [\"set\", [\"a\", \"b\", \"c\"], 1]]",
+     "{\"a\": " OID "}"},
+    {"set: through a Date deep inside does nothing", "{\"d\": {\"e\": {\"$date\": \"2020-09-13T12:26:40Z\"}}}",
+     "[[\"set\", [\"d\", \"e\", \"x\"], 1]]", "{\"d\": {\"e\": {\"$date\": \"2020-09-13T12:26:40Z\"}}}"},
+    {"set: a field name into an array does nothing", "{\"a\": [1]}", "[[\"set\", [\"a\", \"b\"], 1]]", "{\"a\": [1]}"},
+    {"set: a DBRef is a document", "{\"r\": {\"$ref\": \"c\", \"$id\": 7}}", "[[\"set\", [\"r\", \"x\"], 1]]",
+     "{\"r\": {\"$ref\": \"c\", \"$id\": 7, \"x\": 1}}"},
+    {"set: components containing dots are single field names", "{\"a.b\": {\"c\": 1}, \"a\": {\"b\": {\"c\": 2}}}",
+     "[[\"set\", [\"a.b\", \"c\"], 5], [\"set\", [\"x.y\", \"z.0\"], 6]]",
+     "{\"a.b\": {\"c\": 5}, \"a\": {\"b\": {\"c\": 2}}, \"x.y\": {\"z.0\": 6}}"},
+    {"set: an empty component is a field name", "{}", "[[\"set\", [\"\", \"a\"], 1]]", "{\"\": {\"a\": 1}}"},
+    /* unset */
+    {"unset: removes a field", "{\"a\": 1, \"b\": {\"c\": 1, \"d\": 2}}", "[[\"unset\", [\"b\", \"c\"]]]",
+     "{\"a\": 1, \"b\": {\"d\": 2}}"},
+    {"unset: an array element becomes null", "{\"a\": [1, 2, 3]}", "[[\"unset\", [\"a\", \"1\"]]]",
+     "{\"a\": [1, null, 3]}"},
+    {"unset: numeric component in a document removes the field", "{\"a\": {\"1\": 1, \"2\": 2}}",
+     "[[\"unset\", [\"a\", \"1\"]]]", "{\"a\": {\"2\": 2}}"},
+    {"unset: a field of a document inside an array", "{\"a\": [{\"x\": 1, \"y\": 2}]}",
+     "[[\"unset\", [\"a\", \"0\", \"x\"]]]", "{\"a\": [{\"y\": 2}]}"},
+    {"unset: past the end of an array does nothing", "{\"a\": [1]}", "[[\"unset\", [\"a\", \"5\"]]]", "{\"a\": [1]}"},
+    {"unset: a missing path does nothing", "{\"a\": {}}",
+     "[[\"unset\", [\"a\", \"b\", \"c\"]], [\"unset\", [\"x\"]], [\"unset\", [\"a\", \"b\"]]]", "{\"a\": {}}"},
+    {"unset: through a scalar or an ObjectId does nothing", "{\"a\": " OID ", \"n\": 3}",
+     "[[\"unset\", [\"a\", \"$oid\"]], [\"unset\", [\"n\", \"x\"]]]", "{\"a\": " OID ", \"n\": 3}"},
+    {"unset: a component containing a dot", "{\"a.b\": 1, \"a\": {\"b\": 2}}", "[[\"unset\", [\"a.b\"]]]",
+     "{\"a\": {\"b\": 2}}"},
+    /* resize */
+    {"resize: shrinks an array", "{\"a\": [1, 2, 3, 4]}", "[[\"resize\", [\"a\"], 2]]", "{\"a\": [1, 2]}"},
+    {"resize: grows an array with null", "{\"a\": [1]}", "[[\"resize\", [\"a\"], 3]]", "{\"a\": [1, null, null]}"},
+    {"resize: to zero", "{\"a\": [1, 2]}", "[[\"resize\", [\"a\"], 0]]", "{\"a\": []}"},
+    {"resize: to the same length", "{\"a\": [1, 2]}", "[[\"resize\", [\"a\"], 2]]", "{\"a\": [1, 2]}"},
+    {"resize: integral lengths written 2.0 or as EJSON", "{\"a\": [1, 2, 3], \"b\": [1]}",
+     "[[\"resize\", [\"a\"], 2.0], [\"resize\", [\"b\"], {\"$numberInt\": \"2\"}]]",
+     "{\"a\": [1, 2], \"b\": [1, null]}"},
+    {"resize: an array inside an array", "{\"a\": [[1, 2], [3]], \"b\": {\"c\": []}}",
+     "[[\"resize\", [\"a\", \"0\"], 1], [\"resize\", [\"a\", \"1\"], 2], [\"resize\", [\"b\", \"c\"], 1]]",
+     "{\"a\": [[1], [3, null]], \"b\": {\"c\": [null]}}"},
+    {"resize: a non-array does nothing",
+     "{\"o\": {\"0\": 1}, \"s\": \"str\", \"b\": {\"$binary\": {\"base64\": \"AQID\", \"subType\": \"00\"}}}",
+     "[[\"resize\", [\"o\"], 0], [\"resize\", [\"s\"], 2], [\"resize\", [\"b\"], 1]]",
+     "{\"o\": {\"0\": 1}, \"s\": \"str\", \"b\": {\"$binary\": {\"base64\": \"AQID\", \"subType\": \"00\"}}}"},
+    {"resize: a missing path or a path through a scalar does nothing", "{\"a\": 1, \"b\": [1]}",
+     "[[\"resize\", [\"x\"], 2], [\"resize\", [\"a\", \"b\"], 2], [\"resize\", [\"b\", \"3\"], 2]]",
+     "{\"a\": 1, \"b\": [1]}"},
+    /* the edit list */
+    {"edits apply in order (resize, then set)", "{\"a\": [1, 2, 3]}",
+     "[[\"resize\", [\"a\"], 1], [\"set\", [\"a\", \"2\"], \"x\"]]", "{\"a\": [1, null, \"x\"]}"},
+    {"edits apply in order (set, then resize)", "{\"a\": [1, 2, 3]}",
+     "[[\"set\", [\"a\", \"2\"], \"x\"], [\"resize\", [\"a\"], 1]]", "{\"a\": [1]}"},
+    {"edits apply in order (unset, then set)", "{\"a\": {\"b\": 1}}",
+     "[[\"unset\", [\"a\"]], [\"set\", [\"a\", \"c\"], 2]]", "{\"a\": {\"c\": 2}}"},
+    {"NULL doc counts as {}", NULL, "[[\"set\", [\"a\", \"1\"], 1], [\"unset\", [\"b\"]]]", "{\"a\": {\"1\": 1}}"},
+    {"NULL doc and no edits gives {}", NULL, "[]", "{}"},
+    {"no edits leaves the doc alone", "{\"a\": [1]}", "[]", "{\"a\": [1]}"},
+    /* malformed edits */
+    {"reject: NULL edits", "{}", NULL, NULL},
+    {"reject: edits not an array", "{}", "{\"set\": [\"a\"]}", NULL},
+    {"reject: an edit not an array", "{}", "[\"set\"]", NULL},
+    {"reject: unknown kind", "{}", "[[\"push\", [\"a\"], 1]]", NULL},
+    {"reject: kind not a string", "{}", "[[1, [\"a\"], 1]]", NULL},
+    {"reject: empty edit", "{}", "[[]]", NULL},
+    {"reject: set without a value", "{}", "[[\"set\", [\"a\"]]]", NULL},
+    {"reject: unset with a value", "{}", "[[\"unset\", [\"a\"], 1]]", NULL},
+    {"reject: resize without a length", "{\"a\": []}", "[[\"resize\", [\"a\"]]]", NULL},
+    {"reject: dotted string path", "{}", "[[\"set\", \"a.b\", 1]]", NULL},
+    {"reject: empty path", "{}", "[[\"set\", [], 1]]", NULL},
+    {"reject: numeric path component", "{\"a\": [1]}", "[[\"set\", [\"a\", 0], 1]]", NULL},
+    {"reject: null path component", "{}", "[[\"unset\", [\"a\", null]]]", NULL},
+    {"reject: resize to a negative length", "{\"a\": [1]}", "[[\"resize\", [\"a\"], -1]]", NULL},
+    {"reject: resize to a fractional length", "{\"a\": [1]}", "[[\"resize\", [\"a\"], 1.5]]", NULL},
+    {"reject: resize to a string length", "{\"a\": [1]}", "[[\"resize\", [\"a\"], \"2\"]]", NULL},
+    {"reject: resize to a null length", "{\"a\": [1]}", "[[\"resize\", [\"a\"], null]]", NULL},
+    {"reject: resize beyond int32", "{\"a\": [1]}", "[[\"resize\", [\"a\"], 3000000000]]", NULL},
+    {"reject: a bad edit after good ones", "{\"a\": 1}", "[[\"set\", [\"b\"], 1], [\"unset\"]]", NULL},
+};
+
+/* A failure must come from oplog2pg.update_error: SQLSTATE 22023 and its message prefix. */
+static bool is_update_error(const PGresult *res)
+{
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    return PQresultStatus(res) == PGRES_FATAL_ERROR && state && strcmp(state, "22023") == 0 && msg &&
+           strncmp(msg, "oplog2pg: invalid update entry", 30) == 0;
+}
+
+START_TEST(test_apply_edits_cases)
+{
+    PGconn *conn = setup_session();
+    tally_t t = {0};
+    for (size_t i = 0; i < sizeof edit_cases / sizeof edit_cases[0]; i++) {
+        const edit_case_t *c = &edit_cases[i];
+        const char *params[3] = {c->doc, c->edits, c->post};
+        PGresult *res = PQexecParams(conn,
+                                     "SELECT r = $3::jsonb, r::text "
+                                     "FROM (SELECT oplog2pg.apply_edits($1::jsonb, $2::jsonb) AS r) s",
+                                     3, NULL, params, NULL, NULL, 0);
+        bool ok;
+        if (c->post == NULL) {
+            ok = is_update_error(res);
+            if (!ok)
+                fprintf(stderr, "[%s] expected an update_error (22023), got %s %s: %s\n", c->name,
+                        PQresStatus(PQresultStatus(res)),
+                        PQresultErrorField(res, PG_DIAG_SQLSTATE) ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : "",
+                        PQresultStatus(res) == PGRES_TUPLES_OK ? PQgetvalue(res, 0, 1) : PQresultErrorMessage(res));
+        } else if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+            ok = false;
+            fprintf(stderr, "[%s] error %s\n", c->name, PQresultErrorMessage(res));
+        } else {
+            ok = !PQgetisnull(res, 0, 0) && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+            if (!ok)
+                fprintf(stderr, "[%s] wrong result\n  doc:      %s\n  edits:    %s\n  expected: %s\n  actual:   %s\n",
+                        c->name, c->doc ? c->doc : "NULL", c->edits, c->post,
+                        PQgetisnull(res, 0, 1) ? "NULL" : PQgetvalue(res, 0, 1));
+        }
+        PQclear(res);
+        t.checked++;
+        if (!ok)
+            tally_fail(&t, c->name);
+    }
+    PQfinish(conn);
+    ck_assert_msg(t.failed == 0, "%d of %d apply_edits cases failed (details on stderr): %s", t.failed, t.checked,
+                  t.ids);
+}
+END_TEST
+
+/*
+ * oplog2pg.resize_array / oplog2pg.set_element: expr is an SQL expression; text its expected ::text (NULL: SQL
+ * NULL, and "!" : must raise update_error), lower its expected array_lower(expr, 1) (0: NULL, as for an empty array).
+ * The ::text of an array whose lower bound is not 1 shows the bounds ("[3:5]={...}"), so text checks them too.
+ */
+typedef struct {
+    const char *expr;
+    const char *text;
+    int lower;
+} array_case_t;
+
+static const array_case_t array_cases[] = {
+    {"oplog2pg.resize_array('{1,2,3}'::int[], 5)", "{1,2,3,NULL,NULL}", 1},
+    {"oplog2pg.resize_array('{1,2,3}'::int[], 1)", "{1}", 1},
+    {"oplog2pg.resize_array('{1,2,3}'::int[], 3)", "{1,2,3}", 1},
+    {"oplog2pg.resize_array('{1,2,3}'::int[], 0)", "{}", 0},
+    {"oplog2pg.resize_array('{}'::int[], 0)", "{}", 0},
+    {"oplog2pg.resize_array(NULL::int[], 2)", NULL, 0},
+    {"oplog2pg.resize_array(NULL::int[], 0)", NULL, 0},
+    {"oplog2pg.resize_array('{}'::text[], 2)", "{NULL,NULL}", 1},
+    {"oplog2pg.resize_array('{a,b,c}'::text[], 2)", "{a,b}", 1},
+    {"oplog2pg.resize_array('{a,NULL}'::text[], 3)", "{a,NULL,NULL}", 1},
+    {"oplog2pg.resize_array('[3:4]={a,b}'::text[], 3)", "{a,b,NULL}", 1},
+    {"oplog2pg.resize_array('[3:5]={a,b,c}'::text[], 1)", "{a}", 1},
+    {"oplog2pg.resize_array('{1}'::int[], -1)", "!", 0},
+    {"oplog2pg.resize_array('{1}'::int[], NULL)", "!", 0},
+    {"oplog2pg.resize_array('{{1},{2}}'::int[], 1)", "!", 0},
+    {"oplog2pg.set_element(NULL::int[], 2, 5)", "{NULL,NULL,5}", 1},
+    {"oplog2pg.set_element(NULL::int[], 0, 5)", "{5}", 1},
+    {"oplog2pg.set_element('{}'::int[], 1, 5)", "{NULL,5}", 1},
+    {"oplog2pg.set_element('{1}'::int[], 3, 5)", "{1,NULL,NULL,5}", 1},
+    {"oplog2pg.set_element('{1}'::int[], 1, 5)", "{1,5}", 1},
+    {"oplog2pg.set_element('{1,2,3}'::int[], 1, 9)", "{1,9,3}", 1},
+    {"oplog2pg.set_element('{1,2,3}'::int[], 0, NULL)", "{NULL,2,3}", 1},
+    {"oplog2pg.set_element('{a,b}'::text[], 0, 'z')", "{z,b}", 1},
+    {"oplog2pg.set_element('{}'::text[], 1, 'z')", "{NULL,z}", 1},
+    {"oplog2pg.set_element(NULL::text[], 3, 'z')", "{NULL,NULL,NULL,z}", 1},
+    {"oplog2pg.set_element(NULL::text[], 0, NULL::text)", "{NULL}", 1},
+    {"oplog2pg.set_element(NULL, 0, 'q'::text)", "{q}", 1},
+    {"oplog2pg.set_element('[0:1]={a,b}'::text[], 2, 'z')", "{a,b,z}", 1},
+    {"oplog2pg.set_element('{1}'::int[], -1, 5)", "!", 0},
+    {"oplog2pg.set_element('{1}'::int[], NULL, 5)", "!", 0},
+    {"oplog2pg.set_element('{{1},{2}}'::int[], 0, 5)", "!", 0},
+};
+
+START_TEST(test_array_functions)
+{
+    PGconn *conn = setup_session();
+    tally_t t = {0};
+    for (size_t i = 0; i < sizeof array_cases / sizeof array_cases[0]; i++) {
+        const array_case_t *c = &array_cases[i];
+        char *sql = bson_strdup_printf("SELECT x::text, array_lower(x, 1) FROM (SELECT %s AS x) s", c->expr);
+        PGresult *res = PQexec(conn, sql);
+        bson_free(sql);
+        bool ok;
+        if (c->text && strcmp(c->text, "!") == 0) {
+            ok = is_update_error(res);
+            if (!ok)
+                fprintf(stderr, "[%s] expected an update_error (22023), got %s: %s\n", c->expr,
+                        PQresStatus(PQresultStatus(res)),
+                        PQresultStatus(res) == PGRES_TUPLES_OK ? PQgetvalue(res, 0, 0) : PQresultErrorMessage(res));
+        } else if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+            ok = false;
+            fprintf(stderr, "[%s] error %s\n", c->expr, PQresultErrorMessage(res));
+        } else {
+            const char *text = PQgetisnull(res, 0, 0) ? NULL : PQgetvalue(res, 0, 0);
+            int lower = PQgetisnull(res, 0, 1) ? 0 : atoi(PQgetvalue(res, 0, 1));
+            ok = (text == NULL) == (c->text == NULL) && (text == NULL || strcmp(text, c->text) == 0) &&
+                 lower == c->lower;
+            if (!ok)
+                fprintf(stderr, "[%s] expected %s (lower bound %d), got %s (lower bound %d)\n", c->expr,
+                        c->text ? c->text : "NULL", c->lower, text ? text : "NULL", lower);
+        }
+        PQclear(res);
+        t.checked++;
+        if (!ok)
+            tally_fail(&t, c->expr);
+    }
+    PQfinish(conn);
+    ck_assert_msg(t.failed == 0, "%d of %d array function cases failed (details on stderr): %s", t.failed, t.checked,
+                  t.ids);
+}
+END_TEST
+
 Suite *update_sql_suite(void)
 {
     Suite *s = suite_create("update_sql");
@@ -570,5 +826,11 @@ Suite *update_sql_suite(void)
     tcase_add_test(tc, test_extra_cases);
     tcase_add_test(tc, test_is_ejson_scalar_all_types);
     suite_add_tcase(s, tc);
+
+    TCase *edits = tcase_create("edits");
+    tcase_set_timeout(edits, 60);
+    tcase_add_test(edits, test_apply_edits_cases);
+    tcase_add_test(edits, test_array_functions);
+    suite_add_tcase(s, edits);
     return s;
 }

@@ -191,10 +191,17 @@ void denv_pg_text(const char *sql, char *out, size_t outlen)
     PQfinish(pg);
 }
 
+static void quiet_notice(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
 void denv_pg_exec(const char *sql)
 {
     PGconn *pg = PQconnectdb(denv_pg_conninfo());
     ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PQsetNoticeProcessor(pg, quiet_notice, NULL); /* DROP ... IF EXISTS, CASCADE chatter */
     PGresult *r = PQexec(pg, sql);
     ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql,
                   PQerrorMessage(pg));
@@ -219,11 +226,11 @@ bool denv_wait_caught_up(denv *e, double timeout_s)
     return false;
 }
 
-void denv_expect_match(denv *e)
+void denv_expect_match_prefix(denv *e, const char *prefix)
 {
     PGconn *pg = PQconnectdb(denv_pg_conninfo());
     ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
-    compare_options opts = {.db_prefix = e->prefix};
+    compare_options opts = {.db_prefix = prefix};
     compare_report rep;
     char err[512];
     bool ran = compare_all(e->uri, pg, &opts, &rep, err, sizeof err);
@@ -236,8 +243,13 @@ void denv_expect_match(denv *e)
     compare_report_free(&rep);
     PQfinish(pg);
     ck_assert_msg(ran, "compare failed to run: %s", err);
-    ck_assert_msg(match, "PostgreSQL differs from the source (see above)");
-    ck_assert_msg(rows > 0, "the workload left no rows to compare");
+    ck_assert_msg(match, "PostgreSQL differs from the source for databases %s* (see above)", prefix);
+    ck_assert_msg(rows > 0, "the workload left no rows to compare in databases %s*", prefix);
+}
+
+void denv_expect_match(denv *e)
+{
+    denv_expect_match_prefix(e, e->prefix);
 }
 
 void denv_stop(denv *e)
@@ -283,4 +295,62 @@ bool denv_file_contains(const char *path, const char *needle)
         found = strstr(line, needle) != NULL;
     fclose(f);
     return found;
+}
+
+/* ---- writes to the source ---- */
+
+void denv_insert_range(const denv *e, const char *db, const char *coll, int from, int to)
+{
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    ck_assert_ptr_nonnull(c);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, db, coll);
+    bson_error_t err;
+    for (int i = from; i <= to; i += 500) {
+        bson_t *docs[500];
+        size_t n = 0;
+        for (int k = i; k <= to && n < 500; k++)
+            docs[n++] = BCON_NEW("_id", BCON_INT32(k), "v", BCON_INT32(k * 10), "s", BCON_UTF8("text"));
+        bool ok = mongoc_collection_insert_many(col, (const bson_t **)docs, n, NULL, NULL, &err);
+        for (size_t k = 0; k < n; k++)
+            bson_destroy(docs[k]);
+        ck_assert_msg(ok, "inserting into %s.%s: %s", db, coll, err.message);
+    }
+    mongoc_collection_destroy(col);
+    mongoc_client_destroy(c);
+}
+
+static void run_command(const denv *e, const char *db, const bson_t *cmd, const char *what)
+{
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    ck_assert_ptr_nonnull(c);
+    bson_error_t err;
+    bool ok = mongoc_client_command_simple(c, db, cmd, NULL, NULL, &err);
+    mongoc_client_destroy(c);
+    ck_assert_msg(ok, "%s: %s", what, err.message);
+}
+
+void denv_drop_collection(const denv *e, const char *db, const char *coll)
+{
+    bson_t *cmd = BCON_NEW("drop", BCON_UTF8(coll));
+    run_command(e, db, cmd, "drop");
+    bson_destroy(cmd);
+}
+
+void denv_drop_database(const denv *e, const char *db)
+{
+    bson_t *cmd = BCON_NEW("dropDatabase", BCON_INT32(1));
+    run_command(e, db, cmd, "dropDatabase");
+    bson_destroy(cmd);
+}
+
+void denv_rename(const denv *e, const char *db, const char *coll, const char *to_db, const char *to_coll,
+                 bool drop_target)
+{
+    char from[400], to[400];
+    snprintf(from, sizeof from, "%s.%s", db, coll);
+    snprintf(to, sizeof to, "%s.%s", to_db, to_coll);
+    bson_t *cmd =
+        BCON_NEW("renameCollection", BCON_UTF8(from), "to", BCON_UTF8(to), "dropTarget", BCON_BOOL(drop_target));
+    run_command(e, "admin", cmd, "renameCollection");
+    bson_destroy(cmd);
 }

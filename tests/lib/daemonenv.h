@@ -59,10 +59,20 @@ void denv_pg_exec(const char *sql);
 bool denv_wait_caught_up(denv *e, double timeout_s);
 /* Every row of the rep_NAME_* databases equals the source. */
 void denv_expect_match(denv *e);
+/* The same for the databases whose name starts with prefix. */
+void denv_expect_match_prefix(denv *e, const char *prefix);
 /* SIGTERM the daemon (it must exit 0), stop the mongosim, remove the folder. */
 void denv_stop(denv *e);
 /* Runs `oplog2pg ARGS...` to completion with its output in out_path; returns its exit code. */
 int denv_run_command(denv *e, const char *const *args, const char *out_path);
 bool denv_file_contains(const char *path, const char *needle);
+
+/* Writes to the source (each aborts the test on failure): documents {_id: k, v: 10k, s: "text"} for k in
+ * [from, to]; drop; dropDatabase; renameCollection. */
+void denv_insert_range(const denv *e, const char *db, const char *coll, int from, int to);
+void denv_drop_collection(const denv *e, const char *db, const char *coll);
+void denv_drop_database(const denv *e, const char *db);
+void denv_rename(const denv *e, const char *db, const char *coll, const char *to_db, const char *to_coll,
+                 bool drop_target);
 
 #endif

@@ -6,7 +6,7 @@
  * (update_compare_iters), so insert, lookup, delete and "first _id > X" are O(log n) expected. Databases and
  * collections are small sorted arrays. Collection UUIDs are random v4 UUIDs from getrandom().
  *
- * Oplog bodies (op, ns, ui, o[, o2]) follow the real entries in /work/shared/oplog/vectors and REPORT.md §2:
+ * Oplog bodies (op, ns, ui, o[, o2]) follow the real entries under tests/vectors/ (tests/vectors/SOURCES.md):
  *   - create {create, idIndex: {v: 2, key: {_id: 1}, name: "_id_"}} before the first write into a new collection;
  *   - insert: `o` only — the 7.0-era entries (transcribed_understanding_the_oplog_doc) and the 4.4 dumps carry no
  *     `o2` on inserts; only 8.0 adds it. Upserts that insert are logged as `i`;

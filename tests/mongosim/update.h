@@ -1,6 +1,7 @@
 /*
- * update.h — mongosim's update engine: applies a modifier update ($set, $unset, $inc, $push, $setOnInsert) or a
- * replacement to one document and produces both the new document and the oplog `o` a MongoDB server would log for
+ * update.h — mongosim's update engine: applies a modifier update ($set, $setOnInsert, $unset, $inc, $mul, $min,
+ * $max, $rename, $currentDate, $push with $each/$slice/$sort/$position, $addToSet with $each, $pop, $pull, $pullAll)
+ * or a replacement to one document and produces both the new document and the oplog `o` a MongoDB server would log for
  * it ({$v: 2, diff} for 7.0, {$v: 1, $set, $unset} for 4.4, the full document for a replacement).
  *
  * Kept apart from store.c so the rules (MongoDB's UpdateNode / V1LogBuilder / V2LogBuilder behaviour) can be unit
@@ -13,6 +14,7 @@
 
 #include <bson/bson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 /* True if u is a modifier document (its first field starts with '$'), false for a replacement. */
 bool update_is_modifier(const bson_t *u);
@@ -25,6 +27,18 @@ bool update_is_modifier(const bson_t *u);
  */
 bool update_apply(const bson_t *doc, const bson_t *u, sim_oplog_format format, bool inserting, bson_t *new_doc,
                   bson_t *o, bool *changed, bson_error_t *err);
+
+/*
+ * The clock $currentDate reads: date_ms gives milliseconds since the epoch ({$type: "date"} or true), timestamp a
+ * BSON Timestamp packed as (seconds << 32) | increment ({$type: "timestamp"}). Process-wide; NULL restores the
+ * default (CLOCK_REALTIME, and Timestamp(now, n) with n counting up within each second). For tests.
+ */
+typedef struct {
+    int64_t (*date_ms)(void *ctx);
+    uint64_t (*timestamp)(void *ctx);
+    void *ctx;
+} update_clock;
+void update_set_clock(const update_clock *clock);
 
 /* MongoDB's BSON comparison order for two values (<0, 0, >0); numbers compare by value across types. */
 int update_compare_values(const bson_value_t *a, const bson_value_t *b);

@@ -2,15 +2,23 @@
  * test_config.c — the configuration module: defaults, every type and unit, errors that name file/line/key,
  * duplicates, continuation lines, reload (reloadable options only), print round trip, masked secrets, and the check
  * that docs/configuration.md and conf/oplog2pg.ini list every option of the table (run from the repository root).
+ * Two test cases take the module's parts alone: "values" the value parsers (config_values.h), "ini" the INI reader
+ * with a handler of its own (config_ini.h).
  */
 #include <check.h>
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "../lib/textfile.h"
 #include "daemon/config.h"
+#include "daemon/config_ini.h"
+#include "daemon/config_values.h"
 
 /* ---- helpers ----------------------------------------------------------------------------------------------------- */
 
@@ -146,9 +154,17 @@ START_TEST(test_table)
         /* The default's text is how the value prints: the sample INI and docs show the same spelling. */
         ck_assert_msg(strcmp(config_value_text(&c, i, buf, sizeof buf), o->default_text) == 0,
                       "[%s] %s default \"%s\" prints as \"%s\"", o->section, o->name, o->default_text, buf);
-        for (size_t j = 0; j < i; j++)
-            ck_assert_msg(config_option_find(o->section, o->name) != (int)j, "duplicate option");
+        /* type_name is what messages and docs call the type: it must be the name of type. */
+        static const char *const type_names[] = {
+            [CONFIG_TYPE_STRING] = "string", [CONFIG_TYPE_INT] = "int",           [CONFIG_TYPE_BOOL] = "bool",
+            [CONFIG_TYPE_ENUM] = "enum",     [CONFIG_TYPE_DURATION] = "duration", [CONFIG_TYPE_SIZE] = "size",
+            [CONFIG_TYPE_LIST] = "list",
+        };
+        ck_assert_msg((size_t)o->type < sizeof type_names / sizeof type_names[0] &&
+                          strcmp(o->type_name, type_names[o->type]) == 0,
+                      "[%s] %s: type_name \"%s\" does not match its type", o->section, o->name, o->type_name);
     }
+    ck_assert_int_ge(config_option_find("replication", "batch_rows"), 0);
     ck_assert_int_eq(config_option_find("REPLICATION", "Batch_Rows"), config_option_find("replication", "batch_rows"));
     ck_assert_int_eq(config_option_find("replication", "nope"), -1);
     ck_assert(config_option_at(config_option_find("logging", "level"))->reloadable);
@@ -157,6 +173,24 @@ START_TEST(test_table)
     ck_assert_str_eq(config_log_level_name(CONFIG_LOG_WARNING), "warning");
     ck_assert_str_eq(config_apply_mode_name(CONFIG_APPLY_PER_OP), "per-op");
     config_free(&c);
+}
+END_TEST
+
+/* Two rows for one [section] key (names are case-insensitive, as in the file) would leave the second unreachable:
+ * the file, config_override and config_option_find all reach the first. Compared row by row, not through
+ * config_option_find, whose answer is the first row by construction. */
+START_TEST(test_table_has_no_duplicate_options)
+{
+    size_t n = config_option_count();
+
+    for (size_t i = 0; i < n; i++) {
+        const config_option_info *a = config_option_at(i);
+        for (size_t j = i + 1; j < n; j++) {
+            const config_option_info *b = config_option_at(j);
+            ck_assert_msg(strcasecmp(a->section, b->section) != 0 || strcasecmp(a->name, b->name) != 0,
+                          "options %zu and %zu are both [%s] %s", i, j, a->section, a->name);
+        }
+    }
 }
 END_TEST
 
@@ -363,6 +397,102 @@ START_TEST(test_errors_name_file_line_key)
 }
 END_TEST
 
+/* The unknown-section message lists every section of the table, in the table's order. */
+START_TEST(test_unknown_section_lists_every_section)
+{
+    char want[512] = "unknown section [nosuch] (sections: ";
+    const char *last = NULL;
+    for (size_t i = 0; i < config_option_count(); i++) {
+        const char *sect = config_option_at(i)->section;
+        if (last != NULL && strcmp(last, sect) == 0)
+            continue;
+        if (last != NULL)
+            strcat(want, ", ");
+        strcat(want, "[");
+        strcat(want, sect);
+        strcat(want, "]");
+        last = sect;
+    }
+    strcat(want, ")");
+    ck_assert_msg(strstr(want, "[copy]") != NULL && strstr(want, "[metrics]") != NULL, "%s", want);
+
+    char err[1024], path[64], full[700];
+    config c = {0};
+    ck_assert(!load_text("[replication]\nbatch_rows = 5\n[nosuch]\nx = 1\n", &c, err, sizeof err, path));
+    snprintf(full, sizeof full, "%s:3: %s", path, want);
+    ck_assert_str_eq(err, full);
+    /* As docs/configuration.md shows it. */
+    char *doc = read_all("docs/configuration.md");
+    snprintf(full, sizeof full, "/etc/oplog2pg/oplog2pg.ini:20: unknown section [loging] %s", strchr(want, '('));
+    ck_assert_msg(strstr(doc, full) != NULL, "docs/configuration.md lacks\n%s", full);
+    free(doc);
+}
+END_TEST
+
+/* An indented section header is a section header, as it is unindented: also below a key (where an indented line
+ * would otherwise continue the key's value). */
+START_TEST(test_indented_section_headers)
+{
+    expect_error("  [nosuch]\nx = 1\n", 1, "unknown section [nosuch]", "sections: [mongodb]");
+    expect_error("\t[nosuch]\n", 1, "unknown section [nosuch]", "sections: [mongodb]");
+    expect_error("[logging]\nlevel = info\n\n  [nosuch]\nx = 1\n", 4, "unknown section [nosuch]", "[metrics]");
+    expect_error("[replication]\ninclude = a.*,\n  b.*\n \t[nosuch]\n", 4, "unknown section [nosuch]", "[copy]");
+
+    config c;
+    load_ok("  [replication]\n  batch_rows = 5\n\t[logging]\nlevel = debug\n", &c);
+    ck_assert_int_eq(c.batch_rows, 5);
+    ck_assert_int_eq(c.log_level, CONFIG_LOG_DEBUG);
+    config_free(&c);
+    load_ok("[replication]\ninclude = a.*,\n  b.*\n  [logging]\nlevel = debug\n [postgres]\nconninfo = host=h\n", &c);
+    ck_assert_uint_eq(c.include.count, 2);
+    ck_assert_int_eq(c.log_level, CONFIG_LOG_DEBUG);
+    ck_assert_str_eq(c.postgres_conninfo, "host=h");
+    config_free(&c);
+    /* A key given again below an indented header of its section is still a duplicate. */
+    expect_error("[replication]\nbatch_rows = 5\n  [replication]\nbatch_rows = 6\n", 4,
+                 "[replication] batch_rows: ", "set twice (first on line 2)");
+}
+END_TEST
+
+/* docs/configuration.md: "a key given twice (even in two blocks of the same section) are errors", also with the same
+ * value and in another case, for every option of the table; the error is at the second line and names the first. */
+START_TEST(test_duplicate_keys_refused)
+{
+    for (size_t i = 0; i < config_option_count(); i++) {
+        const config_option_info *o = config_option_at(i);
+        char text[512], upper[64], prefix[128];
+        size_t k;
+        for (k = 0; k < sizeof upper - 1 && o->name[k] != '\0'; k++)
+            upper[k] = (char)toupper((unsigned char)o->name[k]);
+        upper[k] = '\0';
+        snprintf(prefix, sizeof prefix, "[%s] %s: ", o->section, o->name);
+
+        snprintf(text, sizeof text, "[%s]\n%s = %s\n%s = %s\n", o->section, o->name, o->default_text, o->name,
+                 o->default_text);
+        expect_error(text, 3, prefix, "set twice (first on line 2)");
+        snprintf(text, sizeof text, "[%s]\n%s = %s\n; between\n\n%s = %s\n", o->section, o->name, o->default_text,
+                 upper, o->default_text);
+        expect_error(text, 5, prefix, "set twice (first on line 2)");
+        snprintf(text, sizeof text, "[%s]\n%s = %s\n[postgres]\n[%s]\n%s = %s\n", o->section, o->name, o->default_text,
+                 o->section, upper, o->default_text);
+        expect_error(text, 5, prefix, "set twice (first on line 2)");
+    }
+
+    /* After a value continued over two lines, the first line is the one named. */
+    expect_error("[replication]\ninclude = a.*,\n  b.*\nexclude = c.*\ninclude = d.*\n", 5,
+                 "[replication] include: ", "set twice (first on line 2)");
+    /* The first duplicate is the error, not a later one. */
+    expect_error("[logging]\nlevel = info\nlevel = info\n[replication]\nbatch_rows = 1\nbatch_rows = 2\n", 3,
+                 "[logging] level: ", "set twice (first on line 2)");
+
+    /* Not a duplicate: an indented line continues the key above it. */
+    config c;
+    load_ok("[replication]\ninclude = a.*,\n  b.*,\n  c.*\n", &c);
+    ck_assert_uint_eq(c.include.count, 3);
+    config_free(&c);
+}
+END_TEST
+
 START_TEST(test_missing_file_and_untouched_output)
 {
     char err[512] = "";
@@ -389,6 +519,8 @@ END_TEST
 
 /* ---- reload
  * ------------------------------------------------------------------------------------------------------------ */
+
+static char *print_to_string(const config *c);
 
 struct logbuf {
     char text[8192];
@@ -464,6 +596,98 @@ START_TEST(test_reload)
 
     unlink(path);
     config_free(&c);
+}
+END_TEST
+
+/* A refused config_override changes nothing: not the option, not the other options, not the overrides a reload
+ * applies again; and it runs the checks of the whole configuration that a load runs. */
+START_TEST(test_failed_override_changes_nothing)
+{
+    static const struct {
+        const char *section, *name, *value, *needle;
+    } bad[] = {
+        {"replication", "service", "", "[replication] service: a service name has 1 to 200 characters"},
+        {"replication", "service", "a\tb", "[replication] service: "},
+        {"replication", "include", "", "[replication] include: is empty, so nothing would be replicated"},
+        {"replication", "include", " ", "[replication] include: is empty"},
+        {"replication", "include", "shop", "[replication] include: "},
+        {"replication", "exclude", "a.*,,b.*", "[replication] exclude: "},
+        {"replication", "batch_rows", "0", "[replication] batch_rows: "},
+        {"replication", "apply_mode", "fast", "[replication] apply_mode: "},
+        {"postgres", "conninfo", "host=x nosuchoption=1", "[postgres] conninfo: "},
+        {"metrics", "listen", "9187", "[metrics] listen: "},
+        {"logging", "syslog_ident", "", "[logging] syslog_ident: "},
+        {"replication", "nope", "1", "[replication] nope: unknown option"},
+    };
+    char path[64], err[1024] = "";
+    config c;
+
+    write_tmp(path, "[replication]\nservice = s1\ninclude = a.*, b.*\nexclude = a.tmp\nbatch_rows = 7\n");
+    ck_assert(config_load(path, &c, err, sizeof err));
+    char *before = print_to_string(&c);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(!config_override(&c, bad[i].section, bad[i].name, bad[i].value, err, sizeof err),
+                      "accepted [%s] %s = \"%s\"", bad[i].section, bad[i].name, bad[i].value);
+        ck_assert_msg(strstr(err, bad[i].needle) == err, "[%s] %s = \"%s\": error \"%s\" lacks \"%s\"", bad[i].section,
+                      bad[i].name, bad[i].value, err, bad[i].needle);
+        char *after = print_to_string(&c);
+        ck_assert_msg(strcmp(after, before) == 0, "[%s] %s = \"%s\" changed the configuration:\n%s", bad[i].section,
+                      bad[i].name, bad[i].value, after);
+        free(after);
+        ck_assert_msg(c.overrides == NULL, "[%s] %s = \"%s\" is remembered", bad[i].section, bad[i].name, bad[i].value);
+    }
+    free(before);
+    ck_assert_str_eq(c.service, "s1");
+    ck_assert_uint_eq(c.include.count, 2);
+    ck_assert_int_eq(c.batch_rows, 7);
+
+    /* A good override, then a bad one of the same option: the good one stays, and a reload applies it again. */
+    ck_assert_msg(config_override(&c, "replication", "service", "from-cli", err, sizeof err), "%s", err);
+    ck_assert(!config_override(&c, "replication", "service", "", err, sizeof err));
+    ck_assert(!config_override(&c, "replication", "include", "", err, sizeof err));
+    ck_assert_str_eq(c.service, "from-cli");
+    ck_assert_uint_eq(c.include.count, 2);
+    int svc = config_option_find("replication", "service"), inc = config_option_find("replication", "include");
+    ck_assert_str_eq(c.overrides[svc], "from-cli");
+    ck_assert_ptr_null(c.overrides[inc]);
+    ck_assert_msg(config_reload(path, &c, err, sizeof err, NULL, NULL, NULL), "%s", err);
+    ck_assert_str_eq(c.service, "from-cli");
+    ck_assert_uint_eq(c.include.count, 2);
+    config_free(&c);
+    unlink(path);
+}
+END_TEST
+
+/* config_reload applies the overrides to the new file and checks the result as a whole: an override that the new
+ * file makes invalid is an error, and the running configuration stays as it was. */
+START_TEST(test_reload_checks_overrides_with_the_file)
+{
+    char path[64], pw[64], err[1024] = "", text[256];
+    config c;
+
+    write_tmp(pw, "from-file\n");
+    write_tmp(path, "[replication]\nbatch_rows = 7\n");
+    ck_assert(config_load(path, &c, err, sizeof err));
+    ck_assert_msg(config_override(&c, "mongodb", "uri", "mongodb://u:inline@db1/?replicaSet=rs0", err, sizeof err),
+                  "%s", err);
+    /* The new file alone is valid; with the override its uri holds a password and password_file is set too. */
+    snprintf(text, sizeof text,
+             "[mongodb]\nuri = mongodb://u@db1/?replicaSet=rs0\npassword_file = %s\n[replication]\nbatch_rows = 8\n",
+             pw);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    config fresh;
+    ck_assert_msg(config_load(path, &fresh, err, sizeof err), "%s", err);
+    config_free(&fresh);
+    ck_assert(!config_reload(path, &c, err, sizeof err, NULL, NULL, NULL));
+    ck_assert_msg(strstr(err, ":3: [mongodb] password_file: ") != NULL && strstr(err, "already holds a password"), "%s",
+                  err);
+    ck_assert_int_eq(c.batch_rows, 7);
+    ck_assert_str_eq(c.mongodb_uri, "mongodb://u:inline@db1/?replicaSet=rs0");
+    config_free(&c);
+    unlink(path);
+    unlink(pw);
 }
 END_TEST
 
@@ -681,6 +905,487 @@ START_TEST(test_minimal_ini_parses)
 }
 END_TEST
 
+/* ---- value syntax (daemon/config_values.h), one parser at a time --------------------------------------------------
+ */
+
+/* Option descriptions made for these tests, so that bounds are wide and each unit rule is seen alone. */
+static const config_option_info int_opt = {
+    .section = "t", .name = "n", .type = CONFIG_TYPE_INT, .type_name = "int", .min = -100, .max = 100};
+static const config_option_info int_wide_opt = {
+    .section = "t", .name = "n", .type = CONFIG_TYPE_INT, .type_name = "int", .min = INT64_MIN, .max = INT64_MAX};
+static const config_option_info dur_s_opt = {.section = "t",
+                                             .name = "d",
+                                             .type = CONFIG_TYPE_DURATION,
+                                             .type_name = "duration",
+                                             .min = 0,
+                                             .max = INT64_MAX,
+                                             .base_unit = "s"};
+static const config_option_info dur_ms_opt = {.section = "t",
+                                              .name = "d",
+                                              .type = CONFIG_TYPE_DURATION,
+                                              .type_name = "duration",
+                                              .min = 0,
+                                              .max = INT64_MAX,
+                                              .base_unit = "ms"};
+static const config_option_info size_opt = {
+    .section = "t", .name = "s", .type = CONFIG_TYPE_SIZE, .type_name = "size", .min = INT64_MIN, .max = INT64_MAX};
+
+static int64_t number_ok(const config_option_info *o, const char *text)
+{
+    int64_t v = -12345;
+    char err[256] = "";
+    ck_assert_msg(config_parse_number(o, text, &v, err, sizeof err), "%s \"%s\": %s", o->type_name, text, err);
+    return v;
+}
+
+/* Parsing fails, err holds needle, and the output is left alone. */
+static void number_bad(const config_option_info *o, const char *text, const char *needle)
+{
+    int64_t v = -12345;
+    char err[256] = "";
+    ck_assert_msg(!config_parse_number(o, text, &v, err, sizeof err), "%s \"%s\" accepted", o->type_name, text);
+    ck_assert_msg(strstr(err, needle) != NULL, "%s \"%s\": error \"%s\" lacks \"%s\"", o->type_name, text, err, needle);
+    ck_assert_int_eq(v, -12345);
+}
+
+START_TEST(test_value_numbers)
+{
+    ck_assert_int_eq(number_ok(&int_opt, "5"), 5);
+    ck_assert_int_eq(number_ok(&int_opt, "  42  "), 42);
+    ck_assert_int_eq(number_ok(&int_opt, "+7"), 7);
+    ck_assert_int_eq(number_ok(&int_opt, "-100"), -100); /* bounds are inclusive */
+    ck_assert_int_eq(number_ok(&int_opt, "100"), 100);
+    number_bad(&int_opt, "101", "101 is out of range (-100 .. 100)");
+    number_bad(&int_opt, "-101", "out of range");
+    number_bad(&int_opt, "5ms", "\"5ms\" is not a whole number");
+    number_bad(&int_opt, "", "\"\" is not a whole number");
+    number_bad(&int_opt, "+", "is not a whole number");
+    number_bad(&int_opt, "- 5", "is not a whole number");
+    number_bad(&int_opt, "0x10", "is not a whole number");
+    number_bad(&int_opt, "1e3", "is not a whole number");
+    number_bad(&int_opt, "1 000", "is not a whole number");
+    number_bad(&int_opt, "99999999999999999999", "is not a whole number");
+    char err[256];
+    int64_t v;
+    ck_assert(!config_parse_number(&int_opt, "x", &v, err, sizeof err));
+    ck_assert_msg(strstr(err, "unit") == NULL, "an int has no unit: %s", err);
+
+    /* Durations: a bare number is in the base unit. */
+    ck_assert_int_eq(number_ok(&dur_s_opt, "7"), 7000);
+    ck_assert_int_eq(number_ok(&dur_ms_opt, "7"), 7);
+    ck_assert_int_eq(number_ok(&dur_s_opt, "7ms"), 7);
+    ck_assert_int_eq(number_ok(&dur_s_opt, "7 min"), 420000);
+    ck_assert_int_eq(number_ok(&dur_s_opt, "2h"), 7200000);
+    ck_assert_int_eq(number_ok(&dur_s_opt, "0"), 0);
+    number_bad(&dur_s_opt, "1.5s", "\"1.5s\" has an unknown unit \".5s\" (valid units: ms, s, min, h)");
+    number_bad(&dur_s_opt, "5S", "unknown unit \"S\""); /* units are case-sensitive */
+    number_bad(&dur_s_opt, "5 sec", "unknown unit \"sec\"");
+    number_bad(&dur_s_opt, "h", "\"h\" is not a whole number with an optional unit");
+    number_bad(&dur_s_opt, "-1s", "out of range");
+    /* A product past int64 is out of range, not wrapped around. */
+    number_bad(&dur_s_opt, "9223372036854775807h", "out of range");
+    number_bad(&dur_ms_opt, "9223372036854775807s", "out of range");
+    ck_assert_int_eq(number_ok(&dur_ms_opt, "9223372036854775807"), INT64_MAX);
+
+    /* Sizes: a bare number is bytes; kB and KB are 1024; other spellings are errors. */
+    ck_assert_int_eq(number_ok(&size_opt, "1024"), 1024);
+    ck_assert_int_eq(number_ok(&size_opt, "1B"), 1);
+    ck_assert_int_eq(number_ok(&size_opt, "1kB"), 1024);
+    ck_assert_int_eq(number_ok(&size_opt, "1KB"), 1024);
+    ck_assert_int_eq(number_ok(&size_opt, "3 MB"), 3 * 1024 * 1024);
+    ck_assert_int_eq(number_ok(&size_opt, "2GB"), INT64_C(2) * 1024 * 1024 * 1024);
+    ck_assert_int_eq(number_ok(&size_opt, "-1kB"), -1024); /* the bounds decide about a sign */
+    number_bad(&size_opt, "1mb", "\"1mb\" has an unknown unit \"mb\" (valid units: B, kB, MB, GB)");
+    number_bad(&size_opt, "1K", "unknown unit \"K\"");
+    number_bad(&size_opt, "-9223372036854775807GB", "out of range");
+    number_bad(&size_opt, "9000000000000GB", "out of range");
+}
+END_TEST
+
+START_TEST(test_value_number_format)
+{
+    static const struct {
+        const config_option_info *o;
+        int64_t v;
+        const char *text;
+    } cases[] = {
+        {&dur_s_opt, 0, "0"},
+        {&dur_s_opt, 1, "1ms"},
+        {&dur_s_opt, 1500, "1500ms"},
+        {&dur_s_opt, 61000, "61s"},
+        {&dur_s_opt, 120000, "2min"},
+        {&dur_s_opt, 90000, "90s"},
+        {&dur_s_opt, 3600000, "1h"},
+        {&size_opt, -2048, "-2kB"},
+        {&dur_ms_opt, 3000, "3s"},
+        {&size_opt, 0, "0"},
+        {&size_opt, 1, "1B"},
+        {&size_opt, 1025, "1025B"},
+        {&size_opt, 1024, "1kB"},
+        {&size_opt, 1536 * 1024, "1536kB"},
+        {&size_opt, 8 * 1024 * 1024, "8MB"},
+        {&size_opt, INT64_C(1) << 30, "1GB"},
+        {&int_wide_opt, 3000, "3000"},
+        {&int_wide_opt, 1024, "1024"},
+        {&int_opt, -5, "-5"},
+        {&int_opt, 0, "0"},
+    };
+    char buf[64];
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        config_format_number(cases[i].o, cases[i].v, buf, sizeof buf);
+        ck_assert_msg(strcmp(buf, cases[i].text) == 0, "%s %lld printed \"%s\", not \"%s\"", cases[i].o->type_name,
+                      (long long)cases[i].v, buf, cases[i].text);
+        /* and it reads back to the same value */
+        ck_assert_int_eq(number_ok(cases[i].o, buf), cases[i].v);
+    }
+    config_format_number(&size_opt, 1024, buf, 3); /* bounded */
+    ck_assert_str_eq(buf, "1k");
+}
+END_TEST
+
+START_TEST(test_value_bool)
+{
+    static const char *const yes[] = {"on", "ON", "True", "yEs", "1"};
+    static const char *const no[] = {"off", "Off", "FALSE", "no", "0"};
+    static const char *const bad[] = {"", "2", "onn", "y", "n", "enabled", " on"};
+    char err[256];
+    bool v;
+
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        v = false;
+        ck_assert_msg(config_parse_bool(yes[i], &v, err, sizeof err) && v, "\"%s\" is not true", yes[i]);
+    }
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        v = true;
+        ck_assert_msg(config_parse_bool(no[i], &v, err, sizeof err) && !v, "\"%s\" is not false", no[i]);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = true;
+        err[0] = '\0';
+        ck_assert_msg(!config_parse_bool(bad[i], &v, err, sizeof err), "\"%s\" accepted", bad[i]);
+        ck_assert_msg(v, "a refused value wrote the output");
+        ck_assert_msg(strstr(err, "is not a boolean (on/off, true/false, yes/no, 1/0)") != NULL, "%s", err);
+    }
+}
+END_TEST
+
+START_TEST(test_value_enum)
+{
+    static const char *const names[] = {"alpha", "beta", "gamma", NULL};
+    const config_option_info o = {
+        .section = "t", .name = "e", .type = CONFIG_TYPE_ENUM, .type_name = "enum", .choices = names};
+    char err[256];
+    int v = -1;
+
+    ck_assert(config_parse_enum(&o, "alpha", &v, err, sizeof err));
+    ck_assert_int_eq(v, 0);
+    ck_assert(config_parse_enum(&o, "GAMMA", &v, err, sizeof err));
+    ck_assert_int_eq(v, 2);
+    v = 7;
+    ck_assert(!config_parse_enum(&o, "delta", &v, err, sizeof err));
+    ck_assert_str_eq(err, "\"delta\" is not one of: alpha, beta, gamma");
+    ck_assert_int_eq(v, 7);
+    ck_assert(!config_parse_enum(&o, "", &v, err, sizeof err));
+    ck_assert(!config_parse_enum(&o, "alph", &v, err, sizeof err));
+}
+END_TEST
+
+/* A list item check for the tests: refuses items that start with 'x', and counts its calls. */
+static int list_checks;
+
+static bool refuse_x(const char *item, char *err, size_t errlen)
+{
+    list_checks++;
+    if (item[0] == 'x') {
+        snprintf(err, errlen, "no x please: \"%s\"", item);
+        return false;
+    }
+    return true;
+}
+
+/* Appends text to a fresh list; on success the items are joined with "|" in out. */
+static bool list_parse(const char *text, char *out, size_t outlen, char *err, size_t errlen)
+{
+    config_list l = {0};
+    bool ok = config_list_append(&l, text, refuse_x, err, errlen);
+
+    out[0] = '\0';
+    if (ok) {
+        ck_assert_ptr_nonnull(l.items);
+        ck_assert_ptr_null(l.items[l.count]);
+        for (size_t i = 0; i < l.count; i++)
+            snprintf(out + strlen(out), outlen - strlen(out), "%s%s", i ? "|" : "", l.items[i]);
+    }
+    config_list_clear(&l);
+    ck_assert(l.items == NULL && l.count == 0);
+    return ok;
+}
+
+START_TEST(test_value_list)
+{
+    static const struct {
+        const char *text, *items;
+    } good[] = {
+        {"a", "a"},  {"a, b ,c", "a|b|c"}, {"  a.* ,\tb  ", "a.*|b"}, {"", ""}, {"   ", ""},
+        {"a,", "a"}, {"a, ", "a"},         {"a b, c", "a b|c"},
+    };
+    static const char *const bad[] = {",", "a,,b", ",a", "a, ,b", " , "};
+    char out[256], err[256];
+
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        ck_assert_msg(list_parse(good[i].text, out, sizeof out, err, sizeof err), "\"%s\": %s", good[i].text, err);
+        ck_assert_msg(strcmp(out, good[i].items) == 0, "\"%s\" -> \"%s\", not \"%s\"", good[i].text, out,
+                      good[i].items);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(!list_parse(bad[i], out, sizeof out, err, sizeof err), "\"%s\" accepted", bad[i]);
+        ck_assert_msg(strstr(err, "has an empty item (items are separated by commas)") != NULL, "%s", err);
+    }
+
+    /* The check sees each item trimmed; a refused item stops the list, keeping the items before it. */
+    config_list l = {0};
+    list_checks = 0;
+    ck_assert(!config_list_append(&l, "a, xb , c", refuse_x, err, sizeof err));
+    ck_assert_str_eq(err, "no x please: \"xb\"");
+    ck_assert_int_eq(list_checks, 2);
+    ck_assert_uint_eq(l.count, 1);
+    ck_assert_str_eq(l.items[0], "a");
+    config_list_clear(&l);
+
+    /* Appending continues a list: a trailing comma, then the next items. */
+    ck_assert(config_list_append(&l, "a.*,", NULL, err, sizeof err));
+    ck_assert(config_list_append(&l, "b.*, c.*", NULL, err, sizeof err));
+    ck_assert_uint_eq(l.count, 3);
+    ck_assert_str_eq(l.items[2], "c.*");
+    ck_assert_ptr_null(l.items[3]);
+    config_list_clear(&l);
+    config_list_clear(&l); /* twice is harmless */
+}
+END_TEST
+
+/* ---- the INI reader (daemon/config_ini.h), with a handler that records what it is given ------------------------ */
+
+struct ini_record {
+    char log[4096];
+};
+
+static void ini_log(struct ini_record *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void ini_log(struct ini_record *r, const char *fmt, ...)
+{
+    va_list ap;
+    size_t used = strlen(r->log);
+
+    va_start(ap, fmt);
+    vsnprintf(r->log + used, sizeof r->log - used, fmt, ap);
+    va_end(ap);
+}
+
+/* Section "bad" is refused; every section is logged as "S name". */
+static bool rec_section(void *arg, const char *name, char *err, size_t errlen)
+{
+    ini_log(arg, "S %s\n", name);
+    if (strcmp(name, "bad") == 0) {
+        snprintf(err, errlen, "no section [%s]", name);
+        return false;
+    }
+    return true;
+}
+
+/* Key "bad" is refused with a message, key "quiet" without one; every key is logged as "K LINE section name=value",
+ * with " +" for a continuation. */
+static bool rec_key(void *arg, const char *section, const char *name, const char *value, bool continuation, int line,
+                    char *err, size_t errlen)
+{
+    ini_log(arg, "K %d %s %s=%s%s\n", line, section, name, value, continuation ? " +" : "");
+    if (strcmp(name, "bad") == 0) {
+        snprintf(err, errlen, "no key %s", name);
+        return false;
+    }
+    return strcmp(name, "quiet") != 0;
+}
+
+/* Reads text through config_ini_parse, from a string (via_file false) or from a file; the source is named "T". */
+static bool ini_run(const char *text, bool via_file, struct ini_record *rec, char *err, size_t errlen)
+{
+    const config_ini_handler h = {.section = rec_section, .key = rec_key, .arg = rec};
+    bool ok;
+
+    rec->log[0] = '\0';
+    err[0] = '\0';
+    if (!via_file)
+        return config_ini_parse("T", NULL, text, &h, err, errlen);
+    char path[64];
+    write_tmp(path, text);
+    FILE *fp = fopen(path, "r");
+    ck_assert_ptr_nonnull(fp);
+    ok = config_ini_parse("T", fp, NULL, &h, err, errlen);
+    fclose(fp);
+    unlink(path);
+    return ok;
+}
+
+/* Reads text both ways: both must give want_log, and want_err ("" = success). */
+static void ini_expect(const char *text, const char *want_log, const char *want_err)
+{
+    for (int via_file = 0; via_file <= 1; via_file++) {
+        struct ini_record rec;
+        char err[1024];
+        bool ok = ini_run(text, via_file, &rec, err, sizeof err);
+        const char *how = via_file ? "file" : "string";
+        if (want_log != NULL)
+            ck_assert_msg(strcmp(rec.log, want_log) == 0, "%s:\n%s\nhanded over:\n%s\nexpected:\n%s", how, text,
+                          rec.log, want_log);
+        if (want_err[0] == '\0')
+            ck_assert_msg(ok, "%s: refused:\n%s\n%s", how, text, err);
+        else {
+            ck_assert_msg(!ok, "%s: accepted:\n%s", how, text);
+            ck_assert_msg(strcmp(err, want_err) == 0, "%s: error \"%s\", expected \"%s\"", how, err, want_err);
+        }
+    }
+}
+
+START_TEST(test_ini_lines_sections_continuations)
+{
+    ini_expect("; comment\n"
+               "# comment\n"
+               "[one]\n"
+               "a = 1\n"
+               "b = x;y ; a comment after a value\n"
+               "  more\n"
+               "; between\n"
+               "\n"
+               "\tagain\n"
+               "[two]\n"
+               "  c = 3\n"
+               "[empty]\n"
+               "[Three]\n"
+               "d=4",
+               "S one\n"
+               "K 4 one a=1\n"
+               "K 5 one b=x;y\n"
+               "K 6 one b=more +\n"
+               "K 9 one b=again +\n"
+               "S two\n"
+               "K 11 two c=3\n"
+               "S empty\n"
+               "S Three\n"
+               "K 14 Three d=4\n",
+               "");
+    /* An indented "key = value" line below another key continues that key: the handler decides what that means. */
+    ini_expect("[s]\na = 1\n  b = 2\n", "S s\nK 2 s a=1\nK 3 s a=b = 2 +\n", "");
+    /* A key given again is handed over again, not as a continuation (the handler refuses duplicates). */
+    ini_expect("[s]\na = 1\na = 2\n", "S s\nK 2 s a=1\nK 3 s a=2\n", "");
+    /* A section header ends the key above it: no continuation across it. */
+    ini_expect("[s]\na = 1\n[s]\n  a = 2\n", "S s\nK 2 s a=1\nS s\nK 4 s a=2\n", "");
+    /* A UTF-8 byte order mark and CRLF line ends. */
+    ini_expect("\xEF\xBB\xBF[s]\r\na = 1\r\n  b\r\n", "S s\nK 2 s a=1\nK 3 s a=b +\n", "");
+    ini_expect("", "", "");
+}
+END_TEST
+
+START_TEST(test_ini_errors)
+{
+    /* A key before any section is refused by the reader; the handler never sees it. */
+    ini_expect("a = 1\n[s]\n", "S s\n", "T:1: a: a key before any [section]");
+    ini_expect("[s]\nok = 1\nbad = 2\n", NULL, "T:3: no key bad");
+    ini_expect("[bad]\n", "S bad\n", "T:1: no section [bad]");
+    /* A key refused without a message, after its section was refused: the section's error stands. */
+    ini_expect("[bad]\nquiet = 1\n", "S bad\nK 2 bad quiet=1\n", "T:1: no section [bad]");
+    /* ... and with no error before it, the line counts as a syntax error. */
+    ini_expect("[s]\nquiet = 1\n", NULL, "T:2: syntax error (expected \"[section]\", \"key = value\" or a comment)");
+    ini_expect("[s\n", NULL, "T:1: syntax error (expected \"[section]\", \"key = value\" or a comment)");
+    ini_expect("[s]\nnovalue\n", NULL, "T:2: syntax error (expected \"[section]\", \"key = value\" or a comment)");
+    /* The error of the earliest line wins, whichever was found first. */
+    ini_expect("[s]\nbad = 1\nx 2\n", NULL, "T:2: no key bad");
+    ini_expect("[s]\nx 2\nbad = 1\n", NULL, "T:2: syntax error (expected \"[section]\", \"key = value\" or a comment)");
+    ini_expect("[s]\nbad = 1\n[bad]\n", NULL, "T:2: no key bad");
+    ini_expect("[bad]\n[s]\nbad = 1\n", NULL, "T:1: no section [bad]");
+    /* The reader goes on after an error: later lines are still handed over. */
+    ini_expect("[s]\nbad = 1\nc = 3\n", "S s\nK 2 s bad=1\nK 3 s c=3\n", "T:2: no key bad");
+
+    /* A file that cannot be read: the error has no line. */
+    struct ini_record rec = {""};
+    const config_ini_handler h = {.section = rec_section, .key = rec_key, .arg = &rec};
+    char err[256];
+    FILE *dir = fopen(".", "r");
+    ck_assert_ptr_nonnull(dir);
+    ck_assert(!config_ini_parse("T", dir, NULL, &h, err, sizeof err));
+    fclose(dir);
+    ck_assert_msg(strncmp(err, "T: read error: ", 15) == 0, "%s", err);
+
+    /* The form of every error. */
+    config_ini_error(err, sizeof err, "F", 7, "[%s] %s: %d", "s", "k", 1);
+    ck_assert_str_eq(err, "F:7: [s] k: 1");
+    config_ini_error(err, sizeof err, "F", 0, "cannot %s", "read");
+    ck_assert_str_eq(err, "F: cannot read");
+    config_ini_error(err, 6, "F", 7, "long");
+    ck_assert_str_eq(err, "F:7: ");
+}
+END_TEST
+
+/* An indented "[section]" line is a section header wherever it stands, as libinih reads it. */
+START_TEST(test_ini_indented_section_headers)
+{
+    ini_expect("  [s]\na = 1\n", "S s\nK 2 s a=1\n", "");
+    ini_expect("\t[bad]\na = 1\n", NULL, "T:1: no section [bad]");
+    ini_expect("[s]\na = 1\n  [t]\nb = 2\n", "S s\nK 2 s a=1\nS t\nK 4 t b=2\n", "");
+    ini_expect("[s]\na = 1\n  more\n; c\n \t[t]\n  b = 2\n", "S s\nK 2 s a=1\nK 3 s a=more +\nS t\nK 6 t b=2\n", "");
+    ini_expect("[s]\na = 1\n  [bad]\nb = 2\n", "S s\nK 2 s a=1\nS bad\nK 4 bad b=2\n", "T:3: no section [bad]");
+    ini_expect("\xEF\xBB\xBF  [s]\r\na = 1\r\n", "S s\nK 2 s a=1\n", "");
+    /* Not a header: '[' further into a continuation line. */
+    ini_expect("[s]\na = 1\n  x [t]\n", "S s\nK 2 s a=1\nK 3 s a=x [t] +\n", "");
+}
+END_TEST
+
+/* "[s]\n" then a line of exactly len characters ("k = vvv..."), then end (with a newline when nl). */
+static void long_line(char *text, size_t size, size_t len, const char *end)
+{
+    snprintf(text, size, "[s]\nk = ");
+    size_t head = strlen(text);
+    ck_assert(head + len - 4 + strlen(end) < size);
+    memset(text + head, 'v', len - 4);
+    strcpy(text + head + len - 4, end);
+}
+
+START_TEST(test_ini_line_length)
+{
+    char text[512];
+    const char *too_long = "T:2: line is longer than 199 characters, the most this parser reads";
+    ck_assert_int_eq(CONFIG_INI_MAX_LINE, 199); /* as docs/configuration.md says */
+
+    static const char *const ends[] = {"\n", "", "\nz = 1\n"};
+    for (size_t e = 0; e < sizeof ends / sizeof ends[0]; e++) {
+        long_line(text, sizeof text, CONFIG_INI_MAX_LINE, ends[e]);
+        ini_expect(text, NULL, "");
+        long_line(text, sizeof text, CONFIG_INI_MAX_LINE + 1, ends[e]);
+        ini_expect(text, NULL, too_long);
+        long_line(text, sizeof text, CONFIG_INI_MAX_LINE + 50, ends[e]);
+        ini_expect(text, NULL, too_long);
+    }
+    /* The "\r" of a CRLF line end counts. */
+    long_line(text, sizeof text, CONFIG_INI_MAX_LINE - 1, "\r\n");
+    ini_expect(text, NULL, "");
+    long_line(text, sizeof text, CONFIG_INI_MAX_LINE, "\r\n");
+    ini_expect(text, NULL, too_long);
+
+    /* The value of a line that fits is whole; after a line too long the reader resumes at the next line. */
+    struct ini_record rec;
+    char err[256], want[300];
+    long_line(text, sizeof text, CONFIG_INI_MAX_LINE, "\n");
+    ck_assert(ini_run(text, false, &rec, err, sizeof err));
+    snprintf(want, sizeof want, "S s\nK 2 s k=%.*s\n", CONFIG_INI_MAX_LINE - 4, text + strlen("[s]\nk = "));
+    ck_assert_str_eq(rec.log, want);
+    long_line(text, sizeof text, CONFIG_INI_MAX_LINE + 50, "\nz = 1\n");
+    for (int via_file = 0; via_file <= 1; via_file++) {
+        ck_assert(!ini_run(text, via_file, &rec, err, sizeof err));
+        ck_assert_str_eq(err, too_long);
+        ck_assert_msg(strstr(rec.log, "K 3 s z=1\n") != NULL, "%s", rec.log);
+    }
+}
+END_TEST
+
 Suite *config_suite(void); /* called by the generated runner list */
 
 Suite *config_suite(void)
@@ -691,14 +1396,37 @@ Suite *config_suite(void)
     tcase_set_timeout(tc, 20);
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_table);
+    tcase_add_test(tc, test_table_has_no_duplicate_options);
     tcase_add_test(tc, test_types_and_units);
     tcase_add_test(tc, test_continuation_lines);
     tcase_add_test(tc, test_errors_name_file_line_key);
+    tcase_add_test(tc, test_unknown_section_lists_every_section);
+    tcase_add_test(tc, test_indented_section_headers);
+    tcase_add_test(tc, test_duplicate_keys_refused);
     tcase_add_test(tc, test_missing_file_and_untouched_output);
     tcase_add_test(tc, test_reload);
+    tcase_add_test(tc, test_failed_override_changes_nothing);
+    tcase_add_test(tc, test_reload_checks_overrides_with_the_file);
     tcase_add_test(tc, test_print_round_trip);
     tcase_add_test(tc, test_secrets_masked);
     suite_add_tcase(s, tc);
+
+    TCase *values = tcase_create("values");
+    tcase_set_timeout(values, 20);
+    tcase_add_test(values, test_value_numbers);
+    tcase_add_test(values, test_value_number_format);
+    tcase_add_test(values, test_value_bool);
+    tcase_add_test(values, test_value_enum);
+    tcase_add_test(values, test_value_list);
+    suite_add_tcase(s, values);
+
+    TCase *ini = tcase_create("ini");
+    tcase_set_timeout(ini, 20);
+    tcase_add_test(ini, test_ini_lines_sections_continuations);
+    tcase_add_test(ini, test_ini_errors);
+    tcase_add_test(ini, test_ini_indented_section_headers);
+    tcase_add_test(ini, test_ini_line_length);
+    suite_add_tcase(s, ini);
 
     TCase *files = tcase_create("files");
     tcase_set_timeout(files, 20);

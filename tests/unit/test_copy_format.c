@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "source/copy.h"
+#include "copy/copy.h"
 
 START_TEST(test_duration)
 {

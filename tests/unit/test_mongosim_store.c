@@ -2,11 +2,11 @@
  * test_mongosim_store.c — mongosim's data engine (tests/mongosim/store.c, update.c): documents and the oplog bodies
  * writes emit, in the 7.0 ($v:2) and 4.4 ($v:1) shapes.
  *
- * Vector sources: tests/vectors/diff_v2_pre_post.jsonl and tests/vectors/update_v1_pre_post.jsonl, verbatim copies
- * of /work/shared/oplog/vectors/ (see tests/vectors/SOURCES.md; each line names its upstream file). For every
+ * Vector sources: tests/vectors/diff_v2_pre_post.jsonl and tests/vectors/update_v1_pre_post.jsonl (taken from the
+ * server's own tests: tests/vectors/SOURCES.md, and each line names its upstream file). For every
  * triple whose `o` a plain $set/$unset/$inc/$push can produce, the test drives the engine with that operator on
  * `pre` and asserts the new document equals `post` and the emitted `o` equals the vector's `o`, byte for byte.
- * Other expectations are derived from /work/shared/oplog/REPORT.md §2–§3 (cited per case).
+ * Other expectations state, case by case, the server behaviour they rest on.
  */
 #include <check.h>
 #include <stdio.h>
@@ -237,6 +237,15 @@ static void check_update_error(const char *doc_json, const char *u_json, int cod
 
 /* ---- vectors ---------------------------------------------------------------------------------------------- */
 
+/* The $push updates of mongodb/mongo jstests/replsets/oplog_format.js (shell numbers are doubles). */
+#define PUSH_EACH_SLICE "{\"$push\": {\"a.b\": {\"$each\": [1.0, 2.0], \"$slice\": -2.0}}}"
+#define PUSH_SORT_SLICE_100                                                                                            \
+    "{\"$push\": {\"a.b\": {\"$each\": [{\"c\": -1.0}], \"$sort\": {\"c\": 1.0}, \"$slice\": -100.0}}}"
+#define PUSH_SLICE_SORT_FIRST_TWO                                                                                      \
+    "{\"$push\": {\"a.b\": {\"$each\": [{\"c\": -1.0}], \"$slice\": -2.0, \"$sort\": {\"c\": 1.0}}}}"
+#define PUSH_SLICE_SORT_REVERSED                                                                                       \
+    "{\"$push\": {\"a.b\": {\"$each\": [{\"c\": -1.0}], \"$slice\": -2.0, \"$sort\": {\"c\": -1.0}}}}"
+
 START_TEST(test_vectors_v2)
 {
     const char *f = VEC_DIR "diff_v2_pre_post.jsonl";
@@ -270,34 +279,32 @@ START_TEST(test_vectors_v2)
     run_vector(f, "oplog_format-v2-single $set", "{\"$set\": {\"a\": 2.0}}", SIM_FORMAT_70);
     run_vector(f, "oplog_format-v2-double $set", "{\"$set\": {\"a\": 2.0, \"b\": 2.0}}", SIM_FORMAT_70);
     run_vector(f, "oplog_format-v2-array $inc (positional path a.0)", "{\"$inc\": {\"a.0\": 1.0}}", SIM_FORMAT_70);
-    /* These came from $push with $slice/$sort (whole array rewritten → u inside the sub-diff); a $set of the
-     * resulting array produces the same o. */
-    run_vector(f, "oplog_format-v2-$push $each $slice", "{\"$set\": {\"a.b\": [1.0, 2.0]}}", SIM_FORMAT_70);
-    run_vector(f, "oplog_format-v2-$push $sort $slice -100",
-               "{\"$set\": {\"a.b\": [{\"c\": -1.0}, {\"c\": 1.0}, {\"c\": 2.0}]}}", SIM_FORMAT_70);
-    run_vector(f, "oplog_format-v2-$push $slice $sort first two", "{\"$set\": {\"a.b\": [{\"c\": 1.0}, {\"c\": 2.0}]}}",
-               SIM_FORMAT_70);
-    run_vector(f, "oplog_format-v2-$push $slice $sort reversed", "{\"$set\": {\"a.b\": [{\"c\": 1.0}, {\"c\": -1.0}]}}",
-               SIM_FORMAT_70);
+    /* $push with $slice/$sort rewrites the whole array (u inside the sub-diff); the updates are the ones
+     * oplog_format.js runs. */
+    run_vector(f, "oplog_format-v2-$push $each $slice", PUSH_EACH_SLICE, SIM_FORMAT_70);
+    run_vector(f, "oplog_format-v2-$push $sort $slice -100", PUSH_SORT_SLICE_100, SIM_FORMAT_70);
+    run_vector(f, "oplog_format-v2-$push $slice $sort first two", PUSH_SLICE_SORT_FIRST_TWO, SIM_FORMAT_70);
+    run_vector(f, "oplog_format-v2-$push $slice $sort reversed", PUSH_SLICE_SORT_REVERSED, SIM_FORMAT_70);
 }
 END_TEST
 
 START_TEST(test_vectors_v1)
 {
     const char *f = VEC_DIR "update_v1_pre_post.jsonl";
-    /* $inc/$push become $set of the result; new fields in lexicographic order (REPORT §3 $v:1). */
+    /* $inc/$push become $set of the result; new fields in lexicographic order (how 4.4 logs $v:1 updates, as these
+     * vectors from mongodb/mongo jstests/replsets/oplog_format.js show). */
     run_vector(f, "oplog_format-v1-IncRewriteExistingField", "{\"$inc\": {\"a\": 1.0}, \"$set\": {\"b\": 2.0}}",
                SIM_FORMAT_44);
-    run_vector(f, "oplog_format-v1-TwoNestedPulls", "{\"$set\": {\"a.b\": [1.0], \"a.c\": [1.0]}}", SIM_FORMAT_44);
+    run_vector(f, "oplog_format-v1-TwoNestedPulls", "{\"$pull\": {\"a.b\": 2.0, \"a.c\": 2.0}}", SIM_FORMAT_44);
     run_vector(f, "oplog_format-v1-MultiSets", "{\"$set\": {\"b\": 2.0, \"a\": 2.0}}", SIM_FORMAT_44);
     run_vector(f, "oplog_format-v1-single $inc", "{\"$inc\": {\"a\": 1.0}}", SIM_FORMAT_44);
     run_vector(f, "oplog_format-v1-double $set", "{\"$set\": {\"a\": 2.0, \"b\": 2.0}}", SIM_FORMAT_44);
     run_vector(f, "oplog_format-v1-array $push to new field", "{\"$push\": {\"c\": 18.0}}", SIM_FORMAT_44);
-    run_vector(f, "oplog_format-v1-$push $each $slice", "{\"$set\": {\"a.b\": [1.0, 2.0]}}", SIM_FORMAT_44);
-    run_vector(f, "oplog_format-v1-$push $slice $sort top-level", "{\"$set\": {\"a\": [{\"b\": 1.0}, {\"b\": 2.0}]}}",
+    run_vector(f, "oplog_format-v1-$push $each $slice", PUSH_EACH_SLICE, SIM_FORMAT_44);
+    run_vector(f, "oplog_format-v1-$push $slice $sort top-level",
+               "{\"$push\": {\"a\": {\"$each\": [{\"b\": -1.0}], \"$slice\": -2.0, \"$sort\": {\"b\": 1.0}}}}",
                SIM_FORMAT_44);
-    run_vector(f, "oplog_format-v1-$push $slice $sort first two", "{\"$set\": {\"a.b\": [{\"c\": 1.0}, {\"c\": 2.0}]}}",
-               SIM_FORMAT_44);
+    run_vector(f, "oplog_format-v1-$push $slice $sort first two", PUSH_SLICE_SORT_FIRST_TWO, SIM_FORMAT_44);
     run_vector(f, "csraw-v1-$inc", "{\"$inc\": {\"b\": 2.0}}", SIM_FORMAT_44);
     run_vector(f, "csraw-v1-$set multi (doc 4)", "{\"$set\": {\"b\": 2.0}}", SIM_FORMAT_44);
     run_vector(f, "csraw-v1-$set nested", "{\"$set\": {\"b.d\": 2.0}}", SIM_FORMAT_44);
@@ -308,7 +315,8 @@ END_TEST
 
 START_TEST(test_set_nested)
 {
-    /* Creating a missing path: the first missing component is inserted whole (i), REPORT §3 (insert section). */
+    /* Creating a missing path: the first missing component is inserted whole, in the diff's `i` section (as the
+     * server's $v:2 log builder does, mongodb/mongo src/mongo/db/update/v2_log_builder.cpp). */
     check_update("{\"_id\": 1, \"x\": {\"y\": 1}}", "{\"$set\": {\"x.z.w\": 5}}",
                  "{\"_id\": 1, \"x\": {\"y\": 1, \"z\": {\"w\": 5}}}",
                  "{\"$v\": 2, \"diff\": {\"sx\": {\"i\": {\"z\": {\"w\": 5}}}}}",
@@ -356,7 +364,8 @@ START_TEST(test_unset)
     check_update("{\"_id\": 1, \"x\": {\"y\": 1, \"z\": 2}}", "{\"$unset\": {\"x.y\": \"\"}}",
                  "{\"_id\": 1, \"x\": {\"z\": 2}}", "{\"$v\": 2, \"diff\": {\"sx\": {\"d\": {\"y\": false}}}}",
                  "{\"$v\": 1, \"$unset\": {\"x.y\": true}}");
-    /* Unset of an array element writes null (REPORT §3 $v:1 apply rules); 7.0 logs it as u<idx>: null. */
+    /* Unset of an array element sets it to null rather than removing it (MongoDB's $unset on an array element); 7.0
+     * logs it as u<idx>: null. */
     check_update("{\"_id\": 1, \"arr\": [1, 2]}", "{\"$unset\": {\"arr.0\": 1}}", "{\"_id\": 1, \"arr\": [null, 2]}",
                  "{\"$v\": 2, \"diff\": {\"sarr\": {\"a\": true, \"u0\": null}}}",
                  "{\"$v\": 1, \"$unset\": {\"arr.0\": true}}");
@@ -389,10 +398,13 @@ START_TEST(test_push)
     /* Appending to an existing array: u<newIdx> per element (7.0), $set arr.N per element (4.4). */
     check_update("{\"_id\": 1, \"a\": [1]}", "{\"$push\": {\"a\": 2}}", "{\"_id\": 1, \"a\": [1, 2]}",
                  "{\"$v\": 2, \"diff\": {\"sa\": {\"a\": true, \"u1\": 2}}}", "{\"$v\": 1, \"$set\": {\"a.1\": 2}}");
+    /* Into an empty array it is not an append but a normal update, so the whole array is logged
+     * (insertElementsWithPosition in mongodb/mongo src/mongo/db/update/push_node.cpp: arraySize == 0 →
+     * kNormalUpdate). */
     check_update("{\"_id\": 1, \"o\": {\"a\": []}}", "{\"$push\": {\"o.a\": {\"$each\": [1, {\"x\": 1}]}}}",
                  "{\"_id\": 1, \"o\": {\"a\": [1, {\"x\": 1}]}}",
-                 "{\"$v\": 2, \"diff\": {\"so\": {\"sa\": {\"a\": true, \"u0\": 1, \"u1\": {\"x\": 1}}}}}",
-                 "{\"$v\": 1, \"$set\": {\"o.a.0\": 1, \"o.a.1\": {\"x\": 1}}}");
+                 "{\"$v\": 2, \"diff\": {\"so\": {\"u\": {\"a\": [1, {\"x\": 1}]}}}}",
+                 "{\"$v\": 1, \"$set\": {\"o.a\": [1, {\"x\": 1}]}}");
     /* Onto a missing field: the array is created (i / $set of the whole array, vector v1 "$push to new field"). */
     check_update("{\"_id\": 1}", "{\"$push\": {\"a\": {\"$each\": [1, 2]}}}", "{\"_id\": 1, \"a\": [1, 2]}",
                  "{\"$v\": 2, \"diff\": {\"i\": {\"a\": [1, 2]}}}", "{\"$v\": 1, \"$set\": {\"a\": [1, 2]}}");
@@ -400,14 +412,16 @@ START_TEST(test_push)
     check_update("{\"_id\": 1, \"a\": [1]}", "{\"$push\": {\"a\": {\"$each\": []}}}", NULL, NULL, NULL);
     /* A document value without $ keys is pushed as is. */
     check_update("{\"_id\": 1, \"a\": []}", "{\"$push\": {\"a\": {\"k\": 1}}}", "{\"_id\": 1, \"a\": [{\"k\": 1}]}",
-                 "{\"$v\": 2, \"diff\": {\"sa\": {\"a\": true, \"u0\": {\"k\": 1}}}}",
-                 "{\"$v\": 1, \"$set\": {\"a.0\": {\"k\": 1}}}");
+                 "{\"$v\": 2, \"diff\": {\"u\": {\"a\": [{\"k\": 1}]}}}",
+                 "{\"$v\": 1, \"$set\": {\"a\": [{\"k\": 1}]}}");
 }
 END_TEST
 
 START_TEST(test_replacement_and_errors)
 {
-    /* Replacement keeps _id first and logs the whole document (REPORT §3: replacement = full doc, _id first). */
+    /* Replacement keeps _id first and logs the whole document (the server logs a replacement as the full new
+     * document with _id first: makeReplacementOplogEntry in mongodb/mongo
+     * src/mongo/db/update/update_oplog_entry_serialization.cpp). */
     check_update("{\"_id\": 1, \"a\": 1}", "{\"b\": 2, \"_id\": 1}", "{\"_id\": 1, \"b\": 2}", "{\"_id\": 1, \"b\": 2}",
                  "{\"_id\": 1, \"b\": 2}");
     check_update("{\"_id\": 1, \"a\": 1}", "{\"a\": 1}", NULL, NULL, NULL);
@@ -440,7 +454,8 @@ START_TEST(test_insert_create_dup)
     bson_error_t err;
     bson_t *d1 = J("{\"a\": 1, \"_id\": 7}");
     ck_assert(store_insert(s, "db", "c", d1, sink_emit, &k, &err));
-    /* Implicit create first (REPORT §2 create; transcribed 7.0 "create precedes the first insert"). */
+    /* Implicit create first: a write into a missing collection logs its create before the insert (the create
+     * entry of tests/vectors/transcribed_understanding_the_oplog_doc.jsonl, from 7.0). */
     ck_assert_int_eq(k.n, 2);
     ck_assert_str_eq(body_str(k.bodies[0], "ns"), "db.$cmd");
     assert_body_o(k.bodies[0], "c",
@@ -511,7 +526,7 @@ START_TEST(test_update_noop_upsert_delete)
     ck_assert(store_update(s, "db", "c", q2, u2, false, &res, sink_emit, &k, &err));
     ck_assert_int_eq(res.matched, 0);
     ck_assert_int_eq(k.n, 0);
-    /* Upsert that inserts: an i entry with the built document (REPORT §2 "Upserts are logged as i"). */
+    /* Upsert that inserts: logged, as the server does, as an i entry with the document it built. */
     ck_assert(store_update(s, "db", "c", q2, u2, true, &res, sink_emit, &k, &err));
     ck_assert(res.upserted);
     ck_assert_int_eq(res.upserted_id.value_type, BSON_TYPE_INT32);

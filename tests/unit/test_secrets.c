@@ -1,7 +1,7 @@
 /*
  * test_secrets.c — passwords in the configuration: the warning for a world-readable file that holds one
  * (config_secret_exposed), [mongodb] password_file (read at load into mongodb_uri_effective, with its error cases),
- * masking in config_print, and TLS options passing through to the drivers untouched.
+ * masking (config_mask_secrets, and in config_print), and TLS options passing through to the drivers untouched.
  */
 #include <check.h>
 #include <errno.h>
@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
 #include <mongoc/mongoc.h>
 
 #include "daemon/config.h"
@@ -103,6 +104,10 @@ START_TEST(test_world_readable_without_password_is_quiet)
     ck_assert(!exposed("mongodb://u@db1/?replicaSet=rs0", "host=db dbname=app user=o", 0644));
     ck_assert(!exposed("mongodb://db1/?replicaSet=rs0", "", 0644));
     ck_assert(!exposed("mongodb://db1/?replicaSet=rs0", "postgresql://o@db/app?sslmode=require", 0644));
+    /* An empty password is no secret. */
+    ck_assert(!exposed("mongodb://u:@db1/?replicaSet=rs0", "host=db password=", 0644));
+    ck_assert(!exposed("mongodb://db1/?replicaSet=rs0", "postgresql://o:@db/app", 0644));
+    ck_assert(!exposed("mongodb://db1/?replicaSet=rs0", "host=db password=''", 0644));
     /* A password_file keeps the password out of the file: no warning for a world-readable configuration. */
     char pw[64], conf[64], err[1024] = "", msg[256];
     config c;
@@ -113,6 +118,212 @@ START_TEST(test_world_readable_without_password_is_quiet)
     config_free(&c);
     unlink(conf);
     unlink(pw);
+}
+END_TEST
+
+/* ---- masking ---------------------------------------------------------------------------------------------------- */
+
+/* Where a password hides in a libpq string or a URI, and what only looks like one. */
+START_TEST(test_mask_edge_cases)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        /* key/value: the keyword in any case, spaces around '=', quotes and escapes, an empty value */
+        {"PASSWORD=x", "PASSWORD=********"},
+        {"host = h   password='x y'  port=1", "host = h   password=********  port=1"},
+        {"host='a\\'b' password=c\\ d port=2", "host='a\\'b' password=******** port=2"},
+        {"password=", "password=********"},
+        {"password=a password=b", "password=******** password=********"},
+        /* other keywords stay as they are, even when they start with "password" */
+        {"passwordx=1 passfile=/etc/pgpass", "passwordx=1 passfile=/etc/pgpass"},
+        /* not key=value: the rest is copied (the conninfo check refuses such a string anyway) */
+        {"password", "password"},
+        /* URIs: userinfo and every password= query parameter, in any case; '#', '@' and '/' inside the password */
+        {"postgresql://u:pw@h/db?Password=a&sslmode=require&password=b",
+         "postgresql://u:********@h/db?Password=********&sslmode=require&password=********"},
+        {"postgresql://u:p#w@h/db", "postgresql://u:********@h/db"},
+        {"postgresql://u:a@b@h/db", "postgresql://u:********@h/db"},
+        {"mongodb://u:p/w@h/x", "mongodb://u:********@h/x"},
+        {"postgresql://h/db?password", "postgresql://h/db?password"},
+        {"mongodb://u@h/?authSource=admin", "mongodb://u@h/?authSource=admin"},
+    };
+    char buf[256];
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_str_eq(config_mask_secrets(cases[i].in, buf, sizeof buf), cases[i].out);
+    ck_assert_str_eq(config_mask_secrets(NULL, buf, sizeof buf), "");
+    /* cut short, never past the buffer, and the password is not what is cut */
+    ck_assert_str_eq(config_mask_secrets("postgresql://u:pw@h/db", buf, 20), "postgresql://u:****");
+}
+END_TEST
+
+/* A URI's userinfo password ends at the '@' before the host, not at a '?' (nor at '#', ':', '&', '['): libpq and
+ * the MongoDB driver both read "u:p?w@h" as user u, password p?w. A password= query parameter is masked wherever
+ * libpq would read it, also with its key percent-encoded. */
+START_TEST(test_mask_uri_password_any_characters)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"postgresql://u:p?w@h/x", "postgresql://u:********@h/x"},
+        {"postgres://u:p?w@h", "postgres://u:********@h"},
+        {"postgresql://u:p?w@h/x?sslmode=require&password=z",
+         "postgresql://u:********@h/x?sslmode=require&password=********"},
+        {"postgresql://u:p:q&r[s@h1:1,h2:2/db", "postgresql://u:********@h1:1,h2:2/db"},
+        {"postgresql://:pw@h/db", "postgresql://:********@h/db"},
+        {"postgresql://u:p?a@b@h/db", "postgresql://u:********@h/db"},
+        {"mongodb://u:p?w@h/?replicaSet=rs0", "mongodb://u:********@h/?replicaSet=rs0"},
+        {"mongodb://u:p?w@h", "mongodb://u:********@h"},
+        {"mongodb+srv://u:p?w#x@c.example.com/?tls=true", "mongodb+srv://u:********@c.example.com/?tls=true"},
+        /* a password= query parameter: alone, after a host:port, holding '@' or an encoded '&', its key encoded */
+        {"postgresql://h/db?password=secret", "postgresql://h/db?password=********"},
+        {"postgresql://h:5432/db?password=s@cret", "postgresql://h:5432/db?password=********"},
+        {"postgresql://h/db?password=a%26b&sslmode=disable", "postgresql://h/db?password=********&sslmode=disable"},
+        {"postgresql://h/db?pass%77ord=secret", "postgresql://h/db?pass%77ord=********"},
+        {"postgresql://h/db?%70ASSWORD=z&x=1", "postgresql://h/db?%70ASSWORD=********&x=1"},
+        {"postgresql://h/db#f?password=x", "postgresql://h/db#f?password=********"},
+        /* an '@' after the host part is not the end of the userinfo: nothing more is masked than the password */
+        {"postgresql://u:pw@h/db?application_name=a@b", "postgresql://u:********@h/db?application_name=a@b"},
+        {"mongodb://u:pw@h/?appname=a@b&replicaSet=rs0", "mongodb://u:********@h/?appname=a@b&replicaSet=rs0"},
+        {"postgresql://h/db?application_name=a@b", "postgresql://h/db?application_name=a@b"},
+        {"postgresql://h:5432/d?application_name=a:b@c", "postgresql://h:5432/d?application_name=a:b@c"},
+        /* libpq reads "h:5432?x=a" as user h, password 5432?x=a */
+        {"postgresql://h:5432?x=a@b/db", "postgresql://h:********@b/db"},
+        /* when in doubt, mask: a password= parameter that libpq would read as part of a user name */
+        {"postgresql://h?password=x@y", "postgresql://h?password=********"},
+    };
+    char buf[256];
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_str_eq(config_mask_secrets(cases[i].in, buf, sizeof buf), cases[i].out);
+}
+END_TEST
+
+/* libpq's key=value form: the value of password, quoted or not, with escapes, as libpq reads it. */
+START_TEST(test_mask_keyvalue_forms)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"host=h password='a b\\' c' dbname=x", "host=h password=******** dbname=x"},
+        {"password = 'x y'   port=1", "password = ********   port=1"},
+        {"host=h password=a\\ b port=1", "host=h password=******** port=1"},
+        {"password=a'b host=h", "password=******** host=h"},
+        {"password='a\\\\' host=h", "password=******** host=h"},
+        {"password=\t'q' host=h", "password=\t******** host=h"},
+        /* libpq skips the blanks after '=': this password is "host=h" */
+        {"password= host=h", "password= ********"},
+        {"password='unterminated and more", "password=********"},
+        /* a word without '=' does not stop the masking of what follows (libpq refuses the string anyway) */
+        {"host=h junk password=secret", "host=h junk password=********"},
+    };
+    char buf[256];
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_str_eq(config_mask_secrets(cases[i].in, buf, sizeof buf), cases[i].out);
+}
+END_TEST
+
+/* The password each library actually takes from these strings never shows in the masked text. */
+START_TEST(test_mask_hides_what_the_drivers_read)
+{
+    static const char *const pg[] = {
+        "postgresql://u:Pw?x1@h/x",
+        "postgresql://u:Pw?x2@h",
+        "postgresql://u:Pw#x3@h/db",
+        "postgresql://u:Pw:x4@h/db",
+        "postgresql://u:Pw&x5@h/db?sslmode=disable",
+        "postgresql://u:Pw?x6@h/db?application_name=a@b",
+        "postgresql://h/db?password=Pw@x7",
+        "postgresql://h:5432/db?sslmode=disable&password=Pw?x8",
+        "postgresql://h/db?pass%77ord=Pw%26x9",
+        "postgresql://h/db#f?password=Pwx10",
+        "postgresql://h:5432?x=Pw11@b/db",
+        "postgresql://u@h/db?password=Pw12a&password=Pw12b",
+        "host=h password='Pw x\\' 13' dbname=x",
+        "host=h password=Pw\\ 14 port=1",
+        "password= Pw15=h",
+        "password=Pw'16",
+    };
+    static const char *const mongo[] = {
+        "mongodb://u:Pw?x1@h/x",
+        "mongodb://u:Pw?x2@h",
+        "mongodb://u:Pw?x3@h/?replicaSet=rs0",
+        "mongodb://u:Pw#x4@h1:1,h2:2/?replicaSet=rs0",
+        "mongodb://u:Pw&x5@h/?appname=a@b",
+        "mongodb://u:Pw?a@b@h/",
+        "mongodb+srv://u:Pw?x7@c.example.com/",
+    };
+    char buf[256];
+
+    for (size_t i = 0; i < sizeof pg / sizeof pg[0]; i++) {
+        char *msg = NULL;
+        PQconninfoOption *opts = PQconninfoParse(pg[i], &msg);
+        ck_assert_msg(opts != NULL, "libpq refuses %s: %s", pg[i], msg);
+        config_mask_secrets(pg[i], buf, sizeof buf);
+        int passwords = 0;
+        for (PQconninfoOption *o = opts; o->keyword != NULL; o++) {
+            if (strcmp(o->keyword, "password") != 0 || o->val == NULL)
+                continue;
+            passwords++;
+            ck_assert_msg(strstr(buf, o->val) == NULL, "%s -> %s shows libpq's password %s", pg[i], buf, o->val);
+            ck_assert_msg(strstr(buf, "Pw") == NULL, "%s -> %s shows part of a password", pg[i], buf);
+        }
+        ck_assert_msg(passwords == 1, "%s: libpq reads no password", pg[i]);
+        PQconninfoFree(opts);
+    }
+    for (size_t i = 0; i < sizeof mongo / sizeof mongo[0]; i++) {
+        bson_error_t error;
+        mongoc_uri_t *uri = mongoc_uri_new_with_error(mongo[i], &error);
+        ck_assert_msg(uri != NULL, "the driver refuses %s: %s", mongo[i], error.message);
+        const char *password = mongoc_uri_get_password(uri);
+        ck_assert_msg(password != NULL && password[0] != '\0', "%s: the driver reads no password", mongo[i]);
+        config_mask_secrets(mongo[i], buf, sizeof buf);
+        ck_assert_msg(strstr(buf, password) == NULL, "%s -> %s shows the driver's password %s", mongo[i], buf,
+                      password);
+        ck_assert_msg(strstr(buf, "Pw") == NULL, "%s -> %s shows part of a password", mongo[i], buf);
+        mongoc_uri_destroy(uri);
+    }
+}
+END_TEST
+
+struct logbuf {
+    char text[4096];
+    int lines;
+};
+
+static void collect(void *arg, const char *msg)
+{
+    struct logbuf *lb = arg;
+    size_t used = strlen(lb->text);
+    snprintf(lb->text + used, sizeof lb->text - used, "%s\n", msg);
+    lb->lines++;
+}
+
+/* The leak as it was seen: a URI password holding '?' printed by "oplog2pg config" and in a reload's messages. */
+START_TEST(test_uri_password_masked_in_print_and_reload)
+{
+    char conf[64], err[1024] = "";
+    config c;
+    struct logbuf lb = {"", 0};
+
+    write_conf(conf, "mongodb://u:mq?1secret@db1/?replicaSet=rs0", NULL, "postgresql://o:pq?1secret@db/app", 0600);
+    ck_assert_msg(config_load(conf, &c, err, sizeof err), "%s", err);
+    char *out = print_to_string(&c);
+    ck_assert_msg(strstr(out, "secret") == NULL, "password printed:\n%s", out);
+    ck_assert_msg(strstr(out, "conninfo = postgresql://o:********@db/app\n") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "uri = mongodb://u:********@db1/?replicaSet=rs0\n") != NULL, "%s", out);
+    free(out);
+    unlink(conf);
+
+    write_conf(conf, "mongodb://u:mq?2secret@db1/?replicaSet=rs0", NULL, "postgresql://o:pq?2secret@db/app", 0600);
+    ck_assert_msg(config_reload(conf, &c, err, sizeof err, collect, &lb, NULL), "%s", err);
+    unlink(conf);
+    ck_assert_int_eq(lb.lines, 2);
+    ck_assert_msg(strstr(lb.text, "secret") == NULL, "password logged:\n%s", lb.text);
+    ck_assert_msg(strstr(lb.text, "postgresql://o:********@db/app") != NULL, "%s", lb.text);
+    config_free(&c);
 }
 END_TEST
 
@@ -193,7 +404,8 @@ START_TEST(test_effective_uri_without_password_file)
 }
 END_TEST
 
-/* The load fails, err starts with "CONF:4: [mongodb] password_file: " and holds needle. */
+/* The load fails, err starts with "CONF:3: [mongodb] password_file: " (write_conf puts the key on line 3) and holds
+ * needle. */
 static void expect_password_file_error(const char *uri, const char *pwpath, const char *needle)
 {
     char conf[64], err[1024] = "", want[128];
@@ -223,6 +435,9 @@ START_TEST(test_password_file_errors)
     write_tmp(latin1, "caf\xe9\n", 0600);
     expect_password_file_error("mongodb://u@db1/", latin1, "not valid UTF-8");
     unlink(latin1);
+    /* A file that opens but cannot be read (a directory): the read fails, not the open; this runs as root too. */
+    expect_password_file_error("mongodb://u@db1/", "/", "cannot read /: ");
+    expect_password_file_error("mongodb://u@db1/", "/", strerror(EISDIR));
     if (geteuid() != 0) { /* root reads a 0000 file anyway */
         ck_assert(chmod(pw, 0) == 0);
         expect_password_file_error("mongodb://u@db1/", pw, strerror(EACCES));
@@ -230,6 +445,56 @@ START_TEST(test_password_file_errors)
     unlink(pw);
     unlink(empty);
     unlink(blank);
+}
+END_TEST
+
+/* A refused config_override leaves the configuration as it was: the option, the effective URI (with the password
+ * from the file), and the overrides a reload applies again. */
+START_TEST(test_failed_override_keeps_secrets_config)
+{
+    static const struct {
+        const char *name, *value, *needle;
+    } bad[] = {
+        {"password_file", "/nonexistent/oplog2pg-password", "cannot read /nonexistent/oplog2pg-password"},
+        {"password_file", "/", "cannot read /"},
+        {"uri", "mongodb://u:inline@db2/?replicaSet=rs0", "already holds a password"},
+        {"uri", "mongodb://db2/?replicaSet=rs0", "must name the user"},
+        {"uri", "http://db2/", "mongodb://"},
+    };
+    char pw[64], conf[64], err[1024] = "";
+    config c;
+
+    write_tmp(pw, "from-file\n", 0600);
+    ck_assert_msg(load_with_password_file("mongodb://u@db1/?replicaSet=rs0", pw, &c, err, sizeof err, conf), "%s", err);
+    ck_assert_str_eq(c.mongodb_uri_effective, "mongodb://u:from-file@db1/?replicaSet=rs0");
+    char *before = print_to_string(&c);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(!config_override(&c, "mongodb", bad[i].name, bad[i].value, err, sizeof err), "accepted %s = %s",
+                      bad[i].name, bad[i].value);
+        ck_assert_msg(strncmp(err, "[mongodb] ", 10) == 0 && strstr(err, bad[i].needle) != NULL, "%s = %s: %s",
+                      bad[i].name, bad[i].value, err);
+        char *after = print_to_string(&c);
+        ck_assert_msg(strcmp(after, before) == 0, "%s = %s changed the configuration:\n%s", bad[i].name, bad[i].value,
+                      after);
+        free(after);
+        ck_assert_str_eq(c.mongodb_uri, "mongodb://u@db1/?replicaSet=rs0");
+        ck_assert_str_eq(c.mongodb_password_file, pw);
+        ck_assert_str_eq(c.mongodb_uri_effective, "mongodb://u:from-file@db1/?replicaSet=rs0");
+        ck_assert_msg(c.overrides == NULL, "%s = %s is remembered for the next reload", bad[i].name, bad[i].value);
+    }
+    free(before);
+
+    /* A good override, then a bad one of the same option: the good one stays, and is what a reload applies. */
+    ck_assert_msg(config_override(&c, "mongodb", "uri", "mongodb://v@db3/?replicaSet=rs0", err, sizeof err), "%s", err);
+    ck_assert_str_eq(c.mongodb_uri_effective, "mongodb://v:from-file@db3/?replicaSet=rs0");
+    ck_assert(!config_override(&c, "mongodb", "uri", "mongodb://v:inline@db4/?replicaSet=rs0", err, sizeof err));
+    ck_assert_str_eq(c.mongodb_uri, "mongodb://v@db3/?replicaSet=rs0");
+    ck_assert_str_eq(c.mongodb_uri_effective, "mongodb://v:from-file@db3/?replicaSet=rs0");
+    int idx = config_option_find("mongodb", "uri");
+    ck_assert(c.overrides != NULL && c.overrides[idx] != NULL);
+    ck_assert_str_eq(c.overrides[idx], "mongodb://v@db3/?replicaSet=rs0");
+    config_free(&c);
+    unlink(pw);
 }
 END_TEST
 
@@ -280,6 +545,12 @@ Suite *secrets_suite(void)
     tcase_add_test(tc, test_effective_uri_without_password_file);
     tcase_add_test(tc, test_password_file_errors);
     tcase_add_test(tc, test_tls_options_pass_through);
+    tcase_add_test(tc, test_mask_edge_cases);
+    tcase_add_test(tc, test_mask_uri_password_any_characters);
+    tcase_add_test(tc, test_mask_keyvalue_forms);
+    tcase_add_test(tc, test_mask_hides_what_the_drivers_read);
+    tcase_add_test(tc, test_uri_password_masked_in_print_and_reload);
+    tcase_add_test(tc, test_failed_override_keeps_secrets_config);
     suite_add_tcase(s, tc);
     return s;
 }

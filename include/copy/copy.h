@@ -14,8 +14,8 @@
  * taking the next unfinished collection. The calling thread coordinates: it logs progress and checks the oplog
  * window (the oldest oplog entry must stay at or before the copy's start) about once a second.
  */
-#ifndef OPLOG2PG_SOURCE_COPY_H
-#define OPLOG2PG_SOURCE_COPY_H
+#ifndef OPLOG2PG_COPY_COPY_H
+#define OPLOG2PG_COPY_COPY_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -24,12 +24,14 @@
 
 #include "core/nsfilter.h"
 #include "core/op.h"
+#include "map/map.h"
 
 typedef struct copy_config {
     const char *mongo_uri;        /* source */
     const char *pg_conninfo;      /* target (libpq conninfo/URI) */
     const char *service;          /* the copy state's key, = the checkpoint's service */
     const nsfilter *filter;       /* which namespaces (NULL = all); admin/local/config and system.* never */
+    const map_set *maps;          /* typed maps (map/map.h): those collections are copied into their tables */
     int workers;                  /* collections copied at once, each with its own MongoDB client and PG connection */
     uint32_t batch_docs;          /* documents per committed batch (0 = default 10000) */
     int64_t window_warn_ms;       /* warn when the oplog window margin falls under this */
@@ -86,7 +88,7 @@ const char *copy_format_duration(double secs, char *buf, size_t len);
  * (rate <= 0). 0 when done >= total. */
 double copy_eta_seconds(int64_t done, int64_t total, double rate);
 
-/* "copied", "cancelled", "oplog window lost", "failed". */
+/* "copied", "cancelled", "oplog window lost", "failed", "refused by PostgreSQL". */
 const char *copy_result_name(copy_result r);
 
 #endif

@@ -1,0 +1,120 @@
+/*
+ * copy_internal.h — what the parts of the initial copy share (src/copy/; the contract is include/copy/copy.h):
+ *   copy.c    the coordinator: plans or resumes, starts the workers, watches progress, the oplog window, the cancel;
+ *   plan.c    which collections a new copy takes (MongoDB's list, the filter, the name mapping) and its first state;
+ *   state.c   the copy state in PostgreSQL (oplog2pg.copy_state, copy_progress): load, --reimport, `status`;
+ *   worker.c  one worker thread: a collection at a time, batch by batch, each batch one transaction;
+ *   common.c  the connections (sink/pgconn.h, source/mongo_client.h) and small helpers all of them use.
+ */
+#ifndef OPLOG2PG_COPY_INTERNAL_H
+#define OPLOG2PG_COPY_INTERNAL_H
+
+#include <libpq-fe.h>
+#include <mongoc/mongoc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "copy/copy.h"
+#include "core/status.h"
+#include "sink/pgconn.h"
+
+#define DEFAULT_BATCH_DOCS 10000
+#define WINDOW_CHECK_MS    1000 /* how often the coordinator reads the oldest oplog entry */
+#define WINDOW_WARN_EVERY  60.0 /* seconds between two window warnings */
+#define RETRY_MIN_MS       250  /* backoff after a passing error, per collection, doubling ... */
+#define RETRY_MAX_MS       5000 /* ... up to this */
+#define STOP_GRACE_S       5.0 /* a stopping copy gives a statement PostgreSQL keeps waiting this long, then cancels it */
+#define STAGE_TABLE        "oplog2pg_copy_stage"
+#define COPY_BATCH_BYTES   (16u * 1024 * 1024) /* a batch commits at this many bytes of rows, whatever batch_docs */
+#define ERRLEN             1024
+
+typedef enum { JOB_PENDING, JOB_RUNNING, JOB_FINISHED } job_state;
+
+typedef struct {
+    char db[128], coll[256];
+    uint8_t *last_id; /* committed {_id: v} BSON (malloc), NULL before the first batch */
+    uint32_t last_id_len;
+    int64_t copied; /* committed documents (the worker's, while it runs the job) */
+    int64_t estimate;
+    bool done;
+    job_state state;             /* under mu */
+    _Atomic int64_t live_copied; /* committed documents, for the progress lines */
+    int64_t run_base;            /* copied when this run took the job */
+    int64_t careful_left;        /* documents still to write row by row (after a batch was refused as data) */
+    double run_started;          /* when this run took the job (monotonic seconds) */
+} job;
+
+typedef struct {
+    const copy_config *cfg;
+    op_pos start;
+    uint32_t batch_docs;
+    pthread_mutex_t mu;
+    job *jobs;
+    size_t njobs, next;
+    atomic_bool stop;           /* a worker failed or the window is lost: everyone stops after the current batch */
+    atomic_int workers_running; /* workers not yet returned */
+    copy_result result;         /* the first failure (COPY_DONE while none), under mu */
+    char err[ERRLEN];
+    pthread_mutex_t ddl_mu; /* CREATE SCHEMA IF NOT EXISTS races between connections: one at a time */
+} run_ctx;
+
+typedef struct {
+    char db[128], coll[256];
+    int64_t estimate;
+} plan_item;
+
+typedef struct {
+    plan_item *items;
+    size_t n, cap;
+} plan;
+
+/* ---- common.c ---- */
+
+void copy_trim_nl(char *s);
+/* Internal namespaces, and those the filter leaves out. */
+bool copy_skip_namespace(const nsfilter *f, const char *db, const char *coll);
+/* The _id of a {_id: v} BSON as relaxed Extended JSON, for messages ("(none)" before the first batch). */
+void copy_id_text(const uint8_t *bson, uint32_t len, char *buf, size_t buflen);
+/* The shared libpq layer (sink/pgconn.h): a result, or NULL with the error (its class from the one policy,
+ * sink/pgerror.h) in pg->last. */
+PGresult *copy_query_params(pgconn *pg, const char *sql, int n, const Oid *types, const char *const *values,
+                            const int *lengths, const int *formats, int result_format);
+PGresult *copy_query(pgconn *pg, const char *sql);
+const char *copy_pg_error(const pgconn *pg);
+/* Whether the last failure on pg may pass by itself (the one policy: only APPLY_RETRY and APPLY_NOMEM do). */
+bool copy_pg_retryable(const pgconn *pg);
+bool copy_pg_exec(pgconn *pg, const char *sql, char *err, size_t errlen, bool *retryable);
+/* Connects (hook, may be NULL: the wait hook, sink/pgconn.h); on failure err says why and *fault (may be NULL) holds
+ * the class (APPLY_CONFIG: a refused login). */
+pgconn *copy_pg_connect(const char *conninfo, int peer_timeout_s, pgconn_wait_fn hook, void *hook_arg, char *err,
+                        size_t errlen, apply_status *fault);
+/* copy_pg_connect (no wait hook), then the oplog2pg schema installed (sink_install_schema). */
+pgconn *copy_pg_open(const char *conninfo, int peer_timeout_s, char *err, size_t errlen, apply_status *fault);
+mongoc_client_t *copy_mongo_connect(const char *uri, char *err, size_t errlen);
+/* A worker failed, the window is lost or the daemon cancels: everyone stops after the current batch. */
+bool copy_stopping(run_ctx *rc);
+/* Records the run's first failure and stops everyone. */
+void copy_run_fail(run_ctx *rc, copy_result r, const char *msg);
+
+/* ---- state.c ---- */
+
+/* 1 with *start and *finished when the service has a copy state row, 0 when not, -1 on error. */
+int copy_state_load(pgconn *pg, const char *service, op_pos *start, bool *finished, char *err, size_t errlen);
+bool copy_jobs_load(pgconn *pg, const char *service, job **out, size_t *nout, char *err, size_t errlen);
+void copy_jobs_free(job *jobs, size_t n);
+
+/* ---- plan.c ---- */
+
+/* Every included collection (views and system collections left out), with its estimated count. */
+bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, plan *p, char *err, size_t errlen);
+/* The copy_state row and one copy_progress row per collection, in one transaction. */
+bool copy_plan_store(pgconn *pg, const char *service, const op_pos *start, const plan *p, char *err, size_t errlen);
+
+/* ---- worker.c ---- */
+
+/* The thread function of a worker (arg: its run_ctx). */
+void *copy_worker_main(void *arg);
+
+#endif

@@ -1,0 +1,140 @@
+/*
+ * plan.c — which collections a new copy takes: every collection MongoDB lists (views and system collections left
+ * out) that the filter includes and that maps to a PostgreSQL name (map/names.h), with its estimated count; stored
+ * as the copy's first state in one transaction.
+ */
+#include "copy_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "map/names.h"
+#include "util/log.h"
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* planning a new copy */
+
+static bool plan_add(plan *p, const char *db, const char *coll, int64_t estimate)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 16;
+        plan_item *ni = realloc(p->items, cap * sizeof *ni);
+        if (ni == NULL)
+            return false;
+        p->items = ni;
+        p->cap = cap;
+    }
+    plan_item *it = &p->items[p->n++];
+    snprintf(it->db, sizeof it->db, "%s", db);
+    snprintf(it->coll, sizeof it->coll, "%s", coll);
+    it->estimate = estimate;
+    return true;
+}
+
+/* Every included collection (views and system collections left out), with its estimated count. */
+bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, plan *p, char *err, size_t errlen)
+{
+    bson_error_t e;
+    char **dbs = mongoc_client_get_database_names_with_opts(client, NULL, &e);
+    if (dbs == NULL) {
+        snprintf(err, errlen, "listing databases: %s", e.message);
+        return false;
+    }
+    bool ok = true;
+    for (size_t d = 0; ok && dbs[d] != NULL; d++) {
+        const char *dbname = dbs[d];
+        if (ns_is_internal(dbname, strlen(dbname), NULL, 0))
+            continue;
+        char why[120];
+        pg_name nm;
+        if (strlen(dbname) >= sizeof p->items[0].db || !names_schema(dbname, nm.schema, why, sizeof why)) {
+            log_error("copy: leaving database %s out: %s", dbname,
+                      strlen(dbname) >= sizeof p->items[0].db ? "the name is longer than MongoDB allows" : why);
+            continue;
+        }
+        mongoc_database_t *db = mongoc_client_get_database(client, dbname);
+        bson_t *opts = BCON_NEW("filter", "{", "type", "collection", "}");
+        mongoc_cursor_t *cur = mongoc_database_find_collections_with_opts(db, opts);
+        const bson_t *doc;
+        while (ok && mongoc_cursor_next(cur, &doc)) {
+            bson_iter_t it;
+            const char *name = NULL, *type = "collection";
+            if (bson_iter_init_find(&it, doc, "name") && BSON_ITER_HOLDS_UTF8(&it))
+                name = bson_iter_utf8(&it, NULL);
+            if (bson_iter_init_find(&it, doc, "type") && BSON_ITER_HOLDS_UTF8(&it))
+                type = bson_iter_utf8(&it, NULL);
+            if (name == NULL || strcmp(type, "collection") != 0 || copy_skip_namespace(filter, dbname, name))
+                continue;
+            if (strlen(name) >= sizeof p->items[0].coll || !names_map(dbname, name, &nm, why, sizeof why)) {
+                log_error("copy: leaving %s.%s out: %s", dbname, name,
+                          strlen(name) >= sizeof p->items[0].coll ? "the name is longer than MongoDB allows" : why);
+                continue;
+            }
+            mongoc_collection_t *coll = mongoc_database_get_collection(db, name);
+            bson_error_t ce;
+            int64_t n = mongoc_collection_estimated_document_count(coll, NULL, NULL, NULL, &ce);
+            if (n < 0) {
+                log_warning("copy: counting %s.%s: %s (the progress will have no estimate)", dbname, name, ce.message);
+                n = 0;
+            }
+            mongoc_collection_destroy(coll);
+            if (!plan_add(p, dbname, name, n)) {
+                snprintf(err, errlen, "out of memory listing collections");
+                ok = false;
+            }
+        }
+        if (ok && mongoc_cursor_error(cur, &e)) {
+            snprintf(err, errlen, "listing the collections of %s: %s", dbname, e.message);
+            ok = false;
+        }
+        mongoc_cursor_destroy(cur);
+        bson_destroy(opts);
+        mongoc_database_destroy(db);
+    }
+    bson_strfreev(dbs);
+    return ok;
+}
+
+/* The copy_state row and one copy_progress row per collection, in one transaction. */
+bool copy_plan_store(pgconn *pg, const char *service, const op_pos *start, const plan *p, char *err, size_t errlen)
+{
+    char m[ERRLEN];
+    if (!copy_pg_exec(pg, "BEGIN", m, sizeof m, NULL))
+        goto fail;
+    char sec[24], inc[24], term[24];
+    snprintf(sec, sizeof sec, "%u", start->secs);
+    snprintf(inc, sizeof inc, "%u", start->inc);
+    snprintf(term, sizeof term, "%lld", (long long)start->term);
+    const char *sp[4] = {service, sec, inc, term};
+    PGresult *r = copy_query_params(pg,
+                                    "INSERT INTO oplog2pg.copy_state (service, start_sec, start_inc, start_term) "
+                                    "VALUES ($1, $2, $3, $4)",
+                                    4, NULL, sp, NULL, NULL, 0);
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    for (size_t i = 0; ok && i < p->n; i++) {
+        char est[24];
+        snprintf(est, sizeof est, "%lld", (long long)p->items[i].estimate);
+        const char *pp[4] = {service, p->items[i].db, p->items[i].coll, est};
+        r = copy_query_params(pg,
+                              "INSERT INTO oplog2pg.copy_progress (service, db, coll, total_estimate) "
+                              "VALUES ($1, $2, $3, $4)",
+                              4, NULL, pp, NULL, NULL, 0);
+        ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+    }
+    if (!ok) {
+        snprintf(m, sizeof m, "%s", copy_pg_error(pg));
+        copy_trim_nl(m);
+        PGresult *rb = copy_query(pg, "ROLLBACK");
+        PQclear(rb);
+        goto fail;
+    }
+    if (!copy_pg_exec(pg, "COMMIT", m, sizeof m, NULL))
+        goto fail;
+    return true;
+fail:
+    snprintf(err, errlen, "recording the copy plan of service %s: %s", service, m);
+    return false;
+}

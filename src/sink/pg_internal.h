@@ -1,0 +1,148 @@
+/*
+ * pg_internal.h — what the files of the PostgreSQL sink share (the contract is include/sink/pg.h):
+ *   pg.c          construction, connecting (schema, fence, checkpoint row), tables (names, catalog, statements),
+ *                 the writes, DDL and the commit with its checkpoint;
+ *   pipeline.c    libpq pipeline mode: the queue of pending statements matched to their results, sends that never
+ *                 wait per op, the one wait per group (with the wait hook and the probe of what PostgreSQL waits on),
+ *                 the idle connection's health;
+ *   deadletter.c  guarded ops (a savepoint per op in careful mode) and the dead-letter records;
+ *   probe.c       the read-only look at a service for `check` and `status`.
+ */
+#ifndef OPLOG2PG_SINK_PG_INTERNAL_H
+#define OPLOG2PG_SINK_PG_INTERNAL_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "map/map.h"
+#include "map/names.h"
+#include "map/project.h"
+#include "sink/mapped.h"
+#include "sink/pg.h"
+
+#define PG_MAX_IDENT    63    /* NAMEDATALEN - 1: longer names would be truncated by PostgreSQL */
+#define MAX_PENDING     20000 /* results outstanding before a send waits for some to arrive */
+#define SAVEPOINT_NAME  "oplog2pg_copy"
+#define GUARD_NAME      "oplog2pg_op"
+#define SINK_COPY_BYTES (1024 * 1024) /* runs this large go by COPY, however few their rows */
+
+typedef enum {
+    P_BEGIN,
+    P_PREPARE,
+    P_INSERT,
+    P_UPDATE,
+    P_DELETE,
+    P_DDL,
+    P_SAVEPOINT,
+    P_RELEASE,
+    P_CKPT,
+    P_COMMIT,
+    P_SYNC,
+    P_DEAD_LETTER,
+    P_CATALOG,
+} pending_kind;
+
+extern const char *const sink_pending_what[]; /* what each kind is, for messages */
+
+/* Whether a statement of this kind writes an op's own data (see pgerror_classify). */
+static inline bool sink_is_data_kind(pending_kind k)
+{
+    return k == P_INSERT || k == P_UPDATE || k == P_DELETE || k == P_DDL;
+}
+
+typedef struct table {
+    char *db, *coll; /* the MongoDB namespace */
+    pg_name name;    /* its schema and table (map/names.h) */
+    char *qname;     /* "schema"."table", quoted */
+    unsigned id;     /* statement names: i<id>, u<id>, d<id> */
+    bool ready;      /* schema, table and statements sent on this connection */
+    const map_collection *map; /* its typed map, NULL for the jsonb shape */
+    sink_mapped_table *mtabs;  /* the map's tables, by table number (map_table_at) */
+    size_t nmtabs;
+} table;
+
+typedef struct {
+    pending_kind kind;
+    const table *t;
+    op_pos pos;
+    bool answered; /* a result came (its end-of-results marker may still be due) */
+} pending;
+
+struct sink {
+    sink_config cfg;
+    char *conninfo, *service;
+    pgconn *c;
+    PGconn *conn;   /* c->pg */
+    char owner[64]; /* fence token written into the checkpoint row */
+    bool in_txn;    /* BEGIN sent for the open group */
+    bool ckpt_prepared;
+    bool guarded; /* a per-op guard savepoint is open (sink_guard_begin) */
+    int have_ckpt;
+    op_pos ckpt;
+
+    pending *pend;
+    size_t pend_head, pend_tail, pend_cap;
+    size_t unflushed; /* bytes handed to libpq since its buffer was last seen empty */
+
+    table **tables;
+    size_t ntables, tables_cap;
+    unsigned next_table_id;
+
+    sink_status failed;  /* first failure in the current pipeline, reported at pipe_drain */
+    pgconn *probe;       /* a side connection that asks pg_stat_activity what a long wait is about */
+    double probed_at;    /* clock_s() of the last probe */
+    char wait_note[300]; /* what the server said about the wait */
+    char err[1024];
+    char err_state[6]; /* SQLSTATE of the first failure, "" when it was not PostgreSQL's */
+    sink_stats stats;
+};
+
+/* ---- pg.c ---- */
+
+/* Records the first failure of the current group (later ones are its consequences): class, SQLSTATE, message. */
+void sink_set_err(sink *s, sink_status st, const char *state, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* "secs:inc" of an oplog position for messages ("-" for none). */
+void sink_fmt_pos(const op_pos *pos, char *buf, size_t len);
+/* Forgets what this connection knows of db.coll's table (coll NULL: of every table of db), so the next op on it makes
+ * sure of it again. */
+void sink_forget_table(sink *s, const char *db, const char *coll);
+
+/* Quotes an identifier (malloc'd; NULL when memory runs out). */
+char *sink_quote_ident(sink *s, const char *name);
+/* Sends a call of one of the catalog functions, pipelined. */
+sink_status sink_catalog_call(sink *s, const table *t, const char *sql, int n, const char *const *values,
+                              const op_pos *pos);
+/* Prepares a named statement, pipelined. */
+sink_status sink_prepare(sink *s, const table *t, const char *name, const char *sql);
+/* The open group's transaction and db.coll's table ready in it (NULL on failure, s->failed). */
+table *sink_open_table(sink *s, const char *db, const char *coll, const op_pos *pos);
+
+/* ---- mapped.c: tables of typed maps ---- */
+
+/* Makes sure of every table of t's map and prepares its statements (as get_table does for the jsonb shape). */
+bool mapped_prepare(sink *s, table *t, const op_pos *pos);
+void mapped_free_tables(table *t);
+/* The rows of a batch of inserts (COPY per table, or upserts). */
+sink_status mapped_insert_batch(sink *s, table *t, sink_batch *b, const op_pos *pos);
+/* A drop of a mapped collection: every table of the namespace. */
+sink_status mapped_drop(sink *s, const char *db, const char *coll, const op_pos *pos);
+
+/* ---- pipeline.c ---- */
+
+/* Notes a statement just sent (false, s->failed set, when the queue cannot grow). */
+bool pipe_push_pending(sink *s, pending_kind kind, const table *t, const op_pos *pos);
+/* Takes every result that has arrived, without waiting. */
+bool pipe_read_ready(sink *s);
+/* Pushes output and reads what arrived until at most `until` items are pending and `unsent` bytes wait in libpq. */
+bool pipe_pump(sink *s, size_t until, size_t unsent);
+/* Sends a Sync and waits until every pending item is answered: the group's one wait. */
+sink_status pipe_drain(sink *s);
+/* After a PQsend*: notes a failed send, and pumps when enough is queued. */
+sink_status pipe_after_send(sink *s, bool ok, size_t bytes);
+sink_status pipe_send_simple(sink *s, pending_kind kind, const table *t, const char *sql, const op_pos *pos);
+/* BEGIN, once per group. */
+sink_status pipe_begin_if_needed(sink *s);
+
+#endif

@@ -1,0 +1,69 @@
+/*
+ * probe.c — the read-only look at a service for `check` and `status` (see pg.h): no lock, no write.
+ */
+#include "pg_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* probe */
+
+bool sink_probe(const char *conninfo, const char *service, sink_probe_result *out, pgconn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    pgconn_params pp = {.conninfo = conninfo, .app_name = "oplog2pg-probe"};
+    pgconn *c = pgconn_connect(&pp, err);
+    PGresult *res = NULL;
+    bool ok = false;
+    if (c == NULL)
+        return false;
+    int v = PQserverVersion(c->pg);
+    snprintf(out->server_version, sizeof out->server_version, "%d.%d", v / 10000, v % 10000);
+    /* The advisory lock the daemon holds: a bigint key shows in pg_locks as classid (high half), objid (low half). */
+    const char *params[1] = {service};
+    if (!pgconn_exec_params(c,
+                            "WITH k AS (SELECT hashtextextended('oplog2pg.service:' || $1, 0) AS key) "
+                            "SELECT to_regclass('oplog2pg.checkpoint') IS NOT NULL, EXISTS (SELECT 1 FROM pg_locks, k "
+                            "WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
+                            "AND classid::bigint = ((key >> 32) & 4294967295) AND objid::bigint = (key & 4294967295))",
+                            1, params, NULL, NULL, 0, &res, false, err))
+        goto done;
+    out->have_table = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    out->running = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+    PQclear(res);
+    res = NULL;
+    if (out->have_table) {
+        if (!pgconn_exec_params(c,
+                                "SELECT ts_sec, ts_inc, term, applied_at FROM oplog2pg.checkpoint "
+                                "WHERE service = $1 AND ts_sec IS NOT NULL",
+                                1, params, NULL, NULL, 0, &res, false, err))
+            goto done;
+        if (PQntuples(res) == 1) {
+            out->have_checkpoint = true;
+            sink_row_pos(res, 0, 0, &out->pos);
+            snprintf(out->applied_at, sizeof out->applied_at, "%s", PQgetvalue(res, 0, 3));
+        }
+        PQclear(res);
+        res = NULL;
+        /* The table comes with the schema of a later version: an older database may not have it yet. */
+        if (!pgconn_exec(c, "SELECT to_regclass('oplog2pg.dead_letter') IS NOT NULL", &res, false, err))
+            goto done;
+        bool have_dl = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        PQclear(res);
+        res = NULL;
+        if (have_dl) {
+            if (!pgconn_exec_params(c, "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = $1", 1, params, NULL,
+                                    NULL, 0, &res, false, err))
+                goto done;
+            out->dead_letters = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        }
+    }
+    ok = true;
+done:
+    PQclear(res);
+    pgconn_close(c);
+    return ok;
+}
