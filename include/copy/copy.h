@@ -79,6 +79,16 @@ typedef struct {
 bool copy_state_read(const char *pg_conninfo, const char *service, copy_state *out, char *err, size_t errlen);
 void copy_state_free(copy_state *s);
 
+/* The collections a new copy would take (views, system collections, excluded ones and names without a PostgreSQL
+ * name left out), for `infer-map` (src/daemon/infer_cmd.c). *out is malloc'd (free it), in MongoDB's listing order.
+ * False with err set when MongoDB cannot list them. */
+typedef struct _mongoc_client_t mongoc_client_t;
+typedef struct {
+    char db[128], coll[256];
+} copy_collection;
+bool copy_list_collections(mongoc_client_t *client, const nsfilter *filter, copy_collection **out, size_t *n,
+                           char *err, size_t errlen);
+
 /* Pure helpers (exposed for the progress lines and `status`, and for tests). */
 
 /* A duration for people: "45s", "12m05s", "3h07m", "2d04h"; "?" when secs is negative, NaN or infinite. */

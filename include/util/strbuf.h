@@ -46,6 +46,9 @@ static inline bool strbuf_failed(const strbuf *b)
  * an allocation failed (the storage is freed then). Large unused room is given back first. */
 char *strbuf_detach(strbuf *b, size_t *len);
 
+/* The value of a hexadecimal digit (either case), -1 for any other character. */
+int hex_digit(char c);
+
 /* Formatted text appended to a fixed buffer buf[0..len) at *off, which moves past it; always NUL-terminated, and
  * what does not fit is dropped (for messages, which may be cut but never overflow). */
 void text_appendf(char *buf, size_t len, size_t *off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));

@@ -25,4 +25,7 @@ char *utf8_sanitize(const char *s, size_t len, char *out, size_t outlen);
 /* The same, allocated (free()); NULL when memory runs out. */
 char *utf8_sanitize_dup(const char *s, size_t len);
 
+/* The length of the longest prefix of s[0..len) of at most max bytes that ends on a character boundary. */
+size_t utf8_prefix_len(const char *s, size_t len, size_t max);
+
 #endif

@@ -96,6 +96,32 @@ bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, plan
     return ok;
 }
 
+bool copy_list_collections(mongoc_client_t *client, const nsfilter *filter, copy_collection **out, size_t *n,
+                           char *err, size_t errlen)
+{
+    plan p = {NULL, 0, 0};
+    *out = NULL;
+    *n = 0;
+    if (!copy_plan_collections(client, filter, &p, err, errlen)) {
+        free(p.items);
+        return false;
+    }
+    copy_collection *c = p.n > 0 ? calloc(p.n, sizeof *c) : NULL;
+    if (p.n > 0 && c == NULL) {
+        free(p.items);
+        snprintf(err, errlen, "out of memory listing collections");
+        return false;
+    }
+    for (size_t i = 0; i < p.n; i++) {
+        snprintf(c[i].db, sizeof c[i].db, "%s", p.items[i].db);
+        snprintf(c[i].coll, sizeof c[i].coll, "%s", p.items[i].coll);
+    }
+    free(p.items);
+    *out = c;
+    *n = p.n;
+    return true;
+}
+
 /* The copy_state row and one copy_progress row per collection, in one transaction. */
 bool copy_plan_store(pgconn *pg, const char *service, const op_pos *start, const plan *p, char *err, size_t errlen)
 {

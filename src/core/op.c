@@ -95,12 +95,8 @@ void op_entry_clear(op_entry *e)
 {
     if (!e)
         return;
-    for (size_t i = 0; i < e->n; i++) {
-        free(e->ops[i].buf);
-        free(e->ops[i].json);
-        free(e->ops[i].id_key);
-        free(e->ops[i].refusal);
-    }
+    for (size_t i = 0; i < e->n; i++)
+        op_clear(&e->ops[i]);
     free(e->ops);
     op_entry_init(e);
 }

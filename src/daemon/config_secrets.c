@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "config_internal.h"
+#include "util/strbuf.h"
 
 #define MASK "********"
 
@@ -237,17 +238,6 @@ static void mark(unsigned char *m, const char *s, const char *from, const char *
         m[p - s] |= MASKED;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Whether key[0..len), percent-decoded, is "password" in any case (libpq wants it lower case; when in doubt, mask). */
 static bool key_is_password(const char *key, size_t len)
 {
@@ -256,8 +246,8 @@ static bool key_is_password(const char *key, size_t len)
 
     for (size_t i = 0; i < len; i++, j++) {
         int c = (unsigned char)key[i];
-        if (c == '%' && i + 2 < len && hexval(key[i + 1]) >= 0 && hexval(key[i + 2]) >= 0) {
-            c = hexval(key[i + 1]) * 16 + hexval(key[i + 2]);
+        if (c == '%' && i + 2 < len && hex_digit(key[i + 1]) >= 0 && hex_digit(key[i + 2]) >= 0) {
+            c = hex_digit(key[i + 1]) * 16 + hex_digit(key[i + 2]);
             i += 2;
         }
         if (j >= sizeof want - 1 || tolower(c) != want[j])

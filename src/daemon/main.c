@@ -7,6 +7,7 @@
  * map: table shapes and update functions, daemon: process life).
  */
 #include <errno.h>
+#include <stdint.h>
 #include <getopt.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -19,8 +20,10 @@
 #include "daemon/config_map.h"
 #include "daemon/daemon.h"
 #include "daemon/exitcodes.h"
+#include "daemon/infer_cmd.h"
 #include "daemon/logsetup.h"
 #include "daemon/signals.h"
+#include "map/infer.h"
 #include "util/log.h"
 
 #define DEFAULT_CONFIG "/etc/oplog2pg/oplog2pg.ini"
@@ -37,6 +40,8 @@ static void usage(FILE *out)
             "  oplog2pg [OPTIONS] status [--json]    checkpoint, lag, oplog window and copy progress\n"
             "  oplog2pg [OPTIONS] config             print the effective configuration (secrets masked)\n"
             "  oplog2pg [OPTIONS] map [--json]       print the column maps: tables, keys, columns, child tables\n"
+            "  oplog2pg [OPTIONS] infer-map [NS...]  print maps inferred from sample documents (all included\n"
+            "                                        collections the file does not map, or those named DB.COLL)\n"
             "\n"
             "Options:\n"
             "  -c, --config FILE   configuration file (default " DEFAULT_CONFIG ")\n"
@@ -45,6 +50,8 @@ static void usage(FILE *out)
             "      --skip-import   run: without a checkpoint, tail from the newest entry instead of copying\n"
             "      --import-only   run: copy (if the service has no checkpoint yet), then exit\n"
             "      --tail-from TS  run: start at oplog position TS (SECS:INC or 2026-11-29T10:00:00Z)\n"
+            "      --sample N      infer-map: documents read per collection (default 1000)\n"
+            "      --depth N       infer-map: nested documents become dotted columns down to N levels (default 2)\n"
             "  -h, --help          show this help and exit\n"
             "  -V, --version       show the version and exit\n"
             "\n"
@@ -61,12 +68,16 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},         {"version", no_argument, NULL, 'V'},
         {"reimport", no_argument, NULL, 'R'},     {"skip-import", no_argument, NULL, 'S'},
         {"import-only", no_argument, NULL, 'I'},  {"tail-from", required_argument, NULL, 'T'},
-        {"json", no_argument, NULL, 'J'},         {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, 'J'},         {"sample", required_argument, NULL, 'N'},
+        {"depth", required_argument, NULL, 'D'},  {NULL, 0, NULL, 0},
     };
     const char *config_path = DEFAULT_CONFIG;
     const char *service = NULL;
     daemon_options opts = {0};
     bool json = false;
+    uint32_t sample = 0;
+    unsigned depth = 0;
+    bool infer_opts = false;
     int ch;
 
     while ((ch = getopt_long(argc, argv, "c:hV", longopts, NULL)) != -1) {
@@ -105,6 +116,24 @@ int main(int argc, char **argv)
         case 'J':
             json = true;
             break;
+        case 'N':
+        case 'D': {
+            char *end;
+            unsigned long max = ch == 'N' ? INFER_CMD_MAX_SAMPLE : INFER_MAX_DEPTH;
+            errno = 0;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (optarg[0] < '0' || optarg[0] > '9' || *end != '\0' || errno != 0 || v < 1 || v > max) {
+                fprintf(stderr, "oplog2pg: --%s '%s': expected a whole number from 1 to %lu\n",
+                        ch == 'N' ? "sample" : "depth", optarg, max);
+                return EXIT_USAGE;
+            }
+            if (ch == 'N')
+                sample = (uint32_t)v;
+            else
+                depth = (unsigned)v;
+            infer_opts = true;
+            break;
+        }
         default:
             usage(stderr);
             return EXIT_USAGE;
@@ -119,7 +148,7 @@ int main(int argc, char **argv)
         }
         arg = argv[optind++];
     } else if (strcmp(command, "run") != 0 && strcmp(command, "check") != 0 && strcmp(command, "config") != 0 &&
-               strcmp(command, "status") != 0 && strcmp(command, "map") != 0) {
+               strcmp(command, "status") != 0 && strcmp(command, "map") != 0 && strcmp(command, "infer-map") != 0) {
         fprintf(stderr, "oplog2pg: unknown command '%s' (try --help)\n", command);
         return EXIT_USAGE;
     }
@@ -140,6 +169,18 @@ int main(int argc, char **argv)
     if (optind < argc && takes_json && strcmp(argv[optind], "--json") == 0) {
         json = true; /* `status --json` after the command, as people type it */
         optind++;
+    }
+    if (infer_opts && strcmp(command, "infer-map") != 0) {
+        fprintf(stderr, "oplog2pg: --sample and --depth go with infer-map\n");
+        return EXIT_USAGE;
+    }
+    /* infer-map takes namespaces: the rest of the command line */
+    const char *const *nss = NULL;
+    size_t nns = 0;
+    if (strcmp(command, "infer-map") == 0) {
+        nss = (const char *const *)argv + optind;
+        nns = (size_t)(argc - optind);
+        optind = argc;
     }
     if (optind < argc) {
         fprintf(stderr, "oplog2pg: unexpected argument '%s' (try --help)\n", argv[optind]);
@@ -175,6 +216,12 @@ int main(int argc, char **argv)
     }
     if (strcmp(command, "map") == 0) {
         code = config_map_command(stdout, &cfg.maps, json);
+        goto out;
+    }
+    if (strcmp(command, "infer-map") == 0) {
+        infer_cmd_options io = {
+            .config_path = config_path, .ns = nss, .nns = nns, .sample = sample, .depth = depth};
+        code = infer_map_command(stdout, &cfg, &io);
         goto out;
     }
     if (strcmp(command, "run") == 0 || strcmp(command, "replay") == 0) {

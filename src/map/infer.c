@@ -329,7 +329,10 @@ const char *infer_percent(uint64_t part, uint64_t whole, char buf[8])
         snprintf(buf, 8, "100%%");
         return buf;
     }
-    uint64_t p = (part * 100 + whole / 2) / whole;
+    /* part * 100 would overflow for counts beyond 2^57: a long double holds the ratio closely enough, and the bounds
+     * below keep the two ends exact */
+    long double r = (long double)part * 100.0L / (long double)whole;
+    uint64_t p = (uint64_t)(r + 0.5L);
     if (p == 0) {
         snprintf(buf, 8, "<1%%");
         return buf;
@@ -338,17 +341,6 @@ const char *infer_percent(uint64_t part, uint64_t whole, char buf[8])
         p = 99;
     snprintf(buf, 8, "%u%%", (unsigned)p);
     return buf;
-}
-
-/* The longest prefix of s[0..len) of at most max bytes that ends on a character boundary. */
-static size_t cut_at_char(const char *s, size_t len, size_t max)
-{
-    if (len <= max)
-        return len;
-    size_t n = max;
-    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-        n--;
-    return n;
 }
 
 /* A name or path made safe to show in a comment: invalid bytes as \xHH, control characters as '?'. */
@@ -413,8 +405,8 @@ static void stats_line(notes *ns, const char *path, const inode *n, uint64_t tot
         return;
     }
     type_shares(n->elems, n->nelems, elems, sizeof elems);
-    note(ns, "%s: %s present; %s; %llu elements: %s", shown, infer_percent(n->present, total, pct), types,
-         (unsigned long long)n->nelems, elems);
+    note(ns, "%s: %s present; %s; %llu element%s: %s", shown, infer_percent(n->present, total, pct), types,
+         (unsigned long long)n->nelems, n->nelems == 1 ? "" : "s", elems);
 }
 
 /* ---- type choice ------------------------------------------------------------------------------------------------- */
@@ -867,7 +859,7 @@ static bool take_name(tbuild *b, const char *name)
 static void with_suffix(const char *base, const char *suffix, char out[NAMES_MAX + 1])
 {
     size_t room = NAMES_MAX - strlen(suffix);
-    size_t n = cut_at_char(base, strlen(base), room);
+    size_t n = utf8_prefix_len(base, strlen(base), room);
     while (n > 0 && (base[n - 1] == ' ' || base[n - 1] == '\t'))
         n--;
     snprintf(out, NAMES_MAX + 1, "%.*s%s", (int)n, base, suffix);
@@ -1135,8 +1127,8 @@ static bool build_children(const infer_stats *s, tbuild *b)
         k->total = c->n->edocs != NULL ? c->n->edocs->root.present : 0;
         char shown[256];
         display(c->path, shown, sizeof shown);
-        note(&k->head, "the %llu document elements of the arrays at %s, a row each (parent_key, position, columns)",
-             (unsigned long long)k->total, shown);
+        note(&k->head, "the %llu document element%s of the arrays at %s, a row each (parent_key, position, columns)",
+             (unsigned long long)k->total, k->total == 1 ? "" : "s", shown);
         if (c->n->edocs != NULL && !build_table(k, &c->n->edocs->root, NULL, 0))
             return false;
         if (!apply_limit(k, s->o.max_columns))
@@ -1198,8 +1190,8 @@ infer_map *infer_build(const infer_stats *s, const char *db, const char *coll, i
     snprintf(m->mc.table.name.table, sizeof m->mc.table.name.table, "%s", tname);
     m->renamed = strcmp(tname, own.table) != 0;
 
-    note(&b->head, "%llu documents: per path, the share of them that hold it and the BSON types seen there",
-         (unsigned long long)b->total);
+    note(&b->head, "%llu document%s: per path, the share of them that hold it and the BSON types seen there",
+         (unsigned long long)b->total, b->total == 1 ? "" : "s");
     if (s->capped)
         note(&b->head, "more than %zu distinct paths: the paths met after the first %zu are not counted (kept in rest)",
              s->o.max_paths, s->o.max_paths);
@@ -1273,7 +1265,7 @@ static void put_line(strbuf *out, const char *prefix, const char *text, size_t l
     if (plen + len <= LINE_MAX_CHARS) {
         strbuf_append(out, text, len);
     } else {
-        size_t n = cut_at_char(text, len, LINE_MAX_CHARS - plen - 3);
+        size_t n = utf8_prefix_len(text, len, LINE_MAX_CHARS - plen - 3);
         strbuf_append(out, text, n);
         strbuf_puts(out, "...");
     }

@@ -22,17 +22,6 @@ static uint64_t fnv1a(const char *s, size_t len)
     return h;
 }
 
-/* The longest prefix of s[0..len) of at most max bytes that ends on a character boundary. */
-static size_t cut_at_char(const char *s, size_t len, size_t max)
-{
-    if (len <= max)
-        return len;
-    size_t n = max;
-    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-        n--;
-    return n;
-}
-
 static bool reserved_schema(const char *db)
 {
     return strcmp(db, "oplog2pg") == 0 || strcmp(db, "information_schema") == 0 || strncmp(db, "pg_", 3) == 0;
@@ -52,7 +41,7 @@ static void ident(const char *prefix, const char *name, char out[NAMES_MAX + 1])
     }
     /* The hash is of the whole name (with its prefix), so it depends on nothing else. */
     uint64_t h = fnv1a(full, len);
-    size_t keep = cut_at_char(full, len, KEEP_BYTES);
+    size_t keep = utf8_prefix_len(full, len, KEEP_BYTES);
     memcpy(out, full, keep);
     snprintf(out + keep, NAMES_MAX + 1 - keep, "$%010llx", (unsigned long long)(h & UINT64_C(0xFFFFFFFFFF)));
 }

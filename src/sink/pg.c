@@ -248,6 +248,10 @@ sink_status sink_connect(sink *s)
     PQclear(res);
     res = NULL;
 
+    /* Columns a map gained since its tables were made: added, and filled from doc where it is kept. */
+    if (!sink_sync_maps(s))
+        goto fail;
+
     if (PQenterPipelineMode(s->conn) != 1) {
         sink_set_err(s, APPLY_RETRY, NULL, "entering pipeline mode: %s", PQerrorMessage(s->conn));
         goto fail;

@@ -6,7 +6,8 @@
  *                 wait per op, the one wait per group (with the wait hook and the probe of what PostgreSQL waits on),
  *                 the idle connection's health;
  *   deadletter.c  guarded ops (a savepoint per op in careful mode) and the dead-letter records;
- *   probe.c       the read-only look at a service for `check` and `status`.
+ *   probe.c       the read-only look at a service for `check` and `status`;
+ *   backfill.c    at connect, the columns a typed map gained: added, and filled from doc where it is kept.
  */
 #ifndef OPLOG2PG_SINK_PG_INTERNAL_H
 #define OPLOG2PG_SINK_PG_INTERNAL_H
@@ -128,6 +129,13 @@ void mapped_free_tables(table *t);
 sink_status mapped_insert_batch(sink *s, table *t, sink_batch *b, const op_pos *pos);
 /* A drop of a mapped collection: every table of the namespace. */
 sink_status mapped_drop(sink *s, const char *db, const char *coll, const op_pos *pos);
+
+/* ---- backfill.c ---- */
+
+/* Before pipeline mode, at connect: the tables of every map compared with it; the fields a map gained are added and,
+ * where the collection's table keeps the whole document, filled in the rows already there (one transaction per map).
+ * False with s->failed set. */
+bool sink_sync_maps(sink *s);
 
 /* ---- pipeline.c ---- */
 

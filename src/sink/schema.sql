@@ -277,8 +277,8 @@ $$;
 -- not exist; when it does, checked against the map. p_columns lists the columns in order as
 -- [{"name": ..., "type": ..., "ddl": ...}], each type spelled as format_type() spells it (ddl, when given, is what
 -- CREATE TABLE says instead: a collation); p_key the primary key's columns, as a jsonb array of names.
---   - A table oplog2pg made (catalog) gets the columns the map gained (ALTER TABLE ADD COLUMN; rows already there
---     hold NULL in them until a re-copy, which a WARNING says); a column the map no longer has is left in place
+--   - A table oplog2pg made (catalog) gets the columns the map gained (ALTER TABLE ADD COLUMN; src/sink/backfill.c
+--     fills them from doc where it can, or says a re-copy will); a column the map no longer has is left in place
 --     (WARNING); a column whose type differs stops the daemon (O2MAP) naming the re-copy.
 --   - A table oplog2pg did not make is written to only when the map adopts it (p_adopt) and its columns and key match
 --     the map (O2MAP otherwise); it is recorded as adopted. Without p_adopt it stops the daemon (O2FOR).
@@ -332,9 +332,9 @@ BEGIN
             IF v_in_catalog AND NOT p_adopt THEN
                 EXECUTE format('ALTER TABLE %I.%I ADD COLUMN %I %s', p_schema, p_table, c->>'name',
                                coalesce(c->>'ddl', c->>'type'));
-                RAISE WARNING 'oplog2pg: added column % (%) to %.% for the map; the rows already there hold NULL in it '
-                              'until the collection is copied again (oplog2pg run --reimport)',
-                    quote_ident(c->>'name'), c->>'type', quote_ident(p_schema), quote_ident(p_table);
+                -- At connect the sink fills it from doc where the map keeps the whole document (src/sink/backfill.c).
+                RAISE WARNING 'oplog2pg: added column % (%) to %.% for the map', quote_ident(c->>'name'), c->>'type',
+                    quote_ident(p_schema), quote_ident(p_table);
                 CONTINUE;
             END IF;
             RAISE EXCEPTION 'table %.% has no column % (the map of %.% declares % %)', quote_ident(p_schema),

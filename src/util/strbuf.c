@@ -158,3 +158,14 @@ void text_appendf(char *buf, size_t len, size_t *off, const char *fmt, ...)
     text_vappendf(buf, len, off, fmt, ap);
     va_end(ap);
 }
+
+int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}

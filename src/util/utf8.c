@@ -100,3 +100,13 @@ char *utf8_sanitize_dup(const char *s, size_t len)
         return NULL;
     return utf8_sanitize(s, len, out, cap);
 }
+
+size_t utf8_prefix_len(const char *s, size_t len, size_t max)
+{
+    if (len <= max)
+        return len;
+    size_t n = max;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--;
+    return n;
+}

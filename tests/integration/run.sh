@@ -3,7 +3,8 @@
 #
 # Starts mongosim on a free port and points MONGO_URI at it, unless MONGO_URI is already set: then the same tests run
 # against that real replica set, and the cases that need mongosim's fault commands say SKIP with the reason.
-# Runs the Check integration suites, then the pymongo compatibility script. mongosim is stopped on any exit.
+# Runs the Check integration suites, then the pymongo compatibility script and the valgrind pass (only the one suite
+# with CK_RUN_SUITE=NAME). mongosim is stopped on any exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -34,6 +35,8 @@ export OPLOG2PG_TEST_BUILD=$build
 export TMPDIR=$workdir
 
 CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120} "$build/integration_tests"
+# CK_RUN_SUITE=NAME (Check's own variable) runs one suite, for a developer at work: then nothing else runs.
+[ -n "${CK_RUN_SUITE:-}" ] && { echo "CK_RUN_SUITE=$CK_RUN_SUITE: pymongo and valgrind passes not run"; exit 0; }
 
 echo "== pymongo compatibility"
 /usr/bin/python3 tests/compat/pymongo_compat.py "$MONGO_URI"

@@ -44,6 +44,15 @@ service = valgrind
 include = vg.*
 [metrics]
 listen = 127.0.0.1:$mport
+[map vg.orders]
+rest = extra
+column.total = numeric from amount.total
+column.n = integer
+column.tags = text[]
+child.items = order_items
+[child vg.order_items]
+column.sku = text
+column.qty = integer
 INI
 
 valgrind --quiet --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
@@ -76,11 +85,22 @@ for i in range(0, 300, 7):
     c.delete_one({"_id": i})
 c.insert_one({"_id": 1000, "s": "a\x00b"})  # jsonb refuses U+0000: a dead letter
 c.rename("renamed")
+o = pymongo.MongoClient(sys.argv[1]).vg.orders  # a typed map with a child table (docs/mapping.md)
+for i in range(60):
+    o.insert_one({"_id": i, "amount": {"total": i * 1.5, "cur": "EUR"}, "n": i, "tags": ["a", "b"],
+                  "items": [{"sku": "s%d" % i, "qty": 1}, {"sku": "t", "qty": 2}]})
+for i in range(0, 60, 2):
+    o.update_one({"_id": i}, {"$set": {"amount.total": -i}, "$push": {"items": {"sku": "u", "qty": 3}}})
+for i in range(1, 60, 4):
+    o.update_one({"_id": i}, {"$pull": {"tags": "a"}, "$unset": {"items": ""}})
+for i in range(0, 60, 10):
+    o.delete_one({"_id": i})
+o.insert_one({"_id": 1000, "n": "not a number"})  # a type error: a dead letter naming the column
 PY
 wait_caught_up
 kill -HUP "$daemon_pid"
 scrape=$(curl -s --max-time 10 "http://127.0.0.1:$mport/metrics")
-grep -q '^oplog2pg_dead_letters_total 1$' <<<"$scrape" || {
+grep -q '^oplog2pg_dead_letters_total 2$' <<<"$scrape" || {
     echo "valgrind: the metrics do not show the dead letter:" >&2; echo "$scrape" | head -40 >&2; exit 1; }
 kill -TERM "$daemon_pid"
 rc=0
@@ -92,4 +112,7 @@ if [ "$rc" -ne 0 ]; then
     exit 1
 fi
 [ "$rows" = 257 ] || { echo "valgrind: expected 257 rows in vg.renamed, found $rows" >&2; exit 1; }
-echo "valgrind: no memory errors, no definite leaks (257 rows replicated, clean SIGTERM exit)"
+# 54 orders (60, less 6 deleted); items: 3 for each of the 24 even ones left, none for the 15 unset, 2 for the 15 other odd ones
+mapped=$(psql -XAtc "SELECT (SELECT count(*) FROM vg.orders) || ' ' || (SELECT count(*) FROM vg.order_items)")
+[ "$mapped" = "54 102" ] || { echo "valgrind: expected 54 orders and 102 items, found $mapped" >&2; exit 1; }
+echo "valgrind: no memory errors, no definite leaks (257 + 54 rows and 102 child rows replicated, clean SIGTERM exit)"

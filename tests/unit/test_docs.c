@@ -204,7 +204,8 @@ static char *usage_text(void)
     return u;
 }
 
-/* Commands: the word after "oplog2pg [OPTIONS] " on each usage line, brackets dropped ("[run]" is run). */
+/* Commands: the word after "oplog2pg [OPTIONS] " on each usage line, brackets dropped ("[run]" is run); a command
+ * may hold hyphens ("infer-map"). */
 static int usage_commands(const char *usage, char cmds[][32], int max)
 {
     int n = 0;
@@ -214,7 +215,7 @@ static int usage_commands(const char *usage, char cmds[][32], int max)
         if (*w == '[')
             w++;
         size_t len = 0;
-        while (islower((unsigned char)w[len]))
+        while (islower((unsigned char)w[len]) || (w[len] == '-' && len > 0 && islower((unsigned char)w[len + 1])))
             len++;
         ck_assert_msg(len > 0 && len < 32, "main.c usage: no command after \"%s\"", marker);
         ck_assert(n < max);
@@ -567,10 +568,13 @@ START_TEST(test_helpers)
     free(plain);
 
     char cmds[4][32];
-    ck_assert_int_eq(usage_commands("  oplog2pg [OPTIONS] [run]  x\n  oplog2pg [OPTIONS] status [--json]\n", cmds, 4),
-                     2);
+    ck_assert_int_eq(usage_commands("  oplog2pg [OPTIONS] [run]  x\n  oplog2pg [OPTIONS] status [--json]\n"
+                                    "  oplog2pg [OPTIONS] infer-map [NS...]\n",
+                                    cmds, 4),
+                     3);
     ck_assert_str_eq(cmds[0], "run");
     ck_assert_str_eq(cmds[1], "status");
+    ck_assert_str_eq(cmds[2], "infer-map");
 }
 END_TEST
 

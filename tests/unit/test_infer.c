@@ -1,0 +1,676 @@
+/*
+ * test_infer.c — the map inferred from sample documents (map/infer.h), as `oplog2pg infer-map` prints it: the column
+ * type of one BSON type and of mixed ones, arrays of scalars and of documents (child tables), nested documents down
+ * to the depth, the _id key, names that cannot be written, table names that are taken, the column limit, the
+ * comments (presence and type shares, infer_percent's bounds), and the rendered text loading back through the
+ * configuration reader to the very model infer_build returns.
+ */
+#include <bson/bson.h>
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/config.h"
+#include "daemon/config_map.h"
+#include "map/infer.h"
+#include "map/map.h"
+
+/* ---- helpers ----------------------------------------------------------------------------------------------------- */
+
+static bson_t *from_json(const char *json)
+{
+    bson_error_t e;
+    bson_t *b = bson_new_from_json((const uint8_t *)json, -1, &e);
+    ck_assert_msg(b != NULL, "bad test JSON %s: %s", json, e.message);
+    return b;
+}
+
+/* The map of shop.orders inferred from the documents (Extended JSON, NULL-terminated). */
+static infer_map *infer_opts(const char *const *docs, const infer_options *o, infer_taken_fn taken, void *arg)
+{
+    infer_stats *s = infer_stats_new(o);
+    ck_assert_ptr_nonnull(s);
+    uint64_t n = 0;
+    for (; docs[n] != NULL; n++) {
+        bson_t *b = from_json(docs[n]);
+        ck_assert(infer_stats_add(s, b));
+        bson_destroy(b);
+    }
+    ck_assert_uint_eq(infer_stats_docs(s), n);
+    char why[256] = "";
+    infer_map *m = infer_build(s, "shop", "orders", taken, arg, why, sizeof why);
+    infer_stats_free(s); /* the map does not need the stats any more */
+    ck_assert_msg(m != NULL, "infer_build failed: %s", why);
+    return m;
+}
+
+static infer_map *infer_docs(const char *const *docs)
+{
+    return infer_opts(docs, NULL, NULL, NULL);
+}
+
+static char *render(const infer_map *m)
+{
+    strbuf b = STRBUF_INIT;
+    infer_render(&b, m);
+    ck_assert(!strbuf_failed(&b));
+    return strbuf_detach(&b, NULL);
+}
+
+/* The column of t that takes path, NULL when none does. */
+static const map_column *by_path(const map_table *t, const char *path)
+{
+    for (size_t i = 0; i < t->ncols; i++)
+        if (strcmp(t->cols[i].path, path) == 0)
+            return &t->cols[i];
+    return NULL;
+}
+
+/* The SQL type of the column of t that takes path ("" when none does). */
+static const char *type_at(const map_table *t, const char *path, char *buf, size_t len)
+{
+    const map_column *c = by_path(t, path);
+    if (c == NULL) {
+        snprintf(buf, len, "%s", "");
+        return buf;
+    }
+    return map_type_sql(&c->type, buf, len);
+}
+
+static const map_table *root(const infer_map *m)
+{
+    return &infer_map_model(m)->table;
+}
+
+/* The child table at path, NULL when none. */
+static const map_table *child_at(const map_table *t, const char *path)
+{
+    for (size_t i = 0; i < t->nchildren; i++)
+        if (strcmp(t->children[i].path, path) == 0)
+            return t->children[i].table;
+    return NULL;
+}
+
+/* Every line of text is at most 199 characters (the configuration reader's limit). */
+static void expect_short_lines(const char *text)
+{
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        ck_assert_msg(len <= 199, "a line of %zu characters: %.*s", len, (int)len, p);
+        p += len + (nl != NULL);
+    }
+}
+
+/* The rendered text, loaded as the configuration reader loads a file (after `prefix`, which holds the [replication]
+ * section), gives exactly the model infer_build returned: same tables, keys, columns (name, type, path,
+ * on_type_error), rest modes, child tables. Returns the text (free it). */
+static char *expect_roundtrip_with(const infer_map *m, const char *prefix)
+{
+    char *text = render(m);
+    expect_short_lines(text);
+    size_t len = strlen(prefix) + strlen(text) + 2;
+    char *full = malloc(len);
+    ck_assert_ptr_nonnull(full);
+    snprintf(full, len, "%s\n%s", prefix, text);
+    config c;
+    char err[1024] = "";
+    ck_assert_msg(config_load_string("inferred", full, &c, err, sizeof err), "the inferred map does not load: %s\n%s",
+                  err, full);
+    ck_assert_uint_eq(c.maps.n, 1);
+    map_set model = {(map_collection *)infer_map_model(m), 1};
+    if (!config_map_equal(&c.maps, &model)) {
+        char *a = config_map_json(&c.maps), *b = config_map_json(&model);
+        ck_abort_msg("loaded back differently:\nloaded: %s\nmodel:  %s\n%s", a, b, text);
+    }
+    /* and the model passes the set's checks as it is */
+    int line = 0;
+    char why[256] = "";
+    ck_assert_msg(map_set_check(&model, &line, why, sizeof why), "map_set_check: line %d: %s", line, why);
+    config_free(&c);
+    free(full);
+    return text;
+}
+
+static char *expect_roundtrip(const infer_map *m)
+{
+    return expect_roundtrip_with(m, "[replication]\ninclude = shop.*\n");
+}
+
+/* Each document {v: VALUE} for the values given (JSON), with _id 1, 2, ...; the type the column v gets. */
+static void expect_type_of(const char *const *values, const char *want)
+{
+    char docs[16][256];
+    const char *list[17];
+    size_t n = 0;
+    for (; values[n] != NULL; n++) {
+        ck_assert(n < 16);
+        snprintf(docs[n], sizeof docs[n], "{\"_id\": %zu, \"v\": %s}", n + 1, values[n]);
+        list[n] = docs[n];
+    }
+    list[n] = NULL;
+    infer_map *m = infer_docs(list);
+    char buf[64];
+    ck_assert_msg(strcmp(type_at(root(m), "v", buf, sizeof buf), want) == 0, "values %s ...: got \"%s\", want \"%s\"",
+                  values[0], buf, want);
+    free(expect_roundtrip(m));
+    infer_map_free(m);
+}
+
+#define TYPE_OF(want, ...)                                                                                             \
+    do {                                                                                                               \
+        const char *const vals_[] = {__VA_ARGS__, NULL};                                                               \
+        expect_type_of(vals_, want);                                                                                   \
+    } while (0)
+
+/* ---- single types ------------------------------------------------------------------------------------------------ */
+
+START_TEST(test_single_types)
+{
+    TYPE_OF("integer", "1", "2");
+    TYPE_OF("bigint", "{\"$numberLong\": \"5\"}");
+    TYPE_OF("double precision", "1.5", "2.5");
+    TYPE_OF("numeric", "{\"$numberDecimal\": \"1.00\"}");
+    TYPE_OF("text", "\"a\"", "\"b\"");
+    TYPE_OF("boolean", "true", "false");
+    TYPE_OF("timestamptz", "{\"$date\": \"2024-01-15T10:00:00Z\"}");
+    TYPE_OF("text", "{\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}");
+    TYPE_OF("uuid", "{\"$binary\": {\"base64\": \"AAECAwQFBgcICQoLDA0ODw==\", \"subType\": \"04\"}}");
+    TYPE_OF("bytea", "{\"$binary\": {\"base64\": \"AAEC\", \"subType\": \"00\"}}");
+    /* a subtype 4 that is not 16 bytes long is not a uuid */
+    TYPE_OF("bytea", "{\"$binary\": {\"base64\": \"AAEC\", \"subType\": \"04\"}}");
+    TYPE_OF("jsonb", "{\"$timestamp\": {\"t\": 5, \"i\": 1}}");
+    TYPE_OF("jsonb", "{\"$regularExpression\": {\"pattern\": \"a\", \"options\": \"\"}}");
+    TYPE_OF("jsonb", "{\"$minKey\": 1}");
+    /* only null: jsonb, which takes whatever comes later */
+    TYPE_OF("jsonb", "null", "null");
+    /* an empty document only: jsonb */
+    TYPE_OF("jsonb", "{}");
+}
+END_TEST
+
+/* ---- mixed types ------------------------------------------------------------------------------------------------- */
+
+START_TEST(test_mixed_types)
+{
+    TYPE_OF("bigint", "1", "{\"$numberLong\": \"5\"}");
+    TYPE_OF("double precision", "1", "2.5");
+    TYPE_OF("double precision", "{\"$numberLong\": \"5\"}", "2.5");
+    TYPE_OF("double precision", "1", "{\"$numberLong\": \"5\"}", "2.5");
+    TYPE_OF("numeric", "1", "{\"$numberDecimal\": \"1.5\"}");
+    TYPE_OF("numeric", "2.5", "{\"$numberDecimal\": \"1.5\"}");
+    TYPE_OF("numeric", "1", "{\"$numberLong\": \"5\"}", "2.5", "{\"$numberDecimal\": \"1.5\"}");
+    TYPE_OF("text", "\"a\"", "{\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}");
+    TYPE_OF("bytea", "{\"$binary\": {\"base64\": \"AAECAwQFBgcICQoLDA0ODw==\", \"subType\": \"04\"}}",
+            "{\"$binary\": {\"base64\": \"AAEC\", \"subType\": \"00\"}}");
+    /* null and undefined count as absent */
+    TYPE_OF("integer", "1", "null", "{\"$undefined\": true}");
+    TYPE_OF("text", "null", "\"a\"");
+    /* otherwise jsonb */
+    TYPE_OF("jsonb", "\"a\"", "1");
+    TYPE_OF("jsonb", "true", "1");
+    TYPE_OF("jsonb", "{\"$date\": \"2024-01-15T10:00:00Z\"}", "\"2024-01-15\"");
+    TYPE_OF("jsonb", "{\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}", "{\"$binary\": {\"base64\": \"AAEC\", \"subType\": "
+                                                                 "\"00\"}}");
+    /* a document in some documents, something else in others: one jsonb column, not dotted ones */
+    TYPE_OF("jsonb", "{\"a\": 1}", "5");
+    /* an array in some, a scalar in others */
+    TYPE_OF("jsonb", "[1, 2]", "3");
+}
+END_TEST
+
+/* The mixed choice is explained in a comment next to the column, with the shares seen. */
+START_TEST(test_mixed_comments)
+{
+    const char *docs[] = {"{\"_id\": 1, \"n\": 1}", "{\"_id\": 2, \"n\": 2}", "{\"_id\": 3, \"n\": 3}",
+                          "{\"_id\": 4, \"n\": {\"$numberLong\": \"4\"}}", NULL};
+    infer_map *m = infer_docs(docs);
+    char *text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "; n: 100% present; int32 75%, int64 25%\n") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "bigint holds int32 and int64") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "\ncolumn.n = bigint from n\n") != NULL, "%s", text);
+    free(text);
+    infer_map_free(m);
+}
+END_TEST
+
+/* ---- arrays ------------------------------------------------------------------------------------------------------ */
+
+START_TEST(test_arrays_of_scalars)
+{
+    TYPE_OF("text[]", "[\"a\", \"b\"]", "[\"c\"]");
+    TYPE_OF("integer[]", "[1, 2]", "[3]");
+    TYPE_OF("bigint[]", "[1, {\"$numberLong\": \"5\"}]", "[]");
+    TYPE_OF("double precision[]", "[1, 2.5]");
+    TYPE_OF("numeric[]", "[1, {\"$numberDecimal\": \"1.5\"}]");
+    TYPE_OF("text[]", "[\"a\", {\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}]");
+    TYPE_OF("boolean[]", "[true, null, false]");
+    TYPE_OF("timestamptz[]", "[{\"$date\": \"2024-01-15T10:00:00Z\"}]");
+    /* elements no one type holds, nested arrays, documents mixed with scalars, only empty arrays: jsonb */
+    TYPE_OF("jsonb", "[\"a\", 1]");
+    TYPE_OF("jsonb", "[[1, 2], [3]]");
+    TYPE_OF("jsonb", "[{\"a\": 1}, 2]");
+    TYPE_OF("jsonb", "[]", "[]");
+    TYPE_OF("jsonb", "[null]");
+    TYPE_OF("jsonb", "[{\"$timestamp\": {\"t\": 5, \"i\": 1}}]");
+}
+END_TEST
+
+START_TEST(test_array_of_documents_child_table)
+{
+    const char *docs[] = {
+        "{\"_id\": 1, \"items\": [{\"sku\": \"a\", \"qty\": 1}, {\"sku\": \"b\", \"qty\": 2, \"note\": \"x\"}]}",
+        "{\"_id\": 2, \"items\": [{\"sku\": \"c\", \"qty\": {\"$numberLong\": \"3\"}, \"sub\": [{\"z\": 1}], "
+        "\"dim\": {\"w\": 1.5, \"h\": 2}, \"tags\": [\"t\"]}]}",
+        "{\"_id\": 3, \"items\": []}",
+        "{\"_id\": 4}",
+        NULL};
+    infer_map *m = infer_docs(docs);
+    const map_table *t = root(m);
+    ck_assert_ptr_null(by_path(t, "items")); /* not a column: a child table */
+    ck_assert_uint_eq(t->nchildren, 1);
+    const map_table *k = child_at(t, "items");
+    ck_assert_ptr_nonnull(k);
+    ck_assert_str_eq(k->name.schema, "shop");
+    ck_assert_str_eq(k->name.table, "orders_items");
+    ck_assert_ptr_eq(k->parent, t);
+    ck_assert_uint_eq(k->key, SIZE_MAX);
+    ck_assert_str_eq(k->parent_key_column, "parent_key");
+    ck_assert_str_eq(k->position_column, "position");
+    char buf[64];
+    ck_assert_str_eq(type_at(k, "sku", buf, sizeof buf), "text");
+    ck_assert_str_eq(type_at(k, "qty", buf, sizeof buf), "bigint");
+    ck_assert_str_eq(type_at(k, "note", buf, sizeof buf), "text");
+    ck_assert_str_eq(type_at(k, "tags", buf, sizeof buf), "text[]");
+    /* nested documents inside an element: dotted columns, to the same depth */
+    ck_assert_str_eq(type_at(k, "dim.w", buf, sizeof buf), "double precision");
+    ck_assert_str_eq(type_at(k, "dim.h", buf, sizeof buf), "integer");
+    /* a child table has no child tables: an array of documents inside an element is jsonb */
+    ck_assert_str_eq(type_at(k, "sub", buf, sizeof buf), "jsonb");
+    ck_assert_uint_eq(k->nchildren, 0);
+    char *text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "\nchild.items = shop.orders_items\n") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "\n[child shop.orders_items]\n") != NULL, "%s", text);
+    /* presence of the array among the documents, and of the fields among the elements */
+    ck_assert_msg(strstr(text, "; items: 75% present; array 100%; 3 elements: document 100%\n") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "; note: 33% present; string 100%\n") != NULL, "%s", text);
+    free(text);
+    infer_map_free(m);
+}
+END_TEST
+
+/* ---- nested documents -------------------------------------------------------------------------------------------- */
+
+static const char *const NESTED[] = {
+    "{\"_id\": 1, \"a\": {\"b\": 1, \"c\": {\"d\": \"x\", \"e\": {\"f\": true}}}, \"top\": 1}",
+    "{\"_id\": 2, \"a\": {\"b\": 2, \"c\": {\"d\": \"y\"}}, \"top\": 2}",
+    NULL,
+};
+
+START_TEST(test_nested_default_depth)
+{
+    infer_map *m = infer_docs(NESTED);
+    const map_table *t = root(m);
+    char buf[64];
+    ck_assert_str_eq(type_at(t, "top", buf, sizeof buf), "integer");
+    ck_assert_str_eq(type_at(t, "a.b", buf, sizeof buf), "integer");
+    ck_assert_str_eq(by_path(t, "a.b")->name, "a_b");
+    /* depth 2: a.c.d has three parts, so a.c and below stay in the rest (the doc column) */
+    ck_assert_ptr_null(by_path(t, "a"));
+    ck_assert_ptr_null(by_path(t, "a.c"));
+    ck_assert_ptr_null(by_path(t, "a.c.d"));
+    ck_assert_int_eq(t->rest, MAP_REST_DOC);
+    ck_assert_str_eq(t->rest_column, "doc");
+    char *text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "; a.c: 100% present; document 100%\n") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "deeper than --depth 2") != NULL, "%s", text);
+    free(text);
+    infer_map_free(m);
+}
+END_TEST
+
+START_TEST(test_nested_chosen_depth)
+{
+    char buf[64];
+    infer_options o = {.depth = 4};
+    infer_map *m = infer_opts(NESTED, &o, NULL, NULL);
+    const map_table *t = root(m);
+    ck_assert_str_eq(type_at(t, "a.c.d", buf, sizeof buf), "text");
+    ck_assert_str_eq(by_path(t, "a.c.d")->name, "a_c_d");
+    ck_assert_str_eq(type_at(t, "a.c.e.f", buf, sizeof buf), "boolean");
+    ck_assert_uint_eq(by_path(t, "a.c.e.f")->nparts, 4);
+    free(expect_roundtrip(m));
+    infer_map_free(m);
+
+    o.depth = 3;
+    m = infer_opts(NESTED, &o, NULL, NULL);
+    t = root(m);
+    ck_assert_str_eq(type_at(t, "a.c.d", buf, sizeof buf), "text");
+    ck_assert_ptr_null(by_path(t, "a.c.e"));
+    ck_assert_ptr_null(by_path(t, "a.c.e.f"));
+    free(expect_roundtrip(m));
+    infer_map_free(m);
+
+    o.depth = 1; /* top-level fields only: every document stays in the rest */
+    m = infer_opts(NESTED, &o, NULL, NULL);
+    t = root(m);
+    ck_assert_str_eq(type_at(t, "top", buf, sizeof buf), "integer");
+    ck_assert_ptr_null(by_path(t, "a"));
+    ck_assert_ptr_null(by_path(t, "a.b"));
+    free(expect_roundtrip(m));
+    infer_map_free(m);
+}
+END_TEST
+
+/* ---- the key ----------------------------------------------------------------------------------------------------- */
+
+START_TEST(test_key_column)
+{
+    const char *oids[] = {"{\"_id\": {\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}, \"x\": 1}",
+                          "{\"_id\": {\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaab\"}, \"x\": 2}", NULL};
+    infer_map *m = infer_docs(oids);
+    const map_table *t = root(m);
+    ck_assert_uint_eq(t->key, 0);
+    ck_assert_str_eq(t->cols[0].name, "_id");
+    ck_assert_str_eq(t->cols[0].path, "_id");
+    ck_assert_int_eq(t->cols[0].type.scalar, MAP_TEXT);
+    ck_assert_int_ne(t->cols[0].line, 0); /* declared in the text */
+    char *text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "\ncolumn._id = text from _id\n") != NULL, "%s", text);
+    free(text);
+    infer_map_free(m);
+
+    /* _ids of several types (or a compound _id): the key column oplog2pg adds, _id text with the key text */
+    const char *mixed[] = {"{\"_id\": 1, \"x\": 1}", "{\"_id\": \"two\", \"x\": 2}", NULL};
+    m = infer_docs(mixed);
+    t = root(m);
+    ck_assert_uint_eq(t->key, 0);
+    ck_assert_str_eq(t->cols[0].name, "_id");
+    ck_assert_int_eq(t->cols[0].type.scalar, MAP_TEXT);
+    ck_assert_int_eq(t->cols[0].line, 0); /* added, not declared */
+    text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "column._id") == NULL, "%s", text);
+    ck_assert_msg(strstr(text, "of several types") != NULL, "%s", text);
+    free(text);
+    infer_map_free(m);
+
+    const char *compound[] = {"{\"_id\": {\"r\": 1, \"n\": 2}, \"x\": 1}", NULL};
+    m = infer_docs(compound);
+    t = root(m);
+    ck_assert_int_eq(t->cols[t->key].line, 0);
+    ck_assert_ptr_null(by_path(t, "_id.r")); /* inside the key's path: never a column */
+    free(expect_roundtrip(m));
+    infer_map_free(m);
+}
+END_TEST
+
+/* ---- names ------------------------------------------------------------------------------------------------------- */
+
+START_TEST(test_names_that_cannot_be_written)
+{
+    const char *docs[] = {"{\"_id\": 1, \"a;b\": 1, \"c=d\": 2, \" sp\": 3, \"ok name\": 4, \"x:y\": 5, "
+                          "\"dollar$\": 6, \"doc\": 7, \"xmin\": 8, \"a_b\": 9, \"a\": {\"b\": 10}}",
+                          NULL};
+    infer_map *m = infer_docs(docs);
+    const map_table *t = root(m);
+    ck_assert_ptr_null(by_path(t, "a;b"));
+    ck_assert_ptr_null(by_path(t, "c=d"));
+    ck_assert_ptr_null(by_path(t, " sp"));
+    ck_assert_ptr_null(by_path(t, "dollar$"));
+    ck_assert_ptr_nonnull(by_path(t, "ok name"));
+    ck_assert_str_eq(by_path(t, "ok name")->name, "ok name");
+    ck_assert_str_eq(by_path(t, "x:y")->name, "x_y");
+    /* names that are taken (the rest column, system columns, another column) get a suffix */
+    ck_assert_str_ne(by_path(t, "doc")->name, "doc");
+    ck_assert_str_ne(by_path(t, "xmin")->name, "xmin");
+    ck_assert_str_eq(by_path(t, "a_b")->name, "a_b");
+    ck_assert_str_ne(by_path(t, "a.b")->name, "a_b");
+    char *text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "skipped") != NULL, "%s", text);
+    free(text);
+    infer_map_free(m);
+}
+END_TEST
+
+/* A table name another collection or map holds is not taken: the next free one is, and `table =` says which. */
+struct taken_list {
+    const char *names[8]; /* "schema.table" */
+    int calls;
+};
+
+static bool taken_cb(void *arg, const char *schema, const char *table)
+{
+    struct taken_list *l = arg;
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", schema, table);
+    l->calls++;
+    for (int i = 0; l->names[i] != NULL; i++)
+        if (strcmp(l->names[i], full) == 0)
+            return true;
+    return false;
+}
+
+START_TEST(test_taken_table_names)
+{
+    const char *docs[] = {"{\"_id\": 1, \"items\": [{\"a\": 1}], \"lines\": [{\"b\": 2}]}", NULL};
+    struct taken_list l = {{"shop.orders", "shop.orders_items", "shop.orders_2", NULL}, 0};
+    infer_map *m = infer_opts(docs, NULL, taken_cb, &l);
+    const map_table *t = root(m);
+    ck_assert_int_gt(l.calls, 0);
+    ck_assert_str_eq(t->name.schema, "shop");
+    ck_assert_str_eq(t->name.table, "orders_3");
+    ck_assert_str_eq(child_at(t, "items")->name.table, "orders_items_2");
+    ck_assert_str_eq(child_at(t, "lines")->name.table, "orders_lines");
+    char *text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "\ntable = shop.orders_3\n") != NULL, "%s", text);
+    free(text);
+    infer_map_free(m);
+
+    /* two child arrays whose names meet (a_b and a.b) get two tables */
+    const char *meet[] = {"{\"_id\": 1, \"a_b\": [{\"x\": 1}], \"a\": {\"b\": [{\"y\": 2}]}}", NULL};
+    m = infer_docs(meet);
+    t = root(m);
+    ck_assert_uint_eq(t->nchildren, 2);
+    ck_assert_str_ne(child_at(t, "a_b")->name.table, child_at(t, "a.b")->name.table);
+    free(expect_roundtrip(m));
+    infer_map_free(m);
+}
+END_TEST
+
+/* A database whose schema is reserved maps to $NAME, and the header still names the namespace. */
+START_TEST(test_reserved_database)
+{
+    infer_stats *s = infer_stats_new(NULL);
+    bson_t *b = from_json("{\"_id\": 1, \"v\": 1}");
+    ck_assert(infer_stats_add(s, b));
+    bson_destroy(b);
+    char why[256];
+    infer_map *m = infer_build(s, "pg_data", "c", NULL, NULL, why, sizeof why);
+    ck_assert_msg(m != NULL, "%s", why);
+    ck_assert_str_eq(infer_map_model(m)->table.name.schema, "$pg_data");
+    char *text = expect_roundtrip_with(m, "[replication]\ninclude = pg_data.*\n");
+    ck_assert_msg(strncmp(text, "[map pg_data.c]\n", 16) == 0, "%s", text);
+    free(text);
+    infer_map_free(m);
+    /* a namespace a header cannot hold, and no documents: no map, and why says so */
+    ck_assert_ptr_null(infer_build(s, "sh]op", "c", NULL, NULL, why, sizeof why));
+    ck_assert_msg(strstr(why, "header") != NULL, "%s", why);
+    infer_stats_free(s);
+    s = infer_stats_new(NULL);
+    ck_assert_ptr_null(infer_build(s, "shop", "c", NULL, NULL, why, sizeof why));
+    ck_assert_str_eq(why, "no documents");
+    infer_stats_free(s);
+}
+END_TEST
+
+/* ---- limits ------------------------------------------------------------------------------------------------------ */
+
+START_TEST(test_column_limit)
+{
+    /* 10 fields; f0..f4 in every document, f5..f9 in one of two: with max_columns 6 (the key among them), the five
+     * most present stay columns */
+    const char *docs[] = {"{\"_id\": 1, \"f5\": 1, \"f0\": 1, \"f6\": 1, \"f1\": 1, \"f7\": 1, \"f2\": 1, \"f8\": 1, "
+                          "\"f3\": 1, \"f9\": 1, \"f4\": 1}",
+                          "{\"_id\": 2, \"f0\": 1, \"f1\": 1, \"f2\": 1, \"f3\": 1, \"f4\": 1}", NULL};
+    infer_options o = {.max_columns = 6};
+    infer_map *m = infer_opts(docs, &o, NULL, NULL);
+    const map_table *t = root(m);
+    ck_assert_uint_eq(t->ncols, 6);
+    for (int i = 0; i < 5; i++) {
+        char p[8];
+        snprintf(p, sizeof p, "f%d", i);
+        ck_assert_msg(by_path(t, p) != NULL, "%s is not a column", p);
+    }
+    char *text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "beyond the limit of 6 columns") != NULL, "%s", text);
+    free(text);
+    infer_map_free(m);
+
+    /* the path cap: paths first met after it are not counted, and the header says so */
+    infer_options p = {.max_paths = 3};
+    m = infer_opts(docs, &p, NULL, NULL);
+    t = root(m);
+    ck_assert_uint_le(t->ncols, 3);
+    text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "more than 3 distinct paths") != NULL, "%s", text);
+    free(text);
+    infer_map_free(m);
+}
+END_TEST
+
+/* A path too long for a line of the file stays in the rest; every line stays within the limit. */
+START_TEST(test_long_paths)
+{
+    char name[120], doc[512];
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    snprintf(doc, sizeof doc, "{\"_id\": 1, \"%s\": {\"%s\": 1}, \"short\": [{\"%s\": 1}]}", name, name, name);
+    const char *docs[] = {doc, NULL};
+    infer_map *m = infer_docs(docs);
+    const map_table *t = root(m);
+    char path[300];
+    snprintf(path, sizeof path, "%s.%s", name, name);
+    ck_assert_ptr_null(by_path(t, path));
+    ck_assert_ptr_nonnull(child_at(t, "short"));
+    free(expect_roundtrip(m));
+    infer_map_free(m);
+}
+END_TEST
+
+/* ---- presence ---------------------------------------------------------------------------------------------------- */
+
+START_TEST(test_percent_bounds)
+{
+    char buf[8];
+    ck_assert_str_eq(infer_percent(0, 0, buf), "0%");
+    ck_assert_str_eq(infer_percent(0, 10, buf), "0%");
+    ck_assert_str_eq(infer_percent(10, 10, buf), "100%");
+    ck_assert_str_eq(infer_percent(1, 2, buf), "50%");
+    ck_assert_str_eq(infer_percent(1, 3, buf), "33%");
+    ck_assert_str_eq(infer_percent(2, 3, buf), "67%");
+    /* never 0% unless none, never 100% unless all */
+    ck_assert_str_eq(infer_percent(1, 1000, buf), "<1%");
+    ck_assert_str_eq(infer_percent(4, 1000, buf), "<1%");
+    ck_assert_str_eq(infer_percent(5, 1000, buf), "1%");
+    ck_assert_str_eq(infer_percent(995, 1000, buf), "99%");
+    ck_assert_str_eq(infer_percent(999, 1000, buf), "99%");
+    ck_assert_str_eq(infer_percent(UINT64_MAX - 1, UINT64_MAX, buf), "99%");
+    ck_assert_str_eq(infer_percent(1, UINT64_MAX, buf), "<1%");
+    ck_assert_str_eq(infer_percent(UINT64_MAX / 2, UINT64_MAX, buf), "50%");
+    ck_assert_str_eq(infer_percent(UINT64_MAX, UINT64_MAX, buf), "100%");
+    /* every share in between */
+    for (uint64_t part = 1; part < 200; part++) {
+        const char *p = infer_percent(part, 200, buf);
+        ck_assert_str_ne(p, "0%");
+        ck_assert_str_ne(p, "100%");
+        ck_assert_uint_lt(strlen(p), 8);
+    }
+}
+END_TEST
+
+START_TEST(test_presence_comments)
+{
+    const char *docs[] = {"{\"_id\": 1, \"a\": 1, \"b\": \"x\"}", "{\"_id\": 2, \"a\": 2}", "{\"_id\": 3, \"a\": 3}",
+                          "{\"_id\": 4, \"a\": null, \"b\": 5}", NULL};
+    infer_map *m = infer_docs(docs);
+    char *text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "; 4 documents:") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "; a: 100% present; int32 75%, null 25%\n") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "; b: 50% present; string 50%, int32 50%\n") != NULL, "%s", text);
+    /* the comment comes before the line it is about */
+    const char *c = strstr(text, "; b: 50%"), *col = strstr(text, "column.b = jsonb from b");
+    ck_assert_ptr_nonnull(col);
+    ck_assert(c != NULL && c < col);
+    free(text);
+    infer_map_free(m);
+}
+END_TEST
+
+/* ---- the round trip of a varied collection ----------------------------------------------------------------------- */
+
+START_TEST(test_roundtrip_varied)
+{
+    const char *docs[] = {
+        "{\"_id\": 1, \"n\": 1, \"x\": 1, \"amount\": {\"total\": 2.5, \"cur\": \"EUR\", \"deep\": {\"a\": 1}}, "
+        "\"tags\": [\"a\", \"b\"], \"items\": [{\"sku\": \"s\", \"qty\": 1}], \"mixed\": \"s\", "
+        "\"d\": {\"$numberDecimal\": \"1.5\"}, \"ref\": {\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}, "
+        "\"名前\": \"ü\"}",
+        "{\"_id\": 2, \"n\": {\"$numberLong\": \"5\"}, \"x\": 1.5, \"amount\": {\"total\": 3, \"cur\": \"EUR\"}, "
+        "\"tags\": [], \"items\": [{\"sku\": \"t\", \"qty\": 2, \"sub\": [{\"a\": 1}]}], \"mixed\": 3, \"d\": 2, "
+        "\"ref\": \"abc\", \"opt\": null, \"when\": {\"$date\": \"2024-01-01T00:00:00Z\"}}",
+        NULL};
+    infer_map *m = infer_docs(docs);
+    const map_table *t = root(m);
+    char buf[64];
+    ck_assert_str_eq(type_at(t, "_id", buf, sizeof buf), "integer");
+    ck_assert_str_eq(type_at(t, "n", buf, sizeof buf), "bigint");
+    ck_assert_str_eq(type_at(t, "x", buf, sizeof buf), "double precision");
+    ck_assert_str_eq(type_at(t, "amount.total", buf, sizeof buf), "double precision");
+    ck_assert_str_eq(type_at(t, "amount.cur", buf, sizeof buf), "text");
+    ck_assert_str_eq(type_at(t, "tags", buf, sizeof buf), "text[]");
+    ck_assert_str_eq(type_at(t, "mixed", buf, sizeof buf), "jsonb");
+    ck_assert_str_eq(type_at(t, "d", buf, sizeof buf), "numeric");
+    ck_assert_str_eq(type_at(t, "ref", buf, sizeof buf), "text");
+    ck_assert_str_eq(type_at(t, "opt", buf, sizeof buf), "jsonb");
+    ck_assert_str_eq(type_at(t, "when", buf, sizeof buf), "timestamptz");
+    ck_assert_str_eq(type_at(t, "名前", buf, sizeof buf), "text");
+    ck_assert_ptr_nonnull(child_at(t, "items"));
+    /* the columns come in the order the fields were first met, the key first */
+    ck_assert_str_eq(t->cols[0].path, "_id");
+    ck_assert_str_eq(t->cols[1].path, "n");
+    ck_assert_str_eq(t->cols[2].path, "x");
+    ck_assert_str_eq(t->cols[3].path, "amount.total");
+    char *text = expect_roundtrip(m);
+    ck_assert_msg(strncmp(text, "[map shop.orders]\n", 18) == 0, "%s", text);
+    free(text);
+    infer_map_free(m);
+}
+END_TEST
+
+Suite *infer_suite(void); /* called by the generated runner list */
+
+Suite *infer_suite(void)
+{
+    Suite *s = suite_create("infer");
+    TCase *tc = tcase_create("infer");
+    tcase_add_test(tc, test_single_types);
+    tcase_add_test(tc, test_mixed_types);
+    tcase_add_test(tc, test_mixed_comments);
+    tcase_add_test(tc, test_arrays_of_scalars);
+    tcase_add_test(tc, test_array_of_documents_child_table);
+    tcase_add_test(tc, test_nested_default_depth);
+    tcase_add_test(tc, test_nested_chosen_depth);
+    tcase_add_test(tc, test_key_column);
+    tcase_add_test(tc, test_names_that_cannot_be_written);
+    tcase_add_test(tc, test_taken_table_names);
+    tcase_add_test(tc, test_reserved_database);
+    tcase_add_test(tc, test_column_limit);
+    tcase_add_test(tc, test_long_paths);
+    tcase_add_test(tc, test_percent_bounds);
+    tcase_add_test(tc, test_presence_comments);
+    tcase_add_test(tc, test_roundtrip_varied);
+    suite_add_tcase(s, tc);
+    return s;
+}
