@@ -8,7 +8,8 @@
  *
  * An update becomes a plan: edits by table and column, derived from the oplog entry alone (a $v:2 diff, a $v:1
  * $set/$unset, or a replacement), never from a refetch. Each edit says what changes in one row: a column's new
- * value, an element of an array column, an edit of a jsonb column by path (oplog2pg.apply_edits), the whole update
+ * value, an element of an array column, a bytea column patched by a binary diff, an edit of a jsonb column by path
+ * (oplog2pg.apply_edits), the whole update
  * applied to the `doc` column (rest = doc keeps the whole document, so it takes the update as it is), child rows
  * replaced, removed or cut. The sink turns a plan into statements (sink/mapped.c).
  *
@@ -78,6 +79,7 @@ typedef enum map_edit_kind {
                             * rows in value (map_rows records) are inserted */
     MAP_EDIT_CHILD_ROW,    /* child table `table`: the row at position n becomes the tuple in value (upsert) */
     MAP_EDIT_CHILD_PAD,    /* child table `table`: rows at positions 0..n-1 that do not exist are added (all NULL) */
+    MAP_EDIT_BINARY,       /* the bytea field `field` = its first n bytes followed by value (an 8.x binary diff) */
 } map_edit_kind;
 
 typedef struct map_edit {

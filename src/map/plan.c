@@ -3,7 +3,9 @@
  *
  * Every update form is first reduced to primitive edits at absolute paths, in the order the server applies them:
  * set a path to a value ($set, a $v:2 `u` or `i`, an array diff's `u<index>`), unset a path ($unset, `d`), resize an
- * array (an array diff's `l`, applied before the element edits of that array). Each primitive edit is then matched
+ * array (an array diff's `l`, applied before the element edits of that array), enter a sub-diff (`s<field>`: a value
+ * of the other kind there becomes null, as the server's applier writes it, and the edits inside never create missing
+ * parents), patch a BinData (an 8.x `b` entry). Each primitive edit is then matched
  * against the map of the table it falls in:
  *   - a column at that path, or below it (the edit replaces a document holding the column's path): the column's new
  *     value, converted here from the oplog's value;
@@ -27,14 +29,25 @@
 
 #define PLAN_MAX_DEPTH 100 /* MongoDB nests documents at most 100 deep */
 
-typedef enum { PRIM_SET, PRIM_UNSET, PRIM_RESIZE } prim_kind;
+/* PRIM_SUB: a $v:2 sub-diff (`s<field>`) enters the value at the path. The server's applier recurses only when the
+ * value there is of the diff's kind (an object, or an array for an array diff), writes null over a value of another
+ * kind and does nothing when the field is missing (document_diff_applier.cpp); the edits inside then never create
+ * the path's missing parents. A server logs a sub-diff only for a value of its kind, but the initial copy's replay
+ * applies entries to later versions of a document, and the server's own applier tests do the same, so the plan
+ * follows the applier. PRIM_BINARY: an 8.x `b` entry {o, d}: the BinData at the path becomes its first o bytes
+ * followed by d (null over any other value, nothing when missing). */
+typedef enum { PRIM_SET, PRIM_UNSET, PRIM_RESIZE, PRIM_SUB, PRIM_BINARY } prim_kind;
 
 typedef struct {
     prim_kind kind;
     char *const *parts;
     size_t n;
-    const bson_value_t *value; /* PRIM_SET */
-    uint32_t size;             /* PRIM_RESIZE */
+    const bson_value_t *value; /* PRIM_SET; PRIM_BINARY: the {o, d} entry */
+    uint32_t size;             /* PRIM_RESIZE; PRIM_BINARY: o */
+    bool array;                /* PRIM_SUB: an array diff */
+    bool in_sub;               /* PRIM_SET / PRIM_UNSET inside a sub-diff: the parents must exist */
+    const uint8_t *bin;        /* PRIM_BINARY: d's bytes */
+    uint32_t bin_len;
 } prim;
 
 /* A jsonb column's edits, gathered so that each column gets one apply_edits call. */
@@ -163,7 +176,10 @@ static void jsonb_edit(walk *w, size_t table, size_t field, int64_t pos, bool wr
     strbuf *b = &a->json;
     if (b->len > 1)
         strbuf_putc(b, ',');
-    strbuf_puts(b, pr->kind == PRIM_SET ? "[\"set\",[" : pr->kind == PRIM_UNSET ? "[\"unset\",[" : "[\"resize\",[");
+    static const char *const kinds[] = {[PRIM_SET] = "[\"set\",[", [PRIM_UNSET] = "[\"unset\",[",
+                                        [PRIM_RESIZE] = "[\"resize\",[", [PRIM_SUB] = "[\"sub\",[",
+                                        [PRIM_BINARY] = "[\"binary\",["};
+    strbuf_puts(b, pr->kind == PRIM_SET && pr->in_sub ? "[\"sset\",[" : kinds[pr->kind]);
     bool first = true;
     if (wrapped) {
         strbuf_puts(b, "\"v\"");
@@ -176,7 +192,7 @@ static void jsonb_edit(walk *w, size_t table, size_t field, int64_t pos, bool wr
         json_string(b, pr->parts[i]);
     }
     strbuf_putc(b, ']');
-    if (pr->kind == PRIM_SET) {
+    if (pr->kind == PRIM_SET || pr->kind == PRIM_BINARY) {
         strbuf_putc(b, ',');
         ejson_error err;
         ejson_status st = ejson_write_value(b, value, &err);
@@ -186,6 +202,8 @@ static void jsonb_edit(walk *w, size_t table, size_t field, int64_t pos, bool wr
             strbuf_puts(b, "null"); /* the decoder refused such ops before (op.refusal) */
     } else if (pr->kind == PRIM_RESIZE) {
         strbuf_printf(b, ",%u", pr->size);
+    } else if (pr->kind == PRIM_SUB) {
+        strbuf_puts(b, pr->array ? ",\"a\"" : ",\"o\"");
     }
     strbuf_putc(b, ']');
     if (strbuf_failed(b))
@@ -295,22 +313,63 @@ static project_status element_edit(walk *w, const map_table *t, size_t table, si
     return w->nomem ? PROJECT_NOMEM : PROJECT_OK;
 }
 
+/* The bytea column's value = its first o bytes, then d (an 8.x binary diff). */
+static project_status binary_edit(walk *w, const map_table *t, size_t table, size_t c, int64_t pos, const prim *pr)
+{
+    map_edit *e = add_edit(w, MAP_EDIT_BINARY, table, project_first_column(t) + c, pos);
+    if (e == NULL)
+        return PROJECT_NOMEM;
+    e->n = pr->size;
+    strbuf_append(&w->plan->data, pr->bin, pr->bin_len);
+    end_value(w, e);
+    return w->nomem ? PROJECT_NOMEM : PROJECT_OK;
+}
+
 static project_status apply_to_column(walk *w, const map_table *t, size_t table, size_t c, int64_t pos,
                                       const prim *pr, char *const *at, size_t depth)
 {
     const map_column *col = &t->cols[c];
     char *const *parts = pr->parts + depth;
     size_t n = pr->n - depth;
+    bool jsonb = col->type.scalar == MAP_JSONB && !col->type.array;
     (void)at;
     int rel = relate(parts, n, col->parts, col->nparts);
     if (rel == REL_NONE)
         return PROJECT_OK;
+    if (pr->kind == PRIM_SUB && rel != REL_BELOW) {
+        if (rel == REL_EQUAL) {
+            if (jsonb) {
+                jsonb_edit(w, table, project_first_column(t) + c, pos, true, pr, pr->n, NULL);
+                return w->nomem ? PROJECT_NOMEM : PROJECT_OK;
+            }
+            /* an array column under an array diff: its elements are edited next; any other value of a typed column
+             * is not of the diff's kind (a document would not have converted): the server writes null */
+            if (col->type.array && pr->array)
+                return PROJECT_OK;
+            return set_column(w, t, table, c, pos, NULL);
+        }
+        /* the column's path goes on below the sub-diff's: an array has no named fields, so under an array diff a
+         * field name there finds nothing, now (the value is null after a mismatch) as before */
+        if (pr->array && !is_index(col->parts[n]))
+            return set_column(w, t, table, c, pos, NULL);
+        return PROJECT_OK;
+    }
+    if (pr->kind == PRIM_BINARY && rel != REL_BELOW) {
+        if (rel == REL_EQUAL && jsonb) {
+            jsonb_edit(w, table, project_first_column(t) + c, pos, true, pr, pr->n, pr->value);
+            return w->nomem ? PROJECT_NOMEM : PROJECT_OK;
+        }
+        if (rel == REL_EQUAL && col->type.scalar == MAP_BYTEA && !col->type.array)
+            return binary_edit(w, t, table, c, pos, pr);
+        /* a column of another type never held a BinData (null after the diff), and nothing lies below one */
+        return set_column(w, t, table, c, pos, NULL);
+    }
     if (rel == REL_EQUAL || rel == REL_ABOVE) {
         if (pr->kind == PRIM_UNSET)
             return set_column(w, t, table, c, pos, NULL);
         if (pr->kind == PRIM_RESIZE) {
             if (rel == REL_EQUAL) {
-                if (col->type.scalar == MAP_JSONB) {
+                if (jsonb) {
                     jsonb_edit(w, table, project_first_column(t) + c, pos, true, pr, pr->n, NULL);
                     return w->nomem ? PROJECT_NOMEM : PROJECT_OK;
                 }
@@ -338,14 +397,22 @@ static project_status apply_to_column(walk *w, const map_table *t, size_t table,
         return set_column(w, t, table, c, pos, have ? &v : NULL);
     }
     /* the edit is inside the column's value */
-    if (col->type.scalar == MAP_JSONB && !col->type.array) {
-        jsonb_edit(w, table, project_first_column(t) + c, pos, true, pr, depth + col->nparts, pr->value);
+    if (jsonb) {
+        jsonb_edit(w, table, project_first_column(t) + c, pos, true, pr, depth + col->nparts,
+                   pr->kind == PRIM_SET || pr->kind == PRIM_BINARY ? pr->value : NULL);
         return w->nomem ? PROJECT_NOMEM : PROJECT_OK;
     }
     if (col->type.array && n == col->nparts + 1 && is_index(parts[col->nparts]) && pr->kind != PRIM_RESIZE) {
         uint32_t index = (uint32_t)strtoul(parts[col->nparts], NULL, 10);
+        if (pr->kind == PRIM_SUB || pr->kind == PRIM_BINARY)
+            /* a sub-diff of an element: an element of a typed array is a scalar, so the server writes null */
+            return element_edit(w, t, table, c, pos, index, NULL);
         return element_edit(w, t, table, c, pos, index, pr->kind == PRIM_SET ? pr->value : NULL);
     }
+    if (pr->kind == PRIM_SUB || pr->kind == PRIM_BINARY || pr->in_sub || pr->kind == PRIM_RESIZE)
+        /* inside a sub-diff of a value the column's type could not hold: the sub-diff that led here made it null
+         * (above), or the column already had no value (a type error at the time) */
+        return PROJECT_OK;
     return column_type_error(w, t, table, c, pos);
 }
 
@@ -385,6 +452,15 @@ static project_status apply_to_child(walk *w, const map_table *t, const map_chil
     (void)t;
     if (rel == REL_NONE)
         return PROJECT_OK;
+    if (pr->kind == PRIM_SUB && rel != REL_BELOW) {
+        /* an array diff of the array goes on below; an object diff there (or an array diff above a field name of
+         * the path) meets a value of another kind: the server writes null, so there are no elements any more */
+        if (rel == REL_EQUAL ? !pr->array : pr->array && !is_index(ch->parts[n]))
+            return child_rows_from(w, table, ch, NULL, 0);
+        return PROJECT_OK;
+    }
+    if (pr->kind == PRIM_BINARY && rel != REL_BELOW)
+        return child_rows_from(w, table, ch, NULL, 0); /* null over an array; nothing lies below a BinData */
     if (rel == REL_EQUAL || rel == REL_ABOVE) {
         if (pr->kind == PRIM_UNSET)
             return child_rows_from(w, table, ch, NULL, 0);
@@ -415,6 +491,8 @@ static project_status apply_to_child(walk *w, const map_table *t, const map_chil
     }
     /* inside the array: one element (the server's paths into an array always name an index) */
     const char *k = parts[ch->nparts];
+    if (!is_index(k) && (pr->in_sub || pr->kind == PRIM_SUB || pr->kind == PRIM_BINARY))
+        return PROJECT_OK; /* inside an object diff of the array: nulled above (PRIM_SUB), nothing to edit */
     if (!is_index(k)) {
         snprintf(w->why, w->whylen, "child table %s.%s: the update names field \"%s\" of the array at %s",
                  ch->table->name.schema, ch->table->name.table, k, ch->path);
@@ -422,8 +500,10 @@ static project_status apply_to_child(walk *w, const map_table *t, const map_chil
     }
     uint32_t index = (uint32_t)strtoul(k, NULL, 10);
     if (n == ch->nparts + 1) {
-        if (pr->kind == PRIM_RESIZE)
-            return PROJECT_OK; /* an element that is an array: not a document the child table takes */
+        if (pr->kind == PRIM_RESIZE || pr->kind == PRIM_SUB || pr->kind == PRIM_BINARY)
+            /* an element that is an array: not a document the child table takes; a sub-diff of an element that is a
+             * document goes on below (one that is not was null or a type error: its row has no values) */
+            return PROJECT_OK;
         map_edit *pad = add_edit(w, MAP_EDIT_CHILD_PAD, table, 0, -1);
         if (pad == NULL)
             return PROJECT_NOMEM;
@@ -543,8 +623,15 @@ typedef struct {
 static project_status emit(walk *w, prim_kind kind, char *const *parts, size_t n, const bson_value_t *value,
                            uint32_t size)
 {
-    prim pr = {.kind = kind, .parts = parts, .n = n, .value = value, .size = size};
+    /* from a $v:2 diff, an edit below the top level is inside a sub-diff; a $v:1 path creates its parents */
+    prim pr = {.kind = kind, .parts = parts, .n = n, .value = value, .size = size,
+               .in_sub = w->o->form == OP_FORM_DIFF && n > 1};
     return dispatch(w, &w->m->table, -1, &pr, 0);
+}
+
+static project_status emit_prim(walk *w, const prim *pr)
+{
+    return dispatch(w, &w->m->table, -1, pr, 0);
 }
 
 static project_status walk_diff(walk *w, const uint8_t *data, size_t len, pathbuf *pb, bool array);
@@ -559,8 +646,38 @@ static project_status walk_subdiff(walk *w, bson_iter_t *it, pathbuf *pb, const 
     bson_iter_t a;
     bool array = bson_iter_init_from_data(&a, d, l) && bson_iter_find(&a, "a") && bson_iter_as_bool(&a);
     pb->parts[pb->n++] = (char *)name;
-    project_status st = walk_diff(w, d, l, pb, array);
+    prim sub = {.kind = PRIM_SUB, .parts = pb->parts, .n = pb->n, .array = array};
+    project_status st = emit_prim(w, &sub);
+    if (st == PROJECT_OK)
+        st = walk_diff(w, d, l, pb, array);
     pb->n--;
+    return st;
+}
+
+/* The entries of a `b` section (MongoDB 8.x): {field: {o: offset, d: BinData}}. */
+static project_status walk_binary(walk *w, bson_iter_t *section, pathbuf *pb)
+{
+    bson_iter_t f;
+    project_status st = PROJECT_OK;
+    if (!bson_iter_recurse(section, &f))
+        return PROJECT_OK;
+    while (st == PROJECT_OK && bson_iter_next(&f)) {
+        bson_iter_t o, d;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&f) || !bson_iter_recurse(&f, &o) || !bson_iter_find(&o, "o") ||
+            !bson_iter_recurse(&f, &d) || !bson_iter_find(&d, "d") || !BSON_ITER_HOLDS_BINARY(&d))
+            continue; /* the decoder refuses malformed entries (source/v2diff.c) */
+        int64_t off = bson_iter_as_int64(&o);
+        bson_subtype_t subtype;
+        uint32_t blen;
+        const uint8_t *bytes;
+        bson_iter_binary(&d, &subtype, &blen, &bytes);
+        pb->parts[pb->n++] = (char *)bson_iter_key(&f);
+        prim pr = {.kind = PRIM_BINARY, .parts = pb->parts, .n = pb->n, .value = bson_iter_value(&f),
+                   .size = off < 0 ? 0 : off > INT32_MAX ? (uint32_t)INT32_MAX : (uint32_t)off, .bin = bytes,
+                   .bin_len = blen};
+        st = emit_prim(w, &pr);
+        pb->n--;
+    }
     return st;
 }
 
@@ -609,6 +726,8 @@ static project_status walk_diff(walk *w, const uint8_t *data, size_t len, pathbu
                                  : emit(w, PRIM_SET, pb->parts, pb->n, bson_iter_value(&f), 0);
                 pb->n--;
             }
+        } else if (strcmp(k, "b") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it) && pb->n < MAX_PARTS) {
+            st = walk_binary(w, &it, pb);
         } else if (k[0] == 's' && k[1] != '\0') {
             st = walk_subdiff(w, &it, pb, k + 1);
         }

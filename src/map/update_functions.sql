@@ -720,6 +720,12 @@ $fn$;
 --   ["unset", PATH]       as $unset: removes a field, writes null into an array element, nothing on a missing path.
 --   ["resize", PATH, N]   truncates or null-pads the array at PATH to N elements (a $v:2 array diff's `l`);
 --                         anything else there, or nothing, is left alone.
+--   ["sset", PATH, VALUE] a set inside a $v:2 sub-diff: as "set", but a missing intermediate level leaves the document
+--                         unchanged (the server's applier does nothing for a sub-diff of an absent field).
+--   ["sub", PATH, K]      a $v:2 sub-diff enters PATH (K "o": an object diff, "a": an array diff): a value there of
+--                         the other kind becomes null, as the server's applier writes it; nothing when PATH is missing.
+--   ["binary", PATH, B]   a MongoDB 8.x binary diff entry B = {o, d}: the BinData at PATH becomes its first o bytes
+--                         followed by d; any other value there becomes null; nothing when PATH is missing.
 -- PATH is a non-empty JSON array of strings, the path's components (no dotted-string ambiguity: a component may
 -- contain dots, or be empty), N a non-negative integer. Malformed edits raise 22023 via update_error; so does a NULL
 -- edits list (a caller bug), which is why the function is not STRICT.
@@ -766,9 +772,10 @@ BEGIN
                 kind := NULL;
             END IF;
         END IF;
-        IF kind IS NULL OR kind NOT IN ('set', 'unset', 'resize') THEN
-            PERFORM oplog2pg.update_error(NULL, 'edit must be ["set", path, value], ["unset", path] or '
-                                                || '["resize", path, n], got ' || e::text);
+        IF kind IS NULL OR kind NOT IN ('set', 'sset', 'unset', 'resize', 'sub', 'binary') THEN
+            PERFORM oplog2pg.update_error(NULL, 'edit must be ["set", path, value], ["sset", path, value], '
+                                                || '["unset", path], ["resize", path, n], ["sub", path, "o"|"a"] '
+                                                || 'or ["binary", path, {o, d}], got ' || e::text);
         END IF;
         path := e -> 1;
         np := CASE WHEN jsonb_typeof(path) = 'array' THEN jsonb_array_length(path) ELSE 0 END;
@@ -789,6 +796,8 @@ BEGIN
                 PERFORM oplog2pg.update_error(NULL, 'resize length must be a non-negative integer, got ' || e::text);
             END IF;
             n := nn::integer;
+        ELSIF kind = 'sub' AND arg NOT IN ('"o"'::jsonb, '"a"'::jsonb) THEN
+            PERFORM oplog2pg.update_error(NULL, 'sub kind must be "o" or "a", got ' || e::text);
         END IF;
 
         -- Walk down. Every branch that is done with this edit leaves the loop (EXIT walk) with res updated or not;
@@ -802,15 +811,15 @@ BEGIN
                     IF lvl < np THEN
                         cur := cur -> c;
                         CONTINUE walk;
-                    ELSIF kind = 'set' THEN
+                    ELSIF kind IN ('set', 'sset') THEN
                         res := jsonb_set(res, parts, arg);
                         EXIT walk;
                     ELSIF kind = 'unset' THEN
                         res := res #- parts;
                         EXIT walk;
                     END IF;
-                    cur := cur -> c; -- resize: the value is looked at below
-                ELSIF kind = 'set' THEN
+                    cur := cur -> c; -- resize, sub, binary: the value is looked at below
+                ELSIF kind = 'set' OR (kind = 'sset' AND lvl = np) THEN
                     -- First missing component: build the rest of the path as nested documents (a numeric
                     -- component names a field here, as in MongoDB).
                     newv := arg;
@@ -829,7 +838,7 @@ BEGIN
                     IF lvl < np THEN
                         cur := cur -> idx;
                         CONTINUE walk;
-                    ELSIF kind = 'set' THEN
+                    ELSIF kind IN ('set', 'sset') THEN
                         res := jsonb_set(res, parts, arg);
                         EXIT walk;
                     ELSIF kind = 'unset' THEN
@@ -837,7 +846,7 @@ BEGIN
                         EXIT walk;
                     END IF;
                     cur := cur -> idx;
-                ELSIF kind = 'set' AND idx - len <= 1500000 THEN
+                ELSIF (kind = 'set' OR (kind = 'sset' AND lvl = np)) AND idx - len <= 1500000 THEN
                     -- Past the end: pad with null, then append the value (wrapped in the rest of the path).
                     newv := arg;
                     FOR j IN REVERSE np .. lvl + 1 LOOP
@@ -854,8 +863,20 @@ BEGIN
                 EXIT walk; -- through a scalar, or a field name into an array: see above
             END IF;
 
-            -- Only a resize whose last component exists gets here.
-            IF jsonb_typeof(cur) = 'array' THEN
+            -- Only a resize, sub or binary edit whose last component exists gets here.
+            IF kind = 'sub' THEN
+                -- A sub-diff recurses into a value of its kind only; over any other value it writes null.
+                IF (arg = '"a"'::jsonb AND jsonb_typeof(cur) <> 'array')
+                   OR (arg = '"o"'::jsonb AND NOT oplog2pg.is_document(cur)) THEN
+                    res := jsonb_set(res, parts, 'null'::jsonb);
+                END IF;
+            ELSIF kind = 'binary' THEN
+                IF jsonb_typeof(cur) = 'object' AND cur ? '$binary' AND oplog2pg.is_ejson_scalar(cur) THEN
+                    res := jsonb_set(res, parts, oplog2pg.apply_binary_diff(cur, arg));
+                ELSE
+                    res := jsonb_set(res, parts, 'null'::jsonb);
+                END IF;
+            ELSIF jsonb_typeof(cur) = 'array' THEN
                 len := jsonb_array_length(cur);
                 IF n > len THEN
                     res := jsonb_set(res, parts, cur || oplog2pg.null_array(n - len));

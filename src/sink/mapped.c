@@ -602,6 +602,11 @@ static void add_clause(row_update *u, const sink_mapped_table *m, const map_edit
         else
             strbuf_printf(&u->set, "%s = oplog2pg.apply_edits(%s, $%d)", f, f, u->p.n);
         break;
+    case MAP_EDIT_BINARY:
+        /* NULL stays NULL: a missing field stays missing, and a null is not a BinData (the server writes null) */
+        param(&u->p, value, len);
+        strbuf_printf(&u->set, "%s = substring(%s FROM 1 FOR %u) || $%d::bytea", f, f, e->n, u->p.n);
+        break;
     case MAP_EDIT_UPDATE:
         param(&u->p, value, len);
         strbuf_printf(&u->set, "%s = oplog2pg.apply_update(%s, $%d)", f, f, u->p.n);
@@ -614,7 +619,7 @@ static void add_clause(row_update *u, const sink_mapped_table *m, const map_edit
 static bool is_column_edit(map_edit_kind k)
 {
     return k == MAP_EDIT_COLUMN || k == MAP_EDIT_ELEMENT || k == MAP_EDIT_RESIZE || k == MAP_EDIT_JSONB ||
-           k == MAP_EDIT_UPDATE;
+           k == MAP_EDIT_UPDATE || k == MAP_EDIT_BINARY;
 }
 
 static sink_status apply_plan(sink *s, const table *t, const map_plan *plan, const op_pos *pos)

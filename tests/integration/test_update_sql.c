@@ -679,6 +679,41 @@ static const edit_case_t edit_cases[] = {
     {"reject: resize to a null length", "{\"a\": [1]}", "[[\"resize\", [\"a\"], null]]", NULL},
     {"reject: resize beyond int32", "{\"a\": [1]}", "[[\"resize\", [\"a\"], 3000000000]]", NULL},
     {"reject: a bad edit after good ones", "{\"a\": 1}", "[[\"set\", [\"b\"], 1], [\"unset\"]]", NULL},
+    /* sset: a set inside a $v:2 sub-diff never makes the missing parents (the server's applier skips an absent
+     * field's sub-diff), but sets the last level like set. */
+    {"sset: existing parent, new field", "{\"a\": {\"x\": 1}}", "[[\"sset\", [\"a\", \"y\"], 2]]",
+     "{\"a\": {\"x\": 1, \"y\": 2}}"},
+    {"sset: missing parent leaves the document", "{\"k\": 1}", "[[\"sset\", [\"a\", \"y\"], 2]]", "{\"k\": 1}"},
+    {"sset: past the end of an existing array pads", "{\"a\": [1]}", "[[\"sset\", [\"a\", \"2\"], 3]]",
+     "{\"a\": [1, null, 3]}"},
+    {"sset: missing array under an existing parent stays missing", "{\"a\": {}}",
+     "[[\"sset\", [\"a\", \"b\", \"0\"], 3]]", "{\"a\": {}}"},
+    /* sub: a sub-diff over a value of the other kind writes null; over a missing field, nothing. */
+    {"sub: object diff over a document keeps it", "{\"a\": {\"x\": 1}}", "[[\"sub\", [\"a\"], \"o\"]]",
+     "{\"a\": {\"x\": 1}}"},
+    {"sub: object diff over a scalar writes null", "{\"a\": 5}", "[[\"sub\", [\"a\"], \"o\"]]", "{\"a\": null}"},
+    {"sub: object diff over an array writes null", "{\"a\": [1]}", "[[\"sub\", [\"a\"], \"o\"]]",
+     "{\"a\": null}"},
+    {"sub: array diff over a document writes null", "{\"a\": {\"x\": 1}}", "[[\"sub\", [\"a\"], \"a\"]]",
+     "{\"a\": null}"},
+    {"sub: array diff over an array keeps it", "{\"a\": [1, 2]}", "[[\"sub\", [\"a\"], \"a\"]]",
+     "{\"a\": [1, 2]}"},
+    {"sub: missing field, nothing", "{\"k\": 1}", "[[\"sub\", [\"a\"], \"o\"]]", "{\"k\": 1}"},
+    {"sub: an EJSON wrapper is no document", "{\"a\": {\"$oid\": \"65a1f0c2e4b0a1b2c3d4e5f6\"}}",
+     "[[\"sub\", [\"a\"], \"o\"]]", "{\"a\": null}"},
+    {"reject: sub kind", "{\"a\": {}}", "[[\"sub\", [\"a\"], \"x\"]]", NULL},
+    /* binary: the BinData's first o bytes, then d (base64 "AQID" = 01 02 03, "BAU=" = 04 05, "AQQF" = 01 04 05). */
+    {"binary: keep one byte, append two", "{\"b\": {\"$binary\": {\"base64\": \"AQID\", \"subType\": \"00\"}}}",
+     "[[\"binary\", [\"b\"], {\"o\": 1, \"d\": {\"$binary\": {\"base64\": \"BAU=\", \"subType\": \"00\"}}}]]",
+     "{\"b\": {\"$binary\": {\"base64\": \"AQQF\", \"subType\": \"00\"}}}"},
+    {"binary: over a string writes null", "{\"b\": \"x\"}",
+     "[[\"binary\", [\"b\"], {\"o\": 0, \"d\": {\"$binary\": {\"base64\": \"BAU=\", \"subType\": \"00\"}}}]]",
+     "{\"b\": null}"},
+    {"binary: missing field, nothing", "{\"k\": 1}",
+     "[[\"binary\", [\"b\"], {\"o\": 0, \"d\": {\"$binary\": {\"base64\": \"BAU=\", \"subType\": \"00\"}}}]]",
+     "{\"k\": 1}"},
+    {"reject: binary without d", "{\"b\": {\"$binary\": {\"base64\": \"AQID\", \"subType\": \"00\"}}}",
+     "[[\"binary\", [\"b\"], {\"o\": 1}]]", NULL},
 };
 
 /* A failure must come from oplog2pg.update_error: SQLSTATE 22023 and its message prefix. */
