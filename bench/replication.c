@@ -9,11 +9,19 @@
  *                              workers, against psql \copy of the same rows
  *   replication keys [N]       what the key column costs an insert: psql \copy of the same N rows (default 300 000)
  *                              with the key as text, as jsonb, and as a jsonb generated from the document
+ *   replication mapped [N [M]] typed tables (issue 11): N inserts (default 200 000) into a mapped collection of
+ *                              typed columns, and M inserts (default 10 000) of 1 000 doubles into a double
+ *                              precision[] column, each replicated by oplog2pg against psql \copy of the same rows
+ *                              (text, then binary: PostgreSQL's own floor) into a table LIKE the daemon's; three
+ *                              trials each (BENCH_MAPPED_REPS), oplog2pg and psql side by side (0 skips a workload)
  *
  * Every figure is a ratio of two runs made side by side on the same PostgreSQL (OPLOG2PG_TEST_PG, from
  * scripts/with-pg.sh) and the same mongosim build, never a timed pass/fail. A trial starts the daemon on a fresh
  * mongosim, pauses it once it has caught up, writes the workload, and times it from the moment it resumes until its
  * checkpoint equals the newest oplog entry: the whole backlog, read, applied and committed.
+ *
+ * BENCH_PERF=FILE records the timed part of each trial with `perf record --call-graph dwarf` into FILE.<service>
+ * (a profile of the daemon alone; the figures of such a run are not the ones to report).
  */
 #include <libpq-fe.h>
 #include <mongoc/mongoc.h>
@@ -186,30 +194,77 @@ static void trial_close(trial *t)
         fprintf(stderr, "could not remove %s\n", t->dir);
 }
 
-/* Write the workload while the daemon is stopped (after it committed its start), then time the catch-up. */
 /* The daemon starts, commits its starting point and catches up; then it is paused (SIGSTOP) while the workload is
  * written, and timed from SIGCONT until its checkpoint reaches the newest entry: the pure cost of applying the
  * backlog, without the fixed cost of starting up (about 50 ms, most of a short batched trial). */
-static double timed_backlog(trial *t, const workload_config *wc, long *peak_kb)
+/* CPU seconds (user + system, all threads) a process has used so far, from /proc; -1 when unknown. */
+static double cpu_seconds(pid_t pid)
 {
-    char err[512];
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* after the command name, which may hold spaces */
+    unsigned long long ut, st;
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double timed_backlog_of(trial *t, void (*write)(trial *, const void *), const void *ctx, long *peak_kb,
+                               double *cpu_s)
+{
     daemon_start(t);
     wait_caught_up(t, 60);
     if (!proc_signal(&t->daemon, SIGSTOP))
         die("cannot pause the daemon");
     t->start = oplogutil_checkpoint_ts(t->pg, t->service);
-    workload_stats st;
-    if (!workload_run(t->uri, wc, &st, err, sizeof err))
-        die("workload: %s", err);
-    double t0 = now_s();
+    write(t, ctx);
+    /* BENCH_PERF=FILE: the timed part is also recorded by `perf record` (call graphs) into FILE.<service>. */
+    proc_handle perf = {0};
+    const char *perf_out = getenv("BENCH_PERF");
+    if (perf_out != NULL && *perf_out != '\0') {
+        char err[512], pid[16], out[256], plog[160];
+        snprintf(pid, sizeof pid, "%d", (int)t->daemon.pid);
+        snprintf(out, sizeof out, "%s.%s", perf_out, t->service);
+        snprintf(plog, sizeof plog, "%s/perf.log", t->dir);
+        const char *argv[] = {"perf",        "record", "-q", "-F", "999", "--call-graph",
+                              "dwarf,16384", "-p",     pid,  "-o", out,   NULL};
+        if (!proc_start(argv, NULL, plog, &perf, err, sizeof err))
+            die("%s", err);
+        usleep(500000); /* perf attaches */
+    }
+    double t0 = now_s(), cpu0 = cpu_seconds(t->daemon.pid);
     proc_signal(&t->daemon, SIGCONT);
     wait_caught_up(t, 3600);
     double secs = now_s() - t0;
+    if (cpu_s)
+        *cpu_s = cpu_seconds(t->daemon.pid) - cpu0;
+    if (perf.pid != 0) {
+        proc_signal(&perf, SIGINT);
+        proc_wait(&perf, 120);
+    }
     if (peak_kb)
         *peak_kb = peak_rss_kb(t->daemon.pid);
     if (!proc_stop(&t->daemon, 60) || proc_exit_code(&t->daemon) != 0)
         die("the daemon did not stop cleanly; see %s", t->log);
     return secs;
+}
+
+static void write_workload(trial *t, const void *ctx)
+{
+    char err[512];
+    workload_stats st;
+    if (!workload_run(t->uri, ctx, &st, err, sizeof err))
+        die("workload: %s", err);
+}
+
+static double timed_backlog(trial *t, const workload_config *wc, long *peak_kb)
+{
+    return timed_backlog_of(t, write_workload, wc, peak_kb, NULL);
 }
 
 static double batching_trial(unsigned ratio, bool batched, uint64_t n, int rep)
@@ -330,8 +385,10 @@ static uint64_t dump_for_copy(mongoc_client_t *c, const char *db, const char *co
 /* The table shape oplog2pg writes, for the psql \copy baselines: same columns, same key, no generated column. */
 #define SAME_SHAPE "(_id text COLLATE \"C\" PRIMARY KEY, doc jsonb NOT NULL)"
 
-/* Seconds psql \copy takes to load `path` into a fresh table `name` made by `create` (columns from `cols`). */
-static double psql_copy(PGconn *pg, const char *name, const char *create, const char *cols, const char *path)
+/* Seconds psql \copy takes to load `path` into a fresh table `name` made by `create` (columns from `cols`, options
+ * such as " with (format binary)" from `opts`). */
+static double psql_copy_opts(PGconn *pg, const char *name, const char *create, const char *cols, const char *path,
+                             const char *opts)
 {
     char sql[1024];
     snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS %s", name);
@@ -339,7 +396,7 @@ static double psql_copy(PGconn *pg, const char *name, const char *create, const 
     snprintf(sql, sizeof sql, "CREATE TABLE %s %s", name, create);
     exec_sql(pg, sql);
     exec_sql(pg, "CHECKPOINT");
-    snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy %s %s from '%s'\"", name, cols, path);
+    snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy %s %s from '%s'%s\"", name, cols, path, opts);
     double t0 = now_s();
     if (system(sql) != 0)
         die("psql \\copy into %s failed", name);
@@ -347,6 +404,11 @@ static double psql_copy(PGconn *pg, const char *name, const char *create, const 
     snprintf(sql, sizeof sql, "DROP TABLE %s", name);
     exec_sql(pg, sql);
     return secs;
+}
+
+static double psql_copy(PGconn *pg, const char *name, const char *create, const char *cols, const char *path)
+{
+    return psql_copy_opts(pg, name, create, cols, path, "");
 }
 
 static void bench_inserts(uint64_t n)
@@ -460,6 +522,277 @@ static void bench_keys(uint64_t n)
     }
 }
 
+/* ---- typed tables (issue 11): a mapped collection against psql \copy of the same typed rows ---- */
+
+/* The two shapes: TYPED, a row of the common scalar types (bigint key, double precision, numeric, text,
+ * timestamptz, boolean, uuid, text[], and the rest in jsonb); ARRAY, 1 000 doubles through a double precision[]. */
+typedef enum { SHAPE_TYPED, SHAPE_ARRAY } map_shape;
+
+#define ARRAY_LEN 1000
+
+typedef struct {
+    map_shape shape;
+    uint64_t n; /* documents, _id 1..n (the seed document, _id 0, is written before the daemon is paused) */
+    uint64_t seed;
+    char db[64];
+} mapped_load;
+
+static uint64_t rng_next(uint64_t *s) /* splitmix64 */
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rng_unit(uint64_t *s) /* [0, 1) with 53 random bits: most such doubles need 16 or 17 digits */
+{
+    return (double)(rng_next(s) >> 11) / 9007199254740992.0;
+}
+
+static void mapped_doc(bson_t *d, map_shape shape, int64_t id, uint64_t *rng)
+{
+    static const char *const colors[] = {"red", "green", "blue", "amber", "violet", "grey"};
+    bson_init(d);
+    BSON_APPEND_INT64(d, "_id", id);
+    bson_t arr;
+    char key[16];
+    if (shape == SHAPE_ARRAY) {
+        BSON_APPEND_ARRAY_BEGIN(d, "v", &arr);
+        for (int i = 0; i < ARRAY_LEN; i++) {
+            snprintf(key, sizeof key, "%d", i);
+            BSON_APPEND_DOUBLE(&arr, key, rng_unit(rng) * 1000.0 - 500.0);
+        }
+        bson_append_array_end(d, &arr);
+        return;
+    }
+    uint64_t r = rng_next(rng);
+    char text[64];
+    BSON_APPEND_DOUBLE(d, "price", rng_unit(rng) * 1000.0);
+    snprintf(text, sizeof text, "%u.%02u", (unsigned)(r % 100000), (unsigned)(r >> 20) % 100);
+    bson_decimal128_t dec;
+    bson_decimal128_from_string(text, &dec);
+    BSON_APPEND_DECIMAL128(d, "amount", &dec);
+    snprintf(text, sizeof text, "customer %llu of region %u", (unsigned long long)(r >> 24) % 100000,
+             (unsigned)(r >> 40) % 50);
+    BSON_APPEND_UTF8(d, "name", text);
+    BSON_APPEND_DATE_TIME(d, "created", INT64_C(1764403200000) + id * 1000 + (int64_t)((r >> 8) % 1000));
+    BSON_APPEND_BOOL(d, "active", (r >> 3) & 1);
+    uint8_t u[16];
+    uint64_t a = rng_next(rng), b = rng_next(rng);
+    memcpy(u, &a, 8);
+    memcpy(u + 8, &b, 8);
+    u[6] = (uint8_t)((u[6] & 0x0F) | 0x40); /* a version 4 uuid */
+    u[8] = (uint8_t)((u[8] & 0x3F) | 0x80);
+    BSON_APPEND_BINARY(d, "ref", BSON_SUBTYPE_UUID, u, 16);
+    BSON_APPEND_ARRAY_BEGIN(d, "tags", &arr);
+    unsigned ntags = 1 + (unsigned)(r >> 50) % 3;
+    for (unsigned i = 0; i < ntags; i++) {
+        snprintf(key, sizeof key, "%u", i);
+        BSON_APPEND_UTF8(&arr, key, colors[(r >> (4 * i)) % 6]);
+    }
+    bson_append_array_end(d, &arr);
+    /* what no column takes: the rest (rest = extra) */
+    BSON_APPEND_UTF8(d, "note", (r & 7) == 0 ? "gift wrap, deliver after 18:00" : "standard");
+    BSON_APPEND_INT32(d, "qty", (int32_t)(r % 20) + 1);
+}
+
+static const char *mapped_ini(const mapped_load *l, char *buf, size_t len)
+{
+    if (l->shape == SHAPE_ARRAY)
+        snprintf(buf, len, "[map %s.c0]\nrest = drop\ncolumn.id = bigint from _id\ncolumn.v = double precision[]\n",
+                 l->db);
+    else
+        snprintf(buf, len,
+                 "[map %s.c0]\nrest = extra\ncolumn.id = bigint from _id\ncolumn.price = double precision\n"
+                 "column.amount = numeric\ncolumn.name = text\ncolumn.created = timestamptz\n"
+                 "column.active = boolean\ncolumn.ref = uuid\ncolumn.tags = text[]\n",
+                 l->db);
+    return buf;
+}
+
+/* Inserts documents first..last (by _id) in ordered batches. */
+static void insert_mapped(trial *t, const mapped_load *l, uint64_t first, uint64_t last, uint64_t *rng)
+{
+    enum { BATCH = 200 };
+    static bson_t docs[BATCH];
+    const bson_t *ptrs[BATCH];
+    mongoc_collection_t *coll = mongoc_client_get_collection(t->client, l->db, "c0");
+    for (uint64_t id = first; id <= last;) {
+        size_t nb = 0;
+        for (; nb < BATCH && id <= last; nb++, id++) {
+            mapped_doc(&docs[nb], l->shape, (int64_t)id, rng);
+            ptrs[nb] = &docs[nb];
+        }
+        bson_error_t err;
+        bool ok = mongoc_collection_insert_many(coll, ptrs, nb, NULL, NULL, &err);
+        for (size_t i = 0; i < nb; i++)
+            bson_destroy(&docs[i]);
+        if (!ok)
+            die("inserting into %s.c0: %s", l->db, err.message);
+    }
+    mongoc_collection_destroy(coll);
+}
+
+static void write_mapped(trial *t, const void *ctx)
+{
+    const mapped_load *l = ctx;
+    uint64_t rng = l->seed;
+    insert_mapped(t, l, 1, l->n, &rng);
+    exec_sql(t->pg, "CHECKPOINT"); /* as before the psql \copy: each side starts without dirty buffers */
+}
+
+static uint64_t count_rows(PGconn *pg, const char *qtable)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", qtable);
+    PGresult *r = PQexec(pg, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        die("%s: %s", sql, PQerrorMessage(pg));
+    uint64_t n = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    return n;
+}
+
+typedef struct {
+    double daemon_s, copy_s, binary_s, cpu_s; /* cpu_s: the daemon's CPU time (all threads) over daemon_s */
+    long peak_kb;
+    uint64_t rows;
+    long long file_bytes;
+} mapped_result;
+
+/* One side-by-side trial: oplog2pg replicates the n documents of a fresh mongosim into the mapped table, then psql
+ * \copy loads the very rows it wrote (COPY ... TO, text format) into a fresh table made LIKE it (same columns,
+ * types, collations, primary key), and then the same rows in COPY's binary format: what PostgreSQL alone needs to
+ * store them, the floor under both. */
+static mapped_result mapped_trial(map_shape shape, uint64_t n, int rep)
+{
+    trial t;
+    char name[32], ini[1024], qtable[128], sql[1024], path[160];
+    snprintf(name, sizeof name, "%s%d", shape == SHAPE_ARRAY ? "arr" : "typ", rep);
+    trial_open(&t, name, "batched");
+    mapped_load l = {.shape = shape, .n = n, .seed = shape == SHAPE_ARRAY ? 111 : 222};
+    snprintf(l.db, sizeof l.db, "%s0", t.prefix);
+    trial_write_ini(&t, "batched", mapped_ini(&l, ini, sizeof ini));
+    /* The seed document (_id 0) first, so that the table is made and its statements prepared before the timing. */
+    uint64_t seed_rng = 1;
+    insert_mapped(&t, &l, 0, 0, &seed_rng);
+    mapped_result res = {.peak_kb = -1};
+    res.daemon_s = timed_backlog_of(&t, write_mapped, &l, &res.peak_kb, &res.cpu_s);
+    snprintf(qtable, sizeof qtable, "%s.c0", l.db);
+    if ((res.rows = count_rows(t.pg, qtable)) != n + 1)
+        die("%s holds %llu rows, not %llu; see %s", qtable, (unsigned long long)res.rows, (unsigned long long)n + 1,
+            t.log);
+    res.rows = n;
+
+    snprintf(path, sizeof path, "%s/rows.copy", t.dir);
+    snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy (SELECT * FROM %s WHERE id <> 0) to '%s'\"",
+             qtable, path);
+    if (system(sql) != 0)
+        die("psql \\copy from %s failed", qtable);
+    FILE *f = fopen(path, "r");
+    if (f != NULL && fseek(f, 0, SEEK_END) == 0)
+        res.file_bytes = ftell(f);
+    if (f != NULL)
+        fclose(f);
+    char bin[170];
+    snprintf(bin, sizeof bin, "%s/rows.bin", t.dir);
+    snprintf(sql, sizeof sql,
+             "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy (SELECT * FROM %s WHERE id <> 0) to '%s' with (format "
+             "binary)\"",
+             qtable, bin);
+    if (system(sql) != 0)
+        die("psql \\copy from %s failed", qtable);
+    char like[200];
+    snprintf(like, sizeof like, "(LIKE %s INCLUDING ALL)", qtable);
+    res.copy_s = psql_copy(t.pg, "public.bench_mapped_copy", like, "", path);
+    res.binary_s = psql_copy_opts(t.pg, "public.bench_mapped_copy", like, "", bin, " with (format binary)");
+    trial_close(&t);
+    return res;
+}
+
+static double median(const double *v, int n)
+{
+    double tmp[9];
+    memcpy(tmp, v, (size_t)n * sizeof *v);
+    qsort(tmp, (size_t)n, sizeof tmp[0], cmp_double);
+    return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
+}
+
+static void print_runs(const double *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        printf("%s%.0f", i ? ", " : " ", v[i]);
+}
+
+/* reps side-by-side pairs (oplog2pg, then psql \copy, each on fresh tables), as a table of medians and runs. */
+static void bench_mapped_shape(map_shape shape, uint64_t n, int reps)
+{
+    double daemon[9], copy[9], binary[9], ratio[9], cpu_us[9];
+    long peak = 0;
+    mapped_result r = {0};
+    for (int i = 0; i < reps; i++) {
+        r = mapped_trial(shape, n, i);
+        daemon[i] = (double)n / r.daemon_s;
+        copy[i] = (double)n / r.copy_s;
+        binary[i] = (double)n / r.binary_s;
+        ratio[i] = daemon[i] / copy[i];
+        cpu_us[i] = r.cpu_s * 1e6 / (double)n;
+        if (r.peak_kb > peak)
+            peak = r.peak_kb;
+        fprintf(stderr,
+                "mapped %s run %d: oplog2pg %.0f rows/s (%.1f us CPU/row), psql \\copy %.0f rows/s (%.2fx), "
+                "binary %.0f rows/s\n",
+                shape == SHAPE_ARRAY ? "array" : "typed", i + 1, daemon[i], cpu_us[i], copy[i], ratio[i], binary[i]);
+    }
+    if (shape == SHAPE_TYPED)
+        printf("%llu documents into `bigint` (key, from _id), `double precision`, `numeric`, `text`, `timestamptz`, "
+               "`boolean`, `uuid`, `text[]` and the rest (`rest = extra`, jsonb); the COPY text file is %.1f MB.\n\n",
+               (unsigned long long)n, (double)r.file_bytes / 1e6);
+    else
+        printf("%llu documents of %d doubles each into `double precision[]` (key `bigint` from _id, `rest = drop`); "
+               "the COPY text file is %.1f MB.\n\n",
+               (unsigned long long)n, ARRAY_LEN, (double)r.file_bytes / 1e6);
+    printf("| what | rows | rows/s, median of %d | the %d runs, in order (rows/s) |\n|---|---:|---:|---|\n", reps,
+           reps);
+    printf("| psql \\copy of the same rows (text), same table | %llu | %.0f |", (unsigned long long)n,
+           median(copy, reps));
+    print_runs(copy, reps);
+    printf(" |\n| oplog2pg, tailing the oplog of those inserts | %llu | %.0f |", (unsigned long long)n,
+           median(daemon, reps));
+    print_runs(daemon, reps);
+    printf(" |\n| (the floor) psql \\copy of the same rows in binary format, same table | %llu | %.0f |",
+           (unsigned long long)n, median(binary, reps));
+    print_runs(binary, reps);
+    double lo = ratio[0], hi = ratio[0];
+    for (int i = 1; i < reps; i++) {
+        lo = ratio[i] < lo ? ratio[i] : lo;
+        hi = ratio[i] > hi ? ratio[i] : hi;
+    }
+    printf(" |\n\noplog2pg / psql \\copy: **%.2fx** (median of the %d pairs' ratios; %.2fx to %.2fx). The daemon used "
+           "%.1f us of CPU per row (all threads, median) and at most %.1f MB of resident memory.\n",
+           median(ratio, reps), reps, lo, hi, median(cpu_us, reps), (double)peak / 1024.0);
+    fflush(stdout);
+}
+
+/* Issue 11's two figures: typed rows against psql \copy of the same rows, and arrays of doubles against psql \copy
+ * of their text; three side-by-side pairs each (BENCH_MAPPED_REPS, at most 9). */
+static void bench_mapped(uint64_t n_typed, uint64_t n_arrays)
+{
+    const char *env = getenv("BENCH_MAPPED_REPS");
+    int reps = env ? atoi(env) : 3;
+    if (reps < 1 || reps > 9)
+        die("BENCH_MAPPED_REPS must be 1 to 9");
+    if (n_typed > 0) {
+        printf("### Typed columns\n\n");
+        bench_mapped_shape(SHAPE_TYPED, n_typed, reps);
+    }
+    if (n_arrays > 0) {
+        printf("%s### Arrays of %d doubles\n\n", n_typed > 0 ? "\n" : "", ARRAY_LEN);
+        bench_mapped_shape(SHAPE_ARRAY, n_arrays, reps);
+    }
+}
+
 /* The initial copy of n documents in 4 collections: `run --import-only` with 1 worker and with 4, against psql
  * \copy of the same rows into 4 tables of the same shape, one after another. */
 static void bench_copy(uint64_t n)
@@ -543,7 +876,9 @@ int main(int argc, char **argv)
 {
     conninfo = getenv("OPLOG2PG_TEST_PG");
     if (argc < 2 || conninfo == NULL) {
-        fprintf(stderr, "usage: OPLOG2PG_TEST_PG=... %s batching|inserts|copy [N]  (run through scripts/with-pg.sh)\n",
+        fprintf(stderr,
+                "usage: OPLOG2PG_TEST_PG=... %s batching|inserts|copy|keys [N] | mapped [N [M]]  (run through "
+                "scripts/with-pg.sh)\n",
                 argv[0]);
         return 2;
     }
@@ -557,6 +892,8 @@ int main(int argc, char **argv)
         bench_keys(argc > 2 ? strtoull(argv[2], NULL, 10) : 300000);
     else if (strcmp(argv[1], "copy") == 0)
         bench_copy(n ? n : 1000000);
+    else if (strcmp(argv[1], "mapped") == 0)
+        bench_mapped(argc > 2 ? n : 200000, argc > 3 ? strtoull(argv[3], NULL, 10) : 10000);
     else
         die("unknown benchmark '%s'", argv[1]);
     mongoc_cleanup();

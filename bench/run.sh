@@ -6,8 +6,12 @@
 #   1. mongosim's tailing speed (it must never be what a benchmark of oplog2pg measures);
 #   2. the batching table: oplog2pg batched versus per-op mode at 1..1000 inserts per update;
 #   3. insert-only throughput against psql \copy of the same rows, and the daemon's peak memory;
-#   4. the initial copy, with one worker and with four, against psql \copy.
-# BENCH_ENTRIES (default 20000), BENCH_INSERTS and BENCH_COPY (default 1000000) scale the last three.
+#   4. the initial copy, with one worker and with four, against psql \copy;
+#   5. what the key column costs an insert (psql \copy into the three key shapes);
+#   6. typed tables (issue 11): a mapped collection of typed columns, and arrays of 1 000 doubles into a
+#      double precision[] column, each against psql \copy of the same rows (three pairs each, alternating).
+# BENCH_ENTRIES (default 20000), BENCH_INSERTS and BENCH_COPY (default 1000000), BENCH_KEYS (default 300000),
+# BENCH_MAPPED (default 200000) and BENCH_ARRAYS (default 10000) scale them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -36,3 +40,9 @@ echo "## Insert-only throughput against psql \\copy"
 echo
 echo "## Initial copy against psql \\copy"
 "$build/bench/replication" copy "${BENCH_COPY:-1000000}" 2>/dev/null
+echo
+echo "## The key"
+"$build/bench/replication" keys "${BENCH_KEYS:-300000}" 2>/dev/null
+echo
+echo "## Typed tables (issue 11)"
+"$build/bench/replication" mapped "${BENCH_MAPPED:-200000}" "${BENCH_ARRAYS:-10000}" 2>/dev/null

@@ -28,6 +28,7 @@
 
 #include "map/ejson.h"
 #include "util/utf8.h"
+#include "util/strbuf.h"
 
 #define SHOW_MAX 60 /* bytes of a value quoted in a reason */
 
@@ -385,11 +386,14 @@ static void value_text(const bson_value_t *v, char *buf, size_t buflen)
     strbuf_free(&sb);
 }
 
-/* Where a reason goes, and what it starts with ("element 3: " for an array's element). */
+/* Where a reason goes, and what it starts with: the prefix, then "element 3: " for an array's element (written only
+ * when a value is refused, so that an array's elements cost no formatting). */
 typedef struct {
     char *why;
     size_t whylen;
     const char *prefix;
+    bool in_array;    /* the value is element `element` of an array */
+    uint32_t element; /* from 0 */
 } reason;
 
 /* Writes "<prefix><type> <value> <what>" (without the value when v is NULL); returns CONVERT_TYPE_ERROR. */
@@ -402,6 +406,8 @@ static convert_status refuse(const reason *r, const bson_value_t *v, const char 
     size_t off = 0;
     r->why[0] = '\0';
     text_appendf(r->why, r->whylen, &off, "%s", r->prefix);
+    if (r->in_array)
+        text_appendf(r->why, r->whylen, &off, "element %" PRIu32 ": ", r->element);
     if (v != NULL) {
         char shown[SHOW_MAX * 8];
         value_text(v, shown, sizeof shown);
@@ -777,17 +783,6 @@ static convert_status to_text(strbuf *out, const map_type *t, const bson_value_t
     return CONVERT_OK;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* What PostgreSQL's uuid_in reads: 32 hex digits (either case), optionally in braces, with a hyphen allowed after
  * any group of four digits (so the canonical 8-4-4-4-12 form, none at all, or a hyphen every four digits). */
 static bool parse_uuid(const char *s, size_t len, uint8_t out[16])
@@ -798,7 +793,7 @@ static bool parse_uuid(const char *s, size_t len, uint8_t out[16])
     for (int b = 0; b < 16; b++) {
         if (i + 2 > len)
             return false;
-        int hi = hexval(s[i]), lo = hexval(s[i + 1]);
+        int hi = hex_digit(s[i]), lo = hex_digit(s[i + 1]);
         if (hi < 0 || lo < 0)
             return false;
         out[b] = (uint8_t)(hi << 4 | lo);
@@ -1105,9 +1100,17 @@ static bool is_sql_null(const bson_value_t *v)
 static convert_status put_element(strbuf *out, const map_type *elem, const bson_value_t *v, uint32_t index,
                                   const reason *outer, bool *null)
 {
-    char prefix[32];
-    snprintf(prefix, sizeof prefix, "%selement %" PRIu32 ": ", outer->prefix, index);
-    reason r = {outer->why, outer->whylen, prefix};
+    if (elem->scalar == MAP_DOUBLE && v->value_type == BSON_TYPE_DOUBLE) {
+        /* the common case of numeric arrays, in one append: length 8, then the double as to_float writes it */
+        uint64_t bits;
+        memcpy(&bits, &v->value.v_double, sizeof bits);
+        unsigned char p[12] = {0, 0, 0, 8};
+        for (int i = 0; i < 8; i++)
+            p[4 + i] = (unsigned char)(bits >> (56 - 8 * i));
+        strbuf_append(out, p, sizeof p);
+        return CONVERT_OK;
+    }
+    reason r = {outer->why, outer->whylen, outer->prefix, true, index};
     if (v->value_type == BSON_TYPE_ARRAY || v->value_type == BSON_TYPE_DOCUMENT) {
         char sql[64];
         map_type whole = *elem;
@@ -1144,6 +1147,9 @@ static convert_status to_array(strbuf *out, const map_type *t, const bson_value_
     map_type elem = *t;
     elem.array = false;
     size_t start = out->len;
+    /* Room for the whole array at once, not by doubling as it grows: its binary form is about as long as its BSON
+     * (a double element: 12 bytes against at least 11). */
+    strbuf_reserve(out, 20 + (size_t)v->value.v_doc.data_len + v->value.v_doc.data_len / 8);
     strbuf_put_be32(out, 1);
     strbuf_put_be32(out, 0); /* has nulls: patched below */
     strbuf_put_be32(out, scalars[t->scalar].oid);
@@ -1178,7 +1184,7 @@ static convert_status to_array(strbuf *out, const map_type *t, const bson_value_
 convert_status convert_binary(strbuf *out, const map_type *t, const bson_value_t *v, bool *is_null, char *why,
                               size_t whylen)
 {
-    reason r = {why, whylen, ""};
+    reason r = {.why = why, .whylen = whylen, .prefix = ""};
     if (why != NULL && whylen > 0)
         why[0] = '\0';
     *is_null = is_sql_null(v);
@@ -1208,7 +1214,7 @@ convert_status convert_copy_field(strbuf *out, const map_type *t, const bson_val
     if (st == CONVERT_OK && strbuf_failed(out))
         st = CONVERT_NOMEM;
     if (st == CONVERT_OK && out->len - start - 4 > INT32_MAX) {
-        reason r = {why, whylen, ""};
+        reason r = {.why = why, .whylen = whylen, .prefix = ""};
         st = refuse(&r, NULL, "the value is %zu bytes long, more than a field holds", out->len - start - 4);
     }
     if (st != CONVERT_OK) {

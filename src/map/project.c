@@ -101,21 +101,17 @@ bool project_lookup(const uint8_t *data, size_t len, char *const *parts, size_t 
 {
     bson_iter_t it;
     for (size_t i = 0; i < n; i++) {
-        if (!bson_iter_init_from_data(&it, data, len) || !bson_iter_find(&it, parts[i]))
+        /* the first field of that name, compared case-sensitively as MongoDB does (not bson_iter_find, which
+         * compares case-insensitively) */
+        if (!bson_iter_init_from_data(&it, data, len))
             return false;
-        /* bson_iter_find compares case-insensitively; MongoDB field names are case-sensitive */
-        if (strcmp(bson_iter_key(&it), parts[i]) != 0) {
-            bool found = false;
-            bson_iter_init_from_data(&it, data, len);
-            while (bson_iter_next(&it)) {
-                if (strcmp(bson_iter_key(&it), parts[i]) == 0) {
-                    found = true;
-                    break;
-                }
-            }
-            if (!found)
-                return false;
+        bool found = false;
+        while (!found && bson_iter_next(&it)) {
+            const char *key = bson_iter_key(&it);
+            found = key[0] == parts[i][0] && strcmp(key, parts[i]) == 0;
         }
+        if (!found)
+            return false;
         if (i + 1 == n)
             break;
         if (!BSON_ITER_HOLDS_DOCUMENT(&it) && !BSON_ITER_HOLDS_ARRAY(&it))
@@ -173,7 +169,7 @@ static void path_at(char *const *parts, size_t n, char *const *prefix, size_t de
     for (size_t i = 0; i < depth; i++)
         if (strcmp(parts[i], prefix[i]) != 0)
             return;
-    if (strcmp(parts[depth], key) != 0)
+    if (parts[depth][0] != key[0] || strcmp(parts[depth], key) != 0)
         return;
     if (n == depth + 1)
         *leaf = true;
