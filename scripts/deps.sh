@@ -13,6 +13,8 @@ pkgs=(gcc make pkg-config libmongoc-dev libbson-dev libpq-dev libev-dev libinih-
 # Tests, demo and benchmarks: a PostgreSQL server to throw away, pymongo for the compatibility test, valgrind;
 # groff and man-db render the man pages and systemd verifies the installed unit (tests/system/install.sh).
 pkgs+=(postgresql postgresql-client python3 python3-pymongo valgrind util-linux curl systemd groff-base man-db)
+# The Node.js compatibility test (tests/compat/node_compat.mjs): Debian's nodejs and npm, unless a node is present.
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 # Tooling behind `make format` and `make lint`.
 [ "${1:-}" = --tools ] && pkgs+=(clang-format cppcheck)
 
@@ -21,7 +23,18 @@ for p in "${pkgs[@]}"; do
     status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
     [ "$status" = installed ] || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+# The official Node.js driver, pinned by tests/compat/package-lock.json, into tests/compat/node_modules (not in git).
+compat_node() {
+    local dir
+    dir="$(cd "$(dirname "$0")/.." && pwd)/tests/compat"
+    [ -d "$dir/node_modules/mongodb" ] && return 0
+    echo "oplog2pg: npm ci in tests/compat" >&2
+    (cd "$dir" && npm ci --no-audit --no-fund >&2)
+}
+if [ ${#missing[@]} -eq 0 ]; then
+    compat_node
+    exit 0
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "oplog2pg: missing Debian packages: ${missing[*]}" >&2
@@ -34,3 +47,4 @@ export DEBIAN_FRONTEND=noninteractive
 # A fresh machine has no package lists; an old list may miss a package. Update once, then install.
 apt-get update -qq >&2
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+compat_node

@@ -38,6 +38,8 @@ typedef struct copy_config {
     int64_t progress_interval_ms; /* progress log line period (0 = off) */
     const atomic_bool *cancel;    /* set by the daemon on SIGTERM: workers stop after their current batch commits */
     int peer_timeout_s;           /* PostgreSQL connect timeout and dead-peer detection (sink/pgconn.h) */
+    bool majority;                /* [mongodb] read_concern = majority: start at the newest majority-committed entry
+                                   * and read the collections with readConcern majority */
     /* Called by the coordinating (calling) thread about every 50 ms while the copy runs, with the documents
      * committed so far, the estimated total and the collections not finished yet: the daemon's watchdog, STATUS
      * line and metrics. May be NULL. */

@@ -8,7 +8,11 @@
  * - the group commits, with the checkpoint of the last entry it covers, when it reaches batch_rows or batch_bytes
  *   ("size"), when flush_interval has passed since it opened ("timer", via batcher_tick), when the reader finds the
  *   oplog drained ("idle") and on exit ("exit");
- * - commits happen only between entries: a MongoDB transaction (an atomic applyOps) is never split;
+ * - commits happen only between entries: a MongoDB transaction (an atomic applyOps) is never split; nor between the
+ *   parts of one logical entry (op_entry.more, core/op.h): while a part with `more` was the last taken, no trigger
+ *   commits (runs may still be written, uncommitted, to keep memory bounded) and there is no deadline; the last part
+ *   ends that, and the usual rules apply again;
+ * - the commit carries the hold of the last entry taken (op_entry.hold) to the sink's set_hold, when it has one;
  * - in per-op mode every entry is written and committed on its own (the baseline the benchmarks compare against);
  * - careful mode is per-op mode in which each op is guarded, and one the sink refuses as data is handed to the
  *   sink's dead_letter (the daemon uses it to step over ops PostgreSQL cannot store).
@@ -56,6 +60,8 @@ typedef struct batcher_sink {
     apply_status (*insert_run)(void *ctx, const char *db, const char *coll, void *run, const op_pos *pos);
     apply_status (*apply)(void *ctx, const op *o); /* update, delete, DDL */
     apply_status (*commit)(void *ctx, const op_pos *pos);
+    /* Called just before each commit with the hold of the last entry taken (NULL when it has none); may be NULL. */
+    void (*set_hold)(void *ctx, const op_pos *hold);
     /* Careful mode only (see batcher_config.careful); may be NULL otherwise. */
     apply_status (*guard_begin)(void *ctx);
     apply_status (*guard_end)(void *ctx);
@@ -101,6 +107,8 @@ apply_status batcher_tick(batcher *b, uint64_t now_ms);
 void batcher_reset(batcher *b);
 /* Anything not yet committed (including a position moved by noops)? */
 bool batcher_dirty(const batcher *b);
+/* True while the last entry taken was a part with more parts to come (op_entry.more). */
+bool batcher_in_parts(const batcher *b);
 /* Position of the last entry taken (committed or not); valid after the first entry. */
 const op_pos *batcher_last(const batcher *b);
 const batcher_stats *batcher_get_stats(const batcher *b);

@@ -112,12 +112,24 @@ typedef struct op {
     uint32_t mapped_bytes;
 } op;
 
-/* One decoded oplog entry. ops[i].index == i. For a plain entry n == 1. */
+/* One decoded oplog entry. ops[i].index == i for an entry of its own; for a part of a larger logical entry (more, or
+ * a last part) the indexes number the ops across all its parts. For a plain entry n == 1.
+ *
+ * Parts: a logical entry too large to be held at once (a MongoDB transaction written over several oplog entries,
+ * source/txn.h) reaches the batcher as several op_entry items with the same pos, each but the last with `more` set.
+ * The batcher never commits after a part with `more` (core/batcher.h), so the whole logical entry commits, with its
+ * position, in one PostgreSQL transaction; the queue holds at most a few parts at a time.
+ *
+ * hold: the oldest position a restart from this entry would still have to read (the first entry of the oldest
+ * transaction still open after this entry), when has_hold; it travels with the checkpoint (core/batcher.h). */
 typedef struct op_entry {
     op_pos pos;
     op *ops;
     size_t n;
     bool atomic; /* the ops must be applied in one PostgreSQL transaction (see source/decode.h) */
+    bool more;   /* a part, and more parts of the same logical entry follow: no commit after it */
+    bool has_hold;
+    op_pos hold;
 } op_entry;
 
 /* Sets an entry to empty (no ops, term -1) without freeing anything: for a new entry; op_entry_clear frees. */

@@ -42,6 +42,8 @@ typedef enum queue_end_reason {
     QUEUE_END_REFUSED,     /* MongoDB refused the reader (authentication, authorisation) */
     QUEUE_END_NOMEM,       /* memory ran out on the source's thread: a retry may pass */
     QUEUE_END_BAD_INPUT,   /* the input is not what it should be (a dump cut short or followed by garbage) */
+    QUEUE_END_RETRY,       /* a passing fault after part of a logical entry was pushed (op_entry.more): the session
+                            * must end uncommitted and resume from the committed checkpoint */
 } queue_end_reason;
 
 typedef struct queue_item {

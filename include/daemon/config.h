@@ -30,6 +30,12 @@ typedef struct config_list {
     size_t count;
 } config_list;
 
+/* [mongodb] read_concern: which oplog entries the reader sees. */
+enum config_read_concern {
+    CONFIG_READ_MAJORITY = 0, /* readConcern majority: only entries a majority committed (never rolled back) */
+    CONFIG_READ_LOCAL = 1,    /* the primary's newest entries: lower latency, but a failover can roll them back */
+};
+
 enum config_apply_mode {
     CONFIG_APPLY_BATCHED = 0, /* flush groups: COPY runs + pipelined statements, one commit per group */
     CONFIG_APPLY_PER_OP = 1,  /* one statement and one commit per op (baseline for benchmarks, debugging) */
@@ -81,6 +87,7 @@ typedef struct config {
      * option of the table (never printed); set by config_load, config_init_defaults and config_override. Every
      * connection to MongoDB uses this one. */
     char *mongodb_uri_effective;
+    enum config_read_concern read_concern;
     /* [postgres] */
     char *postgres_conninfo; /* libpq conninfo or URI; "" = libpq's environment defaults */
     int64_t postgres_peer_timeout_ms;
@@ -204,6 +211,7 @@ int config_option_find(const char *section, const char *name);
 const char *config_log_level_name(enum config_log_level level);
 const char *config_apply_mode_name(enum config_apply_mode mode);
 const char *config_on_error_name(enum config_on_error mode);
+const char *config_read_concern_name(enum config_read_concern rc);
 const char *config_reimport_mode_name(enum config_reimport_mode mode);
 
 #endif

@@ -65,6 +65,9 @@ typedef struct metrics_snapshot {
     double checkpoint_timestamp; /* oplog time (UNIX seconds) of the committed checkpoint; 0 = none yet */
     int64_t copy_documents;      /* initial copy: documents committed so far (gauge; 0 when no copy ran) */
     int64_t copy_documents_estimate;
+    uint64_t txn_open;      /* transactions over several oplog entries read but not yet committed (gauge) */
+    uint64_t txn_bytes;     /* the oplog bytes of their entries read so far (gauge) */
+    double txn_oldest_age;  /* seconds since the first entry of the oldest of them (gauge; 0 when none) */
     bool ready;        /* connected both ways and applying (1), or starting, copying, reconnecting (0) */
     double start_time; /* process start, UNIX seconds */
 } metrics_snapshot;

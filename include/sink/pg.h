@@ -112,6 +112,11 @@ sink_status sink_commit(sink *s, const op_pos *pos);
 /* Put the checkpoint at pos (NULL: none), forward or back, in a transaction of its own, outside any group (inside
  * one it is refused, APPLY_CONFIG): --tail-from, --skip-import, the end of the initial copy, --reimport. */
 sink_status sink_set_checkpoint(sink *s, const op_pos *pos);
+/* The hold the next sink_commit writes with the checkpoint (txn_oldest_sec/inc: the first entry of the oldest
+ * transaction open at that position; NULL: none). */
+void sink_set_hold(sink *s, const op_pos *hold);
+/* The committed checkpoint's hold (read at connect, then each commit's); false when none. */
+bool sink_read_hold(const sink *s, op_pos *hold);
 
 /* Guarded ops, for finding an op PostgreSQL refuses and setting it aside ([replication] on_error = dead-letter):
  * sink_guard_begin opens a savepoint (the group's transaction first, if needed) and waits for it; after the op,
@@ -167,6 +172,8 @@ typedef struct {
     char applied_at[64];  /* when that commit happened, as PostgreSQL prints it */
     bool running;         /* a daemon holds the service's lock right now */
     int64_t dead_letters; /* rows in oplog2pg.dead_letter for the service */
+    bool has_hold;        /* a transaction was open at the checkpoint: its first entry (txn_oldest_sec/inc) */
+    op_pos hold;
 } sink_probe_result;
 
 /* False with err set (err->status APPLY_CONFIG for a refused login, APPLY_RETRY when unreachable). */

@@ -34,8 +34,9 @@
  * decide); collections named system.* (system.views, system.indexes, system.buckets.*, ...; with DECODE_KEEP_SYSTEM the
  * time-series system.buckets.* collections are decoded); a rename whose source and target are both skipped.
  *
- * DECODE_UNSUPPORTED (oplog2pg cannot apply it yet; the reader, or replay, stops before the entry): an applyOps with
- * partialTxn or prepare, or with `count` in a transaction (lsid and txnNumber, no multiOpType: the last entry of a
+ * DECODE_UNSUPPORTED (oplog2pg cannot apply it yet; the reader, or replay, stops before the entry): unless
+ * DECODE_TXN_PART is given (the reader reassembles chains first, source/txn.h), an applyOps with partialTxn or
+ * prepare, or with `count` in a transaction (lsid and txnNumber, no multiOpType: the last entry of a
  * transaction written over several entries), commitTransaction, abortTransaction, a nested applyOps, an unknown op
  * code (ci, cu, cd, km, ...), an unknown command outside the skipped databases, $v other than 1/2, modifier
  * operators other than $set/$unset, a rename between a skipped and a replicated namespace, an entry whose `v` is
@@ -75,6 +76,9 @@ enum {
      * points into it too. Halves the memory of a large document; the raw payload is then gone, so it is for sessions
      * that will not need it for a dead letter. */
     DECODE_BORROW_PAYLOAD = 1u << 1,
+    /* The caller reassembles a transaction written over several entries (source/txn.h): decode the inner ops of an
+     * applyOps with partialTxn, prepare or count like any applyOps, instead of refusing it. */
+    DECODE_TXN_PART = 1u << 2,
 };
 
 /* Decodes entry into out (which need not be initialised; on failure it is left empty, as op_entry_init). On a

@@ -19,6 +19,11 @@ bool oplog_edge(mongoc_client_t *client, int natural, op_pos *out, bool *found, 
 /* The newest entry strictly before pos (*found false when there is none). */
 bool oplog_entry_before(mongoc_client_t *client, const op_pos *pos, op_pos *out, bool *found, char *err, size_t errlen);
 
+/* The newest entry, or with majority the newest a majority of the replica set has committed (readConcern
+ * majority): where a copy or --skip-import starts in [mongodb] read_concern = majority. */
+bool oplog_newest_committed(mongoc_client_t *client, bool majority, op_pos *out, bool *found, char *err,
+                            size_t errlen);
+
 /* Both edges, over a client of its own made from uri (for the commands). *found is false when the oplog is empty. */
 bool oplog_window(const char *uri, op_pos *oldest, op_pos *newest, bool *found, char *err, size_t errlen);
 

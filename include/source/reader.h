@@ -12,7 +12,11 @@
  * - QUEUE_END_UNSUPPORTED: an entry the decoder rejects (malformed or unsupported), or a first entry without a ts
  *   Timestamp; nothing after it is pushed;
  * - QUEUE_END_REFUSED: authentication/authorisation refused;
- * - QUEUE_END_NOMEM: memory ran out.
+ * - QUEUE_END_NOMEM: memory ran out;
+ * - QUEUE_END_RETRY: a passing fault while the parts of a transaction were being read (some were pushed already).
+ * Transactions written over several entries (source/txn.h) are pushed at their commit point as parts of one logical
+ * entry (op_entry.more), read by point lookups along their prevOpTime chain; a chain whose first entry has left the
+ * oplog ends the reader with QUEUE_END_RESUME_LOST.
  * What each means for the process is the daemon's choice. Network errors, dead cursors and replica-set state
  * changes are retried (backoff 100 ms doubling to 5 s) by re-opening the cursor at the last position pushed and
  * checking it again, so nothing is lost or repeated.
@@ -49,6 +53,11 @@ typedef struct reader_config {
     const map_set *maps;    /* typed maps (map/map.h): their ops are projected on the reader thread; NULL = none */
     unsigned decode_flags;  /* passed to decode_entry_ex (DECODE_KEEP_SYSTEM, DECODE_BORROW_PAYLOAD: then the raw
                              * payload is dropped once rendered, and only the text reaches the queue) */
+    bool majority;          /* find with readConcern {level: "majority"}: only majority-committed entries are read
+                             * (and none can be rolled back); false = "local", the primary's newest */
+    bool has_hold;          /* the checkpoint's hold (op_entry.hold): the first entry of the oldest transaction that
+                             * was open at `start`; the reader re-reads the chain heads from there to `start` so its */
+    op_pos hold;            /* book of open transactions (source/txn.h) is complete from the first entry on */
 } reader_config;
 
 /* Counters, safe to read from any thread (each field is read atomically; together they are a near snapshot). */
@@ -58,6 +67,10 @@ typedef struct reader_stats {
     op_pos last;         /* position of the last entry pushed (or the start position before that) */
     uint64_t reconnects; /* cursor re-opens after an error or a dead cursor */
     uint64_t idles;      /* QUEUE_IDLE items pushed */
+    /* Transactions written over several entries seen open (their commit not read yet; source/txn.h): how many, the
+     * oplog bytes of their entries read so far, and the first entry of the oldest (when txn_open > 0). */
+    uint64_t txn_open, txn_bytes;
+    op_pos txn_oldest;
 } reader_stats;
 
 typedef struct reader reader;

@@ -214,7 +214,7 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
     char pos[OP_POS_STRLEN];
     if (have == 0) {
         bool found;
-        if (!oplog_edge(mongo, -1, &rc.start, &found, m, sizeof m))
+        if (!oplog_newest_committed(mongo, cfg->majority, &rc.start, &found, m, sizeof m))
             goto fail;
         if (!found) {
             snprintf(m, sizeof m, "the oplog is empty: there is no position to tail from after the copy");

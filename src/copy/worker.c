@@ -653,6 +653,13 @@ static pass_result copy_pass(worker *w, job *j, bool *retryable)
     BSON_APPEND_INT32(&sub, "_id", 1);
     bson_append_document_end(&opts, &sub);
     BSON_APPEND_INT64(&opts, "batchSize", (int64_t)w->rc->batch_docs);
+    if (w->rc->cfg->majority) {
+        /* Only majority-committed data: a document a rollback would remove must not reach PostgreSQL either. */
+        bson_t rcd;
+        BSON_APPEND_DOCUMENT_BEGIN(&opts, "readConcern", &rcd);
+        BSON_APPEND_UTF8(&rcd, "level", "majority");
+        bson_append_document_end(&opts, &rcd);
+    }
     bson_t last_view;
     bool have_last = j->last_id != NULL && bson_init_static(&last_view, j->last_id, j->last_id_len);
     if (have_last) {

@@ -34,6 +34,9 @@ struct batcher {
     size_t nruns, cap, hint;
     uint64_t group_ops, group_bytes;
     bool dirty, have_last;
+    bool in_parts; /* the last entry taken was a part with more to come: no commit now */
+    bool has_hold; /* the last entry's hold (op_entry.hold), handed to the sink with each commit */
+    op_pos hold;
     uint64_t opened_ms; /* when the open group took its first entry */
     op_pos last;
     batcher_stats stats;
@@ -233,9 +236,11 @@ static apply_status apply_guarded(batcher *b, op *o)
 
 apply_status batcher_flush(batcher *b, flush_trigger why)
 {
-    if (!b->dirty)
-        return APPLY_OK;
+    if (!b->dirty || b->in_parts)
+        return APPLY_OK; /* in the middle of a logical entry: its last part commits */
     apply_status st = write_all(b, why);
+    if (st == APPLY_OK && b->out.set_hold != NULL)
+        b->out.set_hold(b->out.ctx, b->has_hold ? &b->hold : NULL);
     if (st == APPLY_OK)
         st = b->out.commit(b->out.ctx, &b->last);
     if (st != APPLY_OK)
@@ -268,12 +273,19 @@ apply_status batcher_add(batcher *b, op_entry *e, uint64_t now_ms)
         if (o->kind != OP_NOOP)
             b->group_ops++;
     }
-    b->stats.entries++;
-    b->pending_entries++;
+    if (!e->more) { /* a logical entry counts once, at its last part */
+        b->stats.entries++;
+        b->pending_entries++;
+    }
     b->last = e->pos;
     b->have_last = true;
     b->dirty = true;
+    b->has_hold = e->has_hold;
+    b->hold = e->hold;
+    b->in_parts = e->more;
 
+    if (b->in_parts)
+        return APPLY_OK;
     if (b->cfg.per_op || b->cfg.careful)
         return batcher_flush(b, FLUSH_PER_OP);
     if (b->group_ops >= b->cfg.batch_rows || b->group_bytes >= b->cfg.batch_bytes)
@@ -283,7 +295,7 @@ apply_status batcher_add(batcher *b, op_entry *e, uint64_t now_ms)
 
 uint64_t batcher_deadline(const batcher *b)
 {
-    return b->dirty ? b->opened_ms + b->cfg.flush_interval_ms : UINT64_MAX;
+    return b->dirty && !b->in_parts ? b->opened_ms + b->cfg.flush_interval_ms : UINT64_MAX;
 }
 
 apply_status batcher_tick(batcher *b, uint64_t now_ms)
@@ -300,6 +312,7 @@ void batcher_reset(batcher *b)
         b->runs[i].bytes = 0;
     }
     b->dirty = false;
+    b->in_parts = false;
     b->group_ops = b->group_bytes = 0;
     b->last = b->stats.committed;
     b->pending_entries = 0;
@@ -309,6 +322,11 @@ void batcher_reset(batcher *b)
 bool batcher_dirty(const batcher *b)
 {
     return b->dirty;
+}
+
+bool batcher_in_parts(const batcher *b)
+{
+    return b->in_parts;
 }
 
 const op_pos *batcher_last(const batcher *b)

@@ -443,6 +443,14 @@ static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
     uint64_t reconnects;
     source_seen(d, &reconnects);
     m->mongo_reconnects += reconnects;
+    if (d->rd != NULL) {
+        reader_stats rs;
+        reader_get_stats(d->rd, &rs);
+        m->txn_open = rs.txn_open;
+        m->txn_bytes = rs.txn_bytes;
+        double age = rs.txn_open > 0 ? (double)time(NULL) - (double)rs.txn_oldest.secs : 0;
+        m->txn_oldest_age = age > 0 ? age : 0;
+    }
     /* The sink lives as long as the run: its counters are already totals. */
     const sink_stats *ss = sink_get_stats(d->snk);
     m->rows_written[METRICS_WRITE_COPY] = ss->rows_copied;
@@ -586,6 +594,7 @@ static void on_source_end(daemon_ctx *d, queue_end_reason reason, const char *me
         end_session(d, END_FATAL, EXIT_CONFIG);
         break;
     case QUEUE_END_NOMEM:
+    case QUEUE_END_RETRY:
         log_warning("%s; the session ends and resumes from the committed checkpoint", message ? message : "");
         end_session(d, END_RETRY, 0);
         break;
@@ -632,7 +641,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
             case QUEUE_END:
                 /* Everything before the point where the source stopped is good: commit it, then stop. */
                 st = batcher_flush(d->bt, FLUSH_EXIT);
-                if (it->reason != QUEUE_END_DONE && it->reason != QUEUE_END_NOMEM)
+                if (it->reason != QUEUE_END_DONE && it->reason != QUEUE_END_NOMEM && it->reason != QUEUE_END_RETRY)
                     log_error("%s", it->message ? it->message : "the oplog reader stopped");
                 if (st == APPLY_OK)
                     on_source_end(d, it->reason, it->message);
@@ -711,11 +720,13 @@ static bool start_source(daemon_ctx *d, int have, const op_pos *start, char *err
     reader_config_init(&rc);
     rc.uri = d->cfg->mongodb_uri_effective;
     rc.start = *start;
+    rc.has_hold = sink_read_hold(d->snk, &rc.hold);
     rc.filter = d->filter;
     rc.maps = &d->cfg->maps;
     /* Only a careful session can set an op aside, and a dead letter keeps the op's raw BSON: other sessions drop it
      * once the text is made, which halves the memory of large documents. */
     rc.decode_flags = d->careful ? 0 : DECODE_BORROW_PAYLOAD;
+    rc.majority = d->cfg->read_concern == CONFIG_READ_MAJORITY;
     d->rd = reader_start(&rc, d->q, err, errlen);
     return d->rd != NULL;
 }

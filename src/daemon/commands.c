@@ -173,7 +173,11 @@ int daemon_status(config *cfg, bool json)
     bool have_ck = pg_ok && pr.have_checkpoint;
     double lag = have_ck && have_oplog ? (double)new_p.secs - (double)pr.pos.secs : -1;
     double window_h = have_oplog ? ((double)new_p.secs - (double)old_p.secs) / 3600.0 : -1;
-    double margin_h = have_ck && have_oplog ? ((double)pr.pos.secs - (double)old_p.secs) / 3600.0 : -1;
+    /* A transaction open at the checkpoint is read again, from its first entry, at its commit: that entry, not the
+     * checkpoint, is what must stay in the oplog. */
+    bool held = have_ck && pr.has_hold && op_pos_cmp(&pr.hold, &pr.pos) < 0;
+    const op_pos *needed = held ? &pr.hold : &pr.pos;
+    double margin_h = have_ck && have_oplog ? ((double)needed->secs - (double)old_p.secs) / 3600.0 : -1;
 
     if (json) {
         FILE *o = stdout;
@@ -186,6 +190,14 @@ int daemon_status(config *cfg, bool json)
             fprintf(o, ", \"term\": %lld, \"committed_at\": ", (long long)pr.pos.term);
             json_str(o, pr.applied_at);
             fprintf(o, "}");
+            if (held) {
+                fprintf(o, ", \"open_transaction\": {\"since\": \"%s\", \"time\": ",
+                        op_pos_format(&pr.hold, at, sizeof at));
+                json_str(o, utc_text(pr.hold.secs, when, sizeof when));
+                fprintf(o, "}");
+            } else {
+                fprintf(o, ", \"open_transaction\": null");
+            }
         } else {
             fprintf(o, ", \"checkpoint\": null");
         }
@@ -246,6 +258,10 @@ int daemon_status(config *cfg, bool json)
                    utc_text(pr.pos.secs, when, sizeof when), (long long)pr.pos.term, pr.applied_at);
         else
             printf("  checkpoint:    none yet\n");
+        if (held)
+            printf("  transaction:   an open transaction (since %s) holds the oplog window at %s: a restart reads it "
+                   "again from there\n",
+                   utc_text(pr.hold.secs, when, sizeof when), op_pos_format(&pr.hold, at, sizeof at));
         if (pr.dead_letters > 0)
             printf("  dead letters:  %lld (SELECT * FROM oplog2pg.dead_letter WHERE service = '%s')\n",
                    (long long)pr.dead_letters, cfg->service);
@@ -263,7 +279,8 @@ int daemon_status(config *cfg, bool json)
         printf("  oplog window:  %s .. %s (%.2f h)\n", utc_text(old_p.secs, when, sizeof when),
                utc_text(new_p.secs, w2, sizeof w2), window_h);
         if (margin_h >= 0)
-            printf("  margin:        %.2f h of oplog before the checkpoint would fall off\n", margin_h);
+            printf("  margin:        %.2f h of oplog before %s would fall off\n", margin_h,
+                   held ? "the open transaction's first entry" : "the checkpoint");
     }
     if (copy_ok && cs.exists) {
         size_t done = 0;

@@ -44,6 +44,7 @@ static const char *const apply_mode_names[] = {"batched", "per-op", NULL};
 static const char *const log_level_names[] = {"debug", "info", "notice", "warning", "error", NULL};
 static const char *const reimport_names[] = {"drop", "truncate", NULL};
 static const char *const on_error_names[] = {"dead-letter", "stop", NULL};
+static const char *const read_concern_names[] = {"majority", "local", NULL};
 static const char *const timestamps_names[] = {"auto", "on", "off", NULL};
 static const char *const destination_names[] = {"stderr", "syslog", NULL};
 static const char *const facility_names[] = {"daemon", "user",   "local0", "local1", "local2", "local3",
@@ -63,6 +64,15 @@ static const struct option_def options[] = {
               .help = "file whose first line is the password of the user named in the URI (keeps it out of this "
                       "file; e.g. a systemd credential); empty = none"},
      .offset = offsetof(config, mongodb_password_file)},
+
+    {.info = {.section = "mongodb", .name = "read_concern", TYPE(ENUM, "enum"), .default_text = "majority",
+              .choices = read_concern_names,
+              .help = "majority: read the oplog (and the initial copy's data) with readConcern majority, so only "
+                      "entries a majority of the replica set committed are applied and none can be rolled back; "
+                      "local: the primary's newest entries, with less lag, but a failover can roll back entries "
+                      "PostgreSQL already holds (oplog2pg then stops with exit code 4 and the data needs "
+                      "--reimport)"},
+     .offset = offsetof(config, read_concern)},
 
     /* libpq's reason for refusing a conninfo may quote pieces of it, the password among them: pgerror masks those. */
     {.info = {.section = "postgres", .name = "conninfo", TYPE(STRING, "string"), .default_text = "",
@@ -274,6 +284,11 @@ const char *config_reimport_mode_name(enum config_reimport_mode mode)
 const char *config_on_error_name(enum config_on_error mode)
 {
     return choice_name(on_error_names, (unsigned)mode);
+}
+
+const char *config_read_concern_name(enum config_read_concern rc)
+{
+    return choice_name(read_concern_names, (unsigned)rc);
 }
 
 const char *config_apply_mode_name(enum config_apply_mode mode)

@@ -201,6 +201,13 @@ char *metrics_render(const metrics_snapshot *s, size_t *len)
     gauge_double(f, "oplog2pg_checkpoint_timestamp_seconds",
                  "Oplog time of the committed checkpoint since the UNIX epoch in seconds; 0 before the first.",
                  s->checkpoint_timestamp);
+    gauge_u64(f, "oplog2pg_open_transactions",
+              "MongoDB transactions written over several oplog entries whose commit is not read yet.", s->txn_open);
+    gauge_u64(f, "oplog2pg_open_transaction_bytes", "Oplog bytes of the entries of the open transactions read so far.",
+              s->txn_bytes);
+    gauge_double(f, "oplog2pg_open_transaction_oldest_age_seconds",
+                 "Age of the first oplog entry of the oldest open transaction, in seconds; 0 when none is open.",
+                 s->txn_oldest_age);
     gauge_i64(f, "oplog2pg_copy_documents", "Initial copy: documents committed so far.", s->copy_documents);
     gauge_i64(f, "oplog2pg_copy_documents_estimate", "Initial copy: estimated number of documents to copy.",
               s->copy_documents_estimate);

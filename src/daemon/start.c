@@ -48,7 +48,9 @@ static int skip_import(const start_params *p)
     for (;;) {
         op_pos newest;
         bool found = false;
-        if (oplog_edge(c, -1, &newest, &found, err, sizeof err) && found) {
+        if (oplog_newest_committed(c, p->cfg->read_concern == CONFIG_READ_MAJORITY, &newest, &found, err,
+                                   sizeof err) &&
+            found) {
             rc = commit_start(p, &newest, "--skip-import: no initial copy");
             break;
         }
@@ -151,6 +153,7 @@ int start_prepare(const start_params *p)
         .progress_interval_ms = cfg->progress_interval_ms,
         .cancel = p->copy_cancel,
         .peer_timeout_s = (int)(cfg->postgres_peer_timeout_ms / 1000),
+        .majority = cfg->read_concern == CONFIG_READ_MAJORITY,
     };
     op_pos start;
     log_notice("service '%s' has no checkpoint: copying the included collections first", cfg->service);

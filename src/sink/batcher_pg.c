@@ -153,6 +153,11 @@ static apply_status commit(void *ctx, const op_pos *pos)
     return sink_commit(ctx, pos);
 }
 
+static void set_hold(void *ctx, const op_pos *hold)
+{
+    sink_set_hold(ctx, hold);
+}
+
 static apply_status guard_begin(void *ctx)
 {
     return sink_guard_begin(ctx);
@@ -184,6 +189,7 @@ batcher_sink batcher_sink_pg(sink *s)
                         .insert_run = insert_run,
                         .apply = apply,
                         .commit = commit,
+                        .set_hold = set_hold,
                         .guard_begin = guard_begin,
                         .guard_end = guard_end,
                         .dead_letter = dead_letter};

@@ -235,7 +235,7 @@ sink_status sink_connect(sink *s)
     if (!exec_sync(s,
                    "INSERT INTO oplog2pg.checkpoint (service, owner) VALUES ($1, gen_random_uuid()) "
                    "ON CONFLICT (service) DO UPDATE SET owner = excluded.owner "
-                   "RETURNING owner, ts_sec, ts_inc, term",
+                   "RETURNING owner, ts_sec, ts_inc, term, txn_oldest_sec, txn_oldest_inc",
                    1, params, &res, "claiming the checkpoint row"))
         goto fail;
     snprintf(s->owner, sizeof s->owner, "%s", PQgetvalue(res, 0, 0));
@@ -244,6 +244,12 @@ sink_status sink_connect(sink *s)
     } else {
         sink_row_pos(res, 0, 1, &s->ckpt);
         s->have_ckpt = 1;
+    }
+    s->ckpt_has_hold = !PQgetisnull(res, 0, 4) && !PQgetisnull(res, 0, 5);
+    if (s->ckpt_has_hold) {
+        s->ckpt_hold.secs = (uint32_t)strtoul(PQgetvalue(res, 0, 4), NULL, 10);
+        s->ckpt_hold.inc = (uint32_t)strtoul(PQgetvalue(res, 0, 5), NULL, 10);
+        s->ckpt_hold.term = -1;
     }
     PQclear(res);
     res = NULL;
@@ -647,10 +653,16 @@ sink_status sink_truncate(sink *s, const char *db, const char *coll, const op_po
     return pipe_send_simple(s, P_DDL, t, sql, pos);
 }
 
-static sink_status send_checkpoint(sink *s, const char *stmt, const char *sql, const op_pos *pos)
+static sink_status send_checkpoint(sink *s, const char *stmt, const char *sql, const op_pos *pos, int nparams)
 {
-    char secs[16], inc[16], term[24];
-    const char *values[5] = {s->service, NULL, NULL, NULL, s->owner};
+    char secs[16], inc[16], term[24], hsecs[16], hinc[16];
+    const char *values[7] = {s->service, NULL, NULL, NULL, s->owner, NULL, NULL};
+    if (nparams == 7 && s->has_hold) {
+        snprintf(hsecs, sizeof hsecs, "%u", s->hold.secs);
+        snprintf(hinc, sizeof hinc, "%u", s->hold.inc);
+        values[5] = hsecs;
+        values[6] = hinc;
+    }
     if (pos != NULL) {
         snprintf(secs, sizeof secs, "%u", pos->secs);
         snprintf(inc, sizeof inc, "%u", pos->inc);
@@ -661,8 +673,8 @@ static sink_status send_checkpoint(sink *s, const char *stmt, const char *sql, c
     }
     if (!pipe_push_pending(s, P_CKPT, NULL, pos))
         return s->failed;
-    bool ok = stmt != NULL ? PQsendQueryPrepared(s->conn, stmt, 5, values, NULL, NULL, 0) == 1
-                           : PQsendQueryParams(s->conn, sql, 5, NULL, values, NULL, NULL, 0) == 1;
+    bool ok = stmt != NULL ? PQsendQueryPrepared(s->conn, stmt, nparams, values, NULL, NULL, 0) == 1
+                           : PQsendQueryParams(s->conn, sql, nparams, NULL, values, NULL, NULL, 0) == 1;
     return pipe_after_send(s, ok, 128);
 }
 
@@ -689,16 +701,35 @@ sink_status sink_commit(sink *s, const op_pos *pos)
     if (pipe_begin_if_needed(s) != APPLY_OK)
         return s->failed;
     if (!s->ckpt_prepared) {
-        static const char sql[] = "SELECT oplog2pg.advance_checkpoint($1, $5::uuid, $2, $3, $4)";
+        static const char sql[] = "SELECT oplog2pg.advance_checkpoint($1, $5::uuid, $2, $3, $4, $6, $7)";
         if (!pipe_push_pending(s, P_PREPARE, NULL, NULL))
             return s->failed;
         if (pipe_after_send(s, PQsendPrepare(s->conn, "ckpt", sql, 0, NULL) == 1, sizeof sql) != APPLY_OK)
             return s->failed;
         s->ckpt_prepared = true;
     }
-    if (send_checkpoint(s, "ckpt", NULL, pos) != APPLY_OK)
+    if (send_checkpoint(s, "ckpt", NULL, pos, 7) != APPLY_OK)
         return s->failed;
-    return commit_and_wait(s, pos, pos);
+    sink_status st = commit_and_wait(s, pos, pos);
+    if (st == APPLY_OK) {
+        s->ckpt_has_hold = s->has_hold;
+        s->ckpt_hold = s->hold;
+    }
+    return st;
+}
+
+bool sink_read_hold(const sink *s, op_pos *hold)
+{
+    if (s->ckpt_has_hold)
+        *hold = s->ckpt_hold;
+    return s->ckpt_has_hold;
+}
+
+void sink_set_hold(sink *s, const op_pos *hold)
+{
+    s->has_hold = hold != NULL;
+    if (hold != NULL)
+        s->hold = *hold;
 }
 
 sink_status sink_set_checkpoint(sink *s, const op_pos *pos)
@@ -708,7 +739,8 @@ sink_status sink_set_checkpoint(sink *s, const op_pos *pos)
         return s->failed;
     }
     if (pipe_begin_if_needed(s) != APPLY_OK ||
-        send_checkpoint(s, NULL, "SELECT oplog2pg.set_checkpoint($1, $5::uuid, $2, $3, $4)", pos) != APPLY_OK)
+        send_checkpoint(s, NULL, "SELECT oplog2pg.set_checkpoint($1, $5::uuid, $2, $3, $4)", pos, 5) != APPLY_OK)
         return s->failed;
+    s->ckpt_has_hold = false; /* set_checkpoint clears it */
     return commit_and_wait(s, pos, pos);
 }

@@ -81,6 +81,10 @@ struct sink {
     bool guarded; /* a per-op guard savepoint is open (sink_guard_begin) */
     int have_ckpt;
     op_pos ckpt;
+    bool has_hold; /* the hold the next commit writes (sink_set_hold) */
+    op_pos hold;
+    bool ckpt_has_hold; /* the committed checkpoint's hold */
+    op_pos ckpt_hold;
 
     pending *pend;
     size_t pend_head, pend_tail, pend_cap;

@@ -37,7 +37,8 @@ bool sink_probe(const char *conninfo, const char *service, sink_probe_result *ou
     res = NULL;
     if (out->have_table) {
         if (!pgconn_exec_params(c,
-                                "SELECT ts_sec, ts_inc, term, applied_at FROM oplog2pg.checkpoint "
+                                "SELECT ts_sec, ts_inc, term, applied_at, to_jsonb(c)->>'txn_oldest_sec', "
+                                "to_jsonb(c)->>'txn_oldest_inc' FROM oplog2pg.checkpoint c "
                                 "WHERE service = $1 AND ts_sec IS NOT NULL",
                                 1, params, NULL, NULL, 0, &res, false, err))
             goto done;
@@ -45,6 +46,14 @@ bool sink_probe(const char *conninfo, const char *service, sink_probe_result *ou
             out->have_checkpoint = true;
             sink_row_pos(res, 0, 0, &out->pos);
             snprintf(out->applied_at, sizeof out->applied_at, "%s", PQgetvalue(res, 0, 3));
+            /* to_jsonb: a schema of an earlier version has no such columns (status is read-only: it installs
+             * nothing), and they then read as NULL. */
+            out->has_hold = !PQgetisnull(res, 0, 4) && !PQgetisnull(res, 0, 5);
+            if (out->has_hold) {
+                out->hold.secs = (uint32_t)strtoul(PQgetvalue(res, 0, 4), NULL, 10);
+                out->hold.inc = (uint32_t)strtoul(PQgetvalue(res, 0, 5), NULL, 10);
+                out->hold.term = -1;
+            }
         }
         PQclear(res);
         res = NULL;

@@ -18,11 +18,19 @@ CREATE TABLE IF NOT EXISTS oplog2pg.checkpoint (
 COMMENT ON TABLE oplog2pg.checkpoint IS
     'oplog2pg resume points: the last MongoDB oplog entry (timestamp seconds:increment, term) committed per service';
 
+-- txn_oldest_sec/txn_oldest_inc: the first entry of the oldest MongoDB transaction that was still open (written over
+-- several oplog entries, its commit not yet read) at the checkpoint; NULL when none was. A restart reads that
+-- transaction's entries again at its commit, so the oplog must still hold them: `oplog2pg status` measures the oplog
+-- window from there. Written by the commit's advance_checkpoint; set_checkpoint clears it.
+ALTER TABLE oplog2pg.checkpoint ADD COLUMN IF NOT EXISTS txn_oldest_sec bigint;
+ALTER TABLE oplog2pg.checkpoint ADD COLUMN IF NOT EXISTS txn_oldest_inc bigint;
+
 -- Moves a service's checkpoint forward, in the caller's transaction, only for the daemon holding the row's owner
 -- token. Any other caller gets SQLSTATE O2FEN, and a position before the committed one SQLSTATE O2BAK (the
 -- checkpoint never moves backwards on its own); either way the whole transaction, data included, rolls back.
+-- p_txn_sec/p_txn_inc: the first entry of the oldest transaction open at that position (NULL: none).
 CREATE OR REPLACE FUNCTION oplog2pg.advance_checkpoint(p_service text, p_owner uuid, p_sec bigint, p_inc bigint,
-                                                       p_term bigint)
+                                                       p_term bigint, p_txn_sec bigint, p_txn_inc bigint)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_sec bigint;
@@ -38,9 +46,18 @@ BEGIN
         RAISE EXCEPTION 'the checkpoint of service "%" would move backwards, from %:% to %:%', p_service, v_sec,
             v_inc, p_sec, p_inc USING ERRCODE = 'O2BAK';
     END IF;
-    UPDATE oplog2pg.checkpoint SET ts_sec = p_sec, ts_inc = p_inc, term = p_term, applied_at = now()
+    UPDATE oplog2pg.checkpoint SET ts_sec = p_sec, ts_inc = p_inc, term = p_term, applied_at = now(),
+           txn_oldest_sec = p_txn_sec, txn_oldest_inc = p_txn_inc
      WHERE service = p_service;
 END
+$$;
+
+-- The five-argument form of earlier versions (a daemon not yet upgraded, during an upgrade): no open transaction
+-- known. A separate overload, not a default, so that a call with five arguments is never ambiguous.
+CREATE OR REPLACE FUNCTION oplog2pg.advance_checkpoint(p_service text, p_owner uuid, p_sec bigint, p_inc bigint,
+                                                       p_term bigint)
+RETURNS void LANGUAGE sql AS $$
+    SELECT oplog2pg.advance_checkpoint(p_service, p_owner, p_sec, p_inc, p_term, NULL::bigint, NULL::bigint)
 $$;
 
 -- Puts a service's checkpoint at a given position, forward or back (--tail-from, --skip-import), fenced like
@@ -50,7 +67,8 @@ CREATE OR REPLACE FUNCTION oplog2pg.set_checkpoint(p_service text, p_owner uuid,
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE oplog2pg.checkpoint
-       SET ts_sec = p_sec, ts_inc = p_inc, term = p_term, applied_at = now()
+       SET ts_sec = p_sec, ts_inc = p_inc, term = p_term, applied_at = now(), txn_oldest_sec = NULL,
+           txn_oldest_inc = NULL
      WHERE service = p_service AND owner = p_owner;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the checkpoint of service "%" is held by another oplog2pg', p_service

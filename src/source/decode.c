@@ -687,13 +687,14 @@ static decode_status decode_apply_ops(dctx *c, const raw_op *r, const op_pos *po
     }
     if (!have_arr)
         return fail(c, DECODE_MALFORMED, NULL, "applyOps is not an array");
-    if (partial)
+    bool reassembled = (c->flags & DECODE_TXN_PART) != 0; /* source/txn.h: the caller puts the chain together */
+    if (partial && !reassembled)
         return fail(c, DECODE_UNSUPPORTED, NULL,
                     "applyOps with partialTxn (a transaction spread over several entries) is not supported yet");
-    if (prepare)
+    if (prepare && !reassembled)
         return fail(c, DECODE_UNSUPPORTED, NULL, "applyOps with prepare (a prepared transaction) is not supported yet");
     bool txn = r->has_lsid && r->has_txn && !r->has_multi;
-    if (txn && has_count)
+    if (txn && has_count && !reassembled)
         return fail(c, DECODE_UNSUPPORTED, NULL,
                     "applyOps with count ends a transaction spread over several entries: not supported yet");
 

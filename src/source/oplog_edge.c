@@ -8,11 +8,18 @@
 #include <stdio.h>
 
 /* One entry of local.oplog.rs: the first that `filter` matches in {$natural: natural} order. */
-static bool find_one(mongoc_client_t *client, const bson_t *filter, int natural, op_pos *out, bool *found, char *err,
-                     size_t errlen, const char *what)
+static bool find_one(mongoc_client_t *client, const bson_t *filter, int natural, bool majority, op_pos *out,
+                     bool *found, char *err, size_t errlen, const char *what)
 {
     mongoc_collection_t *oplog = mongoc_client_get_collection(client, "local", "oplog.rs");
     bson_t *opts = BCON_NEW("sort", "{", "$natural", BCON_INT32(natural), "}", "limit", BCON_INT64(1));
+    if (majority) {
+        /* The majority-committed snapshot: its newest entry is the majority commit point. */
+        mongoc_read_concern_t *rc = mongoc_read_concern_new();
+        mongoc_read_concern_set_level(rc, MONGOC_READ_CONCERN_LEVEL_MAJORITY);
+        mongoc_read_concern_append(rc, opts);
+        mongoc_read_concern_destroy(rc);
+    }
     mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, filter, opts, NULL);
     const bson_t *doc;
     bson_iter_t it;
@@ -37,7 +44,7 @@ static bool find_one(mongoc_client_t *client, const bson_t *filter, int natural,
 bool oplog_edge(mongoc_client_t *client, int natural, op_pos *out, bool *found, char *err, size_t errlen)
 {
     bson_t filter = BSON_INITIALIZER;
-    bool ok = find_one(client, &filter, natural, out, found, err, errlen, natural < 0 ? "newest" : "oldest");
+    bool ok = find_one(client, &filter, natural, false, out, found, err, errlen, natural < 0 ? "newest" : "oldest");
     bson_destroy(&filter);
     return ok;
 }
@@ -45,8 +52,18 @@ bool oplog_edge(mongoc_client_t *client, int natural, op_pos *out, bool *found, 
 bool oplog_entry_before(mongoc_client_t *client, const op_pos *pos, op_pos *out, bool *found, char *err, size_t errlen)
 {
     bson_t *filter = BCON_NEW("ts", "{", "$lt", BCON_TIMESTAMP(pos->secs, pos->inc), "}");
-    bool ok = find_one(client, filter, -1, out, found, err, errlen, "previous");
+    bool ok = find_one(client, filter, -1, false, out, found, err, errlen, "previous");
     bson_destroy(filter);
+    return ok;
+}
+
+bool oplog_newest_committed(mongoc_client_t *client, bool majority, op_pos *out, bool *found, char *err,
+                            size_t errlen)
+{
+    bson_t filter = BSON_INITIALIZER;
+    bool ok = find_one(client, &filter, -1, majority, out, found, err, errlen,
+                       majority ? "newest majority-committed" : "newest");
+    bson_destroy(&filter);
     return ok;
 }
 

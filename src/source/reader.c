@@ -35,6 +35,7 @@
 #include "source/decode.h"
 #include "source/mongo_client.h"
 #include "source/oplog_edge.h"
+#include "source/txn.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -58,6 +59,7 @@ struct reader {
     atomic_uint_fast64_t last_ts; /* secs << 32 | inc */
     atomic_int_fast64_t last_term;
     atomic_bool have_last;
+    atomic_uint_fast64_t txn_open, txn_bytes, txn_oldest; /* the book, published (txn_oldest: secs << 32 | inc) */
 
     /* ---- thread only ---- */
     mongoc_client_session_t *cs;
@@ -68,6 +70,9 @@ struct reader {
     bool have_pos; /* pos is set */
     bool idle_due; /* entries were pushed since the last QUEUE_IDLE */
     backoff bo;    /* between attempts (util/clock.h) */
+    txn_book book; /* transactions seen open (source/txn.h) */
+    txn_list chain; /* the OpTimes of the chain being applied */
+    bool book_rebuilt; /* the chain heads between cfg.hold and cfg.start were read */
 };
 
 /* What a step of the tailing loop asks for next. */
@@ -271,10 +276,14 @@ static bool next_doc(bson_iter_t *batch, bson_t *doc)
 static step push_entry(reader *r, op_entry *e, size_t reserved)
 {
     op_pos p = e->pos;
+    bool more = e->more;
+    e->has_hold = txn_book_oldest(&r->book, &e->hold);
     if (!queue_push_entry_reserved(r->q, e, reserved, &r->stop)) {
         op_entry_free(e);
         return STEP_END;
     }
+    if (more)
+        return STEP_OK; /* a part: the position moves with the last one */
     r->pos = p;
     r->have_pos = true;
     r->idle_due = true;
@@ -294,9 +303,10 @@ static step maybe_idle(reader *r)
     return STEP_OK;
 }
 
-/* Decodes, filters and pushes one raw entry. Room in the queue is reserved first (about the entry's size), so the
- * text about to be rendered counts against the queue's byte bound while this thread holds it. */
-static step push_raw(reader *r, const bson_t *doc)
+/* Decodes, filters and renders one raw entry into a new entry (*out) holding `*reserved` bytes of queue room, ready to
+ * push. Room in the queue is reserved first (about the entry's size), so the text about to be rendered counts against
+ * the queue's byte bound while this thread holds it. */
+static step prepare_raw(reader *r, const bson_t *doc, unsigned flags, op_entry **out, size_t *reserved_out)
 {
     char err[512];
     size_t reserved = doc->len;
@@ -308,7 +318,7 @@ static step push_raw(reader *r, const bson_t *doc)
         fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
         return STEP_END;
     }
-    decode_status st = decode_entry_ex(doc, r->cfg.decode_flags, e, err, sizeof err);
+    decode_status st = decode_entry_ex(doc, r->cfg.decode_flags | flags, e, err, sizeof err);
     if (st != DECODE_OK) {
         queue_unreserve(r->q, reserved);
         free(e);
@@ -333,7 +343,232 @@ static step push_raw(reader *r, const bson_t *doc)
         return STEP_END;
     }
     op_entry_drop_payload(e); /* a borrowed payload lives in this batch's reply, which goes soon */
-    return push_entry(r, e, reserved);
+    *out = e;
+    *reserved_out = reserved;
+    return STEP_OK;
+}
+
+static step push_plain(reader *r, const bson_t *doc)
+{
+    op_entry *e;
+    size_t reserved;
+    step s = prepare_raw(r, doc, 0, &e, &reserved);
+    return s == STEP_OK ? push_entry(r, e, reserved) : s;
+}
+
+/* ---- transactions over several entries (source/txn.h) ---- */
+
+static void publish_book(reader *r)
+{
+    op_pos first;
+    bool have = txn_book_oldest(&r->book, &first);
+    atomic_store(&r->txn_open, (uint64_t)r->book.n);
+    atomic_store(&r->txn_bytes, txn_book_bytes(&r->book));
+    atomic_store(&r->txn_oldest, have ? ((uint64_t)first.secs << 32) | first.inc : 0);
+}
+
+/* The point lookup of the walk: the entry at ts exactly. {ts: {$gte: ts}} with limit 1 finds it by the oplog's ts
+ * order, as {ts: ts} would, and tells a missing entry apart in the same round trip. */
+static txn_lookup lookup_entry(void *ctx, const op_pos *ts, bson_t *out, char *err, size_t errlen)
+{
+    reader *r = ctx;
+    bson_t cmd = BSON_INITIALIZER, filter, range, reply;
+    bson_error_t e;
+    bson_iter_t batch;
+    int64_t id = 0;
+    BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &range);
+    BSON_APPEND_TIMESTAMP(&range, "$gte", ts->secs, ts->inc);
+    bson_append_document_end(&filter, &range);
+    bson_append_document_end(&cmd, &filter);
+    BSON_APPEND_INT64(&cmd, "limit", 1);
+    BSON_APPEND_BOOL(&cmd, "singleBatch", true);
+    bool ok = run_cmd(r, &cmd, &reply, &e);
+    bson_destroy(&cmd);
+    if (!ok || !parse_cursor(&reply, "firstBatch", &id, &batch)) {
+        if (ok)
+            snprintf(e.message, sizeof e.message, "reply without cursor.firstBatch");
+        snprintf(err, errlen, "looking up the oplog entry at %u:%u: %s", ts->secs, ts->inc, e.message);
+        bson_destroy(&reply);
+        return TXN_LOOKUP_ERROR;
+    }
+    bson_t doc;
+    op_pos got;
+    txn_lookup res = TXN_LOOKUP_MISSING;
+    if (next_doc(&batch, &doc) && doc_pos(&doc, &got) && op_pos_cmp(&got, ts) == 0) {
+        bson_copy_to(&doc, out);
+        res = TXN_LOOKUP_FOUND;
+    }
+    bson_destroy(&reply);
+    return res;
+}
+
+/* The first entry of a chain met half-way (the reader started inside it): found by walking back from the entry. */
+static void find_first(reader *r, txn_chain *c, const txn_info *ti)
+{
+    txn_info w = *ti;
+    char err[256];
+    op_pos missing;
+    w.role = TXN_COMMIT;
+    w.has_count = true;
+    txn_walk ws = txn_walk_back(&w, lookup_entry, r, &r->chain, &missing, err, sizeof err);
+    if (ws == TXN_WALK_OK && r->chain.n > 0) {
+        c->first = r->chain.v[0];
+        c->first_known = true;
+    } else if (ws == TXN_WALK_LOST) {
+        c->first = missing; /* at or after the true first: the oplog no longer reaches further */
+    }
+}
+
+/* A chain entry that is not the commit: noted in the book, then pushed as a noop (it only moves the position). */
+static step push_chain_noop(reader *r, const txn_info *ti, const char *reason)
+{
+    op_entry *e = malloc(sizeof *e);
+    if (!e || !op_entry_alloc(e, &ti->pos, 1)) {
+        free(e);
+        fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
+        return STEP_END;
+    }
+    e->ops[0].kind = OP_NOOP;
+    e->ops[0].reason = reason;
+    return push_entry(r, e, 0);
+}
+
+static step chain_lost(reader *r, const txn_info *ti, const op_pos *missing)
+{
+    char at[OP_POS_STRLEN], began[OP_POS_STRLEN];
+    op_pos first = *missing;
+    for (size_t k = 0; k < r->book.n; k++)
+        if (op_pos_cmp(&r->book.v[k].last, &ti->prev) == 0 && op_pos_cmp(&r->book.v[k].first, &first) < 0)
+            first = r->book.v[k].first;
+    fatal(r, QUEUE_END_RESUME_LOST,
+          "the transaction committed at %s began at %s, which is no longer in the oplog: the oplog window is shorter "
+          "than that transaction; resync with --reimport",
+          op_pos_format(&ti->pos, at, sizeof at), op_pos_format(&first, began, sizeof began));
+    return STEP_END;
+}
+
+/* A commit point: the chain's entries are read forward, one at a time, and pushed as the parts of one logical entry
+ * at the commit's position (ops numbered across the whole transaction), the last part being the commit's own ops. */
+static step push_commit(reader *r, const bson_t *doc, const txn_info *ti)
+{
+    char err[512];
+    op_pos missing;
+    bson_error_t be;
+    txn_walk ws = txn_walk_back(ti, lookup_entry, r, &r->chain, &missing, err, sizeof err);
+    switch (ws) {
+    case TXN_WALK_OK:
+        break;
+    case TXN_WALK_SINGLE:
+        return push_plain(r, doc);
+    case TXN_WALK_LOST:
+        return chain_lost(r, ti, &missing);
+    case TXN_WALK_BAD: {
+        char pbuf[OP_POS_STRLEN], lbuf[OP_POS_STRLEN];
+        fatal(r, QUEUE_END_UNSUPPORTED,
+              "malformed transaction: %s; stopped before its commit entry %s (the last entry handed on is %s)", err,
+              op_pos_format(&ti->pos, pbuf, sizeof pbuf), op_pos_format(&r->pos, lbuf, sizeof lbuf));
+        return STEP_END;
+    }
+    case TXN_WALK_NOMEM:
+        fatal(r, QUEUE_END_NOMEM, "out of memory walking a transaction's oplog entries");
+        return STEP_END;
+    case TXN_WALK_ERROR:
+        bson_set_error(&be, 0, 0, "%s", err);
+        return failed(r, "reading a transaction's entries", &be);
+    }
+
+    uint32_t base = 0;
+    size_t parts = r->chain.n + 1;
+    for (size_t k = 0; k < parts; k++) {
+        bool last = k + 1 == parts;
+        bson_t part;
+        const bson_t *src = doc;
+        op_entry *e;
+        size_t reserved = 0;
+        step s;
+        if (!last) {
+            txn_lookup lr = lookup_entry(r, &r->chain.v[k], &part, err, sizeof err);
+            if (lr == TXN_LOOKUP_MISSING)
+                return chain_lost(r, ti, &r->chain.v[k]);
+            if (lr == TXN_LOOKUP_ERROR) {
+                if (k == 0) { /* nothing pushed yet: an ordinary retry, which meets the commit again */
+                    bson_set_error(&be, 0, 0, "%s", err);
+                    return failed(r, "reading a transaction's entries", &be);
+                }
+                fatal(r, QUEUE_END_RETRY, "reader: %s, in the middle of the transaction committed at %u:%u", err,
+                      ti->pos.secs, ti->pos.inc);
+                return STEP_END;
+            }
+            src = &part;
+        } else {
+            txn_book_close(&r->book, &ti->prev);
+            publish_book(r);
+        }
+        if (last && ti->role == TXN_COMMIT_PREPARED) {
+            e = malloc(sizeof *e);
+            if (!e || !op_entry_alloc(e, &ti->pos, 1)) {
+                free(e);
+                fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
+                return STEP_END;
+            }
+            e->ops[0].kind = OP_NOOP;
+            e->ops[0].reason = "commitTransaction";
+            s = STEP_OK;
+        } else {
+            s = prepare_raw(r, src, DECODE_TXN_PART, &e, &reserved);
+        }
+        if (!last)
+            bson_destroy(&part);
+        if (s != STEP_OK)
+            return s;
+        e->pos = ti->pos;
+        for (size_t i = 0; i < e->n; i++) {
+            e->ops[i].pos = ti->pos;
+            e->ops[i].index = base + (uint32_t)i;
+        }
+        base += (uint32_t)e->n;
+        e->atomic = true;
+        e->more = !last;
+        s = push_entry(r, e, reserved);
+        if (s != STEP_OK)
+            return s;
+    }
+    return STEP_OK;
+}
+
+/* One raw entry: chain entries are noted and skipped, commits reassembled, everything else pushed as it is. */
+static step push_raw(reader *r, const bson_t *doc)
+{
+    txn_info ti;
+    if (!txn_classify(doc, &ti))
+        return push_plain(r, doc); /* no ts: the decoder says so */
+    switch (ti.role) {
+    case TXN_NONE:
+        return push_plain(r, doc);
+    case TXN_PART:
+    case TXN_PREPARE: {
+        txn_chain *c = txn_book_note(&r->book, &ti, doc->len);
+        if (c == NULL) {
+            fatal(r, QUEUE_END_NOMEM, "out of memory noting a transaction");
+            return STEP_END;
+        }
+        if (!c->first_known && c->entries == 1)
+            find_first(r, c, &ti);
+        publish_book(r);
+        return push_chain_noop(r, &ti, ti.role == TXN_PART ? "partialTxn entry (applied at its commit)"
+                                                           : "prepared transaction (applied at commitTransaction)");
+    }
+    case TXN_ABORT:
+        txn_book_close(&r->book, &ti.prev);
+        publish_book(r);
+        return push_chain_noop(r, &ti, "abortTransaction");
+    case TXN_COMMIT:
+    case TXN_COMMIT_PREPARED:
+        return push_commit(r, doc, &ti);
+    }
+    return push_plain(r, doc);
 }
 
 /* Pushes every document of a batch (skipping the first when skip_first); *count gets the batch's size. */
@@ -354,24 +589,81 @@ static step push_batch(reader *r, bson_iter_t *batch, bool skip_first, uint32_t 
 
 /* ---- the resume check ---- */
 
+/* After a rollback the oplog holds the common prefix, then the new primary's entries, all of a later term: the newest
+ * entry before `at` whose term is at most `term` is the newest one both sides still agree on. A bounded walk back
+ * with point lookups (found false when none is near enough, or the term is unknown). */
+static bool common_point(reader *r, const op_pos *at, int64_t term, op_pos *out)
+{
+    char err[256];
+    op_pos cur = *at, prev;
+    bool have = false;
+    if (term < 0)
+        return false;
+    for (int i = 0; i < 1000; i++) {
+        if (!oplog_entry_before(r->client, &cur, &prev, &have, err, sizeof err) || !have)
+            return false;
+        if (prev.term >= 0 && prev.term <= term) {
+            *out = prev;
+            return true;
+        }
+        cur = prev;
+    }
+    return false;
+}
+
 static step resume_lost(reader *r, const char *why)
 {
     char want[OP_POS_STRLEN], tbuf[32], oldest[128] = "unknown", obuf[OP_POS_STRLEN], otbuf[32], err[256];
     op_pos o;
     bool have = false;
     /* Best effort: name the oldest entry so the operator sees how far the oplog reaches. */
-    if (oplog_edge(r->client, 1, &o, &have, err, sizeof err)) {
+    bool known = oplog_edge(r->client, 1, &o, &have, err, sizeof err);
+    if (known) {
         if (!have)
             snprintf(oldest, sizeof oldest, "none: the oplog is empty");
         else
             snprintf(oldest, sizeof oldest, "%s (%s)", op_pos_format(&o, obuf, sizeof obuf),
                      term_str(o.term, otbuf, sizeof otbuf));
     }
+    if (known && have && op_pos_cmp(&o, &r->pos) <= 0) {
+        /* The oplog still reaches back past the position, so it was not truncated away: it was rolled back. */
+        char common[160] = "", cbuf[OP_POS_STRLEN], ctbuf[32];
+        op_pos c;
+        if (common_point(r, &r->pos, r->pos.term, &c))
+            snprintf(common, sizeof common, "; the newest entry both still agree on is %s (%s)",
+                     op_pos_format(&c, cbuf, sizeof cbuf), term_str(c.term, ctbuf, sizeof ctbuf));
+        fatal(r, QUEUE_END_RESUME_LOST,
+              "rollback: MongoDB no longer holds the resume point %s (%s): %s%s. The changes PostgreSQL holds after "
+              "%s were rolled back on MongoDB (a failover lost entries a majority had not committed; [mongodb] "
+              "read_concern = %s), so PostgreSQL holds changes MongoDB does not; resync this service with --reimport",
+              op_pos_format(&r->pos, want, sizeof want), term_str(r->pos.term, tbuf, sizeof tbuf), why, common,
+              common[0] ? cbuf : "the common point", r->cfg.majority ? "majority" : "local");
+        return STEP_END;
+    }
     fatal(r, QUEUE_END_RESUME_LOST,
           "the resume point %s (%s) is no longer in the oplog (oldest entry is %s; %s): the changes since then are "
           "lost to oplog2pg; resync this service with --reimport",
           op_pos_format(&r->pos, want, sizeof want), term_str(r->pos.term, tbuf, sizeof tbuf), oldest, why);
     return STEP_END;
+}
+
+/* Majority reads: a resume point the majority snapshot does not show yet (a checkpoint taken in read_concern =
+ * local, or a --tail-from past the commit point) is waited for, not lost. True when it is in the oplog. */
+static bool pending_commit(reader *r)
+{
+    char err[256];
+    op_pos after = r->pos, got;
+    bool have = false;
+    if (!r->cfg.majority)
+        return false;
+    if (after.inc == UINT32_MAX) {
+        after.secs++;
+        after.inc = 0;
+    } else {
+        after.inc++;
+    }
+    return oplog_entry_before(r->client, &after, &got, &have, err, sizeof err) && have &&
+           op_pos_cmp(&got, &r->pos) == 0 && (r->pos.term < 0 || got.term < 0 || got.term == r->pos.term);
 }
 
 /* The resume check: the first document of a cursor opened with {ts: {$gte: r->pos}} must be r->pos itself, with
@@ -383,8 +675,16 @@ static step check_first(reader *r, bson_iter_t batch)
     bson_t doc;
     op_pos got;
     char why[160], gbuf[OP_POS_STRLEN], tbuf[32];
-    if (!next_doc(&batch, &doc))
+    if (!next_doc(&batch, &doc)) {
+        if (pending_commit(r)) {
+            char pbuf[OP_POS_STRLEN];
+            log_warning("reader: the resume point %s is in the oplog but not majority-committed yet; waiting for it",
+                        op_pos_format(&r->pos, pbuf, sizeof pbuf));
+            kill_cursor(r);
+            return STEP_RETRY;
+        }
         return resume_lost(r, "no entry at or after it");
+    }
     if (!doc_pos(&doc, &got)) {
         fatal(r, QUEUE_END_UNSUPPORTED,
               "malformed oplog entry: the first entry at or after the resume point has no ts "
@@ -403,6 +703,70 @@ static step check_first(reader *r, bson_iter_t batch)
     return STEP_OK;
 }
 
+/* ---- the book at start ---- */
+
+/* The checkpoint says a transaction was open at the start (its first entry at cfg.hold): read the entries from there
+ * to the start once, noting the chain heads, so the book (status, metrics, the hold of the next commits) knows the
+ * chains that began before the start. Best effort: a failure only leaves the book incomplete (logged). */
+static void rebuild_book(reader *r)
+{
+    r->book_rebuilt = true;
+    if (!r->cfg.has_hold || op_pos_cmp(&r->cfg.hold, &r->cfg.start) >= 0)
+        return;
+    bson_t cmd = BSON_INITIALIZER, filter, range, reply;
+    bson_error_t err;
+    bson_iter_t batch;
+    int64_t id = 0;
+    bool ok, done = false;
+    uint64_t seen = 0;
+    BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &range);
+    BSON_APPEND_TIMESTAMP(&range, "$gte", r->cfg.hold.secs, r->cfg.hold.inc);
+    bson_append_document_end(&filter, &range);
+    bson_append_document_end(&cmd, &filter);
+    BSON_APPEND_INT32(&cmd, "batchSize", r->cfg.batch_size);
+    ok = run_cmd(r, &cmd, &reply, &err) && parse_cursor(&reply, "firstBatch", &id, &batch);
+    bson_destroy(&cmd);
+    while (ok && !done && !stopping(r)) {
+        bson_t doc;
+        while (next_doc(&batch, &doc)) {
+            txn_info ti;
+            if (!txn_classify(&doc, &ti))
+                continue;
+            if (op_pos_cmp(&ti.pos, &r->cfg.start) > 0) {
+                done = true;
+                break;
+            }
+            seen++;
+            if (ti.role == TXN_PART || ti.role == TXN_PREPARE)
+                (void)txn_book_note(&r->book, &ti, doc.len);
+            else if (ti.role != TXN_NONE)
+                txn_book_close(&r->book, &ti.prev);
+        }
+        bson_destroy(&reply);
+        if (done || id == 0)
+            break;
+        bson_t gm = BSON_INITIALIZER;
+        BSON_APPEND_INT64(&gm, "getMore", id);
+        BSON_APPEND_UTF8(&gm, "collection", "oplog.rs");
+        BSON_APPEND_INT32(&gm, "batchSize", r->cfg.batch_size);
+        ok = run_cmd(r, &gm, &reply, &err) && parse_cursor(&reply, "nextBatch", &id, &batch);
+        bson_destroy(&gm);
+    }
+    if (!ok) {
+        bson_destroy(&reply);
+        log_warning("reader: could not re-read the open transactions since %u:%u (%s): status will not show them "
+                    "until their commit",
+                    r->cfg.hold.secs, r->cfg.hold.inc, err.message);
+    } else if (id != 0) {
+        r->cursor_id = id;
+        kill_cursor(r);
+    }
+    publish_book(r);
+    log_debug("reader: %" PRIu64 " entries re-read for open transactions, %zu open at the start", seen, r->book.n);
+}
+
 /* ---- tailing ---- */
 
 /* Opens a tailable cursor at r->pos, checks it, and follows it until an error or a stop. */
@@ -415,6 +779,8 @@ static step tail_once(reader *r)
     step s = open_session(r);
     if (s != STEP_OK)
         return s;
+    if (!r->book_rebuilt)
+        rebuild_book(r);
 
     BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
@@ -425,6 +791,14 @@ static step tail_once(reader *r)
     BSON_APPEND_BOOL(&cmd, "tailable", true);
     BSON_APPEND_BOOL(&cmd, "awaitData", true);
     BSON_APPEND_INT32(&cmd, "batchSize", r->cfg.batch_size);
+    if (r->cfg.majority) {
+        /* In the command itself: libmongoc sends a raw command's body as given, and the getMores inherit the
+         * cursor's read concern on the server (they must not carry one). */
+        bson_t rc;
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "readConcern", &rc);
+        BSON_APPEND_UTF8(&rc, "level", "majority");
+        bson_append_document_end(&cmd, &rc);
+    }
     bool ok = run_cmd(r, &cmd, &reply, &err);
     bson_destroy(&cmd);
     if (!ok) {
@@ -509,6 +883,8 @@ static void *reader_main(void *arg)
         mongoc_client_session_destroy(r->cs);
         r->cs = NULL;
     }
+    txn_book_free(&r->book);
+    txn_list_free(&r->chain);
     mongoc_client_destroy(r->client);
     r->client = NULL;
     atomic_store(&r->finished, true);
@@ -546,6 +922,11 @@ reader *reader_start(const reader_config *cfg, queue *q, char *err, size_t errle
     atomic_init(&r->last_ts, 0);
     atomic_init(&r->last_term, -1);
     atomic_init(&r->have_last, false);
+    atomic_init(&r->txn_open, 0);
+    atomic_init(&r->txn_bytes, 0);
+    atomic_init(&r->txn_oldest, 0);
+    txn_book_init(&r->book);
+    txn_list_init(&r->chain);
 
     /* Our own recovery replaces the driver's retryReads (a retried getMore could skip a batch); a getMore waits
      * await_ms on the server, and a silent network loss should not block us for the 5-minute default. */
@@ -628,4 +1009,10 @@ void reader_get_stats(const reader *r, reader_stats *out)
     out->last.secs = (uint32_t)(ts >> 32);
     out->last.inc = (uint32_t)ts;
     out->last.term = atomic_load(&m->last_term);
+    out->txn_open = atomic_load(&m->txn_open);
+    out->txn_bytes = atomic_load(&m->txn_bytes);
+    uint64_t first = atomic_load(&m->txn_oldest);
+    out->txn_oldest.secs = (uint32_t)(first >> 32);
+    out->txn_oldest.inc = (uint32_t)first;
+    out->txn_oldest.term = -1;
 }

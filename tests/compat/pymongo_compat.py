@@ -133,6 +133,36 @@ def check_update_operators(client, db, name):
     coll.drop()
 
 
+def check_transaction(client, coll, ns):
+    """A pymongo transaction (with_transaction): one applyOps entry on admin.$cmd; an aborted one writes nothing."""
+    start = last_ts(client)
+
+    def body(session):
+        coll.insert_one({"_id": "t1", "v": 1}, session=session)
+        coll.update_one({"_id": "t1"}, {"$inc": {"v": 1}}, session=session)
+        return coll.find_one({"_id": "t1"}, session=session)
+
+    with client.start_session() as s:
+        seen = s.with_transaction(body)
+    check("transaction reads its own writes", seen == {"_id": "t1", "v": 2}, repr(seen))
+    check("transaction committed", coll.find_one({"_id": "t1"}) == {"_id": "t1", "v": 2})
+    entries = list(client.local["oplog.rs"].find({"ts": {"$gt": start}}))
+    ok = (len(entries) == 1 and entries[0]["op"] == "c" and entries[0]["ns"] == "admin.$cmd" and
+          "lsid" in entries[0] and "txnNumber" in entries[0] and
+          [o["op"] for o in entries[0]["o"]["applyOps"]] == ["i", "u"] and
+          all(o["ns"] == ns for o in entries[0]["o"]["applyOps"]) and
+          entries[0]["prevOpTime"]["t"] == -1 and "partialTxn" not in entries[0]["o"])
+    check("transaction oplog entry", ok, repr(entries))
+
+    start = last_ts(client)
+    with client.start_session() as s:
+        s.start_transaction()
+        coll.insert_one({"_id": "t2"}, session=s)
+        s.abort_transaction()
+    after = list(client.local["oplog.rs"].find({"ts": {"$gt": start}}))
+    check("aborted transaction writes nothing", after == [] and coll.find_one({"_id": "t2"}) is None, repr(after))
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -221,6 +251,7 @@ def main():
     cur.close()
 
     check_update_operators(client, db, name)
+    check_transaction(client, coll, ns)
 
     try:
         client.admin.command("noSuchCommandHere")

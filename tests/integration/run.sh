@@ -41,5 +41,9 @@ CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120} "$build/integration_tests"
 echo "== pymongo compatibility"
 /usr/bin/python3 tests/compat/pymongo_compat.py "$MONGO_URI"
 
+echo "== Node.js driver compatibility"
+[ -d tests/compat/node_modules/mongodb ] || { echo "tests/compat/node_modules is missing: run scripts/deps.sh" >&2; exit 1; }
+node tests/compat/node_compat.mjs "$MONGO_URI"
+
 echo "== the daemon under valgrind"
 tests/integration/valgrind.sh "$build"

@@ -297,8 +297,11 @@ START_TEST(test_data_error_names_context)
     ck_assert(sink_insert_batch(s, "sinkerr", "c", b, &pos) == APPLY_OK);
     sink_batch_free(b);
     char *bad = json_of(BCON_NEW("$v", BCON_INT32(2), "diff", "{", "}"));
-    ck_assert(sink_update(s, "sinkerr", "c", "1", OP_FORM_DIFF, bad, &pos) == APPLY_OK); /* queued, not yet answered */
-    apply_status st = sink_commit(s, &pos);
+    /* Pipelined: the refusal may already have been read when the update is sent (a slow client, as under
+     * AddressSanitizer), or only at the commit. Either way it is a data error naming the table and the entry. */
+    apply_status st = sink_update(s, "sinkerr", "c", "1", OP_FORM_DIFF, bad, &pos);
+    if (st == APPLY_OK)
+        st = sink_commit(s, &pos);
     ck_assert_int_eq(st, APPLY_DATA);
     ck_assert_msg(strstr(sink_error(s), "sinkerr.c") != NULL && strstr(sink_error(s), "42:7") != NULL, "%s",
                   sink_error(s));

@@ -9,6 +9,7 @@
  * ordered find after it, so a large collection is never copied into a cursor.
  */
 #include "sim_internal.h"
+#include "txn.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ struct sim_cursor {
     int64_t id;
     sim_cursor *next;
     bool oplog, tailable, await_data;
+    bool majority; /* readConcern {level: "majority"}: sees only what the commit point covers */
     uint64_t next_seq;  /* oplog: next entry to return */
     int64_t limit_left; /* < 0: no limit */
     char db[128], coll[256];
@@ -171,11 +173,63 @@ static bool cursor_lost(sim_server *srv, const sim_cursor *cur)
     return cur->next_seq >= 1 && cur->next_seq - 1 < oplog_first_seq(srv->oplog);
 }
 
+/* ---- the majority commit point ---- */
+
+/* The first seq a cursor may not read yet: a majority read sees the oplog up to the commit point only. A real
+ * server reads it from the majority-committed snapshot, also in every getMore: the cursor keeps the find's read
+ * concern (mongodb/mongo src/mongo/db/commands/getmore_cmd.cpp, applyCursorReadConcern: kMajorityReadConcern ->
+ * ReadSource::kMajorityCommitted), and an awaitData getMore waits for the snapshot to advance (SERVER-29127). */
+static uint64_t visible_end(sim_server *srv, const sim_cursor *cur)
+{
+    uint64_t end = oplog_end_seq(srv->oplog);
+    if (cur->majority && srv->maj_frozen) {
+        uint64_t m = oplog_seek(srv->oplog, srv->maj_ts, false);
+        if (m < end)
+            end = m;
+    }
+    return end;
+}
+
+/* The data a read sees: a majority read while the commit point lags reads the snapshot kept at it. */
+static const sim_store *read_store(sim_server *srv, bool majority)
+{
+    return majority && srv->maj_frozen && srv->maj_store ? srv->maj_store : srv->store;
+}
+
+void cmd_majority_optime(sim_server *srv, uint64_t *ts, int64_t *t, int64_t *wall_ms)
+{
+    *ts = srv->maj_frozen ? srv->maj_ts : oplog_last_ts(srv->oplog);
+    *t = srv->term;
+    *wall_ms = (int64_t)OPLOG_TS_SECS(*ts) * 1000;
+    uint64_t seq = oplog_seek(srv->oplog, *ts, true);
+    if (seq >= oplog_end_seq(srv->oplog) || oplog_entry_ts(srv->oplog, seq) != *ts)
+        return;
+    uint32_t len;
+    const uint8_t *data = oplog_entry(srv->oplog, seq, &len);
+    bson_t e;
+    bson_iter_t it;
+    if (!bson_init_static(&e, data, len))
+        return;
+    if (bson_iter_init_find(&it, &e, "t") && BSON_ITER_HOLDS_NUMBER(&it))
+        *t = bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, &e, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it))
+        *wall_ms = bson_iter_date_time(&it);
+}
+
+/* readConcern {level: "majority"} in a command (any other level, or none, reads the newest data). */
+static bool wants_majority(const bson_t *cmd)
+{
+    bson_iter_t it, lv;
+    return bson_iter_init_find(&it, cmd, "readConcern") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+           bson_iter_recurse(&it, &lv) && bson_iter_find(&lv, "level") && BSON_ITER_HOLDS_UTF8(&lv) &&
+           strcmp(bson_iter_utf8(&lv, NULL), "majority") == 0;
+}
+
 /* Writes `key: [entries...]` for an oplog cursor, advancing it; returns the number written. */
 static int64_t write_oplog_batch(sim_server *srv, sim_buf *b, sim_cursor *cur, const char *key, int64_t max_docs)
 {
     size_t arr = bw_sub_begin(b, BSON_TYPE_ARRAY, key);
-    uint64_t end = oplog_end_seq(srv->oplog);
+    uint64_t end = visible_end(srv, cur);
     if (cur->next_seq < oplog_first_seq(srv->oplog))
         cur->next_seq = oplog_first_seq(srv->oplog);
     int64_t n = 0;
@@ -214,7 +268,9 @@ static void reply_oplog_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, bo
     }
     if (cur->limit_left > 0)
         cur->limit_left -= n;
-    bool done = single || cur->limit_left == 0 || (!cur->tailable && cur->next_seq >= oplog_end_seq(srv->oplog)) ||
+    if (!first)
+        srv->oplog_getmores++;
+    bool done = single || cur->limit_left == 0 || (!cur->tailable && cur->next_seq >= visible_end(srv, cur)) ||
                 (cur->tailable && first && oplog_count(srv->oplog) == 0);
     bw_int64(b, "id", done ? 0 : cur->id);
     bw_string(b, "ns", "local.oplog.rs");
@@ -268,6 +324,7 @@ static void reply_coll_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, con
     size_t cdoc = bw_sub_begin(b, BSON_TYPE_DOCUMENT, "cursor");
     size_t arr = bw_sub_begin(b, BSON_TYPE_ARRAY, first ? "firstBatch" : "nextBatch");
     coll_batch cb = {.b = b, .max = max};
+    const sim_store *st = read_store(srv, cur->majority);
     if (cur->limit_left != 0) {
         if (first && min != NULL) {
             /* X itself if present, then everything after it: the store continues by full BSON order. */
@@ -275,14 +332,14 @@ static void reply_coll_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, con
             BSON_APPEND_DOCUMENT_BEGIN(&eq, "_id", &sub);
             bson_append_value(&sub, "$eq", 3, min);
             bson_append_document_end(&eq, &sub);
-            store_find(srv->store, cur->db, cur->coll, &eq, coll_batch_doc, &cb);
+            store_find(st, cur->db, cur->coll, &eq, coll_batch_doc, &cb);
             if (!cb.more)
-                store_find_after(srv->store, cur->db, cur->coll, filter, min, coll_batch_doc, &cb);
+                store_find_after(st, cur->db, cur->coll, filter, min, coll_batch_doc, &cb);
             bson_destroy(&eq);
         } else if (first)
-            store_find(srv->store, cur->db, cur->coll, filter, coll_batch_doc, &cb);
+            store_find(st, cur->db, cur->coll, filter, coll_batch_doc, &cb);
         else
-            store_find_after(srv->store, cur->db, cur->coll, &cur->filter, &cur->last_id, coll_batch_doc, &cb);
+            store_find_after(st, cur->db, cur->coll, &cur->filter, &cur->last_id, coll_batch_doc, &cb);
     }
     bw_doc_end(b, arr);
     if (cb.n > 0) {
@@ -394,9 +451,13 @@ static bool write_ctx_init(cmd_ctx *x, write_ctx *w)
     memset(w, 0, sizeof *w);
     w->srv = x->srv;
     bson_iter_t it, sub;
-    if (bson_iter_init_find(&it, x->cmd, "autocommit") || bson_iter_init_find(&it, x->cmd, "startTransaction")) {
-        reply_error(x->r, 20, "mongosim does not support client transactions; use the mongosimTransaction command");
-        return false;
+    if (txn_current(x->srv)) {
+        /* A statement of a client transaction (txn.c): its bodies are collected for the applyOps at commit. */
+        w->collected = calloc(16, sizeof *w->collected);
+        if (!w->collected)
+            abort();
+        w->capcollected = 16;
+        return true;
     }
     if (!opt_int64(x->cmd, "txnNumber", &w->txn_number))
         return true;
@@ -416,6 +477,10 @@ static bool write_ctx_init(cmd_ctx *x, write_ctx *w)
 
 static void write_ctx_clear(write_ctx *w)
 {
+    if (w->collected && txn_current(w->srv)) {
+        txn_take_ops(w->srv, w->collected, w->ncollected); /* the transaction owns the bodies now */
+        w->ncollected = 0;
+    }
     for (size_t i = 0; i < w->ncollected; i++)
         bson_destroy(w->collected[i]);
     free(w->collected);
@@ -457,6 +522,8 @@ static bool iter_doc(bson_iter_t *it, bson_t *doc)
 
 static void finish_write_reply(cmd_ctx *x, bson_t *reply, bson_t *errs, uint32_t nerr)
 {
+    if (nerr > 0)
+        txn_statement_failed(x->srv); /* a write error aborts a client transaction, as on a server */
     if (nerr > 0)
         BSON_APPEND_ARRAY(reply, "writeErrors", errs);
     bson_destroy(errs);
@@ -565,6 +632,47 @@ static void h_update(cmd_ctx *x)
     finish_write_reply(x, &reply, &errs, nerr);
 }
 
+typedef struct {
+    uint32_t *sizes;
+    size_t n, cap;
+} size_list;
+
+static bool collect_size(void *ctx, const bson_t *doc)
+{
+    size_list *l = ctx;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 64;
+        l->sizes = realloc(l->sizes, l->cap * sizeof *l->sizes);
+        if (!l->sizes)
+            abort();
+    }
+    l->sizes[l->n++] = doc->len;
+    return true;
+}
+
+/* A multi-delete (limit 0) of a whole collection outside a session: a 6.0+ server runs it through the
+ * BatchedDeleteStage and logs each batch with onBatchedWriteCommit, as applyOps entries without lsid (txn.c,
+ * txn_log_batched_delete). An _id query stays a plain d entry: the IDHACK plan uses the ordinary DeleteStage
+ * (mongodb/mongo src/mongo/db/query/get_executor.cpp, getExecutorDelete). */
+static bool batched_delete(cmd_ctx *x, const char *coll, const bson_t *q, int64_t *deleted, bson_error_t *err)
+{
+    size_list sizes = {0};
+    store_find(x->srv->store, x->db, coll, q, collect_size, &sizes); /* store_delete removes them in _id order */
+    write_ctx bw;
+    memset(&bw, 0, sizeof bw);
+    bw.srv = x->srv;
+    bw.collected = calloc(16, sizeof *bw.collected);
+    if (!bw.collected)
+        abort();
+    bw.capcollected = 16;
+    bool ok = store_delete(x->srv->store, x->db, coll, q, 0, deleted, emit_body, &bw, err);
+    if (ok && bw.ncollected > 0)
+        ok = txn_log_batched_delete(x->srv, bw.collected, bw.ncollected, sizes.sizes, err);
+    write_ctx_clear(&bw);
+    free(sizes.sizes);
+    return ok;
+}
+
 static void h_delete(cmd_ctx *x)
 {
     const char *coll = coll_name(x);
@@ -591,7 +699,9 @@ static void h_delete(cmd_ctx *x)
             continue;
         }
         opt_int64(&spec, "limit", &limit);
-        if (!store_delete(x->srv->store, x->db, coll, &q, (int)limit, &deleted, emit_body, &w, &err)) {
+        bool batched = limit == 0 && bson_empty(&q) && !w.session && !txn_current(x->srv);
+        if (batched ? !batched_delete(x, coll, &q, &deleted, &err)
+                    : !store_delete(x->srv->store, x->db, coll, &q, (int)limit, &deleted, emit_body, &w, &err)) {
             add_write_error(&errs, &nerr, index, &err);
             if (ordered)
                 break;
@@ -871,6 +981,12 @@ static void h_find(cmd_ctx *x)
         cur->oplog = true;
         cur->tailable = opt_bool(x->cmd, "tailable");
         cur->await_data = opt_bool(x->cmd, "awaitData");
+        cur->majority = wants_majority(x->cmd);
+        if (reverse && cur->majority && start < oplog_end_seq(x->srv->oplog) && start >= visible_end(x->srv, cur)) {
+            /* {$natural: -1} in the majority snapshot: the newest entry the commit point covers. */
+            uint64_t vis = visible_end(x->srv, cur);
+            start = vis > oplog_first_seq(x->srv->oplog) ? vis - 1 : oplog_end_seq(x->srv->oplog);
+        }
         cur->next_seq = start;
         cur->limit_left = limit;
         snprintf(cur->db, sizeof cur->db, "local");
@@ -915,6 +1031,7 @@ static void h_find(cmd_ctx *x)
     }
     sim_cursor *cur = cursor_new(x->srv);
     cur->limit_left = limit;
+    cur->majority = wants_majority(x->cmd);
     snprintf(cur->db, sizeof cur->db, "%s", x->db);
     snprintf(cur->coll, sizeof cur->coll, "%s", coll);
     bson_destroy(&cur->filter);
@@ -951,7 +1068,7 @@ static void h_get_more(cmd_ctx *x)
         reply_error(x->r, 136, "CollectionScan died due to position in capped collection being deleted");
         return;
     }
-    if (cur->tailable && cur->await_data && cur->next_seq >= oplog_end_seq(x->srv->oplog) && max_time > 0 &&
+    if (cur->tailable && cur->await_data && cur->next_seq >= visible_end(x->srv, cur) && max_time > 0 &&
         !x->r->no_reply) {
         sim_conn *c = x->r->conn;
         x->r->parked = true;
@@ -981,7 +1098,7 @@ bool cmd_parked_try(sim_server *srv, sim_conn *c, bool timeout)
         reply_error(&r, 136, "CollectionScan died due to position in capped collection being deleted");
         return true;
     }
-    if (!timeout && cur->next_seq >= oplog_end_seq(srv->oplog))
+    if (!timeout && cur->next_seq >= visible_end(srv, cur))
         return false;
     reply_oplog_batch(srv, &r, cur, false, c->park_batch, false);
     return true;
@@ -1347,8 +1464,11 @@ static void h_hello(cmd_ctx *x)
     BSON_APPEND_DOCUMENT_BEGIN(&d, "lastWrite", &lw);
     append_optime(&lw, "opTime", last, srv->term);
     BSON_APPEND_DATE_TIME(&lw, "lastWriteDate", last_ms);
-    append_optime(&lw, "majorityOpTime", last, srv->term);
-    BSON_APPEND_DATE_TIME(&lw, "majorityWriteDate", last_ms);
+    uint64_t maj;
+    int64_t maj_t, maj_ms;
+    cmd_majority_optime(srv, &maj, &maj_t, &maj_ms);
+    append_optime(&lw, "majorityOpTime", maj, maj_t);
+    BSON_APPEND_DATE_TIME(&lw, "majorityWriteDate", maj_ms);
     bson_append_document_end(&d, &lw);
     BSON_APPEND_INT32(&d, "maxBsonObjectSize", SIM_MAX_BSON);
     BSON_APPEND_INT32(&d, "maxMessageSizeBytes", SIM_MAX_MESSAGE);
@@ -1640,6 +1760,114 @@ static void h_delay(cmd_ctx *x)
     h_ok(x);
 }
 
+/* {mongosimMajority: {freeze: true} | {advanceTo: Timestamp} | {follow: true}} — see README.md. */
+static void h_majority(cmd_ctx *x)
+{
+    sim_server *srv = x->srv;
+    bson_t spec;
+    bson_iter_t it;
+    if (!iter_doc(&x->first, &spec) || !bson_iter_init(&it, &spec) || !bson_iter_next(&it)) {
+        reply_error(x->r, 2, "mongosimMajority needs {freeze: true}, {advanceTo: Timestamp} or {follow: true}");
+        return;
+    }
+    const char *k = bson_iter_key(&it);
+    uint64_t newest = oplog_last_ts(srv->oplog);
+    if (strcmp(k, "freeze") == 0 && bson_iter_as_bool(&it)) {
+        if (!srv->maj_frozen) {
+            srv->maj_frozen = true;
+            srv->maj_ts = newest;
+            srv->maj_store = store_clone(srv->store);
+        }
+    } else if (strcmp(k, "follow") == 0 && bson_iter_as_bool(&it)) {
+        srv->maj_frozen = false;
+        store_free(srv->maj_store);
+        srv->maj_store = NULL;
+    } else if (strcmp(k, "advanceTo") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        uint32_t secs, inc;
+        bson_iter_timestamp(&it, &secs, &inc);
+        uint64_t to = OPLOG_TS(secs, inc);
+        if (!srv->maj_frozen || to < srv->maj_ts || to > newest) {
+            reply_error(x->r, 2, "mongosimMajority advanceTo: the commit point is %s, it can only move forward up to "
+                                 "the newest entry", srv->maj_frozen ? "frozen" : "following the newest entry");
+            return;
+        }
+        if (to != srv->maj_ts && to != newest) {
+            /* The data is kept at the commit point only (one snapshot), so it can jump to the newest entry but not
+             * stop between: a simplification. */
+            reply_error(x->r, 2, "mongosimMajority advanceTo: mongosim can only advance a frozen commit point to the "
+                                 "newest entry");
+            return;
+        }
+        if (to != srv->maj_ts) {
+            store_free(srv->maj_store);
+            srv->maj_store = store_clone(srv->store);
+            srv->maj_ts = to;
+        }
+    } else {
+        reply_error(x->r, 2, "mongosimMajority needs {freeze: true}, {advanceTo: Timestamp} or {follow: true}");
+        return;
+    }
+    srv->woken_end = UINT64_MAX; /* parked majority getMores may see entries now */
+    uint64_t ts;
+    int64_t t, ms;
+    cmd_majority_optime(srv, &ts, &t, &ms);
+    bson_t reply = BSON_INITIALIZER;
+    BSON_APPEND_TIMESTAMP(&reply, "majorityTs", OPLOG_TS_SECS(ts), OPLOG_TS_INC(ts));
+    BSON_APPEND_INT64(&reply, "majorityT", t);
+    BSON_APPEND_BOOL(&reply, "frozen", srv->maj_frozen);
+    reply_ok(x->r, &reply);
+}
+
+/* {mongosimRollback: 1}: a failover that loses what the majority had not committed. The entries after the commit
+ * point leave the oplog and their changes leave the collections (the data goes back to the snapshot taken at the
+ * commit point), as on a real set where the old primary rolls back to the common point with the new one (mongodb/mongo
+ * src/mongo/db/repl/rollback_impl.cpp). A rollback is a state change: user operations are killed with 11602
+ * InterruptedDueToReplStateChange (replication_coordinator_external_state_impl.cpp, killAllUserOperations) and the
+ * cursors are gone (a later getMore gets 43 CursorNotFound). The new primary then logs
+ * {op: "n", ns: "", o: {msg: "new primary"}} in its new term (replication_coordinator_external_state_impl.cpp,
+ * onTransitionToPrimary: onOpMessage(BSON("msg" << ReplicationCoordinator::newPrimaryMsg))). */
+static void h_rollback(cmd_ctx *x)
+{
+    sim_server *srv = x->srv;
+    uint64_t point;
+    int64_t t, ms;
+    cmd_majority_optime(srv, &point, &t, &ms);
+    uint64_t before = oplog_count(srv->oplog);
+    oplog_truncate_after(srv->oplog, point);
+    uint64_t removed = before - oplog_count(srv->oplog);
+    if (srv->maj_store) {
+        store_free(srv->store);
+        srv->store = srv->maj_store;
+        srv->maj_store = NULL;
+    }
+    srv->maj_frozen = false;
+    bool was_down = srv->stepped_down;
+    srv->stepped_down = true;
+    wake_all_parked(srv, 0); /* each parked getMore answers 11602 and frees its cursor */
+    srv->stepped_down = was_down;
+    cmd_cursors_free(srv);
+    srv->term++;
+    bson_t body = BSON_INITIALIZER, o;
+    BSON_APPEND_UTF8(&body, "op", "n");
+    BSON_APPEND_UTF8(&body, "ns", "");
+    BSON_APPEND_DOCUMENT_BEGIN(&body, "o", &o);
+    BSON_APPEND_UTF8(&o, "msg", "new primary");
+    bson_append_document_end(&body, &o);
+    bson_error_t err;
+    bool ok = sim_append_body(srv, &body, &err);
+    bson_destroy(&body);
+    srv->woken_end = UINT64_MAX;
+    if (!ok) {
+        reply_error(x->r, 1, "mongosimRollback: logging the new primary noop: %s", err.message);
+        return;
+    }
+    bson_t reply = BSON_INITIALIZER;
+    BSON_APPEND_INT64(&reply, "removed", (int64_t)removed);
+    BSON_APPEND_TIMESTAMP(&reply, "commonPoint", OPLOG_TS_SECS(point), OPLOG_TS_INC(point));
+    BSON_APPEND_INT64(&reply, "term", srv->term);
+    reply_ok(x->r, &reply);
+}
+
 static void h_status(cmd_ctx *x)
 {
     sim_server *srv = x->srv;
@@ -1662,7 +1890,34 @@ static void h_status(cmd_ctx *x)
     BSON_APPEND_INT64(&d, "connections", conns);
     BSON_APPEND_INT64(&d, "cursors", cursors);
     BSON_APPEND_INT64(&d, "delayMS", srv->delay_ms);
+    uint64_t maj;
+    int64_t maj_t, maj_ms;
+    cmd_majority_optime(srv, &maj, &maj_t, &maj_ms);
+    BSON_APPEND_TIMESTAMP(&d, "majorityTs", OPLOG_TS_SECS(maj), OPLOG_TS_INC(maj));
+    BSON_APPEND_BOOL(&d, "majorityFrozen", srv->maj_frozen);
+    BSON_APPEND_INT64(&d, "oplogGetMores", (int64_t)srv->oplog_getmores);
     reply_ok(x->r, &d);
+}
+
+/* Client transactions and server parameters (txn.c). */
+static void h_commit_txn(cmd_ctx *x)
+{
+    txn_cmd_commit(x->srv, x->r, x->cmd);
+}
+
+static void h_abort_txn(cmd_ctx *x)
+{
+    txn_cmd_abort(x->srv, x->r, x->cmd);
+}
+
+static void h_prepare_txn(cmd_ctx *x)
+{
+    txn_cmd_prepare(x->srv, x->r, x->cmd);
+}
+
+static void h_set_parameter(cmd_ctx *x)
+{
+    txn_cmd_set_parameter(x->srv, x->r, x->cmd);
 }
 
 /* ---- dispatch ---- */
@@ -1696,12 +1951,18 @@ static const cmd_entry COMMANDS[] = {
     {"killCursors", h_kill_cursors},
     {"appendOplog", h_append_oplog},
     {"mongosimTransaction", h_transaction},
+    {"commitTransaction", h_commit_txn},
+    {"abortTransaction", h_abort_txn},
+    {"prepareTransaction", h_prepare_txn},
+    {"setParameter", h_set_parameter},
     {"mongosimSave", h_save},
     {"mongosimTruncateOplog", h_truncate},
     {"mongosimDropConnections", h_drop_connections},
     {"mongosimStepDown", h_step_down},
     {"mongosimDelay", h_delay},
     {"mongosimStatus", h_status},
+    {"mongosimMajority", h_majority},
+    {"mongosimRollback", h_rollback},
 };
 
 void cmd_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *db)
@@ -1728,7 +1989,11 @@ void cmd_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *
         fprintf(stderr, "mongosim: conn %" PRId64 ": %s on %s\n", r->conn->id, x.name, x.db);
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++) {
         if (strcmp(COMMANDS[i].name, x.name) == 0) {
+            /* A command with autocommit runs inside its client transaction (txn.c). */
+            if (!txn_enter(srv, r, cmd, x.name, x.db))
+                return;
             COMMANDS[i].fn(&x);
+            txn_leave(srv);
             return;
         }
     }

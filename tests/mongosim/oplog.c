@@ -223,6 +223,15 @@ void oplog_truncate_before(sim_oplog *log, uint64_t ts)
         log->first++;
 }
 
+void oplog_truncate_after(sim_oplog *log, uint64_t ts)
+{
+    while (log->n > log->first && log->idx[log->n - 1].ts > ts) {
+        log->n--;
+        log->buf_len = log->idx[log->n].off;
+    }
+    log->last_ts = log->n > log->first ? log->idx[log->n - 1].ts : (ts < log->last_ts ? ts : log->last_ts);
+}
+
 void oplog_cap(sim_oplog *log, uint64_t max)
 {
     if (max == 0)

@@ -46,6 +46,9 @@ bool oplog_append_stamped(sim_oplog *log, const uint8_t *doc, uint32_t len, uint
 
 /* Remove entries with ts < ts. */
 void oplog_truncate_before(sim_oplog *log, uint64_t ts);
+/* Remove entries with ts > ts (a rollback); the next timestamp continues from the newest entry left. Seqs of the
+ * removed entries are given to the entries appended next. */
+void oplog_truncate_after(sim_oplog *log, uint64_t ts);
 /* Remove the oldest entries until at most max remain (max 0 = unlimited). */
 void oplog_cap(sim_oplog *log, uint64_t max);
 

@@ -10,6 +10,7 @@
  * are only freed from top-level callbacks (conn_service), never while a handler further up the stack uses them.
  */
 #include "sim_internal.h"
+#include "txn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -822,6 +823,13 @@ sim_server *sim_server_new(const sim_options *opts, struct ev_loop *loop, bson_e
     if (opts->data_dir && !store_load_dir(srv->store, opts->data_dir, err))
         goto fail;
     recover_term(srv);
+    /* A fresh member's oplog is never empty: replSetInitiate's first oplog entry is the noop
+     * {op: "n", ns: "", o: {msg: "initiating set"}} (mongodb/mongo src/mongo/db/repl/
+     * replication_coordinator_external_state_impl.cpp, initializeReplSetStorage: onOpMessage(BSON("msg" <<
+     * kInitiatingSetMsg)); kInitiatingSetMsg = "initiating set" in src/mongo/db/repl/oplog_entry.h). A loaded oplog
+     * (--state, --oplog) already has its own start. */
+    if (oplog_count(srv->oplog) == 0)
+        append_noop(srv, "initiating set");
 
     srv->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (srv->lfd < 0) {
@@ -919,9 +927,11 @@ void sim_server_free(sim_server *srv)
             ev_loop_destroy(srv->loop);
     }
     cmd_cursors_free(srv);
+    txn_state_free(srv);
     if (srv->lfd >= 0)
         close(srv->lfd);
     store_free(srv->store);
+    store_free(srv->maj_store);
     oplog_free(srv->oplog);
     free(srv);
 }

@@ -90,6 +90,13 @@ struct sim_server {
     uint64_t woken_end;  /* oplog_end_seq when parked getMores were last offered entries */
     bool stepped_down;
     int64_t delay_ms;
+    struct sim_txns *txns; /* client transactions and their server parameters (txn.c) */
+    /* The majority commit point (mongosimMajority): while maj_frozen it stays at maj_ts and maj_store holds the
+     * data as of it (what majority reads and a rollback go back to); otherwise it is the newest entry. */
+    bool maj_frozen;
+    uint64_t maj_ts;
+    sim_store *maj_store;
+    uint64_t oplog_getmores; /* oplog getMores answered (mongosimStatus: a test's event to wait on) */
 };
 
 /* One reply under construction: a header is written into conn->out by reply_begin, the body document follows,
@@ -134,5 +141,7 @@ bool cmd_parked_try(sim_server *srv, sim_conn *c, bool timeout);
 /* Fail every parked getMore on oplog cursors with this error (step-down). */
 void cmd_fail_parked(sim_server *srv, int code, const char *msg);
 void cmd_cursors_free(sim_server *srv);
+/* The majority commit point: its ts, the entry's t and wall time in ms (the newest entry's while it follows). */
+void cmd_majority_optime(sim_server *srv, uint64_t *ts, int64_t *t, int64_t *wall_ms);
 
 #endif

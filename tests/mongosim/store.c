@@ -236,6 +236,45 @@ void store_free(sim_store *store)
     free(store);
 }
 
+/* A deep copy of a subtree: same documents, priorities and shape. */
+static tnode *tnode_clone(const tnode *t)
+{
+    if (!t)
+        return NULL;
+    tnode *nd = bson_malloc0(sizeof *nd);
+    nd->doc = bson_copy(t->doc);
+    nd->id_off = t->id_off;
+    nd->prio = t->prio;
+    nd->l = tnode_clone(t->l);
+    nd->r = tnode_clone(t->r);
+    return nd;
+}
+
+sim_store *store_clone(const sim_store *store)
+{
+    sim_store *s = store_new(store->format);
+    s->dbs = bson_malloc0((store->cap ? store->cap : 1) * sizeof *s->dbs);
+    s->cap = store->cap;
+    for (size_t i = 0; i < store->n; i++) {
+        const sdb *from = store->dbs[i];
+        sdb *d = bson_malloc0(sizeof *d);
+        d->name = bson_strdup(from->name);
+        d->colls = bson_malloc0((from->cap ? from->cap : 1) * sizeof *d->colls);
+        d->cap = from->cap;
+        for (size_t j = 0; j < from->n; j++) {
+            const scoll *fc = from->colls[j];
+            scoll *c = bson_malloc0(sizeof *c);
+            c->name = bson_strdup(fc->name);
+            memcpy(c->uuid, fc->uuid, sizeof c->uuid);
+            c->root = tnode_clone(fc->root);
+            c->count = fc->count;
+            d->colls[d->n++] = c;
+        }
+        s->dbs[s->n++] = d;
+    }
+    return s;
+}
+
 sim_oplog_format store_format(const sim_store *store)
 {
     return store->format;

@@ -40,6 +40,8 @@ typedef struct {
 
 sim_store *store_new(sim_oplog_format format);
 void store_free(sim_store *store);
+/* A deep copy (same collections, UUIDs and documents): mongosim's snapshot at the majority commit point. */
+sim_store *store_clone(const sim_store *store);
 sim_oplog_format store_format(const sim_store *store);
 
 /* Writes. db/coll are names (no dots in db). Each returns false and fills err on failure, having emitted nothing. */

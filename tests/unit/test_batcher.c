@@ -296,6 +296,39 @@ START_TEST(test_atomic_entry_not_split)
 }
 END_TEST
 
+START_TEST(test_parts_never_commit_between)
+{
+    batcher_free(B);
+    bson_destroy(DOC);
+    setup_with(2, 200, false);
+    op_pos pos = {.secs = 9, .inc = 5, .term = 1};
+    for (int k = 0; k < 3; k++) {
+        op_entry e;
+        op_entry_init(&e);
+        ck_assert(op_entry_alloc(&e, &pos, 2));
+        e.atomic = true;
+        e.more = k < 2;
+        fill(&e.ops[0], OP_INSERT, "shop", "a");
+        fill(&e.ops[1], OP_UPDATE, "shop", "a");
+        ck_assert_int_eq(batcher_add(B, &e, 0), APPLY_OK);
+        op_entry_clear(&e);
+        if (k < 2) {
+            /* over batch_rows, past the timer, an idle marker: still no commit in the middle */
+            ck_assert_int_eq(batcher_tick(B, 100000), APPLY_OK);
+            ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
+            ck_assert_uint_eq(batcher_get_stats(B)->commits, 0);
+            ck_assert(batcher_in_parts(B));
+            ck_assert_uint_eq(batcher_deadline(B), UINT64_MAX);
+        }
+    }
+    expect_log("copy shop.a 1 @9:5; update shop.a; copy shop.a 1 @9:5; update shop.a; copy shop.a 1 @9:5; "
+               "update shop.a; commit 9:5; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->commits, 1);
+    ck_assert_uint_eq(batcher_get_stats(B)->entries, 1); /* one logical entry */
+    ck_assert(!batcher_in_parts(B));
+}
+END_TEST
+
 START_TEST(test_per_op_commits_every_entry)
 {
     batcher_free(B);
@@ -462,6 +495,7 @@ Suite *batcher_suite(void)
     tcase_add_test(tc, test_refusal_never_reaches_the_sink);
     tcase_add_test(tc, test_size_counts_rendered_bytes);
     tcase_add_test(tc, test_out_of_memory_is_not_data);
+    tcase_add_test(tc, test_parts_never_commit_between);
     suite_add_tcase(s, tc);
     return s;
 }

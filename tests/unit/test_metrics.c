@@ -43,6 +43,9 @@ static const struct {
     {"oplog2pg_queue_capacity", "gauge"},
     {"oplog2pg_lag_seconds", "gauge"},
     {"oplog2pg_checkpoint_timestamp_seconds", "gauge"},
+    {"oplog2pg_open_transactions", "gauge"},
+    {"oplog2pg_open_transaction_bytes", "gauge"},
+    {"oplog2pg_open_transaction_oldest_age_seconds", "gauge"},
     {"oplog2pg_copy_documents", "gauge"},
     {"oplog2pg_copy_documents_estimate", "gauge"},
 };
@@ -191,6 +194,9 @@ static void fill_distinct(metrics_snapshot *s)
     s->checkpoint_timestamp = 1717171717.125;
     s->copy_documents = 9000000001LL;
     s->copy_documents_estimate = 9000000002LL;
+    s->txn_open = 9101;
+    s->txn_bytes = 9102;
+    s->txn_oldest_age = 91.5;
     s->ready = true;
     s->start_time = 1700000000.5;
 }
@@ -238,6 +244,9 @@ START_TEST(render_every_value)
     expect_double(t, "oplog2pg_checkpoint_timestamp_seconds", 1717171717.125);
     expect_i64(t, "oplog2pg_copy_documents", 9000000001LL);
     expect_i64(t, "oplog2pg_copy_documents_estimate", 9000000002LL);
+    expect_u64(t, "oplog2pg_open_transactions", 9101);
+    expect_u64(t, "oplog2pg_open_transaction_bytes", 9102);
+    expect_double(t, "oplog2pg_open_transaction_oldest_age_seconds", 91.5);
     free(t);
 }
 END_TEST

@@ -403,12 +403,41 @@ START_TEST(test_client_vanishes_mid_getmore)
 }
 END_TEST
 
+START_TEST(test_fresh_oplog_initiating_set)
+{
+    /* A fresh member's oplog starts with replSetInitiate's noop, as a real one does. */
+    uint8_t buf[512];
+    bson_t *find = BCON_NEW("find", BCON_UTF8("oplog.rs"), "filter", "{", "}", "$db", BCON_UTF8("local"));
+    int fd = connect_sim();
+    send_all(fd, buf, build_msg(buf, 2, 0, find));
+    reply_t r = read_reply(fd, 3000);
+    ck_assert_int_eq(r.status, 1);
+    bson_iter_t it;
+    ck_assert(bson_iter_init(&it, r.doc) && bson_iter_find_descendant(&it, "cursor.firstBatch.0.o.msg", &it));
+    ck_assert_str_eq(bson_iter_utf8(&it, NULL), "initiating set");
+    ck_assert(bson_iter_init(&it, r.doc) && bson_iter_find_descendant(&it, "cursor.firstBatch.0.op", &it));
+    ck_assert_str_eq(bson_iter_utf8(&it, NULL), "n");
+    ck_assert(bson_iter_init(&it, r.doc) && !bson_iter_find_descendant(&it, "cursor.firstBatch.1", &it));
+    bson_destroy(r.doc);
+    bson_destroy(find);
+    close(fd);
+}
+END_TEST
+
 START_TEST(test_tailable_find_on_empty_oplog)
 {
     uint8_t buf[512];
     bson_t *find = BCON_NEW("find", BCON_UTF8("oplog.rs"), "filter", "{", "}", "tailable", BCON_BOOL(true), "awaitData",
                             BCON_BOOL(true), "$db", BCON_UTF8("local"));
     int fd = connect_sim();
+    /* A fresh mongosim holds its "initiating set" entry: empty the oplog first. */
+    bson_t *trunc = BCON_NEW("mongosimTruncateOplog", BCON_INT32(1), "before", BCON_TIMESTAMP(UINT32_MAX, 0), "$db",
+                             BCON_UTF8("admin"));
+    send_all(fd, buf, build_msg(buf, 2, 0, trunc));
+    reply_t tr = read_reply(fd, 3000);
+    ck_assert_int_eq(tr.status, 1);
+    bson_destroy(tr.doc);
+    bson_destroy(trunc);
     send_all(fd, buf, build_msg(buf, 3, 0, find));
     reply_t r = read_reply(fd, 3000);
     ck_assert_int_eq(r.status, 1);
@@ -467,6 +496,7 @@ Suite *mongosim_wire_suite(void)
     tcase_add_test(tc, test_split_message);
     tcase_add_test(tc, test_client_vanishes_mid_getmore);
     tcase_add_test(tc, test_unknown_command_error);
+    tcase_add_test(tc, test_fresh_oplog_initiating_set);
     tcase_add_test(tc, test_tailable_find_on_empty_oplog);
     suite_add_tcase(s, tc);
     return s;
