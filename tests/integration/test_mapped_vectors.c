@@ -32,37 +32,9 @@
 #include <string.h>
 
 #include "../lib/daemonenv.h"
+#include "util/strbuf.h"
 
 #define MAX_VECTORS 64
-
-/* ---- text buffer ---- */
-
-typedef struct {
-    char *s;
-    size_t len, cap;
-} tbuf;
-
-static void tb_printf(tbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void tb_printf(tbuf *b, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        ck_assert(n >= 0);
-        if (b->s != NULL && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->len + (size_t)n + 1)
-            cap *= 2;
-        b->s = realloc(b->s, cap);
-        ck_assert_ptr_nonnull(b->s);
-        b->cap = cap;
-    }
-}
 
 /* ---- the vectors ---- */
 
@@ -180,10 +152,10 @@ struct fnode {
     bool doc, arr; /* a document / an array seen as the value */
     fnode **kids;  /* fields of the document values */
     size_t nkids;
-    bool badkey;                /* a field name a path cannot take */
-    unsigned el_scal;           /* kinds of the scalar elements of array values */
-    bool el_doc, el_arr;        /* document / array elements */
-    fnode *el;                  /* the fields of the document elements */
+    bool badkey;         /* a field name a path cannot take */
+    unsigned el_scal;    /* kinds of the scalar elements of array values */
+    bool el_doc, el_arr; /* document / array elements */
+    fnode *el;           /* the fields of the document elements */
 };
 
 static unsigned kind_of(bson_type_t t)
@@ -324,12 +296,12 @@ static const char *scalar_type(unsigned mask)
 
 typedef struct {
     const char *db, *coll, *mode;
-    tbuf *ini;
-    tbuf children; /* the [child] sections, after the [map] one */
+    strbuf *ini;
+    strbuf children; /* the [child] sections, after the [map] one */
     int nchild, ncols;
 } mapgen;
 
-static void column(mapgen *g, tbuf *sec, const char *path, const char *type)
+static void column(mapgen *g, strbuf *sec, const char *path, const char *type)
 {
     char name[64];
     if (strlen(path) <= 63)
@@ -337,13 +309,13 @@ static void column(mapgen *g, tbuf *sec, const char *path, const char *type)
     else
         snprintf(name, sizeof name, "col%d", g->ncols);
     g->ncols++;
-    tb_printf(sec, "column.%s = %s from %s\n", name, type, path);
+    strbuf_printf(sec, "column.%s = %s from %s\n", name, type, path);
 }
 
-static void table_columns(mapgen *g, tbuf *sec, fnode *n, const char *prefix, bool in_child);
+static void table_columns(mapgen *g, strbuf *sec, fnode *n, const char *prefix, bool in_child);
 
 /* The columns (or child table) of field n at path. */
-static void field(mapgen *g, tbuf *sec, fnode *n, const char *path, bool in_child)
+static void field(mapgen *g, strbuf *sec, fnode *n, const char *path, bool in_child)
 {
     int kinds = (n->scal != 0) + n->doc + n->arr;
     if (kinds == 0) {
@@ -359,11 +331,11 @@ static void field(mapgen *g, tbuf *sec, fnode *n, const char *path, bool in_chil
         if (n->el_doc && !n->el_scal && !n->el_arr && !in_child && !n->el->badkey) {
             char table[128];
             snprintf(table, sizeof table, "%s_c%d", g->coll, g->nchild++);
-            tb_printf(sec, "child.%s = %s\n", path, table);
-            tb_printf(&g->children, "\n[child %s.%s]\nparent_key = _parent\nposition = _pos\nrest = %s\n", g->db, table,
-                      g->mode);
+            strbuf_printf(sec, "child.%s = %s\n", path, table);
+            strbuf_printf(&g->children, "\n[child %s.%s]\nparent_key = _parent\nposition = _pos\nrest = %s\n", g->db,
+                          table, g->mode);
             if (strcmp(g->mode, "drop") != 0)
-                tb_printf(&g->children, "rest_column = _rest\n");
+                strbuf_printf(&g->children, "rest_column = _rest\n");
             table_columns(g, &g->children, n->el, NULL, true);
         } else if (n->el_doc || n->el_arr || scalar_type(n->el_scal) == NULL) {
             column(g, sec, path, "jsonb");
@@ -378,7 +350,7 @@ static void field(mapgen *g, tbuf *sec, fnode *n, const char *path, bool in_chil
     }
 }
 
-static void table_columns(mapgen *g, tbuf *sec, fnode *n, const char *prefix, bool in_child)
+static void table_columns(mapgen *g, strbuf *sec, fnode *n, const char *prefix, bool in_child)
 {
     for (size_t i = 0; i < n->nkids; i++) {
         fnode *k = n->kids[i];
@@ -394,7 +366,7 @@ static void table_columns(mapgen *g, tbuf *sec, fnode *n, const char *prefix, bo
 }
 
 /* The [map] (and [child]) sections of collection coll for the vector's documents. */
-static void derive_map(tbuf *ini, const char *db, const char *coll, const char *mode, const vector *v)
+static void derive_map(strbuf *ini, const char *db, const char *coll, const char *mode, const vector *v)
 {
     fnode *root = node_new("");
     bson_iter_t it;
@@ -408,13 +380,13 @@ static void derive_map(tbuf *ini, const char *db, const char *coll, const char *
         bson_destroy(&wrap);
     }
     mapgen g = {.db = db, .coll = coll, .mode = mode, .ini = ini};
-    tb_printf(ini, "\n[map %s.%s]\nrest = %s\n", db, coll, mode);
+    strbuf_printf(ini, "\n[map %s.%s]\nrest = %s\n", db, coll, mode);
     if (strcmp(mode, "drop") != 0)
-        tb_printf(ini, "rest_column = _rest\n");
+        strbuf_printf(ini, "rest_column = _rest\n");
     table_columns(&g, ini, root, NULL, false);
-    if (g.children.s)
-        tb_printf(ini, "%s", g.children.s);
-    free(g.children.s);
+    if (g.children.data)
+        strbuf_printf(ini, "%s", g.children.data);
+    free(g.children.data);
     node_free(root);
 }
 
@@ -514,7 +486,7 @@ static void run_mode(const char *name, const char *mode)
 
     char db[64];
     snprintf(db, sizeof db, "rep_%s_v", name);
-    tbuf ini = {0};
+    strbuf ini = {0};
     for (int i = 0; i < n; i++) {
         char coll[32];
         snprintf(coll, sizeof coll, "v%02d", i);
@@ -523,11 +495,11 @@ static void run_mode(const char *name, const char *mode)
         derive_map(&ini, db, coll, mode, &v[i]);
     }
     if (getenv("MAPPED_VECTORS_SHOW_MAP"))
-        fprintf(stderr, "%s\n", ini.s);
+        fprintf(stderr, "%s\n", ini.data);
 
     denv e;
-    denv_start(&e, name, NULL, ini.s);
-    free(ini.s);
+    denv_start(&e, name, NULL, ini.data);
+    free(ini.data);
     denv_daemon_start(&e);
     ck_assert(denv_wait_caught_up(&e, 60));
     mongoc_client_t *c = mongoc_client_new(e.uri);
@@ -543,7 +515,7 @@ static void run_mode(const char *name, const char *mode)
 
     PGconn *pg = PQconnectdb(denv_pg_conninfo());
     ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
-    tbuf failed = {0}, stale = {0};
+    strbuf failed = {0}, stale = {0};
     int checked = 0, nexcluded = 0, nfailed = 0;
     for (int i = 0; i < n; i++) {
         char label[200];
@@ -582,26 +554,27 @@ static void run_mode(const char *name, const char *mode)
         if (why != NULL) {
             nexcluded++;
             if (diff == 0)
-                tb_printf(&stale, "%s%s", stale.len ? "; " : "", label);
+                strbuf_printf(&stale, "%s%s", stale.len ? "; " : "", label);
             else
                 fprintf(stderr, "[%s] excluded, as expected it differs: %s\n", label, why);
         } else {
             checked++;
             if (diff != 0) {
                 nfailed++;
-                tb_printf(&failed, "%s%s", failed.len ? "; " : "", label);
+                strbuf_printf(&failed, "%s%s", failed.len ? "; " : "", label);
             }
         }
     }
     PQfinish(pg);
-    ck_assert_msg(nfailed == 0, "%d of %d vectors differ from the projection of their post-image (details on stderr): %s",
-                  nfailed, checked, failed.s);
-    ck_assert_msg(stale.len == 0, "excluded vectors that now match (remove them from the list): %s", stale.s);
+    ck_assert_msg(nfailed == 0,
+                  "%d of %d vectors differ from the projection of their post-image (details on stderr): %s", nfailed,
+                  checked, failed.data);
+    ck_assert_msg(stale.len == 0, "excluded vectors that now match (remove them from the list): %s", stale.data);
     size_t nlist = sizeof excluded / sizeof excluded[0] - 1;
     ck_assert_int_eq(nexcluded, (int)nlist);
     ck_assert_int_eq(checked + nexcluded, 49);
-    free(failed.s);
-    free(stale.s);
+    free(failed.data);
+    free(stale.data);
     mongoc_client_destroy(c);
     denv_stop(&e);
     char sql[128];

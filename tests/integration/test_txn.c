@@ -23,47 +23,12 @@
 #include <unistd.h>
 
 #include "../lib/compare.h"
-#include "core/op.h"
 #include "../lib/daemonenv.h"
+#include "core/op.h"
+#include "util/strbuf.h"
 
-#define UI "\"ui\":{\"$binary\":{\"base64\":\"4p4kSLicSracQeNvveXz3g==\",\"subType\":\"04\"}}"
+#define UI   "\"ui\":{\"$binary\":{\"base64\":\"4p4kSLicSracQeNvveXz3g==\",\"subType\":\"04\"}}"
 #define LSID "\"lsid\":{\"id\":{\"$binary\":{\"base64\":\"CK+8+nZ+Eem9p6vK9BEt9g==\",\"subType\":\"04\"}}}"
-
-/* ---- a growing string ---- */
-
-typedef struct {
-    char *s;
-    size_t len, cap;
-} sb;
-
-static void sb_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sb *b, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        ck_assert(n >= 0);
-        if (b->s != NULL && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->len + (size_t)n + 1)
-            cap *= 2;
-        b->s = realloc(b->s, cap);
-        ck_assert_ptr_nonnull(b->s);
-        b->cap = cap;
-    }
-}
-
-static void sb_reset(sb *b)
-{
-    b->len = 0;
-    if (b->s)
-        b->s[0] = '\0';
-}
 
 /* ---- the environment: the daemon's mongosim, the reference mongosim ---- */
 
@@ -74,7 +39,7 @@ typedef struct {
     mongoc_client_t *src, *refc;
     uint32_t secs, inc; /* the last ts handed out */
     char db[64];        /* the test's database (rep_NAME_a) */
-    sb batch;           /* entries waiting for append() */
+    strbuf batch;       /* entries waiting for append() */
 } tenv;
 
 static bool t_start(tenv *t, const char *name, const char *extra_ini)
@@ -109,7 +74,7 @@ static void t_stop(tenv *t)
     mongoc_client_destroy(t->src);
     mongoc_client_destroy(t->refc);
     proc_stop(&t->ref, 10);
-    free(t->batch.s);
+    free(t->batch.data);
     denv_stop(&t->e);
 }
 
@@ -124,26 +89,26 @@ static void append(tenv *t)
 {
     if (t->batch.len == 0)
         return;
-    sb cmd = {0};
-    sb_printf(&cmd, "{\"appendOplog\": [%s]}", t->batch.s);
+    strbuf cmd = {0};
+    strbuf_printf(&cmd, "{\"appendOplog\": [%s]}", t->batch.data);
     bson_error_t err;
-    bson_t *c = bson_new_from_json((const uint8_t *)cmd.s, (ssize_t)cmd.len, &err);
+    bson_t *c = bson_new_from_json((const uint8_t *)cmd.data, (ssize_t)cmd.len, &err);
     ck_assert_msg(c != NULL, "bad test JSON: %s", err.message);
     bson_t reply;
     bool ok = mongoc_client_command_simple(t->src, "admin", c, NULL, &reply, &err);
     ck_assert_msg(ok, "appendOplog: %s", err.message);
     bson_destroy(&reply);
     bson_destroy(c);
-    free(cmd.s);
-    sb_reset(&t->batch);
+    free(cmd.data);
+    strbuf_reset(&t->batch, 1 << 20);
 }
 
 static void entry_head(tenv *t, const op_pos *ts)
 {
-    sb_printf(&t->batch,
-              "%s{\"ts\":{\"$timestamp\":{\"t\":%u,\"i\":%u}},\"t\":{\"$numberLong\":\"1\"},\"v\":2,"
-              "\"wall\":{\"$date\":{\"$numberLong\":\"%llu\"}},",
-              t->batch.len ? "," : "", ts->secs, ts->inc, (unsigned long long)ts->secs * 1000ULL);
+    strbuf_printf(&t->batch,
+                  "%s{\"ts\":{\"$timestamp\":{\"t\":%u,\"i\":%u}},\"t\":{\"$numberLong\":\"1\"},\"v\":2,"
+                  "\"wall\":{\"$date\":{\"$numberLong\":\"%llu\"}},",
+                  t->batch.len ? "," : "", ts->secs, ts->inc, (unsigned long long)ts->secs * 1000ULL);
 }
 
 /* One change, as an inner op of an applyOps, as an ordinary entry, and applied to the reference. */
@@ -153,19 +118,20 @@ typedef struct {
     int id, x;
 } change;
 
-static void change_json(tenv *t, sb *b, const change *c)
+static void change_json(tenv *t, strbuf *b, const change *c)
 {
     switch (c->kind) {
     case 'i':
-        sb_printf(b, "\"op\":\"i\",\"ns\":\"%s.%s\"," UI ",\"o\":{\"_id\":%d,\"x\":%d,\"pad\":\"%0200d\"}", t->db,
-                  c->coll, c->id, c->x, c->id);
+        strbuf_printf(b, "\"op\":\"i\",\"ns\":\"%s.%s\"," UI ",\"o\":{\"_id\":%d,\"x\":%d,\"pad\":\"%0200d\"}", t->db,
+                      c->coll, c->id, c->x, c->id);
         break;
     case 'u':
-        sb_printf(b, "\"op\":\"u\",\"ns\":\"%s.%s\"," UI ",\"o\":{\"$v\":2,\"diff\":{\"u\":{\"x\":%d}}},\"o2\":{\"_id\":%d}",
-                  t->db, c->coll, c->x, c->id);
+        strbuf_printf(
+            b, "\"op\":\"u\",\"ns\":\"%s.%s\"," UI ",\"o\":{\"$v\":2,\"diff\":{\"u\":{\"x\":%d}}},\"o2\":{\"_id\":%d}",
+            t->db, c->coll, c->x, c->id);
         break;
     default:
-        sb_printf(b, "\"op\":\"d\",\"ns\":\"%s.%s\"," UI ",\"o\":{\"_id\":%d}", t->db, c->coll, c->id);
+        strbuf_printf(b, "\"op\":\"d\",\"ns\":\"%s.%s\"," UI ",\"o\":{\"_id\":%d}", t->db, c->coll, c->id);
         break;
     }
 }
@@ -201,7 +167,7 @@ static op_pos plain(tenv *t, const change *c)
     op_pos ts = next_ts(t);
     entry_head(t, &ts);
     change_json(t, &t->batch, c);
-    sb_printf(&t->batch, "}");
+    strbuf_printf(&t->batch, "}");
     ref_apply(t, c);
     return ts;
 }
@@ -211,30 +177,30 @@ enum { NO_FLAG = 0, F_PARTIAL, F_PREPARE, F_COUNT };
 /* A `c` applyOps entry on admin.$cmd holding changes[0..n), with prevOpTime prev (NULL: the null OpTime), with or
  * without a session, and the flag; the changes are not applied to the reference (the caller decides: a committed
  * transaction's are, an aborted one's not). */
-static op_pos chain_entry(tenv *t, const op_pos *prev, bool lsid, int flag, long count, const change *changes,
-                          size_t n)
+static op_pos chain_entry(tenv *t, const op_pos *prev, bool lsid, int flag, long count, const change *changes, size_t n)
 {
     op_pos ts = next_ts(t);
     entry_head(t, &ts);
-    sb_printf(&t->batch, "\"op\":\"c\",\"ns\":\"admin.$cmd\",");
+    strbuf_printf(&t->batch, "\"op\":\"c\",\"ns\":\"admin.$cmd\",");
     if (lsid)
-        sb_printf(&t->batch, LSID ",\"txnNumber\":{\"$numberLong\":\"7\"},");
-    sb_printf(&t->batch, "\"prevOpTime\":{\"ts\":{\"$timestamp\":{\"t\":%u,\"i\":%u}},\"t\":{\"$numberLong\":\"%d\"}},",
-              prev ? prev->secs : 0, prev ? prev->inc : 0, prev ? 1 : -1);
-    sb_printf(&t->batch, "\"o\":{\"applyOps\":[");
+        strbuf_printf(&t->batch, LSID ",\"txnNumber\":{\"$numberLong\":\"7\"},");
+    strbuf_printf(&t->batch,
+                  "\"prevOpTime\":{\"ts\":{\"$timestamp\":{\"t\":%u,\"i\":%u}},\"t\":{\"$numberLong\":\"%d\"}},",
+                  prev ? prev->secs : 0, prev ? prev->inc : 0, prev ? 1 : -1);
+    strbuf_printf(&t->batch, "\"o\":{\"applyOps\":[");
     for (size_t i = 0; i < n; i++) {
-        sb_printf(&t->batch, "%s{", i ? "," : "");
+        strbuf_printf(&t->batch, "%s{", i ? "," : "");
         change_json(t, &t->batch, &changes[i]);
-        sb_printf(&t->batch, "}");
+        strbuf_printf(&t->batch, "}");
     }
-    sb_printf(&t->batch, "]");
+    strbuf_printf(&t->batch, "]");
     if (flag == F_PARTIAL)
-        sb_printf(&t->batch, ",\"partialTxn\":true");
+        strbuf_printf(&t->batch, ",\"partialTxn\":true");
     else if (flag == F_PREPARE)
-        sb_printf(&t->batch, ",\"prepare\":true");
+        strbuf_printf(&t->batch, ",\"prepare\":true");
     else if (flag == F_COUNT)
-        sb_printf(&t->batch, ",\"count\":{\"$numberLong\":\"%ld\"}", count);
-    sb_printf(&t->batch, "}}");
+        strbuf_printf(&t->batch, ",\"count\":{\"$numberLong\":\"%ld\"}", count);
+    strbuf_printf(&t->batch, "}}");
     return ts;
 }
 
@@ -243,14 +209,16 @@ static op_pos finish_prepared(tenv *t, const op_pos *prev, bool commit)
 {
     op_pos ts = next_ts(t);
     entry_head(t, &ts);
-    sb_printf(&t->batch, "\"op\":\"c\",\"ns\":\"admin.$cmd\"," LSID ",\"txnNumber\":{\"$numberLong\":\"7\"},");
-    sb_printf(&t->batch, "\"prevOpTime\":{\"ts\":{\"$timestamp\":{\"t\":%u,\"i\":%u}},\"t\":{\"$numberLong\":\"1\"}},",
-              prev->secs, prev->inc);
-    if (commit)
-        sb_printf(&t->batch, "\"o\":{\"commitTransaction\":1,\"commitTimestamp\":{\"$timestamp\":{\"t\":%u,\"i\":%u}}}}",
+    strbuf_printf(&t->batch, "\"op\":\"c\",\"ns\":\"admin.$cmd\"," LSID ",\"txnNumber\":{\"$numberLong\":\"7\"},");
+    strbuf_printf(&t->batch,
+                  "\"prevOpTime\":{\"ts\":{\"$timestamp\":{\"t\":%u,\"i\":%u}},\"t\":{\"$numberLong\":\"1\"}},",
                   prev->secs, prev->inc);
+    if (commit)
+        strbuf_printf(&t->batch,
+                      "\"o\":{\"commitTransaction\":1,\"commitTimestamp\":{\"$timestamp\":{\"t\":%u,\"i\":%u}}}}",
+                      prev->secs, prev->inc);
     else
-        sb_printf(&t->batch, "\"o\":{\"abortTransaction\":1}}");
+        strbuf_printf(&t->batch, "\"o\":{\"abortTransaction\":1}}");
     return ts;
 }
 
@@ -412,31 +380,32 @@ START_TEST(test_no_lsid_and_vectored)
     for (int k = 0; k < 2; k++) {
         op_pos ts = next_ts(&t);
         entry_head(&t, &ts);
-        sb_printf(&t.batch, "\"op\":\"c\",\"ns\":\"admin.$cmd\"," LSID ",\"txnNumber\":{\"$numberLong\":\"9\"},"
-                            "\"multiOpType\":1,\"stmtId\":[0],");
-        sb_printf(&t.batch, "\"prevOpTime\":{\"ts\":{\"$timestamp\":{\"t\":%u,\"i\":%u}},\"t\":{\"$numberLong\":\"1\"}},",
-                  k ? ts.secs : 0, k ? ts.inc - 1 : 0);
-        sb_printf(&t.batch, "\"o\":{\"applyOps\":[");
+        strbuf_printf(&t.batch, "\"op\":\"c\",\"ns\":\"admin.$cmd\"," LSID ",\"txnNumber\":{\"$numberLong\":\"9\"},"
+                                "\"multiOpType\":1,\"stmtId\":[0],");
+        strbuf_printf(&t.batch,
+                      "\"prevOpTime\":{\"ts\":{\"$timestamp\":{\"t\":%u,\"i\":%u}},\"t\":{\"$numberLong\":\"1\"}},",
+                      k ? ts.secs : 0, k ? ts.inc - 1 : 0);
+        strbuf_printf(&t.batch, "\"o\":{\"applyOps\":[");
         const change *v = k ? v2 : v1;
         size_t n = k ? 1 : 2;
         for (size_t i = 0; i < n; i++) {
-            sb_printf(&t.batch, "%s{", i ? "," : "");
+            strbuf_printf(&t.batch, "%s{", i ? "," : "");
             change_json(&t, &t.batch, &v[i]);
-            sb_printf(&t.batch, "}");
+            strbuf_printf(&t.batch, "}");
         }
-        sb_printf(&t.batch, "]}}");
+        strbuf_printf(&t.batch, "]}}");
         ref_apply_all(&t, v, n);
     }
     /* 4.0: the whole transaction in one applyOps, lsid and txnNumber, no prevOpTime field */
     change s1[] = {{'i', "s", 1, 1}, {'u', "s", 1, 2}};
     op_pos ts = next_ts(&t);
     entry_head(&t, &ts);
-    sb_printf(&t.batch, "\"op\":\"c\",\"ns\":\"admin.$cmd\"," LSID ",\"txnNumber\":{\"$numberLong\":\"11\"},"
-                        "\"o\":{\"applyOps\":[{");
+    strbuf_printf(&t.batch, "\"op\":\"c\",\"ns\":\"admin.$cmd\"," LSID ",\"txnNumber\":{\"$numberLong\":\"11\"},"
+                            "\"o\":{\"applyOps\":[{");
     change_json(&t, &t.batch, &s1[0]);
-    sb_printf(&t.batch, "},{");
+    strbuf_printf(&t.batch, "},{");
     change_json(&t, &t.batch, &s1[1]);
-    sb_printf(&t.batch, "}]}}");
+    strbuf_printf(&t.batch, "}]}}");
     ref_apply_all(&t, s1, 2);
     append(&t);
     caught_up(&t);
@@ -853,24 +822,24 @@ START_TEST(test_memory_large_transaction)
     for (int k = 0; k < ENTRIES; k++) {
         op_pos ts = next_ts(&t);
         entry_head(&t, &ts);
-        sb_printf(&t.batch, "\"op\":\"c\",\"ns\":\"admin.$cmd\"," LSID ",\"txnNumber\":{\"$numberLong\":\"21\"},");
-        sb_printf(&t.batch,
-                  "\"prevOpTime\":{\"ts\":{\"$timestamp\":{\"t\":%u,\"i\":%u}},\"t\":{\"$numberLong\":\"%d\"}},"
-                  "\"o\":{\"applyOps\":[",
-                  k ? prev.secs : 0, k ? prev.inc : 0, k ? 1 : -1);
+        strbuf_printf(&t.batch, "\"op\":\"c\",\"ns\":\"admin.$cmd\"," LSID ",\"txnNumber\":{\"$numberLong\":\"21\"},");
+        strbuf_printf(&t.batch,
+                      "\"prevOpTime\":{\"ts\":{\"$timestamp\":{\"t\":%u,\"i\":%u}},\"t\":{\"$numberLong\":\"%d\"}},"
+                      "\"o\":{\"applyOps\":[",
+                      k ? prev.secs : 0, k ? prev.inc : 0, k ? 1 : -1);
         for (int i = 0; i < DOCS; i++, id++) {
-            sb_printf(&t.batch, "%s{\"op\":\"i\",\"ns\":\"%s.big\"," UI ",\"o\":{\"_id\":%d,\"pad\":\"%s\"}}",
-                      i ? "," : "", t.db, id, pad);
+            strbuf_printf(&t.batch, "%s{\"op\":\"i\",\"ns\":\"%s.big\"," UI ",\"o\":{\"_id\":%d,\"pad\":\"%s\"}}",
+                          i ? "," : "", t.db, id, pad);
             bson_t *d = BCON_NEW("_id", BCON_INT32(id), "pad", BCON_UTF8(pad));
             bson_error_t err;
             ck_assert_msg(mongoc_collection_insert_one(rc, d, NULL, NULL, &err), "%s", err.message);
             bson_destroy(d);
         }
-        sb_printf(&t.batch, "]");
+        strbuf_printf(&t.batch, "]");
         if (k + 1 < ENTRIES)
-            sb_printf(&t.batch, ",\"partialTxn\":true}}");
+            strbuf_printf(&t.batch, ",\"partialTxn\":true}}");
         else
-            sb_printf(&t.batch, ",\"count\":{\"$numberLong\":\"%d\"}}}", ENTRIES * DOCS);
+            strbuf_printf(&t.batch, ",\"count\":{\"$numberLong\":\"%d\"}}}", ENTRIES * DOCS);
         prev = ts;
         if (k % 8 == 7)
             append(&t); /* appendOplog takes a command of at most 16 MB */
