@@ -77,21 +77,6 @@ static void exec_sql(PGconn *pg, const char *sql)
     PQclear(r);
 }
 
-/* Peak resident memory of a process, from /proc (kB). */
-static long peak_rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmHWM:", 6) == 0)
-            kb = strtol(line + 6, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 typedef struct {
     proc_handle sim, daemon;
     mongoc_client_t *client;
@@ -248,7 +233,7 @@ static double timed_backlog_of(trial *t, void (*write)(trial *, const void *), c
         proc_wait(&perf, 120);
     }
     if (peak_kb)
-        *peak_kb = peak_rss_kb(t->daemon.pid);
+        *peak_kb = proc_peak_kb(t->daemon.pid);
     if (!proc_stop(&t->daemon, 60) || proc_exit_code(&t->daemon) != 0)
         die("the daemon did not stop cleanly; see %s", t->log);
     return secs;

@@ -492,21 +492,6 @@ END_TEST
 
 /* ---- memory ---- */
 
-/* Peak resident memory of a process, from /proc (VmHWM), in kB; 0 when unknown. */
-static long peak_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmHWM:", 6) == 0)
-            kb = strtol(line + 6, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 /* 60 documents of 10 MB written while the daemon is stopped, then replicated: the queue, the batches and libpq's
  * buffers are bounded in bytes, so the daemon's peak stays within 64 MB plus one maximal document (16 MB). Before,
  * 200 such documents took 334 MB. (Not under AddressSanitizer, whose own memory is what it measures.) */
@@ -540,7 +525,7 @@ START_TEST(test_memory_bounded_with_large_documents)
     free(pad);
     denv_daemon_start(&e);
     ck_assert(denv_wait_caught_up(&e, 300));
-    long kb = peak_kb(e.daemon.pid);
+    long kb = proc_peak_kb(e.daemon.pid);
     printf("peak resident memory with 60 documents of 10 MB: %ld kB\n", kb);
     ck_assert_msg(kb > 0 && kb <= 80 * 1024, "the daemon's peak was %ld kB, over 64 MB + 16 MB", kb);
     denv_expect_match(&e);

@@ -784,20 +784,6 @@ START_TEST(test_mongo_tools_scenarios)
 }
 END_TEST
 
-static long peak_kb(int pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", pid);
-    FILE *f = fopen(path, "r");
-    long kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmHWM:", 6) == 0)
-            kb = strtol(line + 6, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 /* One transaction of 200 MB of oplog (200 entries of 1 MB: 10 documents of 100 kB each): the walk keeps OpTimes and
  * each entry passes the queue's byte bound on its own, so the daemon's peak stays within 64 MB plus one maximal
  * document (16 MB), and all of it commits at once. (Not under
@@ -848,7 +834,7 @@ START_TEST(test_memory_large_transaction)
     mongoc_collection_destroy(rc);
     free(pad);
     caught_up(&t);
-    long kb = peak_kb(t.e.daemon.pid);
+    long kb = proc_peak_kb(t.e.daemon.pid);
     printf("peak resident memory with one transaction of 200 MB in 200 entries: %ld kB\n", kb);
     ck_assert_msg(kb > 0 && kb <= 80 * 1024, "the daemon's peak was %ld kB, over 64 MB + 16 MB", kb);
     expect_reference(&t);

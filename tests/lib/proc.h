@@ -53,4 +53,7 @@ bool proc_stop(proc_handle *p, double timeout_s);
 /* SIGKILLs and reaps every child still recorded (the atexit handler calls this). */
 void proc_kill_all(void);
 
+/* Peak resident memory of a process (VmHWM in /proc), in kB; -1 when unknown. */
+long proc_peak_kb(pid_t pid);
+
 #endif
