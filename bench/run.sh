@@ -9,9 +9,11 @@
 #   4. the initial copy, with one worker and with four, against psql \copy;
 #   5. what the key column costs an insert (psql \copy into the three key shapes);
 #   6. typed tables (issue 11): a mapped collection of typed columns, and arrays of 1 000 doubles into a
-#      double precision[] column, each against psql \copy of the same rows (three pairs each, alternating).
+#      double precision[] column, each against psql \copy of the same rows (three pairs each, alternating);
+#   7. a 1 GB transaction (issue 12): one transaction of 270 000 documents of 4 kB, a chain of 16 MB oplog entries,
+#      against the same documents as plain inserts, and the daemon's peak memory (mongosim holds 3 GB meanwhile).
 # BENCH_ENTRIES (default 20000), BENCH_INSERTS and BENCH_COPY (default 1000000), BENCH_KEYS (default 300000),
-# BENCH_MAPPED (default 200000) and BENCH_ARRAYS (default 10000) scale them.
+# BENCH_MAPPED (default 200000), BENCH_ARRAYS (default 10000) and BENCH_TXN (default 270000 documents) scale them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -46,3 +48,6 @@ echo "## The key"
 echo
 echo "## Typed tables (issue 11)"
 "$build/bench/replication" mapped "${BENCH_MAPPED:-200000}" "${BENCH_ARRAYS:-10000}" 2>/dev/null
+echo
+echo "## A 1 GB transaction (issue 12)"
+"$build/bench/replication" txn "${BENCH_TXN:-270000}" 2>/dev/null

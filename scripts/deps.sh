@@ -24,9 +24,19 @@ for p in "${pkgs[@]}"; do
     [ "$status" = installed ] || missing+=("$p")
 done
 # The official Node.js driver, pinned by tests/compat/package-lock.json, into tests/compat/node_modules (not in git).
+# The driver wants Node.js 20 or later; Debian 12's nodejs is 18. Then a Node.js 20 binary comes from the npm registry
+# (package node-linux-<arch>) into tests/compat/.node, and tests/integration/run.sh runs the test with it.
 compat_node() {
-    local dir
+    local dir major arch
     dir="$(cd "$(dirname "$0")/.." && pwd)/tests/compat"
+    major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+    if [ "$major" -lt 20 ] && [ ! -x "$dir/.node/node_modules/.bin/node" ]; then
+        case "$(uname -m)" in x86_64) arch=x64 ;; aarch64) arch=arm64 ;; *) arch=$(uname -m) ;; esac
+        echo "oplog2pg: node $(node --version 2>/dev/null) is older than 20: npm install node-linux-$arch@20 into tests/compat/.node" >&2
+        npm install --prefix "$dir/.node" --no-save --no-audit --no-fund "node-linux-$arch@20" >&2
+        mkdir -p "$dir/.node/node_modules/.bin"
+        ln -sf "../node-linux-$arch/bin/node" "$dir/.node/node_modules/.bin/node"
+    fi
     [ -d "$dir/node_modules/mongodb" ] && return 0
     echo "oplog2pg: npm ci in tests/compat" >&2
     (cd "$dir" && npm ci --no-audit --no-fund >&2)

@@ -2,8 +2,10 @@
  * batcher.h — turns the stream of decoded oplog entries into flush groups: COPY-able insert runs, in-order statements
  * and one commit per group.
  *
- * Per namespace it keeps the run of consecutive inserts not yet written. The rules:
- * - any other op on a namespace (update, delete) first writes that namespace's run (trigger "conflict");
+ * Per namespace it keeps the run of inserts not yet written. The rules:
+ * - an update or delete on a key the namespace's run holds first writes that run (trigger "conflict"); one on
+ *   another key is written at once, ahead of the run, which grows on ("commuted": different rows of one table, in
+ *   one transaction); a run holding a row without key text (op.id_key NULL: typed maps) conflicts with every op;
  * - any DDL first writes every run;
  * - the group commits, with the checkpoint of the last entry it covers, when it reaches batch_rows or batch_bytes
  *   ("size"), when flush_interval has passed since it opened ("timer", via batcher_tick), when the reader finds the
@@ -85,7 +87,8 @@ typedef struct {
     uint64_t flushes[FLUSH_TRIGGERS];
     uint64_t commits;
     uint64_t dead_letters;
-    op_pos committed; /* last committed position */
+    uint64_t commuted; /* updates/deletes written ahead of a pending run of their namespace (no conflict) */
+    op_pos committed;  /* last committed position */
 } batcher_stats;
 
 typedef struct batcher batcher;

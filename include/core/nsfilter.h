@@ -26,7 +26,9 @@ nsfilter *nsfilter_new(const char *const *include, const char *const *exclude, c
 /* Checks one pattern as nsfilter_new would (used by the configuration to reject a bad pattern at its line). */
 bool nsfilter_check_pattern(const char *pattern, char *err, size_t errlen);
 
-/* True when namespace db.coll is replicated. db and coll are NUL-terminated; no allocation, no side effect. */
+/* True when namespace db.coll is replicated. db and coll are NUL-terminated; no allocation, no side effect. The
+ * temporary collection of a rename across databases ("tmp" + 5 characters + ".renameCollection") is replicated
+ * whenever a collection of its database may be (nsfilter_match_db). */
 bool nsfilter_match(const nsfilter *f, const char *db, const char *coll);
 
 /* The same for a whole namespace "db.coll" (split at its first dot; a namespace without a dot never matches). */
@@ -41,10 +43,13 @@ bool nsfilter_match_db(const nsfilter *f, const char *db);
 bool ns_is_internal(const char *db, size_t dblen, const char *coll, size_t colllen);
 
 /* Turns the ops of a decoded entry whose namespace the filter rejects into OP_NOOP (keeping pos and index), so the
- * checkpoint still moves past them and an excluded namespace gets no DDL at all. A rename is kept when either side
- * is replicated (the sink moves or drops only tables this service made); dropDatabase when some include pattern
- * can match the database (it drops only the tables this service made there). f NULL keeps everything. */
-void nsfilter_filter_entry(const nsfilter *f, op_entry *e);
+ * checkpoint still moves past them and an excluded namespace gets no DDL at all. dropDatabase is kept when some
+ * include pattern can match the database (it drops only the tables this service made there). A rename between two
+ * replicated namespaces is kept; one out of the filter becomes an OP_DROP of its source (reason says why); one into
+ * the filter cannot be applied from the oplog: false, with a sentence naming both and the remedy in err. A rename's
+ * temporary collection ("tmpXXXXX.renameCollection", see nsfilter_match) is replicated wherever its database may be.
+ * f NULL keeps everything. */
+bool nsfilter_filter_entry(const nsfilter *f, op_entry *e, char *err, size_t errlen);
 
 void nsfilter_free(nsfilter *f);
 

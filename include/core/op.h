@@ -71,7 +71,9 @@ typedef struct op {
     uint32_t index;      /* index inside the entry's applyOps array; 0 for a plain entry */
     bool upsert;         /* OP_UPDATE with `b: true` (applyOps alwaysUpsert) */
     bool drop_target;    /* OP_RENAME: an existing target collection was dropped first */
-    const char *reason;  /* OP_NOOP: a static string saying why (never NULL for a NOOP) */
+    bool notice;         /* OP_NOOP: an entry a user should hear of once (a view, a time-series collection) */
+    const char *reason;  /* OP_NOOP: a static string saying why (never NULL for a NOOP); OP_DROP: set when the drop
+                          * stands for a rename out of the filter (core/nsfilter.h), to_db/to_coll then kept */
 
     /* Namespace, NUL-terminated, in the op's buffer. NULL when the kind has none (NOOP, DROP_DATABASE has db only). */
     const char *db;

@@ -87,6 +87,10 @@ enum {
 decode_status decode_entry(const bson_t *entry, op_entry *out, char *err, size_t errlen);
 decode_status decode_entry_ex(const bson_t *entry, unsigned flags, op_entry *out, char *err, size_t errlen);
 
+/* Logs one notice for each op of e a user should hear of (op.notice: the create of a view or of a time-series
+ * collection, which get no table), after the namespace filter has had its say. */
+void decode_log_notices(const op_entry *e);
+
 const char *decode_status_name(decode_status s);
 
 #endif

@@ -59,7 +59,8 @@ typedef enum txn_lookup {
     TXN_LOOKUP_ERROR,     /* the lookup failed (network, ...): err says why */
 } txn_lookup;
 
-/* Finds the entry at ts exactly (the reader: find {ts: {$gte: ts}} limit 1, then checks the ts). */
+/* Finds the entry at ts exactly (the reader: find {ts: {$gte: ts}} limit 1 with the tailing cursor's read concern,
+ * then checks the ts). */
 typedef txn_lookup (*txn_lookup_fn)(void *ctx, const op_pos *ts, bson_t *out, char *err, size_t errlen);
 
 typedef enum txn_walk {

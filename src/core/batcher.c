@@ -2,12 +2,20 @@
  * batcher.c — see batcher.h for the rules.
  *
  * NOTES
- * Pending insert runs are kept in a small array of namespaces (a daemon replicates tens of collections, and the last
- * one used is checked first), each with its own run (an opaque handle of the sink's, holding the rows already
+ * Pending insert runs are kept in an array of namespaces, found through a hash index (the last one used is checked
+ * first; a multi-tenant database may hold thousands of collections), each with its own run (an opaque handle of the sink's, holding the rows already
  * encoded). A run is written when its namespace sees another kind of op, when DDL comes, when one more row would
  * take it past batch_bytes, or when the group ends; the order in which the runs of different namespaces reach
- * PostgreSQL does not matter, since they touch different tables and commit together. Per _id, oplog order is kept: a
- * row is written before any later op on its namespace.
+ * PostgreSQL does not matter, since they touch different tables and commit together.
+ *
+ * Per _id, oplog order is kept. Each run remembers the 64-bit hashes of the key texts (op.id_key, which are equal
+ * exactly when MongoDB's _id index finds two keys equal) of the rows it holds. An update or delete whose key is not
+ * among them touches no row of the run, so it goes to PostgreSQL at once, ahead of the run, and the run grows on:
+ * statements on different rows of one table commute inside the group's transaction. Only an op on a key the run
+ * holds (or a hash that collides with one: a needless write, never a wrong order) writes the run first ("conflict").
+ * A run that took a row without key text (a typed map's rows, or text the sink renders itself) conflicts with every
+ * later op on its namespace, as before. So updates of older documents no longer cut a stream of inserts into short
+ * runs, which kept it off COPY and cost a network round trip per run.
  */
 #include "core/batcher.h"
 
@@ -21,6 +29,10 @@ typedef struct {
     void *rows;     /* the sink's encoded run */
     uint64_t bytes; /* what the rows in it weigh (op_bytes) */
     op_pos last;    /* last entry that added to the run, for error messages */
+    /* The key hashes of the rows in the run: open addressing, 0 = empty slot, kcap a power of two or 0. */
+    uint64_t *keys;
+    size_t nkeys, kcap;
+    bool keyless; /* a row without key text: every later op on the namespace conflicts */
 } ns_run;
 
 /* Runs of more namespaces than this give their storage back at each commit (thousands of collections must not each
@@ -32,6 +44,10 @@ struct batcher {
     batcher_sink out;
     ns_run *runs;
     size_t nruns, cap, hint;
+    /* An index of runs by namespace, for thousands of collections: open addressing over the hash of (db, coll);
+     * a slot holds a run's position + 1, 0 = empty; icap is a power of two, at least twice nruns. Runs are never
+     * removed, so neither are slots. */
+    size_t *index, icap;
     uint64_t group_ops, group_bytes;
     bool dirty, have_last;
     bool in_parts; /* the last entry taken was a part with more to come: no commit now */
@@ -68,15 +84,135 @@ void batcher_free(batcher *b)
     for (size_t i = 0; i < b->nruns; i++) {
         free(b->runs[i].db);
         free(b->runs[i].coll);
+        free(b->runs[i].keys);
         b->out.run_free(b->out.ctx, b->runs[i].rows);
     }
     free(b->runs);
+    free(b->index);
     free(b);
 }
 
 void batcher_set_config(batcher *b, const batcher_config *cfg)
 {
     b->cfg = *cfg;
+}
+
+/* ---- the key set of a run ---- */
+
+static uint64_t key_hash(const char *key, size_t len)
+{
+    uint64_t h = 14695981039346656037u; /* FNV-1a, then a final mix so the low bits index well */
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)key[i];
+        h *= 1099511628211u;
+    }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdu;
+    h ^= h >> 33;
+    return h != 0 ? h : 1;
+}
+
+static bool keys_contain(const ns_run *r, uint64_t h)
+{
+    if (r->kcap == 0)
+        return false;
+    for (size_t i = h & (r->kcap - 1);; i = (i + 1) & (r->kcap - 1)) {
+        if (r->keys[i] == h)
+            return true;
+        if (r->keys[i] == 0)
+            return false;
+    }
+}
+
+/* Adds h; false when memory runs out (the caller then treats the run as keyless: correct, only slower). */
+static bool keys_add(ns_run *r, uint64_t h)
+{
+    if ((r->nkeys + 1) * 2 > r->kcap) {
+        size_t cap = r->kcap ? r->kcap * 2 : 64;
+        uint64_t *nk = calloc(cap, sizeof *nk);
+        if (nk == NULL)
+            return false;
+        for (size_t j = 0; j < r->kcap; j++) {
+            if (r->keys[j] == 0)
+                continue;
+            size_t i = r->keys[j] & (cap - 1);
+            while (nk[i] != 0)
+                i = (i + 1) & (cap - 1);
+            nk[i] = r->keys[j];
+        }
+        free(r->keys);
+        r->keys = nk;
+        r->kcap = cap;
+    }
+    size_t i = h & (r->kcap - 1);
+    while (r->keys[i] != 0) {
+        if (r->keys[i] == h)
+            return true;
+        i = (i + 1) & (r->kcap - 1);
+    }
+    r->keys[i] = h;
+    r->nkeys++;
+    return true;
+}
+
+static void keys_clear(ns_run *r, bool keep_storage)
+{
+    if (keep_storage && r->kcap <= 4096) {
+        if (r->nkeys > 0)
+            memset(r->keys, 0, r->kcap * sizeof *r->keys);
+    } else {
+        free(r->keys);
+        r->keys = NULL;
+        r->kcap = 0;
+    }
+    r->nkeys = 0;
+    r->keyless = false;
+}
+
+/* Must an op on key (NULL: no key text) write the run first? */
+static bool run_conflicts(const batcher *b, const ns_run *r, const op *o)
+{
+    if (b->out.run_rows(b->out.ctx, r->rows) == 0)
+        return false;
+    if (r->keyless || o->id_key == NULL)
+        return true;
+    return keys_contain(r, key_hash(o->id_key, o->id_key_len));
+}
+
+static uint64_t ns_hash(const char *db, const char *coll)
+{
+    uint64_t h = 14695981039346656037u;
+    for (const char *p = db; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211u;
+    h = (h ^ 0xff) * 1099511628211u; /* no byte of a name: db "a.b" + coll "c" differs from "a" + "b.c" */
+    for (const char *p = coll; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211u;
+    return h ^ (h >> 29);
+}
+
+static void index_put(size_t *index, size_t icap, const ns_run *r, size_t pos)
+{
+    size_t i = ns_hash(r->db, r->coll) & (icap - 1);
+    while (index[i] != 0)
+        i = (i + 1) & (icap - 1);
+    index[i] = pos + 1;
+}
+
+/* Makes room for one more run in the index; false when memory runs out. */
+static bool index_reserve(batcher *b)
+{
+    if ((b->nruns + 1) * 2 <= b->icap)
+        return true;
+    size_t cap = b->icap ? b->icap * 2 : 32;
+    size_t *ni = calloc(cap, sizeof *ni);
+    if (ni == NULL)
+        return false;
+    for (size_t k = 0; k < b->nruns; k++)
+        index_put(ni, cap, &b->runs[k], k);
+    free(b->index);
+    b->index = ni;
+    b->icap = cap;
+    return true;
 }
 
 static ns_run *find_run(batcher *b, const char *db, const char *coll)
@@ -86,10 +222,12 @@ static ns_run *find_run(batcher *b, const char *db, const char *coll)
         if (strcmp(r->coll, coll) == 0 && strcmp(r->db, db) == 0)
             return r;
     }
-    for (size_t i = 0; i < b->nruns; i++) {
-        ns_run *r = &b->runs[i];
+    if (b->icap == 0)
+        return NULL;
+    for (size_t i = ns_hash(db, coll) & (b->icap - 1); b->index[i] != 0; i = (i + 1) & (b->icap - 1)) {
+        ns_run *r = &b->runs[b->index[i] - 1];
         if (strcmp(r->coll, coll) == 0 && strcmp(r->db, db) == 0) {
-            b->hint = i;
+            b->hint = b->index[i] - 1;
             return r;
         }
     }
@@ -101,6 +239,8 @@ static ns_run *get_run(batcher *b, const char *db, const char *coll)
     ns_run *r = find_run(b, db, coll);
     if (r != NULL)
         return r;
+    if (!index_reserve(b))
+        return NULL;
     if (b->nruns == b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 8;
         ns_run *nr = realloc(b->runs, cap * sizeof *nr);
@@ -121,6 +261,7 @@ static ns_run *get_run(batcher *b, const char *db, const char *coll)
             b->out.run_free(b->out.ctx, r->rows);
         return NULL;
     }
+    index_put(b->index, b->icap, r, b->nruns);
     b->hint = b->nruns++;
     return r;
 }
@@ -131,6 +272,7 @@ static apply_status write_run(batcher *b, ns_run *r, flush_trigger why)
         return APPLY_OK;
     apply_status st = b->out.insert_run(b->out.ctx, r->db, r->coll, r->rows, &r->last);
     b->out.run_reset(b->out.ctx, r->rows, b->nruns <= KEEP_STORAGE_RUNS);
+    keys_clear(r, b->nruns <= KEEP_STORAGE_RUNS);
     r->bytes = 0;
     if (why == FLUSH_CONFLICT)
         b->stats.flushes[FLUSH_CONFLICT]++;
@@ -179,6 +321,9 @@ static apply_status apply_op(batcher *b, op *o)
             if (st != APPLY_OK)
                 return st;
         }
+        /* The key first: the sink may take the op's texts. */
+        if (!r->keyless && (o->id_key == NULL || !keys_add(r, key_hash(o->id_key, o->id_key_len))))
+            r->keyless = true;
         apply_status st = b->out.run_add(b->out.ctx, r->rows, o);
         if (st != APPLY_OK)
             return st;
@@ -190,10 +335,12 @@ static apply_status apply_op(batcher *b, op *o)
     case OP_UPDATE:
     case OP_DELETE: {
         ns_run *r = find_run(b, o->db, o->coll);
-        if (r != NULL) {
+        if (r != NULL && run_conflicts(b, r, o)) {
             apply_status st = write_run(b, r, FLUSH_CONFLICT);
             if (st != APPLY_OK)
                 return st;
+        } else if (r != NULL && b->out.run_rows(b->out.ctx, r->rows) > 0) {
+            b->stats.commuted++;
         }
         b->group_bytes += op_bytes(o);
         return b->out.apply(b->out.ctx, o);
@@ -309,6 +456,7 @@ void batcher_reset(batcher *b)
 {
     for (size_t i = 0; i < b->nruns; i++) {
         b->out.run_reset(b->out.ctx, b->runs[i].rows, false);
+        keys_clear(&b->runs[i], false);
         b->runs[i].bytes = 0;
     }
     b->dirty = false;

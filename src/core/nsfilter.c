@@ -213,8 +213,34 @@ static bool any_match(const struct pattern *list, size_t n, const char *db, size
     return false;
 }
 
+/* The temporary collection a rename across databases copies into: "tmp" + five random characters +
+ * ".renameCollection" in the target database (the server's renameBetweenDBs, src/mongo/db/catalog/
+ * rename_collection.cpp, names it with makeUniqueCollectionName and the model "tmp%%%%%.renameCollection"). */
+static bool is_rename_temp(const char *coll, size_t len)
+{
+    static const char suffix[] = ".renameCollection";
+    const size_t slen = sizeof suffix - 1;
+    return len == 3 + 5 + slen && memcmp(coll, "tmp", 3) == 0 && memcmp(coll + 8, suffix, slen) == 0;
+}
+
+static bool match_db(const nsfilter *f, const char *db, size_t dblen)
+{
+    for (size_t i = 0; i < f->nexclude; i++) /* db.* excluded as a whole */
+        if (f->exclude[i].coll.kind == PART_ANY && part_match(&f->exclude[i].db, db, dblen))
+            return false;
+    for (size_t i = 0; i < f->ninclude; i++)
+        if (part_match(&f->include[i].db, db, dblen))
+            return true;
+    return false;
+}
+
 static bool match_parts(const nsfilter *f, const char *db, size_t dblen, const char *coll, size_t colllen)
 {
+    /* A rename's temporary collection is replicated wherever its database may be: which collection it becomes is
+     * known only at the rename that ends it, and that rename either keeps it (the target is replicated) or drops
+     * its table (nsfilter_filter_entry). */
+    if (is_rename_temp(coll, colllen))
+        return match_db(f, db, dblen);
     return any_match(f->include, f->ninclude, db, dblen, coll, colllen) &&
            !any_match(f->exclude, f->nexclude, db, dblen, coll, colllen);
 }
@@ -235,14 +261,7 @@ bool nsfilter_match_ns(const nsfilter *f, const char *ns)
 
 bool nsfilter_match_db(const nsfilter *f, const char *db)
 {
-    size_t dblen = strlen(db);
-    for (size_t i = 0; i < f->nexclude; i++) /* db.* excluded as a whole */
-        if (f->exclude[i].coll.kind == PART_ANY && part_match(&f->exclude[i].db, db, dblen))
-            return false;
-    for (size_t i = 0; i < f->ninclude; i++)
-        if (part_match(&f->include[i].db, db, dblen))
-            return true;
-    return false;
+    return match_db(f, db, strlen(db));
 }
 
 bool ns_is_internal(const char *db, size_t dblen, const char *coll, size_t colllen)
@@ -264,25 +283,45 @@ void nsfilter_free(nsfilter *f)
     free(f);
 }
 
-void nsfilter_filter_entry(const nsfilter *f, op_entry *e)
+bool nsfilter_filter_entry(const nsfilter *f, op_entry *e, char *err, size_t errlen)
 {
     if (f == NULL)
-        return;
+        return true;
     for (size_t i = 0; i < e->n; i++) {
         op *o = &e->ops[i];
         bool keep;
         switch (o->kind) {
         case OP_NOOP:
+            if (o->notice && !(o->db && o->coll && nsfilter_match(f, o->db, o->coll)))
+                o->notice = false; /* nothing to say of a namespace the service leaves out */
             continue;
         case OP_DROP_DATABASE:
             /* It drops only the tables this service made (the catalog); a database no pattern can include has
              * none, and gets no DDL at all. */
             keep = o->db != NULL && nsfilter_match_db(f, o->db);
             break;
-        case OP_RENAME:
-            keep = (o->db && o->coll && nsfilter_match(f, o->db, o->coll)) ||
-                   (o->to_db && o->to_coll && nsfilter_match(f, o->to_db, o->to_coll));
+        case OP_RENAME: {
+            bool from = o->db && o->coll && nsfilter_match(f, o->db, o->coll);
+            bool to = o->to_db && o->to_coll && nsfilter_match(f, o->to_db, o->to_coll);
+            if (from && !to) {
+                /* Out of the filter: the collection is no longer replicated, so its table goes, as a drop would
+                 * take it. */
+                o->kind = OP_DROP;
+                o->reason = "renamed to a namespace [replication] leaves out";
+                continue;
+            }
+            if (to && !from) {
+                /* Into the filter: the documents it brings were never in this service's stream. */
+                snprintf(err, errlen,
+                         "renameCollection %s.%s -> %s.%s brings a collection [replication] leaves out into one it "
+                         "replicates; its documents are not in the oplog, so that table cannot be made from it: copy "
+                         "the service again (run --reimport), or leave %s.%s out too",
+                         o->db, o->coll, o->to_db, o->to_coll, o->to_db, o->to_coll);
+                return false;
+            }
+            keep = from;
             break;
+        }
         default:
             keep = !(o->db && o->coll) || nsfilter_match(f, o->db, o->coll);
             break;
@@ -293,4 +332,5 @@ void nsfilter_filter_entry(const nsfilter *f, op_entry *e)
             o->reason = "excluded by include/exclude";
         }
     }
+    return true;
 }

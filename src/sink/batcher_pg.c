@@ -8,6 +8,7 @@
 
 #include "map/ejson.h"
 #include "map/project.h"
+#include "util/log.h"
 
 static void *run_new(void *ctx)
 {
@@ -136,6 +137,12 @@ static apply_status apply(void *ctx, const op *o)
     case OP_CREATE:
         return sink_create(s, o->db, o->coll, &o->pos);
     case OP_DROP:
+        if (o->reason != NULL && o->to_db != NULL && o->to_coll != NULL) {
+            char at[OP_POS_STRLEN];
+            log_notice("renameCollection %s.%s -> %s.%s (oplog entry %s): %s, so the table of %s.%s is dropped",
+                       o->db, o->coll, o->to_db, o->to_coll, op_pos_format(&o->pos, at, sizeof at), o->reason, o->db,
+                       o->coll);
+        }
         return sink_drop(s, o->db, o->coll, &o->pos);
     case OP_RENAME:
         return sink_rename(s, o->db, o->coll, o->to_db, o->to_coll, o->drop_target, &o->pos);

@@ -439,7 +439,7 @@ static sink_status upsert_records(sink *s, const table *t, const map_rows *rows,
 sink_status mapped_insert_batch(sink *s, table *t, sink_batch *b, const op_pos *pos)
 {
     const map_rows *rows = sink_batch_mapped(b);
-    if (s->cfg.per_op || (sink_batch_rows(b) < s->cfg.copy_min_rows && sink_batch_bytes(b) < SINK_COPY_BYTES)) {
+    if (s->cfg.per_op || (sink_batch_rows(b) < sink_copy_min_rows(s) && sink_batch_bytes(b) < SINK_COPY_BYTES)) {
         s->stats.rows_inserted += sink_batch_rows(b);
         return upsert_records(s, t, rows, pos);
     }

@@ -25,6 +25,7 @@
 
 #include "sink/pgerror.h"
 #include "sql_embed.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/utf8.h"
 
@@ -90,6 +91,8 @@ static void tables_clear(sink *s)
         free(s->tables[i]);
     }
     s->ntables = 0;
+    if (s->tindex != NULL)
+        memset(s->tindex, 0, s->tindex_cap * sizeof *s->tindex);
 }
 
 void sink_free(sink *s)
@@ -99,6 +102,7 @@ void sink_free(sink *s)
     sink_disconnect(s);
     tables_clear(s);
     free(s->tables);
+    free(s->tindex);
     free(s->pend);
     free(s->conninfo);
     free(s->service);
@@ -216,6 +220,17 @@ sink_status sink_connect(sink *s)
                    "setting session options") ||
         !install_schema(s))
         goto fail;
+    /* The round trip, for the choice between COPY and pipelined upserts (sink_copy_min_rows). */
+    s->rtt_s = 1e9;
+    for (int i = 0; i < 3; i++) {
+        double t0 = clock_s();
+        if (!exec_sync(s, "SELECT 1", 0, NULL, NULL, "measuring the round trip"))
+            goto fail;
+        if (clock_s() - t0 < s->rtt_s)
+            s->rtt_s = clock_s() - t0;
+    }
+    log_debug("PostgreSQL round trip: %.2f ms; insert runs of %zu rows or more go by COPY", s->rtt_s * 1e3,
+              sink_copy_min_rows(s));
 
     /* Fence: one daemon per service. The advisory lock lives as long as this session. */
     const char *params[1] = {s->service};
@@ -296,14 +311,55 @@ char *sink_quote_ident(sink *s, const char *name)
     return copy;
 }
 
+static uint64_t ns_hash(const char *db, const char *coll)
+{
+    uint64_t h = 14695981039346656037u;
+    for (const char *p = db; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211u;
+    h = (h ^ 0xff) * 1099511628211u;
+    for (const char *p = coll; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211u;
+    return h ^ (h >> 29);
+}
+
+/* Thousands of collections: tables are found by a hash of their namespace. A forgotten table (sink_forget_table)
+ * keeps its slot under its old hash with its names emptied, so no lookup matches it; probing goes past it. */
 static table *find_table(sink *s, const char *db, const char *coll)
 {
-    for (size_t i = 0; i < s->ntables; i++) {
-        table *t = s->tables[i];
+    if (s->tindex_cap == 0)
+        return NULL;
+    for (size_t i = ns_hash(db, coll) & (s->tindex_cap - 1); s->tindex[i] != 0; i = (i + 1) & (s->tindex_cap - 1)) {
+        table *t = s->tables[s->tindex[i] - 1];
         if (strcmp(t->coll, coll) == 0 && strcmp(t->db, db) == 0)
             return t;
     }
     return NULL;
+}
+
+static void tindex_put(size_t *index, size_t cap, uint64_t h, size_t pos)
+{
+    size_t i = h & (cap - 1);
+    while (index[i] != 0)
+        i = (i + 1) & (cap - 1);
+    index[i] = pos + 1;
+}
+
+/* Room for one more table in the index. Slots are re-hashed from the namespace a table was opened under, which
+ * tables[i]->hash keeps (its names may have been emptied since). */
+static bool tindex_reserve(sink *s)
+{
+    if ((s->ntables + 1) * 2 <= s->tindex_cap)
+        return true;
+    size_t cap = s->tindex_cap ? s->tindex_cap * 2 : 64;
+    size_t *ni = calloc(cap, sizeof *ni);
+    if (ni == NULL)
+        return false;
+    for (size_t k = 0; k < s->ntables; k++)
+        tindex_put(ni, cap, s->tables[k]->hash, k);
+    free(s->tindex);
+    s->tindex = ni;
+    s->tindex_cap = cap;
+    return true;
 }
 
 void sink_forget_table(sink *s, const char *db, const char *coll)
@@ -370,6 +426,8 @@ static table *get_table(sink *s, const char *db, const char *coll, const op_pos 
     else if (!map_names(s, db, coll, &nm, pos))
         return NULL;
     if (t == NULL) {
+        if (!tindex_reserve(s))
+            goto oom;
         if (s->ntables == s->tables_cap) {
             size_t cap = s->tables_cap ? s->tables_cap * 2 : 16;
             table **nt = realloc(s->tables, cap * sizeof *nt);
@@ -397,6 +455,8 @@ static table *get_table(sink *s, const char *db, const char *coll, const op_pos 
         }
         t->name = nm;
         t->map = map;
+        t->hash = ns_hash(db, coll);
+        tindex_put(s->tindex, s->tindex_cap, t->hash, s->ntables);
         s->tables[s->ntables++] = t;
     }
     t->id = ++s->next_table_id;
@@ -442,6 +502,15 @@ table *sink_open_table(sink *s, const char *db, const char *coll, const op_pos *
 
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* writes */
+
+size_t sink_copy_min_rows(const sink *s)
+{
+    double by_rtt = 3.0 * s->rtt_s / SINK_COPY_ROW_GAIN_S;
+    size_t min_rows = s->cfg.copy_min_rows;
+    if (by_rtt > (double)min_rows)
+        min_rows = by_rtt > 1e9 ? (size_t)1e9 : (size_t)by_rtt;
+    return min_rows;
+}
 
 /* Each row of the batch as parameters of the upsert statement (binary, no conversion), pipelined. */
 static sink_status insert_rows_pipelined(sink *s, table *t, const sink_batch *b, const op_pos *pos)
@@ -496,7 +565,7 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
     if (t->map != NULL)
         return mapped_insert_batch(s, t, b, pos);
     /* Short runs go pipelined; a long run, or a large one (libpq would hold it whole), by COPY in pieces. */
-    if (s->cfg.per_op || (sink_batch_rows(b) < s->cfg.copy_min_rows && sink_batch_bytes(b) < SINK_COPY_BYTES))
+    if (s->cfg.per_op || (sink_batch_rows(b) < sink_copy_min_rows(s) && sink_batch_bytes(b) < SINK_COPY_BYTES))
         return insert_rows_pipelined(s, t, b, pos);
 
     /* Long run: COPY, outside the pipeline, behind a savepoint. */

@@ -27,6 +27,11 @@
 #define SAVEPOINT_NAME  "oplog2pg_copy"
 #define GUARD_NAME      "oplog2pg_op"
 #define SINK_COPY_BYTES (1024 * 1024) /* runs this large go by COPY, however few their rows */
+/* What a row costs less by COPY than as a pipelined upsert (seconds, on the daemon and the server together; see
+ * docs/benchmarks.md, "Network round trips"). A COPY leaves the pipeline and waits three times on the network (the
+ * drain before it, its start, its end), so a run takes COPY only when the rows gain more than three round trips:
+ * rows >= 3 * rtt / SINK_COPY_ROW_GAIN_S (sink_copy_min_rows). */
+#define SINK_COPY_ROW_GAIN_S 10e-6
 
 typedef enum {
     P_BEGIN,
@@ -54,6 +59,7 @@ static inline bool sink_is_data_kind(pending_kind k)
 
 typedef struct table {
     char *db, *coll; /* the MongoDB namespace */
+    uint64_t hash;   /* of the namespace it was opened under (its slot in sink.tindex) */
     pg_name name;    /* its schema and table (map/names.h) */
     char *qname;     /* "schema"."table", quoted */
     unsigned id;     /* statement names: i<id>, u<id>, d<id> */
@@ -92,8 +98,12 @@ struct sink {
 
     table **tables;
     size_t ntables, tables_cap;
+    /* tables by namespace: open addressing over the hash of (db, coll) as given when the table was opened; a slot
+     * holds a position in tables + 1, 0 = empty; tindex_cap a power of two, at least twice ntables */
+    size_t *tindex, tindex_cap;
     unsigned next_table_id;
 
+    double rtt_s;        /* the network round trip to PostgreSQL: the fastest of three pings at connect */
     sink_status failed;  /* first failure in the current pipeline, reported at pipe_drain */
     pgconn *probe;       /* a side connection that asks pg_stat_activity what a long wait is about */
     double probed_at;    /* clock_s() of the last probe */
@@ -116,6 +126,9 @@ void sink_forget_table(sink *s, const char *db, const char *coll);
 
 /* Quotes an identifier (malloc'd; NULL when memory runs out). */
 char *sink_quote_ident(sink *s, const char *name);
+/* How many rows an insert run needs to go by COPY rather than as pipelined upserts: copy_min_rows, or more when
+ * the network round trip makes COPY's three waits cost more than its rows gain (SINK_COPY_ROW_GAIN_S). */
+size_t sink_copy_min_rows(const sink *s);
 /* Sends a call of one of the catalog functions, pipelined. */
 sink_status sink_catalog_call(sink *s, const table *t, const char *sql, int n, const char *const *values,
                               const op_pos *pos);

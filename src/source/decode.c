@@ -20,6 +20,7 @@
 
 #include "core/nsfilter.h"
 #include "source/v2diff.h"
+#include "util/log.h"
 #include "util/strbuf.h"
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -409,6 +410,39 @@ static decode_status nomem(const dctx *c)
     return fail(c, DECODE_NOMEM, NULL, "out of memory");
 }
 
+static const char VIEW_REASON[] = "a view: not replicated (no table); the collections it reads are";
+static const char TIMESERIES_REASON[] = "a time-series collection: not replicated (no table) in this version";
+
+/* A view is created by an insert into DB.system.views, {_id: "DB.NAME", viewOn, pipeline} (the server's
+ * DatabaseImpl::createView writes the view catalog's document with an ordinary insert; no create entry), and a
+ * 5.0-7.x time-series collection NAME by one whose viewOn is "system.buckets.NAME". Both are noops that carry the
+ * view's namespace, for one notice (decode_log_notices); anything unexpected in the document is only a noop. */
+static decode_status decode_view_insert(const dctx *c, const raw_op *r, span db, op *out)
+{
+    span vdb, vcoll, none = {NULL, 0};
+    const char *view = NULL, *on = NULL;
+    uint32_t view_len = 0;
+    bson_iter_t v;
+    if (bson_iter_init_from_data(&v, r->o, r->o_len)) {
+        while (bson_iter_next(&v)) {
+            if (strcmp(bson_iter_key(&v), "_id") == 0 && BSON_ITER_HOLDS_UTF8(&v))
+                view = bson_iter_utf8(&v, &view_len);
+            else if (strcmp(bson_iter_key(&v), "viewOn") == 0 && BSON_ITER_HOLDS_UTF8(&v))
+                on = bson_iter_utf8(&v, NULL);
+        }
+    }
+    if (view == NULL || on == NULL || !split_ns(view, view_len, &vdb, &vcoll) || vcoll.len == 0 ||
+        vdb.len != db.len || memcmp(vdb.s, db.s, db.len) != 0) {
+        set_noop(out, "system collection");
+        return DECODE_OK;
+    }
+    if (!op_fill(out, vdb, vcoll, none, none, NULL, 0, NULL, 0))
+        return nomem(c);
+    set_noop(out, strncmp(on, "system.buckets.", 15) == 0 ? TIMESERIES_REASON : VIEW_REASON);
+    out->notice = true;
+    return DECODE_OK;
+}
+
 /* i / u / d. */
 static decode_status decode_data(const dctx *c, const raw_op *r, char code, op *out)
 {
@@ -420,6 +454,8 @@ static decode_status decode_data(const dctx *c, const raw_op *r, char code, op *
     if (!split_ns(r->ns, r->ns_len, &db, &coll) || coll.len == 0)
         return fail(c, DECODE_MALFORMED, NULL, "namespace is not db.collection");
     const char *why = skip_reason(c, db, coll);
+    if (why && code == 'i' && coll.len == 12 && memcmp(coll.s, "system.views", 12) == 0 && !internal_db(db))
+        return decode_view_insert(c, r, db, out);
     if (why) {
         set_noop(out, why);
         return DECODE_OK;
@@ -491,6 +527,11 @@ static const char *const noop_commands[] = {
     "setMultikeyMetadata",
     "dropIdent",
     "upgradeDowngradeViewlessTimeseries",
+    /* The command names a 7.0 to 8.x server's parseCommandType (src/mongo/db/repl/oplog_entry.cpp) knows beyond the
+     * above: global (unsharded-key) indexes, behind a feature flag; and newer shard-catalog bookkeeping. */
+    "createGlobalIndex",
+    "dropGlobalIndex",
+    "setAllowChunkOperations",
     NULL,
 };
 
@@ -614,9 +655,24 @@ static decode_status decode_command(const dctx *c, const raw_op *r, op *out)
         return DECODE_OK;
     }
     if (create) {
+        /* Neither a view nor a time-series collection has a table yet. 5.0 to 7.x write a time-series collection
+         * as a create of DB.system.buckets.NAME (skipped above, as a system collection) and its view as an insert
+         * into DB.system.views (decode_view_insert); a server with viewless time-series collections writes one
+         * create of NAME with its `timeseries` options. A create carrying viewOn is not what a server writes for a
+         * view, but it would be one, so it is read the same way. One notice each (decode_log_notices). */
         bson_iter_t v;
-        if (bson_iter_init_from_data(&v, r->o, r->o_len) && bson_iter_find(&v, "viewOn")) {
-            set_noop(out, "view definition");
+        const char *reason = NULL;
+        if (bson_iter_init_from_data(&v, r->o, r->o_len) && bson_iter_find(&v, "viewOn"))
+            reason = BSON_ITER_HOLDS_UTF8(&v) && strncmp(bson_iter_utf8(&v, NULL), "system.buckets.", 15) == 0
+                         ? TIMESERIES_REASON
+                         : VIEW_REASON;
+        else if (bson_iter_init_from_data(&v, r->o, r->o_len) && bson_iter_find(&v, "timeseries"))
+            reason = TIMESERIES_REASON;
+        if (reason != NULL) {
+            if (!op_fill(out, db, coll, none, none, NULL, 0, NULL, 0))
+                return nomem(c);
+            set_noop(out, reason);
+            out->notice = true;
             return DECODE_OK;
         }
     }
@@ -624,6 +680,18 @@ static decode_status decode_command(const dctx *c, const raw_op *r, op *out)
         return nomem(c);
     out->kind = create ? OP_CREATE : drop ? OP_DROP : OP_TRUNCATE;
     return DECODE_OK;
+}
+
+void decode_log_notices(const op_entry *e)
+{
+    for (size_t i = 0; i < e->n; i++) {
+        const op *o = &e->ops[i];
+        if (o->kind == OP_NOOP && o->notice && o->db != NULL && o->coll != NULL) {
+            char at[OP_POS_STRLEN];
+            log_notice("%s.%s (created at oplog entry %s) is %s", o->db, o->coll,
+                       op_pos_format(&o->pos, at, sizeof at), o->reason);
+        }
+    }
 }
 
 /* Checks the fields every op needs, then dispatches on the op code. */
@@ -635,6 +703,12 @@ static decode_status decode_op(const dctx *c, const raw_op *r, op *out)
         return fail(c, DECODE_MALFORMED, NULL, "missing op");
     if (!r->ns)
         return fail(c, DECODE_MALFORMED, NULL, "missing ns");
+    if (r->op_len == 2 && r->op[0] == 'x' && (r->op[1] == 'i' || r->op[1] == 'd')) {
+        /* Global index keys (op types "xi"/"xd", OpTypeEnum kInsertGlobalIndexKey/kDeleteGlobalIndexKey in 7.0's
+         * oplog_entry.idl, behind a feature flag): index bookkeeping; the documents have their own entries. */
+        set_noop(out, "global index key");
+        return DECODE_OK;
+    }
     char code = r->op_len == 1 ? r->op[0] : '\0';
     if (code != 'i' && code != 'u' && code != 'd' && code != 'c' && code != 'n')
         return fail(c, DECODE_UNSUPPORTED, NULL, "unknown op code '%.*s'", (int)r->op_len, r->op);

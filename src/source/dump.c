@@ -153,7 +153,14 @@ static void *dump_main(void *arg)
             op_entry_free(e);
             continue;
         }
-        nsfilter_filter_entry(d->cfg.filter, e);
+        char ferr[512];
+        if (!nsfilter_filter_entry(d->cfg.filter, e, ferr, sizeof ferr)) {
+            queue_unreserve(d->q, reserved);
+            op_entry_free(e);
+            end(d, QUEUE_END_UNSUPPORTED, "%s: entry %llu: %s", d->path, (unsigned long long)n, ferr);
+            break;
+        }
+        decode_log_notices(e);
         if (!ejson_prepare_entry(e)) {
             queue_unreserve(d->q, reserved);
             op_entry_free(e);

@@ -333,7 +333,15 @@ static step prepare_raw(reader *r, const bson_t *doc, unsigned flags, op_entry *
         }
         return STEP_END;
     }
-    nsfilter_filter_entry(r->cfg.filter, e);
+    if (!nsfilter_filter_entry(r->cfg.filter, e, err, sizeof err)) {
+        queue_unreserve(r->q, reserved);
+        op_entry_free(e);
+        char pbuf[OP_POS_STRLEN];
+        fatal(r, QUEUE_END_UNSUPPORTED, "%s; stopped before it (the last entry handed on is %s)", err,
+              op_pos_format(&r->pos, pbuf, sizeof pbuf));
+        return STEP_END;
+    }
+    decode_log_notices(e);
     /* Render the PostgreSQL text here, on this thread, so the apply loop overlaps with PostgreSQL instead of
      * converting while PostgreSQL waits. An op whose text cannot be made carries the reason (op.refusal). */
     if (!map_prepare_entry(e, r->cfg.maps) || !ejson_prepare_entry(e)) {
@@ -367,6 +375,22 @@ static void publish_book(reader *r)
     atomic_store(&r->txn_oldest, have ? ((uint64_t)first.secs << 32) | first.inc : 0);
 }
 
+/* The transactions' own reads of the oplog (the walk's point lookups, the book's re-read at start) take the tailing
+ * cursor's read concern (tail_once), so that with read_concern = majority the rule "only majority-committed entries
+ * are read" has no exception. A chain's entries are older than the majority-committed entry that led to them, so
+ * the answers are the same in the normal case; what the rule buys is that no read can see an entry a failover rolls
+ * back, whatever happens between the reads. In the command itself, as there: libmongoc sends a raw command's body
+ * as given. */
+static void append_read_concern(const reader *r, bson_t *cmd)
+{
+    if (!r->cfg.majority)
+        return;
+    bson_t rc;
+    BSON_APPEND_DOCUMENT_BEGIN(cmd, "readConcern", &rc);
+    BSON_APPEND_UTF8(&rc, "level", "majority");
+    bson_append_document_end(cmd, &rc);
+}
+
 /* The point lookup of the walk: the entry at ts exactly. {ts: {$gte: ts}} with limit 1 finds it by the oplog's ts
  * order, as {ts: ts} would, and tells a missing entry apart in the same round trip. */
 static txn_lookup lookup_entry(void *ctx, const op_pos *ts, bson_t *out, char *err, size_t errlen)
@@ -384,6 +408,7 @@ static txn_lookup lookup_entry(void *ctx, const op_pos *ts, bson_t *out, char *e
     bson_append_document_end(&cmd, &filter);
     BSON_APPEND_INT64(&cmd, "limit", 1);
     BSON_APPEND_BOOL(&cmd, "singleBatch", true);
+    append_read_concern(r, &cmd);
     bool ok = run_cmd(r, &cmd, &reply, &e);
     bson_destroy(&cmd);
     if (!ok || !parse_cursor(&reply, "firstBatch", &id, &batch)) {
@@ -453,9 +478,10 @@ static step chain_lost(reader *r, const txn_info *ti, const op_pos *missing)
  * at the commit's position (ops numbered across the whole transaction), the last part being the commit's own ops. */
 static step push_commit(reader *r, const bson_t *doc, const txn_info *ti)
 {
-    char err[512];
+    char err[512], what[96], cbuf[OP_POS_STRLEN];
     op_pos missing;
     bson_error_t be;
+    log_debug("reader: walking back the transaction committed at %s", op_pos_format(&ti->pos, cbuf, sizeof cbuf));
     txn_walk ws = txn_walk_back(ti, lookup_entry, r, &r->chain, &missing, err, sizeof err);
     switch (ws) {
     case TXN_WALK_OK:
@@ -474,9 +500,10 @@ static step push_commit(reader *r, const bson_t *doc, const txn_info *ti)
     case TXN_WALK_NOMEM:
         fatal(r, QUEUE_END_NOMEM, "out of memory walking a transaction's oplog entries");
         return STEP_END;
-    case TXN_WALK_ERROR:
+    case TXN_WALK_ERROR: /* nothing pushed yet: an ordinary retry, which meets the commit again */
+        snprintf(what, sizeof what, "walking back the transaction committed at %s", cbuf);
         bson_set_error(&be, 0, 0, "%s", err);
-        return failed(r, "reading a transaction's entries", &be);
+        return failed(r, what, &be);
     }
 
     uint32_t base = 0;
@@ -726,6 +753,7 @@ static void rebuild_book(reader *r)
     bson_append_document_end(&filter, &range);
     bson_append_document_end(&cmd, &filter);
     BSON_APPEND_INT32(&cmd, "batchSize", r->cfg.batch_size);
+    append_read_concern(r, &cmd); /* the getMores inherit it */
     ok = run_cmd(r, &cmd, &reply, &err) && parse_cursor(&reply, "firstBatch", &id, &batch);
     bson_destroy(&cmd);
     while (ok && !done && !stopping(r)) {

@@ -653,19 +653,20 @@ START_TEST(test_nsfilter_turns_excluded_into_noop)
     insert_one(c, "rdr_f", "keep", 1);
     insert_one(c, "rdr_f", "skip", 2);
     bson_error_t berr;
-    mongoc_collection_t *col = mongoc_client_get_collection(c, "rdr_f", "skip");
-    ck_assert_msg(mongoc_collection_rename(col, "rdr_f", "kept", false, &berr), "rename: %s", berr.message);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, "rdr_f", "keep");
+    ck_assert_msg(mongoc_collection_rename(col, "rdr_f", "skipped", false, &berr), "rename: %s", berr.message);
     mongoc_collection_destroy(col);
-    insert_one(c, "rdr_f", "kept", 3);
+    insert_one(c, "rdr_f", "keep", 3);
 
-    /* keep insert, skip insert (NOOP), rename (target included), kept insert. An excluded op loses its namespace,
-     * so NOOPs with the filter's reason count too (the suites run one at a time, so they are ours). */
+    /* keep insert, skip insert (NOOP), rename out of the filter (a drop of keep's table), keep's implicit create
+     * and insert. An excluded op loses its namespace, so NOOPs with the filter's reason count too (the suites run
+     * one at a time, so they are ours). */
     op_kind kinds[8];
     const char *reasons[8];
     int32_t ids[8];
     size_t n = 0;
     double until = now_s() + 10;
-    while (n < 4 && now_s() < until) {
+    while (n < 5 && now_s() < until) {
         queue_item it;
         if (!pop_wait(q, &it, 0.05))
             continue;
@@ -683,14 +684,39 @@ START_TEST(test_nsfilter_turns_excluded_into_noop)
         }
         queue_item_clear(&it);
     }
-    ck_assert_uint_eq(n, 4);
+    ck_assert_uint_eq(n, 5);
     ck_assert_int_eq(kinds[0], OP_INSERT);
     ck_assert_int_eq(ids[0], 1);
     ck_assert_int_eq(kinds[1], OP_NOOP);
     ck_assert_str_eq(reasons[1], "excluded by include/exclude");
-    ck_assert_int_eq(kinds[2], OP_RENAME);
-    ck_assert_int_eq(kinds[3], OP_INSERT);
-    ck_assert_int_eq(ids[3], 3);
+    ck_assert_int_eq(kinds[2], OP_DROP);
+    ck_assert_int_eq(kinds[3], OP_CREATE);
+    ck_assert_int_eq(kinds[4], OP_INSERT);
+    ck_assert_int_eq(ids[4], 3);
+
+    /* A rename into the filter cannot be applied from the oplog: the reader stops before it, saying why. */
+    col = mongoc_client_get_collection(c, "rdr_f", "skip");
+    ck_assert_msg(mongoc_collection_rename(col, "rdr_f", "kept", false, &berr), "rename: %s", berr.message);
+    mongoc_collection_destroy(col);
+    bool ended = false;
+    until = now_s() + 10;
+    while (!ended && now_s() < until) {
+        queue_item it;
+        if (!pop_wait(q, &it, 0.05))
+            continue;
+        if (it.type == QUEUE_END) {
+            ended = true;
+            ck_assert_int_eq(it.reason, QUEUE_END_UNSUPPORTED);
+            ck_assert_msg(strstr(it.message, "rdr_f.skip -> rdr_f.kept") && strstr(it.message, "--reimport"),
+                          "the reader's message: %s", it.message);
+        } else if (it.type == QUEUE_ENTRY) {
+            const op *o = &it.entry->ops[0];
+            ck_assert_msg(!(o->db && strcmp(o->db, "rdr_f") == 0 && o->kind != OP_NOOP),
+                          "an op of rdr_f after the rename into the filter");
+        }
+        queue_item_clear(&it);
+    }
+    ck_assert_msg(ended, "the reader went on past a rename into the filter");
     reader_free(r);
     queue_free(q);
     nsfilter_free(f);

@@ -9,8 +9,9 @@
  * through the driver, and each test ends with the exact comparison of PostgreSQL with that reference
  * (tests/lib/compare.h: every row of every collection of the test's databases, and no table more).
  *
- * Waits are on events (the checkpoint reaching the newest entry, the daemon's exit, a PostgreSQL backend holding a
- * transaction id), never on time. mongosim only: against a real replica set the cases say SKIP.
+ * Waits are on events (the checkpoint reaching the newest entry, a line of the daemon's log, the daemon's exit, a
+ * PostgreSQL backend holding a transaction id), never on time. The schema-upgrade case works in a PostgreSQL
+ * database of its own. mongosim only: against a real replica set the cases say SKIP.
  */
 #include <check.h>
 #include <libpq-fe.h>
@@ -20,10 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../lib/compare.h"
 #include "../lib/daemonenv.h"
+#include "../lib/oplogutil.h"
+#include "../lib/textfile.h"
 #include "core/op.h"
 #include "util/strbuf.h"
 
@@ -42,7 +46,8 @@ typedef struct {
     strbuf batch;       /* entries waiting for append() */
 } tenv;
 
-static bool t_start(tenv *t, const char *name, const char *extra_ini)
+/* The environment without the daemon (t_start starts it). */
+static bool t_setup(tenv *t, const char *name, const char *extra_ini)
 {
     memset(t, 0, sizeof *t);
     if (!denv_using_sim()) {
@@ -62,6 +67,13 @@ static bool t_start(tenv *t, const char *name, const char *extra_ini)
     t->secs = (uint32_t)(newest >> 32) + 100;
     t->inc = 0;
     snprintf(t->db, sizeof t->db, "%sa", t->e.prefix);
+    return true;
+}
+
+static bool t_start(tenv *t, const char *name, const char *extra_ini)
+{
+    if (!t_setup(t, name, extra_ini))
+        return false;
     /* The first run copies (nothing) and takes the newest entry as its start: anything appended before it had
      * caught up would count as copied. */
     denv_daemon_start(&t->e);
@@ -240,10 +252,10 @@ static int64_t pg_rows(tenv *t, const char *coll)
     return denv_pg_int(sql);
 }
 
-/* Exactly the reference, for the test's databases. */
-static void expect_reference(tenv *t)
+/* Exactly the reference, for the test's databases, in the PostgreSQL database of conninfo. */
+static void expect_reference_on(tenv *t, const char *conninfo)
 {
-    PGconn *pg = PQconnectdb(denv_pg_conninfo());
+    PGconn *pg = PQconnectdb(conninfo);
     ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
     compare_options opts = {.db_prefix = t->e.prefix};
     compare_report rep;
@@ -262,6 +274,11 @@ static void expect_reference(tenv *t)
     ck_assert_msg(rows > 0, "nothing to compare");
 }
 
+static void expect_reference(tenv *t)
+{
+    expect_reference_on(t, denv_pg_conninfo());
+}
+
 static void caught_up(tenv *t)
 {
     ck_assert_msg(denv_wait_caught_up(&t->e, 120), "the daemon did not catch up");
@@ -273,6 +290,116 @@ static void stop_daemon(tenv *t)
     if (proc_exit_code(&t->e.daemon) != 0)
         denv_show_log(&t->e);
     ck_assert_int_eq(proc_exit_code(&t->e.daemon), 0);
+}
+
+/* The hold stored with the service's checkpoint (txn_oldest_sec/inc) in the PostgreSQL database of conninfo: "S:I",
+ * or "none" when both are NULL. */
+static void stored_hold(tenv *t, const char *conninfo, char *out, size_t len)
+{
+    PGconn *pg = PQconnectdb(conninfo);
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    const char *params[1] = {t->e.service};
+    PGresult *r = PQexecParams(pg,
+                               "SELECT CASE WHEN txn_oldest_sec IS NULL AND txn_oldest_inc IS NULL THEN 'none' ELSE "
+                               "coalesce(txn_oldest_sec::text, 'NULL') || ':' || coalesce(txn_oldest_inc::text, "
+                               "'NULL') END FROM oplog2pg.checkpoint WHERE service = $1",
+                               1, NULL, params, NULL, NULL, 0);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1, "reading the hold: %s",
+                  PQerrorMessage(pg));
+    snprintf(out, len, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    PQfinish(pg);
+}
+
+/* The checkpoint's hold is exactly `want` (NULL: none). */
+static void expect_hold_on(tenv *t, const char *conninfo, const op_pos *want)
+{
+    char have[64], w[OP_POS_STRLEN] = "none";
+    stored_hold(t, conninfo, have, sizeof have);
+    if (want)
+        op_pos_format(want, w, sizeof w);
+    ck_assert_msg(strcmp(have, w) == 0, "the checkpoint's hold is %s, not %s", have, w);
+}
+
+static void expect_hold(tenv *t, const op_pos *want)
+{
+    expect_hold_on(t, denv_pg_conninfo(), want);
+}
+
+/* Waits until the checkpoint in the database of conninfo reaches the newest oplog entry (denv_wait_caught_up reads
+ * the test cluster's default database); aborts when the daemon exits or after 120 s. */
+static void caught_up_on(tenv *t, const char *conninfo)
+{
+    PGconn *pg = PQconnectdb(conninfo);
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    double until = denv_now() + 120;
+    for (;;) {
+        uint64_t want = denv_newest_ts(t->e.uri), have = oplogutil_checkpoint_ts(pg, t->e.service);
+        if (want != 0 && have == want)
+            break;
+        if (proc_wait(&t->e.daemon, 0.0)) {
+            denv_show_log(&t->e);
+            ck_abort_msg("the daemon exited with %d while catching up", proc_exit_code(&t->e.daemon));
+        }
+        ck_assert_msg(denv_now() < until, "the daemon did not catch up");
+        usleep(50 * 1000);
+    }
+    PQfinish(pg);
+}
+
+/* A mongosim test command on the daemon's mongosim. */
+static void sim_cmd(tenv *t, bson_t *cmd)
+{
+    bson_error_t err;
+    ck_assert_msg(mongoc_client_command_simple(t->src, "admin", cmd, NULL, NULL, &err), "%s", err.message);
+    bson_destroy(cmd);
+}
+
+/* `oplog2pg status` and `status --json` say exactly this about an open transaction: its first entry `hold`, or
+ * nothing (NULL). */
+static void expect_status(tenv *t, const op_pos *hold)
+{
+    char out[300], line[400], at[OP_POS_STRLEN], when[64];
+    snprintf(out, sizeof out, "%s/status.out", t->e.dir);
+    if (hold) {
+        time_t secs = (time_t)hold->secs;
+        struct tm tm;
+        gmtime_r(&secs, &tm);
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+        op_pos_format(hold, at, sizeof at);
+    }
+
+    const char *text_args[] = {"-c", t->e.ini, "status", NULL};
+    ck_assert_int_eq(denv_run_command(&t->e, text_args, out), 0);
+    char *text = textfile_read(out);
+    ck_assert_ptr_nonnull(text);
+    if (hold) {
+        snprintf(line, sizeof line,
+                 "\n  transaction:   an open transaction (since %s) holds the oplog window at %s: a restart reads it "
+                 "again from there\n",
+                 when, at);
+        ck_assert_msg(strstr(text, line) != NULL, "status does not say%s\nit says:\n%s", line, text);
+        ck_assert_msg(strstr(text, " of oplog before the open transaction's first entry would fall off\n") != NULL,
+                      "status does not measure the margin from the open transaction:\n%s", text);
+    } else {
+        ck_assert_msg(strstr(text, "transaction:") == NULL, "status still shows an open transaction:\n%s", text);
+        ck_assert_msg(strstr(text, " of oplog before the checkpoint would fall off\n") != NULL,
+                      "status does not measure the margin from the checkpoint:\n%s", text);
+    }
+    free(text);
+
+    const char *json_args[] = {"-c", t->e.ini, "status", "--json", NULL};
+    ck_assert_int_eq(denv_run_command(&t->e, json_args, out), 0);
+    text = textfile_read(out);
+    ck_assert_ptr_nonnull(text);
+    if (hold)
+        snprintf(line, sizeof line, ", \"open_transaction\": {\"since\": \"%s\", \"time\": \"%s\"}, ", at, when);
+    else
+        snprintf(line, sizeof line, ", \"open_transaction\": null, ");
+    const char *found = strstr(text, line);
+    ck_assert_msg(found != NULL, "status --json lacks '%s'; it says:\n%s", line, text);
+    ck_assert_msg(strstr(found + strlen(line), "\"open_transaction\"") == NULL, "open_transaction twice:\n%s", text);
+    free(text);
 }
 
 /* ---- the cases ---- */
@@ -561,6 +688,310 @@ START_TEST(test_chain_start_lost_exits_4)
     ck_assert_int_eq(pg_rows(&t, "t"), 0);
     expect_reference(&t); /* what was committed before: o1 and o2 (plain() wrote them to the reference) */
     t_stop(&t);
+}
+END_TEST
+
+/* The connection drops while the reader walks a chain back from its commit (mongosimDelay holds each lookup's reply
+ * long enough for the drop to land among them; the debug log says when the walk began): the walk fails before
+ * anything of the transaction was pushed, the reader re-opens its cursor at the last entry it pushed, meets the
+ * commit again and applies the transaction once. Entries after the commit delete and change rows the transaction
+ * wrote, so a transaction applied again after them, or lost, leaves PostgreSQL unlike the reference. */
+START_TEST(test_walk_back_retry_after_drop)
+{
+    tenv t;
+    if (!t_start(&t, "txn_drop", "[logging]\nlevel = debug\n"))
+        return;
+    enum { ENTRIES = 40, DELAY_MS = 100 };
+    change pre = {'i', "t", 1000, 1};
+    plain(&t, &pre);
+    op_pos prev = {0, 0, -1};
+    for (int k = 1; k < ENTRIES; k++) {
+        change c[2] = {{'i', "t", k, k}, {'u', "t", 1000, k}};
+        prev = chain_entry(&t, k > 1 ? &prev : NULL, true, F_PARTIAL, 0, c, 2);
+        ref_apply_all(&t, c, 2);
+    }
+    change o1 = {'i', "o", 1, 1};
+    plain(&t, &o1);
+    append(&t);
+    caught_up(&t);
+    ck_assert_int_eq(pg_rows(&t, "t"), 1); /* open: nothing of it yet */
+
+    change last[] = {{'i', "t", ENTRIES, ENTRIES}};
+    sim_cmd(&t, BCON_NEW("mongosimDelay", BCON_INT32(DELAY_MS)));
+    op_pos commit = chain_entry(&t, &prev, true, F_COUNT, 2 * (ENTRIES - 1) + 1, last, 1);
+    ref_apply_all(&t, last, 1);
+    change after[] = {{'d', "t", 1, 0}, {'u', "t", 2, 99}, {'u', "t", 1000, 99}};
+    for (size_t i = 0; i < 3; i++)
+        plain(&t, &after[i]);
+    append(&t);
+    char walking[160], failed[200], at[OP_POS_STRLEN];
+    op_pos_format(&commit, at, sizeof at);
+    snprintf(walking, sizeof walking, "walking back the transaction committed at %s", at);
+    snprintf(failed, sizeof failed, "walking back the transaction committed at %s failed", at);
+    ck_assert_msg(denv_wait_log(&t.e, walking, 60), "the reader did not begin the walk back");
+    /* ENTRIES - 1 lookups of DELAY_MS each lie ahead of it: the drop lands in the middle. */
+    sim_cmd(&t, BCON_NEW("mongosimDropConnections", BCON_INT32(1)));
+    sim_cmd(&t, BCON_NEW("mongosimDelay", BCON_INT32(0)));
+    ck_assert_msg(denv_wait_log(&t.e, failed, 60), "the walk back did not fail on the dropped connection");
+    caught_up(&t);
+    expect_reference(&t);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = '%s'", t.e.service);
+    ck_assert_int_eq(denv_pg_int(sql), 0);
+    expect_hold(&t, NULL);
+    t_stop(&t);
+}
+END_TEST
+
+/* A stop while a chain is open, the checkpoint past its first entry: a restart reads the hold stored with the
+ * checkpoint and rebuilds its book of open chains from there, so the commits before the chain's own commit keep the
+ * hold at its first entry (a daemon that did not rebuild it would store none), and the commit applies the transaction
+ * once and clears the hold. Once after SIGTERM, once after kill -9. */
+START_TEST(test_open_chain_rebuilt_at_start)
+{
+    tenv t;
+    if (!t_start(&t, "txn_book", NULL))
+        return;
+    for (int round = 0; round < 2; round++) {
+        int b = round * 100;
+        change c1[] = {{'i', "t", b + 1, 1}, {'i', "t", b + 2, 2}}, c2[] = {{'u', "t", b + 1, 10}},
+               c3[] = {{'i', "t", b + 3, 3}, {'d', "t", b + 2, 0}};
+        change o1 = {'i', "o", b + 1, 1}, o2 = {'i', "o", b + 2, 2}, o3 = {'i', "o", b + 3, 3},
+               o4 = {'u', "t", b + 1, 20};
+        op_pos p1 = chain_entry(&t, NULL, true, F_PARTIAL, 0, c1, 2);
+        plain(&t, &o1);
+        op_pos p2 = chain_entry(&t, &p1, true, F_PARTIAL, 0, c2, 1);
+        plain(&t, &o2);
+        append(&t);
+        caught_up(&t);
+        expect_hold(&t, &p1);
+        if (round == 0) {
+            stop_daemon(&t);
+        } else {
+            ck_assert(proc_signal(&t.e.daemon, SIGKILL));
+            ck_assert(proc_wait(&t.e.daemon, 30));
+        }
+        denv_daemon_start(&t.e);
+        plain(&t, &o3);
+        append(&t);
+        caught_up(&t);
+        /* The book was rebuilt from the stored hold; nothing of this round's chain is applied yet. */
+        expect_hold(&t, &p1);
+        ck_assert_int_eq(pg_rows(&t, "t"), round * 2);
+        chain_entry(&t, &p2, true, F_COUNT, 5, c3, 2);
+        ref_apply_all(&t, c1, 2);
+        ref_apply_all(&t, c2, 1);
+        ref_apply_all(&t, c3, 2);
+        plain(&t, &o4); /* after the commit: a second application of it would undo this */
+        append(&t);
+        caught_up(&t);
+        expect_hold(&t, NULL);
+        expect_reference(&t);
+    }
+    t_stop(&t);
+}
+END_TEST
+
+/* `status` while chains are open and the daemon has committed past their first entries: it names the oldest open
+ * chain's first entry (text and --json), then the next oldest once the first commits, then nothing. */
+START_TEST(test_status_open_transaction)
+{
+    tenv t;
+    if (!t_start(&t, "txn_status", NULL))
+        return;
+    change a1[] = {{'i', "t", 1, 1}}, a2[] = {{'i', "t", 2, 2}}, b1[] = {{'i', "t", 3, 3}};
+    change o1 = {'i', "o", 1, 1}, o2 = {'i', "o", 2, 2}, o3 = {'i', "o", 3, 3}, o4 = {'i', "o", 4, 4};
+    plain(&t, &o1);
+    append(&t);
+    caught_up(&t);
+    expect_status(&t, NULL);
+
+    op_pos pa = chain_entry(&t, NULL, true, F_PARTIAL, 0, a1, 1);
+    plain(&t, &o2);
+    op_pos pb = chain_entry(&t, NULL, true, F_PREPARE, 0, b1, 1); /* a prepared one of one entry */
+    plain(&t, &o3);
+    append(&t);
+    caught_up(&t);
+    expect_hold(&t, &pa);
+    expect_status(&t, &pa);
+
+    chain_entry(&t, &pa, true, F_COUNT, 2, a2, 1);
+    ref_apply_all(&t, a1, 1);
+    ref_apply_all(&t, a2, 1);
+    append(&t);
+    caught_up(&t);
+    expect_hold(&t, &pb);
+    expect_status(&t, &pb);
+
+    finish_prepared(&t, &pb, true);
+    ref_apply_all(&t, b1, 1);
+    plain(&t, &o4);
+    append(&t);
+    caught_up(&t);
+    expect_hold(&t, NULL);
+    expect_status(&t, NULL);
+    expect_reference(&t);
+    t_stop(&t);
+}
+END_TEST
+
+/* A catalog installed by a version before transactions (src/sink/schema.sql before bf739a5): the checkpoint table
+ * without txn_oldest_sec/inc and the five-argument advance_checkpoint in PL/pgSQL, with a service's checkpoint in it.
+ * In a database of its own (the other cases share the cluster's default one). The daemon must upgrade it at connect,
+ * resume from that checkpoint, store and clear the hold through the seven-argument form, and keep the five-argument
+ * form working for an older daemon (it stores no hold). */
+#define UPG_DB "rep_txn_upg_pg"
+static const char old_catalog[] =
+    "CREATE SCHEMA oplog2pg;"
+    "CREATE TABLE oplog2pg.checkpoint (service text PRIMARY KEY, ts_sec bigint, ts_inc bigint, term bigint, "
+    "    applied_at timestamptz, owner uuid);"
+    "CREATE FUNCTION oplog2pg.advance_checkpoint(p_service text, p_owner uuid, p_sec bigint, p_inc bigint, "
+    "                                            p_term bigint) "
+    "RETURNS void LANGUAGE plpgsql AS $$ "
+    "DECLARE v_sec bigint; v_inc bigint; "
+    "BEGIN "
+    "    SELECT ts_sec, ts_inc INTO v_sec, v_inc FROM oplog2pg.checkpoint "
+    "     WHERE service = p_service AND owner = p_owner FOR UPDATE; "
+    "    IF NOT FOUND THEN "
+    "        RAISE EXCEPTION 'the checkpoint of service \"%\" is held by another oplog2pg', p_service "
+    "            USING ERRCODE = 'O2FEN'; "
+    "    END IF; "
+    "    IF v_sec IS NOT NULL AND (v_sec, v_inc) > (p_sec, p_inc) THEN "
+    "        RAISE EXCEPTION 'the checkpoint of service \"%\" would move backwards, from %:% to %:%', p_service, "
+    "            v_sec, v_inc, p_sec, p_inc USING ERRCODE = 'O2BAK'; "
+    "    END IF; "
+    "    UPDATE oplog2pg.checkpoint SET ts_sec = p_sec, ts_inc = p_inc, term = p_term, applied_at = now() "
+    "     WHERE service = p_service; "
+    "END $$;"
+    "CREATE FUNCTION oplog2pg.set_checkpoint(p_service text, p_owner uuid, p_sec bigint, p_inc bigint, "
+    "                                        p_term bigint) "
+    "RETURNS void LANGUAGE plpgsql AS $$ "
+    "BEGIN "
+    "    UPDATE oplog2pg.checkpoint SET ts_sec = p_sec, ts_inc = p_inc, term = p_term, applied_at = now() "
+    "     WHERE service = p_service AND owner = p_owner; "
+    "    IF NOT FOUND THEN "
+    "        RAISE EXCEPTION 'the checkpoint of service \"%\" is held by another oplog2pg', p_service "
+    "            USING ERRCODE = 'O2FEN'; "
+    "    END IF; "
+    "END $$;";
+
+/* One text value from the database of conninfo. */
+static void pg_text_on(const char *conninfo, const char *sql, char *out, size_t len)
+{
+    PGconn *pg = PQconnectdb(conninfo);
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PGresult *r = PQexec(pg, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1, "%s: %s", sql, PQerrorMessage(pg));
+    snprintf(out, len, "%s", PQgetisnull(r, 0, 0) ? "NULL" : PQgetvalue(r, 0, 0));
+    PQclear(r);
+    PQfinish(pg);
+}
+
+START_TEST(test_schema_upgrade_advance_checkpoint)
+{
+    tenv t;
+    if (!t_setup(&t, "txn_upg", NULL))
+        return;
+    char conninfo[600], sql[1024], got[256];
+    snprintf(conninfo, sizeof conninfo, "%s dbname=" UPG_DB, denv_pg_conninfo());
+    denv_pg_exec("DROP DATABASE IF EXISTS " UPG_DB);
+    denv_pg_exec("CREATE DATABASE " UPG_DB);
+    denv_set_conninfo(&t.e, "dbname=" UPG_DB);
+
+    /* The older catalog, its service's checkpoint at the newest entry (with that entry's term, as it wrote it). */
+    mongoc_collection_t *oplog = mongoc_client_get_collection(t.src, "local", "oplog.rs");
+    bson_t *q = bson_new(), *opts = BCON_NEW("sort", "{", "$natural", BCON_INT32(-1), "}", "limit", BCON_INT64(1));
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, q, opts, NULL);
+    const bson_t *newest;
+    ck_assert(mongoc_cursor_next(cur, &newest));
+    bson_iter_t it;
+    uint32_t secs, inc;
+    ck_assert(bson_iter_init_find(&it, newest, "ts"));
+    bson_iter_timestamp(&it, &secs, &inc);
+    ck_assert(bson_iter_init_find(&it, newest, "t"));
+    int64_t term = bson_iter_as_int64(&it);
+    mongoc_cursor_destroy(cur);
+    bson_destroy(opts);
+    bson_destroy(q);
+    mongoc_collection_destroy(oplog);
+    PGconn *pg = PQconnectdb(conninfo);
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PGresult *r = PQexec(pg, old_catalog);
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "the older catalog: %s", PQerrorMessage(pg));
+    PQclear(r);
+    snprintf(sql, sizeof sql, "INSERT INTO oplog2pg.checkpoint VALUES ('%s', %u, %u, %lld, now(), gen_random_uuid())",
+             t.e.service, secs, inc, (long long)term);
+    r = PQexec(pg, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+
+    denv_daemon_start(&t.e);
+    change c1[] = {{'i', "t", 1, 1}, {'i', "t", 2, 2}}, c2[] = {{'u', "t", 1, 10}, {'i', "t", 3, 3}};
+    change o1 = {'i', "o", 1, 1}, o2 = {'i', "o", 2, 2}, o3 = {'i', "o", 3, 3}, o4 = {'d', "t", 2, 0};
+    plain(&t, &o1);
+    op_pos p1 = chain_entry(&t, NULL, true, F_PARTIAL, 0, c1, 2);
+    plain(&t, &o2);
+    append(&t);
+    caught_up_on(&t, conninfo);
+
+    /* Upgraded: the hold columns, the seven-argument form, and the five-argument one now an SQL overload. */
+    pg_text_on(conninfo,
+               "SELECT string_agg(attname, ',' ORDER BY attname) FROM pg_attribute WHERE attrelid = "
+               "'oplog2pg.checkpoint'::regclass AND attname LIKE 'txn_oldest_%' AND NOT attisdropped",
+               got, sizeof got);
+    ck_assert_str_eq(got, "txn_oldest_inc,txn_oldest_sec");
+    pg_text_on(conninfo,
+               "SELECT string_agg(p.pronargs || ':' || l.lanname, ',' ORDER BY p.pronargs) FROM pg_proc p "
+               "JOIN pg_language l ON l.oid = p.prolang WHERE p.pronamespace = 'oplog2pg'::regnamespace "
+               "AND p.proname = 'advance_checkpoint'",
+               got, sizeof got);
+    ck_assert_str_eq(got, "5:sql,7:plpgsql");
+    expect_hold_on(&t, conninfo, &p1);
+
+    /* An older daemon's five-argument call (here rolled back): it moves the position and stores no hold. */
+    pg = PQconnectdb(conninfo);
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    snprintf(sql, sizeof sql,
+             "BEGIN; SELECT oplog2pg.advance_checkpoint(service, owner, ts_sec, ts_inc + 1, term) "
+             "FROM oplog2pg.checkpoint WHERE service = '%s'",
+             t.e.service);
+    r = PQexec(pg, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "the five-argument form: %s", PQerrorMessage(pg));
+    PQclear(r);
+    snprintf(sql, sizeof sql,
+             "SELECT format('%%s:%%s %%s', ts_sec, ts_inc, coalesce(txn_oldest_sec::text, 'none')) "
+             "FROM oplog2pg.checkpoint WHERE service = '%s'",
+             t.e.service);
+    r = PQexec(pg, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1, "%s", PQerrorMessage(pg));
+    char want[64];
+    uint64_t ck = denv_newest_ts(t.e.uri);
+    snprintf(want, sizeof want, "%u:%u none", (uint32_t)(ck >> 32), (uint32_t)ck + 1);
+    ck_assert_str_eq(PQgetvalue(r, 0, 0), want);
+    PQclear(r);
+    r = PQexec(pg, "ROLLBACK");
+    PQclear(r);
+    PQfinish(pg);
+    expect_hold_on(&t, conninfo, &p1);
+
+    /* A second start installs over the upgraded catalog, and rebuilds its book from the hold. */
+    stop_daemon(&t);
+    denv_daemon_start(&t.e);
+    plain(&t, &o3);
+    append(&t);
+    caught_up_on(&t, conninfo);
+    expect_hold_on(&t, conninfo, &p1);
+    chain_entry(&t, &p1, true, F_COUNT, 4, c2, 2);
+    ref_apply_all(&t, c1, 2);
+    ref_apply_all(&t, c2, 2);
+    plain(&t, &o4);
+    append(&t);
+    caught_up_on(&t, conninfo);
+    expect_hold_on(&t, conninfo, NULL);
+    expect_reference_on(&t, conninfo);
+    t_stop(&t);
+    denv_pg_exec("DROP DATABASE " UPG_DB);
 }
 END_TEST
 
@@ -856,6 +1287,10 @@ Suite *txn_suite(void)
     tcase_add_test(tc, test_chain_start_lost_exits_4);
     tcase_add_test(tc, test_restart_anywhere);
     tcase_add_test(tc, test_kill9_in_large_chain);
+    tcase_add_test(tc, test_walk_back_retry_after_drop);
+    tcase_add_test(tc, test_open_chain_rebuilt_at_start);
+    tcase_add_test(tc, test_status_open_transaction);
+    tcase_add_test(tc, test_schema_upgrade_advance_checkpoint);
     suite_add_tcase(s, tc);
     TCase *mem = tcase_create("memory");
     tcase_set_timeout(mem, 900);

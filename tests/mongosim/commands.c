@@ -6,7 +6,9 @@
  * session fields of a retryable write (lsid, txnNumber, stmtId, prevOpTime) when the command carried a txnNumber,
  * stamps ts/t/v/wall and appends to the oplog. Cursor batches are written straight into the connection's output
  * buffer (one copy per document). Collection cursors keep only the last returned _id and re-enter the store's
- * ordered find after it, so a large collection is never copied into a cursor.
+ * ordered find after it, so a large collection is never copied into a cursor. A write with writeConcern
+ * {w: "majority"} has its finished reply cut out of the output buffer and parked until the majority commit point
+ * covers it ("write concern" below).
  */
 #include "sim_internal.h"
 #include "txn.h"
@@ -223,6 +225,157 @@ static bool wants_majority(const bson_t *cmd)
     return bson_iter_init_find(&it, cmd, "readConcern") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
            bson_iter_recurse(&it, &lv) && bson_iter_find(&lv, "level") && BSON_ITER_HOLDS_UTF8(&lv) &&
            strcmp(bson_iter_utf8(&lv, NULL), "majority") == 0;
+}
+
+/* ---- write concern ----
+ *
+ * A write with writeConcern {w: "majority"} is answered once the majority commit point covers it, as a server's
+ * RunCommandAndWaitForWriteConcern (service_entry_point_common.cpp) waits after the command ran, successful or not,
+ * on the client's last OpTime; when the command wrote nothing that is the newest entry of the oplog
+ * (ServiceEntryPointMongod waitForWriteConcern: setLastOpToSystemLastOpTime), so in both cases mongosim waits for
+ * the newest entry at the command's end. The reply is parked on the connection like an awaitData getMore (the loop
+ * never blocks) and sent when mongosimMajority advances or releases the point. Other write concerns (none, w: 1,
+ * w: N) answer at once, as before.
+ *
+ * The answers a waiting write can get instead (the write stays applied; the reply keeps n, nModified, ...):
+ *  - wtimeout ms passed: writeConcernError {code: 64, codeName: "WriteConcernFailed", errmsg: "waiting for
+ *    replication timed out", errInfo: {wtimeout: true, writeConcern: {w, wtimeout, provenance}}}.
+ *    ReplicationCoordinatorImpl::_awaitReplication_inlock returns {WriteConcernFailed, "waiting for replication
+ *    timed out"} (repl/replication_coordinator_impl.cpp); waitForWriteConcern (write_concern.cpp) sets wTimedOut
+ *    and wcUsed; CommandHelpers::appendCommandWCStatus (commands.cpp) builds errInfo {wtimeout: true, writeConcern:
+ *    wcUsed.toBSON()}; WriteConcernErrorDetail::toBSON (rpc/write_concern_error_detail.cpp, its IDL) orders code,
+ *    codeName, errmsg, errInfo; WriteConcernOptions::toBSON (write_concern_options.cpp) writes w, j/fsync when
+ *    given, wtimeout as an int32, then provenance ("clientSupplied"). Code 64's name is WriteConcernFailed up to
+ *    8.0 and WriteConcernTimeout from 8.1 (the Node.js driver's src/error.ts: "WriteConcernTimeout is
+ *    WriteConcernFailed on pre-8.1 servers"; mongo's base/error_codes.yml on master).
+ *  - a step-down or a rollback (mongosimStepDown, mongosimRollback): writeConcernError {code: 11602, codeName:
+ *    "InterruptedDueToReplStateChange", errmsg: "operation was interrupted", errInfo: {writeConcern}}. Stepping down
+ *    kills every operation that took the global lock for writes, as a waiting write did
+ *    (_killConflictingOpsOnStepUpAndStepDown: wasGlobalLockTakenInModeConflictingWithWrites, reason
+ *    InterruptedDueToReplStateChange), before the waiters left would get PrimarySteppedDown 189
+ *    (_updateMemberStateFromTopologyCoordinator); the interrupted wait returns the kill status, whose message is
+ *    "operation was interrupted" (operation_context.cpp, checkForInterruptNoAssert).
+ * An ok:1 reply gets writeConcernError before its ok (the command's body, then the write concern status, then ok);
+ * an ok:0 reply gets it after its error fields (the extra fields of an error reply). */
+
+typedef struct {
+    bool majority;
+    int64_t wtimeout; /* ms; 0: wait forever, as a server does */
+    bool has_j, j, fsync;
+} wc_spec;
+
+static bool parse_wc(const bson_t *cmd, wc_spec *wc)
+{
+    bson_iter_t it, f;
+    memset(wc, 0, sizeof *wc);
+    if (!bson_iter_init_find(&it, cmd, "writeConcern") || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &f))
+        return false;
+    while (bson_iter_next(&f)) {
+        const char *k = bson_iter_key(&f);
+        if (strcmp(k, "w") == 0)
+            wc->majority = BSON_ITER_HOLDS_UTF8(&f) && strcmp(bson_iter_utf8(&f, NULL), "majority") == 0;
+        else if (strcmp(k, "wtimeout") == 0 && BSON_ITER_HOLDS_NUMBER(&f))
+            wc->wtimeout = bson_iter_as_int64(&f);
+        else if (strcmp(k, "j") == 0) {
+            wc->has_j = true;
+            wc->j = bson_iter_as_bool(&f);
+        } else if (strcmp(k, "fsync") == 0)
+            wc->fsync = bson_iter_as_bool(&f);
+    }
+    return true;
+}
+
+static bool majority_covers(const sim_server *srv, uint64_t ts)
+{
+    return !srv->maj_frozen || srv->maj_ts >= ts;
+}
+
+void cmd_parked_write_free(sim_conn *c)
+{
+    if (c->wc_reply)
+        bson_destroy(c->wc_reply);
+    if (c->wc_used)
+        bson_destroy(c->wc_used);
+    c->wc_reply = c->wc_used = NULL;
+}
+
+/* Parks the reply just written (r->start onwards in the connection's output) when the command asked for a majority
+ * write concern and the commit point does not cover the newest entry yet. */
+static void wc_hold(sim_server *srv, sim_reply *r, const bson_t *cmd)
+{
+    wc_spec wc;
+    if (!parse_wc(cmd, &wc) || !wc.majority)
+        return;
+    uint64_t target = oplog_last_ts(srv->oplog);
+    if (majority_covers(srv, target))
+        return;
+    sim_conn *c = r->conn;
+    size_t hdr = r->opcode == SIM_OP_QUERY ? 16 + 20 : 16 + 5; /* OP_REPLY's fields / OP_MSG's flagBits + kind 0 */
+    if (c->out.len < r->start + hdr + 5)
+        return;
+    bson_t *body = bson_new_from_data(c->out.data + r->start + hdr, c->out.len - r->start - hdr);
+    if (!body)
+        return;
+    c->out.len = r->start;
+    cmd_parked_write_free(c);
+    c->wc_reply = body;
+    c->wc_used = bson_new();
+    BSON_APPEND_UTF8(c->wc_used, "w", "majority");
+    if (wc.fsync)
+        BSON_APPEND_BOOL(c->wc_used, "fsync", true);
+    else if (wc.has_j)
+        BSON_APPEND_BOOL(c->wc_used, "j", wc.j);
+    BSON_APPEND_INT32(c->wc_used, "wtimeout", (int32_t)wc.wtimeout);
+    BSON_APPEND_UTF8(c->wc_used, "provenance", "clientSupplied");
+    c->wc_ts = target;
+    c->park_kind = SIM_PARK_WRITE;
+    r->parked = true;
+    if (wc.wtimeout > 0)
+        sim_conn_park(c, (double)wc.wtimeout / 1000.0);
+}
+
+/* The held reply with a writeConcernError added (see above for where it goes). */
+static void reply_with_wce(sim_reply *r, const bson_t *reply, const bson_t *used, int code, const char *msg,
+                           bool wtimeout)
+{
+    bson_iter_t it, ok_it;
+    bool ok = bson_iter_init_find(&ok_it, reply, "ok") && bson_iter_as_bool(&ok_it);
+    bson_t out = BSON_INITIALIZER, wce, info;
+    bson_iter_init(&it, reply);
+    while (bson_iter_next(&it))
+        if (!ok || strcmp(bson_iter_key(&it), "ok") != 0)
+            bson_append_iter(&out, NULL, 0, &it);
+    BSON_APPEND_DOCUMENT_BEGIN(&out, "writeConcernError", &wce);
+    BSON_APPEND_INT32(&wce, "code", code);
+    BSON_APPEND_UTF8(&wce, "codeName", sim_code_name(code));
+    BSON_APPEND_UTF8(&wce, "errmsg", msg);
+    BSON_APPEND_DOCUMENT_BEGIN(&wce, "errInfo", &info);
+    if (wtimeout)
+        BSON_APPEND_BOOL(&info, "wtimeout", true);
+    BSON_APPEND_DOCUMENT(&info, "writeConcern", used);
+    bson_append_document_end(&wce, &info);
+    bson_append_document_end(&out, &wce);
+    if (ok)
+        bson_append_iter(&out, NULL, 0, &ok_it);
+    reply_bson(r, &out);
+    bson_destroy(&out);
+}
+
+/* A parked write: answered when the commit point covers it, at its wtimeout, or at a step-down/rollback. */
+static bool wc_parked_try(sim_server *srv, sim_conn *c, bool timeout)
+{
+    sim_reply r = {.conn = c, .request_id = c->park_request, .opcode = c->park_opcode};
+    if (srv->stepped_down)
+        reply_with_wce(&r, c->wc_reply, c->wc_used, 11602, "operation was interrupted", false);
+    else if (majority_covers(srv, c->wc_ts))
+        reply_bson(&r, c->wc_reply);
+    else if (timeout)
+        reply_with_wce(&r, c->wc_reply, c->wc_used, 64, "waiting for replication timed out", true);
+    else
+        return false;
+    cmd_parked_write_free(c);
+    c->park_kind = SIM_PARK_GETMORE;
+    return true;
 }
 
 /* Writes `key: [entries...]` for an oplog cursor, advancing it; returns the number written. */
@@ -542,8 +695,18 @@ static void h_insert(cmd_ctx *x)
     const char *coll = coll_name(x);
     bson_iter_t docs;
     write_ctx w;
-    if (!coll || !need_primary(x) || !array_field(x, "documents", &docs) || !write_ctx_init(x, &w))
+    if (!coll || !need_primary(x) || !array_field(x, "documents", &docs))
         return;
+    if (txn_current(x->srv) && store_ns_kind_of(x->srv->store, x->db, coll) == STORE_NS_TIMESERIES) {
+        /* write_ops_exec.cpp, the time-series insert path: not in a multi-document transaction. */
+        txn_statement_failed(x->srv);
+        reply_error(x->r, 263, "Cannot insert into a time-series collection in a multi-document transaction: %s.%s",
+                    x->db, coll);
+        return;
+    }
+    if (!write_ctx_init(x, &w))
+        return;
+    x->r->wc_ran = true;
     bool ordered = write_ordered(x);
     bson_t errs = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     uint32_t nerr = 0;
@@ -578,6 +741,7 @@ static void h_update(cmd_ctx *x)
     write_ctx w;
     if (!coll || !need_primary(x) || !array_field(x, "updates", &ups) || !write_ctx_init(x, &w))
         return;
+    x->r->wc_ran = true;
     bool ordered = write_ordered(x);
     bson_t errs = BSON_INITIALIZER, reply = BSON_INITIALIZER, upserted = BSON_INITIALIZER;
     uint32_t nerr = 0, nups = 0;
@@ -680,6 +844,7 @@ static void h_delete(cmd_ctx *x)
     write_ctx w;
     if (!coll || !need_primary(x) || !array_field(x, "deletes", &dels) || !write_ctx_init(x, &w))
         return;
+    x->r->wc_ran = true;
     bool ordered = write_ordered(x);
     bson_t errs = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     uint32_t nerr = 0;
@@ -732,8 +897,9 @@ static void h_create(cmd_ctx *x)
     write_ctx w;
     if (!coll || !need_primary(x) || !write_ctx_init(x, &w))
         return;
+    x->r->wc_ran = true;
     bson_error_t err;
-    bool ok = store_create(x->srv->store, x->db, coll, emit_body, &w, &err);
+    bool ok = store_create_cmd(x->srv->store, x->db, coll, x->cmd, emit_body, &w, &err);
     bson_t reply = BSON_INITIALIZER;
     ddl_reply(x, ok, &w, &err, &reply);
 }
@@ -744,6 +910,7 @@ static void h_drop(cmd_ctx *x)
     write_ctx w;
     if (!coll || !need_primary(x) || !write_ctx_init(x, &w))
         return;
+    x->r->wc_ran = true;
     bson_error_t err;
     bool existed = false;
     bool ok = store_drop(x->srv->store, x->db, coll, &existed, emit_body, &w, &err);
@@ -790,6 +957,7 @@ static void h_rename(cmd_ctx *x)
     write_ctx w;
     if (!need_primary(x) || !write_ctx_init(x, &w))
         return;
+    x->r->wc_ran = true;
     bson_error_t err;
     bool ok = store_rename(x->srv->store, from_db, from_coll, to_db, to_coll, opt_bool(x->cmd, "dropTarget"), emit_body,
                            &w, &err);
@@ -802,6 +970,7 @@ static void h_drop_database(cmd_ctx *x)
     write_ctx w;
     if (!need_primary(x) || !write_ctx_init(x, &w))
         return;
+    x->r->wc_ran = true;
     bson_error_t err;
     bool ok = store_drop_database(x->srv->store, x->db, emit_body, &w, &err);
     bson_t reply = BSON_INITIALIZER;
@@ -810,6 +979,26 @@ static void h_drop_database(cmd_ctx *x)
 }
 
 /* ---- reads ---- */
+
+/* Reads of a view or a time-series collection: mongosim does not run view pipelines (nor unpack buckets), so it
+ * refuses them rather than answer as if the namespace were empty. False after replying. */
+static bool refuse_view_read(cmd_ctx *x, const char *coll)
+{
+    store_ns_kind k = store_ns_kind_of(x->srv->store, x->db, coll);
+    if (k == STORE_NS_VIEW) {
+        reply_error(x->r, 2, "mongosim does not read views: %s.%s is a view (read the collection it is defined on)",
+                    x->db, coll);
+        return false;
+    }
+    if (k == STORE_NS_TIMESERIES) {
+        reply_error(x->r, 2,
+                    "mongosim does not read time-series collections: read %s.system.buckets.%s, which holds one "
+                    "bucket per measurement",
+                    x->db, coll);
+        return false;
+    }
+    return true;
+}
 
 /* Collection filters mongosim supports: {} or {_id: ...} (the store handles the _id operators). */
 static bool check_coll_filter(cmd_ctx *x, const bson_t *filter)
@@ -994,6 +1183,8 @@ static void h_find(cmd_ctx *x)
         reply_oplog_batch(x->srv, x->r, cur, true, batch, single);
         return;
     }
+    if (!refuse_view_read(x, coll))
+        return;
     if (opt_bool(x->cmd, "tailable")) {
         reply_error(x->r, 2, "error processing query: tailable cursor requested on non capped collection");
         return;
@@ -1072,6 +1263,7 @@ static void h_get_more(cmd_ctx *x)
         !x->r->no_reply) {
         sim_conn *c = x->r->conn;
         x->r->parked = true;
+        c->park_kind = SIM_PARK_GETMORE;
         c->park_cursor = id;
         c->park_batch = batch;
         sim_conn_park(c, (double)max_time / 1000.0);
@@ -1082,6 +1274,8 @@ static void h_get_more(cmd_ctx *x)
 
 bool cmd_parked_try(sim_server *srv, sim_conn *c, bool timeout)
 {
+    if (c->park_kind == SIM_PARK_WRITE)
+        return wc_parked_try(srv, c, timeout);
     sim_reply r = {.conn = c, .request_id = c->park_request, .opcode = SIM_OP_MSG};
     sim_cursor *cur = cursor_find(srv, c->park_cursor);
     if (!cur) {
@@ -1104,11 +1298,12 @@ bool cmd_parked_try(sim_server *srv, sim_conn *c, bool timeout)
     return true;
 }
 
-/* Answer every parked getMore now (their cursor was killed, the node stepped down...). */
+/* Answer every parked request now (the node stepped down or rolled back...), or only the getMore on one cursor (it
+ * was killed). */
 static void wake_all_parked(sim_server *srv, int64_t only_cursor)
 {
     for (sim_conn *c = srv->conns; c; c = c->next) {
-        if (!c->parked || (only_cursor != 0 && c->park_cursor != only_cursor))
+        if (!c->parked || (only_cursor != 0 && (c->park_kind != SIM_PARK_GETMORE || c->park_cursor != only_cursor)))
             continue;
         if (cmd_parked_try(srv, c, true))
             sim_conn_unpark(c);
@@ -1186,7 +1381,7 @@ static void h_count(cmd_ctx *x)
         return;
     bson_t query;
     bool present;
-    if (!opt_doc(x->cmd, "query", &query, &present) || !check_coll_filter(x, &query))
+    if (!opt_doc(x->cmd, "query", &query, &present) || !check_coll_filter(x, &query) || !refuse_view_read(x, coll))
         return;
     int64_t n = strcmp(x->db, "local") == 0 && strcmp(coll, "oplog.rs") == 0
                     ? (int64_t)oplog_count(x->srv->oplog)
@@ -1204,7 +1399,7 @@ static void h_aggregate(cmd_ctx *x)
 {
     const char *coll = coll_name(x);
     bson_iter_t stages;
-    if (!coll || !array_field(x, "pipeline", &stages))
+    if (!coll || !array_field(x, "pipeline", &stages) || !refuse_view_read(x, coll))
         return;
     bson_t match = BSON_INITIALIZER, out = BSON_INITIALIZER;
     bool have_out = false, bad = false;
@@ -1351,42 +1546,42 @@ typedef struct {
     bson_t *batch;
     uint32_t n;
     const char *only_name;
+    const char *only_type;
     bool name_only;
-    bool oplog;
 } list_coll_ctx;
 
-static void list_coll_one(void *ctx, const char *name, const uint8_t *uuid)
+/* One listCollections entry: {name, type, options, info: {readOnly, uuid?}, idIndex?}; a view or a time-series
+ * collection has no uuid and no idIndex, nor has a clustered collection an idIndex (commands/list_collections.cpp). */
+static void list_coll_one(void *ctx, const store_ns_info *ns)
 {
     list_coll_ctx *lc = ctx;
-    if (lc->only_name && strcmp(lc->only_name, name) != 0)
+    if ((lc->only_name && strcmp(lc->only_name, ns->name) != 0) ||
+        (lc->only_type && strcmp(lc->only_type, ns->type) != 0))
         return;
     char keybuf[16];
     const char *k;
     bson_uint32_to_string(lc->n++, &k, keybuf, sizeof keybuf);
     bson_t d, sub;
     bson_append_document_begin(lc->batch, k, -1, &d);
-    BSON_APPEND_UTF8(&d, "name", name);
-    BSON_APPEND_UTF8(&d, "type", "collection");
+    BSON_APPEND_UTF8(&d, "name", ns->name);
+    BSON_APPEND_UTF8(&d, "type", ns->type);
     if (!lc->name_only) {
-        BSON_APPEND_DOCUMENT_BEGIN(&d, "options", &sub);
-        if (lc->oplog) {
-            BSON_APPEND_BOOL(&sub, "capped", true);
-            BSON_APPEND_INT64(&sub, "size", 1024LL * 1024 * 1024);
-        }
-        bson_append_document_end(&d, &sub);
+        BSON_APPEND_DOCUMENT(&d, "options", ns->options);
         BSON_APPEND_DOCUMENT_BEGIN(&d, "info", &sub);
-        BSON_APPEND_BOOL(&sub, "readOnly", false);
-        if (uuid)
-            append_uuid(&sub, "uuid", uuid);
+        BSON_APPEND_BOOL(&sub, "readOnly", ns->read_only);
+        if (ns->uuid)
+            append_uuid(&sub, "uuid", ns->uuid);
         bson_append_document_end(&d, &sub);
-        bson_t key;
-        BSON_APPEND_DOCUMENT_BEGIN(&d, "idIndex", &sub);
-        BSON_APPEND_INT32(&sub, "v", 2);
-        BSON_APPEND_DOCUMENT_BEGIN(&sub, "key", &key);
-        BSON_APPEND_INT32(&key, "_id", 1);
-        bson_append_document_end(&sub, &key);
-        BSON_APPEND_UTF8(&sub, "name", "_id_");
-        bson_append_document_end(&d, &sub);
+        if (ns->id_index) {
+            bson_t key;
+            BSON_APPEND_DOCUMENT_BEGIN(&d, "idIndex", &sub);
+            BSON_APPEND_INT32(&sub, "v", 2);
+            BSON_APPEND_DOCUMENT_BEGIN(&sub, "key", &key);
+            BSON_APPEND_INT32(&key, "_id", 1);
+            bson_append_document_end(&sub, &key);
+            BSON_APPEND_UTF8(&sub, "name", "_id_");
+            bson_append_document_end(&d, &sub);
+        }
     }
     bson_append_document_end(lc->batch, &d);
 }
@@ -1406,11 +1601,12 @@ static void h_list_collections(cmd_ctx *x)
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "name") == 0 && BSON_ITER_HOLDS_UTF8(&it))
             lc.only_name = bson_iter_utf8(&it, NULL);
-        else if (!(strcmp(k, "type") == 0 && BSON_ITER_HOLDS_UTF8(&it) &&
-                   strcmp(bson_iter_utf8(&it, NULL), "collection") == 0)) {
+        else if (strcmp(k, "type") == 0 && BSON_ITER_HOLDS_UTF8(&it))
+            lc.only_type = bson_iter_utf8(&it, NULL);
+        else {
             reply_error(x->r, 2,
-                        "mongosim's listCollections supports only filters {name: S} and {type: "
-                        "\"collection\"}");
+                        "mongosim's listCollections supports only filters {name: S} and {type: \"collection\" | "
+                        "\"view\" | \"timeseries\"}");
             return;
         }
     }
@@ -1422,11 +1618,17 @@ static void h_list_collections(cmd_ctx *x)
     BSON_APPEND_UTF8(&cur, "ns", ns);
     BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &batch);
     lc.batch = &batch;
-    lc.oplog = strcmp(x->db, "local") == 0;
-    if (lc.oplog)
-        list_coll_one(&lc, "oplog.rs", x->srv->oplog_uuid);
-    else
-        store_list_collections(x->srv->store, x->db, list_coll_one, &lc);
+    if (strcmp(x->db, "local") == 0) {
+        bson_t opts = BSON_INITIALIZER;
+        BSON_APPEND_BOOL(&opts, "capped", true);
+        BSON_APPEND_INT64(&opts, "size", 1024LL * 1024 * 1024);
+        store_ns_info oplog = {
+            .name = "oplog.rs", .type = "collection", .uuid = x->srv->oplog_uuid, .options = &opts, .id_index = true};
+        list_coll_one(&lc, &oplog);
+        bson_destroy(&opts);
+    } else {
+        store_list_namespaces(x->srv->store, x->db, list_coll_one, &lc);
+    }
     bson_append_array_end(&cur, &batch);
     bson_append_document_end(&reply, &cur);
     reply_ok(x->r, &reply);
@@ -1896,6 +2098,11 @@ static void h_status(cmd_ctx *x)
     BSON_APPEND_TIMESTAMP(&d, "majorityTs", OPLOG_TS_SECS(maj), OPLOG_TS_INC(maj));
     BSON_APPEND_BOOL(&d, "majorityFrozen", srv->maj_frozen);
     BSON_APPEND_INT64(&d, "oplogGetMores", (int64_t)srv->oplog_getmores);
+    int64_t waits = 0;
+    for (sim_conn *c = srv->conns; c; c = c->next)
+        if (c->parked && c->park_kind == SIM_PARK_WRITE)
+            waits++;
+    BSON_APPEND_INT64(&d, "writeConcernWaits", waits);
     reply_ok(x->r, &d);
 }
 
@@ -1994,6 +2201,11 @@ void cmd_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *
                 return;
             COMMANDS[i].fn(&x);
             txn_leave(srv);
+            /* A statement inside a transaction takes no write concern; its commitTransaction does. */
+            bool statement = bson_has_field(cmd, "autocommit") && strcmp(x.name, "commitTransaction") != 0 &&
+                             strcmp(x.name, "abortTransaction") != 0 && strcmp(x.name, "prepareTransaction") != 0;
+            if (r->wc_ran && !statement && !r->parked && !r->no_reply)
+                wc_hold(srv, r, cmd);
             return;
         }
     }

@@ -6,7 +6,9 @@
  * writes replies into `out`, which is flushed as far as the socket takes it. Reading pauses while an awaitData
  * getMore is parked (it waits for oplog entries) or while replies are held back by the delay fault, so replies stay
  * in request order. Parked getMores are woken from an ev_prepare watcher whenever the oplog has grown since the last
- * look: that catches every append (writes, noops, appendOplog, step-up) in one place without polling. Connections
+ * look: that catches every append (writes, noops, appendOplog, step-up) in one place without polling. A write waiting
+ * for writeConcern {w: "majority"} is parked the same way (its reply held in the connection) and is offered the
+ * commit point from the same watcher, which mongosimMajority re-arms. Connections
  * are only freed from top-level callbacks (conn_service), never while a handler further up the stack uses them.
  */
 #include "sim_internal.h"
@@ -297,6 +299,7 @@ static void conn_free(sim_conn *c)
         c->next->prev = c->prev;
     buf_free(&c->in);
     buf_free(&c->out);
+    cmd_parked_write_free(c);
     if (srv->opts.verbose)
         fprintf(stderr, "mongosim: conn %" PRId64 " closed\n", c->id);
     srv->closed_gen++;
@@ -543,6 +546,7 @@ static bool conn_process(sim_conn *c)
         if (r.parked) {
             c->parked = true;
             c->park_request = request_id;
+            c->park_opcode = opcode;
         } else {
             sim_conn_reply_ready(c);
         }

@@ -52,12 +52,19 @@ struct sim_conn {
     ev_io rio, wio;
     sim_buf in, out;
     size_t out_off; /* bytes of out already sent */
-    bool parked;    /* an awaitData getMore waits for new entries */
+    bool parked;    /* a request waits: an awaitData getMore for new entries, or a write for its write concern */
+    int park_kind;  /* SIM_PARK_GETMORE or SIM_PARK_WRITE */
     int32_t park_request;
+    int32_t park_opcode; /* of the parked request: OP_QUERY gets OP_REPLY, OP_MSG gets OP_MSG */
     int64_t park_cursor;
     int64_t park_batch;
-    ev_timer park_timer;
-    bool held; /* replies held back by the delay fault */
+    ev_timer park_timer; /* the getMore's maxTimeMS, or the write's wtimeout */
+    /* SIM_PARK_WRITE: a write with writeConcern {w: "majority"} whose reply waits until the majority commit point
+     * reaches wc_ts (commands.c, "write concern"). */
+    uint64_t wc_ts;
+    bson_t *wc_reply; /* the reply body, held back */
+    bson_t *wc_used;  /* the write concern as errInfo.writeConcern shows it */
+    bool held;        /* replies held back by the delay fault */
     ev_timer delay_timer;
     bool close_after_flush;
     bool dead; /* socket error: close at the next safe point */
@@ -108,7 +115,12 @@ typedef struct {
     bool no_reply;
     size_t start;
     bool parked; /* set by getMore when it parked instead of replying */
+    bool
+        wc_ran; /* set by a write command once it ran (past parsing and the primary check): its write concern applies */
 } sim_reply;
+
+#define SIM_PARK_GETMORE 0
+#define SIM_PARK_WRITE   1
 
 void reply_begin(sim_reply *r);
 void reply_end(sim_reply *r);
@@ -136,8 +148,11 @@ void sim_step_down(sim_server *srv, int64_t ms);
 /* Runs one command (db from OP_QUERY's namespace, or NULL to use the body's $db); the reply (unless parked) is
  * complete in r->conn->out when it returns. */
 void cmd_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *db);
-/* A parked getMore: offer it new entries (timeout false) or give up (timeout true). True when it was answered. */
+/* A parked request: offer a getMore new entries, or a write the majority commit point (timeout false), or give up
+ * (timeout true: a getMore answers an empty batch, a write its wtimeout). True when it was answered. */
 bool cmd_parked_try(sim_server *srv, sim_conn *c, bool timeout);
+/* Frees what a parked write holds (its connection is closing). */
+void cmd_parked_write_free(sim_conn *c);
 /* Fail every parked getMore on oplog cursors with this error (step-down). */
 void cmd_fail_parked(sim_server *srv, int code, const char *msg);
 void cmd_cursors_free(sim_server *srv);

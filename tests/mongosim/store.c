@@ -8,6 +8,8 @@
  *
  * Oplog bodies (op, ns, ui, o[, o2]) follow the real entries under tests/vectors/ (tests/vectors/SOURCES.md):
  *   - create {create, idIndex: {v: 2, key: {_id: 1}, name: "_id_"}} before the first write into a new collection;
+ *     an explicit create carries its options between the two (ddl.c), and a clustered collection has no idIndex;
+ *   - a view or a time-series collection: see "Views and time-series collections" below;
  *   - insert: `o` only — the 7.0-era entries (transcribed_understanding_the_oplog_doc) and the 4.4 dumps carry no
  *     `o2` on inserts; only 8.0 adds it. Upserts that insert are logged as `i`;
  *   - update: o from update.c, o2 {_id}; a no-op update logs nothing;
@@ -23,6 +25,7 @@
  * Every write validates everything before emitting, so a failed write emits nothing.
  */
 #include "store.h"
+#include "ddl.h"
 #include "update.h"
 
 #include <dirent.h>
@@ -51,6 +54,8 @@ typedef struct {
     uint8_t uuid[16];
     tnode *root;
     int64_t count;
+    bson_t *options; /* the create options (ddl.c), as listCollections shows them; NULL when none */
+    bool clustered;  /* clusteredIndex: no _id index */
 } scoll;
 
 typedef struct {
@@ -214,6 +219,8 @@ static void coll_free(scoll *c)
         return;
     tnode_free_all(c->root);
     free(c->name);
+    if (c->options)
+        bson_destroy(c->options);
     free(c);
 }
 
@@ -268,6 +275,8 @@ sim_store *store_clone(const sim_store *store)
             memcpy(c->uuid, fc->uuid, sizeof c->uuid);
             c->root = tnode_clone(fc->root);
             c->count = fc->count;
+            c->options = fc->options ? bson_copy(fc->options) : NULL;
+            c->clustered = fc->clustered;
             d->colls[d->n++] = c;
         }
         s->dbs[s->n++] = d;
@@ -433,17 +442,24 @@ static void emit_cmd(store_emit_fn emit, void *ctx, const char *db, const uint8_
     bson_free(ns);
 }
 
+/* {create, <options>, idIndex}: the options in CollectionOptions::appendBSON order, then the _id index spec unless
+ * the collection is clustered (op_observer_impl.cpp onCreateCollection / MutableOplogEntry::makeCreateCommand: the
+ * idIndex is the full spec the collection was created with, and a clustered collection has none). */
 static void emit_create(store_emit_fn emit, void *ctx, const char *db, const scoll *c)
 {
     bson_t o = BSON_INITIALIZER, idx, key;
     BSON_APPEND_UTF8(&o, "create", c->name);
-    BSON_APPEND_DOCUMENT_BEGIN(&o, "idIndex", &idx);
-    BSON_APPEND_INT32(&idx, "v", 2);
-    BSON_APPEND_DOCUMENT_BEGIN(&idx, "key", &key);
-    BSON_APPEND_INT32(&key, "_id", 1);
-    bson_append_document_end(&idx, &key);
-    BSON_APPEND_UTF8(&idx, "name", "_id_");
-    bson_append_document_end(&o, &idx);
+    if (c->options)
+        bson_concat(&o, c->options);
+    if (!c->clustered) {
+        BSON_APPEND_DOCUMENT_BEGIN(&o, "idIndex", &idx);
+        BSON_APPEND_INT32(&idx, "v", 2);
+        BSON_APPEND_DOCUMENT_BEGIN(&idx, "key", &key);
+        BSON_APPEND_INT32(&key, "_id", 1);
+        bson_append_document_end(&idx, &key);
+        BSON_APPEND_UTF8(&idx, "name", "_id_");
+        bson_append_document_end(&o, &idx);
+    }
     emit_cmd(emit, ctx, db, c->uuid, &o, NULL);
     bson_destroy(&o);
 }
@@ -576,11 +592,125 @@ static bool insert_prepared(sim_store *store, const char *db, const char *coll, 
     return true;
 }
 
+/* ---------------------------------------------------------------------------------------------------------------
+ * Views and time-series collections
+ *
+ * A view is what a server makes of it: the document {_id: "<db>.<name>", viewOn, pipeline} in the collection
+ * <db>.system.views, written as an ordinary insert ('i' on <db>.system.views) after a create of system.views when it
+ * is missing (create_collection.cpp, _createView / _createSystemDotViewsIfNecessary; views/durable_view_catalog.cpp
+ * and catalog/views_for_database.cpp, the insert into system.views). There is no `create` entry for a view: the
+ * server's change streams turn that insert into the view's create event (pipeline/change_stream_event_transform.cpp,
+ * ChangeStreamViewDefinitionEventTransformation), and a secondary creates the view by applying it. A time-series
+ * collection NAME is the buckets collection system.buckets.NAME (with `timeseries` options) plus such a view on it.
+ * ------------------------------------------------------------------------------------------------------------- */
+
+#define SYSTEM_VIEWS   "system.views"
+#define BUCKETS_PREFIX "system.buckets."
+
+/* The node of db.coll's definition in db.system.views, or NULL. */
+static tnode *view_node(const sim_store *s, const char *db, const char *coll)
+{
+    scoll *v = coll_get(s, db, SYSTEM_VIEWS);
+    if (!v || !v->root)
+        return NULL;
+    char *id = bson_strdup_printf("%s.%s", db, coll);
+    bson_t key = BSON_INITIALIZER;
+    bson_iter_t it;
+    BSON_APPEND_UTF8(&key, "_id", id);
+    bson_iter_init_find(&it, &key, "_id");
+    tnode *nd = treap_find(v->root, &it);
+    bson_destroy(&key);
+    bson_free(id);
+    return nd;
+}
+
+/* The buckets collection a view definition reads when it is a time-series collection's, else NULL. */
+static scoll *view_buckets(const sim_store *s, const char *db, const char *coll, const bson_t *def)
+{
+    bson_iter_t it;
+    bson_t ts;
+    if (!bson_iter_init_find(&it, def, "viewOn") || !BSON_ITER_HOLDS_UTF8(&it))
+        return NULL;
+    const char *on = bson_iter_utf8(&it, NULL);
+    if (strncmp(on, BUCKETS_PREFIX, strlen(BUCKETS_PREFIX)) != 0 || strcmp(on + strlen(BUCKETS_PREFIX), coll) != 0)
+        return NULL;
+    scoll *b = coll_get(s, db, on);
+    return b && ddl_timeseries_of(b->options, &ts) ? b : NULL;
+}
+
+store_ns_kind store_ns_kind_of(const sim_store *store, const char *db, const char *coll)
+{
+    if (coll_get(store, db, coll))
+        return STORE_NS_COLLECTION;
+    tnode *v = view_node(store, db, coll);
+    if (!v)
+        return STORE_NS_NONE;
+    return view_buckets(store, db, coll, v->doc) ? STORE_NS_TIMESERIES : STORE_NS_VIEW;
+}
+
+/* Refuses a write on a view (166 CommandNotSupportedOnView, as a server answers for a plain view) or on a
+ * time-series collection other than an insert (mongosim models inserts only). */
+static bool refuse_view_write(const sim_store *s, const char *db, const char *coll, const char *what, bson_error_t *err)
+{
+    tnode *v = coll_get(s, db, coll) ? NULL : view_node(s, db, coll);
+    if (!v)
+        return false;
+    if (view_buckets(s, db, coll, v->doc))
+        bson_set_error(err, 0, 2, "mongosim does not support %s on the time-series collection %s.%s (only inserts)",
+                       what, db, coll);
+    else
+        bson_set_error(err, 0, 166, "Namespace %s.%s is a view, not a collection", db, coll);
+    return true;
+}
+
+/* Inserts the view definition {_id, viewOn, pipeline} into db.system.views (creating that collection first). */
+static bool insert_view(sim_store *s, const char *db, const char *coll, const char *view_on, const bson_t *pipeline,
+                        store_emit_fn emit, void *ctx, bson_error_t *err)
+{
+    bson_t *def = bson_new();
+    char *id = bson_strdup_printf("%s.%s", db, coll);
+    BSON_APPEND_UTF8(def, "_id", id);
+    BSON_APPEND_UTF8(def, "viewOn", view_on);
+    BSON_APPEND_ARRAY(def, "pipeline", pipeline);
+    bson_free(id);
+    return insert_prepared(s, db, SYSTEM_VIEWS, def, emit, ctx, err);
+}
+
+/* A measurement inserted into a time-series collection becomes a bucket of its own in the buckets collection
+ * (ddl.c, ddl_bucket: one bucket per measurement is mongosim's simplification). No _id is added: a server does not
+ * add one to measurements (drivers do, client-side). */
+static bool insert_measurement(sim_store *s, const char *db, scoll *buckets, const bson_t *doc, store_emit_fn emit,
+                               void *ctx, bson_error_t *err)
+{
+    bson_t ts, bucket;
+    if (!bson_validate(doc, BSON_VALIDATE_NONE, NULL)) {
+        bson_set_error(err, 0, 2, "invalid BSON document");
+        return false;
+    }
+    if (!ddl_timeseries_of(buckets->options, &ts) || !ddl_bucket(&ts, doc, &bucket, err))
+        return false;
+    bson_t *d = bson_copy(&bucket);
+    bson_destroy(&bucket);
+    return insert_prepared(s, db, buckets->name, d, emit, ctx, err);
+}
+
 bool store_insert(sim_store *store, const char *db, const char *coll, const bson_t *doc, store_emit_fn emit, void *ctx,
                   bson_error_t *err)
 {
     bson_t *d;
-    if (!check_ns(db, coll, err) || !prepare_doc(doc, &d, err))
+    if (!check_ns(db, coll, err))
+        return false;
+    if (!coll_get(store, db, coll)) {
+        tnode *v = view_node(store, db, coll);
+        if (v) {
+            scoll *b = view_buckets(store, db, coll, v->doc);
+            if (b)
+                return insert_measurement(store, db, b, doc, emit, ctx, err);
+            bson_set_error(err, 0, 166, "Namespace %s.%s is a view, not a collection", db, coll);
+            return false;
+        }
+    }
+    if (!prepare_doc(doc, &d, err))
         return false;
     return insert_prepared(store, db, coll, d, emit, ctx, err);
 }
@@ -623,7 +753,7 @@ bool store_update(sim_store *store, const char *db, const char *coll, const bson
         res = &local;
     memset(res, 0, sizeof *res);
     bson_iter_t id;
-    if (!check_ns(db, coll, err) || !parse_id_query(q, &id, err))
+    if (!check_ns(db, coll, err) || refuse_view_write(store, db, coll, "updates", err) || !parse_id_query(q, &id, err))
         return false;
     scoll *c = coll_get(store, db, coll);
     tnode *nd = c ? treap_find(c->root, &id) : NULL;
@@ -708,7 +838,7 @@ bool store_delete(sim_store *store, const char *db, const char *coll, const bson
     int64_t n = 0;
     if (deleted)
         *deleted = 0;
-    if (!check_ns(db, coll, err))
+    if (!check_ns(db, coll, err) || refuse_view_write(store, db, coll, "deletes", err))
         return false;
     scoll *c = coll_get(store, db, coll);
     if (bson_empty(q)) {
@@ -735,18 +865,76 @@ bool store_delete(sim_store *store, const char *db, const char *coll, const bson
  * DDL
  * ------------------------------------------------------------------------------------------------------------- */
 
+/* Removes db.coll's view definition ('d' on db.system.views, o {_id}). */
+static void delete_view(sim_store *s, const char *db, const char *coll, store_emit_fn emit, void *ctx)
+{
+    scoll *v = coll_get(s, db, SYSTEM_VIEWS);
+    tnode *nd = view_node(s, db, coll);
+    if (v && nd)
+        delete_node(s, db, v, nd, emit, ctx);
+}
+
 bool store_create(sim_store *store, const char *db, const char *coll, store_emit_fn emit, void *ctx, bson_error_t *err)
+{
+    return store_create_cmd(store, db, coll, NULL, emit, ctx, err);
+}
+
+bool store_create_cmd(sim_store *store, const char *db, const char *coll, const bson_t *cmd, store_emit_fn emit,
+                      void *ctx, bson_error_t *err)
 {
     if (!check_ns(db, coll, err))
         return false;
-    if (coll_get(store, db, coll)) {
-        bson_set_error(err, 0, 48, "Collection %s.%s already exists.", db, coll);
-        return false;
+    ddl_create d;
+    bson_t empty = BSON_INITIALIZER;
+    if (!cmd) {
+        BSON_APPEND_UTF8(&empty, "create", coll);
+        cmd = &empty;
     }
-    scoll *c = coll_new(coll);
-    catalog_add(store, db, c);
-    emit_create(emit, ctx, db, c);
-    return true;
+    bool parsed = ddl_parse_create(cmd, db, coll, &d, err);
+    bson_destroy(&empty);
+    if (!parsed)
+        return false;
+    bool ok = false;
+    if (coll_get(store, db, coll) || view_node(store, db, coll)) {
+        bson_set_error(err, 0, 48, "Collection %s.%s already exists.", db, coll);
+        goto out;
+    }
+    if (d.kind == DDL_TIMESERIES && coll_get(store, db, d.view_on)) {
+        bson_set_error(err, 0, 48, "Bucket Collection already exists. NS: %s.%s", db, d.view_on);
+        goto out;
+    }
+    if (d.kind == DDL_TIMESERIES && !check_ns(db, d.view_on, err))
+        goto out;
+    if (d.kind == DDL_COLLECTION) {
+        scoll *c = coll_new(coll);
+        if (!bson_empty(&d.options))
+            c->options = bson_copy(&d.options);
+        c->clustered = d.clustered;
+        catalog_add(store, db, c);
+        emit_create(emit, ctx, db, c);
+        ok = true;
+    } else if (d.kind == DDL_VIEW) {
+        ok = insert_view(store, db, coll, d.view_on, &d.pipeline, emit, ctx, err);
+    } else {
+        /* _createTimeseries: the buckets collection, its default index (with a metaField), then the view. */
+        scoll *b = coll_new(d.view_on);
+        b->options = bson_copy(&d.options);
+        b->clustered = true;
+        catalog_add(store, db, b);
+        emit_create(emit, ctx, db, b);
+        if (d.has_index) {
+            /* {createIndexes: coll, v, key, name} (op_observer_impl.cpp, onCreateIndex). */
+            bson_t o = BSON_INITIALIZER;
+            BSON_APPEND_UTF8(&o, "createIndexes", b->name);
+            bson_concat(&o, &d.index);
+            emit_cmd(emit, ctx, db, b->uuid, &o, NULL);
+            bson_destroy(&o);
+        }
+        ok = insert_view(store, db, coll, d.view_on, &d.pipeline, emit, ctx, err);
+    }
+out:
+    ddl_create_clear(&d);
+    return ok;
 }
 
 bool store_drop(sim_store *store, const char *db, const char *coll, bool *existed, store_emit_fn emit, void *ctx,
@@ -756,6 +944,28 @@ bool store_drop(sim_store *store, const char *db, const char *coll, bool *existe
         *existed = false;
     if (!check_ns(db, coll, err))
         return false;
+    /* A view's drop deletes its definition; a time-series collection's (by its name or its buckets collection's)
+     * deletes the view, then drops the buckets collection (drop_collection.cpp, _dropView then
+     * dropCollectionEvenIfSystem). */
+    const char *view = coll;
+    size_t plen = strlen(BUCKETS_PREFIX);
+    if (strncmp(coll, BUCKETS_PREFIX, plen) == 0 && view_node(store, db, coll + plen))
+        view = coll + plen;
+    tnode *vn = view == coll && coll_get(store, db, coll) ? NULL : view_node(store, db, view);
+    if (vn) {
+        scoll *b = view_buckets(store, db, view, vn->doc);
+        if (b || view == coll) {
+            delete_view(store, db, view, emit, ctx);
+            if (existed)
+                *existed = true;
+            if (!b)
+                return true;
+            scoll *bc = catalog_remove(store, db, b->name);
+            emit_drop(emit, ctx, db, bc);
+            coll_free(bc);
+            return true;
+        }
+    }
     scoll *c = catalog_remove(store, db, coll);
     if (!c)
         return true;
@@ -797,7 +1007,15 @@ bool store_rename(sim_store *store, const char *from_db, const char *from_coll, 
     if (!check_ns(from_db, from_coll, err) || !check_ns(to_db, to_coll, err))
         return false;
     if (!coll_get(store, from_db, from_coll)) {
-        bson_set_error(err, 0, 26, "Source collection %s.%s does not exist", from_db, from_coll);
+        /* rename_collection.cpp: a view cannot be renamed (nor, then, a time-series collection). */
+        if (view_node(store, from_db, from_coll))
+            bson_set_error(err, 0, 166, "cannot rename view: %s.%s", from_db, from_coll);
+        else
+            bson_set_error(err, 0, 26, "Source collection %s.%s does not exist", from_db, from_coll);
+        return false;
+    }
+    if (view_node(store, to_db, to_coll)) {
+        bson_set_error(err, 0, 48, "a view already exists with that name: %s.%s", to_db, to_coll);
         return false;
     }
     if (strcmp(from_db, to_db) == 0 && strcmp(from_coll, to_coll) == 0) {
@@ -833,6 +1051,8 @@ bool store_rename(sim_store *store, const char *from_db, const char *from_coll, 
             snprintf(tmpname, sizeof tmpname, "tmp%s.renameCollection", r);
         } while (coll_get(store, to_db, tmpname));
         scoll *tmp = coll_new(tmpname);
+        tmp->options = src->options ? bson_copy(src->options) : NULL; /* the temporary collection takes its options */
+        tmp->clustered = src->clustered;
         emit_create(emit, ctx, to_db, tmp);
         emit_inserts(src->root, to_db, tmp, emit, ctx);
         char *tmp_ns = bson_strdup_printf("%s.%s", to_db, tmpname);
@@ -1049,6 +1269,93 @@ void store_list_collections(const sim_store *store, const char *db, store_name_f
         fn(ctx, d->colls[i]->name, d->colls[i]->uuid);
 }
 
+typedef struct {
+    store_ns_info info;
+    bson_t *options; /* on the heap: a bson_t must not move (libbson keeps pointers into it) */
+} ns_entry;
+
+typedef struct {
+    ns_entry *v;
+    size_t n, cap;
+} ns_list;
+
+static ns_entry *ns_push(ns_list *l)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 16;
+        l->v = bson_realloc(l->v, l->cap * sizeof *l->v);
+    }
+    ns_entry *e = &l->v[l->n++];
+    memset(e, 0, sizeof *e);
+    return e;
+}
+
+/* The views of db (in db.system.views) as listCollections shows them (commands/list_collections.cpp): a view
+ * {type: "view", options: {viewOn, pipeline}, info: {readOnly: true}}; a time-series collection {type: "timeseries",
+ * options: {timeseries[, expireAfterSeconds]} from its buckets collection, info: {readOnly: false}}. */
+static void list_views(const sim_store *s, const char *db, const tnode *t, ns_list *l)
+{
+    size_t plen = strlen(db) + 1;
+    while (t) {
+        list_views(s, db, t->l, l);
+        bson_iter_t it, f;
+        const char *id =
+            bson_iter_init_find(&it, t->doc, "_id") && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
+        if (id && strncmp(id, db, plen - 1) == 0 && id[plen - 1] == '.') {
+            ns_entry *e = ns_push(l);
+            e->info.name = id + plen;
+            e->options = bson_new();
+            scoll *b = view_buckets(s, db, e->info.name, t->doc);
+            if (b) {
+                e->info.type = "timeseries";
+                if (bson_iter_init_find(&f, b->options, "timeseries"))
+                    bson_append_iter(e->options, NULL, 0, &f);
+                if (bson_iter_init_find(&f, b->options, "expireAfterSeconds"))
+                    bson_append_iter(e->options, NULL, 0, &f);
+            } else {
+                e->info.type = "view";
+                e->info.read_only = true;
+                if (bson_iter_init_find(&f, t->doc, "viewOn"))
+                    bson_append_iter(e->options, NULL, 0, &f);
+                if (bson_iter_init_find(&f, t->doc, "pipeline"))
+                    bson_append_iter(e->options, NULL, 0, &f);
+            }
+        }
+        t = t->r;
+    }
+}
+
+static int cmp_ns(const void *a, const void *b)
+{
+    return strcmp(((const ns_entry *)a)->info.name, ((const ns_entry *)b)->info.name);
+}
+
+void store_list_namespaces(const sim_store *store, const char *db, store_ns_fn fn, void *ctx)
+{
+    sdb *d = db_get(store, db, NULL);
+    ns_list l = {0};
+    for (size_t i = 0; d && i < d->n; i++) {
+        const scoll *c = d->colls[i];
+        ns_entry *e = ns_push(&l);
+        e->info.name = c->name;
+        e->info.type = "collection";
+        e->info.uuid = c->uuid;
+        e->info.id_index = !c->clustered;
+        e->options = c->options ? bson_copy(c->options) : bson_new();
+    }
+    scoll *views = coll_get(store, db, SYSTEM_VIEWS);
+    if (views)
+        list_views(store, db, views->root, &l);
+    qsort(l.v, l.n, sizeof *l.v, cmp_ns);
+    for (size_t i = 0; i < l.n; i++) {
+        l.v[i].info.options = l.v[i].options;
+        fn(ctx, &l.v[i].info);
+    }
+    for (size_t i = 0; i < l.n; i++)
+        bson_destroy(l.v[i].options);
+    bson_free(l.v);
+}
+
 /* ---------------------------------------------------------------------------------------------------------------
  * mongodump layout
  * ------------------------------------------------------------------------------------------------------------- */
@@ -1133,6 +1440,51 @@ fail:
     return false;
 }
 
+/* DIR/<db>/<coll>.metadata.json, when present: the collection's options (mongodump writes them there). */
+static bool load_metadata(sim_store *store, const char *dbdir, const char *db, const char *coll, bson_error_t *err)
+{
+    char *path = bson_strdup_printf("%s/%s.metadata.json", dbdir, coll);
+    FILE *fp = fopen(path, "rb");
+    bool ok = true;
+    if (fp) {
+        char *text = NULL;
+        size_t len = 0, cap = 0;
+        int ch;
+        while ((ch = fgetc(fp)) != EOF) {
+            if (len + 1 >= cap) {
+                cap = cap ? cap * 2 : 4096;
+                text = bson_realloc(text, cap);
+            }
+            text[len++] = (char)ch;
+        }
+        fclose(fp);
+        bson_error_t je;
+        bson_t *meta = text ? bson_new_from_json((const uint8_t *)text, (ssize_t)len, &je) : NULL;
+        bson_iter_t it;
+        bson_t opts;
+        scoll *c = coll_get(store, db, coll);
+        if (!meta) {
+            bson_set_error(err, 0, 2, "%s: %s", path, text ? je.message : "empty file");
+            ok = false;
+        } else if (c && bson_iter_init_find(&it, meta, "options") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            uint32_t olen;
+            const uint8_t *odata;
+            bson_iter_document(&it, &olen, &odata);
+            if (bson_init_static(&opts, odata, olen) && !bson_empty(&opts)) {
+                if (c->options)
+                    bson_destroy(c->options);
+                c->options = bson_copy(&opts);
+                c->clustered = bson_iter_init_find(&it, &opts, "clusteredIndex") && bson_iter_as_bool(&it);
+            }
+        }
+        if (meta)
+            bson_destroy(meta);
+        bson_free(text);
+    }
+    bson_free(path);
+    return ok;
+}
+
 bool store_load_dir(sim_store *store, const char *dir, bson_error_t *err)
 {
     DIR *top = opendir(dir);
@@ -1155,7 +1507,7 @@ bool store_load_dir(sim_store *store, const char *dir, bson_error_t *err)
                 continue;
             char *coll = bson_strndup(fe->d_name, l - 5);
             char *path = bson_strdup_printf("%s/%s", dbdir, fe->d_name);
-            ok = load_file(store, path, de->d_name, coll, err);
+            ok = load_file(store, path, de->d_name, coll, err) && load_metadata(store, dbdir, de->d_name, coll, err);
             bson_free(coll);
             bson_free(path);
         }
@@ -1177,6 +1529,24 @@ static bool save_tree(FILE *fp, const tnode *t)
         t = t->r;
     }
     return true;
+}
+
+static bool save_metadata(const char *dbdir, const scoll *c, bson_error_t *err)
+{
+    char *path = bson_strdup_printf("%s/%s.metadata.json", dbdir, c->name);
+    bson_t meta = BSON_INITIALIZER;
+    BSON_APPEND_DOCUMENT(&meta, "options", c->options);
+    char *json = bson_as_canonical_extended_json(&meta, NULL);
+    FILE *fp = fopen(path, "wb");
+    bool ok = fp && json && fputs(json, fp) >= 0;
+    if (fp && fclose(fp) != 0)
+        ok = false;
+    if (!ok)
+        bson_set_error(err, 0, 1, "%s: %s", path, strerror(errno));
+    bson_free(json);
+    bson_destroy(&meta);
+    bson_free(path);
+    return ok;
 }
 
 bool store_save_dir(const sim_store *store, const char *dir, bson_error_t *err)
@@ -1206,6 +1576,10 @@ bool store_save_dir(const sim_store *store, const char *dir, bson_error_t *err)
                 return false;
             }
             bson_free(path);
+            if (d->colls[j]->options && !save_metadata(dbdir, d->colls[j], err)) {
+                bson_free(dbdir);
+                return false;
+            }
         }
         bson_free(dbdir);
     }
@@ -1265,8 +1639,16 @@ const char *store_code_name(int code)
         return "WriteConflict";
     case 125:
         return "CommandFailed";
+    case 64:
+        return "WriteConcernFailed"; /* 7.0; renamed WriteConcernTimeout in 8.1 (see commands.c, write concern) */
     case 136:
         return "CappedPositionLost";
+    case 166:
+        return "CommandNotSupportedOnView";
+    case 189:
+        return "PrimarySteppedDown";
+    case 197:
+        return "InvalidIndexSpecificationOption";
     case 251:
         return "NoSuchTransaction";
     case 256:
@@ -1291,6 +1673,20 @@ const char *store_code_name(int code)
         return "NotPrimaryOrSecondary";
     case 17419:
         return "Location17419";
+    case 40414:
+        return "Location40414";
+    case 40415:
+        return "Location40415";
+    case 51024:
+        return "Location51024";
+    case 5979700:
+        return "Location5979700";
+    case 5979702:
+        return "Location5979702";
+    case 5979703:
+        return "Location5979703";
+    case 5979704:
+        return "Location5979704";
     default:
         return "UnknownError";
     }

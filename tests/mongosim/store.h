@@ -66,6 +66,24 @@ bool store_delete(sim_store *store, const char *db, const char *coll, const bson
 /* DDL. create fails with 48 if the collection exists; drop of a missing collection succeeds and emits nothing (as
  * a real server answers ns not found but writes nothing — the wire layer decides the reply from *existed). */
 bool store_create(sim_store *store, const char *db, const char *coll, store_emit_fn emit, void *ctx, bson_error_t *err);
+/* The same with the create command's options (cmd is the whole command, {create: coll, ...}; NULL for none),
+ * validated and logged as a 7.0 server does (ddl.c): capped/size/max, validator/validationLevel/validationAction,
+ * clusteredIndex, expireAfterSeconds go into the create entry; viewOn/pipeline make a view (an insert into
+ * db.system.views, created first when missing); timeseries makes a time-series collection (a create of
+ * db.system.buckets.coll, its default index when there is a metaField, then the view). */
+bool store_create_cmd(sim_store *store, const char *db, const char *coll, const bson_t *cmd, store_emit_fn emit,
+                      void *ctx, bson_error_t *err);
+
+/* What a name is. Views and time-series collections are definitions in db.system.views: store_insert into a
+ * time-series collection writes a bucket into db.system.buckets.coll (one per measurement); other writes on views
+ * fail (166 for a view, 2 BadValue for a time-series collection); store_find on a view finds nothing. */
+typedef enum {
+    STORE_NS_NONE,
+    STORE_NS_COLLECTION,
+    STORE_NS_VIEW,
+    STORE_NS_TIMESERIES,
+} store_ns_kind;
+store_ns_kind store_ns_kind_of(const sim_store *store, const char *db, const char *coll);
 bool store_drop(sim_store *store, const char *db, const char *coll, bool *existed, store_emit_fn emit, void *ctx,
                 bson_error_t *err);
 bool store_rename(sim_store *store, const char *from_db, const char *from_coll, const char *to_db, const char *to_coll,
@@ -93,9 +111,21 @@ bool store_filter_supported(const bson_t *filter, bson_error_t *err);
 typedef void (*store_name_fn)(void *ctx, const char *name, const uint8_t *uuid);
 void store_list_databases(const sim_store *store, store_name_fn fn, void *ctx);
 void store_list_collections(const sim_store *store, const char *db, store_name_fn fn, void *ctx);
+/* Every namespace of db (collections, views, time-series collections) as listCollections describes it, by name. */
+typedef struct {
+    const char *name;
+    const char *type;      /* "collection", "view" or "timeseries" */
+    const uint8_t *uuid;   /* 16 bytes; NULL for views and time-series collections */
+    const bson_t *options; /* never NULL */
+    bool id_index;         /* the collection has an _id index (not clustered, not a view) */
+    bool read_only;        /* info.readOnly: true for views */
+} store_ns_info;
+typedef void (*store_ns_fn)(void *ctx, const store_ns_info *ns);
+void store_list_namespaces(const sim_store *store, const char *db, store_ns_fn fn, void *ctx);
 
-/* Loading and saving in mongodump's layout: DIR/<db>/<coll>.bson, concatenated BSON documents. load adds the
- * collections found (emitting nothing: they are initial data, not writes); save writes every collection. */
+/* Loading and saving in mongodump's layout: DIR/<db>/<coll>.bson, concatenated BSON documents, and, for a collection
+ * with options, DIR/<db>/<coll>.metadata.json {"options": {...}} (Extended JSON, as mongodump writes it). load adds
+ * the collections found (emitting nothing: they are initial data, not writes); save writes every collection. */
 bool store_load_dir(sim_store *store, const char *dir, bson_error_t *err);
 bool store_save_dir(const sim_store *store, const char *dir, bson_error_t *err);
 

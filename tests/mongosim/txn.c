@@ -727,6 +727,7 @@ void txn_cmd_commit(sim_server *srv, sim_reply *r, const bson_t *cmd)
     bool started;
     if (!need_primary(srv, r))
         return;
+    r->wc_ran = true; /* the command's write concern applies, even to its error (commands.c, write concern) */
     sim_txn *t = txn_lookup(srv, r, cmd, false, &started);
     if (!t)
         return;
@@ -790,6 +791,7 @@ void txn_cmd_abort(sim_server *srv, sim_reply *r, const bson_t *cmd)
     bool started;
     if (!need_primary(srv, r))
         return;
+    r->wc_ran = true; /* the command's write concern applies, even to its error (commands.c, write concern) */
     sim_txn *t = txn_lookup(srv, r, cmd, false, &started);
     if (!t)
         return;
@@ -821,6 +823,7 @@ void txn_cmd_prepare(sim_server *srv, sim_reply *r, const bson_t *cmd)
     bool started;
     if (!need_primary(srv, r))
         return;
+    r->wc_ran = true; /* the command's write concern applies, even to its error (commands.c, write concern) */
     sim_txn *t = txn_lookup(srv, r, cmd, false, &started);
     if (!t)
         return;

@@ -208,6 +208,90 @@ START_TEST(test_conflict_writes_only_its_namespace)
 }
 END_TEST
 
+/* Feed one op carrying a key text (as the reader renders it, op.id_key). */
+static void feed_key(op_kind kind, const char *coll, const char *key)
+{
+    op_entry e;
+    op_pos pos = {.secs = 1, .inc = ++next_inc, .term = 1};
+    op_entry_init(&e);
+    ck_assert(op_entry_alloc(&e, &pos, 1));
+    fill(&e.ops[0], kind, "shop", coll);
+    if (key != NULL) {
+        e.ops[0].id_key = strdup(key);
+        e.ops[0].id_key_len = (uint32_t)strlen(key);
+    }
+    ck_assert_int_eq(batcher_add(B, &e, 0), APPLY_OK);
+    op_entry_clear(&e);
+}
+
+/* An update or delete of a key the run does not hold goes ahead of the run; one of a key it holds writes it first. */
+START_TEST(test_other_keys_commute_with_the_run)
+{
+    feed_key(OP_INSERT, "a", "1");
+    feed_key(OP_INSERT, "a", "2");
+    feed_key(OP_UPDATE, "a", "900"); /* an older document: the run stays */
+    feed_key(OP_DELETE, "a", "901");
+    feed_key(OP_INSERT, "a", "3");
+    expect_log("update shop.a; delete shop.a; ");
+    feed_key(OP_UPDATE, "a", "2"); /* a row of the run: the run first */
+    expect_log("update shop.a; delete shop.a; copy shop.a 3 @1:5; update shop.a; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_CONFLICT], 1);
+    ck_assert_uint_eq(batcher_get_stats(B)->commuted, 2);
+    /* the written run's keys are forgotten: 1 is no longer pending */
+    feed_key(OP_INSERT, "a", "4");
+    feed_key(OP_DELETE, "a", "1");
+    expect_log("update shop.a; delete shop.a; copy shop.a 3 @1:5; update shop.a; delete shop.a; ");
+    feed_key(OP_DELETE, "a", "4");
+    expect_log("update shop.a; delete shop.a; copy shop.a 3 @1:5; update shop.a; delete shop.a; copy shop.a 1 @1:7; "
+               "delete shop.a; ");
+    /* key texts that differ only in type stay apart ("1" the string vs 1 the number) */
+    feed_key(OP_INSERT, "a", "\"1\"");
+    feed_key(OP_UPDATE, "a", "1");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_CONFLICT], 2);
+    /* a row without key text makes the run conflict with everything after it */
+    feed_key(OP_INSERT, "b", NULL);
+    feed_key(OP_UPDATE, "b", "77");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_CONFLICT], 3);
+    /* and an op without key text conflicts with any run */
+    feed_key(OP_INSERT, "c", "5");
+    feed_key(OP_UPDATE, "c", NULL);
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_CONFLICT], 4);
+    /* many keys: the set grows and still finds each one */
+    for (int i = 0; i < 900; i++) { /* the group commits at 1000 ops */
+        char k[16];
+        snprintf(k, sizeof k, "%d", 10000 + i);
+        feed_key(OP_INSERT, "d", k);
+    }
+    feed_key(OP_UPDATE, "d", "9999");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_CONFLICT], 4);
+    feed_key(OP_UPDATE, "d", "10321");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_CONFLICT], 5);
+}
+END_TEST
+
+/* Thousands of namespaces: each run is found again (the index), and each conflicts only with its own. */
+START_TEST(test_many_namespaces)
+{
+    teardown();
+    setup_with(100000, 200, false);
+    char name[32];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(name, sizeof name, "t%d", i);
+        ck_assert_int_eq(feed(OP_INSERT, "shop", name, 0), APPLY_OK);
+        ck_assert_int_eq(feed(OP_INSERT, "shop", name, 0), APPLY_OK);
+    }
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_CONFLICT], 0);
+    for (int i = 2999; i >= 0; i -= 7) {
+        snprintf(name, sizeof name, "t%d", i);
+        ck_assert_int_eq(feed(OP_DELETE, "shop", name, 0), APPLY_OK);
+    }
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_CONFLICT], 429);
+    ck_assert_ptr_nonnull(strstr(R.log, "copy shop.t2999 2 @1:6000; delete shop.t2999; copy shop.t2992 2 @1:5986; "));
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
+    ck_assert_uint_eq(batcher_get_stats(B)->committed_ops[OP_INSERT], 6000);
+}
+END_TEST
+
 START_TEST(test_ddl_writes_every_run_first)
 {
     feed(OP_INSERT, "shop", "a", 0);
@@ -496,6 +580,8 @@ Suite *batcher_suite(void)
     tcase_add_test(tc, test_size_counts_rendered_bytes);
     tcase_add_test(tc, test_out_of_memory_is_not_data);
     tcase_add_test(tc, test_parts_never_commit_between);
+    tcase_add_test(tc, test_other_keys_commute_with_the_run);
+    tcase_add_test(tc, test_many_namespaces);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1011,6 +1011,131 @@ END_TEST
 
 /* Decoded ops own their memory: the raw entry can be overwritten and freed (ASan/valgrind would catch a leak
  * of pointers into it). */
+/* Views and time-series collections get no table, and one notice naming them (op.notice, the namespace kept); the
+ * global-index bookkeeping of 7.0+ and newer shard-catalog commands are noops. */
+START_TEST(test_views_timeseries_and_newer_entries)
+{
+#define TS "\"ts\": {\"$timestamp\": {\"t\": 51, \"i\": 1}}, "
+    const char *why = NULL;
+    op_entry e;
+    char err[256];
+    /* 5.0 to 7.x: the buckets collection (a system collection, silent), then the view on it */
+    ck_assert_int_eq(decode_json("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"create\": "
+                                 "\"system.buckets.weather\", \"validator\": {}, \"clusteredIndex\": true, "
+                                 "\"timeseries\": {\"timeField\": \"t\", \"granularity\": \"seconds\", "
+                                 "\"bucketMaxSpanSeconds\": 3600}}}",
+                                 0, &e, err, sizeof err),
+                     DECODE_OK);
+    ck_assert_int_eq(e.ops[0].kind, OP_NOOP);
+    ck_assert(!e.ops[0].notice);
+    ck_assert_str_eq(e.ops[0].reason, "system collection");
+    op_entry_clear(&e);
+    ck_assert_int_eq(decode_json("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"create\": \"weather\", "
+                                 "\"viewOn\": \"system.buckets.weather\", \"pipeline\": []}}",
+                                 0, &e, err, sizeof err),
+                     DECODE_OK);
+    ck_assert_int_eq(e.ops[0].kind, OP_NOOP);
+    ck_assert(e.ops[0].notice);
+    ck_assert_str_eq(e.ops[0].db, "m");
+    ck_assert_str_eq(e.ops[0].coll, "weather");
+    ck_assert_ptr_nonnull(strstr(e.ops[0].reason, "time-series"));
+    op_entry_clear(&e);
+    /* what a server writes for a view: an insert into DB.system.views (and for a time-series view, its buckets) */
+    ck_assert_int_eq(decode_json("{" TS "\"op\": \"i\", \"ns\": \"m.system.views\", \"o\": {\"_id\": "
+                                 "\"m.weather\", \"viewOn\": \"system.buckets.weather\", \"pipeline\": "
+                                 "[{\"$_internalUnpackBucket\": {\"timeField\": \"t\", \"bucketMaxSpanSeconds\": "
+                                 "3600}}]}}",
+                                 0, &e, err, sizeof err),
+                     DECODE_OK);
+    ck_assert_int_eq(e.ops[0].kind, OP_NOOP);
+    ck_assert(e.ops[0].notice);
+    ck_assert_str_eq(e.ops[0].db, "m");
+    ck_assert_str_eq(e.ops[0].coll, "weather");
+    ck_assert_ptr_nonnull(strstr(e.ops[0].reason, "time-series"));
+    op_entry_clear(&e);
+    ck_assert_int_eq(decode_json("{" TS "\"op\": \"i\", \"ns\": \"m.system.views\", \"o\": {\"_id\": "
+                                 "\"m.big.orders\", \"viewOn\": \"orders\", \"pipeline\": []}}",
+                                 0, &e, err, sizeof err),
+                     DECODE_OK);
+    ck_assert(e.ops[0].notice);
+    ck_assert_str_eq(e.ops[0].coll, "big.orders");
+    ck_assert_ptr_nonnull(strstr(e.ops[0].reason, "a view"));
+    op_entry_clear(&e);
+    /* a view document of another database, or an update of one: a silent noop */
+    ck_assert_int_eq(decode_json("{" TS "\"op\": \"i\", \"ns\": \"m.system.views\", \"o\": {\"_id\": "
+                                 "\"other.v\", \"viewOn\": \"orders\", \"pipeline\": []}}",
+                                 0, &e, err, sizeof err),
+                     DECODE_OK);
+    ck_assert(!e.ops[0].notice);
+    ck_assert_int_eq(e.ops[0].kind, OP_NOOP);
+    op_entry_clear(&e);
+    ck_assert_int_eq(one_kind("{" TS "\"op\": \"u\", \"ns\": \"m.system.views\", \"o\": {\"$v\": 2, "
+                              "\"diff\": {\"u\": {\"pipeline\": []}}}, \"o2\": {\"_id\": \"m.v\"}}",
+                              NULL),
+                     OP_NOOP);
+    /* a server with viewless time-series collections: one create with the options */
+    ck_assert_int_eq(decode_json("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"create\": \"w2\", "
+                                 "\"timeseries\": {\"timeField\": \"t\"}}}",
+                                 0, &e, err, sizeof err),
+                     DECODE_OK);
+    ck_assert_int_eq(e.ops[0].kind, OP_NOOP);
+    ck_assert(e.ops[0].notice);
+    ck_assert_ptr_nonnull(strstr(e.ops[0].reason, "time-series"));
+    op_entry_clear(&e);
+    /* a plain view */
+    ck_assert_int_eq(decode_json("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"create\": \"v\", "
+                                 "\"viewOn\": \"orders\", \"pipeline\": [{\"$match\": {\"x\": 1}}]}}",
+                                 0, &e, err, sizeof err),
+                     DECODE_OK);
+    ck_assert_int_eq(e.ops[0].kind, OP_NOOP);
+    ck_assert(e.ops[0].notice);
+    ck_assert_str_eq(e.ops[0].coll, "v");
+    ck_assert_ptr_nonnull(strstr(e.ops[0].reason, "a view"));
+    op_entry_clear(&e);
+    /* capped, clustered and validated collections are collections: a table each */
+    ck_assert_int_eq(one_kind("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"create\": \"c1\", "
+                              "\"capped\": true, \"size\": 4096, \"max\": 10}}",
+                              NULL),
+                     OP_CREATE);
+    ck_assert_int_eq(one_kind("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"create\": \"c2\", "
+                              "\"clusteredIndex\": {\"key\": {\"_id\": 1}, \"unique\": true, \"v\": 2}}}",
+                              NULL),
+                     OP_CREATE);
+    ck_assert_int_eq(one_kind("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"create\": \"c3\", "
+                              "\"validator\": {\"$jsonSchema\": {\"required\": [\"a\"]}}, "
+                              "\"validationLevel\": \"strict\"}}",
+                              NULL),
+                     OP_CREATE);
+    /* global index keys and commands (7.0, feature flag), newer shard-catalog bookkeeping */
+    ck_assert_int_eq(one_kind("{" TS "\"op\": \"xi\", \"ns\": \"m.$cmd\", \"o\": {\"key\": {\"a\": 1}, "
+                              "\"docKey\": {\"_id\": 1}}}",
+                              &why),
+                     OP_NOOP);
+    ck_assert_str_eq(why, "global index key");
+    ck_assert_int_eq(one_kind("{" TS "\"op\": \"xd\", \"ns\": \"m.$cmd\", \"o\": {\"key\": {\"a\": 1}, "
+                              "\"docKey\": {\"_id\": 1}}}",
+                              NULL),
+                     OP_NOOP);
+    ck_assert_int_eq(one_kind("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"createGlobalIndex\": "
+                              "\"g\"}}",
+                              NULL),
+                     OP_NOOP);
+    ck_assert_int_eq(one_kind("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"dropGlobalIndex\": "
+                              "\"g\"}}",
+                              NULL),
+                     OP_NOOP);
+    ck_assert_int_eq(one_kind("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"setAllowChunkOperations\": "
+                              "\"c\", \"allowChunkOperations\": false}}",
+                              NULL),
+                     OP_NOOP);
+    /* any other op code or command is still refused: the stream stops before what it cannot apply */
+    expect_fail("{" TS "\"op\": \"xu\", \"ns\": \"m.$cmd\", \"o\": {}}", DECODE_UNSUPPORTED, "xu", NULL);
+    expect_fail("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"somethingNew\": \"c\"}}",
+                DECODE_UNSUPPORTED, "somethingNew", NULL);
+#undef TS
+}
+END_TEST
+
 START_TEST(test_no_pointers_into_entry)
 {
     bson_t *b = from_json("{\"ts\": {\"$timestamp\": {\"t\": 1, \"i\": 1}}, \"op\": \"i\", \"ns\": \"shop.orders\", "
@@ -1055,6 +1180,7 @@ Suite *decode_suite(void)
     tcase_add_test(tc, test_diff_must_reject_decode);
     tcase_add_test(tc, test_bad_entries);
     tcase_add_test(tc, test_kinds_and_skips);
+    tcase_add_test(tc, test_views_timeseries_and_newer_entries);
     tcase_add_test(tc, test_no_pointers_into_entry);
     suite_add_tcase(s, tc);
     return s;

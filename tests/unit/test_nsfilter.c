@@ -190,6 +190,98 @@ START_TEST(test_internal_namespaces)
 }
 END_TEST
 
+/* The temporary collection of a rename across databases is replicated wherever its database may be. */
+START_TEST(test_rename_temp_collection)
+{
+    const char *inc[] = {"dst.target", "src.*", NULL};
+    const char *exc[] = {"gone.*", NULL};
+    nsfilter *f = make(inc, exc);
+    ck_assert(nsfilter_match(f, "dst", "tmpAb3xZ.renameCollection"));
+    ck_assert(!nsfilter_match(f, "dst", "other"));
+    ck_assert(!nsfilter_match(f, "elsewhere", "tmpAb3xZ.renameCollection")); /* no pattern names that database */
+    ck_assert(!nsfilter_match(f, "gone", "tmpAb3xZ.renameCollection"));      /* excluded as a whole */
+    ck_assert(!nsfilter_match(f, "dst", "tmpAb3x.renameCollection"));        /* four characters: not the model */
+    ck_assert(!nsfilter_match(f, "dst", "tmpAb3xZ.renameCollections"));
+    ck_assert(nsfilter_match_ns(f, "dst.tmp00000.renameCollection"));
+    nsfilter_free(f);
+}
+END_TEST
+
+static void one_op(op_entry *e, op_kind kind, const char *db, const char *coll, const char *to_db, const char *to_coll)
+{
+    op_pos pos = {7, 1, 1};
+    ck_assert(op_entry_alloc(e, &pos, 1));
+    e->ops[0].kind = kind;
+    e->ops[0].db = db;
+    e->ops[0].coll = coll;
+    e->ops[0].to_db = to_db;
+    e->ops[0].to_coll = to_coll;
+}
+
+/* Renames across the filter's edge: kept between replicated names, a drop out of it, refused into it. */
+START_TEST(test_filter_entry_renames)
+{
+    const char *inc[] = {"shop.*", "dst.target", NULL};
+    const char *exc[] = {"shop.secret", NULL};
+    nsfilter *f = make(inc, exc);
+    op_entry e;
+    char err[512] = "";
+
+    one_op(&e, OP_RENAME, "shop", "a", "shop", "b");
+    ck_assert(nsfilter_filter_entry(f, &e, err, sizeof err));
+    ck_assert_int_eq(e.ops[0].kind, OP_RENAME);
+    op_entry_clear(&e);
+
+    one_op(&e, OP_RENAME, "shop", "a", "shop", "secret"); /* out of the filter: its table goes */
+    ck_assert(nsfilter_filter_entry(f, &e, err, sizeof err));
+    ck_assert_int_eq(e.ops[0].kind, OP_DROP);
+    ck_assert_str_eq(e.ops[0].db, "shop");
+    ck_assert_str_eq(e.ops[0].coll, "a");
+    ck_assert_ptr_nonnull(e.ops[0].reason);
+    ck_assert_str_eq(e.ops[0].to_coll, "secret");
+    op_entry_clear(&e);
+
+    one_op(&e, OP_RENAME, "shop", "secret", "shop", "c"); /* into it: its documents were never read */
+    ck_assert(!nsfilter_filter_entry(f, &e, err, sizeof err));
+    ck_assert_ptr_nonnull(strstr(err, "shop.secret -> shop.c"));
+    ck_assert_ptr_nonnull(strstr(err, "--reimport"));
+    op_entry_clear(&e);
+
+    one_op(&e, OP_RENAME, "other", "x", "other", "y"); /* neither side */
+    ck_assert(nsfilter_filter_entry(f, &e, err, sizeof err));
+    ck_assert_int_eq(e.ops[0].kind, OP_NOOP);
+    op_entry_clear(&e);
+
+    /* a rename across databases as the server writes it: the temporary collection, then the rename over the target */
+    one_op(&e, OP_RENAME, "dst", "tmpQ1w2E.renameCollection", "dst", "target");
+    ck_assert(nsfilter_filter_entry(f, &e, err, sizeof err));
+    ck_assert_int_eq(e.ops[0].kind, OP_RENAME);
+    op_entry_clear(&e);
+    one_op(&e, OP_RENAME, "dst", "tmpQ1w2E.renameCollection", "dst", "unlisted"); /* a target left out */
+    ck_assert(nsfilter_filter_entry(f, &e, err, sizeof err));
+    ck_assert_int_eq(e.ops[0].kind, OP_DROP);
+    ck_assert_str_eq(e.ops[0].coll, "tmpQ1w2E.renameCollection");
+    op_entry_clear(&e);
+
+    /* a notice about a left-out namespace is not given */
+    one_op(&e, OP_NOOP, "shop", "secret", NULL, NULL);
+    e.ops[0].notice = true;
+    e.ops[0].reason = "a view";
+    ck_assert(nsfilter_filter_entry(f, &e, err, sizeof err));
+    ck_assert(!e.ops[0].notice);
+    op_entry_clear(&e);
+    one_op(&e, OP_NOOP, "shop", "v", NULL, NULL);
+    e.ops[0].notice = true;
+    e.ops[0].reason = "a view";
+    ck_assert(nsfilter_filter_entry(f, &e, err, sizeof err));
+    ck_assert(e.ops[0].notice);
+    op_entry_clear(&e);
+
+    ck_assert(nsfilter_filter_entry(NULL, &e, err, sizeof err)); /* no filter keeps everything */
+    nsfilter_free(f);
+}
+END_TEST
+
 Suite *nsfilter_suite(void); /* called by the generated runner list */
 
 Suite *nsfilter_suite(void)
@@ -208,6 +300,8 @@ Suite *nsfilter_suite(void)
     tcase_add_test(tc, test_malformed);
     tcase_add_test(tc, test_match_db);
     tcase_add_test(tc, test_internal_namespaces);
+    tcase_add_test(tc, test_rename_temp_collection);
+    tcase_add_test(tc, test_filter_entry_renames);
     suite_add_tcase(s, tc);
     return s;
 }
