@@ -112,10 +112,12 @@ $(BUILD)/unit_tests: $(call obj,$(UNIT_SRC)) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB
 $(BUILD)/integration_tests: $(call obj,$(INTEG_SRC)) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PKG_LIBS)
 
-# Benchmarks: each bench/NAME.c is a program linked with the daemon and simulator libraries.
+# Benchmarks: each bench/NAME.c is a program linked with the daemon and simulator libraries (and libcrypto, whose md5
+# checks what a benchmark wrote; libmongoc's dev package brings it).
+BENCH_LIBS := $(shell pkg-config --libs libcrypto 2>/dev/null)
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) $(BENCH_LIBS)
 
 check: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/unit_tests $(BUILD)/integration_tests
