@@ -7,6 +7,9 @@
  *                              rows into the same table shape; reports the daemon's peak memory
  *   replication copy [N]       the initial copy of N documents (default 1 000 000) in 4 collections, with 1 and 4
  *                              workers, against psql \copy of the same rows
+ *   replication rtt [N [R]]    N mixed ops (default 10 000; six collections, no DDL), or with R runs of R inserts
+ *                              then an update of an older document, applied through bench/rttproxy at 0, 1 and
+ *                              5 ms round trip to PostgreSQL, batched (median of 3) and per-op
  *   replication keys [N]       what the key column costs an insert: psql \copy of the same N rows (default 300 000)
  *                              with the key as text, as jsonb, and as a jsonb generated from the document
  *   replication mapped [N [M]] typed tables (issue 11): N inserts (default 200 000) into a mapped collection of
@@ -97,6 +100,9 @@ typedef struct {
     FILE *rss_trace;  /* BENCH_RSS: the daemon's VmRSS at each poll of the timed part, or NULL */
 } trial;
 
+/* The conninfo the daemon is given, when not the test cluster's own (bench_rtt: through bench/rttproxy). */
+static const char *daemon_conninfo;
+
 static void trial_write_ini(trial *t, const char *apply_mode, const char *extra)
 {
     FILE *f = fopen(t->ini, "w");
@@ -105,7 +111,7 @@ static void trial_write_ini(trial *t, const char *apply_mode, const char *extra)
     fprintf(f,
             "[mongodb]\nuri = %s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s*.*\n"
             "apply_mode = %s\n[logging]\nlevel = warning\n%s",
-            t->uri, conninfo, t->service, t->prefix, apply_mode, extra);
+            t->uri, daemon_conninfo ? daemon_conninfo : conninfo, t->service, t->prefix, apply_mode, extra);
     fclose(f);
 }
 
@@ -1386,12 +1392,89 @@ static void bench_copy(uint64_t n)
                (unsigned long long)st.live_docs, rate[w], 100.0 * rate[w] / copy_rate);
 }
 
+/* ---- network round trips (issue 13) ---- */
+
+/* A mixed workload (inserts, updates, replacements, deletes over six collections; no DDL), written while the daemon
+ * is paused, then applied through bench/rttproxy with the given round trip to PostgreSQL: entries/s. */
+static double rtt_trial(bool batched, uint64_t n, int rep, unsigned rtt_ms, unsigned ratio)
+{
+    trial t;
+    char name[32];
+    snprintf(name, sizeof name, "rtt%u_%s%d", rtt_ms, batched ? "b" : "p", rep);
+    trial_open(&t, name, batched ? "batched" : "per-op");
+    trial_write_ini(&t, batched ? "batched" : "per-op", "");
+    workload_config wc;
+    workload_config_init(&wc);
+    wc.seed = 4242;
+    wc.ops = n;
+    wc.db_prefix = t.prefix;
+    wc.n_databases = 1;
+    wc.n_namespaces = 6;
+    wc.mode = ratio ? WORKLOAD_INSERTS_PER_UPDATE : WORKLOAD_MIXED;
+    wc.inserts_per_update = ratio;
+    wc.w_ddl = 0;
+    double secs = timed_backlog(&t, &wc, NULL);
+    trial_close(&t);
+    return (double)n / secs;
+}
+
+static void bench_rtt(uint64_t n, unsigned ratio)
+{
+    static const unsigned rtts[] = {0, 1, 5};
+    const char *port = strstr(conninfo, "port=");
+    if (port == NULL)
+        die("the test cluster's conninfo (%s) names no port to put the proxy in front of", conninfo);
+    char pgport[16];
+    snprintf(pgport, sizeof pgport, "%d", atoi(port + 5));
+    printf("| RTT to PostgreSQL | batched, median of 3 (time for %llu ops; entries/s) | per-op (entries/s) | speed-up |\n",
+           (unsigned long long)n);
+    printf("|---:|---:|---:|---:|\n");
+    for (size_t i = 0; i < sizeof rtts / sizeof rtts[0]; i++) {
+        char err[512], bin[256], rtt[16], log[64], dc[256];
+        snprintf(bin, sizeof bin, "%s/bench/rttproxy", proc_build_dir());
+        snprintf(rtt, sizeof rtt, "%u", rtts[i]);
+        snprintf(log, sizeof log, "/tmp/oplog2pg-rttproxy.%d.log", (int)getpid());
+        const char *argv[] = {bin, "127.0.0.1", pgport, rtt, NULL};
+        proc_handle proxy;
+        if (!proc_start(argv, NULL, log, &proxy, err, sizeof err))
+            die("%s", err);
+        int pport = 0;
+        for (int tries = 0; tries < 100 && pport == 0; tries++) {
+            FILE *f = fopen(log, "r");
+            if (f != NULL) {
+                if (fscanf(f, "%d", &pport) != 1)
+                    pport = 0;
+                fclose(f);
+            }
+            if (pport == 0)
+                usleep(20000);
+        }
+        if (pport == 0)
+            die("bench/rttproxy did not say its port (%s)", log);
+        snprintf(dc, sizeof dc, "host=127.0.0.1 port=%d user=postgres dbname=postgres", pport);
+        daemon_conninfo = dc;
+        /* per-op at 5 ms applies about 40 entries/s: a share of the workload is enough for its rate */
+        uint64_t n_per_op = rtts[i] == 0 ? n : rtts[i] == 1 ? n / 5 : n / 20;
+        double per_op = rtt_trial(false, n_per_op, 0, rtts[i], ratio);
+        double batched[3];
+        for (int rep = 0; rep < 3; rep++)
+            batched[rep] = rtt_trial(true, n, rep, rtts[i], ratio);
+        qsort(batched, 3, sizeof batched[0], cmp_double);
+        daemon_conninfo = NULL;
+        proc_stop(&proxy, 10);
+        unlink(log);
+        printf("| %u ms | %.2f s (%.0f) | %.0f | %.1fx |\n", rtts[i], (double)n / batched[1], batched[1], per_op,
+               batched[1] / per_op);
+        fflush(stdout);
+    }
+}
+
 int main(int argc, char **argv)
 {
     conninfo = getenv("OPLOG2PG_TEST_PG");
     if (argc < 2 || conninfo == NULL) {
         fprintf(stderr,
-                "usage: OPLOG2PG_TEST_PG=... %s batching|inserts|copy|keys [N] | mapped [N [M]] | txn [N [PAD]]\n"
+                "usage: OPLOG2PG_TEST_PG=... %s batching|inserts|copy|keys [N] | rtt [N [R]] | mapped [N [M]] | txn [N [PAD]]\n"
                 "  (run through scripts/with-pg.sh)\n",
                 argv[0]);
         return 2;
@@ -1406,6 +1489,8 @@ int main(int argc, char **argv)
         bench_keys(argc > 2 ? strtoull(argv[2], NULL, 10) : 300000);
     else if (strcmp(argv[1], "copy") == 0)
         bench_copy(n ? n : 1000000);
+    else if (strcmp(argv[1], "rtt") == 0)
+        bench_rtt(argc > 2 ? strtoull(argv[2], NULL, 10) : 10000, argc > 3 ? (unsigned)atoi(argv[3]) : 0);
     else if (strcmp(argv[1], "txn") == 0)
         bench_txn(n ? n : 270000, argc > 3 ? strtoull(argv[3], NULL, 10) : TXN_PAD);
     else if (strcmp(argv[1], "mapped") == 0)

@@ -37,6 +37,10 @@ echo
 echo "## Batching: ${BENCH_ENTRIES:-20000} oplog entries, batched versus per-op mode"
 "$build/bench/replication" batching "${BENCH_ENTRIES:-20000}" 2>/dev/null
 echo
+echo "## Network round trips: 10 000 ops through bench/rttproxy at 0, 1 and 5 ms (runs of 50 inserts, then mixed)"
+"$build/bench/replication" rtt "${BENCH_RTT:-10000}" 50 2>/dev/null
+"$build/bench/replication" rtt "${BENCH_RTT:-10000}" 2>/dev/null
+echo
 echo "## Insert-only throughput against psql \\copy"
 "$build/bench/replication" inserts "${BENCH_INSERTS:-1000000}" 2>/dev/null
 echo

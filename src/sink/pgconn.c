@@ -345,8 +345,17 @@ bool pgconn_copy_put(pgconn *c, const char *data, size_t len, pgconn_error *err)
         }
         data += n;
         len -= n;
-        /* Keep libpq's output buffer small: flush once a piece is queued. */
-        if (PQflush(c->pg) < 0) {
+        /* Keep libpq's output buffer small: once a piece is queued, send it. On a non-blocking connection PQflush
+         * answers 1 while the socket is full, and PQputCopyData would go on growing the buffer (it returns 0 only
+         * when the buffer cannot grow), up to the whole run: wait for the socket instead. */
+        int f;
+        while ((f = PQflush(c->pg)) == 1) {
+            if (!pgconn_wait(c, true, "COPY data to be sent", since) || PQconsumeInput(c->pg) != 1) {
+                pgconn_set_error(c, NULL, false, err, "sending COPY data");
+                return false;
+            }
+        }
+        if (f < 0) {
             pgconn_set_error(c, NULL, false, err, "sending COPY data");
             return false;
         }
