@@ -189,6 +189,9 @@ int main(int argc, char **argv)
 
     /* The driver first, with its messages routed into our log: loading the configuration already parses the URI,
      * and the driver warns there (an unsupported URI option, for instance). */
+    /* No shared-memory counters: libmongoc would make /dev/shm/mongoc-PID, left behind by a kill -9, and warn on
+     * stderr before our log handler exists when a new process meets an old file of its PID. */
+    setenv("MONGOC_DISABLE_SHM", "1", 0);
     mongoc_init();
     logsetup_route_mongoc();
 

@@ -74,6 +74,7 @@ sink *sink_new(const sink_config *cfg)
         sink_free(s);
         return NULL;
     }
+    s->copy_by_rtt = s->cfg.copy_min_rows == 0; /* a threshold the caller set is kept as it is */
     if (s->cfg.copy_min_rows == 0)
         s->cfg.copy_min_rows = 32;
     s->cfg.conninfo = s->conninfo;
@@ -507,7 +508,7 @@ size_t sink_copy_min_rows(const sink *s)
 {
     double by_rtt = 3.0 * s->rtt_s / SINK_COPY_ROW_GAIN_S;
     size_t min_rows = s->cfg.copy_min_rows;
-    if (by_rtt > (double)min_rows)
+    if (s->copy_by_rtt && by_rtt > (double)min_rows)
         min_rows = by_rtt > 1e9 ? (size_t)1e9 : (size_t)by_rtt;
     return min_rows;
 }

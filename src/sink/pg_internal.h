@@ -104,6 +104,7 @@ struct sink {
     unsigned next_table_id;
 
     double rtt_s;        /* the network round trip to PostgreSQL: the fastest of three pings at connect */
+    bool copy_by_rtt;    /* copy_min_rows was left to the default: raised by the round trip (sink_copy_min_rows) */
     sink_status failed;  /* first failure in the current pipeline, reported at pipe_drain */
     pgconn *probe;       /* a side connection that asks pg_stat_activity what a long wait is about */
     double probed_at;    /* clock_s() of the last probe */

@@ -31,6 +31,8 @@ else
     echo "using the replica set at MONGO_URI (mongosim-only cases will say SKIP)"
 fi
 export OPLOG2PG_TEST_BUILD=$build
+# libmongoc's shared-memory counters leave /dev/shm/mongoc-PID behind every kill -9 (the daemon turns them off too).
+export MONGOC_DISABLE_SHM=1
 # Tests make their folders under TMPDIR: inside $workdir, they go with it even when a test fails half-way.
 export TMPDIR=$workdir
 

@@ -40,6 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "update.h"
+
 static bool fail(bson_error_t *err, int code, const char *fmt, ...) BSON_GNUC_PRINTF(3, 4);
 static bool fail(bson_error_t *err, int code, const char *fmt, ...)
 {
@@ -52,45 +54,11 @@ static bool fail(bson_error_t *err, int code, const char *fmt, ...)
     return false;
 }
 
-static const char *type_name(bson_type_t t)
-{
-    switch (t) {
-    case BSON_TYPE_DOUBLE:
-        return "double";
-    case BSON_TYPE_UTF8:
-        return "string";
-    case BSON_TYPE_DOCUMENT:
-        return "object";
-    case BSON_TYPE_ARRAY:
-        return "array";
-    case BSON_TYPE_BINARY:
-        return "binData";
-    case BSON_TYPE_OID:
-        return "objectId";
-    case BSON_TYPE_BOOL:
-        return "bool";
-    case BSON_TYPE_DATE_TIME:
-        return "date";
-    case BSON_TYPE_NULL:
-        return "null";
-    case BSON_TYPE_INT32:
-        return "int";
-    case BSON_TYPE_TIMESTAMP:
-        return "timestamp";
-    case BSON_TYPE_INT64:
-        return "long";
-    case BSON_TYPE_DECIMAL128:
-        return "decimal";
-    default:
-        return "other";
-    }
-}
-
 /* The IDL's error for a field of the wrong type (idl/idl_parser.cpp, IDLParserContext::throwBadType). */
 static bool wrong_type(bson_error_t *err, const char *path, const bson_iter_t *it, const char *want)
 {
     return fail(err, 14, "BSON field '%s' is the wrong type '%s', expected type '%s'", path,
-                type_name(bson_iter_type(it)), want);
+                sim_type_name(bson_iter_type(it)), want);
 }
 
 /* Generic command arguments, which `create` ignores (idl/generic_argument.idl); any other $-field too. */

@@ -774,7 +774,7 @@ static char *id_json(const bson_t *doc)
     return bson_strdup("{ }");
 }
 
-static const char *type_name(bson_type_t t)
+const char *sim_type_name(bson_type_t t)
 {
     switch (t) {
     case BSON_TYPE_DOUBLE:
@@ -1615,15 +1615,15 @@ static bool not_array(uctx *c, const upd_op *op, const char *comp, const unode *
     switch (op->kind) {
     case OP_PUSH: /* PushNode::performPush */
         bson_set_error(err, 0, 2, "The field '%s' must be an array but is of type %s in document %s", full,
-                       type_name(child->type), id);
+                       sim_type_name(child->type), id);
         break;
     case OP_ADD_TO_SET: /* AddToSetNode::updateExistingElement */
         bson_set_error(err, 0, 2, "Cannot apply $addToSet to non-array field. Field named '%s' has non-array type %s",
-                       comp, type_name(child->type));
+                       comp, sim_type_name(child->type));
         break;
     case OP_POP: /* PopNode::updateExistingElement: TypeMismatch */
         bson_set_error(err, 0, 14, "Path '%s' contains an element of non-array type '%s'", full,
-                       type_name(child->type));
+                       sim_type_name(child->type));
         break;
     default: /* ArrayCullingNode::updateExistingElement, for $pull and $pullAll */
         bson_set_error(err, 0, 2, "Cannot apply $pull to a non-array value");
@@ -1671,7 +1671,7 @@ static bool apply_existing(uctx *c, upd_op *op, unode *node, size_t slot, unode 
             bson_set_error(err, 0, 14,
                            "Cannot apply %s to a value of non-numeric type. %s has the field '%s' of non-numeric type "
                            "%s",
-                           opname, id, comp, type_name(child->type));
+                           opname, id, comp, sim_type_name(child->type));
             bson_free(id);
             return false;
         }
@@ -2050,14 +2050,14 @@ static bool parse_push(upd_op *op, bson_error_t *err)
     }
     if (!BSON_ITER_HOLDS_ARRAY(&clause[0].it)) {
         bson_set_error(err, 0, 2, "The argument to $each in $push must be an array but it was of type: %s",
-                       type_name(bson_iter_type(&clause[0].it)));
+                       sim_type_name(bson_iter_type(&clause[0].it)));
         return false;
     }
     op->has_each = true;
     op->each = clause[0].it;
     if (seen[1] && !iter_to_ll(&clause[1].it, &op->slice)) {
         bson_set_error(err, 0, 2, "The value for $slice must be an integer value but was given type: %s",
-                       type_name(bson_iter_type(&clause[1].it)));
+                       sim_type_name(bson_iter_type(&clause[1].it)));
         return false;
     }
     if (seen[2]) {
@@ -2108,7 +2108,7 @@ static bool parse_push(upd_op *op, bson_error_t *err)
     }
     if (seen[3] && !iter_to_ll(&clause[3].it, &op->position)) {
         bson_set_error(err, 0, 2, "The value for $position must be an integer value, not of type: %s",
-                       type_name(bson_iter_type(&clause[3].it)));
+                       sim_type_name(bson_iter_type(&clause[3].it)));
         return false;
     }
     return true;
@@ -2139,7 +2139,7 @@ static bool parse_arg(upd_op *op, bson_error_t *err)
             strcmp(bson_iter_key(&f), "$each") == 0) {
             if (!BSON_ITER_HOLDS_ARRAY(&f)) {
                 bson_set_error(err, 0, 14, "The argument to $each in $addToSet must be an array but it was of type %s",
-                               type_name(bson_iter_type(&f)));
+                               sim_type_name(bson_iter_type(&f)));
                 return false;
             }
             bson_iter_t more = f;
@@ -2176,7 +2176,7 @@ static bool parse_arg(upd_op *op, bson_error_t *err)
         /* PullAllNode::init */
         if (!BSON_ITER_HOLDS_ARRAY(v)) {
             bson_set_error(err, 0, 2, "$pullAll requires an array argument but was given a %s",
-                           type_name(bson_iter_type(v)));
+                           sim_type_name(bson_iter_type(v)));
             return false;
         }
         return true;
@@ -2192,7 +2192,7 @@ static bool parse_arg(upd_op *op, bson_error_t *err)
             bson_set_error(err, 0, 2,
                            "%s is not valid type for $currentDate. Please use a boolean ('true') or a $type "
                            "expression ({$type: 'timestamp/date'}).",
-                           type_name(bson_iter_type(v)));
+                           sim_type_name(bson_iter_type(v)));
             return false;
         }
         if (bson_iter_recurse(v, &f))
@@ -2295,7 +2295,7 @@ static bool parse_ops(const bson_t *u, upd_op **out, size_t *out_n, bson_error_t
             bson_set_error(err, 0, 9,
                            "Modifiers operate on fields but we found type %s instead. For example: {$mod: "
                            "{<field>: ...}} not {%s: ...}",
-                           type_name(bson_iter_type(&top)), name);
+                           sim_type_name(bson_iter_type(&top)), name);
             goto fail;
         }
         bson_iter_t f;

@@ -47,4 +47,7 @@ int update_compare_iters(const bson_iter_t *a, const bson_iter_t *b);
 /* MongoDB's canonical rank of a BSON type: the first key of the comparison order (numbers share one rank). */
 int update_type_rank(bson_type_t t);
 
+/* The name the server gives a BSON type in its messages ($type aliases: "double", "string", "objectId", ...). */
+const char *sim_type_name(bson_type_t t);
+
 #endif

@@ -13,66 +13,20 @@
 
 #include "../mongosim/ddl.h"
 #include "../mongosim/store.h"
+#include "simtest.h"
 
-static bson_t *J(const char *json)
-{
-    bson_error_t err;
-    bson_t *b = bson_new_from_json((const uint8_t *)json, -1, &err);
-    ck_assert_msg(b != NULL, "bad JSON in test: %s: %s", json, err.message);
-    return b;
-}
 
-static void assert_bson_eq(const bson_t *got, const bson_t *want, const char *what)
-{
-    if (got->len == want->len && memcmp(bson_get_data(got), bson_get_data(want), got->len) == 0)
-        return;
-    char *g = bson_as_canonical_extended_json(got, NULL);
-    char *w = bson_as_canonical_extended_json(want, NULL);
-    ck_abort_msg("%s:\n got  %s\n want %s", what, g, w);
-}
 
 static void assert_json_eq(const bson_t *got, const char *json, const char *what)
 {
-    bson_t *want = J(json);
-    assert_bson_eq(got, want, what);
+    bson_t *want = simtest_json(json);
+    simtest_assert_bson_eq(got, want, what);
     bson_destroy(want);
 }
 
-typedef struct {
-    bson_t *bodies[32];
-    int n;
-} sink;
 
-static void sink_emit(void *ctx, const bson_t *body)
-{
-    sink *s = ctx;
-    ck_assert_int_lt(s->n, 32);
-    s->bodies[s->n++] = bson_copy(body);
-}
 
-static void sink_clear(sink *s)
-{
-    for (int i = 0; i < s->n; i++)
-        bson_destroy(s->bodies[i]);
-    s->n = 0;
-}
 
-static const char *str_of(const bson_t *b, const char *key)
-{
-    bson_iter_t it;
-    return bson_iter_init_find(&it, b, key) && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
-}
-
-static bool sub_of(const bson_t *b, const char *key, bson_t *out)
-{
-    bson_iter_t it;
-    uint32_t len;
-    const uint8_t *data;
-    if (!bson_iter_init_find(&it, b, key) || !BSON_ITER_HOLDS_DOCUMENT(&it))
-        return false;
-    bson_iter_document(&it, &len, &data);
-    return bson_init_static(out, data, len);
-}
 
 /* The 16-byte ui of a body, or NULL. */
 static const uint8_t *ui_of(const bson_t *b)
@@ -91,10 +45,10 @@ static const uint8_t *ui_of(const bson_t *b)
 static void assert_body(const bson_t *body, const char *op, const char *ns, bool has_ui, const char *json_o)
 {
     bson_t o;
-    ck_assert_str_eq(str_of(body, "op"), op);
-    ck_assert_str_eq(str_of(body, "ns"), ns);
+    ck_assert_str_eq(simtest_str(body, "op"), op);
+    ck_assert_str_eq(simtest_str(body, "ns"), ns);
     ck_assert_msg((ui_of(body) != NULL) == has_ui, "ui presence in %s %s", op, ns);
-    ck_assert(sub_of(body, "o", &o));
+    ck_assert(simtest_sub(body, "o", &o));
     assert_json_eq(&o, json_o, ns);
 }
 
@@ -111,12 +65,12 @@ static void assert_body(const bson_t *body, const char *op, const char *ns, bool
 
 #define ID_INDEX "\"idIndex\": {\"v\": 2, \"key\": {\"_id\": 1}, \"name\": \"_id_\"}"
 
-static bool create_json(sim_store *s, const char *db, const char *json, sink *k, bson_error_t *err)
+static bool create_json(sim_store *s, const char *db, const char *json, simtest_sink *k, bson_error_t *err)
 {
-    bson_t *cmd = J(json);
-    const char *coll = str_of(cmd, "create");
+    bson_t *cmd = simtest_json(json);
+    const char *coll = simtest_str(cmd, "create");
     ck_assert(coll != NULL);
-    bool ok = store_create_cmd(s, db, coll, cmd, sink_emit, k, err);
+    bool ok = store_create_cmd(s, db, coll, cmd, simtest_sink_emit, k, err);
     bson_destroy(cmd);
     return ok;
 }
@@ -127,7 +81,7 @@ static bool create_json(sim_store *s, const char *db, const char *json, sink *k,
 START_TEST(test_timeseries_create_entries)
 {
     sim_store *s = store_new(SIM_FORMAT_70);
-    sink k = {{0}, 0};
+    simtest_sink k = {{0}, 0};
     bson_error_t err;
     ck_assert_msg(create_json(s, "db",
                               "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\", \"metaField\": \"m\"},"
@@ -149,7 +103,7 @@ START_TEST(test_timeseries_create_entries)
                 "{\"timeField\": \"t\", \"metaField\": \"m\", \"bucketMaxSpanSeconds\": 3600}}]}");
     ck_assert(memcmp(ui_of(k.bodies[2]), ui_of(k.bodies[3]), 16) == 0);
     ck_assert_int_eq(store_ns_kind_of(s, "db", "w"), STORE_NS_TIMESERIES);
-    sink_clear(&k);
+    simtest_sink_clear(&k);
 
     /* No metaField: no index. granularity "hours": bucketMaxSpanSeconds 2592000; expireAfterSeconds (int64) goes to
      * the buckets collection, after clusteredIndex. system.views exists already. */
@@ -166,7 +120,7 @@ START_TEST(test_timeseries_create_entries)
     assert_body(k.bodies[1], "i", "db.system.views", true,
                 "{\"_id\": \"db.h\", \"viewOn\": \"system.buckets.h\", \"pipeline\": [{\"$_internalUnpackBucket\": "
                 "{\"timeField\": \"t\", \"bucketMaxSpanSeconds\": 2592000}}]}");
-    sink_clear(&k);
+    simtest_sink_clear(&k);
 
     /* Custom bucketing: bucketRoundingSeconds == bucketMaxSpanSeconds, no granularity. */
     ck_assert(create_json(s, "db",
@@ -174,10 +128,10 @@ START_TEST(test_timeseries_create_entries)
                           "\"bucketRoundingSeconds\": 600}}",
                           &k, &err));
     bson_t o, ts;
-    ck_assert(sub_of(k.bodies[0], "o", &o) && sub_of(&o, "timeseries", &ts));
+    ck_assert(simtest_sub(k.bodies[0], "o", &o) && simtest_sub(&o, "timeseries", &ts));
     assert_json_eq(&ts, "{\"timeField\": \"t\", \"bucketRoundingSeconds\": 600, \"bucketMaxSpanSeconds\": 600}",
                    "custom bucketing");
-    sink_clear(&k);
+    simtest_sink_clear(&k);
 
     /* The name is taken now, by the view; and so would be the buckets collection's. */
     ck_assert(!create_json(s, "db", "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\"}}", &k, &err));
@@ -212,7 +166,7 @@ START_TEST(test_timeseries_create_errors)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sim_store *s = store_new(SIM_FORMAT_70);
-        sink k = {{0}, 0};
+        simtest_sink k = {{0}, 0};
         bson_error_t err;
         ck_assert_msg(!create_json(s, "db", cases[i].json, &k, &err), "accepted %s", cases[i].json);
         ck_assert_msg((int)err.code == cases[i].code, "%s: code %u (%s), want %d", cases[i].json, err.code, err.message,
@@ -229,27 +183,27 @@ END_TEST
 START_TEST(test_timeseries_insert_bucket)
 {
     sim_store *s = store_new(SIM_FORMAT_70);
-    sink k = {{0}, 0};
+    simtest_sink k = {{0}, 0};
     bson_error_t err;
     ck_assert(create_json(s, "db", "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\", \"metaField\": \"m\"}}",
                           &k, &err));
     const uint8_t *bui = ui_of(k.bodies[0]);
     uint8_t buckets_ui[16];
     memcpy(buckets_ui, bui, 16);
-    sink_clear(&k);
+    simtest_sink_clear(&k);
 
     /* 2021-06-14T22:58:51.065Z: rounded down to the minute (granularity "seconds" rounds to 60 s). */
-    bson_t *m = J("{\"t\": {\"$date\": {\"$numberLong\": \"1623711531065\"}}, \"m\": {\"z\": 1, \"a\": {\"y\": 2, "
+    bson_t *m = simtest_json("{\"t\": {\"$date\": {\"$numberLong\": \"1623711531065\"}}, \"m\": {\"z\": 1, \"a\": {\"y\": 2, "
                   "\"b\": 3}}, \"v\": 5.5, \"_id\": {\"$oid\": \"60c7df2b15caf5ee94e01a72\"}}");
-    ck_assert_msg(store_insert(s, "db", "w", m, sink_emit, &k, &err), "%s", err.message);
+    ck_assert_msg(store_insert(s, "db", "w", m, simtest_sink_emit, &k, &err), "%s", err.message);
     bson_destroy(m);
     ck_assert_int_eq(k.n, 1);
-    ck_assert_str_eq(str_of(k.bodies[0], "op"), "i");
-    ck_assert_str_eq(str_of(k.bodies[0], "ns"), "db.system.buckets.w");
+    ck_assert_str_eq(simtest_str(k.bodies[0], "op"), "i");
+    ck_assert_str_eq(simtest_str(k.bodies[0], "ns"), "db.system.buckets.w");
     ck_assert(memcmp(ui_of(k.bodies[0]), buckets_ui, 16) == 0);
     bson_t o;
     bson_iter_t it;
-    ck_assert(sub_of(k.bodies[0], "o", &o));
+    ck_assert(simtest_sub(k.bodies[0], "o", &o));
     ck_assert(bson_iter_init_find(&it, &o, "_id") && BSON_ITER_HOLDS_OID(&it));
     const bson_oid_t *oid = bson_iter_oid(&it);
     ck_assert_int_eq((int64_t)bson_oid_get_time_t(oid), 1623711480); /* 22:58:00 */
@@ -264,37 +218,37 @@ START_TEST(test_timeseries_insert_bucket)
              "{\"$oid\": \"60c7df2b15caf5ee94e01a72\"}}}}",
              hex);
     assert_json_eq(&o, want, "bucket");
-    sink_clear(&k);
+    simtest_sink_clear(&k);
 
     /* The measurement is in the buckets collection only; no _id was added to one without. */
     ck_assert_int_eq(store_count(s, "db", "system.buckets.w"), 1);
     ck_assert_int_eq(store_count(s, "db", "w"), 0);
-    m = J("{\"t\": {\"$date\": {\"$numberLong\": \"1623711600000\"}}, \"x\": 1}");
-    ck_assert(store_insert(s, "db", "w", m, sink_emit, &k, &err));
+    m = simtest_json("{\"t\": {\"$date\": {\"$numberLong\": \"1623711600000\"}}, \"x\": 1}");
+    ck_assert(store_insert(s, "db", "w", m, simtest_sink_emit, &k, &err));
     bson_destroy(m);
-    ck_assert(sub_of(k.bodies[0], "o", &o));
+    ck_assert(simtest_sub(k.bodies[0], "o", &o));
     bson_t data;
-    ck_assert(sub_of(&o, "data", &data));
+    ck_assert(simtest_sub(&o, "data", &data));
     assert_json_eq(&data, "{\"t\": {\"0\": {\"$date\": {\"$numberLong\": \"1623711600000\"}}}, \"x\": {\"0\": 1}}",
                    "data without meta or _id");
     ck_assert(!bson_iter_init_find(&it, &o, "meta"));
-    sink_clear(&k);
+    simtest_sink_clear(&k);
     ck_assert_int_eq(store_count(s, "db", "system.buckets.w"), 2);
 
     /* No date in the time field: 2 BadValue, nothing written (extractTimeAndMeta). */
-    m = J("{\"t\": 5, \"x\": 1}");
-    ck_assert(!store_insert(s, "db", "w", m, sink_emit, &k, &err));
+    m = simtest_json("{\"t\": 5, \"x\": 1}");
+    ck_assert(!store_insert(s, "db", "w", m, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(err.code, 2);
     ck_assert_str_eq(err.message, "'t' must be present and contain a valid BSON UTC datetime value");
     bson_destroy(m);
     ck_assert_int_eq(k.n, 0);
 
     /* Updates and deletes on it are not modelled: refused, not silently applied elsewhere. */
-    bson_t *q = J("{\"_id\": 1}"), *u = J("{\"$set\": {\"x\": 2}}");
-    ck_assert(!store_update(s, "db", "w", q, u, true, NULL, sink_emit, &k, &err));
+    bson_t *q = simtest_json("{\"_id\": 1}"), *u = simtest_json("{\"$set\": {\"x\": 2}}");
+    ck_assert(!store_update(s, "db", "w", q, u, true, NULL, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(err.code, 2);
     int64_t n;
-    ck_assert(!store_delete(s, "db", "w", q, 1, &n, sink_emit, &k, &err));
+    ck_assert(!store_delete(s, "db", "w", q, 1, &n, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(k.n, 0);
     bson_destroy(q);
     bson_destroy(u);
@@ -307,7 +261,7 @@ END_TEST
 START_TEST(test_view_create_entries)
 {
     sim_store *s = store_new(SIM_FORMAT_70);
-    sink k = {{0}, 0};
+    simtest_sink k = {{0}, 0};
     bson_error_t err;
     ck_assert_msg(create_json(s, "db",
                               "{\"create\": \"v\", \"viewOn\": \"c\", \"pipeline\": [{\"$match\": {\"x\": 1}}]}", &k,
@@ -317,21 +271,21 @@ START_TEST(test_view_create_entries)
     assert_body(k.bodies[0], "c", "db.$cmd", true, "{\"create\": \"system.views\", " ID_INDEX "}");
     assert_body(k.bodies[1], "i", "db.system.views", true,
                 "{\"_id\": \"db.v\", \"viewOn\": \"c\", \"pipeline\": [{\"$match\": {\"x\": 1}}]}");
-    sink_clear(&k);
+    simtest_sink_clear(&k);
     /* Without a pipeline: pipeline [] in the definition. */
     ck_assert(create_json(s, "db", "{\"create\": \"v2\", \"viewOn\": \"v\"}", &k, &err));
     ck_assert_int_eq(k.n, 1);
     assert_body(k.bodies[0], "i", "db.system.views", true, "{\"_id\": \"db.v2\", \"viewOn\": \"v\", \"pipeline\": []}");
-    sink_clear(&k);
+    simtest_sink_clear(&k);
     ck_assert_int_eq(store_ns_kind_of(s, "db", "v"), STORE_NS_VIEW);
 
-    bson_t *d = J("{\"_id\": 1}");
-    ck_assert(!store_insert(s, "db", "v", d, sink_emit, &k, &err));
+    bson_t *d = simtest_json("{\"_id\": 1}");
+    ck_assert(!store_insert(s, "db", "v", d, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(err.code, 166);
     ck_assert_int_eq(k.n, 0);
     bson_destroy(d);
     /* A view cannot be renamed (rename_collection.cpp): 166. */
-    ck_assert(!store_rename(s, "db", "v", "db", "v3", false, sink_emit, &k, &err));
+    ck_assert(!store_rename(s, "db", "v", "db", "v3", false, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(err.code, 166);
 
     /* Errors: pipeline without viewOn (72), a view on buckets (73), a view named system.* (73), options on a view. */
@@ -347,11 +301,11 @@ START_TEST(test_view_create_entries)
 
     /* Drop of a view: its definition deleted ('d' on db.system.views, o {_id}). */
     bool existed = false;
-    ck_assert(store_drop(s, "db", "v2", &existed, sink_emit, &k, &err));
+    ck_assert(store_drop(s, "db", "v2", &existed, simtest_sink_emit, &k, &err));
     ck_assert(existed);
     ck_assert_int_eq(k.n, 1);
     assert_body(k.bodies[0], "d", "db.system.views", true, "{\"_id\": \"db.v2\"}");
-    sink_clear(&k);
+    simtest_sink_clear(&k);
     ck_assert_int_eq(store_ns_kind_of(s, "db", "v2"), STORE_NS_NONE);
     store_free(s);
 }
@@ -388,22 +342,22 @@ START_TEST(test_create_options_entries)
     };
     sim_store *s = store_new(SIM_FORMAT_70);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        sink k = {{0}, 0};
+        simtest_sink k = {{0}, 0};
         bson_error_t err;
         ck_assert_msg(create_json(s, "db", cases[i].cmd, &k, &err), "%s: %s", cases[i].cmd, err.message);
         ck_assert_int_eq(k.n, 1);
         assert_body(k.bodies[0], "c", "db.$cmd", true, cases[i].o);
-        sink_clear(&k);
+        simtest_sink_clear(&k);
     }
     /* The options stay with the collection: an insert into it, then a copy of the store, keep them (listCollections
      * below); the first insert into a new collection still logs a plain create. */
-    sink k = {{0}, 0};
+    simtest_sink k = {{0}, 0};
     bson_error_t err;
-    bson_t *d = J("{\"_id\": 1}");
-    ck_assert(store_insert(s, "db", "new", d, sink_emit, &k, &err));
+    bson_t *d = simtest_json("{\"_id\": 1}");
+    ck_assert(store_insert(s, "db", "new", d, simtest_sink_emit, &k, &err));
     bson_destroy(d);
     assert_body(k.bodies[0], "c", "db.$cmd", true, "{\"create\": \"new\", " ID_INDEX "}");
-    sink_clear(&k);
+    simtest_sink_clear(&k);
     store_free(s);
 }
 END_TEST
@@ -431,7 +385,7 @@ START_TEST(test_create_options_errors)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sim_store *s = store_new(SIM_FORMAT_70);
-        sink k = {{0}, 0};
+        simtest_sink k = {{0}, 0};
         bson_error_t err;
         ck_assert_msg(!create_json(s, "db", cases[i].json, &k, &err), "accepted %s", cases[i].json);
         ck_assert_msg((int)err.code == cases[i].code, "%s: code %u (%s), want %d", cases[i].json, err.code, err.message,
@@ -469,13 +423,13 @@ static void grab_ns(void *ctx, const store_ns_info *ns)
 START_TEST(test_list_drop_and_persist)
 {
     sim_store *s = store_new(SIM_FORMAT_70);
-    sink k = {{0}, 0};
+    simtest_sink k = {{0}, 0};
     bson_error_t err;
     ck_assert(create_json(s, "db", "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\", \"metaField\": \"m\"}}",
                           &k, &err));
     ck_assert(create_json(s, "db", "{\"create\": \"v\", \"viewOn\": \"w\"}", &k, &err));
     ck_assert(create_json(s, "db", "{\"create\": \"cap\", \"capped\": true, \"size\": 10}", &k, &err));
-    sink_clear(&k);
+    simtest_sink_clear(&k);
 
     sim_store *copy = store_clone(s);
     ns_seen v = {0};
@@ -509,23 +463,23 @@ START_TEST(test_list_drop_and_persist)
     ck_assert_msg(store_load_dir(loaded, dir, &err), "%s", err.message);
     ck_assert_int_eq(store_ns_kind_of(loaded, "db", "w"), STORE_NS_TIMESERIES);
     ck_assert_int_eq(store_ns_kind_of(loaded, "db", "v"), STORE_NS_VIEW);
-    bson_t *m = J("{\"t\": {\"$date\": {\"$numberLong\": \"0\"}}}");
-    ck_assert(store_insert(loaded, "db", "w", m, sink_emit, &k, &err));
+    bson_t *m = simtest_json("{\"t\": {\"$date\": {\"$numberLong\": \"0\"}}}");
+    ck_assert(store_insert(loaded, "db", "w", m, simtest_sink_emit, &k, &err));
     bson_destroy(m);
-    ck_assert_str_eq(str_of(k.bodies[0], "ns"), "db.system.buckets.w");
-    sink_clear(&k);
+    ck_assert_str_eq(simtest_str(k.bodies[0], "ns"), "db.system.buckets.w");
+    simtest_sink_clear(&k);
     store_free(loaded);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
 
     bool existed = false;
-    ck_assert(store_drop(s, "db", "w", &existed, sink_emit, &k, &err));
+    ck_assert(store_drop(s, "db", "w", &existed, simtest_sink_emit, &k, &err));
     ck_assert(existed);
     ck_assert_int_eq(k.n, 2);
     assert_body(k.bodies[0], "d", "db.system.views", true, "{\"_id\": \"db.w\"}");
     assert_body(k.bodies[1], "c", "db.$cmd", true, "{\"drop\": \"system.buckets.w\"}");
-    sink_clear(&k);
+    simtest_sink_clear(&k);
     ck_assert_int_eq(store_ns_kind_of(s, "db", "w"), STORE_NS_NONE);
     ck_assert_int_eq(store_ns_kind_of(s, "db", "system.buckets.w"), STORE_NS_NONE);
     store_free(s);

@@ -18,64 +18,17 @@
 
 #include "../mongosim/store.h"
 #include "../mongosim/update.h"
+#include "simtest.h"
 
 #define VEC_DIR "tests/vectors/"
 
 /* ---- helpers ---------------------------------------------------------------------------------------------- */
 
-static bson_t *J(const char *json)
-{
-    bson_error_t err;
-    bson_t *b = bson_new_from_json((const uint8_t *)json, -1, &err);
-    ck_assert_msg(b != NULL, "bad JSON in test: %s: %s", json, err.message);
-    return b;
-}
 
-static void assert_bson_eq(const bson_t *got, const bson_t *want, const char *what)
-{
-    bool eq = got->len == want->len && memcmp(bson_get_data(got), bson_get_data(want), got->len) == 0;
-    if (!eq) {
-        char *g = bson_as_canonical_extended_json(got, NULL);
-        char *w = bson_as_canonical_extended_json(want, NULL);
-        ck_abort_msg("%s:\n got  %s\n want %s", what, g, w);
-    }
-}
 
-typedef struct {
-    bson_t *bodies[64];
-    int n;
-} sink;
 
-static void sink_emit(void *ctx, const bson_t *body)
-{
-    sink *s = ctx;
-    ck_assert_int_lt(s->n, 64);
-    s->bodies[s->n++] = bson_copy(body);
-}
 
-static void sink_clear(sink *s)
-{
-    for (int i = 0; i < s->n; i++)
-        bson_destroy(s->bodies[i]);
-    s->n = 0;
-}
 
-static const char *body_str(const bson_t *b, const char *key)
-{
-    bson_iter_t it;
-    return bson_iter_init_find(&it, b, key) && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
-}
-
-static bool body_sub(const bson_t *b, const char *key, bson_t *out)
-{
-    bson_iter_t it;
-    const uint8_t *d;
-    uint32_t l;
-    if (!bson_iter_init_find(&it, b, key) || !BSON_ITER_HOLDS_DOCUMENT(&it))
-        return false;
-    bson_iter_document(&it, &l, &d);
-    return bson_init_static(out, d, l);
-}
 
 static bool body_uuid(const bson_t *b, const char *key, const uint8_t **uuid)
 {
@@ -91,10 +44,10 @@ static bool body_uuid(const bson_t *b, const char *key, const uint8_t **uuid)
 static void assert_body_o(const bson_t *body, const char *op, const char *json_o)
 {
     bson_t o;
-    ck_assert_str_eq(body_str(body, "op"), op);
-    ck_assert(body_sub(body, "o", &o));
-    bson_t *want = J(json_o);
-    assert_bson_eq(&o, want, op);
+    ck_assert_str_eq(simtest_str(body, "op"), op);
+    ck_assert(simtest_sub(body, "o", &o));
+    bson_t *want = simtest_json(json_o);
+    simtest_assert_bson_eq(&o, want, op);
     bson_destroy(want);
 }
 
@@ -128,10 +81,10 @@ static void load_vector(const char *file, const char *id, bson_t **pre, bson_t *
         bson_error_t err;
         bson_t *b = bson_new_from_json((const uint8_t *)line, -1, &err);
         ck_assert_msg(b != NULL, "%s: %s", file, err.message);
-        const char *vid = body_str(b, "id");
+        const char *vid = simtest_str(b, "id");
         if (vid && strcmp(vid, id) == 0) {
             bson_t a, c, d;
-            ck_assert(body_sub(b, "pre", &a) && body_sub(b, "o", &c) && body_sub(b, "post", &d));
+            ck_assert(simtest_sub(b, "pre", &a) && simtest_sub(b, "o", &c) && simtest_sub(b, "post", &d));
             *pre = bson_copy(&a);
             *o = bson_copy(&c);
             *post = bson_copy(&d);
@@ -147,33 +100,33 @@ static void load_vector(const char *file, const char *id, bson_t **pre, bson_t *
 /* Drives one vector: with an _id through the store (insert pre, update, find), otherwise through update_apply. */
 static void run_vector(const char *file, const char *id, const char *update_json, sim_oplog_format fmt)
 {
-    bson_t *pre, *want_o, *post, *u = J(update_json);
+    bson_t *pre, *want_o, *post, *u = simtest_json(update_json);
     load_vector(file, id, &pre, &want_o, &post);
     bson_iter_t idit;
     if (bson_iter_init_find(&idit, pre, "_id")) {
         sim_store *s = store_new(fmt);
-        sink k = {{0}, 0};
+        simtest_sink k = {{0}, 0};
         bson_error_t err;
-        ck_assert_msg(store_insert(s, "db", "c", pre, sink_emit, &k, &err), "%s: %s", id, err.message);
-        sink_clear(&k);
+        ck_assert_msg(store_insert(s, "db", "c", pre, simtest_sink_emit, &k, &err), "%s: %s", id, err.message);
+        simtest_sink_clear(&k);
         bson_t q = BSON_INITIALIZER;
         bson_append_iter(&q, "_id", 3, &idit);
         sim_update_result res;
-        ck_assert_msg(store_update(s, "db", "c", &q, u, false, &res, sink_emit, &k, &err), "%s: %s", id, err.message);
+        ck_assert_msg(store_update(s, "db", "c", &q, u, false, &res, simtest_sink_emit, &k, &err), "%s: %s", id, err.message);
         ck_assert_int_eq(res.matched, 1);
         ck_assert_int_eq(res.modified, 1);
         ck_assert_int_eq(k.n, 1);
         bson_t o, o2;
-        ck_assert_str_eq(body_str(k.bodies[0], "op"), "u");
-        ck_assert(body_sub(k.bodies[0], "o", &o));
-        assert_bson_eq(&o, want_o, id);
-        ck_assert(body_sub(k.bodies[0], "o2", &o2));
-        assert_bson_eq(&o2, &q, "o2 is {_id}");
+        ck_assert_str_eq(simtest_str(k.bodies[0], "op"), "u");
+        ck_assert(simtest_sub(k.bodies[0], "o", &o));
+        simtest_assert_bson_eq(&o, want_o, id);
+        ck_assert(simtest_sub(k.bodies[0], "o2", &o2));
+        simtest_assert_bson_eq(&o2, &q, "o2 is {_id}");
         bson_t *got = find_one(s, "db", "c", &q);
         ck_assert(got != NULL);
-        assert_bson_eq(got, post, id);
+        simtest_assert_bson_eq(got, post, id);
         bson_destroy(got);
-        sink_clear(&k);
+        simtest_sink_clear(&k);
         store_update_result_clear(&res);
         bson_destroy(&q);
         store_free(s);
@@ -183,8 +136,8 @@ static void run_vector(const char *file, const char *id, const char *update_json
         bson_error_t err;
         ck_assert_msg(update_apply(pre, u, fmt, false, &nd, &o, &changed, &err), "%s: %s", id, err.message);
         ck_assert(changed);
-        assert_bson_eq(&nd, post, id);
-        assert_bson_eq(&o, want_o, id);
+        simtest_assert_bson_eq(&nd, post, id);
+        simtest_assert_bson_eq(&o, want_o, id);
         bson_destroy(&nd);
         bson_destroy(&o);
     }
@@ -198,7 +151,7 @@ static void run_vector(const char *file, const char *id, const char *update_json
 static void check_update(const char *doc_json, const char *u_json, const char *want_doc, const char *want_o70,
                          const char *want_o44)
 {
-    bson_t *doc = J(doc_json), *u = J(u_json);
+    bson_t *doc = simtest_json(doc_json), *u = simtest_json(u_json);
     for (int f = 0; f < 2; f++) {
         sim_oplog_format fmt = f ? SIM_FORMAT_44 : SIM_FORMAT_70;
         const char *want_o = f ? want_o44 : want_o70;
@@ -211,9 +164,9 @@ static void check_update(const char *doc_json, const char *u_json, const char *w
             continue;
         }
         ck_assert_msg(changed, "%s should change the document", u_json);
-        bson_t *wd = J(want_doc), *wo = J(want_o);
-        assert_bson_eq(&nd, wd, u_json);
-        assert_bson_eq(&o, wo, u_json);
+        bson_t *wd = simtest_json(want_doc), *wo = simtest_json(want_o);
+        simtest_assert_bson_eq(&nd, wd, u_json);
+        simtest_assert_bson_eq(&o, wo, u_json);
         bson_destroy(wd);
         bson_destroy(wo);
         bson_destroy(&nd);
@@ -225,7 +178,7 @@ static void check_update(const char *doc_json, const char *u_json, const char *w
 
 static void check_update_error(const char *doc_json, const char *u_json, int code)
 {
-    bson_t *doc = J(doc_json), *u = J(u_json);
+    bson_t *doc = simtest_json(doc_json), *u = simtest_json(u_json);
     bson_t nd, o;
     bool changed;
     bson_error_t err;
@@ -450,21 +403,21 @@ END_TEST
 START_TEST(test_insert_create_dup)
 {
     sim_store *s = store_new(SIM_FORMAT_70);
-    sink k = {{0}, 0};
+    simtest_sink k = {{0}, 0};
     bson_error_t err;
-    bson_t *d1 = J("{\"a\": 1, \"_id\": 7}");
-    ck_assert(store_insert(s, "db", "c", d1, sink_emit, &k, &err));
+    bson_t *d1 = simtest_json("{\"a\": 1, \"_id\": 7}");
+    ck_assert(store_insert(s, "db", "c", d1, simtest_sink_emit, &k, &err));
     /* Implicit create first: a write into a missing collection logs its create before the insert (the create
      * entry of tests/vectors/transcribed_understanding_the_oplog_doc.jsonl, from 7.0). */
     ck_assert_int_eq(k.n, 2);
-    ck_assert_str_eq(body_str(k.bodies[0], "ns"), "db.$cmd");
+    ck_assert_str_eq(simtest_str(k.bodies[0], "ns"), "db.$cmd");
     assert_body_o(k.bodies[0], "c",
                   "{\"create\": \"c\", \"idIndex\": {\"v\": 2, \"key\": {\"_id\": 1}, \"name\": \"_id_\"}}");
-    ck_assert_str_eq(body_str(k.bodies[1], "ns"), "db.c");
+    ck_assert_str_eq(simtest_str(k.bodies[1], "ns"), "db.c");
     /* _id moved first; 7.0 inserts carry no o2 (transcribed 7.0 "plain insert"). */
     assert_body_o(k.bodies[1], "i", "{\"_id\": 7, \"a\": 1}");
     bson_t o2;
-    ck_assert(!body_sub(k.bodies[1], "o2", &o2));
+    ck_assert(!simtest_sub(k.bodies[1], "o2", &o2));
     const uint8_t *u1, *u2;
     ck_assert(body_uuid(k.bodies[0], "ui", &u1) && body_uuid(k.bodies[1], "ui", &u2));
     ck_assert(memcmp(u1, u2, 16) == 0);
@@ -473,32 +426,32 @@ START_TEST(test_insert_create_dup)
     char *js = bson_as_canonical_extended_json(k.bodies[1], NULL);
     ck_assert_ptr_nonnull(strstr(js, "{ \"op\" : \"i\", \"ns\" : \"db.c\", \"ui\""));
     bson_free(js);
-    sink_clear(&k);
+    simtest_sink_clear(&k);
 
     /* Second insert: no create. Duplicate: 11000 with the server's message, nothing emitted. */
-    bson_t *d2 = J("{\"_id\": 8}");
-    ck_assert(store_insert(s, "db", "c", d2, sink_emit, &k, &err));
+    bson_t *d2 = simtest_json("{\"_id\": 8}");
+    ck_assert(store_insert(s, "db", "c", d2, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(k.n, 1);
-    sink_clear(&k);
-    ck_assert(!store_insert(s, "db", "c", d1, sink_emit, &k, &err));
+    simtest_sink_clear(&k);
+    ck_assert(!store_insert(s, "db", "c", d1, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(err.code, 11000);
     ck_assert_str_eq(err.message, "E11000 duplicate key error collection: db.c index: _id_ dup key: { _id: 7 }");
     ck_assert_str_eq(store_code_name(11000), "DuplicateKey");
     ck_assert_int_eq(k.n, 0);
     /* No _id: an ObjectId is added first. */
-    bson_t *d3 = J("{\"x\": 1}");
-    ck_assert(store_insert(s, "db", "c", d3, sink_emit, &k, &err));
+    bson_t *d3 = simtest_json("{\"x\": 1}");
+    ck_assert(store_insert(s, "db", "c", d3, simtest_sink_emit, &k, &err));
     bson_t o;
     bson_iter_t it;
-    ck_assert(body_sub(k.bodies[0], "o", &o));
+    ck_assert(simtest_sub(k.bodies[0], "o", &o));
     ck_assert(bson_iter_init(&it, &o) && bson_iter_next(&it));
     ck_assert_str_eq(bson_iter_key(&it), "_id");
     ck_assert(BSON_ITER_HOLDS_OID(&it));
     ck_assert_int_eq(store_count(s, "db", "c"), 3);
-    bson_t *bad = J("{\"_id\": [1]}");
-    ck_assert(!store_insert(s, "db", "c", bad, sink_emit, &k, &err));
+    bson_t *bad = simtest_json("{\"_id\": [1]}");
+    ck_assert(!store_insert(s, "db", "c", bad, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(err.code, 2);
-    sink_clear(&k);
+    simtest_sink_clear(&k);
     bson_destroy(d1);
     bson_destroy(d2);
     bson_destroy(d3);
@@ -510,56 +463,56 @@ END_TEST
 START_TEST(test_update_noop_upsert_delete)
 {
     sim_store *s = store_new(SIM_FORMAT_70);
-    sink k = {{0}, 0};
+    simtest_sink k = {{0}, 0};
     bson_error_t err;
-    bson_t *d = J("{\"_id\": 1, \"a\": 1}"), *q = J("{\"_id\": 1}"), *u = J("{\"$set\": {\"a\": 1}}");
+    bson_t *d = simtest_json("{\"_id\": 1, \"a\": 1}"), *q = simtest_json("{\"_id\": 1}"), *u = simtest_json("{\"$set\": {\"a\": 1}}");
     ck_assert(store_insert(s, "db", "c", d, NULL, NULL, &err));
     sim_update_result res;
     /* No-op update: matched, not modified, nothing logged. */
-    ck_assert(store_update(s, "db", "c", q, u, false, &res, sink_emit, &k, &err));
+    ck_assert(store_update(s, "db", "c", q, u, false, &res, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(res.matched, 1);
     ck_assert_int_eq(res.modified, 0);
     ck_assert_int_eq(k.n, 0);
     store_update_result_clear(&res);
     /* No match, no upsert: nothing. */
-    bson_t *q2 = J("{\"_id\": 2}"), *u2 = J("{\"$set\": {\"b\": 5}}");
-    ck_assert(store_update(s, "db", "c", q2, u2, false, &res, sink_emit, &k, &err));
+    bson_t *q2 = simtest_json("{\"_id\": 2}"), *u2 = simtest_json("{\"$set\": {\"b\": 5}}");
+    ck_assert(store_update(s, "db", "c", q2, u2, false, &res, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(res.matched, 0);
     ck_assert_int_eq(k.n, 0);
     /* Upsert that inserts: logged, as the server does, as an i entry with the document it built. */
-    ck_assert(store_update(s, "db", "c", q2, u2, true, &res, sink_emit, &k, &err));
+    ck_assert(store_update(s, "db", "c", q2, u2, true, &res, simtest_sink_emit, &k, &err));
     ck_assert(res.upserted);
     ck_assert_int_eq(res.upserted_id.value_type, BSON_TYPE_INT32);
     ck_assert_int_eq(res.upserted_id.value.v_int32, 2);
     ck_assert_int_eq(k.n, 1);
     assert_body_o(k.bodies[0], "i", "{\"_id\": 2, \"b\": 5}");
     store_update_result_clear(&res);
-    sink_clear(&k);
+    simtest_sink_clear(&k);
     /* Upsert into a new collection: create first, then i. */
-    bson_t *rep = J("{\"z\": 1}");
-    ck_assert(store_update(s, "db", "new", q2, rep, true, &res, sink_emit, &k, &err));
+    bson_t *rep = simtest_json("{\"z\": 1}");
+    ck_assert(store_update(s, "db", "new", q2, rep, true, &res, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(k.n, 2);
-    ck_assert_str_eq(body_str(k.bodies[0], "op"), "c");
+    ck_assert_str_eq(simtest_str(k.bodies[0], "op"), "c");
     assert_body_o(k.bodies[1], "i", "{\"_id\": 2, \"z\": 1}");
     store_update_result_clear(&res);
-    sink_clear(&k);
+    simtest_sink_clear(&k);
     /* Unsupported query shape. */
-    bson_t *qbad = J("{\"a\": 1}");
-    ck_assert(!store_update(s, "db", "c", qbad, u, false, &res, sink_emit, &k, &err));
+    bson_t *qbad = simtest_json("{\"a\": 1}");
+    ck_assert(!store_update(s, "db", "c", qbad, u, false, &res, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(err.code, 2);
     /* Delete by _id: o {_id}. */
     int64_t n;
-    ck_assert(store_delete(s, "db", "c", q, 0, &n, sink_emit, &k, &err));
+    ck_assert(store_delete(s, "db", "c", q, 0, &n, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(n, 1);
     assert_body_o(k.bodies[0], "d", "{\"_id\": 1}");
-    sink_clear(&k);
-    ck_assert(store_delete(s, "db", "c", q, 0, &n, sink_emit, &k, &err));
+    simtest_sink_clear(&k);
+    ck_assert(store_delete(s, "db", "c", q, 0, &n, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(n, 0);
     ck_assert_int_eq(k.n, 0);
-    bson_t *empty = J("{}");
-    ck_assert(store_delete(s, "db", "new", empty, 0, &n, sink_emit, &k, &err));
+    bson_t *empty = simtest_json("{}");
+    ck_assert(store_delete(s, "db", "new", empty, 0, &n, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(n, 1);
-    sink_clear(&k);
+    simtest_sink_clear(&k);
     bson_destroy(d);
     bson_destroy(q);
     bson_destroy(u);
@@ -602,15 +555,15 @@ static void grab_name(void *ctx, const char *name, const uint8_t *uuid)
 START_TEST(test_ddl_bodies)
 {
     sim_store *s = store_new(SIM_FORMAT_70);
-    sink k = {{0}, 0};
+    simtest_sink k = {{0}, 0};
     bson_error_t err;
     fill(s, "db", "b", 3);
     fill(s, "db", "a", 2);
-    ck_assert(!store_create(s, "db", "a", sink_emit, &k, &err));
+    ck_assert(!store_create(s, "db", "a", simtest_sink_emit, &k, &err));
     ck_assert_int_eq(err.code, 48);
-    ck_assert(store_create(s, "db", "e", sink_emit, &k, &err));
+    ck_assert(store_create(s, "db", "e", simtest_sink_emit, &k, &err));
     ck_assert_int_eq(k.n, 1);
-    sink_clear(&k);
+    simtest_sink_clear(&k);
 
     names nm = {{{0}}, {{0}}, 0};
     store_list_collections(s, "db", grab_name, &nm);
@@ -621,76 +574,76 @@ START_TEST(test_ddl_bodies)
 
     /* Drop: o {drop}, o2 {numRecords: int32} (4.4 ddl_stream dump). */
     bool existed;
-    ck_assert(store_drop(s, "db", "e", &existed, sink_emit, &k, &err));
+    ck_assert(store_drop(s, "db", "e", &existed, simtest_sink_emit, &k, &err));
     ck_assert(existed);
     assert_body_o(k.bodies[0], "c", "{\"drop\": \"e\"}");
     bson_t o2;
-    ck_assert(body_sub(k.bodies[0], "o2", &o2));
-    bson_t *want = J("{\"numRecords\": 0}");
-    assert_bson_eq(&o2, want, "drop o2");
+    ck_assert(simtest_sub(k.bodies[0], "o2", &o2));
+    bson_t *want = simtest_json("{\"numRecords\": 0}");
+    simtest_assert_bson_eq(&o2, want, "drop o2");
     bson_destroy(want);
-    sink_clear(&k);
-    ck_assert(store_drop(s, "db", "e", &existed, sink_emit, &k, &err));
+    simtest_sink_clear(&k);
+    ck_assert(store_drop(s, "db", "e", &existed, simtest_sink_emit, &k, &err));
     ck_assert(!existed);
     ck_assert_int_eq(k.n, 0);
 
     /* Rename onto an existing target without dropTarget: 48; with it: dropTarget UUID + o2 numRecords. */
-    ck_assert(!store_rename(s, "db", "a", "db", "b", false, sink_emit, &k, &err));
+    ck_assert(!store_rename(s, "db", "a", "db", "b", false, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(err.code, 48);
     ck_assert_int_eq(k.n, 0);
-    ck_assert(store_rename(s, "db", "a", "db", "b", true, sink_emit, &k, &err));
+    ck_assert(store_rename(s, "db", "a", "db", "b", true, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(k.n, 1);
-    ck_assert_str_eq(body_str(k.bodies[0], "ns"), "db.$cmd");
+    ck_assert_str_eq(simtest_str(k.bodies[0], "ns"), "db.$cmd");
     const uint8_t *ui, *dt;
     ck_assert(body_uuid(k.bodies[0], "ui", &ui));
     ck_assert(memcmp(ui, nm.uuids[0], 16) == 0); /* source UUID */
     bson_t o;
-    ck_assert(body_sub(k.bodies[0], "o", &o));
+    ck_assert(simtest_sub(k.bodies[0], "o", &o));
     ck_assert(body_uuid(&o, "dropTarget", &dt));
     ck_assert(memcmp(dt, nm.uuids[1], 16) == 0);
     char *js = bson_as_relaxed_extended_json(&o, NULL);
     ck_assert_ptr_nonnull(strstr(js, "{ \"renameCollection\" : \"db.a\", \"to\" : \"db.b\", \"stayTemp\" : false, "
                                      "\"dropTarget\""));
     bson_free(js);
-    ck_assert(body_sub(k.bodies[0], "o2", &o2));
-    want = J("{\"numRecords\": 3}");
-    assert_bson_eq(&o2, want, "rename o2");
+    ck_assert(simtest_sub(k.bodies[0], "o2", &o2));
+    want = simtest_json("{\"numRecords\": 3}");
+    simtest_assert_bson_eq(&o2, want, "rename o2");
     bson_destroy(want);
     ck_assert_int_eq(store_count(s, "db", "b"), 2);
     ck_assert_int_eq(store_count(s, "db", "a"), 0);
-    sink_clear(&k);
+    simtest_sink_clear(&k);
     /* Plain rename: no dropTarget, no o2. */
-    ck_assert(store_rename(s, "db", "b", "db", "c", false, sink_emit, &k, &err));
+    ck_assert(store_rename(s, "db", "b", "db", "c", false, simtest_sink_emit, &k, &err));
     assert_body_o(k.bodies[0], "c", "{\"renameCollection\": \"db.b\", \"to\": \"db.c\", \"stayTemp\": false}");
-    ck_assert(!body_sub(k.bodies[0], "o2", &o2));
-    sink_clear(&k);
-    ck_assert(!store_rename(s, "db", "zz", "db", "y", false, sink_emit, &k, &err));
+    ck_assert(!simtest_sub(k.bodies[0], "o2", &o2));
+    simtest_sink_clear(&k);
+    ck_assert(!store_rename(s, "db", "zz", "db", "y", false, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(err.code, 26);
 
     /* Across databases: create tmp, inserts, rename tmp → target, drop source. */
-    ck_assert(store_rename(s, "db", "c", "other", "t", false, sink_emit, &k, &err));
+    ck_assert(store_rename(s, "db", "c", "other", "t", false, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(k.n, 5);
-    ck_assert_str_eq(body_str(k.bodies[0], "op"), "c");
-    ck_assert_str_eq(body_str(k.bodies[0], "ns"), "other.$cmd");
-    ck_assert_str_eq(body_str(k.bodies[1], "op"), "i");
-    ck_assert_str_eq(body_str(k.bodies[2], "op"), "i");
-    ck_assert(body_sub(k.bodies[3], "o", &o));
-    ck_assert_str_eq(body_str(&o, "to"), "other.t");
-    ck_assert(body_sub(k.bodies[4], "o", &o));
-    ck_assert_str_eq(body_str(&o, "drop"), "c");
-    ck_assert_str_eq(body_str(k.bodies[4], "ns"), "db.$cmd");
+    ck_assert_str_eq(simtest_str(k.bodies[0], "op"), "c");
+    ck_assert_str_eq(simtest_str(k.bodies[0], "ns"), "other.$cmd");
+    ck_assert_str_eq(simtest_str(k.bodies[1], "op"), "i");
+    ck_assert_str_eq(simtest_str(k.bodies[2], "op"), "i");
+    ck_assert(simtest_sub(k.bodies[3], "o", &o));
+    ck_assert_str_eq(simtest_str(&o, "to"), "other.t");
+    ck_assert(simtest_sub(k.bodies[4], "o", &o));
+    ck_assert_str_eq(simtest_str(&o, "drop"), "c");
+    ck_assert_str_eq(simtest_str(k.bodies[4], "ns"), "db.$cmd");
     ck_assert_int_eq(store_count(s, "other", "t"), 2);
-    sink_clear(&k);
+    simtest_sink_clear(&k);
 
     /* dropDatabase: one drop per collection, then {dropDatabase: 1} without ui. */
     fill(s, "other", "u", 1);
-    ck_assert(store_drop_database(s, "other", sink_emit, &k, &err));
+    ck_assert(store_drop_database(s, "other", simtest_sink_emit, &k, &err));
     ck_assert_int_eq(k.n, 3);
     assert_body_o(k.bodies[0], "c", "{\"drop\": \"t\"}");
     assert_body_o(k.bodies[1], "c", "{\"drop\": \"u\"}");
     assert_body_o(k.bodies[2], "c", "{\"dropDatabase\": 1}");
     ck_assert(!body_uuid(k.bodies[2], "ui", &ui));
-    sink_clear(&k);
+    simtest_sink_clear(&k);
     names dbs = {{{0}}, {{0}}, 0};
     store_list_databases(s, grab_name, &dbs);
     ck_assert_int_eq(dbs.n, 0); /* "db" lost its last collection through the cross-db rename */
@@ -701,14 +654,14 @@ END_TEST
 START_TEST(test_format44_update_body)
 {
     sim_store *s = store_new(SIM_FORMAT_44);
-    sink k = {{0}, 0};
+    simtest_sink k = {{0}, 0};
     bson_error_t err;
-    bson_t *d = J("{\"_id\": 1, \"a\": [1]}"), *q = J("{\"_id\": 1}"), *u = J("{\"$push\": {\"a\": 2}}");
+    bson_t *d = simtest_json("{\"_id\": 1, \"a\": [1]}"), *q = simtest_json("{\"_id\": 1}"), *u = simtest_json("{\"$push\": {\"a\": 2}}");
     ck_assert(store_insert(s, "db", "c", d, NULL, NULL, &err));
-    ck_assert(store_update(s, "db", "c", q, u, false, NULL, sink_emit, &k, &err));
+    ck_assert(store_update(s, "db", "c", q, u, false, NULL, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(k.n, 1);
     assert_body_o(k.bodies[0], "u", "{\"$v\": 1, \"$set\": {\"a.1\": 2}}");
-    sink_clear(&k);
+    simtest_sink_clear(&k);
     bson_destroy(d);
     bson_destroy(q);
     bson_destroy(u);
@@ -763,24 +716,24 @@ START_TEST(test_id_order_across_types)
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
         char buf[200];
         snprintf(buf, sizeof buf, "{\"_id\": %s}", ids[i]);
-        bson_t *d = J(buf);
+        bson_t *d = simtest_json(buf);
         ck_assert_msg(store_insert(s, "db", "c", d, NULL, NULL, &err), "%s: %s", buf, err.message);
         bson_destroy(d);
     }
     /* 3 (int64) and 3.0 (double) are the same key. */
-    bson_t *dup = J("{\"_id\": 3.0}");
+    bson_t *dup = simtest_json("{\"_id\": 3.0}");
     ck_assert(!store_insert(s, "db", "c", dup, NULL, NULL, &err));
     ck_assert_int_eq(err.code, 11000);
     bson_destroy(dup);
     collect c = {bson_new(), 0, 0};
     store_find(s, "db", "c", NULL, collect_id, &c);
-    bson_t *want = J("{\"0\": {\"$minKey\": 1}, \"1\": null, \"2\": 1, \"3\": 2.5, \"4\": {\"$numberLong\": \"3\"}, "
+    bson_t *want = simtest_json("{\"0\": {\"$minKey\": 1}, \"1\": null, \"2\": 1, \"3\": 2.5, \"4\": {\"$numberLong\": \"3\"}, "
                      "\"5\": \"a\", \"6\": \"b\", \"7\": {\"x\": 0, \"y\": 1}, \"8\": {\"x\": 1}, "
                      "\"9\": {\"$binary\": {\"base64\": \"AA==\", \"subType\": \"00\"}}, "
                      "\"10\": {\"$oid\": \"000000000000000000000001\"}, \"11\": false, \"12\": true, "
                      "\"13\": {\"$date\": {\"$numberLong\": \"5\"}}, \"14\": {\"$timestamp\": {\"t\": 1, \"i\": 1}}, "
                      "\"15\": {\"$maxKey\": 1}}");
-    assert_bson_eq(c.ids, want, "_id order");
+    simtest_assert_bson_eq(c.ids, want, "_id order");
     bson_destroy(want);
     bson_destroy(c.ids);
     store_free(s);
@@ -789,7 +742,7 @@ END_TEST
 
 static int count_find(sim_store *s, const char *filter_json, int stop_after, int *first)
 {
-    bson_t *f = J(filter_json);
+    bson_t *f = simtest_json(filter_json);
     collect c = {bson_new(), 0, stop_after};
     store_find(s, "db", "c", f, collect_id, &c);
     bson_iter_t it;
@@ -806,7 +759,7 @@ START_TEST(test_find_ranges)
     sim_store *s = store_new(SIM_FORMAT_70);
     bson_error_t err;
     fill(s, "db", "c", 100);
-    bson_t *str = J("{\"_id\": \"str\"}");
+    bson_t *str = simtest_json("{\"_id\": \"str\"}");
     ck_assert(store_insert(s, "db", "c", str, NULL, NULL, &err));
     bson_destroy(str);
     int first = -1;
@@ -829,7 +782,7 @@ START_TEST(test_find_ranges)
     ck_assert_int_eq(count_find(s, "{\"_id\": {\"$gt\": 50, \"$lt\": 40}}", 0, NULL), 0);
     /* Early stop. */
     ck_assert_int_eq(count_find(s, "{\"_id\": {\"$gte\": 0}}", 7, NULL), 7);
-    bson_t *bad = J("{\"a\": 1}");
+    bson_t *bad = simtest_json("{\"a\": 1}");
     ck_assert(!store_filter_supported(bad, &err));
     ck_assert_int_eq(err.code, 2);
     bson_destroy(bad);
@@ -854,7 +807,7 @@ START_TEST(test_load_save_roundtrip)
     sim_store *s = store_new(SIM_FORMAT_70);
     fill(s, "d1", "x", 50);
     fill(s, "d2", "y", 3);
-    bson_t *nested = J("{\"_id\": \"k\", \"a\": {\"b\": [1, 2, {\"c\": null}]}}");
+    bson_t *nested = simtest_json("{\"_id\": \"k\", \"a\": {\"b\": [1, 2, {\"c\": null}]}}");
     ck_assert(store_insert(s, "d2", "z", nested, NULL, NULL, &err));
     ck_assert_msg(store_save_dir(s, dir, &err), "%s", err.message);
 
@@ -862,10 +815,10 @@ START_TEST(test_load_save_roundtrip)
     ck_assert_msg(store_load_dir(t, dir, &err), "%s", err.message);
     ck_assert_int_eq(store_count(t, "d1", "x"), 50);
     ck_assert_int_eq(store_count(t, "d2", "y"), 3);
-    bson_t *q = J("{\"_id\": \"k\"}");
+    bson_t *q = simtest_json("{\"_id\": \"k\"}");
     bson_t *got = find_one(t, "d2", "z", q);
     ck_assert_ptr_nonnull(got);
-    assert_bson_eq(got, nested, "round trip");
+    simtest_assert_bson_eq(got, nested, "round trip");
     bson_destroy(got);
     names dbs = {{{0}}, {{0}}, 0};
     store_list_databases(t, grab_name, &dbs);
@@ -933,7 +886,7 @@ START_TEST(test_large_collection)
         bson_destroy(&f);
     }
     /* Updates and deletes by _id stay logarithmic. */
-    bson_t *u = J("{\"$inc\": {\"n\": 1}}");
+    bson_t *u = simtest_json("{\"$inc\": {\"n\": 1}}");
     for (int i = 0; i < N; i += 10) {
         bson_t q = BSON_INITIALIZER;
         BSON_APPEND_INT64(&q, "_id", i);

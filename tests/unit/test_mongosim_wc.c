@@ -21,53 +21,12 @@
 #include <unistd.h>
 
 #include "../mongosim/server.h"
+#include "simtest.h"
 
-static sim_server *srv;
-static pthread_t srv_thread;
-static int port;
 
-static void *run_server(void *arg)
-{
-    sim_server_run(arg);
-    return NULL;
-}
 
-static void setup(void)
-{
-    sim_options opts;
-    sim_options_init(&opts);
-    bson_error_t err;
-    srv = sim_server_new(&opts, NULL, &err);
-    ck_assert_msg(srv, "sim_server_new: %s", err.message);
-    port = sim_server_port(srv);
-    ck_assert_int_eq(pthread_create(&srv_thread, NULL, run_server, srv), 0);
-}
 
-static void teardown(void)
-{
-    sim_server_stop(srv);
-    pthread_join(srv_thread, NULL);
-    sim_server_free(srv);
-    srv = NULL;
-}
 
-static int connect_sim(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    return fd;
-}
-
-static bson_t *J(const char *json)
-{
-    bson_error_t err;
-    bson_t *b = bson_new_from_json((const uint8_t *)json, -1, &err);
-    ck_assert_msg(b != NULL, "bad JSON in test: %s: %s", json, err.message);
-    return b;
-}
 
 static double now_s(void)
 {
@@ -139,7 +98,7 @@ static int32_t next_id = 100;
 /* Runs a command (JSON, with its $db) and returns the reply. */
 static bson_t *run(int fd, const char *json)
 {
-    bson_t *cmd = J(json);
+    bson_t *cmd = simtest_json(json);
     int32_t id = next_id++;
     send_msg(fd, id, cmd);
     bson_destroy(cmd);
@@ -150,7 +109,7 @@ static bson_t *run(int fd, const char *json)
 
 static void assert_reply_eq(const bson_t *got, const char *json, const char *what)
 {
-    bson_t *want = J(json);
+    bson_t *want = simtest_json(json);
     if (got->len != want->len || memcmp(bson_get_data(got), bson_get_data(want), got->len) != 0) {
         char *g = bson_as_canonical_extended_json(got, NULL);
         char *w = bson_as_canonical_extended_json(want, NULL);
@@ -208,11 +167,6 @@ static bson_t *newest_entry(int ctl)
     return out;
 }
 
-static const char *str_of(const bson_t *b, const char *key)
-{
-    bson_iter_t it;
-    return bson_iter_init_find(&it, b, key) && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : "";
-}
 
 static void freeze(int ctl)
 {
@@ -227,16 +181,16 @@ static void freeze(int ctl)
  * {follow: true} and, for a second write, by {advanceTo: newest}. The replies are the plain ones. */
 START_TEST(test_majority_write_held_until_released)
 {
-    int a = connect_sim(), ctl = connect_sim();
+    int a = simtest_connect(), ctl = simtest_connect();
     freeze(ctl);
-    bson_t *cmd = J(INSERT_MAJ("1", ""));
+    bson_t *cmd = simtest_json(INSERT_MAJ("1", ""));
     send_msg(a, 1, cmd);
     bson_destroy(cmd);
     wait_waits(ctl, 1);
     ck_assert_msg(silent_for(a, 200), "a w:majority insert was answered while the commit point was frozen");
     bson_t *e = newest_entry(ctl);
-    ck_assert_str_eq(str_of(e, "op"), "i");
-    ck_assert_str_eq(str_of(e, "ns"), "wc.c");
+    ck_assert_str_eq(simtest_str(e, "op"), "i");
+    ck_assert_str_eq(simtest_str(e, "ns"), "wc.c");
     bson_destroy(e);
     run_ok(ctl, "{\"mongosimMajority\": {\"follow\": true}, \"$db\": \"admin\"}");
     bson_t *r = read_reply(a, 1, 5000);
@@ -248,7 +202,7 @@ START_TEST(test_majority_write_held_until_released)
     /* advanceTo the newest entry covers the write. An update that changes nothing waits too: a server waits on the
      * newest entry when the command wrote none (setLastOpToSystemLastOpTime). */
     freeze(ctl);
-    cmd = J(INSERT_MAJ("2", ", \"wtimeout\": 60000"));
+    cmd = simtest_json(INSERT_MAJ("2", ", \"wtimeout\": 60000"));
     send_msg(a, 2, cmd);
     bson_destroy(cmd);
     wait_waits(ctl, 1);
@@ -273,7 +227,7 @@ START_TEST(test_majority_write_held_until_released)
     assert_reply_eq(r, "{\"n\": 1, \"ok\": 1.0}", "w:1 insert while frozen");
     bson_destroy(r);
     cmd =
-        J("{\"update\": \"c\", \"$db\": \"wc\", \"updates\": [{\"q\": {\"_id\": 99}, \"u\": {\"$set\": {\"x\": 1}}}], "
+        simtest_json("{\"update\": \"c\", \"$db\": \"wc\", \"updates\": [{\"q\": {\"_id\": 99}, \"u\": {\"$set\": {\"x\": 1}}}], "
           "\"writeConcern\": {\"w\": \"majority\"}}");
     send_msg(a, 3, cmd);
     bson_destroy(cmd);
@@ -294,7 +248,7 @@ END_TEST
  * command that ran (drop of a missing collection: 26) waits too and gets writeConcernError after its error fields. */
 START_TEST(test_majority_write_wtimeout)
 {
-    int a = connect_sim(), ctl = connect_sim();
+    int a = simtest_connect(), ctl = simtest_connect();
     freeze(ctl);
     double t0 = now_s();
     bson_t *r = run(a, INSERT_MAJ("1", ", \"wtimeout\": 300"));
@@ -332,9 +286,9 @@ END_TEST
  * answers a waiting write the same way. */
 START_TEST(test_majority_write_rollback)
 {
-    int a = connect_sim(), ctl = connect_sim();
+    int a = simtest_connect(), ctl = simtest_connect();
     freeze(ctl);
-    bson_t *cmd = J(INSERT_MAJ("1", ""));
+    bson_t *cmd = simtest_json(INSERT_MAJ("1", ""));
     send_msg(a, 1, cmd);
     bson_destroy(cmd);
     wait_waits(ctl, 1);
@@ -357,7 +311,7 @@ START_TEST(test_majority_write_rollback)
     wait_waits(ctl, 0);
 
     freeze(ctl);
-    cmd = J(INSERT_MAJ("2", ""));
+    cmd = simtest_json(INSERT_MAJ("2", ""));
     send_msg(a, 2, cmd);
     bson_destroy(cmd);
     wait_waits(ctl, 1);
@@ -376,7 +330,7 @@ END_TEST
 /* w: 1, no write concern, or w: "majority" with the commit point following: answered at once, as before. */
 START_TEST(test_w1_unaffected)
 {
-    int a = connect_sim(), ctl = connect_sim();
+    int a = simtest_connect(), ctl = simtest_connect();
     freeze(ctl);
     bson_t *r = run(a, "{\"insert\": \"c\", \"$db\": \"wc\", \"documents\": [{\"_id\": 1}], \"writeConcern\": {\"w\": "
                        "1, \"wtimeout\": 10}}");
@@ -433,7 +387,7 @@ static void last_ts(int ctl, uint32_t *secs, uint32_t *inc)
  * view; reading w is refused rather than answered empty. */
 START_TEST(test_timeseries_over_the_wire)
 {
-    int a = connect_sim();
+    int a = simtest_connect();
     uint32_t secs, inc;
     last_ts(a, &secs, &inc);
     run_ok(a, "{\"create\": \"w\", \"$db\": \"tsdb\", \"timeseries\": {\"timeField\": \"t\", \"metaField\": \"m\"}, "
@@ -464,8 +418,8 @@ START_TEST(test_timeseries_over_the_wire)
         bson_iter_t f;
         bson_iter_document(&it, &len, &data);
         ck_assert(bson_init_static(&e, data, len));
-        ck_assert_str_eq(str_of(&e, "op"), want[n][0]);
-        ck_assert_str_eq(str_of(&e, "ns"), want[n][1]);
+        ck_assert_str_eq(simtest_str(&e, "op"), want[n][0]);
+        ck_assert_str_eq(simtest_str(&e, "ns"), want[n][1]);
         ck_assert(bson_iter_init_find(&f, &e, "o") && BSON_ITER_HOLDS_DOCUMENT(&f));
         bson_iter_document(&f, &len, &data);
         ck_assert(bson_init_static(&o, data, len));
@@ -527,7 +481,7 @@ Suite *mongosim_wc_suite(void)
 {
     Suite *s = suite_create("mongosim_wc");
     TCase *tc = tcase_create("wc");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, simtest_start, simtest_stop);
     tcase_set_timeout(tc, 20);
     tcase_add_test(tc, test_majority_write_held_until_released);
     tcase_add_test(tc, test_majority_write_wtimeout);

@@ -19,48 +19,13 @@
 #include <unistd.h>
 
 #include "../mongosim/server.h"
+#include "simtest.h"
 
 Suite *mongosim_wire_suite(void); /* called by the generated runner list */
 
-static sim_server *srv;
-static pthread_t srv_thread;
-static int port;
 
-static void *run_server(void *arg)
-{
-    sim_server_run(arg);
-    return NULL;
-}
 
-static void setup(void)
-{
-    sim_options opts;
-    sim_options_init(&opts);
-    bson_error_t err;
-    srv = sim_server_new(&opts, NULL, &err);
-    ck_assert_msg(srv, "sim_server_new: %s", err.message);
-    port = sim_server_port(srv);
-    ck_assert_int_gt(port, 0);
-    ck_assert_int_eq(pthread_create(&srv_thread, NULL, run_server, srv), 0);
-}
 
-static void teardown(void)
-{
-    sim_server_stop(srv);
-    pthread_join(srv_thread, NULL);
-    sim_server_free(srv);
-    srv = NULL;
-}
-
-static int connect_sim(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    return fd;
-}
 
 static void send_all(int fd, const void *p, size_t n)
 {
@@ -166,7 +131,7 @@ static double field_num(const bson_t *doc, const char *key)
 /* The server still works: a new connection gets a correct hello over OP_QUERY and over OP_MSG. */
 static void assert_alive(void)
 {
-    int fd = connect_sim();
+    int fd = simtest_connect();
     uint8_t buf[512];
     bson_t *q = BCON_NEW("isMaster", BCON_INT32(1), "helloOk", BCON_BOOL(true));
     send_all(fd, buf, build_query(buf, 77, q));
@@ -196,7 +161,7 @@ static void assert_alive(void)
 /* Sends raw bytes; expects either a closed connection or an ok:0 reply. */
 static void expect_rejected(const uint8_t *bytes, size_t n, bool want_close)
 {
-    int fd = connect_sim();
+    int fd = simtest_connect();
     send_all(fd, bytes, n);
     reply_t r = read_reply(fd, 3000);
     ck_assert_msg(r.status != -1, "the server neither replied nor closed (hang)");
@@ -315,7 +280,7 @@ START_TEST(test_document_sequence_insert)
     n += d2->len;
     put32(buf + size_at, (int32_t)(n - sec - 1));
     put32(buf, (int32_t)n);
-    int fd = connect_sim();
+    int fd = simtest_connect();
     send_all(fd, buf, n);
     reply_t r = read_reply(fd, 3000);
     ck_assert_int_eq(r.status, 1);
@@ -333,7 +298,7 @@ START_TEST(test_split_message)
     uint8_t buf[256];
     bson_t *b = BCON_NEW("ping", BCON_INT32(1), "$db", BCON_UTF8("admin"));
     size_t n = build_msg(buf, 11, 0, b);
-    int fd = connect_sim();
+    int fd = simtest_connect();
     for (size_t i = 0; i < n; i += 3) {
         send_all(fd, buf + i, n - i < 3 ? n - i : 3);
         usleep(1000);
@@ -362,7 +327,7 @@ END_TEST
 START_TEST(test_client_vanishes_mid_getmore)
 {
     uint8_t buf[1024];
-    int fd = connect_sim();
+    int fd = simtest_connect();
     bson_t *ap = BCON_NEW("appendOplog", "[", "{", "op", "n", "ns", "", "o", "{", "msg", "x", "}", "}", "]", "$db",
                           BCON_UTF8("admin"));
     send_all(fd, buf, build_msg(buf, 1, 0, ap));
@@ -388,7 +353,7 @@ START_TEST(test_client_vanishes_mid_getmore)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     assert_alive();
     /* An append wakes the parked getMore; the reply goes nowhere and must not hurt. */
-    fd = connect_sim();
+    fd = simtest_connect();
     send_all(fd, buf, build_msg(buf, 4, 0, ap));
     r = read_reply(fd, 3000);
     ck_assert_int_eq(r.status, 1);
@@ -408,7 +373,7 @@ START_TEST(test_fresh_oplog_initiating_set)
     /* A fresh member's oplog starts with replSetInitiate's noop, as a real one does. */
     uint8_t buf[512];
     bson_t *find = BCON_NEW("find", BCON_UTF8("oplog.rs"), "filter", "{", "}", "$db", BCON_UTF8("local"));
-    int fd = connect_sim();
+    int fd = simtest_connect();
     send_all(fd, buf, build_msg(buf, 2, 0, find));
     reply_t r = read_reply(fd, 3000);
     ck_assert_int_eq(r.status, 1);
@@ -429,7 +394,7 @@ START_TEST(test_tailable_find_on_empty_oplog)
     uint8_t buf[512];
     bson_t *find = BCON_NEW("find", BCON_UTF8("oplog.rs"), "filter", "{", "}", "tailable", BCON_BOOL(true), "awaitData",
                             BCON_BOOL(true), "$db", BCON_UTF8("local"));
-    int fd = connect_sim();
+    int fd = simtest_connect();
     /* A fresh mongosim holds its "initiating set" entry: empty the oplog first. */
     bson_t *trunc = BCON_NEW("mongosimTruncateOplog", BCON_INT32(1), "before", BCON_TIMESTAMP(UINT32_MAX, 0), "$db",
                              BCON_UTF8("admin"));
@@ -464,7 +429,7 @@ START_TEST(test_unknown_command_error)
 {
     uint8_t buf[256];
     bson_t *b = BCON_NEW("frobnicate", BCON_INT32(1), "$db", BCON_UTF8("admin"));
-    int fd = connect_sim();
+    int fd = simtest_connect();
     send_all(fd, buf, build_msg(buf, 3, 0, b));
     reply_t r = read_reply(fd, 3000);
     ck_assert_int_eq(r.status, 1);
@@ -485,7 +450,7 @@ Suite *mongosim_wire_suite(void)
 {
     Suite *s = suite_create("mongosim_wire");
     TCase *tc = tcase_create("wire");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, simtest_start, simtest_stop);
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_good_hello);
     tcase_add_test(tc, test_bad_lengths);
