@@ -705,7 +705,8 @@ static void normalize_object(bson_t *b, const char *key, const bson_iter_t *obj)
         els[n++].it = it;
     }
     /* qsort is not stable; duplicate names in one object are not valid input for a server either. */
-    qsort(els, n, sizeof *els, cmp_keys);
+    if (n > 1)
+        qsort(els, n, sizeof *els, cmp_keys);
     bson_t sub;
     bson_append_document_begin(b, key, -1, &sub);
     for (size_t i = 0; i < n; i++)

@@ -1346,7 +1346,8 @@ void store_list_namespaces(const sim_store *store, const char *db, store_ns_fn f
     scoll *views = coll_get(store, db, SYSTEM_VIEWS);
     if (views)
         list_views(store, db, views->root, &l);
-    qsort(l.v, l.n, sizeof *l.v, cmp_ns);
+    if (l.n > 1) /* qsort's array must not be NULL, even for no elements */
+        qsort(l.v, l.n, sizeof *l.v, cmp_ns);
     for (size_t i = 0; i < l.n; i++) {
         l.v[i].info.options = l.v[i].options;
         fn(ctx, &l.v[i].info);
