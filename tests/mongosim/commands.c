@@ -10,8 +10,10 @@
  * {w: "majority"} has its finished reply cut out of the output buffer and parked until the majority commit point
  * covers it ("write concern" below).
  */
+#include "projection.h"
 #include "sim_internal.h"
 #include "txn.h"
+#include "update.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,13 +28,15 @@ struct sim_cursor {
     int64_t id;
     sim_cursor *next;
     bool oplog, tailable, await_data;
-    bool majority; /* readConcern {level: "majority"}: sees only what the commit point covers */
+    bool majority;      /* readConcern {level: "majority"}: sees only what the commit point covers */
     uint64_t next_seq;  /* oplog: next entry to return */
     int64_t limit_left; /* < 0: no limit */
     char db[128], coll[256];
     bson_t filter; /* collection: the user's filter, applied again to later batches */
     bool has_last;
     bson_value_t last_id;
+    sim_projection *proj; /* the find's projection, applied to every batch (NULL: none) */
+    int64_t skip_left;    /* the find's skip: matching documents still to pass over before the first returned */
 };
 
 typedef struct {
@@ -160,6 +164,7 @@ static void cursor_free(sim_server *srv, sim_cursor *cur)
     bson_destroy(&cur->filter);
     if (cur->has_last)
         bson_value_destroy(&cur->last_id);
+    projection_free(cur->proj);
     free(cur);
 }
 
@@ -388,14 +393,25 @@ static int64_t write_oplog_batch(sim_server *srv, sim_buf *b, sim_cursor *cur, c
     int64_t n = 0;
     size_t bytes = 0;
     char keybuf[16];
+    for (; cur->skip_left > 0 && cur->next_seq < end; cur->skip_left--)
+        cur->next_seq++;
     while (cur->next_seq < end && (max_docs <= 0 || n < max_docs) && bytes < SIM_BATCH_BYTES) {
         uint32_t len;
         const uint8_t *data = oplog_entry(srv->oplog, cur->next_seq, &len);
-        if (n > 0 && bytes + len > SIM_BATCH_BYTES)
+        bson_t entry, projected = BSON_INITIALIZER;
+        if (cur->proj && bson_init_static(&entry, data, len)) {
+            projection_apply(cur->proj, &entry, &projected);
+            data = bson_get_data(&projected);
+            len = projected.len;
+        }
+        if (n > 0 && bytes + len > SIM_BATCH_BYTES) {
+            bson_destroy(&projected);
             break;
+        }
         const char *k;
         bson_uint32_to_string((uint32_t)n, &k, keybuf, sizeof keybuf);
         bw_doc(b, k, data, len);
+        bson_destroy(&projected);
         bytes += len;
         n++;
         cur->next_seq++;
@@ -443,12 +459,27 @@ typedef struct {
     size_t last_off;
     uint32_t last_len;
     bool more;
+    int64_t *skip_left;         /* the cursor's skip: documents passed over before the first returned */
+    const sim_projection *proj; /* when set, each document is projected, and its _id kept in last_id */
+    bool has_last_id;
+    bson_value_t last_id; /* the last returned document's _id before projection (a projection may drop it) */
 } coll_batch;
 
 static bool coll_batch_doc(void *ctx, const bson_t *doc)
 {
     coll_batch *cb = ctx;
-    if ((cb->max > 0 && cb->n >= cb->max) || (cb->n > 0 && cb->bytes + doc->len > SIM_BATCH_BYTES)) {
+    if (*cb->skip_left > 0) {
+        (*cb->skip_left)--;
+        return true;
+    }
+    bson_t projected = BSON_INITIALIZER;
+    const bson_t *out = doc;
+    if (cb->proj) {
+        projection_apply(cb->proj, doc, &projected);
+        out = &projected;
+    }
+    if ((cb->max > 0 && cb->n >= cb->max) || (cb->n > 0 && cb->bytes + out->len > SIM_BATCH_BYTES)) {
+        bson_destroy(&projected);
         cb->more = true;
         return false;
     }
@@ -457,10 +488,18 @@ static bool coll_batch_doc(void *ctx, const bson_t *doc)
     bson_uint32_to_string((uint32_t)cb->n, &k, keybuf, sizeof keybuf);
     bw_key(cb->b, BSON_TYPE_DOCUMENT, k);
     cb->last_off = cb->b->len;
-    cb->last_len = doc->len;
-    buf_put(cb->b, bson_get_data(doc), doc->len);
-    cb->bytes += doc->len;
+    cb->last_len = out->len;
+    buf_put(cb->b, bson_get_data(out), out->len);
+    cb->bytes += out->len;
     cb->n++;
+    bson_iter_t id;
+    if (cb->proj && bson_iter_init_find(&id, doc, "_id")) {
+        if (cb->has_last_id)
+            bson_value_destroy(&cb->last_id);
+        bson_value_copy(bson_iter_value(&id), &cb->last_id);
+        cb->has_last_id = true;
+    }
+    bson_destroy(&projected);
     return true;
 }
 
@@ -476,7 +515,7 @@ static void reply_coll_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, con
     size_t doc = bw_doc_begin(b);
     size_t cdoc = bw_sub_begin(b, BSON_TYPE_DOCUMENT, "cursor");
     size_t arr = bw_sub_begin(b, BSON_TYPE_ARRAY, first ? "firstBatch" : "nextBatch");
-    coll_batch cb = {.b = b, .max = max};
+    coll_batch cb = {.b = b, .max = max, .skip_left = &cur->skip_left, .proj = cur->proj};
     const sim_store *st = read_store(srv, cur->majority);
     if (cur->limit_left != 0) {
         if (first && min != NULL) {
@@ -495,7 +534,13 @@ static void reply_coll_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, con
             store_find_after(st, cur->db, cur->coll, &cur->filter, &cur->last_id, coll_batch_doc, &cb);
     }
     bw_doc_end(b, arr);
-    if (cb.n > 0) {
+    if (cb.has_last_id) {
+        /* Projected: the _id of the document before projection. */
+        if (cur->has_last)
+            bson_value_destroy(&cur->last_id);
+        cur->last_id = cb.last_id;
+        cur->has_last = true;
+    } else if (cb.n > 0 && !cur->proj) {
         bson_t last;
         bson_iter_t it;
         if (bson_init_static(&last, b->data + cb.last_off, cb.last_len) && bson_iter_init_find(&it, &last, "_id")) {
@@ -1051,16 +1096,62 @@ static bool oplog_reverse_sort(cmd_ctx *x, bool *reverse)
     return true;
 }
 
-static bool find_options(cmd_ctx *x, int64_t *batch, int64_t *limit, bool *single)
+/* The find's projection, parsed (projection.c); NULL when there is none. False after replying with the server's
+ * error for an invalid projection, or 2 BadValue for one mongosim does not execute. */
+static bool find_projection(cmd_ctx *x, sim_projection **out)
 {
-    bson_t proj;
-    bool present;
-    int64_t skip = 0;
-    if (!opt_doc(x->cmd, "projection", &proj, &present) || !bson_empty(&proj) ||
-        (opt_int64(x->cmd, "skip", &skip) && skip != 0)) {
-        reply_error(x->r, 2, "mongosim does not support projection or skip in find");
+    bson_iter_t it;
+    *out = NULL;
+    if (!bson_iter_init_find(&it, x->cmd, "projection"))
+        return true;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        /* The IDL's type error (FindCommandRequest, find_command.idl: projection is an object). */
+        reply_error(x->r, 14,
+                    "BSON field 'FindCommandRequest.projection' is the wrong type '%s', expected type 'object'",
+                    sim_type_name(bson_iter_type(&it)));
         return false;
     }
+    bson_t spec;
+    uint32_t len;
+    const uint8_t *data;
+    bson_iter_document(&it, &len, &data);
+    sim_proj_error err;
+    if (!bson_init_static(&spec, data, len) || !projection_parse(&spec, out, &err)) {
+        reply_error(x->r, err.code, "%s", err.message);
+        return false;
+    }
+    return true;
+}
+
+/* skip (find_command.idl: a safeInt64 with validator {gte: 0}, whose failure is the IDL's error 51024). The server
+ * passes over that many matching documents before the first it returns; limit counts after them. */
+static bool find_skip(cmd_ctx *x, int64_t *skip)
+{
+    bson_iter_t it;
+    *skip = 0;
+    if (!bson_iter_init_find(&it, x->cmd, "skip"))
+        return true;
+    if (!BSON_ITER_HOLDS_NUMBER(&it)) {
+        reply_error(x->r, 14,
+                    "BSON field 'FindCommandRequest.skip' is the wrong type '%s', expected types '[long, int, decimal, "
+                    "double]'",
+                    sim_type_name(bson_iter_type(&it)));
+        return false;
+    }
+    *skip = bson_iter_as_int64(&it);
+    if (*skip < 0) {
+        reply_error(x->r, 51024, "BSON field 'skip' value must be >= 0, actual value '%" PRId64 "'", *skip);
+        return false;
+    }
+    return true;
+}
+
+static bool find_options(cmd_ctx *x, int64_t *batch, int64_t *limit, bool *single, int64_t *skip)
+{
+    sim_projection *proj;
+    if (!find_projection(x, &proj) || !find_skip(x, skip))
+        return false;
+    projection_free(proj); /* checked here; the cursor parses it again when it is created */
     *batch = 101;
     *limit = -1;
     if (opt_int64(x->cmd, "batchSize", batch) && *batch < 0) {
@@ -1142,9 +1233,9 @@ static void h_find(cmd_ctx *x)
         reply_error(x->r, 14, "BSON field 'FindCommandRequest.filter' is the wrong type, expected type 'object'");
         return;
     }
-    int64_t batch, limit;
+    int64_t batch, limit, skip;
     bool single;
-    if (!find_options(x, &batch, &limit, &single))
+    if (!find_options(x, &batch, &limit, &single, &skip))
         return;
     bool is_oplog = strcmp(x->db, "local") == 0 && strcmp(coll, "oplog.rs") == 0;
     if (is_oplog) {
@@ -1157,11 +1248,12 @@ static void h_find(cmd_ctx *x)
             /* {$natural: -1} with limit 1: the newest entry (how clients find the oplog's end), or with
              * {ts: {$lt|$lte: T}} the newest entry before T (a real server scans backwards from the end). */
             uint64_t end = oplog_end_seq(x->srv->oplog);
-            if (limit != 1 || opt_bool(x->cmd, "tailable") ||
+            if (limit != 1 || skip != 0 || opt_bool(x->cmd, "tailable") ||
                 (!bson_empty(&filter) && !oplog_filter_before(&filter, x->srv->oplog, &end))) {
-                reply_error(x->r, 2,
-                            "mongosim supports sort {$natural: -1} on the oplog only with limit 1, and a filter {} or "
-                            "{ts: {$lt|$lte: Timestamp}}");
+                reply_error(
+                    x->r, 2,
+                    "mongosim supports sort {$natural: -1} on the oplog only with limit 1, no skip, and a filter "
+                    "{} or {ts: {$lt|$lte: Timestamp}}");
                 return;
             }
             start = end > oplog_first_seq(x->srv->oplog) ? end - 1 : oplog_end_seq(x->srv->oplog);
@@ -1178,6 +1270,8 @@ static void h_find(cmd_ctx *x)
         }
         cur->next_seq = start;
         cur->limit_left = limit;
+        cur->skip_left = skip;
+        find_projection(x, &cur->proj);
         snprintf(cur->db, sizeof cur->db, "local");
         snprintf(cur->coll, sizeof cur->coll, "oplog.rs");
         reply_oplog_batch(x->srv, x->r, cur, true, batch, single);
@@ -1222,6 +1316,8 @@ static void h_find(cmd_ctx *x)
     }
     sim_cursor *cur = cursor_new(x->srv);
     cur->limit_left = limit;
+    cur->skip_left = skip;
+    find_projection(x, &cur->proj);
     cur->majority = wants_majority(x->cmd);
     snprintf(cur->db, sizeof cur->db, "%s", x->db);
     snprintf(cur->coll, sizeof cur->coll, "%s", coll);
@@ -1989,15 +2085,18 @@ static void h_majority(cmd_ctx *x)
         bson_iter_timestamp(&it, &secs, &inc);
         uint64_t to = OPLOG_TS(secs, inc);
         if (!srv->maj_frozen || to < srv->maj_ts || to > newest) {
-            reply_error(x->r, 2, "mongosimMajority advanceTo: the commit point is %s, it can only move forward up to "
-                                 "the newest entry", srv->maj_frozen ? "frozen" : "following the newest entry");
+            reply_error(x->r, 2,
+                        "mongosimMajority advanceTo: the commit point is %s, it can only move forward up to "
+                        "the newest entry",
+                        srv->maj_frozen ? "frozen" : "following the newest entry");
             return;
         }
         if (to != srv->maj_ts && to != newest) {
             /* The data is kept at the commit point only (one snapshot), so it can jump to the newest entry but not
              * stop between: a simplification. */
-            reply_error(x->r, 2, "mongosimMajority advanceTo: mongosim can only advance a frozen commit point to the "
-                                 "newest entry");
+            reply_error(x->r, 2,
+                        "mongosimMajority advanceTo: mongosim can only advance a frozen commit point to the "
+                        "newest entry");
             return;
         }
         if (to != srv->maj_ts) {

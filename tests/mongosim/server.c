@@ -11,6 +11,7 @@
  * commit point from the same watcher, which mongosimMajority re-arms. Connections
  * are only freed from top-level callbacks (conn_service), never while a handler further up the stack uses them.
  */
+#include "projection.h"
 #include "sim_internal.h"
 #include "txn.h"
 
@@ -211,7 +212,7 @@ const char *sim_code_name(int code)
     case 11602:
         return "InterruptedDueToReplStateChange";
     default:
-        return store_code_name(code);
+        return projection_code_name(code) ? projection_code_name(code) : store_code_name(code);
     }
 }
 
