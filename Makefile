@@ -31,11 +31,17 @@ endif
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) check 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lpthread -lm
+# The allocator: tcmalloc (gperftools) for every program but sanitizer builds, which keep glibc's malloc under ASan.
+# include/daemon/memory.h says why; docs/benchmarks.md ("The allocator") has the figures.
+ifneq ($(SANITIZE),1)
+PKG_LIBS   += $(shell pkg-config --libs libtcmalloc_minimal 2>/dev/null || echo -ltcmalloc_minimal)
+MALLOC_FLAGS := -DOPLOG2PG_TCMALLOC
+endif
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 CFLAGS  ?= -O2 -g
-ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -Iinclude -I$(BUILD)/gen \
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) $(MALLOC_FLAGS) -Iinclude -I$(BUILD)/gen \
               -DOPLOG2PG_VERSION='"$(VERSION)"' $(PKG_CFLAGS) -MMD -MP
 ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS)
 

@@ -34,7 +34,9 @@
  * (a profile of the daemon alone; the figures of such a run are not the ones to report). BENCH_RSS=FILE writes the
  * daemon's VmRSS and checkpoint at every poll of the timed part into FILE.<service>. BENCH_DAEMON_WRAP="valgrind
  * --tool=massif ..." puts words before the daemon's command line (a tool that runs it in the same process).
+ * BENCH_REPLICATION_INI="batch_rows = 50000" adds lines to the daemon's [replication] section (to try settings).
  */
+#include <dirent.h>
 #include <libpq-fe.h>
 #include <mongoc/mongoc.h>
 #include <openssl/evp.h>
@@ -95,9 +97,12 @@ typedef struct {
     mongoc_client_t *client;
     PGconn *pg;
     char dir[64], ini[128], log[128], uri[128], service[64], prefix[32];
-    uint64_t start;   /* the checkpoint before the timed workload (timed_backlog) */
-    double sim_cpu_s; /* mongosim's CPU time over the timed part (timed_backlog) */
-    FILE *rss_trace;  /* BENCH_RSS: the daemon's VmRSS at each poll of the timed part, or NULL */
+    uint64_t start;                      /* the checkpoint before the timed workload (timed_backlog) */
+    double sim_cpu_s;                    /* mongosim's CPU time over the timed part (timed_backlog) */
+    double pg_cpu_s;                     /* PostgreSQL's (every process of the server) */
+    double reader_cpu_s;                 /* the daemon's reader thread's */
+    unsigned long long faults, switches; /* the daemon's page faults and context switches (all threads) over it */
+    FILE *rss_trace;                     /* BENCH_RSS: the daemon's VmRSS at each poll of the timed part, or NULL */
 } trial;
 
 /* The conninfo the daemon is given, when not the test cluster's own (bench_rtt: through bench/rttproxy). */
@@ -110,8 +115,9 @@ static void trial_write_ini(trial *t, const char *apply_mode, const char *extra)
         die("cannot write %s", t->ini);
     fprintf(f,
             "[mongodb]\nuri = %s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s*.*\n"
-            "apply_mode = %s\n[logging]\nlevel = warning\n%s",
-            t->uri, daemon_conninfo ? daemon_conninfo : conninfo, t->service, t->prefix, apply_mode, extra);
+            "apply_mode = %s\n%s\n[logging]\nlevel = warning\n%s",
+            t->uri, daemon_conninfo ? daemon_conninfo : conninfo, t->service, t->prefix, apply_mode,
+            getenv("BENCH_REPLICATION_INI") ? getenv("BENCH_REPLICATION_INI") : "", extra);
     fclose(f);
 }
 
@@ -233,10 +239,11 @@ static void trial_close(trial *t)
  * written, and timed from SIGCONT until its checkpoint reaches the newest entry: the pure cost of applying the
  * backlog, without the fixed cost of starting up (about 50 ms, most of a short batched trial). */
 /* CPU seconds (user + system, all threads) a process has used so far, from /proc; -1 when unknown. */
-static double cpu_seconds(pid_t pid)
+/* The CPU time of /proc/WHAT/stat: a process ("PID", all its threads) or a thread ("PID/task/TID"). */
+static double cpu_seconds_of(const char *what)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    char path[320], buf[1024];
+    snprintf(path, sizeof path, "/proc/%s/stat", what);
     FILE *f = fopen(path, "r");
     size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
     if (f)
@@ -247,6 +254,102 @@ static double cpu_seconds(pid_t pid)
     if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
         return -1;
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double cpu_seconds(pid_t pid)
+{
+    char what[16];
+    snprintf(what, sizeof what, "%d", (int)pid);
+    return cpu_seconds_of(what);
+}
+
+/* The CPU time of every PostgreSQL process on this machine (the backends, the WAL writer, the checkpointer): the
+ * server's share of a trial. */
+static double postgres_cpu_seconds(void)
+{
+    double sum = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        bool pg = fgets(comm, sizeof comm, f) != NULL && strncmp(comm, "postgres", 8) == 0;
+        fclose(f);
+        if (pg)
+            sum += cpu_seconds((pid_t)atoi(de->d_name));
+    }
+    if (d != NULL)
+        closedir(d);
+    return sum;
+}
+
+/* What costs a process time in the kernel: its page faults (minor and major, /proc/PID/stat, all threads) and its
+ * context switches (voluntary and not, summed over /proc/PID/task/TID/status: the process's own line counts only
+ * its first thread). */
+/* The CPU time of the daemon's thread named `name` (its reader thread: "o2p-reader"), or -1. */
+static double thread_cpu_seconds(pid_t pid, const char *name)
+{
+    char path[320];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    struct dirent *de;
+    double cpu = -1;
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char comm[64] = "";
+        snprintf(path, sizeof path, "/proc/%d/task/%s/comm", (int)pid, de->d_name);
+        FILE *f = fopen(path, "r");
+        if (f != NULL && fgets(comm, sizeof comm, f) != NULL && strncmp(comm, name, strlen(name)) == 0) {
+            snprintf(path, sizeof path, "%d/task/%s", (int)pid, de->d_name);
+            cpu = cpu_seconds_of(path);
+        }
+        if (f != NULL)
+            fclose(f);
+    }
+    if (d != NULL)
+        closedir(d);
+    return cpu;
+}
+
+static void kernel_counts(pid_t pid, unsigned long long *faults, unsigned long long *switches)
+{
+    char path[320], buf[1024];
+    *faults = *switches = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    unsigned long long minflt, majflt;
+    if (p != NULL && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %llu %*u %llu", &minflt, &majflt) == 2)
+        *faults = minflt + majflt;
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    struct dirent *de;
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%s/status", (int)pid, de->d_name);
+        FILE *s = fopen(path, "r");
+        char line[128];
+        unsigned long long v;
+        while (s != NULL && fgets(line, sizeof line, s) != NULL)
+            if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1 ||
+                sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1)
+                *switches += v;
+        if (s != NULL)
+            fclose(s);
+    }
+    if (d != NULL)
+        closedir(d);
 }
 
 static double timed_backlog_of(trial *t, void (*write)(trial *, const void *), const void *ctx, long *peak_kb,
@@ -280,13 +383,21 @@ static double timed_backlog_of(trial *t, void (*write)(trial *, const void *), c
         if ((t->rss_trace = fopen(path, "w")) == NULL)
             die("cannot write %s", path);
     }
-    double t0 = now_s(), cpu0 = cpu_seconds(t->daemon.pid), sim0 = cpu_seconds(t->sim.pid);
+    unsigned long long faults0, switches0;
+    kernel_counts(t->daemon.pid, &faults0, &switches0);
+    double t0 = now_s(), cpu0 = cpu_seconds(t->daemon.pid), sim0 = cpu_seconds(t->sim.pid),
+           pg0 = postgres_cpu_seconds(), rd0 = thread_cpu_seconds(t->daemon.pid, "o2p-reader");
     proc_signal(&t->daemon, SIGCONT);
     wait_caught_up(t, 3600);
     double secs = now_s() - t0;
     if (cpu_s)
         *cpu_s = cpu_seconds(t->daemon.pid) - cpu0;
     t->sim_cpu_s = cpu_seconds(t->sim.pid) - sim0;
+    t->pg_cpu_s = postgres_cpu_seconds() - pg0;
+    t->reader_cpu_s = thread_cpu_seconds(t->daemon.pid, "o2p-reader") - rd0;
+    kernel_counts(t->daemon.pid, &t->faults, &t->switches);
+    t->faults -= faults0;
+    t->switches -= switches0;
     if (t->rss_trace != NULL) {
         fclose(t->rss_trace);
         t->rss_trace = NULL;
@@ -704,6 +815,9 @@ static uint64_t count_rows(PGconn *pg, const char *qtable)
 
 typedef struct {
     double daemon_s, copy_s, binary_s, cpu_s; /* cpu_s: the daemon's CPU time (all threads) over daemon_s */
+    double sim_cpu_s, pg_cpu_s;               /* mongosim's and PostgreSQL's, over the same time */
+    double reader_cpu_s;                      /* the daemon's reader thread's (part of cpu_s) */
+    unsigned long long faults, switches;      /* the daemon's page faults and context switches, over the same time */
     long peak_kb;
     uint64_t rows;
     long long file_bytes;
@@ -727,6 +841,11 @@ static mapped_result mapped_trial(map_shape shape, uint64_t n, int rep)
     insert_mapped(&t, &l, 0, 0, &seed_rng);
     mapped_result res = {.peak_kb = -1};
     res.daemon_s = timed_backlog_of(&t, write_mapped, &l, &res.peak_kb, &res.cpu_s);
+    res.sim_cpu_s = t.sim_cpu_s;
+    res.pg_cpu_s = t.pg_cpu_s;
+    res.reader_cpu_s = t.reader_cpu_s;
+    res.faults = t.faults;
+    res.switches = t.switches;
     snprintf(qtable, sizeof qtable, "%s.c0", l.db);
     if ((res.rows = count_rows(t.pg, qtable)) != n + 1)
         die("%s holds %llu rows, not %llu; see %s", qtable, (unsigned long long)res.rows, (unsigned long long)n + 1,
@@ -789,9 +908,14 @@ static void bench_mapped_shape(map_shape shape, uint64_t n, int reps)
         if (r.peak_kb > peak)
             peak = r.peak_kb;
         fprintf(stderr,
-                "mapped %s run %d: oplog2pg %.0f rows/s (%.1f us CPU/row), psql \\copy %.0f rows/s (%.2fx), "
-                "binary %.0f rows/s\n",
-                shape == SHAPE_ARRAY ? "array" : "typed", i + 1, daemon[i], cpu_us[i], copy[i], ratio[i], binary[i]);
+                "mapped %s run %d: oplog2pg %.0f rows/s (%.1f us CPU/row, reader thread %.1f; per 1000 rows %.0f page "
+                "faults, %.0f "
+                "context switches; mongosim %.1f, PostgreSQL %.1f us CPU/row), psql \\copy %.0f rows/s (%.2fx), binary "
+                "%.0f "
+                "rows/s\n",
+                shape == SHAPE_ARRAY ? "array" : "typed", i + 1, daemon[i], cpu_us[i], r.reader_cpu_s * 1e6 / (double)n,
+                (double)r.faults * 1e3 / (double)n, (double)r.switches * 1e3 / (double)n, r.sim_cpu_s * 1e6 / (double)n,
+                r.pg_cpu_s * 1e6 / (double)n, copy[i], ratio[i], binary[i]);
     }
     if (shape == SHAPE_TYPED)
         printf("%llu documents into `bigint` (key, from _id), `double precision`, `numeric`, `text`, `timestamptz`, "
@@ -1426,8 +1550,9 @@ static void bench_rtt(uint64_t n, unsigned ratio)
         die("the test cluster's conninfo (%s) names no port to put the proxy in front of", conninfo);
     char pgport[16];
     snprintf(pgport, sizeof pgport, "%d", atoi(port + 5));
-    printf("| RTT to PostgreSQL | batched, median of 3 (time for %llu ops; entries/s) | per-op (entries/s) | speed-up |\n",
-           (unsigned long long)n);
+    printf(
+        "| RTT to PostgreSQL | batched, median of 3 (time for %llu ops; entries/s) | per-op (entries/s) | speed-up |\n",
+        (unsigned long long)n);
     printf("|---:|---:|---:|---:|\n");
     for (size_t i = 0; i < sizeof rtts / sizeof rtts[0]; i++) {
         char err[512], bin[256], rtt[16], log[64], dc[256];
@@ -1474,7 +1599,8 @@ int main(int argc, char **argv)
     conninfo = getenv("OPLOG2PG_TEST_PG");
     if (argc < 2 || conninfo == NULL) {
         fprintf(stderr,
-                "usage: OPLOG2PG_TEST_PG=... %s batching|inserts|copy|keys [N] | rtt [N [R]] | mapped [N [M]] | txn [N [PAD]]\n"
+                "usage: OPLOG2PG_TEST_PG=... %s batching|inserts|copy|keys [N] | rtt [N [R]] | mapped [N [M]] | txn [N "
+                "[PAD]]\n"
                 "  (run through scripts/with-pg.sh)\n",
                 argv[0]);
         return 2;

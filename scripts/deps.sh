@@ -8,8 +8,9 @@ set -euo pipefail
 
 [ "${OPLOG2PG_NO_DEPS:-0}" = 1 ] && exit 0
 
-# Build: compiler, pkg-config and the libraries the daemon links.
-pkgs=(gcc make pkg-config libmongoc-dev libbson-dev libpq-dev libev-dev libinih-dev libsystemd-dev libmicrohttpd-dev check)
+# Build: compiler, pkg-config and the libraries the daemon links (tcmalloc from gperftools: include/daemon/memory.h).
+pkgs=(gcc make pkg-config libmongoc-dev libbson-dev libpq-dev libev-dev libinih-dev libsystemd-dev libmicrohttpd-dev check
+    libgoogle-perftools-dev)
 # Tests, demo and benchmarks: a PostgreSQL server to throw away, pymongo for the compatibility test, valgrind;
 # groff and man-db render the man pages and systemd verifies the installed unit (tests/system/install.sh).
 pkgs+=(postgresql postgresql-client python3 python3-pymongo valgrind util-linux curl systemd groff-base man-db)

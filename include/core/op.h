@@ -107,11 +107,13 @@ typedef struct op {
 
     /* An op of a collection with a typed map (map/map.h): its rows or its update plan (a map_plan, map/project.h),
      * prepared on the thread that read the entry, as json is for the others (json and id_key stay NULL then).
-     * `map` is the collection's map; `mapped` is owned and freed with mapped_free; mapped_bytes is what it holds. */
+     * `map` is the collection's map; `mapped` is owned and freed with mapped_free; mapped_bytes is what it holds in
+     * memory, mapped_len what of it goes to PostgreSQL (its rows and values: what batch_bytes counts). */
     const void *map;
     void *mapped;
     void (*mapped_free)(void *mapped);
     uint32_t mapped_bytes;
+    uint32_t mapped_len;
 } op;
 
 /* One decoded oplog entry. ops[i].index == i for an entry of its own; for a part of a larger logical entry (more, or

@@ -51,6 +51,7 @@ typedef struct queue_item {
     queue_end_reason reason; /* QUEUE_END */
     op_entry *entry;         /* QUEUE_ENTRY, heap-allocated */
     char *message;           /* QUEUE_END, heap-allocated */
+    size_t bytes;            /* QUEUE_ENTRY: op_entry_bytes, weighed once when pushed (outside the lock) */
 } queue_item;
 
 typedef struct queue queue;
@@ -79,10 +80,45 @@ bool queue_push_entry(queue *q, op_entry *e, const atomic_bool *cancel);
 bool queue_reserve(queue *q, size_t bytes, const atomic_bool *cancel);
 void queue_unreserve(queue *q, size_t bytes);
 bool queue_push_entry_reserved(queue *q, op_entry *e, size_t reserved, const atomic_bool *cancel);
+/* Pushes n entries at once, under one lock and with at most one notify (see queue_pusher); `reserved` is the room
+ * reserved for all of them. On true the queue owns them all; on false none (as queue_push_entry). */
+bool queue_push_entries(queue *q, op_entry *const *es, size_t n, size_t reserved, const atomic_bool *cancel);
 /* Pushes an IDLE marker (never blocks). False when stopped or OOM. */
 bool queue_push_idle(queue *q);
 /* Pushes an END item with a copy of message (never blocks). False when stopped or OOM. */
 bool queue_push_end(queue *q, queue_end_reason reason, const char *message);
+
+/* A producer's side of the queue, handing entries over in groups: one lock and at most one wake of the consumer per
+ * group instead of per entry, and reservations taken a chunk at a time. What a thread pays for each hand-over (a
+ * contended lock, an eventfd write) costs more than decoding a small entry.
+ * - queue_pusher_reserve is queue_reserve for one entry about to be rendered: served from room reserved before
+ *   (QUEUE_PUSH_CHUNK at a time), or reserving more, which may block while the queue is full; the pending group is
+ *   pushed first, so a producer never waits on room its own unpushed entries hold;
+ * - queue_pusher_add takes a rendered entry (with what was reserved for it) and pushes the group when it holds
+ *   QUEUE_PUSH_GROUP entries;
+ * - queue_pusher_flush pushes the group and gives back what is reserved and unused: call it before anything that may
+ *   wait (a network round trip, an IDLE or END item), so entries never sit unseen while the producer is idle.
+ * False from any of them means the queue was stopped or the producer cancelled (or memory ran out): the pending
+ * entries are freed, as a failed push leaves nothing to the queue. */
+#define QUEUE_PUSH_GROUP 64
+#define QUEUE_PUSH_CHUNK (256 * 1024)
+typedef struct queue_pusher {
+    queue *q;
+    const atomic_bool *cancel;
+    op_entry *pending[QUEUE_PUSH_GROUP];
+    size_t n;
+    size_t pending_reserved; /* reserved for the pending entries */
+    size_t held;             /* reserved and not given to an entry yet */
+} queue_pusher;
+
+void queue_pusher_init(queue_pusher *p, queue *q, const atomic_bool *cancel);
+bool queue_pusher_reserve(queue_pusher *p, size_t bytes);
+/* Gives back room reserved for an entry that will not be pushed (kept for the next one). */
+void queue_pusher_unreserve(queue_pusher *p, size_t bytes);
+bool queue_pusher_add(queue_pusher *p, op_entry *e, size_t reserved);
+bool queue_pusher_flush(queue_pusher *p);
+/* Frees the pending entries and gives back every reservation (a producer that stops). */
+void queue_pusher_drop(queue_pusher *p);
 
 /* Pops the oldest item into *out; false when the queue is empty. Never blocks. */
 bool queue_pop(queue *q, queue_item *out);

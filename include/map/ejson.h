@@ -72,6 +72,14 @@ typedef struct {
  * (the caller truncates or resets it) and err (may be NULL) says why. */
 ejson_status ejson_write_document(strbuf *out, const uint8_t *data, size_t len, ejson_error *err);
 ejson_status ejson_write_value(strbuf *out, const bson_value_t *v, ejson_error *err);
+/* An object one member at a time, for a document written without some of its fields (a mapped document's rest,
+ * map/project.c): ejson_write_name appends a field name as a JSON string and a colon (EJSON_BAD_UTF8 when it is not
+ * UTF-8); ejson_write_member appends the name and the value of the field the iterator is on. depth is the level of
+ * the object the member belongs to (1 for the top document), so EJSON_MAX_DEPTH counts as for the whole document;
+ * err->where then names the path below that object only. Commas and braces are the caller's. */
+ejson_status ejson_write_name(strbuf *out, const char *name, size_t len);
+ejson_status ejson_write_member(strbuf *out, const bson_iter_t *it, int depth, ejson_error *err);
+
 /* Appends the key text of an _id (see above). */
 ejson_status ejson_write_key(strbuf *out, const bson_value_t *id, ejson_error *err);
 

@@ -86,7 +86,7 @@ struct map_table {
     size_t key; /* index in cols of the key column; SIZE_MAX for a child table (its key, parent_key_column and
                  * position_column, is not in cols) */
     map_rest rest;
-    char *rest_column; /* the jsonb column of rest = doc / extra; NULL for drop */
+    char *rest_column;               /* the jsonb column of rest = doc / extra; NULL for drop */
     map_on_type_error on_type_error; /* never INHERIT once loaded */
     bool adopt;                      /* write into this table if it exists already (checked, recorded as adopted) */
     /* child tables only: */
@@ -96,6 +96,9 @@ struct map_table {
     map_child *children;
     size_t nchildren;
     int line;
+    /* The column and child paths as a tree, for projecting a document in one pass (map/project.c): made on first
+     * use, by whichever thread projects first, and freed with the table. */
+    void *paths;
 };
 
 /* The map of one collection. */

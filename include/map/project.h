@@ -34,6 +34,9 @@ typedef enum project_status {
     PROJECT_NOMEM,
 } project_status;
 
+/* Frees what project.c made for a table on first use (map_table.paths); for whoever frees a table. */
+void project_paths_free(void *paths);
+
 /* The number of tables of a map (1 + its child tables, at every depth), and table number i. */
 size_t map_table_count(const map_collection *m);
 const map_table *map_table_at(const map_collection *m, size_t i);
@@ -68,18 +71,18 @@ project_status map_project_key(const map_collection *m, const bson_value_t *id, 
 /* ---- update plans ---- */
 
 typedef enum map_edit_kind {
-    MAP_EDIT_COLUMN,       /* field `field` of the row = value (or NULL) */
-    MAP_EDIT_ELEMENT,      /* element n (from 0) of the array field `field` = value (or NULL), padding with NULLs */
-    MAP_EDIT_RESIZE,       /* the array field `field` cut or padded with NULLs to n elements */
-    MAP_EDIT_JSONB,        /* the jsonb field `field` = oplog2pg.apply_edits(field, value): value is the JSON text of
-                            * the edits array */
-    MAP_EDIT_UPDATE,       /* the jsonb field `field` (the doc column) = oplog2pg.apply_update(field, value): value is
-                            * the update as logged (o), as JSON text */
-    MAP_EDIT_CHILD_ROWS,   /* child table `table`: every row of this parent from position n on is deleted, then the
-                            * rows in value (map_rows records) are inserted */
-    MAP_EDIT_CHILD_ROW,    /* child table `table`: the row at position n becomes the tuple in value (upsert) */
-    MAP_EDIT_CHILD_PAD,    /* child table `table`: rows at positions 0..n-1 that do not exist are added (all NULL) */
-    MAP_EDIT_BINARY,       /* the bytea field `field` = its first n bytes followed by value (an 8.x binary diff) */
+    MAP_EDIT_COLUMN,     /* field `field` of the row = value (or NULL) */
+    MAP_EDIT_ELEMENT,    /* element n (from 0) of the array field `field` = value (or NULL), padding with NULLs */
+    MAP_EDIT_RESIZE,     /* the array field `field` cut or padded with NULLs to n elements */
+    MAP_EDIT_JSONB,      /* the jsonb field `field` = oplog2pg.apply_edits(field, value): value is the JSON text of
+                          * the edits array */
+    MAP_EDIT_UPDATE,     /* the jsonb field `field` (the doc column) = oplog2pg.apply_update(field, value): value is
+                          * the update as logged (o), as JSON text */
+    MAP_EDIT_CHILD_ROWS, /* child table `table`: every row of this parent from position n on is deleted, then the
+                          * rows in value (map_rows records) are inserted */
+    MAP_EDIT_CHILD_ROW,  /* child table `table`: the row at position n becomes the tuple in value (upsert) */
+    MAP_EDIT_CHILD_PAD,  /* child table `table`: rows at positions 0..n-1 that do not exist are added (all NULL) */
+    MAP_EDIT_BINARY,     /* the bytea field `field` = its first n bytes followed by value (an 8.x binary diff) */
 } map_edit_kind;
 
 typedef struct map_edit {
@@ -88,8 +91,8 @@ typedef struct map_edit {
     uint16_t field; /* field number in the table's COPY order (map_table_field) */
     int64_t pos;    /* the child row's position for edits of a child row's fields; -1 for the parent's row */
     uint32_t n;
-    bool null;           /* the value is SQL NULL */
-    uint32_t off, len;   /* the value: bytes in the plan's data */
+    bool null;         /* the value is SQL NULL */
+    uint32_t off, len; /* the value: bytes in the plan's data */
 } map_edit;
 
 typedef struct map_plan {

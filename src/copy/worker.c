@@ -5,6 +5,7 @@
  */
 #include "copy_internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +13,8 @@
 #include "map/ejson.h"
 #include "map/names.h"
 #include "map/project.h"
-#include "sink/mapped.h"
 #include "sink/batch.h"
+#include "sink/mapped.h"
 #include "sink/pg.h"
 #include "source/mongo_client.h"
 #include "util/clock.h"
@@ -36,11 +37,11 @@ typedef struct {
     mongoc_client_t *mongo;
     pgconn *pg;
     sink_batch *batch;
-    char *qtable; /* "db"."coll" of the current job */
+    char *qtable;              /* "db"."coll" of the current job */
     const map_collection *map; /* the current job's typed map, NULL for the jsonb shape */
     sink_mapped_table *mtabs;  /* its tables' SQL, by table number */
     size_t nmtabs;
-    map_rows rows;             /* one document's rows, reused */
+    map_rows rows; /* one document's rows, reused */
     bool stage_ready;
     bool data_refused; /* the last batch failed because PostgreSQL refused a row's data */
     kept_doc *kept;    /* see kept_doc */
@@ -288,7 +289,8 @@ static bool careful_rows_mapped(worker *w, job *j, bool *retryable)
             map_project_document(w->map, w->kept[k].bson, w->kept[k].len, &id, &w->rows, NULL, why, sizeof why);
         if (ps != PROJECT_OK) {
             *retryable = true;
-            snprintf(w->err, sizeof w->err, "projecting a document again: %s", ps == PROJECT_NOMEM ? "out of memory" : why);
+            snprintf(w->err, sizeof w->err, "projecting a document again: %s",
+                     ps == PROJECT_NOMEM ? "out of memory" : why);
             return false;
         }
         if (!copy_pg_exec(w->pg, "SAVEPOINT oplog2pg_row", w->err, sizeof w->err, retryable))
@@ -484,9 +486,8 @@ static bool ensure_mapped(worker *w, job *j, const map_collection *m, bool *retr
         }
         w->nmtabs = k + 1;
         const sink_mapped_table *t = &w->mtabs[k];
-        const char *values[8] = {w->rc->cfg->service, j->db,         j->coll,
-                                 t->mt->name.schema,  t->mt->name.table, t->columns_json,
-                                 t->key_json,         t->mt->adopt ? "true" : "false"};
+        const char *values[8] = {w->rc->cfg->service, j->db,           j->coll,     t->mt->name.schema,
+                                 t->mt->name.table,   t->columns_json, t->key_json, t->mt->adopt ? "true" : "false"};
         pthread_mutex_lock(&w->rc->ddl_mu);
         PGresult *r = copy_query_params(w->pg, SINK_MAPPED_ENSURE_SQL, 8, NULL, values, NULL, NULL, 0);
         pthread_mutex_unlock(&w->rc->ddl_mu);
@@ -558,8 +559,8 @@ static bool add_doc(worker *w, const bson_t *doc, const bson_value_t *id, bool c
         strbuf_reset(&w->rows.buf, 1024 * 1024);
         w->rows.count = 0;
         char why[512];
-        project_status ps = map_project_document(w->map, bson_get_data(doc), doc->len, id, &w->rows, NULL, why,
-                                                 sizeof why);
+        project_status ps =
+            map_project_document(w->map, bson_get_data(doc), doc->len, id, &w->rows, NULL, why, sizeof why);
         bool ok;
         if (ps == PROJECT_NOMEM || strbuf_failed(&w->rows.buf))
             ok = false;
@@ -811,6 +812,7 @@ void *copy_worker_main(void *arg)
 {
     run_ctx *rc = arg;
     worker w = {.rc = rc};
+    pthread_setname_np(pthread_self(), "o2p-copy");
     w.batch = sink_batch_new();
     w.mongo = copy_mongo_connect(rc->cfg->mongo_uri, w.err, sizeof w.err);
     if (w.batch == NULL || w.mongo == NULL) {

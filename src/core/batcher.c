@@ -3,10 +3,10 @@
  *
  * NOTES
  * Pending insert runs are kept in an array of namespaces, found through a hash index (the last one used is checked
- * first; a multi-tenant database may hold thousands of collections), each with its own run (an opaque handle of the sink's, holding the rows already
- * encoded). A run is written when its namespace sees another kind of op, when DDL comes, when one more row would
- * take it past batch_bytes, or when the group ends; the order in which the runs of different namespaces reach
- * PostgreSQL does not matter, since they touch different tables and commit together.
+ * first; a multi-tenant database may hold thousands of collections), each with its own run (an opaque handle of the
+ * sink's, holding the rows already encoded). A run is written when its namespace sees another kind of op, when DDL
+ * comes, when one more row would take it past batch_bytes, or when the group ends; the order in which the runs of
+ * different namespaces reach PostgreSQL does not matter, since they touch different tables and commit together.
  *
  * Per _id, oplog order is kept. Each run remembers the 64-bit hashes of the key texts (op.id_key, which are equal
  * exactly when MongoDB's _id index finds two keys equal) of the rows it holds. An update or delete whose key is not
@@ -292,6 +292,8 @@ static apply_status write_all(batcher *b, flush_trigger why)
 /* The bytes an op adds to the group: what will be sent for it. */
 static uint64_t op_bytes(const op *o)
 {
+    if (o->mapped != NULL)
+        return o->mapped_len; /* a typed map's rows and values: their text is NULL, their payload gone */
     if (o->json != NULL)
         return (uint64_t)o->json_len + (o->id_key ? o->id_key_len : 0);
     return o->doc_len;

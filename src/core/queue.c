@@ -84,12 +84,14 @@ void queue_set_notify(queue *q, queue_notify_fn fn, void *arg)
     pthread_mutex_unlock(&q->mu);
 }
 
-/* Makes room for one more slot; called with the lock held. False on OOM. */
-static bool grow(queue *q)
+/* Makes room for `more` slots; called with the lock held. False on OOM. */
+static bool grow_for(queue *q, size_t more)
 {
-    if (q->len < q->cap)
+    if (q->cap - q->len >= more)
         return true;
     size_t ncap = q->cap * 2;
+    while (ncap - q->len < more)
+        ncap *= 2;
     queue_item *n = calloc(ncap, sizeof *n);
     if (!n)
         return false;
@@ -111,7 +113,7 @@ static size_t item_ops(const queue_item *it)
 
 static size_t item_bytes(const queue_item *it)
 {
-    return it->type == QUEUE_ENTRY && it->entry ? op_entry_bytes(it->entry) : 0;
+    return it->type == QUEUE_ENTRY ? it->bytes : 0;
 }
 
 /* Appends item (lock held, room checked by the caller's wait); returns whether notify is due. */
@@ -151,8 +153,10 @@ static bool wait_room(queue *q, size_t weight, size_t bytes, const atomic_bool *
 
 /* The common push: waits for room when `weight` > 0 (the entry's bytes counted unless reserved already), appends,
  * notifies outside the lock. */
-static bool push(queue *q, const queue_item *it, size_t weight, size_t reserved, const atomic_bool *cancel)
+static bool push(queue *q, queue_item *it, size_t weight, size_t reserved, const atomic_bool *cancel)
 {
+    if (it->type == QUEUE_ENTRY)
+        it->bytes = it->entry ? op_entry_bytes(it->entry) : 0;
     size_t bytes = item_bytes(it);
     queue_notify_fn fn = NULL;
     void *arg = NULL;
@@ -168,7 +172,7 @@ static bool push(queue *q, const queue_item *it, size_t weight, size_t reserved,
         pthread_mutex_unlock(&q->mu);
         return false;
     }
-    if (!grow(q)) {
+    if (!grow_for(q, 1)) {
         pthread_mutex_unlock(&q->mu);
         log_error("queue: out of memory growing to %zu slots", q->cap * 2);
         return false;
@@ -211,6 +215,142 @@ bool queue_push_entry(queue *q, op_entry *e, const atomic_bool *cancel)
 {
     queue_item it = {.type = QUEUE_ENTRY, .entry = e};
     return push(q, &it, item_ops(&it), 0, cancel);
+}
+
+bool queue_push_entries(queue *q, op_entry *const *es, size_t n, size_t reserved, const atomic_bool *cancel)
+{
+    if (n == 0) {
+        if (reserved > 0)
+            queue_unreserve(q, reserved);
+        return true;
+    }
+    if (n == 1)
+        return queue_push_entry_reserved(q, es[0], reserved, cancel);
+    size_t weight = 0, bytes = 0, sizes[QUEUE_PUSH_GROUP], *size = n <= QUEUE_PUSH_GROUP ? sizes : NULL;
+    if (size == NULL && (size = malloc(n * sizeof *size)) == NULL)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        size[i] = op_entry_bytes(es[i]);
+        bytes += size[i];
+        weight += es[i]->n ? es[i]->n : 1;
+    }
+    queue_notify_fn fn = NULL;
+    void *arg = NULL;
+    bool ok = true;
+    pthread_mutex_lock(&q->mu);
+    q->reserved -= reserved < q->reserved ? reserved : q->reserved;
+    /* A group waits for room for its ops, and for its bytes beyond what was reserved (a queue whose bound is smaller
+     * than the group takes it when empty, as room() takes one entry larger than a bound). */
+    if (!wait_room(q, weight, bytes > reserved ? bytes - reserved : 0, cancel)) {
+        pthread_cond_broadcast(&q->not_full);
+        ok = false;
+    }
+    if (ok && !grow_for(q, n)) {
+        log_error("queue: out of memory growing past %zu slots", q->cap);
+        ok = false;
+    }
+    if (ok) {
+        bool was_empty = q->len == 0;
+        for (size_t i = 0; i < n; i++) {
+            queue_item it = {.type = QUEUE_ENTRY, .entry = es[i], .bytes = size[i]};
+            q->items[(q->head + q->len) % q->cap] = it;
+            q->len++;
+            q->ops += es[i]->n ? es[i]->n : 1;
+            q->bytes += size[i];
+        }
+        if (was_empty && q->notify != NULL) {
+            fn = q->notify;
+            arg = q->notify_arg;
+        }
+    }
+    pthread_mutex_unlock(&q->mu);
+    if (size != sizes)
+        free(size);
+    if (fn)
+        fn(arg);
+    return ok;
+}
+
+/* ---- the producer's side, in groups ---- */
+
+void queue_pusher_init(queue_pusher *p, queue *q, const atomic_bool *cancel)
+{
+    memset(p, 0, sizeof *p);
+    p->q = q;
+    p->cancel = cancel;
+}
+
+/* Pushes the pending group (its reservation with it). */
+static bool pusher_push(queue_pusher *p)
+{
+    if (p->n == 0)
+        return true;
+    bool ok = queue_push_entries(p->q, p->pending, p->n, p->pending_reserved, p->cancel);
+    if (!ok)
+        for (size_t i = 0; i < p->n; i++)
+            op_entry_free(p->pending[i]);
+    p->n = 0;
+    p->pending_reserved = 0;
+    return ok;
+}
+
+bool queue_pusher_reserve(queue_pusher *p, size_t bytes)
+{
+    if (p->held >= bytes) {
+        p->held -= bytes;
+        return true;
+    }
+    /* More room is needed, which may mean waiting: hand over the group first, and give back the rest held in the
+     * same locked step as the new reservation, so the wait never counts room this producer holds itself. */
+    if (!pusher_push(p))
+        return false;
+    queue *q = p->q;
+    size_t chunk = q->capacity_bytes >= 16 * (size_t)QUEUE_PUSH_CHUNK ? QUEUE_PUSH_CHUNK : 0;
+    pthread_mutex_lock(&q->mu);
+    q->reserved -= p->held < q->reserved ? p->held : q->reserved;
+    bool gave_back = p->held > 0;
+    p->held = 0;
+    bool ok = wait_room(q, 0, bytes + chunk, p->cancel);
+    if (ok) {
+        q->reserved += bytes + chunk;
+        p->held = chunk;
+    } else if (gave_back) {
+        pthread_cond_broadcast(&q->not_full);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return ok;
+}
+
+void queue_pusher_unreserve(queue_pusher *p, size_t bytes)
+{
+    p->held += bytes;
+}
+
+bool queue_pusher_add(queue_pusher *p, op_entry *e, size_t reserved)
+{
+    p->pending[p->n++] = e;
+    p->pending_reserved += reserved;
+    return p->n < QUEUE_PUSH_GROUP || pusher_push(p);
+}
+
+bool queue_pusher_flush(queue_pusher *p)
+{
+    bool ok = pusher_push(p);
+    if (p->held > 0) {
+        queue_unreserve(p->q, p->held);
+        p->held = 0;
+    }
+    return ok;
+}
+
+void queue_pusher_drop(queue_pusher *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        op_entry_free(p->pending[i]);
+    if (p->held + p->pending_reserved > 0)
+        queue_unreserve(p->q, p->held + p->pending_reserved);
+    p->n = 0;
+    p->held = p->pending_reserved = 0;
 }
 
 bool queue_push_idle(queue *q)

@@ -31,6 +31,7 @@
 #include "core/queue.h"
 #include "daemon/exitcodes.h"
 #include "daemon/logsetup.h"
+#include "daemon/memory.h"
 #include "daemon/metrics.h"
 #include "daemon/notify.h"
 #include "daemon/signals.h"
@@ -98,6 +99,7 @@ typedef struct {
     uint64_t entries_at_tick, reader_seen_at_tick;
     ev_tstamp last_tick, reader_quiet_since;
     double rate;        /* entries applied per second over the last tick */
+    bool memory_used;   /* entries were applied since free memory was last handed back (memory_release) */
     double wait_logged; /* the wait on PostgreSQL already logged, by its start time */
     double stop_seen;   /* when a wait on PostgreSQL first saw the stop request (0: not yet) */
     bool cancel_sent;   /* the statement kept waiting past STOP_GRACE_S was cancelled */
@@ -550,6 +552,14 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 
     double secs = now - d->last_tick;
     d->rate = secs > 0 ? (double)(m.entries_applied - d->entries_at_tick) / secs : 0;
+    /* Caught up and nothing applied for a whole tick after some work: the burst is over, so what the allocator keeps
+     * for reuse goes back to the system (memory.h). Not while busy: kept memory is what saves the page faults. */
+    if (m.entries_applied != d->entries_at_tick)
+        d->memory_used = true;
+    else if (d->memory_used && d->caught_up) {
+        memory_release();
+        d->memory_used = false;
+    }
     d->entries_at_tick = m.entries_applied;
     d->last_tick = now;
 

@@ -7,9 +7,8 @@
  * map: table shapes and update functions, daemon: process life).
  */
 #include <errno.h>
-#include <stdint.h>
 #include <getopt.h>
-#include <malloc.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include "daemon/exitcodes.h"
 #include "daemon/infer_cmd.h"
 #include "daemon/logsetup.h"
+#include "daemon/memory.h"
 #include "daemon/signals.h"
 #include "map/infer.h"
 #include "util/log.h"
@@ -222,16 +222,12 @@ int main(int argc, char **argv)
         goto out;
     }
     if (strcmp(command, "infer-map") == 0) {
-        infer_cmd_options io = {
-            .config_path = config_path, .ns = nss, .nns = nns, .sample = sample, .depth = depth};
+        infer_cmd_options io = {.config_path = config_path, .ns = nss, .nns = nns, .sample = sample, .depth = depth};
         code = infer_map_command(stdout, &cfg, &io);
         goto out;
     }
     if (strcmp(command, "run") == 0 || strcmp(command, "replay") == 0) {
-        /* Large buffers (a 16 MB document's text) are mapped and unmapped, never kept in the heap after use: a fixed
-         * threshold stops glibc from raising it after the first large free. */
-        mallopt(M_MMAP_THRESHOLD, 512 * 1024);
-        mallopt(M_ARENA_MAX, 4);
+        memory_setup();
     }
     if ((strcmp(command, "run") == 0 || strcmp(command, "replay") == 0) && !signals_init()) {
         log_error("cannot set up signal handling: %s", strerror(errno));

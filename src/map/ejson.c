@@ -635,6 +635,28 @@ ejson_status ejson_write_document(strbuf *out, const uint8_t *data, size_t len, 
     return write_container(&w, data, (uint32_t)len, false, NULL, 0);
 }
 
+ejson_status ejson_write_name(strbuf *out, const char *name, size_t len)
+{
+    if (!put_string(out, name, len))
+        return EJSON_BAD_UTF8;
+    strbuf_putc(out, ':');
+    return strbuf_failed(out) ? EJSON_NOMEM : EJSON_OK;
+}
+
+ejson_status ejson_write_member(strbuf *out, const bson_iter_t *it, int depth, ejson_error *err)
+{
+    writer w;
+    writer_init(&w, out, false, err);
+    w.depth = depth; /* the enclosing names are not known here: fail() skips them */
+    uint32_t klen = bson_iter_key_len(it);
+    const char *k = bson_iter_key(it);
+    if (!put_string(out, k, klen))
+        return fail(&w, EJSON_BAD_UTF8, k, klen);
+    strbuf_putc(out, ':');
+    bson_iter_t at = *it;
+    return write_iter_value(&w, &at, k, klen);
+}
+
 /* One value through the iterator path: wrap it in a one-field document. */
 static ejson_status write_value(strbuf *out, const bson_value_t *v, bool key, ejson_error *err)
 {

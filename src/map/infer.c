@@ -27,6 +27,7 @@
  * column instead.
  */
 #include "map/infer.h"
+#include "map/project.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -67,17 +68,20 @@ enum ity {
 };
 
 static const char *const ity_names[IT_COUNT] = {
-    [IT_DOUBLE] = "double",       [IT_STRING] = "string",        [IT_DOCUMENT] = "document",
-    [IT_ARRAY] = "array",         [IT_UUID] = "uuid",            [IT_BINARY] = "binary",
-    [IT_OID] = "objectId",        [IT_BOOL] = "bool",            [IT_DATE] = "date",
-    [IT_NULL] = "null",           [IT_UNDEFINED] = "undefined",  [IT_REGEX] = "regex",
-    [IT_DBPOINTER] = "dbPointer", [IT_CODE] = "javascript",      [IT_SYMBOL] = "symbol",
-    [IT_CODEWSCOPE] = "javascriptWithScope", [IT_INT32] = "int32", [IT_TIMESTAMP] = "timestamp",
-    [IT_INT64] = "int64",         [IT_DECIMAL128] = "decimal128", [IT_MINKEY] = "minKey",
-    [IT_MAXKEY] = "maxKey",
+    [IT_DOUBLE] = "double",       [IT_STRING] = "string",
+    [IT_DOCUMENT] = "document",   [IT_ARRAY] = "array",
+    [IT_UUID] = "uuid",           [IT_BINARY] = "binary",
+    [IT_OID] = "objectId",        [IT_BOOL] = "bool",
+    [IT_DATE] = "date",           [IT_NULL] = "null",
+    [IT_UNDEFINED] = "undefined", [IT_REGEX] = "regex",
+    [IT_DBPOINTER] = "dbPointer", [IT_CODE] = "javascript",
+    [IT_SYMBOL] = "symbol",       [IT_CODEWSCOPE] = "javascriptWithScope",
+    [IT_INT32] = "int32",         [IT_TIMESTAMP] = "timestamp",
+    [IT_INT64] = "int64",         [IT_DECIMAL128] = "decimal128",
+    [IT_MINKEY] = "minKey",       [IT_MAXKEY] = "maxKey",
 };
 
-#define BIT(t) (1u << (t))
+#define BIT(t)  (1u << (t))
 #define NUMBERS (BIT(IT_INT32) | BIT(IT_INT64) | BIT(IT_DOUBLE) | BIT(IT_DECIMAL128))
 #define NULLISH (BIT(IT_NULL) | BIT(IT_UNDEFINED))
 
@@ -534,7 +538,7 @@ typedef struct cand {
     map_type type;
     notes ns;
     size_t order;
-    char *name;        /* columns: given once the limit is applied */
+    char *name;         /* columns: given once the limit is applied */
     struct tbuild *kid; /* children: the child table */
 } cand;
 
@@ -545,11 +549,11 @@ typedef struct tbuild {
     uint64_t total; /* documents (or document elements) of the table */
     cand *c;
     size_t n, cap;
-    notes head;        /* comments at the top of the section */
-    bool left_out;     /* something stays only in the rest column */
-    char **names;      /* the column names taken, reserved ones included */
+    notes head;    /* comments at the top of the section */
+    bool left_out; /* something stays only in the rest column */
+    char **names;  /* the column names taken, reserved ones included */
     size_t nnames, capnames;
-    map_table *t;      /* the model, once assembled */
+    map_table *t; /* the model, once assembled */
 } tbuild;
 
 struct infer_map {
@@ -599,8 +603,7 @@ static bool grow(void **arr, size_t *cap, size_t n, size_t size)
 }
 
 /* A new entry at path prefix + name (prefix NULL at the top). NULL when memory runs out. */
-static cand *add_cand(tbuild *b, enum ckind kind, const inode *n, char *const *prefix, size_t nprefix,
-                      const char *name)
+static cand *add_cand(tbuild *b, enum ckind kind, const inode *n, char *const *prefix, size_t nprefix, const char *name)
 {
     if (!grow((void **)&b->c, &b->cap, b->n, sizeof *b->c))
         return NULL;
@@ -802,8 +805,8 @@ static bool build_key(tbuild *b, const inode *root)
     for (int t = 0; n != NULL && t < IT_COUNT; t++)
         if (n->types[t] > 0)
             all |= BIT(t);
-    const unsigned exact = NUMBERS | BIT(IT_STRING) | BIT(IT_OID) | BIT(IT_BOOL) | BIT(IT_DATE) | BIT(IT_UUID) |
-                           BIT(IT_BINARY);
+    const unsigned exact =
+        NUMBERS | BIT(IT_STRING) | BIT(IT_OID) | BIT(IT_BOOL) | BIT(IT_DATE) | BIT(IT_UUID) | BIT(IT_BINARY);
     map_scalar s;
     if (n != NULL && n->present == b->total && all != 0 && (all & (all - 1)) == 0 && (all & exact) != 0 &&
         unify(all, &s)) {
@@ -830,8 +833,7 @@ static bool build_key(tbuild *b, const inode *root)
         set_names(all, names, sizeof names);
         snprintf(why, sizeof why, "%s, which no column type keys exactly", names);
     }
-    note(&c->ns, "  not mapped, the _id is %s: oplog2pg adds the key column _id text (the key text of the _id)",
-         why);
+    note(&c->ns, "  not mapped, the _id is %s: oplog2pg adds the key column _id text (the key text of the _id)", why);
     return true;
 }
 
@@ -1101,8 +1103,7 @@ static bool assemble(ctx *x, tbuild *b, map_table *parent)
     } else {
         t->parent = parent;
         t->rest = b->left_out ? MAP_REST_DOC : MAP_REST_DROP;
-        if ((t->parent_key_column = strdup("parent_key")) == NULL ||
-            (t->position_column = strdup("position")) == NULL)
+        if ((t->parent_key_column = strdup("parent_key")) == NULL || (t->position_column = strdup("position")) == NULL)
             return fail_nomem(x);
     }
     if (t->rest != MAP_REST_DROP && (t->rest_column = strdup("doc")) == NULL)
@@ -1195,8 +1196,8 @@ infer_map *infer_build(const infer_stats *s, const char *db, const char *coll, i
     if (s->capped)
         note(&b->head, "more than %zu distinct paths: the paths met after the first %zu are not counted (kept in rest)",
              s->o.max_paths, s->o.max_paths);
-    if (!build_key(b, &s->top.root) || !build_table(b, &s->top.root, NULL, 0) ||
-        !apply_limit(b, s->o.max_columns) || !build_children(s, b))
+    if (!build_key(b, &s->top.root) || !build_table(b, &s->top.root, NULL, 0) || !apply_limit(b, s->o.max_columns) ||
+        !build_children(s, b))
         goto nomem;
     b->t = &m->mc.table;
     if (!assemble(&x, b, NULL))
@@ -1242,6 +1243,7 @@ static void model_table_clear(map_table *t)
     free(t->rest_column);
     free(t->parent_key_column);
     free(t->position_column);
+    project_paths_free(t->paths);
 }
 
 void infer_map_free(infer_map *m)

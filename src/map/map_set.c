@@ -14,6 +14,7 @@
  * it would have two places to go. A child path may be neither a prefix of nor equal to any other path of its table.
  */
 #include "map/map.h"
+#include "map/project.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -60,6 +61,7 @@ static void table_clear(map_table *t)
     free(t->rest_column);
     free(t->parent_key_column);
     free(t->position_column);
+    project_paths_free(t->paths);
     memset(t, 0, sizeof *t);
 }
 

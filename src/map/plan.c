@@ -100,8 +100,8 @@ static map_edit *add_edit(walk *w, map_edit_kind kind, size_t table, size_t fiel
         p->cap = cap;
     }
     map_edit *e = &p->edits[p->n++];
-    *e = (map_edit){.kind = kind, .table = (uint16_t)table, .field = (uint16_t)field, .pos = pos,
-                    .off = (uint32_t)p->data.len};
+    *e = (map_edit){
+        .kind = kind, .table = (uint16_t)table, .field = (uint16_t)field, .pos = pos, .off = (uint32_t)p->data.len};
     return e;
 }
 
@@ -176,8 +176,10 @@ static void jsonb_edit(walk *w, size_t table, size_t field, int64_t pos, bool wr
     strbuf *b = &a->json;
     if (b->len > 1)
         strbuf_putc(b, ',');
-    static const char *const kinds[] = {[PRIM_SET] = "[\"set\",[", [PRIM_UNSET] = "[\"unset\",[",
-                                        [PRIM_RESIZE] = "[\"resize\",[", [PRIM_SUB] = "[\"sub\",[",
+    static const char *const kinds[] = {[PRIM_SET] = "[\"set\",[",
+                                        [PRIM_UNSET] = "[\"unset\",[",
+                                        [PRIM_RESIZE] = "[\"resize\",[",
+                                        [PRIM_SUB] = "[\"sub\",[",
                                         [PRIM_BINARY] = "[\"binary\",["};
     strbuf_puts(b, pr->kind == PRIM_SET && pr->in_sub ? "[\"sset\",[" : kinds[pr->kind]);
     bool first = true;
@@ -244,8 +246,8 @@ static project_status set_column(walk *w, const map_table *t, size_t table, size
         return PROJECT_NOMEM;
     bool is_null = false;
     char reason[240];
-    convert_status st = v == NULL ? CONVERT_OK : convert_binary(&w->plan->data, &col->type, v, &is_null, reason,
-                                                                sizeof reason);
+    convert_status st =
+        v == NULL ? CONVERT_OK : convert_binary(&w->plan->data, &col->type, v, &is_null, reason, sizeof reason);
     if (v == NULL)
         is_null = true;
     if (st == CONVERT_NOMEM)
@@ -325,8 +327,8 @@ static project_status binary_edit(walk *w, const map_table *t, size_t table, siz
     return w->nomem ? PROJECT_NOMEM : PROJECT_OK;
 }
 
-static project_status apply_to_column(walk *w, const map_table *t, size_t table, size_t c, int64_t pos,
-                                      const prim *pr, char *const *at, size_t depth)
+static project_status apply_to_column(walk *w, const map_table *t, size_t table, size_t c, int64_t pos, const prim *pr,
+                                      char *const *at, size_t depth)
 {
     const map_column *col = &t->cols[c];
     char *const *parts = pr->parts + depth;
@@ -430,8 +432,8 @@ static project_status child_rows_from(walk *w, size_t table, const map_child *ch
         return PROJECT_OK;
     }
     map_rows rows = {.buf = STRBUF_INIT};
-    project_status st = project_child_rows(w->m, ch, arr, from, w->key, w->key_len, &rows, &w->plan->nulled, w->why,
-                                           w->whylen);
+    project_status st =
+        project_child_rows(w->m, ch, arr, from, w->key, w->key_len, &rows, &w->plan->nulled, w->why, w->whylen);
     if (st == PROJECT_OK && strbuf_failed(&rows.buf))
         st = PROJECT_NOMEM;
     if (st == PROJECT_OK)
@@ -521,8 +523,7 @@ static project_status apply_to_child(walk *w, const map_table *t, const map_chil
             bson_iter_t it;
             bson_iter_init(&it, &one);
             bson_iter_next(&it);
-            st = project_element(w->m, ch, &it, index, w->key, w->key_len, &rows, &w->plan->nulled, w->why,
-                                 w->whylen);
+            st = project_element(w->m, ch, &it, index, w->key, w->key_len, &rows, &w->plan->nulled, w->why, w->whylen);
             bson_destroy(&one);
         } else {
             st = project_row(w->m, ch->table, NULL, 0, w->key, w->key_len, index, &rows, &w->plan->nulled, w->why,
@@ -624,7 +625,11 @@ static project_status emit(walk *w, prim_kind kind, char *const *parts, size_t n
                            uint32_t size)
 {
     /* from a $v:2 diff, an edit below the top level is inside a sub-diff; a $v:1 path creates its parents */
-    prim pr = {.kind = kind, .parts = parts, .n = n, .value = value, .size = size,
+    prim pr = {.kind = kind,
+               .parts = parts,
+               .n = n,
+               .value = value,
+               .size = size,
                .in_sub = w->o->form == OP_FORM_DIFF && n > 1};
     return dispatch(w, &w->m->table, -1, &pr, 0);
 }
@@ -672,8 +677,14 @@ static project_status walk_binary(walk *w, bson_iter_t *section, pathbuf *pb)
         const uint8_t *bytes;
         bson_iter_binary(&d, &subtype, &blen, &bytes);
         pb->parts[pb->n++] = (char *)bson_iter_key(&f);
-        prim pr = {.kind = PRIM_BINARY, .parts = pb->parts, .n = pb->n, .value = bson_iter_value(&f),
-                   .size = off < 0 ? 0 : off > INT32_MAX ? (uint32_t)INT32_MAX : (uint32_t)off, .bin = bytes,
+        prim pr = {.kind = PRIM_BINARY,
+                   .parts = pb->parts,
+                   .n = pb->n,
+                   .value = bson_iter_value(&f),
+                   .size = off < 0           ? 0
+                           : off > INT32_MAX ? (uint32_t)INT32_MAX
+                                             : (uint32_t)off,
+                   .bin = bytes,
                    .bin_len = blen};
         st = emit_prim(w, &pr);
         pb->n--;
@@ -874,6 +885,7 @@ static bool prepare_op(op *o, const map_collection *m)
     o->mapped = p;
     o->mapped_free = plan_free;
     o->mapped_bytes = (uint32_t)(sizeof *p + p->data.cap + p->rows.buf.cap + p->cap * sizeof *p->edits);
+    o->mapped_len = (uint32_t)(p->data.len + p->rows.buf.len);
     return true;
 }
 

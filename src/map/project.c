@@ -3,6 +3,7 @@
  */
 #include "map/project.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,8 +153,8 @@ project_status project_field(const map_table *t, const map_column *c, const bson
         return strbuf_failed(out) ? PROJECT_NOMEM : PROJECT_OK;
     }
     char type[64];
-    snprintf(why, whylen, "column \"%s\" (%s) of %s.%s, from %s: %s", c->name, map_type_sql(&c->type, type, sizeof type),
-             t->name.schema, t->name.table, c->path, reason);
+    snprintf(why, whylen, "column \"%s\" (%s) of %s.%s, from %s: %s", c->name,
+             map_type_sql(&c->type, type, sizeof type), t->name.schema, t->name.table, c->path, reason);
     return PROJECT_TYPE_ERROR;
 }
 
@@ -177,8 +178,7 @@ static void path_at(char *const *parts, size_t n, char *const *prefix, size_t de
         *inner = true;
 }
 
-void project_path_role(const map_table *t, char *const *prefix, size_t depth, const char *key, bool *leaf,
-                       bool *inner)
+void project_path_role(const map_table *t, char *const *prefix, size_t depth, const char *key, bool *leaf, bool *inner)
 {
     *leaf = *inner = false;
     for (size_t c = 0; c < t->ncols; c++)
@@ -286,10 +286,363 @@ static void record_end(map_rows *r, size_t at)
     r->count++;
 }
 
-project_status project_row(const map_collection *m, const map_table *t, const uint8_t *data, size_t len,
-                           const uint8_t *key, size_t key_len, int64_t pos, map_rows *out, uint64_t *nulled,
-                           char *why, size_t whylen)
+/* ---- one pass over a document ---- */
+
+/* The paths of a table's columns and child tables as a tree of field names, so that project_row finds every value,
+ * and writes the rest = extra text, in one walk over the document's fields, instead of a search from the top for
+ * each column and a second walk to strip the mapped fields. No path is a strict prefix of another and a child path
+ * equals no other path (map_set_check), so a node is a leaf, where columns (several when their paths are equal) or
+ * one child table take the value, or an inner node with paths going on below it, never both. */
+typedef struct pnode {
+    const char *name;
+    size_t len;
+    size_t id;    /* numbers the inner nodes, for the walk's "seen" marks */
+    size_t *cols; /* leaf: the columns taking this path */
+    size_t ncols;
+    size_t child; /* leaf: the child table taking it, or SIZE_MAX */
+    struct pnode *kids;
+    size_t nkids;
+} pnode;
+
+typedef struct {
+    pnode root;
+    size_t inner; /* inner nodes (the root included) */
+} pindex;
+
+static void pnode_free(pnode *n)
 {
+    for (size_t i = 0; i < n->nkids; i++)
+        pnode_free(&n->kids[i]);
+    free(n->kids);
+    free(n->cols);
+}
+
+void project_paths_free(void *paths)
+{
+    pindex *x = paths;
+    if (x == NULL)
+        return;
+    pnode_free(&x->root);
+    free(x);
+}
+
+/* Adds the path parts[0..n) below node n0, ending at column col or child table child. */
+static bool pindex_add(pnode *n0, char *const *parts, size_t n, size_t col, size_t child)
+{
+    pnode *node = n0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(parts[i]), k;
+        for (k = 0; k < node->nkids; k++)
+            if (node->kids[k].len == len && memcmp(node->kids[k].name, parts[i], len) == 0)
+                break;
+        if (k == node->nkids) {
+            pnode *kids = realloc(node->kids, (node->nkids + 1) * sizeof *kids);
+            if (kids == NULL)
+                return false;
+            node->kids = kids;
+            node->kids[k] = (pnode){.name = parts[i], .len = len, .child = SIZE_MAX};
+            node->nkids++;
+        }
+        node = &node->kids[k];
+    }
+    if (child != SIZE_MAX) {
+        node->child = child;
+        return true;
+    }
+    size_t *cols = realloc(node->cols, (node->ncols + 1) * sizeof *cols);
+    if (cols == NULL)
+        return false;
+    node->cols = cols;
+    node->cols[node->ncols++] = col;
+    return true;
+}
+
+static void pindex_number(pnode *n, size_t *inner)
+{
+    if (n->nkids == 0)
+        return;
+    n->id = (*inner)++;
+    for (size_t i = 0; i < n->nkids; i++)
+        pindex_number(&n->kids[i], inner);
+}
+
+/* The table's tree, made on first use; NULL when memory runs out (the caller takes the slow path). */
+static const pindex *table_paths(const map_table *t)
+{
+    pindex *x = __atomic_load_n((pindex *const *)&t->paths, __ATOMIC_ACQUIRE);
+    if (x != NULL)
+        return x;
+    x = calloc(1, sizeof *x);
+    if (x == NULL)
+        return NULL;
+    x->root.child = SIZE_MAX;
+    bool ok = true;
+    for (size_t c = 0; ok && c < t->ncols; c++)
+        ok = pindex_add(&x->root, t->cols[c].parts, t->cols[c].nparts, c, SIZE_MAX);
+    for (size_t k = 0; ok && k < t->nchildren; k++)
+        ok = pindex_add(&x->root, t->children[k].parts, t->children[k].nparts, 0, k);
+    if (!ok) {
+        project_paths_free(x);
+        return NULL;
+    }
+    pindex_number(&x->root, &x->inner);
+    /* Two threads may make it at once (the initial copy's workers): the first one in is kept. */
+    pindex *expected = NULL;
+    if (!__atomic_compare_exchange_n((pindex **)&t->paths, &expected, x, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        project_paths_free(x);
+        return expected;
+    }
+    return x;
+}
+
+static const pnode *pnode_find(const pnode *n, const char *key, size_t len)
+{
+    for (size_t i = 0; i < n->nkids; i++) {
+        const pnode *k = &n->kids[i];
+        if (k->len == len && k->name[0] == key[0] && memcmp(k->name, key, len) == 0)
+            return k;
+    }
+    return NULL;
+}
+
+/* What one walk found: each column's value (the first field on its path, as project_lookup finds it), each child
+ * table's array, and the rest = extra text. */
+typedef struct {
+    bson_value_t *vals;
+    bool *have;
+    bson_value_t *kid_vals;
+    bool *kid_have;
+    bool *seen;    /* inner nodes already followed for values (only the first field of a name is) */
+    strbuf *extra; /* the rest = extra text, or NULL */
+} pwalk;
+
+/* Walks the fields of the document or array (data, len) at node n. capture: take values (false below a field that
+ * is not the first of its name); extra: write the fields no path takes (only for documents, as project_strip keeps
+ * an array whole). depth: the level of this object in the whole document (1 for the top). False when the bytes are
+ * not valid BSON or the text cannot be made: the caller then takes the slow path, which says why. */
+static bool walk(pwalk *w, const pnode *n, const uint8_t *data, uint32_t len, bool capture, bool extra, int depth)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_from_data(&it, data, len))
+        return false;
+    bool first = true;
+    while (bson_iter_next(&it)) {
+        uint32_t klen = bson_iter_key_len(&it);
+        const char *key = bson_iter_key(&it);
+        const pnode *k = klen > 0 ? pnode_find(n, key, klen) : NULL;
+        if (k != NULL && k->nkids == 0) {
+            /* a leaf: its columns or child table take the value, and the rest does not */
+            if (!capture)
+                continue;
+            for (size_t c = 0; c < k->ncols; c++)
+                if (!w->have[k->cols[c]]) {
+                    w->have[k->cols[c]] = true;
+                    w->vals[k->cols[c]] = *bson_iter_value(&it);
+                }
+            if (k->child != SIZE_MAX && !w->kid_have[k->child]) {
+                w->kid_have[k->child] = true;
+                w->kid_vals[k->child] = *bson_iter_value(&it);
+            }
+            continue;
+        }
+        bool follow = k != NULL && capture && !w->seen[k->id];
+        if (k != NULL && capture)
+            w->seen[k->id] = true;
+        bool is_doc = BSON_ITER_HOLDS_DOCUMENT(&it), is_arr = BSON_ITER_HOLDS_ARRAY(&it);
+        const uint8_t *sub = NULL;
+        uint32_t sublen = 0;
+        if (is_doc)
+            bson_iter_document(&it, &sublen, &sub);
+        else if (is_arr)
+            bson_iter_array(&it, &sublen, &sub);
+        if (extra) {
+            if (!first)
+                strbuf_putc(w->extra, ',');
+            first = false;
+            if (k != NULL && is_doc && depth < 65) {
+                /* paths go on inside: the sub-document is kept without them */
+                if (ejson_write_name(w->extra, key, klen) != EJSON_OK)
+                    return false;
+                strbuf_putc(w->extra, '{');
+                if (!walk(w, k, sub, sublen, follow, true, depth + 1))
+                    return false;
+                strbuf_putc(w->extra, '}');
+                continue;
+            }
+            ejson_error err;
+            if (ejson_write_member(w->extra, &it, depth, &err) != EJSON_OK)
+                return false;
+        }
+        if (follow && (is_doc || is_arr) && !walk(w, k, sub, sublen, true, false, depth + 1))
+            return false;
+    }
+    return it.err_off == 0 && (w->extra == NULL || !strbuf_failed(w->extra));
+}
+
+/* True when the JSON text holds the escape \u0000, which jsonb refuses (backslashes only occur in strings, where
+ * each escape is read as a pair). */
+static bool has_nul_escape(const char *s, size_t len)
+{
+    for (const char *p = memchr(s, '\\', len); p != NULL && p + 1 < s + len;) {
+        if (p[1] == 'u' && p + 6 <= s + len && memcmp(p + 2, "0000", 4) == 0)
+            return true;
+        p += 2;
+        p = p < s + len ? memchr(p, '\\', (size_t)(s + len - p)) : NULL;
+    }
+    return false;
+}
+
+/* The walk's scratch for tables of up to these sizes lives on the stack; larger ones take one allocation. */
+#define WALK_COLS   32
+#define WALK_INNER  32
+#define WALK_CHILDS 8
+
+/* The rest = extra text of a row: kept per thread, so that a row costs no allocation (a buffer that grew past 1 MB
+ * for a large document is given back after it), and freed when the thread ends (a pthread key's destructor). */
+static pthread_key_t extra_key;
+static pthread_once_t extra_once = PTHREAD_ONCE_INIT;
+static bool extra_key_ok;
+
+static void extra_free(void *p)
+{
+    strbuf_free(p);
+    free(p);
+}
+
+static void extra_key_make(void)
+{
+    extra_key_ok = pthread_key_create(&extra_key, extra_free) == 0;
+}
+
+/* This thread's buffer for the rest text, NULL when memory runs out. */
+static strbuf *extra_text(void)
+{
+    pthread_once(&extra_once, extra_key_make);
+    if (!extra_key_ok)
+        return NULL;
+    strbuf *b = pthread_getspecific(extra_key);
+    if (b == NULL) {
+        if ((b = calloc(1, sizeof *b)) == NULL)
+            return NULL;
+        if (pthread_setspecific(extra_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+    }
+    return b;
+}
+
+typedef enum { FAST_DONE, FAST_SLOW, FAST_NOMEM } fast_status;
+
+/* project_row for a document, in one walk (see pindex). FAST_SLOW when the walk cannot say what the slow path would:
+ * malformed BSON, a text that cannot be made, or a NUL in the rest (the slow path then writes the same refusal as
+ * always); nothing was appended then. */
+static fast_status fast_row(const map_collection *m, const map_table *t, const uint8_t *data, size_t len,
+                            const uint8_t *key, size_t key_len, int64_t pos, map_rows *out, uint64_t *nulled, char *why,
+                            size_t whylen, project_status *st)
+{
+    const pindex *x = table_paths(t);
+    if (x == NULL || len > UINT32_MAX)
+        return FAST_SLOW;
+    bson_value_t vals_s[WALK_COLS], kvals_s[WALK_CHILDS];
+    bool have_s[WALK_COLS], khave_s[WALK_CHILDS], seen_s[WALK_INNER];
+    void *heap = NULL;
+    pwalk w = {.vals = vals_s, .have = have_s, .kid_vals = kvals_s, .kid_have = khave_s, .seen = seen_s};
+    if (t->ncols > WALK_COLS || t->nchildren > WALK_CHILDS || x->inner > WALK_INNER) {
+        size_t nc = t->ncols, nk = t->nchildren, ni = x->inner;
+        heap = malloc(nc * sizeof(bson_value_t) + nk * sizeof(bson_value_t) + nc + nk + ni + 1);
+        if (heap == NULL)
+            return FAST_NOMEM;
+        w.vals = heap;
+        w.kid_vals = w.vals + nc;
+        w.have = (bool *)(w.kid_vals + nk);
+        w.kid_have = w.have + nc;
+        w.seen = w.kid_have + nk;
+    }
+    memset(w.have, 0, t->ncols);
+    memset(w.kid_have, 0, t->nchildren);
+    memset(w.seen, 0, x->inner);
+    fast_status fs = FAST_DONE;
+    if (t->rest == MAP_REST_EXTRA) {
+        if ((w.extra = extra_text()) == NULL) {
+            fs = FAST_SLOW;
+            goto done;
+        }
+        strbuf_reset(w.extra, 1024 * 1024);
+        strbuf_putc(w.extra, '{');
+    }
+    if (!walk(&w, &x->root, data, (uint32_t)len, true, t->rest == MAP_REST_EXTRA, 1)) {
+        fs = w.extra != NULL && strbuf_failed(w.extra) ? FAST_NOMEM : FAST_SLOW;
+        goto done;
+    }
+    if (w.extra != NULL) {
+        strbuf_putc(w.extra, '}');
+        if (strbuf_failed(w.extra)) {
+            fs = FAST_NOMEM;
+            goto done;
+        }
+        if (has_nul_escape(w.extra->data, w.extra->len)) {
+            fs = FAST_SLOW;
+            goto done;
+        }
+    }
+    size_t mark = out->buf.len, at;
+    uint32_t count = out->count;
+    record_begin(out, project_table_number(m, t), &at);
+    strbuf_put_be16(&out->buf, (uint16_t)map_table_fields(t));
+    if (is_child(t)) {
+        strbuf_append(&out->buf, key, key_len);
+        strbuf_put_be32(&out->buf, 4);
+        strbuf_put_be32(&out->buf, (uint32_t)pos);
+    }
+    *st = PROJECT_OK;
+    for (size_t c = 0; c < t->ncols && *st == PROJECT_OK; c++) {
+        if (!is_child(t) && c == t->key)
+            strbuf_append(&out->buf, key, key_len);
+        else
+            *st = project_field(t, &t->cols[c], w.have[c] ? &w.vals[c] : NULL, &out->buf, nulled, why, whylen);
+    }
+    if (*st == PROJECT_OK && t->rest == MAP_REST_EXTRA) {
+        strbuf_put_be32(&out->buf, (uint32_t)(w.extra->len + 1));
+        strbuf_putc(&out->buf, 1); /* jsonb's binary format version */
+        strbuf_append(&out->buf, w.extra->data, w.extra->len);
+    } else if (*st == PROJECT_OK && t->rest == MAP_REST_DOC) {
+        *st = rest_field(t, data, len, &out->buf, why, whylen);
+    }
+    if (*st != PROJECT_OK) {
+        if (!strbuf_failed(&out->buf)) {
+            out->buf.len = mark;
+            out->count = count;
+        }
+        goto done;
+    }
+    record_end(out, at);
+    if (strbuf_failed(&out->buf)) {
+        *st = PROJECT_NOMEM;
+        goto done;
+    }
+    for (size_t k = 0; k < t->nchildren && *st == PROJECT_OK; k++)
+        if (w.kid_have[k])
+            *st = project_child_rows(m, &t->children[k], &w.kid_vals[k], 0, key, key_len, out, nulled, why, whylen);
+done:
+    free(heap);
+    if (w.extra != NULL && w.extra->cap > 1024 * 1024)
+        strbuf_free(w.extra);
+    return fs;
+}
+
+project_status project_row(const map_collection *m, const map_table *t, const uint8_t *data, size_t len,
+                           const uint8_t *key, size_t key_len, int64_t pos, map_rows *out, uint64_t *nulled, char *why,
+                           size_t whylen)
+{
+    if (data != NULL) {
+        project_status st = PROJECT_OK;
+        fast_status fs = fast_row(m, t, data, len, key, key_len, pos, out, nulled, why, whylen, &st);
+        if (fs == FAST_NOMEM)
+            return PROJECT_NOMEM;
+        if (fs == FAST_DONE)
+            return st;
+    }
     size_t at;
     record_begin(out, project_table_number(m, t), &at);
     strbuf_put_be16(&out->buf, (uint16_t)map_table_fields(t));
@@ -334,9 +687,9 @@ project_status project_row(const map_collection *m, const map_table *t, const ui
     return PROJECT_OK;
 }
 
-project_status project_child_rows(const map_collection *m, const map_child *ch, const bson_value_t *arr,
-                                  uint32_t from, const uint8_t *key, size_t key_len, map_rows *out, uint64_t *nulled,
-                                  char *why, size_t whylen)
+project_status project_child_rows(const map_collection *m, const map_child *ch, const bson_value_t *arr, uint32_t from,
+                                  const uint8_t *key, size_t key_len, map_rows *out, uint64_t *nulled, char *why,
+                                  size_t whylen)
 {
     if (arr->value_type == BSON_TYPE_NULL || arr->value_type == BSON_TYPE_UNDEFINED)
         return PROJECT_OK;
@@ -379,8 +732,7 @@ project_status project_element(const map_collection *m, const map_child *ch, con
     }
     if (BSON_ITER_HOLDS_NULL(el) || BSON_ITER_HOLDS_UNDEFINED(el))
         return project_row(m, t, NULL, 0, key, key_len, pos, out, nulled, why, whylen);
-    if (project_on_type_error(t, &(map_column){.on_type_error = MAP_ON_TYPE_ERROR_INHERIT}) ==
-        MAP_ON_TYPE_ERROR_NULL) {
+    if (project_on_type_error(t, &(map_column){.on_type_error = MAP_ON_TYPE_ERROR_INHERIT}) == MAP_ON_TYPE_ERROR_NULL) {
         if (nulled != NULL)
             (*nulled)++;
         return project_row(m, t, NULL, 0, key, key_len, pos, out, nulled, why, whylen);

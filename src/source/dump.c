@@ -35,6 +35,7 @@ struct dump_reader {
     atomic_uint_fast64_t entries, skipped, last_ts;
     atomic_bool have_last;
     atomic_int_fast64_t last_term;
+    queue_pusher out; /* entries go to the queue in groups (core/queue.h) */
 };
 
 static void end(dump_reader *d, queue_end_reason reason, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -47,6 +48,7 @@ static void end(dump_reader *d, queue_end_reason reason, const char *fmt, ...)
     va_end(ap);
     if (reason != QUEUE_END_DONE)
         log_error("replay: %s", msg);
+    queue_pusher_flush(&d->out); /* everything before the end goes on first */
     queue_push_end(d->q, reason, msg);
 }
 
@@ -60,6 +62,7 @@ static void *dump_main(void *arg)
     dump_reader *d = arg;
     uint8_t *buf = NULL;
     size_t cap = 0;
+    pthread_setname_np(pthread_self(), "o2p-dump");
     uint64_t offset = 0, n = 0;
     op_pos prev = {0, 0, -1};
     bool have_prev = false;
@@ -69,6 +72,7 @@ static void *dump_main(void *arg)
         uint8_t hdr[4];
         size_t got = fread(hdr, 1, 4, d->f);
         if (got == 0 && feof(d->f)) {
+            queue_pusher_flush(&d->out);
             queue_push_idle(d->q);
             end(d, QUEUE_END_DONE, "%s: %llu entries read", d->path, (unsigned long long)n);
             break;
@@ -123,13 +127,13 @@ static void *dump_main(void *arg)
         }
         /* Room in the queue first: the text about to be rendered counts against its byte bound. */
         size_t reserved = len;
-        if (!queue_reserve(d->q, reserved, &d->stop)) {
+        if (!queue_pusher_reserve(&d->out, reserved)) {
             free(e);
             break;
         }
         decode_status ds = decode_entry_ex(&doc, d->cfg.keep_payload ? 0 : DECODE_BORROW_PAYLOAD, e, err, sizeof err);
         if (ds != DECODE_OK) {
-            queue_unreserve(d->q, reserved);
+            queue_pusher_unreserve(&d->out, reserved);
             free(e);
             end(d, ds == DECODE_NOMEM ? QUEUE_END_NOMEM : QUEUE_END_UNSUPPORTED, "%s: entry %llu: %s", d->path,
                 (unsigned long long)n, err);
@@ -141,7 +145,7 @@ static void *dump_main(void *arg)
                 "everything before it is applied",
                 d->path, (unsigned long long)n, op_pos_format(&e->pos, at, sizeof at), (unsigned long long)n - 1,
                 op_pos_format(&prev, at2, sizeof at2));
-            queue_unreserve(d->q, reserved);
+            queue_pusher_unreserve(&d->out, reserved);
             op_entry_free(e);
             break;
         }
@@ -149,35 +153,34 @@ static void *dump_main(void *arg)
         have_prev = true;
         if (d->cfg.have_start && op_pos_cmp(&e->pos, &d->cfg.start) <= 0) {
             atomic_fetch_add(&d->skipped, 1); /* applied by an earlier run */
-            queue_unreserve(d->q, reserved);
+            queue_pusher_unreserve(&d->out, reserved);
             op_entry_free(e);
             continue;
         }
         char ferr[512];
         if (!nsfilter_filter_entry(d->cfg.filter, e, ferr, sizeof ferr)) {
-            queue_unreserve(d->q, reserved);
+            queue_pusher_unreserve(&d->out, reserved);
             op_entry_free(e);
             end(d, QUEUE_END_UNSUPPORTED, "%s: entry %llu: %s", d->path, (unsigned long long)n, ferr);
             break;
         }
         decode_log_notices(e);
         if (!ejson_prepare_entry(e)) {
-            queue_unreserve(d->q, reserved);
+            queue_pusher_unreserve(&d->out, reserved);
             op_entry_free(e);
             end(d, QUEUE_END_NOMEM, "out of memory rendering entry %llu of %s", (unsigned long long)n, d->path);
             break;
         }
         op_entry_drop_payload(e); /* buf is reused for the next entry */
         op_pos p = e->pos;
-        if (!queue_push_entry_reserved(d->q, e, reserved, &d->stop)) {
-            op_entry_free(e);
+        if (!queue_pusher_add(&d->out, e, reserved)) /* it and the rest of its group are freed */
             break;
-        }
         atomic_store(&d->last_ts, (uint64_t)p.secs << 32 | p.inc);
         atomic_store(&d->last_term, p.term);
         atomic_store(&d->have_last, true);
         atomic_fetch_add(&d->entries, 1);
     }
+    queue_pusher_drop(&d->out); /* a stop: what was not handed on is not needed */
     free(buf);
     return NULL;
 }
@@ -191,6 +194,7 @@ dump_reader *dump_start(const dump_config *cfg, queue *q, char *err, size_t errl
     }
     d->cfg = *cfg;
     d->q = q;
+    queue_pusher_init(&d->out, q, &d->stop);
     d->path = strdup(cfg->path ? cfg->path : "");
     if (d->path == NULL) {
         snprintf(err, errlen, "out of memory");

@@ -66,13 +66,16 @@ struct reader {
     bool no_sessions; /* the server does not support sessions: run without */
     uint32_t server_id;
     int64_t cursor_id;
-    op_pos pos;    /* the last position pushed (or the start position) */
-    bool have_pos; /* pos is set */
-    bool idle_due; /* entries were pushed since the last QUEUE_IDLE */
-    backoff bo;    /* between attempts (util/clock.h) */
-    txn_book book; /* transactions seen open (source/txn.h) */
-    txn_list chain; /* the OpTimes of the chain being applied */
+    op_pos pos;        /* the last position pushed (or the start position) */
+    bool have_pos;     /* pos is set */
+    bool idle_due;     /* entries were pushed since the last QUEUE_IDLE */
+    int32_t ask;       /* the batchSize of the next getMore (READER_REPLY_BYTES) */
+    backoff bo;        /* between attempts (util/clock.h) */
+    txn_book book;     /* transactions seen open (source/txn.h) */
+    txn_list chain;    /* the OpTimes of the chain being applied */
     bool book_rebuilt; /* the chain heads between cfg.hold and cfg.start were read */
+    queue_pusher out;  /* entries go to the queue in groups (core/queue.h), flushed before every round trip */
+    bool out_failed;   /* a flush found the queue stopped (or the reader cancelled): the reader ends */
 };
 
 /* What a step of the tailing loop asks for next. */
@@ -130,6 +133,7 @@ static void fatal(reader *r, queue_end_reason reason, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     log_error("reader: %s", msg);
+    queue_pusher_flush(&r->out); /* everything before the stop goes on first */
     if (!queue_push_end(r->q, reason, msg))
         log_warning("reader: the queue is stopped; the error above was not handed to the apply loop");
 }
@@ -160,6 +164,8 @@ static bool doc_pos(const bson_t *doc, op_pos *out)
 static step failed(reader *r, const char *what, const bson_error_t *e)
 {
     char pbuf[OP_POS_STRLEN];
+    if (r->out_failed)
+        return STEP_END; /* not MongoDB's doing: the queue was stopped, or the reader told to stop */
     if (mongo_error_refused(e)) {
         fatal(r, QUEUE_END_REFUSED, "%s on local.oplog.rs refused: %s (code %u); check the user's roles in [mongodb]",
               what, e->message, e->code);
@@ -178,6 +184,13 @@ static step failed(reader *r, const char *what, const bson_error_t *e)
 /* Runs cmd in db local with the reader's session and server. reply is always initialised. */
 static bool run_cmd(reader *r, const bson_t *cmd, bson_t *reply, bson_error_t *err)
 {
+    /* Every round trip may wait: what was decoded so far goes to the applier first. */
+    if (!queue_pusher_flush(&r->out)) {
+        r->out_failed = true;
+        bson_init(reply);
+        bson_set_error(err, 0, 0, "the queue to the applier is stopped");
+        return false;
+    }
     bson_t opts = BSON_INITIALIZER;
     bool ok = true;
     if (r->cs && !mongoc_client_session_append(r->cs, &opts, err)) {
@@ -272,14 +285,14 @@ static bool next_doc(bson_iter_t *batch, bson_t *doc)
     return false;
 }
 
-/* Pushes a decoded entry; `reserved` is the queue room reserved for it (queue_reserve), or 0. */
+/* Hands a decoded entry on (in a group: see queue_pusher); `reserved` is the queue room reserved for it, or 0. */
 static step push_entry(reader *r, op_entry *e, size_t reserved)
 {
     op_pos p = e->pos;
     bool more = e->more;
     e->has_hold = txn_book_oldest(&r->book, &e->hold);
-    if (!queue_push_entry_reserved(r->q, e, reserved, &r->stop)) {
-        op_entry_free(e);
+    if (!queue_pusher_add(&r->out, e, reserved)) { /* it and the rest of its group are freed */
+        r->out_failed = true;
         return STEP_END;
     }
     if (more)
@@ -296,6 +309,10 @@ static step maybe_idle(reader *r)
 {
     if (!r->idle_due)
         return STEP_OK;
+    if (!queue_pusher_flush(&r->out)) {
+        r->out_failed = true;
+        return STEP_END;
+    }
     if (!queue_push_idle(r->q))
         return STEP_END;
     r->idle_due = false;
@@ -310,17 +327,19 @@ static step prepare_raw(reader *r, const bson_t *doc, unsigned flags, op_entry *
 {
     char err[512];
     size_t reserved = doc->len;
-    if (!queue_reserve(r->q, reserved, &r->stop))
+    if (!queue_pusher_reserve(&r->out, reserved)) {
+        r->out_failed = true;
         return STEP_END;
+    }
     op_entry *e = malloc(sizeof *e);
     if (!e) {
-        queue_unreserve(r->q, reserved);
+        queue_pusher_unreserve(&r->out, reserved);
         fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
         return STEP_END;
     }
     decode_status st = decode_entry_ex(doc, r->cfg.decode_flags | flags, e, err, sizeof err);
     if (st != DECODE_OK) {
-        queue_unreserve(r->q, reserved);
+        queue_pusher_unreserve(&r->out, reserved);
         free(e);
         if (st == DECODE_NOMEM) {
             fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
@@ -334,7 +353,7 @@ static step prepare_raw(reader *r, const bson_t *doc, unsigned flags, op_entry *
         return STEP_END;
     }
     if (!nsfilter_filter_entry(r->cfg.filter, e, err, sizeof err)) {
-        queue_unreserve(r->q, reserved);
+        queue_pusher_unreserve(&r->out, reserved);
         op_entry_free(e);
         char pbuf[OP_POS_STRLEN];
         fatal(r, QUEUE_END_UNSUPPORTED, "%s; stopped before it (the last entry handed on is %s)", err,
@@ -345,7 +364,7 @@ static step prepare_raw(reader *r, const bson_t *doc, unsigned flags, op_entry *
     /* Render the PostgreSQL text here, on this thread, so the apply loop overlaps with PostgreSQL instead of
      * converting while PostgreSQL waits. An op whose text cannot be made carries the reason (op.refusal). */
     if (!map_prepare_entry(e, r->cfg.maps) || !ejson_prepare_entry(e)) {
-        queue_unreserve(r->q, reserved);
+        queue_pusher_unreserve(&r->out, reserved);
         op_entry_free(e);
         fatal(r, QUEUE_END_NOMEM, "out of memory rendering an oplog entry");
         return STEP_END;
@@ -391,12 +410,15 @@ static void append_read_concern(const reader *r, bson_t *cmd)
     bson_append_document_end(cmd, &rc);
 }
 
-/* The point lookup of the walk: the entry at ts exactly. {ts: {$gte: ts}} with limit 1 finds it by the oplog's ts
- * order, as {ts: ts} would, and tells a missing entry apart in the same round trip. */
-static txn_lookup lookup_entry(void *ctx, const op_pos *ts, bson_t *out, char *err, size_t errlen)
+/* The point lookup of a transaction's entries: the entry at ts exactly, with only the window [skip, skip + limit) of
+ * its o.applyOps (a $slice projection, which keeps every other field). {ts: {$gte: ts}} with limit 1 finds it by
+ * the oplog's ts order, as {ts: ts} would, and tells a missing entry apart in the same round trip. A chain entry
+ * holds up to 16 MB of ops: the walk back needs none of them (limit 1 keeps the lookup small), and the forward read
+ * takes them a window at a time, so neither ever holds a whole entry. */
+static txn_lookup lookup_window(reader *r, const op_pos *ts, uint32_t skip, uint32_t limit, bson_t *out, char *err,
+                                size_t errlen)
 {
-    reader *r = ctx;
-    bson_t cmd = BSON_INITIALIZER, filter, range, reply;
+    bson_t cmd = BSON_INITIALIZER, filter, range, proj, slice, arg, reply;
     bson_error_t e;
     bson_iter_t batch;
     int64_t id = 0;
@@ -406,6 +428,14 @@ static txn_lookup lookup_entry(void *ctx, const op_pos *ts, bson_t *out, char *e
     BSON_APPEND_TIMESTAMP(&range, "$gte", ts->secs, ts->inc);
     bson_append_document_end(&filter, &range);
     bson_append_document_end(&cmd, &filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "projection", &proj);
+    BSON_APPEND_DOCUMENT_BEGIN(&proj, "o.applyOps", &slice);
+    BSON_APPEND_ARRAY_BEGIN(&slice, "$slice", &arg);
+    BSON_APPEND_INT32(&arg, "0", (int32_t)(skip > INT32_MAX ? INT32_MAX : skip));
+    BSON_APPEND_INT32(&arg, "1", (int32_t)(limit > INT32_MAX ? INT32_MAX : limit));
+    bson_append_array_end(&slice, &arg);
+    bson_append_document_end(&proj, &slice);
+    bson_append_document_end(&cmd, &proj);
     BSON_APPEND_INT64(&cmd, "limit", 1);
     BSON_APPEND_BOOL(&cmd, "singleBatch", true);
     append_read_concern(r, &cmd);
@@ -429,6 +459,12 @@ static txn_lookup lookup_entry(void *ctx, const op_pos *ts, bson_t *out, char *e
     return res;
 }
 
+/* The walk back's lookup (txn_lookup_fn): the entry with one op at most. */
+static txn_lookup lookup_head(void *ctx, const op_pos *ts, bson_t *out, char *err, size_t errlen)
+{
+    return lookup_window(ctx, ts, 0, 1, out, err, errlen);
+}
+
 /* The first entry of a chain met half-way (the reader started inside it): found by walking back from the entry. */
 static void find_first(reader *r, txn_chain *c, const txn_info *ti)
 {
@@ -437,7 +473,7 @@ static void find_first(reader *r, txn_chain *c, const txn_info *ti)
     op_pos missing;
     w.role = TXN_COMMIT;
     w.has_count = true;
-    txn_walk ws = txn_walk_back(&w, lookup_entry, r, &r->chain, &missing, err, sizeof err);
+    txn_walk ws = txn_walk_back(&w, lookup_head, r, &r->chain, &missing, err, sizeof err);
     if (ws == TXN_WALK_OK && r->chain.n > 0) {
         c->first = r->chain.v[0];
         c->first_known = true;
@@ -474,15 +510,94 @@ static step chain_lost(reader *r, const txn_info *ti, const op_pos *missing)
     return STEP_END;
 }
 
-/* A commit point: the chain's entries are read forward, one at a time, and pushed as the parts of one logical entry
- * at the commit's position (ops numbered across the whole transaction), the last part being the commit's own ops. */
+/* How many ops the forward read asks for at first, and about how many bytes of ops it aims at per window after. */
+#define TXN_FIRST_WINDOW 16
+#define TXN_WINDOW_BYTES (1024 * 1024)
+
+/* The ops of the chain entry at `at`, read a window at a time (lookup_window) and pushed as parts of the logical
+ * entry at the commit's position, numbered on from *base; `last`: the commit entry's own ops, whose final window ends
+ * the logical entry. *pushed says whether a part went out already (a failed lookup then cannot be retried as if
+ * nothing happened: the session must end uncommitted). */
+static step push_windows(reader *r, const txn_info *ti, const op_pos *at, bool last, uint32_t *base, bool *pushed)
+{
+    char err[512];
+    bson_error_t be;
+    uint32_t skip = 0, want = TXN_FIRST_WINDOW;
+    for (;;) {
+        bson_t part;
+        txn_lookup lr = lookup_window(r, at, skip, want, &part, err, sizeof err);
+        if (lr == TXN_LOOKUP_MISSING && at != &ti->pos)
+            return chain_lost(r, ti, at);
+        if (lr == TXN_LOOKUP_MISSING) {
+            /* The commit entry itself, read a moment ago, is gone: rolled back (read_concern = local). The re-opened
+             * cursor's resume check says so. */
+            snprintf(err, sizeof err, "the commit entry at %u:%u is no longer in the oplog", at->secs, at->inc);
+            lr = TXN_LOOKUP_ERROR;
+        }
+        if (lr == TXN_LOOKUP_ERROR) {
+            if (!*pushed) { /* nothing pushed yet: an ordinary retry, which meets the commit again */
+                bson_set_error(&be, 0, 0, "%s", err);
+                return failed(r, "reading a transaction's entries", &be);
+            }
+            fatal(r, QUEUE_END_RETRY, "reader: %s, in the middle of the transaction committed at %u:%u", err,
+                  ti->pos.secs, ti->pos.inc);
+            return STEP_END;
+        }
+        /* How many ops came (the window may be short: the entry's end). */
+        uint32_t got = 0;
+        bson_iter_t it, ops;
+        if (bson_iter_init(&it, &part) && bson_iter_find(&it, "o") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+            bson_iter_recurse(&it, &ops) && bson_iter_find(&ops, "applyOps") && BSON_ITER_HOLDS_ARRAY(&ops)) {
+            bson_iter_t el;
+            if (bson_iter_recurse(&ops, &el))
+                while (bson_iter_next(&el))
+                    got++;
+        }
+        bool end = got < want;
+        size_t part_len = part.len;
+        op_entry *e;
+        size_t reserved = 0;
+        step s = prepare_raw(r, &part, DECODE_TXN_PART, &e, &reserved);
+        bson_destroy(&part);
+        if (s != STEP_OK)
+            return s;
+        if (end && got == 0 && !last) { /* an empty last window of an entry that is not the last: nothing to add */
+            queue_pusher_unreserve(&r->out, reserved);
+            op_entry_free(e);
+            return STEP_OK;
+        }
+        e->pos = ti->pos;
+        for (size_t i = 0; i < e->n; i++) {
+            e->ops[i].pos = ti->pos;
+            e->ops[i].index = *base + (uint32_t)i;
+        }
+        *base += got;
+        e->atomic = true;
+        e->more = !(last && end);
+        s = push_entry(r, e, reserved);
+        if (s != STEP_OK)
+            return s;
+        *pushed = true;
+        if (end)
+            return STEP_OK;
+        skip += got;
+        /* The next window: about TXN_WINDOW_BYTES at the size of this one's ops. */
+        uint64_t per = part_len / got + 1;
+        uint64_t next = TXN_WINDOW_BYTES / per;
+        want = next < 1 ? 1 : next > 100000 ? 100000 : (uint32_t)next;
+    }
+}
+
+/* A commit point: the chain's entries are read forward, a window of ops at a time, and pushed as the parts of one
+ * logical entry at the commit's position (ops numbered across the whole transaction), the last part being the end of
+ * the commit's own ops (or, for a commitTransaction, a noop). */
 static step push_commit(reader *r, const bson_t *doc, const txn_info *ti)
 {
     char err[512], what[96], cbuf[OP_POS_STRLEN];
     op_pos missing;
     bson_error_t be;
     log_debug("reader: walking back the transaction committed at %s", op_pos_format(&ti->pos, cbuf, sizeof cbuf));
-    txn_walk ws = txn_walk_back(ti, lookup_entry, r, &r->chain, &missing, err, sizeof err);
+    txn_walk ws = txn_walk_back(ti, lookup_head, r, &r->chain, &missing, err, sizeof err);
     switch (ws) {
     case TXN_WALK_OK:
         break;
@@ -506,61 +621,31 @@ static step push_commit(reader *r, const bson_t *doc, const txn_info *ti)
         return failed(r, what, &be);
     }
 
+    /* Forward: each entry of the chain, then the commit entry itself (for an implicit commit; a commitTransaction
+     * has no ops of its own), a window of ops at a time, each window one part. */
+    txn_book_close(&r->book, &ti->prev);
+    publish_book(r);
     uint32_t base = 0;
-    size_t parts = r->chain.n + 1;
-    for (size_t k = 0; k < parts; k++) {
-        bool last = k + 1 == parts;
-        bson_t part;
-        const bson_t *src = doc;
-        op_entry *e;
-        size_t reserved = 0;
-        step s;
-        if (!last) {
-            txn_lookup lr = lookup_entry(r, &r->chain.v[k], &part, err, sizeof err);
-            if (lr == TXN_LOOKUP_MISSING)
-                return chain_lost(r, ti, &r->chain.v[k]);
-            if (lr == TXN_LOOKUP_ERROR) {
-                if (k == 0) { /* nothing pushed yet: an ordinary retry, which meets the commit again */
-                    bson_set_error(&be, 0, 0, "%s", err);
-                    return failed(r, "reading a transaction's entries", &be);
-                }
-                fatal(r, QUEUE_END_RETRY, "reader: %s, in the middle of the transaction committed at %u:%u", err,
-                      ti->pos.secs, ti->pos.inc);
-                return STEP_END;
-            }
-            src = &part;
-        } else {
-            txn_book_close(&r->book, &ti->prev);
-            publish_book(r);
-        }
-        if (last && ti->role == TXN_COMMIT_PREPARED) {
-            e = malloc(sizeof *e);
-            if (!e || !op_entry_alloc(e, &ti->pos, 1)) {
-                free(e);
-                fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
-                return STEP_END;
-            }
-            e->ops[0].kind = OP_NOOP;
-            e->ops[0].reason = "commitTransaction";
-            s = STEP_OK;
-        } else {
-            s = prepare_raw(r, src, DECODE_TXN_PART, &e, &reserved);
-        }
-        if (!last)
-            bson_destroy(&part);
+    bool pushed = false;
+    size_t entries = r->chain.n + (ti->role == TXN_COMMIT ? 1 : 0);
+    for (size_t k = 0; k < entries; k++) {
+        const op_pos *at = k < r->chain.n ? &r->chain.v[k] : &ti->pos;
+        step s = push_windows(r, ti, at, k + 1 == entries && ti->role == TXN_COMMIT, &base, &pushed);
         if (s != STEP_OK)
             return s;
-        e->pos = ti->pos;
-        for (size_t i = 0; i < e->n; i++) {
-            e->ops[i].pos = ti->pos;
-            e->ops[i].index = base + (uint32_t)i;
+    }
+    if (ti->role == TXN_COMMIT_PREPARED) {
+        op_entry *e = malloc(sizeof *e);
+        if (!e || !op_entry_alloc(e, &ti->pos, 1)) {
+            free(e);
+            fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
+            return STEP_END;
         }
-        base += (uint32_t)e->n;
+        e->ops[0].kind = OP_NOOP;
+        e->ops[0].reason = "commitTransaction";
+        e->ops[0].index = base;
         e->atomic = true;
-        e->more = !last;
-        s = push_entry(r, e, reserved);
-        if (s != STEP_OK)
-            return s;
+        return push_entry(r, e, 0);
     }
     return STEP_OK;
 }
@@ -584,8 +669,9 @@ static step push_raw(reader *r, const bson_t *doc)
         if (!c->first_known && c->entries == 1)
             find_first(r, c, &ti);
         publish_book(r);
-        return push_chain_noop(r, &ti, ti.role == TXN_PART ? "partialTxn entry (applied at its commit)"
-                                                           : "prepared transaction (applied at commitTransaction)");
+        return push_chain_noop(r, &ti,
+                               ti.role == TXN_PART ? "partialTxn entry (applied at its commit)"
+                                                   : "prepared transaction (applied at commitTransaction)");
     }
     case TXN_ABORT:
         txn_book_close(&r->book, &ti.prev);
@@ -797,6 +883,17 @@ static void rebuild_book(reader *r)
 
 /* ---- tailing ---- */
 
+/* The batchSize of the next getMore: as many entries as READER_REPLY_BYTES hold at the size of the last batch's
+ * (its reply's bytes over its entries), at most batch_size; an empty batch leaves it as it was. */
+static void next_ask(reader *r, uint32_t reply_bytes, uint32_t count)
+{
+    if (count == 0)
+        return;
+    uint64_t per = reply_bytes / count + 1;
+    uint64_t ask = READER_REPLY_BYTES / per;
+    r->ask = ask < 1 ? 1 : ask > (uint64_t)r->cfg.batch_size ? r->cfg.batch_size : (int32_t)ask;
+}
+
 /* Opens a tailable cursor at r->pos, checks it, and follows it until an error or a stop. */
 static step tail_once(reader *r)
 {
@@ -818,7 +915,8 @@ static step tail_once(reader *r)
     bson_append_document_end(&cmd, &filter);
     BSON_APPEND_BOOL(&cmd, "tailable", true);
     BSON_APPEND_BOOL(&cmd, "awaitData", true);
-    BSON_APPEND_INT32(&cmd, "batchSize", r->cfg.batch_size);
+    int32_t first_ask = r->ask;
+    BSON_APPEND_INT32(&cmd, "batchSize", first_ask);
     if (r->cfg.majority) {
         /* In the command itself: libmongoc sends a raw command's body as given, and the getMores inherit the
          * cursor's read concern on the server (they must not carry one). */
@@ -844,8 +942,9 @@ static step tail_once(reader *r)
     if (s == STEP_OK) {
         backoff_reset(&r->bo);
         s = push_batch(r, &batch, true, &count);
-        if (s == STEP_OK && count < (uint32_t)r->cfg.batch_size)
+        if (s == STEP_OK && count < (uint32_t)first_ask)
             s = maybe_idle(r);
+        next_ask(r, reply.len, count);
     }
     bson_destroy(&reply);
 
@@ -859,9 +958,10 @@ static step tail_once(reader *r)
             return STEP_RETRY;
         }
         bson_t gm = BSON_INITIALIZER;
+        int32_t asked = r->ask;
         BSON_APPEND_INT64(&gm, "getMore", r->cursor_id);
         BSON_APPEND_UTF8(&gm, "collection", "oplog.rs");
-        BSON_APPEND_INT32(&gm, "batchSize", r->cfg.batch_size);
+        BSON_APPEND_INT32(&gm, "batchSize", asked);
         BSON_APPEND_INT64(&gm, "maxTimeMS", r->cfg.await_ms);
         ok = run_cmd(r, &gm, &reply, &err);
         bson_destroy(&gm);
@@ -878,8 +978,9 @@ static step tail_once(reader *r)
         }
         backoff_reset(&r->bo);
         s = push_batch(r, &batch, false, &count);
-        if (s == STEP_OK && count < (uint32_t)r->cfg.batch_size)
+        if (s == STEP_OK && count < (uint32_t)asked)
             s = maybe_idle(r);
+        next_ask(r, reply.len, count);
         bson_destroy(&reply);
         if (count > 0)
             log_debug("reader: %" PRIu32 " entries in a getMore batch", count);
@@ -891,6 +992,7 @@ static void *reader_main(void *arg)
 {
     reader *r = arg;
     step s = STEP_OK;
+    pthread_setname_np(pthread_self(), "o2p-reader"); /* what top -H and /proc/PID/task/TID/comm show */
     backoff_init(&r->bo, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
     r->idle_due = true; /* the first drain is announced even when nothing new came */
 
@@ -906,6 +1008,8 @@ static void *reader_main(void *arg)
             break;
     }
 
+    if (!queue_pusher_flush(&r->out)) /* what was decoded before the end, unless the queue is stopped */
+        queue_pusher_drop(&r->out);
     kill_cursor(r);
     if (r->cs) {
         mongoc_client_session_destroy(r->cs);
@@ -935,7 +1039,9 @@ reader *reader_start(const reader_config *cfg, queue *q, char *err, size_t errle
         r->cfg.await_ms = READER_DEFAULT_AWAIT_MS;
     if (r->cfg.batch_size <= 0)
         r->cfg.batch_size = READER_DEFAULT_BATCH_SIZE;
+    r->ask = r->cfg.batch_size;
     r->q = q;
+    queue_pusher_init(&r->out, q, &r->stop);
     r->uri_str = strdup(cfg->uri ? cfg->uri : "");
     if (!r->uri_str) {
         snprintf(err, errlen, "out of memory");

@@ -444,6 +444,55 @@ START_TEST(test_implicit_commit_atomic)
 }
 END_TEST
 
+/* The forward read takes a chain entry's ops a window at a time ($slice on o.applyOps: 16 ops, then about 1 MB):
+ * entries of exactly 16 ops (the second window comes back empty: for a partial entry nothing is added, for the commit
+ * entry the empty window ends the transaction), entries of 50 ops over several windows, updates in later windows of
+ * rows inserted in earlier ones, and a prepared chain whose commitTransaction has no ops: each applied whole. */
+START_TEST(test_windows)
+{
+    tenv t;
+    if (!t_start(&t, "txn_win", NULL))
+        return;
+    int id = 1;
+    change a[16], b[50], c[16];
+    for (int i = 0; i < 16; i++)
+        a[i] = (change){'i', "t", id, id}, id++;
+    for (int i = 0; i < 40; i++)
+        b[i] = (change){'i', "t", id, id}, id++;
+    for (int i = 40; i < 50; i++) /* rows of an earlier window of this entry, then of the entry before */
+        b[i] = (change){'u', "t", i < 45 ? 17 + (i - 40) : 1 + (i - 45), 500 + i};
+    for (int i = 0; i < 16; i++)
+        c[i] = i % 2 ? (change){'u', "t", i, 900 + i} : (change){'i', "u", id++, i};
+    op_pos p1 = chain_entry(&t, NULL, true, F_PARTIAL, 0, a, 16);
+    op_pos p2 = chain_entry(&t, &p1, true, F_PARTIAL, 0, b, 50);
+    chain_entry(&t, &p2, true, F_COUNT, 82, c, 16);
+    ref_apply_all(&t, a, 16);
+    ref_apply_all(&t, b, 50);
+    ref_apply_all(&t, c, 16);
+    change o = {'i', "o", 1, 1};
+    plain(&t, &o);
+    append(&t);
+    caught_up(&t);
+    expect_reference(&t);
+
+    /* prepared, with entries of 50 and 16 ops, committed by commitTransaction */
+    change d[50], e[16];
+    for (int i = 0; i < 50; i++)
+        d[i] = (change){'i', "p", 1000 + i, i};
+    for (int i = 0; i < 16; i++)
+        e[i] = (change){'u', "p", 1000 + i, 2000 + i};
+    op_pos q1 = chain_entry(&t, NULL, true, F_PARTIAL, 0, d, 50);
+    op_pos q2 = chain_entry(&t, &q1, true, F_PREPARE, 0, e, 16);
+    finish_prepared(&t, &q2, true);
+    ref_apply_all(&t, d, 50);
+    ref_apply_all(&t, e, 16);
+    append(&t);
+    caught_up(&t);
+    expect_reference(&t);
+    t_stop(&t);
+}
+END_TEST
+
 /* A prepared chain (two partialTxn entries and the prepare) committed by a later commitTransaction, a single-entry
  * prepared transaction aborted, ordinary entries in between: the committed one appears whole at the commit, the
  * aborted one leaves no trace. */
@@ -1281,6 +1330,7 @@ Suite *txn_suite(void)
     TCase *tc = tcase_create("txn");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_implicit_commit_atomic);
+    tcase_add_test(tc, test_windows);
     tcase_add_test(tc, test_prepared_commit_and_abort);
     tcase_add_test(tc, test_no_lsid_and_vectored);
     tcase_add_test(tc, test_mongo_tools_scenarios);

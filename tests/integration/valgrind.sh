@@ -55,7 +55,7 @@ column.sku = text
 column.qty = integer
 INI
 
-valgrind --quiet --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+valgrind --quiet --soname-synonyms=somalloc=libtcmalloc_minimal.so* --suppressions=tests/integration/valgrind.supp --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
     --error-exitcode=99 --log-file="$work/valgrind.log" \
     "$build/oplog2pg" -c "$work/oplog2pg.ini" run 2>"$work/oplog2pg.log" &
 daemon_pid=$!

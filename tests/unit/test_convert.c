@@ -811,6 +811,61 @@ START_TEST(test_arrays)
 }
 END_TEST
 
+/* double precision[] from an array of doubles only takes a path of its own over the raw bytes (convert.c,
+ * doubles_fast); its output must be what the element-by-element path writes: -0.0, NaN and the infinities bit for bit,
+ * a mixed array (an int32 among the doubles) and a null element through the general path. */
+START_TEST(test_double_arrays)
+{
+    bson_t a = BSON_INITIALIZER;
+    BSON_APPEND_DOUBLE(&a, "0", 1.5);
+    BSON_APPEND_DOUBLE(&a, "1", -0.0);
+    BSON_APPEND_DOUBLE(&a, "2", INFINITY);
+    BSON_APPEND_DOUBLE(&a, "3", -INFINITY);
+    expect_hex(TA(MAP_DOUBLE), v_bson(BSON_TYPE_ARRAY, &a),
+               "00000001 00000000 000002bd 00000004 00000001  00000008 3ff8000000000000  00000008 8000000000000000"
+               "  00000008 7ff0000000000000  00000008 fff0000000000000");
+    BSON_APPEND_INT32(&a, "4", 2); /* no longer doubles only: converted element by element */
+    expect_hex(TA(MAP_DOUBLE), v_bson(BSON_TYPE_ARRAY, &a),
+               "00000001 00000000 000002bd 00000005 00000001  00000008 3ff8000000000000  00000008 8000000000000000"
+               "  00000008 7ff0000000000000  00000008 fff0000000000000  00000008 4000000000000000");
+    bson_destroy(&a);
+
+    bson_t n = BSON_INITIALIZER;
+    BSON_APPEND_DOUBLE(&n, "0", 0.25);
+    BSON_APPEND_NULL(&n, "1");
+    expect_hex(TA(MAP_DOUBLE), v_bson(BSON_TYPE_ARRAY, &n),
+               "00000001 00000001 000002bd 00000002 00000001  00000008 3fd0000000000000  ffffffff");
+    bson_destroy(&n);
+
+    /* 1 000 doubles, the benchmark's shape: each element round-trips. */
+    bson_t big = BSON_INITIALIZER;
+    char key[16];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(key, sizeof key, "%d", i);
+        BSON_APPEND_DOUBLE(&big, key, i * 0.1 - 7.0);
+    }
+    strbuf out = STRBUF_INIT;
+    bool is_null = true;
+    bson_value_t v = v_bson(BSON_TYPE_ARRAY, &big);
+    ck_assert_int_eq(convert_binary(&out, &(map_type){.scalar = MAP_DOUBLE, .array = true}, &v, &is_null, NULL, 0),
+                     CONVERT_OK);
+    ck_assert(!is_null);
+    ck_assert_uint_eq(out.len, 20 + 1000 * 12);
+    for (int i = 0; i < 1000; i++) {
+        const unsigned char *e = (const unsigned char *)out.data + 20 + i * 12;
+        ck_assert_uint_eq(e[3], 8);
+        uint64_t bits = 0;
+        for (int b = 0; b < 8; b++)
+            bits = bits << 8 | e[4 + b];
+        double d;
+        memcpy(&d, &bits, sizeof d);
+        ck_assert(d == i * 0.1 - 7.0);
+    }
+    strbuf_free(&out);
+    bson_destroy(&big);
+}
+END_TEST
+
 START_TEST(test_arrays_of_every_type)
 {
     const char u[] = "\xa0\xee\xbc\x99\x9c\x0b\x4e\xf8\xbb\x6d\x6b\xb9\xbd\x38\x0a\x11";
@@ -1092,6 +1147,7 @@ Suite *convert_suite(void)
     Suite *s = suite_create("convert");
     TCase *tc = tcase_create("convert");
     tcase_add_test(tc, test_integers_from_integers);
+    tcase_add_test(tc, test_double_arrays);
     tcase_add_test(tc, test_integers_from_doubles);
     tcase_add_test(tc, test_integers_from_decimal128);
     tcase_add_test(tc, test_integers_refuse_other_types);

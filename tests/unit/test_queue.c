@@ -1,7 +1,8 @@
 /*
  * test_queue.c — the reader → apply-loop queue: FIFO order, the op-count and byte bounds (a pusher blocks until the
  * consumer pops), stop and cancel wake a blocked pusher, an oversize entry goes through an empty queue, notify fires
- * only on the empty → non-empty transition, and left-over items are freed.
+ * only on the empty → non-empty transition, left-over items are freed, and the grouped producer side (queue_pusher)
+ * keeps order, notifies once per group and never waits on its own reservations.
  */
 #include <check.h>
 #include <pthread.h>
@@ -346,6 +347,111 @@ START_TEST(test_byte_bound)
 }
 END_TEST
 
+/* The grouped producer side: entries wait in the group (not visible, no notify) until QUEUE_PUSH_GROUP of them or a
+ * flush; one group is one notify; order is kept; reservations come a chunk at a time and go back at a flush. */
+START_TEST(test_pusher_groups)
+{
+    queue *q = queue_new(100000, 64 * 1024 * 1024);
+    atomic_int calls;
+    atomic_init(&calls, 0);
+    queue_set_notify(q, count_notify, &calls);
+    queue_pusher p;
+    queue_pusher_init(&p, q, NULL);
+    for (uint32_t i = 1; i < QUEUE_PUSH_GROUP; i++) {
+        ck_assert(queue_pusher_reserve(&p, 100));
+        ck_assert(queue_pusher_add(&p, make_entry(i, 1), 100));
+    }
+    ck_assert_uint_eq(queue_len(q), 0); /* still in the group */
+    ck_assert_int_eq(atomic_load(&calls), 0);
+    ck_assert(queue_pusher_reserve(&p, 100));
+    ck_assert(queue_pusher_add(&p, make_entry(QUEUE_PUSH_GROUP, 1), 100)); /* the group is full: pushed */
+    ck_assert_uint_eq(queue_len(q), QUEUE_PUSH_GROUP);
+    ck_assert_int_eq(atomic_load(&calls), 1);
+    ck_assert(queue_pusher_reserve(&p, 100));
+    ck_assert(queue_pusher_add(&p, make_entry(QUEUE_PUSH_GROUP + 1, 2), 100));
+    ck_assert_uint_eq(queue_len(q), QUEUE_PUSH_GROUP);
+    ck_assert(queue_pusher_flush(&p));
+    ck_assert_uint_eq(queue_len(q), QUEUE_PUSH_GROUP + 1);
+    ck_assert_uint_eq(queue_ops(q), QUEUE_PUSH_GROUP + 2);
+    ck_assert_int_eq(atomic_load(&calls), 1); /* the queue was not empty: no second notify */
+    ck_assert_uint_eq(p.held, 0);
+    queue_item items[QUEUE_PUSH_GROUP + 1];
+    size_t n = queue_pop_all(q, items, QUEUE_PUSH_GROUP + 1);
+    ck_assert_uint_eq(n, QUEUE_PUSH_GROUP + 1);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_uint_eq(items[i].entry->pos.secs, i + 1);
+        queue_item_clear(&items[i]);
+    }
+    /* Nothing is left reserved: a push into the empty queue of the full bound passes without waiting. */
+    op_entry *big = make_entry(999, 1);
+    big->ops[0].json = calloc(1, 1000);
+    big->ops[0].json_len = 1000;
+    ck_assert(queue_reserve(q, 64 * 1024 * 1024 - 2000, NULL));
+    ck_assert(queue_push_entry_reserved(q, big, 64 * 1024 * 1024 - 2000, NULL));
+    queue_free(q);
+}
+END_TEST
+
+/* A producer never waits on room its own group holds: with a small byte bound, reserving more pushes the group first;
+ * and a stop frees what is pending and makes the pusher fail. */
+START_TEST(test_pusher_small_bound_and_stop)
+{
+    queue *q = queue_new(100000, 4096);
+    queue_pusher p;
+    queue_pusher_init(&p, q, NULL);
+    ck_assert(queue_pusher_reserve(&p, 3000));
+    ck_assert(queue_pusher_add(&p, make_entry(1, 1), 3000));
+    ck_assert(queue_pusher_reserve(&p, 3000)); /* the first went to the queue, alone it passes: no deadlock */
+    ck_assert_uint_eq(queue_len(q), 1);
+    ck_assert(queue_pusher_add(&p, make_entry(2, 1), 3000));
+    queue_item it;
+    ck_assert(queue_pop(q, &it));
+    queue_item_clear(&it);
+    queue_stop(q);
+    ck_assert(!queue_pusher_flush(&p)); /* the pending entry is freed (no leak under the sanitizers) */
+    ck_assert_uint_eq(p.n, 0);
+    ck_assert(!queue_pusher_reserve(&p, 10));
+    queue_pusher_drop(&p);
+    queue_free(q);
+}
+END_TEST
+
+/* queue_push_entries: one lock for many, the byte weights counted once, popped in order. */
+START_TEST(test_push_entries)
+{
+    queue *q = queue_new(1000, 0);
+    op_entry *es[3] = {make_entry(1, 1), make_entry(2, 3), make_entry(3, 1)};
+    es[1]->ops[0].json = calloc(1, 500);
+    es[1]->ops[0].json_len = 500;
+    size_t b = op_entry_bytes(es[0]) + op_entry_bytes(es[1]) + op_entry_bytes(es[2]);
+    ck_assert(queue_push_entries(q, es, 3, 0, NULL));
+    ck_assert_uint_eq(queue_ops(q), 5);
+    ck_assert_uint_eq(queue_bytes(q), b);
+    queue_item items[4];
+    ck_assert_uint_eq(queue_pop_all(q, items, 4), 3);
+    ck_assert_uint_eq(queue_bytes(q), 0);
+    for (size_t i = 0; i < 3; i++) {
+        ck_assert_uint_eq(items[i].entry->pos.secs, i + 1);
+        queue_item_clear(&items[i]);
+    }
+    /* Groups past the ring's first slots make it grow, several slots at a time, and wrap in order. */
+    op_entry *group[50];
+    for (uint32_t g = 0; g < 4; g++) {
+        for (uint32_t i = 0; i < 50; i++)
+            group[i] = make_entry(g * 50 + i + 1, 1);
+        ck_assert(queue_push_entries(q, group, 50, 0, NULL));
+    }
+    ck_assert_uint_eq(queue_len(q), 200);
+    for (uint32_t want = 1; want <= 200; want++) {
+        queue_item it;
+        ck_assert(queue_pop(q, &it));
+        ck_assert_uint_eq(it.entry->pos.secs, want);
+        queue_item_clear(&it);
+    }
+    queue_free(q);
+}
+END_TEST
+
 Suite *queue_suite(void)
 {
     Suite *s = suite_create("queue");
@@ -361,6 +467,9 @@ Suite *queue_suite(void)
     tcase_add_test(tc, test_notify_on_empty_to_nonempty_only);
     tcase_add_test(tc, test_producer_consumer);
     tcase_add_test(tc, test_byte_bound);
+    tcase_add_test(tc, test_pusher_groups);
+    tcase_add_test(tc, test_pusher_small_bound_and_stop);
+    tcase_add_test(tc, test_push_entries);
     suite_add_tcase(s, tc);
     return s;
 }
