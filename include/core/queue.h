@@ -128,6 +128,15 @@ bool queue_pop(queue *q, queue_item *out);
 #define QUEUE_POP_BYTES (1024 * 1024)
 size_t queue_pop_all(queue *q, queue_item *out, size_t max);
 
+/* The weight of popped entries stays counted as held (their text lives on in the consumer's runs) until the consumer
+ * says it is all written and freed (queue_release: the apply loop, once nothing is uncommitted). queue_wait_drained
+ * blocks a producer until the queue is empty and nothing is held (false when stopped or cancelled): the reader waits
+ * so before fetching more entries of several MB each, so that a 16 MB document is never held three times at once
+ * (its text being written, the next one arriving, libmongoc's copy of it). Held bytes do not count against the
+ * bounds: they only make queue_wait_drained wait. */
+void queue_release(queue *q);
+bool queue_wait_drained(queue *q, const atomic_bool *cancel);
+
 /* Frees what a popped item owns (entry or message) and zeroes it. */
 void queue_item_clear(queue_item *it);
 

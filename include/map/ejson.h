@@ -80,6 +80,10 @@ ejson_status ejson_write_value(strbuf *out, const bson_value_t *v, ejson_error *
 ejson_status ejson_write_name(strbuf *out, const char *name, size_t len);
 ejson_status ejson_write_member(strbuf *out, const bson_iter_t *it, int depth, ejson_error *err);
 
+/* At least the length of the document's relaxed Extended JSON (an upper bound, for a buffer made once); SIZE_MAX
+ * when the bytes are not BSON. */
+size_t ejson_document_bound(const uint8_t *data, size_t len);
+
 /* Appends the key text of an _id (see above). */
 ejson_status ejson_write_key(strbuf *out, const bson_value_t *id, ejson_error *err);
 

@@ -23,6 +23,7 @@ struct queue {
     size_t capacity;       /* the bound, in ops */
     size_t capacity_bytes; /* the bound, in bytes; 0 = none */
     size_t reserved;       /* bytes reserved by queue_reserve, not pushed yet */
+    size_t held;           /* bytes of entries popped and not released yet (queue_release) */
     size_t waiting;        /* pushers blocked on not_full */
     bool stopped;
     queue_notify_fn notify;
@@ -383,6 +384,7 @@ static void take_locked(queue *q, queue_item *out)
     q->len--;
     q->ops -= item_ops(out);
     q->bytes -= item_bytes(out);
+    q->held += item_bytes(out);
 }
 
 bool queue_pop(queue *q, queue_item *out)
@@ -403,10 +405,39 @@ size_t queue_pop_all(queue *q, queue_item *out, size_t max)
         bytes += item_bytes(&out[n]);
         n++;
     }
-    if (q->ops < ops_before && q->waiting > 0)
+    if ((q->ops < ops_before || q->len == 0) && q->waiting > 0)
         pthread_cond_broadcast(&q->not_full);
     pthread_mutex_unlock(&q->mu);
     return n;
+}
+
+void queue_release(queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    bool was = q->held > 0;
+    q->held = 0;
+    if (was && q->waiting > 0)
+        pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+}
+
+bool queue_wait_drained(queue *q, const atomic_bool *cancel)
+{
+    pthread_mutex_lock(&q->mu);
+    bool ok = true;
+    for (;;) {
+        if (q->stopped || (cancel && atomic_load(cancel))) {
+            ok = false;
+            break;
+        }
+        if (q->len == 0 && q->held == 0)
+            break;
+        q->waiting++;
+        pthread_cond_wait(&q->not_full, &q->mu);
+        q->waiting--;
+    }
+    pthread_mutex_unlock(&q->mu);
+    return ok;
 }
 
 void queue_item_clear(queue_item *it)
@@ -447,6 +478,7 @@ void queue_clear(queue *q)
     queue_item it;
     while (queue_pop(q, &it))
         queue_item_clear(&it);
+    queue_release(q);
 }
 
 size_t queue_len(queue *q)

@@ -31,7 +31,6 @@
 #include "core/queue.h"
 #include "daemon/exitcodes.h"
 #include "daemon/logsetup.h"
-#include "daemon/memory.h"
 #include "daemon/metrics.h"
 #include "daemon/notify.h"
 #include "daemon/signals.h"
@@ -44,6 +43,7 @@
 #include "source/reader.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/memory.h"
 
 #define ITEMS_PER_WAKE 1024 /* queue items applied before the loop looks at signals and timers again */
 #define BACKOFF_MIN_MS 100
@@ -664,6 +664,8 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
         done += n;
         if (!d->session_live && d->end == END_NONE)
             session_is_live(d);
+        if (!batcher_dirty(d->bt))
+            queue_release(d->q); /* everything taken is written and freed: the reader may fetch large entries again */
     }
     if (d->end == END_NONE) {
         act_on_signals(d); /* a wait on PostgreSQL may have noted one */
@@ -684,6 +686,8 @@ static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
         on_sink_failure(d, st);
         return;
     }
+    if (!batcher_dirty(d->bt))
+        queue_release(d->q);
     act_on_signals(d);
     if (d->end == END_NONE)
         arm_flush_timer(d);
@@ -890,6 +894,7 @@ static int run_sessions(daemon_ctx *d, const daemon_options *opts)
                     return rc;
                 if (signals_stop_requested())
                     return EXIT_OK;
+                memory_release(); /* what the copy's workers and batches used goes back before tailing starts */
             }
         }
         double every = d->cfg->progress_interval_ms > 0 ? (double)d->cfg->progress_interval_ms / 1000.0 : 0;

@@ -21,10 +21,10 @@
 #include "daemon/exitcodes.h"
 #include "daemon/infer_cmd.h"
 #include "daemon/logsetup.h"
-#include "daemon/memory.h"
 #include "daemon/signals.h"
 #include "map/infer.h"
 #include "util/log.h"
+#include "util/memory.h"
 
 #define DEFAULT_CONFIG "/etc/oplog2pg/oplog2pg.ini"
 

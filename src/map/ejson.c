@@ -387,6 +387,96 @@ static void put_base64(strbuf *out, const uint8_t *data, size_t len)
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
+/* how long a document's text can be */
+
+/* The most bytes a string's text takes: its bytes, escapes counted (a control character as \u00XX, a quote or a
+ * backslash as two), and the quotes. */
+static size_t string_bound(const char *s, size_t len)
+{
+    size_t n = len + 2;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20)
+            n += 5;
+        else if (c == '"' || c == '\\')
+            n += 1;
+    }
+    return n;
+}
+
+/* An upper bound of the relaxed Extended JSON of the container (data, len); SIZE_MAX when the bytes are not BSON
+ * (the writer then says why). Every fixed-size value counts the longest text its type can take. */
+static size_t container_bound(const uint8_t *data, uint32_t len, int depth)
+{
+    bson_iter_t it;
+    if (depth > EJSON_MAX_DEPTH || !bson_iter_init_from_data(&it, data, len))
+        return SIZE_MAX;
+    size_t n = 2;
+    while (bson_iter_next(&it)) {
+        n += string_bound(bson_iter_key(&it), bson_iter_key_len(&it)) + 2; /* "key": and a comma */
+        uint32_t l = 0, l2 = 0;
+        const uint8_t *d = NULL;
+        const char *str = NULL, *str2 = NULL;
+        size_t sub;
+        switch (bson_iter_type(&it)) {
+        case BSON_TYPE_UTF8:
+            str = bson_iter_utf8(&it, &l);
+            n += string_bound(str, l);
+            break;
+        case BSON_TYPE_DOCUMENT:
+        case BSON_TYPE_ARRAY:
+            if (BSON_ITER_HOLDS_ARRAY(&it))
+                bson_iter_array(&it, &l, &d);
+            else
+                bson_iter_document(&it, &l, &d);
+            if ((sub = container_bound(d, l, depth + 1)) == SIZE_MAX)
+                return SIZE_MAX;
+            n += sub;
+            break;
+        case BSON_TYPE_BINARY: {
+            bson_subtype_t st;
+            bson_iter_binary(&it, &st, &l, &d);
+            n += 4 * ((size_t)l / 3 + 1) + 48;
+            break;
+        }
+        case BSON_TYPE_REGEX:
+            str = bson_iter_regex(&it, &str2);
+            n += string_bound(str, strlen(str)) + string_bound(str2, strlen(str2)) + 64;
+            break;
+        case BSON_TYPE_DBPOINTER: {
+            const bson_oid_t *oid;
+            bson_iter_dbpointer(&it, &l, &str, &oid);
+            n += string_bound(str, l) + 96;
+            break;
+        }
+        case BSON_TYPE_CODE:
+            str = bson_iter_code(&it, &l);
+            n += string_bound(str, l) + 16;
+            break;
+        case BSON_TYPE_SYMBOL:
+            str = bson_iter_symbol(&it, &l);
+            n += string_bound(str, l) + 16;
+            break;
+        case BSON_TYPE_CODEWSCOPE:
+            str = bson_iter_codewscope(&it, &l, &l2, &d);
+            if ((sub = container_bound(d, l2, depth + 1)) == SIZE_MAX)
+                return SIZE_MAX;
+            n += string_bound(str, l) + sub + 32;
+            break;
+        default:
+            n += 64; /* numbers, dates, ObjectIds, timestamps, decimals and the rest: at most this long */
+            break;
+        }
+    }
+    return it.err_off != 0 ? SIZE_MAX : n;
+}
+
+size_t ejson_document_bound(const uint8_t *data, size_t len)
+{
+    return len > UINT32_MAX ? SIZE_MAX : container_bound(data, (uint32_t)len, 1);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
 /* the walk */
 
 static ejson_status write_iter_value(writer *w, bson_iter_t *it, const char *name, size_t name_len);
@@ -757,6 +847,16 @@ static int prepare_json(op *o, strbuf *b, const char *what)
 {
     ejson_error err;
     strbuf_reset(b, 0);
+    /* Room for the text at once, not by doubling from 256 bytes: about the size of the BSON (names and strings as
+     * they are, numbers and dates a little longer); for a large document, the most its text can take, counted first
+     * (a 16 MB document grown by doubling would hold its old and new buffers, 16 and 32 MB, while it is copied). */
+    size_t room = (size_t)o->doc_len + o->doc_len / 4 + 64;
+    if (o->doc_len > 1024 * 1024) {
+        size_t bound = ejson_document_bound(o->doc, o->doc_len);
+        if (bound != SIZE_MAX)
+            room = bound;
+    }
+    strbuf_reserve(b, room);
     ejson_status st = ejson_write_document(b, o->doc, o->doc_len, &err);
     if (st == EJSON_NOMEM)
         return -1;

@@ -38,6 +38,7 @@
 #include "source/txn.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/memory.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
@@ -70,6 +71,8 @@ struct reader {
     bool have_pos;     /* pos is set */
     bool idle_due;     /* entries were pushed since the last QUEUE_IDLE */
     int32_t ask;       /* the batchSize of the next getMore (READER_REPLY_BYTES) */
+    bool huge;         /* the last batch's entries were READER_REPLY_BYTES or more each: wait for the applier to be done
+                        * with everything before fetching more (queue_wait_drained) */
     backoff bo;        /* between attempts (util/clock.h) */
     txn_book book;     /* transactions seen open (source/txn.h) */
     txn_list chain;    /* the OpTimes of the chain being applied */
@@ -891,6 +894,7 @@ static void next_ask(reader *r, uint32_t reply_bytes, uint32_t count)
         return;
     uint64_t per = reply_bytes / count + 1;
     uint64_t ask = READER_REPLY_BYTES / per;
+    r->huge = per >= READER_REPLY_BYTES;
     r->ask = ask < 1 ? 1 : ask > (uint64_t)r->cfg.batch_size ? r->cfg.batch_size : (int32_t)ask;
 }
 
@@ -957,6 +961,13 @@ static step tail_once(reader *r)
                         op_pos_format(&r->pos, pbuf, sizeof pbuf), (int64_t)r->bo.next_ms);
             return STEP_RETRY;
         }
+        if (r->huge) {
+            /* Entries of several MB each: the next one arrives twice over (libmongoc's buffer and its copy), so let
+             * the applier write and free the last ones first (core/queue.h). */
+            if (!queue_pusher_flush(&r->out) || !queue_wait_drained(r->q, &r->stop))
+                return STEP_END;
+            memory_release(); /* the last ones' text and reply, so the next reply's two copies take their place */
+        }
         bson_t gm = BSON_INITIALIZER;
         int32_t asked = r->ask;
         BSON_APPEND_INT64(&gm, "getMore", r->cursor_id);
@@ -977,6 +988,8 @@ static step tail_once(reader *r)
             return failed(r, "getMore", &err);
         }
         backoff_reset(&r->bo);
+        if (reply.len >= READER_REPLY_BYTES)
+            memory_release(); /* libmongoc's receive buffer of that size is free: rendering must not add to it */
         s = push_batch(r, &batch, false, &count);
         if (s == STEP_OK && count < (uint32_t)asked)
             s = maybe_idle(r);

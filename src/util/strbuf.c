@@ -45,9 +45,12 @@ bool strbuf_reserve(strbuf *b, size_t more)
     size_t need = b->len + more + 1;
     if (need <= b->cap)
         return true;
+    /* Growing by appends: doubling, by half past 1 MB (a large text overshoots less, and the copy of a realloc holds
+     * old and new at once). A reservation beyond that is taken as asked: a caller that knows the size gets it. */
     size_t cap = b->cap ? b->cap : 256;
-    while (cap < need)
-        cap *= 2;
+    cap += cap < 1024 * 1024 ? cap : cap / 2;
+    if (cap < need)
+        cap = need;
     char *nd = realloc(b->data, cap);
     if (nd == NULL) {
         b->failed = true;

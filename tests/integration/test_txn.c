@@ -681,6 +681,10 @@ START_TEST(test_kill9_in_large_chain)
         if (k % 10 == 0)
             append(&t); /* appendOplog takes a command of at most 16 MB: a few at a time */
     }
+    /* Each reply of mongosim held 20 ms: the chain's 80-odd lookups spread its application over more than a second,
+     * so the kill lands while parts are written and uncommitted (a fast daemon could otherwise commit between the
+     * check below and the kill). */
+    sim_cmd(&t, BCON_NEW("mongosimDelay", BCON_INT32(20)));
     append(&t);
     bool killed = false;
     uint64_t want = denv_newest_ts(t.e.uri);
@@ -696,6 +700,7 @@ START_TEST(test_kill9_in_large_chain)
         printf("note: txn kill -9: the daemon committed the chain before a backend was seen writing it\n");
     else
         ck_assert_int_eq(pg_rows(&t, "t"), 0); /* nothing of it was committed */
+    sim_cmd(&t, BCON_NEW("mongosimDelay", BCON_INT32(0)));
     denv_daemon_start(&t.e);
     caught_up(&t);
     expect_reference(&t);

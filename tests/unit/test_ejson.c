@@ -29,6 +29,8 @@ static void expect_doc(const char *canonical, const char *want)
     ck_assert_ptr_nonnull(got);
     ck_assert_msg(strcmp(got, want) == 0, "\n  input: %s\n  want:  %s\n  got:   %s", canonical, want, got);
     ck_assert_uint_eq(len, strlen(got));
+    /* the bound a large document's buffer is made with is never short */
+    ck_assert_uint_ge(ejson_document_bound(bson_get_data(doc), doc->len), len);
     free(got);
     bson_destroy(doc);
 }
@@ -290,9 +292,11 @@ START_TEST(test_random_documents_match_libbson)
             snprintf(k, sizeof k, "k%d", i);
             random_value(&doc, k, 0);
         }
-        char *ours = ejson_document(&doc, NULL);
+        size_t ours_len = 0;
+        char *ours = ejson_document(&doc, &ours_len);
         char *theirs = bson_as_relaxed_extended_json(&doc, NULL);
         ck_assert_ptr_nonnull(ours);
+        ck_assert_uint_ge(ejson_document_bound(bson_get_data(&doc), doc.len), ours_len);
         bson_error_t e1, e2;
         bson_t *a = bson_new_from_json((const uint8_t *)ours, -1, &e1);
         bson_t *b = bson_new_from_json((const uint8_t *)theirs, -1, &e2);

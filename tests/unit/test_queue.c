@@ -452,6 +452,52 @@ START_TEST(test_push_entries)
 }
 END_TEST
 
+/* queue_wait_drained waits until the queue is empty and the consumer released what it popped. */
+typedef struct {
+    queue *q;
+    atomic_bool done;
+    bool result;
+} drain_arg;
+
+static void *drain_main(void *p)
+{
+    drain_arg *a = p;
+    a->result = queue_wait_drained(a->q, NULL);
+    atomic_store(&a->done, true);
+    return NULL;
+}
+
+START_TEST(test_wait_drained)
+{
+    queue *q = queue_new(100, 0);
+    ck_assert(queue_wait_drained(q, NULL)); /* empty, nothing held */
+    ck_assert(queue_push_entry(q, make_entry(1, 1), NULL));
+    drain_arg a = {.q = q};
+    atomic_init(&a.done, false);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, drain_main, &a), 0);
+    sleep_ms(100);
+    ck_assert_msg(!atomic_load(&a.done), "returned with an entry queued");
+    queue_item it;
+    ck_assert(queue_pop(q, &it));
+    sleep_ms(100);
+    ck_assert_msg(!atomic_load(&a.done), "returned while the popped entry was still held");
+    queue_item_clear(&it);
+    queue_release(q);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert(a.result);
+    /* a stop ends the wait with false */
+    ck_assert(queue_push_entry(q, make_entry(2, 1), NULL));
+    atomic_store(&a.done, false);
+    ck_assert_int_eq(pthread_create(&t, NULL, drain_main, &a), 0);
+    sleep_ms(50);
+    queue_stop(q);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert(!a.result);
+    queue_free(q);
+}
+END_TEST
+
 Suite *queue_suite(void)
 {
     Suite *s = suite_create("queue");
@@ -470,6 +516,7 @@ Suite *queue_suite(void)
     tcase_add_test(tc, test_pusher_groups);
     tcase_add_test(tc, test_pusher_small_bound_and_stop);
     tcase_add_test(tc, test_push_entries);
+    tcase_add_test(tc, test_wait_drained);
     suite_add_tcase(s, tc);
     return s;
 }

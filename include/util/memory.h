@@ -17,8 +17,8 @@
  * handed back to the system by memory_release, which the apply loop calls once the daemon is caught up and quiet, so a
  * daemon at rest after a burst of large documents does not go on holding them.
  */
-#ifndef OPLOG2PG_DAEMON_MEMORY_H
-#define OPLOG2PG_DAEMON_MEMORY_H
+#ifndef OPLOG2PG_UTIL_MEMORY_H
+#define OPLOG2PG_UTIL_MEMORY_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /*
  * memory.c — see memory.h.
  */
-#include "daemon/memory.h"
+#include "util/memory.h"
 
 #include <malloc.h>
 
