@@ -145,9 +145,82 @@ static ejson_status write_string(writer *w, const char *s, size_t len, const cha
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* numbers */
 
+/* An integer's decimal digits into buf (at least 21 bytes), without a terminator; returns the length. */
+static size_t int_text(int64_t v, char *buf)
+{
+    char tmp[24];
+    size_t n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    size_t len = 0;
+    if (v < 0)
+        buf[len++] = '-';
+    while (n > 0)
+        buf[len++] = tmp[--n];
+    return len;
+}
+
+static void put_int(strbuf *out, int64_t v)
+{
+    char buf[24];
+    strbuf_append(out, buf, int_text(v, buf));
+}
+
+/* The common doubles without printf: d finite with 1e-4 <= |d| < 1e15, equal to r / 10^k for an integer r of at most
+ * 15 digits and k <= 15. Then the text printf's %.15g writes is r with the point k digits from the right (trailing
+ * zeros gone): a decimal of at most 15 significant digits is the one %.15g rounds d to, as d is its nearest double
+ * (r and 10^k are exact doubles, and the division rounds correctly), and %g uses the plain form in that range. It also
+ * reads back to d, so it is the shortest_double text. 0 when d is not such a number. */
+static size_t decimal_double(double d, char *buf)
+{
+    static const double pow10[16] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                     1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    double a = fabs(d);
+    if (!(a >= 1e-4 && a < 1e15))
+        return 0;
+    for (int k = 0; k <= 15; k++) {
+        double r = nearbyint(a * pow10[k]);
+        if (r >= 1e15)
+            return 0; /* more than 15 digits */
+        if (r / pow10[k] != a)
+            continue;
+        char digits[24];
+        size_t nd = int_text((int64_t)r, digits), len = 0;
+        if (d < 0)
+            buf[len++] = '-';
+        if (k == 0) {
+            memcpy(buf + len, digits, nd);
+            memcpy(buf + len + nd, ".0", 2);
+            return len + nd + 2;
+        }
+        if (nd <= (size_t)k) { /* 0.00ddd */
+            buf[len++] = '0';
+            buf[len++] = '.';
+            for (size_t z = nd; z < (size_t)k; z++)
+                buf[len++] = '0';
+            memcpy(buf + len, digits, nd);
+            return len + nd;
+        }
+        memcpy(buf + len, digits, nd - (size_t)k);
+        len += nd - (size_t)k;
+        buf[len++] = '.';
+        memcpy(buf + len, digits + nd - k, (size_t)k);
+        return len + (size_t)k;
+    }
+    return 0;
+}
+
 /* The shortest text that reads back to d (finite), with ".0" added to an integral value written without a point. */
 static size_t shortest_double(double d, char *buf, size_t len)
 {
+    size_t quick = decimal_double(d, buf);
+    if (quick > 0) {
+        buf[quick] = '\0';
+        return quick;
+    }
     int n = 0;
     for (int prec = 15; prec <= 17; prec++) {
         n = snprintf(buf, len, "%.*g", prec, d);
@@ -316,9 +389,17 @@ static void put_decimal128(writer *w, const bson_decimal128_t *dec)
 
 static void put_oid(writer *w, const bson_oid_t *oid)
 {
-    char hex[25];
-    bson_oid_to_string(oid, hex);
-    strbuf_printf(w->out, w->key ? "{\"$oid\": \"%s\"}" : "{\"$oid\":\"%s\"}", hex);
+    static const char hexd[] = "0123456789abcdef";
+    char text[48];
+    size_t n = w->key ? 10 : 9;
+    memcpy(text, w->key ? "{\"$oid\": \"" : "{\"$oid\":\"", n);
+    for (int i = 0; i < 12; i++) {
+        text[n++] = hexd[oid->bytes[i] >> 4];
+        text[n++] = hexd[oid->bytes[i] & 15];
+    }
+    text[n++] = '"';
+    text[n++] = '}';
+    strbuf_append(w->out, text, n);
 }
 
 /* Days since 1970-01-01 to a civil date (proleptic Gregorian), for any day count. */
@@ -353,12 +434,31 @@ static void put_date(writer *w, int64_t ms)
     int64_t y;
     unsigned mo, d;
     civil_from_days(days, &y, &mo, &d);
-    char iso[40];
-    int n = snprintf(iso, sizeof iso, "%04" PRId64 "-%02u-%02uT%02u:%02u:%02u", y, mo, d, rem / 3600, rem / 60 % 60,
-                     rem % 60);
-    if (millis != 0)
-        n += snprintf(iso + n, sizeof iso - (size_t)n, ".%03u", millis);
-    strbuf_printf(out, w->key ? "{\"$date\": \"%sZ\"}" : "{\"$date\":\"%sZ\"}", iso);
+    /* {"$date":"YYYY-MM-DDTHH:MM:SS[.mmm]Z"}, digits placed by hand (this runs for every date of every document) */
+    char text[48];
+    size_t n = w->key ? 11 : 10;
+    memcpy(text, w->key ? "{\"$date\": \"" : "{\"$date\":\"", n);
+    unsigned fields[6] = {(unsigned)y, mo, d, rem / 3600, rem / 60 % 60, rem % 60};
+    static const char sep[6] = {'-', '-', 'T', ':', ':', 0};
+    for (int f = 0; f < 6; f++) {
+        unsigned v = fields[f];
+        if (f == 0) {
+            text[n++] = (char)('0' + v / 1000);
+            text[n++] = (char)('0' + v / 100 % 10);
+        }
+        text[n++] = (char)('0' + v / 10 % 10);
+        text[n++] = (char)('0' + v % 10);
+        if (sep[f])
+            text[n++] = sep[f];
+    }
+    if (millis != 0) {
+        text[n++] = '.';
+        text[n++] = (char)('0' + millis / 100);
+        text[n++] = (char)('0' + millis / 10 % 10);
+        text[n++] = (char)('0' + millis % 10);
+    }
+    memcpy(text + n, "Z\"}", 3);
+    strbuf_append(out, text, n + 3);
 }
 
 static void put_base64(strbuf *out, const uint8_t *data, size_t len)
@@ -672,7 +772,7 @@ static ejson_status write_iter_value(writer *w, bson_iter_t *it, const char *nam
         break;
     }
     case BSON_TYPE_INT32:
-        strbuf_printf(out, "%" PRId32, bson_iter_int32(it));
+        put_int(out, bson_iter_int32(it));
         break;
     case BSON_TYPE_TIMESTAMP: {
         uint32_t t, i;
@@ -684,7 +784,7 @@ static ejson_status write_iter_value(writer *w, bson_iter_t *it, const char *nam
         break;
     }
     case BSON_TYPE_INT64:
-        strbuf_printf(out, "%" PRId64, bson_iter_int64(it));
+        put_int(out, bson_iter_int64(it));
         break;
     case BSON_TYPE_DECIMAL128: {
         bson_decimal128_t dec;

@@ -886,6 +886,18 @@ static void rebuild_book(reader *r)
 
 /* ---- tailing ---- */
 
+/* Whether the entries of a batch weigh READER_REPLY_BYTES or more each (counted over a copy of the iterator). */
+static bool huge_batch(const bson_t *reply, const bson_iter_t *batch)
+{
+    if (reply->len < READER_REPLY_BYTES)
+        return false;
+    bson_iter_t it = *batch;
+    uint32_t n = 0;
+    while (bson_iter_next(&it))
+        n++;
+    return n > 0 && reply->len / n >= READER_REPLY_BYTES;
+}
+
 /* The batchSize of the next getMore: as many entries as READER_REPLY_BYTES hold at the size of the last batch's
  * (its reply's bytes over its entries), at most batch_size; an empty batch leaves it as it was. */
 static void next_ask(reader *r, uint32_t reply_bytes, uint32_t count)
@@ -988,7 +1000,7 @@ static step tail_once(reader *r)
             return failed(r, "getMore", &err);
         }
         backoff_reset(&r->bo);
-        if (reply.len >= READER_REPLY_BYTES)
+        if (huge_batch(&reply, &batch))
             memory_release(); /* libmongoc's receive buffer of that size is free: rendering must not add to it */
         s = push_batch(r, &batch, false, &count);
         if (s == STEP_OK && count < (uint32_t)asked)

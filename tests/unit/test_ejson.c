@@ -313,6 +313,77 @@ START_TEST(test_random_documents_match_libbson)
 END_TEST
 
 /* Every shortened double reads back to exactly the same double. */
+/* The text of a double as the format defines it (ejson.h): %.15g, or %.16g / %.17g when fewer digits do not read
+ * back, with ".0" after an integral value printed without a point or an exponent. ejson.c writes the common ones
+ * without printf; whatever path it takes, the text must be this. */
+static void reference_double(double d, char *buf, size_t len)
+{
+    int n = 0;
+    for (int prec = 15; prec <= 17; prec++) {
+        n = snprintf(buf, len, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d)
+            break;
+    }
+    if (strpbrk(buf, ".eEn") == NULL)
+        memcpy(buf + n, ".0", 3);
+}
+
+static void expect_double_text(double d)
+{
+    char want[64], got_field[80];
+    reference_double(d, want, sizeof want);
+    bson_t doc = BSON_INITIALIZER;
+    BSON_APPEND_DOUBLE(&doc, "x", d);
+    char *got = ejson_document(&doc, NULL);
+    snprintf(got_field, sizeof got_field, "{\"x\":%s}", want);
+    ck_assert_msg(got != NULL && strcmp(got, got_field) == 0, "%.17g: want %s, got %s", d, got_field, got);
+    free(got);
+    bson_destroy(&doc);
+}
+
+START_TEST(test_doubles_match_printf)
+{
+    static const double pow10[] = {1e0, 1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,
+                                   1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17};
+    static const double edges[] = {1e-4,
+                                   9.9999e-5,
+                                   1e-5,
+                                   0.0001234,
+                                   1e15,
+                                   999999999999999.0,
+                                   999999999999999.9,
+                                   1e14 + 0.5,
+                                   123456789012345.0,
+                                   1234567890123456.0,
+                                   0.1,
+                                   0.2,
+                                   0.3,
+                                   2.5,
+                                   1.0 / 3,
+                                   5e-324,
+                                   1.7976931348623157e308,
+                                   4503599627370496.5,
+                                   0.30000000000000004};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        expect_double_text(edges[i]);
+        expect_double_text(-edges[i]);
+    }
+    for (int n = 0; n < 200000; n++) {
+        /* decimals of 1 to 17 digits with 0 to 17 of them after the point: the fast path's cases and its edges */
+        uint64_t digits = 1 + rnd() % 17, k = rnd() % 18;
+        uint64_t r = rnd() % (uint64_t)pow10[digits];
+        double d = (double)r / pow10[k];
+        if (d != 0) /* zero and -0.0 have texts of their own (test_doubles) */
+            expect_double_text(rnd() & 1 ? -d : d);
+        /* and any bits at all */
+        uint64_t bits = rnd();
+        memcpy(&d, &bits, sizeof d);
+        if (isfinite(d) && d != 0)
+            expect_double_text(d);
+    }
+}
+END_TEST
+
 START_TEST(test_round_trip_random)
 {
     unsigned seed = 12345;
@@ -480,6 +551,7 @@ Suite *ejson_suite(void)
     Suite *s = suite_create("ejson");
     TCase *tc = tcase_create("render");
     tcase_add_test(tc, test_doubles);
+    tcase_add_test(tc, test_doubles_match_printf);
     tcase_add_test(tc, test_dates);
     tcase_add_test(tc, test_every_type);
     tcase_add_test(tc, test_strings);
