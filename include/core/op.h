@@ -89,7 +89,7 @@ typedef struct op {
     const uint8_t *key; /* document key (o2 for updates/8.0 inserts, o for deletes), NULL when none */
     uint32_t key_len;
 
-    uint8_t *buf; /* owns everything above, except a borrowed doc */
+    uint8_t *buf; /* owns everything above, except a borrowed doc; points at buf_inline when that holds it all */
     uint32_t buf_len;
     bool doc_borrowed; /* doc points into the raw entry it was decoded from (DECODE_BORROW_PAYLOAD) */
 
@@ -101,7 +101,7 @@ typedef struct op {
      * everything before it committed). All malloc'd, and freed by op_clear and op_entry_clear. */
     char *json;
     uint32_t json_len;
-    char *id_key;
+    char *id_key; /* points at key_inline when the key text is short */
     uint32_t id_key_len;
     char *refusal;
 
@@ -114,6 +114,13 @@ typedef struct op {
     void (*mapped_free)(void *mapped);
     uint32_t mapped_bytes;
     uint32_t mapped_len;
+
+    /* Storage for a short id_key and a small buf (the namespace of an insert whose payload is borrowed), so that the
+     * common op costs no allocation for them: an op is made on the reader thread and freed on the apply loop, and
+     * each such allocation is memory crossing threads. Pointers into these stay valid as long as the op does not
+     * move (ops live in their entry's array, which is never copied). */
+    char key_inline[48];
+    uint8_t buf_inline[48];
 } op;
 
 /* One decoded oplog entry. ops[i].index == i for an entry of its own; for a part of a larger logical entry (more, or

@@ -46,6 +46,12 @@ static inline bool strbuf_failed(const strbuf *b)
  * an allocation failed (the storage is freed then). Large unused room is given back first. */
 char *strbuf_detach(strbuf *b, size_t *len);
 
+/* Scratch buffers of the calling thread (which: 0 .. STRBUF_SCRATCH - 1), kept between calls so that text made and
+ * copied elsewhere costs no allocation, and freed when the thread ends. The caller resets it before use (strbuf_reset
+ * with what it may keep); NULL when memory runs out. */
+#define STRBUF_SCRATCH 2
+strbuf *strbuf_scratch(unsigned which);
+
 /* The value of a hexadecimal digit (either case), -1 for any other character. */
 int hex_digit(char c);
 

@@ -55,9 +55,11 @@ void op_clear(op *o)
 {
     op_pos pos = o->pos;
     uint32_t index = o->index;
-    free(o->buf);
+    if (o->buf != o->buf_inline)
+        free(o->buf);
     free(o->json);
-    free(o->id_key);
+    if (o->id_key != o->key_inline)
+        free(o->id_key);
     free(o->refusal);
     if (o->mapped != NULL && o->mapped_free != NULL)
         o->mapped_free(o->mapped);

@@ -978,23 +978,35 @@ static int prepare_json(op *o, strbuf *b, const char *what)
     return 1;
 }
 
-static int prepare_key(op *o, strbuf *b)
+/* The key text, made in this thread's scratch buffer 1 (util/strbuf.h) and kept in the op itself when short (the
+ * common keys: an ObjectId's is 36 bytes), so that it costs no allocation. */
+#define KEY_SCRATCH 1
+
+static int prepare_key(op *o)
 {
     ejson_error err;
-    strbuf_reset(b, 0);
+    strbuf own = STRBUF_INIT, *b = strbuf_scratch(KEY_SCRATCH);
+    if (b == NULL)
+        b = &own;
+    strbuf_reset(b, 64 * 1024);
     ejson_status st = ejson_write_key(b, &o->id, &err);
-    if (st == EJSON_NOMEM)
-        return -1;
-    if (st != EJSON_OK) {
+    if (st == EJSON_NOMEM || strbuf_failed(b)) {
         strbuf_free(b);
+        return -1;
+    }
+    if (st != EJSON_OK) {
+        strbuf_free(&own);
         return refuse(o, "its _id", &err) ? 0 : -1;
     }
-    size_t len;
-    o->id_key = strbuf_detach(b, &len);
-    if (o->id_key == NULL)
-        return -1;
-    o->id_key_len = (uint32_t)len;
-    return 1;
+    if (b->len < sizeof o->key_inline) {
+        memcpy(o->key_inline, b->data, b->len + 1);
+        o->id_key = o->key_inline;
+    } else if ((o->id_key = malloc(b->len + 1)) != NULL) {
+        memcpy(o->id_key, b->data, b->len + 1);
+    }
+    o->id_key_len = (uint32_t)b->len;
+    strbuf_free(&own);
+    return o->id_key != NULL ? 1 : -1;
 }
 
 bool ejson_prepare_entry(op_entry *e)
@@ -1014,11 +1026,11 @@ bool ejson_prepare_entry(op_entry *e)
             if (o->json == NULL && (o->refusal == NULL || refused_by_map) && o->doc != NULL)
                 r = prepare_json(o, &b, o->kind == OP_INSERT ? "the document" : "the update");
             if (r > 0 && o->id_key == NULL && o->refusal == NULL)
-                r = prepare_key(o, &b);
+                r = prepare_key(o);
             break;
         case OP_DELETE:
             if (o->id_key == NULL && o->refusal == NULL)
-                r = prepare_key(o, &b);
+                r = prepare_key(o);
             break;
         default:
             break;

@@ -3,7 +3,6 @@
  */
 #include "map/project.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -497,40 +496,9 @@ static bool has_nul_escape(const char *s, size_t len)
 #define WALK_INNER  32
 #define WALK_CHILDS 8
 
-/* The rest = extra text of a row: kept per thread, so that a row costs no allocation (a buffer that grew past 1 MB
- * for a large document is given back after it), and freed when the thread ends (a pthread key's destructor). */
-static pthread_key_t extra_key;
-static pthread_once_t extra_once = PTHREAD_ONCE_INIT;
-static bool extra_key_ok;
-
-static void extra_free(void *p)
-{
-    strbuf_free(p);
-    free(p);
-}
-
-static void extra_key_make(void)
-{
-    extra_key_ok = pthread_key_create(&extra_key, extra_free) == 0;
-}
-
-/* This thread's buffer for the rest text, NULL when memory runs out. */
-static strbuf *extra_text(void)
-{
-    pthread_once(&extra_once, extra_key_make);
-    if (!extra_key_ok)
-        return NULL;
-    strbuf *b = pthread_getspecific(extra_key);
-    if (b == NULL) {
-        if ((b = calloc(1, sizeof *b)) == NULL)
-            return NULL;
-        if (pthread_setspecific(extra_key, b) != 0) {
-            free(b);
-            return NULL;
-        }
-    }
-    return b;
-}
+/* The rest = extra text of a row is made in this thread's scratch buffer 0 (util/strbuf.h), so that a row costs no
+ * allocation (a buffer that grew past 1 MB for a large document is given back after it). */
+#define EXTRA_SCRATCH 0
 
 typedef enum { FAST_DONE, FAST_SLOW, FAST_NOMEM } fast_status;
 
@@ -564,7 +532,7 @@ static fast_status fast_row(const map_collection *m, const map_table *t, const u
     memset(w.seen, 0, x->inner);
     fast_status fs = FAST_DONE;
     if (t->rest == MAP_REST_EXTRA) {
-        if ((w.extra = extra_text()) == NULL) {
+        if ((w.extra = strbuf_scratch(EXTRA_SCRATCH)) == NULL) {
             fs = FAST_SLOW;
             goto done;
         }

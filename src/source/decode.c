@@ -278,7 +278,7 @@ static bool op_fill(op *o, span db, span coll, span to_db, span to_coll, const u
         size += to_db.len + 1;
     if (to_coll.s)
         size += to_coll.len + 1;
-    uint8_t *buf = malloc(size ? size : 1);
+    uint8_t *buf = size <= sizeof o->buf_inline ? o->buf_inline : malloc(size);
     if (!buf)
         return false;
     uint8_t *p = buf;
@@ -431,8 +431,8 @@ static decode_status decode_view_insert(const dctx *c, const raw_op *r, span db,
                 on = bson_iter_utf8(&v, NULL);
         }
     }
-    if (view == NULL || on == NULL || !split_ns(view, view_len, &vdb, &vcoll) || vcoll.len == 0 ||
-        vdb.len != db.len || memcmp(vdb.s, db.s, db.len) != 0) {
+    if (view == NULL || on == NULL || !split_ns(view, view_len, &vdb, &vcoll) || vcoll.len == 0 || vdb.len != db.len ||
+        memcmp(vdb.s, db.s, db.len) != 0) {
         set_noop(out, "system collection");
         return DECODE_OK;
     }
@@ -688,8 +688,8 @@ void decode_log_notices(const op_entry *e)
         const op *o = &e->ops[i];
         if (o->kind == OP_NOOP && o->notice && o->db != NULL && o->coll != NULL) {
             char at[OP_POS_STRLEN];
-            log_notice("%s.%s (created at oplog entry %s) is %s", o->db, o->coll,
-                       op_pos_format(&o->pos, at, sizeof at), o->reason);
+            log_notice("%s.%s (created at oplog entry %s) is %s", o->db, o->coll, op_pos_format(&o->pos, at, sizeof at),
+                       o->reason);
         }
     }
 }

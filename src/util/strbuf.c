@@ -3,6 +3,7 @@
  */
 #include "util/strbuf.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +161,44 @@ void text_appendf(char *buf, size_t len, size_t *off, const char *fmt, ...)
     va_start(ap, fmt);
     text_vappendf(buf, len, off, fmt, ap);
     va_end(ap);
+}
+
+/* ---- per-thread scratch buffers ---- */
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static bool scratch_key_ok;
+
+static void scratch_free(void *p)
+{
+    strbuf *b = p;
+    for (unsigned i = 0; i < STRBUF_SCRATCH; i++)
+        strbuf_free(&b[i]);
+    free(b);
+}
+
+static void scratch_key_make(void)
+{
+    scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0;
+}
+
+strbuf *strbuf_scratch(unsigned which)
+{
+    if (which >= STRBUF_SCRATCH)
+        return NULL;
+    pthread_once(&scratch_once, scratch_key_make);
+    if (!scratch_key_ok)
+        return NULL;
+    strbuf *b = pthread_getspecific(scratch_key);
+    if (b == NULL) {
+        if ((b = calloc(STRBUF_SCRATCH, sizeof *b)) == NULL)
+            return NULL;
+        if (pthread_setspecific(scratch_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+    }
+    return &b[which];
 }
 
 int hex_digit(char c)

@@ -368,7 +368,7 @@ START_TEST(test_doubles_match_printf)
         expect_double_text(edges[i]);
         expect_double_text(-edges[i]);
     }
-    for (int n = 0; n < 200000; n++) {
+    for (int n = 0; n < 50000; n++) {
         /* decimals of 1 to 17 digits with 0 to 17 of them after the point: the fast path's cases and its edges */
         uint64_t digits = 1 + rnd() % 17, k = rnd() % 18;
         uint64_t r = rnd() % (uint64_t)pow10[digits];
