@@ -4,7 +4,8 @@
 #   make check           unit suites + integration tests (throwaway PostgreSQL, mongosim, libmongoc, pymongo)
 #   make SANITIZE=1 check   the same under AddressSanitizer and UBSan (objects in build/san)
 #   make demo            replicate a sample workload into a throwaway PostgreSQL and show the result
-#   make bench           benchmarks (figures go to docs/benchmarks.md by hand)
+#   make bench           benchmarks (kept in build/bench-results.md, plotted into docs/*.svg by bench/plots.sh;
+#                        figures go to docs/benchmarks.md by hand)
 #   make install         binary, unit, sysusers file, man pages, docs, and the configuration if there is none
 #                        (PREFIX=/usr/local, DESTDIR=, SYSCONFDIR=...: see the install section below); make uninstall
 #   make format / lint   clang-format in place / cppcheck

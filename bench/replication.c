@@ -24,6 +24,15 @@
  *                              daemon's peak memory. BENCH_TXN_REPS pairs (default 1); BENCH_TXN_WRITE=driver writes
  *                              the transaction through the driver instead (the same split, but mongosim's client
  *                              transactions are quadratic in their documents: 270 000 did not finish in 14 minutes)
+ *   replication throughput [N [M]] issue 13: N inserts of ~320-byte documents (default 300 000) and M of ~10 kB
+ *                              (default 30 000; 0 skips either): oplog2pg tailing them, `oplog2pg replay` of a dump of
+ *                              the same entries, and psql \copy of the very rows into a table LIKE the daemon's; three
+ *                              trials each (BENCH_THROUGHPUT_REPS), medians of the trials' own ratios
+ *   replication memory [N [M]] issue 13: the daemon's peak memory with a backlog of N small inserts (default 10 000 000)
+ *                              and with M documents of 16 MB (default 40; every other one binary)
+ *   replication collections [N [C...]] issue 13: N inserts (default 100 000) round-robin over C collections (default 1,
+ *                              100 and 2 000), replayed with the tables to make and with the tables there, against
+ *                              PostgreSQL's own CREATE TABLE one statement at a time and one COPY per table
  *
  * Every figure is a ratio of two runs made side by side on the same PostgreSQL (OPLOG2PG_TEST_PG, from
  * scripts/with-pg.sh) and the same mongosim build, never a timed pass/fail. A trial starts the daemon on a fresh
@@ -34,7 +43,8 @@
  * (a profile of the daemon alone; the figures of such a run are not the ones to report). BENCH_RSS=FILE writes the
  * daemon's VmRSS and checkpoint at every poll of the timed part into FILE.<service>. BENCH_DAEMON_WRAP="valgrind
  * --tool=massif ..." puts words before the daemon's command line (a tool that runs it in the same process).
- * BENCH_REPLICATION_INI="batch_rows = 50000" adds lines to the daemon's [replication] section (to try settings).
+ * BENCH_REPLICATION_INI="batch_rows = 50000" adds lines to the daemon's [replication] section (to try settings);
+ * BENCH_KEEP=1 keeps each trial's directory (the daemon's log, the dumps) instead of removing it.
  */
 #include <dirent.h>
 #include <libpq-fe.h>
@@ -48,275 +58,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../tests/lib/benchtrial.h"
 #include "../tests/lib/oplogutil.h"
 #include "../tests/lib/proc.h"
 #include "../tests/lib/workload.h"
 #include "map/ejson.h"
 
-static const char *conninfo;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "replication bench: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    proc_kill_all();
-    exit(1);
-}
-
-static uint64_t newest_ts(mongoc_client_t *c)
-{
-    uint64_t ts;
-    bson_error_t err;
-    if (!oplogutil_newest_ts(c, &ts, &err))
-        die("reading the oplog: %s", err.message);
-    return ts;
-}
-
-static void exec_sql(PGconn *pg, const char *sql)
-{
-    PGresult *r = PQexec(pg, sql);
-    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
-        die("%s: %s", sql, PQerrorMessage(pg));
-    PQclear(r);
-}
-
-typedef struct {
-    proc_handle sim, daemon;
-    mongoc_client_t *client;
-    PGconn *pg;
-    char dir[64], ini[128], log[128], uri[128], service[64], prefix[32];
-    uint64_t start;                      /* the checkpoint before the timed workload (timed_backlog) */
-    double sim_cpu_s;                    /* mongosim's CPU time over the timed part (timed_backlog) */
-    double pg_cpu_s;                     /* PostgreSQL's (every process of the server) */
-    double reader_cpu_s;                 /* the daemon's reader thread's */
-    unsigned long long faults, switches; /* the daemon's page faults and context switches (all threads) over it */
-    FILE *rss_trace;                     /* BENCH_RSS: the daemon's VmRSS at each poll of the timed part, or NULL */
-} trial;
-
-/* The conninfo the daemon is given, when not the test cluster's own (bench_rtt: through bench/rttproxy). */
-static const char *daemon_conninfo;
-
-static void trial_write_ini(trial *t, const char *apply_mode, const char *extra)
-{
-    FILE *f = fopen(t->ini, "w");
-    if (!f)
-        die("cannot write %s", t->ini);
-    fprintf(f,
-            "[mongodb]\nuri = %s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s*.*\n"
-            "apply_mode = %s\n%s\n[logging]\nlevel = warning\n%s",
-            t->uri, daemon_conninfo ? daemon_conninfo : conninfo, t->service, t->prefix, apply_mode,
-            getenv("BENCH_REPLICATION_INI") ? getenv("BENCH_REPLICATION_INI") : "", extra);
-    fclose(f);
-}
-
-static void trial_open(trial *t, const char *name, const char *apply_mode)
-{
-    char err[512];
-    memset(t, 0, sizeof *t);
-    snprintf(t->dir, sizeof t->dir, "/tmp/oplog2pg-bench.XXXXXX");
-    if (!mkdtemp(t->dir))
-        die("mkdtemp failed");
-    char simlog[128];
-    snprintf(simlog, sizeof simlog, "%s/mongosim.log", t->dir);
-    if (!proc_start_mongosim(NULL, simlog, &t->sim, err, sizeof err))
-        die("%s", err);
-    snprintf(t->uri, sizeof t->uri, "mongodb://127.0.0.1:%d/?replicaSet=rs0", t->sim.port);
-    snprintf(t->service, sizeof t->service, "bench_%s", name);
-    snprintf(t->prefix, sizeof t->prefix, "bench_%s_", name);
-    snprintf(t->ini, sizeof t->ini, "%s/oplog2pg.ini", t->dir);
-    snprintf(t->log, sizeof t->log, "%s/oplog2pg.log", t->dir);
-    t->client = mongoc_client_new(t->uri);
-    t->pg = PQconnectdb(conninfo);
-    if (PQstatus(t->pg) != CONNECTION_OK)
-        die("%s", PQerrorMessage(t->pg));
-    /* A fresh start for this service: no checkpoint, no copy state, no tables (the same PostgreSQL may have run
-     * this benchmark before, against another mongosim: an old copy's start point would not be in this oplog). */
-    char sql[256];
-    snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s0 CASCADE", t->prefix);
-    exec_sql(t->pg, sql);
-    exec_sql(t->pg, "CREATE SCHEMA IF NOT EXISTS oplog2pg");
-    snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.checkpoint WHERE service = '%s'", t->service);
-    PQclear(PQexec(t->pg, sql));
-    snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.copy_state WHERE service = '%s'", t->service);
-    PQclear(PQexec(t->pg, sql)); /* fails harmlessly when the table does not exist yet */
-
-    mongoc_collection_t *coll = mongoc_client_get_collection(t->client, "bench_seed", "start");
-    bson_t *doc = BCON_NEW("started", BCON_BOOL(true));
-    bson_error_t berr;
-    if (!mongoc_collection_insert_one(coll, doc, NULL, NULL, &berr))
-        die("seed insert: %s", berr.message);
-    bson_destroy(doc);
-    mongoc_collection_destroy(coll);
-
-    trial_write_ini(t, apply_mode, "");
-}
-
-/* BENCH_DAEMON_WRAP="valgrind --tool=massif ...": words put before the daemon's command line, for a tool that runs
- * it in the same process (so SIGSTOP/SIGCONT and /proc still reach the daemon; its figures are then the tool's). */
-static void daemon_start(trial *t)
-{
-    char err[512], bin[256], wrap[512];
-    const char *argv[24];
-    size_t n = 0;
-    const char *w = getenv("BENCH_DAEMON_WRAP");
-    snprintf(wrap, sizeof wrap, "%s", w ? w : "");
-    for (char *save = NULL, *word = strtok_r(wrap, " ", &save); word != NULL && n < 16;
-         word = strtok_r(NULL, " ", &save))
-        argv[n++] = word;
-    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
-    argv[n++] = bin;
-    argv[n++] = "-c";
-    argv[n++] = t->ini;
-    argv[n++] = "run";
-    argv[n] = NULL;
-    if (!proc_start(argv, NULL, t->log, &t->daemon, err, sizeof err))
-        die("%s", err);
-}
-
-/* Resident memory of a process now (VmRSS), in kB; -1 when unknown. */
-static long rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmRSS:", 6) == 0)
-            kb = strtol(line + 6, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb;
-}
-
-/* Seconds until the checkpoint reaches the newest oplog entry. */
-static double wait_caught_up(trial *t, double timeout_s)
-{
-    double t0 = now_s();
-    uint64_t want = newest_ts(t->client);
-    while (now_s() - t0 < timeout_s) {
-        uint64_t at = oplogutil_checkpoint_ts(t->pg, t->service);
-        if (t->rss_trace != NULL)
-            fprintf(t->rss_trace, "%.3f %ld %u:%u\n", now_s() - t0, rss_kb(t->daemon.pid), (unsigned)(at >> 32),
-                    (unsigned)at);
-        if (at == want)
-            return now_s() - t0;
-        if (proc_wait(&t->daemon, 0.0))
-            die("the daemon exited with %d; see %s", proc_exit_code(&t->daemon), t->log);
-        usleep(5000); /* polling costs PostgreSQL a little CPU: not too often */
-    }
-    die("the daemon did not catch up within %.0f s; see %s", timeout_s, t->log);
-}
-
-static void trial_close(trial *t)
-{
-    if (t->daemon.pid)
-        proc_stop(&t->daemon, 60);
-    proc_stop(&t->sim, 10);
-    char sql[256];
-    snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s0 CASCADE", t->prefix);
-    exec_sql(t->pg, sql);
-    PQfinish(t->pg);
-    mongoc_client_destroy(t->client);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", t->dir);
-}
-
 /* The daemon starts, commits its starting point and catches up; then it is paused (SIGSTOP) while the workload is
  * written, and timed from SIGCONT until its checkpoint reaches the newest entry: the pure cost of applying the
  * backlog, without the fixed cost of starting up (about 50 ms, most of a short batched trial). */
-/* CPU seconds (user + system, all threads) a process has used so far, from /proc; -1 when unknown. */
-/* The CPU time of /proc/WHAT/stat: a process ("PID", all its threads) or a thread ("PID/task/TID"). */
-static double cpu_seconds_of(const char *what)
-{
-    char path[320], buf[1024];
-    snprintf(path, sizeof path, "/proc/%s/stat", what);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f)
-        fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* after the command name, which may hold spaces */
-    unsigned long long ut, st;
-    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        return -1;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
-static double cpu_seconds(pid_t pid)
-{
-    char what[16];
-    snprintf(what, sizeof what, "%d", (int)pid);
-    return cpu_seconds_of(what);
-}
-
-/* The CPU time of every PostgreSQL process on this machine (the backends, the WAL writer, the checkpointer): the
- * server's share of a trial. */
-static double postgres_cpu_seconds(void)
-{
-    double sum = 0;
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    while (d != NULL && (de = readdir(d)) != NULL) {
-        if (de->d_name[0] < '1' || de->d_name[0] > '9')
-            continue;
-        char path[300], comm[64] = "";
-        snprintf(path, sizeof path, "/proc/%s/comm", de->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        bool pg = fgets(comm, sizeof comm, f) != NULL && strncmp(comm, "postgres", 8) == 0;
-        fclose(f);
-        if (pg)
-            sum += cpu_seconds((pid_t)atoi(de->d_name));
-    }
-    if (d != NULL)
-        closedir(d);
-    return sum;
-}
-
 /* What costs a process time in the kernel: its page faults (minor and major, /proc/PID/stat, all threads) and its
  * context switches (voluntary and not, summed over /proc/PID/task/TID/status: the process's own line counts only
  * its first thread). */
-/* The CPU time of the daemon's thread named `name` (its reader thread: "o2p-reader"), or -1. */
-static double thread_cpu_seconds(pid_t pid, const char *name)
-{
-    char path[320];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    struct dirent *de;
-    double cpu = -1;
-    while (d != NULL && (de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.')
-            continue;
-        char comm[64] = "";
-        snprintf(path, sizeof path, "/proc/%d/task/%s/comm", (int)pid, de->d_name);
-        FILE *f = fopen(path, "r");
-        if (f != NULL && fgets(comm, sizeof comm, f) != NULL && strncmp(comm, name, strlen(name)) == 0) {
-            snprintf(path, sizeof path, "%d/task/%s", (int)pid, de->d_name);
-            cpu = cpu_seconds_of(path);
-        }
-        if (f != NULL)
-            fclose(f);
-    }
-    if (d != NULL)
-        closedir(d);
-    return cpu;
-}
-
 static void kernel_counts(pid_t pid, unsigned long long *faults, unsigned long long *switches)
 {
     char path[320], buf[1024];
@@ -355,10 +108,10 @@ static void kernel_counts(pid_t pid, unsigned long long *faults, unsigned long l
 static double timed_backlog_of(trial *t, void (*write)(trial *, const void *), const void *ctx, long *peak_kb,
                                double *cpu_s)
 {
-    daemon_start(t);
-    wait_caught_up(t, 60);
+    trial_daemon_start(t);
+    trial_wait_caught_up(t, 60);
     if (!proc_signal(&t->daemon, SIGSTOP))
-        die("cannot pause the daemon");
+        bench_die("cannot pause the daemon");
     t->start = oplogutil_checkpoint_ts(t->pg, t->service);
     write(t, ctx);
     /* BENCH_PERF=FILE: the timed part is also recorded by `perf record` (call graphs) into FILE.<service>. */
@@ -372,7 +125,7 @@ static double timed_backlog_of(trial *t, void (*write)(trial *, const void *), c
         const char *argv[] = {"perf",        "record", "-q", "-F", "999", "--call-graph",
                               "dwarf,16384", "-p",     pid,  "-o", out,   NULL};
         if (!proc_start(argv, NULL, plog, &perf, err, sizeof err))
-            die("%s", err);
+            bench_die("%s", err);
         usleep(500000); /* perf attaches */
     }
     /* BENCH_RSS=FILE: the daemon's VmRSS and checkpoint at every poll of the timed part, into FILE.<service>. */
@@ -381,20 +134,20 @@ static double timed_backlog_of(trial *t, void (*write)(trial *, const void *), c
         char path[256];
         snprintf(path, sizeof path, "%s.%s", rss_out, t->service);
         if ((t->rss_trace = fopen(path, "w")) == NULL)
-            die("cannot write %s", path);
+            bench_die("cannot write %s", path);
     }
     unsigned long long faults0, switches0;
     kernel_counts(t->daemon.pid, &faults0, &switches0);
-    double t0 = now_s(), cpu0 = cpu_seconds(t->daemon.pid), sim0 = cpu_seconds(t->sim.pid),
-           pg0 = postgres_cpu_seconds(), rd0 = thread_cpu_seconds(t->daemon.pid, "o2p-reader");
+    double t0 = bench_now_s(), cpu0 = bench_cpu_seconds(t->daemon.pid), sim0 = bench_cpu_seconds(t->sim.pid),
+           pg0 = bench_cluster_cpu_seconds(t->pg), rd0 = bench_thread_cpu_seconds(t->daemon.pid, "o2p-reader");
     proc_signal(&t->daemon, SIGCONT);
-    wait_caught_up(t, 3600);
-    double secs = now_s() - t0;
+    trial_wait_caught_up(t, 3600);
+    double secs = bench_now_s() - t0;
     if (cpu_s)
-        *cpu_s = cpu_seconds(t->daemon.pid) - cpu0;
-    t->sim_cpu_s = cpu_seconds(t->sim.pid) - sim0;
-    t->pg_cpu_s = postgres_cpu_seconds() - pg0;
-    t->reader_cpu_s = thread_cpu_seconds(t->daemon.pid, "o2p-reader") - rd0;
+        *cpu_s = bench_cpu_seconds(t->daemon.pid) - cpu0;
+    t->sim_cpu_s = bench_cpu_seconds(t->sim.pid) - sim0;
+    t->pg_cpu_s = bench_cluster_cpu_seconds(t->pg) - pg0;
+    t->reader_cpu_s = bench_thread_cpu_seconds(t->daemon.pid, "o2p-reader") - rd0;
     kernel_counts(t->daemon.pid, &t->faults, &t->switches);
     t->faults -= faults0;
     t->switches -= switches0;
@@ -409,7 +162,7 @@ static double timed_backlog_of(trial *t, void (*write)(trial *, const void *), c
     if (peak_kb)
         *peak_kb = proc_peak_kb(t->daemon.pid);
     if (!proc_stop(&t->daemon, 60) || proc_exit_code(&t->daemon) != 0)
-        die("the daemon did not stop cleanly; see %s", t->log);
+        bench_die("the daemon did not stop cleanly; see %s", t->log);
     return secs;
 }
 
@@ -418,7 +171,7 @@ static void write_workload(trial *t, const void *ctx)
     char err[512];
     workload_stats st;
     if (!workload_run(t->uri, ctx, &st, err, sizeof err))
-        die("workload: %s", err);
+        bench_die("workload: %s", err);
 }
 
 static double timed_backlog(trial *t, const workload_config *wc, long *peak_kb)
@@ -479,14 +232,14 @@ static void dump_oplog(mongoc_client_t *c, const char *path)
     mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, NULL, NULL);
     FILE *f = fopen(path, "wb");
     if (!f)
-        die("cannot write %s", path);
+        bench_die("cannot write %s", path);
     const bson_t *doc;
     while (mongoc_cursor_next(cur, &doc))
         if (fwrite(bson_get_data(doc), 1, doc->len, f) != doc->len)
-            die("writing %s", path);
+            bench_die("writing %s", path);
     bson_error_t err;
     if (mongoc_cursor_error(cur, &err))
-        die("reading the oplog: %s", err.message);
+        bench_die("reading the oplog: %s", err.message);
     fclose(f);
     mongoc_cursor_destroy(cur);
     bson_destroy(&filter);
@@ -508,7 +261,7 @@ static uint64_t dump_for_copy(mongoc_client_t *c, const char *db, const char *co
 {
     FILE *f = fopen(path, "w");
     if (!f)
-        die("cannot write %s", path);
+        bench_die("cannot write %s", path);
     mongoc_collection_t *col = mongoc_client_get_collection(c, db, coll);
     bson_t filter = BSON_INITIALIZER;
     bson_t *opts = BCON_NEW("batchSize", BCON_INT32(10000));
@@ -521,7 +274,7 @@ static uint64_t dump_for_copy(mongoc_client_t *c, const char *db, const char *co
         char *key = bson_iter_init_find(&it, doc, "_id") ? ejson_key(bson_iter_value(&it)) : NULL;
         char *json = ejson_document(doc, &len);
         if (key == NULL || json == NULL)
-            die("cannot render a document of %s.%s", db, coll);
+            bench_die("cannot render a document of %s.%s", db, coll);
         put_copy_text(f, key, strlen(key));
         fputc('\t', f);
         put_copy_text(f, json, len);
@@ -532,7 +285,7 @@ static uint64_t dump_for_copy(mongoc_client_t *c, const char *db, const char *co
     }
     bson_error_t err;
     if (mongoc_cursor_error(cur, &err))
-        die("reading %s.%s: %s", db, coll, err.message);
+        bench_die("reading %s.%s: %s", db, coll, err.message);
     mongoc_cursor_destroy(cur);
     bson_destroy(opts);
     bson_destroy(&filter);
@@ -546,22 +299,25 @@ static uint64_t dump_for_copy(mongoc_client_t *c, const char *db, const char *co
 
 /* Seconds psql \copy takes to load `path` into a fresh table `name` made by `create` (columns from `cols`, options
  * such as " with (format binary)" from `opts`). */
+static double last_copy_pg_cpu_s; /* PostgreSQL's CPU time over the last psql_copy_opts load */
+
 static double psql_copy_opts(PGconn *pg, const char *name, const char *create, const char *cols, const char *path,
                              const char *opts)
 {
     char sql[1024];
     snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS %s", name);
-    exec_sql(pg, sql);
+    bench_exec_sql(pg, sql);
     snprintf(sql, sizeof sql, "CREATE TABLE %s %s", name, create);
-    exec_sql(pg, sql);
-    exec_sql(pg, "CHECKPOINT");
+    bench_exec_sql(pg, sql);
+    bench_exec_sql(pg, "CHECKPOINT");
     snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy %s %s from '%s'%s\"", name, cols, path, opts);
-    double t0 = now_s();
+    double t0 = bench_now_s(), pg0 = bench_cluster_cpu_seconds(pg);
     if (system(sql) != 0)
-        die("psql \\copy into %s failed", name);
-    double secs = now_s() - t0;
+        bench_die("psql \\copy into %s failed", name);
+    double secs = bench_now_s() - t0;
+    last_copy_pg_cpu_s = bench_cluster_cpu_seconds(pg) - pg0;
     snprintf(sql, sizeof sql, "DROP TABLE %s", name);
-    exec_sql(pg, sql);
+    bench_exec_sql(pg, sql);
     return secs;
 }
 
@@ -591,18 +347,18 @@ static void bench_inserts(uint64_t n)
     snprintf(dump, sizeof dump, "%s/oplog.bson", t.dir);
     dump_oplog(t.client, dump);
     snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s0 CASCADE", t.prefix);
-    exec_sql(t.pg, sql);
+    bench_exec_sql(t.pg, sql);
     snprintf(sql, sizeof sql, "UPDATE oplog2pg.checkpoint SET ts_sec = %u, ts_inc = %u WHERE service = '%s'",
              (unsigned)(t.start >> 32), (unsigned)t.start, t.service);
-    exec_sql(t.pg, sql);
+    bench_exec_sql(t.pg, sql);
     snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
     const char *argv[] = {bin, "-c", t.ini, "replay", dump, NULL};
-    double r0 = now_s();
+    double r0 = bench_now_s();
     if (!proc_start(argv, NULL, t.log, &t.daemon, err, sizeof err))
-        die("%s", err);
+        bench_die("%s", err);
     if (!proc_wait(&t.daemon, 3600) || proc_exit_code(&t.daemon) != 0)
-        die("oplog2pg replay failed; see %s", t.log);
-    double replay_s = now_s() - r0;
+        bench_die("oplog2pg replay failed; see %s", t.log);
+    double replay_s = bench_now_s() - r0;
     t.daemon.pid = 0;
 
     /* The same rows by psql \copy into a table of the same shape, on the same server. */
@@ -644,7 +400,7 @@ static void bench_keys(uint64_t n)
     workload_stats st;
     char err[512], path[128], docs[140], db[64];
     if (!workload_run(t.uri, &wc, &st, err, sizeof err))
-        die("workload: %s", err);
+        bench_die("workload: %s", err);
     snprintf(path, sizeof path, "%s/rows.copy", t.dir);
     snprintf(docs, sizeof docs, "%s/docs.copy", t.dir);
     snprintf(db, sizeof db, "%s0", t.prefix);
@@ -652,7 +408,7 @@ static void bench_keys(uint64_t n)
     char cmd[400];
     snprintf(cmd, sizeof cmd, "cut -f2 '%s' > '%s'", path, docs);
     if (system(cmd) != 0)
-        die("cut failed");
+        bench_die("cut failed");
     static const struct {
         const char *what, *create, *cols;
         bool docs_only;
@@ -770,17 +526,19 @@ static const char *mapped_ini(const mapped_load *l, char *buf, size_t len)
     return buf;
 }
 
-/* Inserts documents first..last (by _id) in ordered batches. */
-static void insert_mapped(trial *t, const mapped_load *l, uint64_t first, uint64_t last, uint64_t *rng)
+/* Inserts documents first..last (by _id) into db.c0 in ordered batches, each made by make(d, id, ctx). */
+typedef void (*doc_maker)(bson_t *d, uint64_t id, void *ctx);
+
+static void insert_range(trial *t, const char *db, uint64_t first, uint64_t last, doc_maker make, void *ctx)
 {
     enum { BATCH = 200 };
     static bson_t docs[BATCH];
     const bson_t *ptrs[BATCH];
-    mongoc_collection_t *coll = mongoc_client_get_collection(t->client, l->db, "c0");
+    mongoc_collection_t *coll = mongoc_client_get_collection(t->client, db, "c0");
     for (uint64_t id = first; id <= last;) {
         size_t nb = 0;
         for (; nb < BATCH && id <= last; nb++, id++) {
-            mapped_doc(&docs[nb], l->shape, (int64_t)id, rng);
+            make(&docs[nb], id, ctx);
             ptrs[nb] = &docs[nb];
         }
         bson_error_t err;
@@ -788,9 +546,26 @@ static void insert_mapped(trial *t, const mapped_load *l, uint64_t first, uint64
         for (size_t i = 0; i < nb; i++)
             bson_destroy(&docs[i]);
         if (!ok)
-            die("inserting into %s.c0: %s", l->db, err.message);
+            bench_die("inserting into %s.c0: %s", db, err.message);
     }
     mongoc_collection_destroy(coll);
+}
+
+typedef struct {
+    const mapped_load *l;
+    uint64_t *rng;
+} mapped_maker;
+
+static void make_mapped(bson_t *d, uint64_t id, void *ctx)
+{
+    mapped_maker *m = ctx;
+    mapped_doc(d, m->l->shape, (int64_t)id, m->rng);
+}
+
+static void insert_mapped(trial *t, const mapped_load *l, uint64_t first, uint64_t last, uint64_t *rng)
+{
+    mapped_maker m = {l, rng};
+    insert_range(t, l->db, first, last, make_mapped, &m);
 }
 
 static void write_mapped(trial *t, const void *ctx)
@@ -798,7 +573,7 @@ static void write_mapped(trial *t, const void *ctx)
     const mapped_load *l = ctx;
     uint64_t rng = l->seed;
     insert_mapped(t, l, 1, l->n, &rng);
-    exec_sql(t->pg, "CHECKPOINT"); /* as before the psql \copy: each side starts without dirty buffers */
+    bench_exec_sql(t->pg, "CHECKPOINT"); /* as before the psql \copy: each side starts without dirty buffers */
 }
 
 static uint64_t count_rows(PGconn *pg, const char *qtable)
@@ -807,7 +582,7 @@ static uint64_t count_rows(PGconn *pg, const char *qtable)
     snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", qtable);
     PGresult *r = PQexec(pg, sql);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
-        die("%s: %s", sql, PQerrorMessage(pg));
+        bench_die("%s: %s", sql, PQerrorMessage(pg));
     uint64_t n = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
     PQclear(r);
     return n;
@@ -848,15 +623,15 @@ static mapped_result mapped_trial(map_shape shape, uint64_t n, int rep)
     res.switches = t.switches;
     snprintf(qtable, sizeof qtable, "%s.c0", l.db);
     if ((res.rows = count_rows(t.pg, qtable)) != n + 1)
-        die("%s holds %llu rows, not %llu; see %s", qtable, (unsigned long long)res.rows, (unsigned long long)n + 1,
-            t.log);
+        bench_die("%s holds %llu rows, not %llu; see %s", qtable, (unsigned long long)res.rows,
+                  (unsigned long long)n + 1, t.log);
     res.rows = n;
 
     snprintf(path, sizeof path, "%s/rows.copy", t.dir);
     snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy (SELECT * FROM %s WHERE id <> 0) to '%s'\"",
              qtable, path);
     if (system(sql) != 0)
-        die("psql \\copy from %s failed", qtable);
+        bench_die("psql \\copy from %s failed", qtable);
     FILE *f = fopen(path, "r");
     if (f != NULL && fseek(f, 0, SEEK_END) == 0)
         res.file_bytes = ftell(f);
@@ -869,7 +644,7 @@ static mapped_result mapped_trial(map_shape shape, uint64_t n, int rep)
              "binary)\"",
              qtable, bin);
     if (system(sql) != 0)
-        die("psql \\copy from %s failed", qtable);
+        bench_die("psql \\copy from %s failed", qtable);
     char like[200];
     snprintf(like, sizeof like, "(LIKE %s INCLUDING ALL)", qtable);
     res.copy_s = psql_copy(t.pg, "public.bench_mapped_copy", like, "", path);
@@ -954,7 +729,7 @@ static void bench_mapped(uint64_t n_typed, uint64_t n_arrays)
     const char *env = getenv("BENCH_MAPPED_REPS");
     int reps = env ? atoi(env) : 3;
     if (reps < 1 || reps > 9)
-        die("BENCH_MAPPED_REPS must be 1 to 9");
+        bench_die("BENCH_MAPPED_REPS must be 1 to 9");
     if (n_typed > 0) {
         printf("### Typed columns\n\n");
         bench_mapped_shape(SHAPE_TYPED, n_typed, reps);
@@ -999,7 +774,7 @@ static void md5_hex(const void *data, size_t len, char hex[33])
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdlen = 0;
     if (!EVP_Digest(data, len, md, &mdlen, EVP_md5(), NULL) || mdlen != 16)
-        die("md5 failed");
+        bench_die("md5 failed");
     for (unsigned b = 0; b < 16; b++)
         snprintf(hex + 2 * b, 3, "%02x", md[b]);
 }
@@ -1042,7 +817,7 @@ static void gen_open(txn_gen *g, const txn_load *l)
     g->sum = EVP_MD_CTX_new();
     l->out->row_md5 = malloc(l->n * sizeof *l->out->row_md5);
     if (!g->pad || !g->row || !g->sum || !l->out->row_md5 || !EVP_DigestInit_ex(g->sum, EVP_md5(), NULL))
-        die("out of memory");
+        bench_die("out of memory");
 }
 
 /* The next document into *doc (initialised here); false after the last. */
@@ -1069,7 +844,7 @@ static void gen_close(txn_gen *g)
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdlen = 0;
     if (!EVP_DigestFinal_ex(g->sum, md, &mdlen) || mdlen != 16)
-        die("md5 failed");
+        bench_die("md5 failed");
     for (unsigned b = 0; b < 16; b++)
         snprintf(g->l->out->sum + 2 * b, 3, "%02x", md[b]);
     EVP_MD_CTX_free(g->sum);
@@ -1088,7 +863,7 @@ static void write_inserts(trial *t, txn_gen *g)
     if (g->l->how == TXN_DRIVER) {
         if ((cs = mongoc_client_start_session(t->client, NULL, &err)) == NULL ||
             !mongoc_client_session_start_transaction(cs, NULL, &err) || !mongoc_client_session_append(cs, &opts, &err))
-            die("starting the transaction: %s", err.message);
+            bench_die("starting the transaction: %s", err.message);
     }
     mongoc_collection_t *coll = mongoc_client_get_collection(t->client, g->l->db, "c0");
     for (;;) {
@@ -1103,10 +878,10 @@ static void write_inserts(trial *t, txn_gen *g)
         for (size_t i = 0; i < nb; i++)
             bson_destroy(&docs[i]);
         if (!ok)
-            die("inserting into %s.c0: %s", g->l->db, err.message);
+            bench_die("inserting into %s.c0: %s", g->l->db, err.message);
     }
     if (cs != NULL && !mongoc_client_session_commit_transaction(cs, NULL, &err))
-        die("committing the transaction: %s", err.message);
+        bench_die("committing the transaction: %s", err.message);
     mongoc_collection_destroy(coll);
     if (cs != NULL)
         mongoc_client_session_destroy(cs);
@@ -1139,7 +914,7 @@ static void collection_uuid(trial *t, const char *db, uint8_t uuid[16])
     bson_destroy(opts);
     mongoc_database_destroy(d);
     if (!found)
-        die("no uuid for %s.c0", db);
+        bench_die("no uuid for %s.c0", db);
 }
 
 /* A chain entry's head and tail, in a 4.4+ server's field order ([lsid, txnNumber,] op, ns, o, ts, t, v, wall,
@@ -1159,7 +934,7 @@ static void append_entry(trial *t, const bson_t *entry)
     bson_append_array_end(&cmd, &arr);
     bson_error_t err;
     if (!mongoc_client_command_simple(t->client, "admin", &cmd, NULL, &reply, &err))
-        die("appendOplog of a %u-byte entry: %s", entry->len, err.message);
+        bench_die("appendOplog of a %u-byte entry: %s", entry->len, err.message);
     bson_destroy(&reply);
     bson_destroy(&cmd);
 }
@@ -1195,7 +970,7 @@ static void write_chain(trial *t, txn_gen *g)
     bson_destroy(last_opts);
     mongoc_collection_destroy(oplog);
     if (secs == 0 || term < 0)
-        die("no newest oplog entry with ts and t");
+        bench_die("no newest oplog entry with ts and t");
     secs++;
     inc = 0;
     bson_t inner, doc, entry, o, arr;
@@ -1238,7 +1013,7 @@ static void write_chain(trial *t, txn_gen *g)
         bson_append_array_end(&o, &arr);
         if (have)
             BSON_APPEND_BOOL(&o, "partialTxn", true);
-        else
+        else if (inc > 0) /* count only ends a chain of two or more entries (oplog/REPORT.md §4) */
             BSON_APPEND_INT64(&o, "count", (int64_t)total);
         bson_append_document_end(&entry, &o);
         BSON_APPEND_TIMESTAMP(&entry, "ts", secs, ++inc);
@@ -1260,12 +1035,12 @@ static void write_txn(trial *t, const void *ctx)
     const txn_load *l = ctx;
     txn_gen g;
     gen_open(&g, l);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (l->how == TXN_CHAIN)
         write_chain(t, &g);
     else
         write_inserts(t, &g);
-    l->out->write_s = now_s() - t0;
+    l->out->write_s = bench_now_s() - t0;
     gen_close(&g);
 }
 
@@ -1296,7 +1071,7 @@ static oplog_shape oplog_after(mongoc_client_t *c, uint64_t start)
     }
     bson_error_t err;
     if (mongoc_cursor_error(cur, &err))
-        die("reading the oplog: %s", err.message);
+        bench_die("reading the oplog: %s", err.message);
     mongoc_cursor_destroy(cur);
     bson_destroy(filter);
     mongoc_collection_destroy(oplog);
@@ -1313,7 +1088,7 @@ static void txn_check(trial *t, const txn_load *l)
              l->db);
     PGresult *r = PQexec(t->pg, sql);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
-        die("%s: %s", sql, PQerrorMessage(t->pg));
+        bench_die("%s: %s", sql, PQerrorMessage(t->pg));
     uint64_t rows = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
     bool same = rows == l->n && strcmp(PQgetvalue(r, 0, 1), l->out->sum) == 0;
     fprintf(stderr, "txn check %s: %llu rows, md5 %s (written: %llu rows, md5 %s)\n", l->db, (unsigned long long)rows,
@@ -1329,10 +1104,10 @@ static void txn_check(trial *t, const txn_load *l)
     for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++) {
         uint64_t id = strtoull(PQgetvalue(r, i, 0), NULL, 10);
         if (id != (uint64_t)i + 1 || id > l->n || strcmp(PQgetvalue(r, i, 1), l->out->row_md5[i]) != 0)
-            die("%s.c0 differs from what was written at row %d: _id %s, doc %s...", l->db, i + 1, PQgetvalue(r, i, 0),
-                PQgetvalue(r, i, 2));
+            bench_die("%s.c0 differs from what was written at row %d: _id %s, doc %s...", l->db, i + 1,
+                      PQgetvalue(r, i, 0), PQgetvalue(r, i, 2));
     }
-    die("%s.c0 holds %llu rows, not the %llu written", l->db, (unsigned long long)rows, (unsigned long long)l->n);
+    bench_die("%s.c0 holds %llu rows, not the %llu written", l->db, (unsigned long long)rows, (unsigned long long)l->n);
 }
 
 typedef struct {
@@ -1355,7 +1130,7 @@ static txn_result txn_trial(txn_how how, uint64_t n, size_t pad, int rep)
     bson_error_t err;
     mongoc_collection_t *made = mongoc_database_create_collection(db, "c0", NULL, &err);
     if (made == NULL)
-        die("creating %s.c0: %s", l.db, err.message);
+        bench_die("creating %s.c0: %s", l.db, err.message);
     mongoc_collection_destroy(made);
     mongoc_database_destroy(db);
     txn_result res = {.peak_kb = -1};
@@ -1364,9 +1139,9 @@ static txn_result txn_trial(txn_how how, uint64_t n, size_t pad, int rep)
     res.write_s = w.write_s;
     txn_check(&t, &l);
     res.shape = oplog_after(t.client, t.start);
-    if (how != TXN_PLAIN && (res.shape.chain < 2 || res.shape.partial + 1 != res.shape.chain))
-        die("the transaction was logged as %llu applyOps entries (%llu partialTxn), not one chain",
-            (unsigned long long)res.shape.chain, (unsigned long long)res.shape.partial);
+    if (how != TXN_PLAIN && (res.shape.chain < 1 || res.shape.partial + 1 != res.shape.chain))
+        bench_die("the transaction was logged as %llu applyOps entries (%llu partialTxn), not one transaction",
+                  (unsigned long long)res.shape.chain, (unsigned long long)res.shape.partial);
     free(w.row_md5);
     res.sim_peak_kb = proc_peak_kb(t.sim.pid);
     trial_close(&t);
@@ -1386,15 +1161,15 @@ static void bench_txn(uint64_t n, size_t pad)
     const char *env = getenv("BENCH_TXN_REPS");
     int reps = env ? atoi(env) : 1;
     if (reps < 1 || reps > 9)
-        die("BENCH_TXN_REPS must be 1 to 9");
+        bench_die("BENCH_TXN_REPS must be 1 to 9");
     if (pad < 1 || pad > 8u << 20)
-        die("the pad must be 1 byte to 8 MB");
+        bench_die("the pad must be 1 byte to 8 MB");
     const char *write = getenv("BENCH_TXN_WRITE");
     txn_how how = TXN_CHAIN;
     if (write != NULL && strcmp(write, "driver") == 0)
         how = TXN_DRIVER;
     else if (write != NULL && *write != '\0' && strcmp(write, "chain") != 0)
-        die("BENCH_TXN_WRITE must be chain or driver");
+        bench_die("BENCH_TXN_WRITE must be chain or driver");
     txn_result plain[9], txn[9];
     for (int i = 0; i < reps; i++) {
         plain[i] = txn_trial(TXN_PLAIN, n, pad, i);
@@ -1437,10 +1212,151 @@ static void bench_txn(uint64_t n, size_t pad)
     fflush(stdout);
 }
 
-/* The initial copy of n documents in 4 collections: `run --import-only` with 1 worker and with 4, against psql
- * \copy of the same rows into 4 tables of the same shape, one after another. */
+/* The initial copy of n documents in 4 collections, in BENCH_COPY_REPS rounds (default 3, at most 9). A round runs
+ * `run --import-only` with 1 worker, then psql \copy of the very rows that run wrote, then the copy with 4 workers, so
+ * each ratio compares runs made side by side. Before each side, CHECKPOINT: neither pays for the other's dirty
+ * buffers. BENCH_COPY_WORKERS="1 2" sets other worker counts (the first is the one psql \copy follows);
+ * BENCH_PERF=FILE records each daemon run with `perf record` into FILE.<service>.w<workers>.r<round> (those runs are
+ * slower and not the figures to report). */
+
+/* What one side of a round cost: its wall time, and the CPU time of the daemon (every thread), of mongosim and of
+ * PostgreSQL (every process) over it; the daemon's peak resident memory. */
+typedef struct {
+    double secs, daemon_cpu_s, sim_cpu_s, pg_cpu_s;
+    long peak_kb;
+} copy_side;
+
+/* One `run --import-only` from nothing: the schema dropped, the copy state and the checkpoint forgotten. */
+static copy_side copy_daemon_run(trial *t, const char *db, int workers, int round)
+{
+    char sql[512], extra[64], bin[256], err[512];
+    snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s CASCADE", db);
+    bench_exec_sql(t->pg, sql);
+    snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.copy_state WHERE service = '%s'", t->service);
+    PQclear(PQexec(t->pg, sql));
+    snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.checkpoint WHERE service = '%s'", t->service);
+    PQclear(PQexec(t->pg, sql));
+    snprintf(extra, sizeof extra, "[copy]\nworkers = %d\n", workers);
+    trial_write_ini(t, "batched", extra);
+    bench_exec_sql(t->pg, "CHECKPOINT");
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *argv[] = {bin, "-c", t->ini, "run", "--import-only", NULL};
+    copy_side s = {.peak_kb = -1};
+    double pg0 = bench_cluster_cpu_seconds(t->pg), sim0 = bench_cpu_seconds(t->sim.pid), t0 = bench_now_s();
+    if (!proc_start(argv, NULL, t->log, &t->daemon, err, sizeof err))
+        bench_die("%s", err);
+    proc_handle perf = {0};
+    const char *perf_out = getenv("BENCH_PERF");
+    if (perf_out != NULL && *perf_out != '\0') {
+        char pid[16], out[256], plog[160];
+        snprintf(pid, sizeof pid, "%d", (int)t->daemon.pid);
+        snprintf(out, sizeof out, "%s.%s.w%d.r%d", perf_out, t->service, workers, round);
+        snprintf(plog, sizeof plog, "%s/perf.log", t->dir);
+        const char *pargv[] = {"perf", "record", "-q", "-e", "cpu-clock", "-F", "999",
+                               "-g",   "-p",     pid,  "-o", out,         NULL};
+        if (!proc_start(pargv, NULL, plog, &perf, err, sizeof err))
+            bench_die("%s", err);
+    }
+    /* Until it exits: its CPU time and peak memory, sampled (the last sample is at most 100 ms old). */
+    double cpu = 0;
+    while (!proc_wait(&t->daemon, 0.1)) {
+        double c = bench_cpu_seconds(t->daemon.pid);
+        long kb = proc_peak_kb(t->daemon.pid);
+        cpu = c > cpu ? c : cpu;
+        s.peak_kb = kb > s.peak_kb ? kb : s.peak_kb;
+    }
+    s.secs = bench_now_s() - t0;
+    s.daemon_cpu_s = cpu;
+    s.sim_cpu_s = bench_cpu_seconds(t->sim.pid) - sim0;
+    usleep(100000); /* the copy's backends end after the daemon: then their time is the postmaster's cutime */
+    s.pg_cpu_s = bench_cluster_cpu_seconds(t->pg) - pg0;
+    if (proc_exit_code(&t->daemon) != 0)
+        bench_die("oplog2pg --import-only failed; see %s", t->log);
+    t->daemon.pid = 0;
+    if (perf.pid != 0)
+        proc_wait(&perf, 120);
+    return s;
+}
+
+/* psql \copy of the four dumps into fresh tables made LIKE the daemon's (same columns, types, collations, primary
+ * key), one after another in one psql. */
+static copy_side copy_psql_run(trial *t, const char *db, const char *script)
+{
+    char sql[512];
+    bench_exec_sql(t->pg, "DROP SCHEMA IF EXISTS bench_psql CASCADE");
+    bench_exec_sql(t->pg, "CREATE SCHEMA bench_psql");
+    for (int i = 0; i < 4; i++) {
+        snprintf(sql, sizeof sql, "CREATE TABLE bench_psql.c%d (LIKE %s.c%d INCLUDING ALL)", i, db, i);
+        bench_exec_sql(t->pg, sql);
+    }
+    bench_exec_sql(t->pg, "CHECKPOINT");
+    const char *argv[] = {"psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", script, NULL};
+    char err[512];
+    copy_side s = {.peak_kb = -1};
+    double pg0 = bench_cluster_cpu_seconds(t->pg), sim0 = bench_cpu_seconds(t->sim.pid), t0 = bench_now_s();
+    proc_handle psql = {0};
+    if (!proc_start(argv, NULL, NULL, &psql, err, sizeof err))
+        bench_die("%s", err);
+    proc_wait(&psql, 3600);
+    s.secs = bench_now_s() - t0;
+    if (proc_exit_code(&psql) != 0)
+        bench_die("psql \\copy failed");
+    s.sim_cpu_s = bench_cpu_seconds(t->sim.pid) - sim0;
+    usleep(100000); /* psql's backend ends after psql: then its time is the postmaster's cutime */
+    s.pg_cpu_s = bench_cluster_cpu_seconds(t->pg) - pg0;
+    bench_exec_sql(t->pg, "DROP SCHEMA bench_psql CASCADE");
+    return s;
+}
+
+/* The rows the daemon wrote into db.c0..c3, dumped as COPY text for the psql side, and the psql script that loads
+ * them; the number of rows. */
+static uint64_t copy_dump_rows(trial *t, const char *db, const char *script)
+{
+    char sql[512];
+    FILE *f = fopen(script, "w");
+    if (!f)
+        bench_die("cannot write %s", script);
+    uint64_t rows = 0;
+    for (int i = 0; i < 4; i++) {
+        char qtable[96], path[200];
+        snprintf(qtable, sizeof qtable, "%s.c%d", db, i);
+        snprintf(path, sizeof path, "%s/c%d.copy", t->dir, i);
+        snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy %s to '%s'\"", qtable, path);
+        if (system(sql) != 0)
+            bench_die("psql \\copy from %s failed", qtable);
+        rows += count_rows(t->pg, qtable);
+        fprintf(f, "\\copy bench_psql.c%d from '%s'\n", i, path);
+    }
+    fclose(f);
+    return rows;
+}
+
+static void copy_print_runs(const double *v, int n, double scale, const char *fmt)
+{
+    for (int i = 0; i < n; i++) {
+        printf("%s", i ? ", " : " ");
+        printf(fmt, v[i] * scale);
+    }
+}
+
 static void bench_copy(uint64_t n)
 {
+    const char *env = getenv("BENCH_COPY_REPS");
+    int reps = env ? atoi(env) : 3;
+    if (reps < 1 || reps > 9)
+        bench_die("BENCH_COPY_REPS must be 1 to 9");
+    int workers[4] = {1, 4}, nw = 2;
+    env = getenv("BENCH_COPY_WORKERS");
+    if (env != NULL && *env != '\0') {
+        char *end;
+        const char *p = env;
+        for (nw = 0; nw < 4 && *p != '\0'; p = end) {
+            long w = strtol(p, &end, 10);
+            if (end == p || w < 1 || w > 64)
+                bench_die("BENCH_COPY_WORKERS: worker counts from 1 to 64, at most 4 of them");
+            workers[nw++] = (int)w;
+        }
+    }
     trial t;
     trial_open(&t, "cp", "batched");
     workload_config wc;
@@ -1453,67 +1369,68 @@ static void bench_copy(uint64_t n)
     wc.mode = WORKLOAD_INSERT_ONLY;
     wc.batch_size = 1000;
     workload_stats st;
-    char err[512], sql[1024], bin[256], db[64];
+    char err[512], db[64], script[200];
     if (!workload_run(t.uri, &wc, &st, err, sizeof err))
-        die("workload: %s", err);
+        bench_die("workload: %s", err);
     snprintf(db, sizeof db, "%s0", t.prefix);
-    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
-
-    static const int workers[] = {1, 4};
-    double rate[2];
-    for (int w = 0; w < 2; w++) {
-        snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s CASCADE", db);
-        exec_sql(t.pg, sql);
-        snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.copy_state WHERE service = '%s'", t.service);
-        PQclear(PQexec(t.pg, sql));
-        snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.checkpoint WHERE service = '%s'", t.service);
-        PQclear(PQexec(t.pg, sql));
-        char extra[64];
-        snprintf(extra, sizeof extra, "[copy]\nworkers = %d\n", workers[w]);
-        trial_write_ini(&t, "batched", extra);
-        const char *argv[] = {bin, "-c", t.ini, "run", "--import-only", NULL};
-        double t0 = now_s();
-        if (!proc_start(argv, NULL, t.log, &t.daemon, err, sizeof err))
-            die("%s", err);
-        if (!proc_wait(&t.daemon, 3600) || proc_exit_code(&t.daemon) != 0)
-            die("oplog2pg --import-only failed; see %s", t.log);
-        rate[w] = (double)st.live_docs / (now_s() - t0);
-        t.daemon.pid = 0;
-    }
-
-    /* psql \copy of the same rows, the four tables one after another. */
-    char script[200];
     snprintf(script, sizeof script, "%s/copy.sql", t.dir);
-    FILE *f = fopen(script, "w");
-    if (!f)
-        die("cannot write %s", script);
+
+    double rate[4][9], ratio[4][9], psql_rate[9], cpu_us[4][9], sim_us[4][9], pg_us[4][9], psql_pg_us[9];
+    long peak[4] = {-1, -1, -1, -1};
     uint64_t rows = 0;
-    exec_sql(t.pg, "DROP SCHEMA IF EXISTS bench_psql CASCADE");
-    exec_sql(t.pg, "CREATE SCHEMA bench_psql");
-    for (int i = 0; i < 4; i++) {
-        char coll[16], path[200];
-        snprintf(coll, sizeof coll, "c%d", i);
-        snprintf(path, sizeof path, "%s/%s.copy", t.dir, coll);
-        rows += dump_for_copy(t.client, db, coll, path);
-        snprintf(sql, sizeof sql, "CREATE TABLE bench_psql.%s " SAME_SHAPE, coll);
-        exec_sql(t.pg, sql);
-        fprintf(f, "\\copy bench_psql.%s (_id, doc) from '%s'\n", coll, path);
+    for (int r = 0; r < reps; r++) {
+        for (int w = 0; w < nw; w++) {
+            copy_side s = copy_daemon_run(&t, db, workers[w], r);
+            double docs = (double)st.live_docs;
+            rate[w][r] = docs / s.secs;
+            cpu_us[w][r] = s.daemon_cpu_s * 1e6 / docs;
+            sim_us[w][r] = s.sim_cpu_s * 1e6 / docs;
+            pg_us[w][r] = s.pg_cpu_s * 1e6 / docs;
+            peak[w] = s.peak_kb > peak[w] ? s.peak_kb : peak[w];
+            if (w == 0) {
+                if (r == 0 && (rows = copy_dump_rows(&t, db, script)) != st.live_docs)
+                    bench_die("the copy wrote %llu rows, not %llu; see %s", (unsigned long long)rows,
+                              (unsigned long long)st.live_docs, t.log);
+                copy_side psql = copy_psql_run(&t, db, script);
+                psql_rate[r] = (double)rows / psql.secs;
+                psql_pg_us[r] = psql.pg_cpu_s * 1e6 / (double)rows;
+            }
+            fprintf(stderr,
+                    "copy round %d, %d worker%s: %.0f docs/s (daemon %.1f, mongosim %.1f, PostgreSQL %.1f us "
+                    "CPU/doc, peak %.1f MB)\n",
+                    r + 1, workers[w], workers[w] > 1 ? "s" : "", rate[w][r], cpu_us[w][r], sim_us[w][r], pg_us[w][r],
+                    (double)s.peak_kb / 1024.0);
+            if (w == 0)
+                fprintf(stderr, "copy round %d, psql \\copy: %.0f rows/s (PostgreSQL %.1f us CPU/row)\n", r + 1,
+                        psql_rate[r], psql_pg_us[r]);
+        }
+        for (int w = 0; w < nw; w++)
+            ratio[w][r] = rate[w][r] / psql_rate[r];
     }
-    fclose(f);
-    snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -f '%s'", script);
-    double t0 = now_s();
-    if (system(sql) != 0)
-        die("psql \\copy failed");
-    double copy_rate = (double)rows / (now_s() - t0);
-    exec_sql(t.pg, "DROP SCHEMA bench_psql CASCADE");
     trial_close(&t);
 
-    printf("| what | documents | documents/s | of the psql \\copy rate |\n|---|---:|---:|---:|\n");
-    printf("| psql \\copy, the 4 tables one after another | %llu | %.0f | 100%% |\n", (unsigned long long)rows,
-           copy_rate);
-    for (int w = 0; w < 2; w++)
-        printf("| oplog2pg initial copy, %d worker%s | %llu | %.0f | %.0f%% |\n", workers[w], workers[w] > 1 ? "s" : "",
-               (unsigned long long)st.live_docs, rate[w], 100.0 * rate[w] / copy_rate);
+    printf("%llu documents in 4 collections, %d rounds; psql \\copy loads the rows the copy wrote (dumped with psql "
+           "\\copy ... to) into 4 fresh tables LIKE the copy's, one after another.\n\n",
+           (unsigned long long)st.live_docs, reps);
+    printf("| what | documents/s, median of %d | the runs, in order | of the psql \\copy rate: median (range) | "
+           "CPU us/doc: daemon, mongosim, PostgreSQL | peak RSS |\n|---|---:|---|---:|---|---:|\n",
+           reps);
+    printf("| psql \\copy, the 4 tables one after another | %.0f |", median(psql_rate, reps));
+    copy_print_runs(psql_rate, reps, 1, "%.0f");
+    printf(" | 1.00 | -, -, %.1f | |\n", median(psql_pg_us, reps));
+    for (int w = 0; w < nw; w++) {
+        double lo = ratio[w][0], hi = ratio[w][0];
+        for (int r = 1; r < reps; r++) {
+            lo = ratio[w][r] < lo ? ratio[w][r] : lo;
+            hi = ratio[w][r] > hi ? ratio[w][r] : hi;
+        }
+        printf("| oplog2pg initial copy, %d worker%s | %.0f |", workers[w], workers[w] > 1 ? "s" : "",
+               median(rate[w], reps));
+        copy_print_runs(rate[w], reps, 1, "%.0f");
+        printf(" | **%.2f** (%.2f to %.2f) | %.1f, %.1f, %.1f | %.1f MB |\n", median(ratio[w], reps), lo, hi,
+               median(cpu_us[w], reps), median(sim_us[w], reps), median(pg_us[w], reps), (double)peak[w] / 1024.0);
+    }
+    fflush(stdout);
 }
 
 /* ---- network round trips (issue 13) ---- */
@@ -1545,9 +1462,9 @@ static double rtt_trial(bool batched, uint64_t n, int rep, unsigned rtt_ms, unsi
 static void bench_rtt(uint64_t n, unsigned ratio)
 {
     static const unsigned rtts[] = {0, 1, 5};
-    const char *port = strstr(conninfo, "port=");
+    const char *port = strstr(bench_conninfo, "port=");
     if (port == NULL)
-        die("the test cluster's conninfo (%s) names no port to put the proxy in front of", conninfo);
+        bench_die("the test cluster's conninfo (%s) names no port to put the proxy in front of", bench_conninfo);
     char pgport[16];
     snprintf(pgport, sizeof pgport, "%d", atoi(port + 5));
     printf(
@@ -1562,7 +1479,7 @@ static void bench_rtt(uint64_t n, unsigned ratio)
         const char *argv[] = {bin, "127.0.0.1", pgport, rtt, NULL};
         proc_handle proxy;
         if (!proc_start(argv, NULL, log, &proxy, err, sizeof err))
-            die("%s", err);
+            bench_die("%s", err);
         int pport = 0;
         for (int tries = 0; tries < 100 && pport == 0; tries++) {
             FILE *f = fopen(log, "r");
@@ -1575,9 +1492,9 @@ static void bench_rtt(uint64_t n, unsigned ratio)
                 usleep(20000);
         }
         if (pport == 0)
-            die("bench/rttproxy did not say its port (%s)", log);
+            bench_die("bench/rttproxy did not say its port (%s)", log);
         snprintf(dc, sizeof dc, "host=127.0.0.1 port=%d user=postgres dbname=postgres", pport);
-        daemon_conninfo = dc;
+        bench_daemon_conninfo = dc;
         /* per-op at 5 ms applies about 40 entries/s: a share of the workload is enough for its rate */
         uint64_t n_per_op = rtts[i] == 0 ? n : rtts[i] == 1 ? n / 5 : n / 20;
         double per_op = rtt_trial(false, n_per_op, 0, rtts[i], ratio);
@@ -1585,7 +1502,7 @@ static void bench_rtt(uint64_t n, unsigned ratio)
         for (int rep = 0; rep < 3; rep++)
             batched[rep] = rtt_trial(true, n, rep, rtts[i], ratio);
         qsort(batched, 3, sizeof batched[0], cmp_double);
-        daemon_conninfo = NULL;
+        bench_daemon_conninfo = NULL;
         proc_stop(&proxy, 10);
         unlink(log);
         printf("| %u ms | %.2f s (%.0f) | %.0f | %.1fx |\n", rtts[i], (double)n / batched[1], batched[1], per_op,
@@ -1594,13 +1511,423 @@ static void bench_rtt(uint64_t n, unsigned ratio)
     }
 }
 
+/* ---- insert throughput of the jsonb shape, small and large documents (issue 13) ---- */
+
+typedef enum { DOC_SMALL, DOC_LARGE } doc_size;
+
+/* Document i of a shape: small (about 320 bytes of BSON: a nested object, an array, a double, a date, and the common
+ * scalars) or large (about 10 kB: the same and an array of 40 line items with text). Deterministic from i. */
+static void sized_doc(bson_t *d, doc_size size, uint64_t i)
+{
+    uint64_t rng = 0xD0C5ull ^ (i * 0x9E3779B97F4A7C15ull);
+    bson_oid_t oid;
+    uint8_t bytes[12] = {0x65,
+                         0xa1,
+                         0,
+                         0,
+                         (uint8_t)(i >> 40),
+                         (uint8_t)(i >> 32),
+                         (uint8_t)(i >> 24),
+                         (uint8_t)(i >> 16),
+                         (uint8_t)(i >> 8),
+                         (uint8_t)i,
+                         0x42,
+                         0x17};
+    bson_oid_init_from_data(&oid, bytes);
+    char text[200];
+    bson_init(d);
+    BSON_APPEND_OID(d, "_id", &oid);
+    bson_t user, tags, items;
+    BSON_APPEND_DOCUMENT_BEGIN(d, "user", &user);
+    snprintf(text, sizeof text, "user %llu", (unsigned long long)i);
+    BSON_APPEND_UTF8(&user, "name", text);
+    snprintf(text, sizeof text, "user%llu@example.com", (unsigned long long)i);
+    BSON_APPEND_UTF8(&user, "email", text);
+    BSON_APPEND_INT32(&user, "age", (int32_t)(18 + rng_next(&rng) % 60));
+    BSON_APPEND_UTF8(&user, "city", "Lisbon");
+    bson_append_document_end(d, &user);
+    BSON_APPEND_ARRAY_BEGIN(d, "tags", &tags);
+    BSON_APPEND_UTF8(&tags, "0", "alpha");
+    BSON_APPEND_UTF8(&tags, "1", "beta");
+    BSON_APPEND_UTF8(&tags, "2", "gamma");
+    bson_append_array_end(d, &tags);
+    BSON_APPEND_DOUBLE(d, "score", (double)(rng_next(&rng) % 1000000) / 1000.0);
+    BSON_APPEND_DATE_TIME(d, "created", 1700000000000 + (int64_t)(i * 1000));
+    BSON_APPEND_BOOL(d, "active", (rng_next(&rng) & 1) != 0);
+    BSON_APPEND_INT64(d, "n", (int64_t)i);
+    BSON_APPEND_UTF8(d, "status", "shipped");
+    BSON_APPEND_UTF8(d, "note", "an ordinary order, nothing to add about it");
+    if (size == DOC_LARGE) {
+        BSON_APPEND_ARRAY_BEGIN(d, "items", &items);
+        for (int k = 0; k < 40; k++) {
+            bson_t it;
+            char key[8];
+            snprintf(key, sizeof key, "%d", k);
+            BSON_APPEND_DOCUMENT_BEGIN(&items, key, &it);
+            snprintf(text, sizeof text, "SKU-%06u", (unsigned)(rng_next(&rng) % 1000000));
+            BSON_APPEND_UTF8(&it, "sku", text);
+            BSON_APPEND_INT32(&it, "qty", (int32_t)(1 + rng_next(&rng) % 9));
+            BSON_APPEND_DOUBLE(&it, "price", (double)(rng_next(&rng) % 100000) / 100.0);
+            size_t len = 120 + rng_next(&rng) % 60;
+            for (size_t c = 0; c < len; c++)
+                text[c] = "abcdefghijklmnopqrstuvwxyz        "[rng_next(&rng) % 34];
+            text[len] = '\0';
+            BSON_APPEND_UTF8(&it, "description", text);
+            bson_append_document_end(&items, &it);
+        }
+        bson_append_array_end(d, &items);
+    }
+}
+
+typedef struct {
+    doc_size size;
+    uint64_t n;
+    char db[64];
+} sized_load;
+
+static void make_sized(bson_t *d, uint64_t id, void *ctx)
+{
+    sized_doc(d, ((const sized_load *)ctx)->size, id);
+}
+
+static void insert_sized(trial *t, const sized_load *l, uint64_t first, uint64_t last)
+{
+    insert_range(t, l->db, first, last, make_sized, (void *)l);
+}
+
+static void write_sized(trial *t, const void *ctx)
+{
+    const sized_load *l = ctx;
+    insert_sized(t, l, 1, l->n);
+    bench_exec_sql(t->pg, "CHECKPOINT"); /* as before the psql \copy: each side starts without dirty buffers */
+}
+
+typedef struct {
+    double tail_s, replay_s, copy_s, cpu_s, sim_cpu_s, pg_cpu_s, copy_pg_cpu_s;
+    long peak_kb;
+    long long file_bytes;
+} sized_result;
+
+/* One side-by-side trial: oplog2pg tails the n inserts of a fresh mongosim into the jsonb table (_id text key, doc
+ * jsonb); then `oplog2pg replay` of a dump of the same oplog entries, from the same checkpoint, into the same table
+ * emptied; then psql \copy of the very rows oplog2pg wrote (COPY ... TO, text) into a fresh table made LIKE it
+ * (same columns, collation, primary key, no generated column). */
+static sized_result sized_trial(doc_size size, uint64_t n, int rep)
+{
+    trial t;
+    char name[32], qtable[128], sql[1024], path[160], dump[160], bin[256], err[512];
+    snprintf(name, sizeof name, "%s%d", size == DOC_LARGE ? "big" : "sml", rep);
+    trial_open(&t, name, "batched");
+    sized_load l = {.size = size, .n = n};
+    snprintf(l.db, sizeof l.db, "%s0", t.prefix);
+    trial_write_ini(&t, "batched", "");
+    insert_sized(&t, &l, 0, 0); /* the seed document, so that the table exists before the timing */
+    sized_result res = {.peak_kb = -1};
+    res.tail_s = timed_backlog_of(&t, write_sized, &l, &res.peak_kb, &res.cpu_s);
+    res.sim_cpu_s = t.sim_cpu_s;
+    res.pg_cpu_s = t.pg_cpu_s;
+    snprintf(qtable, sizeof qtable, "%s.c0", l.db);
+    if (count_rows(t.pg, qtable) != n + 1)
+        bench_die("%s holds %llu rows, not %llu; see %s", qtable, (unsigned long long)count_rows(t.pg, qtable),
+                  (unsigned long long)n + 1, t.log);
+    proc_stop(&t.daemon, 60);
+    t.daemon.pid = 0;
+
+    /* replay: the same entries from a dump, from the same checkpoint, into the table emptied of them */
+    snprintf(dump, sizeof dump, "%s/oplog.bson", t.dir);
+    dump_oplog(t.client, dump);
+    snprintf(path, sizeof path, "%s/rows.copy", t.dir);
+    snprintf(sql, sizeof sql,
+             "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy (SELECT _id, doc FROM %s WHERE doc->>'n' <> '0') to '%s'\"",
+             qtable, path);
+    if (system(sql) != 0)
+        bench_die("psql \\copy from %s failed", qtable);
+    FILE *f = fopen(path, "r");
+    if (f != NULL && fseek(f, 0, SEEK_END) == 0)
+        res.file_bytes = ftell(f);
+    if (f != NULL)
+        fclose(f);
+    snprintf(sql, sizeof sql, "DELETE FROM %s WHERE doc->>'n' <> '0'", qtable); /* all but the seed (n 0) */
+    bench_exec_sql(t.pg, sql);
+    snprintf(sql, sizeof sql, "VACUUM %s", qtable);
+    bench_exec_sql(t.pg, sql);
+    snprintf(sql, sizeof sql, "UPDATE oplog2pg.checkpoint SET ts_sec = %u, ts_inc = %u WHERE service = '%s'",
+             (unsigned)(t.start >> 32), (unsigned)t.start, t.service);
+    bench_exec_sql(t.pg, sql);
+    bench_exec_sql(t.pg, "CHECKPOINT");
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *argv[] = {bin, "-c", t.ini, "replay", dump, NULL};
+    double r0 = bench_now_s();
+    if (!proc_start(argv, NULL, t.log, &t.daemon, err, sizeof err))
+        bench_die("%s", err);
+    if (!proc_wait(&t.daemon, 3600) || proc_exit_code(&t.daemon) != 0)
+        bench_die("oplog2pg replay failed; see %s", t.log);
+    res.replay_s = bench_now_s() - r0;
+    t.daemon.pid = 0;
+    if (count_rows(t.pg, qtable) != n + 1)
+        bench_die("after replay %s holds %llu rows, not %llu; see %s", qtable,
+                  (unsigned long long)count_rows(t.pg, qtable), (unsigned long long)n + 1, t.log);
+
+    char like[200];
+    snprintf(like, sizeof like, "(LIKE %s INCLUDING ALL)", qtable);
+    res.copy_s = psql_copy(t.pg, "public.bench_sized_copy", like, "", path);
+    res.copy_pg_cpu_s = last_copy_pg_cpu_s;
+    trial_close(&t);
+    return res;
+}
+
+/* Issue 13's throughput goal: tailing at least 0.9 of psql \copy of the same rows into the same shape, for small and
+ * large documents, and replay at least as fast as tailing; reps side-by-side trials each (BENCH_THROUGHPUT_REPS,
+ * default 3), medians of the trials' own ratios. */
+static void bench_throughput(uint64_t n_small, uint64_t n_large)
+{
+    const char *env = getenv("BENCH_THROUGHPUT_REPS");
+    int reps = env ? atoi(env) : 3;
+    if (reps < 1 || reps > 9)
+        bench_die("BENCH_THROUGHPUT_REPS must be 1 to 9");
+    for (int s = 0; s < 2; s++) {
+        doc_size size = s ? DOC_LARGE : DOC_SMALL;
+        uint64_t n = s ? n_large : n_small;
+        if (n == 0)
+            continue;
+        double tail[9], replay[9], copy[9], rt[9], rr[9], cpu_us[9];
+        long peak = 0;
+        sized_result r = {0};
+        for (int i = 0; i < reps; i++) {
+            r = sized_trial(size, n, i);
+            tail[i] = (double)n / r.tail_s;
+            replay[i] = (double)n / r.replay_s;
+            copy[i] = (double)n / r.copy_s;
+            rt[i] = tail[i] / copy[i];
+            rr[i] = replay[i] / copy[i];
+            cpu_us[i] = r.cpu_s * 1e6 / (double)n;
+            if (r.peak_kb > peak)
+                peak = r.peak_kb;
+            fprintf(stderr,
+                    "throughput %s run %d: tailing %.0f rows/s (%.2fx; daemon %.1f, mongosim %.1f, PostgreSQL %.1f us "
+                    "CPU/row), replay %.0f rows/s (%.2fx), psql \\copy %.0f rows/s (PostgreSQL %.1f us CPU/row)\n",
+                    s ? "large" : "small", i + 1, tail[i], rt[i], cpu_us[i], r.sim_cpu_s * 1e6 / (double)n,
+                    r.pg_cpu_s * 1e6 / (double)n, replay[i], rr[i], copy[i], r.copy_pg_cpu_s * 1e6 / (double)n);
+        }
+        printf("%s### %s documents (about %s of BSON each)\n\n%llu inserts; the rows as COPY text are %.1f MB.\n\n",
+               s ? "\n" : "", s ? "Large" : "Small", s ? "10 kB" : "320 bytes", (unsigned long long)n,
+               (double)r.file_bytes / 1e6);
+        printf("| what | rows/s, median of %d | the runs, in order (rows/s) |\n|---|---:|---|\n", reps);
+        printf("| psql \\copy of the same rows, same table | %.0f |", median(copy, reps));
+        print_runs(copy, reps);
+        printf(" |\n| oplog2pg, tailing the oplog of those inserts | %.0f |", median(tail, reps));
+        print_runs(tail, reps);
+        printf(" |\n| oplog2pg replay of a dump of that oplog (start-up included) | %.0f |", median(replay, reps));
+        print_runs(replay, reps);
+        double lo = rt[0], hi = rt[0];
+        for (int i = 1; i < reps; i++) {
+            lo = rt[i] < lo ? rt[i] : lo;
+            hi = rt[i] > hi ? rt[i] : hi;
+        }
+        printf(
+            " |\n\nTailing / psql \\copy: **%.2fx** (%.2fx to %.2fx); replay / psql \\copy: **%.2fx**. The daemon used "
+            "%.1f us of CPU per row tailing (all threads, median) and at most %.1f MB of resident memory.\n",
+            median(rt, reps), lo, hi, median(rr, reps), median(cpu_us, reps), (double)peak / 1024.0);
+        fflush(stdout);
+    }
+}
+
+/* ---- memory (issue 13) ---- */
+
+/* Documents of about 16 MB: `_id` i and (16 MB - 1 kB) of letters, as a string or, every other one, as binary, so the
+ * oplog entry stays within the 16 MB a server allows a user document (BSONObjMaxUserSize). */
+#define HUGE_PAD (16 * 1024 * 1024 - 1024)
+
+static void write_huge(trial *t, const void *ctx)
+{
+    const sized_load *l = ctx;
+    char *pad = malloc(HUGE_PAD + 1);
+    if (pad == NULL)
+        bench_die("out of memory");
+    mongoc_collection_t *coll = mongoc_client_get_collection(t->client, l->db, "c0");
+    for (uint64_t i = 1; i <= l->n; i++) {
+        memset(pad, 'a' + (int)(i % 26), HUGE_PAD);
+        pad[HUGE_PAD] = '\0';
+        /* every other one binary: its text (base64) is a third longer than its BSON */
+        bson_t *d = i % 2 ? BCON_NEW("_id", BCON_INT64((int64_t)i), "pad", BCON_UTF8(pad))
+                          : BCON_NEW("_id", BCON_INT64((int64_t)i), "pad",
+                                     BCON_BIN(BSON_SUBTYPE_BINARY, (const uint8_t *)pad, HUGE_PAD));
+        bson_error_t err;
+        if (!mongoc_collection_insert_one(coll, d, NULL, NULL, &err))
+            bench_die("inserting a 16 MB document: %s", err.message);
+        bson_destroy(d);
+    }
+    mongoc_collection_destroy(coll);
+    free(pad);
+}
+
+/* Issue 13's memory goal: the daemon's peak resident memory (VmHWM, its whole life) at most 64 MB with a backlog of
+ * n small inserts (default 10 million), and with m documents of 16 MB (default 40). */
+static void bench_memory(uint64_t n, uint64_t m)
+{
+    printf(
+        "| backlog | entries | oplog MB | seconds | entries/s | daemon peak RSS |\n|---|---:|---:|---:|---:|---:|\n");
+    for (int k = 0; k < 2; k++) {
+        uint64_t count = k ? m : n;
+        if (count == 0)
+            continue;
+        trial t;
+        trial_open(&t, k ? "memhuge" : "memmany", "batched");
+        sized_load l = {.size = DOC_SMALL, .n = count};
+        snprintf(l.db, sizeof l.db, "%s0", t.prefix);
+        trial_write_ini(&t, "batched", "");
+        insert_sized(&t, &l, 0, 0);
+        long peak = -1;
+        double secs = timed_backlog_of(&t, k ? write_huge : write_sized, &l, &peak, NULL);
+        char qtable[128];
+        snprintf(qtable, sizeof qtable, "%s.c0", l.db);
+        if (count_rows(t.pg, qtable) != count + 1)
+            bench_die("%s holds %llu rows, not %llu; see %s", qtable, (unsigned long long)count_rows(t.pg, qtable),
+                      (unsigned long long)count + 1, t.log);
+        double mb = k ? (double)count * 16.0 : (double)count * 430.0 / 1e6;
+        printf("| %s | %llu | %.0f | %.1f | %.0f | **%.1f MB** |\n",
+               k ? "documents of 16 MB" : "small inserts (about 320-byte documents)", (unsigned long long)count, mb,
+               secs, (double)count / secs, (double)peak / 1024.0);
+        fflush(stdout);
+        trial_close(&t);
+    }
+}
+
+/* ---- many collections (issue 13) ---- */
+
+/* One round of n inserts spread round-robin over `colls` collections c0..c<colls-1> of one database, replayed
+ * from a dump: the daemon's time with its tables to make (first replay), and into the tables it made (the same dump
+ * replayed again, the rows deleted and the checkpoint put back), against PostgreSQL's own: CREATE TABLE of the same
+ * shape one statement at a time (autocommit, as a person would run them), and the same rows loaded with one COPY per
+ * table in one psql session. */
+static void colls_round(uint64_t n, unsigned colls)
+{
+    trial t;
+    char name[32], sql[1024], dump[160], bin[256], err[512];
+    snprintf(name, sizeof name, "col%u", colls);
+    trial_open(&t, name, "batched");
+    trial_write_ini(&t, "batched", "");
+    char db[64];
+    snprintf(db, sizeof db, "%s0", t.prefix);
+    /* the writes: document i into collection i % colls, one insert command each (round-robin: no two consecutive
+     * documents share a collection) */
+    for (uint64_t i = 0; i < n; i++) {
+        bson_t cmd = BSON_INITIALIZER, arr, reply, d;
+        char cname[32];
+        snprintf(cname, sizeof cname, "c%u", (unsigned)(i % colls));
+        BSON_APPEND_UTF8(&cmd, "insert", cname);
+        BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &arr);
+        sized_doc(&d, DOC_SMALL, i + 1);
+        BSON_APPEND_DOCUMENT(&arr, "0", &d);
+        bson_destroy(&d);
+        bson_append_array_end(&cmd, &arr);
+        bson_error_t e;
+        if (!mongoc_client_command_simple(t.client, db, &cmd, NULL, &reply, &e))
+            bench_die("insert into %s.%s: %s", db, cname, e.message);
+        bson_destroy(&reply);
+        bson_destroy(&cmd);
+    }
+    snprintf(dump, sizeof dump, "%s/oplog.bson", t.dir);
+    dump_oplog(t.client, dump);
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    double replay_s[2];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) { /* the tables stay; their rows go, and the checkpoint goes back before the writes */
+            for (unsigned c = 0; c < colls; c++) {
+                snprintf(sql, sizeof sql, "DELETE FROM %s.c%u", db, c);
+                bench_exec_sql(t.pg, sql);
+            }
+        }
+        if (pass == 1) {
+            snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.checkpoint WHERE service = '%s'", t.service);
+            bench_exec_sql(t.pg, sql);
+        }
+        bench_exec_sql(t.pg, "CHECKPOINT");
+        const char *argv[] = {bin, "-c", t.ini, "replay", dump, NULL};
+        double r0 = bench_now_s();
+        if (!proc_start(argv, NULL, t.log, &t.daemon, err, sizeof err))
+            bench_die("%s", err);
+        if (!proc_wait(&t.daemon, 3600) || proc_exit_code(&t.daemon) != 0)
+            bench_die("oplog2pg replay failed; see %s", t.log);
+        replay_s[pass] = bench_now_s() - r0;
+        t.daemon.pid = 0;
+    }
+    uint64_t rows = 0;
+    for (unsigned c = 0; c < colls; c++) {
+        char q[128];
+        snprintf(q, sizeof q, "%s.c%u", db, c);
+        rows += count_rows(t.pg, q);
+    }
+    if (rows != n)
+        bench_die("after replay the %u tables hold %llu rows, not %llu; see %s", colls, (unsigned long long)rows,
+                  (unsigned long long)n, t.log);
+
+    /* PostgreSQL alone: the DDL one statement at a time, then one COPY per table of the rows the daemon wrote */
+    char script[200], ddl[200];
+    snprintf(ddl, sizeof ddl, "%s/ddl.sql", t.dir);
+    snprintf(script, sizeof script, "%s/load.sql", t.dir);
+    FILE *fd = fopen(ddl, "w"), *fl = fopen(script, "w");
+    if (fd == NULL || fl == NULL)
+        bench_die("cannot write in %s", t.dir);
+    fprintf(fd, "CREATE SCHEMA bench_colls;\n");
+    for (unsigned c = 0; c < colls; c++) {
+        char rows_path[200];
+        snprintf(rows_path, sizeof rows_path, "%s/rows%u.copy", t.dir, c);
+        snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy (SELECT _id, doc FROM %s.c%u) to '%s'\"",
+                 db, c, rows_path);
+        if (c < colls && system(sql) != 0)
+            bench_die("psql \\copy from %s.c%u failed", db, c);
+        fprintf(fd, "CREATE TABLE bench_colls.c%u " SAME_SHAPE ";\n", c);
+        fprintf(fl, "\\copy bench_colls.c%u from '%s'\n", c, rows_path);
+    }
+    fclose(fd);
+    fclose(fl);
+    bench_exec_sql(t.pg, "DROP SCHEMA IF EXISTS bench_colls CASCADE");
+    bench_exec_sql(t.pg, "CHECKPOINT");
+    snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -f '%s'", ddl);
+    double d0 = bench_now_s();
+    if (system(sql) != 0)
+        bench_die("psql -f %s failed", ddl);
+    double ddl_s = bench_now_s() - d0;
+    bench_exec_sql(t.pg, "CHECKPOINT");
+    snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -f '%s'", script);
+    double l0 = bench_now_s();
+    if (system(sql) != 0)
+        bench_die("psql -f %s failed", script);
+    double load_s = bench_now_s() - l0;
+    /* thousands of tables: dropped a few hundred per statement (one DROP SCHEMA CASCADE of them all would need a
+     * lock per table and index at once, more than the server's lock table holds) */
+    for (unsigned c = 0; c < colls; c++) {
+        snprintf(sql, sizeof sql, "DROP TABLE bench_colls.c%u, %s.c%u", c, db, c);
+        bench_exec_sql(t.pg, sql);
+    }
+    bench_exec_sql(t.pg, "DROP SCHEMA bench_colls");
+    trial_close(&t);
+
+    double rate = (double)n / replay_s[1], base = (double)n / load_s;
+    printf("| %u | %.2f s (%.0f/s) | %.2f s (%.0f/s) | %.2f s | %.2f s | %.2f s (%.0f/s) | **%.2fx** |\n", colls,
+           replay_s[0], (double)n / replay_s[0], replay_s[1], rate, replay_s[0] - replay_s[1], ddl_s, load_s, base,
+           rate / base);
+    fflush(stdout);
+}
+
+static void bench_collections(uint64_t n, const unsigned *counts, size_t k)
+{
+    printf("%llu inserts of about 320-byte documents, round-robin over N collections, replayed from a dump.\n\n"
+           "| N | oplog2pg replay, tables made | oplog2pg replay, tables there | oplog2pg: making the tables | "
+           "PostgreSQL: CREATE TABLE one at a time | PostgreSQL: one COPY per table | rows, of the COPY rate |\n"
+           "|---:|---:|---:|---:|---:|---:|---:|\n",
+           (unsigned long long)n);
+    for (size_t i = 0; i < k; i++)
+        colls_round(n, counts[i]);
+}
+
 int main(int argc, char **argv)
 {
-    conninfo = getenv("OPLOG2PG_TEST_PG");
-    if (argc < 2 || conninfo == NULL) {
+    if (!bench_init("replication bench") || argc < 2) {
         fprintf(stderr,
                 "usage: OPLOG2PG_TEST_PG=... %s batching|inserts|copy|keys [N] | rtt [N [R]] | mapped [N [M]] | txn [N "
-                "[PAD]]\n"
+                "[PAD]] | throughput [N [M]] | memory [N [M]] | collections [N [C...]]\n"
                 "  (run through scripts/with-pg.sh)\n",
                 argv[0]);
         return 2;
@@ -1621,8 +1948,19 @@ int main(int argc, char **argv)
         bench_txn(n ? n : 270000, argc > 3 ? strtoull(argv[3], NULL, 10) : TXN_PAD);
     else if (strcmp(argv[1], "mapped") == 0)
         bench_mapped(argc > 2 ? n : 200000, argc > 3 ? strtoull(argv[3], NULL, 10) : 10000);
+    else if (strcmp(argv[1], "throughput") == 0)
+        bench_throughput(argc > 2 ? n : 300000, argc > 3 ? strtoull(argv[3], NULL, 10) : 30000);
+    else if (strcmp(argv[1], "collections") == 0) {
+        unsigned counts[8] = {1, 100, 2000};
+        size_t k = 3;
+        if (argc > 3)
+            for (k = 0; k < 8 && (int)k + 3 < argc; k++)
+                counts[k] = (unsigned)atoi(argv[k + 3]);
+        bench_collections(argc > 2 ? n : 100000, counts, k);
+    } else if (strcmp(argv[1], "memory") == 0)
+        bench_memory(argc > 2 ? n : 10000000, argc > 3 ? strtoull(argv[3], NULL, 10) : 40);
     else
-        die("unknown benchmark '%s'", argv[1]);
+        bench_die("unknown benchmark '%s'", argv[1]);
     mongoc_cleanup();
     return 0;
 }

@@ -5,15 +5,27 @@
 # (fsync on) and the same mongosim build: timings are reported, never asserted.
 #   1. mongosim's tailing speed (it must never be what a benchmark of oplog2pg measures);
 #   2. the batching table: oplog2pg batched versus per-op mode at 1..1000 inserts per update;
-#   3. insert-only throughput against psql \copy of the same rows, and the daemon's peak memory;
+#   3. insert-only throughput against psql \copy of the same rows, and the daemon's peak memory; then (issue 13)
+#      small (~320 B) and large (~10 kB) documents, tailing and replay, against psql \copy of the same rows into the
+#      same table shape; many collections (1, 100 and 2 000, round-robin); peak memory with a 10-million-entry
+#      backlog and with 16 MB documents;
 #   4. the initial copy, with one worker and with four, against psql \copy;
 #   5. what the key column costs an insert (psql \copy into the three key shapes);
 #   6. typed tables (issue 11): a mapped collection of typed columns, and arrays of 1 000 doubles into a
 #      double precision[] column, each against psql \copy of the same rows (three pairs each, alternating);
 #   7. a 1 GB transaction (issue 12): one transaction of 270 000 documents of 4 kB, a chain of 16 MB oplog entries,
-#      against the same documents as plain inserts, and the daemon's peak memory (mongosim holds 3 GB meanwhile).
+#      against the same documents as plain inserts, and the daemon's peak memory (mongosim holds 3 GB meanwhile);
+#   8. latency (issue 13): from MongoDB's acknowledgement to the commit in PostgreSQL, for single inserts on an idle
+#      system, insertMany bursts of 10, 10 000 and 200 000 documents, and single inserts beside a steady mixed stream
+#      of 20 000 ops/s (the goal) and of 5 000 (bench/latency.c says how it is measured).
+# Everything printed is also kept in BUILD/bench-results.md (BENCH_RESULTS), and bench/plots.sh then draws the
+# batching table and the latency distributions from it as SVG into docs/ (BENCH_PLOTS; gnuplot comes from
+# `scripts/deps.sh --bench` when it is missing; without it the plots are skipped, not the run).
 # BENCH_ENTRIES (default 20000), BENCH_INSERTS and BENCH_COPY (default 1000000), BENCH_KEYS (default 300000),
-# BENCH_MAPPED (default 200000), BENCH_ARRAYS (default 10000) and BENCH_TXN (default 270000 documents) scale them.
+# BENCH_MAPPED (default 200000), BENCH_ARRAYS (default 10000), BENCH_TXN (default 270000 documents),
+# BENCH_LATENCY_SECS (default 30 s of probes beside each stream) and BENCH_LATENCY_RATE (default 20000,5000 ops/s),
+# BENCH_SMALL (default 300000) and BENCH_LARGE (default 30000) documents, BENCH_COLLECTIONS (default 100000 inserts),
+# BENCH_BACKLOG (default 10000000 entries) and BENCH_HUGE (default 40 documents of 16 MB) scale them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -22,6 +34,11 @@ if [ -z "${OPLOG2PG_TEST_PG:-}" ]; then
     exec scripts/with-pg.sh "$0" "$@"
 fi
 export OPLOG2PG_TEST_BUILD=$build
+results=${BENCH_RESULTS:-$build/bench-results.md}
+
+mkdir -p "$(dirname "$results")"
+exec 3>&1 > >(tee "$results") # a copy of everything printed, for bench/plots.sh
+tee_pid=$!
 
 echo "# oplog2pg benchmarks — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(psql -XAtc 'SHOW server_version') (fsync $(psql -XAtc 'SHOW fsync'))"
 echo
@@ -44,6 +61,15 @@ echo
 echo "## Insert-only throughput against psql \\copy"
 "$build/bench/replication" inserts "${BENCH_INSERTS:-1000000}" 2>/dev/null
 echo
+echo "## Throughput by document size (issue 13)"
+"$build/bench/replication" throughput "${BENCH_SMALL:-300000}" "${BENCH_LARGE:-30000}" 2>/dev/null
+echo
+echo "## Many collections (issue 13)"
+"$build/bench/replication" collections "${BENCH_COLLECTIONS:-100000}" 1 100 2000 2>/dev/null
+echo
+echo "## Memory: a 10-million-entry backlog and 16 MB documents (issue 13)"
+"$build/bench/replication" memory "${BENCH_BACKLOG:-10000000}" "${BENCH_HUGE:-40}" 2>/dev/null
+echo
 echo "## Initial copy against psql \\copy"
 "$build/bench/replication" copy "${BENCH_COPY:-1000000}" 2>/dev/null
 echo
@@ -55,3 +81,19 @@ echo "## Typed tables (issue 11)"
 echo
 echo "## A 1 GB transaction (issue 12)"
 "$build/bench/replication" txn "${BENCH_TXN:-270000}" 2>/dev/null
+echo
+echo "## Latency under load (issue 13)"
+"$build/bench/latency" all "${BENCH_LATENCY_SECS:-30}" "${BENCH_LATENCY_RATE:-20000,5000}" 2>/dev/null
+
+exec >&3 3>&- # the end of the copy
+wait "$tee_pid"
+echo "(kept in $results)"
+
+if ! command -v gnuplot >/dev/null 2>&1; then
+    scripts/deps.sh --bench >&2 || true
+fi
+if command -v gnuplot >/dev/null 2>&1; then
+    bench/plots.sh "$results" "${BENCH_PLOTS:-docs}" >&2
+else
+    echo "bench: no gnuplot, so no plots (install gnuplot-nox, then: bench/plots.sh $results)" >&2
+fi

@@ -10,9 +10,10 @@
  * rows and the collection's progress (last _id as BSON, count) commit in one transaction, so a crash or a cancel
  * loses nothing: the next copy_run continues after the last committed _id, in full BSON order.
  *
- * Threads: copy_run starts cfg->workers threads, each with its own MongoDB client and PostgreSQL connection, each
- * taking the next unfinished collection. The calling thread coordinates: it logs progress and checks the oplog
- * window (the oldest oplog entry must stay at or before the copy's start) about once a second.
+ * Threads: copy_run starts cfg->workers workers, each taking the next unfinished collection. A worker is a reading
+ * thread with its own MongoDB client and a writing thread with its own PostgreSQL connection, which commits a batch
+ * while the next is read (two batches per worker at most). The calling thread coordinates: it logs progress and
+ * checks the oplog window (the oldest oplog entry must stay at or before the copy's start) about once a second.
  */
 #ifndef OPLOG2PG_COPY_COPY_H
 #define OPLOG2PG_COPY_COPY_H
@@ -88,8 +89,8 @@ typedef struct _mongoc_client_t mongoc_client_t;
 typedef struct {
     char db[128], coll[256];
 } copy_collection;
-bool copy_list_collections(mongoc_client_t *client, const nsfilter *filter, copy_collection **out, size_t *n,
-                           char *err, size_t errlen);
+bool copy_list_collections(mongoc_client_t *client, const nsfilter *filter, copy_collection **out, size_t *n, char *err,
+                           size_t errlen);
 
 /* Pure helpers (exposed for the progress lines and `status`, and for tests). */
 

@@ -7,9 +7,9 @@
  *   another key is written at once, ahead of the run, which grows on ("commuted": different rows of one table, in
  *   one transaction); a run holding a row without key text (op.id_key NULL: typed maps) conflicts with every op;
  * - any DDL first writes every run;
- * - the group commits, with the checkpoint of the last entry it covers, when it reaches batch_rows or batch_bytes
- *   ("size"), when flush_interval has passed since it opened ("timer", via batcher_tick), when the reader finds the
- *   oplog drained ("idle") and on exit ("exit");
+ * - the group commits, with the checkpoint of the last entry it covers, when it reaches batch_rows, batch_bytes or
+ *   batch_tables ("size"), when flush_interval has passed since it opened ("timer", via batcher_tick), when the reader
+ * finds the oplog drained ("idle") and on exit ("exit");
  * - commits happen only between entries: a MongoDB transaction (an atomic applyOps) is never split; nor between the
  *   parts of one logical entry (op_entry.more, core/op.h): while a part with `more` was the last taken, no trigger
  *   commits (runs may still be written, uncommitted, to keep memory bounded) and there is no deadline; the last part
@@ -71,9 +71,11 @@ typedef struct batcher_sink {
 } batcher_sink;
 
 typedef struct {
-    uint64_t batch_rows;  /* commit when the group holds this many ops */
-    uint64_t batch_bytes; /* ... or this many bytes of ops (their rendered text, the raw BSON when none); an insert
-                           * run is also written, uncommitted, before one more row would take it past this */
+    uint64_t batch_rows;   /* commit when the group holds this many ops */
+    uint64_t batch_bytes;  /* ... or this many bytes of ops (their rendered text, the raw BSON when none); an insert
+                            * run is also written, uncommitted, before one more row would take it past this */
+    uint64_t batch_tables; /* ... or once it has written to this many namespaces (DDL ops count one each), so that
+                            * its transaction's locks fit PostgreSQL's lock table; 0: no bound */
     uint64_t flush_interval_ms;
     bool per_op;
     /* Careful mode, to find and set aside ops PostgreSQL refuses: per-op, and every op but a noop is applied at

@@ -97,6 +97,7 @@ typedef struct config {
     config_list exclude;
     int64_t batch_rows;
     int64_t batch_bytes;
+    int64_t batch_tables;
     int64_t flush_interval_ms;
     int64_t queue_size;
     int64_t queue_bytes;

@@ -10,6 +10,11 @@
  *   min/hint (inclusive, full BSON order, so an _id of another type than the last one is never skipped, as a
  *   {$gt: X} filter would do), the first document skipped when it is the last one committed. Each batch is one
  *   PostgreSQL transaction: the binary COPY of the rows, then the progress row (last _id, count), then COMMIT.
+ * - A worker is two threads, so that MongoDB and PostgreSQL work at the same time: the reading thread (worker.c: the
+ *   cursor, the rendering or projection) fills a batch while the writing thread (writer.c: the connection, the
+ *   transaction) commits the one before. They share two batches, handed over in order: a worker holds at most two
+ *   batches of rows, and a batch that fails takes the one read after it with it (read again from the committed
+ *   last _id).
  * - A COPY meeting an existing _id (a table left by an attempt whose progress was not committed, or rows the oplog
  *   replay of an earlier run put there) is rolled back and the batch goes through a temporary staging table and
  *   INSERT ... ON CONFLICT (_id) DO UPDATE, the same upsert the sink uses.

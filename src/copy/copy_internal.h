@@ -3,7 +3,8 @@
  *   copy.c    the coordinator: plans or resumes, starts the workers, watches progress, the oplog window, the cancel;
  *   plan.c    which collections a new copy takes (MongoDB's list, the filter, the name mapping) and its first state;
  *   state.c   the copy state in PostgreSQL (oplog2pg.copy_state, copy_progress): load, --reimport, `status`;
- *   worker.c  one worker thread: a collection at a time, batch by batch, each batch one transaction;
+ *   worker.c  a worker's reading thread: a collection at a time, read from MongoDB and rendered batch by batch;
+ *   writer.c  a worker's writing thread: each batch one PostgreSQL transaction, while the next one is being read;
  *   common.c  the connections (sink/pgconn.h, source/mongo_client.h) and small helpers all of them use.
  */
 #ifndef OPLOG2PG_COPY_INTERNAL_H
@@ -18,6 +19,7 @@
 
 #include "copy/copy.h"
 #include "core/status.h"
+#include "sink/batch.h"
 #include "sink/pgconn.h"
 
 #define DEFAULT_BATCH_DOCS 10000
@@ -28,6 +30,8 @@
 #define STOP_GRACE_S       5.0 /* a stopping copy gives a statement PostgreSQL keeps waiting this long, then cancels it */
 #define STAGE_TABLE        "oplog2pg_copy_stage"
 #define COPY_BATCH_BYTES   (16u * 1024 * 1024) /* a batch commits at this many bytes of rows, whatever batch_docs */
+#define FIRST_BATCH_SHARE  8 /* a pass's first batch is this much smaller: the writer starts sooner on a collection */
+#define COPY_SLOTS         2 /* batches per worker: one being written, one being read (the memory bound) */
 #define ERRLEN             1024
 
 typedef enum { JOB_PENDING, JOB_RUNNING, JOB_FINISHED } job_state;
@@ -114,7 +118,66 @@ bool copy_plan_store(pgconn *pg, const char *service, const op_pos *start, const
 
 /* ---- worker.c ---- */
 
-/* The thread function of a worker (arg: its run_ctx). */
+/* The thread function of a worker (arg: its run_ctx): its reading side; it starts and ends its writing side. */
 void *copy_worker_main(void *arg);
+
+/* ---- writer.c ---- */
+
+/* A document of a batch kept as BSON: one whose text cannot be made (a dead letter already), or, in a careful
+ * batch, every one (so that the one PostgreSQL refuses can be recorded). */
+typedef struct {
+    uint8_t *bson;
+    uint32_t len;
+    char *why; /* why it is set aside; NULL for a row of a careful batch */
+} kept_doc;
+
+typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_FULL, SLOT_WRITING } slot_state;
+
+/* A batch on its way from a worker's reading thread to its writing thread. The reading thread fills it (SLOT_FILLING)
+ * and hands it over (SLOT_FULL); the writing thread commits it (SLOT_WRITING) and gives it back (SLOT_FREE); its
+ * rows are dropped when it is filled again, on the thread that made them. */
+typedef struct {
+    slot_state state; /* under the writer's lock */
+    uint64_t seq;     /* hand-over order */
+    job *j;
+    sink_batch *rows;
+    kept_doc *kept; /* see kept_doc, in document order */
+    size_t nkept, kept_cap, kept_bytes;
+    size_t docs;  /* documents read into it: its rows and the ones set aside */
+    bson_t last;  /* {_id: v} of its last document (when docs > 0) */
+    bool first;   /* the first of a pass: the writer (re)connects and makes sure of the tables before it */
+    bool careful; /* written row by row behind savepoints */
+    bool done;    /* the collection's last: its progress row says done */
+} copy_batch;
+
+/* How the batches of a pass ended on the writing side. */
+typedef struct {
+    bool failed;        /* a batch was not committed for a reason below (the batches after it were dropped) */
+    bool retryable;     /* the one error policy calls it passing */
+    bool data_refused;  /* PostgreSQL refused a row's data: that stretch is written again row by row */
+    bool refused;       /* the operator must act (a refused login, a table oplog2pg did not make, a privilege) */
+    size_t failed_docs; /* documents of the batch that failed */
+    char err[ERRLEN];
+} copy_outcome;
+
+typedef struct copy_writer copy_writer;
+
+/* Starts a worker's writing thread (its PostgreSQL connection is made at its first batch). NULL with err set. */
+copy_writer *copy_writer_start(run_ctx *rc, char *err, size_t errlen);
+/* Ends the thread (after copy_writer_drain), closes its connection, frees everything. NULL is fine. */
+void copy_writer_stop(copy_writer *w);
+/* A batch to fill, emptied (waits while both are in the writer's hands). NULL when a batch of this pass failed:
+ * copy_writer_drain says why. */
+copy_batch *copy_writer_acquire(copy_writer *w);
+/* Hands a filled batch over, to be committed in hand-over order. False (and the batch is given back) when a batch
+ * of this pass failed. */
+bool copy_writer_submit(copy_writer *w, copy_batch *b);
+/* Gives back a batch being filled, unwritten (the pass ends without it). */
+void copy_writer_release(copy_writer *w, copy_batch *b);
+/* Waits until every batch handed over is committed or dropped, then reports the pass's outcome and clears it for
+ * the next pass. */
+void copy_writer_drain(copy_writer *w, copy_outcome *out);
+/* Keeps a document in b as BSON (why: see kept_doc). False when memory runs out. */
+bool copy_batch_keep(copy_batch *b, const bson_t *doc, const char *why);
 
 #endif

@@ -32,7 +32,8 @@ typedef struct {
     /* The key hashes of the rows in the run: open addressing, 0 = empty slot, kcap a power of two or 0. */
     uint64_t *keys;
     size_t nkeys, kcap;
-    bool keyless; /* a row without key text: every later op on the namespace conflicts */
+    bool keyless;   /* a row without key text: every later op on the namespace conflicts */
+    uint64_t group; /* the group that last wrote to the namespace (batcher.group_no) */
 } ns_run;
 
 /* Runs of more namespaces than this give their storage back at each commit (thousands of collections must not each
@@ -49,6 +50,8 @@ struct batcher {
      * removed, so neither are slots. */
     size_t *index, icap;
     uint64_t group_ops, group_bytes;
+    uint64_t group_no;     /* counts groups (commits and resets), so a run knows whether the open group touched it */
+    uint64_t group_tables; /* namespaces written to in the open group, and DDL ops (batch_tables) */
     bool dirty, have_last;
     bool in_parts; /* the last entry taken was a part with more to come: no commit now */
     bool has_hold; /* the last entry's hold (op_entry.hold), handed to the sink with each commit */
@@ -74,6 +77,7 @@ batcher *batcher_new(const batcher_config *cfg, const batcher_sink *out)
         return NULL;
     b->cfg = *cfg;
     b->out = *out;
+    b->group_no = 1;
     return b;
 }
 
@@ -300,6 +304,16 @@ static apply_status write_all(batcher *b, flush_trigger why)
     return APPLY_OK;
 }
 
+/* A namespace written to in the open group: each one costs the group's transaction a lock on its table and on each of
+ * its indexes (more when the group creates it), held to the commit; batch_tables bounds how many. */
+static void touch(batcher *b, ns_run *r)
+{
+    if (r->group != b->group_no) {
+        r->group = b->group_no;
+        b->group_tables++;
+    }
+}
+
 /* The bytes an op adds to the group: what will be sent for it. */
 static uint64_t op_bytes(const op *o)
 {
@@ -327,6 +341,7 @@ static apply_status apply_op(batcher *b, op *o)
         ns_run *r = get_run(b, o->db, o->coll);
         if (r == NULL)
             return APPLY_NOMEM;
+        touch(b, r);
         /* A run never holds more than batch_bytes plus one row: write it (no commit) before it would. */
         uint64_t w = op_bytes(o);
         if (r->bytes > 0 && r->bytes + w > b->cfg.batch_bytes) {
@@ -347,12 +362,15 @@ static apply_status apply_op(batcher *b, op *o)
     }
     case OP_UPDATE:
     case OP_DELETE: {
-        ns_run *r = find_run(b, o->db, o->coll);
-        if (r != NULL && run_conflicts(b, r, o)) {
+        ns_run *r = get_run(b, o->db, o->coll); /* a run (empty) even without inserts: it counts the namespace */
+        if (r == NULL)
+            return APPLY_NOMEM;
+        touch(b, r);
+        if (run_conflicts(b, r, o)) {
             apply_status st = write_run(b, r, FLUSH_CONFLICT);
             if (st != APPLY_OK)
                 return st;
-        } else if (r != NULL && b->out.run_rows(b->out.ctx, r->rows) > 0) {
+        } else if (b->out.run_rows(b->out.ctx, r->rows) > 0) {
             b->stats.commuted++;
         }
         b->group_bytes += op_bytes(o);
@@ -365,6 +383,7 @@ static apply_status apply_op(batcher *b, op *o)
             if (st != APPLY_OK)
                 return st;
         }
+        b->group_tables++;
         return b->out.apply(b->out.ctx, o);
     }
     }
@@ -414,7 +433,8 @@ apply_status batcher_flush(batcher *b, flush_trigger why)
     b->pending_entries = 0;
     memset(b->pending_ops, 0, sizeof b->pending_ops);
     b->dirty = false;
-    b->group_ops = b->group_bytes = 0;
+    b->group_ops = b->group_bytes = b->group_tables = 0;
+    b->group_no++;
     return APPLY_OK;
 }
 
@@ -448,7 +468,8 @@ apply_status batcher_add(batcher *b, op_entry *e, uint64_t now_ms)
         return APPLY_OK;
     if (b->cfg.per_op || b->cfg.careful)
         return batcher_flush(b, FLUSH_PER_OP);
-    if (b->group_ops >= b->cfg.batch_rows || b->group_bytes >= b->cfg.batch_bytes)
+    if (b->group_ops >= b->cfg.batch_rows || b->group_bytes >= b->cfg.batch_bytes ||
+        (b->cfg.batch_tables > 0 && b->group_tables >= b->cfg.batch_tables))
         return batcher_flush(b, FLUSH_SIZE);
     return APPLY_OK;
 }
@@ -474,7 +495,8 @@ void batcher_reset(batcher *b)
     }
     b->dirty = false;
     b->in_parts = false;
-    b->group_ops = b->group_bytes = 0;
+    b->group_ops = b->group_bytes = b->group_tables = 0;
+    b->group_no++;
     b->last = b->stats.committed;
     b->pending_entries = 0;
     memset(b->pending_ops, 0, sizeof b->pending_ops);

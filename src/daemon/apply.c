@@ -115,6 +115,7 @@ static batcher_config batcher_config_from(const config *cfg, bool careful)
     batcher_config bc = {
         .batch_rows = (uint64_t)cfg->batch_rows,
         .batch_bytes = (uint64_t)cfg->batch_bytes,
+        .batch_tables = (uint64_t)cfg->batch_tables,
         .flush_interval_ms = (uint64_t)cfg->flush_interval_ms,
         .per_op = cfg->apply_mode == CONFIG_APPLY_PER_OP,
         .careful = careful,

@@ -109,6 +109,12 @@ static const struct option_def options[] = {
                       "run is also written at this size, so it bounds the memory a run takes"},
      .offset = offsetof(config, batch_bytes)},
 
+    {.info = {.section = "replication", .name = "batch_tables", TYPE(INT, "int"), .default_text = "500",
+              .min = 1, .max = 1000000, .reloadable = true,
+              .help = "commit a flush group once it has written to this many tables (each holds locks until the "
+                      "commit, and PostgreSQL's lock table is bounded by max_locks_per_transaction)"},
+     .offset = offsetof(config, batch_tables)},
+
     {.info = {.section = "replication", .name = "flush_interval", TYPE(DURATION, "duration"),
               .default_text = "200ms", .min = 1, .max = MS_PER_H, .base_unit = "ms", .reloadable = true,
               .help = "commit a flush group at least this often while the oplog keeps delivering (it is also "

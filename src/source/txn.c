@@ -162,7 +162,12 @@ txn_walk txn_walk_back(const txn_info *commit, txn_lookup_fn lookup, void *ctx, 
                      op_pos_format(&commit->pos, a, sizeof a));
             return TXN_WALK_BAD;
         }
-        return commit->has_count ? TXN_WALK_BAD : TXN_WALK_SINGLE;
+        if (commit->has_count) { /* a server writes count only on the last of two or more entries */
+            snprintf(err, errlen, "the applyOps at %s has a count but no prevOpTime (the entry before it)",
+                     op_pos_format(&commit->pos, a, sizeof a));
+            return TXN_WALK_BAD;
+        }
+        return TXN_WALK_SINGLE;
     }
     op_pos at = commit->prev, newer = commit->pos;
     bool first_step = true;

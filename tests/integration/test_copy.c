@@ -2,7 +2,8 @@
  * test_copy.c — the initial copy engine (source/copy.h) against its own mongosim and the throwaway PostgreSQL:
  * a large copy (1 000 000 documents over 4 collections, one with mixed _id types) compared with the source; cancel
  * and resume without recopying; the oplog window guard before a resume and during a copy; copy_reset; the progress
- * that copy_state_read reports; and mongosim's find min/hint, which the resume relies on.
+ * that copy_state_read reports; documents PostgreSQL refuses (set aside, the rest copied); a worker reading the
+ * next batch while the one before is written; and mongosim's find min/hint, which the resume relies on.
  *
  * Each test starts its own mongosim (so its oplog is its own) and uses its own service name and database prefix.
  * Env COPY_TEST_DOCS overrides the large test's document count and COPY_TEST_WORKERS its worker count (for
@@ -23,8 +24,8 @@
 #include "../lib/compare.h"
 #include "../lib/proc.h"
 #include "../lib/workload.h"
-#include "core/nsfilter.h"
 #include "copy/copy.h"
+#include "core/nsfilter.h"
 #include "source/oplog_edge.h"
 
 typedef struct {
@@ -473,6 +474,182 @@ START_TEST(test_copy_existing_rows)
 END_TEST
 
 /* ---------------------------------------------------------------------------------------------------------------- */
+/* documents PostgreSQL refuses, and reading while writing */
+
+/* Inserts {_id: id, n: id} for id in [from, to], into db.coll, skipping the validation of the driver (so that a test
+ * can store what PostgreSQL refuses); `bad` (may be NULL) is a string field added to the documents whose _id is in
+ * `bad_ids` (0-terminated). */
+static void insert_docs(const char *uri, const char *db, const char *coll, int from, int to, const int *bad_ids,
+                        const char *bad, size_t bad_len)
+{
+    mongoc_client_t *c = mongoc_client_new(uri);
+    mongoc_collection_t *co = mongoc_client_get_collection(c, db, coll);
+    bson_t *opts = BCON_NEW("validate", BCON_BOOL(false));
+    bson_error_t err;
+    for (int lo = from; lo <= to; lo += 500) {
+        mongoc_bulk_operation_t *bulk = mongoc_collection_create_bulk_operation_with_opts(co, NULL);
+        for (int id = lo; id <= to && id < lo + 500; id++) {
+            bson_t d = BSON_INITIALIZER;
+            BSON_APPEND_INT32(&d, "_id", id);
+            BSON_APPEND_INT32(&d, "n", id);
+            for (const int *b = bad_ids; b != NULL && *b != 0; b++)
+                if (*b == id)
+                    bson_append_utf8(&d, "bad", 3, bad, (int)bad_len);
+            ck_assert(mongoc_bulk_operation_insert_with_opts(bulk, &d, opts, &err));
+            bson_destroy(&d);
+        }
+        bson_t reply;
+        bool ok = mongoc_bulk_operation_execute(bulk, &reply, &err) != 0;
+        bson_destroy(&reply);
+        mongoc_bulk_operation_destroy(bulk);
+        ck_assert_msg(ok, "insert: %s", err.message);
+    }
+    bson_destroy(opts);
+    mongoc_collection_destroy(co);
+    mongoc_client_destroy(c);
+}
+
+static copy_config one_db_config(const env *e, nsfilter **f)
+{
+    char pat[64], err[512];
+    snprintf(pat, sizeof pat, "%s*.*", e->prefix);
+    const char *inc[] = {pat, NULL};
+    *f = nsfilter_new(inc, NULL, err, sizeof err);
+    ck_assert_msg(*f, "%s", err);
+    copy_config cfg = base_config(e);
+    cfg.filter = *f;
+    return cfg;
+}
+
+/* Documents PostgreSQL refuses (a string holding U+0000, which jsonb cannot store) in the first batch, in the
+ * middle and in the last one, and one whose text cannot be made (a string that is not UTF-8): each is set aside in
+ * oplog2pg.dead_letter and everything else is copied, while the next batch is already being read when a batch fails
+ * (the batches read after a failed one are read again). */
+START_TEST(test_copy_refused_rows)
+{
+    env e;
+    env_dir(&e, "ref");
+    env_sim(&e, NULL);
+    char db[64];
+    snprintf(db, sizeof db, "%s0", e.prefix);
+    static const int nul_ids[] = {3, 1234, 2999, 0}, utf8_ids[] = {2000, 0};
+    insert_docs(e.uri, db, "c", 1, 3000, nul_ids, "a\0b", 3);
+    insert_docs(e.uri, db, "d", 1, 2500, utf8_ids, "\xff\xfe", 2);
+    insert_marker(e.uri, "cp_seed", "start");
+    pg_clean(&e);
+    PGconn *pg = pg_open();
+    char sql[400];
+    snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.dead_letter WHERE service = '%s'", e.service);
+    pg_do(pg, sql);
+
+    nsfilter *f;
+    copy_config cfg = one_db_config(&e, &f);
+    cfg.workers = 2;
+    cfg.batch_docs = 200;
+    op_pos start;
+    char err[2048];
+    copy_result r = copy_run(&cfg, &start, err, sizeof err);
+    ck_assert_msg(r == COPY_DONE, "copy: %s: %s", copy_result_name(r), err);
+
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM \"%s\".c", db);
+    ck_assert_int_eq(pg_ll(pg, sql), 3000 - 3);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM \"%s\".d", db);
+    ck_assert_int_eq(pg_ll(pg, sql), 2500 - 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM \"%s\".c WHERE _id IN ('3', '1234', '2999')", db);
+    ck_assert_int_eq(pg_ll(pg, sql), 0);
+    /* Set aside once each, with PostgreSQL's reason (22P05) or the text's. */
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = '%s' AND db = '%s' AND coll = 'c' AND op = 'i' "
+             "AND doc_id IN ('3', '1234', '2999') AND sqlstate = '22P05'",
+             e.service, db);
+    ck_assert_int_eq(pg_ll(pg, sql), 3);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = '%s' AND db = '%s' AND coll = 'd' AND "
+             "doc_id = '2000' AND sqlstate IS NULL",
+             e.service, db);
+    ck_assert_int_eq(pg_ll(pg, sql), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = '%s'", e.service);
+    ck_assert_int_eq(pg_ll(pg, sql), 4);
+    /* Every other document is there exactly as the source has it. */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM \"%s\".c WHERE (doc->>'n')::int = _id::int AND NOT doc ? 'bad'",
+             db);
+    ck_assert_int_eq(pg_ll(pg, sql), 3000 - 3);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM \"%s\".d WHERE (doc->>'n')::int = _id::int AND NOT doc ? 'bad'",
+             db);
+    ck_assert_int_eq(pg_ll(pg, sql), 2500 - 1);
+    copy_state st;
+    ck_assert_msg(copy_state_read(pg_conninfo(), e.service, &st, err, sizeof err), "%s", err);
+    ck_assert(st.exists && st.finished);
+    for (size_t k = 0; k < st.n; k++)
+        ck_assert(st.rows[k].done);
+    copy_state_free(&st);
+    PQfinish(pg);
+    nsfilter_free(f);
+    env_stop(&e);
+}
+END_TEST
+
+/* A worker reads the next batch from MongoDB while PostgreSQL writes the one before: with every reply of the source
+ * held up 100 ms (mongosimDelay) and every batch's commit held up 100 ms (a trigger on the copy's progress row, which
+ * also notes when each batch was written), one worker commits a batch about every 100 ms, not every 200 ms as a
+ * worker that alternates would. */
+START_TEST(test_copy_reads_while_writing)
+{
+    env e;
+    env_dir(&e, "ovl");
+    env_sim(&e, NULL);
+    char db[64];
+    snprintf(db, sizeof db, "%s0", e.prefix);
+    const int docs = 3000, delay_ms = 100;
+    insert_docs(e.uri, db, "c", 1, docs, NULL, NULL, 0);
+    pg_clean(&e);
+    PGconn *pg = pg_open();
+    char sql[600];
+    pg_do(pg, "DROP TABLE IF EXISTS public.copy_test_times");
+    pg_do(pg, "CREATE TABLE public.copy_test_times (t timestamptz)");
+    pg_do(pg, "CREATE OR REPLACE FUNCTION public.copy_test_slow() RETURNS trigger LANGUAGE plpgsql AS "
+              "$$BEGIN PERFORM pg_sleep(0.1); INSERT INTO public.copy_test_times VALUES (clock_timestamp()); "
+              "RETURN NEW; END$$");
+    snprintf(sql, sizeof sql,
+             "CREATE OR REPLACE TRIGGER copy_test_slow BEFORE UPDATE ON oplog2pg.copy_progress FOR EACH ROW "
+             "WHEN (NEW.service = '%s') EXECUTE FUNCTION public.copy_test_slow()",
+             e.service);
+    pg_do(pg, sql);
+    mongo_cmd(e.uri, BCON_NEW("mongosimDelay", BCON_INT32(delay_ms)));
+
+    nsfilter *f;
+    copy_config cfg = one_db_config(&e, &f);
+    cfg.workers = 1;
+    cfg.batch_docs = 200; /* mongosim answers 200 documents at a time */
+    op_pos start;
+    char err[2048];
+    copy_result r = copy_run(&cfg, &start, err, sizeof err);
+    pg_do(pg, "DROP TRIGGER copy_test_slow ON oplog2pg.copy_progress");
+    pg_do(pg, "DROP FUNCTION public.copy_test_slow()");
+    ck_assert_msg(r == COPY_DONE, "copy: %s: %s", copy_result_name(r), err);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM \"%s\".c", db);
+    ck_assert_int_eq(pg_ll(pg, sql), docs);
+    snprintf(sql, sizeof sql, "SELECT copied FROM oplog2pg.copy_progress WHERE service = '%s'", e.service);
+    ck_assert_int_eq(pg_ll(pg, sql), docs);
+    long long batches = pg_ll(pg, "SELECT count(*) FROM public.copy_test_times");
+    long long span_ms =
+        pg_ll(pg, "SELECT (extract(epoch FROM max(t) - min(t)) * 1000)::bigint FROM public.copy_test_times");
+    pg_do(pg, "DROP TABLE public.copy_test_times");
+    PQfinish(pg);
+    ck_assert_int_ge(batches, docs / 200);
+    double every_ms = (double)span_ms / (double)(batches - 1);
+    fprintf(stderr,
+            "copy_reads_while_writing: %lld batches, one every %.0f ms (reading one takes %d ms, writing one %d ms)\n",
+            batches, every_ms, delay_ms, delay_ms);
+    ck_assert_msg(every_ms < 1.5 * delay_ms,
+                  "a batch every %.0f ms: the worker did not read the next batch while writing one (%d ms each)",
+                  every_ms, delay_ms);
+    nsfilter_free(f);
+    env_stop(&e);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------------------------------- */
 /* the oplog window */
 
 START_TEST(test_copy_window_before_resume)
@@ -738,6 +915,8 @@ Suite *copy_suite(void)
     tcase_add_test(tc, test_copy_resume);
     tcase_add_test(tc, test_copy_window_before_resume);
     tcase_add_test(tc, test_copy_window_during);
+    tcase_add_test(tc, test_copy_refused_rows);
+    tcase_add_test(tc, test_copy_reads_while_writing);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     TCase *large = tcase_create("large"); /* CK_RUN_CASE=large runs it alone, for measuring */

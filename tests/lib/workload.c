@@ -621,6 +621,38 @@ static bool do_ddl(wl_state *s, int slot)
     return true;
 }
 
+static bool flush_all(wl_state *s)
+{
+    for (int i = 0; i < s->n_ns; i++) {
+        if (!flush_ns(s, &s->ns[i]))
+            return false;
+    }
+    return true;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A paced run, at a tick: what is pending goes out, then a sleep until the op at hand is due. */
+static bool pace(wl_state *s, double t0)
+{
+    if (!flush_all(s))
+        return false;
+    double due = t0 + (double)s->op_index / s->cfg->rate, now = mono_s();
+    if (due > now) {
+        struct timespec ts = {.tv_sec = (time_t)(due - now),
+                              .tv_nsec = (long)((due - now - (double)(time_t)(due - now)) * 1e9)};
+        nanosleep(&ts, NULL);
+    } else if (now - due > s->st->behind_max) {
+        s->st->behind_max = now - due;
+    }
+    return true;
+}
+
 static bool mixed_step(wl_state *s)
 {
     const workload_config *c = s->cfg;
@@ -706,8 +738,21 @@ bool workload_run(const char *mongo_uri, const workload_config *cfg, workload_st
     }
 
     int run_slot = 0;
+    uint64_t per_tick = 0, next_tick = 0;
+    double paced_from = mono_s();
+    if (cfg->rate > 0) {
+        double per = cfg->rate * (cfg->tick_ms ? cfg->tick_ms : 10) / 1000.0;
+        per_tick = per < 1 ? 1 : (uint64_t)per;
+    }
     for (s.op_index = 0; s.op_index < cfg->ops; s.op_index++) {
         bool step_ok;
+        if (cfg->stop != NULL && atomic_load_explicit(cfg->stop, memory_order_relaxed))
+            break;
+        if (per_tick > 0 && s.op_index == next_tick) {
+            if (!pace(&s, paced_from))
+                goto done;
+            next_tick += per_tick;
+        }
         if (cfg->mode == WORKLOAD_INSERT_ONLY) {
             step_ok = do_insert(&s, (int)below(&s, (uint32_t)s.n_ns));
         } else if (cfg->mode == WORKLOAD_INSERTS_PER_UPDATE) {
@@ -725,10 +770,8 @@ bool workload_run(const char *mongo_uri, const workload_config *cfg, workload_st
             goto done;
     }
     out->ops = s.op_index;
-    for (int i = 0; i < s.n_ns; i++) {
-        if (!flush_ns(&s, &s.ns[i]))
-            goto done;
-    }
+    if (!flush_all(&s))
+        goto done;
     ok = true;
 
 done:

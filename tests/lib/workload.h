@@ -15,6 +15,7 @@
 #ifndef OPLOG2PG_TESTS_WORKLOAD_H
 #define OPLOG2PG_TESTS_WORKLOAD_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +41,13 @@ typedef struct {
     uint32_t first_id;           /* number behind the first _id of each namespace (default 0); a second workload on
                                   * the same namespaces takes a range of its own, e.g. 10 000 000 */
     bool dry_run;                /* generate and hash only; nothing is sent (mongo_uri may be NULL) */
+    /* A paced stream (0: as fast as the server takes the writes): ops per second, sent every tick_ms (default 10)
+     * as one bulk per namespace of the ops due by then; when behind, the writer sends without sleeping. */
+    double rate;
+    unsigned tick_ms;
+    /* When not NULL, the run ends at the first op after *stop is set (its pending writes are sent, and it returns
+     * true): for a stream of ops = UINT64_MAX that another thread stops. */
+    const atomic_bool *stop;
 } workload_config;
 
 typedef struct {
@@ -50,6 +58,7 @@ typedef struct {
     uint64_t live_docs; /* documents alive at the end, over all namespaces */
     uint64_t op_hash;   /* FNV-1a 64 over every generated operation (kind, namespace slot and name, BSON bytes) */
     double seconds;     /* wall time of workload_run */
+    double behind_max;  /* paced: the most the writer was behind its schedule at a tick, in seconds */
 } workload_stats;
 
 /* Fills defaults: seed 1, 10 000 ops, prefix "wl_", 2 databases, 6 namespaces, MIXED with weights

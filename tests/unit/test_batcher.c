@@ -292,6 +292,51 @@ START_TEST(test_many_namespaces)
 }
 END_TEST
 
+/* batch_tables: a group commits once it has written to that many namespaces (inserts, updates and deletes alike,
+ * each namespace once, DDL once per op), between entries only; a namespace written to again does not count again. */
+START_TEST(test_table_bound)
+{
+    teardown();
+    memset(&R, 0, sizeof R);
+    batcher_sink out = rec_sink();
+    batcher_config cfg = {.batch_rows = 100000, .batch_bytes = 1 << 30, .batch_tables = 3, .flush_interval_ms = 200};
+    B = batcher_new(&cfg, &out);
+    ck_assert_ptr_nonnull(B);
+    next_inc = 0;
+    DOC = BCON_NEW("_id", BCON_INT32(1), "x", BCON_UTF8("y"));
+    feed(OP_INSERT, "shop", "a", 0);
+    feed(OP_INSERT, "shop", "a", 0);
+    feed(OP_DELETE, "shop", "b", 0);
+    feed(OP_INSERT, "shop", "b", 0);
+    expect_log("delete shop.b; ");
+    feed(OP_UPDATE, "shop", "c", 0); /* the third namespace: the group commits */
+    expect_log("delete shop.b; update shop.c; copy shop.a 2 @1:2; copy shop.b 1 @1:4; commit 1:5; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_SIZE], 1);
+    /* the next group counts afresh: a and b again, then a DDL op */
+    memset(R.log, 0, sizeof R.log);
+    feed(OP_INSERT, "shop", "a", 0);
+    feed(OP_INSERT, "shop", "b", 0);
+    expect_log("");
+    feed(OP_DROP, "shop", "z", 0);
+    expect_log("copy shop.a 1 @1:6; copy shop.b 1 @1:7; drop shop.z; commit 1:8; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_SIZE], 2);
+    /* one entry over more namespaces than the bound is not split */
+    memset(R.log, 0, sizeof R.log);
+    op_entry e;
+    op_pos pos = {.secs = 1, .inc = ++next_inc, .term = 1};
+    op_entry_init(&e);
+    ck_assert(op_entry_alloc(&e, &pos, 5));
+    const char *names[5] = {"p", "q", "r", "s", "t"};
+    for (int i = 0; i < 5; i++)
+        fill(&e.ops[i], OP_INSERT, "shop", names[i]);
+    e.atomic = true;
+    ck_assert_int_eq(batcher_add(B, &e, 0), APPLY_OK);
+    op_entry_clear(&e);
+    expect_log("copy shop.p 1 @1:9; copy shop.q 1 @1:9; copy shop.r 1 @1:9; copy shop.s 1 @1:9; copy shop.t 1 @1:9; "
+               "commit 1:9; ");
+}
+END_TEST
+
 START_TEST(test_ddl_writes_every_run_first)
 {
     feed(OP_INSERT, "shop", "a", 0);
@@ -567,6 +612,7 @@ Suite *batcher_suite(void)
     TCase *tc = tcase_create("rules");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_conflict_writes_only_its_namespace);
+    tcase_add_test(tc, test_table_bound);
     tcase_add_test(tc, test_ddl_writes_every_run_first);
     tcase_add_test(tc, test_idle_commits_everything_once);
     tcase_add_test(tc, test_noops_advance_the_checkpoint);

@@ -142,9 +142,10 @@ START_TEST(walk_back_prepared_and_bad)
     fake_add(&f, entry(b, sizeof b, 1, 0, ", \"partialTxn\": true"));
     fake_add(&f, entry(b, sizeof b, 2, 1, ", \"prepare\": true"));
     fake_add(&f, entry(b, sizeof b, 3, 0, ""));
-    txn_info c = classify_json("{\"ts\": {\"$timestamp\": {\"t\": 5, \"i\": 9}}, \"op\": \"c\", \"ns\": \"admin.$cmd\", "
-                               "\"prevOpTime\": {\"ts\": {\"$timestamp\": {\"t\": 5, \"i\": 2}}, \"t\": 1}, "
-                               "\"o\": {\"commitTransaction\": 1}}");
+    txn_info c =
+        classify_json("{\"ts\": {\"$timestamp\": {\"t\": 5, \"i\": 9}}, \"op\": \"c\", \"ns\": \"admin.$cmd\", "
+                      "\"prevOpTime\": {\"ts\": {\"$timestamp\": {\"t\": 5, \"i\": 2}}, \"t\": 1}, "
+                      "\"o\": {\"commitTransaction\": 1}}");
     txn_list l;
     txn_list_init(&l);
     op_pos missing;
@@ -164,6 +165,11 @@ START_TEST(walk_back_prepared_and_bad)
     /* the same with count: malformed */
     s.has_count = true;
     ck_assert_int_eq(txn_walk_back(&s, fake_lookup, &f, &l, &missing, err, sizeof err), TXN_WALK_BAD);
+    /* count with no prevOpTime at all (a server writes count only at the end of two or more entries): malformed,
+     * and the reason says so */
+    s.has_prev = false;
+    ck_assert_int_eq(txn_walk_back(&s, fake_lookup, &f, &l, &missing, err, sizeof err), TXN_WALK_BAD);
+    ck_assert_ptr_nonnull(strstr(err, "count but no prevOpTime"));
     /* a prevOpTime that does not go back */
     txn_info loop = classify_json(entry(b, sizeof b, 3, 5, ", \"count\": 2"));
     ck_assert_int_eq(txn_walk_back(&loop, fake_lookup, &f, &l, &missing, err, sizeof err), TXN_WALK_BAD);
