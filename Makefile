@@ -33,8 +33,12 @@ endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) check 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lpthread -lm
 # The allocator: tcmalloc (gperftools) for every program but sanitizer builds, which keep glibc's malloc under ASan.
-# include/daemon/memory.h says why; docs/benchmarks.md ("The allocator") has the figures.
-ifneq ($(SANITIZE),1)
+# include/util/memory.h says why; docs/benchmarks.md ("The allocator") has the figures, measured against a build on
+# glibc's malloc: make MALLOC=glibc BUILD=build/glibc.
+ifeq ($(SANITIZE),1)
+MALLOC := glibc
+endif
+ifneq ($(MALLOC),glibc)
 PKG_LIBS   += $(shell pkg-config --libs libtcmalloc_minimal 2>/dev/null || echo -ltcmalloc_minimal)
 MALLOC_FLAGS := -DOPLOG2PG_TCMALLOC
 endif

@@ -662,7 +662,7 @@ static void print_tables(void)
         const char *met = "";
         if (s->goal_ms > 0)
             met = s->lost == 0 && (s->goal_is_p99 ? p99 : max) <= s->goal_ms ? "yes" : "no";
-        char lost[32] = "";
+        char lost[48] = "";
         if (s->lost)
             snprintf(lost, sizeof lost, " (%zu never visible)", s->lost);
         char pressure[16] = "?";

@@ -9,7 +9,7 @@ set -euo pipefail
 
 [ "${OPLOG2PG_NO_DEPS:-0}" = 1 ] && exit 0
 
-# Build: compiler, pkg-config and the libraries the daemon links (tcmalloc from gperftools: include/daemon/memory.h).
+# Build: compiler, pkg-config and the libraries the daemon links (tcmalloc from gperftools: include/util/memory.h).
 pkgs=(gcc make pkg-config libmongoc-dev libbson-dev libpq-dev libev-dev libinih-dev libsystemd-dev libmicrohttpd-dev check
     libgoogle-perftools-dev)
 # Tests, demo and benchmarks: a PostgreSQL server to throw away, pymongo for the compatibility test, valgrind;
