@@ -6,7 +6,8 @@
  * an oplog dump; `check`, a bad configuration file and SIGHUP; and the initial copy through the daemon: with writers
  * changing the documents being copied, killed three times (its committed progress sampled throughout: it never goes
  * back and ends at the source's count), the oplog losing the copy's start, and --import-only, --reimport, `status`
- * and a refused --tail-from position. (--skip-import and --tail-from starting without a copy are tested in
+ * and a refused --tail-from position; the first inserts of 3 000 collections replayed in one stream (batch_tables keeps
+ * each group's locks within PostgreSQL's lock table). (--skip-import and --tail-from starting without a copy are tested in
  * test_lossless.c: test_skip_import_with_a_refused_op, test_tail_from_with_a_refused_op.)
  *
  * Each test gets its own mongosim (so its oplog and its format are its own), its own service name and its own
@@ -733,6 +734,56 @@ START_TEST(test_import_flags_and_status)
 }
 END_TEST
 
+/* Many collections in one backlog: the first inserts of 3 000 collections (each creating its collection), replayed
+ * from a dump with the timer and the row bound out of the way, so that only batch_tables can end a group. In one
+ * transaction the new tables, their indexes and TOAST tables would need some 15 000 locks, more than a default lock
+ * table holds (max_locks_per_transaction 64 x 100 connections): PostgreSQL would answer "out of shared memory" and
+ * the group would be retried for ever. batch_tables (default 500) commits a group well before that. The test names
+ * the default explicitly; EXTRA_MANY_INI="batch_tables = 1000000" in the environment shows the failure (the replay
+ * then does not finish). Every table must hold its document and be in the catalog. */
+START_TEST(test_many_collections)
+{
+    enum { COLLS = 3000 };
+    denv e;
+    const char *extra = getenv("EXTRA_MANY_INI");
+    char ini[128];
+    /* no commit by time or row count: only batch_tables (and the end of the dump) ends a group */
+    snprintf(ini, sizeof ini, "flush_interval = 1h\nbatch_rows = 10000000\n%s\n",
+             extra != NULL && *extra ? extra : "batch_tables = 500");
+    denv_start(&e, "many", NULL, ini);
+    mongoc_client_t *c = mongoc_client_new(e.uri);
+    char db[64];
+    snprintf(db, sizeof db, "%s0", e.prefix);
+    for (int i = 0; i < COLLS; i++) {
+        char coll[32];
+        snprintf(coll, sizeof coll, "t%d", i);
+        bson_t *cmd = BCON_NEW("insert", BCON_UTF8(coll), "documents", "[", "{", "_id", BCON_INT32(i), "n",
+                               BCON_INT32(i), "}", "]");
+        bson_error_t err;
+        bool ok = mongoc_client_command_simple(c, db, cmd, NULL, NULL, &err);
+        bson_destroy(cmd);
+        ck_assert_msg(ok, "insert into %s.%s: %s", db, coll, err.message);
+    }
+    mongoc_client_destroy(c);
+    char dump[300], out[300];
+    snprintf(dump, sizeof dump, "%s/oplog.bson", e.dir);
+    snprintf(out, sizeof out, "%s/replay.out", e.dir);
+    dump_oplog(e.uri, dump);
+    const char *args[] = {"-c", e.ini, "replay", dump, NULL};
+    int rc = denv_run_command(&e, args, out);
+    if (rc != 0)
+        snprintf(e.log, sizeof e.log, "%s", out), denv_show_log(&e);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(!denv_file_contains(out, "shared memory"), "PostgreSQL ran out of lock table on the way");
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM oplog2pg.tables WHERE service = '%s'", e.service);
+    ck_assert_int_eq(denv_pg_int(sql), COLLS);
+    denv_expect_match(&e);
+    ck_assert_uint_eq(denv_checkpoint_ts(e.service), denv_newest_ts(e.uri));
+    denv_stop(&e);
+}
+END_TEST
+
 Suite *replication_suite(void); /* called by the generated runner list */
 
 Suite *replication_suite(void)
@@ -747,6 +798,10 @@ Suite *replication_suite(void)
     tcase_add_test(tc, test_replay_dump);
     tcase_add_test(tc, test_check_config_and_reload);
     suite_add_tcase(s, tc);
+    TCase *many = tcase_create("many"); /* CK_RUN_CASE=many runs it alone */
+    tcase_set_timeout(many, 600);
+    tcase_add_test(many, test_many_collections);
+    suite_add_tcase(s, many);
     TCase *imp = tcase_create("import");
     tcase_set_timeout(imp, 900);
     tcase_add_test(imp, test_import_with_writer);
