@@ -28,8 +28,8 @@
  *                              (default 30 000; 0 skips either): oplog2pg tailing them, `oplog2pg replay` of a dump of
  *                              the same entries, and psql \copy of the very rows into a table LIKE the daemon's; three
  *                              trials each (BENCH_THROUGHPUT_REPS), medians of the trials' own ratios
- *   replication memory [N [M]] issue 13: the daemon's peak memory with a backlog of N small inserts (default 10 000 000)
- *                              and with M documents of 16 MB (default 40; every other one binary)
+ *   replication memory [N [M]] issue 13: the daemon's peak memory with a backlog of N small inserts (default
+ *                              10 000 000) and with M documents of 16 MB (default 40; every other one binary)
  *   replication collections [N [C...]] issue 13: N inserts (default 100 000) round-robin over C collections (default 1,
  *                              100 and 2 000), replayed with the tables to make and with the tables there, against
  *                              PostgreSQL's own CREATE TABLE one statement at a time and one COPY per table

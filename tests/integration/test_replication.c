@@ -6,9 +6,9 @@
  * an oplog dump; `check`, a bad configuration file and SIGHUP; and the initial copy through the daemon: with writers
  * changing the documents being copied, killed three times (its committed progress sampled throughout: it never goes
  * back and ends at the source's count), the oplog losing the copy's start, and --import-only, --reimport, `status`
- * and a refused --tail-from position; the first inserts of 3 000 collections replayed in one stream (batch_tables keeps
- * each group's locks within PostgreSQL's lock table). (--skip-import and --tail-from starting without a copy are tested in
- * test_lossless.c: test_skip_import_with_a_refused_op, test_tail_from_with_a_refused_op.)
+ * and a refused --tail-from position; the first inserts of 3 000 collections replayed in one stream (batch_tables
+ * keeps each group's locks within PostgreSQL's lock table). (--skip-import and --tail-from starting without a copy are
+ * tested in test_lossless.c: test_skip_import_with_a_refused_op, test_tail_from_with_a_refused_op.)
  *
  * Each test gets its own mongosim (so its oplog and its format are its own), its own service name and its own
  * database prefix. With MONGO_URI pointing at a real replica set (OPLOG2PG_TEST_SIM unset), the tests use it instead
