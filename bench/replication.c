@@ -74,15 +74,10 @@ static void kernel_counts(pid_t pid, unsigned long long *faults, unsigned long l
 {
     char path[320], buf[1024];
     *faults = *switches = 0;
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f)
-        fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')');
+    snprintf(path, sizeof path, "%d", (int)pid);
+    const char *p = bench_proc_stat(path, buf, sizeof buf);
     unsigned long long minflt, majflt;
-    if (p != NULL && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %llu %*u %llu", &minflt, &majflt) == 2)
+    if (p != NULL && sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %llu %*u %llu", &minflt, &majflt) == 2)
         *faults = minflt + majflt;
     snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
     DIR *d = opendir(path);

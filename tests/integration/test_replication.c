@@ -309,24 +309,31 @@ static void dump_oplog(const char *uri, const char *path)
 }
 
 /* `oplog2pg replay` applies a dump of the oplog through the same pipeline; a second replay skips everything. */
+/* `oplog2pg replay` of the source's oplog, dumped into the test's folder; its output in out (a path of 300 bytes),
+ * shown when it fails. Returns its exit code. */
+static int replay_dump(denv *e, char *out)
+{
+    char dump[300];
+    snprintf(dump, sizeof dump, "%s/oplog.bson", e->dir);
+    snprintf(out, 300, "%s/replay.out", e->dir);
+    dump_oplog(e->uri, dump);
+    const char *args[] = {"-c", e->ini, "replay", dump, NULL};
+    int rc = denv_run_command(e, args, out);
+    if (rc != 0)
+        snprintf(e->log, sizeof e->log, "%s", out), denv_show_log(e);
+    return rc;
+}
+
 START_TEST(test_replay_dump)
 {
     denv e;
     denv_start(&e, "replay", NULL, NULL);
     run_workload(&e, 5, 20000);
-    char dump[300], out[300];
-    snprintf(dump, sizeof dump, "%s/oplog.bson", e.dir);
-    snprintf(out, sizeof out, "%s/replay.out", e.dir);
-    dump_oplog(e.uri, dump);
-    const char *args[] = {"-c", e.ini, "replay", dump, NULL};
-    int rc = denv_run_command(&e, args, out);
-    if (rc != 0)
-        snprintf(e.log, sizeof e.log, "%s", out), denv_show_log(&e);
-    ck_assert_int_eq(rc, 0);
+    char out[300];
+    ck_assert_int_eq(replay_dump(&e, out), 0);
     denv_expect_match(&e);
     ck_assert_uint_eq(denv_checkpoint_ts(e.service), denv_newest_ts(e.uri));
-    rc = denv_run_command(&e, args, out);
-    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(replay_dump(&e, out), 0); /* the same oplog again */
     ck_assert_msg(denv_file_contains(out, "replayed 0 entries"), "a second replay applied entries again");
     denv_expect_match(&e);
     denv_stop(&e);
@@ -765,15 +772,8 @@ START_TEST(test_many_collections)
         ck_assert_msg(ok, "insert into %s.%s: %s", db, coll, err.message);
     }
     mongoc_client_destroy(c);
-    char dump[300], out[300];
-    snprintf(dump, sizeof dump, "%s/oplog.bson", e.dir);
-    snprintf(out, sizeof out, "%s/replay.out", e.dir);
-    dump_oplog(e.uri, dump);
-    const char *args[] = {"-c", e.ini, "replay", dump, NULL};
-    int rc = denv_run_command(&e, args, out);
-    if (rc != 0)
-        snprintf(e.log, sizeof e.log, "%s", out), denv_show_log(&e);
-    ck_assert_int_eq(rc, 0);
+    char out[300];
+    ck_assert_int_eq(replay_dump(&e, out), 0);
     ck_assert_msg(!denv_file_contains(out, "shared memory"), "PostgreSQL ran out of lock table on the way");
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM oplog2pg.tables WHERE service = '%s'", e.service);

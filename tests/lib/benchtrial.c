@@ -61,18 +61,25 @@ uint64_t bench_newest_ts(mongoc_client_t *c)
 
 /* ---- /proc ---- */
 
-double bench_cpu_seconds_of(const char *what)
+const char *bench_proc_stat(const char *what, char *buf, size_t len)
 {
-    char path[320], buf[1024];
+    char path[320];
     snprintf(path, sizeof path, "/proc/%s/stat", what);
     FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    size_t n = f ? fread(buf, 1, len - 1, f) : 0;
     if (f)
         fclose(f);
     buf[n] = '\0';
     const char *p = strrchr(buf, ')'); /* after the command name, which may hold spaces */
+    return p != NULL && p[1] == ' ' ? p + 2 : NULL;
+}
+
+double bench_cpu_seconds_of(const char *what)
+{
+    char buf[1024];
+    const char *p = bench_proc_stat(what, buf, sizeof buf);
     unsigned long long ut, st;
-    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+    if (p == NULL || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
         return -1;
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
@@ -125,17 +132,12 @@ static pid_t parent_of(pid_t pid)
 /* A process's own CPU time and that of its children that have ended and been waited for (cutime, cstime). */
 static double cpu_seconds_with_ended_children(pid_t pid)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f)
-        fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')');
+    char what[16], buf[1024];
+    snprintf(what, sizeof what, "%d", (int)pid);
+    const char *p = bench_proc_stat(what, buf, sizeof buf);
     unsigned long long ut, st, cut, cst;
     if (p == NULL ||
-        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &ut, &st, &cut, &cst) != 4)
+        sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &ut, &st, &cut, &cst) != 4)
         return -1;
     return (double)(ut + st + cut + cst) / (double)sysconf(_SC_CLK_TCK);
 }

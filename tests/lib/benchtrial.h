@@ -36,6 +36,8 @@ void bench_exec_sql(PGconn *pg, const char *sql);
 /* The newest oplog entry's ts, packed as oplogutil.h says. */
 uint64_t bench_newest_ts(mongoc_client_t *c);
 
+/* The fields of /proc/WHAT/stat after the command name (from the state on), read into buf; NULL when unreadable. */
+const char *bench_proc_stat(const char *what, char *buf, size_t len);
 /* CPU seconds (user + system) of /proc/WHAT/stat: a process ("PID", all its threads) or a thread ("PID/task/TID");
  * -1 when unknown. */
 double bench_cpu_seconds_of(const char *what);
