@@ -50,6 +50,30 @@ size_t sink_batch_bytes(const sink_batch *b);
 void sink_batch_row(const sink_batch *b, size_t i, const char **key, size_t *key_len, const char **json,
                     size_t *json_len);
 
+/* A binary COPY body on its way to a COPY ... FROM STDIN (FORMAT binary) started on c: framing and small rows are
+ * gathered in the stage, and libpq gets them in pieces of its size. The sink keeps one open while an insert run
+ * still fills ("streaming", src/sink/pg.c); the whole-batch calls below open and close one at once. */
+#define SINK_COPY_STAGE (256 * 1024)
+typedef struct {
+    pgconn *c;
+    size_t used;
+    char stage[SINK_COPY_STAGE];
+} sink_copy_out;
+
+/* Starts the body (its header). Every call answers false, with *err, when sending fails; the caller then abandons
+ * the COPY. */
+bool sink_copy_open(sink_copy_out *o, pgconn *c, pgconn_error *err);
+/* Rows from, from + 1, ... of the batch (the jsonb shape's (_id, doc)). */
+bool sink_copy_rows(sink_copy_out *o, const sink_batch *b, size_t from, pgconn_error *err);
+/* The mapped records of table number `table` from byte *from of the batch's records on; *from becomes their end. */
+bool sink_copy_mapped(sink_copy_out *o, const sink_batch *b, uint16_t table, size_t *from, pgconn_error *err);
+/* Hands what is staged to libpq now (so that the server works on it while the run goes on filling). */
+bool sink_copy_push(sink_copy_out *o, pgconn_error *err);
+/* The trailer, the end of the COPY and its outcome (err says why it failed: 23505 for a key already there). */
+bool sink_copy_close(sink_copy_out *o, pgconn_error *err);
+/* Ends the COPY as failed: the server refuses it, so nothing of it stays. */
+void sink_copy_abandon(sink_copy_out *o, const char *why);
+
 /* Streams the batch as a whole binary COPY body into a COPY started on c (header, tuples, trailer) and ends the COPY,
  * reading its outcome. Used by the sink and the initial copy. */
 bool sink_batch_copy(pgconn *c, const sink_batch *b, pgconn_error *err);

@@ -94,6 +94,11 @@ int sink_read_checkpoint(sink *s, op_pos *out);
 /* Writes within the open group; `pos` names the oplog entry for error messages. `key` is the key text of the _id
  * (map/ejson.h), `json` the relaxed Extended JSON of the document or the update's `o`. */
 sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_batch *b, const op_pos *pos);
+/* A row was just added to the run b of db.coll (entry pos): a long run streams it into a COPY left open while the
+ * run fills (see "streaming" in src/sink/pg.c); sink_insert_batch of b ends that COPY, as does anything else sent. */
+sink_status sink_stream_add(sink *s, sink_batch *b, const char *db, const char *coll, const op_pos *pos);
+/* The run b is about to be freed: a COPY it still streams is abandoned (the group fails and is not committed). */
+void sink_stream_forget(sink *s, const sink_batch *b);
 sink_status sink_update(sink *s, const char *db, const char *coll, const char *key, op_update_form form,
                         const char *json, const op_pos *pos);
 sink_status sink_delete(sink *s, const char *db, const char *coll, const char *key, const op_pos *pos);

@@ -3,13 +3,14 @@
  */
 #include "sink/batch.h"
 
+#include <libpq-fe.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util/strbuf.h"
 
-#define KEEP_CAP    (1024 * 1024) /* storage kept across resets */
-#define STAGE_BYTES (256 * 1024)  /* framing and small rows are gathered up to this before libpq gets them */
+#define KEEP_CAP (1024 * 1024) /* storage kept across resets */
 
 typedef struct {
     char *json;
@@ -182,93 +183,116 @@ static void put_be32(char *p, uint32_t v)
     p[3] = (char)v;
 }
 
-bool sink_batch_copy(pgconn *c, const sink_batch *b, pgconn_error *err)
+/* The staged bytes, to libpq. */
+static bool stage_flush(sink_copy_out *o, pgconn_error *err)
 {
-    static const char trailer[2] = {(char)0xff, (char)0xff};
-    char stage[STAGE_BYTES];
-    size_t used = 0;
-    bool ok = pgconn_copy_put(c, copy_header, COPY_HEADER_LEN, err);
-    for (size_t i = 0; ok && i < b->n; i++) {
+    bool ok = o->used == 0 || pgconn_copy_put(o->c, o->stage, o->used, err);
+    o->used = 0;
+    return ok;
+}
+
+/* Bytes of the COPY body: gathered in the stage, or handed to libpq as they are when they would not fit. */
+static bool stage_put(sink_copy_out *o, const void *data, size_t len, pgconn_error *err)
+{
+    if (o->used + len > sizeof o->stage && !stage_flush(o, err))
+        return false;
+    if (len > sizeof o->stage)
+        return pgconn_copy_put(o->c, data, len, err);
+    memcpy(o->stage + o->used, data, len);
+    o->used += len;
+    return true;
+}
+
+bool sink_copy_open(sink_copy_out *o, pgconn *c, pgconn_error *err)
+{
+    o->c = c;
+    o->used = 0;
+    return stage_put(o, copy_header, COPY_HEADER_LEN, err);
+}
+
+bool sink_copy_rows(sink_copy_out *o, const sink_batch *b, size_t from, pgconn_error *err)
+{
+    for (size_t i = from; i < b->n; i++) {
         const row *r = &b->rows[i];
         /* int16 2 fields; int32 key length, key; int32 jsonb length (version byte + text), version 1, text. */
-        size_t frame = 2 + 4 + r->key_len + 4 + 1;
-        if (used + frame > sizeof stage) {
-            ok = pgconn_copy_put(c, stage, used, err);
-            used = 0;
-        }
-        if (!ok)
-            break;
-        if (frame > sizeof stage) {
-            /* A key this long is refused by the index anyway; send it as it is. */
-            char head[6];
-            put_be16(head, 2);
-            put_be32(head + 2, r->key_len);
-            char tail[5];
-            put_be32(tail, r->json_len + 1);
-            tail[4] = 1;
-            ok = pgconn_copy_put(c, head, 6, err) && pgconn_copy_put(c, b->keys.data + r->key_off, r->key_len, err) &&
-                 pgconn_copy_put(c, tail, 5, err);
-        } else {
-            char *p = stage + used;
-            put_be16(p, 2);
-            put_be32(p + 2, r->key_len);
-            memcpy(p + 6, b->keys.data + r->key_off, r->key_len);
-            put_be32(p + 6 + r->key_len, r->json_len + 1);
-            p[10 + r->key_len] = 1;
-            used += frame;
-        }
-        if (!ok)
-            break;
-        if (used + r->json_len <= sizeof stage) {
-            memcpy(stage + used, r->json, r->json_len);
-            used += r->json_len;
-        } else {
-            ok = (used == 0 || pgconn_copy_put(c, stage, used, err)) && pgconn_copy_put(c, r->json, r->json_len, err);
-            used = 0;
-        }
+        char head[6], tail[5];
+        put_be16(head, 2);
+        put_be32(head + 2, r->key_len);
+        put_be32(tail, r->json_len + 1);
+        tail[4] = 1;
+        if (!stage_put(o, head, sizeof head, err) || !stage_put(o, b->keys.data + r->key_off, r->key_len, err) ||
+            !stage_put(o, tail, sizeof tail, err) || !stage_put(o, r->json, r->json_len, err))
+            return false;
     }
-    if (ok && used > 0)
-        ok = pgconn_copy_put(c, stage, used, err);
-    if (!ok || !pgconn_copy_put(c, trailer, 2, err)) {
-        /* End the COPY so that the connection (and its transaction) stays in a known state. */
-        PQputCopyEnd(c->pg, "oplog2pg: sending failed");
+    return true;
+}
+
+bool sink_copy_mapped(sink_copy_out *o, const sink_batch *b, uint16_t table, size_t *from, pgconn_error *err)
+{
+    map_row_iter it;
+    map_rows_iter(&b->mapped, &it);
+    if (*from > 0)
+        it.p += *from;
+    *from = b->mapped.buf.len;
+    uint16_t t;
+    const uint8_t *tuple;
+    uint32_t len;
+    while (map_rows_next(&it, &t, &tuple, &len))
+        if (t == table && !stage_put(o, tuple, len, err))
+            return false;
+    return true;
+}
+
+bool sink_copy_push(sink_copy_out *o, pgconn_error *err)
+{
+    return stage_flush(o, err);
+}
+
+bool sink_copy_close(sink_copy_out *o, pgconn_error *err)
+{
+    static const char trailer[2] = {(char)0xff, (char)0xff};
+    if (!stage_put(o, trailer, sizeof trailer, err) || !stage_flush(o, err)) {
+        sink_copy_abandon(o, "oplog2pg: sending failed");
         return false;
     }
-    return pgconn_copy_end(c, err);
+    return pgconn_copy_end(o->c, err);
+}
+
+void sink_copy_abandon(sink_copy_out *o, const char *why)
+{
+    o->used = 0;
+    if (o->c != NULL && o->c->pg != NULL)
+        PQputCopyEnd(o->c->pg, why); /* the server answers with an error: the statement (and what follows) fails */
+}
+
+/* A whole COPY body (header, the rows: the batch's, or table's mapped records when table >= 0; trailer), then the
+ * end of the COPY. */
+static bool copy_whole(pgconn *c, const sink_batch *b, int table, pgconn_error *err)
+{
+    sink_copy_out *o = malloc(sizeof *o);
+    if (o == NULL) {
+        pgconn_error_clear(err);
+        snprintf(err->message, sizeof err->message, "out of memory for a COPY's buffer");
+        err->status = APPLY_NOMEM;
+        PQputCopyEnd(c->pg, "oplog2pg: out of memory");
+        return false;
+    }
+    size_t from = 0;
+    bool ok = sink_copy_open(o, c, err) &&
+              (table < 0 ? sink_copy_rows(o, b, 0, err) : sink_copy_mapped(o, b, (uint16_t)table, &from, err));
+    if (!ok)
+        sink_copy_abandon(o, "oplog2pg: sending failed");
+    ok = ok && sink_copy_close(o, err);
+    free(o);
+    return ok;
+}
+
+bool sink_batch_copy(pgconn *c, const sink_batch *b, pgconn_error *err)
+{
+    return copy_whole(c, b, -1, err);
 }
 
 bool sink_batch_copy_mapped(pgconn *c, const sink_batch *b, uint16_t table, pgconn_error *err)
 {
-    static const char trailer[2] = {(char)0xff, (char)0xff};
-    char stage[STAGE_BYTES];
-    size_t used = 0;
-    bool ok = pgconn_copy_put(c, copy_header, COPY_HEADER_LEN, err);
-    map_row_iter it;
-    map_rows_iter(&b->mapped, &it);
-    uint16_t t;
-    const uint8_t *tuple;
-    uint32_t len;
-    while (ok && map_rows_next(&it, &t, &tuple, &len)) {
-        if (t != table)
-            continue;
-        if (used + len > sizeof stage) {
-            ok = used == 0 || pgconn_copy_put(c, stage, used, err);
-            used = 0;
-        }
-        if (!ok)
-            break;
-        if (len > sizeof stage) {
-            ok = pgconn_copy_put(c, (const char *)tuple, len, err);
-        } else {
-            memcpy(stage + used, tuple, len);
-            used += len;
-        }
-    }
-    if (ok && used > 0)
-        ok = pgconn_copy_put(c, stage, used, err);
-    if (!ok || !pgconn_copy_put(c, trailer, 2, err)) {
-        PQputCopyEnd(c->pg, "oplog2pg: sending failed");
-        return false;
-    }
-    return pgconn_copy_end(c, err);
+    return copy_whole(c, b, table, err);
 }

@@ -18,7 +18,7 @@ static void *run_new(void *ctx)
 
 static void run_free(void *ctx, void *run)
 {
-    (void)ctx;
+    sink_stream_forget(ctx, run);
     sink_batch_free(run);
 }
 
@@ -69,7 +69,7 @@ static apply_status texts(sink *s, const op *o, bool need_json, const char **key
     return APPLY_OK;
 }
 
-static apply_status run_add(void *ctx, void *run, op *o)
+static apply_status add_row(void *ctx, void *run, op *o)
 {
     if (o->mapped != NULL) {
         const map_plan *plan = o->mapped;
@@ -93,6 +93,15 @@ static apply_status run_add(void *ctx, void *run, op *o)
     free(key_own);
     free(json_own);
     return added ? APPLY_OK : APPLY_NOMEM;
+}
+
+/* The row, then the run's COPY if it streams (a long run; sink/pg.h). */
+static apply_status run_add(void *ctx, void *run, op *o)
+{
+    apply_status st = add_row(ctx, run, o);
+    if (st != APPLY_OK)
+        return st;
+    return sink_stream_add(ctx, run, o->db, o->coll, &o->pos);
 }
 
 static size_t run_rows(void *ctx, const void *run)

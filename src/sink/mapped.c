@@ -436,6 +436,12 @@ static sink_status upsert_records(sink *s, const table *t, const map_rows *rows,
     return APPLY_OK;
 }
 
+sink_status mapped_upsert_batch(sink *s, const table *t, const sink_batch *b, const op_pos *pos)
+{
+    s->stats.rows_inserted += sink_batch_rows(b);
+    return upsert_records(s, t, sink_batch_mapped(b), pos);
+}
+
 sink_status mapped_insert_batch(sink *s, table *t, sink_batch *b, const op_pos *pos)
 {
     const map_rows *rows = sink_batch_mapped(b);

@@ -105,6 +105,7 @@ void sink_free(sink *s)
     free(s->tables);
     free(s->tindex);
     free(s->pend);
+    free(s->stream_out);
     free(s->conninfo);
     free(s->service);
     free(s);
@@ -139,6 +140,7 @@ void sink_disconnect(sink *s)
     s->c = NULL;
     s->conn = NULL;
     s->in_txn = false;
+    s->stream_run = NULL; /* a COPY left open ends with the connection */
     s->ckpt_prepared = false;
     s->guarded = false;
     s->have_ckpt = -1;
@@ -514,7 +516,7 @@ size_t sink_copy_min_rows(const sink *s)
 }
 
 /* Each row of the batch as parameters of the upsert statement (binary, no conversion), pipelined. */
-static sink_status insert_rows_pipelined(sink *s, table *t, const sink_batch *b, const op_pos *pos)
+static sink_status insert_rows_pipelined(sink *s, const table *t, const sink_batch *b, const op_pos *pos)
 {
     char name[32];
     snprintf(name, sizeof name, "i%u", t->id);
@@ -536,40 +538,77 @@ static sink_status insert_rows_pipelined(sink *s, table *t, const sink_batch *b,
     return APPLY_OK;
 }
 
-/* COPY the batch (outside the pipeline). *dup when it met an existing _id. */
-static sink_status copy_rows(sink *s, table *t, const sink_batch *b, const op_pos *pos, bool *dup)
+/* ---- streaming ----
+ * A long insert run goes by binary COPY. libpq cannot pipeline a COPY, so it leaves the pipeline (after draining it,
+ * behind a savepoint) and, while it is open, nothing else can be sent on the connection. Sent only when its run is
+ * written (at a conflict or the group's commit), the COPY would leave PostgreSQL idle while the apply loop fills the
+ * run, and the apply loop idle while PostgreSQL loads it. So a run that has reached stream_min_rows opens its COPY
+ * at once and sends each row as it is added (sink_stream_add): PostgreSQL works on the rows while the rest of the
+ * group arrives. Anything else the connection must carry (another op, another run, the commit) first ends the COPY
+ * (sink_stream_end, called by the pipeline's every send); the rows sent are then written and dropped from their
+ * run. One run streams at a time. */
+
+/* Rows a run holds before it streams. Each COPY costs three waits on the network (the drain before it, its start,
+ * its end), paid again when an op of another kind interrupts it, so a run streams only when it is long enough that
+ * its rows outweigh three round trips many times over (sink_copy_min_rows), and never on a short one. */
+#define STREAM_MIN_ROWS  1000
+#define STREAM_MIN_BYTES (4 * SINK_COPY_BYTES)
+
+static bool stream_worth_it(const sink *s, const sink_batch *b)
 {
-    char where[32], sql[300];
+    size_t min_rows = 10 * sink_copy_min_rows(s);
+    if (min_rows < STREAM_MIN_ROWS)
+        min_rows = STREAM_MIN_ROWS;
+    return sink_batch_rows(b) >= min_rows ||
+           (sink_batch_bytes(b) >= STREAM_MIN_BYTES && sink_batch_rows(b) >= sink_copy_min_rows(s));
+}
+
+/* The rows of the streaming run not yet in its COPY. */
+static bool stream_put(sink *s, pgconn_error *e)
+{
+    sink_batch *b = s->stream_run;
+    if (s->stream_t->map != NULL)
+        return sink_copy_mapped(s->stream_out, b, 0, &s->stream_moff, e);
+    size_t from = s->stream_sent;
+    s->stream_sent = sink_batch_rows(b);
+    return sink_copy_rows(s->stream_out, b, from, e);
+}
+
+/* Short runs, and those that met a key already there: pipelined upserts. */
+static sink_status upsert_rows(sink *s, const table *t, const sink_batch *b, const op_pos *pos)
+{
+    return t->map != NULL ? mapped_upsert_batch(s, t, b, pos) : insert_rows_pipelined(s, t, b, pos);
+}
+
+/* A COPY that failed to start or end: what PostgreSQL said, with the entries it held. */
+static sink_status copy_failed(sink *s, const table *t, const pgconn_error *e, const op_pos *pos)
+{
+    char where[32];
     sink_fmt_pos(pos, where, sizeof where);
-    snprintf(sql, sizeof sql, "COPY %s (" SINK_COLUMNS ") FROM STDIN (FORMAT binary)", t->qname);
-    *dup = false;
-    pgconn_error e;
-    if (pgconn_copy_start(s->c, sql, &e) && sink_batch_copy(s->c, b, &e))
-        return APPLY_OK;
-    if (strcmp(e.sqlstate, "23505") == 0) {
-        *dup = true;
-        return APPLY_DATA;
-    }
-    const char *advice = e.status == APPLY_CONFIG ? pgerror_advice(e.sqlstate) : "";
-    sink_set_err(s, e.status, e.sqlstate, "COPY into %s.%s (oplog entries up to %s) failed: [%s] %s%s%s", t->db,
-                 t->coll, where, e.sqlstate[0] ? e.sqlstate : "?", e.message, advice[0] ? "; " : "", advice);
+    const char *advice = e->status == APPLY_CONFIG ? pgerror_advice(e->sqlstate) : "";
+    sink_set_err(s, e->status, e->sqlstate, "COPY into %s.%s (oplog entries up to %s) failed: [%s] %s%s%s", t->db,
+                 t->coll, where, e->sqlstate[0] ? e->sqlstate : "?", e->message, advice[0] ? "; " : "", advice);
     return s->failed;
 }
 
-sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_batch *b, const op_pos *pos)
+/* Sending into the open COPY failed: it is abandoned, and the group with it. */
+static sink_status stream_fail(sink *s, const pgconn_error *e)
 {
-    if (sink_batch_rows(b) == 0)
-        return APPLY_OK;
-    table *t = sink_open_table(s, db, coll, pos);
-    if (t == NULL)
-        return s->failed;
-    if (t->map != NULL)
-        return mapped_insert_batch(s, t, b, pos);
-    /* Short runs go pipelined; a long run, or a large one (libpq would hold it whole), by COPY in pieces. */
-    if (s->cfg.per_op || (sink_batch_rows(b) < sink_copy_min_rows(s) && sink_batch_bytes(b) < SINK_COPY_BYTES))
-        return insert_rows_pipelined(s, t, b, pos);
+    const table *t = s->stream_t;
+    s->stream_run = NULL;
+    sink_copy_abandon(s->stream_out, "oplog2pg: sending failed");
+    sink_status st = e->status != APPLY_OK ? e->status : APPLY_RETRY;
+    sink_set_err(s, st, e->sqlstate, "COPY into %s.%s: %s", t->db, t->coll, e->message);
+    return s->failed;
+}
 
-    /* Long run: COPY, outside the pipeline, behind a savepoint. */
+/* Opens a COPY of b's rows into t (outside the pipeline, behind a savepoint) and sends the rows it holds. */
+static sink_status stream_open(sink *s, table *t, sink_batch *b, const op_pos *pos)
+{
+    if (s->stream_out == NULL && (s->stream_out = malloc(sizeof *s->stream_out)) == NULL) {
+        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory for a COPY's buffer");
+        return s->failed;
+    }
     if (pipe_send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " SAVEPOINT_NAME, pos) != APPLY_OK ||
         pipe_drain(s) != APPLY_OK)
         return s->failed;
@@ -577,20 +616,45 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
         sink_set_err(s, APPLY_RETRY, NULL, "leaving pipeline mode: %s", PQerrorMessage(s->conn));
         return s->failed;
     }
-    bool dup = false;
-    sink_status st = copy_rows(s, t, b, pos, &dup);
-    if (st != APPLY_OK && !dup)
-        return st;
+    char sql[300];
+    snprintf(sql, sizeof sql, "COPY %s (" SINK_COLUMNS ") FROM STDIN (FORMAT binary)", t->qname);
+    pgconn_error e;
+    s->stream_run = b;
+    s->stream_t = t;
+    s->stream_sent = 0;
+    s->stream_moff = 0;
+    s->stream_last = *pos;
+    if (!pgconn_copy_start(s->c, t->map != NULL ? t->mtabs[0].copy_sql : sql, &e)) {
+        s->stream_run = NULL;
+        return copy_failed(s, t, &e, pos);
+    }
+    if (!sink_copy_open(s->stream_out, s->c, &e) || !stream_put(s, &e))
+        return stream_fail(s, &e);
+    return APPLY_OK;
+}
+
+sink_status sink_stream_end(sink *s)
+{
+    sink_batch *b = s->stream_run;
+    if (b == NULL)
+        return APPLY_OK;
+    table *t = s->stream_t;
+    op_pos pos = s->stream_last;
+    s->stream_run = NULL;
+    pgconn_error e;
+    bool ok = sink_copy_close(s->stream_out, &e);
+    bool dup = !ok && strcmp(e.sqlstate, "23505") == 0;
+    if (!ok && !dup)
+        return copy_failed(s, t, &e, &pos);
     if (dup) {
-        pgconn_error e;
         if (!pgconn_exec(s->c, "ROLLBACK TO SAVEPOINT " SAVEPOINT_NAME, NULL, false, &e)) {
             sink_set_err(s, e.status, e.sqlstate, "rolling back a COPY: %s", e.message);
             return s->failed;
         }
         char where[32];
-        sink_fmt_pos(pos, where, sizeof where);
+        sink_fmt_pos(&pos, where, sizeof where);
         log_info("COPY of %zu rows into %s.%s (entries up to %s) met an existing _id; re-sending them as upserts",
-                 sink_batch_rows(b), db, coll, where);
+                 sink_batch_rows(b), t->db, t->coll, where);
         s->stats.dup_fallbacks++;
     }
     if (PQenterPipelineMode(s->conn) != 1) {
@@ -598,13 +662,63 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
         return s->failed;
     }
     if (dup) {
-        if (insert_rows_pipelined(s, t, b, pos) != APPLY_OK)
+        if (upsert_rows(s, t, b, &pos) != APPLY_OK)
             return s->failed;
     } else {
         s->stats.rows_copied += sink_batch_rows(b);
         s->stats.bytes += sink_batch_bytes(b);
     }
-    return pipe_send_simple(s, P_RELEASE, NULL, "RELEASE SAVEPOINT " SAVEPOINT_NAME, pos);
+    sink_batch_reset(b); /* written: the run goes on from nothing */
+    return pipe_send_simple(s, P_RELEASE, NULL, "RELEASE SAVEPOINT " SAVEPOINT_NAME, &pos);
+}
+
+sink_status sink_stream_add(sink *s, sink_batch *b, const char *db, const char *coll, const op_pos *pos)
+{
+    if (s->stream_run == b) {
+        s->stream_last = *pos;
+        pgconn_error e;
+        return stream_put(s, &e) ? APPLY_OK : stream_fail(s, &e);
+    }
+    if (s->stream_run != NULL || s->cfg.per_op || s->failed != APPLY_OK || !stream_worth_it(s, b))
+        return s->failed;
+    table *t = sink_open_table(s, db, coll, pos);
+    if (t == NULL)
+        return s->failed;
+    if (t->map != NULL && t->nmtabs > 1)
+        return APPLY_OK; /* a map with child tables: one COPY per table at the run's end (mapped_insert_batch) */
+    return stream_open(s, t, b, pos);
+}
+
+void sink_stream_forget(sink *s, const sink_batch *b)
+{
+    if (s->stream_run != b || b == NULL)
+        return;
+    /* The run goes away with its COPY open (the session ends on a failure): the COPY fails, and with it the group. */
+    s->stream_run = NULL;
+    sink_copy_abandon(s->stream_out, "oplog2pg: the session ended");
+    if (s->failed == APPLY_OK)
+        sink_set_err(s, APPLY_RETRY, NULL, "a COPY was abandoned when its run was dropped");
+}
+
+sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_batch *b, const op_pos *pos)
+{
+    if (s->stream_run == b) {
+        s->stream_last = *pos;
+        return sink_stream_end(s);
+    }
+    if (sink_batch_rows(b) == 0)
+        return APPLY_OK;
+    table *t = sink_open_table(s, db, coll, pos);
+    if (t == NULL)
+        return s->failed;
+    if (t->map != NULL && t->nmtabs > 1)
+        return mapped_insert_batch(s, t, b, pos);
+    /* Short runs go pipelined; a long run, or a large one (libpq would hold it whole), by COPY in pieces. */
+    if (s->cfg.per_op || (sink_batch_rows(b) < sink_copy_min_rows(s) && sink_batch_bytes(b) < SINK_COPY_BYTES))
+        return upsert_rows(s, t, b, pos);
+    if (stream_open(s, t, b, pos) != APPLY_OK)
+        return s->failed;
+    return sink_stream_end(s);
 }
 
 sink_status sink_update(sink *s, const char *db, const char *coll, const char *key, op_update_form form,

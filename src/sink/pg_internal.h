@@ -103,6 +103,16 @@ struct sink {
     size_t *tindex, tindex_cap;
     unsigned next_table_id;
 
+    /* Streaming (pg.c): a long insert run being written by COPY while it still fills. stream_run is NULL when no
+     * COPY is open; otherwise its rows [0, stream_sent) are in the COPY, and every other use of the connection ends
+     * the COPY first (sink_stream_end). */
+    sink_batch *stream_run;
+    table *stream_t;
+    size_t stream_sent;        /* rows of the jsonb shape ... */
+    size_t stream_moff;        /* ... or bytes of a typed map's records (sink_copy_mapped) */
+    op_pos stream_last;        /* the position of the newest row in it, for messages */
+    sink_copy_out *stream_out; /* allocated at the first COPY, kept */
+
     double rtt_s;        /* the network round trip to PostgreSQL: the fastest of three pings at connect */
     bool copy_by_rtt;    /* copy_min_rows was left to the default: raised by the round trip (sink_copy_min_rows) */
     sink_status failed;  /* first failure in the current pipeline, reported at pipe_drain */
@@ -130,6 +140,9 @@ char *sink_quote_ident(sink *s, const char *name);
 /* How many rows an insert run needs to go by COPY rather than as pipelined upserts: copy_min_rows, or more when
  * the network round trip makes COPY's three waits cost more than its rows gain (SINK_COPY_ROW_GAIN_S). */
 size_t sink_copy_min_rows(const sink *s);
+/* Ends the open streaming COPY, if any: its rows are then written in the group's transaction (as upserts when one met
+ * a key already there), and the run they came from is emptied. Called before any other use of the connection. */
+sink_status sink_stream_end(sink *s);
 /* Sends a call of one of the catalog functions, pipelined. */
 sink_status sink_catalog_call(sink *s, const table *t, const char *sql, int n, const char *const *values,
                               const op_pos *pos);
@@ -143,8 +156,11 @@ table *sink_open_table(sink *s, const char *db, const char *coll, const op_pos *
 /* Makes sure of every table of t's map and prepares its statements (as get_table does for the jsonb shape). */
 bool mapped_prepare(sink *s, table *t, const op_pos *pos);
 void mapped_free_tables(table *t);
-/* The rows of a batch of inserts (COPY per table, or upserts). */
+/* The rows of a batch of inserts into a map of several tables (COPY per table, or upserts); a map of one table goes
+ * the way of the jsonb shape (pg.c, "streaming"). */
 sink_status mapped_insert_batch(sink *s, table *t, sink_batch *b, const op_pos *pos);
+/* The rows of a batch of inserts as pipelined upserts (each parent row with its child rows replaced). */
+sink_status mapped_upsert_batch(sink *s, const table *t, const sink_batch *b, const op_pos *pos);
 /* A drop of a mapped collection: every table of the namespace. */
 sink_status mapped_drop(sink *s, const char *db, const char *coll, const op_pos *pos);
 

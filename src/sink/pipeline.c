@@ -35,6 +35,8 @@ const char *const sink_pending_what[] = {
 
 bool pipe_push_pending(sink *s, pending_kind kind, const table *t, const op_pos *pos)
 {
+    if (s->stream_run != NULL && sink_stream_end(s) != APPLY_OK)
+        return false;
     if (s->pend_tail == s->pend_cap) {
         if (s->pend_head > 0) {
             memmove(s->pend, s->pend + s->pend_head, (s->pend_tail - s->pend_head) * sizeof *s->pend);
@@ -221,6 +223,8 @@ bool pipe_pump(sink *s, size_t until, size_t unsent)
 /* Send a Sync and wait for every outstanding result. */
 sink_status pipe_drain(sink *s)
 {
+    if (s->stream_run != NULL && sink_stream_end(s) != APPLY_OK)
+        return s->failed;
     if (s->failed != APPLY_OK)
         return s->failed;
     if (s->pend_head == s->pend_tail)
@@ -290,6 +294,14 @@ sink_status sink_check_idle(sink *s)
 {
     if (s->conn == NULL)
         return APPLY_RETRY;
+    if (s->stream_run != NULL) {
+        /* A COPY is open: the server says nothing during one unless it fails, and what it says is read at its end;
+         * only a lost connection matters now. */
+        if (PQconsumeInput(s->conn) != 1 || PQstatus(s->conn) == CONNECTION_BAD || s->c->goodbye[0] != '\0')
+            sink_set_err(s, APPLY_RETRY, NULL, "the PostgreSQL connection ended during a COPY: %s",
+                         s->c->goodbye[0] ? s->c->goodbye : PQerrorMessage(s->conn));
+        return s->failed;
+    }
     if (s->pend_head < s->pend_tail) {
         pipe_read_ready(s); /* results on their way: take what came */
         return s->failed;

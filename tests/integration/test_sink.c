@@ -566,6 +566,125 @@ START_TEST(test_dead_peer_settings)
 }
 END_TEST
 
+/* ---- streaming: a long run's COPY open while the run fills ---- */
+
+/* What the sink's backend is running, from pg_stat_activity ("" when idle). */
+static char *backend_query(const sink *s)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT CASE WHEN state = 'active' THEN query ELSE '' END FROM pg_stat_activity WHERE pid = %d",
+             sink_backend_pid(s));
+    return query1(sql);
+}
+
+/* Adds rows from..to ({"_id": i, "v": "new"}) as the batcher does: each row, then the sink's streaming step. */
+static void stream_rows(sink *s, sink_batch *b, const char *db, int from, int to, op_pos *pos)
+{
+    for (int i = from; i <= to; i++) {
+        char json[64];
+        snprintf(json, sizeof json, "{\"_id\": %d, \"v\": \"new\"}", i);
+        add_json(b, json);
+        pos->inc++;
+        ck_assert_msg(sink_stream_add(s, b, db, "c", pos) == APPLY_OK, "row %d: %s", i, sink_error(s));
+    }
+}
+
+/* A run that reaches 1 000 rows opens its COPY and sends each row as it comes; an update of another row ends the
+ * COPY (its rows written, the run emptied); the run streams again once long enough; a COPY that meets a key already
+ * there (a replay) falls back to upserts at its end; rows and checkpoint commit together. */
+START_TEST(test_streaming_copy)
+{
+    const char *db = "sinkstream";
+    sink *s = open_sink("t_stream", 1);
+    sink_batch *b = sink_batch_new();
+    op_pos pos = {.secs = 50, .inc = 1, .term = 1};
+    add_json(b, "{\"_id\": 5000, \"v\": \"old\"}");
+    add_json(b, "{\"_id\": 2550, \"v\": \"old\"}");
+    ck_assert(sink_insert_batch(s, db, "c", b, &pos) == APPLY_OK);
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    sink_batch_reset(b);
+    uint64_t copied_before = sink_get_stats(s)->rows_copied;
+
+    stream_rows(s, b, db, 1, 999, &pos);
+    char *q = backend_query(s);
+    ck_assert_msg(q[0] == '\0', "a run of 999 rows streams already: %s", q);
+    free(q);
+    stream_rows(s, b, db, 1000, 1500, &pos);
+    q = backend_query(s);
+    ck_assert_msg(strncmp(q, "COPY", 4) == 0, "a run of 1 500 rows does not stream: \"%s\"", q);
+    free(q);
+    ck_assert_uint_eq(sink_batch_rows(b), 1500); /* the run keeps its rows until the COPY ends */
+
+    /* An update of another row ends the COPY: its rows are written and the run starts from nothing. */
+    char *mod = json_of(BCON_NEW("$v", BCON_INT32(1), "$set", "{", "v", BCON_UTF8("updated"), "}"));
+    pos.inc++;
+    ck_assert_msg(sink_update(s, db, "c", "5000", OP_FORM_MODIFIER, mod, &pos) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_uint_eq(sink_batch_rows(b), 0);
+    ck_assert_uint_eq(sink_get_stats(s)->rows_copied, copied_before + 1500);
+
+    /* Streams again, over the row 2550 committed before: the COPY fails at its end and is re-sent as upserts. */
+    stream_rows(s, b, db, 1501, 2600, &pos);
+    q = backend_query(s);
+    ck_assert_msg(strncmp(q, "COPY", 4) == 0, "the second run does not stream: \"%s\"", q);
+    free(q);
+    ck_assert_msg(sink_insert_batch(s, db, "c", b, &pos) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_uint_eq(sink_batch_rows(b), 0);
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    const sink_stats *st = sink_get_stats(s);
+    ck_assert_uint_eq(st->dup_fallbacks, 1);
+    ck_assert_uint_eq(st->rows_copied, copied_before + 1500);
+    expect("SELECT count(*) || ' ' || count(*) FILTER (WHERE doc->>'v' = 'new') FROM sinkstream.c", "2601 2600");
+    expect("SELECT doc->>'v' FROM sinkstream.c WHERE _id = '5000'", "updated");
+    expect("SELECT doc->>'v' FROM sinkstream.c WHERE _id = '2550'", "new");
+    char want[32];
+    snprintf(want, sizeof want, "50:%u", pos.inc);
+    expect("SELECT ts_sec || ':' || ts_inc FROM oplog2pg.checkpoint WHERE service = 't_stream'", want);
+    free(mod);
+    sink_batch_free(b);
+    sink_free(s);
+}
+END_TEST
+
+/* The connection lost while a COPY streams: noticed while idle, nothing of the group (rows, the table made in it,
+ * the checkpoint) is committed, and the next session starts from the checkpoint before it. */
+START_TEST(test_streaming_connection_lost)
+{
+    sink *s = open_sink("t_stream_lost", 1);
+    sink_batch *b = sink_batch_new();
+    op_pos pos = {.secs = 60, .inc = 1, .term = 1};
+    ck_assert(sink_set_checkpoint(s, &pos) == APPLY_OK);
+    stream_rows(s, b, "sinkstreamlost", 1, 1200, &pos);
+    char *q = backend_query(s);
+    ck_assert_msg(strncmp(q, "COPY", 4) == 0, "the run does not stream: \"%s\"", q);
+    free(q);
+    PGconn *c = pg_open();
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d)", sink_backend_pid(s));
+    pg_run(c, sql);
+    PQfinish(c);
+    /* As the daemon's loop does: each time the socket is readable (the server's goodbye, then the end of the
+     * stream), a look at the idle connection. */
+    apply_status st = APPLY_OK;
+    for (int polls = 0; st == APPLY_OK && polls < 20; polls++) {
+        struct pollfd pfd = {.fd = sink_socket(s), .events = POLLIN};
+        ck_assert_msg(poll(&pfd, 1, 10000) == 1, "the terminated connection's socket never became readable");
+        st = sink_check_idle(s);
+    }
+    ck_assert_msg(st == APPLY_RETRY, "status %s: %s", apply_status_name(st), sink_error(s));
+    sink_stream_forget(s, b);
+    sink_batch_free(b);
+    sink_disconnect(s);
+    expect("SELECT count(*) FROM pg_tables WHERE schemaname = 'sinkstreamlost'", "0");
+    expect("SELECT ts_sec || ':' || ts_inc FROM oplog2pg.checkpoint WHERE service = 't_stream_lost'", "60:1");
+    ck_assert_msg(sink_connect(s) == APPLY_OK, "%s", sink_error(s));
+    op_pos back;
+    ck_assert_int_eq(sink_read_checkpoint(s, &back), 1);
+    ck_assert_uint_eq(back.inc, 1);
+    sink_free(s);
+}
+END_TEST
+
 Suite *sink_suite(void); /* called by the generated runner list */
 
 Suite *sink_suite(void)
@@ -587,6 +706,8 @@ Suite *sink_suite(void)
     tcase_add_test(tc, test_dead_letter_of_a_poison_namespace);
     tcase_add_test(tc, test_refused_login);
     tcase_add_test(tc, test_dead_peer_settings);
+    tcase_add_test(tc, test_streaming_copy);
+    tcase_add_test(tc, test_streaming_connection_lost);
     suite_add_tcase(s, tc);
     return s;
 }
