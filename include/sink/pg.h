@@ -97,7 +97,8 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
 /* A row was just added to the run b of db.coll (entry pos): a long run streams it into a COPY left open while the
  * run fills (see "streaming" in src/sink/pg.c); sink_insert_batch of b ends that COPY, as does anything else sent. */
 sink_status sink_stream_add(sink *s, sink_batch *b, const char *db, const char *coll, const op_pos *pos);
-/* The run b is about to be freed: a COPY it still streams is abandoned (the group fails and is not committed). */
+/* The run b is about to be freed or emptied without being written: a COPY it still streams is abandoned (the group
+ * fails and is not committed). */
 void sink_stream_forget(sink *s, const sink_batch *b);
 sink_status sink_update(sink *s, const char *db, const char *coll, const char *key, op_update_form form,
                         const char *json, const op_pos *pos);

@@ -112,7 +112,7 @@ static size_t run_rows(void *ctx, const void *run)
 
 static void run_reset(void *ctx, void *run, bool keep_storage)
 {
-    (void)ctx;
+    sink_stream_forget(ctx, run); /* a run emptied unwritten (insert_run ends its COPY first) */
     sink_batch_reset(run);
     if (!keep_storage)
         sink_batch_release(run);
