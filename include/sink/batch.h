@@ -67,8 +67,6 @@ bool sink_copy_open(sink_copy_out *o, pgconn *c, pgconn_error *err);
 bool sink_copy_rows(sink_copy_out *o, const sink_batch *b, size_t from, pgconn_error *err);
 /* The mapped records of table number `table` from byte *from of the batch's records on; *from becomes their end. */
 bool sink_copy_mapped(sink_copy_out *o, const sink_batch *b, uint16_t table, size_t *from, pgconn_error *err);
-/* Hands what is staged to libpq now (so that the server works on it while the run goes on filling). */
-bool sink_copy_push(sink_copy_out *o, pgconn_error *err);
 /* The trailer, the end of the COPY and its outcome (err says why it failed: 23505 for a key already there). */
 bool sink_copy_close(sink_copy_out *o, pgconn_error *err);
 /* Ends the COPY as failed: the server refuses it, so nothing of it stays. */

@@ -243,11 +243,6 @@ bool sink_copy_mapped(sink_copy_out *o, const sink_batch *b, uint16_t table, siz
     return true;
 }
 
-bool sink_copy_push(sink_copy_out *o, pgconn_error *err)
-{
-    return stage_flush(o, err);
-}
-
 bool sink_copy_close(sink_copy_out *o, pgconn_error *err)
 {
     static const char trailer[2] = {(char)0xff, (char)0xff};
