@@ -4,7 +4,6 @@
 #include "sink/batch.h"
 
 #include <libpq-fe.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -264,22 +263,15 @@ void sink_copy_abandon(sink_copy_out *o, const char *why)
  * end of the COPY. */
 static bool copy_whole(pgconn *c, const sink_batch *b, int table, pgconn_error *err)
 {
-    sink_copy_out *o = malloc(sizeof *o);
-    if (o == NULL) {
-        pgconn_error_clear(err);
-        snprintf(err->message, sizeof err->message, "out of memory for a COPY's buffer");
-        err->status = APPLY_NOMEM;
-        PQputCopyEnd(c->pg, "oplog2pg: out of memory");
+    sink_copy_out o; /* its stage on the stack, as the callers' threads have always allowed */
+    size_t from = 0;
+    bool ok = sink_copy_open(&o, c, err) &&
+              (table < 0 ? sink_copy_rows(&o, b, 0, err) : sink_copy_mapped(&o, b, (uint16_t)table, &from, err));
+    if (!ok) {
+        sink_copy_abandon(&o, "oplog2pg: sending failed");
         return false;
     }
-    size_t from = 0;
-    bool ok = sink_copy_open(o, c, err) &&
-              (table < 0 ? sink_copy_rows(o, b, 0, err) : sink_copy_mapped(o, b, (uint16_t)table, &from, err));
-    if (!ok)
-        sink_copy_abandon(o, "oplog2pg: sending failed");
-    ok = ok && sink_copy_close(o, err);
-    free(o);
-    return ok;
+    return sink_copy_close(&o, err);
 }
 
 bool sink_batch_copy(pgconn *c, const sink_batch *b, pgconn_error *err)

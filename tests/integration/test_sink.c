@@ -578,6 +578,14 @@ static char *backend_query(const sink *s)
     return query1(sql);
 }
 
+/* Whether the sink's backend is running a COPY now (the run streams) or not. */
+static void expect_copy_open(const sink *s, bool open, const char *what)
+{
+    char *q = backend_query(s);
+    ck_assert_msg((strncmp(q, "COPY", 4) == 0) == open, "%s: the backend runs \"%s\"", what, q);
+    free(q);
+}
+
 /* Adds rows from..to ({"_id": i, "v": "new"}) as the batcher does: each row, then the sink's streaming step. */
 static void stream_rows(sink *s, sink_batch *b, const char *db, int from, int to, op_pos *pos)
 {
@@ -607,13 +615,9 @@ START_TEST(test_streaming_copy)
     uint64_t copied_before = sink_get_stats(s)->rows_copied;
 
     stream_rows(s, b, db, 1, 999, &pos);
-    char *q = backend_query(s);
-    ck_assert_msg(q[0] == '\0', "a run of 999 rows streams already: %s", q);
-    free(q);
+    expect_copy_open(s, false, "a run of 999 rows");
     stream_rows(s, b, db, 1000, 1500, &pos);
-    q = backend_query(s);
-    ck_assert_msg(strncmp(q, "COPY", 4) == 0, "a run of 1 500 rows does not stream: \"%s\"", q);
-    free(q);
+    expect_copy_open(s, true, "a run of 1 500 rows");
     ck_assert_uint_eq(sink_batch_rows(b), 1500); /* the run keeps its rows until the COPY ends */
 
     /* An update of another row ends the COPY: its rows are written and the run starts from nothing. */
@@ -625,9 +629,7 @@ START_TEST(test_streaming_copy)
 
     /* Streams again, over the row 2550 committed before: the COPY fails at its end and is re-sent as upserts. */
     stream_rows(s, b, db, 1501, 2600, &pos);
-    q = backend_query(s);
-    ck_assert_msg(strncmp(q, "COPY", 4) == 0, "the second run does not stream: \"%s\"", q);
-    free(q);
+    expect_copy_open(s, true, "the second run");
     ck_assert_msg(sink_insert_batch(s, db, "c", b, &pos) == APPLY_OK, "%s", sink_error(s));
     ck_assert_uint_eq(sink_batch_rows(b), 0);
     ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
@@ -655,9 +657,7 @@ START_TEST(test_streaming_connection_lost)
     op_pos pos = {.secs = 60, .inc = 1, .term = 1};
     ck_assert(sink_set_checkpoint(s, &pos) == APPLY_OK);
     stream_rows(s, b, "sinkstreamlost", 1, 1200, &pos);
-    char *q = backend_query(s);
-    ck_assert_msg(strncmp(q, "COPY", 4) == 0, "the run does not stream: \"%s\"", q);
-    free(q);
+    expect_copy_open(s, true, "a run of 1 200 rows");
     PGconn *c = pg_open();
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d)", sink_backend_pid(s));
