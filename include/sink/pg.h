@@ -42,6 +42,13 @@
 #include "sink/batch.h"
 #include "sink/pgconn.h"
 
+/* The jsonb shape's statements (src/sink/stmt.c): how many are held prepared on a connection at once, unless
+ * sink_config says otherwise; the use of a statement at which it is prepared (the first goes unnamed); the commits
+ * after which one that none of them used may make room for another. */
+#define SINK_MAX_PREPARED       1000
+#define SINK_STMT_PREPARE_AT    2
+#define SINK_STMT_STALE_COMMITS 100
+
 /* The most bytes of statements libpq may hold unsent before the sink waits for the socket. */
 #define SINK_PIPE_BYTES (2u * 1024 * 1024)
 
@@ -60,6 +67,8 @@ typedef struct {
     pgconn_wait_fn wait_hook;
     void *wait_arg;
     int wait_slice_ms;
+    uint32_t max_prepared; /* statements of the jsonb shape held prepared at once (src/sink/stmt.c); 0 means
+                            * SINK_MAX_PREPARED */
 } sink_config;
 
 typedef struct {
@@ -72,6 +81,7 @@ typedef struct {
     uint64_t dup_fallbacks; /* COPY runs re-sent as upserts after a duplicate _id */
     uint64_t bytes;         /* bytes of text sent for inserts (keys and documents) and updates (the update) */
     uint64_t dead_letters;  /* ops set aside in oplog2pg.dead_letter */
+    uint64_t unnamed;       /* statements sent unnamed because max_prepared were held and none had gone stale */
 } sink_stats;
 
 typedef apply_status sink_status;

@@ -462,6 +462,7 @@ static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
     m->rows_written[METRICS_WRITE_DELETE] = ss->deletes;
     m->bytes_written = ss->bytes;
     m->dup_fallbacks = ss->dup_fallbacks;
+    m->unnamed = ss->unnamed;
     m->dead_letters = ss->dead_letters;
     m->pg_reconnects = d->pg_reconnects;
     m->queue_depth = d->q != NULL ? queue_ops(d->q) : 0;

@@ -188,6 +188,10 @@ char *metrics_render(const metrics_snapshot *s, size_t *len)
     counter(f, "oplog2pg_bytes_written_total", "Document bytes sent to PostgreSQL.", s->bytes_written);
     counter(f, "oplog2pg_duplicate_fallbacks_total", "COPY runs re-sent as upserts after a duplicate _id.",
             s->dup_fallbacks);
+    counter(f, "oplog2pg_statements_unnamed_total",
+            "Statements sent unnamed, parsed and planned once, because the connection held its bound of prepared "
+            "ones.",
+            s->unnamed);
     counter(f, "oplog2pg_dead_letters_total", "Operations set aside in oplog2pg.dead_letter.", s->dead_letters);
     family(f, "oplog2pg_reconnects_total", "counter", "Reconnections, by side.");
     sample_u64(f, "oplog2pg_reconnects_total", "side", "postgres", s->pg_reconnects);

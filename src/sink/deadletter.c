@@ -239,6 +239,6 @@ sink_status sink_dead_letter(sink *s, const op *o, const char *why)
 out:
     /* The op may have created its table inside the guard: forget it, so the next op on it makes sure again. */
     if (o->db != NULL)
-        sink_forget_table(s, o->db, o->coll ? o->coll : NULL);
+        sink_forget_table(s, o->db, o->coll ? o->coll : NULL, false);
     return s->failed;
 }

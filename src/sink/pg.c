@@ -77,6 +77,8 @@ sink *sink_new(const sink_config *cfg)
     s->copy_by_rtt = s->cfg.copy_min_rows == 0; /* a threshold the caller set is kept as it is */
     if (s->cfg.copy_min_rows == 0)
         s->cfg.copy_min_rows = 32;
+    if (s->cfg.max_prepared == 0)
+        s->cfg.max_prepared = SINK_MAX_PREPARED;
     s->cfg.conninfo = s->conninfo;
     s->cfg.service = s->service;
     return s;
@@ -92,6 +94,7 @@ static void tables_clear(sink *s)
         free(s->tables[i]);
     }
     s->ntables = 0;
+    sink_stmt_clear(s);
     if (s->tindex != NULL)
         memset(s->tindex, 0, s->tindex_cap * sizeof *s->tindex);
 }
@@ -365,13 +368,15 @@ static bool tindex_reserve(sink *s)
     return true;
 }
 
-void sink_forget_table(sink *s, const char *db, const char *coll)
+void sink_forget_table(sink *s, const char *db, const char *coll, bool deallocate)
 {
     for (size_t i = 0; i < s->ntables; i++) {
         table *t = s->tables[i];
         if ((coll == NULL || strcmp(t->coll, coll) == 0) && strcmp(t->db, db) == 0) {
-            /* Statement names are never reused, so the old ones can stay until the connection ends. Pending items may
-             * still point at the table, so it is kept, only marked not ready under a name no lookup matches. */
+            /* Statement names are never reused, so the ones not deallocated can stay until the connection ends.
+             * Pending items may still point at the table, so it is kept, only marked not ready under a name no
+             * lookup matches. */
+            sink_stmt_forget(s, t, deallocate);
             t->ready = false;
             t->coll[0] = '\0';
             t->db[0] = '\0';
@@ -384,13 +389,6 @@ sink_status sink_prepare(sink *s, const table *t, const char *name, const char *
     if (!pipe_push_pending(s, P_PREPARE, t, NULL))
         return s->failed;
     return pipe_after_send(s, PQsendPrepare(s->conn, name, sql, 0, NULL) == 1, strlen(sql));
-}
-
-static sink_status prepare_stmt(sink *s, table *t, char kind, const char *sql)
-{
-    char name[32];
-    snprintf(name, sizeof name, "%c%u", kind, t->id);
-    return sink_prepare(s, t, name, sql);
 }
 
 /* Maps db.coll to its names; false (s->failed = APPLY_DATA, naming the op's entry) when it cannot be a table. */
@@ -414,8 +412,8 @@ sink_status sink_catalog_call(sink *s, const table *t, const char *sql, int n, c
     return pipe_after_send(s, PQsendQueryParams(s->conn, sql, n, NULL, values, NULL, NULL, 0) == 1, 256);
 }
 
-/* The table for db.coll: made (schema, table, catalog row) or checked to be this service's, and its statements
- * prepared on this connection if needed. A table of that name that oplog2pg did not make stops everything (O2FOR,
+/* The table for db.coll: made (schema, table, catalog row) or checked to be this service's (a typed map's statements
+ * prepared on this connection too). A table of that name that oplog2pg did not make stops everything (O2FOR,
  * a person must act). */
 static table *get_table(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
@@ -473,20 +471,12 @@ static table *get_table(sink *s, const char *db, const char *coll, const op_pos 
     const char *values[5] = {s->service, db, coll, t->name.schema, t->name.table};
     bool ok = sink_catalog_call(s, t, "SELECT oplog2pg.ensure_table($1, $2, $3, $4, $5)", 5, values, pos) == APPLY_OK;
 
-    /* Insert doubles as replacement: an insert that meets its own _id (a replay) becomes the document it carries. */
-    char buf[512];
-    snprintf(buf, sizeof buf,
-             "INSERT INTO %s (_id, doc) VALUES ($1, $2) ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc", t->qname);
-    ok = ok && prepare_stmt(s, t, 'i', buf) == APPLY_OK;
-    snprintf(buf, sizeof buf, "UPDATE %s SET doc = oplog2pg.apply_update(doc, $2::jsonb) WHERE _id = $1", t->qname);
-    ok = ok && prepare_stmt(s, t, 'u', buf) == APPLY_OK;
-    snprintf(buf, sizeof buf, "DELETE FROM %s WHERE _id = $1", t->qname);
-    ok = ok && prepare_stmt(s, t, 'd', buf) == APPLY_OK;
     if (!ok) {
         if (s->failed == APPLY_OK)
             sink_set_err(s, APPLY_NOMEM, NULL, "out of memory preparing table %s.%s", db, coll);
         return NULL;
     }
+    /* Its statements are prepared as ops need them (stmt.c). */
     t->ready = true;
     return t;
 
@@ -516,10 +506,8 @@ size_t sink_copy_min_rows(const sink *s)
 }
 
 /* Each row of the batch as parameters of the upsert statement (binary, no conversion), pipelined. */
-static sink_status insert_rows_pipelined(sink *s, const table *t, const sink_batch *b, const op_pos *pos)
+static sink_status insert_rows_pipelined(sink *s, table *t, const sink_batch *b, const op_pos *pos)
 {
-    char name[32];
-    snprintf(name, sizeof name, "i%u", t->id);
     const int formats[2] = {1, 0};
     for (size_t i = 0; i < sink_batch_rows(b); i++) {
         const char *key, *json;
@@ -527,10 +515,8 @@ static sink_status insert_rows_pipelined(sink *s, const table *t, const sink_bat
         sink_batch_row(b, i, &key, &klen, &json, &jlen);
         const char *values[2] = {key, json};
         const int lengths[2] = {(int)klen, (int)jlen};
-        if (!pipe_push_pending(s, P_INSERT, t, pos))
-            return s->failed;
-        if (pipe_after_send(s, PQsendQueryPrepared(s->conn, name, 2, values, lengths, formats, 0) == 1,
-                            klen + jlen + 64) != APPLY_OK)
+        if (sink_send_stmt(s, t, STMT_UPSERT, P_INSERT, pos, 2, values, lengths, formats, klen + jlen + 64) !=
+            APPLY_OK)
             return s->failed;
     }
     s->stats.rows_inserted += sink_batch_rows(b);
@@ -575,7 +561,7 @@ static bool stream_put(sink *s, pgconn_error *e)
 }
 
 /* Short runs, and those that met a key already there: pipelined upserts. */
-static sink_status upsert_rows(sink *s, const table *t, const sink_batch *b, const op_pos *pos)
+static sink_status upsert_rows(sink *s, table *t, const sink_batch *b, const op_pos *pos)
 {
     return t->map != NULL ? mapped_upsert_batch(s, t, b, pos) : insert_rows_pipelined(s, t, b, pos);
 }
@@ -727,17 +713,14 @@ sink_status sink_update(sink *s, const char *db, const char *coll, const char *k
     table *t = sink_open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
-    char name[32];
-    snprintf(name, sizeof name, "%c%u", form == OP_FORM_REPLACE ? 'i' : 'u', t->id);
     const char *values[2] = {key, json};
-    if (!pipe_push_pending(s, form == OP_FORM_REPLACE ? P_INSERT : P_UPDATE, t, pos))
-        return s->failed;
     /* A replacement is the whole new document: upsert it. */
     size_t bytes = strlen(json);
-    bool ok = PQsendQueryPrepared(s->conn, name, 2, values, NULL, NULL, 0) == 1;
     s->stats.bytes += bytes;
     s->stats.updates++;
-    return pipe_after_send(s, ok, bytes + strlen(key) + 64);
+    if (form == OP_FORM_REPLACE)
+        return sink_send_stmt(s, t, STMT_UPSERT, P_INSERT, pos, 2, values, NULL, NULL, bytes + strlen(key) + 64);
+    return sink_send_stmt(s, t, STMT_UPDATE, P_UPDATE, pos, 2, values, NULL, NULL, bytes + strlen(key) + 64);
 }
 
 sink_status sink_delete(sink *s, const char *db, const char *coll, const char *key, const op_pos *pos)
@@ -745,14 +728,9 @@ sink_status sink_delete(sink *s, const char *db, const char *coll, const char *k
     table *t = sink_open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
-    char name[32];
-    snprintf(name, sizeof name, "d%u", t->id);
     const char *values[1] = {key};
-    if (!pipe_push_pending(s, P_DELETE, t, pos))
-        return s->failed;
-    bool ok = PQsendQueryPrepared(s->conn, name, 1, values, NULL, NULL, 0) == 1;
     s->stats.deletes++;
-    return pipe_after_send(s, ok, strlen(key) + 64);
+    return sink_send_stmt(s, t, STMT_DELETE, P_DELETE, pos, 1, values, NULL, NULL, strlen(key) + 64);
 }
 
 sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos *pos)
@@ -769,13 +747,13 @@ sink_status sink_drop(sink *s, const char *db, const char *coll, const op_pos *p
     if (pipe_begin_if_needed(s) != APPLY_OK)
         return s->failed;
     if (map_find(s->cfg.maps, db, coll) != NULL) {
-        sink_forget_table(s, db, coll);
+        sink_forget_table(s, db, coll, true);
         s->stats.ddl++;
         return mapped_drop(s, db, coll, pos);
     }
     if (!map_names(s, db, coll, &nm, pos))
         return s->failed;
-    sink_forget_table(s, db, coll);
+    sink_forget_table(s, db, coll, true);
     s->stats.ddl++;
     const char *values[3] = {s->service, nm.schema, nm.table};
     return sink_catalog_call(s, NULL, "SELECT oplog2pg.drop_table($1, $2, $3)", 3, values, pos);
@@ -798,8 +776,8 @@ sink_status sink_rename(sink *s, const char *db, const char *coll, const char *t
     if (pipe_begin_if_needed(s) != APPLY_OK || !map_names(s, db, coll, &from, pos) ||
         !map_names(s, to_db, to_coll, &to, pos))
         return s->failed;
-    sink_forget_table(s, db, coll);
-    sink_forget_table(s, to_db, to_coll);
+    sink_forget_table(s, db, coll, true);
+    sink_forget_table(s, to_db, to_coll, true);
     /* A target the rename dropped (dropTarget), or one left over from an earlier run: dropped if it is this
      * service's; MongoDB would have refused the rename otherwise, so dropping is right either way. */
     (void)drop_target;
@@ -813,7 +791,7 @@ sink_status sink_drop_database(sink *s, const char *db, const op_pos *pos)
     pg_name nm;
     if (pipe_begin_if_needed(s) != APPLY_OK || !map_names(s, db, NULL, &nm, pos))
         return s->failed;
-    sink_forget_table(s, db, NULL);
+    sink_forget_table(s, db, NULL, true);
     s->stats.ddl++;
     const char *values[2] = {s->service, db};
     return sink_catalog_call(s, NULL, "SELECT oplog2pg.drop_database($1, $2)", 2, values, pos);

@@ -1,10 +1,11 @@
 /*
  * pg_internal.h — what the files of the PostgreSQL sink share (the contract is include/sink/pg.h):
- *   pg.c          construction, connecting (schema, fence, checkpoint row), tables (names, catalog, statements),
+ *   pg.c          construction, connecting (schema, fence, checkpoint row), tables (names, catalog),
  *                 the writes, DDL and the commit with its checkpoint;
  *   pipeline.c    libpq pipeline mode: the queue of pending statements matched to their results, sends that never
  *                 wait per op, the one wait per group (with the wait hook and the probe of what PostgreSQL waits on),
  *                 the idle connection's health;
+ *   stmt.c        the jsonb shape's statements: prepared when first needed, a bounded set per connection;
  *   deadletter.c  guarded ops (a savepoint per op in careful mode) and the dead-letter records;
  *   probe.c       the read-only look at a service for `check` and `status`;
  *   backfill.c    at connect, the columns a typed map gained: added, and filled from doc where it is kept.
@@ -57,12 +58,25 @@ static inline bool sink_is_data_kind(pending_kind k)
     return k == P_INSERT || k == P_UPDATE || k == P_DELETE || k == P_DDL;
 }
 
+/* A statement of the jsonb shape (stmt.c): the upsert (inserts, replacements), the update, the delete. */
+typedef enum { STMT_UPSERT, STMT_UPDATE, STMT_DELETE, STMT_KINDS } stmt_kind;
+
+typedef struct sink_stmt {
+    unsigned id;         /* its name's number on this connection (never reused); 0: not prepared */
+    unsigned uses;       /* sends on this connection, up to SINK_STMT_PREPARE_AT */
+    stmt_kind kind;
+    uint64_t used;       /* sink.stats.commits when it was last sent */
+    struct table *owner; /* the table whose statement it is */
+    struct sink_stmt *newer, *older; /* the connection's prepared ones, by last use */
+} sink_stmt;
+
 typedef struct table {
     char *db, *coll; /* the MongoDB namespace */
     uint64_t hash;   /* of the namespace it was opened under (its slot in sink.tindex) */
     pg_name name;    /* its schema and table (map/names.h) */
     char *qname;     /* "schema"."table", quoted */
-    unsigned id;     /* statement names: i<id>, u<id>, d<id> */
+    unsigned id;     /* a typed map's statement names (mapped.c) */
+    sink_stmt stmt[STMT_KINDS]; /* the jsonb shape's statements (stmt.c) */
     bool ready;      /* schema, table and statements sent on this connection */
     const map_collection *map; /* its typed map, NULL for the jsonb shape */
     sink_mapped_table *mtabs;  /* the map's tables, by table number (map_table_at) */
@@ -102,6 +116,10 @@ struct sink {
      * holds a position in tables + 1, 0 = empty; tindex_cap a power of two, at least twice ntables */
     size_t *tindex, tindex_cap;
     unsigned next_table_id;
+    /* the jsonb shape's prepared statements (stmt.c), newest first; nstmts of them, at most cfg.max_prepared */
+    sink_stmt *stmt_newest, *stmt_oldest;
+    size_t nstmts;
+    unsigned next_stmt_id;
 
     /* Streaming (pg.c): a long insert run being written by COPY while it still fills. stream_run is NULL when no
      * COPY is open; otherwise its rows [0, stream_sent) are in the COPY, and every other use of the connection ends
@@ -132,8 +150,9 @@ void sink_set_err(sink *s, sink_status st, const char *state, const char *fmt, .
 /* "secs:inc" of an oplog position for messages ("-" for none). */
 void sink_fmt_pos(const op_pos *pos, char *buf, size_t len);
 /* Forgets what this connection knows of db.coll's table (coll NULL: of every table of db), so the next op on it makes
- * sure of it again. */
-void sink_forget_table(sink *s, const char *db, const char *coll);
+ * sure of it again. Its prepared statements are deallocated when `deallocate` (they are known to exist: not after a
+ * refusal inside a guard, which may have skipped their PREPARE), otherwise left to the connection's end. */
+void sink_forget_table(sink *s, const char *db, const char *coll, bool deallocate);
 
 /* Quotes an identifier (malloc'd; NULL when memory runs out). */
 char *sink_quote_ident(sink *s, const char *name);
@@ -150,6 +169,17 @@ sink_status sink_catalog_call(sink *s, const table *t, const char *sql, int n, c
 sink_status sink_prepare(sink *s, const table *t, const char *name, const char *sql);
 /* The open group's transaction and db.coll's table ready in it (NULL on failure, s->failed). */
 table *sink_open_table(sink *s, const char *db, const char *coll, const op_pos *pos);
+
+/* ---- stmt.c: the jsonb shape's statements ---- */
+
+/* Sends t's statement k with these parameters (as PQsendQueryPrepared takes them), pipelined under pending kind pk:
+ * prepared first if this connection has not (making room in the bounded set when it can), or sent unnamed. */
+sink_status sink_send_stmt(sink *s, table *t, stmt_kind k, pending_kind pk, const op_pos *pos, int n,
+                           const char *const *values, const int *lengths, const int *formats, size_t bytes);
+/* Takes t's statements out of the set, deallocating them (pipelined) when `deallocate`. */
+void sink_stmt_forget(sink *s, table *t, bool deallocate);
+/* The connection is gone, and its statements with it. */
+void sink_stmt_clear(sink *s);
 
 /* ---- mapped.c: tables of typed maps ---- */
 

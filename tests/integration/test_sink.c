@@ -685,6 +685,81 @@ START_TEST(test_streaming_connection_lost)
 }
 END_TEST
 
+/* ---- the bounded set of prepared statements (src/sink/stmt.c) ---- */
+
+/* One row {"_id": id} into db.c<t> as a one-row run (a pipelined upsert: the sink's copy_min_rows is high). */
+static void one_upsert(sink *s, sink_batch *b, const char *db, int t, int id, op_pos *pos)
+{
+    char coll[16], json[64];
+    snprintf(coll, sizeof coll, "c%d", t);
+    snprintf(json, sizeof json, "{\"_id\": %d}", id);
+    sink_batch_reset(b);
+    add_json(b, json);
+    pos->inc++;
+    ck_assert_msg(sink_insert_batch(s, db, coll, b, pos) == APPLY_OK, "%s.%s: %s", db, coll, sink_error(s));
+}
+
+/* With room for 3 statements: a statement is prepared at its second use (the first goes unnamed); tables past the
+ * bound go unnamed, and so does a second kind for a table; a statement no commit used for SINK_STMT_STALE_COMMITS
+ * groups makes room (deallocated, and prepared again under a new name when its table comes back); a drop deallocates
+ * its table's statements. Every write lands: a name used after its deallocation, or a deallocation of a name
+ * PostgreSQL does not have, would fail the group. */
+START_TEST(test_statement_bound)
+{
+    const char *db = "sinkstmt";
+    sink_config cfg = {.conninfo = conninfo(), .service = "t_stmt", .copy_min_rows = 1000000, .max_prepared = 3};
+    sink *s = sink_new(&cfg);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_msg(sink_connect(s) == APPLY_OK, "connect: %s", sink_error(s));
+    sink_batch *b = sink_batch_new();
+    op_pos pos = {.secs = 70, .inc = 0, .term = 1};
+    int id = 0;
+    ck_assert_int_eq(SINK_STMT_PREPARE_AT, 2);
+
+    for (int t = 0; t < 5; t++) { /* c0..c2 prepared at their second row, c3 and c4 unnamed */
+        one_upsert(s, b, db, t, ++id, &pos); /* a first use is never counted */
+        ck_assert_uint_eq(sink_get_stats(s)->unnamed, t == 4 ? 1 : 0);
+        one_upsert(s, b, db, t, ++id, &pos);
+    }
+    ck_assert_uint_eq(sink_get_stats(s)->unnamed, 2);
+    char *mod = json_of(BCON_NEW("$v", BCON_INT32(1), "$set", "{", "seen", BCON_BOOL(true), "}"));
+    ck_assert(sink_update(s, db, "c0", "1", OP_FORM_MODIFIER, mod, &pos) == APPLY_OK); /* a first use */
+    ck_assert_uint_eq(sink_get_stats(s)->unnamed, 2);
+    ck_assert(sink_update(s, db, "c0", "2", OP_FORM_MODIFIER, mod, &pos) == APPLY_OK); /* full, nothing stale */
+    ck_assert_uint_eq(sink_get_stats(s)->unnamed, 3);
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+
+    for (int g = 0; g < SINK_STMT_STALE_COMMITS; g++) { /* only c0: c1's and c2's go stale */
+        one_upsert(s, b, db, 0, ++id, &pos);
+        ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    }
+    ck_assert_uint_eq(sink_get_stats(s)->unnamed, 3);
+    one_upsert(s, b, db, 3, ++id, &pos); /* c1's statement makes room for c3's */
+    one_upsert(s, b, db, 1, ++id, &pos); /* c2's for c1's, under a new name */
+    ck_assert_uint_eq(sink_get_stats(s)->unnamed, 3);
+    one_upsert(s, b, db, 4, ++id, &pos); /* the oldest now is c0's, used one commit ago: unnamed */
+    ck_assert_uint_eq(sink_get_stats(s)->unnamed, 4);
+    one_upsert(s, b, db, 2, ++id, &pos); /* likewise */
+    ck_assert_uint_eq(sink_get_stats(s)->unnamed, 5);
+    ck_assert(sink_drop(s, db, "c1", &pos) == APPLY_OK); /* deallocates c1's: room for c4's */
+    one_upsert(s, b, db, 4, ++id, &pos);
+    ck_assert_uint_eq(sink_get_stats(s)->unnamed, 5);
+    one_upsert(s, b, db, 1, ++id, &pos); /* a new c1, its first row */
+    one_upsert(s, b, db, 1, ++id, &pos); /* full again, nothing stale: unnamed */
+    ck_assert_uint_eq(sink_get_stats(s)->unnamed, 6);
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+
+    expect("SELECT string_agg(n::text, ',' ORDER BY t) FROM (SELECT 0 AS t, count(*) AS n FROM sinkstmt.c0 UNION ALL "
+           "SELECT 1, count(*) FROM sinkstmt.c1 UNION ALL SELECT 2, count(*) FROM sinkstmt.c2 UNION ALL "
+           "SELECT 3, count(*) FROM sinkstmt.c3 UNION ALL SELECT 4, count(*) FROM sinkstmt.c4) x",
+           "102,2,3,3,4");
+    expect("SELECT string_agg(_id, ',' ORDER BY _id) FROM sinkstmt.c0 WHERE doc->>'seen' = 'true'", "1,2");
+    free(mod);
+    sink_batch_free(b);
+    sink_free(s);
+}
+END_TEST
+
 Suite *sink_suite(void); /* called by the generated runner list */
 
 Suite *sink_suite(void)
@@ -708,6 +783,7 @@ Suite *sink_suite(void)
     tcase_add_test(tc, test_dead_peer_settings);
     tcase_add_test(tc, test_streaming_copy);
     tcase_add_test(tc, test_streaming_connection_lost);
+    tcase_add_test(tc, test_statement_bound);
     suite_add_tcase(s, tc);
     return s;
 }
