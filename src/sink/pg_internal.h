@@ -5,7 +5,7 @@
  *   pipeline.c    libpq pipeline mode: the queue of pending statements matched to their results, sends that never
  *                 wait per op, the one wait per group (with the wait hook and the probe of what PostgreSQL waits on),
  *                 the idle connection's health;
- *   stmt.c        the jsonb shape's statements: prepared when first needed, a bounded set per connection;
+ *   stmt.c        the jsonb shape's statements: prepared at their second use, a bounded set per connection;
  *   deadletter.c  guarded ops (a savepoint per op in careful mode) and the dead-letter records;
  *   probe.c       the read-only look at a service for `check` and `status`;
  *   backfill.c    at connect, the columns a typed map gained: added, and filled from doc where it is kept.
