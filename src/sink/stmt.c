@@ -6,10 +6,11 @@
  * Why a bound. A backend visits every plan it has cached for each invalidation message it processes (plancache.c
  * walks its whole list per message), and each CREATE TABLE, DROP or ANALYZE sends several. With three statements per
  * table prepared up front, making 2 000 tables in a row cost 7 ms each instead of 2.4 to 3 ms (docs/benchmarks.md,
- * "Prepared statements and many tables"; bench/plancache.sh), and every cached plan holds the backend's memory for as long as the connection lives. So only the
- * kind an op needs is prepared (a table that only gets inserts holds one statement, or none when its runs go by COPY);
- * it is prepared at its second use, the first going unnamed, so that a burst of tables made one after another (a
- * first replay, tenants arriving) is not slowed by plans of the tables made just before; and the set is bounded.
+ * "Prepared statements and many tables"; bench/plancache.sh), and every cached plan holds the backend's memory for as
+ * long as the connection lives. So only the kind an op needs is prepared (a table that only gets inserts holds one
+ * statement, or none when its runs go by COPY); it is prepared at its second use, the first going unnamed, so that a
+ * burst of tables made one after another (a first replay, tenants arriving) is not slowed by plans of the tables made
+ * just before; and the set is bounded.
  *
  * When it is full, the statement used longest ago is deallocated to make room, but only when no commit for
  * SINK_STMT_STALE_COMMITS groups has used it; otherwise the op goes out unnamed (parsed and planned for that one
