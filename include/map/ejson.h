@@ -72,6 +72,10 @@ typedef struct {
  * (the caller truncates or resets it) and err (may be NULL) says why. */
 ejson_status ejson_write_document(strbuf *out, const uint8_t *data, size_t len, ejson_error *err);
 ejson_status ejson_write_value(strbuf *out, const bson_value_t *v, ejson_error *err);
+/* The same document with every object's members in jsonb's key order (shorter names first, equal lengths bytewise;
+ * equal names keep their order), for text bound for a jsonb column: PostgreSQL then finds them sorted instead of
+ * sorting them. The value PostgreSQL stores is the same either way. */
+ejson_status ejson_write_document_jsonb(strbuf *out, const uint8_t *data, size_t len, ejson_error *err);
 /* An object one member at a time, for a document written without some of its fields (a mapped document's rest,
  * map/project.c): ejson_write_name appends a field name as a JSON string and a colon (EJSON_BAD_UTF8 when it is not
  * UTF-8); ejson_write_member appends the name and the value of the field the iterator is on. depth is the level of

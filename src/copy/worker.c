@@ -100,7 +100,7 @@ static bool add_doc(worker *w, copy_batch *b, const bson_t *doc, const bson_valu
         ejson_error err;
         ejson_status st = ejson_write_key(&w->key_buf, id, &err);
         if (st == EJSON_OK)
-            st = ejson_write_document(&w->json_buf, bson_get_data(doc), doc->len, &err);
+            st = ejson_write_document_jsonb(&w->json_buf, bson_get_data(doc), doc->len, &err);
         if (st == EJSON_NOMEM) {
             ok = false;
         } else if (st != EJSON_OK) {

@@ -347,8 +347,77 @@ static bool careful_rows(copy_writer *w, const copy_batch *b, bool *retryable)
     return true;
 }
 
+/* The progress row did not hold what this worker last committed. If PostgreSQL has less (it lost the last batches,
+ * committed without waiting for its disk, in a crash or a failover), the job goes back to what it has and the pass
+ * is retried from there; anything else (the row gone, or ahead: the copy reset, or another process copying the same
+ * service) ends the copy. Outside a transaction. */
+static bool progress_lost(copy_writer *w, job *j, bool *retryable)
+{
+    const char *vals[3] = {w->rc->cfg->service, j->db, j->coll};
+    PGresult *r = copy_query_params(w->pg,
+                                    "SELECT copied, last_id, done FROM oplog2pg.copy_progress "
+                                    "WHERE service = $1 AND db = $2 AND coll = $3",
+                                    3, NULL, vals, NULL, NULL, 1);
+    if (r == NULL) {
+        *retryable = copy_pg_retryable(w->pg);
+        snprintf(w->err, sizeof w->err, "reading the copy progress: %s", copy_pg_error(w->pg));
+        return false;
+    }
+    int64_t copied = -1;
+    if (PQntuples(r) == 1 && PQgetlength(r, 0, 0) == 8) {
+        const unsigned char *v = (const unsigned char *)PQgetvalue(r, 0, 0);
+        uint64_t u = 0;
+        for (int i = 0; i < 8; i++)
+            u = u << 8 | v[i];
+        copied = (int64_t)u;
+    }
+    bool behind = copied >= 0 && copied < j->copied && PQgetvalue(r, 0, 2)[0] == 0;
+    *retryable = behind;
+    if (!behind) {
+        if (copied < 0)
+            snprintf(w->err, sizeof w->err, "the copy progress row is gone (was the copy reset meanwhile?)");
+        else
+            snprintf(w->err, sizeof w->err,
+                     "the copy progress changed under this worker (%lld documents where %lld were committed: was the "
+                     "copy reset, or is another oplog2pg copying for the same service?)",
+                     (long long)copied, (long long)j->copied);
+        PQclear(r);
+        return false;
+    }
+    uint8_t *last = NULL;
+    uint32_t last_len = 0;
+    if (!PQgetisnull(r, 0, 1) && (last_len = (uint32_t)PQgetlength(r, 0, 1)) > 0) {
+        if ((last = malloc(last_len)) == NULL) {
+            PQclear(r);
+            snprintf(w->err, sizeof w->err, "out of memory");
+            return false;
+        }
+        memcpy(last, PQgetvalue(r, 0, 1), last_len);
+    }
+    PQclear(r);
+    char had[256], has[256];
+    copy_id_text(j->last_id, j->last_id_len, had, sizeof had);
+    copy_id_text(last, last_len, has, sizeof has);
+    snprintf(w->err, sizeof w->err,
+             "PostgreSQL no longer has the last %lld documents committed (up to _id %s): it lost them before they "
+             "reached its disk (a crash or a failover); copying again from _id %s",
+             (long long)(j->copied - copied), had, has);
+    free(j->last_id);
+    j->last_id = last;
+    j->last_id_len = last_len;
+    j->copied = copied;
+    atomic_store(&j->live_copied, copied);
+    return false;
+}
+
 /* One transaction: the batch's rows (COPY; upserts after a duplicate; row by row when careful), the dead letters
- * of documents whose text could not be made, then the progress row (last_id, copied + rows, done). */
+ * of documents whose text could not be made, then the progress row (last_id, copied + rows, done).
+ * A collection's batches before its last commit without waiting for the WAL to reach the disk (synchronous_commit
+ * off): that wait, at every batch, kept PostgreSQL idle for part of each (docs/benchmarks.md, "Keys in jsonb's
+ * order"). It is safe because each batch's progress update also checks that the row still holds what the batch
+ * before committed (copied and last_id): batches PostgreSQL lost in a crash are noticed by the next one, whatever
+ * connection it runs on, and copied again (progress_lost). The last batch, which marks the collection done, commits
+ * as the server is configured, and with it every batch before. */
 static bool commit_batch(copy_writer *w, const copy_batch *b, bool *retryable)
 {
     job *j = b->j;
@@ -357,7 +426,8 @@ static bool commit_batch(copy_writer *w, const copy_batch *b, bool *retryable)
     char m[ERRLEN];
     w->data_refused = false;
     for (int pass = 0; pass < 2; pass++) {
-        if (!copy_pg_exec(w->pg, "BEGIN", w->err, sizeof w->err, retryable))
+        if (!copy_pg_exec(w->pg, "BEGIN", w->err, sizeof w->err, retryable) ||
+            (!b->done && !copy_pg_exec(w->pg, "SET LOCAL synchronous_commit = off", w->err, sizeof w->err, retryable)))
             return false;
         bool dup = false, ok = true;
         if (rows > 0) {
@@ -383,35 +453,36 @@ static bool commit_batch(copy_writer *w, const copy_batch *b, bool *retryable)
             }
             return false;
         }
-        char copied[24];
+        char copied[24], was[24];
         snprintf(copied, sizeof copied, "%lld", (long long)(j->copied + (int64_t)rows));
-        const char *vals[6] = {last ? (const char *)bson_get_data(last) : NULL,
+        snprintf(was, sizeof was, "%lld", (long long)j->copied);
+        const char *vals[8] = {last ? (const char *)bson_get_data(last) : NULL,
                                copied,
                                b->done ? "t" : "f",
                                w->rc->cfg->service,
                                j->db,
-                               j->coll};
-        int lens[6] = {last ? (int)last->len : 0, 0, 0, 0, 0, 0};
-        int fmts[6] = {1, 0, 0, 0, 0, 0};
+                               j->coll,
+                               was,
+                               (const char *)j->last_id};
+        int lens[8] = {last ? (int)last->len : 0, 0, 0, 0, 0, 0, 0, (int)j->last_id_len};
+        int fmts[8] = {1, 0, 0, 0, 0, 0, 0, 1};
         PGresult *r = copy_query_params(w->pg,
                                         "UPDATE oplog2pg.copy_progress SET last_id = COALESCE($1::bytea, last_id), "
                                         "copied = $2, done = $3, updated_at = now() "
-                                        "WHERE service = $4 AND db = $5 AND coll = $6",
-                                        6, NULL, vals, lens, fmts, 0);
+                                        "WHERE service = $4 AND db = $5 AND coll = $6 "
+                                        "AND copied = $7 AND last_id IS NOT DISTINCT FROM $8::bytea",
+                                        8, NULL, vals, lens, fmts, 0);
         bool upd = r != NULL;
         bool found = upd && strcmp(PQcmdTuples(r), "1") == 0;
         if (!upd) {
             *retryable = copy_pg_retryable(w->pg);
             snprintf(w->err, sizeof w->err, "updating the copy progress: %s", copy_pg_error(w->pg));
-        } else if (!found) {
-            *retryable = false;
-            snprintf(w->err, sizeof w->err, "the copy progress row is gone (was the copy reset meanwhile?)");
         }
         PQclear(r);
         if (!upd || !found) {
             PGresult *rb = copy_query(w->pg, "ROLLBACK");
             PQclear(rb);
-            return false;
+            return upd ? progress_lost(w, j, retryable) : false;
         }
         if (!copy_pg_exec(w->pg, "COMMIT", w->err, sizeof w->err, retryable))
             return false;

@@ -49,7 +49,8 @@ static apply_status texts(sink *s, const op *o, bool need_json, const char **key
     if (need_json && *json == NULL) {
         strbuf b = STRBUF_INIT;
         ejson_error err;
-        ejson_status st = ejson_write_document(&b, o->doc, o->doc_len, &err);
+        ejson_status st = o->kind == OP_INSERT ? ejson_write_document_jsonb(&b, o->doc, o->doc_len, &err)
+                                               : ejson_write_document(&b, o->doc, o->doc_len, &err);
         if (st != EJSON_OK) {
             strbuf_free(&b);
             free(*key_own);

@@ -112,15 +112,16 @@ static bool dl_build(dl_params *p, const char *service, const op *o, const char 
     p->db = safe_text(o->db ? o->db : "");
     p->coll = safe_text(o->coll ? o->coll : "");
     p->msg = safe_text(why ? why : "refused");
-    if (o->json != NULL) {
-        p->op_text = strdup(o->json);
-    } else if (o->doc != NULL) {
+    /* The text in the document's own field order (o->json of an insert is in jsonb's key order, made for the row). */
+    if (o->doc != NULL) {
         strbuf b = STRBUF_INIT;
         if (ejson_write_document(&b, o->doc, o->doc_len, NULL) == EJSON_OK)
             p->op_text = strbuf_detach(&b, NULL);
         else
             strbuf_free(&b);
     }
+    if (p->op_text == NULL && o->json != NULL)
+        p->op_text = strdup(o->json);
     if (p->db == NULL || p->coll == NULL || p->msg == NULL) {
         dl_free(p);
         return false;

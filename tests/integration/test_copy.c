@@ -649,6 +649,99 @@ START_TEST(test_copy_reads_while_writing)
 }
 END_TEST
 
+/* Batches before a collection's last commit without waiting for the disk; PostgreSQL losing the last of them (a crash
+ * or a failover: the rows and the progress row of a suffix of the WAL gone together) is noticed by the next batch,
+ * whose progress update finds the row behind what the worker committed, and the copy goes on from what PostgreSQL
+ * still has. The loss is made by a helper, between batches: the rows past the first batch deleted and the progress
+ * row set back to it, in one transaction. */
+typedef struct {
+    const env *e;
+    const char *db;
+    bool done;
+} loser;
+
+static void *lose_main(void *arg)
+{
+    loser *l = arg;
+    PGconn *pg = pg_open();
+    for (int i = 0; i < 2000 && pg_ll(pg, "SELECT count(*) FROM public.copy_test_hist") < 3; i++)
+        usleep(5000);
+    char sql[1200];
+    snprintf(sql, sizeof sql,
+             "BEGIN; "
+             "CREATE TEMP TABLE first_batch AS SELECT copied, last_id FROM public.copy_test_hist ORDER BY at LIMIT 1; "
+             "DELETE FROM \"%s\".c WHERE (doc->>'n')::int > (SELECT copied FROM first_batch); "
+             "UPDATE oplog2pg.copy_progress SET copied = f.copied, last_id = f.last_id FROM first_batch f "
+             "WHERE service = '%s'; "
+             "INSERT INTO public.copy_test_hist SELECT -1, NULL, clock_timestamp(); "
+             "COMMIT",
+             l->db, l->e->service);
+    pg_do(pg, sql);
+    PQfinish(pg);
+    l->done = true;
+    return NULL;
+}
+
+START_TEST(test_copy_lost_batches)
+{
+    env e;
+    env_dir(&e, "lost");
+    env_sim(&e, NULL);
+    char db[64];
+    snprintf(db, sizeof db, "%s0", e.prefix);
+    const int docs = 3000;
+    insert_docs(e.uri, db, "c", 1, docs, NULL, NULL, 0);
+    pg_clean(&e);
+    PGconn *pg = pg_open();
+    char sql[600];
+    pg_do(pg, "DROP TABLE IF EXISTS public.copy_test_hist");
+    pg_do(pg, "CREATE TABLE public.copy_test_hist (copied bigint, last_id bytea, at timestamptz)");
+    pg_do(pg, "CREATE OR REPLACE FUNCTION public.copy_test_hist() RETURNS trigger LANGUAGE plpgsql AS "
+              "$$BEGIN PERFORM pg_sleep(0.05); INSERT INTO public.copy_test_hist "
+              "VALUES (NEW.copied, NEW.last_id, clock_timestamp()); RETURN NEW; END$$");
+    snprintf(sql, sizeof sql,
+             "CREATE OR REPLACE TRIGGER copy_test_hist AFTER UPDATE ON oplog2pg.copy_progress FOR EACH ROW "
+             "WHEN (NEW.service = '%s') EXECUTE FUNCTION public.copy_test_hist()",
+             e.service);
+    pg_do(pg, sql);
+
+    nsfilter *f;
+    copy_config cfg = one_db_config(&e, &f);
+    cfg.workers = 1;
+    cfg.batch_docs = 200;
+    loser l = {.e = &e, .db = db};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, lose_main, &l), 0);
+    op_pos start;
+    char err[2048];
+    copy_result r = copy_run(&cfg, &start, err, sizeof err);
+    pthread_join(th, NULL);
+    pg_do(pg, "DROP TRIGGER copy_test_hist ON oplog2pg.copy_progress");
+    pg_do(pg, "DROP FUNCTION public.copy_test_hist()");
+    ck_assert_msg(r == COPY_DONE, "copy: %s: %s", copy_result_name(r), err);
+    ck_assert(l.done);
+    /* The loss came before the collection's last batch, and the worker went back: a batch after it committed a count
+     * below the highest one committed before it. */
+    long long before = pg_ll(pg, "SELECT max(copied) FROM public.copy_test_hist "
+                                 "WHERE at < (SELECT at FROM public.copy_test_hist WHERE copied = -1)");
+    long long after_min = pg_ll(pg, "SELECT min(copied) FROM public.copy_test_hist "
+                                    "WHERE at > (SELECT at FROM public.copy_test_hist WHERE copied = -1)");
+    ck_assert_int_gt(after_min, 0);
+    ck_assert_msg(after_min < before, "no batch went back: %lld committed before the loss, %lld after", before,
+                  after_min);
+    snprintf(sql, sizeof sql, "SELECT count(*) || ' ' || count(DISTINCT (doc->>'n')::int) FROM \"%s\".c", db);
+    PGresult *res = PQexec(pg, sql);
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "3000 3000");
+    PQclear(res);
+    snprintf(sql, sizeof sql, "SELECT copied FROM oplog2pg.copy_progress WHERE service = '%s' AND done", e.service);
+    ck_assert_int_eq(pg_ll(pg, sql), docs);
+    pg_do(pg, "DROP TABLE public.copy_test_hist");
+    PQfinish(pg);
+    nsfilter_free(f);
+    env_stop(&e);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* the oplog window */
 
@@ -917,6 +1010,7 @@ Suite *copy_suite(void)
     tcase_add_test(tc, test_copy_window_during);
     tcase_add_test(tc, test_copy_refused_rows);
     tcase_add_test(tc, test_copy_reads_while_writing);
+    tcase_add_test(tc, test_copy_lost_batches);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     TCase *large = tcase_create("large"); /* CK_RUN_CASE=large runs it alone, for measuring */

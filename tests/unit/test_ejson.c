@@ -508,6 +508,112 @@ START_TEST(test_key_types_and_order)
 }
 END_TEST
 
+/* A document in jsonb's key order, as text. */
+static char *jsonb_text(const bson_t *doc)
+{
+    strbuf out = STRBUF_INIT;
+    ck_assert_int_eq(ejson_write_document_jsonb(&out, bson_get_data(doc), doc->len, NULL), EJSON_OK);
+    char *text = strbuf_detach(&out, NULL);
+    ck_assert_ptr_nonnull(text);
+    return text;
+}
+
+/* Whether every object of a document has its members in jsonb's order: shorter names first, equal lengths bytewise
+ * (equal names allowed). */
+static bool in_jsonb_order(const bson_t *doc)
+{
+    bson_iter_t it;
+    ck_assert(bson_iter_init(&it, doc));
+    const char *prev = NULL;
+    uint32_t prev_len = 0;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        uint32_t klen = bson_iter_key_len(&it);
+        if (prev != NULL && (prev_len > klen || (prev_len == klen && memcmp(prev, k, klen) > 0)))
+            return false;
+        prev = k;
+        prev_len = klen;
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)) {
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_document(&it, &len, &data);
+            if (BSON_ITER_HOLDS_ARRAY(&it))
+                bson_iter_array(&it, &len, &data);
+            bson_t sub;
+            ck_assert(bson_init_static(&sub, data, len));
+            if (!in_jsonb_order(&sub))
+                return false;
+        }
+    }
+    return true;
+}
+
+/* ejson_write_document_jsonb: every object's members sorted as jsonb keeps them (the server's sort then finds them in
+ * order), arrays untouched, equal names in their order (jsonb keeps the last), many members (past the insertion
+ * sort), and for random documents the same members and values as the plain text. */
+START_TEST(test_jsonb_order)
+{
+    bson_t *doc =
+        from_json("{\"_id\": 1, \"name\": \"x\", \"a\": {\"zz\": 1, \"b\": 2, \"aa\": [{\"y\": 1, \"x\": 2}, 3]}, "
+                  "\"bb\": 3, \"B\": 4, \"\u00e9\": 5}");
+    char *text = jsonb_text(doc);
+    ck_assert_str_eq(text, "{\"B\":4,\"a\":{\"b\":2,\"aa\":[{\"x\":2,\"y\":1},3],\"zz\":1},\"bb\":3,"
+                           "\"\u00e9\":5,\"_id\":1,\"name\":\"x\"}");
+    free(text);
+    text = ejson_document(doc, NULL); /* the plain writer keeps MongoDB's order */
+    ck_assert_str_eq(text, "{\"_id\":1,\"name\":\"x\",\"a\":{\"zz\":1,\"b\":2,\"aa\":[{\"y\":1,\"x\":2},3]},"
+                           "\"bb\":3,\"B\":4,\"\u00e9\":5}");
+    free(text);
+    bson_destroy(doc);
+
+    bson_t dup = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&dup, "k", 1);
+    BSON_APPEND_INT32(&dup, "a", 0);
+    BSON_APPEND_INT32(&dup, "k", 2);
+    text = jsonb_text(&dup);
+    ck_assert_str_eq(text, "{\"a\":0,\"k\":1,\"k\":2}");
+    free(text);
+    bson_destroy(&dup);
+
+    bson_t many = BSON_INITIALIZER;
+    for (int i = 39; i >= 0; i--) {
+        char k[8];
+        snprintf(k, sizeof k, "f%d", i);
+        bson_append_int32(&many, k, -1, i);
+    }
+    text = jsonb_text(&many);
+    ck_assert_msg(strncmp(text, "{\"f0\":0,\"f1\":1,", strlen("{\"f0\":0,\"f1\":1,")) == 0 &&
+                      strstr(text, "\"f9\":9,\"f10\":10,") != NULL && strstr(text, "\"f39\":39}") != NULL,
+                  "%s", text);
+    free(text);
+    bson_destroy(&many);
+
+    for (int n = 0; n < 2000; n++) {
+        bson_t r = BSON_INITIALIZER;
+        for (int i = 0, fields = (int)(rnd() % 8) + 1; i < fields; i++) {
+            char k[8];
+            snprintf(k, sizeof k, "%c%d", "kzAb"[rnd() % 4], (int)(rnd() % 20));
+            random_value(&r, k, 0);
+        }
+        char *sorted = jsonb_text(&r), *plain = ejson_document(&r, NULL);
+        bson_error_t e1, e2;
+        bson_t *a = bson_new_from_json((const uint8_t *)sorted, -1, &e1);
+        bson_t *b = bson_new_from_json((const uint8_t *)plain, -1, &e2);
+        ck_assert_msg(a != NULL && b != NULL, "%s / %s", sorted, plain);
+        ck_assert_msg(in_jsonb_order(a), "not in jsonb order: %s", sorted);
+        /* The plain text, read back and sorted, is the sorted text: the same members with the same values. */
+        char *again = jsonb_text(b);
+        ck_assert_msg(strcmp(again, sorted) == 0, "\n  sorted: %s\n  plain, then sorted: %s", sorted, again);
+        free(again);
+        bson_destroy(a);
+        bson_destroy(b);
+        free(sorted);
+        free(plain);
+        bson_destroy(&r);
+    }
+}
+END_TEST
+
 /* ejson_prepare_entry: the texts an op needs, or its refusal with the reason. */
 START_TEST(test_prepare_entry)
 {
@@ -530,7 +636,8 @@ START_TEST(test_prepare_entry)
         o->id = *bson_iter_value(&it);
     }
     ck_assert(ejson_prepare_entry(&e));
-    ck_assert_str_eq(e.ops[0].json, "{\"_id\":7,\"x\":{\"$numberDouble\":\"-0.0\"}}");
+    /* An inserted document's members in jsonb's key order (ejson_write_document_jsonb). */
+    ck_assert_str_eq(e.ops[0].json, "{\"x\":{\"$numberDouble\":\"-0.0\"},\"_id\":7}");
     ck_assert_str_eq(e.ops[0].id_key, "7");
     ck_assert_ptr_null(e.ops[0].refusal);
     ck_assert_ptr_null(e.ops[1].json);
@@ -559,6 +666,7 @@ Suite *ejson_suite(void)
     tcase_add_test(tc, test_depth);
     tcase_add_test(tc, test_random_documents_match_libbson);
     tcase_add_test(tc, test_round_trip_random);
+    tcase_add_test(tc, test_jsonb_order);
     suite_add_tcase(s, tc);
     TCase *keys = tcase_create("keys");
     tcase_add_test(keys, test_key_reads_like_the_id);
