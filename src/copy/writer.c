@@ -347,15 +347,16 @@ static bool careful_rows(copy_writer *w, const copy_batch *b, bool *retryable)
     return true;
 }
 
-/* The progress row did not hold what this worker last committed. If PostgreSQL has less (it lost the last batches,
- * committed without waiting for its disk, in a crash or a failover), the job goes back to what it has and the pass
- * is retried from there; anything else (the row gone, or ahead: the copy reset, or another process copying the same
- * service) ends the copy. Outside a transaction. */
-static bool progress_lost(copy_writer *w, job *j, bool *retryable)
+/* The progress row did not hold what this worker last committed. The row is the truth, and the job takes its
+ * position; the pass is retried from there:
+ * - behind: PostgreSQL lost the last batches, committed without waiting for its disk, in a crash or a failover;
+ * - ahead: a COMMIT went through but its answer was lost with the connection (before, the batch was copied again).
+ * A row that is gone (the copy reset meanwhile) ends the copy. Outside a transaction. */
+static bool progress_moved(copy_writer *w, job *j, bool *retryable)
 {
     const char *vals[3] = {w->rc->cfg->service, j->db, j->coll};
     PGresult *r = copy_query_params(w->pg,
-                                    "SELECT copied, last_id, done FROM oplog2pg.copy_progress "
+                                    "SELECT copied, last_id FROM oplog2pg.copy_progress "
                                     "WHERE service = $1 AND db = $2 AND coll = $3",
                                     3, NULL, vals, NULL, NULL, 1);
     if (r == NULL) {
@@ -363,32 +364,23 @@ static bool progress_lost(copy_writer *w, job *j, bool *retryable)
         snprintf(w->err, sizeof w->err, "reading the copy progress: %s", copy_pg_error(w->pg));
         return false;
     }
-    int64_t copied = -1;
-    if (PQntuples(r) == 1 && PQgetlength(r, 0, 0) == 8) {
-        const unsigned char *v = (const unsigned char *)PQgetvalue(r, 0, 0);
-        uint64_t u = 0;
-        for (int i = 0; i < 8; i++)
-            u = u << 8 | v[i];
-        copied = (int64_t)u;
-    }
-    bool behind = copied >= 0 && copied < j->copied && PQgetvalue(r, 0, 2)[0] == 0;
-    *retryable = behind;
-    if (!behind) {
-        if (copied < 0)
-            snprintf(w->err, sizeof w->err, "the copy progress row is gone (was the copy reset meanwhile?)");
-        else
-            snprintf(w->err, sizeof w->err,
-                     "the copy progress changed under this worker (%lld documents where %lld were committed: was the "
-                     "copy reset, or is another oplog2pg copying for the same service?)",
-                     (long long)copied, (long long)j->copied);
+    if (PQntuples(r) != 1 || PQgetlength(r, 0, 0) != 8) {
         PQclear(r);
+        *retryable = false;
+        snprintf(w->err, sizeof w->err, "the copy progress row is gone (was the copy reset meanwhile?)");
         return false;
     }
+    const unsigned char *v = (const unsigned char *)PQgetvalue(r, 0, 0);
+    uint64_t u = 0;
+    for (int i = 0; i < 8; i++)
+        u = u << 8 | v[i];
+    int64_t copied = (int64_t)u;
     uint8_t *last = NULL;
     uint32_t last_len = 0;
     if (!PQgetisnull(r, 0, 1) && (last_len = (uint32_t)PQgetlength(r, 0, 1)) > 0) {
         if ((last = malloc(last_len)) == NULL) {
             PQclear(r);
+            *retryable = true;
             snprintf(w->err, sizeof w->err, "out of memory");
             return false;
         }
@@ -398,15 +390,22 @@ static bool progress_lost(copy_writer *w, job *j, bool *retryable)
     char had[256], has[256];
     copy_id_text(j->last_id, j->last_id_len, had, sizeof had);
     copy_id_text(last, last_len, has, sizeof has);
-    snprintf(w->err, sizeof w->err,
-             "PostgreSQL no longer has the last %lld documents committed (up to _id %s): it lost them before they "
-             "reached its disk (a crash or a failover); copying again from _id %s",
-             (long long)(j->copied - copied), had, has);
+    if (copied < j->copied)
+        snprintf(w->err, sizeof w->err,
+                 "PostgreSQL no longer has the last %lld documents committed (up to _id %s): it lost them before "
+                 "they reached its disk (a crash or a failover); copying again from _id %s",
+                 (long long)(j->copied - copied), had, has);
+    else
+        snprintf(w->err, sizeof w->err,
+                 "the copy progress is %lld documents ahead of what this worker saw committed (_id %s; a commit "
+                 "whose answer was lost with the connection); going on from _id %s",
+                 (long long)(copied - j->copied), had, has);
     free(j->last_id);
     j->last_id = last;
     j->last_id_len = last_len;
     j->copied = copied;
     atomic_store(&j->live_copied, copied);
+    *retryable = true;
     return false;
 }
 
@@ -416,7 +415,7 @@ static bool progress_lost(copy_writer *w, job *j, bool *retryable)
  * off): that wait, at every batch, kept PostgreSQL idle for part of each (docs/benchmarks.md, "Keys in jsonb's
  * order"). It is safe because each batch's progress update also checks that the row still holds what the batch
  * before committed (copied and last_id): batches PostgreSQL lost in a crash are noticed by the next one, whatever
- * connection it runs on, and copied again (progress_lost). The last batch, which marks the collection done, commits
+ * connection it runs on, and copied again (progress_moved). The last batch, which marks the collection done, commits
  * as the server is configured, and with it every batch before. */
 static bool commit_batch(copy_writer *w, const copy_batch *b, bool *retryable)
 {
@@ -482,7 +481,7 @@ static bool commit_batch(copy_writer *w, const copy_batch *b, bool *retryable)
         if (!upd || !found) {
             PGresult *rb = copy_query(w->pg, "ROLLBACK");
             PQclear(rb);
-            return upd ? progress_lost(w, j, retryable) : false;
+            return upd ? progress_moved(w, j, retryable) : false;
         }
         if (!copy_pg_exec(w->pg, "COMMIT", w->err, sizeof w->err, retryable))
             return false;

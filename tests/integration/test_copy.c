@@ -742,6 +742,101 @@ START_TEST(test_copy_lost_batches)
 }
 END_TEST
 
+/* The other way: the progress row ahead of the worker, as after a COMMIT that went through while its answer was lost
+ * with the connection. A helper, between batches, writes the next 1 000 documents' rows itself and moves the
+ * progress row past them, in one transaction; the worker's next batch finds the row ahead, takes its position and
+ * goes on from there (it used to copy such a batch again). */
+static void *advance_main(void *arg)
+{
+    loser *l = arg;
+    PGconn *pg = pg_open();
+    for (int i = 0; i < 2000 && pg_ll(pg, "SELECT count(*) FROM public.copy_test_hist") < 3; i++)
+        usleep(5000);
+    char sql[600];
+    pg_do(pg, "BEGIN");
+    snprintf(sql, sizeof sql, "SELECT copied FROM oplog2pg.copy_progress WHERE service = '%s' FOR UPDATE",
+             l->e->service);
+    long long at = pg_ll(pg, sql) + 1000;
+    snprintf(sql, sizeof sql,
+             "INSERT INTO \"%s\".c SELECT i::text, jsonb_build_object('_id', i, 'n', i) "
+             "FROM generate_series(1, %lld) i ON CONFLICT DO NOTHING",
+             l->db, at);
+    pg_do(pg, sql);
+    bson_t *last = BCON_NEW("_id", BCON_INT32((int32_t)at));
+    char copied[24];
+    snprintf(copied, sizeof copied, "%lld", at);
+    const char *vals[3] = {(const char *)bson_get_data(last), copied, l->e->service};
+    const int lens[3] = {(int)last->len, 0, 0}, fmts[3] = {1, 0, 0};
+    PGresult *r = PQexecParams(pg, "UPDATE oplog2pg.copy_progress SET last_id = $1, copied = $2 WHERE service = $3", 3,
+                               NULL, vals, lens, fmts, 0);
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    bson_destroy(last);
+    pg_do(pg, "INSERT INTO public.copy_test_hist SELECT -1, NULL, clock_timestamp()");
+    pg_do(pg, "COMMIT");
+    PQfinish(pg);
+    l->done = true;
+    return NULL;
+}
+
+START_TEST(test_copy_progress_ahead)
+{
+    env e;
+    env_dir(&e, "ahead");
+    env_sim(&e, NULL);
+    char db[64];
+    snprintf(db, sizeof db, "%s0", e.prefix);
+    const int docs = 3000;
+    insert_docs(e.uri, db, "c", 1, docs, NULL, NULL, 0);
+    pg_clean(&e);
+    PGconn *pg = pg_open();
+    char sql[600];
+    pg_do(pg, "DROP TABLE IF EXISTS public.copy_test_hist");
+    pg_do(pg, "CREATE TABLE public.copy_test_hist (copied bigint, last_id bytea, at timestamptz)");
+    pg_do(pg, "CREATE OR REPLACE FUNCTION public.copy_test_hist() RETURNS trigger LANGUAGE plpgsql AS "
+              "$$BEGIN PERFORM pg_sleep(0.05); INSERT INTO public.copy_test_hist "
+              "VALUES (NEW.copied, NEW.last_id, clock_timestamp()); RETURN NEW; END$$");
+    snprintf(sql, sizeof sql,
+             "CREATE OR REPLACE TRIGGER copy_test_hist AFTER UPDATE ON oplog2pg.copy_progress FOR EACH ROW "
+             "WHEN (NEW.service = '%s' AND NEW.copied > 0) EXECUTE FUNCTION public.copy_test_hist()",
+             e.service);
+    pg_do(pg, sql);
+
+    nsfilter *f;
+    copy_config cfg = one_db_config(&e, &f);
+    cfg.workers = 1;
+    cfg.batch_docs = 200;
+    loser l = {.e = &e, .db = db};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, advance_main, &l), 0);
+    op_pos start;
+    char err[2048];
+    copy_result r = copy_run(&cfg, &start, err, sizeof err);
+    pthread_join(th, NULL);
+    pg_do(pg, "DROP TRIGGER copy_test_hist ON oplog2pg.copy_progress");
+    pg_do(pg, "DROP FUNCTION public.copy_test_hist()");
+    ck_assert_msg(r == COPY_DONE, "copy: %s: %s", copy_result_name(r), err);
+    ck_assert(l.done);
+    /* The worker went on from the helper's position: no batch after it committed below it. */
+    long long jump = pg_ll(pg, "SELECT max(copied) FROM public.copy_test_hist "
+                               "WHERE at < (SELECT at FROM public.copy_test_hist WHERE copied = -1)") +
+                     1000;
+    long long after_min = pg_ll(pg, "SELECT min(copied) FROM public.copy_test_hist "
+                                    "WHERE at > (SELECT at FROM public.copy_test_hist WHERE copied = -1)");
+    ck_assert_msg(after_min > jump - 1000, "a batch after the jump committed %lld", after_min);
+    snprintf(sql, sizeof sql, "SELECT count(*) || ' ' || count(DISTINCT (doc->>'n')::int) FROM \"%s\".c", db);
+    PGresult *res = PQexec(pg, sql);
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "3000 3000");
+    PQclear(res);
+    snprintf(sql, sizeof sql, "SELECT copied FROM oplog2pg.copy_progress WHERE service = '%s' AND done", e.service);
+    ck_assert_int_eq(pg_ll(pg, sql), docs);
+    pg_do(pg, "DROP TABLE public.copy_test_hist");
+    PQfinish(pg);
+    nsfilter_free(f);
+    env_stop(&e);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* the oplog window */
 
@@ -1011,6 +1106,7 @@ Suite *copy_suite(void)
     tcase_add_test(tc, test_copy_refused_rows);
     tcase_add_test(tc, test_copy_reads_while_writing);
     tcase_add_test(tc, test_copy_lost_batches);
+    tcase_add_test(tc, test_copy_progress_ahead);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     TCase *large = tcase_create("large"); /* CK_RUN_CASE=large runs it alone, for measuring */
