@@ -617,8 +617,8 @@ static ejson_status write_member(writer *w, bson_iter_t *it, bool is_array, bool
 
 /* ---- jsonb's key order ----
  * PostgreSQL keeps an object's keys sorted, shorter keys first and equal lengths bytewise, and sorts the pairs of
- * every object it reads (a stable sort: of two equal keys the later wins). A document's members come in MongoDB's
- * order, which is seldom that one, and the sort cost the server about a fifth of its time per row in a COPY of small
+ * every object it reads (of two equal keys, the later one is kept). A document's members come in MongoDB's order,
+ * which is seldom that one, and the sort cost the server up to a fifth of its CPU per row in a COPY of small
  * documents (docs/benchmarks.md, "Keys in jsonb's order"). Written already sorted, the server's sort only checks. */
 
 typedef struct {
