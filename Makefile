@@ -12,12 +12,14 @@
 #
 # Sources are found by folder, so adding a file needs no edit here:
 #   src/**.c              the daemon (src/daemon/main.c holds main(); the rest is also linked into the tests)
+#   src/**.cc             C++ only where a library offers nothing else (src/util/dtoa_digits.cc: libdouble-conversion)
 #   tests/mongosim/*.c    the MongoDB replica-set simulator (main.c holds main())
 #   tests/unit/*.c        Check suites; each defines `Suite *NAME_suite(void)`, collected into runner.c's list
 #   tests/integration/*.c Check suites run against PostgreSQL and mongosim (or MONGO_URI), their own runner
 #   tests/lib/*.c         helpers shared by both
 
 CC      ?= cc
+CXX     ?= c++
 PKGS    := libmongoc-1.0 libbson-1.0 libpq inih libsystemd libmicrohttpd
 VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 
@@ -31,7 +33,7 @@ SANFLAGS :=
 endif
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) check 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lpthread -lm
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -ldouble-conversion -lev -lpthread -lm
 # The allocator: tcmalloc (gperftools) for every program but sanitizer builds, which keep glibc's malloc under ASan.
 # include/util/memory.h says why; docs/benchmarks.md ("The allocator") has the figures, measured against a build on
 # glibc's malloc: make MALLOC=glibc BUILD=build/glibc.
@@ -49,9 +51,13 @@ CFLAGS  ?= -O2 -g
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) $(MALLOC_FLAGS) -Iinclude -I$(BUILD)/gen \
               -DOPLOG2PG_VERSION='"$(VERSION)"' $(PKG_CFLAGS) -MMD -MP
 ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS)
+# The C++ file calls one function and throws nothing; UBSan's vptr check needs RTTI, which it does not have.
+ALL_CXXFLAGS := -std=c++11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -fno-exceptions \
+                -fno-rtti $(CFLAGS) $(SANFLAGS) $(if $(SANFLAGS),-fno-sanitize=vptr) -Iinclude -MMD -MP
 
 DAEMON_SRC := $(sort $(shell find src -name '*.c'))
 DAEMON_LIB_SRC := $(filter-out src/daemon/main.c,$(DAEMON_SRC))
+DAEMON_CXX_SRC := $(sort $(shell find src -name '*.cc'))
 SIM_SRC    := $(sort $(wildcard tests/mongosim/*.c))
 SIM_LIB_SRC := $(filter-out tests/mongosim/main.c,$(SIM_SRC))
 UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
@@ -59,6 +65,7 @@ INTEG_SRC  := $(sort $(wildcard tests/integration/*.c))
 TESTLIB_SRC := $(sort $(wildcard tests/lib/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+cxxobj = $(patsubst %.cc,$(BUILD)/obj/%.o,$(1))
 
 SQL_SRC    := $(sort $(shell find src -name '*.sql'))
 BENCH_SRC  := $(sort $(wildcard bench/*.c))
@@ -79,6 +86,10 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
+$(BUILD)/obj/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(ALL_CXXFLAGS) -c $< -o $@
+
 # SQL the daemon installs (src/**/*.sql) is compiled in as strings: see scripts/embed-sql.sh.
 $(BUILD)/gen/sql_embed.c $(BUILD)/gen/sql_embed.h &: $(SQL_SRC) scripts/embed-sql.sh
 	@mkdir -p $(BUILD)/gen
@@ -88,7 +99,7 @@ $(BUILD)/obj/gen/sql_embed.o: $(BUILD)/gen/sql_embed.c
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 $(call obj,$(DAEMON_SRC) $(UNIT_SRC) $(INTEG_SRC) $(TESTLIB_SRC) $(BENCH_SRC)): | $(BUILD)/gen/sql_embed.h
 
-$(DAEMON_LIB): $(call obj,$(DAEMON_LIB_SRC)) $(BUILD)/obj/gen/sql_embed.o
+$(DAEMON_LIB): $(call obj,$(DAEMON_LIB_SRC)) $(call cxxobj,$(DAEMON_CXX_SRC)) $(BUILD)/obj/gen/sql_embed.o
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
@@ -149,7 +160,7 @@ bench: deps
 	@bench/run.sh build
 
 format:
-	clang-format -i $(shell find src include tests bench -name '*.[ch]')
+	clang-format -i $(shell find src include tests bench -name '*.[ch]' -o -name '*.cc')
 
 lint:
 	scripts/check-layers.sh

@@ -9,9 +9,10 @@ set -euo pipefail
 
 [ "${OPLOG2PG_NO_DEPS:-0}" = 1 ] && exit 0
 
-# Build: compiler, pkg-config and the libraries the daemon links (tcmalloc from gperftools: include/util/memory.h).
-pkgs=(gcc make pkg-config libmongoc-dev libbson-dev libpq-dev libev-dev libinih-dev libsystemd-dev libmicrohttpd-dev check
-    libgoogle-perftools-dev)
+# Build: compilers, pkg-config and the libraries the daemon links (tcmalloc from gperftools: include/util/memory.h;
+# libdouble-conversion, C++, through src/util/dtoa_digits.cc: include/util/dtoa.h).
+pkgs=(gcc g++ make pkg-config libmongoc-dev libbson-dev libpq-dev libev-dev libinih-dev libsystemd-dev libmicrohttpd-dev
+    check libgoogle-perftools-dev libdouble-conversion-dev)
 # Tests, demo and benchmarks: a PostgreSQL server to throw away, pymongo for the compatibility test, valgrind;
 # groff and man-db render the man pages and systemd verifies the installed unit (tests/system/install.sh).
 pkgs+=(postgresql postgresql-client python3 python3-pymongo valgrind util-linux curl systemd groff-base man-db)

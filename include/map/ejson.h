@@ -2,11 +2,11 @@
  * ejson.h — how documents and _ids look in PostgreSQL.
  *
  * `doc` holds a document as relaxed Extended JSON (MongoDB's Extended JSON specification, relaxed mode), compact (no
- * spaces). A double is printed with 15 significant digits, or 16 or 17 when fewer would not read back as the same
- * double: 14.42, not 14.419999999999999929. That is the shortest form for most doubles but not for all (5e-324
- * comes out as 4.94065645841247e-324). C's %g rules apply: the exponent form when the decimal exponent is below -4
- * or at least the digits printed (1e-05, 1e+15, 1.2345678901234568e+17), and ".0" is added to a value printed
- * without a point or an exponent (3.0, 1234567890123456.0). Beyond the specification's relaxed mode:
+ * spaces). A double is printed with the fewest significant digits that read back as the same double (util/dtoa.h):
+ * 14.42, not 14.419999999999999929; 5e-324. The layout is C's %.15g (%.16g, %.17g for 16 or 17 digits): the
+ * exponent form when the decimal exponent is below -4 or at least the larger of 15 and the number of digits (1e-05,
+ * 1e+15, 1.2345678901234568e+17), and ".0" is added to a value printed without a point or an exponent (3.0,
+ * 1234567890123456.0). Beyond the specification's relaxed mode:
  *   - -0.0 is {"$numberDouble":"-0.0"}, not the number -0.0 the specification writes, because a jsonb number has no
  *     negative zero; NaN and ±Infinity are {"$numberDouble":"NaN"} and so on, as the specification says;
  *   - a date is {"$date":"1970-01-01T00:00:00.001Z"} from 1970 to 9999 (milliseconds only when not zero) and

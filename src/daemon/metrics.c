@@ -23,6 +23,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "util/dtoa.h"
 #include "util/log.h"
 
 bool metrics_parse_listen(const char *listen, char *host, size_t hostlen, int *port, char *err, size_t errlen)
@@ -69,22 +70,16 @@ static const char *const trigger_label[METRICS_FLUSH_TRIGGERS] = {"conflict", "s
                                                                   "idle",     "exit", "per_op"};
 static const char *const method_label[METRICS_WRITE_METHODS] = {"copy", "insert", "update", "delete"};
 
-/* The shortest of %.15g..%.17g that reads back as the same double; NaN and infinities in Prometheus spelling. */
-static void format_double(char *buf, size_t len, double v)
+/* The fewest digits that read back as the same double, laid out as %.15g would (dtoa_g); NaN and the infinities in
+ * Prometheus spelling. */
+static void format_double(char buf[DTOA_G_SIZE], double v)
 {
-    if (isnan(v)) {
-        snprintf(buf, len, "NaN");
-        return;
-    }
-    if (isinf(v)) {
-        snprintf(buf, len, v > 0 ? "+Inf" : "-Inf");
-        return;
-    }
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(buf, len, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v)
-            return;
-    }
+    if (isnan(v))
+        snprintf(buf, DTOA_G_SIZE, "NaN");
+    else if (isinf(v))
+        snprintf(buf, DTOA_G_SIZE, v > 0 ? "+Inf" : "-Inf");
+    else
+        dtoa_g(v, 15, buf);
 }
 
 /* A label value with backslash, double quote and newline escaped, as the text format requires. At most max bytes of
@@ -151,8 +146,8 @@ static void gauge_i64(FILE *f, const char *name, const char *help, int64_t v)
 
 static void gauge_double(FILE *f, const char *name, const char *help, double v)
 {
-    char num[40];
-    format_double(num, sizeof num, v);
+    char num[DTOA_G_SIZE];
+    format_double(num, v);
     family(f, name, "gauge", help);
     fprintf(f, "%s %s\n", name, num);
 }

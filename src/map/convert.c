@@ -27,6 +27,7 @@
 #include <strings.h>
 
 #include "map/ejson.h"
+#include "util/dtoa.h"
 #include "util/strbuf.h"
 #include "util/utf8.h"
 
@@ -290,19 +291,13 @@ static const char *bson_type_name(bson_type_t t)
 /* The shortest %g text that reads back as d; NaN and the infinities as Extended JSON spells them. */
 static void double_text(double d, char *buf, size_t len)
 {
-    if (isnan(d)) {
+    char text[DTOA_G_SIZE];
+    if (isnan(d))
         snprintf(buf, len, "NaN");
-        return;
-    }
-    if (isinf(d)) {
+    else if (isinf(d))
         snprintf(buf, len, d > 0 ? "Infinity" : "-Infinity");
-        return;
-    }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, len, "%.*g", prec, d);
-        if (strtod(buf, NULL) == d)
-            return;
-    }
+    else if (dtoa_g(d, 1, text) > 0)
+        snprintf(buf, len, "%s", text);
 }
 
 /* The longest prefix of s[0..len) of at most max bytes that ends on a character boundary. */
@@ -548,16 +543,12 @@ static bool decimal_parse(const char *s, decimal *d)
 /* A double as the shortest decimal that reads back as the same double (0.1 is 0.1, not its exact binary value). */
 static void decimal_from_double(double x, decimal *d)
 {
-    char buf[40];
+    char buf[DTOA_G_SIZE];
     if (isnan(x) || isinf(x)) {
         decimal_parse(isnan(x) ? "NaN" : x > 0 ? "Infinity" : "-Infinity", d);
         return;
     }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*e", prec - 1, x);
-        if (strtod(buf, NULL) == x)
-            break;
-    }
+    dtoa_g(x, 1, buf);
     decimal_parse(buf, d);
 }
 

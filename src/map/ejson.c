@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "util/dtoa.h"
 #include "util/utf8.h"
 
 /* Longest plain form of a canonical key number before scientific notation is used. */
@@ -170,69 +171,16 @@ static void put_int(strbuf *out, int64_t v)
     strbuf_append(out, buf, int_text(v, buf));
 }
 
-/* The common doubles without printf: d finite with 1e-4 <= |d| < 1e15, equal to r / 10^k for an integer r of at most
- * 15 digits and k <= 15. Then the text printf's %.15g writes is r with the point k digits from the right (trailing
- * zeros gone): a decimal of at most 15 significant digits is the one %.15g rounds d to, as d is its nearest double
- * (r and 10^k are exact doubles, and the division rounds correctly), and %g uses the plain form in that range. It also
- * reads back to d, so it is the shortest_double text. 0 when d is not such a number. */
-static size_t decimal_double(double d, char *buf)
+/* The shortest text that reads back to d (finite), laid out as %.15g would (dtoa_g), with ".0" added to an integral
+ * value written without a point or exponent, so that it reads back as a double and not an integer. */
+static size_t shortest_double(double d, char buf[DTOA_G_SIZE + 2])
 {
-    static const double pow10[16] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                     1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
-    double a = fabs(d);
-    if (!(a >= 1e-4 && a < 1e15))
-        return 0;
-    for (int k = 0; k <= 15; k++) {
-        double r = nearbyint(a * pow10[k]);
-        if (r >= 1e15)
-            return 0; /* more than 15 digits */
-        if (r / pow10[k] != a)
-            continue;
-        char digits[24];
-        size_t nd = int_text((int64_t)r, digits), len = 0;
-        if (d < 0)
-            buf[len++] = '-';
-        if (k == 0) {
-            memcpy(buf + len, digits, nd);
-            memcpy(buf + len + nd, ".0", 2);
-            return len + nd + 2;
-        }
-        if (nd <= (size_t)k) { /* 0.00ddd */
-            buf[len++] = '0';
-            buf[len++] = '.';
-            for (size_t z = nd; z < (size_t)k; z++)
-                buf[len++] = '0';
-            memcpy(buf + len, digits, nd);
-            return len + nd;
-        }
-        memcpy(buf + len, digits, nd - (size_t)k);
-        len += nd - (size_t)k;
-        buf[len++] = '.';
-        memcpy(buf + len, digits + nd - k, (size_t)k);
-        return len + (size_t)k;
-    }
-    return 0;
-}
-
-/* The shortest text that reads back to d (finite), with ".0" added to an integral value written without a point. */
-static size_t shortest_double(double d, char *buf, size_t len)
-{
-    size_t quick = decimal_double(d, buf);
-    if (quick > 0) {
-        buf[quick] = '\0';
-        return quick;
-    }
-    int n = 0;
-    for (int prec = 15; prec <= 17; prec++) {
-        n = snprintf(buf, len, "%.*g", prec, d);
-        if (strtod(buf, NULL) == d)
-            break;
-    }
-    if (n > 0 && (size_t)n + 2 < len && strpbrk(buf, ".eEn") == NULL) {
+    size_t n = dtoa_g(d, 15, buf);
+    if (strpbrk(buf, ".e") == NULL) {
         memcpy(buf + n, ".0", 3);
         n += 2;
     }
-    return n > 0 ? (size_t)n : 0;
+    return n;
 }
 
 /* Canonical key form of a finite, non-zero number given as sign, digits (no leading or trailing zeros, at least
@@ -340,8 +288,8 @@ static void put_double(writer *w, double d)
             strbuf_puts(out, "{\"$numberDouble\":\"-0.0\"}");
             return;
         }
-        char buf[40];
-        size_t n = shortest_double(d, buf, sizeof buf);
+        char buf[DTOA_G_SIZE + 2];
+        size_t n = shortest_double(d, buf);
         strbuf_append(out, buf, n);
         return;
     }
