@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../tests/lib/docgen.h"
 #include "util/dtoa.h"
 
 static double now_s(void)
@@ -22,14 +23,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t rng_next(uint64_t *s) /* splitmix64 */
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 static size_t printf_route(double d, char *buf, size_t len)
@@ -60,7 +53,7 @@ int main(int argc, char **argv)
     uint64_t seed = 1;
     for (int kind = 0; kind < 3; kind++) {
         for (long i = 0; i < n; i++) {
-            uint64_t r = rng_next(&seed);
+            uint64_t r = docgen_rng_next(&seed);
             if (kind == 0)
                 v[i] = (double)(r >> 11) / 9007199254740992.0 * 1000.0;
             else if (kind == 1)

@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "../tests/lib/benchtrial.h"
+#include "../tests/lib/docgen.h"
 #include "../tests/lib/oplogutil.h"
 #include "../tests/lib/proc.h"
 #include "../tests/lib/workload.h"
@@ -483,17 +484,9 @@ typedef struct {
     char db[64];
 } mapped_load;
 
-static uint64_t rng_next(uint64_t *s) /* splitmix64 */
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static double rng_unit(uint64_t *s) /* [0, 1) with 53 random bits: most such doubles need 16 or 17 digits */
 {
-    return (double)(rng_next(s) >> 11) / 9007199254740992.0;
+    return (double)(docgen_rng_next(s) >> 11) / 9007199254740992.0;
 }
 
 static void mapped_doc(bson_t *d, map_shape shape, int64_t id, uint64_t *rng)
@@ -512,7 +505,7 @@ static void mapped_doc(bson_t *d, map_shape shape, int64_t id, uint64_t *rng)
         bson_append_array_end(d, &arr);
         return;
     }
-    uint64_t r = rng_next(rng);
+    uint64_t r = docgen_rng_next(rng);
     char text[64];
     BSON_APPEND_DOUBLE(d, "price", rng_unit(rng) * 1000.0);
     snprintf(text, sizeof text, "%u.%02u", (unsigned)(r % 100000), (unsigned)(r >> 20) % 100);
@@ -525,7 +518,7 @@ static void mapped_doc(bson_t *d, map_shape shape, int64_t id, uint64_t *rng)
     BSON_APPEND_DATE_TIME(d, "created", INT64_C(1764403200000) + id * 1000 + (int64_t)((r >> 8) % 1000));
     BSON_APPEND_BOOL(d, "active", (r >> 3) & 1);
     uint8_t u[16];
-    uint64_t a = rng_next(rng), b = rng_next(rng);
+    uint64_t a = docgen_rng_next(rng), b = docgen_rng_next(rng);
     memcpy(u, &a, 8);
     memcpy(u + 8, &b, 8);
     u[6] = (uint8_t)((u[6] & 0x0F) | 0x40); /* a version 4 uuid */
@@ -788,12 +781,12 @@ static size_t txn_doc(uint64_t i, size_t padlen, int32_t *k, char *tag, size_t t
 {
     uint64_t rng = 0x5EEDull ^ (i * 0x9E3779B97F4A7C15ull);
     for (size_t j = 0; j < padlen;) {
-        uint64_t r = rng_next(&rng);
+        uint64_t r = docgen_rng_next(&rng);
         for (int c = 0; c < 10 && j < padlen; c++, r /= 62)
             pad[j++] = ALNUM[r % 62];
     }
     pad[padlen] = '\0';
-    *k = (int32_t)(rng_next(&rng) % 2000000) - 1000000;
+    *k = (int32_t)(docgen_rng_next(&rng) % 2000000) - 1000000;
     snprintf(tag, taglen, "t%u", (unsigned)(i % 97));
     return (size_t)snprintf(row, padlen + TXN_ROW_PAD,
                             "%llu\t{\"k\": %d, \"_id\": %llu, \"pad\": \"%s\", \"tag\": \"%s\"}", (unsigned long long)i,
@@ -1544,72 +1537,6 @@ static void bench_rtt(uint64_t n, unsigned ratio)
 
 /* ---- insert throughput of the jsonb shape, small and large documents (issue 13) ---- */
 
-typedef enum { DOC_SMALL, DOC_LARGE } doc_size;
-
-/* Document i of a shape: small (about 320 bytes of BSON: a nested object, an array, a double, a date, and the common
- * scalars) or large (about 10 kB: the same and an array of 40 line items with text). Deterministic from i. */
-static void sized_doc(bson_t *d, doc_size size, uint64_t i)
-{
-    uint64_t rng = 0xD0C5ull ^ (i * 0x9E3779B97F4A7C15ull);
-    bson_oid_t oid;
-    uint8_t bytes[12] = {0x65,
-                         0xa1,
-                         0,
-                         0,
-                         (uint8_t)(i >> 40),
-                         (uint8_t)(i >> 32),
-                         (uint8_t)(i >> 24),
-                         (uint8_t)(i >> 16),
-                         (uint8_t)(i >> 8),
-                         (uint8_t)i,
-                         0x42,
-                         0x17};
-    bson_oid_init_from_data(&oid, bytes);
-    char text[200];
-    bson_init(d);
-    BSON_APPEND_OID(d, "_id", &oid);
-    bson_t user, tags, items;
-    BSON_APPEND_DOCUMENT_BEGIN(d, "user", &user);
-    snprintf(text, sizeof text, "user %llu", (unsigned long long)i);
-    BSON_APPEND_UTF8(&user, "name", text);
-    snprintf(text, sizeof text, "user%llu@example.com", (unsigned long long)i);
-    BSON_APPEND_UTF8(&user, "email", text);
-    BSON_APPEND_INT32(&user, "age", (int32_t)(18 + rng_next(&rng) % 60));
-    BSON_APPEND_UTF8(&user, "city", "Lisbon");
-    bson_append_document_end(d, &user);
-    BSON_APPEND_ARRAY_BEGIN(d, "tags", &tags);
-    BSON_APPEND_UTF8(&tags, "0", "alpha");
-    BSON_APPEND_UTF8(&tags, "1", "beta");
-    BSON_APPEND_UTF8(&tags, "2", "gamma");
-    bson_append_array_end(d, &tags);
-    BSON_APPEND_DOUBLE(d, "score", (double)(rng_next(&rng) % 1000000) / 1000.0);
-    BSON_APPEND_DATE_TIME(d, "created", 1700000000000 + (int64_t)(i * 1000));
-    BSON_APPEND_BOOL(d, "active", (rng_next(&rng) & 1) != 0);
-    BSON_APPEND_INT64(d, "n", (int64_t)i);
-    BSON_APPEND_UTF8(d, "status", "shipped");
-    BSON_APPEND_UTF8(d, "note", "an ordinary order, nothing to add about it");
-    if (size == DOC_LARGE) {
-        BSON_APPEND_ARRAY_BEGIN(d, "items", &items);
-        for (int k = 0; k < 40; k++) {
-            bson_t it;
-            char key[8];
-            snprintf(key, sizeof key, "%d", k);
-            BSON_APPEND_DOCUMENT_BEGIN(&items, key, &it);
-            snprintf(text, sizeof text, "SKU-%06u", (unsigned)(rng_next(&rng) % 1000000));
-            BSON_APPEND_UTF8(&it, "sku", text);
-            BSON_APPEND_INT32(&it, "qty", (int32_t)(1 + rng_next(&rng) % 9));
-            BSON_APPEND_DOUBLE(&it, "price", (double)(rng_next(&rng) % 100000) / 100.0);
-            size_t len = 120 + rng_next(&rng) % 60;
-            for (size_t c = 0; c < len; c++)
-                text[c] = "abcdefghijklmnopqrstuvwxyz        "[rng_next(&rng) % 34];
-            text[len] = '\0';
-            BSON_APPEND_UTF8(&it, "description", text);
-            bson_append_document_end(&items, &it);
-        }
-        bson_append_array_end(d, &items);
-    }
-}
-
 typedef struct {
     doc_size size;
     uint64_t n;
@@ -1618,7 +1545,7 @@ typedef struct {
 
 static void make_sized(bson_t *d, uint64_t id, void *ctx)
 {
-    sized_doc(d, ((const sized_load *)ctx)->size, id);
+    docgen_sized_doc(d, ((const sized_load *)ctx)->size, id);
 }
 
 static void insert_sized(trial *t, const sized_load *l, uint64_t first, uint64_t last)
@@ -1848,7 +1775,7 @@ static void colls_round(uint64_t n, unsigned colls)
         snprintf(cname, sizeof cname, "c%u", (unsigned)(i % colls));
         BSON_APPEND_UTF8(&cmd, "insert", cname);
         BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &arr);
-        sized_doc(&d, DOC_SMALL, i + 1);
+        docgen_sized_doc(&d, DOC_SMALL, i + 1);
         BSON_APPEND_DOCUMENT(&arr, "0", &d);
         bson_destroy(&d);
         bson_append_array_end(&cmd, &arr);

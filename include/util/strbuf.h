@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct strbuf {
     char *data; /* NUL-terminated when cap > 0; NULL before the first append */
@@ -31,9 +32,35 @@ void strbuf_free(strbuf *b);
 void strbuf_reset(strbuf *b, size_t keep_cap);
 /* Makes room for `more` bytes after len (plus the terminator). False (and failed set) when memory runs out. */
 bool strbuf_reserve(strbuf *b, size_t more);
-void strbuf_append(strbuf *b, const void *data, size_t len);
-void strbuf_puts(strbuf *b, const char *s);
-void strbuf_putc(strbuf *b, char c);
+/* Growing, and a failure: the appends' slow paths (strbuf.c). */
+void strbuf_append_slow(strbuf *b, const void *data, size_t len);
+void strbuf_putc_slow(strbuf *b, char c);
+/* The appends themselves are inline while the room is there: the JSON writer makes several per value, and a call
+ * each was a fifth of the reader thread's time (docs/benchmarks.md, "The appends inline"). */
+static inline void strbuf_append(strbuf *b, const void *data, size_t len)
+{
+    if (!b->failed && b->cap - b->len > len) { /* cap is 0 or more than len, so this is len + len + 1 <= cap */
+        if (len > 0)
+            memcpy(b->data + b->len, data, len);
+        b->len += len;
+        b->data[b->len] = '\0';
+    } else {
+        strbuf_append_slow(b, data, len);
+    }
+}
+static inline void strbuf_puts(strbuf *b, const char *s)
+{
+    strbuf_append(b, s, strlen(s));
+}
+static inline void strbuf_putc(strbuf *b, char c)
+{
+    if (!b->failed && b->cap - b->len > 1) {
+        b->data[b->len++] = c;
+        b->data[b->len] = '\0';
+    } else {
+        strbuf_putc_slow(b, c);
+    }
+}
 void strbuf_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Big-endian integers (binary COPY). */
 void strbuf_put_be16(strbuf *b, uint16_t v);

@@ -62,7 +62,7 @@ bool strbuf_reserve(strbuf *b, size_t more)
     return true;
 }
 
-void strbuf_append(strbuf *b, const void *data, size_t len)
+void strbuf_append_slow(strbuf *b, const void *data, size_t len)
 {
     if (!strbuf_reserve(b, len))
         return;
@@ -72,12 +72,7 @@ void strbuf_append(strbuf *b, const void *data, size_t len)
     b->data[b->len] = '\0';
 }
 
-void strbuf_puts(strbuf *b, const char *s)
-{
-    strbuf_append(b, s, strlen(s));
-}
-
-void strbuf_putc(strbuf *b, char c)
+void strbuf_putc_slow(strbuf *b, char c)
 {
     if (!strbuf_reserve(b, 1))
         return;

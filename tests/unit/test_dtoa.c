@@ -14,16 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../lib/docgen.h"
 #include "util/dtoa.h"
 
 static uint64_t rnd_state = 0x9E3779B97F4A7C15ull;
 
 static uint64_t rnd(void)
 {
-    uint64_t z = (rnd_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return docgen_rng_next(&rnd_state);
 }
 
 static void expect_like_printf(double d, int min_prec)
