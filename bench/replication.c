@@ -28,6 +28,10 @@
  *                              (default 30 000; 0 skips either): oplog2pg tailing them, `oplog2pg replay` of a dump of
  *                              the same entries, and psql \copy of the very rows into a table LIKE the daemon's; three
  *                              trials each (BENCH_THROUGHPUT_REPS), medians of the trials' own ratios
+ *   replication steady [N [M]] issue 13: the same on warm connections: the daemon applies as many untimed inserts
+ *                              into another table through its session first, psql loads the rows into a scratch table
+ *                              in the same session first (a new backend pays a page fault per page of shared memory it
+ *                              touches first); tailing and psql only, BENCH_THROUGHPUT_REPS trials
  *   replication memory [N [M]] issue 13: the daemon's peak memory with a backlog of N small inserts (default
  *                              10 000 000) and with M documents of 16 MB (default 40; every other one binary)
  *   replication collections [N [C...]] issue 13: N inserts (default 100 000) round-robin over C collections (default 1,
@@ -101,11 +105,20 @@ static void kernel_counts(pid_t pid, unsigned long long *faults, unsigned long l
         closedir(d);
 }
 
+/* Set by the steady-state trials: written once the daemon has caught up, and applied (untimed) through the same
+ * session before the daemon is paused for the timed backlog. */
+static void (*backlog_warmup)(trial *t, const void *ctx);
+static const void *backlog_warmup_ctx;
+
 static double timed_backlog_of(trial *t, void (*write)(trial *, const void *), const void *ctx, long *peak_kb,
                                double *cpu_s)
 {
     trial_daemon_start(t);
     trial_wait_caught_up(t, 60);
+    if (backlog_warmup != NULL) {
+        backlog_warmup(t, backlog_warmup_ctx);
+        trial_wait_caught_up(t, 3600);
+    }
     if (!proc_signal(&t->daemon, SIGSTOP))
         bench_die("cannot pause the daemon");
     t->start = oplogutil_checkpoint_ts(t->pg, t->service);
@@ -1560,6 +1573,44 @@ static void write_sized(trial *t, const void *ctx)
     bench_exec_sql(t->pg, "CHECKPOINT"); /* as before the psql \copy: each side starts without dirty buffers */
 }
 
+/* BENCH_THROUGHPUT_REPS (default 3): trials per table of the throughput and steady benchmarks. */
+static int throughput_reps(void)
+{
+    const char *env = getenv("BENCH_THROUGHPUT_REPS");
+    int reps = env ? atoi(env) : 3;
+    if (reps < 1 || reps > 9)
+        bench_die("BENCH_THROUGHPUT_REPS must be 1 to 9");
+    return reps;
+}
+
+static void value_range(const double *v, int n, double *lo, double *hi)
+{
+    *lo = *hi = v[0];
+    for (int i = 1; i < n; i++) {
+        *lo = v[i] < *lo ? v[i] : *lo;
+        *hi = v[i] > *hi ? v[i] : *hi;
+    }
+}
+
+/* The trial's rows but the seed document (n 0), as COPY text into path, for the psql side. */
+static void dump_rows(const char *qtable, const char *path)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy (SELECT _id, doc FROM %s WHERE doc->>'n' <> '0') to '%s'\"",
+             qtable, path);
+    if (system(sql) != 0)
+        bench_die("psql \\copy from %s failed", qtable);
+}
+
+static void expect_rows(trial *t, const char *qtable, uint64_t want)
+{
+    uint64_t have = count_rows(t->pg, qtable);
+    if (have != want)
+        bench_die("%s holds %llu rows, not %llu; see %s", qtable, (unsigned long long)have, (unsigned long long)want,
+                  t->log);
+}
+
 typedef struct {
     double tail_s, replay_s, copy_s, cpu_s, sim_cpu_s, pg_cpu_s, copy_pg_cpu_s;
     long peak_kb;
@@ -1585,9 +1636,7 @@ static sized_result sized_trial(doc_size size, uint64_t n, int rep)
     res.sim_cpu_s = t.sim_cpu_s;
     res.pg_cpu_s = t.pg_cpu_s;
     snprintf(qtable, sizeof qtable, "%s.c0", l.db);
-    if (count_rows(t.pg, qtable) != n + 1)
-        bench_die("%s holds %llu rows, not %llu; see %s", qtable, (unsigned long long)count_rows(t.pg, qtable),
-                  (unsigned long long)n + 1, t.log);
+    expect_rows(&t, qtable, n + 1);
     proc_stop(&t.daemon, 60);
     t.daemon.pid = 0;
 
@@ -1595,11 +1644,7 @@ static sized_result sized_trial(doc_size size, uint64_t n, int rep)
     snprintf(dump, sizeof dump, "%s/oplog.bson", t.dir);
     dump_oplog(t.client, dump);
     snprintf(path, sizeof path, "%s/rows.copy", t.dir);
-    snprintf(sql, sizeof sql,
-             "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy (SELECT _id, doc FROM %s WHERE doc->>'n' <> '0') to '%s'\"",
-             qtable, path);
-    if (system(sql) != 0)
-        bench_die("psql \\copy from %s failed", qtable);
+    dump_rows(qtable, path);
     FILE *f = fopen(path, "r");
     if (f != NULL && fseek(f, 0, SEEK_END) == 0)
         res.file_bytes = ftell(f);
@@ -1634,15 +1679,157 @@ static sized_result sized_trial(doc_size size, uint64_t n, int rep)
     return res;
 }
 
+/* ---- the same on warm connections (issue 13) ---- */
+
+/* A fresh PostgreSQL backend pays a page fault for each page of shared memory it touches first, and a COPY that
+ * starts takes buffers this backend has not touched yet; a daemon keeps its connection, so it pays that only over
+ * about its first shared_buffers of rows (docs/benchmarks.md, "What that cost is"). These trials measure both sides
+ * past that: the daemon applies as many untimed rows into another table through the same session first, and psql
+ * loads the rows into a scratch table in the same session before the timed load. */
+
+static void warm_sized(trial *t, const void *ctx)
+{
+    const sized_load *l = ctx;
+    insert_sized(t, l, 1, l->n);
+}
+
+/* psql \copy of `path` into a fresh table LIKE qtable, after the same rows into another such table in the same
+ * session; the second load's seconds, and its backend's CPU seconds into *pg_cpu_s (from /proc, in clock ticks). */
+static double psql_copy_warm(trial *t, const char *qtable, const char *path, double *pg_cpu_s)
+{
+    char sql[1024], script[200], before[200], after[200];
+    const char *const tables[2] = {"public.bench_steady_warm", "public.bench_steady_copy"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS %s", tables[i]);
+        bench_exec_sql(t->pg, sql);
+        snprintf(sql, sizeof sql, "CREATE TABLE %s (LIKE %s INCLUDING ALL)", tables[i], qtable);
+        bench_exec_sql(t->pg, sql);
+    }
+    snprintf(script, sizeof script, "%s/steady.sql", t->dir);
+    snprintf(before, sizeof before, "%s/steady.before", t->dir);
+    snprintf(after, sizeof after, "%s/steady.after", t->dir);
+    FILE *f = fopen(script, "w");
+    if (f == NULL)
+        bench_die("cannot write %s", script);
+    fprintf(f,
+            "\\copy %s from '%s'\n"
+            "CHECKPOINT;\n"
+            "SELECT pg_backend_pid() AS pid \\gset\n"
+            "\\setenv PID :pid\n"
+            "\\! { awk '{print $14 + $15}' /proc/$PID/stat; date +%%s.%%N; } > %s\n"
+            "\\copy %s from '%s'\n"
+            "\\! { awk '{print $14 + $15}' /proc/$PID/stat; date +%%s.%%N; } > %s\n",
+            tables[0], path, before, tables[1], path, after);
+    fclose(f);
+    snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -f '%s'", script);
+    if (system(sql) != 0)
+        bench_die("psql \\copy into %s failed", tables[1]);
+    double ticks[2] = {0, 0}, at[2] = {0, 0};
+    const char *const files[2] = {before, after};
+    for (int i = 0; i < 2; i++) {
+        FILE *r = fopen(files[i], "r");
+        if (r == NULL || fscanf(r, "%lf %lf", &ticks[i], &at[i]) != 2)
+            bench_die("cannot read %s", files[i]);
+        fclose(r);
+    }
+    *pg_cpu_s = (ticks[1] - ticks[0]) / (double)sysconf(_SC_CLK_TCK);
+    for (int i = 0; i < 2; i++) {
+        snprintf(sql, sizeof sql, "DROP TABLE %s", tables[i]);
+        bench_exec_sql(t->pg, sql);
+    }
+    return at[1] - at[0];
+}
+
+typedef struct {
+    double tail_s, copy_s, cpu_s, pg_cpu_s, copy_pg_cpu_s;
+    long peak_kb;
+} steady_result;
+
+/* One side-by-side trial on warm connections: oplog2pg tails n inserts into the jsonb table after applying n others
+ * into another table through the same session; then psql \copy of the very rows it wrote, after the same rows into
+ * a scratch table in the same session. */
+static steady_result steady_trial(doc_size size, uint64_t n, int rep)
+{
+    trial t;
+    char name[32], qtable[128], sql[1024], path[160];
+    snprintf(name, sizeof name, "%s%d", size == DOC_LARGE ? "wbig" : "wsml", rep);
+    trial_open(&t, name, "batched");
+    sized_load l = {.size = size, .n = n}, warm = {.size = size, .n = n};
+    snprintf(l.db, sizeof l.db, "%s0", t.prefix);
+    snprintf(warm.db, sizeof warm.db, "%s1", t.prefix);
+    trial_write_ini(&t, "batched", "");
+    insert_sized(&t, &l, 0, 0); /* the seed document, so that the table exists before the timing */
+    steady_result res = {.peak_kb = -1};
+    backlog_warmup = warm_sized;
+    backlog_warmup_ctx = &warm;
+    res.tail_s = timed_backlog_of(&t, write_sized, &l, &res.peak_kb, &res.cpu_s);
+    backlog_warmup = NULL;
+    backlog_warmup_ctx = NULL;
+    res.pg_cpu_s = t.pg_cpu_s;
+    snprintf(qtable, sizeof qtable, "%s.c0", l.db);
+    expect_rows(&t, qtable, n + 1);
+    snprintf(sql, sizeof sql, "%s.c0", warm.db);
+    expect_rows(&t, sql, n);
+    proc_stop(&t.daemon, 60);
+    t.daemon.pid = 0;
+    snprintf(path, sizeof path, "%s/rows.copy", t.dir);
+    dump_rows(qtable, path);
+    res.copy_s = psql_copy_warm(&t, qtable, path, &res.copy_pg_cpu_s);
+    trial_close(&t);
+    return res;
+}
+
+/* Tailing against psql \copy, both on warm connections; reps trials each (BENCH_THROUGHPUT_REPS, default 3). */
+static void bench_steady(uint64_t n_small, uint64_t n_large)
+{
+    int reps = throughput_reps();
+    for (int s = 0; s < 2; s++) {
+        doc_size size = s ? DOC_LARGE : DOC_SMALL;
+        uint64_t n = s ? n_large : n_small;
+        if (n == 0)
+            continue;
+        double tail[9], copy[9], rt[9], cpu_us[9], pg_us[9], psql_pg_us[9];
+        long peak = 0;
+        for (int i = 0; i < reps; i++) {
+            steady_result r = steady_trial(size, n, i);
+            tail[i] = (double)n / r.tail_s;
+            copy[i] = (double)n / r.copy_s;
+            rt[i] = tail[i] / copy[i];
+            cpu_us[i] = r.cpu_s * 1e6 / (double)n;
+            pg_us[i] = r.pg_cpu_s * 1e6 / (double)n;
+            psql_pg_us[i] = r.copy_pg_cpu_s * 1e6 / (double)n;
+            if (r.peak_kb > peak)
+                peak = r.peak_kb;
+            fprintf(stderr,
+                    "steady %s run %d: tailing %.0f rows/s (%.2fx; daemon %.1f, PostgreSQL %.1f us CPU/row), psql "
+                    "\\copy %.0f rows/s (PostgreSQL backend %.1f us CPU/row)\n",
+                    s ? "large" : "small", i + 1, tail[i], rt[i], cpu_us[i], pg_us[i], copy[i], psql_pg_us[i]);
+        }
+        printf("%s### %s documents on warm connections\n\n%llu inserts, after as many untimed through the same "
+               "connection.\n\n",
+               s ? "\n" : "", s ? "Large" : "Small", (unsigned long long)n);
+        printf("| what | rows/s, median of %d | the runs, in order (rows/s) |\n|---|---:|---|\n", reps);
+        printf("| psql \\copy of the same rows, same table, second load of the session | %.0f |", median(copy, reps));
+        print_runs(copy, reps);
+        printf(" |\n| oplog2pg, tailing the oplog of those inserts, after as many others | %.0f |", median(tail, reps));
+        print_runs(tail, reps);
+        double lo, hi;
+        value_range(rt, reps, &lo, &hi);
+        printf(" |\n\nTailing / psql \\copy: **%.2fx** (%.2fx to %.2fx). CPU per row (medians): the daemon %.1f us, "
+               "PostgreSQL %.1f us behind it (all its processes) and %.1f us in psql's backend. The daemon's peak "
+               "resident memory: %.1f MB.\n",
+               median(rt, reps), lo, hi, median(cpu_us, reps), median(pg_us, reps), median(psql_pg_us, reps),
+               (double)peak / 1024.0);
+        fflush(stdout);
+    }
+}
+
 /* Issue 13's throughput goal: tailing at least 0.9 of psql \copy of the same rows into the same shape, for small and
  * large documents, and replay at least as fast as tailing; reps side-by-side trials each (BENCH_THROUGHPUT_REPS,
  * default 3), medians of the trials' own ratios. */
 static void bench_throughput(uint64_t n_small, uint64_t n_large)
 {
-    const char *env = getenv("BENCH_THROUGHPUT_REPS");
-    int reps = env ? atoi(env) : 3;
-    if (reps < 1 || reps > 9)
-        bench_die("BENCH_THROUGHPUT_REPS must be 1 to 9");
+    int reps = throughput_reps();
     for (int s = 0; s < 2; s++) {
         doc_size size = s ? DOC_LARGE : DOC_SMALL;
         uint64_t n = s ? n_large : n_small;
@@ -1677,11 +1864,8 @@ static void bench_throughput(uint64_t n_small, uint64_t n_large)
         print_runs(tail, reps);
         printf(" |\n| oplog2pg replay of a dump of that oplog (start-up included) | %.0f |", median(replay, reps));
         print_runs(replay, reps);
-        double lo = rt[0], hi = rt[0];
-        for (int i = 1; i < reps; i++) {
-            lo = rt[i] < lo ? rt[i] : lo;
-            hi = rt[i] > hi ? rt[i] : hi;
-        }
+        double lo, hi;
+        value_range(rt, reps, &lo, &hi);
         printf(
             " |\n\nTailing / psql \\copy: **%.2fx** (%.2fx to %.2fx); replay / psql \\copy: **%.2fx**. The daemon used "
             "%.1f us of CPU per row tailing (all threads, median) and at most %.1f MB of resident memory.\n",
@@ -1885,7 +2069,7 @@ int main(int argc, char **argv)
     if (!bench_init("replication bench") || argc < 2) {
         fprintf(stderr,
                 "usage: OPLOG2PG_TEST_PG=... %s batching|inserts|copy|keys [N] | rtt [N [R]] | mapped [N [M]] | txn [N "
-                "[PAD]] | throughput [N [M]] | memory [N [M]] | collections [N [C...]]\n"
+                "[PAD]] | throughput|steady [N [M]] | memory [N [M]] | collections [N [C...]]\n"
                 "  (run through scripts/with-pg.sh)\n",
                 argv[0]);
         return 2;
@@ -1908,6 +2092,8 @@ int main(int argc, char **argv)
         bench_mapped(argc > 2 ? n : 200000, argc > 3 ? strtoull(argv[3], NULL, 10) : 10000);
     else if (strcmp(argv[1], "throughput") == 0)
         bench_throughput(argc > 2 ? n : 300000, argc > 3 ? strtoull(argv[3], NULL, 10) : 30000);
+    else if (strcmp(argv[1], "steady") == 0)
+        bench_steady(argc > 2 ? n : 300000, argc > 3 ? strtoull(argv[3], NULL, 10) : 30000);
     else if (strcmp(argv[1], "collections") == 0) {
         unsigned counts[8] = {1, 100, 2000};
         size_t k = 3;

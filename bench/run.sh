@@ -7,8 +7,9 @@
 #   2. the batching table: oplog2pg batched versus per-op mode at 1..1000 inserts per update;
 #   3. insert-only throughput against psql \copy of the same rows, and the daemon's peak memory; then (issue 13)
 #      small (~320 B) and large (~10 kB) documents, tailing and replay, against psql \copy of the same rows into the
-#      same table shape; many collections (1, 100 and 2 000, round-robin); peak memory with a 10-million-entry
-#      backlog and with 16 MB documents;
+#      same table shape, also on warm connections (each side's second load of as many rows, since a new backend pays
+#      a page fault for each page of shared memory it touches first); many collections (1, 100 and 2 000,
+#      round-robin); peak memory with a 10-million-entry backlog and with 16 MB documents;
 #   4. the initial copy, with one worker and with four, against psql \copy;
 #   5. what the key column costs an insert (psql \copy into the three key shapes);
 #   6. typed tables (issue 11): a mapped collection of typed columns, and arrays of 1 000 doubles into a
@@ -63,6 +64,9 @@ echo "## Insert-only throughput against psql \\copy"
 echo
 echo "## Throughput by document size (issue 13)"
 "$build/bench/replication" throughput "${BENCH_SMALL:-300000}" "${BENCH_LARGE:-30000}" 2>/dev/null
+echo
+echo "## Throughput by document size on warm connections (issue 13)"
+"$build/bench/replication" steady "${BENCH_SMALL:-300000}" "${BENCH_LARGE:-30000}" 2>/dev/null
 echo
 echo "## Many collections (issue 13)"
 "$build/bench/replication" collections "${BENCH_COLLECTIONS:-100000}" 1 100 2000 2>/dev/null
