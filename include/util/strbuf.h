@@ -39,7 +39,7 @@ void strbuf_putc_slow(strbuf *b, char c);
  * each was a fifth of the reader thread's time (docs/benchmarks.md, "The appends inline"). */
 static inline void strbuf_append(strbuf *b, const void *data, size_t len)
 {
-    if (!b->failed && b->cap - b->len > len) { /* cap is 0 or more than len, so this is len + len + 1 <= cap */
+    if (!b->failed && b->cap - b->len > len) { /* cap is 0 or above b->len: this reads b->len + len + 1 <= cap */
         if (len > 0)
             memcpy(b->data + b->len, data, len);
         b->len += len;
