@@ -22,8 +22,20 @@ COMMENT ON TABLE oplog2pg.checkpoint IS
 -- several oplog entries, its commit not yet read) at the checkpoint; NULL when none was. A restart reads that
 -- transaction's entries again at its commit, so the oplog must still hold them: `oplog2pg status` measures the oplog
 -- window from there. Written by the commit's advance_checkpoint; set_checkpoint clears it.
-ALTER TABLE oplog2pg.checkpoint ADD COLUMN IF NOT EXISTS txn_oldest_sec bigint;
-ALTER TABLE oplog2pg.checkpoint ADD COLUMN IF NOT EXISTS txn_oldest_inc bigint;
+-- ALTER TABLE takes its table's strongest lock even when the column is there: checked first, so that a start with
+-- nothing to add waits for no other service's open transaction and blocks none of their commits.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'oplog2pg.checkpoint'::regclass
+                   AND attname = 'txn_oldest_sec' AND NOT attisdropped) THEN
+        ALTER TABLE oplog2pg.checkpoint ADD COLUMN IF NOT EXISTS txn_oldest_sec bigint;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'oplog2pg.checkpoint'::regclass
+                   AND attname = 'txn_oldest_inc' AND NOT attisdropped) THEN
+        ALTER TABLE oplog2pg.checkpoint ADD COLUMN IF NOT EXISTS txn_oldest_inc bigint;
+    END IF;
+END
+$$;
 
 -- Moves a service's checkpoint forward, in the caller's transaction, only for the daemon holding the row's owner
 -- token. Any other caller gets SQLSTATE O2FEN, and a position before the committed one SQLSTATE O2BAK (the
@@ -144,7 +156,14 @@ BEGIN
 END
 $$;
 
-CREATE INDEX IF NOT EXISTS dead_letter_service_ts ON oplog2pg.dead_letter (service, ts_sec, ts_inc);
+-- CREATE INDEX locks its table against writes before it looks for the index: checked first (as above).
+DO $$
+BEGIN
+    IF to_regclass('oplog2pg.dead_letter_service_ts') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS dead_letter_service_ts ON oplog2pg.dead_letter (service, ts_sec, ts_inc);
+    END IF;
+END
+$$;
 
 COMMENT ON TABLE oplog2pg.dead_letter IS
     'oplog2pg dead letters: inserts, updates and deletes PostgreSQL refused, with the op and the error, per service';
@@ -175,11 +194,24 @@ CREATE TABLE IF NOT EXISTS oplog2pg.tables (
     PRIMARY KEY (schema_name, table_name)
 );
 
-CREATE INDEX IF NOT EXISTS tables_service_ns ON oplog2pg.tables (service, db, coll);
+DO $$
+BEGIN
+    IF to_regclass('oplog2pg.tables_service_ns') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS tables_service_ns ON oplog2pg.tables (service, db, coll);
+    END IF;
+END
+$$;
 
 -- A table of a typed map (docs/mapping.md) that existed before and that the map adopts (adopt = true): oplog2pg writes
 -- to it but never drops it; a MongoDB drop or --reimport empties it instead. (0.2 catalogs lack the column.)
-ALTER TABLE oplog2pg.tables ADD COLUMN IF NOT EXISTS adopted boolean NOT NULL DEFAULT false;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'oplog2pg.tables'::regclass
+                   AND attname = 'adopted' AND NOT attisdropped) THEN
+        ALTER TABLE oplog2pg.tables ADD COLUMN IF NOT EXISTS adopted boolean NOT NULL DEFAULT false;
+    END IF;
+END
+$$;
 
 COMMENT ON TABLE oplog2pg.tables IS
     'oplog2pg catalog: the tables oplog2pg made (the only ones it writes or drops), with the service and namespace';

@@ -380,6 +380,24 @@ START_TEST(test_timeouts_are_retries)
 }
 END_TEST
 
+/* A start installs the schema, and must wait for no other service's open transaction nor block their writes: with a
+ * transaction holding the checkpoint, dead-letter and catalog tables as a running daemon's does, a second service
+ * connects within a short lock_timeout. (ALTER TABLE ... ADD COLUMN IF NOT EXISTS and CREATE INDEX IF NOT EXISTS
+ * take their table's lock before they find there is nothing to do: schema.sql checks first.) */
+START_TEST(test_install_waits_for_no_writer)
+{
+    sink_free(open_sink("t_install_a", 1000)); /* the schema is there */
+    PGconn *w = pg_open();
+    pg_run(w, "BEGIN");
+    pg_run(w, "UPDATE oplog2pg.checkpoint SET applied_at = applied_at WHERE false");
+    pg_run(w, "UPDATE oplog2pg.dead_letter SET op_json = op_json WHERE false");
+    pg_run(w, "UPDATE oplog2pg.tables SET adopted = adopted WHERE false");
+    sink_free(open_sink_with("t_install_b", "options='-c lock_timeout=2000'"));
+    pg_run(w, "ROLLBACK");
+    PQfinish(w);
+}
+END_TEST
+
 /* The checkpoint never moves backwards by a commit (O2BAK, a person must look); the explicit set can. */
 START_TEST(test_checkpoint_is_monotone)
 {
@@ -775,6 +793,7 @@ Suite *sink_suite(void)
     tcase_add_test(tc, test_foreign_tables_left_alone);
     tcase_add_test(tc, test_data_error_names_context);
     tcase_add_test(tc, test_timeouts_are_retries);
+    tcase_add_test(tc, test_install_waits_for_no_writer);
     tcase_add_test(tc, test_checkpoint_is_monotone);
     tcase_add_test(tc, test_idle_termination_noticed);
     tcase_add_test(tc, test_wait_hook_during_a_lock);
