@@ -7,9 +7,12 @@
  *   another key is written at once, ahead of the run, which grows on ("commuted": different rows of one table, in
  *   one transaction); a run holding a row without key text (op.id_key NULL: typed maps) conflicts with every op;
  * - any DDL first writes every run;
- * - the group commits, with the checkpoint of the last entry it covers, when it reaches batch_rows, batch_bytes or
- *   batch_tables ("size"), when flush_interval has passed since it opened ("timer", via batcher_tick), when the reader
- * finds the oplog drained ("idle") and on exit ("exit");
+ * - a run never holds more than batch_bytes (plus one row): before it would, it is written, or, when the sink can
+ *   let go of rows it has already sent (run_let_go: a streaming COPY), they are let go and the run grows on;
+ * - the group commits, with the checkpoint of the last entry it covers, when it reaches batch_rows or batch_tables,
+ *   or its runs hold batch_bytes ("size"), when flush_interval has passed since it opened ("timer", via
+ *   batcher_tick; catchup_interval while the caller is behind: entries already wait), when the reader finds the
+ *   oplog drained ("idle") and on exit ("exit");
  * - commits happen only between entries: a MongoDB transaction (an atomic applyOps) is never split; nor between the
  *   parts of one logical entry (op_entry.more, core/op.h): while a part with `more` was the last taken, no trigger
  *   commits (runs may still be written, uncommitted, to keep memory bounded) and there is no deadline; the last part
@@ -57,6 +60,10 @@ typedef struct batcher_sink {
     void (*run_free)(void *ctx, void *run);
     apply_status (*run_add)(void *ctx, void *run, op *o);
     size_t (*run_rows)(void *ctx, const void *run);
+    /* The run holds batch_bytes and the next row, of entry pos, would take it past: may the sink drop the rows it
+     * holds (already sent) and keep the run open? True: it did, and the run holds nothing now but still counts its
+     * rows. False: the batcher writes the run. May be NULL (never). */
+    bool (*run_let_go)(void *ctx, void *run, const op_pos *pos);
     /* Empties a run; keep_storage false gives its memory back. */
     void (*run_reset)(void *ctx, void *run, bool keep_storage);
     apply_status (*insert_run)(void *ctx, const char *db, const char *coll, void *run, const op_pos *pos);
@@ -72,11 +79,13 @@ typedef struct batcher_sink {
 
 typedef struct {
     uint64_t batch_rows;   /* commit when the group holds this many ops */
-    uint64_t batch_bytes;  /* ... or this many bytes of ops (their rendered text, the raw BSON when none); an insert
-                            * run is also written, uncommitted, before one more row would take it past this */
+    uint64_t batch_bytes;  /* ... or when its runs hold this many bytes of rows (their rendered text, the raw BSON
+                            * when none); an insert run is also written (or let go of) before one more row would take
+                            * it past this, and a run's key set stays within a quarter of it */
     uint64_t batch_tables; /* ... or once it has written to this many namespaces (DDL ops count one each), so that
                             * its transaction's locks fit PostgreSQL's lock table; 0: no bound */
     uint64_t flush_interval_ms;
+    uint64_t catchup_interval_ms; /* the group's age bound while the caller is behind (batcher_tick), if longer */
     bool per_op;
     /* Careful mode, to find and set aside ops PostgreSQL refuses: per-op, and every op but a noop is applied at
      * once inside a guard; one that fails with APPLY_DATA goes to the sink's dead_letter instead. */
@@ -90,6 +99,7 @@ typedef struct {
     uint64_t commits;
     uint64_t dead_letters;
     uint64_t commuted; /* updates/deletes written ahead of a pending run of their namespace (no conflict) */
+    uint64_t let_go;   /* times a streaming run let go of the rows it held instead of being written */
     op_pos committed;  /* last committed position */
 } batcher_stats;
 
@@ -104,10 +114,13 @@ void batcher_set_config(batcher *b, const batcher_config *cfg); /* reload: thres
 apply_status batcher_add(batcher *b, op_entry *e, uint64_t now_ms);
 /* Write every pending run and commit, if anything is uncommitted. */
 apply_status batcher_flush(batcher *b, flush_trigger why);
-/* When the timer should fire (monotonic ms), or UINT64_MAX when nothing waits. */
-uint64_t batcher_deadline(const batcher *b);
+/* When the timer should fire (monotonic ms), or UINT64_MAX when nothing waits. behind: the caller has entries waiting
+ * to be taken (a backlog), so the group may live to catchup_interval rather than flush_interval: the commits a
+ * backlog costs, and the COPYs they cut, are fewer, while nothing read is kept from view any longer than the
+ * backlog itself keeps it. */
+uint64_t batcher_deadline(const batcher *b, bool behind);
 /* Commit if the deadline has passed. */
-apply_status batcher_tick(batcher *b, uint64_t now_ms);
+apply_status batcher_tick(batcher *b, uint64_t now_ms, bool behind);
 /* Forget everything not committed (after a failure: the caller resumes from the committed checkpoint). */
 void batcher_reset(batcher *b);
 /* Anything not yet committed (including a position moved by noops)? */

@@ -19,9 +19,11 @@ typedef enum apply_status {
     APPLY_CONFIG,       /* a person must act on PostgreSQL (login, privileges, a table oplog2pg does not own): exit 3 */
     APPLY_FENCED,       /* another oplog2pg holds this service: exit 6 */
     APPLY_UNRECORDABLE, /* an op was refused and could not even be recorded as a dead letter: exit 5 */
+    APPLY_REWIND,       /* not a fault: the group must be applied again from the checkpoint, at once (a COPY met a
+                         * duplicate _id after it had let go of its rows; sink/pg.h, sink_stream_let_go) */
 } apply_status;
 
-/* "ok", "retry", "data", "out of memory", "needs a person", "fenced", "unrecordable". */
+/* "ok", "retry", "data", "out of memory", "needs a person", "fenced", "unrecordable", "rewind". */
 const char *apply_status_name(apply_status st);
 
 #endif

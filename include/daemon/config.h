@@ -99,6 +99,7 @@ typedef struct config {
     int64_t batch_bytes;
     int64_t batch_tables;
     int64_t flush_interval_ms;
+    int64_t catchup_interval_ms;
     int64_t queue_size;
     int64_t queue_bytes;
     enum config_apply_mode apply_mode;

@@ -79,6 +79,7 @@ typedef struct {
     uint64_t deletes;
     uint64_t ddl;
     uint64_t dup_fallbacks; /* COPY runs re-sent as upserts after a duplicate _id */
+    uint64_t rewinds;       /* duplicates met by a COPY that had let go of rows (APPLY_REWIND) */
     uint64_t bytes;         /* bytes of text sent for inserts (keys and documents) and updates (the update) */
     uint64_t dead_letters;  /* ops set aside in oplog2pg.dead_letter */
     uint64_t unnamed;       /* statements sent unnamed because max_prepared were held and none had gone stale */
@@ -110,6 +111,17 @@ sink_status sink_stream_add(sink *s, sink_batch *b, const char *db, const char *
 /* The run b is about to be freed or emptied without being written: a COPY it still streams is abandoned (the group
  * fails and is not committed). */
 void sink_stream_forget(sink *s, const sink_batch *b);
+/* The run b streams, every row it holds is in its COPY, and its next row is entry pos: lets go of the rows it holds
+ * (sink_batch_let_go) so that its memory stays bounded however long it streams, and answers true. False, and b
+ * untouched, when b does not stream, or pos is at or before the keep point.
+ *
+ * A run that let go of rows cannot re-send them as upserts: when its COPY meets a _id already there, the sink sets
+ * the keep point to the run's last entry and fails with APPLY_REWIND. The group is lost; the caller goes back to the
+ * committed checkpoint and applies the same entries again, and until the keep point every run keeps its rows, so the
+ * duplicate falls back to upserts as usual. */
+bool sink_stream_let_go(sink *s, sink_batch *b, const op_pos *pos);
+/* The keep point (0:0 until a rewind set one). */
+op_pos sink_keep_until(const sink *s);
 sink_status sink_update(sink *s, const char *db, const char *coll, const char *key, op_update_form form,
                         const char *json, const op_pos *pos);
 sink_status sink_delete(sink *s, const char *db, const char *coll, const char *key, const op_pos *pos);

@@ -27,7 +27,7 @@
 typedef struct {
     char *db, *coll;
     void *rows;     /* the sink's encoded run */
-    uint64_t bytes; /* what the rows in it weigh (op_bytes) */
+    uint64_t bytes; /* what the rows it still holds weigh (op_bytes): not yet written, nor let go */
     op_pos last;    /* last entry that added to the run, for error messages */
     /* The key hashes of the rows in the run: open addressing, 0 = empty slot, kcap a power of two or 0. */
     uint64_t *keys;
@@ -49,7 +49,8 @@ struct batcher {
      * a slot holds a run's position + 1, 0 = empty; icap is a power of two, at least twice nruns. Runs are never
      * removed, so neither are slots. */
     size_t *index, icap;
-    uint64_t group_ops, group_bytes;
+    uint64_t group_ops;
+    uint64_t group_bytes;  /* what the group's runs hold (the sum of their bytes) */
     uint64_t group_no;     /* counts groups (commits and resets), so a run knows whether the open group touched it */
     uint64_t group_tables; /* namespaces written to in the open group, and DDL ops (batch_tables) */
     bool dirty, have_last;
@@ -144,11 +145,15 @@ static bool keys_contain(const ns_run *r, uint64_t h)
     }
 }
 
-/* Adds h; false when memory runs out (the caller then treats the run as keyless: correct, only slower). */
-static bool keys_add(ns_run *r, uint64_t h)
+/* Adds h; false when memory runs out or the set would pass max_bytes (the caller then treats the run as keyless:
+ * correct, only slower). A run that streams and lets go of its rows (batcher_sink.run_let_go) can grow far past
+ * batch_bytes; its key set is what bounds it then. */
+static bool keys_add(ns_run *r, uint64_t h, uint64_t max_bytes)
 {
     if ((r->nkeys + 1) * 2 > r->kcap) {
         size_t cap = r->kcap ? r->kcap * 2 : 64;
+        if (r->kcap > 0 && cap * sizeof *r->keys > max_bytes)
+            return false;
         uint64_t *nk = calloc(cap, sizeof *nk);
         if (nk == NULL)
             return false;
@@ -288,6 +293,7 @@ static apply_status write_run(batcher *b, ns_run *r, flush_trigger why)
     apply_status st = b->out.insert_run(b->out.ctx, r->db, r->coll, r->rows, &r->last);
     b->out.run_reset(b->out.ctx, r->rows, b->nruns <= KEEP_STORAGE_RUNS);
     keys_clear(r, b->nruns <= KEEP_STORAGE_RUNS);
+    b->group_bytes -= r->bytes;
     r->bytes = 0;
     if (why == FLUSH_CONFLICT)
         b->stats.flushes[FLUSH_CONFLICT]++;
@@ -342,15 +348,23 @@ static apply_status apply_op(batcher *b, op *o)
         if (r == NULL)
             return APPLY_NOMEM;
         touch(b, r);
-        /* A run never holds more than batch_bytes plus one row: write it (no commit) before it would. */
+        /* A run never holds more than batch_bytes plus one row. Before it would, a run whose rows are already on
+         * their way (a streaming COPY) lets go of them and grows on; any other is written (no commit). */
         uint64_t w = op_bytes(o);
         if (r->bytes > 0 && r->bytes + w > b->cfg.batch_bytes) {
-            apply_status st = write_run(b, r, FLUSH_SIZE);
-            if (st != APPLY_OK)
-                return st;
+            if (b->out.run_let_go != NULL && b->out.run_let_go(b->out.ctx, r->rows, &o->pos)) {
+                b->group_bytes -= r->bytes;
+                r->bytes = 0;
+                b->stats.let_go++;
+            } else {
+                apply_status st = write_run(b, r, FLUSH_SIZE);
+                if (st != APPLY_OK)
+                    return st;
+            }
         }
         /* The key first: the sink may take the op's texts. */
-        if (!r->keyless && (o->id_key == NULL || !keys_add(r, key_hash(o->id_key, o->id_key_len))))
+        if (!r->keyless &&
+            (o->id_key == NULL || !keys_add(r, key_hash(o->id_key, o->id_key_len), b->cfg.batch_bytes / 4)))
             r->keyless = true;
         apply_status st = b->out.run_add(b->out.ctx, r->rows, o);
         if (st != APPLY_OK)
@@ -373,8 +387,7 @@ static apply_status apply_op(batcher *b, op *o)
         } else if (b->out.run_rows(b->out.ctx, r->rows) > 0) {
             b->stats.commuted++;
         }
-        b->group_bytes += op_bytes(o);
-        return b->out.apply(b->out.ctx, o);
+        return b->out.apply(b->out.ctx, o); /* sent at once: the group does not hold it */
     }
     default: {
         /* DDL: everything pending first, so no row lands in a table that is about to change. */
@@ -474,14 +487,19 @@ apply_status batcher_add(batcher *b, op_entry *e, uint64_t now_ms)
     return APPLY_OK;
 }
 
-uint64_t batcher_deadline(const batcher *b)
+uint64_t batcher_deadline(const batcher *b, bool behind)
 {
-    return b->dirty && !b->in_parts ? b->opened_ms + b->cfg.flush_interval_ms : UINT64_MAX;
+    if (!b->dirty || b->in_parts)
+        return UINT64_MAX;
+    uint64_t age = b->cfg.flush_interval_ms;
+    if (behind && b->cfg.catchup_interval_ms > age)
+        age = b->cfg.catchup_interval_ms;
+    return b->opened_ms + age;
 }
 
-apply_status batcher_tick(batcher *b, uint64_t now_ms)
+apply_status batcher_tick(batcher *b, uint64_t now_ms, bool behind)
 {
-    if (b->dirty && now_ms >= batcher_deadline(b))
+    if (b->dirty && now_ms >= batcher_deadline(b, behind))
         return batcher_flush(b, FLUSH_TIMER);
     return APPLY_OK;
 }

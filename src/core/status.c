@@ -20,6 +20,8 @@ const char *apply_status_name(apply_status st)
         return "fenced";
     case APPLY_UNRECORDABLE:
         return "unrecordable";
+    case APPLY_REWIND:
+        return "rewind";
     }
     return "?";
 }

@@ -61,6 +61,7 @@ typedef enum {
     END_FATAL,    /* exit with exit_code */
     END_RETRY,    /* a passing fault: new session from the committed checkpoint after a backoff */
     END_CAREFUL,  /* PostgreSQL refused an op: new session from the checkpoint, stepping over refused ops */
+    END_REWIND,   /* a COPY that had let go of its rows met a duplicate: new session from the checkpoint, at once */
 } session_end;
 
 typedef struct {
@@ -117,6 +118,7 @@ static batcher_config batcher_config_from(const config *cfg, bool careful)
         .batch_bytes = (uint64_t)cfg->batch_bytes,
         .batch_tables = (uint64_t)cfg->batch_tables,
         .flush_interval_ms = (uint64_t)cfg->flush_interval_ms,
+        .catchup_interval_ms = (uint64_t)cfg->catchup_interval_ms,
         .per_op = cfg->apply_mode == CONFIG_APPLY_PER_OP,
         .careful = careful,
     };
@@ -318,6 +320,15 @@ static void on_sink_failure(daemon_ctx *d, apply_status st)
         log_error("%s", msg);
         end_session(d, END_FATAL, EXIT_FENCED);
         break;
+    case APPLY_REWIND: {
+        char until[OP_POS_STRLEN];
+        op_pos keep = sink_keep_until(d->snk);
+        log_notice("%s; going back to the last commit to apply the entries up to %s again, keeping every row so "
+                   "that the duplicate can be re-sent as an upsert",
+                   msg, op_pos_format(&keep, until, sizeof until));
+        end_session(d, END_REWIND, 0);
+        break;
+    }
     case APPLY_CONFIG:
         log_error("%s", msg);
         log_error("stopped; everything before this entry is committed. Fix the cause and start oplog2pg again: it "
@@ -357,7 +368,7 @@ static void on_sink_failure(daemon_ctx *d, apply_status st)
 
 static void arm_flush_timer(daemon_ctx *d)
 {
-    uint64_t deadline = batcher_deadline(d->bt);
+    uint64_t deadline = batcher_deadline(d->bt, queue_len(d->q) > 0);
     if (deadline == UINT64_MAX) {
         ev_timer_stop(d->loop, &d->flush_timer);
         return;
@@ -462,6 +473,7 @@ static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
     m->rows_written[METRICS_WRITE_DELETE] = ss->deletes;
     m->bytes_written = ss->bytes;
     m->dup_fallbacks = ss->dup_fallbacks;
+    m->rewinds = ss->rewinds;
     m->unnamed = ss->unnamed;
     m->dead_letters = ss->dead_letters;
     m->pg_reconnects = d->pg_reconnects;
@@ -637,8 +649,8 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
                 d->caught_up = false;
                 d->last_taken = it->entry->pos;
                 st = batcher_add(d->bt, it->entry, clock_ms());
-                if (st == APPLY_OK)
-                    st = batcher_tick(d->bt, clock_ms());
+                if (st == APPLY_OK) /* behind: more entries are already waiting */
+                    st = batcher_tick(d->bt, clock_ms(), i + 1 < n || queue_len(d->q) > 0);
                 if (st == APPLY_OK && d->careful)
                     leave_careful_if_past(d);
                 break;
@@ -683,7 +695,7 @@ static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
     daemon_ctx *d = w->data;
     (void)loop;
     (void)revents;
-    apply_status st = batcher_tick(d->bt, clock_ms());
+    apply_status st = batcher_tick(d->bt, clock_ms(), queue_len(d->q) > 0);
     if (st != APPLY_OK) {
         on_sink_failure(d, st);
         return;
@@ -915,9 +927,10 @@ static int run_sessions(daemon_ctx *d, const daemon_options *opts)
         session_end end = d->end;
         code = d->exit_code;
         end_of_session_cleanup(d);
-        if (end == END_CAREFUL) {
-            /* Not a fault of the connection: start over from the checkpoint at once, stepping carefully. */
-            d->careful = true;
+        if (end == END_CAREFUL || end == END_REWIND) {
+            /* Not a fault of the connection: start over from the checkpoint at once (stepping carefully, or with the
+             * runs keeping their rows up to the sink's keep point). */
+            d->careful = d->careful || end == END_CAREFUL;
             sink_disconnect(d->snk);
             continue;
         }

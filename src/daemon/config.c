@@ -98,15 +98,16 @@ static const struct option_def options[] = {
               .help = "namespace patterns never replicated, even when an include pattern matches"},
      .offset = offsetof(config, exclude), .check = nsfilter_check_pattern},
 
-    {.info = {.section = "replication", .name = "batch_rows", TYPE(INT, "int"), .default_text = "10000",
+    {.info = {.section = "replication", .name = "batch_rows", TYPE(INT, "int"), .default_text = "100000",
               .min = 1, .max = 10000000, .reloadable = true,
               .help = "commit a flush group once it holds this many rows"},
      .offset = offsetof(config, batch_rows)},
 
     {.info = {.section = "replication", .name = "batch_bytes", TYPE(SIZE, "size"), .default_text = "8MB",
               .min = KB, .max = GB, .reloadable = true,
-              .help = "commit a flush group once its rows add up to this many bytes (their text as sent); an insert "
-                      "run is also written at this size, so it bounds the memory a run takes"},
+              .help = "the memory a flush group may hold: an insert run is written at this size (one whose COPY "
+                      "streams lets go of the rows it has sent instead), and the group commits once its runs hold "
+                      "this much"},
      .offset = offsetof(config, batch_bytes)},
 
     {.info = {.section = "replication", .name = "batch_tables", TYPE(INT, "int"), .default_text = "500",
@@ -120,6 +121,13 @@ static const struct option_def options[] = {
               .help = "commit a flush group at least this often while the oplog keeps delivering (it is also "
                       "committed as soon as the oplog is drained)"},
      .offset = offsetof(config, flush_interval_ms)},
+
+    {.info = {.section = "replication", .name = "catchup_interval", TYPE(DURATION, "duration"),
+              .default_text = "1s", .min = 1, .max = MS_PER_H, .base_unit = "ms", .reloadable = true,
+              .help = "while oplog2pg is behind (entries are already waiting when flush_interval has passed), a flush "
+                      "group may stay open this long instead, so a backlog is caught up with fewer commits and "
+                      "longer COPYs; no effect when it is not longer than flush_interval"},
+     .offset = offsetof(config, catchup_interval_ms)},
 
     {.info = {.section = "replication", .name = "queue_size", TYPE(INT, "int"), .default_text = "10000",
               .min = 16, .max = 10000000,

@@ -183,6 +183,10 @@ char *metrics_render(const metrics_snapshot *s, size_t *len)
     counter(f, "oplog2pg_bytes_written_total", "Document bytes sent to PostgreSQL.", s->bytes_written);
     counter(f, "oplog2pg_duplicate_fallbacks_total", "COPY runs re-sent as upserts after a duplicate _id.",
             s->dup_fallbacks);
+    counter(f, "oplog2pg_rewinds_total",
+            "Flush groups applied again from the checkpoint because a COPY met a duplicate _id after letting go of "
+            "its rows.",
+            s->rewinds);
     counter(f, "oplog2pg_statements_unnamed_total",
             "Statements sent unnamed, parsed and planned once, because the connection held its bound of prepared "
             "ones.",

@@ -24,6 +24,7 @@ struct sink_batch {
     size_t bytes;
     map_rows mapped; /* a mapped collection's rows (records), instead of rows[] */
     size_t mapped_docs;
+    size_t gone_rows, gone_bytes; /* rows already streamed and let go (sink_batch_let_go) */
 };
 
 static const char copy_header[] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, extension 0 */
@@ -50,6 +51,29 @@ static void drop_rows(sink_batch *b)
     b->mapped_docs = 0;
 }
 
+void sink_batch_let_go(sink_batch *b)
+{
+    size_t rows = b->n + b->mapped_docs, bytes = b->bytes + b->mapped.buf.len;
+    drop_rows(b);
+    b->gone_rows += rows;
+    b->gone_bytes += bytes;
+}
+
+size_t sink_batch_held_rows(const sink_batch *b)
+{
+    return b->n + b->mapped_docs;
+}
+
+size_t sink_batch_held_bytes(const sink_batch *b)
+{
+    return b->bytes + b->mapped.buf.len;
+}
+
+bool sink_batch_whole(const sink_batch *b)
+{
+    return b->gone_rows == 0;
+}
+
 void sink_batch_free(sink_batch *b)
 {
     if (b == NULL)
@@ -64,6 +88,7 @@ void sink_batch_free(sink_batch *b)
 void sink_batch_reset(sink_batch *b)
 {
     drop_rows(b);
+    b->gone_rows = b->gone_bytes = 0;
     strbuf_reset(&b->keys, KEEP_CAP);
     strbuf_reset(&b->mapped.buf, KEEP_CAP);
     if (b->cap * sizeof *b->rows > KEEP_CAP) {
@@ -76,6 +101,7 @@ void sink_batch_reset(sink_batch *b)
 void sink_batch_release(sink_batch *b)
 {
     drop_rows(b);
+    b->gone_rows = b->gone_bytes = 0;
     strbuf_free(&b->keys);
     strbuf_free(&b->mapped.buf);
     free(b->rows);
@@ -132,12 +158,12 @@ bool sink_batch_take(sink_batch *b, const char *key, size_t klen, char **json, s
 
 size_t sink_batch_rows(const sink_batch *b)
 {
-    return b->n + b->mapped_docs;
+    return b->n + b->mapped_docs + b->gone_rows;
 }
 
 size_t sink_batch_bytes(const sink_batch *b)
 {
-    return b->bytes + b->mapped.buf.len;
+    return b->bytes + b->mapped.buf.len + b->gone_bytes;
 }
 
 bool sink_batch_add_mapped(sink_batch *b, const map_rows *rows)

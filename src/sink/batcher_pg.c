@@ -111,6 +111,11 @@ static size_t run_rows(void *ctx, const void *run)
     return sink_batch_rows(run);
 }
 
+static bool run_let_go(void *ctx, void *run, const op_pos *pos)
+{
+    return sink_stream_let_go(ctx, run, pos);
+}
+
 static void run_reset(void *ctx, void *run, bool keep_storage)
 {
     sink_stream_forget(ctx, run); /* a run emptied unwritten (insert_run ends its COPY first) */
@@ -202,6 +207,7 @@ batcher_sink batcher_sink_pg(sink *s)
                         .run_free = run_free,
                         .run_add = run_add,
                         .run_rows = run_rows,
+                        .run_let_go = run_let_go,
                         .run_reset = run_reset,
                         .insert_run = insert_run,
                         .apply = apply,

@@ -509,7 +509,7 @@ size_t sink_copy_min_rows(const sink *s)
 static sink_status insert_rows_pipelined(sink *s, table *t, const sink_batch *b, const op_pos *pos)
 {
     const int formats[2] = {1, 0};
-    for (size_t i = 0; i < sink_batch_rows(b); i++) {
+    for (size_t i = 0; i < sink_batch_held_rows(b); i++) {
         const char *key, *json;
         size_t klen, jlen;
         sink_batch_row(b, i, &key, &klen, &json, &jlen);
@@ -556,7 +556,7 @@ static bool stream_put(sink *s, pgconn_error *e)
     if (s->stream_t->map != NULL)
         return sink_copy_mapped(s->stream_out, b, 0, &s->stream_moff, e);
     size_t from = s->stream_sent;
-    s->stream_sent = sink_batch_rows(b);
+    s->stream_sent = sink_batch_held_rows(b);
     return sink_copy_rows(s->stream_out, b, from, e);
 }
 
@@ -632,6 +632,18 @@ sink_status sink_stream_end(sink *s)
     bool dup = !ok && strcmp(e.sqlstate, "23505") == 0;
     if (!ok && !dup)
         return copy_failed(s, t, &e, &pos);
+    if (dup && !sink_batch_whole(b)) {
+        /* The rows it let go of are gone from memory, but not from the oplog: go back and keep them this time. */
+        char where[32];
+        s->keep_until = pos;
+        sink_fmt_pos(&pos, where, sizeof where);
+        s->stats.rewinds++;
+        sink_set_err(s, APPLY_REWIND, e.sqlstate,
+                     "COPY of %zu rows into %s.%s (entries up to %s) met an existing _id after it had let go of rows "
+                     "it had sent",
+                     sink_batch_rows(b), t->db, t->coll, where);
+        return s->failed;
+    }
     if (dup) {
         if (!pgconn_exec(s->c, "ROLLBACK TO SAVEPOINT " SAVEPOINT_NAME, NULL, false, &e)) {
             sink_set_err(s, e.status, e.sqlstate, "rolling back a COPY: %s", e.message);
@@ -673,6 +685,21 @@ sink_status sink_stream_add(sink *s, sink_batch *b, const char *db, const char *
     if (t->map != NULL && t->nmtabs > 1)
         return APPLY_OK; /* a map with child tables: one COPY per table at the run's end (mapped_insert_batch) */
     return stream_open(s, t, b, pos);
+}
+
+bool sink_stream_let_go(sink *s, sink_batch *b, const op_pos *pos)
+{
+    if (s->stream_run != b || b == NULL || s->failed != APPLY_OK || op_pos_cmp(pos, &s->keep_until) <= 0)
+        return false;
+    sink_batch_let_go(b); /* stream_put has sent every row it held */
+    s->stream_sent = 0;
+    s->stream_moff = 0;
+    return true;
+}
+
+op_pos sink_keep_until(const sink *s)
+{
+    return s->keep_until;
 }
 
 void sink_stream_forget(sink *s, const sink_batch *b)

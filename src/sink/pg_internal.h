@@ -129,6 +129,7 @@ struct sink {
     size_t stream_sent;        /* rows of the jsonb shape ... */
     size_t stream_moff;        /* ... or bytes of a typed map's records (sink_copy_mapped) */
     op_pos stream_last;        /* the position of the newest row in it, for messages */
+    op_pos keep_until;         /* runs keep their rows for entries up to here (sink_stream_let_go) */
     sink_copy_out *stream_out; /* allocated at the first COPY, kept */
 
     double rtt_s;        /* the network round trip to PostgreSQL: the fastest of three pings at connect */

@@ -340,6 +340,35 @@ START_TEST(test_replay_dump)
 }
 END_TEST
 
+/* A long insert run streams its COPY and, past batch_bytes, lets go of the rows it has sent. One row of it is already
+ * in the table (as an initial copy that overlapped the oplog leaves it), so the COPY meets its _id when it ends, with
+ * most of its rows no longer in memory: the daemon goes back to the last commit, applies the same entries again with
+ * every run keeping its rows, re-sends that run as upserts, and ends equal to the source, checkpoint at the newest
+ * entry. */
+START_TEST(test_let_go_then_rewind)
+{
+    denv e;
+    denv_start(&e, "letgo", NULL, "batch_bytes = 100kB\n");
+    char db[64], sql[300];
+    snprintf(db, sizeof db, "%s0", e.prefix);
+    denv_insert_range(&e, db, "c", 1, 1);
+    char out[300];
+    ck_assert_int_eq(replay_dump(&e, out), 0); /* the table, made by oplog2pg */
+    const char *old = "'{\"_id\": 4000, \"s\": \"old\"}'";
+    snprintf(sql, sizeof sql, "INSERT INTO \"%s\".c (_id, doc) VALUES ('4000', %s)", db, old);
+    denv_pg_exec(sql);
+    denv_insert_range(&e, db, "c", 2, 6000);
+    ck_assert_int_eq(replay_dump(&e, out), 0);
+    ck_assert_msg(denv_file_contains(out, "let go of rows"), "the COPY did not meet the _id after letting go");
+    ck_assert_msg(denv_file_contains(out, "going back to the last commit"), "no rewind logged");
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM \"%s\".c", db);
+    ck_assert_int_eq(denv_pg_int(sql), 6000);
+    denv_expect_match(&e);
+    ck_assert_uint_eq(denv_checkpoint_ts(e.service), denv_newest_ts(e.uri));
+    denv_stop(&e);
+}
+END_TEST
+
 /* `check` reaches both sides; a bad configuration file is refused with its line and exit code 3; SIGHUP reloads. */
 START_TEST(test_check_config_and_reload)
 {
@@ -796,6 +825,7 @@ Suite *replication_suite(void)
     tcase_add_test(tc, test_crash_restart);
     tcase_add_test(tc, test_postgres_reconnect);
     tcase_add_test(tc, test_replay_dump);
+    tcase_add_test(tc, test_let_go_then_rewind);
     tcase_add_test(tc, test_check_config_and_reload);
     suite_add_tcase(s, tc);
     TCase *many = tcase_create("many"); /* CK_RUN_CASE=many runs it alone */

@@ -666,6 +666,74 @@ START_TEST(test_streaming_copy)
 }
 END_TEST
 
+/* A streaming run lets go of the rows it has sent, so it holds nothing however long it grows. When its COPY then
+ * meets a key already there, the rows cannot be re-sent from memory: the sink fails with APPLY_REWIND and a keep
+ * point at the run's last entry, nothing of the group is committed, and the same entries applied again from the
+ * checkpoint keep their rows until that point, so the duplicate falls back to upserts as usual. */
+START_TEST(test_let_go_then_rewind)
+{
+    const char *db = "sinkletgo";
+    sink *s = open_sink("t_letgo", 1);
+    sink_batch *b = sink_batch_new();
+    op_pos pos = {.secs = 60, .inc = 1, .term = 1};
+    add_json(b, "{\"_id\": 2550, \"v\": \"old\"}");
+    ck_assert(sink_insert_batch(s, db, "c", b, &pos) == APPLY_OK);
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    sink_batch_reset(b);
+    const op_pos committed = pos;
+
+    /* A run too short to stream cannot let go. */
+    stream_rows(s, b, db, 1, 500, &pos);
+    op_pos next = {.secs = pos.secs, .inc = pos.inc + 1, .term = 1};
+    ck_assert(!sink_stream_let_go(s, b, &next));
+    stream_rows(s, b, db, 501, 1500, &pos);
+    expect_copy_open(s, true, "a run of 1 500 rows");
+    next.inc = pos.inc + 1;
+    ck_assert(sink_stream_let_go(s, b, &next));
+    ck_assert_uint_eq(sink_batch_rows(b), 1500);
+    ck_assert_uint_eq(sink_batch_held_rows(b), 0);
+    ck_assert(!sink_batch_whole(b));
+    stream_rows(s, b, db, 1501, 2600, &pos); /* 2550 is there */
+    ck_assert_uint_eq(sink_batch_held_rows(b), 1100);
+    apply_status st = sink_insert_batch(s, db, "c", b, &pos);
+    ck_assert_msg(st == APPLY_REWIND, "status %s: %s", apply_status_name(st), sink_error(s));
+    ck_assert_msg(strstr(sink_error(s), "let go of rows") != NULL, "%s", sink_error(s));
+    op_pos keep = sink_keep_until(s);
+    ck_assert(op_pos_cmp(&keep, &pos) == 0);
+    ck_assert_uint_eq(sink_get_stats(s)->rewinds, 1);
+    sink_batch_reset(b);
+    sink_disconnect(s);
+    expect("SELECT count(*) FROM sinkletgo.c", "1");
+
+    /* The same entries again, from the checkpoint: the run keeps its rows up to the keep point. */
+    ck_assert_msg(sink_connect(s) == APPLY_OK, "%s", sink_error(s));
+    op_pos at;
+    ck_assert_int_eq(sink_read_checkpoint(s, &at), 1);
+    ck_assert(op_pos_cmp(&at, &committed) == 0);
+    pos = committed;
+    stream_rows(s, b, db, 1, 1500, &pos);
+    next.inc = pos.inc + 1;
+    ck_assert(!sink_stream_let_go(s, b, &next)); /* before the keep point */
+    stream_rows(s, b, db, 1501, 2600, &pos);
+    ck_assert_uint_eq(sink_batch_held_rows(b), 2600);
+    ck_assert_msg(sink_insert_batch(s, db, "c", b, &pos) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_uint_eq(sink_get_stats(s)->dup_fallbacks, 1);
+    expect("SELECT count(*) || ' ' || count(*) FILTER (WHERE doc->>'v' = 'new') FROM sinkletgo.c", "2600 2600");
+
+    /* Past the keep point a streaming run may let go again. */
+    sink_batch_reset(b);
+    stream_rows(s, b, db, 3001, 4500, &pos);
+    next.inc = pos.inc + 1;
+    ck_assert(sink_stream_let_go(s, b, &next));
+    ck_assert_msg(sink_insert_batch(s, db, "c", b, &pos) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    expect("SELECT count(*) FROM sinkletgo.c", "4100");
+    sink_batch_free(b);
+    sink_free(s);
+}
+END_TEST
+
 /* The connection lost while a COPY streams: noticed while idle, nothing of the group (rows, the table made in it,
  * the checkpoint) is committed, and the next session starts from the checkpoint before it. */
 START_TEST(test_streaming_connection_lost)
@@ -801,6 +869,7 @@ Suite *sink_suite(void)
     tcase_add_test(tc, test_refused_login);
     tcase_add_test(tc, test_dead_peer_settings);
     tcase_add_test(tc, test_streaming_copy);
+    tcase_add_test(tc, test_let_go_then_rewind);
     tcase_add_test(tc, test_streaming_connection_lost);
     tcase_add_test(tc, test_statement_bound);
     suite_add_tcase(s, tc);

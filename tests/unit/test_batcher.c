@@ -17,6 +17,7 @@ typedef struct {
     apply_status fail_commit;
     apply_status fail_add;   /* what run_add answers (APPLY_OK normally) */
     const char *refuse_coll; /* writes and DDL on this collection fail with APPLY_DATA */
+    bool let_go;             /* run_let_go agrees (a sink whose run streams) */
 } recorder;
 
 static void rec(recorder *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -67,6 +68,14 @@ static size_t rec_run_rows(void *ctx, const void *run)
 {
     (void)ctx;
     return ((const rec_run *)run)->rows;
+}
+
+static bool rec_run_let_go(void *ctx, void *run, const op_pos *pos)
+{
+    recorder *r = ctx;
+    if (r->let_go)
+        rec(r, "let go %zu @%u:%u", ((rec_run *)run)->rows, pos->secs, pos->inc);
+    return r->let_go;
 }
 
 static void rec_run_reset(void *ctx, void *run, bool keep)
@@ -128,6 +137,7 @@ static batcher_sink rec_sink(void)
                         .run_free = rec_run_free,
                         .run_add = rec_run_add,
                         .run_rows = rec_run_rows,
+                        .run_let_go = rec_run_let_go,
                         .run_reset = rec_run_reset,
                         .insert_run = rec_insert,
                         .apply = rec_apply,
@@ -387,17 +397,18 @@ END_TEST
 
 START_TEST(test_timer_with_fake_clock)
 {
-    ck_assert_uint_eq(batcher_deadline(B), UINT64_MAX);
+    ck_assert_uint_eq(batcher_deadline(B, false), UINT64_MAX);
     feed(OP_INSERT, "shop", "a", 1000); /* the group opens at t=1000 */
     feed(OP_INSERT, "shop", "a", 1150);
-    ck_assert_uint_eq(batcher_deadline(B), 1200);
-    batcher_tick(B, 1199);
+    ck_assert_uint_eq(batcher_deadline(B, false), 1200);
+    ck_assert_uint_eq(batcher_deadline(B, true), 1200); /* no catchup_interval: the same bound when behind */
+    batcher_tick(B, 1199, false);
     expect_log("");
-    batcher_tick(B, 1200);
+    batcher_tick(B, 1200, false);
     expect_log("copy shop.a 2 @1:2; commit 1:2; ");
-    ck_assert_uint_eq(batcher_deadline(B), UINT64_MAX);
+    ck_assert_uint_eq(batcher_deadline(B, false), UINT64_MAX);
     feed(OP_INSERT, "shop", "a", 5000); /* a new group: the clock starts again */
-    ck_assert_uint_eq(batcher_deadline(B), 5200);
+    ck_assert_uint_eq(batcher_deadline(B, false), 5200);
     ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_TIMER], 1);
 }
 END_TEST
@@ -443,11 +454,11 @@ START_TEST(test_parts_never_commit_between)
         op_entry_clear(&e);
         if (k < 2) {
             /* over batch_rows, past the timer, an idle marker: still no commit in the middle */
-            ck_assert_int_eq(batcher_tick(B, 100000), APPLY_OK);
+            ck_assert_int_eq(batcher_tick(B, 100000, true), APPLY_OK);
             ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
             ck_assert_uint_eq(batcher_get_stats(B)->commits, 0);
             ck_assert(batcher_in_parts(B));
-            ck_assert_uint_eq(batcher_deadline(B), UINT64_MAX);
+            ck_assert_uint_eq(batcher_deadline(B, true), UINT64_MAX);
         }
     }
     expect_log("copy shop.a 1 @9:5; update shop.a; copy shop.a 1 @9:5; update shop.a; copy shop.a 1 @9:5; "
@@ -577,9 +588,10 @@ START_TEST(test_out_of_memory_is_not_data)
 }
 END_TEST
 
-/* The group's size counts the bytes that will be sent (the rendered text), so a few large documents commit early;
- * and a run is written (without a commit) before a row would take it past batch_bytes, so a run holds at most
- * batch_bytes plus one row in memory. */
+/* The group's size counts the bytes its runs hold (the rendered text), so a few large documents commit early; and a
+ * run is written (without a commit) before a row would take it past batch_bytes, so a run holds at most batch_bytes
+ * plus one row in memory. A written run holds nothing any more: the group commits once its runs, together, hold
+ * batch_bytes. */
 START_TEST(test_size_counts_rendered_bytes)
 {
     batcher_free(B);
@@ -589,18 +601,98 @@ START_TEST(test_size_counts_rendered_bytes)
     B = batcher_new(&cfg, &out);
     static char big[600];
     memset(big, 'x', sizeof big - 1);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         op_entry e;
         op_pos pos = {.secs = 1, .inc = ++next_inc, .term = 1};
         op_entry_init(&e);
         ck_assert(op_entry_alloc(&e, &pos, 1));
-        fill(&e.ops[0], OP_INSERT, "shop", "a");
+        fill(&e.ops[0], OP_INSERT, "shop", i < 2 ? "a" : "b");
         e.ops[0].json = strdup(big);
         e.ops[0].json_len = (uint32_t)strlen(big);
         ck_assert_int_eq(batcher_add(B, &e, 0), APPLY_OK);
         op_entry_clear(&e);
     }
-    expect_log("copy shop.a 1 @1:1; copy shop.a 1 @1:2; commit 1:2; ");
+    expect_log("copy shop.a 1 @1:1; copy shop.a 1 @1:2; copy shop.b 1 @1:3; commit 1:3; ");
+}
+END_TEST
+
+/* A run whose sink can let go of the rows it has sent (a streaming COPY) is not written at batch_bytes: the sink lets
+ * go, the run holds nothing and grows on, and the group does not commit for the bytes it no longer holds. A sink
+ * that refuses (the rows are not all sent, or it must keep them) has the run written as before. */
+START_TEST(test_streaming_run_lets_go)
+{
+    batcher_free(B);
+    memset(&R, 0, sizeof R);
+    batcher_sink out = rec_sink();
+    uint64_t row = DOC->len; /* what one of feed()'s inserts weighs */
+    batcher_config cfg = {.batch_rows = 1000, .batch_bytes = 2 * row + 1, .flush_interval_ms = 200}; /* 2 rows */
+    B = batcher_new(&cfg, &out);
+    R.let_go = true;
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(feed(OP_INSERT, "shop", "a", 0), APPLY_OK);
+    expect_log("let go 2 @1:3; let go 4 @1:5; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->let_go, 2);
+    ck_assert_uint_eq(batcher_get_stats(B)->commits, 0);
+    R.let_go = false;
+    feed(OP_INSERT, "shop", "a", 0); /* 7: the run holds 5 and 6; refused, so it is written, without a commit */
+    expect_log("let go 2 @1:3; let go 4 @1:5; copy shop.a 6 @1:6; ");
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
+    expect_log("let go 2 @1:3; let go 4 @1:5; copy shop.a 6 @1:6; copy shop.a 1 @1:7; commit 1:7; ");
+}
+END_TEST
+
+/* While the caller is behind (entries wait), a group may stay open to catchup_interval; once nothing waits, the
+ * shorter flush_interval holds again. */
+START_TEST(test_catchup_interval)
+{
+    batcher_free(B);
+    memset(&R, 0, sizeof R);
+    batcher_sink out = rec_sink();
+    batcher_config cfg = {
+        .batch_rows = 1000, .batch_bytes = 1 << 30, .flush_interval_ms = 200, .catchup_interval_ms = 1000};
+    B = batcher_new(&cfg, &out);
+    feed(OP_INSERT, "shop", "a", 1000);
+    ck_assert_uint_eq(batcher_deadline(B, false), 1200);
+    ck_assert_uint_eq(batcher_deadline(B, true), 2000);
+    ck_assert_int_eq(batcher_tick(B, 1500, true), APPLY_OK);
+    expect_log("");
+    ck_assert_int_eq(batcher_tick(B, 1500, false), APPLY_OK);
+    expect_log("copy shop.a 1 @1:1; commit 1:1; ");
+    feed(OP_INSERT, "shop", "a", 3000);
+    ck_assert_int_eq(batcher_tick(B, 3999, true), APPLY_OK);
+    expect_log("copy shop.a 1 @1:1; commit 1:1; ");
+    ck_assert_int_eq(batcher_tick(B, 4000, true), APPLY_OK);
+    expect_log("copy shop.a 1 @1:1; commit 1:1; copy shop.a 1 @1:2; commit 1:2; ");
+    /* a catchup_interval shorter than flush_interval changes nothing */
+    cfg.catchup_interval_ms = 50;
+    batcher_set_config(B, &cfg);
+    feed(OP_INSERT, "shop", "a", 5000);
+    ck_assert_uint_eq(batcher_deadline(B, true), 5200);
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_TIMER], 2);
+}
+END_TEST
+
+/* A run's key set stays within a quarter of batch_bytes: past it the run counts as keyless, so an update of any
+ * document of the namespace writes the run first (correct, only slower). */
+START_TEST(test_key_set_bounded)
+{
+    batcher_free(B);
+    memset(&R, 0, sizeof R);
+    batcher_sink out = rec_sink();
+    /* 1 kB of key set: 128 slots, so 64 keys at half load; the 65th would double it */
+    batcher_config cfg = {.batch_rows = 100000, .batch_bytes = 4096, .flush_interval_ms = 200};
+    B = batcher_new(&cfg, &out);
+    R.let_go = false;
+    for (int i = 0; i < 64; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "%d", i);
+        feed_key(OP_INSERT, "a", k);
+    }
+    feed_key(OP_UPDATE, "a", "9999"); /* another document: commutes */
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_CONFLICT], 0);
+    feed_key(OP_INSERT, "a", "64"); /* the set is full */
+    feed_key(OP_UPDATE, "a", "9998");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_CONFLICT], 1);
 }
 END_TEST
 
@@ -624,6 +716,9 @@ Suite *batcher_suite(void)
     tcase_add_test(tc, test_careful_sets_refused_ops_aside);
     tcase_add_test(tc, test_refusal_never_reaches_the_sink);
     tcase_add_test(tc, test_size_counts_rendered_bytes);
+    tcase_add_test(tc, test_streaming_run_lets_go);
+    tcase_add_test(tc, test_catchup_interval);
+    tcase_add_test(tc, test_key_set_bounded);
     tcase_add_test(tc, test_out_of_memory_is_not_data);
     tcase_add_test(tc, test_parts_never_commit_between);
     tcase_add_test(tc, test_other_keys_commute_with_the_run);

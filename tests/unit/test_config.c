@@ -84,6 +84,7 @@ static void assert_same(const config *a, const config *b)
     ck_assert_int_eq(a->batch_rows, b->batch_rows);
     ck_assert_int_eq(a->batch_bytes, b->batch_bytes);
     ck_assert_int_eq(a->flush_interval_ms, b->flush_interval_ms);
+    ck_assert_int_eq(a->catchup_interval_ms, b->catchup_interval_ms);
     ck_assert_int_eq(a->queue_size, b->queue_size);
     ck_assert_int_eq(a->apply_mode, b->apply_mode);
     ck_assert_int_eq(a->log_level, b->log_level);
@@ -112,9 +113,10 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c.exclude.count, 0);
     ck_assert_ptr_nonnull(c.exclude.items);
     ck_assert_ptr_null(c.exclude.items[0]);
-    ck_assert_int_eq(c.batch_rows, 10000);
+    ck_assert_int_eq(c.batch_rows, 100000);
     ck_assert_int_eq(c.batch_bytes, 8 * 1024 * 1024);
     ck_assert_int_eq(c.flush_interval_ms, 200);
+    ck_assert_int_eq(c.catchup_interval_ms, 1000);
     ck_assert_int_eq(c.queue_size, 10000);
     ck_assert_int_eq(c.apply_mode, CONFIG_APPLY_BATCHED);
     ck_assert_int_eq(c.log_level, CONFIG_LOG_INFO);

@@ -37,6 +37,7 @@ static const struct {
     {"oplog2pg_rows_written_total", "counter"},
     {"oplog2pg_bytes_written_total", "counter"},
     {"oplog2pg_duplicate_fallbacks_total", "counter"},
+    {"oplog2pg_rewinds_total", "counter"},
     {"oplog2pg_statements_unnamed_total", "counter"},
     {"oplog2pg_dead_letters_total", "counter"},
     {"oplog2pg_reconnects_total", "counter"},
@@ -186,6 +187,7 @@ static void fill_distinct(metrics_snapshot *s)
         s->rows_written[i] = 5001 + (uint64_t)i;
     s->bytes_written = UINT64_MAX; /* the full range, not squeezed through a double */
     s->dup_fallbacks = 6001;
+    s->rewinds = 6004;
     s->unnamed = 6003;
     s->dead_letters = 6002;
     s->pg_reconnects = 7001;
@@ -237,6 +239,7 @@ START_TEST(render_every_value)
     }
     expect_u64(t, "oplog2pg_bytes_written_total", UINT64_MAX);
     expect_u64(t, "oplog2pg_duplicate_fallbacks_total", 6001);
+    expect_u64(t, "oplog2pg_rewinds_total", 6004);
     expect_u64(t, "oplog2pg_statements_unnamed_total", 6003);
     expect_u64(t, "oplog2pg_dead_letters_total", 6002);
     expect_u64(t, "oplog2pg_reconnects_total{side=\"postgres\"}", 7001);
