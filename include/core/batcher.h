@@ -81,7 +81,7 @@ typedef struct {
     uint64_t batch_rows;   /* commit when the group holds this many ops */
     uint64_t batch_bytes;  /* ... or when its runs hold this many bytes of rows (their rendered text, the raw BSON
                             * when none); an insert run is also written (or let go of) before one more row would take
-                            * it past this, and a run's key set stays within a quarter of it */
+                            * it past this, and a run's key set stays within a sixteenth of it */
     uint64_t batch_tables; /* ... or once it has written to this many namespaces (DDL ops count one each), so that
                             * its transaction's locks fit PostgreSQL's lock table; 0: no bound */
     uint64_t flush_interval_ms;

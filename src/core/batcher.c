@@ -364,7 +364,7 @@ static apply_status apply_op(batcher *b, op *o)
         }
         /* The key first: the sink may take the op's texts. */
         if (!r->keyless &&
-            (o->id_key == NULL || !keys_add(r, key_hash(o->id_key, o->id_key_len), b->cfg.batch_bytes / 4)))
+            (o->id_key == NULL || !keys_add(r, key_hash(o->id_key, o->id_key_len), b->cfg.batch_bytes / 16)))
             r->keyless = true;
         apply_status st = b->out.run_add(b->out.ctx, r->rows, o);
         if (st != APPLY_OK)

@@ -55,6 +55,7 @@ void sink_batch_let_go(sink_batch *b)
 {
     size_t rows = b->n + b->mapped_docs, bytes = b->bytes + b->mapped.buf.len;
     drop_rows(b);
+    strbuf_reset(&b->keys, KEEP_CAP); /* the key texts go with their rows */
     b->gone_rows += rows;
     b->gone_bytes += bytes;
 }

@@ -672,7 +672,7 @@ START_TEST(test_catchup_interval)
 }
 END_TEST
 
-/* A run's key set stays within a quarter of batch_bytes: past it the run counts as keyless, so an update of any
+/* A run's key set stays within a sixteenth of batch_bytes: past it the run counts as keyless, so an update of any
  * document of the namespace writes the run first (correct, only slower). */
 START_TEST(test_key_set_bounded)
 {
@@ -680,7 +680,7 @@ START_TEST(test_key_set_bounded)
     memset(&R, 0, sizeof R);
     batcher_sink out = rec_sink();
     /* 1 kB of key set: 128 slots, so 64 keys at half load; the 65th would double it */
-    batcher_config cfg = {.batch_rows = 100000, .batch_bytes = 4096, .flush_interval_ms = 200};
+    batcher_config cfg = {.batch_rows = 100000, .batch_bytes = 16384, .flush_interval_ms = 200};
     B = batcher_new(&cfg, &out);
     R.let_go = false;
     for (int i = 0; i < 64; i++) {
