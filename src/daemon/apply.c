@@ -96,6 +96,7 @@ typedef struct {
     bool ready_sent;   /* READY=1 went out */
     bool session_live; /* the source has answered in this session */
     bool caught_up;    /* the last queue item was an idle marker and everything is committed */
+    uint64_t idle_after; /* 1 + the session's commits when the last idle marker was taken; 0: none yet (behind()) */
     op_pos committed;  /* the committed checkpoint (from PostgreSQL at session start, then from the batcher) */
     uint64_t entries_at_tick, reader_seen_at_tick;
     ev_tstamp last_tick, reader_quiet_since;
@@ -366,17 +367,33 @@ static void on_sink_failure(daemon_ctx *d, apply_status st)
     }
 }
 
+/* Working through a backlog: entries wait to be taken (more_in_hand: in the items just popped), and the reader has
+ * not found the oplog drained since the group before this one committed. An idle marker, even one that came while
+ * entries still waited, says the reader reached the oplog's end: the applier merely trails a steady stream, and
+ * flush_interval stays the bound there (catchup_interval would delay every change by up to its length). */
+static bool behind(const daemon_ctx *d, bool more_in_hand)
+{
+    if (!more_in_hand && queue_len(d->q) == 0)
+        return false;
+    return d->idle_after == 0 || d->idle_after - 1 < batcher_get_stats(d->bt)->commits;
+}
+
 static void arm_flush_timer(daemon_ctx *d)
 {
-    uint64_t deadline = batcher_deadline(d->bt, queue_len(d->q) > 0);
+    uint64_t deadline = batcher_deadline(d->bt, behind(d, false));
     if (deadline == UINT64_MAX) {
         ev_timer_stop(d->loop, &d->flush_timer);
         return;
     }
-    if (ev_is_active(&d->flush_timer))
-        return;
     uint64_t now = clock_ms();
     double in = deadline > now ? (double)(deadline - now) / 1000.0 : 0.0;
+    /* Armed already: kept, unless the deadline came nearer (armed while behind, for catchup_interval, and nothing
+     * waits any more). */
+    if (ev_is_active(&d->flush_timer)) {
+        if (ev_timer_remaining(d->loop, &d->flush_timer) <= in + 0.001)
+            return;
+        ev_timer_stop(d->loop, &d->flush_timer);
+    }
     ev_timer_set(&d->flush_timer, in, 0.0);
     ev_timer_start(d->loop, &d->flush_timer);
 }
@@ -649,8 +666,8 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
                 d->caught_up = false;
                 d->last_taken = it->entry->pos;
                 st = batcher_add(d->bt, it->entry, clock_ms());
-                if (st == APPLY_OK) /* behind: more entries are already waiting */
-                    st = batcher_tick(d->bt, clock_ms(), i + 1 < n || queue_len(d->q) > 0);
+                if (st == APPLY_OK)
+                    st = batcher_tick(d->bt, clock_ms(), behind(d, i + 1 < n));
                 if (st == APPLY_OK && d->careful)
                     leave_careful_if_past(d);
                 break;
@@ -661,6 +678,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
                     st = batcher_flush(d->bt, FLUSH_IDLE);
                     d->caught_up = st == APPLY_OK;
                 }
+                d->idle_after = batcher_get_stats(d->bt)->commits + 1; /* not a backlog (behind) */
                 break;
             case QUEUE_END:
                 /* Everything before the point where the source stopped is good: commit it, then stop. */
@@ -695,7 +713,7 @@ static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
     daemon_ctx *d = w->data;
     (void)loop;
     (void)revents;
-    apply_status st = batcher_tick(d->bt, clock_ms(), queue_len(d->q) > 0);
+    apply_status st = batcher_tick(d->bt, clock_ms(), behind(d, false));
     if (st != APPLY_OK) {
         on_sink_failure(d, st);
         return;
@@ -783,6 +801,7 @@ static void run_session(daemon_ctx *d)
         d->committed = start;
     d->session_live = false;
     d->caught_up = false;
+    d->idle_after = 0;
     if (d->careful && (have != 1 || op_pos_cmp(&start, &d->careful_until) >= 0))
         d->careful = false; /* the refused op was committed past meanwhile (another run, or --reimport) */
     if (d->careful) {

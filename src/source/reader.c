@@ -71,6 +71,7 @@ struct reader {
     bool have_pos;     /* pos is set */
     bool idle_due;     /* entries were pushed since the last QUEUE_IDLE */
     int32_t ask;       /* the batchSize of the next getMore (READER_REPLY_BYTES) */
+    bool full;         /* the last batch was as large as asked: the next getMore only probes (READER_PROBE_MS) */
     bool huge;         /* the last batch's entries were READER_REPLY_BYTES or more each: wait for the applier to be done
                         * with everything before fetching more (queue_wait_drained) */
     backoff bo;        /* between attempts (util/clock.h) */
@@ -958,7 +959,8 @@ static step tail_once(reader *r)
     if (s == STEP_OK) {
         backoff_reset(&r->bo);
         s = push_batch(r, &batch, true, &count);
-        if (s == STEP_OK && count < (uint32_t)first_ask)
+        r->full = count >= (uint32_t)first_ask;
+        if (s == STEP_OK && !r->full)
             s = maybe_idle(r);
         next_ask(r, reply.len, count);
     }
@@ -985,7 +987,9 @@ static step tail_once(reader *r)
         BSON_APPEND_INT64(&gm, "getMore", r->cursor_id);
         BSON_APPEND_UTF8(&gm, "collection", "oplog.rs");
         BSON_APPEND_INT32(&gm, "batchSize", asked);
-        BSON_APPEND_INT64(&gm, "maxTimeMS", r->cfg.await_ms);
+        /* After a full batch the oplog may have run dry exactly at its end: wait only a moment, so that the applier
+         * hears of it now rather than after await_ms (a server with more entries answers at once either way). */
+        BSON_APPEND_INT64(&gm, "maxTimeMS", r->full ? READER_PROBE_MS : r->cfg.await_ms);
         ok = run_cmd(r, &gm, &reply, &err);
         bson_destroy(&gm);
         if (!ok) {
@@ -1003,7 +1007,8 @@ static step tail_once(reader *r)
         if (huge_batch(&reply, &batch))
             memory_release(); /* libmongoc's receive buffer of that size is free: rendering must not add to it */
         s = push_batch(r, &batch, false, &count);
-        if (s == STEP_OK && count < (uint32_t)asked)
+        r->full = count >= (uint32_t)asked;
+        if (s == STEP_OK && !r->full)
             s = maybe_idle(r);
         next_ask(r, reply.len, count);
         bson_destroy(&reply);

@@ -388,6 +388,42 @@ START_TEST(test_tail_after_checkpoint)
 }
 END_TEST
 
+/* A batch exactly as large as asked, at the oplog's end: the reader cannot tell from it that the oplog is drained,
+ * so its next getMore only probes (READER_PROBE_MS) and the IDLE comes at once, not after the await time. */
+START_TEST(test_idle_after_full_batch)
+{
+    mongoc_client_t *c = client_new();
+    drop_db(c, "rdr_full");
+    insert_one(c, "rdr_full", "a", 0);
+    op_pos start = last_optime(c);
+    for (int32_t i = 1; i <= 4; i++)
+        insert_one(c, "rdr_full", "a", i);
+
+    queue *q = queue_new(1000, 0);
+    reader_config cfg;
+    char err[256] = "";
+    reader_config_init(&cfg);
+    cfg.uri = mongo_uri();
+    cfg.await_ms = 3000;
+    cfg.batch_size = 5; /* the start entry and the four after it: the find's first batch is full */
+    cfg.start = start;
+    double t0 = now_s();
+    reader *r = reader_start(&cfg, q, err, sizeof err);
+    ck_assert_msg(r != NULL, "reader_start: %s", err);
+    op_entry *got[4];
+    bool idle = false;
+    size_t n = collect(q, "rdr_full", got, 4, 10, &idle);
+    double took = now_s() - t0;
+    ck_assert_uint_eq(n, 4);
+    ck_assert_msg(idle, "no QUEUE_IDLE after the oplog was drained");
+    ck_assert_msg(took < 1.5, "the IDLE came %.2f s after the start: the reader waited out the await time", took);
+    reader_free(r);
+    free_entries(got, n);
+    queue_free(q);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
 START_TEST(test_resume_skips_start)
 {
     mongoc_client_t *c = client_new();
@@ -832,6 +868,7 @@ Suite *reader_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_bad_uri);
     tcase_add_test(tc, test_tail_after_checkpoint);
+    tcase_add_test(tc, test_idle_after_full_batch);
     tcase_add_test(tc, test_resume_skips_start);
     tcase_add_test(tc, test_resume_point_lost);
     tcase_add_test(tc, test_rolled_back_term);

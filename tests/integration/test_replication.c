@@ -369,6 +369,30 @@ START_TEST(test_let_go_then_rewind)
 }
 END_TEST
 
+/* catchup_interval only stretches a group while a backlog waits: with it at an hour, a backlog written while the
+ * daemon was stopped is still applied (batch_rows ends its groups), and inserts written while it runs are committed
+ * as soon as the oplog runs dry, however their batches fall, not an hour later. */
+START_TEST(test_catchup_interval_never_holds_back)
+{
+    denv e;
+    denv_start(&e, "catchup", NULL, "catchup_interval = 1h\nbatch_rows = 2000\n");
+    char db[64];
+    snprintf(db, sizeof db, "%s0", e.prefix);
+    denv_insert_range(&e, db, "c", 1, 9000);
+    denv_daemon_start(&e);
+    ck_assert_msg(denv_wait_caught_up(&e, 60), "the backlog was not applied");
+    for (int round = 0; round < 3; round++) {
+        int from = 10000 * (round + 1);
+        denv_insert_range(&e, db, "c", from, from + 999 + 2000 * round);
+        double t0 = denv_now();
+        ck_assert_msg(denv_wait_caught_up(&e, 20), "round %d: not committed within 20 s", round);
+        ck_assert_msg(denv_now() - t0 < 10, "round %d took %.1f s", round, denv_now() - t0);
+    }
+    denv_expect_match(&e);
+    denv_stop(&e);
+}
+END_TEST
+
 /* `check` reaches both sides; a bad configuration file is refused with its line and exit code 3; SIGHUP reloads. */
 START_TEST(test_check_config_and_reload)
 {
@@ -826,6 +850,7 @@ Suite *replication_suite(void)
     tcase_add_test(tc, test_postgres_reconnect);
     tcase_add_test(tc, test_replay_dump);
     tcase_add_test(tc, test_let_go_then_rewind);
+    tcase_add_test(tc, test_catchup_interval_never_holds_back);
     tcase_add_test(tc, test_check_config_and_reload);
     suite_add_tcase(s, tc);
     TCase *many = tcase_create("many"); /* CK_RUN_CASE=many runs it alone */
