@@ -41,15 +41,15 @@
 #include "map/map.h"
 
 #define READER_DEFAULT_AWAIT_MS   1000
-/* The maxTimeMS of a getMore that follows a batch as large as asked: the oplog may have run dry exactly at its end,
- * and only a getMore that comes back under-full tells (QUEUE_IDLE). */
-#define READER_PROBE_MS 5
 #define READER_DEFAULT_BATCH_SIZE 10000
 /* What one getMore reply should weigh: the tailing cursor asks for as many entries as about this many bytes hold (at
  * most batch_size), judging by the entries of the batch before. A reply is held twice while it arrives (libmongoc's
  * receive buffer and the reply it copies), so a server's 16 MB replies cost 32 MB; 4 MB ones cost 8 and, at one
  * round trip per 4 MB, no measurable speed. */
 #define READER_REPLY_BYTES (4 * 1024 * 1024)
+/* The maxTimeMS of a getMore that follows a batch as large as asked: the oplog may have run dry exactly at its end,
+ * and only a getMore that comes back under-full tells (QUEUE_IDLE). */
+#define READER_PROBE_MS 5
 
 typedef struct reader_config {
     const char *uri;        /* MongoDB connection string (copied); appname=oplog2pg is added unless it has one,

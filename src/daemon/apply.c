@@ -91,12 +91,13 @@ typedef struct {
     bool careful;
     op_pos careful_until;
     op_pos last_taken; /* the last entry handed to the batcher */
+    /* 1 + the session's commits when the last idle marker was taken; 0: none yet (see behind()) */
+    uint64_t idle_after;
 
     /* What systemd, `status` and the metrics see. */
     bool ready_sent;   /* READY=1 went out */
     bool session_live; /* the source has answered in this session */
     bool caught_up;    /* the last queue item was an idle marker and everything is committed */
-    uint64_t idle_after; /* 1 + the session's commits when the last idle marker was taken; 0: none yet (behind()) */
     op_pos committed;  /* the committed checkpoint (from PostgreSQL at session start, then from the batcher) */
     uint64_t entries_at_tick, reader_seen_at_tick;
     ev_tstamp last_tick, reader_quiet_since;
