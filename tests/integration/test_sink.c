@@ -604,6 +604,14 @@ static void expect_copy_open(const sink *s, bool open, const char *what)
     free(q);
 }
 
+/* Writes the run b into db.c and commits it at *pos (rows a later run will meet again); b is emptied. */
+static void commit_run(sink *s, const char *db, sink_batch *b, const op_pos *pos)
+{
+    ck_assert_msg(sink_insert_batch(s, db, "c", b, pos) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_msg(sink_commit(s, pos) == APPLY_OK, "%s", sink_error(s));
+    sink_batch_reset(b);
+}
+
 /* Adds rows from..to ({"_id": i, "v": "new"}) as the batcher does: each row, then the sink's streaming step. */
 static void stream_rows(sink *s, sink_batch *b, const char *db, int from, int to, op_pos *pos)
 {
@@ -627,9 +635,7 @@ START_TEST(test_streaming_copy)
     op_pos pos = {.secs = 50, .inc = 1, .term = 1};
     add_json(b, "{\"_id\": 5000, \"v\": \"old\"}");
     add_json(b, "{\"_id\": 2550, \"v\": \"old\"}");
-    ck_assert(sink_insert_batch(s, db, "c", b, &pos) == APPLY_OK);
-    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
-    sink_batch_reset(b);
+    commit_run(s, db, b, &pos);
     uint64_t copied_before = sink_get_stats(s)->rows_copied;
 
     stream_rows(s, b, db, 1, 999, &pos);
@@ -677,9 +683,7 @@ START_TEST(test_let_go_then_rewind)
     sink_batch *b = sink_batch_new();
     op_pos pos = {.secs = 60, .inc = 1, .term = 1};
     add_json(b, "{\"_id\": 2550, \"v\": \"old\"}");
-    ck_assert(sink_insert_batch(s, db, "c", b, &pos) == APPLY_OK);
-    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
-    sink_batch_reset(b);
+    commit_run(s, db, b, &pos);
     const op_pos committed = pos;
 
     /* A run too short to stream cannot let go. */

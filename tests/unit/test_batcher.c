@@ -161,6 +161,16 @@ static void setup(void)
     setup_with(1000, 200, false);
 }
 
+/* Starts the test's batcher again with a configuration of its own, and an empty log. */
+static void restart_with(const batcher_config *cfg)
+{
+    batcher_free(B);
+    memset(&R, 0, sizeof R);
+    batcher_sink out = rec_sink();
+    B = batcher_new(cfg, &out);
+    ck_assert_ptr_nonnull(B);
+}
+
 static void teardown(void)
 {
     batcher_free(B);
@@ -594,11 +604,8 @@ END_TEST
  * batch_bytes. */
 START_TEST(test_size_counts_rendered_bytes)
 {
-    batcher_free(B);
-    memset(&R, 0, sizeof R);
-    batcher_sink out = rec_sink();
     batcher_config cfg = {.batch_rows = 1000, .batch_bytes = 1000, .flush_interval_ms = 200};
-    B = batcher_new(&cfg, &out);
+    restart_with(&cfg);
     static char big[600];
     memset(big, 'x', sizeof big - 1);
     for (int i = 0; i < 3; i++) {
@@ -621,12 +628,9 @@ END_TEST
  * that refuses (the rows are not all sent, or it must keep them) has the run written as before. */
 START_TEST(test_streaming_run_lets_go)
 {
-    batcher_free(B);
-    memset(&R, 0, sizeof R);
-    batcher_sink out = rec_sink();
     uint64_t row = DOC->len; /* what one of feed()'s inserts weighs */
     batcher_config cfg = {.batch_rows = 1000, .batch_bytes = 2 * row + 1, .flush_interval_ms = 200}; /* 2 rows */
-    B = batcher_new(&cfg, &out);
+    restart_with(&cfg);
     R.let_go = true;
     for (int i = 0; i < 6; i++)
         ck_assert_int_eq(feed(OP_INSERT, "shop", "a", 0), APPLY_OK);
@@ -645,12 +649,9 @@ END_TEST
  * shorter flush_interval holds again. */
 START_TEST(test_catchup_interval)
 {
-    batcher_free(B);
-    memset(&R, 0, sizeof R);
-    batcher_sink out = rec_sink();
     batcher_config cfg = {
         .batch_rows = 1000, .batch_bytes = 1 << 30, .flush_interval_ms = 200, .catchup_interval_ms = 1000};
-    B = batcher_new(&cfg, &out);
+    restart_with(&cfg);
     feed(OP_INSERT, "shop", "a", 1000);
     ck_assert_uint_eq(batcher_deadline(B, false), 1200);
     ck_assert_uint_eq(batcher_deadline(B, true), 2000);
@@ -676,13 +677,9 @@ END_TEST
  * document of the namespace writes the run first (correct, only slower). */
 START_TEST(test_key_set_bounded)
 {
-    batcher_free(B);
-    memset(&R, 0, sizeof R);
-    batcher_sink out = rec_sink();
     /* 1 kB of key set: 128 slots, so 64 keys at half load; the 65th would double it */
     batcher_config cfg = {.batch_rows = 100000, .batch_bytes = 16384, .flush_interval_ms = 200};
-    B = batcher_new(&cfg, &out);
-    R.let_go = false;
+    restart_with(&cfg);
     for (int i = 0; i < 64; i++) {
         char k[16];
         snprintf(k, sizeof k, "%d", i);
