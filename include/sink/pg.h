@@ -120,8 +120,12 @@ void sink_stream_forget(sink *s, const sink_batch *b);
  * committed checkpoint and applies the same entries again, and until the keep point every run keeps its rows, so the
  * duplicate falls back to upserts as usual. */
 bool sink_stream_let_go(sink *s, sink_batch *b, const op_pos *pos);
-/* The keep point (0:0 until a rewind set one). */
+/* The keep point (0:0 until a rewind or sink_keep_rows_until set one). */
 op_pos sink_keep_until(const sink *s);
+/* Moves the keep point forward to pos (never back): runs keep their rows for entries up to pos. The daemon sets it to
+ * the oplog's end when an initial copy completes, since tailing meets the rows the copy wrote until it passes there,
+ * and a rewind for each would apply a group twice. */
+void sink_keep_rows_until(sink *s, const op_pos *pos);
 sink_status sink_update(sink *s, const char *db, const char *coll, const char *key, op_update_form form,
                         const char *json, const op_pos *pos);
 sink_status sink_delete(sink *s, const char *db, const char *coll, const char *key, const op_pos *pos);

@@ -34,6 +34,30 @@ static int commit_start(const start_params *p, const op_pos *pos, const char *wh
     return -1;
 }
 
+/* Up to the oplog's end as the copy finished, tailing replays inserts of rows the copy already wrote: runs keep their
+ * rows until there, so each such COPY falls back to upserts from memory instead of costing its group a rewind
+ * (sink_keep_rows_until). Without the position nothing is wrong, only slower. */
+static void keep_rows_through_copy(const start_params *p)
+{
+    char err[512] = "";
+    mongoc_client_t *c = client_for(p->cfg, err, sizeof err);
+    op_pos newest;
+    bool found = false;
+    bool majority = p->cfg->read_concern == CONFIG_READ_MAJORITY;
+    bool ok = c != NULL && oplog_newest_committed(c, majority, &newest, &found, err, sizeof err);
+    if (ok && found) {
+        char at[OP_POS_STRLEN];
+        sink_keep_rows_until(p->snk, &newest);
+        log_info("insert runs keep their rows up to oplog entry %s, the oplog's end after the copy: tailing meets rows "
+                 "the copy wrote until there",
+                 op_pos_format(&newest, at, sizeof at));
+    } else
+        log_debug("the oplog's end after the copy is not known (%s): a replayed insert may cost a rewind",
+                  ok ? "the oplog is empty" : err);
+    if (c != NULL)
+        mongoc_client_destroy(c);
+}
+
 /* --skip-import: the newest entry, once there is one. */
 static int skip_import(const start_params *p)
 {
@@ -164,6 +188,8 @@ int start_prepare(const start_params *p)
         int rc = commit_start(p, &start, "initial copy complete");
         if (rc >= 0)
             return rc;
+        if (!p->opts->import_only)
+            keep_rows_through_copy(p);
         return p->opts->import_only ? EXIT_OK : -1;
     }
     case COPY_CANCELLED:

@@ -702,6 +702,12 @@ op_pos sink_keep_until(const sink *s)
     return s->keep_until;
 }
 
+void sink_keep_rows_until(sink *s, const op_pos *pos)
+{
+    if (op_pos_cmp(pos, &s->keep_until) > 0)
+        s->keep_until = *pos;
+}
+
 void sink_stream_forget(sink *s, const sink_batch *b)
 {
     if (s->stream_run != b || b == NULL)

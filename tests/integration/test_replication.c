@@ -654,6 +654,9 @@ START_TEST(test_import_with_writer)
     ck_assert_uint_gt(ch.changed, 4000);
     ck_assert_msg(denv_wait_caught_up(&e, 300), "the daemon did not finish the copy and catch up");
     ck_assert_msg(denv_file_contains(e.log, "initial copy complete"), "no copy was logged");
+    /* Tailing replays the writers' inserts over rows the copy wrote: from memory, without a rewind. */
+    ck_assert_msg(denv_file_contains(e.log, "the oplog's end after the copy"), "no keep point after the copy");
+    ck_assert_msg(!denv_file_contains(e.log, "going back to the last commit"), "a rewind after the copy");
     denv_expect_match(&e);
     denv_stop(&e);
 }

@@ -733,6 +733,22 @@ START_TEST(test_let_go_then_rewind)
     ck_assert_msg(sink_insert_batch(s, db, "c", b, &pos) == APPLY_OK, "%s", sink_error(s));
     ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
     expect("SELECT count(*) FROM sinkletgo.c", "4100");
+
+    /* A keep point set ahead (the oplog's end after an initial copy) holds until then, and never moves back. */
+    op_pos ahead = {.secs = 61, .inc = 1, .term = 1}, behind = {.secs = 59, .inc = 1, .term = 1};
+    sink_keep_rows_until(s, &ahead);
+    sink_keep_rows_until(s, &behind);
+    keep = sink_keep_until(s);
+    ck_assert(op_pos_cmp(&keep, &ahead) == 0);
+    sink_batch_reset(b);
+    stream_rows(s, b, db, 5001, 6500, &pos);
+    next.inc = pos.inc + 1;
+    ck_assert(!sink_stream_let_go(s, b, &next));
+    op_pos past = {.secs = 61, .inc = 2, .term = 1};
+    ck_assert(sink_stream_let_go(s, b, &past));
+    ck_assert_msg(sink_insert_batch(s, db, "c", b, &pos) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    expect("SELECT count(*) FROM sinkletgo.c", "5600");
     sink_batch_free(b);
     sink_free(s);
 }
