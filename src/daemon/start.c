@@ -188,9 +188,10 @@ int start_prepare(const start_params *p)
         int rc = commit_start(p, &start, "initial copy complete");
         if (rc >= 0)
             return rc;
-        if (!p->opts->import_only)
-            keep_rows_through_copy(p);
-        return p->opts->import_only ? EXIT_OK : -1;
+        if (p->opts->import_only)
+            return EXIT_OK;
+        keep_rows_through_copy(p);
+        return -1;
     }
     case COPY_CANCELLED:
         log_notice("initial copy stopped; its progress is committed and the next start continues it");
