@@ -46,6 +46,10 @@ typedef struct copy_config {
      * line and metrics. May be NULL. */
     void (*tick)(void *arg, int64_t copied, int64_t estimate, size_t collections_left);
     void *tick_arg;
+    /* Where a copy that finishes in this run puts the oplog's newest entry as it finished (also recorded in
+     * oplog2pg.copy_state): until there, tailing meets rows the copy wrote. Left as it was when not known. May be
+     * NULL. */
+    op_pos *end;
 } copy_config;
 
 /* COPY_REFUSED: PostgreSQL refused something the operator must fix (the login, a privilege, a table of that name

@@ -20,7 +20,8 @@ typedef enum apply_status {
     APPLY_FENCED,       /* another oplog2pg holds this service: exit 6 */
     APPLY_UNRECORDABLE, /* an op was refused and could not even be recorded as a dead letter: exit 5 */
     APPLY_REWIND,       /* not a fault: the group must be applied again from the checkpoint, at once (a COPY met a
-                         * duplicate _id after it had let go of its rows; sink/pg.h, sink_stream_let_go) */
+                         * duplicate _id after it had let go of its rows, or a plain insert met one; sink/pg.h,
+                         * sink_stream_let_go and sink_keep_rows_until) */
 } apply_status;
 
 /* "ok", "retry", "data", "out of memory", "needs a person", "fenced", "unrecordable", "rewind". */

@@ -56,7 +56,7 @@ typedef struct metrics_snapshot {
     uint64_t rows_written[METRICS_WRITE_METHODS];
     uint64_t bytes_written; /* document bytes sent to PostgreSQL */
     uint64_t dup_fallbacks; /* COPY runs re-sent as upserts after a duplicate _id */
-    uint64_t rewinds;       /* groups applied again because such a COPY had let go of its rows */
+    uint64_t rewinds;       /* groups applied again: a COPY that let go of rows, or a plain insert, met a _id */
     uint64_t unnamed;       /* statements sent unnamed: the connection held its bound of prepared ones */
     uint64_t dead_letters;  /* ops set aside in oplog2pg.dead_letter */
     uint64_t pg_reconnects;

@@ -79,7 +79,7 @@ typedef struct {
     uint64_t deletes;
     uint64_t ddl;
     uint64_t dup_fallbacks; /* COPY runs re-sent as upserts after a duplicate _id */
-    uint64_t rewinds;       /* duplicates met by a COPY that had let go of rows (APPLY_REWIND) */
+    uint64_t rewinds;       /* duplicates met by a COPY that had let go of rows, or by a plain insert (APPLY_REWIND) */
     uint64_t bytes;         /* bytes of text sent for inserts (keys and documents) and updates (the update) */
     uint64_t dead_letters;  /* ops set aside in oplog2pg.dead_letter */
     uint64_t unnamed;       /* statements sent unnamed because max_prepared were held and none had gone stale */
@@ -122,9 +122,10 @@ void sink_stream_forget(sink *s, const sink_batch *b);
 bool sink_stream_let_go(sink *s, sink_batch *b, const op_pos *pos);
 /* The keep point (0:0 until a rewind or sink_keep_rows_until set one). */
 op_pos sink_keep_until(const sink *s);
-/* Moves the keep point forward to pos (never back): runs keep their rows for entries up to pos. The daemon sets it to
- * the oplog's end when an initial copy completes, since tailing meets the rows the copy wrote until it passes there,
- * and a rewind for each would apply a group twice. */
+/* Moves the keep point forward to pos (never back): runs keep their rows for entries up to pos, and short runs up to
+ * there are upserts rather than plain inserts (a plain insert that meets its _id rewinds the same way). The daemon
+ * sets it to the oplog's end when an initial copy completes, since tailing meets the rows the copy wrote until it
+ * passes there, and a rewind for each would apply a group twice. */
 void sink_keep_rows_until(sink *s, const op_pos *pos);
 sink_status sink_update(sink *s, const char *db, const char *coll, const char *key, op_update_form form,
                         const char *json, const op_pos *pos);

@@ -328,9 +328,26 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
     }
     if (wr < 0)
         goto fail;
-    const char *fp[1] = {cfg->service};
-    PGresult *r = copy_query_params(pg, "UPDATE oplog2pg.copy_state SET finished_at = now() WHERE service = $1", 1,
-                                    NULL, fp, NULL, NULL, 0);
+    /* With it, the oplog's end now: tailing meets rows the copy wrote until it passes there (the sink reads it at
+     * connect and upserts up to it; sink_keep_rows_until). Unknown, nothing is wrong, only slower. */
+    op_pos end = {0};
+    bool have_end = false;
+    char es[3][24];
+    if (!oplog_newest_committed(mongo, cfg->majority, &end, &have_end, m, sizeof m)) {
+        log_debug("copy: the oplog's end after the copy is not known: %s", m);
+        have_end = false;
+    }
+    if (have_end && cfg->end != NULL)
+        *cfg->end = end;
+    snprintf(es[0], sizeof es[0], "%u", end.secs);
+    snprintf(es[1], sizeof es[1], "%u", end.inc);
+    snprintf(es[2], sizeof es[2], "%lld", (long long)end.term);
+    const char *fp[4] = {cfg->service, have_end ? es[0] : NULL, have_end ? es[1] : NULL,
+                         have_end && end.term >= 0 ? es[2] : NULL};
+    PGresult *r = copy_query_params(pg,
+                                    "UPDATE oplog2pg.copy_state SET finished_at = now(), end_sec = $2, end_inc = $3, "
+                                    "end_term = $4 WHERE service = $1",
+                                    4, NULL, fp, NULL, NULL, 0);
     bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     if (!ok) {

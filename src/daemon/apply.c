@@ -61,7 +61,7 @@ typedef enum {
     END_FATAL,    /* exit with exit_code */
     END_RETRY,    /* a passing fault: new session from the committed checkpoint after a backoff */
     END_CAREFUL,  /* PostgreSQL refused an op: new session from the checkpoint, stepping over refused ops */
-    END_REWIND,   /* a COPY that had let go of its rows met a duplicate: new session from the checkpoint, at once */
+    END_REWIND,   /* an insert met a duplicate where none was expected: new session from the checkpoint, at once */
 } session_end;
 
 typedef struct {

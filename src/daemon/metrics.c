@@ -184,8 +184,8 @@ char *metrics_render(const metrics_snapshot *s, size_t *len)
     counter(f, "oplog2pg_duplicate_fallbacks_total", "COPY runs re-sent as upserts after a duplicate _id.",
             s->dup_fallbacks);
     counter(f, "oplog2pg_rewinds_total",
-            "Flush groups applied again from the checkpoint because a COPY met a duplicate _id after letting go of "
-            "its rows.",
+            "Flush groups applied again from the checkpoint because an insert met a duplicate _id where none was "
+            "expected (a COPY that had let go of its rows, or a plain INSERT).",
             s->rewinds);
     counter(f, "oplog2pg_statements_unnamed_total",
             "Statements sent unnamed, parsed and planned once, because the connection held its bound of prepared "

@@ -35,27 +35,20 @@ static int commit_start(const start_params *p, const op_pos *pos, const char *wh
 }
 
 /* Up to the oplog's end as the copy finished, tailing replays inserts of rows the copy already wrote: runs keep their
- * rows until there, so each such COPY falls back to upserts from memory instead of costing its group a rewind
- * (sink_keep_rows_until). Without the position nothing is wrong, only slower. */
-static void keep_rows_through_copy(const start_params *p)
+ * rows and short runs upsert until there (sink_keep_rows_until), so each such replayed row falls back to an upsert
+ * instead of costing its group a rewind. Without the position nothing is wrong, only slower. The sink reads the same
+ * position from oplog2pg.copy_state when it connects, so a restart during the catch-up keeps it too. */
+static void keep_rows_through_copy(const start_params *p, const op_pos *end)
 {
-    char err[512] = "";
-    mongoc_client_t *c = client_for(p->cfg, err, sizeof err);
-    op_pos newest;
-    bool found = false;
-    bool majority = p->cfg->read_concern == CONFIG_READ_MAJORITY;
-    bool ok = c != NULL && oplog_newest_committed(c, majority, &newest, &found, err, sizeof err);
-    if (ok && found) {
-        char at[OP_POS_STRLEN];
-        sink_keep_rows_until(p->snk, &newest);
-        log_info("insert runs keep their rows up to oplog entry %s, the oplog's end after the copy: tailing meets rows "
-                 "the copy wrote until there",
-                 op_pos_format(&newest, at, sizeof at));
-    } else
-        log_debug("the oplog's end after the copy is not known (%s): a replayed insert may cost a rewind",
-                  ok ? "the oplog is empty" : err);
-    if (c != NULL)
-        mongoc_client_destroy(c);
+    char at[OP_POS_STRLEN];
+    if (end->secs == 0 && end->inc == 0) {
+        log_debug("the oplog's end after the copy is not known: a replayed insert may cost a rewind");
+        return;
+    }
+    sink_keep_rows_until(p->snk, end);
+    log_info("insert runs keep their rows up to oplog entry %s, the oplog's end after the copy: tailing meets rows "
+             "the copy wrote until there",
+             op_pos_format(end, at, sizeof at));
 }
 
 /* --skip-import: the newest entry, once there is one. */
@@ -179,7 +172,8 @@ int start_prepare(const start_params *p)
         .peer_timeout_s = (int)(cfg->postgres_peer_timeout_ms / 1000),
         .majority = cfg->read_concern == CONFIG_READ_MAJORITY,
     };
-    op_pos start;
+    op_pos start, end = {0};
+    cc.end = &end;
     log_notice("service '%s' has no checkpoint: copying the included collections first", cfg->service);
     copy_result r = copy_run(&cc, &start, err, sizeof err);
     switch (r) {
@@ -190,7 +184,7 @@ int start_prepare(const start_params *p)
             return rc;
         if (p->opts->import_only)
             return EXIT_OK;
-        keep_rows_through_copy(p);
+        keep_rows_through_copy(p, &end);
         return -1;
     }
     case COPY_CANCELLED:

@@ -275,6 +275,27 @@ sink_status sink_connect(sink *s)
     PQclear(res);
     res = NULL;
 
+    /* The oplog's end as this service's initial copy finished: until there tailing meets rows the copy wrote. */
+    if (!exec_sync(s,
+                   "SELECT end_sec, end_inc, end_term FROM oplog2pg.copy_state "
+                   "WHERE service = $1 AND finished_at IS NOT NULL AND end_sec IS NOT NULL",
+                   1, params, &res, "reading the end of the initial copy"))
+        goto fail;
+    if (PQntuples(res) == 1) {
+        op_pos end;
+        sink_row_pos(res, 0, 0, &end);
+        if (s->have_ckpt == 1 && op_pos_cmp(&s->ckpt, &end) < 0 && op_pos_cmp(&s->keep_until, &end) < 0) {
+            char at[32];
+            sink_fmt_pos(&end, at, sizeof at);
+            log_info("inserts up to oplog entry %s, the oplog's end as the initial copy finished, go as upserts: "
+                     "tailing meets rows the copy wrote until there",
+                     at);
+        }
+        sink_keep_rows_until(s, &end);
+    }
+    PQclear(res);
+    res = NULL;
+
     /* Columns a map gained since its tables were made: added, and filled from doc where it is kept. */
     if (!sink_sync_maps(s))
         goto fail;
@@ -505,18 +526,28 @@ size_t sink_copy_min_rows(const sink *s)
     return min_rows;
 }
 
-/* Each row of the batch as parameters of the upsert statement (binary, no conversion), pipelined. */
-static sink_status insert_rows_pipelined(sink *s, table *t, const sink_batch *b, const op_pos *pos)
+/* Each row of the batch as parameters of an insert statement (binary, no conversion), pipelined.
+ *
+ * A fresh run past the keep point goes as plain INSERTs: the oplog inserts a _id only where it is not, so a row
+ * already there is a replay (after an initial copy, or rows written from elsewhere), and ON CONFLICT's look at the
+ * key before each row costs PostgreSQL a seventh of such a run's time (docs/benchmarks.md, "Plain inserts"). A row
+ * already there fails the group, which is applied again from the checkpoint with upserts up to where it had got
+ * (pipeline.c, rewind_for_existing). The run is judged by pos, its last entry, so a run that straddles the keep point
+ * may cost one such rewind. Up to the keep point, in per-op and careful sessions, and for a COPY's rows that met a key
+ * (fresh false): upserts, so an insert that meets its own _id becomes the document it carries. */
+static sink_status insert_rows_pipelined(sink *s, table *t, const sink_batch *b, const op_pos *pos, bool fresh)
 {
     const int formats[2] = {1, 0};
+    bool plain = fresh && !s->cfg.per_op && op_pos_cmp(pos, &s->keep_until) > 0;
+    stmt_kind k = plain ? STMT_INSERT : STMT_UPSERT;
+    pending_kind pk = plain ? P_INSERT_NEW : P_INSERT;
     for (size_t i = 0; i < sink_batch_held_rows(b); i++) {
         const char *key, *json;
         size_t klen, jlen;
         sink_batch_row(b, i, &key, &klen, &json, &jlen);
         const char *values[2] = {key, json};
         const int lengths[2] = {(int)klen, (int)jlen};
-        if (sink_send_stmt(s, t, STMT_UPSERT, P_INSERT, pos, 2, values, lengths, formats, klen + jlen + 64) !=
-            APPLY_OK)
+        if (sink_send_stmt(s, t, k, pk, pos, 2, values, lengths, formats, klen + jlen + 64) != APPLY_OK)
             return s->failed;
     }
     s->stats.rows_inserted += sink_batch_rows(b);
@@ -560,10 +591,10 @@ static bool stream_put(sink *s, pgconn_error *e)
     return sink_copy_rows(s->stream_out, b, from, e);
 }
 
-/* Short runs, and those that met a key already there: pipelined upserts. */
-static sink_status upsert_rows(sink *s, table *t, const sink_batch *b, const op_pos *pos)
+/* Short runs (plain inserts past the keep point) and rows that met a key already there (upserts), pipelined. */
+static sink_status upsert_rows(sink *s, table *t, const sink_batch *b, const op_pos *pos, bool fresh)
 {
-    return t->map != NULL ? mapped_upsert_batch(s, t, b, pos) : insert_rows_pipelined(s, t, b, pos);
+    return t->map != NULL ? mapped_upsert_batch(s, t, b, pos) : insert_rows_pipelined(s, t, b, pos, fresh);
 }
 
 /* A COPY that failed to start or end: what PostgreSQL said, with the entries it held. */
@@ -660,7 +691,7 @@ sink_status sink_stream_end(sink *s)
         return s->failed;
     }
     if (dup) {
-        if (upsert_rows(s, t, b, &pos) != APPLY_OK)
+        if (upsert_rows(s, t, b, &pos, false) != APPLY_OK)
             return s->failed;
     } else {
         s->stats.rows_copied += sink_batch_rows(b);
@@ -734,7 +765,7 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
         return mapped_insert_batch(s, t, b, pos);
     /* Short runs go pipelined; a long run, or a large one (libpq would hold it whole), by COPY in pieces. */
     if (s->cfg.per_op || (sink_batch_rows(b) < sink_copy_min_rows(s) && sink_batch_bytes(b) < SINK_COPY_BYTES))
-        return upsert_rows(s, t, b, pos);
+        return upsert_rows(s, t, b, pos, true);
     if (stream_open(s, t, b, pos) != APPLY_OK)
         return s->failed;
     return sink_stream_end(s);

@@ -48,6 +48,7 @@ typedef enum {
     P_SYNC,
     P_DEAD_LETTER,
     P_CATALOG,
+    P_INSERT_NEW, /* an insert without ON CONFLICT: an existing _id fails it, and the sink rewinds (pg.c) */
 } pending_kind;
 
 extern const char *const sink_pending_what[]; /* what each kind is, for messages */
@@ -55,11 +56,12 @@ extern const char *const sink_pending_what[]; /* what each kind is, for messages
 /* Whether a statement of this kind writes an op's own data (see pgerror_classify). */
 static inline bool sink_is_data_kind(pending_kind k)
 {
-    return k == P_INSERT || k == P_UPDATE || k == P_DELETE || k == P_DDL;
+    return k == P_INSERT || k == P_INSERT_NEW || k == P_UPDATE || k == P_DELETE || k == P_DDL;
 }
 
-/* A statement of the jsonb shape (stmt.c): the upsert (inserts, replacements), the update, the delete. */
-typedef enum { STMT_UPSERT, STMT_UPDATE, STMT_DELETE, STMT_KINDS } stmt_kind;
+/* A statement of the jsonb shape (stmt.c): the upsert (replacements, inserts up to the keep point), the plain insert
+ * (inserts past it), the update, the delete. */
+typedef enum { STMT_UPSERT, STMT_INSERT, STMT_UPDATE, STMT_DELETE, STMT_KINDS } stmt_kind;
 
 typedef struct sink_stmt {
     unsigned id;         /* its name's number on this connection (never reused); 0: not prepared */

@@ -28,6 +28,7 @@ const char *const sink_pending_what[] = {
     "sync",
     "recording a dead letter",
     "catalog call",
+    "insert",
 };
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -64,6 +65,22 @@ bool pipe_push_pending(sink *s, pending_kind kind, const table *t, const op_pos 
     return true;
 }
 
+/* A plain insert (pg.c, insert_rows_pipelined) met a _id already there: not a refusal, a replayed row. The group is
+ * lost; the keep point moves to the newest entry sent so far, so that the group applied again from the checkpoint
+ * sends upserts up to there, and the caller rewinds (APPLY_REWIND). */
+static void rewind_for_existing(sink *s, const pending *p, const char *state, const char *where)
+{
+    op_pos far = p->pos;
+    for (size_t i = s->pend_head; i < s->pend_tail; i++) {
+        if (op_pos_cmp(&s->pend[i].pos, &far) > 0)
+            far = s->pend[i].pos;
+    }
+    sink_keep_rows_until(s, &far);
+    s->stats.rewinds++;
+    sink_set_err(s, APPLY_REWIND, state, "an insert into %s.%s (oplog entry %s) met an existing _id", p->t->db,
+                 p->t->coll, where);
+}
+
 /* One result for the item at the head of the queue. */
 static void take_result(sink *s, PGresult *res)
 {
@@ -77,6 +94,11 @@ static void take_result(sink *s, PGresult *res)
         char where[32];
         sink_fmt_pos(&p->pos, where, sizeof where);
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        if (p->kind == P_INSERT_NEW && p->t != NULL && state != NULL && strcmp(state, "23505") == 0 &&
+            PQstatus(s->conn) != CONNECTION_BAD) {
+            rewind_for_existing(s, p, state, where);
+            return;
+        }
         apply_status cls = pgerror_classify_result(s->conn, res, sink_is_data_kind(p->kind));
         const char *advice = cls == APPLY_CONFIG ? pgerror_advice(state) : "";
         char msg[700];

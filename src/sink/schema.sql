@@ -101,6 +101,20 @@ CREATE TABLE IF NOT EXISTS oplog2pg.copy_state (
     finished_at timestamptz
 );
 
+-- end_sec/end_inc/end_term: the oplog's newest entry as the copy finished (NULL when unknown, and for copies of
+-- earlier versions). Tailing meets rows the copy already wrote until it passes there, so the sink reads it at connect
+-- and sends inserts up to it as upserts (sink_keep_rows_until), after a restart as well.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'oplog2pg.copy_state'::regclass
+                   AND attname = 'end_term' AND NOT attisdropped) THEN
+        ALTER TABLE oplog2pg.copy_state ADD COLUMN IF NOT EXISTS end_sec bigint,
+                                        ADD COLUMN IF NOT EXISTS end_inc bigint,
+                                        ADD COLUMN IF NOT EXISTS end_term bigint;
+    END IF;
+END
+$$;
+
 COMMENT ON TABLE oplog2pg.copy_state IS
     'oplog2pg initial copies: the oplog position noted before the copy began, and when it finished (NULL = running)';
 

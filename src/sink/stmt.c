@@ -31,7 +31,8 @@
 
 static void stmt_name(const table *t, stmt_kind k, char *buf, size_t len)
 {
-    static const char letter[STMT_KINDS] = {[STMT_UPSERT] = 'i', [STMT_UPDATE] = 'u', [STMT_DELETE] = 'd'};
+    static const char letter[STMT_KINDS] = {
+        [STMT_UPSERT] = 'i', [STMT_INSERT] = 'n', [STMT_UPDATE] = 'u', [STMT_DELETE] = 'd'};
     snprintf(buf, len, "%c%u", letter[k], t->stmt[k].id);
 }
 
@@ -45,6 +46,9 @@ static bool stmt_sql(const table *t, stmt_kind k, char *buf, size_t len)
         n = snprintf(buf, len,
                      "INSERT INTO %s (_id, doc) VALUES ($1, $2) ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc",
                      t->qname);
+        break;
+    case STMT_INSERT: /* an insert that meets an existing _id fails, and the group is applied again with upserts */
+        n = snprintf(buf, len, "INSERT INTO %s (_id, doc) VALUES ($1, $2)", t->qname);
         break;
     case STMT_UPDATE:
         n = snprintf(buf, len, "UPDATE %s SET doc = oplog2pg.apply_update(doc, $2::jsonb) WHERE _id = $1", t->qname);

@@ -369,6 +369,38 @@ START_TEST(test_let_go_then_rewind)
 }
 END_TEST
 
+/* Short runs go as plain INSERTs. Inserts alternate between two collections, in groups of 8 (runs of 4 rows, too
+ * short for COPY), and two of their rows are already in the tables, as an overlapping initial copy whose end is not
+ * known leaves them: the group that meets one is applied again from the last commit with upserts up to where it had
+ * got, and the replay ends equal to the source, checkpoint at the newest entry. */
+START_TEST(test_plain_inserts_meet_existing)
+{
+    denv e;
+    denv_start(&e, "plainins", NULL, "batch_rows = 8\n");
+    char db[64], sql[300], out[300];
+    snprintf(db, sizeof db, "%s0", e.prefix);
+    denv_insert_range(&e, db, "a", 1, 1);
+    denv_insert_range(&e, db, "b", 2, 2);
+    ck_assert_int_eq(replay_dump(&e, out), 0); /* the tables, made by oplog2pg */
+    const int there[2] = {151, 352};
+    for (int i = 0; i < 2; i++) {
+        snprintf(sql, sizeof sql, "INSERT INTO \"%s\".%s (_id, doc) VALUES ('%d', '{\"_id\": %d, \"s\": \"old\"}')", db,
+                 there[i] % 2 ? "a" : "b", there[i], there[i]);
+        denv_pg_exec(sql);
+    }
+    for (int i = 3; i <= 400; i++)
+        denv_insert_range(&e, db, i % 2 ? "a" : "b", i, i);
+    ck_assert_int_eq(replay_dump(&e, out), 0);
+    ck_assert_msg(denv_file_contains(out, "met an existing _id"), "no plain insert met the rows already there");
+    ck_assert_msg(denv_file_contains(out, "going back to the last commit"), "no rewind logged");
+    snprintf(sql, sizeof sql, "SELECT (SELECT count(*) FROM \"%s\".a) + (SELECT count(*) FROM \"%s\".b)", db, db);
+    ck_assert_int_eq(denv_pg_int(sql), 400);
+    denv_expect_match(&e);
+    ck_assert_uint_eq(denv_checkpoint_ts(e.service), denv_newest_ts(e.uri));
+    denv_stop(&e);
+}
+END_TEST
+
 /* catchup_interval only stretches a group while a backlog waits: with it at an hour, a backlog written while the
  * daemon was stopped is still applied (batch_rows ends its groups), and inserts written while it runs are committed
  * as soon as the oplog runs dry, however their batches fall, not an hour later. */
@@ -657,6 +689,13 @@ START_TEST(test_import_with_writer)
     /* Tailing replays the writers' inserts over rows the copy wrote: from memory, without a rewind. */
     ck_assert_msg(denv_file_contains(e.log, "the oplog's end after the copy"), "no keep point after the copy");
     ck_assert_msg(!denv_file_contains(e.log, "going back to the last commit"), "a rewind after the copy");
+    /* ... and the copy's end is recorded, after its start, for a restart during the catch-up */
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM oplog2pg.copy_state WHERE service = '%s' AND finished_at IS NOT NULL AND "
+             "(end_sec, end_inc) > (start_sec, start_inc)",
+             e.service);
+    ck_assert_int_eq(denv_pg_int(sql), 1);
     denv_expect_match(&e);
     denv_stop(&e);
 }
@@ -853,6 +892,7 @@ Suite *replication_suite(void)
     tcase_add_test(tc, test_postgres_reconnect);
     tcase_add_test(tc, test_replay_dump);
     tcase_add_test(tc, test_let_go_then_rewind);
+    tcase_add_test(tc, test_plain_inserts_meet_existing);
     tcase_add_test(tc, test_catchup_interval_never_holds_back);
     tcase_add_test(tc, test_check_config_and_reload);
     suite_add_tcase(s, tc);

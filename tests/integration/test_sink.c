@@ -754,6 +754,115 @@ START_TEST(test_let_go_then_rewind)
 }
 END_TEST
 
+/* The rows {"_id": i, "v": v} for i in from..to, as the run b (emptied first), written into db.coll at the next
+ * entry. */
+static void short_run(sink *s, sink_batch *b, const char *db, const char *coll, int from, int to, const char *v,
+                      op_pos *pos)
+{
+    sink_batch_reset(b);
+    for (int i = from; i <= to; i++) {
+        char json[80];
+        snprintf(json, sizeof json, "{\"_id\": %d, \"v\": \"%s\"}", i, v);
+        add_json(b, json);
+    }
+    pos->inc++;
+    ck_assert_msg(sink_insert_batch(s, db, coll, b, pos) == APPLY_OK, "%s", sink_error(s));
+}
+
+/* Short runs past the keep point go as plain INSERTs. One that meets a _id already there (a replay) fails its group
+ * with APPLY_REWIND, nothing of it committed, and the keep point moves to the newest entry the group had sent; the
+ * same entries again go as upserts and end exact. Past the keep point inserts are plain again, and a per-op session
+ * always upserts. */
+START_TEST(test_plain_insert_meets_existing)
+{
+    const char *db = "sinkplain";
+    sink *s = open_sink("t_plain", 1000);
+    sink_batch *b = sink_batch_new();
+    op_pos pos = {.secs = 70, .inc = 1, .term = 1};
+    short_run(s, b, db, "c", 5, 5, "old", &pos);
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    const op_pos committed = pos;
+
+    /* A group of three runs; the second meets _id 5. */
+    for (int round = 0; round < 2; round++) {
+        short_run(s, b, db, "c", 1, 3, "new", &pos);
+        short_run(s, b, db, "c", 4, 6, "new", &pos);
+        short_run(s, b, db, "d", 1, 2, "new", &pos);
+        apply_status st = sink_commit(s, &pos);
+        if (round == 1) {
+            ck_assert_msg(st == APPLY_OK, "%s", sink_error(s));
+            break;
+        }
+        ck_assert_msg(st == APPLY_REWIND, "status %s: %s", apply_status_name(st), sink_error(s));
+        ck_assert_msg(strstr(sink_error(s), "sinkplain.c") && strstr(sink_error(s), "met an existing _id"), "%s",
+                      sink_error(s));
+        op_pos keep = sink_keep_until(s), last_run = {.secs = 70, .inc = pos.inc, .term = 1};
+        ck_assert_msg(op_pos_cmp(&keep, &last_run) >= 0, "keep point %u:%u", keep.secs, keep.inc);
+        ck_assert_uint_eq(sink_get_stats(s)->rewinds, 1);
+        sink_disconnect(s);
+        expect("SELECT string_agg(_id || '=' || (doc->>'v'), ',' ORDER BY _id) FROM sinkplain.c", "5=old");
+        /* from the checkpoint again: upserts up to the keep point */
+        ck_assert_msg(sink_connect(s) == APPLY_OK, "%s", sink_error(s));
+        op_pos at;
+        ck_assert_int_eq(sink_read_checkpoint(s, &at), 1);
+        ck_assert(op_pos_cmp(&at, &committed) == 0);
+        pos = committed;
+    }
+    expect("SELECT count(*) || ' ' || count(*) FILTER (WHERE doc->>'v' = 'new') FROM sinkplain.c", "6 6");
+    expect("SELECT count(*) FROM sinkplain.d", "2");
+    ck_assert_uint_eq(sink_get_stats(s)->dup_fallbacks, 0);
+
+    /* Past the keep point a replayed row costs a rewind again: the inserts there are plain. */
+    short_run(s, b, db, "c", 6, 7, "again", &pos);
+    ck_assert(sink_commit(s, &pos) == APPLY_REWIND);
+    ck_assert_uint_eq(sink_get_stats(s)->rewinds, 2);
+    sink_disconnect(s);
+    ck_assert_msg(sink_connect(s) == APPLY_OK, "%s", sink_error(s));
+    expect("SELECT count(*) FROM sinkplain.c", "6");
+
+    /* A per-op session (and a careful one) upserts whatever the keep point. */
+    sink_set_per_op(s, true);
+    short_run(s, b, db, "c", 8, 9, "again", &pos);
+    short_run(s, b, db, "c", 1, 1, "again", &pos);
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    expect("SELECT string_agg(_id, ',' ORDER BY _id) FROM sinkplain.c WHERE doc->>'v' = 'again'", "1,8,9");
+    ck_assert_uint_eq(sink_get_stats(s)->rewinds, 2);
+    sink_batch_free(b);
+    sink_free(s);
+}
+END_TEST
+
+/* The oplog's end as the initial copy finished, recorded in oplog2pg.copy_state, becomes the keep point whenever the
+ * sink connects, so a daemon restarted during the catch-up after a copy still upserts the rows the copy wrote. */
+START_TEST(test_copy_end_kept_across_restart)
+{
+    const char *db = "sinkcopyend";
+    sink *s = open_sink("t_copyend", 1000);
+    sink_batch *b = sink_batch_new();
+    op_pos pos = {.secs = 80, .inc = 1, .term = 1};
+    short_run(s, b, db, "c", 1, 2, "copied", &pos);
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    sink_disconnect(s);
+    PGconn *c = pg_open();
+    pg_run(c, "INSERT INTO oplog2pg.copy_state (service, start_sec, start_inc, start_term, finished_at, end_sec, "
+              "end_inc, end_term) VALUES ('t_copyend', 79, 1, 1, now(), 80, 10, 1)");
+    ck_assert_msg(sink_connect(s) == APPLY_OK, "%s", sink_error(s));
+    op_pos keep = sink_keep_until(s), end = {.secs = 80, .inc = 10, .term = 1};
+    ck_assert_msg(op_pos_cmp(&keep, &end) == 0, "keep point %u:%u", keep.secs, keep.inc);
+    short_run(s, b, db, "c", 1, 3, "tailed", &pos); /* 1 and 2 are there: upserts */
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_uint_eq(sink_get_stats(s)->rewinds, 0);
+    expect("SELECT count(*) || ' ' || count(*) FILTER (WHERE doc->>'v' = 'tailed') FROM sinkcopyend.c", "3 3");
+    pos.inc = 10;
+    short_run(s, b, db, "c", 3, 3, "again", &pos); /* past the copy's end: a plain insert */
+    ck_assert(sink_commit(s, &pos) == APPLY_REWIND);
+    pg_run(c, "DELETE FROM oplog2pg.copy_state WHERE service = 't_copyend'");
+    PQfinish(c);
+    sink_batch_free(b);
+    sink_free(s);
+}
+END_TEST
+
 /* The connection lost while a COPY streams: noticed while idle, nothing of the group (rows, the table made in it,
  * the checkpoint) is committed, and the next session starts from the checkpoint before it. */
 START_TEST(test_streaming_connection_lost)
@@ -890,6 +999,8 @@ Suite *sink_suite(void)
     tcase_add_test(tc, test_dead_peer_settings);
     tcase_add_test(tc, test_streaming_copy);
     tcase_add_test(tc, test_let_go_then_rewind);
+    tcase_add_test(tc, test_plain_insert_meets_existing);
+    tcase_add_test(tc, test_copy_end_kept_across_restart);
     tcase_add_test(tc, test_streaming_connection_lost);
     tcase_add_test(tc, test_statement_bound);
     suite_add_tcase(s, tc);
