@@ -755,9 +755,10 @@ START_TEST(test_let_go_then_rewind)
 END_TEST
 
 /* The rows {"_id": i, "v": v} for i in from..to, as the run b (emptied first), written into db.coll at the next
- * entry. */
-static void short_run(sink *s, sink_batch *b, const char *db, const char *coll, int from, int to, const char *v,
-                      op_pos *pos)
+ * entry; what the sink answered. A statement sent earlier in the group that failed may be reported here already, by
+ * a later send that read its result, and not only by the commit. */
+static apply_status short_run(sink *s, sink_batch *b, const char *db, const char *coll, int from, int to, const char *v,
+                              op_pos *pos)
 {
     sink_batch_reset(b);
     for (int i = from; i <= to; i++) {
@@ -766,8 +767,16 @@ static void short_run(sink *s, sink_batch *b, const char *db, const char *coll, 
         add_json(b, json);
     }
     pos->inc++;
-    ck_assert_msg(sink_insert_batch(s, db, coll, b, pos) == APPLY_OK, "%s", sink_error(s));
+    return sink_insert_batch(s, db, coll, b, pos);
 }
+
+/* The group's commit after sends that answered st: the first failure, wherever the sink reported it. */
+static apply_status commit_after(sink *s, apply_status st, const op_pos *pos)
+{
+    return st != APPLY_OK ? st : sink_commit(s, pos);
+}
+
+#define SHORT_RUN_OK(...) ck_assert_msg(short_run(__VA_ARGS__) == APPLY_OK, "%s", sink_error(s))
 
 /* Short runs past the keep point go as plain INSERTs. One that meets a _id already there (a replay) fails its group
  * with APPLY_REWIND, nothing of it committed, and the keep point moves to the newest entry the group had sent; the
@@ -779,16 +788,18 @@ START_TEST(test_plain_insert_meets_existing)
     sink *s = open_sink("t_plain", 1000);
     sink_batch *b = sink_batch_new();
     op_pos pos = {.secs = 70, .inc = 1, .term = 1};
-    short_run(s, b, db, "c", 5, 5, "old", &pos);
+    SHORT_RUN_OK(s, b, db, "c", 5, 5, "old", &pos);
     ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
-    const op_pos committed = pos;
+    const op_pos committed = pos, dup_run = {.secs = 70, .inc = committed.inc + 2, .term = 1};
 
     /* A group of three runs; the second meets _id 5. */
     for (int round = 0; round < 2; round++) {
-        short_run(s, b, db, "c", 1, 3, "new", &pos);
-        short_run(s, b, db, "c", 4, 6, "new", &pos);
-        short_run(s, b, db, "d", 1, 2, "new", &pos);
-        apply_status st = sink_commit(s, &pos);
+        apply_status st = short_run(s, b, db, "c", 1, 3, "new", &pos);
+        if (st == APPLY_OK)
+            st = short_run(s, b, db, "c", 4, 6, "new", &pos);
+        if (st == APPLY_OK)
+            st = short_run(s, b, db, "d", 1, 2, "new", &pos);
+        st = commit_after(s, st, &pos);
         if (round == 1) {
             ck_assert_msg(st == APPLY_OK, "%s", sink_error(s));
             break;
@@ -796,8 +807,8 @@ START_TEST(test_plain_insert_meets_existing)
         ck_assert_msg(st == APPLY_REWIND, "status %s: %s", apply_status_name(st), sink_error(s));
         ck_assert_msg(strstr(sink_error(s), "sinkplain.c") && strstr(sink_error(s), "met an existing _id"), "%s",
                       sink_error(s));
-        op_pos keep = sink_keep_until(s), last_run = {.secs = 70, .inc = pos.inc, .term = 1};
-        ck_assert_msg(op_pos_cmp(&keep, &last_run) >= 0, "keep point %u:%u", keep.secs, keep.inc);
+        op_pos keep = sink_keep_until(s);
+        ck_assert_msg(op_pos_cmp(&keep, &dup_run) >= 0, "keep point %u:%u", keep.secs, keep.inc);
         ck_assert_uint_eq(sink_get_stats(s)->rewinds, 1);
         sink_disconnect(s);
         expect("SELECT string_agg(_id || '=' || (doc->>'v'), ',' ORDER BY _id) FROM sinkplain.c", "5=old");
@@ -813,8 +824,7 @@ START_TEST(test_plain_insert_meets_existing)
     ck_assert_uint_eq(sink_get_stats(s)->dup_fallbacks, 0);
 
     /* Past the keep point a replayed row costs a rewind again: the inserts there are plain. */
-    short_run(s, b, db, "c", 6, 7, "again", &pos);
-    ck_assert(sink_commit(s, &pos) == APPLY_REWIND);
+    ck_assert(commit_after(s, short_run(s, b, db, "c", 6, 7, "again", &pos), &pos) == APPLY_REWIND);
     ck_assert_uint_eq(sink_get_stats(s)->rewinds, 2);
     sink_disconnect(s);
     ck_assert_msg(sink_connect(s) == APPLY_OK, "%s", sink_error(s));
@@ -822,8 +832,8 @@ START_TEST(test_plain_insert_meets_existing)
 
     /* A per-op session (and a careful one) upserts whatever the keep point. */
     sink_set_per_op(s, true);
-    short_run(s, b, db, "c", 8, 9, "again", &pos);
-    short_run(s, b, db, "c", 1, 1, "again", &pos);
+    SHORT_RUN_OK(s, b, db, "c", 8, 9, "again", &pos);
+    SHORT_RUN_OK(s, b, db, "c", 1, 1, "again", &pos);
     ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
     expect("SELECT string_agg(_id, ',' ORDER BY _id) FROM sinkplain.c WHERE doc->>'v' = 'again'", "1,8,9");
     ck_assert_uint_eq(sink_get_stats(s)->rewinds, 2);
@@ -840,7 +850,7 @@ START_TEST(test_copy_end_kept_across_restart)
     sink *s = open_sink("t_copyend", 1000);
     sink_batch *b = sink_batch_new();
     op_pos pos = {.secs = 80, .inc = 1, .term = 1};
-    short_run(s, b, db, "c", 1, 2, "copied", &pos);
+    SHORT_RUN_OK(s, b, db, "c", 1, 2, "copied", &pos);
     ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
     sink_disconnect(s);
     PGconn *c = pg_open();
@@ -849,13 +859,13 @@ START_TEST(test_copy_end_kept_across_restart)
     ck_assert_msg(sink_connect(s) == APPLY_OK, "%s", sink_error(s));
     op_pos keep = sink_keep_until(s), end = {.secs = 80, .inc = 10, .term = 1};
     ck_assert_msg(op_pos_cmp(&keep, &end) == 0, "keep point %u:%u", keep.secs, keep.inc);
-    short_run(s, b, db, "c", 1, 3, "tailed", &pos); /* 1 and 2 are there: upserts */
+    SHORT_RUN_OK(s, b, db, "c", 1, 3, "tailed", &pos); /* 1 and 2 are there: upserts */
     ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
     ck_assert_uint_eq(sink_get_stats(s)->rewinds, 0);
     expect("SELECT count(*) || ' ' || count(*) FILTER (WHERE doc->>'v' = 'tailed') FROM sinkcopyend.c", "3 3");
     pos.inc = 10;
-    short_run(s, b, db, "c", 3, 3, "again", &pos); /* past the copy's end: a plain insert */
-    ck_assert(sink_commit(s, &pos) == APPLY_REWIND);
+    /* past the copy's end: a plain insert */
+    ck_assert(commit_after(s, short_run(s, b, db, "c", 3, 3, "again", &pos), &pos) == APPLY_REWIND);
     pg_run(c, "DELETE FROM oplog2pg.copy_state WHERE service = 't_copyend'");
     PQfinish(c);
     sink_batch_free(b);
