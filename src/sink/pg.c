@@ -592,7 +592,7 @@ static bool stream_put(sink *s, pgconn_error *e)
 }
 
 /* Short runs (plain inserts past the keep point) and rows that met a key already there (upserts), pipelined. */
-static sink_status upsert_rows(sink *s, table *t, const sink_batch *b, const op_pos *pos, bool fresh)
+static sink_status pipelined_rows(sink *s, table *t, const sink_batch *b, const op_pos *pos, bool fresh)
 {
     return t->map != NULL ? mapped_upsert_batch(s, t, b, pos) : insert_rows_pipelined(s, t, b, pos, fresh);
 }
@@ -691,7 +691,7 @@ sink_status sink_stream_end(sink *s)
         return s->failed;
     }
     if (dup) {
-        if (upsert_rows(s, t, b, &pos, false) != APPLY_OK)
+        if (pipelined_rows(s, t, b, &pos, false) != APPLY_OK)
             return s->failed;
     } else {
         s->stats.rows_copied += sink_batch_rows(b);
@@ -765,7 +765,7 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
         return mapped_insert_batch(s, t, b, pos);
     /* Short runs go pipelined; a long run, or a large one (libpq would hold it whole), by COPY in pieces. */
     if (s->cfg.per_op || (sink_batch_rows(b) < sink_copy_min_rows(s) && sink_batch_bytes(b) < SINK_COPY_BYTES))
-        return upsert_rows(s, t, b, pos, true);
+        return pipelined_rows(s, t, b, pos, true);
     if (stream_open(s, t, b, pos) != APPLY_OK)
         return s->failed;
     return sink_stream_end(s);
