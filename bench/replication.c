@@ -270,18 +270,27 @@ static void bench_batching(uint64_t n)
 
 /* Writes every document of db.coll as a COPY text line of relaxed Extended JSON. */
 /* The source's oplog as a dump (concatenated BSON), as mongodump writes it. */
-static void dump_oplog(mongoc_client_t *c, const char *path)
+/* The oplog's entries (those of a command on `cmd_db` only, when it is not NULL) into a file, one after another. */
+static void dump_oplog_of(mongoc_client_t *c, const char *path, const char *cmd_db)
 {
     mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
-    bson_t filter = BSON_INITIALIZER;
+    bson_t filter = BSON_INITIALIZER; /* all of it: mongosim filters the oplog by ts only, as the daemon asks */
     mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, NULL, NULL);
     FILE *f = fopen(path, "wb");
     if (!f)
         bench_die("cannot write %s", path);
+    char ns[128];
+    snprintf(ns, sizeof ns, "%s.$cmd", cmd_db != NULL ? cmd_db : "");
     const bson_t *doc;
-    while (mongoc_cursor_next(cur, &doc))
+    while (mongoc_cursor_next(cur, &doc)) {
+        bson_iter_t it;
+        if (cmd_db != NULL && !(bson_iter_init_find(&it, doc, "op") && BSON_ITER_HOLDS_UTF8(&it) &&
+                                strcmp(bson_iter_utf8(&it, NULL), "c") == 0 && bson_iter_init_find(&it, doc, "ns") &&
+                                BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), ns) == 0))
+            continue;
         if (fwrite(bson_get_data(doc), 1, doc->len, f) != doc->len)
             bench_die("writing %s", path);
+    }
     bson_error_t err;
     if (mongoc_cursor_error(cur, &err))
         bench_die("reading the oplog: %s", err.message);
@@ -289,6 +298,11 @@ static void dump_oplog(mongoc_client_t *c, const char *path)
     mongoc_cursor_destroy(cur);
     bson_destroy(&filter);
     mongoc_collection_destroy(oplog);
+}
+
+static void dump_oplog(mongoc_client_t *c, const char *path)
+{
+    dump_oplog_of(c, path, NULL);
 }
 
 static void put_copy_text(FILE *f, const char *text, size_t len)
@@ -1250,11 +1264,12 @@ static void bench_txn(uint64_t n, size_t pad)
 }
 
 /* The initial copy of n documents in 4 collections, in BENCH_COPY_REPS rounds (default 3, at most 9). A round runs
- * `run --import-only` with 1 worker, then psql \copy of the very rows that run wrote, then the copy with 4 workers, so
- * each ratio compares runs made side by side. Before each side, CHECKPOINT: neither pays for the other's dirty
- * buffers. BENCH_COPY_WORKERS="1 2" sets other worker counts (the first is the one psql \copy follows);
- * BENCH_PERF=FILE records each daemon run with `perf record` into FILE.<service>.w<workers>.r<round> (those runs are
- * slower and not the figures to report). */
+ * `run --import-only` with 1 worker, then psql \copy of the very rows that run wrote (the four tables one after
+ * another in one session, then all four at once in four sessions: what PostgreSQL itself reaches with four writers
+ * here), then the copy with 4 workers, so each ratio compares runs made side by side. Before each side, CHECKPOINT:
+ * neither pays for the other's dirty buffers. BENCH_COPY_WORKERS="1 2" sets other worker counts (the first is the one
+ * psql \copy follows); BENCH_PERF=FILE records each daemon run with `perf record` into
+ * FILE.<service>.w<workers>.r<round> (those runs are slower and not the figures to report). */
 
 /* What one side of a round cost: its wall time, and the CPU time of the daemon (every thread), of mongosim and of
  * PostgreSQL (every process) over it; the daemon's peak resident memory. */
@@ -1316,7 +1331,8 @@ static copy_side copy_daemon_run(trial *t, const char *db, int workers, int roun
 }
 
 /* psql \copy of the four dumps into fresh tables made LIKE the daemon's (same columns, types, collations, primary
- * key), one after another in one psql. */
+ * key): one after another in one psql (script), or, with script NULL, in four psql sessions at once, one table each
+ * (PostgreSQL's own ceiling for four writers on this machine, which the copy's workers cannot pass). */
 static copy_side copy_psql_run(trial *t, const char *db, const char *script)
 {
     char sql[512];
@@ -1327,17 +1343,25 @@ static copy_side copy_psql_run(trial *t, const char *db, const char *script)
         bench_exec_sql(t->pg, sql);
     }
     bench_exec_sql(t->pg, "CHECKPOINT");
-    const char *argv[] = {"psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", script, NULL};
-    char err[512];
+    char err[512], lines[4][300];
+    for (int i = 0; i < 4; i++)
+        snprintf(lines[i], sizeof lines[i], "\\copy bench_psql.c%d from '%s/c%d.copy'", i, t->dir, i);
     copy_side s = {.peak_kb = -1};
     double pg0 = bench_cluster_cpu_seconds(t->pg), sim0 = bench_cpu_seconds(t->sim.pid), t0 = bench_now_s();
-    proc_handle psql = {0};
-    if (!proc_start(argv, NULL, NULL, &psql, err, sizeof err))
-        bench_die("%s", err);
-    proc_wait(&psql, 3600);
+    proc_handle psql[4] = {{0}};
+    int sessions = script != NULL ? 1 : 4;
+    for (int i = 0; i < sessions; i++) {
+        const char *argv[] = {
+            "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", script ? "-f" : "-c", script ? script : lines[i], NULL};
+        if (!proc_start(argv, NULL, NULL, &psql[i], err, sizeof err))
+            bench_die("%s", err);
+    }
+    for (int i = 0; i < sessions; i++)
+        proc_wait(&psql[i], 3600);
     s.secs = bench_now_s() - t0;
-    if (proc_exit_code(&psql) != 0)
-        bench_die("psql \\copy failed");
+    for (int i = 0; i < sessions; i++)
+        if (proc_exit_code(&psql[i]) != 0)
+            bench_die("psql \\copy failed");
     s.sim_cpu_s = bench_cpu_seconds(t->sim.pid) - sim0;
     usleep(100000); /* psql's backend ends after psql: then its time is the postmaster's cutime */
     s.pg_cpu_s = bench_cluster_cpu_seconds(t->pg) - pg0;
@@ -1413,6 +1437,7 @@ static void bench_copy(uint64_t n)
     snprintf(script, sizeof script, "%s/copy.sql", t.dir);
 
     double rate[4][9], ratio[4][9], psql_rate[9], cpu_us[4][9], sim_us[4][9], pg_us[4][9], psql_pg_us[9];
+    double par_rate[9], par_ratio[9], par_pg_us[9];
     long peak[4] = {-1, -1, -1, -1};
     uint64_t rows = 0;
     for (int r = 0; r < reps; r++) {
@@ -1431,6 +1456,10 @@ static void bench_copy(uint64_t n)
                 copy_side psql = copy_psql_run(&t, db, script);
                 psql_rate[r] = (double)rows / psql.secs;
                 psql_pg_us[r] = psql.pg_cpu_s * 1e6 / (double)rows;
+                copy_side par = copy_psql_run(&t, db, NULL);
+                par_rate[r] = (double)rows / par.secs;
+                par_ratio[r] = par_rate[r] / psql_rate[r];
+                par_pg_us[r] = par.pg_cpu_s * 1e6 / (double)rows;
             }
             fprintf(stderr,
                     "copy round %d, %d worker%s: %.0f docs/s (daemon %.1f, mongosim %.1f, PostgreSQL %.1f us "
@@ -1438,8 +1467,10 @@ static void bench_copy(uint64_t n)
                     r + 1, workers[w], workers[w] > 1 ? "s" : "", rate[w][r], cpu_us[w][r], sim_us[w][r], pg_us[w][r],
                     (double)s.peak_kb / 1024.0);
             if (w == 0)
-                fprintf(stderr, "copy round %d, psql \\copy: %.0f rows/s (PostgreSQL %.1f us CPU/row)\n", r + 1,
-                        psql_rate[r], psql_pg_us[r]);
+                fprintf(stderr,
+                        "copy round %d, psql \\copy: %.0f rows/s (PostgreSQL %.1f us CPU/row); four at once: %.0f "
+                        "rows/s (%.1f us)\n",
+                        r + 1, psql_rate[r], psql_pg_us[r], par_rate[r], par_pg_us[r]);
         }
         for (int w = 0; w < nw; w++)
             ratio[w][r] = rate[w][r] / psql_rate[r];
@@ -1455,6 +1486,14 @@ static void bench_copy(uint64_t n)
     printf("| psql \\copy, the 4 tables one after another | %.0f |", median(psql_rate, reps));
     copy_print_runs(psql_rate, reps, 1, "%.0f");
     printf(" | 1.00 | -, -, %.1f | |\n", median(psql_pg_us, reps));
+    double plo = par_ratio[0], phi = par_ratio[0];
+    for (int r = 1; r < reps; r++) {
+        plo = par_ratio[r] < plo ? par_ratio[r] : plo;
+        phi = par_ratio[r] > phi ? par_ratio[r] : phi;
+    }
+    printf("| psql \\copy, the 4 tables at once (four sessions) | %.0f |", median(par_rate, reps));
+    copy_print_runs(par_rate, reps, 1, "%.0f");
+    printf(" | %.2f (%.2f to %.2f) | -, -, %.1f | |\n", median(par_ratio, reps), plo, phi, median(par_pg_us, reps));
     for (int w = 0; w < nw; w++) {
         double lo = ratio[w][0], hi = ratio[w][0];
         for (int r = 1; r < reps; r++) {
@@ -1466,6 +1505,18 @@ static void bench_copy(uint64_t n)
         copy_print_runs(rate[w], reps, 1, "%.0f");
         printf(" | **%.2f** (%.2f to %.2f) | %.1f, %.1f, %.1f | %.1f MB |\n", median(ratio[w], reps), lo, hi,
                median(cpu_us[w], reps), median(sim_us[w], reps), median(pg_us[w], reps), (double)peak[w] / 1024.0);
+    }
+    /* Against four psql sessions at once: how close several workers come to what PostgreSQL itself reaches with as
+     * many writers here (each round's own pair). */
+    for (int w = 0; w < nw; w++) {
+        if (workers[w] < 2)
+            continue;
+        double of_par[9];
+        for (int r = 0; r < reps; r++)
+            of_par[r] = rate[w][r] / par_rate[r];
+        printf("\nWith %d workers the copy reaches %.2f of four psql sessions loading the same rows at once (median of "
+               "the rounds' pairs).\n",
+               workers[w], median(of_par, reps));
     }
     fflush(stdout);
 }
@@ -1938,15 +1989,53 @@ static void bench_memory(uint64_t n, uint64_t m)
 /* ---- many collections (issue 13) ---- */
 
 /* One round of n inserts spread round-robin over `colls` collections c0..c<colls-1> of one database, replayed
- * from a dump: the daemon's time with its tables to make (first replay), and into the tables it made (the same dump
- * replayed again, the rows deleted and the checkpoint put back), against PostgreSQL's own: CREATE TABLE of the same
- * shape one statement at a time (autocommit, as a person would run them), and the same rows loaded with one COPY per
- * table in one psql session. PostgreSQL's CPU time (every process of the cluster) per row, over the second replay and
- * over the COPY load, says what each costs the server, which the wall times of this shared machine blur. */
+ * from a dump, against PostgreSQL doing the same by itself, each side in fresh tables it made moments before:
+ *   - making the tables: PostgreSQL's CREATE TABLEs of the same shape, one statement at a time (autocommit, as a person
+ *     would run them), against `oplog2pg replay` of the dump's create entries alone (the server writes one as it
+ *     makes each collection);
+ *   - the rows: one COPY per table in one psql session, of the rows the daemon wrote, against `oplog2pg replay` of
+ *     the whole dump into the tables it made (from a checkpoint before the first entry; its creates find their
+ *     tables there).
+ * Nothing is deleted, truncated or dropped before a timed step: a table emptied by DELETE keeps the same keys as dead
+ * rows for every insert to step over, one emptied by TRUNCATE made the loads after it slower on this machine, and a
+ * file system may make new files slower for a while after many were removed. PostgreSQL's CPU time (every process of
+ * the cluster) per row, over the replay and over the COPYs, says what each costs the server, which the wall times
+ * of this shared machine blur. */
+static double colls_psql(const char *script)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "psql -X -q -v ON_ERROR_STOP=1 -f '%s'", script);
+    double t0 = bench_now_s();
+    if (system(cmd) != 0)
+        bench_die("psql -f %s failed", script);
+    return bench_now_s() - t0;
+}
+
+/* `oplog2pg replay` of a dump from no checkpoint: its seconds, and PostgreSQL's CPU seconds over it. */
+static double colls_replay(trial *t, const char *dump, double *pg_s)
+{
+    char sql[256], bin[256], err[512];
+    snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.checkpoint WHERE service = '%s'", t->service);
+    PQclear(PQexec(t->pg, sql)); /* the table is there after the daemon's first start */
+    bench_exec_sql(t->pg, "CHECKPOINT");
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *argv[] = {bin, "-c", t->ini, "replay", dump, NULL};
+    double r0 = bench_now_s(), pg0 = bench_cluster_cpu_seconds(t->pg);
+    if (!proc_start(argv, NULL, t->log, &t->daemon, err, sizeof err))
+        bench_die("%s", err);
+    if (!proc_wait(&t->daemon, 3600) || proc_exit_code(&t->daemon) != 0)
+        bench_die("oplog2pg replay of %s failed; see %s", dump, t->log);
+    double secs = bench_now_s() - r0;
+    usleep(100000); /* the daemon's backend ends after the daemon: then its time is the postmaster's cutime */
+    *pg_s = bench_cluster_cpu_seconds(t->pg) - pg0;
+    t->daemon.pid = 0;
+    return secs;
+}
+
 static void colls_round(uint64_t n, unsigned colls)
 {
     trial t;
-    char name[32], sql[1024], dump[160], bin[256], err[512];
+    char name[32], sql[512], dump[160], creates[160];
     snprintf(name, sizeof name, "col%u", colls);
     trial_open(&t, name, "batched");
     trial_write_ini(&t, "batched", "");
@@ -1972,30 +2061,45 @@ static void colls_round(uint64_t n, unsigned colls)
     }
     snprintf(dump, sizeof dump, "%s/oplog.bson", t.dir);
     dump_oplog(t.client, dump);
-    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
-    double replay_s[2], replay_pg_s = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1) { /* the tables stay; their rows go, and the checkpoint goes back before the writes */
-            for (unsigned c = 0; c < colls; c++) {
-                snprintf(sql, sizeof sql, "DELETE FROM %s.c%u", db, c);
-                bench_exec_sql(t.pg, sql);
-            }
-        }
-        if (pass == 1) {
-            snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.checkpoint WHERE service = '%s'", t.service);
-            bench_exec_sql(t.pg, sql);
-        }
-        bench_exec_sql(t.pg, "CHECKPOINT");
-        const char *argv[] = {bin, "-c", t.ini, "replay", dump, NULL};
-        double r0 = bench_now_s(), pg0 = bench_cluster_cpu_seconds(t.pg);
-        if (!proc_start(argv, NULL, t.log, &t.daemon, err, sizeof err))
-            bench_die("%s", err);
-        if (!proc_wait(&t.daemon, 3600) || proc_exit_code(&t.daemon) != 0)
-            bench_die("oplog2pg replay failed; see %s", t.log);
-        replay_s[pass] = bench_now_s() - r0;
-        replay_pg_s = bench_cluster_cpu_seconds(t.pg) - pg0;
-        t.daemon.pid = 0;
+    snprintf(creates, sizeof creates, "%s/creates.bson", t.dir);
+    dump_oplog_of(t.client, creates, db);
+
+    /* the scripts: PostgreSQL's DDL, the rows out of the daemon's tables, the rows into PostgreSQL's */
+    char ddl[200], out[200], load[200];
+    snprintf(ddl, sizeof ddl, "%s/ddl.sql", t.dir);
+    snprintf(out, sizeof out, "%s/out.sql", t.dir);
+    snprintf(load, sizeof load, "%s/load.sql", t.dir);
+    FILE *fd = fopen(ddl, "w"), *fo = fopen(out, "w"), *fl = fopen(load, "w");
+    if (fd == NULL || fo == NULL || fl == NULL)
+        bench_die("cannot write in %s", t.dir);
+    fprintf(fd, "CREATE SCHEMA bench_colls;\n");
+    for (unsigned c = 0; c < colls; c++) {
+        fprintf(fd, "CREATE TABLE bench_colls.c%u " SAME_SHAPE ";\n", c);
+        fprintf(fo, "\\copy %s.c%u to '%s/rows%u.copy'\n", db, c, t.dir, c);
+        fprintf(fl, "\\copy bench_colls.c%u from '%s/rows%u.copy'\n", c, t.dir, c);
     }
+    fclose(fd);
+    fclose(fo);
+    fclose(fl);
+
+    /* making the tables: PostgreSQL's DDL, then the daemon's replay of the creates */
+    bench_exec_sql(t.pg, "DROP SCHEMA IF EXISTS bench_colls CASCADE");
+    bench_exec_sql(t.pg, "CHECKPOINT");
+    double ddl_s = colls_psql(ddl), make_pg_s;
+    double make_s = colls_replay(&t, creates, &make_pg_s);
+    uint64_t tables = 0;
+    for (unsigned c = 0; c < colls; c++) {
+        snprintf(sql, sizeof sql, "SELECT to_regclass('%s.c%u') IS NOT NULL", db, c);
+        PGresult *r = PQexec(t.pg, sql);
+        tables += PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+        PQclear(r);
+    }
+    if (tables != colls)
+        bench_die("the replay of the creates made %llu tables, not %u; see %s", (unsigned long long)tables, colls,
+                  t.log);
+
+    /* the rows: the daemon's replay of the whole dump into its tables, then PostgreSQL's COPYs into its own */
+    double replay_pg_s, replay_s = colls_replay(&t, dump, &replay_pg_s);
     uint64_t rows = 0;
     for (unsigned c = 0; c < colls; c++) {
         char q[128];
@@ -2005,42 +2109,14 @@ static void colls_round(uint64_t n, unsigned colls)
     if (rows != n)
         bench_die("after replay the %u tables hold %llu rows, not %llu; see %s", colls, (unsigned long long)rows,
                   (unsigned long long)n, t.log);
-
-    /* PostgreSQL alone: the DDL one statement at a time, then one COPY per table of the rows the daemon wrote */
-    char script[200], ddl[200];
-    snprintf(ddl, sizeof ddl, "%s/ddl.sql", t.dir);
-    snprintf(script, sizeof script, "%s/load.sql", t.dir);
-    FILE *fd = fopen(ddl, "w"), *fl = fopen(script, "w");
-    if (fd == NULL || fl == NULL)
-        bench_die("cannot write in %s", t.dir);
-    fprintf(fd, "CREATE SCHEMA bench_colls;\n");
-    for (unsigned c = 0; c < colls; c++) {
-        char rows_path[200];
-        snprintf(rows_path, sizeof rows_path, "%s/rows%u.copy", t.dir, c);
-        snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -c \"\\copy (SELECT _id, doc FROM %s.c%u) to '%s'\"",
-                 db, c, rows_path);
-        if (c < colls && system(sql) != 0)
-            bench_die("psql \\copy from %s.c%u failed", db, c);
-        fprintf(fd, "CREATE TABLE bench_colls.c%u " SAME_SHAPE ";\n", c);
-        fprintf(fl, "\\copy bench_colls.c%u from '%s'\n", c, rows_path);
-    }
-    fclose(fd);
-    fclose(fl);
-    bench_exec_sql(t.pg, "DROP SCHEMA IF EXISTS bench_colls CASCADE");
+    colls_psql(out);
     bench_exec_sql(t.pg, "CHECKPOINT");
-    snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -f '%s'", ddl);
-    double d0 = bench_now_s();
-    if (system(sql) != 0)
-        bench_die("psql -f %s failed", ddl);
-    double ddl_s = bench_now_s() - d0;
-    bench_exec_sql(t.pg, "CHECKPOINT");
-    snprintf(sql, sizeof sql, "psql -X -q -v ON_ERROR_STOP=1 -f '%s'", script);
-    double l0 = bench_now_s(), lpg0 = bench_cluster_cpu_seconds(t.pg);
-    if (system(sql) != 0)
-        bench_die("psql -f %s failed", script);
-    double load_s = bench_now_s() - l0, load_pg_s = bench_cluster_cpu_seconds(t.pg) - lpg0;
-    /* thousands of tables: dropped a few hundred per statement (one DROP SCHEMA CASCADE of them all would need a
-     * lock per table and index at once, more than the server's lock table holds) */
+    double lpg0 = bench_cluster_cpu_seconds(t.pg);
+    double load_s = colls_psql(load);
+    usleep(100000); /* as after the replay: psql's backend has ended */
+    double load_pg_s = bench_cluster_cpu_seconds(t.pg) - lpg0;
+    /* thousands of tables: dropped two per statement (one DROP SCHEMA CASCADE of them all would need a lock per
+     * table and index at once, more than the server's lock table holds) */
     for (unsigned c = 0; c < colls; c++) {
         snprintf(sql, sizeof sql, "DROP TABLE bench_colls.c%u, %s.c%u", c, db, c);
         bench_exec_sql(t.pg, sql);
@@ -2048,20 +2124,22 @@ static void colls_round(uint64_t n, unsigned colls)
     bench_exec_sql(t.pg, "DROP SCHEMA bench_colls");
     trial_close(&t);
 
-    double rate = (double)n / replay_s[1], base = (double)n / load_s;
-    printf("| %u | %.2f s (%.0f/s) | %.2f s (%.0f/s) | %.2f s | %.2f s | %.2f s (%.0f/s) | **%.2fx** | "
-           "%.1f / %.1f µs |\n",
-           colls, replay_s[0], (double)n / replay_s[0], replay_s[1], rate, replay_s[0] - replay_s[1], ddl_s, load_s,
-           base, rate / base, replay_pg_s * 1e6 / (double)n, load_pg_s * 1e6 / (double)n);
+    double rate = (double)n / replay_s, base = (double)n / load_s;
+    printf("| %u | %.2f s | %.2f s | **%.2fx** | %.2f s (%.0f/s) | %.2f s (%.0f/s) | **%.2fx** | %.1f / %.1f µs |\n",
+           colls, make_s, ddl_s, ddl_s / make_s, replay_s, rate, load_s, base, rate / base,
+           replay_pg_s * 1e6 / (double)n, load_pg_s * 1e6 / (double)n);
     fflush(stdout);
 }
 
 static void bench_collections(uint64_t n, const unsigned *counts, size_t k)
 {
-    printf("%llu inserts of about 320-byte documents, round-robin over N collections, replayed from a dump.\n\n"
-           "| N | oplog2pg replay, tables made | oplog2pg replay, tables there | oplog2pg: making the tables | "
-           "PostgreSQL: CREATE TABLE one at a time | PostgreSQL: one COPY per table | rows, of the COPY rate | "
-           "PostgreSQL's CPU per row: oplog2pg (tables there) / COPY |\n"
+    printf("%llu inserts of about 320-byte documents, round-robin over N collections, replayed from a dump: first its "
+           "create entries alone (the daemon makes the tables), then the whole dump into those tables. PostgreSQL "
+           "makes tables of the same shape one CREATE TABLE at a time, and loads the same rows with one COPY per "
+           "table. Both sides' tables are fresh.\n\n"
+           "| N | oplog2pg: making the tables | PostgreSQL: CREATE TABLE one at a time | making the tables: "
+           "PostgreSQL's time / oplog2pg's | oplog2pg replay into its tables | PostgreSQL: one COPY per table | rows, "
+           "of the COPY rate | PostgreSQL's CPU per row: oplog2pg / COPY |\n"
            "|---:|---:|---:|---:|---:|---:|---:|---:|\n",
            (unsigned long long)n);
     for (size_t i = 0; i < k; i++)

@@ -10,7 +10,7 @@
 #      same table shape, also on warm connections (each side's second load of as many rows, since a new backend pays
 #      a page fault for each page of shared memory it touches first); many collections (1, 100 and 2 000,
 #      round-robin); peak memory with a 10-million-entry backlog and with 16 MB documents;
-#   4. the initial copy, with one worker and with four, against psql \copy;
+#   4. the initial copy, with one worker and with four, against psql \copy (one session, and four at once);
 #   5. what the key column costs an insert (psql \copy into the three key shapes);
 #   6. typed tables (issue 11): a mapped collection of typed columns, and arrays of 1 000 doubles into a
 #      double precision[] column, each against psql \copy of the same rows (three pairs each, alternating);
