@@ -268,9 +268,8 @@ static void bench_batching(uint64_t n)
     }
 }
 
-/* Writes every document of db.coll as a COPY text line of relaxed Extended JSON. */
-/* The source's oplog as a dump (concatenated BSON), as mongodump writes it. */
-/* The oplog's entries (those of a command on `cmd_db` only, when it is not NULL) into a file, one after another. */
+/* The source's oplog as a dump (concatenated BSON), as mongodump writes it; with cmd_db, only the commands on that
+ * database (its create entries, say). */
 static void dump_oplog_of(mongoc_client_t *c, const char *path, const char *cmd_db)
 {
     mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
@@ -712,6 +711,15 @@ static double median(const double *v, int n)
     return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
 }
 
+static void min_max(const double *v, int n, double *lo, double *hi)
+{
+    *lo = *hi = v[0];
+    for (int i = 1; i < n; i++) {
+        *lo = v[i] < *lo ? v[i] : *lo;
+        *hi = v[i] > *hi ? v[i] : *hi;
+    }
+}
+
 static void print_runs(const double *v, int n)
 {
     for (int i = 0; i < n; i++)
@@ -762,11 +770,8 @@ static void bench_mapped_shape(map_shape shape, uint64_t n, int reps)
     printf(" |\n| (the floor) psql \\copy of the same rows in binary format, same table | %llu | %.0f |",
            (unsigned long long)n, median(binary, reps));
     print_runs(binary, reps);
-    double lo = ratio[0], hi = ratio[0];
-    for (int i = 1; i < reps; i++) {
-        lo = ratio[i] < lo ? ratio[i] : lo;
-        hi = ratio[i] > hi ? ratio[i] : hi;
-    }
+    double lo, hi;
+    min_max(ratio, reps, &lo, &hi);
     printf(" |\n\noplog2pg / psql \\copy: **%.2fx** (median of the %d pairs' ratios; %.2fx to %.2fx). The daemon used "
            "%.1f us of CPU per row (all threads, median) and at most %.1f MB of resident memory.\n",
            median(ratio, reps), reps, lo, hi, median(cpu_us, reps), (double)peak / 1024.0);
@@ -1486,20 +1491,14 @@ static void bench_copy(uint64_t n)
     printf("| psql \\copy, the 4 tables one after another | %.0f |", median(psql_rate, reps));
     copy_print_runs(psql_rate, reps, 1, "%.0f");
     printf(" | 1.00 | -, -, %.1f | |\n", median(psql_pg_us, reps));
-    double plo = par_ratio[0], phi = par_ratio[0];
-    for (int r = 1; r < reps; r++) {
-        plo = par_ratio[r] < plo ? par_ratio[r] : plo;
-        phi = par_ratio[r] > phi ? par_ratio[r] : phi;
-    }
+    double plo, phi;
+    min_max(par_ratio, reps, &plo, &phi);
     printf("| psql \\copy, the 4 tables at once (four sessions) | %.0f |", median(par_rate, reps));
     copy_print_runs(par_rate, reps, 1, "%.0f");
     printf(" | %.2f (%.2f to %.2f) | -, -, %.1f | |\n", median(par_ratio, reps), plo, phi, median(par_pg_us, reps));
     for (int w = 0; w < nw; w++) {
-        double lo = ratio[w][0], hi = ratio[w][0];
-        for (int r = 1; r < reps; r++) {
-            lo = ratio[w][r] < lo ? ratio[w][r] : lo;
-            hi = ratio[w][r] > hi ? ratio[w][r] : hi;
-        }
+        double lo, hi;
+        min_max(ratio[w], reps, &lo, &hi);
         printf("| oplog2pg initial copy, %d worker%s | %.0f |", workers[w], workers[w] > 1 ? "s" : "",
                median(rate[w], reps));
         copy_print_runs(rate[w], reps, 1, "%.0f");
@@ -2011,7 +2010,7 @@ static double colls_psql(const char *script)
     return bench_now_s() - t0;
 }
 
-/* `oplog2pg replay` of a dump from no checkpoint: its seconds, and PostgreSQL's CPU seconds over it. */
+/* `oplog2pg replay` of a dump from no checkpoint: its seconds, and PostgreSQL's CPU seconds over it (when pg_s). */
 static double colls_replay(trial *t, const char *dump, double *pg_s)
 {
     char sql[256], bin[256], err[512];
@@ -2027,7 +2026,8 @@ static double colls_replay(trial *t, const char *dump, double *pg_s)
         bench_die("oplog2pg replay of %s failed; see %s", dump, t->log);
     double secs = bench_now_s() - r0;
     usleep(100000); /* the daemon's backend ends after the daemon: then its time is the postmaster's cutime */
-    *pg_s = bench_cluster_cpu_seconds(t->pg) - pg0;
+    if (pg_s != NULL)
+        *pg_s = bench_cluster_cpu_seconds(t->pg) - pg0;
     t->daemon.pid = 0;
     return secs;
 }
@@ -2085,8 +2085,8 @@ static void colls_round(uint64_t n, unsigned colls)
     /* making the tables: PostgreSQL's DDL, then the daemon's replay of the creates */
     bench_exec_sql(t.pg, "DROP SCHEMA IF EXISTS bench_colls CASCADE");
     bench_exec_sql(t.pg, "CHECKPOINT");
-    double ddl_s = colls_psql(ddl), make_pg_s;
-    double make_s = colls_replay(&t, creates, &make_pg_s);
+    double ddl_s = colls_psql(ddl);
+    double make_s = colls_replay(&t, creates, NULL);
     uint64_t tables = 0;
     for (unsigned c = 0; c < colls; c++) {
         snprintf(sql, sizeof sql, "SELECT to_regclass('%s.c%u') IS NOT NULL", db, c);
