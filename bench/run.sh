@@ -9,7 +9,8 @@
 #      small (~320 B) and large (~10 kB) documents, tailing and replay, against psql \copy of the same rows into the
 #      same table shape, also on warm connections (each side's second load of as many rows, since a new backend pays
 #      a page fault for each page of shared memory it touches first); many collections (1, 100 and 2 000,
-#      round-robin); peak memory with a 10-million-entry backlog and with 16 MB documents;
+#      round-robin; 2 000 again on a cluster with max_locks_per_transaction = 256); peak memory with a
+#      10-million-entry backlog and with 16 MB documents;
 #   4. the initial copy, with one worker and with four, against psql \copy (one session, and four at once);
 #   5. what the key column costs an insert (psql \copy into the three key shapes);
 #   6. typed tables (issue 11): a mapped collection of typed columns, and arrays of 1 000 doubles into a
@@ -70,6 +71,12 @@ echo "## Throughput by document size on warm connections (issue 13)"
 echo
 echo "## Many collections (issue 13)"
 "$build/bench/replication" collections "${BENCH_COLLECTIONS:-100000}" 1 100 2000 2>/dev/null
+echo
+echo "The same at 2 000 collections on a second throwaway cluster whose lock table is four times the default"
+echo "(max_locks_per_transaction = 256): batch_tables = auto then lets a flush group span every collection."
+echo
+WITH_PG_OPTS="-c max_locks_per_transaction=256" scripts/with-pg.sh \
+    "$build/bench/replication" collections "${BENCH_COLLECTIONS:-100000}" 2000 2>/dev/null
 echo
 echo "## Memory: a 10-million-entry backlog and 16 MB documents (issue 13)"
 "$build/bench/replication" memory "${BENCH_BACKLOG:-10000000}" "${BENCH_HUGE:-40}" 2>/dev/null

@@ -8,6 +8,7 @@
 # left on, then run COMMAND with PGHOST, PGPORT, PGUSER, PGDATABASE and OPLOG2PG_TEST_PG (a libpq conninfo) set.
 # The cluster is stopped and its directory removed when COMMAND ends, whether it passed, failed or was interrupted.
 # The exit status is COMMAND's. Set KEEP_PG=1 to keep the directory for a post-mortem.
+# WITH_PG_OPTS adds server settings to the command line, e.g. WITH_PG_OPTS="-c max_locks_per_transaction=256".
 set -euo pipefail
 
 [ $# -ge 1 ] || { echo "usage: $0 COMMAND [ARGS...]" >&2; exit 2; }
@@ -55,7 +56,7 @@ for _ in 1 2 3 4 5; do
     port=$(free_port)
     if "${as_owner[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
         -o "-c port=$port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$dir -c fsync=on \
-            -c max_connections=60 -c shared_buffers=128MB -c max_wal_size=2GB" start >/dev/null 2>&1; then
+            -c max_connections=60 -c shared_buffers=128MB -c max_wal_size=2GB ${WITH_PG_OPTS:-}" start >/dev/null 2>&1; then
         started=1
         break
     fi

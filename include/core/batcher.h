@@ -77,13 +77,21 @@ typedef struct batcher_sink {
     apply_status (*dead_letter)(void *ctx, const op *o, const char *why); /* why NULL: the sink's own error */
 } batcher_sink;
 
+/* What a DDL op counts toward batch_tables. Making or dropping a table holds four entries of PostgreSQL's lock table
+ * to the commit (the table, its key, its TOAST table and that one's index), writing to one two (the table and its
+ * key). It also keeps a group of many creates from slowing as it grows: after each call that took more than a few
+ * locks, PostgreSQL's portal cleanup walks every lock the transaction holds (lock.c, LockReassignCurrentOwner), and
+ * 2 099 creates to a transaction cost it about a fifth of the backend's time. */
+#define BATCHER_DDL_TABLES 2
+
 typedef struct {
     uint64_t batch_rows;   /* commit when the group holds this many ops */
     uint64_t batch_bytes;  /* ... or when its runs hold this many bytes of rows (their rendered text, the raw BSON
                             * when none); an insert run is also written (or let go of) before one more row would take
                             * it past this, and a run's key set stays within a sixteenth of it */
-    uint64_t batch_tables; /* ... or once it has written to this many namespaces (DDL ops count one each), so that
-                            * its transaction's locks fit PostgreSQL's lock table; 0: no bound */
+    uint64_t batch_tables; /* ... or once it has written to this many namespaces (a DDL op counts as
+                            * BATCHER_DDL_TABLES), so that its transaction's locks fit PostgreSQL's lock table; 0: no
+                            * bound */
     uint64_t flush_interval_ms;
     uint64_t catchup_interval_ms; /* the group's age bound while the caller is behind (batcher_tick), if longer */
     bool per_op;
@@ -130,5 +138,8 @@ bool batcher_in_parts(const batcher *b);
 /* Position of the last entry taken (committed or not); valid after the first entry. */
 const op_pos *batcher_last(const batcher *b);
 const batcher_stats *batcher_get_stats(const batcher *b);
+/* The namespaces the open group has written to so far, and its DDL ops (what batch_tables bounds): after a failure,
+ * those of the group that failed. */
+uint64_t batcher_group_tables(const batcher *b);
 
 #endif

@@ -97,7 +97,7 @@ typedef struct config {
     config_list exclude;
     int64_t batch_rows;
     int64_t batch_bytes;
-    int64_t batch_tables;
+    int64_t batch_tables; /* 0: auto (sink_auto_batch_tables) */
     int64_t flush_interval_ms;
     int64_t catchup_interval_ms;
     int64_t queue_size;
@@ -150,6 +150,8 @@ typedef struct config_option_info {
     int64_t min, max;           /* int: bounds; duration: ms; size: bytes (unused for other types) */
     const char *base_unit;      /* duration: unit of a bare number ("ms" or "s"); NULL otherwise */
     const char *const *choices; /* enum: NULL-terminated names, index = stored value; NULL otherwise */
+    const char *zero_word;      /* int: a word accepted for 0, and printed for it ("auto": oplog2pg chooses); NULL
+                                 * otherwise (0 is then an ordinary number, within min .. max) */
     bool reloadable;
     const char *help;
 } config_option_info;

@@ -185,6 +185,16 @@ void sink_row_pos(const PGresult *res, int row, int col, op_pos *out);
  * does it; all of it is idempotent. */
 bool sink_install_schema(pgconn *c, pgconn_error *err);
 
+/* How many tables a flush group may write to when [replication] batch_tables is auto: a fifth of PostgreSQL's
+ * shared lock table, at two locks a table (the table and its primary key), as the server reported its size at the
+ * last connect: max_locks_per_transaction x (max_connections, autovacuum_max_workers, 1, max_worker_processes,
+ * max_wal_senders, max_prepared_transactions), the slots PostgreSQL sizes it for. A fifth leaves the other sessions
+ * four fifths of their share however many there are. SINK_AUTO_BATCH_TABLES before the first connect. */
+#define SINK_AUTO_BATCH_TABLES 500
+uint64_t sink_auto_batch_tables(const sink *s);
+/* The lock table's slots as read at the last connect (0 before). */
+uint64_t sink_lock_slots(const sink *s);
+
 /* While idle between groups: the connection's socket (for the owner's event loop; -1 when not connected), and a
  * check of what arrived on it (a server that terminated the session says so before it closes the socket).
  * APPLY_OK while the connection is healthy. */

@@ -396,7 +396,7 @@ static apply_status apply_op(batcher *b, op *o)
             if (st != APPLY_OK)
                 return st;
         }
-        b->group_tables++;
+        b->group_tables += BATCHER_DDL_TABLES;
         return b->out.apply(b->out.ctx, o);
     }
     }
@@ -538,4 +538,9 @@ const op_pos *batcher_last(const batcher *b)
 const batcher_stats *batcher_get_stats(const batcher *b)
 {
     return &b->stats;
+}
+
+uint64_t batcher_group_tables(const batcher *b)
+{
+    return b->group_tables;
 }

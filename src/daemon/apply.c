@@ -91,6 +91,10 @@ typedef struct {
     bool careful;
     op_pos careful_until;
     op_pos last_taken; /* the last entry handed to the batcher */
+    /* A bound on the tables of a flush group below batch_tables, set when PostgreSQL ran out of shared memory (its
+     * lock table full) in a group: half the bound that group had, until a reload (0: none). tables_logged: the bound
+     * last logged. */
+    uint64_t tables_cap, tables_logged;
     /* 1 + the session's commits when the last idle marker was taken; 0: none yet (see behind()) */
     uint64_t idle_after;
 
@@ -113,12 +117,21 @@ typedef struct {
     atomic_bool copy_cancel;
 } daemon_ctx;
 
-static batcher_config batcher_config_from(const config *cfg, bool careful)
+/* How many tables a flush group may write to: batch_tables, or with auto the sink's share of PostgreSQL's lock table
+ * as read at the last connect; never more than tables_cap. */
+static uint64_t group_tables(const daemon_ctx *d)
 {
+    uint64_t n = d->cfg->batch_tables > 0 ? (uint64_t)d->cfg->batch_tables : sink_auto_batch_tables(d->snk);
+    return d->tables_cap > 0 && d->tables_cap < n ? d->tables_cap : n;
+}
+
+static batcher_config batcher_config_from(const daemon_ctx *d, bool careful)
+{
+    const config *cfg = d->cfg;
     batcher_config bc = {
         .batch_rows = (uint64_t)cfg->batch_rows,
         .batch_bytes = (uint64_t)cfg->batch_bytes,
-        .batch_tables = (uint64_t)cfg->batch_tables,
+        .batch_tables = group_tables(d),
         .flush_interval_ms = (uint64_t)cfg->flush_interval_ms,
         .catchup_interval_ms = (uint64_t)cfg->catchup_interval_ms,
         .per_op = cfg->apply_mode == CONFIG_APPLY_PER_OP,
@@ -165,8 +178,9 @@ static void do_reload(daemon_ctx *d)
         return;
     }
     logsetup_apply(d->cfg);
+    d->tables_cap = 0; /* a bound the lock table set is tried afresh with the configuration */
     if (d->bt != NULL) {
-        batcher_config bc = batcher_config_from(d->cfg, d->careful);
+        batcher_config bc = batcher_config_from(d, d->careful);
         batcher_set_config(d->bt, &bc);
     }
     if (d->loop != NULL && ev_is_active(&d->progress_timer)) {
@@ -316,6 +330,16 @@ static void on_sink_failure(daemon_ctx *d, apply_status st)
     case APPLY_RETRY:
     case APPLY_NOMEM:
         log_warning("%s; the session ends uncommitted and resumes from the committed checkpoint", msg);
+        if (strcmp(sink_error_state(d->snk), "53200") == 0 && d->bt != NULL && batcher_group_tables(d->bt) > 1) {
+            /* Out of shared memory: most often the lock table, which every table of the group adds to until the
+             * commit. The same group again would fail the same way; smaller ones leave room for the others. */
+            uint64_t had = batcher_group_tables(d->bt);
+            d->tables_cap = had / 2;
+            log_warning("PostgreSQL ran out of shared memory in a flush group of %llu tables: groups now commit at "
+                        "%llu tables at most, until a reload; raise max_locks_per_transaction in PostgreSQL, or "
+                        "lower [replication] batch_tables",
+                        (unsigned long long)had, (unsigned long long)d->tables_cap);
+        }
         end_session(d, END_RETRY, 0);
         break;
     case APPLY_FENCED:
@@ -407,7 +431,7 @@ static void leave_careful_if_past(daemon_ctx *d)
     char at[OP_POS_STRLEN];
     d->careful = false;
     sink_set_per_op(d->snk, d->cfg->apply_mode == CONFIG_APPLY_PER_OP);
-    batcher_config bc = batcher_config_from(d->cfg, false);
+    batcher_config bc = batcher_config_from(d, false);
     batcher_set_config(d->bt, &bc);
     log_notice("stepped past oplog entry %s (%llu op(s) set aside in oplog2pg.dead_letter so far): back to batched "
                "apply",
@@ -814,7 +838,14 @@ static void run_session(daemon_ctx *d)
                  op_pos_format(&start, at, sizeof at), (long long)start.term);
     }
 
-    batcher_config bc = batcher_config_from(d->cfg, d->careful);
+    batcher_config bc = batcher_config_from(d, d->careful);
+    if (bc.batch_tables != d->tables_logged) {
+        d->tables_logged = bc.batch_tables;
+        if (d->tables_cap == 0 && d->cfg->batch_tables == 0)
+            log_info("flush groups commit at %llu tables at most (batch_tables = auto: a fifth of PostgreSQL's lock "
+                     "table of %llu locks, at two a table)",
+                     (unsigned long long)bc.batch_tables, (unsigned long long)sink_lock_slots(d->snk));
+    }
     sink_set_per_op(d->snk, d->careful || d->cfg->apply_mode == CONFIG_APPLY_PER_OP);
     batcher_sink out =
         d->cfg->on_error == CONFIG_ON_ERROR_STOP ? batcher_sink_pg_stop(d->snk) : batcher_sink_pg(d->snk);

@@ -110,10 +110,11 @@ static const struct option_def options[] = {
                       "this much"},
      .offset = offsetof(config, batch_bytes)},
 
-    {.info = {.section = "replication", .name = "batch_tables", TYPE(INT, "int"), .default_text = "500",
-              .min = 1, .max = 1000000, .reloadable = true,
+    {.info = {.section = "replication", .name = "batch_tables", TYPE(INT, "int"), .default_text = "auto",
+              .min = 1, .max = 1000000, .zero_word = "auto", .reloadable = true,
               .help = "commit a flush group once it has written to this many tables (each holds locks until the "
-                      "commit, and PostgreSQL's lock table is bounded by max_locks_per_transaction)"},
+                      "commit, in PostgreSQL's shared lock table); auto = a fifth of that table, at two locks a "
+                      "table, as PostgreSQL reports its size at connect"},
      .offset = offsetof(config, batch_tables)},
 
     {.info = {.section = "replication", .name = "flush_interval", TYPE(DURATION, "duration"),

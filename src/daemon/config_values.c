@@ -86,7 +86,10 @@ static bool parse_whole(const char *text, int64_t *out, const char **rest)
 void config_format_number(const config_option_info *o, int64_t v, char *buf, size_t buflen)
 {
     if (o->type != CONFIG_TYPE_DURATION && o->type != CONFIG_TYPE_SIZE) {
-        snprintf(buf, buflen, "%" PRId64, v);
+        if (v == 0 && o->zero_word != NULL)
+            snprintf(buf, buflen, "%s", o->zero_word);
+        else
+            snprintf(buf, buflen, "%" PRId64, v);
         return;
     }
     if (v == 0) {
@@ -107,9 +110,14 @@ bool config_parse_number(const config_option_info *o, const char *text, int64_t 
     const char *rest;
     int64_t n, factor = 1;
 
+    if (o->zero_word != NULL && strcasecmp(text, o->zero_word) == 0) {
+        *out = 0;
+        return true;
+    }
     if (!parse_whole(text, &n, &rest)) {
-        snprintf(err, errlen, "\"%s\" is not a whole number%s", text,
-                 o->type == CONFIG_TYPE_INT ? "" : " with an optional unit");
+        snprintf(err, errlen, "\"%s\" is not a whole number%s%s%s", text,
+                 o->type == CONFIG_TYPE_INT ? "" : " with an optional unit", o->zero_word != NULL ? " or " : "",
+                 o->zero_word != NULL ? o->zero_word : "");
         return false;
     }
     if (o->type == CONFIG_TYPE_INT) {

@@ -76,6 +76,18 @@ static ejson_status nomem(writer *w)
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* strings */
 
+/* True when none of the eight bytes of w needs a look of its own: each is printable ASCII (0x20 to 0x7F), neither
+ * '"' nor '\\'. Without false negatives: a byte below 0x20 sets its top bit in w - 0x20.., whatever the borrow from
+ * the byte below; a borrow only makes a clean byte look dirty, which costs a byte-by-byte look and nothing else. */
+static inline bool plain8(uint64_t w)
+{
+    const uint64_t ones = UINT64_C(0x0101010101010101), tops = UINT64_C(0x8080808080808080);
+    uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
+    uint64_t low = w - ones * 0x20;
+    uint64_t has_quote = (quote - ones) & ~quote, has_slash = (slash - ones) & ~slash;
+    return ((w | low | has_quote | has_slash) & tops) == 0;
+}
+
 /* A JSON string, escaped as PostgreSQL's escape_json writes it: \" \\ \b \f \n \r \t, other controls as \u00XX,
  * everything else (DEL, non-ASCII) as is. False when s is not valid UTF-8. */
 static bool put_string(strbuf *out, const char *str, size_t len)
@@ -87,7 +99,20 @@ static bool put_string(strbuf *out, const char *str, size_t len)
     strbuf_putc(out, '"');
     size_t run = 0; /* start of the pending run of characters copied as they are */
     bool ascii = true;
+    size_t words_from = 0; /* where to try eight bytes at a time again: past a word that had to be looked into */
     for (size_t i = 0; i < len; i++) {
+        if (i >= words_from) {
+            while (i + 8 <= len) {
+                uint64_t w;
+                memcpy(&w, s + i, 8);
+                if (!plain8(w))
+                    break;
+                i += 8;
+            }
+            if (i >= len)
+                break;
+            words_from = i + 8;
+        }
         unsigned char c = s[i];
         if (c >= 0x80) {
             ascii = false;

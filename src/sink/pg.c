@@ -238,6 +238,22 @@ sink_status sink_connect(sink *s)
     log_debug("PostgreSQL round trip: %.2f ms; insert runs of %zu rows or more go by COPY", s->rtt_s * 1e3,
               sink_copy_min_rows(s));
 
+    /* The shared lock table's size, for batch_tables = auto. PostgreSQL sizes it for max_locks_per_transaction locks
+     * per process slot (lock.c: NLOCKENTS, over MaxBackends and the prepared transactions; MaxBackends counts the
+     * connections, the autovacuum workers and launcher, the background workers and the WAL senders). A server that
+     * counts further slots (17's auxiliary ones, 18's autovacuum_worker_slots) has a larger table: the figure errs
+     * low. */
+    if (!exec_sync(s,
+                   "SELECT current_setting('max_locks_per_transaction')::bigint * "
+                   "(current_setting('max_connections')::bigint + current_setting('autovacuum_max_workers')::bigint "
+                   "+ 1 + current_setting('max_worker_processes')::bigint + current_setting('max_wal_senders')::bigint "
+                   "+ current_setting('max_prepared_transactions')::bigint)",
+                   0, NULL, &res, "reading the size of the lock table"))
+        goto fail;
+    s->lock_slots = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    res = NULL;
+
     /* Fence: one daemon per service. The advisory lock lives as long as this session. */
     const char *params[1] = {s->service};
     if (!exec_sync(s, "SELECT pg_try_advisory_lock(hashtextextended('oplog2pg.service:' || $1, 0))", 1, params, &res,
@@ -314,6 +330,19 @@ fail : {
     s->conn = NULL;
     return st;
 }
+}
+
+uint64_t sink_lock_slots(const sink *s)
+{
+    return s->lock_slots;
+}
+
+uint64_t sink_auto_batch_tables(const sink *s)
+{
+    if (s->lock_slots == 0)
+        return SINK_AUTO_BATCH_TABLES;
+    uint64_t n = s->lock_slots / 5 / 2;
+    return n > 0 ? n : 1;
 }
 
 int sink_read_checkpoint(sink *s, op_pos *out)

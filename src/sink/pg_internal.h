@@ -135,6 +135,7 @@ struct sink {
     sink_copy_out *stream_out; /* allocated at the first COPY, kept */
 
     double rtt_s;        /* the network round trip to PostgreSQL: the fastest of three pings at connect */
+    uint64_t lock_slots; /* the server's shared lock table, read at connect (sink_auto_batch_tables) */
     bool copy_by_rtt;    /* copy_min_rows was left to the default: raised by the round trip (sink_copy_min_rows) */
     sink_status failed;  /* first failure in the current pipeline, reported at pipe_drain */
     pgconn *probe;       /* a side connection that asks pg_stat_activity what a long wait is about */

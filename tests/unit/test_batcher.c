@@ -313,7 +313,8 @@ START_TEST(test_many_namespaces)
 END_TEST
 
 /* batch_tables: a group commits once it has written to that many namespaces (inserts, updates and deletes alike,
- * each namespace once, DDL once per op), between entries only; a namespace written to again does not count again. */
+ * each namespace once, a DDL op as BATCHER_DDL_TABLES each time), between entries only; a namespace written to again
+ * does not count again. */
 START_TEST(test_table_bound)
 {
     teardown();
@@ -340,6 +341,14 @@ START_TEST(test_table_bound)
     feed(OP_DROP, "shop", "z", 0);
     expect_log("copy shop.a 1 @1:6; copy shop.b 1 @1:7; drop shop.z; commit 1:8; ");
     ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_SIZE], 2);
+    /* a DDL op counts as two: with one namespace written to, it takes the group to three */
+    memset(R.log, 0, sizeof R.log);
+    ck_assert_uint_eq(BATCHER_DDL_TABLES, 2);
+    feed(OP_DROP, "shop", "y", 0);
+    expect_log("drop shop.y; ");
+    feed(OP_INSERT, "shop", "a", 0);
+    expect_log("drop shop.y; copy shop.a 1 @1:10; commit 1:10; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_SIZE], 3);
     /* one entry over more namespaces than the bound is not split */
     memset(R.log, 0, sizeof R.log);
     op_entry e;
@@ -352,8 +361,8 @@ START_TEST(test_table_bound)
     e.atomic = true;
     ck_assert_int_eq(batcher_add(B, &e, 0), APPLY_OK);
     op_entry_clear(&e);
-    expect_log("copy shop.p 1 @1:9; copy shop.q 1 @1:9; copy shop.r 1 @1:9; copy shop.s 1 @1:9; copy shop.t 1 @1:9; "
-               "commit 1:9; ");
+    expect_log("copy shop.p 1 @1:11; copy shop.q 1 @1:11; copy shop.r 1 @1:11; copy shop.s 1 @1:11; "
+               "copy shop.t 1 @1:11; commit 1:11; ");
 }
 END_TEST
 

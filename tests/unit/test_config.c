@@ -83,6 +83,7 @@ static void assert_same(const config *a, const config *b)
     /* And the fields themselves, not only their text. */
     ck_assert_int_eq(a->batch_rows, b->batch_rows);
     ck_assert_int_eq(a->batch_bytes, b->batch_bytes);
+    ck_assert_int_eq(a->batch_tables, b->batch_tables);
     ck_assert_int_eq(a->flush_interval_ms, b->flush_interval_ms);
     ck_assert_int_eq(a->catchup_interval_ms, b->catchup_interval_ms);
     ck_assert_int_eq(a->queue_size, b->queue_size);
@@ -115,6 +116,7 @@ START_TEST(test_defaults)
     ck_assert_ptr_null(c.exclude.items[0]);
     ck_assert_int_eq(c.batch_rows, 100000);
     ck_assert_int_eq(c.batch_bytes, 8 * 1024 * 1024);
+    ck_assert_int_eq(c.batch_tables, 0); /* auto */
     ck_assert_int_eq(c.flush_interval_ms, 200);
     ck_assert_int_eq(c.catchup_interval_ms, 1000);
     ck_assert_int_eq(c.queue_size, 10000);
@@ -297,6 +299,14 @@ START_TEST(test_types_and_units)
     ck_assert_int_eq(c.batch_bytes, 1024);
     config_free(&c);
 
+    /* batch_tables: a number, or auto (in any case) for 0, which oplog2pg fills in; 0 itself is out of range. */
+    load_ok("[replication]\nbatch_tables = 2500\n", &c);
+    ck_assert_int_eq(c.batch_tables, 2500);
+    config_free(&c);
+    load_ok("[replication]\nbatch_tables = AUTO\n", &c);
+    ck_assert_int_eq(c.batch_tables, 0);
+    config_free(&c);
+
     /* A UTF-8 byte order mark is skipped; CRLF line ends are fine. */
     load_ok("\xEF\xBB\xBF[replication]\r\nbatch_rows = 77\r\n", &c);
     ck_assert_int_eq(c.batch_rows, 77);
@@ -340,6 +350,9 @@ START_TEST(test_errors_name_file_line_key)
                  "[replication] batch_rows: ", "\"10x\" is not a whole number");
     expect_error("[replication]\nbatch_rows = \n", 2, "[replication] batch_rows: ", "is not a whole number");
     expect_error("[replication]\nbatch_rows = 0\n", 2, "[replication] batch_rows: ", "out of range (1 .. 10000000)");
+    expect_error("[replication]\nbatch_tables = 0\n", 2, "[replication] batch_tables: ", "out of range (1 .. 1000000)");
+    expect_error("[replication]\nbatch_tables = some\n", 2,
+                 "[replication] batch_tables: ", "\"some\" is not a whole number or auto");
     expect_error("[replication]\nqueue_size = 20000000\n", 2, "[replication] queue_size: ", "out of range");
     expect_error("[replication]\nbatch_bytes = 2GB\n", 2, "[replication] batch_bytes: ", "out of range (1kB .. 1GB)");
     expect_error("[replication]\nbatch_bytes = 512\n", 2, "[replication] batch_bytes: ", "out of range");
@@ -716,6 +729,7 @@ START_TEST(test_print_round_trip)
         "flush_interval = 90s\nqueue_size = 123\napply_mode = per-op\n"
         "[logging]\nlevel = error\nprogress_interval = 0\ntimestamps = off\n",
         "[replication]\nflush_interval = 61000\nbatch_bytes = 1025\n[logging]\nprogress_interval = 2h\n",
+        "[replication]\nbatch_tables = 2500\n",
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         config a, b;
@@ -735,6 +749,7 @@ START_TEST(test_print_round_trip)
     ck_assert_msg(strstr(printed, "flush_interval = 61s\n") != NULL, "%s", printed);
     ck_assert_msg(strstr(printed, "batch_bytes = 3kB\n") != NULL, "%s", printed);
     ck_assert_msg(strstr(printed, "\n[replication]\n") != NULL, "%s", printed);
+    ck_assert_msg(strstr(printed, "batch_tables = auto\n") != NULL, "%s", printed);
     free(printed);
     config_free(&c);
 }

@@ -141,6 +141,45 @@ START_TEST(test_strings)
 }
 END_TEST
 
+/* Strings are scanned eight bytes at a time: a character that needs escaping, or a non-ASCII one, is found at every
+ * position within a word and across words, and so are the bytes either side of the ones that need escaping (0x1F /
+ * 0x20, '!' and '#' beside '"', '[' and ']' beside '\\'). Invalid UTF-8 at any position is refused. */
+START_TEST(test_strings_every_position)
+{
+    static const struct {
+        const char *in, *out;
+    } chars[] = {
+        {"\"", "\\\""}, {"\\", "\\\\"}, {"\n", "\\n"}, {"\x01", "\\u0001"}, {"\x1f", "\\u001f"}, {" ", " "}, {"!", "!"},
+        {"#", "#"},     {"[", "["},     {"]", "]"},    {"\x7f", "\x7f"},    {"é", "é"},          {"€", "€"},
+    };
+    char in[64], want[96];
+    for (size_t c = 0; c < sizeof chars / sizeof chars[0]; c++) {
+        for (size_t pre = 0; pre <= 17; pre++) {
+            for (size_t post = 0; post <= 17; post += 4) {
+                snprintf(in, sizeof in, "%.*s%s%.*s%s", (int)pre, "abcdefghijklmnopqrstuvwxyz", chars[c].in, (int)post,
+                         "ABCDEFGHIJKLMNOPQRSTUVWXYZ", chars[c].in);
+                snprintf(want, sizeof want, "{\"s\":\"%.*s%s%.*s%s\"}", (int)pre, "abcdefghijklmnopqrstuvwxyz",
+                         chars[c].out, (int)post, "ABCDEFGHIJKLMNOPQRSTUVWXYZ", chars[c].out);
+                bson_t doc = BSON_INITIALIZER;
+                bson_append_utf8(&doc, "s", 1, in, (int)strlen(in));
+                char *got = ejson_document(&doc, NULL);
+                ck_assert_msg(got != NULL && strcmp(got, want) == 0, "\n  want: %s\n  got:  %s", want,
+                              got ? got : "(refused)");
+                free(got);
+                bson_destroy(&doc);
+            }
+        }
+    }
+    for (size_t pre = 0; pre <= 17; pre++) {
+        snprintf(in, sizeof in, "%.*s\xff%s", (int)pre, "abcdefghijklmnopqrstuvwxyz", "tail of the string");
+        bson_t doc = BSON_INITIALIZER;
+        bson_append_utf8(&doc, "s", 1, in, (int)strlen(in));
+        ck_assert_msg(ejson_document(&doc, NULL) == NULL, "0xFF after %zu bytes was not refused", pre);
+        bson_destroy(&doc);
+    }
+}
+END_TEST
+
 /* Text that is not UTF-8 is refused, naming where it is; nothing half-written leaks out. */
 START_TEST(test_invalid_utf8_refused)
 {
@@ -672,6 +711,7 @@ Suite *ejson_suite(void)
     tcase_add_test(tc, test_dates);
     tcase_add_test(tc, test_every_type);
     tcase_add_test(tc, test_strings);
+    tcase_add_test(tc, test_strings_every_position);
     tcase_add_test(tc, test_invalid_utf8_refused);
     tcase_add_test(tc, test_depth);
     tcase_add_test(tc, test_random_documents_match_libbson);
