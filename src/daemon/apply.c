@@ -92,8 +92,8 @@ typedef struct {
     op_pos careful_until;
     op_pos last_taken; /* the last entry handed to the batcher */
     /* A bound on the tables of a flush group below batch_tables, set when PostgreSQL ran out of shared memory (its
-     * lock table full) in a group: half the bound that group had, until a reload (0: none). tables_logged: the bound
-     * last logged. */
+     * lock table full) in a group: half the tables that group had written to, until a reload (0: none).
+     * tables_logged: the bound last logged. */
     uint64_t tables_cap, tables_logged;
     /* 1 + the session's commits when the last idle marker was taken; 0: none yet (see behind()) */
     uint64_t idle_after;
