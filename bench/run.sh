@@ -9,8 +9,8 @@
 #      small (~320 B) and large (~10 kB) documents, tailing and replay, against psql \copy of the same rows into the
 #      same table shape, also on warm connections (each side's second load of as many rows, since a new backend pays
 #      a page fault for each page of shared memory it touches first); many collections (1, 100 and 2 000,
-#      round-robin; 2 000 again on a cluster with max_locks_per_transaction = 256); peak memory with a
-#      10-million-entry backlog and with 16 MB documents;
+#      round-robin; 2 000 again on a cluster with max_locks_per_transaction = 256, and with the daemon's
+#      max_prepared_statements = 4000); peak memory with a 10-million-entry backlog and with 16 MB documents;
 #   4. the initial copy, with one worker and with four, against psql \copy (one session, and four at once);
 #   5. what the key column costs an insert (psql \copy into the three key shapes);
 #   6. typed tables (issue 11): a mapped collection of typed columns, and arrays of 1 000 doubles into a
@@ -76,6 +76,11 @@ echo "The same at 2 000 collections on a second throwaway cluster whose lock tab
 echo "(max_locks_per_transaction = 256): batch_tables = auto then lets a flush group span every collection."
 echo
 WITH_PG_OPTS="-c max_locks_per_transaction=256" scripts/with-pg.sh \
+    "$build/bench/replication" collections "${BENCH_COLLECTIONS:-100000}" 2000 2>/dev/null
+echo
+echo "And on the default lock table, with room for every table's insert prepared (max_prepared_statements = 4000)."
+echo
+BENCH_REPLICATION_INI=$'[postgres]\nmax_prepared_statements = 4000' scripts/with-pg.sh \
     "$build/bench/replication" collections "${BENCH_COLLECTIONS:-100000}" 2000 2>/dev/null
 echo
 echo "## Memory: a 10-million-entry backlog and 16 MB documents (issue 13)"

@@ -40,11 +40,12 @@
 
 typedef enum {
     FLUSH_CONFLICT = 0, /* an update/delete/DDL met a pending insert run (writes the run; no commit) */
-    FLUSH_SIZE,
+    FLUSH_SIZE,         /* batch_rows or batch_bytes */
     FLUSH_TIMER,
     FLUSH_IDLE,
     FLUSH_EXIT,
     FLUSH_PER_OP,
+    FLUSH_TABLES, /* batch_tables: the group wrote to as many namespaces as its locks may cover */
     FLUSH_TRIGGERS
 } flush_trigger;
 

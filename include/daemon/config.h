@@ -91,6 +91,7 @@ typedef struct config {
     /* [postgres] */
     char *postgres_conninfo; /* libpq conninfo or URI; "" = libpq's environment defaults */
     int64_t postgres_peer_timeout_ms;
+    int64_t postgres_max_prepared; /* max_prepared_statements: the sink's bound (src/sink/stmt.c) */
     /* [replication] */
     char *service;
     config_list include;

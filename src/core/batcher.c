@@ -64,7 +64,8 @@ struct batcher {
     const char *why; /* why the batcher itself refused the last op (the op's refusal text), NULL = the sink did */
 };
 
-static const char *const trigger_names[FLUSH_TRIGGERS] = {"conflict", "size", "timer", "idle", "exit", "per-op"};
+static const char *const trigger_names[FLUSH_TRIGGERS] = {"conflict", "size",   "timer", "idle",
+                                                          "exit",     "per-op", "tables"};
 
 const char *flush_trigger_name(flush_trigger t)
 {
@@ -481,9 +482,10 @@ apply_status batcher_add(batcher *b, op_entry *e, uint64_t now_ms)
         return APPLY_OK;
     if (b->cfg.per_op || b->cfg.careful)
         return batcher_flush(b, FLUSH_PER_OP);
-    if (b->group_ops >= b->cfg.batch_rows || b->group_bytes >= b->cfg.batch_bytes ||
-        (b->cfg.batch_tables > 0 && b->group_tables >= b->cfg.batch_tables))
+    if (b->group_ops >= b->cfg.batch_rows || b->group_bytes >= b->cfg.batch_bytes)
         return batcher_flush(b, FLUSH_SIZE);
+    if (b->cfg.batch_tables > 0 && b->group_tables >= b->cfg.batch_tables)
+        return batcher_flush(b, FLUSH_TABLES);
     return APPLY_OK;
 }
 

@@ -93,8 +93,9 @@ typedef struct {
     op_pos last_taken; /* the last entry handed to the batcher */
     /* A bound on the tables of a flush group below batch_tables, set when PostgreSQL ran out of shared memory (its
      * lock table full) in a group: half the tables that group had written to, until a reload (0: none).
-     * tables_logged: the bound last logged. */
+     * tables_logged: the bound last logged; tables_hinted: a group committed at that bound was logged. */
     uint64_t tables_cap, tables_logged;
+    bool tables_hinted;
     /* 1 + the session's commits when the last idle marker was taken; 0: none yet (see behind()) */
     uint64_t idle_after;
 
@@ -322,6 +323,29 @@ static void end_session(daemon_ctx *d, session_end why, int code)
     ev_break(d->loop, EVBREAK_ALL);
 }
 
+/* A group committed because it had written to as many tables as its bound: said once for each bound the session
+ * start logs (tables_logged), with what it costs and what raises the bound. A stream that keeps going round more
+ * tables than that gives each table a row or a few per transaction, and PostgreSQL pays for opening, locking and
+ * planning each table again every time (docs/benchmarks.md, "Many tables: the prepared statements' bound, and the
+ * groups the lock table cuts"). */
+static void hint_tables_bound(daemon_ctx *d)
+{
+    d->tables_hinted = true;
+    unsigned long long bound = (unsigned long long)group_tables(d);
+    if (d->cfg->batch_tables == 0 && d->tables_cap == 0)
+        log_info("a flush group committed on reaching %llu tables (batch_tables = auto, a fifth of PostgreSQL's lock "
+                 "table): when the oplog spreads over more tables than that, each gets few rows a transaction; "
+                 "raising max_locks_per_transaction in PostgreSQL raises the bound; oplog2pg_flushes_total"
+                 "{trigger=\"tables\"} counts these commits",
+                 bound);
+    else
+        log_info("a flush group committed on reaching %llu tables (%s): when the oplog spreads over more tables than "
+                 "that, each gets few rows a transaction; oplog2pg_flushes_total{trigger=\"tables\"} counts these "
+                 "commits",
+                 bound,
+                 d->tables_cap != 0 ? "the bound set after PostgreSQL ran out of shared memory" : "batch_tables");
+}
+
 /* A failure while applying: passing ones end the session, a refusal of data goes careful, the rest stop. */
 static void on_sink_failure(daemon_ctx *d, apply_status st)
 {
@@ -491,6 +515,9 @@ static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
                                       : METRICS_OP_DDL;
             m->ops_applied[mk] += bs->committed_ops[k];
         }
+        _Static_assert((int)FLUSH_TRIGGERS == (int)METRICS_FLUSH_TRIGGERS &&
+                           (int)FLUSH_TABLES == (int)METRICS_FLUSH_TABLES,
+                       "core/batcher.h's flush triggers and daemon/metrics.h's labels are in the same order");
         for (int t = 0; t < FLUSH_TRIGGERS && t < METRICS_FLUSH_TRIGGERS; t++)
             m->flushes[t] += bs->flushes[t];
         m->commits += bs->commits;
@@ -691,6 +718,8 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
                 d->caught_up = false;
                 d->last_taken = it->entry->pos;
                 st = batcher_add(d->bt, it->entry, clock_ms());
+                if (st == APPLY_OK && !d->tables_hinted && batcher_get_stats(d->bt)->flushes[FLUSH_TABLES] > 0)
+                    hint_tables_bound(d);
                 if (st == APPLY_OK)
                     st = batcher_tick(d->bt, clock_ms(), behind(d, i + 1 < n));
                 if (st == APPLY_OK && d->careful)
@@ -841,6 +870,7 @@ static void run_session(daemon_ctx *d)
     batcher_config bc = batcher_config_from(d, d->careful);
     if (bc.batch_tables != d->tables_logged) {
         d->tables_logged = bc.batch_tables;
+        d->tables_hinted = false;
         if (d->tables_cap == 0 && d->cfg->batch_tables == 0)
             log_info("flush groups commit at %llu tables at most (batch_tables = auto: a fifth of PostgreSQL's lock "
                      "table of %llu locks, at two a table)",
@@ -1010,6 +1040,7 @@ static bool ctx_init(daemon_ctx *d, config *cfg, const char *config_path, const 
         .per_op = cfg->apply_mode == CONFIG_APPLY_PER_OP,
         .maps = &cfg->maps,
         .peer_timeout_s = (int)(cfg->postgres_peer_timeout_ms / 1000),
+        .max_prepared = (uint32_t)cfg->postgres_max_prepared,
         .wait_hook = pg_wait_hook,
         .wait_arg = d,
         /* The watchdog is fed from the hook while PostgreSQL keeps us waiting: at least four times per period. */

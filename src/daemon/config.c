@@ -86,6 +86,16 @@ static const struct option_def options[] = {
                       "busy server that merely keeps oplog2pg waiting (a lock) is not dead"},
      .offset = offsetof(config, postgres_peer_timeout_ms)},
 
+    {.info = {.section = "postgres", .name = "max_prepared_statements", TYPE(INT, "int"), .default_text = "1000",
+              .min = 1, .max = 1000000,
+              .help = "statements (a table's insert, update or delete) the daemon's connection keeps prepared at "
+                      "once; past it, a statement no recent commit used makes room, or the op is planned for one "
+                      "execution. Each costs PostgreSQL about 8 kB in that connection's backend, and every "
+                      "catalog change in the database (any session's CREATE, DROP or ANALYZE) makes the backend "
+                      "visit all of them; raise it when writes go round more tables than this "
+                      "(oplog2pg_statements_unnamed_total keeps growing)"},
+     .offset = offsetof(config, postgres_max_prepared)},
+
     {.info = {.section = "replication", .name = "service", TYPE(STRING, "string"), .default_text = "default",
               .help = "name of this replication stream: the key of its checkpoint row (--service overrides it)"},
      .offset = offsetof(config, service), .check = check_service},

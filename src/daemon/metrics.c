@@ -66,8 +66,8 @@ bool metrics_parse_listen(const char *listen, char *host, size_t hostlen, int *p
 /* ---- rendering --------------------------------------------------------------------------------------------------- */
 
 static const char *const op_kind_label[METRICS_OP_KINDS] = {"insert", "update", "delete", "ddl", "noop"};
-static const char *const trigger_label[METRICS_FLUSH_TRIGGERS] = {"conflict", "size", "timer",
-                                                                  "idle",     "exit", "per_op"};
+static const char *const trigger_label[METRICS_FLUSH_TRIGGERS] = {"conflict", "size",   "timer", "idle",
+                                                                  "exit",     "per_op", "tables"};
 static const char *const method_label[METRICS_WRITE_METHODS] = {"copy", "insert", "update", "delete"};
 
 /* The fewest digits that read back as the same double, laid out as %.15g would (dtoa_g); NaN and the infinities in

@@ -1,6 +1,7 @@
 /*
  * stmt.c — the statements of the jsonb shape's tables (upsert, update, delete): prepared on this connection when an
- * op needs one the second time, and no more than max_prepared of them at once (SINK_MAX_PREPARED unless set).
+ * op needs one the second time, and no more than max_prepared of them at once ([postgres] max_prepared_statements;
+ * SINK_MAX_PREPARED unless set).
  *
  * NOTES
  * Why a bound. A backend visits every plan it has cached for each invalidation message it processes (plancache.c

@@ -260,16 +260,24 @@ static double metric(const char *text, const char *series)
     return -1;
 }
 
+/* Starts service `name` with the metrics endpoint on a free port (and more_ini after it), and waits until it is caught
+ * up; returns the port. */
+static int start_with_metrics(denv *e, const char *name, const char *more_ini)
+{
+    int port = free_port();
+    char extra[256];
+    snprintf(extra, sizeof extra, "[metrics]\nlisten = 127.0.0.1:%d\n%s", port, more_ini);
+    denv_start(e, name, NULL, extra);
+    denv_daemon_start(e);
+    ck_assert(denv_wait_caught_up(e, 30));
+    return port;
+}
+
 /* The counters a scrape shows match what was applied: 300 inserts, 40 updates, 25 deletes. */
 START_TEST(test_metrics_scrape)
 {
-    int port = free_port();
-    char extra[128];
-    snprintf(extra, sizeof extra, "[metrics]\nlisten = 127.0.0.1:%d\n", port);
     denv e;
-    denv_start(&e, "metrics", NULL, extra);
-    denv_daemon_start(&e);
-    ck_assert(denv_wait_caught_up(&e, 30));
+    int port = start_with_metrics(&e, "metrics", "");
 
     denv_insert_range(&e, "rep_metrics_a", "c", 1, 300);
     mongoc_client_t *c = mongoc_client_new(e.uri);
@@ -326,6 +334,39 @@ START_TEST(test_metrics_scrape)
     denv_stop(&e);
     ck_assert_msg(curl_get(url, false, body, 65536) != 0, "the endpoint still answers after the daemon stopped");
     free(body);
+}
+END_TEST
+
+/* [postgres] max_prepared_statements reaches the connection: with room for two statements, inserts going round four
+ * collections leave two of them planned afresh each time, and the metrics count those (the default room, 1 000,
+ * would send none unnamed here). */
+START_TEST(test_max_prepared_statements)
+{
+    denv e;
+    int port = start_with_metrics(&e, "maxprep", "[postgres]\nmax_prepared_statements = 2\n");
+    for (int round = 1; round <= 3; round++) {
+        for (int c = 0; c < 4; c++) {
+            char coll[8];
+            snprintf(coll, sizeof coll, "c%d", c);
+            denv_insert_range(&e, "rep_maxprep_a", coll, round, round);
+        }
+        ck_assert(denv_wait_caught_up(&e, 30));
+    }
+    char url[128], *body = malloc(65536);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", port);
+    double until = denv_now() + 30;
+    for (;;) { /* the snapshot is published every second */
+        ck_assert_int_eq(curl_get(url, true, body, 65536), 0);
+        if (metric(body, "oplog2pg_ops_applied_total{kind=\"insert\"}") == 12 || denv_now() > until)
+            break;
+        usleep(100 * 1000);
+    }
+    ck_assert_double_eq(metric(body, "oplog2pg_ops_applied_total{kind=\"insert\"}"), 12);
+    ck_assert_msg(metric(body, "oplog2pg_statements_unnamed_total") >= 2,
+                  "no statement went unnamed with room for two: the bound did not reach the connection");
+    free(body);
+    denv_expect_match(&e);
+    denv_stop(&e);
 }
 END_TEST
 
@@ -469,6 +510,7 @@ Suite *operate_suite(void)
     tcase_add_test(tc, test_watchdog_fed_while_waiting_on_a_lock);
     tcase_add_test(tc, test_idle_connection_loss_noticed);
     tcase_add_test(tc, test_metrics_scrape);
+    tcase_add_test(tc, test_max_prepared_statements);
     tcase_add_test(tc, test_dead_letters);
     tcase_add_test(tc, test_stop_on_refused_op);
     suite_add_tcase(s, tc);

@@ -880,6 +880,9 @@ START_TEST(test_many_collections)
     many_collections(&e, "many", "", out);
     ck_assert_msg(denv_file_contains(out, "(batch_tables = auto: a fifth of PostgreSQL's lock table"),
                   "the replay did not say how many tables its groups take");
+    ck_assert_msg(denv_file_contains(out, "a flush group committed on reaching") &&
+                      denv_file_contains(out, "raising max_locks_per_transaction in PostgreSQL raises the bound"),
+                  "the replay did not say its groups were cut at the bound");
     ck_assert_msg(!denv_file_contains(out, "shared memory"), "PostgreSQL ran out of lock table on the way");
     denv_stop(&e);
 }
@@ -895,6 +898,8 @@ START_TEST(test_lock_table_full_halves_groups)
     many_collections(&e, "lockfull", "batch_tables = 1000000", out);
     ck_assert_msg(denv_file_contains(out, "out of shared memory"), "the lock table never filled: nothing was tested");
     ck_assert_msg(denv_file_contains(out, "groups now commit at"), "the daemon did not make its groups smaller");
+    ck_assert_msg(denv_file_contains(out, "tables (the bound set after PostgreSQL ran out of shared memory)"),
+                  "the groups cut at the smaller bound were not reported");
     denv_stop(&e);
 }
 END_TEST

@@ -332,7 +332,7 @@ START_TEST(test_table_bound)
     expect_log("delete shop.b; ");
     feed(OP_UPDATE, "shop", "c", 0); /* the third namespace: the group commits */
     expect_log("delete shop.b; update shop.c; copy shop.a 2 @1:2; copy shop.b 1 @1:4; commit 1:5; ");
-    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_SIZE], 1);
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_TABLES], 1);
     /* the next group counts afresh: a and b again, then a DDL op */
     memset(R.log, 0, sizeof R.log);
     feed(OP_INSERT, "shop", "a", 0);
@@ -340,7 +340,7 @@ START_TEST(test_table_bound)
     expect_log("");
     feed(OP_DROP, "shop", "z", 0);
     expect_log("copy shop.a 1 @1:6; copy shop.b 1 @1:7; drop shop.z; commit 1:8; ");
-    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_SIZE], 2);
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_TABLES], 2);
     /* a DDL op counts as two: with one namespace written to, it takes the group to three */
     memset(R.log, 0, sizeof R.log);
     ck_assert_uint_eq(BATCHER_DDL_TABLES, 2);
@@ -348,7 +348,7 @@ START_TEST(test_table_bound)
     expect_log("drop shop.y; ");
     feed(OP_INSERT, "shop", "a", 0);
     expect_log("drop shop.y; copy shop.a 1 @1:10; commit 1:10; ");
-    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_SIZE], 3);
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_TABLES], 3);
     /* one entry over more namespaces than the bound is not split */
     memset(R.log, 0, sizeof R.log);
     op_entry e;

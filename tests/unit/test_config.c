@@ -19,6 +19,7 @@
 #include "daemon/config.h"
 #include "daemon/config_ini.h"
 #include "daemon/config_values.h"
+#include "sink/pg.h"
 
 /* ---- helpers ----------------------------------------------------------------------------------------------------- */
 
@@ -84,6 +85,7 @@ static void assert_same(const config *a, const config *b)
     ck_assert_int_eq(a->batch_rows, b->batch_rows);
     ck_assert_int_eq(a->batch_bytes, b->batch_bytes);
     ck_assert_int_eq(a->batch_tables, b->batch_tables);
+    ck_assert_int_eq(a->postgres_max_prepared, b->postgres_max_prepared);
     ck_assert_int_eq(a->flush_interval_ms, b->flush_interval_ms);
     ck_assert_int_eq(a->catchup_interval_ms, b->catchup_interval_ms);
     ck_assert_int_eq(a->queue_size, b->queue_size);
@@ -116,7 +118,8 @@ START_TEST(test_defaults)
     ck_assert_ptr_null(c.exclude.items[0]);
     ck_assert_int_eq(c.batch_rows, 100000);
     ck_assert_int_eq(c.batch_bytes, 8 * 1024 * 1024);
-    ck_assert_int_eq(c.batch_tables, 0); /* auto */
+    ck_assert_int_eq(c.batch_tables, 0);                          /* auto */
+    ck_assert_int_eq(c.postgres_max_prepared, SINK_MAX_PREPARED); /* the sink's own bound, named */
     ck_assert_int_eq(c.flush_interval_ms, 200);
     ck_assert_int_eq(c.catchup_interval_ms, 1000);
     ck_assert_int_eq(c.queue_size, 10000);
@@ -306,6 +309,9 @@ START_TEST(test_types_and_units)
     load_ok("[replication]\nbatch_tables = AUTO\n", &c);
     ck_assert_int_eq(c.batch_tables, 0);
     config_free(&c);
+    load_ok("[postgres]\nmax_prepared_statements = 4000\n", &c);
+    ck_assert_int_eq(c.postgres_max_prepared, 4000);
+    config_free(&c);
 
     /* A UTF-8 byte order mark is skipped; CRLF line ends are fine. */
     load_ok("\xEF\xBB\xBF[replication]\r\nbatch_rows = 77\r\n", &c);
@@ -351,6 +357,8 @@ START_TEST(test_errors_name_file_line_key)
     expect_error("[replication]\nbatch_rows = \n", 2, "[replication] batch_rows: ", "is not a whole number");
     expect_error("[replication]\nbatch_rows = 0\n", 2, "[replication] batch_rows: ", "out of range (1 .. 10000000)");
     expect_error("[replication]\nbatch_tables = 0\n", 2, "[replication] batch_tables: ", "out of range (1 .. 1000000)");
+    expect_error("[postgres]\nmax_prepared_statements = 0\n", 2,
+                 "[postgres] max_prepared_statements: ", "out of range (1 .. 1000000)");
     expect_error("[replication]\nbatch_tables = some\n", 2,
                  "[replication] batch_tables: ", "\"some\" is not a whole number or auto");
     expect_error("[replication]\nqueue_size = 20000000\n", 2, "[replication] queue_size: ", "out of range");
@@ -730,6 +738,7 @@ START_TEST(test_print_round_trip)
         "[logging]\nlevel = error\nprogress_interval = 0\ntimestamps = off\n",
         "[replication]\nflush_interval = 61000\nbatch_bytes = 1025\n[logging]\nprogress_interval = 2h\n",
         "[replication]\nbatch_tables = 2500\n",
+        "[postgres]\nmax_prepared_statements = 2500\n",
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         config a, b;

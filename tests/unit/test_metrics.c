@@ -224,7 +224,7 @@ START_TEST(render_every_value)
         snprintf(key, sizeof key, "oplog2pg_ops_applied_total{kind=\"%s\"}", kinds[i]);
         expect_u64(t, key, 2001 + (uint64_t)i);
     }
-    const char *triggers[] = {"conflict", "size", "timer", "idle", "exit", "per_op"};
+    const char *triggers[] = {"conflict", "size", "timer", "idle", "exit", "per_op", "tables"};
     for (int i = 0; i < METRICS_FLUSH_TRIGGERS; i++) {
         char key[128];
         snprintf(key, sizeof key, "oplog2pg_flushes_total{trigger=\"%s\"}", triggers[i]);
