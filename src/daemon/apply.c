@@ -331,19 +331,14 @@ static void end_session(daemon_ctx *d, session_end why, int code)
 static void hint_tables_bound(daemon_ctx *d)
 {
     d->tables_hinted = true;
-    unsigned long long bound = (unsigned long long)group_tables(d);
-    if (d->cfg->batch_tables == 0 && d->tables_cap == 0)
-        log_info("a flush group committed on reaching %llu tables (batch_tables = auto, a fifth of PostgreSQL's lock "
-                 "table): when the oplog spreads over more tables than that, each gets few rows a transaction; "
-                 "raising max_locks_per_transaction in PostgreSQL raises the bound; oplog2pg_flushes_total"
-                 "{trigger=\"tables\"} counts these commits",
-                 bound);
-    else
-        log_info("a flush group committed on reaching %llu tables (%s): when the oplog spreads over more tables than "
-                 "that, each gets few rows a transaction; oplog2pg_flushes_total{trigger=\"tables\"} counts these "
-                 "commits",
-                 bound,
-                 d->tables_cap != 0 ? "the bound set after PostgreSQL ran out of shared memory" : "batch_tables");
+    bool automatic = d->cfg->batch_tables == 0 && d->tables_cap == 0;
+    const char *bound_is = d->tables_cap != 0 ? "the bound set after PostgreSQL ran out of shared memory"
+                           : automatic        ? "batch_tables = auto, a fifth of PostgreSQL's lock table"
+                                              : "batch_tables";
+    log_info("a flush group committed on reaching %llu tables (%s): when the oplog spreads over more tables than that, "
+             "each gets few rows a transaction; %soplog2pg_flushes_total{trigger=\"tables\"} counts these commits",
+             (unsigned long long)group_tables(d), bound_is,
+             automatic ? "raising max_locks_per_transaction in PostgreSQL raises the bound; " : "");
 }
 
 /* A failure while applying: passing ones end the session, a refusal of data goes careful, the rest stop. */
