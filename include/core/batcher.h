@@ -142,5 +142,9 @@ const batcher_stats *batcher_get_stats(const batcher *b);
 /* The namespaces the open group has written to so far, and its DDL ops (what batch_tables bounds): after a failure,
  * those of the group that failed. */
 uint64_t batcher_group_tables(const batcher *b);
+/* Of those, the ones the last logical entry taken (all its parts so far) added, counted for the whole of each part
+ * before any of it is sent: equal to batcher_group_tables when that entry is alone in the group (or beside entries
+ * that write nothing), a group a smaller batch_tables cannot split. */
+uint64_t batcher_entry_tables(const batcher *b);
 
 #endif

@@ -105,6 +105,7 @@ typedef struct config {
     int64_t queue_bytes;
     enum config_apply_mode apply_mode;
     enum config_on_error on_error;
+    int64_t unlisted_error_limit; /* failures in a row of one op with one SQLSTATE the error policy does not list */
     /* [copy] */
     int64_t copy_workers;
     int64_t copy_batch_docs;

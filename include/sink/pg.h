@@ -18,10 +18,12 @@
  * APPLY_DATA — PostgreSQL refusing an op's own data — leads to a dead letter. Waits go through sink/pgconn.h, so the
  * owner's wait hook runs at least every wait_slice_ms (1 s unless set) while PostgreSQL keeps the sink waiting.
  *
- * Fencing: at connect the sink takes a session advisory lock on the service name and writes a fresh owner token
- * into the checkpoint row; every commit's checkpoint update requires that token. So sink_connect refuses a second
- * sink for the same service (APPLY_FENCED), and a sink whose token has since been replaced cannot commit (the
- * checkpoint function raises O2FEN, APPLY_FENCED too). What the daemon makes of that (exit 6) is its own choice.
+ * Fencing: at its first connect the sink takes a session advisory lock on the service name, on a connection of its
+ * own that it keeps until sink_free (taking it again at a connect after that connection was lost), and at every
+ * connect it writes a fresh owner token into the checkpoint row; every commit's checkpoint update requires that
+ * token. So sink_connect refuses a second sink for the same service (APPLY_FENCED), a sink whose token has since been
+ * replaced cannot commit (the checkpoint function raises O2FEN, APPLY_FENCED too), and the lock stays taken between
+ * two connections of the writing one. What the daemon makes of that (exit 6) is its own choice.
  *
  * Tables: namespace db.coll lives in the schema and table map/names.h gives it (normally "db"."coll"), with
  * columns _id (text COLLATE "C", the key text) and doc (jsonb). The first write to it on a connection makes the
@@ -206,6 +208,13 @@ sink_status sink_check_idle(sink *s);
  * lock forever). The call in progress then fails as passing (APPLY_RETRY); nothing uncommitted is kept. */
 bool sink_cancel(sink *s, char *err, size_t errlen);
 
+/* Says what the owner of the sink is doing ("applying", "retrying after SQLSTATE 40001", at most SINK_ACTIVITY_MAX
+ * bytes) in the application_name of the connection holding the service lock, where `status` reads it (sink_probe)
+ * along with when it last changed. Nothing when the lock is not held; a round trip when the text changes. A
+ * connection found lost here is made again, with the lock, at the next sink_connect. */
+#define SINK_ACTIVITY_MAX 45
+void sink_set_activity(sink *s, const char *what);
+
 /* What a read-only look at PostgreSQL finds for a service (`check`, `status`): it takes no lock and writes
  * nothing, so it is safe while the daemon runs. */
 typedef struct {
@@ -213,10 +222,12 @@ typedef struct {
     bool have_table;      /* oplog2pg.checkpoint exists */
     bool have_checkpoint; /* the service has committed a position */
     op_pos pos;
-    char applied_at[64];  /* when that commit happened, as PostgreSQL prints it */
-    bool running;         /* a daemon holds the service's lock right now */
-    int64_t dead_letters; /* rows in oplog2pg.dead_letter for the service */
-    bool has_hold;        /* a transaction was open at the checkpoint: its first entry (txn_oldest_sec/inc) */
+    char applied_at[64];                  /* when that commit happened, as PostgreSQL prints it */
+    bool running;                         /* a daemon holds the service's lock right now */
+    char activity[SINK_ACTIVITY_MAX + 1]; /* what it says it does (sink_set_activity); "" when it says nothing */
+    int64_t activity_since;               /* since when (Unix seconds; 0 when unknown) */
+    int64_t dead_letters;                 /* rows in oplog2pg.dead_letter for the service */
+    bool has_hold; /* a transaction was open at the checkpoint: its first entry (txn_oldest_sec/inc) */
     op_pos hold;
 } sink_probe_result;
 
@@ -228,6 +239,9 @@ bool sink_probe(const char *conninfo, const char *service, sink_probe_result *ou
  * connected (or set an op aside): what follows a failure in the same pipeline is its consequence, not kept. */
 const char *sink_error(const sink *s);
 const char *sink_error_state(const sink *s);
+/* The oplog position of the op whose statement failed (of the last entry of a run written by COPY): false when the
+ * failure is not a statement's for an op (a lost connection, a connect, oplog2pg's own plumbing outside a group). */
+bool sink_error_pos(const sink *s, op_pos *out);
 const sink_stats *sink_get_stats(const sink *s);
 
 #endif

@@ -6,9 +6,10 @@
  *   APPLY_DATA   PostgreSQL refuses the op's own data. Only these SQLSTATEs: class 22 (data exception: a value jsonb
  *                or a column type cannot take, an update entry oplog2pg's SQL functions reject), class 23 (integrity
  *                constraint: a constraint a user put on the table refuses the row), 54000/54001 (program limit: an
- *                index row or a document too large, a document nested too deep). Only data statements (writes of an
- *                op's rows) can end here; the same code from oplog2pg's own statements (BEGIN, checkpoint, DDL
- *                plumbing) is not the op's fault and is treated as below.
+ *                index row or a document too large, a document nested too deep), P0001 (a trigger or rule on the
+ *                table raised PL/pgSQL's default SQLSTATE). Only data statements (writes of an op's rows) can end
+ *                here; the same code from oplog2pg's own statements (BEGIN, checkpoint, DDL plumbing) is not the op's
+ *                fault and is treated as below.
  *   APPLY_CONFIG a person must act: authentication and authorisation (class 28, 42501), a database that does not
  *                exist or was dropped (3D000, 57P04), and syntax or undefined-object errors (class 42: someone
  *                changed a table or function oplog2pg uses).
@@ -16,7 +17,8 @@
  *   APPLY_RETRY  everything else, in particular a broken connection (class 08, or no SQLSTATE at all), a statement
  *                or lock timeout and cancels (57014, 55P03), deadlocks and serialization failures (class 40), full
  *                disks and memory (class 53), server shutdowns (57P01-57P03), read-only standbys (25006), I/O and
- *                internal errors (classes 58, XX).
+ *                internal errors (classes 58, XX). Of these, a SQLSTATE the list does not name (pgerror_listed
+ *                false) is one nobody foresaw: the daemon retries it, but not forever on the same op.
  * The list is in pgerror.c, with the reason for each entry; docs/operations.md repeats it for operators.
  */
 #ifndef OPLOG2PG_SINK_PGERROR_H
@@ -32,6 +34,10 @@
  * DDL); false for oplog2pg's own plumbing, where a data-class error is not the op's fault. NULL = no SQLSTATE (the
  * connection broke, or libpq failed on its own): APPLY_RETRY. */
 apply_status pgerror_classify(const char *sqlstate, bool data_statement);
+
+/* Whether the policy names this SQLSTATE (itself or its class); false for NULL and "" (an error without a SQLSTATE,
+ * a broken connection, is for the caller to treat as the passing fault it is). */
+bool pgerror_listed(const char *sqlstate);
 
 /* The same for a result (NULL result, or a connection gone bad: APPLY_RETRY). */
 apply_status pgerror_classify_result(PGconn *conn, const PGresult *res, bool data_statement);

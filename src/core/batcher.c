@@ -53,6 +53,7 @@ struct batcher {
     uint64_t group_bytes;  /* what the group's runs hold (the sum of their bytes) */
     uint64_t group_no;     /* counts groups (commits and resets), so a run knows whether the open group touched it */
     uint64_t group_tables; /* namespaces written to in the open group, and DDL ops (batch_tables) */
+    uint64_t entry_base;   /* group_tables before the last logical entry taken (batcher_entry_tables) */
     bool dirty, have_last;
     bool in_parts; /* the last entry taken was a part with more to come: no commit now */
     bool has_hold; /* the last entry's hold (op_entry.hold), handed to the sink with each commit */
@@ -397,8 +398,7 @@ static apply_status apply_op(batcher *b, op *o)
             if (st != APPLY_OK)
                 return st;
         }
-        b->group_tables += BATCHER_DDL_TABLES;
-        return b->out.apply(b->out.ctx, o);
+        return b->out.apply(b->out.ctx, o); /* counted toward batch_tables by count_tables */
     }
     }
 }
@@ -447,8 +447,29 @@ apply_status batcher_flush(batcher *b, flush_trigger why)
     b->pending_entries = 0;
     memset(b->pending_ops, 0, sizeof b->pending_ops);
     b->dirty = false;
-    b->group_ops = b->group_bytes = b->group_tables = 0;
+    b->group_ops = b->group_bytes = b->group_tables = b->entry_base = 0;
     b->group_no++;
+    return APPLY_OK;
+}
+
+/* The tables of a part of an entry, counted toward batch_tables before any of its ops is sent: should the group fail,
+ * batcher_group_tables and batcher_entry_tables then count the whole entry taken last, not the ops that happened to
+ * be sent before the failure showed. */
+static apply_status count_tables(batcher *b, const op_entry *e)
+{
+    for (size_t i = 0; i < e->n; i++) {
+        const op *o = &e->ops[i];
+        if (o->kind == OP_NOOP || o->refusal != NULL)
+            continue;
+        if (o->kind == OP_INSERT || o->kind == OP_UPDATE || o->kind == OP_DELETE) {
+            ns_run *r = get_run(b, o->db, o->coll);
+            if (r == NULL)
+                return APPLY_NOMEM;
+            touch(b, r);
+        } else {
+            b->group_tables += BATCHER_DDL_TABLES;
+        }
+    }
     return APPLY_OK;
 }
 
@@ -456,6 +477,11 @@ apply_status batcher_add(batcher *b, op_entry *e, uint64_t now_ms)
 {
     if (!b->dirty)
         b->opened_ms = now_ms;
+    if (!b->in_parts)
+        b->entry_base = b->group_tables; /* a logical entry begins */
+    apply_status counted = count_tables(b, e);
+    if (counted != APPLY_OK)
+        return counted;
     for (size_t i = 0; i < e->n; i++) {
         op *o = &e->ops[i];
         bool guarded = b->cfg.careful && b->out.dead_letter != NULL && o->kind != OP_NOOP;
@@ -515,7 +541,7 @@ void batcher_reset(batcher *b)
     }
     b->dirty = false;
     b->in_parts = false;
-    b->group_ops = b->group_bytes = b->group_tables = 0;
+    b->group_ops = b->group_bytes = b->group_tables = b->entry_base = 0;
     b->group_no++;
     b->last = b->stats.committed;
     b->pending_entries = 0;
@@ -545,4 +571,9 @@ const batcher_stats *batcher_get_stats(const batcher *b)
 uint64_t batcher_group_tables(const batcher *b)
 {
     return b->group_tables;
+}
+
+uint64_t batcher_entry_tables(const batcher *b)
+{
+    return b->group_tables - b->entry_base;
 }

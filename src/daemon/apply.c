@@ -96,6 +96,18 @@ typedef struct {
      * tables_logged: the bound last logged; tables_hinted: a group committed at that bound was logged. */
     uint64_t tables_cap, tables_logged;
     bool tables_hinted;
+    /* After PostgreSQL ran out of shared memory in a group of several entries: the entries up to isolate_until go
+     * one to a group (per-op commits), so that one too large for the lock table shows itself alone. */
+    bool isolating;
+    op_pos isolate_until;
+    /* The same failure again and again (see same_failure_again): its SQLSTATE, the op's position (or, when the sink
+     * named none, the message), and how many sessions in a row it ended. */
+    char repeat_state[6];
+    bool repeat_has_pos;
+    op_pos repeat_pos;
+    char repeat_msg[256];
+    uint64_t repeat_count;
+    char retry_reason[SINK_ACTIVITY_MAX + 1]; /* why the last session ended for a retry, for the activity */
     /* 1 + the session's commits when the last idle marker was taken; 0: none yet (see behind()) */
     uint64_t idle_after;
 
@@ -135,7 +147,7 @@ static batcher_config batcher_config_from(const daemon_ctx *d, bool careful)
         .batch_tables = group_tables(d),
         .flush_interval_ms = (uint64_t)cfg->flush_interval_ms,
         .catchup_interval_ms = (uint64_t)cfg->catchup_interval_ms,
-        .per_op = cfg->apply_mode == CONFIG_APPLY_PER_OP,
+        .per_op = cfg->apply_mode == CONFIG_APPLY_PER_OP || d->isolating,
         .careful = careful,
     };
     return bc;
@@ -304,6 +316,7 @@ static int connect_sink(daemon_ctx *d)
             uint64_t wait = backoff_next(&b);
             log_warning("%s; retrying in %llu ms", sink_error(d->snk), (unsigned long long)wait);
             notify_status("reconnecting to PostgreSQL: %s", sink_error(d->snk));
+            sink_set_activity(d->snk, "reconnecting to PostgreSQL");
             if (!nap(d, wait))
                 return EXIT_OK;
         }
@@ -341,26 +354,124 @@ static void hint_tables_bound(daemon_ctx *d)
              automatic ? "raising max_locks_per_transaction in PostgreSQL raises the bound; " : "");
 }
 
+/* PostgreSQL ran out of shared memory (53200) in a group: most often its lock table, which every table the group
+ * writes to adds to until the commit (two locks a table at least: the table and its key). Returns true when it
+ * stopped the process; otherwise the session ends for a retry as any passing fault, with what is changed for it:
+ * - a group of several entries: the bound on a group's tables falls to half the tables the group had, never above
+ *   the bound in force. A group that went past the bound did so by its last entry, which no smaller bound splits off
+ *   (the batcher commits between entries only): then the entries up to the last one taken also go one to a group,
+ *   so that the next session meets an entry too large for the lock table alone, or gets past it;
+ * - a group that is one entry (a MongoDB transaction or an applyOps, applied whole), writing to more tables than the
+ *   bound in force lets a group have: no smaller group can take it, and no retry will: the process stops (exit 3),
+ *   naming the entry, its tables and max_locks_per_transaction. One within the bound lowers the bound below it, so
+ *   that it stops the second time, after one retry that other sessions' locks may have been the cause of;
+ * - a group that wrote to one table or none: others hold the lock table; retried as it is. */
+static bool out_of_locks(daemon_ctx *d, const char *msg)
+{
+    uint64_t had = batcher_group_tables(d->bt);
+    uint64_t entry = batcher_entry_tables(d->bt);
+    uint64_t bound = group_tables(d);
+    char at[OP_POS_STRLEN];
+    if (had <= 1)
+        return false;
+    if (entry == had && entry > bound) {
+        log_error("%s", msg);
+        log_error("oplog entry %s writes to %llu tables in one transaction (a MongoDB transaction or applyOps, which "
+                  "oplog2pg applies whole, in one PostgreSQL transaction), more than PostgreSQL's shared lock table "
+                  "holds for it beside the other sessions (%llu locks in all; the entry needs two or more a table): "
+                  "raise max_locks_per_transaction in PostgreSQL (it takes a restart of PostgreSQL), then start "
+                  "oplog2pg again: everything before this entry is committed, and it resumes at this entry",
+                  op_pos_format(&d->last_taken, at, sizeof at), (unsigned long long)entry,
+                  (unsigned long long)sink_lock_slots(d->snk));
+        notify_status("stopped: oplog entry %s writes to %llu tables, more than PostgreSQL's lock table holds (raise "
+                      "max_locks_per_transaction)",
+                      at, (unsigned long long)entry);
+        end_session(d, END_FATAL, EXIT_CONFIG);
+        return true;
+    }
+    uint64_t cap = had / 2 < bound ? had / 2 : bound;
+    if (cap < 1)
+        cap = 1;
+    if (cap < bound) {
+        d->tables_cap = cap;
+        log_warning("PostgreSQL ran out of shared memory in a flush group of %llu tables: groups now commit at %llu "
+                    "tables at most, until a reload; raise max_locks_per_transaction in PostgreSQL, or lower "
+                    "[replication] batch_tables",
+                    (unsigned long long)had, (unsigned long long)cap);
+    }
+    if (entry != had && had > bound) {
+        d->isolating = true;
+        d->isolate_until = d->last_taken;
+        log_warning("PostgreSQL ran out of shared memory in a flush group of %llu tables, %llu of them written by its "
+                    "last entry: the entries up to %s are committed one at a time, to find whether one of them alone "
+                    "needs more locks than PostgreSQL's lock table holds",
+                    (unsigned long long)had, (unsigned long long)entry,
+                    op_pos_format(&d->isolate_until, at, sizeof at));
+    }
+    return false;
+}
+
+/* A failure with a SQLSTATE the error policy does not list: retried as a passing fault, unless it is the same one
+ * (SQLSTATE and op) as the last such failure, [replication] unlisted_error_limit times in a row. Then the process
+ * stops (exit 3): nobody foresaw this error, and retrying it forever would hide it (nothing after that op arrives,
+ * while every retry looks like a passing fault). Ends the session either way, saying which. */
+static void same_failure_again(daemon_ctx *d, const char *msg)
+{
+    const char *state = sink_error_state(d->snk);
+    op_pos pos = {0, 0, -1};
+    bool has_pos = sink_error_pos(d->snk, &pos);
+    bool same =
+        strcmp(state, d->repeat_state) == 0 && has_pos == d->repeat_has_pos &&
+        (has_pos ? op_pos_cmp(&pos, &d->repeat_pos) == 0 : strncmp(msg, d->repeat_msg, sizeof d->repeat_msg - 1) == 0);
+    d->repeat_count = same ? d->repeat_count + 1 : 1;
+    snprintf(d->repeat_state, sizeof d->repeat_state, "%s", state);
+    d->repeat_has_pos = has_pos;
+    d->repeat_pos = pos;
+    snprintf(d->repeat_msg, sizeof d->repeat_msg, "%s", msg);
+    uint64_t limit = (uint64_t)d->cfg->unlisted_error_limit;
+    if (d->repeat_count < limit) {
+        log_warning("%s; SQLSTATE %s is not in oplog2pg's error policy: retried as a passing fault (%llu of %llu "
+                    "times in a row for this op, then oplog2pg stops; [replication] unlisted_error_limit)",
+                    msg, state, (unsigned long long)d->repeat_count, (unsigned long long)limit);
+        snprintf(d->retry_reason, sizeof d->retry_reason, "SQLSTATE %s (%llu of %llu)", state,
+                 (unsigned long long)d->repeat_count, (unsigned long long)limit);
+        end_session(d, END_RETRY, 0);
+        return;
+    }
+    log_error("%s", msg);
+    log_error("stopped: the same op failed %llu times in a row with SQLSTATE %s, which oplog2pg's error policy does "
+              "not list ([replication] unlisted_error_limit = %llu); everything before it is committed. Find what "
+              "raises it (a trigger or rule on the table, an extension), fix it, and start oplog2pg again: it resumes "
+              "at this entry",
+              (unsigned long long)d->repeat_count, state, (unsigned long long)limit);
+    notify_status("stopped: SQLSTATE %s failed the same op %llu times in a row", state,
+                  (unsigned long long)d->repeat_count);
+    end_session(d, END_FATAL, EXIT_CONFIG);
+}
+
 /* A failure while applying: passing ones end the session, a refusal of data goes careful, the rest stop. */
 static void on_sink_failure(daemon_ctx *d, apply_status st)
 {
     const char *msg = sink_error(d->snk)[0] ? sink_error(d->snk) : "applying an oplog entry failed";
     switch (st) {
     case APPLY_RETRY:
-    case APPLY_NOMEM:
-        log_warning("%s; the session ends uncommitted and resumes from the committed checkpoint", msg);
-        if (strcmp(sink_error_state(d->snk), "53200") == 0 && d->bt != NULL && batcher_group_tables(d->bt) > 1) {
-            /* Out of shared memory: most often the lock table, which every table of the group adds to until the
-             * commit. The same group again would fail the same way; smaller ones leave room for the others. */
-            uint64_t had = batcher_group_tables(d->bt);
-            d->tables_cap = had / 2;
-            log_warning("PostgreSQL ran out of shared memory in a flush group of %llu tables: groups now commit at "
-                        "%llu tables at most, until a reload; raise max_locks_per_transaction in PostgreSQL, or "
-                        "lower [replication] batch_tables",
-                        (unsigned long long)had, (unsigned long long)d->tables_cap);
+    case APPLY_NOMEM: {
+        const char *state = sink_error_state(d->snk);
+        if (strcmp(state, "53200") == 0 && d->bt != NULL && out_of_locks(d, msg))
+            break;
+        if (st == APPLY_RETRY && state[0] != '\0' && !pgerror_listed(state)) {
+            same_failure_again(d, msg);
+            break;
         }
+        log_warning("%s; the session ends uncommitted and resumes from the committed checkpoint", msg);
+        if (state[0] != '\0')
+            snprintf(d->retry_reason, sizeof d->retry_reason, "SQLSTATE %s", state);
+        else
+            snprintf(d->retry_reason, sizeof d->retry_reason, "%s",
+                     st == APPLY_NOMEM ? "running out of memory" : "a PostgreSQL failure");
         end_session(d, END_RETRY, 0);
         break;
+    }
     case APPLY_FENCED:
         log_error("%s", msg);
         end_session(d, END_FATAL, EXIT_FENCED);
@@ -456,6 +567,18 @@ static void leave_careful_if_past(daemon_ctx *d)
                "apply",
                op_pos_format(&d->careful_until, at, sizeof at),
                (unsigned long long)sink_get_stats(d->snk)->dead_letters);
+}
+
+static void leave_isolating_if_past(daemon_ctx *d)
+{
+    if (op_pos_cmp(&batcher_get_stats(d->bt)->committed, &d->isolate_until) < 0)
+        return;
+    char at[OP_POS_STRLEN];
+    d->isolating = false;
+    batcher_config bc = batcher_config_from(d, d->careful);
+    batcher_set_config(d->bt, &bc);
+    log_notice("committed the entries up to %s one at a time: back to flush groups of %llu tables at most",
+               op_pos_format(&d->isolate_until, at, sizeof at), (unsigned long long)group_tables(d));
 }
 
 /* Bring d->committed up to the batcher's last commit (it starts as the checkpoint read at session start). */
@@ -684,6 +807,8 @@ static void on_source_end(daemon_ctx *d, queue_end_reason reason, const char *me
     case QUEUE_END_NOMEM:
     case QUEUE_END_RETRY:
         log_warning("%s; the session ends and resumes from the committed checkpoint", message ? message : "");
+        snprintf(d->retry_reason, sizeof d->retry_reason, "%s",
+                 reason == QUEUE_END_NOMEM ? "running out of memory" : "a MongoDB failure");
         end_session(d, END_RETRY, 0);
         break;
     }
@@ -719,6 +844,8 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
                     st = batcher_tick(d->bt, clock_ms(), behind(d, i + 1 < n));
                 if (st == APPLY_OK && d->careful)
                     leave_careful_if_past(d);
+                if (st == APPLY_OK && d->isolating)
+                    leave_isolating_if_past(d);
                 break;
             case QUEUE_IDLE:
                 /* The reader drained the oplog; we have caught up with it only if nothing follows the marker. While
@@ -853,6 +980,8 @@ static void run_session(daemon_ctx *d)
     d->idle_after = 0;
     if (d->careful && (have != 1 || op_pos_cmp(&start, &d->careful_until) >= 0))
         d->careful = false; /* the refused op was committed past meanwhile (another run, or --reimport) */
+    if (d->isolating && (have != 1 || op_pos_cmp(&start, &d->isolate_until) >= 0))
+        d->isolating = false;
     if (d->careful) {
         char until[OP_POS_STRLEN];
         log_notice("applying oplog entries after %s up to %s one at a time, setting aside what PostgreSQL refuses",
@@ -862,6 +991,7 @@ static void run_session(daemon_ctx *d)
                  op_pos_format(&start, at, sizeof at), (long long)start.term);
     }
 
+    sink_set_activity(d->snk, d->dump_path ? "replaying" : "applying");
     batcher_config bc = batcher_config_from(d, d->careful);
     if (bc.batch_tables != d->tables_logged) {
         d->tables_logged = bc.batch_tables;
@@ -950,6 +1080,7 @@ static void copy_tick(void *arg, int64_t copied, int64_t estimate, size_t left)
         notify_stopping();
         atomic_store(&d->copy_cancel, true);
     }
+    sink_set_activity(d->snk, "copying the collections"); /* a round trip only the first time */
     d->copy_copied = copied;
     d->copy_estimate = estimate;
     double pct = estimate > 0 ? 100.0 * (double)copied / (double)estimate : 0;
@@ -971,6 +1102,7 @@ static int run_sessions(daemon_ctx *d, const daemon_options *opts)
             return rc;
         if (first_session) {
             first_session = false;
+            sink_set_activity(d->snk, "starting");
             if (opts != NULL) {
                 start_params sp = {.cfg = d->cfg,
                                    .opts = opts,
@@ -1015,7 +1147,14 @@ static int run_sessions(daemon_ctx *d, const daemon_options *opts)
         d->pg_reconnects++;
         sink_disconnect(d->snk);
         uint64_t wait = backoff_next(&b);
-        notify_status("resuming from the committed checkpoint in %llu ms", (unsigned long long)wait);
+        if (d->retry_reason[0] == '\0')
+            snprintf(d->retry_reason, sizeof d->retry_reason, "a passing fault");
+        /* Still running, and `status` says so: the service lock stays held between sessions (sink/pg.h). */
+        char activity[SINK_ACTIVITY_MAX + 1];
+        snprintf(activity, sizeof activity, "retrying after %.30s", d->retry_reason);
+        sink_set_activity(d->snk, activity);
+        notify_status("%s: resuming from the committed checkpoint in %llu ms", activity, (unsigned long long)wait);
+        d->retry_reason[0] = '\0';
         if (!nap(d, wait))
             return EXIT_OK;
     }

@@ -184,6 +184,17 @@ int daemon_status(config *cfg, bool json)
         fprintf(o, "{\"service\": ");
         json_str(o, cfg->service);
         fprintf(o, ", \"running\": %s", pg_ok && pr.running ? "true" : "false");
+        if (pg_ok && pr.running && pr.activity[0] != '\0') {
+            fprintf(o, ", \"activity\": ");
+            json_str(o, pr.activity);
+            fprintf(o, ", \"activity_since\": ");
+            if (pr.activity_since > 0)
+                json_str(o, utc_text((uint32_t)pr.activity_since, when, sizeof when));
+            else
+                fprintf(o, "null");
+        } else {
+            fprintf(o, ", \"activity\": null, \"activity_since\": null");
+        }
         if (have_ck) {
             fprintf(o, ", \"checkpoint\": {\"position\": \"%s\", \"time\": ", op_pos_format(&pr.pos, at, sizeof at));
             json_str(o, utc_text(pr.pos.secs, when, sizeof when));
@@ -252,7 +263,15 @@ int daemon_status(config *cfg, bool json)
     if (!pg_ok) {
         printf("  postgres:      %s\n", perr);
     } else {
-        printf("  state:         %s\n", pr.running ? "running (an oplog2pg holds the service)" : "not running");
+        if (!pr.running)
+            printf("  state:         not running\n");
+        else if (pr.activity[0] == '\0')
+            printf("  state:         running (an oplog2pg holds the service)\n");
+        else if (pr.activity_since > 0)
+            printf("  state:         running (an oplog2pg holds the service): %s, since %s\n", pr.activity,
+                   utc_text((uint32_t)pr.activity_since, when, sizeof when));
+        else
+            printf("  state:         running (an oplog2pg holds the service): %s\n", pr.activity);
         if (have_ck)
             printf("  checkpoint:    %s (%s), term %lld, committed %s\n", op_pos_format(&pr.pos, at, sizeof at),
                    utc_text(pr.pos.secs, when, sizeof when), (long long)pr.pos.term, pr.applied_at);

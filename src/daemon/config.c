@@ -164,6 +164,12 @@ static const struct option_def options[] = {
                       "everything before it and exits"},
      .offset = offsetof(config, on_error)},
 
+    {.info = {.section = "replication", .name = "unlisted_error_limit", TYPE(INT, "int"), .default_text = "10",
+              .min = 1, .max = 1000000, .reloadable = true,
+              .help = "an error whose SQLSTATE the error policy does not list is retried like a passing fault, but "
+                      "when it fails the same op this many times in a row oplog2pg stops (exit 3) naming both"},
+     .offset = offsetof(config, unlisted_error_limit)},
+
     {.info = {.section = "copy", .name = "workers", TYPE(INT, "int"), .default_text = "2", .min = 1, .max = 64,
               .help = "collections copied at once by the initial copy, each over its own MongoDB and PostgreSQL "
                       "connection"},

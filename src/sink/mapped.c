@@ -486,9 +486,10 @@ sink_status mapped_insert_batch(sink *s, table *t, sink_batch *b, const op_pos *
             char where[32];
             sink_fmt_pos(pos, where, sizeof where);
             const char *advice = e.status == APPLY_CONFIG ? pgerror_advice(e.sqlstate) : "";
-            sink_set_err(s, e.status, e.sqlstate, "COPY into %s (of %s.%s, oplog entries up to %s) failed: [%s] %s%s%s",
-                         t->mtabs[failed_table].qname, t->db, t->coll, where, e.sqlstate[0] ? e.sqlstate : "?",
-                         e.message, advice[0] ? "; " : "", advice);
+            sink_set_err_at(s, pos, e.status, e.sqlstate,
+                            "COPY into %s (of %s.%s, oplog entries up to %s) failed: [%s] %s%s%s",
+                            t->mtabs[failed_table].qname, t->db, t->coll, where, e.sqlstate[0] ? e.sqlstate : "?",
+                            e.message, advice[0] ? "; " : "", advice);
             return s->failed;
         }
         dup = true;

@@ -32,21 +32,37 @@
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* errors */
 
-void sink_set_err(sink *s, sink_status st, const char *state, const char *fmt, ...)
+static void set_err(sink *s, const op_pos *pos, sink_status st, const char *state, const char *fmt, va_list ap)
 {
     if (s->failed != APPLY_OK)
         return; /* keep the first, which is the cause */
-    va_list ap;
-    va_start(ap, fmt);
     char raw[sizeof s->err];
     vsnprintf(raw, sizeof raw, fmt, ap);
-    va_end(ap);
     size_t n = strlen(raw);
     while (n > 0 && (raw[n - 1] == '\n' || raw[n - 1] == ' '))
         raw[--n] = '\0';
     utf8_sanitize(raw, n, s->err, sizeof s->err);
     snprintf(s->err_state, sizeof s->err_state, "%s", state ? state : "");
+    s->err_has_pos = pos != NULL;
+    if (pos != NULL)
+        s->err_pos = *pos;
     s->failed = st;
+}
+
+void sink_set_err(sink *s, sink_status st, const char *state, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_err(s, NULL, st, state, fmt, ap);
+    va_end(ap);
+}
+
+void sink_set_err_at(sink *s, const op_pos *pos, sink_status st, const char *state, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_err(s, pos, st, state, fmt, ap);
+    va_end(ap);
 }
 
 void sink_fmt_pos(const op_pos *pos, char *buf, size_t len)
@@ -104,6 +120,7 @@ void sink_free(sink *s)
     if (s == NULL)
         return;
     sink_disconnect(s);
+    pgconn_close(s->fence);
     tables_clear(s);
     free(s->tables);
     free(s->tindex);
@@ -122,6 +139,14 @@ const char *sink_error(const sink *s)
 const char *sink_error_state(const sink *s)
 {
     return s->err_state;
+}
+
+bool sink_error_pos(const sink *s, op_pos *out)
+{
+    if (!s->err_has_pos)
+        return false;
+    *out = s->err_pos;
+    return true;
 }
 
 const sink_stats *sink_get_stats(const sink *s)
@@ -195,12 +220,92 @@ static bool install_schema(sink *s)
     return false;
 }
 
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* the service lock */
+
+/* The session advisory lock that makes one daemon per service is held on a connection of its own, which lives from
+ * the first connect to sink_free, not on the one that writes: between two sessions of the writing connection (a
+ * retry, a careful pass) the lock stays taken, so no rival can slip in, and `status` (sink_probe) finds the daemon
+ * running whatever it is doing. That connection also says what the daemon does (sink_set_activity), in its
+ * application_name, where pg_stat_activity shows it to everyone. A lock whose connection was lost (the server
+ * restarted, the session was terminated) is taken again at the next connect. */
+static void fence_drop(sink *s)
+{
+    pgconn_close(s->fence);
+    s->fence = NULL;
+    s->fence_held = false;
+    s->activity[0] = '\0';
+}
+
+static bool fence_take(sink *s)
+{
+    pgconn_error e;
+    PGresult *res = NULL;
+    const char *params[1] = {s->service};
+    if (s->fence != NULL && s->fence_held) {
+        if (pgconn_exec(s->fence, "SELECT 1", NULL, false, &e))
+            return true;
+        log_info("the connection holding the service lock was lost (%s): taking the lock again", e.message);
+        fence_drop(s);
+    }
+    if (s->fence == NULL) {
+        pgconn_params pp = {.conninfo = s->conninfo,
+                            .app_name = SINK_FENCE_APP,
+                            .peer_timeout_s = s->cfg.peer_timeout_s,
+                            .wait_hook = s->cfg.wait_hook,
+                            .wait_arg = s->cfg.wait_arg,
+                            .wait_slice_ms = s->cfg.wait_slice_ms};
+        s->fence = pgconn_connect(&pp, &e);
+        if (s->fence == NULL) {
+            sink_set_err(s, e.status, e.sqlstate, "connecting for the service lock: %s", e.message);
+            return false;
+        }
+    }
+    if (!pgconn_exec_params(s->fence, "SELECT pg_try_advisory_lock(hashtextextended('oplog2pg.service:' || $1, 0))", 1,
+                            params, NULL, NULL, 0, &res, false, &e)) {
+        sink_set_err(s, e.status, e.sqlstate, "taking the service lock: %s", e.message);
+        fence_drop(s);
+        return false;
+    }
+    s->fence_held = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    if (!s->fence_held) {
+        /* The connection stays for the next attempt. */
+        sink_set_err(s, APPLY_FENCED, NULL,
+                     "another oplog2pg is running for service '%s' on this database (it holds the service lock); "
+                     "stop it, or give this one a different [replication] service",
+                     s->service);
+        return false;
+    }
+    return true;
+}
+
+void sink_set_activity(sink *s, const char *what)
+{
+    if (s->fence == NULL || !s->fence_held || strcmp(s->activity, what) == 0)
+        return;
+    char name[SINK_ACTIVITY_MAX + sizeof SINK_FENCE_APP + 2];
+    snprintf(name, sizeof name, "%s: %.*s", SINK_FENCE_APP, SINK_ACTIVITY_MAX, what);
+    const char *params[1] = {name};
+    pgconn_error e;
+    if (!pgconn_exec_params(s->fence, "SELECT set_config('application_name', $1, false)", 1, params, NULL, NULL, 0,
+                            NULL, false, &e)) {
+        /* Lost with the lock: the next connect takes both again. */
+        log_info("the connection holding the service lock was lost (%s); it is made again at the next connect",
+                 e.message);
+        fence_drop(s);
+        return;
+    }
+    snprintf(s->activity, sizeof s->activity, "%.*s", SINK_ACTIVITY_MAX, what);
+}
+
 sink_status sink_connect(sink *s)
 {
     sink_disconnect(s);
     s->failed = APPLY_OK;
     s->err[0] = '\0';
     s->err_state[0] = '\0';
+    s->err_has_pos = false;
 
     pgconn_params pp = {.conninfo = s->conninfo,
                         .app_name = "oplog2pg",
@@ -254,21 +359,10 @@ sink_status sink_connect(sink *s)
     PQclear(res);
     res = NULL;
 
-    /* Fence: one daemon per service. The advisory lock lives as long as this session. */
+    /* Fence: one daemon per service. */
     const char *params[1] = {s->service};
-    if (!exec_sync(s, "SELECT pg_try_advisory_lock(hashtextextended('oplog2pg.service:' || $1, 0))", 1, params, &res,
-                   "taking the service lock"))
+    if (!fence_take(s))
         goto fail;
-    bool locked = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    PQclear(res);
-    res = NULL;
-    if (!locked) {
-        sink_set_err(s, APPLY_FENCED, NULL,
-                     "another oplog2pg is running for service '%s' on this database (it holds the service lock); "
-                     "stop it, or give this one a different [replication] service",
-                     s->service);
-        goto fail;
-    }
     if (!exec_sync(s,
                    "INSERT INTO oplog2pg.checkpoint (service, owner) VALUES ($1, gen_random_uuid()) "
                    "ON CONFLICT (service) DO UPDATE SET owner = excluded.owner "
@@ -632,8 +726,9 @@ static sink_status copy_failed(sink *s, const table *t, const pgconn_error *e, c
     char where[32];
     sink_fmt_pos(pos, where, sizeof where);
     const char *advice = e->status == APPLY_CONFIG ? pgerror_advice(e->sqlstate) : "";
-    sink_set_err(s, e->status, e->sqlstate, "COPY into %s.%s (oplog entries up to %s) failed: [%s] %s%s%s", t->db,
-                 t->coll, where, e->sqlstate[0] ? e->sqlstate : "?", e->message, advice[0] ? "; " : "", advice);
+    sink_set_err_at(s, pos, e->status, e->sqlstate, "COPY into %s.%s (oplog entries up to %s) failed: [%s] %s%s%s",
+                    t->db, t->coll, where, e->sqlstate[0] ? e->sqlstate : "?", e->message, advice[0] ? "; " : "",
+                    advice);
     return s->failed;
 }
 

@@ -143,14 +143,30 @@ struct sink {
     char wait_note[300]; /* what the server said about the wait */
     char err[1024];
     char err_state[6]; /* SQLSTATE of the first failure, "" when it was not PostgreSQL's */
+    bool err_has_pos;  /* the first failure was a statement's for the op (or the run ending) at err_pos */
+    op_pos err_pos;
     sink_stats stats;
+
+    /* The connection holding the service lock, for the sink's life (pg.c, "the service lock"); whether it holds it;
+     * what its application_name says now (sink_set_activity). */
+    pgconn *fence;
+    bool fence_held;
+    char activity[SINK_ACTIVITY_MAX + 1];
 };
+
+/* The application_name of the connection holding the service lock; sink_set_activity appends ": " and what the
+ * daemon does, sink_probe reads it back. */
+#define SINK_FENCE_APP "oplog2pg-service"
 
 /* ---- pg.c ---- */
 
 /* Records the first failure of the current group (later ones are its consequences): class, SQLSTATE, message. */
 void sink_set_err(sink *s, sink_status st, const char *state, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The same for a failure of the statement that wrote the op (or the run of entries ending) at pos: the daemon tells
+ * one op failing again and again from different failures by it (sink_error_pos). */
+void sink_set_err_at(sink *s, const op_pos *pos, sink_status st, const char *state, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* "secs:inc" of an oplog position for messages ("-" for none). */
 void sink_fmt_pos(const op_pos *pos, char *buf, size_t len);
 /* Forgets what this connection knows of db.coll's table (coll NULL: of every table of db), so the next op on it makes

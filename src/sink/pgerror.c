@@ -4,7 +4,13 @@
  * NOTES
  * The table below is the whole policy. An entry is either a class (two characters) or one SQLSTATE; the most
  * specific match wins. Anything not listed is APPLY_RETRY: an error nobody foresaw must never set an op aside, and a
- * retry from the committed checkpoint loses nothing (the log says what happens, every time).
+ * retry from the committed checkpoint loses nothing (the log says what happens, every time). It is not retried
+ * forever, though: pgerror_listed tells the daemon that nobody foresaw it, and the daemon stops when it fails the
+ * same op again and again ([replication] unlisted_error_limit).
+ *
+ * oplog2pg's own SQL (sink/schema.sql, map/update_functions.sql) raises only SQLSTATEs of its own (O2...) or of class
+ * 22, never PL/pgSQL's default P0001: a P0001 met by a data statement comes from a trigger or rule someone put on the
+ * table, refusing that op's row.
  */
 #include "sink/pgerror.h"
 
@@ -29,6 +35,8 @@ static const policy_row policy[] = {
     {"23", APPLY_DATA, "integrity constraint: a constraint on the table refuses the row"},
     {"54000", APPLY_DATA, "program limit exceeded: an index row or a value larger than PostgreSQL allows"},
     {"54001", APPLY_DATA, "statement too complex: a document nested deeper than PostgreSQL's parser allows"},
+    {"P0001", APPLY_DATA, "raise_exception: a trigger or rule on the table refuses the row (RAISE EXCEPTION without "
+                          "an ERRCODE)"},
     /* A person must act. */
     {"28", APPLY_CONFIG, "the login was refused"},
     {"3D000", APPLY_CONFIG, "the database does not exist"},
@@ -48,6 +56,7 @@ static const policy_row policy[] = {
     {"57", APPLY_RETRY, "operator intervention: shutdown, terminated session"},
     {"58", APPLY_RETRY, "system error: I/O"},
     {"25006", APPLY_RETRY, "read-only transaction: connected to a standby"},
+    {"25P03", APPLY_RETRY, "idle-in-transaction timeout: the server ended a session that waited too long"},
     {"XX", APPLY_RETRY, "internal error"},
 };
 /* clang-format on */
@@ -78,6 +87,11 @@ apply_status pgerror_classify(const char *sqlstate, bool data_statement)
         return strcmp(sqlstate, "23505") == 0 ? APPLY_RETRY : APPLY_CONFIG;
     }
     return r->status;
+}
+
+bool pgerror_listed(const char *sqlstate)
+{
+    return sqlstate != NULL && strlen(sqlstate) == 5 && lookup(sqlstate) != NULL;
 }
 
 apply_status pgerror_classify_result(PGconn *conn, const PGresult *res, bool data_statement)

@@ -104,11 +104,12 @@ static void take_result(sink *s, PGresult *res)
         char msg[700];
         pgerror_message(PQresultErrorMessage(res), NULL, msg, sizeof msg);
         if (p->t != NULL)
-            sink_set_err(s, cls, state, "%s on %s.%s (oplog entry %s) failed: [%s] %s%s%s", sink_pending_what[p->kind],
-                         p->t->db, p->t->coll, where, state ? state : "?", msg, advice[0] ? "; " : "", advice);
+            sink_set_err_at(s, &p->pos, cls, state, "%s on %s.%s (oplog entry %s) failed: [%s] %s%s%s",
+                            sink_pending_what[p->kind], p->t->db, p->t->coll, where, state ? state : "?", msg,
+                            advice[0] ? "; " : "", advice);
         else
-            sink_set_err(s, cls, state, "%s (oplog entry %s) failed: [%s] %s%s%s", sink_pending_what[p->kind], where,
-                         state ? state : "?", msg, advice[0] ? "; " : "", advice);
+            sink_set_err_at(s, &p->pos, cls, state, "%s (oplog entry %s) failed: [%s] %s%s%s",
+                            sink_pending_what[p->kind], where, state ? state : "?", msg, advice[0] ? "; " : "", advice);
     }
 }
 

@@ -22,17 +22,30 @@ bool sink_probe(const char *conninfo, const char *service, sink_probe_result *ou
         return false;
     int v = PQserverVersion(c->pg);
     snprintf(out->server_version, sizeof out->server_version, "%d.%d", v / 10000, v % 10000);
-    /* The advisory lock the daemon holds: a bigint key shows in pg_locks as classid (high half), objid (low half). */
+    /* The advisory lock the daemon holds for as long as it runs (pg.h, "Fencing"), in this database: a bigint key
+     * shows in pg_locks as classid (high half), objid (low half). The application_name of the session holding it
+     * says what the daemon does (sink_set_activity); state_change is when that last changed. */
     const char *params[1] = {service};
-    if (!pgconn_exec_params(c,
-                            "WITH k AS (SELECT hashtextextended('oplog2pg.service:' || $1, 0) AS key) "
-                            "SELECT to_regclass('oplog2pg.checkpoint') IS NOT NULL, EXISTS (SELECT 1 FROM pg_locks, k "
-                            "WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
-                            "AND classid::bigint = ((key >> 32) & 4294967295) AND objid::bigint = (key & 4294967295))",
-                            1, params, NULL, NULL, 0, &res, false, err))
+    if (!pgconn_exec_params(
+            c,
+            "WITH k AS (SELECT hashtextextended('oplog2pg.service:' || $1, 0) AS key), "
+            "l AS (SELECT pid FROM pg_locks, k WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND classid::bigint = ((key >> 32) & 4294967295) AND objid::bigint = (key & 4294967295) "
+            "LIMIT 1) "
+            "SELECT to_regclass('oplog2pg.checkpoint') IS NOT NULL, EXISTS (SELECT 1 FROM l), "
+            "a.application_name, extract(epoch FROM a.state_change)::bigint "
+            "FROM (SELECT 1) one LEFT JOIN l ON true LEFT JOIN pg_stat_activity a ON a.pid = l.pid",
+            1, params, NULL, NULL, 0, &res, false, err))
         goto done;
     out->have_table = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     out->running = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+    const char *app = PQgetisnull(res, 0, 2) ? "" : PQgetvalue(res, 0, 2);
+    const char *prefix = SINK_FENCE_APP ": ";
+    if (out->running && strncmp(app, prefix, strlen(prefix)) == 0) {
+        snprintf(out->activity, sizeof out->activity, "%s", app + strlen(prefix));
+        out->activity_since = PQgetisnull(res, 0, 3) ? 0 : strtoll(PQgetvalue(res, 0, 3), NULL, 10);
+    }
     PQclear(res);
     res = NULL;
     if (out->have_table) {

@@ -366,6 +366,67 @@ START_TEST(test_table_bound)
 }
 END_TEST
 
+/* What a failed group tells about its last entry: the tables it writes to, counted whole before any op is sent (a
+ * failure in its first op still counts all of them), and whether it is alone in the group (then no batch_tables can
+ * split the group further). */
+static op_entry *entry_over(const char *const *colls, size_t n)
+{
+    static op_entry e;
+    op_pos pos = {.secs = 1, .inc = ++next_inc, .term = 1};
+    op_entry_init(&e);
+    ck_assert(op_entry_alloc(&e, &pos, n));
+    for (size_t i = 0; i < n; i++)
+        fill(&e.ops[i], OP_INSERT, "shop", colls[i]);
+    e.atomic = true;
+    return &e;
+}
+
+START_TEST(test_entry_tables)
+{
+    teardown();
+    memset(&R, 0, sizeof R);
+    batcher_sink out = rec_sink();
+    batcher_config cfg = {.batch_rows = 100000, .batch_bytes = 1 << 30, .batch_tables = 3, .flush_interval_ms = 200};
+    B = batcher_new(&cfg, &out);
+    ck_assert_ptr_nonnull(B);
+    next_inc = 0;
+    DOC = BCON_NEW("_id", BCON_INT32(1), "x", BCON_UTF8("y"));
+    /* one table, then an entry over five (one of them the first table again): four new ones, not alone */
+    feed(OP_INSERT, "shop", "a", 0);
+    ck_assert_uint_eq(batcher_group_tables(B), 1);
+    ck_assert_uint_eq(batcher_entry_tables(B), 1);
+    const char *five[5] = {"a", "p", "q", "r", "s"};
+    R.fail_commit = APPLY_RETRY;
+    op_entry *e = entry_over(five, 5);
+    ck_assert_int_eq(batcher_add(B, e, 0), APPLY_RETRY);
+    op_entry_clear(e);
+    ck_assert_uint_eq(batcher_group_tables(B), 5);
+    ck_assert_uint_eq(batcher_entry_tables(B), 4);
+    /* after the failure: the same entry alone (the caller resumed from the checkpoint), failing at its first op */
+    batcher_reset(B);
+    ck_assert_uint_eq(batcher_group_tables(B), 0);
+    ck_assert_uint_eq(batcher_entry_tables(B), 0);
+    R.fail_commit = APPLY_OK;
+    R.fail_add = APPLY_RETRY;
+    e = entry_over(five, 5);
+    ck_assert_int_eq(batcher_add(B, e, 0), APPLY_RETRY);
+    op_entry_clear(e);
+    ck_assert_uint_eq(batcher_group_tables(B), 5);
+    ck_assert_uint_eq(batcher_entry_tables(B), 5);
+    R.fail_add = APPLY_OK;
+    /* a DDL op counts BATCHER_DDL_TABLES once, as before, and a committed group starts from nothing */
+    batcher_reset(B);
+    memset(R.log, 0, sizeof R.log);
+    feed(OP_DROP, "shop", "y", 0);
+    ck_assert_uint_eq(batcher_group_tables(B), BATCHER_DDL_TABLES);
+    ck_assert_uint_eq(batcher_entry_tables(B), BATCHER_DDL_TABLES);
+    feed(OP_INSERT, "shop", "b", 0);
+    expect_log("drop shop.y; copy shop.b 1 @1:5; commit 1:5; ");
+    ck_assert_uint_eq(batcher_group_tables(B), 0);
+    ck_assert_uint_eq(batcher_entry_tables(B), 0);
+}
+END_TEST
+
 START_TEST(test_ddl_writes_every_run_first)
 {
     feed(OP_INSERT, "shop", "a", 0);
@@ -711,6 +772,7 @@ Suite *batcher_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_conflict_writes_only_its_namespace);
     tcase_add_test(tc, test_table_bound);
+    tcase_add_test(tc, test_entry_tables);
     tcase_add_test(tc, test_ddl_writes_every_run_first);
     tcase_add_test(tc, test_idle_commits_everything_once);
     tcase_add_test(tc, test_noops_advance_the_checkpoint);

@@ -11,7 +11,7 @@ START_TEST(test_only_data_errors_are_data)
 {
     /* The op's own data: dead-letter material. */
     const char *data[] = {"22P02", "22021", "22P05", "22003", "22023", "22001",
-                          "23505", "23502", "23514", "54000", "54001"};
+                          "23505", "23502", "23514", "54000", "54001", "P0001"};
     for (size_t i = 0; i < sizeof data / sizeof data[0]; i++)
         ck_assert_msg(pgerror_classify(data[i], true) == APPLY_DATA, "%s should be data", data[i]);
     /* Passing faults: never a dead letter, whatever statement met them. */
@@ -31,6 +31,28 @@ START_TEST(test_only_data_errors_are_data)
     /* The same data codes from oplog2pg's own statements are not an op's fault; a catalog race is a retry. */
     ck_assert_int_eq(pgerror_classify("22P02", false), APPLY_CONFIG);
     ck_assert_int_eq(pgerror_classify("23505", false), APPLY_RETRY);
+    /* RAISE EXCEPTION without ERRCODE: a user's trigger refusing the row; from oplog2pg's own statements (a trigger
+     * on its checkpoint, say) a person must look. The rest of class P0 is no refusal of data. */
+    ck_assert_int_eq(pgerror_classify("P0001", false), APPLY_CONFIG);
+    ck_assert_int_eq(pgerror_classify("P0002", true), APPLY_RETRY);
+    ck_assert_int_eq(pgerror_classify("P0004", true), APPLY_RETRY);
+}
+END_TEST
+
+/* What the policy names, and so what the daemon retries without a bound; the rest it retries only so often on one
+ * op. */
+START_TEST(test_listed)
+{
+    const char *listed[] = {"22P02", "23505", "54000", "P0001", "28P01", "3D000", "57P04", "42P01", "O2FEN", "O2FOR",
+                            "08006", "40P01", "53200", "55P03", "57014", "57P01", "58030", "25006", "25P03", "XX000"};
+    for (size_t i = 0; i < sizeof listed / sizeof listed[0]; i++)
+        ck_assert_msg(pgerror_listed(listed[i]), "%s should be listed", listed[i]);
+    const char *unlisted[] = {"P0002", "P0004", "XY123", "99999", "HV000", "55000", "54011", "0A000"};
+    for (size_t i = 0; i < sizeof unlisted / sizeof unlisted[0]; i++)
+        ck_assert_msg(!pgerror_listed(unlisted[i]), "%s should not be listed", unlisted[i]);
+    ck_assert(!pgerror_listed(NULL));
+    ck_assert(!pgerror_listed(""));
+    ck_assert(!pgerror_listed("5320"));
 }
 END_TEST
 
@@ -86,6 +108,7 @@ Suite *pgerror_suite(void)
     Suite *s = suite_create("pgerror");
     TCase *tc = tcase_create("policy");
     tcase_add_test(tc, test_only_data_errors_are_data);
+    tcase_add_test(tc, test_listed);
     tcase_add_test(tc, test_advice);
     tcase_add_test(tc, test_conninfo_errors_hide_the_password);
     tcase_add_test(tc, test_message_cleaning);
