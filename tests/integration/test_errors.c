@@ -208,7 +208,7 @@ END_TEST
 
 /* ---- the lock table ---- */
 
-/* A group fails with 53200 (out of shared memory: the lock table) in the trigger of t3; the group is an insert into
+/* A group fails with 53200 (out of shared memory: the lock table) in the trigger of t6; the group is an insert into
  * each of u1..u3 followed by one transaction over t0..t6 (ten tables, batch_tables = 4). The bound must not rise to
  * half of ten: it stays at 4; the entries up to the transaction are committed one at a time, the transaction (the
  * trigger raises only once) goes through alone, and later groups still commit at 4 tables. */
@@ -227,10 +227,10 @@ START_TEST(test_lock_table_bound_never_raised)
     ck_assert(denv_wait_caught_up(&e, 60));
     denv_pg_exec("CREATE SEQUENCE rep_errlkb_a.raised");
     /* Raises the first time only: a sequence is not rolled back with the transaction. */
-    denv_pg_exec("CREATE FUNCTION rep_errlkb_a.refuse_t3() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    denv_pg_exec("CREATE FUNCTION rep_errlkb_a.refuse_t6() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
                  "IF nextval('rep_errlkb_a.raised') = 1 THEN RAISE EXCEPTION 'out of shared memory' USING ERRCODE = "
-                 "'53200'; END IF; RETURN NEW; END $$; CREATE TRIGGER refuse BEFORE INSERT ON rep_errlkb_a.t3 FOR "
-                 "EACH ROW EXECUTE FUNCTION rep_errlkb_a.refuse_t3()");
+                 "'53200'; END IF; RETURN NEW; END $$; CREATE TRIGGER refuse BEFORE INSERT ON rep_errlkb_a.t6 FOR "
+                 "EACH ROW EXECUTE FUNCTION rep_errlkb_a.refuse_t6()");
 
     /* The group is read as one backlog: the daemon is stopped while it is written. */
     ck_assert(proc_stop(&e.daemon, 30));
@@ -241,9 +241,9 @@ START_TEST(test_lock_table_bound_never_raised)
     denv_daemon_start(&e);
     ck_assert_msg(denv_wait_caught_up(&e, 90), "the daemon did not get past the failed group");
     ck_assert_int_eq(denv_pg_int("SELECT last_value FROM rep_errlkb_a.raised"), 2);
+    ck_assert_msg(!denv_file_contains(e.log, "groups now commit at 5 tables"), "the bound was raised from 4 to 5");
     ck_assert_msg(denv_file_contains(e.log, "ran out of shared memory in a flush group of 10 tables, 7 of them"),
                   "the failed group was not logged");
-    ck_assert_msg(!denv_file_contains(e.log, "groups now commit at 5 tables"), "the bound was raised from 4 to 5");
     ck_assert_msg(denv_file_contains(e.log, "one at a time: back to flush groups of 4 tables at most"),
                   "the entries of the failed group were not committed one at a time");
 
@@ -279,7 +279,7 @@ START_TEST(test_lock_table_entry_stops)
         denv_insert_range(&e, "rep_errlk_a", t[i], 1, 1);
     denv_insert_range(&e, "rep_errlk_a", "u", 1, 1);
     ck_assert(denv_wait_caught_up(&e, 60));
-    add_trigger("rep_errlk_a", "t3", 999,
+    add_trigger("rep_errlk_a", "t6", 999,
                 "EXCEPTION 'out of shared memory' USING ERRCODE = '53200', "
                 "HINT = 'You might need to increase max_locks_per_transaction.'");
 
@@ -303,7 +303,7 @@ START_TEST(test_lock_table_entry_stops)
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_errlk_a.t0"), 1);
 
     /* Once the cause is gone, a restart applies it. */
-    drop_trigger("rep_errlk_a", "t3");
+    drop_trigger("rep_errlk_a", "t6");
     denv_daemon_start(&e);
     ck_assert(denv_wait_caught_up(&e, 60));
     denv_expect_match(&e);
