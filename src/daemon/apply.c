@@ -440,9 +440,9 @@ static void same_failure_again(daemon_ctx *d, const char *msg)
     }
     log_error("%s", msg);
     log_error("stopped: the same op failed %llu times in a row with SQLSTATE %s, which oplog2pg's error policy does "
-              "not list ([replication] unlisted_error_limit = %llu); everything before it is committed. Find what "
-              "raises it (a trigger or rule on the table, an extension), fix it, and start oplog2pg again: it resumes "
-              "at this entry",
+              "not list ([replication] unlisted_error_limit = %llu); the op is not applied, nor anything after it. "
+              "Find what raises it (a trigger or rule on the table, an extension), fix it, and start oplog2pg again: "
+              "it resumes from the committed checkpoint and applies the op",
               (unsigned long long)d->repeat_count, state, (unsigned long long)limit);
     notify_status("stopped: SQLSTATE %s failed the same op %llu times in a row", state,
                   (unsigned long long)d->repeat_count);
