@@ -115,7 +115,7 @@ typedef struct {
     const bool *changed;
     sink_batch *batch;
     map_rows rows;
-    uint64_t docs, refused, nulled;
+    uint64_t docs, refused, nulled, no_id;
     bool failed; /* the sink's error says why */
 } filler;
 
@@ -154,12 +154,9 @@ static bool fill_doc(void *arg, const bson_t *doc)
     filler *f = arg;
     bson_iter_t it;
     if (!bson_iter_init_find(&it, doc, "_id")) {
-        /* MongoDB gives every document an _id; a collection without one cannot be copied either. */
-        sink_set_err(f->s, APPLY_CONFIG, NULL,
-                     "backfilling %s.%s: MongoDB returned a document without _id; its rows cannot be found", f->m->db,
-                     f->m->coll);
-        f->failed = true;
-        return false;
+        /* No row can hold a document without _id (an insert of it is refused), so there is nothing to fill. */
+        f->no_id++;
+        return true;
     }
     char why[256];
     strbuf_reset(&f->rows.buf, 1 << 20);
@@ -267,11 +264,12 @@ static bool fill_from_mongodb(sink *s, const map_collection *m, sink_mapped_tabl
                        m->db, m->coll, tabs[k].qname, PQcmdTuples(r));
         PQclear(r);
     }
-    if (f.refused > 0 || f.nulled > 0)
+    if (f.refused > 0 || f.nulled > 0 || f.no_id > 0)
         log_warning("map of %s.%s: of %llu documents read, %llu had a value the new columns cannot take (their new "
-                    "columns are NULL) and %llu values became NULL by on_type_error = null",
+                    "columns are NULL), %llu values became NULL by on_type_error = null, and %llu had no _id (no row "
+                    "holds them)",
                     m->db, m->coll, (unsigned long long)f.docs, (unsigned long long)f.refused,
-                    (unsigned long long)f.nulled);
+                    (unsigned long long)f.nulled, (unsigned long long)f.no_id);
     return true;
 }
 

@@ -9,7 +9,8 @@
  * next to ordinary values (a string, a date, an int64 past 2^53, an array) and with every rest mode. The documents
  * change, one is deleted and one inserted while the daemon is stopped, so the values are read while PostgreSQL is
  * behind MongoDB. The oracle is a twin collection with the grown map into which the final documents of the first are
- * inserted: both tables must hold the same rows.
+ * inserted: both tables must hold the same rows. `oplog2pg replay`, which reads no MongoDB, leaves the new columns
+ * NULL in the old rows and says that a new copy fills them.
  */
 #include <check.h>
 #include <libpq-fe.h>
@@ -201,6 +202,78 @@ static void run_case(const char *name, const char *rest)
     denv_pg_exec(sql);
 }
 
+/* Copies the source's oplog into a mongodump-style file (concatenated BSON). */
+static void dump_oplog(const char *uri, const char *path)
+{
+    mongoc_client_t *c = mongoc_client_new(uri);
+    mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
+    bson_t filter = BSON_INITIALIZER;
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, NULL, NULL);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    const bson_t *doc;
+    while (mongoc_cursor_next(cur, &doc))
+        ck_assert_uint_eq(fwrite(bson_get_data(doc), 1, doc->len, f), doc->len);
+    bson_error_t err;
+    ck_assert_msg(!mongoc_cursor_error(cur, &err), "%s", err.message);
+    fclose(f);
+    mongoc_cursor_destroy(cur);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(oplog);
+    mongoc_client_destroy(c);
+}
+
+/* `oplog2pg replay` of the source's oplog; its output in out (300 bytes). Returns its exit code. */
+static int replay_dump(denv *e, char *out)
+{
+    char dump[300];
+    snprintf(dump, sizeof dump, "%s/oplog.bson", e->dir);
+    snprintf(out, 300, "%s/replay.out", e->dir);
+    dump_oplog(e->uri, dump);
+    const char *args[] = {"-c", e->ini, "replay", dump, NULL};
+    return denv_run_command(e, args, out);
+}
+
+/* replay reads no MongoDB: columns the map gained are added but stay NULL in the rows already there (never a value
+ * read back from doc), and the output says that a new copy fills them. The rows are written by the daemon first; the
+ * replay then starts from its checkpoint. */
+START_TEST(test_backfill_replay_leaves_null)
+{
+    denv e;
+    char maps[4096], sql[512], out[300];
+    const char *db = "rep_bfreplay_m";
+    maps_text(maps, sizeof maps, db, "doc", false);
+    denv_start(&e, "bfreplay", NULL, maps);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    mongoc_client_t *client = mongoc_client_new(e.uri);
+    mongoc_collection_t *c = mongoc_client_get_collection(client, db, "c");
+    for (int i = 1; i <= 5; i++) {
+        bson_t d;
+        doc_of(i, &d);
+        insert_one(c, &d);
+        bson_destroy(&d);
+    }
+    mongoc_collection_destroy(c);
+    mongoc_client_destroy(client);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    stop_daemon(&e);
+
+    maps_text(maps, sizeof maps, db, "doc", true);
+    set_maps(&e, maps);
+    ck_assert_int_eq(replay_dump(&e, out), 0);
+    ck_assert_msg(denv_file_contains(out, "only a new copy of the collection fills them"), "see %s", out);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM %s.c WHERE big IS NULL AND n IS NULL AND sub IS NULL AND subn IS NULL AND s IS "
+             "NULL AND \"when\" IS NULL AND l IS NULL AND tags IS NULL",
+             db);
+    ck_assert_int_eq(denv_pg_int(sql), 5);
+    denv_stop(&e);
+    snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", db);
+    denv_pg_exec(sql);
+}
+END_TEST
+
 START_TEST(test_backfill_rest_doc)
 {
     run_case("bfdoc", "doc");
@@ -229,6 +302,7 @@ Suite *map_backfill_suite(void)
     tcase_add_test(tc, test_backfill_rest_doc);
     tcase_add_test(tc, test_backfill_rest_extra);
     tcase_add_test(tc, test_backfill_rest_drop);
+    tcase_add_test(tc, test_backfill_replay_leaves_null);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -103,7 +103,7 @@ static void stop_daemon(denv *e)
     e->daemon.pid = 0;
 }
 
-START_TEST(test_columns_added_are_filled_from_doc)
+START_TEST(test_columns_added_are_filled)
 {
     denv e;
     const char *db = "rep_mapgrow_m";
@@ -274,7 +274,7 @@ Suite *map_changes_suite(void)
     Suite *s = suite_create("map_changes");
     TCase *tc = tcase_create("map_changes");
     tcase_set_timeout(tc, 240);
-    tcase_add_test(tc, test_columns_added_are_filled_from_doc);
+    tcase_add_test(tc, test_columns_added_are_filled);
     tcase_add_test(tc, test_columns_added_without_doc_are_filled);
     tcase_add_test(tc, test_adopted_table);
     suite_add_tcase(s, tc);
