@@ -14,10 +14,11 @@
  *   3. COMMIT. A crash before it leaves the table as it was, and the next start does it again.
  *
  * NOTES. Why MongoDB and not the document kept in the rest column: relaxed Extended JSON does not keep BSON's types.
- * A double and an int64 are both JSON numbers, and jsonb keeps neither the double's binary value nor that it was one
- * (the double 2^62 reads back as 4611686018427388000, 1e300 as a number no BSON type holds); a document whose field
- * is named $numberLong reads back as the number it spells. Values read back from there would differ from what an
- * insert of the same document writes. A document read from MongoDB is exact, whatever the rest mode.
+ * A double and an int64 are both JSON numbers, and jsonb keeps neither the double's binary value nor that it was one:
+ * the double 2^62 reads back as 4611686018427388000, and 1e300, which jsonb writes as 1 and 300 zeros, as no number
+ * BSON holds. A document whose field is named $numberLong reads back as the number it spells. Values read back from
+ * there would differ from what an insert of the same document writes; a document read from MongoDB is exact,
+ * whatever the rest mode.
  *
  * Why reading MongoDB now is right although PostgreSQL is at an older position (its checkpoint): the copy does the
  * same. The documents are at least as new as the checkpoint; the oplog from the checkpoint on is applied after this,
