@@ -10,7 +10,7 @@
  * change, one is deleted and one inserted while the daemon is stopped, so the values are read while PostgreSQL is
  * behind MongoDB. The oracle is a twin collection with the grown map into which the final documents of the first are
  * inserted: both tables must hold the same rows. `oplog2pg replay`, which reads no MongoDB, leaves the new columns
- * NULL in the old rows and says that a new copy fills them.
+ * NULL in the old rows and says that a new copy fills them. A stop during the read leaves the table as it was.
  */
 #include <check.h>
 #include <libpq-fe.h>
@@ -274,6 +274,67 @@ START_TEST(test_backfill_replay_leaves_null)
 }
 END_TEST
 
+static void mongo_cmd(const char *uri, bson_t *cmd)
+{
+    mongoc_client_t *c = mongoc_client_new(uri);
+    bson_error_t err;
+    bson_t reply;
+    bool ok = mongoc_client_command_simple(c, "admin", cmd, NULL, &reply, &err);
+    bson_destroy(&reply);
+    mongoc_client_destroy(c);
+    bson_destroy(cmd);
+    ck_assert_msg(ok, "command: %s", err.message);
+}
+
+/* A stop while the documents are read from MongoDB (each reply held up 2 s by mongosimDelay, the read six replies
+ * long, a stop looked for after each thousand documents) leaves the table as it was, without the new column; the next
+ * start adds and fills it. */
+START_TEST(test_backfill_stopped_midway)
+{
+    if (!denv_using_sim()) {
+        fprintf(stderr, "SKIP test_backfill_stopped_midway: needs mongosim's mongosimDelay\n");
+        return;
+    }
+    denv e;
+    char maps[512], sql[512];
+    const char *db = "rep_bfstop_m";
+    snprintf(maps, sizeof maps, "\n[map %s.c]\nrest = drop\ncolumn.v = integer\n", db);
+    denv_start(&e, "bfstop", NULL, maps);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    denv_insert_range(&e, db, "c", 1, 5000); /* {_id: k, v: 10k, s: "text"} */
+    ck_assert(denv_wait_caught_up(&e, 60));
+    stop_daemon(&e);
+
+    snprintf(maps, sizeof maps, "\n[map %s.c]\nrest = drop\ncolumn.v = integer\ncolumn.s = text\n", db);
+    set_maps(&e, maps);
+    mongo_cmd(e.uri, BCON_NEW("mongosimDelay", BCON_INT32(2000)));
+    denv_daemon_start(&e);
+    char needle[128];
+    snprintf(needle, sizeof needle, "reading %s.c from MongoDB", db);
+    ck_assert(denv_wait_log(&e, needle, 120));
+    proc_signal(&e.daemon, SIGTERM);
+    ck_assert(proc_wait(&e.daemon, 60));
+    ck_assert_int_eq(proc_exit_code(&e.daemon), 0);
+    e.daemon.pid = 0;
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pg_attribute WHERE attrelid = '%s.c'::regclass AND attname = 's' AND NOT "
+             "attisdropped",
+             db);
+    ck_assert_int_eq(denv_pg_int(sql), 0); /* rolled back with the rest */
+
+    mongo_cmd(e.uri, BCON_NEW("mongosimDelay", BCON_INT32(0)));
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert(denv_wait_log(&e, "filled the new columns", 10));
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s.c WHERE s = 'text'", db);
+    ck_assert_int_eq(denv_pg_int(sql), 5000);
+    denv_stop(&e);
+    snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", db);
+    denv_pg_exec(sql);
+}
+END_TEST
+
 START_TEST(test_backfill_rest_doc)
 {
     run_case("bfdoc", "doc");
@@ -303,6 +364,7 @@ Suite *map_backfill_suite(void)
     tcase_add_test(tc, test_backfill_rest_extra);
     tcase_add_test(tc, test_backfill_rest_drop);
     tcase_add_test(tc, test_backfill_replay_leaves_null);
+    tcase_add_test(tc, test_backfill_stopped_midway);
     suite_add_tcase(s, tc);
     return s;
 }
