@@ -1,0 +1,274 @@
+/*
+ * test_copy_ddl.c — collections renamed or dropped while the initial copy reads them, and the copy stopped hard.
+ *
+ * The daemon copies with one worker and small batches, each batch slowed by a trigger on oplog2pg.copy_progress,
+ * so that a helper thread can act at chosen moments (it watches the progress rows, never a clock):
+ *   - a collection renamed mid-copy, then written under its new name: the copy follows it by its UUID and reads on
+ *     into the same table; the replay renames the table and applies the writes;
+ *   - one renamed twice mid-copy; one renamed to another database (a copy and a drop, as the oplog shows it);
+ *   - one dropped mid-copy: marked done, the replay drops its table;
+ *   - one renamed before its copy began, and a new collection made under the old name.
+ * Each ends equal to MongoDB. A copy state without UUIDs (an earlier version's) stops with exit 5 naming --reimport
+ * when a collection vanished, and --reimport then copies it exactly. A kill -9 while the writer thread commits
+ * leaves a copy the next start finishes exactly.
+ */
+#include <check.h>
+#include <mongoc/mongoc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../lib/daemonenv.h"
+#include "copy/copy.h"
+#include "daemon/exitcodes.h"
+
+#define WAIT_S 120.0
+
+/* Installs the oplog2pg schema (copy_reset opens it) and forgets what an earlier run left, then slows each progress
+ * update of the service by `secs`. */
+static void slow_copy(const denv *e, const char *secs)
+{
+    char err[512], pat[64], sql[900];
+    snprintf(pat, sizeof pat, "%s*.*", e->prefix);
+    const char *inc[] = {pat, NULL};
+    nsfilter *f = nsfilter_new(inc, NULL, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    ck_assert_msg(copy_reset(denv_pg_conninfo(), e->service, f, true, err, sizeof err), "%s", err);
+    nsfilter_free(f);
+    snprintf(sql, sizeof sql,
+             "CREATE OR REPLACE FUNCTION public.%s_slow() RETURNS trigger LANGUAGE plpgsql AS "
+             "$$BEGIN PERFORM pg_sleep(%s); RETURN NEW; END$$; "
+             "CREATE OR REPLACE TRIGGER %s_slow AFTER UPDATE ON oplog2pg.copy_progress FOR EACH ROW "
+             "WHEN (NEW.service = '%s') EXECUTE FUNCTION public.%s_slow()",
+             e->service, secs, e->service, e->service, e->service);
+    denv_pg_exec(sql);
+}
+
+static void unslow_copy(const denv *e)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "DROP TRIGGER IF EXISTS %s_slow ON oplog2pg.copy_progress; DROP FUNCTION IF EXISTS "
+             "public.%s_slow()",
+             e->service, e->service);
+    denv_pg_exec(sql);
+}
+
+/* Documents committed for db.coll so far (0 before the plan), and whether it is done. */
+static int64_t copied(const denv *e, const char *db, const char *coll, bool *done)
+{
+    char sql[400];
+    snprintf(sql, sizeof sql,
+             "SELECT coalesce(max(copied), 0) FROM oplog2pg.copy_progress WHERE service = '%s' AND db = '%s' AND "
+             "coll = '%s'",
+             e->service, db, coll);
+    int64_t n = denv_pg_int(sql);
+    if (done != NULL) {
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM oplog2pg.copy_progress WHERE service = '%s' AND db = '%s' AND coll = '%s' AND "
+                 "done",
+                 e->service, db, coll);
+        *done = denv_pg_int(sql) > 0;
+    }
+    return n;
+}
+
+/* Waits until db.coll has more than `than` documents committed and is not done yet (the moment is mid-copy). */
+static void wait_mid_copy(const denv *e, const char *db, const char *coll, int64_t than)
+{
+    double until = denv_now() + WAIT_S;
+    bool done = false;
+    while (denv_now() < until) {
+        if (copied(e, db, coll, &done) > than || done)
+            break;
+        usleep(20000);
+    }
+    ck_assert_msg(!done, "%s.%s was copied to its end before the moment came", db, coll);
+    ck_assert_msg(copied(e, db, coll, NULL) > than, "the copy of %s.%s did not get past %lld documents", db, coll,
+                  (long long)than);
+}
+
+static void mongo_run(const denv *e, const char *db, bson_t *cmd)
+{
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    bson_error_t err;
+    bson_t reply;
+    bool ok = mongoc_client_command_simple(c, db, cmd, NULL, &reply, &err);
+    bson_destroy(&reply);
+    mongoc_client_destroy(c);
+    bson_destroy(cmd);
+    ck_assert_msg(ok, "command: %s", err.message);
+}
+
+/* Writes after a move: a document far past what was copied updated, one deleted, a few inserted. */
+static void write_after(const denv *e, const char *db, const char *coll)
+{
+    mongo_run(e, db,
+              BCON_NEW("update", BCON_UTF8(coll), "updates", "[", "{", "q", "{", "_id", BCON_INT32(1400), "}", "u", "{",
+                       "$set", "{", "v", BCON_INT32(-1), "moved", BCON_BOOL(true), "}", "}", "}", "]"));
+    mongo_run(e, db,
+              BCON_NEW("delete", BCON_UTF8(coll), "deletes", "[", "{", "q", "{", "_id", BCON_INT32(1450), "}", "limit",
+                       BCON_INT32(1), "}", "]"));
+    denv_insert_range(e, db, coll, 1501, 1505);
+}
+
+typedef struct {
+    denv *e;
+    char a[64], b[64];
+} mover;
+
+static void *mover_main(void *arg)
+{
+    mover *m = arg;
+    denv *e = m->e;
+    /* c1: renamed mid-copy, then written under its new name. c3, not begun yet: renamed, and a new c3 made. */
+    wait_mid_copy(e, m->a, "c1", 300);
+    denv_rename(e, m->a, "c1", m->a, "c1r", false);
+    write_after(e, m->a, "c1r");
+    denv_rename(e, m->a, "c3", m->a, "c3r", false);
+    denv_insert_range(e, m->a, "c3", 5001, 5010);
+    write_after(e, m->a, "c3r");
+    /* c2: dropped mid-copy. */
+    wait_mid_copy(e, m->a, "c2", 300);
+    denv_drop_collection(e, m->a, "c2");
+    /* c4: renamed to another database mid-copy. */
+    wait_mid_copy(e, m->a, "c4", 300);
+    denv_rename(e, m->a, "c4", m->b, "c4x", false);
+    write_after(e, m->b, "c4x");
+    /* c5: renamed twice mid-copy, once more after the copy read on. */
+    wait_mid_copy(e, m->a, "c5", 300);
+    denv_rename(e, m->a, "c5", m->a, "c5r", false);
+    denv_rename(e, m->a, "c5r", m->a, "c5rr", false);
+    write_after(e, m->a, "c5rr");
+    wait_mid_copy(e, m->a, "c5", 700);
+    denv_rename(e, m->a, "c5rr", m->a, "c5rrr", false);
+    return NULL;
+}
+
+START_TEST(test_copy_follows_renames_and_drops)
+{
+    denv e;
+    denv_start(&e, "cpddl", NULL, "[copy]\nworkers = 1\nbatch_docs = 100\n");
+    mover m = {.e = &e};
+    snprintf(m.a, sizeof m.a, "%sa", e.prefix);
+    snprintf(m.b, sizeof m.b, "%sb", e.prefix);
+    for (int i = 1; i <= 5; i++) {
+        char coll[8];
+        snprintf(coll, sizeof coll, "c%d", i);
+        denv_insert_range(&e, m.a, coll, 1, 1500);
+    }
+    denv_insert_range(&e, m.b, "other", 1, 10);
+    slow_copy(&e, "0.1");
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, mover_main, &m), 0);
+    denv_daemon_start(&e);
+    pthread_join(th, NULL);
+    ck_assert(denv_wait_caught_up(&e, WAIT_S));
+    unslow_copy(&e);
+    ck_assert(denv_file_contains(e.log, "is now rep_cpddl_a.c1r (renamed during the copy)"));
+    ck_assert(denv_file_contains(e.log, "is now rep_cpddl_a.c5rr (renamed during the copy)"));
+    ck_assert(denv_file_contains(e.log, "copy of rep_cpddl_a.c2: the collection was dropped during the copy"));
+    /* The new c3 came through the oplog, the old one under its new name. */
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpddl_a.c3"), 10);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpddl_a.c1r"), 1504);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpddl_a.c5rrr"), 1504);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpddl_b.c4x"), 1504);
+    denv_expect_match(&e);
+    denv_stop(&e);
+}
+END_TEST
+
+/* A copy state of an earlier version holds no UUIDs: a collection that vanished cannot be told renamed from dropped.
+ * The copy stops with exit 5 naming --reimport, and --reimport copies it exactly. */
+START_TEST(test_copy_vanished_without_uuid_stops)
+{
+    denv e;
+    denv_start(&e, "cpnouuid", NULL, "[copy]\nworkers = 1\nbatch_docs = 100\n");
+    char a[64];
+    snprintf(a, sizeof a, "%sa", e.prefix);
+    denv_insert_range(&e, a, "c1", 1, 1500);
+    denv_insert_range(&e, a, "c2", 1, 1500);
+    slow_copy(&e, "0.1");
+    denv_daemon_start(&e);
+    wait_mid_copy(&e, a, "c1", 200);
+    ck_assert(proc_signal(&e.daemon, SIGTERM));
+    ck_assert(proc_wait(&e.daemon, WAIT_S));
+    ck_assert_int_eq(proc_exit_code(&e.daemon), EXIT_OK);
+    bool done;
+    ck_assert(copied(&e, a, "c1", &done) > 0 && !done);
+    char sql[300];
+    snprintf(sql, sizeof sql, "UPDATE oplog2pg.copy_progress SET uuid = NULL WHERE service = '%s'", e.service);
+    denv_pg_exec(sql);
+    denv_rename(&e, a, "c1", a, "c1r", false);
+
+    denv_daemon_start(&e);
+    ck_assert(proc_wait(&e.daemon, WAIT_S));
+    ck_assert_int_eq(proc_exit_code(&e.daemon), EXIT_UNSUPPORTED);
+    ck_assert(denv_file_contains(e.log, "rep_cpnouuid_a.c1 is no longer listed"));
+    ck_assert(denv_file_contains(e.log, "run with --reimport"));
+    /* Nothing was marked done with a partial table. */
+    ck_assert(copied(&e, a, "c1", &done) < 1500 && !done);
+
+    unslow_copy(&e);
+    const char *reimport[] = {"--reimport", NULL};
+    denv_daemon_start_args(&e, reimport, NULL);
+    ck_assert(denv_wait_caught_up(&e, WAIT_S));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpnouuid_a.c1r"), 1500);
+    denv_expect_match(&e);
+    denv_stop(&e);
+}
+END_TEST
+
+/* kill -9 while the copy's writer thread commits (its transaction open, waiting in the trigger): the next start
+ * resumes from the committed progress and ends equal to MongoDB, with writes made meanwhile replayed. */
+START_TEST(test_copy_kill9_in_writer)
+{
+    denv e;
+    denv_start(&e, "cpkill", NULL, "[copy]\nworkers = 1\nbatch_docs = 100\n");
+    char a[64];
+    snprintf(a, sizeof a, "%sa", e.prefix);
+    denv_insert_range(&e, a, "c1", 1, 1500);
+    denv_insert_range(&e, a, "c2", 1, 300);
+    slow_copy(&e, "0.2");
+    denv_daemon_start(&e);
+    wait_mid_copy(&e, a, "c1", 400);
+    /* Let the writer be inside a batch's transaction: the trigger holds it there. */
+    char sql[400];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'UPDATE "
+             "oplog2pg.copy_progress%%'");
+    double until = denv_now() + WAIT_S;
+    while (denv_now() < until && denv_pg_int(sql) == 0)
+        usleep(5000);
+    ck_assert_int_gt(denv_pg_int(sql), 0);
+    ck_assert(proc_signal(&e.daemon, SIGKILL));
+    ck_assert(proc_wait(&e.daemon, WAIT_S));
+    bool done;
+    int64_t before = copied(&e, a, "c1", &done);
+    ck_assert_msg(!done && before < 1500, "c1 was done before the kill");
+    write_after(&e, a, "c1");
+    unslow_copy(&e);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, WAIT_S));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpkill_a.c1"), 1504);
+    denv_expect_match(&e);
+    denv_stop(&e);
+}
+END_TEST
+
+Suite *copy_ddl_suite(void); /* called by the generated runner list */
+
+Suite *copy_ddl_suite(void)
+{
+    Suite *s = suite_create("copy_ddl");
+    TCase *tc = tcase_create("copy_ddl");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_copy_follows_renames_and_drops);
+    tcase_add_test(tc, test_copy_vanished_without_uuid_stops);
+    tcase_add_test(tc, test_copy_kill9_in_writer);
+    suite_add_tcase(s, tc);
+    return s;
+}
