@@ -7,7 +7,8 @@
  *     into the same table; the replay renames the table and applies the writes;
  *   - one renamed twice mid-copy; one renamed to another database (a copy and a drop, as the oplog shows it);
  *   - one dropped mid-copy: marked done, the replay drops its table;
- *   - one renamed before its copy began, and a new collection made under the old name.
+ *   - one renamed before its copy began, and a new collection made under the old name;
+ *   - one renamed mid-copy over another the copy has not begun (dropTarget).
  * Each ends equal to MongoDB. A copy state without UUIDs (an earlier version's) stops with exit 5 naming --reimport
  * when a collection vanished, and --reimport then copies it exactly. A kill -9 while the writer thread commits
  * leaves a copy the next start finishes exactly.
@@ -155,6 +156,10 @@ static void *mover_main(void *arg)
     write_after(e, m->a, "c5rr");
     (void)wait_copied(e, m->a, "c5", 700); /* a copy that marked c5 done at its rename goes no further */
     denv_rename(e, m->a, "c5rr", m->a, "c5rrr", false);
+    /* c6: renamed mid-copy over c7, which the copy has not begun (dropTarget): c7 as planned is gone. */
+    wait_mid_copy(e, m->a, "c6", 300);
+    denv_rename(e, m->a, "c6", m->a, "c7", true);
+    write_after(e, m->a, "c7");
     return NULL;
 }
 
@@ -165,7 +170,7 @@ START_TEST(test_copy_follows_renames_and_drops)
     mover m = {.e = &e};
     snprintf(m.a, sizeof m.a, "%sa", e.prefix);
     snprintf(m.b, sizeof m.b, "%sb", e.prefix);
-    for (int i = 1; i <= 5; i++) {
+    for (int i = 1; i <= 7; i++) {
         char coll[8];
         snprintf(coll, sizeof coll, "c%d", i);
         denv_insert_range(&e, m.a, coll, 1, 1500);
@@ -183,6 +188,11 @@ START_TEST(test_copy_follows_renames_and_drops)
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpddl_a.c1r"), 1504);
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpddl_a.c5rrr"), 1504);
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpddl_b.c4x"), 1504);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpddl_a.c7"), 1504);
+    /* The tables of the collections dropped (c2; c4, moved to another database) were dropped by the replay. */
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM pg_tables WHERE schemaname = 'rep_cpddl_a' AND tablename IN "
+                                 "('c1', 'c2', 'c4', 'c5', 'c5r', 'c5rr', 'c6')"),
+                     0);
     denv_expect_match(&e);
     ck_assert(denv_file_contains(e.log, "is now rep_cpddl_a.c1r (renamed during the copy)"));
     ck_assert(denv_file_contains(e.log, "is now rep_cpddl_a.c5rrr (renamed during the copy)"));
