@@ -11,7 +11,8 @@
  *   - one renamed mid-copy over another the copy has not begun (dropTarget).
  * Each ends equal to MongoDB. A copy state without UUIDs (an earlier version's) stops with exit 5 naming --reimport
  * when a collection vanished, and --reimport then copies it exactly. A kill -9 while the writer thread commits
- * leaves a copy the next start finishes exactly.
+ * leaves a copy the next start finishes exactly; a SIGTERM there commits that batch and stops. --reimport of one
+ * service beside another one running on the same database leaves the other's tables, rows and state alone.
  */
 #include <check.h>
 #include <mongoc/mongoc.h>
@@ -279,6 +280,130 @@ START_TEST(test_copy_kill9_in_writer)
 }
 END_TEST
 
+/* SIGTERM while the writer thread is inside a batch's transaction: that batch is committed, the copy stops with
+ * exit 0, and the next start finishes it exactly. */
+START_TEST(test_copy_sigterm_in_writer)
+{
+    denv e;
+    denv_start(&e, "cpterm", NULL, "[copy]\nworkers = 1\nbatch_docs = 100\n");
+    char a[64];
+    snprintf(a, sizeof a, "%sa", e.prefix);
+    denv_insert_range(&e, a, "c1", 1, 1500);
+    slow_copy(&e, "0.5");
+    denv_daemon_start(&e);
+    wait_mid_copy(&e, a, "c1", 300);
+    const char *sql = "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'UPDATE "
+                      "oplog2pg.copy_progress%'";
+    double until = denv_now() + WAIT_S;
+    while (denv_now() < until && denv_pg_int(sql) == 0)
+        usleep(5000);
+    ck_assert_int_gt(denv_pg_int(sql), 0);
+    int64_t at_signal = copied(&e, a, "c1", NULL);
+    ck_assert(proc_signal(&e.daemon, SIGTERM));
+    ck_assert(proc_wait(&e.daemon, WAIT_S));
+    ck_assert_int_eq(proc_exit_code(&e.daemon), EXIT_OK);
+    e.daemon.pid = 0;
+    bool done;
+    int64_t after = copied(&e, a, "c1", &done);
+    ck_assert_msg(after > at_signal, "the batch being written at the signal was not committed (%lld, then %lld)",
+                  (long long)at_signal, (long long)after);
+    ck_assert(!done);
+    ck_assert_int_eq(denv_checkpoint_ts(e.service), 0);
+    write_after(&e, a, "c1");
+    unslow_copy(&e);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, WAIT_S));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpterm_a.c1"), 1504);
+    denv_expect_match(&e);
+    denv_stop(&e);
+}
+END_TEST
+
+/* --reimport of one service while another runs and writes to the same PostgreSQL database, even into the same
+ * schema (both replicate collections of one MongoDB database): the other's tables, rows, checkpoint, copy state and
+ * catalog rows are untouched, and it goes on replicating. */
+static void write_service_ini(const denv *e, const char *path, const char *service, const char *include)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "[mongodb]\nuri = %s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s\n", e->uri,
+            denv_pg_conninfo(), service, include);
+    fclose(f);
+}
+
+static void other_state(char *out, size_t outlen)
+{
+    denv_pg_text("SELECT md5(coalesce((SELECT string_agg(x::text, ',' ORDER BY x::text) FROM ("
+                 "SELECT s::text AS x FROM oplog2pg.copy_state s WHERE service = 'rep_cpri_other' UNION ALL "
+                 "SELECT p::text FROM oplog2pg.copy_progress p WHERE service = 'rep_cpri_other' UNION ALL "
+                 "SELECT (t.schema_name, t.table_name, t.db, t.coll, t.service)::text FROM oplog2pg.tables t "
+                 "WHERE service = 'rep_cpri_other') q), ''))",
+                 out, outlen);
+}
+
+static bool other_caught_up(const denv *e, double secs)
+{
+    double until = denv_now() + secs;
+    while (denv_now() < until) {
+        if (denv_checkpoint_ts("rep_cpri_other") >= denv_newest_ts(e->uri))
+            return true;
+        usleep(50000);
+    }
+    return false;
+}
+
+START_TEST(test_reimport_beside_running_service)
+{
+    denv e;
+    denv_start(&e, "cpri", NULL, NULL);
+    write_service_ini(&e, e.ini, e.service, "rep_cpri_x.a*");
+    char ini2[300], log2[300], err[512], bin[256];
+    snprintf(ini2, sizeof ini2, "%s/other.ini", e.dir);
+    snprintf(log2, sizeof log2, "%s/other.log", e.dir);
+    write_service_ini(&e, ini2, "rep_cpri_other", "rep_cpri_x.b*");
+    denv_insert_range(&e, "rep_cpri_x", "a1", 1, 500);
+    denv_insert_range(&e, "rep_cpri_x", "b1", 1, 500);
+
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *argv[] = {bin, "-c", ini2, "run", "--reimport", NULL};
+    proc_handle other;
+    ck_assert_msg(proc_start(argv, NULL, log2, &other, err, sizeof err), "%s", err);
+    ck_assert(other_caught_up(&e, WAIT_S));
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, WAIT_S));
+    ck_assert(proc_stop(&e.daemon, 30));
+    ck_assert_int_eq(proc_exit_code(&e.daemon), 0);
+    e.daemon.pid = 0;
+
+    denv_insert_range(&e, "rep_cpri_x", "b1", 501, 600);
+    ck_assert(other_caught_up(&e, WAIT_S));
+    char before[80], now[80];
+    other_state(before, sizeof before);
+    uint64_t other_ckpt = denv_checkpoint_ts("rep_cpri_other");
+
+    /* This service's --reimport, while the other one writes. */
+    const char *reimport[] = {"--reimport", NULL};
+    denv_daemon_start_args(&e, reimport, NULL);
+    denv_insert_range(&e, "rep_cpri_x", "b1", 601, 700);
+    denv_insert_range(&e, "rep_cpri_x", "a1", 501, 510);
+    ck_assert(denv_wait_caught_up(&e, WAIT_S));
+    denv_insert_range(&e, "rep_cpri_x", "b1", 701, 710);
+    ck_assert(other_caught_up(&e, WAIT_S));
+    ck_assert(denv_file_contains(e.log, "--reimport"));
+
+    other_state(now, sizeof now);
+    ck_assert_str_eq(now, before);
+    ck_assert(denv_checkpoint_ts("rep_cpri_other") > other_ckpt);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpri_x.b1"), 710);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpri_x.a1"), 510);
+    denv_expect_match_prefix(&e, "rep_cpri_x");
+    ck_assert(proc_signal(&other, SIGTERM));
+    ck_assert(proc_wait(&other, WAIT_S));
+    ck_assert_int_eq(proc_exit_code(&other), 0);
+    denv_stop(&e);
+}
+END_TEST
+
 Suite *copy_ddl_suite(void); /* called by the generated runner list */
 
 Suite *copy_ddl_suite(void)
@@ -289,6 +414,8 @@ Suite *copy_ddl_suite(void)
     tcase_add_test(tc, test_copy_follows_renames_and_drops);
     tcase_add_test(tc, test_copy_vanished_without_uuid_stops);
     tcase_add_test(tc, test_copy_kill9_in_writer);
+    tcase_add_test(tc, test_copy_sigterm_in_writer);
+    tcase_add_test(tc, test_reimport_beside_running_service);
     suite_add_tcase(s, tc);
     return s;
 }
