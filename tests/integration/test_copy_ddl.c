@@ -280,6 +280,57 @@ START_TEST(test_copy_kill9_in_writer)
 }
 END_TEST
 
+/* mongosim as a server: a drop or a rename of a collection kills its cursors (QueryPlanKilled at the next getMore),
+ * also when a new collection took the name meanwhile; a cursor on an untouched collection reads on. */
+static int getmore_after(const denv *e, const char *db, const char *coll, int what)
+{
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    mongoc_collection_t *co = mongoc_client_get_collection(c, db, coll);
+    bson_t filter = BSON_INITIALIZER;
+    bson_t *opts = BCON_NEW("batchSize", BCON_INT32(2), "sort", "{", "_id", BCON_INT32(1), "}");
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(co, &filter, opts, NULL);
+    const bson_t *doc;
+    int n = 0;
+    while (n < 2 && mongoc_cursor_next(cur, &doc))
+        n++;
+    ck_assert_int_eq(n, 2);
+    if (what == 1) {
+        denv_drop_collection(e, db, coll);
+    } else if (what == 2) {
+        denv_rename(e, db, coll, db, "moved", false);
+    } else if (what == 3) {
+        denv_rename(e, db, coll, db, "moved2", false);
+        denv_insert_range(e, db, coll, 1, 5);
+    }
+    while (mongoc_cursor_next(cur, &doc))
+        n++;
+    bson_error_t err;
+    int code = mongoc_cursor_error(cur, &err) ? (int)err.code : 0;
+    mongoc_cursor_destroy(cur);
+    bson_destroy(opts);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(co);
+    mongoc_client_destroy(c);
+    return code != 0 ? code : -n;
+}
+
+START_TEST(test_sim_getmore_after_drop_or_rename)
+{
+    denv e;
+    denv_start(&e, "cpgm", NULL, NULL);
+    char db[64];
+    snprintf(db, sizeof db, "%sa", e.prefix);
+    denv_insert_range(&e, db, "c", 1, 5);
+    ck_assert_int_eq(getmore_after(&e, db, "c", 0), -5);
+    ck_assert_int_eq(getmore_after(&e, db, "c", 2), 175);
+    denv_insert_range(&e, db, "d", 1, 5);
+    ck_assert_int_eq(getmore_after(&e, db, "d", 1), 175);
+    denv_insert_range(&e, db, "f", 1, 5);
+    ck_assert_int_eq(getmore_after(&e, db, "f", 3), 175);
+    denv_stop(&e);
+}
+END_TEST
+
 /* SIGTERM while the writer thread is inside a batch's transaction: that batch is committed, the copy stops with
  * exit 0, and the next start finishes it exactly. */
 START_TEST(test_copy_sigterm_in_writer)
@@ -411,6 +462,7 @@ Suite *copy_ddl_suite(void)
     Suite *s = suite_create("copy_ddl");
     TCase *tc = tcase_create("copy_ddl");
     tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_sim_getmore_after_drop_or_rename);
     tcase_add_test(tc, test_copy_follows_renames_and_drops);
     tcase_add_test(tc, test_copy_vanished_without_uuid_stops);
     tcase_add_test(tc, test_copy_kill9_in_writer);
