@@ -8,7 +8,8 @@
  *   - one renamed twice mid-copy; one renamed to another database (a copy and a drop, as the oplog shows it);
  *   - one dropped mid-copy: marked done, the replay drops its table;
  *   - one renamed before its copy began, and a new collection made under the old name;
- *   - one renamed mid-copy over another the copy has not begun (dropTarget).
+ *   - one renamed mid-copy over another the copy has not begun (dropTarget);
+ *   - renamed and dropped while the daemon was stopped mid-copy (the resumed copy follows the stored UUIDs).
  * Each ends equal to MongoDB. A copy state without UUIDs (an earlier version's) stops with exit 5 naming --reimport
  * when a collection vanished, and --reimport then copies it exactly. A kill -9 while the writer thread commits
  * leaves a copy the next start finishes exactly; a SIGTERM there commits that batch and stops. --reimport of one
@@ -239,6 +240,44 @@ START_TEST(test_copy_follows_renames_and_drops)
     ck_assert(denv_file_contains(e.log, "is now rep_cpddl_a.c1r (renamed during the copy)"));
     ck_assert(denv_file_contains(e.log, "is now rep_cpddl_a.c5rrr (renamed during the copy)"));
     ck_assert(denv_file_contains(e.log, "copy of rep_cpddl_a.c2: the collection was dropped during the copy"));
+    denv_stop(&e);
+}
+END_TEST
+
+/* Renamed and dropped while the daemon was stopped mid-copy: the resumed copy follows the UUIDs it stored. */
+START_TEST(test_copy_resumed_after_rename)
+{
+    denv e;
+    denv_start(&e, "cpresume", NULL, "[copy]\nworkers = 1\nbatch_docs = 100\n");
+    char a[64];
+    snprintf(a, sizeof a, "%sa", e.prefix);
+    denv_insert_range(&e, a, "c1", 1, 1500);
+    denv_insert_range(&e, a, "c2", 1, 1500);
+    denv_insert_range(&e, a, "c3", 1, 1500);
+    slow_copy(&e, "0.1");
+    denv_daemon_start(&e);
+    wait_mid_copy(&e, a, "c1", 200);
+    ck_assert(proc_signal(&e.daemon, SIGTERM));
+    ck_assert(proc_wait(&e.daemon, WAIT_S));
+    ck_assert_int_eq(proc_exit_code(&e.daemon), EXIT_OK);
+    e.daemon.pid = 0;
+    bool done;
+    ck_assert(copied(&e, a, "c1", &done) > 0 && !done);
+    denv_rename(&e, a, "c1", a, "c1r", false);
+    write_after(&e, a, "c1r");
+    denv_drop_collection(&e, a, "c2");
+    denv_rename(&e, a, "c3", a, "c3r", false);
+    denv_insert_range(&e, a, "c3", 7001, 7003);
+    unslow_copy(&e);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, WAIT_S));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpresume_a.c1r"), 1504);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpresume_a.c3r"), 1500);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpresume_a.c3"), 3);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM pg_tables WHERE schemaname = 'rep_cpresume_a' AND tablename IN "
+                                 "('c1', 'c2')"),
+                     0);
+    denv_expect_match(&e);
     denv_stop(&e);
 }
 END_TEST
@@ -511,6 +550,7 @@ Suite *copy_ddl_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_sim_getmore_after_drop_or_rename);
     tcase_add_test(tc, test_copy_follows_renames_and_drops);
+    tcase_add_test(tc, test_copy_resumed_after_rename);
     tcase_add_test(tc, test_copy_vanished_without_uuid_stops);
     tcase_add_test(tc, test_copy_kill9_in_writer);
     tcase_add_test(tc, test_copy_sigterm_in_writer);
