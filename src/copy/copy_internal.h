@@ -188,5 +188,10 @@ void copy_writer_release(copy_writer *w, copy_batch *b);
 void copy_writer_drain(copy_writer *w, copy_outcome *out);
 /* Keeps a document in b as BSON (why: see kept_doc). False when memory runs out. */
 bool copy_batch_keep(copy_batch *b, const bson_t *doc, const char *why);
+/* Whether a batch is what the reading thread makes: for a mapped collection (ntables > 0: its map's tables) every
+ * row is for one of its tables; a careful batch of the jsonb shape keeps one document per row (besides those set
+ * aside). False with why set otherwise: the writing thread then fails the batch rather than skip what it cannot
+ * place (exposed for tests). */
+bool copy_batch_check(const copy_batch *b, size_t ntables, char *why, size_t whylen);
 
 #endif

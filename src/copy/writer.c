@@ -115,9 +115,37 @@ static void batch_empty(copy_batch *b)
 static bool batch_malformed(copy_writer *w, const char *what)
 {
     w->malformed = true;
-    snprintf(w->err, sizeof w->err, "a malformed copy batch (%s): nothing of it is committed; please report this",
+    snprintf(w->err, sizeof w->err, "a malformed copy batch (%.400s): nothing of it is committed; please report this",
              what);
     return false;
+}
+
+bool copy_batch_check(const copy_batch *b, size_t ntables, char *why, size_t whylen)
+{
+    if (ntables > 0) {
+        map_row_iter it;
+        map_rows_iter(sink_batch_mapped(b->rows), &it);
+        uint16_t t;
+        const uint8_t *tuple;
+        uint32_t len;
+        while (map_rows_next(&it, &t, &tuple, &len))
+            if (t >= ntables) {
+                snprintf(why, whylen, "a row for table %u of a map with %zu tables", (unsigned)t, ntables);
+                return false;
+            }
+        return true;
+    }
+    if (!b->careful)
+        return true;
+    size_t in_rows = 0;
+    for (size_t k = 0; k < b->nkept; k++)
+        in_rows += b->kept[k].why == NULL;
+    if (in_rows != sink_batch_rows(b->rows)) {
+        snprintf(why, whylen, "a careful batch of %zu rows keeping %zu documents for them", sink_batch_rows(b->rows),
+                 in_rows);
+        return false;
+    }
+    return true;
 }
 
 /* Sends the batch as a binary COPY into `target` (a quoted table). *dup when it met an existing _id. */
@@ -128,18 +156,7 @@ static bool copy_send(copy_writer *w, const copy_batch *b, const char *target, b
     if (w->map != NULL) {
         /* a mapped collection: one COPY per table that has rows */
         *dup = false;
-        const map_rows *rows = sink_batch_mapped(b->rows);
-        map_row_iter all;
-        map_rows_iter(rows, &all);
-        uint16_t tk;
-        const uint8_t *tt;
-        uint32_t tl;
-        while (map_rows_next(&all, &tk, &tt, &tl))
-            if (tk >= w->nmtabs) {
-                char what[120];
-                snprintf(what, sizeof what, "a row for table %u of a map with %zu tables", (unsigned)tk, w->nmtabs);
-                return batch_malformed(w, what);
-            }
+        const map_rows *rows = sink_batch_mapped(b->rows); /* every row's table checked (copy_batch_check) */
         for (size_t k = 0; k < w->nmtabs; k++) {
             map_row_iter it;
             map_rows_iter(rows, &it);
@@ -453,6 +470,8 @@ static bool commit_batch(copy_writer *w, const copy_batch *b, bool *retryable)
     char m[ERRLEN];
     w->data_refused = false;
     w->malformed = false;
+    if (!copy_batch_check(b, w->map != NULL ? w->nmtabs : 0, m, sizeof m))
+        return batch_malformed(w, m);
     for (int pass = 0; pass < 2; pass++) {
         if (!copy_pg_exec(w->pg, "BEGIN", w->err, sizeof w->err, retryable) ||
             (!b->done && !copy_pg_exec(w->pg, "SET LOCAL synchronous_commit = off", w->err, sizeof w->err, retryable)))
