@@ -77,6 +77,8 @@ const char *copy_result_name(copy_result r)
         return "failed";
     case COPY_REFUSED:
         return "refused by PostgreSQL";
+    case COPY_UNSUPPORTED:
+        return "cannot be copied exactly";
     }
     return "?";
 }

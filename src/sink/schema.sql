@@ -133,6 +133,18 @@ CREATE TABLE IF NOT EXISTS oplog2pg.copy_progress (
     PRIMARY KEY (service, db, coll)
 );
 
+-- uuid: the collection's UUID as MongoDB listed it when the copy was planned (NULL for copies of earlier versions,
+-- or a server that lists none). A collection renamed during the copy keeps it, so the copy follows it to its new name
+-- (src/copy/worker.c); one that no longer has it anywhere was dropped.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'oplog2pg.copy_progress'::regclass
+                   AND attname = 'uuid' AND NOT attisdropped) THEN
+        ALTER TABLE oplog2pg.copy_progress ADD COLUMN IF NOT EXISTS uuid bytea;
+    END IF;
+END
+$$;
+
 COMMENT ON TABLE oplog2pg.copy_progress IS
     'oplog2pg initial copy progress per collection: last _id committed (BSON), documents copied, done';
 

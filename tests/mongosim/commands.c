@@ -37,6 +37,8 @@ struct sim_cursor {
     bson_value_t last_id;
     sim_projection *proj; /* the find's projection, applied to every batch (NULL: none) */
     int64_t skip_left;    /* the find's skip: matching documents still to pass over before the first returned */
+    bool has_uuid;        /* collection: the UUID of the collection the find opened (a view's cursor has none) */
+    uint8_t uuid[16];
 };
 
 typedef struct {
@@ -1323,6 +1325,7 @@ static void h_find(cmd_ctx *x)
     snprintf(cur->coll, sizeof cur->coll, "%s", coll);
     bson_destroy(&cur->filter);
     bson_copy_to(&filter, &cur->filter);
+    cur->has_uuid = store_collection_uuid(x->srv->store, x->db, coll, cur->uuid);
     reply_coll_batch(x->srv, x->r, cur, &filter, min, true, batch, single);
 }
 
@@ -1342,6 +1345,17 @@ static void h_get_more(cmd_ctx *x)
         return;
     }
     if (!cur->oplog) {
+        /* A drop or a rename of the collection kills its cursors: the next getMore fails with QueryPlanKilled (175)
+         * and the cursor is gone (jstests/core/getmore_invalidated_cursors.js; the server's CursorManager kills a
+         * collection's cursors when the collection is dropped or renamed). A collection of the same name made since
+         * is another collection: its UUID differs. */
+        uint8_t now[16];
+        if (cur->has_uuid && (!store_collection_uuid(x->srv->store, cur->db, cur->coll, now) ||
+                              memcmp(now, cur->uuid, sizeof now) != 0)) {
+            cursor_free(x->srv, cur);
+            reply_error(x->r, 175, "collection dropped or renamed: the cursor was killed");
+            return;
+        }
         reply_coll_batch(x->srv, x->r, cur, NULL, NULL, false, batch, false);
         return;
     }
