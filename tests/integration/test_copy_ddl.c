@@ -13,7 +13,8 @@
  * Each ends equal to MongoDB. A copy state without UUIDs (an earlier version's) stops with exit 5 naming --reimport
  * when a collection vanished, and --reimport then copies it exactly. A kill -9 while the writer thread commits
  * leaves a copy the next start finishes exactly; a SIGTERM there commits that batch and stops. --reimport of one
- * service beside another one running on the same database leaves the other's tables, rows and state alone.
+ * service beside another one running on the same database leaves the other's tables, rows and state alone. A rename
+ * between the copy's start and its listing of the collections makes the copy plan again from a later start.
  */
 #include <check.h>
 #include <mongoc/mongoc.h>
@@ -412,6 +413,36 @@ START_TEST(test_sim_getmore_after_drop_or_rename)
 }
 END_TEST
 
+/* A collection renamed between the copy's start and its listing of the collections: listed under its new name, its
+ * documents copied into that table, and the replay from the start applies the rename onto the copied table. The copy
+ * sees the rename in the oplog after its start and makes its plan again from a later start. mongosim runs the rename
+ * just before the copy's first listCollections (mongosimBeforeNext): the moment, without a race. */
+START_TEST(test_copy_rename_before_listing)
+{
+    if (!denv_using_sim()) {
+        fprintf(stderr, "SKIP test_copy_rename_before_listing: needs mongosim's mongosimBeforeNext\n");
+        return;
+    }
+    denv e;
+    denv_start(&e, "cplist", NULL, NULL);
+    char a[64], from[128], to[128];
+    snprintf(a, sizeof a, "%sa", e.prefix);
+    snprintf(from, sizeof from, "%s.c1", a);
+    snprintf(to, sizeof to, "%s.c2", a);
+    denv_insert_range(&e, a, "c1", 1, 500);
+    denv_insert_range(&e, a, "other", 1, 3);
+    mongo_run(&e, "admin",
+              BCON_NEW("mongosimBeforeNext", BCON_UTF8("listCollections"), "run", "{", "renameCollection",
+                       BCON_UTF8(from), "to", BCON_UTF8(to), "}"));
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, WAIT_S));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cplist_a.c2"), 500);
+    denv_expect_match(&e);
+    ck_assert(denv_file_contains(e.log, "a collection was renamed while the copy listed the collections"));
+    denv_stop(&e);
+}
+END_TEST
+
 /* SIGTERM while the writer thread is inside a batch's transaction: that batch is committed, the copy stops with
  * exit 0, and the next start finishes it exactly. */
 START_TEST(test_copy_sigterm_in_writer)
@@ -551,6 +582,7 @@ Suite *copy_ddl_suite(void)
     tcase_add_test(tc, test_sim_getmore_after_drop_or_rename);
     tcase_add_test(tc, test_copy_follows_renames_and_drops);
     tcase_add_test(tc, test_copy_resumed_after_rename);
+    tcase_add_test(tc, test_copy_rename_before_listing);
     tcase_add_test(tc, test_copy_vanished_without_uuid_stops);
     tcase_add_test(tc, test_copy_kill9_in_writer);
     tcase_add_test(tc, test_copy_sigterm_in_writer);

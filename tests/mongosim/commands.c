@@ -2072,6 +2072,33 @@ static void h_delay(cmd_ctx *x)
     h_ok(x);
 }
 
+/* {mongosimBeforeNext: NAME, run: {command}, db: DB?} — see README.md. A test's way to reach a moment inside a client's
+ * sequence of calls (between the two reads of a plan, say) without racing it. */
+static void h_before_next(cmd_ctx *x)
+{
+    bson_iter_t it;
+    bson_t run;
+    const char *db = "admin";
+    if (!BSON_ITER_HOLDS_UTF8(&x->first) || !bson_iter_init_find(&it, x->cmd, "run") || !iter_doc(&it, &run) ||
+        bson_empty(&run)) {
+        reply_error(x->r, 2, "mongosimBeforeNext needs a command name and run: {a command}");
+        return;
+    }
+    if (bson_iter_init_find(&it, x->cmd, "db") && BSON_ITER_HOLDS_UTF8(&it))
+        db = bson_iter_utf8(&it, NULL);
+    const char *name = bson_iter_utf8(&x->first, NULL);
+    if (strlen(name) >= sizeof x->srv->before_name || strlen(db) >= sizeof x->srv->before_db) {
+        reply_error(x->r, 2, "mongosimBeforeNext: name or db too long");
+        return;
+    }
+    if (x->srv->before_cmd != NULL)
+        bson_destroy(x->srv->before_cmd);
+    x->srv->before_cmd = bson_copy(&run);
+    snprintf(x->srv->before_name, sizeof x->srv->before_name, "%s", name);
+    snprintf(x->srv->before_db, sizeof x->srv->before_db, "%s", db);
+    h_ok(x);
+}
+
 /* {mongosimMajority: {freeze: true} | {advanceTo: Timestamp} | {follow: true}} — see README.md. */
 static void h_majority(cmd_ctx *x)
 {
@@ -2283,6 +2310,7 @@ static const cmd_entry COMMANDS[] = {
     {"mongosimStatus", h_status},
     {"mongosimMajority", h_majority},
     {"mongosimRollback", h_rollback},
+    {"mongosimBeforeNext", h_before_next},
 };
 
 void cmd_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *db)
@@ -2307,6 +2335,16 @@ void cmd_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *
     }
     if (srv->opts.verbose)
         fprintf(stderr, "mongosim: conn %" PRId64 ": %s on %s\n", r->conn->id, x.name, x.db);
+    if (srv->before_cmd != NULL && strcmp(srv->before_name, x.name) == 0) {
+        /* mongosimBeforeNext: taken first (so it runs once), answered into nothing. */
+        bson_t *run = srv->before_cmd;
+        char run_db[sizeof srv->before_db];
+        snprintf(run_db, sizeof run_db, "%s", srv->before_db);
+        srv->before_cmd = NULL;
+        sim_reply quiet = {.conn = r->conn, .request_id = r->request_id, .opcode = SIM_OP_MSG, .no_reply = true};
+        cmd_dispatch(srv, &quiet, run, run_db);
+        bson_destroy(run);
+    }
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++) {
         if (strcmp(COMMANDS[i].name, x.name) == 0) {
             /* A command with autocommit runs inside its client transaction (txn.c). */

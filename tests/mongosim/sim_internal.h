@@ -104,6 +104,10 @@ struct sim_server {
     uint64_t maj_ts;
     sim_store *maj_store;
     uint64_t oplog_getmores; /* oplog getMores answered (mongosimStatus: a test's event to wait on) */
+    /* mongosimBeforeNext: a command run once, on before_db, just before the next command named before_name is
+     * handled (from any connection); NULL when none waits. */
+    bson_t *before_cmd;
+    char before_name[64], before_db[128];
 };
 
 /* One reply under construction: a header is written into conn->out by reply_begin, the body document follows,
