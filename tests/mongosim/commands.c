@@ -395,6 +395,11 @@ static int64_t write_oplog_batch(sim_server *srv, sim_buf *b, sim_cursor *cur, c
     char keybuf[16];
     for (; cur->skip_left > 0 && cur->next_seq < end; cur->skip_left--)
         cur->next_seq++;
+    /* mongosimMalformBatch: the next batch of two entries or more gets a bad element after its first entry. */
+    int malform =
+        srv->malform_batch && end - cur->next_seq >= 2 && (max_docs <= 0 || max_docs >= 2) ? srv->malform_batch : 0;
+    if (malform)
+        srv->malform_batch = 0;
     while (cur->next_seq < end && (max_docs <= 0 || n < max_docs) && bytes < SIM_BATCH_BYTES) {
         uint32_t len;
         const uint8_t *data = oplog_entry(srv->oplog, cur->next_seq, &len);
@@ -415,6 +420,17 @@ static int64_t write_oplog_batch(sim_server *srv, sim_buf *b, sim_cursor *cur, c
         bytes += len;
         n++;
         cur->next_seq++;
+        if (malform && n == 1) {
+            bson_uint32_to_string((uint32_t)n, &k, keybuf, sizeof keybuf);
+            if (malform == 1) {
+                bw_int32(b, k, 42);
+            } else {
+                /* An embedded document whose length runs past the array's end. */
+                static const uint8_t bad[5] = {0xff, 0xff, 0xff, 0x7f, 0x00};
+                bw_key(b, BSON_TYPE_DOCUMENT, k);
+                buf_put(b, bad, sizeof bad);
+            }
+        }
     }
     bw_doc_end(b, arr);
     return n;
@@ -2051,6 +2067,26 @@ static void h_step_down(cmd_ctx *x)
     h_ok(x);
 }
 
+/* {mongosimMalformBatch: "notDocument" | "corrupt"}: the next oplog batch (find or getMore) of two entries or more
+ * holds, right after its first entry, an element that is not a document (an int32), or a document element whose
+ * length runs past the end of the array. A real server never sends either (a cursor's batch is an array of the
+ * documents the query returns, src/mongo/db/query/cursor_response.cpp); this test-only fault reaches the client's
+ * guard against it. The keys of the entries after it are shifted by one, which a reader of the array ignores. */
+static void h_malform_batch(cmd_ctx *x)
+{
+    uint32_t len = 0;
+    const char *how = BSON_ITER_HOLDS_UTF8(&x->first) ? bson_iter_utf8(&x->first, &len) : "";
+    if (strcmp(how, "notDocument") == 0) {
+        x->srv->malform_batch = 1;
+    } else if (strcmp(how, "corrupt") == 0) {
+        x->srv->malform_batch = 2;
+    } else {
+        reply_error(x->r, 2, "mongosimMalformBatch needs \"notDocument\" or \"corrupt\"");
+        return;
+    }
+    h_ok(x);
+}
+
 static void h_delay(cmd_ctx *x)
 {
     int64_t ms = BSON_ITER_HOLDS_NUMBER(&x->first) ? bson_iter_as_int64(&x->first) : 0;
@@ -2266,6 +2302,7 @@ static const cmd_entry COMMANDS[] = {
     {"mongosimDropConnections", h_drop_connections},
     {"mongosimStepDown", h_step_down},
     {"mongosimDelay", h_delay},
+    {"mongosimMalformBatch", h_malform_batch},
     {"mongosimStatus", h_status},
     {"mongosimMajority", h_majority},
     {"mongosimRollback", h_rollback},
