@@ -11,10 +11,13 @@
  *   (its ts, its prevOpTime's ts, its byte offset: 24 bytes an entry), which forgets a chain's entries at its commit
  *   or abort; at a commit the walk back and the forward read take the entries from the file at those offsets
  *   (pread on a descriptor of their own, so the sequential read is not disturbed), one entry at a time. Memory is
- *   that of the live path: the OpTimes of the chain, one entry at a time, and the index of the chains still open
- *   (24 bytes an entry), never the ops of a whole transaction. Entries at or before the start position are indexed
- *   too (and their commits close their chains), so a replay resumed after a cut inside a chain still finds its
- *   first entries.
+ *   bounded as on the live path: the OpTimes of the chain (16 bytes an entry), the index of the chains still open
+ *   (24 bytes an entry), and one chain entry at a time, never the ops of a whole transaction. Each chain entry is
+ *   one part (the live path reads an entry in windows of about 1 MB of ops; here a whole entry is held, up to
+ *   16 MB, as for every other entry of a dump). The walk back reads each entry whole for its prevOpTime, which
+ *   comes after its ops; the page cache makes the second read, forward, cheap. Entries at or before the start
+ *   position are indexed too (and their commits close their chains), so a replay resumed after a cut inside a
+ *   chain still finds its first entries.
  */
 #include "source/dump.h"
 
@@ -321,6 +324,7 @@ static bool push_commit(dump_reader *d, const bson_t *doc, const txn_info *ti)
         end(d, QUEUE_END_BAD_INPUT, "%s: the transaction committed at %s: %s", d->path, at, err);
         return false;
     }
+    txn_book_close(&d->book, &ti->prev); /* the parts' hold no longer counts this chain (as the oplog reader's) */
     uint32_t base = 0;
     for (size_t k = 0; k < d->chain.n; k++) {
         bson_t part;
@@ -333,8 +337,7 @@ static bool push_commit(dump_reader *d, const bson_t *doc, const txn_info *ti)
         if (!push_part(d, &part, ti, true, &base))
             return false;
     }
-    txn_book_close(&d->book, &ti->prev);
-    ix_close(d, &ti->prev);
+    ix_close(d, &ti->prev); /* after the forward read, which found the entries through it */
     if (ti->role == TXN_COMMIT)
         return push_part(d, doc, ti, false, &base);
     return push_noop(d, ti, "commitTransaction", true, base);
