@@ -13,7 +13,8 @@
  *   resumes at its checkpoint (a cut inside a chain, between a prepare and its commit, anywhere); after each,
  * PostgreSQL equals the reference at k (every row of every collection of the test's databases, and no table more);
  * - the whole dump replayed once into a fresh service gives the same;
- * - a dump that begins inside a transaction stops with exit code 5 at its commit, saying so, and applies nothing of it.
+ * - a dump that begins inside a transaction stops with exit code 5 at its commit, saying so, and applies nothing of it;
+ * - an op PostgreSQL refuses inside such a transaction is a dead letter, and the rest of it applies.
  *
  * mongosim only for the reference (a real replica set would do as well, but the cases start a reference mongosim).
  */
@@ -37,7 +38,7 @@ enum { MAXE = 64, MAXC = 16 };
 
 /* One change: as an inner op of an applyOps or an ordinary entry, and as the reference's write. */
 typedef struct {
-    char kind; /* 'i', 'u' (x = new value), 'd' */
+    char kind; /* 'i', 'u' (x = new value), 'd'; 'n': an insert PostgreSQL refuses (a string holding U+0000) */
     const char *coll;
     int id, x;
 } change;
@@ -89,6 +90,10 @@ static void change_json(const renv *t, strbuf *b, const change *c)
         strbuf_printf(b, "\"op\":\"i\",\"ns\":\"%s.%s\"," UI ",\"o\":{\"_id\":%d,\"x\":%d}", t->db, c->coll, c->id,
                       c->x);
         break;
+    case 'n':
+        strbuf_printf(b, "\"op\":\"i\",\"ns\":\"%s.%s\"," UI ",\"o\":{\"_id\":%d,\"x\":%d,\"s\":\"a\\u0000b\"}", t->db,
+                      c->coll, c->id, c->x);
+        break;
     case 'u':
         strbuf_printf(
             b, "\"op\":\"u\",\"ns\":\"%s.%s\"," UI ",\"o\":{\"$v\":2,\"diff\":{\"u\":{\"x\":%d}}},\"o2\":{\"_id\":%d}",
@@ -100,8 +105,11 @@ static void change_json(const renv *t, strbuf *b, const change *c)
     }
 }
 
+/* The reference's write of a change; a refused insert ('n') is a dead letter, not a row. */
 static void ref_apply(renv *t, const change *c)
 {
+    if (c->kind == 'n')
+        return;
     mongoc_collection_t *coll = mongoc_client_get_collection(t->refc, t->db, c->coll);
     bson_error_t err;
     bool ok;
@@ -382,6 +390,41 @@ START_TEST(test_replay_dump_begins_inside_txn)
 }
 END_TEST
 
+/* An op PostgreSQL refuses inside a transaction put together from the dump: set aside as a dead letter with its raw
+ * BSON (the careful pass that finds it reads the dump again from its start, chains included), the rest of the
+ * transaction and the entries after it applied. */
+START_TEST(test_replay_refused_op_in_txn)
+{
+    renv t;
+    r_setup(&t, "rplref");
+    plain(&t, 'i', "o", 1, 1);
+    chain(&t, 0, true, F_PARTIAL, (change[]){{'i', "t", 1, 1}, {'n', "t", 2, 2}}, 2);
+    plain(&t, 'i', "o", 2, 2);
+    chain(&t, 0, true, F_PARTIAL, (change[]){{'i', "t", 3, 3}}, 1);
+    chain(&t, 0, true, F_COUNT, (change[]){{'u', "t", 1, 10}}, 1);
+    plain(&t, 'i', "o", 3, 3);
+    for (size_t k = 0; k < t.n; k++)
+        for (size_t i = 0; i < t.nvis[k]; i++)
+            ref_apply(&t, &t.vis[k][i]);
+    char path[300], out[300], sql[512];
+    snprintf(path, sizeof path, "%s/refused.bson", t.e.dir);
+    write_dump(&t, 0, t.n, path);
+    int rc = replay(&t, path, out, sizeof out);
+    if (rc != 0) {
+        snprintf(t.e.log, sizeof t.e.log, "%s", out);
+        denv_show_log(&t.e);
+    }
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(matches(&t, "a refused op in a transaction"), "PostgreSQL differs from the reference (see above)");
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = '%s' AND doc_id = '2' AND op_bson IS NOT NULL",
+             t.e.service);
+    ck_assert_int_eq(denv_pg_int(sql), 1);
+    ck_assert_uint_eq(denv_checkpoint_ts(t.e.service), (uint64_t)t.secs << 32 | (uint32_t)t.n);
+    r_stop(&t);
+}
+END_TEST
+
 Suite *replay_txn_suite(void)
 {
     Suite *s = suite_create("replay_txn");
@@ -389,6 +432,7 @@ Suite *replay_txn_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_replay_every_cut);
     tcase_add_test(tc, test_replay_dump_begins_inside_txn);
+    tcase_add_test(tc, test_replay_refused_op_in_txn);
     suite_add_tcase(s, tc);
     return s;
 }
