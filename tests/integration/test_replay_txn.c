@@ -152,7 +152,8 @@ static void finish(renv *t, strbuf *b, const change *vis, size_t nvis)
     free(b->data);
     ck_assert_uint_le(nvis, MAXC);
     t->entry[t->n] = doc;
-    memcpy(t->vis[t->n], vis, nvis * sizeof *vis);
+    if (nvis > 0)
+        memcpy(t->vis[t->n], vis, nvis * sizeof *vis);
     t->nvis[t->n] = nvis;
     t->n++;
 }
