@@ -105,6 +105,7 @@ struct sim_server {
     sim_store *maj_store;
     uint64_t oplog_getmores; /* oplog getMores answered (mongosimStatus: a test's event to wait on) */
     int malform_batch;       /* mongosimMalformBatch: 0 off, 1 a non-document element, 2 a corrupt one */
+    bool malform_lookup;     /* ... in the next batch of a find with a projection, before its first entry */
 };
 
 /* One reply under construction: a header is written into conn->out by reply_begin, the body document follows,
