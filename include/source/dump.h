@@ -9,6 +9,11 @@
  * rejects ends with QUEUE_END_UNSUPPORTED. Entries at or before the start position (the committed checkpoint) are
  * skipped, so a replay interrupted anywhere can simply run again. At the end of a good dump it pushes QUEUE_IDLE,
  * then QUEUE_END_DONE.
+ *
+ * Transactions written over several entries (source/txn.h) are put together as the oplog reader does: chain entries
+ * are pushed as noops, and a commit as the parts of one logical entry at its position, read back from the file (see
+ * dump.c's NOTES for the index and its memory). A dump beginning inside a chain ends with QUEUE_END_BAD_INPUT at
+ * that chain's commit; a chain that is not what a server writes, with QUEUE_END_UNSUPPORTED.
  */
 #ifndef OPLOG2PG_SOURCE_DUMP_H
 #define OPLOG2PG_SOURCE_DUMP_H

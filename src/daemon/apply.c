@@ -901,8 +901,10 @@ static void run_session(daemon_ctx *d)
     d->session_live = false;
     d->caught_up = false;
     d->idle_after = 0;
-    if (d->careful && (have != 1 || op_pos_cmp(&start, &d->careful_until) >= 0))
-        d->careful = false; /* the refused op was committed past meanwhile (another run, or --reimport) */
+    /* The refused op was committed past meanwhile (another run, or --reimport). A replay into a service without a
+     * checkpoint yet (have == 0) stays careful: it starts again from the dump's first entry. */
+    if (d->careful && have == 1 && op_pos_cmp(&start, &d->careful_until) >= 0)
+        d->careful = false;
     if (d->careful) {
         char until[OP_POS_STRLEN];
         log_notice("applying oplog entries after %s up to %s one at a time, setting aside what PostgreSQL refuses",
