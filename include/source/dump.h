@@ -25,12 +25,14 @@
 #include "core/nsfilter.h"
 #include "core/op.h"
 #include "core/queue.h"
+#include "map/map.h"
 
 typedef struct {
     const char *path;       /* the dump (copied) */
     bool have_start;        /* start holds the committed checkpoint */
     op_pos start;           /* entries at or before it are skipped */
     const nsfilter *filter; /* NULL = everything; must outlive the reader */
+    const map_set *maps;    /* typed maps: their ops are projected on the reader's thread, as live; NULL = none */
     bool keep_payload;      /* keep each op's raw BSON (for dead letters); false drops it once rendered */
 } dump_config;
 

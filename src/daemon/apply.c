@@ -854,8 +854,11 @@ static void notify_wake(void *arg)
 static bool start_source(daemon_ctx *d, int have, const op_pos *start, char *err, size_t errlen)
 {
     if (d->dump_path != NULL) {
-        dump_config dc = {
-            .path = d->dump_path, .have_start = have == 1, .filter = d->filter, .keep_payload = d->careful};
+        dump_config dc = {.path = d->dump_path,
+                          .have_start = have == 1,
+                          .filter = d->filter,
+                          .maps = &d->cfg->maps,
+                          .keep_payload = d->careful};
         if (have == 1)
             dc.start = *start;
         d->dump = dump_start(&dc, d->q, err, errlen);

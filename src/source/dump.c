@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "map/ejson.h"
+#include "map/project.h"
 #include "source/decode.h"
 #include "source/txn.h"
 #include "util/log.h"
@@ -229,7 +230,7 @@ static bool prepare(dump_reader *d, const bson_t *doc, uint64_t num, unsigned fl
         return false;
     }
     decode_log_notices(e);
-    if (!ejson_prepare_entry(e)) {
+    if (!map_prepare_entry(e, d->cfg.maps) || !ejson_prepare_entry(e)) {
         queue_pusher_unreserve(&d->out, doc->len);
         op_entry_free(e);
         end(d, QUEUE_END_NOMEM, "out of memory rendering entry %llu of %s", (unsigned long long)num, d->path);

@@ -14,7 +14,8 @@
  * PostgreSQL equals the reference at k (every row of every collection of the test's databases, and no table more);
  * - the whole dump replayed once into a fresh service gives the same;
  * - a dump that begins inside a transaction stops with exit code 5 at its commit, saying so, and applies nothing of it;
- * - an op PostgreSQL refuses inside such a transaction is a dead letter, and the rest of it applies.
+ * - an op PostgreSQL refuses inside such a transaction is a dead letter, and the rest of it applies;
+ * - a typed map's collection gets its typed rows from a dump as from the live oplog.
  *
  * mongosim only for the reference (a real replica set would do as well, but the cases start a reference mongosim).
  */
@@ -60,10 +61,10 @@ typedef struct {
     op_pos last[8]; /* each chain's newest entry */
 } renv;
 
-static void r_setup(renv *t, const char *name)
+static void r_setup_ini(renv *t, const char *name, const char *extra_ini)
 {
     memset(t, 0, sizeof *t);
-    denv_start(&t->e, name, NULL, NULL);
+    denv_start(&t->e, name, NULL, extra_ini);
     char err[512], log[300];
     snprintf(log, sizeof log, "%s/reference.log", t->e.dir);
     ck_assert_msg(proc_start_mongosim(NULL, log, &t->ref, err, sizeof err), "%s", err);
@@ -72,6 +73,11 @@ static void r_setup(renv *t, const char *name)
     ck_assert_ptr_nonnull(t->refc);
     snprintf(t->db, sizeof t->db, "%sa", t->e.prefix);
     t->secs = 1700000000;
+}
+
+static void r_setup(renv *t, const char *name)
+{
+    r_setup_ini(t, name, NULL);
 }
 
 static void r_stop(renv *t)
@@ -426,6 +432,35 @@ START_TEST(test_replay_refused_op_in_txn)
 }
 END_TEST
 
+/* A typed map applies to a dump's ops as to the live oplog's: they are projected on the dump's reading thread. */
+START_TEST(test_replay_typed_map)
+{
+    renv t;
+    r_setup_ini(&t, "rpltyp", "[map rep_rpltyp_a.m]\ncolumn._id = integer from _id\ncolumn.x = integer from x\n");
+    ck_assert_str_eq(t.db, "rep_rpltyp_a");
+    plain(&t, 'i', "m", 1, 1);
+    plain(&t, 'i', "m", 2, 2);
+    plain(&t, 'u', "m", 1, 10);
+    plain(&t, 'd', "m", 2, 0);
+    plain(&t, 'i', "m", 3, 3);
+    chain(&t, 0, true, F_PARTIAL, (change[]){{'i', "m", 4, 4}}, 1);
+    chain(&t, 0, true, F_COUNT, (change[]){{'u', "m", 3, 30}}, 1);
+    char path[300], out[300], rows[256];
+    snprintf(path, sizeof path, "%s/typed.bson", t.e.dir);
+    write_dump(&t, 0, t.n, path);
+    int rc = replay(&t, path, out, sizeof out);
+    if (rc != 0) {
+        snprintf(t.e.log, sizeof t.e.log, "%s", out);
+        denv_show_log(&t.e);
+    }
+    ck_assert_int_eq(rc, 0);
+    denv_pg_text("SELECT string_agg(_id || ':' || x, ',' ORDER BY _id) FROM rep_rpltyp_a.m", rows, sizeof rows);
+    ck_assert_str_eq(rows, "1:10,3:30,4:4");
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_rpltyp'"), 0);
+    r_stop(&t);
+}
+END_TEST
+
 Suite *replay_txn_suite(void)
 {
     Suite *s = suite_create("replay_txn");
@@ -434,6 +469,7 @@ Suite *replay_txn_suite(void)
     tcase_add_test(tc, test_replay_every_cut);
     tcase_add_test(tc, test_replay_dump_begins_inside_txn);
     tcase_add_test(tc, test_replay_refused_op_in_txn);
+    tcase_add_test(tc, test_replay_typed_map);
     suite_add_tcase(s, tc);
     return s;
 }
