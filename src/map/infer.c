@@ -27,8 +27,10 @@
  * column instead.
  */
 #include "map/infer.h"
+#include "map/convert.h"
 #include "map/project.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,7 +156,8 @@ struct inode {
     uint64_t nelems;
     inode **kids; /* documents: their fields, in the order first met */
     size_t nkids, capkids, hint;
-    itree *edocs; /* arrays of the top tree: their document elements */
+    itree *edocs;         /* arrays of the top tree: their document elements */
+    uint64_t key_refused; /* the top tree's _id: values the key column of their type's column type would refuse */
 };
 
 struct itree {
@@ -165,7 +168,8 @@ struct infer_stats {
     infer_options o;
     itree top;
     size_t nnodes;
-    bool capped; /* some new path was not counted (max_paths) */
+    bool capped;        /* some new path was not counted (max_paths) */
+    strbuf key_scratch; /* the key field of an _id, made to see whether the key's conversion takes it exactly */
 };
 
 static void node_clear(inode *n);
@@ -212,6 +216,7 @@ void infer_stats_free(infer_stats *s)
     if (s == NULL)
         return;
     node_clear(&s->top.root);
+    strbuf_free(&s->key_scratch);
     free(s);
 }
 
@@ -262,6 +267,25 @@ static inode *kid(infer_stats *s, inode *parent, const char *key, bool *nomem)
     return c;
 }
 
+static bool unify(unsigned m, map_scalar *out);
+
+/* Whether the _id it points at would be refused by the key column its type alone would get (convert_key_field: a
+ * string of 24 lowercase hex digits, binary of a subtype other than 0, a string that is not UTF-8, ...). False when
+ * the scratch buffer cannot grow. */
+static bool count_key_refusal(infer_stats *s, inode *n, enum ity t, const bson_iter_t *it)
+{
+    map_scalar sc;
+    if (!unify(BIT(t), &sc))
+        return true; /* no column type keys this type: build_key says so */
+    map_type kt = {.scalar = sc};
+    s->key_scratch.len = 0;
+    convert_status st = convert_key_field(&s->key_scratch, &kt, bson_iter_value((bson_iter_t *)it), NULL, 0);
+    if (st == CONVERT_NOMEM)
+        return false;
+    n->key_refused += st != CONVERT_OK;
+    return true;
+}
+
 /* Counts the fields of one document (or element) below parent. top: parent is the root of the top tree. in_elem:
  * the document is an element of a child table's array (its arrays of documents are not followed). */
 static bool count_doc(infer_stats *s, inode *parent, const uint8_t *data, uint32_t len, bool top, bool in_elem)
@@ -280,6 +304,8 @@ static bool count_doc(infer_stats *s, inode *parent, const uint8_t *data, uint32
         enum ity t = classify(&it);
         n->present++;
         n->types[t]++;
+        if (top && strcmp(n->name, "_id") == 0 && !count_key_refusal(s, n, t, &it))
+            return false;
         if (t == IT_DOCUMENT) {
             if (n->depth < s->o.depth && !(top && strcmp(n->name, "_id") == 0)) {
                 uint32_t l;
@@ -809,7 +835,7 @@ static bool build_key(tbuild *b, const inode *root)
         NUMBERS | BIT(IT_STRING) | BIT(IT_OID) | BIT(IT_BOOL) | BIT(IT_DATE) | BIT(IT_UUID) | BIT(IT_BINARY);
     map_scalar s;
     if (n != NULL && n->present == b->total && all != 0 && (all & (all - 1)) == 0 && (all & exact) != 0 &&
-        unify(all, &s)) {
+        unify(all, &s) && n->key_refused == 0) {
         c->kind = C_COLUMN;
         c->type = (map_type){.scalar = s};
         char sql[32];
@@ -828,6 +854,14 @@ static bool build_key(tbuild *b, const inode *root)
         char names[256];
         set_names(all, names, sizeof names);
         snprintf(why, sizeof why, "of several types (%s)", names);
+    } else if (n->key_refused > 0 && unify(all, &s)) {
+        char names[64], sql[32];
+        set_names(all, names, sizeof names);
+        map_type kt = {.scalar = s};
+        snprintf(why, sizeof why,
+                 "%s, but %" PRIu64 " of them a %s key cannot hold exactly (such as a string of an ObjectId's 24 hex "
+                 "digits, or binary of a subtype other than 0)",
+                 names, n->key_refused, map_type_sql(&kt, sql, sizeof sql));
     } else {
         char names[256];
         set_names(all, names, sizeof names);

@@ -212,8 +212,9 @@ START_TEST(test_mixed_types)
     TYPE_OF("jsonb", "\"a\"", "1");
     TYPE_OF("jsonb", "true", "1");
     TYPE_OF("jsonb", "{\"$date\": \"2024-01-15T10:00:00Z\"}", "\"2024-01-15\"");
-    TYPE_OF("jsonb", "{\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}", "{\"$binary\": {\"base64\": \"AAEC\", \"subType\": "
-                                                                 "\"00\"}}");
+    TYPE_OF("jsonb", "{\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}",
+            "{\"$binary\": {\"base64\": \"AAEC\", \"subType\": "
+            "\"00\"}}");
     /* a document in some documents, something else in others: one jsonb column, not dotted ones */
     TYPE_OF("jsonb", "{\"a\": 1}", "5");
     /* an array in some, a scalar in others */
@@ -264,9 +265,7 @@ START_TEST(test_array_of_documents_child_table)
         "{\"_id\": 1, \"items\": [{\"sku\": \"a\", \"qty\": 1}, {\"sku\": \"b\", \"qty\": 2, \"note\": \"x\"}]}",
         "{\"_id\": 2, \"items\": [{\"sku\": \"c\", \"qty\": {\"$numberLong\": \"3\"}, \"sub\": [{\"z\": 1}], "
         "\"dim\": {\"w\": 1.5, \"h\": 2}, \"tags\": [\"t\"]}]}",
-        "{\"_id\": 3, \"items\": []}",
-        "{\"_id\": 4}",
-        NULL};
+        "{\"_id\": 3, \"items\": []}", "{\"_id\": 4}", NULL};
     infer_map *m = infer_docs(docs);
     const map_table *t = root(m);
     ck_assert_ptr_null(by_path(t, "items")); /* not a column: a child table */
@@ -394,6 +393,37 @@ START_TEST(test_key_column)
     ck_assert_msg(strstr(text, "column._id") == NULL, "%s", text);
     ck_assert_msg(strstr(text, "of several types") != NULL, "%s", text);
     free(text);
+    infer_map_free(m);
+
+    /* one type, but values its key column would refuse: a string of an ObjectId's hex digits (it would be one row
+     * with that ObjectId), binary of subtype 3 (one row with subtype 4 of its bytes in a uuid or bytea key) */
+    const char *hexlike[] = {"{\"_id\": \"A-17\"}", "{\"_id\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}", NULL};
+    const char *legacy[] = {"{\"_id\": {\"$binary\": {\"base64\": \"oO68mZwLTvi7bWu5vTgKEQ==\", \"subType\": \"03\"}}}",
+                            NULL};
+    const char *const *refused[] = {hexlike, legacy};
+    for (size_t i = 0; i < 2; i++) {
+        m = infer_docs(refused[i]);
+        t = root(m);
+        ck_assert_int_eq(t->cols[t->key].line, 0);
+        ck_assert_int_eq(t->cols[t->key].type.scalar, MAP_TEXT);
+        text = expect_roundtrip(m);
+        ck_assert_msg(strstr(text, "column._id") == NULL, "%s", text);
+        ck_assert_msg(strstr(text, "1 of them a ") != NULL && strstr(text, " key cannot hold exactly") != NULL, "%s",
+                      text);
+        free(text);
+        infer_map_free(m);
+    }
+    /* the same types where every value is exact: a key column */
+    const char *strs[] = {"{\"_id\": \"A-17\"}", "{\"_id\": \"65A1F0AAAAAAAAAAAAAAAAAA\"}", NULL};
+    const char *bins[] = {"{\"_id\": {\"$binary\": {\"base64\": \"oO68mZwLTvi7bWu5vTgKEQ==\", \"subType\": \"00\"}}}",
+                          NULL};
+    m = infer_docs(strs);
+    ck_assert_int_eq(root(m)->cols[root(m)->key].type.scalar, MAP_TEXT);
+    ck_assert_int_ne(root(m)->cols[root(m)->key].line, 0);
+    infer_map_free(m);
+    m = infer_docs(bins);
+    ck_assert_int_eq(root(m)->cols[root(m)->key].type.scalar, MAP_BYTEA);
+    ck_assert_int_ne(root(m)->cols[root(m)->key].line, 0);
     infer_map_free(m);
 
     const char *compound[] = {"{\"_id\": {\"r\": 1, \"n\": 2}, \"x\": 1}", NULL};
