@@ -225,10 +225,25 @@ uint64_t infer_stats_docs(const infer_stats *s)
     return s->top.root.present;
 }
 
+#define INFER_NAME_KEPT 256 /* bytes of a field name kept: more than a line of the file holds */
+
 /* The node of field key below parent: found (the field after the last one found first: documents tend to hold
  * their fields in one order), or added. NULL with *nomem false when the path cap is reached. */
 static inode *kid(infer_stats *s, inode *parent, const char *key, bool *nomem)
 {
+    /* A name longer than a line of the file can never be a column: only its start is kept (cut at a character),
+     * so that names that are data cannot hold the stats' memory at their length times the paths counted. Long names
+     * with one start share a node, which only their comment shows. */
+    char cut[INFER_NAME_KEPT + 1];
+    size_t klen = strlen(key);
+    if (klen > INFER_NAME_KEPT) {
+        size_t k = INFER_NAME_KEPT;
+        while (k > 0 && ((unsigned char)key[k] & 0xC0) == 0x80)
+            k--;
+        memcpy(cut, key, k);
+        cut[k] = '\0';
+        key = cut;
+    }
     size_t n = parent->nkids;
     if (n > 0) {
         size_t h = parent->hint < n ? parent->hint : 0;
@@ -1319,6 +1334,8 @@ static void put_notes(strbuf *out, const notes *ns)
     }
 }
 
+#define INFER_MAX_LISTED 200 /* paths that are no column, listed with their comments, per table */
+
 static void render_table(strbuf *out, const infer_map *m, const tbuild *b)
 {
     const map_table *t = b->t;
@@ -1329,9 +1346,15 @@ static void render_table(strbuf *out, const infer_map *m, const tbuild *b)
     strbuf_printf(out, "rest = %s\n", map_rest_name(t->rest));
     if (t->parent == NULL)
         strbuf_printf(out, "on_type_error = %s\n", "dead_letter");
-    size_t col = 0, child = 0;
+    size_t col = 0, child = 0, noted = 0, unlisted = 0;
     for (size_t i = 0; i < b->n; i++) {
         const cand *c = &b->c[i];
+        /* the paths that are no column are listed up to a bound, so that fields that are data (a document keyed by
+         * ids) cannot make the text as long as the sample's paths */
+        if (c->kind == C_NOTE && noted++ >= INFER_MAX_LISTED) {
+            unlisted++;
+            continue;
+        }
         put_notes(out, &c->ns);
         if (c->kind == C_KEY_ADDED) {
             col++;
@@ -1344,6 +1367,9 @@ static void render_table(strbuf *out, const infer_map *m, const tbuild *b)
             strbuf_printf(out, "child.%s = %s.%s\n", ch->path, ch->table->name.schema, ch->table->name.table);
         }
     }
+    if (unlisted > 0)
+        strbuf_printf(out, "; and %zu more paths that are no column, not listed (at most %d are): kept in rest\n",
+                      unlisted, INFER_MAX_LISTED);
 }
 
 void infer_render(strbuf *out, const infer_map *m)
