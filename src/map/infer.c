@@ -156,6 +156,8 @@ struct inode {
     uint64_t nelems;
     inode **kids; /* documents: their fields, in the order first met */
     size_t nkids, capkids, hint;
+    size_t *index,
+        capindex;         /* many fields: kids' positions + 1 by the hash of their names (0: free), open addressing */
     itree *edocs;         /* arrays of the top tree: their document elements */
     uint64_t key_refused; /* the top tree's _id: values the key column of their type's column type would refuse */
 };
@@ -189,6 +191,7 @@ static void node_clear(inode *n)
         free(n->kids[i]);
     }
     free(n->kids);
+    free(n->index);
     free(n->name);
     tree_free(n->edocs);
 }
@@ -227,6 +230,40 @@ uint64_t infer_stats_docs(const infer_stats *s)
 
 #define INFER_NAME_KEPT 256 /* bytes of a field name kept: more than a line of the file holds */
 
+#define INDEX_FROM 32 /* fields of a document from which its kids are found by hash */
+
+static size_t name_hash(const char *s)
+{
+    uint64_t h = UINT64_C(1469598103934665603); /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+    return (size_t)h;
+}
+
+/* Puts kids[at] in n's index, made or doubled first when it would be more than half full. */
+static bool index_kid(inode *n, size_t at)
+{
+    if (n->index == NULL || 2 * n->nkids > n->capindex) {
+        size_t cap = n->capindex ? 2 * n->capindex : 4 * INDEX_FROM;
+        while (2 * n->nkids > cap)
+            cap *= 2;
+        size_t *t = calloc(cap, sizeof *t);
+        if (t == NULL)
+            return false;
+        free(n->index);
+        n->index = t;
+        n->capindex = cap;
+        for (size_t k = 0; k < n->nkids; k++)
+            if (k != at)
+                index_kid(n, k); /* fits: cannot fail */
+    }
+    size_t mask = n->capindex - 1, i = name_hash(n->kids[at]->name) & mask;
+    while (n->index[i] != 0)
+        i = (i + 1) & mask;
+    n->index[i] = at + 1;
+    return true;
+}
+
 /* The node of field key below parent: found (the field after the last one found first: documents tend to hold
  * their fields in one order), or added. NULL with *nomem false when the path cap is reached. */
 static inode *kid(infer_stats *s, inode *parent, const char *key, bool *nomem)
@@ -245,7 +282,19 @@ static inode *kid(infer_stats *s, inode *parent, const char *key, bool *nomem)
         key = cut;
     }
     size_t n = parent->nkids;
-    if (n > 0) {
+    if (parent->hint < n && strcmp(parent->kids[parent->hint]->name, key) == 0)
+        return parent->kids[parent->hint++];
+    if (parent->index != NULL) {
+        /* many fields (names that are data): by hash, so a document's fields cost no scan of all the others */
+        size_t mask = parent->capindex - 1;
+        for (size_t i = name_hash(key) & mask; parent->index[i] != 0; i = (i + 1) & mask) {
+            size_t at = parent->index[i] - 1;
+            if (strcmp(parent->kids[at]->name, key) == 0) {
+                parent->hint = at + 1;
+                return parent->kids[at];
+            }
+        }
+    } else if (n > 0) {
         size_t h = parent->hint < n ? parent->hint : 0;
         for (size_t k = 0; k < n; k++) {
             size_t i = (h + k) % n;
@@ -279,6 +328,10 @@ static inode *kid(infer_stats *s, inode *parent, const char *key, bool *nomem)
     parent->kids[parent->nkids++] = c;
     parent->hint = parent->nkids;
     s->nnodes++;
+    if (parent->nkids >= INDEX_FROM && !index_kid(parent, parent->nkids - 1)) {
+        *nomem = true; /* c is in kids: freed with the tree */
+        return NULL;
+    }
     return c;
 }
 
