@@ -1238,11 +1238,12 @@ static bool int_exact_float(int64_t x, bool real)
 
 /*
  * Whether v is an _id that a key column of type t holds exactly: two _ids get one key value only when MongoDB finds
- * them equal. MongoDB orders the BSON types first and compares values within a type (numbers by value across int32,
- * int64, double and decimal128; strings byte by byte; binary by length, subtype, then bytes), so a conversion that
- * maps two types onto one value (an ObjectId and the string of its hex), or two values onto one (0.1 and the
- * decimal 0.1, two spellings of one uuid or instant) would make two documents one row. Only what is one-to-one is
- * taken; the rest is refused here, before convert_binary sees it. docs/mapping.md ("Keys") has the table.
+ * them equal. MongoDB orders the BSON types first and compares values within a type (numbers by their exact value
+ * across int32, int64, double and decimal128, as the server's src/mongo/base/compare_numbers.h does; strings byte by
+ * byte; binary by length, subtype, then bytes), so a conversion that maps two types onto one value (an ObjectId and
+ * the string of its hex), or two values onto one (0.1 and the decimal 0.1, two spellings of one uuid or instant)
+ * would make two documents one row. Only what is one-to-one is taken; the rest is refused here, before
+ * convert_binary sees it. docs/mapping.md ("Keys") has the table.
  */
 static convert_status key_exact(const map_type *t, const bson_value_t *v, const reason *r)
 {
