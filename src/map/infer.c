@@ -156,10 +156,12 @@ struct inode {
     uint64_t nelems;
     inode **kids; /* documents: their fields, in the order first met */
     size_t nkids, capkids, hint;
-    size_t *index,
-        capindex;         /* many fields: kids' positions + 1 by the hash of their names (0: free), open addressing */
-    itree *edocs;         /* arrays of the top tree: their document elements */
-    uint64_t key_refused; /* the top tree's _id: values the key column of their type's column type would refuse */
+    /* many fields: the kids' positions + 1 by the hash of their names (0: free), open addressing */
+    size_t *index;
+    size_t capindex;
+    itree *edocs; /* arrays of the top tree: their document elements */
+    /* the top tree's _id: the values that the key column their type alone would get refuses */
+    uint64_t key_refused;
 };
 
 struct itree {
@@ -340,14 +342,14 @@ static bool unify(unsigned m, map_scalar *out);
 /* Whether the _id it points at would be refused by the key column its type alone would get (convert_key_field: a
  * string of 24 lowercase hex digits, binary of a subtype other than 0, a string that is not UTF-8, ...). False when
  * the scratch buffer cannot grow. */
-static bool count_key_refusal(infer_stats *s, inode *n, enum ity t, const bson_iter_t *it)
+static bool count_key_refusal(infer_stats *s, inode *n, enum ity t, bson_iter_t *it)
 {
     map_scalar sc;
     if (!unify(BIT(t), &sc))
         return true; /* no column type keys this type: build_key says so */
     map_type kt = {.scalar = sc};
     s->key_scratch.len = 0;
-    convert_status st = convert_key_field(&s->key_scratch, &kt, bson_iter_value((bson_iter_t *)it), NULL, 0);
+    convert_status st = convert_key_field(&s->key_scratch, &kt, bson_iter_value(it), NULL, 0);
     if (st == CONVERT_NOMEM)
         return false;
     n->key_refused += st != CONVERT_OK;
