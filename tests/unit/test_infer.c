@@ -684,7 +684,11 @@ START_TEST(test_huge_names_bounded_memory)
         bson_destroy(b);
     }
     uint64_t grown = resident_bytes() - before;
+#ifndef __SANITIZE_ADDRESS__
     ck_assert_msg(grown < UINT64_C(256) << 20, "the stats grew the process by %" PRIu64 " MB", grown >> 20);
+#else
+    (void)grown; /* AddressSanitizer keeps freed documents in its quarantine: the resident size says nothing here */
+#endif
     char why[256] = "";
     infer_map *m = infer_build(s, "shop", "orders", NULL, NULL, why, sizeof why);
     infer_stats_free(s);
