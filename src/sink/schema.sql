@@ -445,6 +445,20 @@ BEGIN
                 quote_ident(a.collname)
                 USING ERRCODE = 'O2MAP', HINT = 'give the key column a deterministic collation';
         END LOOP;
+        -- The same for the unique index on the key, whose collation may differ from its columns' (an upsert's
+        -- ON CONFLICT (key) finds it whatever its collation).
+        FOR a IN SELECT ic.relname, l.collname FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+                   CROSS JOIN LATERAL unnest(i.indcollation::oid[]) AS u(coll) JOIN pg_collation l ON l.oid = u.coll
+                  WHERE i.indrelid = v_rel AND i.indisunique
+                    AND (to_jsonb(l)->>'collisdeterministic')::boolean IS FALSE
+                    AND (SELECT array_agg(t.attname::text ORDER BY t.attname) FROM pg_attribute t
+                          WHERE t.attrelid = v_rel AND t.attnum = ANY (i.indkey))
+                        = (SELECT array_agg(k ORDER BY k) FROM unnest(p_key) AS k) LOOP
+            RAISE EXCEPTION 'unique index % on the key of %.% has the nondeterministic collation %: two _ids MongoDB '
+                'keeps apart could be one row', quote_ident(a.relname), quote_ident(p_schema), quote_ident(p_table),
+                quote_ident(a.collname)
+                USING ERRCODE = 'O2MAP', HINT = 'index the key with a deterministic collation';
+        END LOOP;
         -- Row triggers run on every row oplog2pg writes; one that runs before the write may change or skip the row,
         -- which oplog2pg cannot see: said at every check.
         FOR a IN SELECT g.tgname FROM pg_trigger g

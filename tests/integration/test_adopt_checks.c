@@ -94,6 +94,12 @@ START_TEST(test_adopt_refuses_what_cannot_be_written)
                  "s text, n bigint)");
     const char *nocase[] = {"key column k of " DB ".c has the nondeterministic collation nocase", NULL};
     expect_refused(&e, "nocase", nocase);
+    /* the same in the unique index alone (the column's collation is the default) */
+    denv_pg_exec("DROP TABLE " DB ".c; CREATE TABLE " DB ".c (k text NOT NULL, a integer, s text, n bigint); "
+                 "CREATE UNIQUE INDEX c_k_nocase ON " DB ".c (k COLLATE " DB ".nocase)");
+    const char *nocase_index[] = {"unique index c_k_nocase on the key of " DB ".c has the nondeterministic collation",
+                                  NULL};
+    expect_refused(&e, "nocase_index", nocase_index);
 
     /* what the map may adopt: a default, an identity, a generated column and a nullable one; it is written to */
     denv_pg_exec("DROP TABLE " DB ".c; CREATE TABLE " DB ".c (k text PRIMARY KEY, a integer, s text, n bigint, "
