@@ -93,41 +93,48 @@ static void append_id(bson_t *b, size_t i, int which)
     }
 }
 
-static int64_t rows_of(const char *coll)
+static int64_t rows_in(const char *db, const char *coll)
 {
     char sql[256];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM " DB ".%s", coll);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s.%s", db, coll);
+    return denv_pg_int(sql);
+}
+
+static int64_t rows_of(const char *coll)
+{
+    return rows_in(DB, coll);
+}
+
+static int64_t dead_letters_in(const char *db, const char *coll, char op)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM oplog2pg.dead_letter WHERE db = '%s' AND coll = '%s' AND op = '%c' "
+             "AND error LIKE '%%key exactly%%'",
+             db, coll, op);
     return denv_pg_int(sql);
 }
 
 static int64_t dead_letters(const char *coll, char op)
 {
-    char sql[512];
-    snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM oplog2pg.dead_letter WHERE db = '" DB "' AND coll = '%s' AND op = '%c' "
-             "AND error LIKE '%%key exactly%%'",
-             coll, op);
-    return denv_pg_int(sql);
+    return dead_letters_in(DB, coll, op);
 }
 
-START_TEST(test_typed_keys_never_merge)
+/* The maps of the eight collections of db. */
+static void maps_of(char *out, size_t len, const char *db)
 {
-    denv e;
-    char extra[4096];
     size_t off = 0;
     for (size_t i = 0; i < NCASES; i++)
-        off +=
-            (size_t)snprintf(extra + off, sizeof extra - off, "\n[map " DB ".%s]\nrest = doc\ncolumn.k = %s from _id\n",
-                             cases[i].coll, cases[i].type);
-    denv_start(&e, "tkeys", NULL, extra);
-    denv_daemon_start(&e);
-    ck_assert(denv_wait_caught_up(&e, 60));
-    mongoc_client_t *c = mongoc_client_new(e.uri);
-    bson_error_t err;
+        off += (size_t)snprintf(out + off, len - off, "\n[map %s.%s]\nrest = doc\ncolumn.k = %s from _id\n", db,
+                                cases[i].coll, cases[i].type);
+}
 
-    /* both _ids of each pair are inserted: MongoDB keeps them apart */
+/* Both _ids of each pair, into the collections of db: MongoDB keeps them apart. */
+static void insert_pairs(mongoc_client_t *c, const char *db)
+{
+    bson_error_t err;
     for (size_t i = 0; i < NCASES; i++) {
-        mongoc_collection_t *col = mongoc_client_get_collection(c, DB, cases[i].coll);
+        mongoc_collection_t *col = mongoc_client_get_collection(c, db, cases[i].coll);
         for (int which = 0; which < 2; which++) {
             bson_t d = BSON_INITIALIZER;
             append_id(&d, i, which);
@@ -138,6 +145,21 @@ START_TEST(test_typed_keys_never_merge)
         }
         mongoc_collection_destroy(col);
     }
+}
+
+START_TEST(test_typed_keys_never_merge)
+{
+    denv e;
+    char extra[4096];
+    maps_of(extra, sizeof extra, DB);
+    denv_start(&e, "tkeys", NULL, extra);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    mongoc_client_t *c = mongoc_client_new(e.uri);
+    bson_error_t err;
+
+    /* both _ids of each pair are inserted: MongoDB keeps them apart */
+    insert_pairs(c, DB);
     ck_assert(denv_wait_caught_up(&e, 60));
     for (size_t i = 0; i < NCASES; i++) {
         const char *coll = cases[i].coll;
@@ -197,6 +219,31 @@ START_TEST(test_typed_keys_never_merge)
 }
 END_TEST
 
+/* The same pairs in the initial copy: the copy projects each document by the same key conversion. */
+START_TEST(test_typed_keys_copied)
+{
+    const char *db = "rep_tkeyc_m";
+    denv e;
+    char extra[4096];
+    maps_of(extra, sizeof extra, db);
+    denv_start(&e, "tkeyc", NULL, extra);
+    mongoc_client_t *c = mongoc_client_new(e.uri);
+    insert_pairs(c, db);
+    mongoc_client_destroy(c);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    for (size_t i = 0; i < NCASES; i++) {
+        const char *coll = cases[i].coll;
+        ck_assert_msg(rows_in(db, coll) == (cases[i].first_taken ? 1 : 0), "%s: %lld rows", coll,
+                      (long long)rows_in(db, coll));
+        ck_assert_msg(dead_letters_in(db, coll, 'i') == (cases[i].first_taken ? 1 : 2), "%s: %lld dead letters", coll,
+                      (long long)dead_letters_in(db, coll, 'i'));
+    }
+    denv_stop(&e);
+    denv_pg_exec("DROP SCHEMA rep_tkeyc_m CASCADE");
+}
+END_TEST
+
 Suite *typed_keys_suite(void); /* called by the generated runner list */
 
 Suite *typed_keys_suite(void)
@@ -205,6 +252,7 @@ Suite *typed_keys_suite(void)
     TCase *tc = tcase_create("typed_keys");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_typed_keys_never_merge);
+    tcase_add_test(tc, test_typed_keys_copied);
     suite_add_tcase(s, tc);
     return s;
 }
