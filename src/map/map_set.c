@@ -349,7 +349,8 @@ static bool table_ok(const map_table *t, bool child, int *line, char *why, size_
             return fail(line, k->line != 0 ? k->line : t->line, why, whylen,
                         "the key column \"%s\" is %s: a %s cannot hold every _id exactly (two _ids MongoDB keeps "
                         "apart could be one row); use a scalar type, or leave _id unmapped for the key oplog2pg adds",
-                        k->name, map_type_sql(&k->type, type, sizeof type), k->type.array ? "key of an array type" : "jsonb key");
+                        k->name, map_type_sql(&k->type, type, sizeof type),
+                        k->type.array ? "key of an array type" : "jsonb key");
         }
     }
     return children_ok(t, line, why, whylen);
