@@ -770,7 +770,7 @@ project_status map_project_key(const map_collection *m, const bson_value_t *id, 
         return PROJECT_OK;
     }
     char reason[240];
-    convert_status st = convert_copy_field(out, &kc->type, id, reason, sizeof reason);
+    convert_status st = convert_key_field(out, &kc->type, id, reason, sizeof reason);
     if (st == CONVERT_NOMEM || strbuf_failed(out))
         return PROJECT_NOMEM;
     if (st != CONVERT_OK || (id == NULL || id->value_type == BSON_TYPE_NULL)) {
