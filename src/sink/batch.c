@@ -172,8 +172,10 @@ bool sink_batch_add_mapped(sink_batch *b, const map_rows *rows)
     size_t mark = b->mapped.buf.len;
     strbuf_append(&b->mapped.buf, rows->buf.data, rows->buf.len);
     if (strbuf_failed(&b->mapped.buf)) {
-        strbuf_reset(&b->mapped.buf, KEEP_CAP); /* the failure flag must go; the batch is dropped by the caller */
-        (void)mark;
+        /* the batch stays as it was, its earlier records and their counts together (a failed append changes no
+         * byte of the buffer); only the failure flag goes */
+        b->mapped.buf.len = mark;
+        b->mapped.buf.failed = false;
         return false;
     }
     b->mapped.count += rows->count;
