@@ -654,6 +654,22 @@ static bool taken(const map_table *t, char *const *parts, size_t n)
     return false;
 }
 
+/* The length of the column or child path of t that the edit's path is, or lies inside (taken() said there is one). */
+static size_t taken_at(const map_table *t, char *const *parts, size_t n)
+{
+    for (size_t c = 0; c < t->ncols; c++) {
+        int rel = relate(parts, n, t->cols[c].parts, t->cols[c].nparts);
+        if (rel == REL_EQUAL || rel == REL_BELOW)
+            return t->cols[c].nparts;
+    }
+    for (size_t c = 0; c < t->nchildren; c++) {
+        int rel = relate(parts, n, t->children[c].parts, t->children[c].nparts);
+        if (rel == REL_EQUAL || rel == REL_BELOW)
+            return t->children[c].nparts;
+    }
+    return 0;
+}
+
 static project_status apply_to_rest(walk *w, const map_table *t, size_t table, int64_t pos, const prim *pr,
                                     size_t depth)
 {
@@ -664,8 +680,20 @@ static project_status apply_to_rest(walk *w, const map_table *t, size_t table, i
         return PROJECT_OK;
     if (t->rest == MAP_REST_DOC && pos < 0)
         return PROJECT_OK; /* the doc column takes the whole update (MAP_EDIT_UPDATE) */
-    if (t->rest == MAP_REST_EXTRA && taken(t, parts, n))
-        return PROJECT_OK; /* a column or child table holds it, not extra */
+    if (t->rest == MAP_REST_EXTRA && taken(t, parts, n)) {
+        size_t len = taken_at(t, parts, n);
+        if (len > 1 && pr->kind == PRIM_SET && pr->arr == NULL && !pr->in_sub && w->o->form != OP_FORM_DIFF) {
+            /* a $v:1 path creates its missing parents, and extra keeps the documents above a mapped path (without
+             * it): the parents are made there by setting the mapped path and removing it again */
+            static const bson_value_t null_value = {.value_type = BSON_TYPE_NULL};
+            prim made = *pr;
+            made.n = depth + len;
+            jsonb_edit(w, table, field, pos, false, &made, depth, &null_value);
+            made.kind = PRIM_UNSET;
+            jsonb_edit(w, table, field, pos, false, &made, depth, NULL);
+        }
+        return w->nomem ? PROJECT_NOMEM : PROJECT_OK; /* a column or child table holds it, not extra */
+    }
     if (t->rest == MAP_REST_EXTRA && pr->kind == PRIM_SET && pr->value->value_type == BSON_TYPE_DOCUMENT) {
         /* the value without the paths columns and child tables take below this one */
         char *prefix[PLAN_MAX_DEPTH + 65];

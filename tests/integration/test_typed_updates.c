@@ -19,7 +19,7 @@
  * dead letter fails the test.
  *
  * The seed is printed; OPLOG2PG_TEST_SEED=N replays one sequence. OPLOG2PG_TEST_TU_OPS sets the number of updates
- * (default 600 per database and format).
+ * (default 1200 per database and format).
  */
 #include <check.h>
 #include <inttypes.h>
@@ -592,7 +592,7 @@ static void run_format(const char *name, bool v1)
 {
     uint64_t seed = seed_of();
     const char *n_env = getenv("OPLOG2PG_TEST_TU_OPS");
-    int nops = n_env && *n_env ? atoi(n_env) : 600;
+    int nops = n_env && *n_env ? atoi(n_env) : 1200;
     printf("typed_updates %s: seed %" PRIu64 ", %d updates (OPLOG2PG_TEST_SEED=%" PRIu64 " replays it)\n", name, seed,
            nops, seed);
     fflush(stdout);
