@@ -33,6 +33,7 @@
 #include "../lib/daemonenv.h"
 
 #define TU_DOCS   30
+#define TU_RANDOM 150 /* the random sequence's _ids are below; the named cases' from here */
 #define TU_MAXIDS 200
 
 static const char *const rests[3] = {"doc", "extra", "drop"};
@@ -484,6 +485,38 @@ static bson_t *gen_update(rng *r, bool *upsert, bool *replace)
     return u;
 }
 
+/* ---- named cases ---- */
+
+/* Sequences that once diverged, whatever the seed: a document (JSON) and the updates after it. */
+static const char *const named[][5] = {
+    /* a $v:1 path past the end of a child array: the server pads with nulls and creates the element */
+    {"{\"items\": [{\"sku\": \"a\", \"qty\": 1}]}", "{\"$set\": {\"items.2.qty\": 6}}", NULL},
+    {"{\"items\": [{\"qty\": 1}]}", "{\"$set\": {\"items.1\": {\"qty\": 2}}}", "{\"$set\": {\"items.4.sku\": \"z\"}}",
+     "{\"$unset\": {\"items.4\": true}}", NULL},
+    /* a child path that holds a document whose fields look like indexes: no rows */
+    {"{\"items\": [{\"sku\": \"a\"}]}", "{\"$set\": {\"items\": {\"0\": {\"sku\": \"b\"}}}}",
+     "{\"$set\": {\"items.2.qty\": 5}}", NULL},
+    /* an array column and an element it cannot take (on_type_error = null): that element is NULL */
+    {"{\"nums\": [1, 2]}", "{\"$push\": {\"nums\": \"x\"}}", NULL},
+    {"{\"nums\": [1, 2, 3]}", "{\"$set\": {\"nums.1\": \"x\"}}", NULL},
+    {"{\"nums\": [1, 2]}", "{\"$addToSet\": {\"nums\": \"x\"}}", NULL},
+    {"{\"nums\": [1], \"other\": [1, \"x\"]}", "{\"$rename\": {\"other\": \"nums\"}}", NULL},
+    {"{\"nums\": [1, 2]}", "{\"$push\": {\"nums\": \"x\"}}", "{\"$set\": {\"nums.2\": 3}}", NULL},
+    /* $v:1 paths that create their parents: in extra, and in a jsonb column that was missing */
+    {"{\"n\": 1}", "{\"$set\": {\"sub.y\": \"q\"}}", "{\"$set\": {\"meta.a.b\": 1}}", NULL},
+    /* a $v:1 element path of a missing array column: the server makes a document */
+    {"{\"n\": 1}", "{\"$set\": {\"nums.1\": 5}}", NULL},
+};
+#define NNAMED (sizeof named / sizeof named[0])
+
+static bson_t *from_json(const char *json)
+{
+    bson_error_t err;
+    bson_t *b = bson_new_from_json((const uint8_t *)json, -1, &err);
+    ck_assert_msg(b != NULL, "%s: %s", json, err.message);
+    return b;
+}
+
 /* ---- the run ---- */
 
 static void map_text(char *out, size_t len, const char *db, const char *rest)
@@ -631,7 +664,7 @@ static void run_format(const char *name, bool v1)
     for (int i = 0; i < nops; i++) {
         bool upsert, replace;
         bson_t *u = gen_update(&r, &upsert, &replace);
-        int id = upsert && nids < TU_MAXIDS ? nids++ : (int)rpick(&r, (uint32_t)nids);
+        int id = upsert && nids < TU_RANDOM ? nids++ : (int)rpick(&r, (uint32_t)nids);
         bson_t *q = BCON_NEW("_id", BCON_INT32(id));
         bson_t *opts = upsert ? BCON_NEW("upsert", BCON_BOOL(true)) : NULL;
         note_op(&h, id, u, replace ? "replace" : "update");
@@ -647,19 +680,44 @@ static void run_format(const char *name, bool v1)
             bson_destroy(opts);
         bson_destroy(u);
     }
+    for (size_t k = 0; k < NNAMED; k++) {
+        int id = TU_RANDOM + (int)k;
+        bson_t *d = from_json(named[k][0]);
+        bson_t *doc = BCON_NEW("_id", BCON_INT32(id));
+        bson_concat(doc, d);
+        note_op(&h, id, doc, "insert");
+        for (int m = 0; m < 3; m++)
+            ck_assert_msg(mongoc_collection_insert_one(cols[m], doc, NULL, NULL, &err), "insert: %s", err.message);
+        bson_destroy(doc);
+        bson_destroy(d);
+        bson_t *q = BCON_NEW("_id", BCON_INT32(id));
+        for (size_t i = 1; i < 5 && named[k][i] != NULL; i++) {
+            bson_t *u = from_json(named[k][i]);
+            note_op(&h, id, u, "update");
+            for (int m = 0; m < 3; m++)
+                ck_assert_msg(mongoc_collection_update_one(cols[m], q, u, NULL, NULL, &err), "%s: %s", named[k][i],
+                              err.message);
+            bson_destroy(u);
+        }
+        bson_destroy(q);
+    }
     if (!denv_wait_caught_up(&e, 120)) {
         denv_show_log(&e);
         ck_abort_msg("seed %" PRIu64 ": the daemon did not catch up", seed);
     }
 
     /* the oracle: the final documents, inserted into the twin */
+    int64_t copied[3];
     for (int m = 0; m < 3; m++) {
         mongoc_collection_t *twin = mongoc_client_get_collection(c, dbs[m], "b");
         bson_t *all = bson_new();
         mongoc_cursor_t *cur = mongoc_collection_find_with_opts(cols[m], all, NULL, NULL);
         const bson_t *doc;
-        while (mongoc_cursor_next(cur, &doc))
+        copied[m] = 0;
+        while (mongoc_cursor_next(cur, &doc)) {
             ck_assert_msg(mongoc_collection_insert_one(twin, doc, NULL, NULL, &err), "insert: %s", err.message);
+            copied[m]++;
+        }
         ck_assert_msg(!mongoc_cursor_error(cur, &err), "find: %s", err.message);
         mongoc_cursor_destroy(cur);
         bson_destroy(all);
@@ -720,7 +778,8 @@ static void run_format(const char *name, bool v1)
         total += n;
         /* the twin holds every document: the comparison was not of two empty tables */
         snprintf(sql, sizeof sql, "SELECT count(*) FROM %s.b", db);
-        ck_assert_int_eq(denv_pg_int(sql), nids);
+        ck_assert_int_eq(denv_pg_int(sql), copied[m]);
+        ck_assert_int_eq(copied[m], nids + (int64_t)NNAMED);
     }
     ck_assert_msg(total == 0, "seed %" PRIu64 ": %lld rows differ between the updated tables and the inserted ones",
                   seed, (long long)total);
