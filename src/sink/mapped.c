@@ -574,13 +574,6 @@ sink_status mapped_insert_batch(sink *s, table *t, sink_batch *b, const op_pos *
         s->stats.rows_inserted += sink_batch_rows(b);
         return upsert_records(s, t, rows, pos);
     }
-    if (pipe_send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " SAVEPOINT_NAME, pos) != APPLY_OK ||
-        pipe_drain(s) != APPLY_OK)
-        return s->failed;
-    if (PQexitPipelineMode(s->conn) != 1) {
-        sink_set_err(s, APPLY_RETRY, NULL, "leaving pipeline mode: %s", PQerrorMessage(s->conn));
-        return s->failed;
-    }
     /* which tables have rows */
     bool *used = calloc(t->nmtabs, sizeof *used);
     if (used == NULL) {
@@ -598,6 +591,16 @@ sink_status mapped_insert_batch(sink *s, table *t, sink_batch *b, const op_pos *
             return past_tables(s, t, k, pos);
         }
         used[k] = true;
+    }
+    if (pipe_send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " SAVEPOINT_NAME, pos) != APPLY_OK ||
+        pipe_drain(s) != APPLY_OK) {
+        free(used);
+        return s->failed;
+    }
+    if (PQexitPipelineMode(s->conn) != 1) {
+        free(used);
+        sink_set_err(s, APPLY_RETRY, NULL, "leaving pipeline mode: %s", PQerrorMessage(s->conn));
+        return s->failed;
     }
     bool dup = false;
     pgconn_error e = {0};
