@@ -62,7 +62,8 @@ static uint32_t rpick(rng *r, uint32_t n)
 
 static const char *const strs[] = {"a", "b", "x", "\xc3\xa9t\xc3\xa9", "", "2024-01-15T10:00:00Z"};
 
-/* (BSON_APPEND_UTF8 evaluates its value twice: never a call to the random source there) */
+/* (libbson's BSON_APPEND_* macros evaluate the key twice, and BSON_APPEND_UTF8 its value too: no call to the random
+ * source goes in either) */
 static void put_str(bson_t *b, const char *key, const char *v)
 {
     bson_append_utf8(b, key, -1, v, -1);
@@ -318,17 +319,18 @@ static bson_t *gen_update(rng *r, bool *upsert, bool *replace)
     }
     case 4:
         bson_append_document_begin(u, "$unset", -1, &op);
-        BSON_APPEND_UTF8(&op, paths[rpick(r, NPATHS)], "");
+        put_str(&op, paths[rpick(r, NPATHS)], "");
         bson_append_document_end(u, &op);
         break;
     case 5:
     case 6: {
         static const char *const ops[] = {"$inc", "$mul", "$min", "$max"};
         bson_append_document_begin(u, ops[rpick(r, 4)], -1, &op);
+        const char *p = numeric_paths[rpick(r, NNUM)];
         if (rpick(r, 4) == 0)
-            BSON_APPEND_DOUBLE(&op, numeric_paths[rpick(r, NNUM)], 1.5);
+            BSON_APPEND_DOUBLE(&op, p, 1.5);
         else
-            BSON_APPEND_INT32(&op, numeric_paths[rpick(r, NNUM)], (int32_t)rpick(r, 7) - 2);
+            BSON_APPEND_INT32(&op, p, (int32_t)rpick(r, 7) - 2);
         bson_append_document_end(u, &op);
         break;
     }
@@ -387,11 +389,13 @@ static bson_t *gen_update(rng *r, bool *upsert, bool *replace)
         bson_append_document_end(u, &op);
         break;
     }
-    case 10:
+    case 10: {
         bson_append_document_begin(u, "$pop", -1, &op);
-        BSON_APPEND_INT32(&op, arrays[rpick(r, 4)], rpick(r, 2) ? 1 : -1);
+        const char *p = arrays[rpick(r, 4)];
+        BSON_APPEND_INT32(&op, p, rpick(r, 2) ? 1 : -1);
         bson_append_document_end(u, &op);
         break;
+    }
     case 11: {
         bson_append_document_begin(u, "$pull", -1, &op);
         uint32_t which = rpick(r, 3);
@@ -449,7 +453,7 @@ static bson_t *gen_update(rng *r, bool *upsert, bool *replace)
             BSON_APPEND_BOOL(&op, p, true);
         } else {
             bson_append_document_begin(&op, p, -1, &sub);
-            BSON_APPEND_UTF8(&sub, "$type", rpick(r, 2) ? "date" : "timestamp");
+            put_str(&sub, "$type", rpick(r, 2) ? "date" : "timestamp");
             bson_append_document_end(&op, &sub);
         }
         bson_append_document_end(u, &op);
