@@ -19,7 +19,7 @@
  * dead letter fails the test.
  *
  * The seed is printed; OPLOG2PG_TEST_SEED=N replays one sequence. OPLOG2PG_TEST_TU_OPS sets the number of updates
- * (default 1200 per database and format).
+ * (default 1500 per database and format).
  */
 #include <check.h>
 #include <inttypes.h>
@@ -32,7 +32,7 @@
 
 #include "../lib/daemonenv.h"
 
-#define TU_DOCS   30
+#define TU_DOCS   80
 #define TU_RANDOM 150 /* the random sequence's _ids are below; the named cases' from here */
 #define TU_MAXIDS 200
 
@@ -629,7 +629,7 @@ static void run_format(const char *name, bool v1)
 {
     uint64_t seed = seed_of();
     const char *n_env = getenv("OPLOG2PG_TEST_TU_OPS");
-    int nops = n_env && *n_env ? atoi(n_env) : 1200;
+    int nops = n_env && *n_env ? atoi(n_env) : 1500;
     printf("typed_updates %s: seed %" PRIu64 ", %d updates (OPLOG2PG_TEST_SEED=%" PRIu64 " replays it)\n", name, seed,
            nops, seed);
     fflush(stdout);
