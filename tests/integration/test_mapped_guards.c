@@ -32,7 +32,11 @@ static const char ini[] = "[replication]\n"
                           "child.items = c_items\n"
                           "\n"
                           "[child rep_guard_m.c_items]\n"
-                          "column.qty = integer\n";
+                          "column.qty = integer\n"
+                          "\n"
+                          "[map rep_guard_m.s]\n"
+                          "rest = drop\n"
+                          "column.n = integer\n";
 
 static int64_t count_rows(const char *sql)
 {
@@ -45,6 +49,9 @@ static int64_t count_rows(const char *sql)
     return n;
 }
 
+static const char *coll_of_next = "c";
+static int32_t id_of_next = 1;
+
 /* The op of one entry, kind with document doc (a BSON owned by the caller), prepared with the map. */
 static void prepare(op *o, op_entry *e, const config *c, op_kind kind, op_update_form form, const bson_t *doc,
                     uint32_t inc)
@@ -54,9 +61,9 @@ static void prepare(op *o, op_entry *e, const config *c, op_kind kind, op_update
     o->form = form;
     o->pos = (op_pos){.secs = 1800000000u, .inc = inc, .term = -1};
     o->db = "rep_guard_m";
-    o->coll = "c";
+    o->coll = coll_of_next;
     o->id.value_type = BSON_TYPE_INT32;
-    o->id.value.v_int32 = 1;
+    o->id.value.v_int32 = id_of_next;
     o->doc = bson_get_data(doc);
     o->doc_len = doc->len;
     op_entry_init(e);
@@ -129,6 +136,30 @@ START_TEST(test_rows_past_the_tables_stop)
     o.mapped_free(o.mapped);
     bson_destroy(d2);
     sink_disconnect(s);
+
+    /* a long insert run of a map of one table, streamed into its COPY as it fills, its last record naming table 3 */
+    ck_assert_msg(sink_connect(s) == APPLY_OK, "connect: %s", sink_error(s));
+    coll_of_next = "s";
+    b = sink_batch_new();
+    ck_assert_ptr_nonnull(b);
+    for (int32_t i = 1; i <= 1200; i++) {
+        bson_t *d = BCON_NEW("_id", BCON_INT32(i), "n", BCON_INT32(i));
+        id_of_next = i;
+        prepare(&o, &e, &c, OP_INSERT, OP_FORM_REPLACE, d, 10 + (uint32_t)i);
+        plan = o.mapped;
+        if (i == 1200) {
+            plan->rows.buf.data[0] = 0;
+            plan->rows.buf.data[1] = 3;
+        }
+        ck_assert(sink_batch_add_mapped(b, &plan->rows));
+        o.mapped_free(o.mapped);
+        bson_destroy(d);
+    }
+    ck_assert_int_eq(sink_stream_add(s, b, "rep_guard_m", "s", &o.pos), APPLY_UNRECORDABLE);
+    ck_assert_msg(strstr(sink_error(s), "table 3") != NULL, "%s", sink_error(s));
+    sink_batch_free(b);
+    sink_disconnect(s);
+    ck_assert_int_le(count_rows("SELECT count(*) FROM rep_guard_m.s"), 0);
 
     /* nothing of any was committed */
     ck_assert_int_le(count_rows("SELECT count(*) FROM rep_guard_m.c"), 0);
