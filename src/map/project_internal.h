@@ -19,7 +19,8 @@ project_status project_field(const map_table *t, const map_column *c, const bson
                              uint64_t *nulled, char *why, size_t whylen);
 /* Whether a column or child path of t goes through field key below prefix[0..depth): *leaf when one ends there,
  * *inner when one goes on below it. */
-void project_path_role(const map_table *t, char *const *prefix, size_t depth, const char *key, bool *leaf, bool *inner);
+void project_path_role(const map_table *t, char *const *prefix, size_t depth, const char *key, bool *leaf,
+                       bool *inner);
 /* The document (data, len) at prefix[0..depth) without the fields columns and child tables take (bson_init'd into
  * out; prefix needs room for 65 entries). */
 project_status project_strip(const map_table *t, const uint8_t *data, size_t len, char **prefix, size_t depth,
@@ -27,12 +28,12 @@ project_status project_strip(const map_table *t, const uint8_t *data, size_t len
 /* The record of one row of t for the document (data, len) (NULL: an element that is null: every column NULL), and
  * its child tables' rows. key is the parent key as a framed field; pos the position for a child row. */
 project_status project_row(const map_collection *m, const map_table *t, const uint8_t *data, size_t len,
-                           const uint8_t *key, size_t key_len, int64_t pos, map_rows *out, uint64_t *nulled, char *why,
-                           size_t whylen);
+                           const uint8_t *key, size_t key_len, int64_t pos, map_rows *out, uint64_t *nulled,
+                           char *why, size_t whylen);
 /* The rows of child table ch for the array arr, from position `from` on. */
-project_status project_child_rows(const map_collection *m, const map_child *ch, const bson_value_t *arr, uint32_t from,
-                                  const uint8_t *key, size_t key_len, map_rows *out, uint64_t *nulled, char *why,
-                                  size_t whylen);
+project_status project_child_rows(const map_collection *m, const map_child *ch, const bson_value_t *arr,
+                                  uint32_t from, const uint8_t *key, size_t key_len, map_rows *out, uint64_t *nulled,
+                                  char *why, size_t whylen);
 /* The row of child table ch for one element. */
 project_status project_element(const map_collection *m, const map_child *ch, const bson_iter_t *el, uint32_t pos,
                                const uint8_t *key, size_t key_len, map_rows *out, uint64_t *nulled, char *why,
