@@ -369,8 +369,8 @@ static bool build_tables(sink *s, table *t)
 static bool ensure_one(sink *s, table *t, size_t k, const op_pos *pos)
 {
     sink_mapped_table *m = &t->mtabs[k];
-    const char *values[8] = {s->service,        t->db,           t->coll,     m->mt->name.schema,
-                             m->mt->name.table, m->columns_json, m->key_json, m->mt->adopt ? "true" : "false"};
+    const char *values[8] = {s->service,     t->db,           t->coll,       m->mt->name.schema, m->mt->name.table,
+                             m->columns_json, m->key_json, m->mt->adopt ? "true" : "false"};
     if (sink_catalog_call(s, t, SINK_MAPPED_ENSURE_SQL, 8, values, pos) != APPLY_OK)
         return false;
     char name[48];
@@ -482,8 +482,8 @@ static sink_status send_sql(sink *s, const table *t, pending_kind kind, const ch
     for (int i = 0; i < p->n; i++)
         bytes += (size_t)p->lengths[i];
     s->stats.bytes += bytes;
-    return pipe_after_send(s, PQsendQueryParams(s->conn, sql, p->n, NULL, p->values, p->lengths, p->formats, 0) == 1,
-                           bytes);
+    return pipe_after_send(
+        s, PQsendQueryParams(s->conn, sql, p->n, NULL, p->values, p->lengths, p->formats, 0) == 1, bytes);
 }
 
 /* Upserts one row record of table k (the tuple's fields as parameters). */
