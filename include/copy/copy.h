@@ -53,8 +53,11 @@ typedef struct copy_config {
 } copy_config;
 
 /* COPY_REFUSED: PostgreSQL refused something the operator must fix (the login, a privilege, a table of that name
- * that oplog2pg did not make); COPY_FAILED: anything else that did not pass with retries. */
-typedef enum { COPY_DONE, COPY_CANCELLED, COPY_WINDOW_LOST, COPY_FAILED, COPY_REFUSED } copy_result;
+ * that oplog2pg did not make); COPY_UNSUPPORTED: the copy met what it cannot copy exactly (a collection that vanished
+ * while the copy state holds no UUID to follow it by, or a batch that breaks the copy's own invariants): nothing past
+ * it is committed, and err names what to do (--reimport, a report); COPY_FAILED: anything else that did not pass with
+ * retries. */
+typedef enum { COPY_DONE, COPY_CANCELLED, COPY_WINDOW_LOST, COPY_FAILED, COPY_REFUSED, COPY_UNSUPPORTED } copy_result;
 
 /* Runs or resumes the copy for cfg->service. On COPY_DONE *start is the oplog position noted before the copy
  * began (the caller tails from it, checking it like any resume point). A copy already finished returns COPY_DONE
@@ -105,7 +108,7 @@ const char *copy_format_duration(double secs, char *buf, size_t len);
  * (rate <= 0). 0 when done >= total. */
 double copy_eta_seconds(int64_t done, int64_t total, double rate);
 
-/* "copied", "cancelled", "oplog window lost", "failed", "refused by PostgreSQL". */
+/* "copied", "cancelled", "oplog window lost", "failed", "refused by PostgreSQL", "cannot be copied exactly". */
 const char *copy_result_name(copy_result r);
 
 #endif

@@ -52,6 +52,19 @@ convert_status convert_binary(strbuf *out, const map_type *t, const bson_value_t
 /* The same framed as one field of a binary COPY row: an int32 length then the bytes, or the length -1 for NULL. */
 convert_status convert_copy_field(strbuf *out, const map_type *t, const bson_value_t *v, char *why, size_t whylen);
 
+/*
+ * The key column's field for the _id v: convert_copy_field, after refusing (CONVERT_TYPE_ERROR, with the reason) an
+ * _id that the key's type cannot hold exactly, so that two _ids MongoDB keeps apart never get one key value: a text
+ * key takes strings and ObjectIds but no string of 24 lowercase hex digits; numeric no double that is not a whole
+ * number up to 2^53; real and double precision only numbers that are values of the type; timestamptz and timestamp
+ * only BSON dates, date only dates at midnight UTC; uuid only binary subtype 4; bytea only binary subtype 0; jsonb
+ * and arrays nothing. A missing or null _id is refused too (a key cannot be NULL).
+ */
+convert_status convert_key_field(strbuf *out, const map_type *t, const bson_value_t *v, char *why, size_t whylen);
+
+/* False for the column types that can never be a key exactly (jsonb, arrays): the map is refused at load. */
+bool map_type_key_ok(const map_type *t);
+
 /* The OID of a column type (the array type's OID for T[]), for PQexecParams' paramTypes. */
 uint32_t map_type_oid(const map_type *t);
 /* The OID of a scalar type: the element type that a binary array names in its header. */

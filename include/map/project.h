@@ -83,7 +83,21 @@ typedef enum map_edit_kind {
     MAP_EDIT_CHILD_ROW,  /* child table `table`: the row at position n becomes the tuple in value (upsert) */
     MAP_EDIT_CHILD_PAD,  /* child table `table`: rows at positions 0..n-1 that do not exist are added (all NULL) */
     MAP_EDIT_BINARY,     /* the bytea field `field` = its first n bytes followed by value (an 8.x binary diff) */
+    MAP_EDIT_CHILD_IF,   /* child table `table`, a $v:1 edit of element n, which the entry cannot place: whether the
+                          * array (and the element) is there is read in PostgreSQL (map_child_if, in `field`); value
+                          * is the row (map_rows records) */
 } map_edit_kind;
+
+/* What MAP_EDIT_CHILD_IF does with its row. The path holds an array when the parent's rest column (rest = doc) says
+ * so, or else when the parent has child rows; with rest = extra or drop and no child rows at all, an empty array
+ * cannot be told from a document or a missing field, and the edit refuses the op (a dead letter) rather than guess. */
+typedef enum map_child_if {
+    MAP_CHILD_IF_UPSERT, /* $set of the element: when the path holds an array, pad it with null rows below n and
+                          * upsert the row */
+    MAP_CHILD_IF_CREATE, /* $set below the element: when the path holds an array without element n, pad it and
+                          * insert the row (the document the $set creates); an element already there is left as is */
+    MAP_CHILD_IF_EXISTS, /* $unset of the element: when the row is there, it becomes the row (of a null element) */
+} map_child_if;
 
 typedef struct map_edit {
     map_edit_kind kind;

@@ -72,7 +72,10 @@ bool sink_copy_open(sink_copy_out *o, pgconn *c, pgconn_error *err);
 /* Rows from, from + 1, ... of the batch (the jsonb shape's (_id, doc)). */
 bool sink_copy_rows(sink_copy_out *o, const sink_batch *b, size_t from, pgconn_error *err);
 /* The mapped records of table number `table` from byte *from of the batch's records on; *from becomes their end. */
-bool sink_copy_mapped(sink_copy_out *o, const sink_batch *b, uint16_t table, size_t *from, pgconn_error *err);
+/* ntables: the map's tables; a record of a table past them (a projection with another map, which cannot happen) fails
+ * the COPY with err->status APPLY_UNRECORDABLE rather than being left out. */
+bool sink_copy_mapped(sink_copy_out *o, const sink_batch *b, uint16_t table, uint16_t ntables, size_t *from,
+                      pgconn_error *err);
 /* The trailer, the end of the COPY and its outcome (err says why it failed: 23505 for a key already there). */
 bool sink_copy_close(sink_copy_out *o, pgconn_error *err);
 /* Ends the COPY as failed: the server refuses it, so nothing of it stays. */

@@ -27,6 +27,9 @@ typedef struct sink_mapped_table {
     char *children_sql; /* child tables: DELETE of one parent's rows from a position on; NULL for the collection's */
     char *pad_sql;      /* child tables: INSERT of the missing rows below a position; NULL for the collection's */
     char *delete_sql;   /* the collection's table: DELETE of a row by key ($1); NULL for child tables */
+    char *if_sql[3];    /* child tables: MAP_EDIT_CHILD_IF by map_child_if ($1..$n the row's fields) */
+    char *guard_sql;    /* child tables: raises $3 when row ($1, $2) is missing and the path holds no array; NULL
+                         * when such an edit needs no guard (rest = doc with on_type_error = null) */
     char *columns_json; /* ensure_mapped_table's p_columns */
     char *key_json;     /* its p_key_json */
 } sink_mapped_table;

@@ -56,6 +56,16 @@
 
 typedef struct sink sink;
 
+/* One document of a collection read for a backfill; false stops the reading (the sink has noted why). */
+typedef bool (*sink_doc_fn)(void *arg, const bson_t *doc);
+/* Reads every document of db.coll from MongoDB, in any order, and calls each(arg, doc) for each one until it answers
+ * false. The columns a map gained are filled from them, as a copy of the collection would fill them
+ * (src/sink/backfill.c); the sink never reads MongoDB itself, the daemon lends it this. APPLY_OK when every document
+ * was read, a collection that is not there having none, or when each stopped it; APPLY_RETRY when MongoDB could not
+ * be read, APPLY_CONFIG when it refused, with the reason in why. */
+typedef apply_status (*sink_read_docs_fn)(void *ctx, const char *db, const char *coll, sink_doc_fn each, void *arg,
+                                          char *why, size_t whylen);
+
 typedef struct {
     const char *conninfo;   /* libpq conninfo or URI */
     const char *service;    /* checkpoint row key */
@@ -69,8 +79,11 @@ typedef struct {
     pgconn_wait_fn wait_hook;
     void *wait_arg;
     int wait_slice_ms;
-    uint32_t max_prepared; /* statements of the jsonb shape held prepared at once (src/sink/stmt.c); 0 means
-                            * SINK_MAX_PREPARED */
+    uint32_t max_prepared;       /* statements of the jsonb shape held prepared at once (src/sink/stmt.c); 0 means
+                                  * SINK_MAX_PREPARED */
+    sink_read_docs_fn read_docs; /* the documents for the columns a map gained; NULL where MongoDB cannot be read
+                                  * (replay): those columns then stay NULL in the rows already there */
+    void *read_docs_ctx;
 } sink_config;
 
 typedef struct {

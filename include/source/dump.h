@@ -9,6 +9,11 @@
  * rejects ends with QUEUE_END_UNSUPPORTED. Entries at or before the start position (the committed checkpoint) are
  * skipped, so a replay interrupted anywhere can simply run again. At the end of a good dump it pushes QUEUE_IDLE,
  * then QUEUE_END_DONE.
+ *
+ * Transactions written over several entries (source/txn.h) are put together as the oplog reader does: chain entries
+ * are pushed as noops, and a commit as the parts of one logical entry at its position, read back from the file (see
+ * dump.c's NOTES for the index and its memory). A dump beginning inside a chain ends with QUEUE_END_BAD_INPUT at
+ * that chain's commit; a chain that is not what a server writes, with QUEUE_END_UNSUPPORTED.
  */
 #ifndef OPLOG2PG_SOURCE_DUMP_H
 #define OPLOG2PG_SOURCE_DUMP_H
@@ -20,12 +25,14 @@
 #include "core/nsfilter.h"
 #include "core/op.h"
 #include "core/queue.h"
+#include "map/map.h"
 
 typedef struct {
     const char *path;       /* the dump (copied) */
     bool have_start;        /* start holds the committed checkpoint */
     op_pos start;           /* entries at or before it are skipped */
     const nsfilter *filter; /* NULL = everything; must outlive the reader */
+    const map_set *maps;    /* typed maps: their ops are projected on the reader's thread, as live; NULL = none */
     bool keep_payload;      /* keep each op's raw BSON (for dead letters); false drops it once rendered */
 } dump_config;
 

@@ -24,6 +24,12 @@ bool oplog_entry_before(mongoc_client_t *client, const op_pos *pos, op_pos *out,
 bool oplog_newest_committed(mongoc_client_t *client, bool majority, op_pos *out, bool *found, char *err,
                             size_t errlen);
 
+/* Whether an entry after `after`, up to and including `upto`, renames a collection (a renameCollection command,
+ * alone or inside an applyOps): *renamed. One forward read of that stretch, from the primary's own oplog (not a
+ * majority snapshot: a listing of collections may show a rename a majority has not committed yet). */
+bool oplog_renames_between(mongoc_client_t *client, const op_pos *after, const op_pos *upto, bool *renamed, char *err,
+                           size_t errlen);
+
 /* Both edges, over a client of its own made from uri (for the commands). *found is false when the oplog is empty. */
 bool oplog_window(const char *uri, op_pos *oldest, op_pos *newest, bool *found, char *err, size_t errlen);
 

@@ -15,7 +15,8 @@
  * is skipped when read (it only moves the position; it is noted in the txn_book); at a TXN_COMMIT or
  * TXN_COMMIT_PREPARED the reader walks the chain back with point lookups (txn_walk_back: only the OpTimes are kept),
  * then reads the entries forward one at a time and pushes their ops as parts of one logical entry positioned at the
- * commit (op_entry.more); a TXN_ABORT only closes the chain.
+ * commit (op_entry.more); a TXN_ABORT only closes the chain. `replay` (source/dump.c) does the same with lookups
+ * that read the entries back from the dump.
  *
  * Everything here is pure (no I/O): the lookups go through a callback, so the walk is testable without a server.
  */
@@ -60,7 +61,7 @@ typedef enum txn_lookup {
 } txn_lookup;
 
 /* Finds the entry at ts exactly (the reader: find {ts: {$gte: ts}} limit 1 with the tailing cursor's read concern,
- * then checks the ts). */
+ * then checks the ts; replay: the dump's index of open chains, then a read at the entry's offset). */
 typedef txn_lookup (*txn_lookup_fn)(void *ctx, const op_pos *ts, bson_t *out, char *err, size_t errlen);
 
 typedef enum txn_walk {

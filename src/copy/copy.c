@@ -77,6 +77,8 @@ const char *copy_result_name(copy_result r)
         return "failed";
     case COPY_REFUSED:
         return "refused by PostgreSQL";
+    case COPY_UNSUPPORTED:
+        return "cannot be copied exactly";
     }
     return "?";
 }
@@ -182,6 +184,47 @@ static double overall_eta(run_ctx *rc, double started, int64_t base_total)
     return copy_eta_seconds(copied, total, secs > 0 ? (double)(copied - base_total) / secs : 0);
 }
 
+/* How many times a plan is made again because a collection was renamed while it was made. */
+#define PLAN_TRIES 10
+
+/* The copy's start (the newest entry, majority-committed where reads are) and the collections to copy. A collection
+ * renamed between the two is listed under its new name, and the oplog replay from the start would apply that rename
+ * onto the copied table: the target's table is replaced by the source's, which the copy never wrote, and the
+ * documents read under the new name are lost. A drop or a create in that stretch is harmless (the replay drops what
+ * the copy wrote and inserts it all again, or finds the table there). So after the listing, the oplog from the start
+ * to its newest entry is read, and if it holds a rename, the plan is made again from a later start. */
+static bool plan_from_start(run_ctx *rc, mongoc_client_t *mongo, plan *p, char *m, size_t mlen)
+{
+    for (int attempt = 1;; attempt++) {
+        bool found, renamed;
+        op_pos listed;
+        if (!oplog_newest_committed(mongo, rc->cfg->majority, &rc->start, &found, m, mlen))
+            return false;
+        if (!found) {
+            snprintf(m, mlen, "the oplog is empty: there is no position to tail from after the copy");
+            return false;
+        }
+        if (!copy_plan_collections(mongo, rc->cfg->filter, p, m, mlen) ||
+            !oplog_edge(mongo, -1, &listed, &found, m, mlen) ||
+            !oplog_renames_between(mongo, &rc->start, &listed, &renamed, m, mlen))
+            return false;
+        if (!renamed)
+            return true;
+        free(p->items);
+        *p = (plan){0};
+        if (attempt == PLAN_TRIES) {
+            snprintf(m, mlen,
+                     "collections were renamed each of the %d times the copy listed them; a copy listed while a "
+                     "rename happens cannot be made exact: start again when the renames have ended",
+                     PLAN_TRIES);
+            return false;
+        }
+        log_info("copy: a collection was renamed while the copy listed the collections; listing them again from a "
+                 "later start");
+        clock_sleep_ms(100 * (uint64_t)attempt); /* with majority reads, the commit point passes the rename */
+    }
+}
+
 copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t errlen)
 {
     run_ctx rc = {.cfg = cfg, .result = COPY_DONE};
@@ -218,14 +261,7 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
         goto fail;
     char pos[OP_POS_STRLEN];
     if (have == 0) {
-        bool found;
-        if (!oplog_newest_committed(mongo, cfg->majority, &rc.start, &found, m, sizeof m))
-            goto fail;
-        if (!found) {
-            snprintf(m, sizeof m, "the oplog is empty: there is no position to tail from after the copy");
-            goto fail;
-        }
-        if (!copy_plan_collections(mongo, cfg->filter, &p, m, sizeof m) ||
+        if (!plan_from_start(&rc, mongo, &p, m, sizeof m) ||
             !copy_plan_store(pg, cfg->service, &rc.start, &p, m, sizeof m))
             goto fail;
         int64_t est = 0;

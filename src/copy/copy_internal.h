@@ -38,7 +38,10 @@ typedef enum { JOB_PENDING, JOB_RUNNING, JOB_FINISHED } job_state;
 
 typedef struct {
     char db[128], coll[256];
-    uint8_t *last_id; /* committed {_id: v} BSON (malloc), NULL before the first batch */
+    uint8_t uuid[16]; /* the collection's UUID when the copy was planned (has_uuid): followed through renames */
+    bool has_uuid;
+    char src_db[128], src_coll[256]; /* where the collection is read from: db.coll until a rename moves it */
+    uint8_t *last_id;                /* committed {_id: v} BSON (malloc), NULL before the first batch */
     uint32_t last_id_len;
     int64_t copied; /* committed documents (the worker's, while it runs the job) */
     int64_t estimate;
@@ -67,6 +70,8 @@ typedef struct {
 typedef struct {
     char db[128], coll[256];
     int64_t estimate;
+    uint8_t uuid[16]; /* info.uuid of listCollections (has_uuid) */
+    bool has_uuid;
 } plan_item;
 
 typedef struct {
@@ -110,6 +115,9 @@ bool copy_jobs_load(pgconn *pg, const char *service, job **out, size_t *nout, ch
 void copy_jobs_free(job *jobs, size_t n);
 
 /* ---- plan.c ---- */
+
+/* The collection's UUID from one listCollections entry (info.uuid, binary subtype 4); false when it has none. */
+bool copy_listed_uuid(const bson_t *entry, uint8_t uuid[16]);
 
 /* Every included collection (views and system collections left out), with its estimated count. */
 bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, plan *p, char *err, size_t errlen);
@@ -156,6 +164,7 @@ typedef struct {
     bool retryable;     /* the one error policy calls it passing */
     bool data_refused;  /* PostgreSQL refused a row's data: that stretch is written again row by row */
     bool refused;       /* the operator must act (a refused login, a table oplog2pg did not make, a privilege) */
+    bool malformed;     /* a batch broke the copy's own invariants (a fault in oplog2pg): the copy stops */
     size_t failed_docs; /* documents of the batch that failed */
     char err[ERRLEN];
 } copy_outcome;
@@ -179,5 +188,10 @@ void copy_writer_release(copy_writer *w, copy_batch *b);
 void copy_writer_drain(copy_writer *w, copy_outcome *out);
 /* Keeps a document in b as BSON (why: see kept_doc). False when memory runs out. */
 bool copy_batch_keep(copy_batch *b, const bson_t *doc, const char *why);
+/* Whether a batch is what the reading thread makes: for a mapped collection (ntables > 0: its map's tables) every
+ * row is for one of its tables; a careful batch of the jsonb shape keeps one document per row (besides those set
+ * aside). False with why set otherwise: the writing thread then fails the batch rather than skip what it cannot
+ * place (exposed for tests). */
+bool copy_batch_check(const copy_batch *b, size_t ntables, char *why, size_t whylen);
 
 #endif

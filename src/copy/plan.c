@@ -15,7 +15,23 @@
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* planning a new copy */
 
-static bool plan_add(plan *p, const char *db, const char *coll, int64_t estimate)
+bool copy_listed_uuid(const bson_t *entry, uint8_t uuid[16])
+{
+    bson_iter_t it, sub;
+    bson_subtype_t st;
+    uint32_t len;
+    const uint8_t *data;
+    if (!bson_iter_init_find(&it, entry, "info") || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &sub) ||
+        !bson_iter_find(&sub, "uuid") || !BSON_ITER_HOLDS_BINARY(&sub))
+        return false;
+    bson_iter_binary(&sub, &st, &len, &data);
+    if (st != BSON_SUBTYPE_UUID || len != 16)
+        return false;
+    memcpy(uuid, data, 16);
+    return true;
+}
+
+static bool plan_add(plan *p, const char *db, const char *coll, int64_t estimate, const bson_t *entry)
 {
     if (p->n == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 16;
@@ -29,6 +45,7 @@ static bool plan_add(plan *p, const char *db, const char *coll, int64_t estimate
     snprintf(it->db, sizeof it->db, "%s", db);
     snprintf(it->coll, sizeof it->coll, "%s", coll);
     it->estimate = estimate;
+    it->has_uuid = entry != NULL && copy_listed_uuid(entry, it->uuid);
     return true;
 }
 
@@ -79,7 +96,7 @@ bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, plan
                 n = 0;
             }
             mongoc_collection_destroy(coll);
-            if (!plan_add(p, dbname, name, n)) {
+            if (!plan_add(p, dbname, name, n, doc)) {
                 snprintf(err, errlen, "out of memory listing collections");
                 ok = false;
             }
@@ -96,8 +113,8 @@ bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, plan
     return ok;
 }
 
-bool copy_list_collections(mongoc_client_t *client, const nsfilter *filter, copy_collection **out, size_t *n,
-                           char *err, size_t errlen)
+bool copy_list_collections(mongoc_client_t *client, const nsfilter *filter, copy_collection **out, size_t *n, char *err,
+                           size_t errlen)
 {
     plan p = {NULL, 0, 0};
     *out = NULL;
@@ -142,11 +159,13 @@ bool copy_plan_store(pgconn *pg, const char *service, const op_pos *start, const
     for (size_t i = 0; ok && i < p->n; i++) {
         char est[24];
         snprintf(est, sizeof est, "%lld", (long long)p->items[i].estimate);
-        const char *pp[4] = {service, p->items[i].db, p->items[i].coll, est};
+        const char *pp[5] = {service, p->items[i].db, p->items[i].coll, est,
+                             p->items[i].has_uuid ? (const char *)p->items[i].uuid : NULL};
+        const int lens[5] = {0, 0, 0, 0, 16}, fmts[5] = {0, 0, 0, 0, 1};
         r = copy_query_params(pg,
-                              "INSERT INTO oplog2pg.copy_progress (service, db, coll, total_estimate) "
-                              "VALUES ($1, $2, $3, $4)",
-                              4, NULL, pp, NULL, NULL, 0);
+                              "INSERT INTO oplog2pg.copy_progress (service, db, coll, total_estimate, uuid) "
+                              "VALUES ($1, $2, $3, $4, $5::bytea)",
+                              5, NULL, pp, lens, fmts, 0);
         ok = PQresultStatus(r) == PGRES_COMMAND_OK;
         PQclear(r);
     }

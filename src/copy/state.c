@@ -51,7 +51,7 @@ bool copy_jobs_load(pgconn *pg, const char *service, job **out, size_t *nout, ch
     /* last_id in binary (result format 1) so the BSON comes back byte for byte. */
     PGresult *r =
         copy_query_params(pg,
-                          "SELECT db, coll, last_id, copied, total_estimate, done FROM oplog2pg.copy_progress "
+                          "SELECT db, coll, last_id, copied, total_estimate, done, uuid FROM oplog2pg.copy_progress "
                           "WHERE service = $1 ORDER BY db, coll",
                           1, NULL, p, NULL, NULL, 1);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
@@ -69,6 +69,12 @@ bool copy_jobs_load(pgconn *pg, const char *service, job **out, size_t *nout, ch
         int row = (int)i;
         snprintf(j->db, sizeof j->db, "%s", PQgetvalue(r, row, 0));
         snprintf(j->coll, sizeof j->coll, "%s", PQgetvalue(r, row, 1));
+        snprintf(j->src_db, sizeof j->src_db, "%s", j->db);
+        snprintf(j->src_coll, sizeof j->src_coll, "%s", j->coll);
+        if (!PQgetisnull(r, row, 6) && PQgetlength(r, row, 6) == 16) {
+            memcpy(j->uuid, PQgetvalue(r, row, 6), 16);
+            j->has_uuid = true;
+        }
         if (!PQgetisnull(r, row, 2) && PQgetlength(r, row, 2) > 0) {
             j->last_id_len = (uint32_t)PQgetlength(r, row, 2);
             j->last_id = malloc(j->last_id_len);

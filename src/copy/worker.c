@@ -31,7 +31,10 @@ typedef struct {
     char err[ERRLEN];
 } worker;
 
-typedef enum { PASS_DONE, PASS_STOPPED, PASS_ERROR } pass_result;
+/* PASS_MOVED: the collection was renamed or dropped while the pass read it: nothing read after that is written, and
+ * the next pass starts from the committed last _id where the collection is now. PASS_UNSUPPORTED: what w->err says
+ * cannot be copied exactly (the copy stops with it). */
+typedef enum { PASS_DONE, PASS_STOPPED, PASS_ERROR, PASS_MOVED, PASS_UNSUPPORTED } pass_result;
 
 static job *take_job(run_ctx *rc)
 {
@@ -57,21 +60,108 @@ static void job_set_state(run_ctx *rc, job *j, job_state st)
     pthread_mutex_unlock(&rc->mu);
 }
 
-/* Does db.coll still exist (after a cursor error: a collection dropped mid-copy is done, not failed)? -1 unknown. */
-static int coll_exists(mongoc_client_t *client, const char *dbname, const char *coll)
+/* Where the job's collection is now. A collection renamed within its database keeps its UUID (a rename across
+ * databases is a copy under a new UUID and a drop of the source, as far as the oplog shows it), so the UUID the plan
+ * noted finds it under its new name; a UUID listed nowhere means the collection was dropped. */
+typedef enum {
+    LOC_HERE,    /* still at j->src_db.j->src_coll */
+    LOC_MOVED,   /* renamed: j->src_db/j->src_coll now say where */
+    LOC_GONE,    /* dropped */
+    LOC_UNKNOWN, /* not at its name, and no UUID to follow it by (a copy state of an earlier version) */
+    LOC_ERROR,   /* MongoDB could not be asked (w->err says why) */
+} locate_result;
+
+/* Calls back for each collection of dbname that listCollections shows (filter may be NULL); false on a cursor error
+ * (w->err set). fn returns true to stop. */
+static bool each_listed(worker *w, const char *dbname, const bson_t *filter,
+                        bool (*fn)(void *arg, const char *db, const bson_t *entry), void *arg, bool *stopped)
 {
-    mongoc_database_t *db = mongoc_client_get_database(client, dbname);
-    bson_t *opts = BCON_NEW("filter", "{", "name", BCON_UTF8(coll), "}");
-    mongoc_cursor_t *cur = mongoc_database_find_collections_with_opts(db, opts);
+    mongoc_database_t *db = mongoc_client_get_database(w->mongo, dbname);
+    bson_t opts = BSON_INITIALIZER;
+    if (filter != NULL)
+        BSON_APPEND_DOCUMENT(&opts, "filter", filter);
+    mongoc_cursor_t *cur = mongoc_database_find_collections_with_opts(db, &opts);
     const bson_t *doc;
-    int found = mongoc_cursor_next(cur, &doc) ? 1 : 0;
+    *stopped = false;
+    while (!*stopped && mongoc_cursor_next(cur, &doc))
+        *stopped = fn(arg, dbname, doc);
     bson_error_t e;
-    if (mongoc_cursor_error(cur, &e))
-        found = -1;
+    bool ok = !mongoc_cursor_error(cur, &e);
+    if (!ok)
+        snprintf(w->err, sizeof w->err, "listing the collections of %s: %s", dbname, e.message);
     mongoc_cursor_destroy(cur);
-    bson_destroy(opts);
+    bson_destroy(&opts);
     mongoc_database_destroy(db);
-    return found;
+    return ok;
+}
+
+typedef struct {
+    const job *j;
+    bool found, uuid_match;
+    char db[128], coll[256];
+} locate_ctx;
+
+static bool locate_entry(void *arg, const char *db, const bson_t *entry)
+{
+    locate_ctx *lc = arg;
+    bson_iter_t it;
+    const char *name = NULL, *type = "collection";
+    if (bson_iter_init_find(&it, entry, "name") && BSON_ITER_HOLDS_UTF8(&it))
+        name = bson_iter_utf8(&it, NULL);
+    if (bson_iter_init_find(&it, entry, "type") && BSON_ITER_HOLDS_UTF8(&it))
+        type = bson_iter_utf8(&it, NULL);
+    if (name == NULL || strcmp(type, "collection") != 0)
+        return false;
+    uint8_t uuid[16];
+    if (!lc->j->has_uuid || !copy_listed_uuid(entry, uuid) || memcmp(uuid, lc->j->uuid, 16) != 0) {
+        lc->found = true; /* a collection of that name, not necessarily this one */
+        return false;
+    }
+    lc->found = lc->uuid_match = true;
+    snprintf(lc->db, sizeof lc->db, "%s", db);
+    snprintf(lc->coll, sizeof lc->coll, "%s", name);
+    return true;
+}
+
+static locate_result locate(worker *w, job *j)
+{
+    locate_ctx lc = {.j = j};
+    bool stopped;
+    bson_t *filter = BCON_NEW("name", BCON_UTF8(j->src_coll));
+    bool ok = each_listed(w, j->src_db, filter, locate_entry, &lc, &stopped);
+    bson_destroy(filter);
+    if (!ok)
+        return LOC_ERROR;
+    if (lc.uuid_match)
+        return LOC_HERE;
+    if (!j->has_uuid)
+        return lc.found ? LOC_HERE : LOC_UNKNOWN;
+    /* Not under its name: look for its UUID in every database. */
+    bson_error_t e;
+    char **dbs = mongoc_client_get_database_names_with_opts(w->mongo, NULL, &e);
+    if (dbs == NULL) {
+        snprintf(w->err, sizeof w->err, "listing databases: %s", e.message);
+        return LOC_ERROR;
+    }
+    memset(&lc, 0, sizeof lc);
+    lc.j = j;
+    stopped = false;
+    for (size_t d = 0; ok && !stopped && dbs[d] != NULL; d++)
+        ok = each_listed(w, dbs[d], NULL, locate_entry, &lc, &stopped);
+    bson_strfreev(dbs);
+    if (!ok)
+        return LOC_ERROR;
+    if (!lc.uuid_match)
+        return LOC_GONE;
+    char at[256];
+    copy_id_text(j->last_id, j->last_id_len, at, sizeof at);
+    log_notice("copy of %s.%s: the collection is now %s.%s (renamed during the copy); reading on from there after _id "
+               "%s into the same table (the oplog replay then renames that table and applies every change since the "
+               "copy's start)",
+               j->db, j->coll, lc.db, lc.coll, at);
+    snprintf(j->src_db, sizeof j->src_db, "%s", lc.db);
+    snprintf(j->src_coll, sizeof j->src_coll, "%s", lc.coll);
+    return LOC_MOVED;
 }
 
 /* Adds one document to the batch, or keeps it to be set aside when its text cannot be made. False only when memory
@@ -121,13 +211,70 @@ static bool add_doc(worker *w, copy_batch *b, const bson_t *doc, const bson_valu
     return ok;
 }
 
+/* After a pass: what the writing side says comes first (the batches before a failure are committed, the rest is
+ * read again), then what the reading side found; a pass whose batches all committed is done once the last one was. */
+static pass_result pass_end(worker *w, const job *j, pass_result res, bool *retryable)
+{
+    copy_writer_drain(w->writer, &w->out);
+    if (w->out.failed) {
+        *retryable = w->out.retryable;
+        snprintf(w->err, sizeof w->err, "%s", w->out.err);
+        return w->out.malformed ? PASS_UNSUPPORTED : PASS_ERROR;
+    }
+    if (res != PASS_DONE)
+        return res;
+    return j->done ? PASS_DONE : PASS_STOPPED; /* not done: the copy stops and batches were left unwritten */
+}
+
+/* The collection was dropped (its UUID is listed nowhere): its progress row says done with what was committed. That
+ * is exact: the collection was listed after the copy's start, so its drop (or, for a rename to another database, the
+ * drop of its source) is in the oplog after the start, and the replay drops the table there. */
+static pass_result mark_dropped(worker *w, job *j, bool *retryable)
+{
+    char at[256];
+    copy_id_text(j->last_id, j->last_id_len, at, sizeof at);
+    log_notice("copy of %s.%s: the collection was dropped during the copy; marking it done with the %lld documents "
+               "committed (last _id %s): the oplog replay drops its table at the drop",
+               j->db, j->coll, (long long)j->copied, at);
+    copy_batch *b = copy_writer_acquire(w->writer);
+    if (b != NULL) {
+        b->j = j;
+        b->first = true; /* the writer makes sure of the table: the replay's drop finds it */
+        b->done = true;
+        (void)copy_writer_submit(w->writer, b); /* a failure shows in the drain */
+    }
+    return pass_end(w, j, PASS_DONE, retryable);
+}
+
+/* A collection no longer listed under its name, and no UUID to follow it by (a copy state begun by an earlier
+ * version, or a server that lists none): a rename cannot be told from a drop, and after a rename the replay would
+ * rename a partial table. The copy stops; nothing of this collection past the committed _id is written. */
+static pass_result vanished_unknown(worker *w, const job *j)
+{
+    snprintf(w->err, sizeof w->err,
+             "%s.%s is no longer listed, and the copy state holds no UUID for it (a copy begun by an earlier version): "
+             "a rename cannot be told from a drop, so this copy cannot be finished exactly; run with --reimport",
+             j->src_db, j->src_coll);
+    return PASS_UNSUPPORTED;
+}
+
 /* One pass over a collection from its committed last _id to its end (or a stop, or an error). Batches are handed to
  * the writing thread as they fill; the pass ends once they are all committed (or one failed: w->out says why). */
 static pass_result copy_pass(worker *w, job *j, bool *retryable)
 {
     *retryable = false;
     w->map = map_find(w->rc->cfg->maps, j->db, j->coll);
-    mongoc_collection_t *coll = mongoc_client_get_collection(w->mongo, j->db, j->coll);
+    /* Where the collection is now: a rename or a drop since the last pass (or, resumed, since the last run). */
+    locate_result at_start = locate(w, j);
+    if (at_start == LOC_ERROR) {
+        *retryable = true;
+        return PASS_ERROR;
+    }
+    if (at_start == LOC_UNKNOWN)
+        return vanished_unknown(w, j);
+    if (at_start == LOC_GONE)
+        return mark_dropped(w, j, retryable);
+    mongoc_collection_t *coll = mongoc_client_get_collection(w->mongo, j->src_db, j->src_coll);
     bson_t filter = BSON_INITIALIZER;
     bson_t opts = BSON_INITIALIZER;
     bson_t sub;
@@ -220,26 +367,32 @@ static pass_result copy_pass(worker *w, job *j, bool *retryable)
         }
     }
     bson_error_t e;
-    if (mongoc_cursor_error(cur, &e)) {
-        int exists = coll_exists(w->mongo, j->db, j->coll);
-        if (exists != 0) {
-            *retryable = mongo_error_retryable(&e);
-            snprintf(w->err, sizeof w->err, "reading from MongoDB: %s", e.message);
-            res = PASS_ERROR;
-            goto drain;
-        }
-        log_notice("copy of %s.%s: the collection was dropped during the copy; marking it done (the oplog replay "
-                   "drops its table)",
-                   j->db, j->coll);
-        /* What was read of it is not written: an empty last batch marks it done. */
-        if (b != NULL)
-            copy_writer_release(w->writer, b);
-        if ((b = copy_writer_acquire(w->writer)) == NULL)
-            goto drain;
-        b->j = j;
-        b->first = !handed;
-        have_pending_last = false;
-    } else if (b == NULL) {
+    bool cursor_failed = mongoc_cursor_error(cur, &e);
+    /* The cursor ended, or failed: is the collection still where it was read from? A rename or a drop kills its
+     * cursors, and a find on a name that no longer exists reads nothing and ends as if the collection were empty:
+     * either way what the pass has not handed over yet is not written, and the next pass decides from where the
+     * collection is now. */
+    locate_result loc = locate(w, j);
+    if (loc == LOC_ERROR) {
+        *retryable = true;
+        res = PASS_ERROR;
+        goto drain;
+    }
+    if (loc == LOC_UNKNOWN) {
+        res = vanished_unknown(w, j);
+        goto drain;
+    }
+    if (loc != LOC_HERE) {
+        res = PASS_MOVED;
+        goto drain;
+    }
+    if (cursor_failed) {
+        *retryable = mongo_error_retryable(&e);
+        snprintf(w->err, sizeof w->err, "reading from MongoDB: %s", e.message);
+        res = PASS_ERROR;
+        goto drain;
+    }
+    if (b == NULL) {
         if ((b = copy_writer_acquire(w->writer)) == NULL)
             goto drain;
         b->j = j;
@@ -259,21 +412,12 @@ static pass_result copy_pass(worker *w, job *j, bool *retryable)
 drain:
     if (b != NULL)
         copy_writer_release(w->writer, b);
-    copy_writer_drain(w->writer, &w->out);
     mongoc_cursor_destroy(cur);
     bson_destroy(&last);
     bson_destroy(&opts);
     bson_destroy(&filter);
     mongoc_collection_destroy(coll);
-    if (w->out.failed) {
-        /* The writing side's failure comes first: the batches before it are committed, the rest is read again. */
-        *retryable = w->out.retryable;
-        snprintf(w->err, sizeof w->err, "%s", w->out.err);
-        return PASS_ERROR;
-    }
-    if (res == PASS_ERROR)
-        return res;
-    return j->done ? PASS_DONE : PASS_STOPPED; /* not done: the copy stops and batches were left unwritten */
+    return pass_end(w, j, res, retryable);
 }
 
 /* A collection to its end. What the one error policy calls passing (the connection, timeouts, a full disk, ...) is
@@ -295,6 +439,15 @@ static copy_result copy_job(worker *w, job *j)
             return COPY_DONE;
         if (pr == PASS_STOPPED)
             return COPY_CANCELLED;
+        if (pr == PASS_MOVED)
+            continue; /* the next pass finds where the collection went */
+        if (pr == PASS_UNSUPPORTED) {
+            char msg[ERRLEN + 300];
+            snprintf(msg, sizeof msg, "copying %s.%s (%lld documents committed): %.900s", j->db, j->coll,
+                     (long long)j->copied, w->err);
+            copy_run_fail(w->rc, COPY_UNSUPPORTED, msg);
+            return COPY_UNSUPPORTED;
+        }
         if (w->out.data_refused && j->careful_left == 0) {
             /* PostgreSQL refused a row of the batch: write that stretch again row by row, setting aside the rows
              * it refuses, then go back to batches. */

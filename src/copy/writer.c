@@ -50,6 +50,7 @@ struct copy_writer {
     map_rows rows; /* one document's rows, reused (a careful batch projects its documents again) */
     bool stage_ready;
     bool data_refused;          /* the last batch failed because PostgreSQL refused a row's data */
+    bool malformed;             /* the last batch broke the copy's own invariants (see batch_malformed) */
     apply_status connect_fault; /* the class of the last failed connect (APPLY_OK when it connected) */
     double stop_seen;           /* when a wait on PostgreSQL first saw the copy stopping (0: not yet) */
     bool cancel_sent;           /* the statement kept waiting past STOP_GRACE_S was cancelled */
@@ -108,6 +109,45 @@ static void batch_empty(copy_batch *b)
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* writing one batch */
 
+/* A batch that cannot be what the reading thread made (a row for a table the map does not have, rows and kept
+ * documents out of step): a fault in oplog2pg. Skipping the row would let the progress row pass data never written,
+ * so the batch fails and the copy stops (COPY_UNSUPPORTED), nothing of it committed. */
+static bool batch_malformed(copy_writer *w, const char *what)
+{
+    w->malformed = true;
+    snprintf(w->err, sizeof w->err, "a malformed copy batch (%.400s): nothing of it is committed; please report this",
+             what);
+    return false;
+}
+
+bool copy_batch_check(const copy_batch *b, size_t ntables, char *why, size_t whylen)
+{
+    if (ntables > 0) {
+        map_row_iter it;
+        map_rows_iter(sink_batch_mapped(b->rows), &it);
+        uint16_t t;
+        const uint8_t *tuple;
+        uint32_t len;
+        while (map_rows_next(&it, &t, &tuple, &len))
+            if (t >= ntables) {
+                snprintf(why, whylen, "a row for table %u of a map with %zu tables", (unsigned)t, ntables);
+                return false;
+            }
+        return true;
+    }
+    if (!b->careful)
+        return true;
+    size_t in_rows = 0;
+    for (size_t k = 0; k < b->nkept; k++)
+        in_rows += b->kept[k].why == NULL;
+    if (in_rows != sink_batch_rows(b->rows)) {
+        snprintf(why, whylen, "a careful batch of %zu rows keeping %zu documents for them", sink_batch_rows(b->rows),
+                 in_rows);
+        return false;
+    }
+    return true;
+}
+
 /* Sends the batch as a binary COPY into `target` (a quoted table). *dup when it met an existing _id. */
 static bool copy_send(copy_writer *w, const copy_batch *b, const char *target, bool *dup, bool *retryable)
 {
@@ -116,7 +156,7 @@ static bool copy_send(copy_writer *w, const copy_batch *b, const char *target, b
     if (w->map != NULL) {
         /* a mapped collection: one COPY per table that has rows */
         *dup = false;
-        const map_rows *rows = sink_batch_mapped(b->rows);
+        const map_rows *rows = sink_batch_mapped(b->rows); /* every row's table checked (copy_batch_check) */
         for (size_t k = 0; k < w->nmtabs; k++) {
             map_row_iter it;
             map_rows_iter(rows, &it);
@@ -160,8 +200,11 @@ static bool upsert_mapped(copy_writer *w, const map_rows *rows, bool *retryable)
     const uint8_t *tuple;
     uint32_t len;
     while (map_rows_next(&it, &k, &tuple, &len)) {
-        if (k >= w->nmtabs)
-            continue;
+        if (k >= w->nmtabs) {
+            char what[120];
+            snprintf(what, sizeof what, "a row for table %u of a map with %zu tables", (unsigned)k, w->nmtabs);
+            return batch_malformed(w, what);
+        }
         uint16_t nf = (uint16_t)(tuple[0] << 8 | tuple[1]);
         const char **values = calloc(nf ? nf : 1, sizeof *values);
         int *lengths = calloc(nf ? nf : 1, sizeof *lengths), *formats = calloc(nf ? nf : 1, sizeof *formats);
@@ -321,7 +364,7 @@ static bool careful_rows(copy_writer *w, const copy_batch *b, bool *retryable)
         if (b->kept[k].why != NULL)
             continue; /* set aside already; not in the batch */
         if (row >= sink_batch_rows(b->rows))
-            break;
+            return batch_malformed(w, "more documents kept than rows in a careful batch");
         const char *key, *json;
         size_t klen, jlen;
         sink_batch_row(b->rows, row++, &key, &klen, &json, &jlen);
@@ -344,6 +387,8 @@ static bool careful_rows(copy_writer *w, const copy_batch *b, bool *retryable)
             !copy_dead_letter(w, b->j, b->kept[k].bson, b->kept[k].len, e.message, e.sqlstate, retryable))
             return false;
     }
+    if (row != sink_batch_rows(b->rows))
+        return batch_malformed(w, "more rows than documents kept in a careful batch");
     return true;
 }
 
@@ -424,6 +469,9 @@ static bool commit_batch(copy_writer *w, const copy_batch *b, bool *retryable)
     size_t rows = sink_batch_rows(b->rows);
     char m[ERRLEN];
     w->data_refused = false;
+    w->malformed = false;
+    if (!copy_batch_check(b, w->map != NULL ? w->nmtabs : 0, m, sizeof m))
+        return batch_malformed(w, m);
     for (int pass = 0; pass < 2; pass++) {
         if (!copy_pg_exec(w->pg, "BEGIN", w->err, sizeof w->err, retryable) ||
             (!b->done && !copy_pg_exec(w->pg, "SET LOCAL synchronous_commit = off", w->err, sizeof w->err, retryable)))
@@ -445,7 +493,7 @@ static bool commit_batch(copy_writer *w, const copy_batch *b, bool *retryable)
             PGresult *r = copy_query(w->pg, "ROLLBACK");
             PQclear(r);
             snprintf(w->err, sizeof w->err, "%s", m);
-            if (dup && pass == 0 && !b->careful) {
+            if (dup && pass == 0 && !b->careful && !w->malformed) {
                 log_info("copy of %s.%s: a batch of %zu documents met an existing _id; writing it as upserts", j->db,
                          j->coll, rows);
                 continue;
@@ -691,6 +739,7 @@ static void *writer_main(void *arg)
             o->data_refused = w->data_refused;
             o->refused = w->connect_fault == APPLY_CONFIG || (w->pg != NULL && w->pg->last.status == APPLY_CONFIG);
             o->failed_docs = b->docs;
+            o->malformed = w->malformed;
             snprintf(o->err, sizeof o->err, "%s", w->err);
         }
         b->state = SLOT_FREE;

@@ -40,6 +40,7 @@
 #include "sink/pgerror.h"
 #include "source/decode.h"
 #include "source/dump.h"
+#include "source/mongo_client.h"
 #include "source/reader.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -272,6 +273,55 @@ static bool pg_wait_hook(void *arg, const char *what, double waited)
                     waited, what);
     }
     return true;
+}
+
+/* The documents of db.coll for the columns a map gained (sink_config.read_docs, src/sink/backfill.c): read from
+ * MongoDB as the initial copy reads them (majority-committed unless read_concern = local), on a client of their own,
+ * while the sink holds its transaction open. A stop request ends the read (the sink's transaction is then rolled
+ * back, and the next start does it again). */
+static apply_status read_docs_for_sink(void *ctx, const char *db, const char *coll, sink_doc_fn each, void *arg,
+                                       char *why, size_t whylen)
+{
+    daemon_ctx *d = ctx;
+    mongo_client_opts mo = {.appname = "oplog2pg-backfill"};
+    mongoc_client_t *client = mongo_client_open(d->cfg->mongodb_uri_effective, &mo, why, whylen);
+    if (client == NULL)
+        return APPLY_CONFIG;
+    log_info("reading %s.%s from MongoDB to fill the columns its map gained", db, coll);
+    notify_status("reading %s.%s from MongoDB to fill the columns its map gained", db, coll);
+    mongoc_collection_t *c = mongoc_client_get_collection(client, db, coll);
+    bson_t filter = BSON_INITIALIZER;
+    bson_t *opts = BCON_NEW("batchSize", BCON_INT32(1000));
+    if (d->cfg->read_concern == CONFIG_READ_MAJORITY)
+        BCON_APPEND(opts, "readConcern", "{", "level", BCON_UTF8("majority"), "}");
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(c, &filter, opts, NULL);
+    const bson_t *doc;
+    apply_status st = APPLY_OK;
+    uint64_t n = 0;
+    while (mongoc_cursor_next(cur, &doc)) {
+        if (++n % 1000 == 0) {
+            notify_watchdog();
+            signals_poll();
+            if (signals_stop_requested()) {
+                snprintf(why, whylen, "stopping before the read ended");
+                st = APPLY_RETRY;
+                break;
+            }
+        }
+        if (!each(arg, doc))
+            break;
+    }
+    bson_error_t e;
+    if (st == APPLY_OK && mongoc_cursor_error(cur, &e)) {
+        snprintf(why, whylen, "%s", e.message);
+        st = mongo_error_refused(&e) ? APPLY_CONFIG : APPLY_RETRY;
+    }
+    mongoc_cursor_destroy(cur);
+    bson_destroy(opts);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(c);
+    mongoc_client_destroy(client);
+    return st;
 }
 
 /* Connect to PostgreSQL, retrying passing failures with backoff. Returns the exit code to stop with, or -1 when
@@ -931,8 +981,11 @@ static void notify_wake(void *arg)
 static bool start_source(daemon_ctx *d, int have, const op_pos *start, char *err, size_t errlen)
 {
     if (d->dump_path != NULL) {
-        dump_config dc = {
-            .path = d->dump_path, .have_start = have == 1, .filter = d->filter, .keep_payload = d->careful};
+        dump_config dc = {.path = d->dump_path,
+                          .have_start = have == 1,
+                          .filter = d->filter,
+                          .maps = &d->cfg->maps,
+                          .keep_payload = d->careful};
         if (have == 1)
             dc.start = *start;
         d->dump = dump_start(&dc, d->q, err, errlen);
@@ -978,9 +1031,12 @@ static void run_session(daemon_ctx *d)
     d->session_live = false;
     d->caught_up = false;
     d->idle_after = 0;
-    if (d->careful && (have != 1 || op_pos_cmp(&start, &d->careful_until) >= 0))
-        d->careful = false; /* the refused op was committed past meanwhile (another run, or --reimport) */
-    if (d->isolating && (have != 1 || op_pos_cmp(&start, &d->isolate_until) >= 0))
+    /* The refused op was committed past meanwhile (another run, or --reimport). A replay into a service without a
+     * checkpoint yet (have == 0) stays careful: it starts again from the dump's first entry. The same for a group
+     * being taken apart after PostgreSQL's lock table ran out. */
+    if (d->careful && have == 1 && op_pos_cmp(&start, &d->careful_until) >= 0)
+        d->careful = false;
+    if (d->isolating && have == 1 && op_pos_cmp(&start, &d->isolate_until) >= 0)
         d->isolating = false;
     if (d->careful) {
         char until[OP_POS_STRLEN];
@@ -1177,6 +1233,9 @@ static bool ctx_init(daemon_ctx *d, config *cfg, const char *config_path, const 
         .max_prepared = (uint32_t)cfg->postgres_max_prepared,
         .wait_hook = pg_wait_hook,
         .wait_arg = d,
+        /* Columns a map gained are filled from MongoDB; replay has no MongoDB to read (they stay NULL there). */
+        .read_docs = dump_path == NULL ? read_docs_for_sink : NULL,
+        .read_docs_ctx = d,
         /* The watchdog is fed from the hook while PostgreSQL keeps us waiting: at least four times per period. */
         .wait_slice_ms = notify_watchdog_usec() > 0 && notify_watchdog_usec() / 4000 < 1000
                              ? (int)(notify_watchdog_usec() / 4000 > 10 ? notify_watchdog_usec() / 4000 : 10)

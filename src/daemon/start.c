@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "copy/copy.h"
 #include "daemon/exitcodes.h"
 #include "daemon/signals.h"
-#include "copy/copy.h"
 #include "source/mongo_client.h"
 #include "source/oplog_edge.h"
 #include "util/log.h"
@@ -65,8 +65,7 @@ static int skip_import(const start_params *p)
     for (;;) {
         op_pos newest;
         bool found = false;
-        if (oplog_newest_committed(c, p->cfg->read_concern == CONFIG_READ_MAJORITY, &newest, &found, err,
-                                   sizeof err) &&
+        if (oplog_newest_committed(c, p->cfg->read_concern == CONFIG_READ_MAJORITY, &newest, &found, err, sizeof err) &&
             found) {
             rc = commit_start(p, &newest, "--skip-import: no initial copy");
             break;
@@ -196,6 +195,9 @@ int start_prepare(const start_params *p)
     case COPY_REFUSED:
         log_error("initial copy stopped: %s", err);
         return EXIT_CONFIG;
+    case COPY_UNSUPPORTED:
+        log_error("initial copy stopped: %s", err);
+        return EXIT_UNSUPPORTED;
     default:
         log_error("initial copy failed: %s", err);
         return EXIT_FAILURE_GENERIC;

@@ -1222,6 +1222,135 @@ static convert_status to_array(strbuf *out, const map_type *t, const bson_value_
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
+/* keys */
+
+/* True when x (an integer) is exactly a value of real (float) or double precision. */
+static bool int_exact_float(int64_t x, bool real)
+{
+    if (real) {
+        float f = (float)x;
+        /* 2^63 is a float: compared as double, which holds every float exactly */
+        return (double)f < 9223372036854775808.0 && (int64_t)f == x;
+    }
+    double d = (double)x;
+    return d < 9223372036854775808.0 && (int64_t)d == x;
+}
+
+/*
+ * Whether v is an _id that a key column of type t holds exactly: two _ids get one key value only when MongoDB finds
+ * them equal. MongoDB orders the BSON types first and compares values within a type (numbers by their exact value
+ * across int32, int64, double and decimal128, as the server's src/mongo/base/compare_numbers.h does; strings byte by
+ * byte; binary by length, subtype, then bytes), so a conversion that maps two types onto one value (an ObjectId and
+ * the string of its hex), or two values onto one (0.1 and the decimal 0.1, two spellings of one uuid or instant)
+ * would make two documents one row. Only what is one-to-one is taken; the rest is refused here, before
+ * convert_binary sees it. docs/mapping.md ("Keys") has the table.
+ */
+static convert_status key_exact(const map_type *t, const bson_value_t *v, const reason *r)
+{
+    bson_type_t vt = v->value_type;
+    if (t->array || t->scalar == MAP_JSONB)
+        return refuse(r, v, "cannot be a key of type %s: it is not a one-to-one conversion of the _id",
+                      scalars[t->scalar].sql);
+    switch (t->scalar) {
+    case MAP_TEXT:
+    case MAP_VARCHAR:
+        /* ObjectIds are their 24 lowercase hex digits: a string of exactly those would be the same key */
+        if (vt == BSON_TYPE_UTF8 && v->value.v_utf8.len == 24) {
+            const char *s = v->value.v_utf8.str;
+            size_t i = 0;
+            while (i < 24 && ((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+                i++;
+            if (i == 24)
+                return refuse(r, v,
+                              "cannot be a %s key exactly: it is the text an ObjectId's key has there, so the "
+                              "two _ids would be one row",
+                              scalars[t->scalar].sql);
+        }
+        return CONVERT_OK;
+    case MAP_NUMERIC:
+        /* a double goes in as its shortest decimal, which is its value only for the whole numbers up to 2^53 */
+        if (vt == BSON_TYPE_DOUBLE) {
+            double x = v->value.v_double;
+            if (isfinite(x) && (x != trunc(x) || fabs(x) > 9007199254740992.0))
+                return refuse(r, v,
+                              "cannot be a numeric key exactly: numeric holds its shortest decimal, not its "
+                              "binary value, so it would be one row with a decimal128 of that text");
+        }
+        return CONVERT_OK;
+    case MAP_REAL:
+    case MAP_DOUBLE: {
+        bool real = t->scalar == MAP_REAL;
+        bool exact = true;
+        if (vt == BSON_TYPE_INT32)
+            exact = !real || int_exact_float(v->value.v_int32, true);
+        else if (vt == BSON_TYPE_INT64)
+            exact = int_exact_float(v->value.v_int64, real);
+        else if (vt == BSON_TYPE_DOUBLE)
+            exact = !real || isnan(v->value.v_double) || (double)(float)v->value.v_double == v->value.v_double;
+        else if (vt == BSON_TYPE_DECIMAL128) {
+            decimal d;
+            int64_t x = 0;
+            if (!decimal_from_value(v, &d))
+                exact = false;
+            else if (d.kind == DEC_FINITE)
+                exact = decimal_to_int64(&d, &x) == INT_OK && int_exact_float(x, real);
+        }
+        if (!exact)
+            return refuse(r, v,
+                          "cannot be a %s key exactly: it is not a value of the type, and the nearest one "
+                          "would be one row with another _id",
+                          scalars[t->scalar].sql);
+        return CONVERT_OK;
+    }
+    case MAP_TIMESTAMPTZ:
+    case MAP_TIMESTAMP:
+        if (vt == BSON_TYPE_UTF8)
+            return refuse(r, v,
+                          "cannot be a %s key exactly: a key of this type takes BSON dates only (two texts of "
+                          "one instant would be one row)",
+                          scalars[t->scalar].sql);
+        return CONVERT_OK;
+    case MAP_DATE:
+        if (vt == BSON_TYPE_UTF8)
+            return refuse(r, v,
+                          "cannot be a date key exactly: a key of this type takes BSON dates only, at midnight "
+                          "UTC");
+        if (vt == BSON_TYPE_DATE_TIME && v->value.v_datetime % MS_PER_DAY != 0)
+            return refuse(r, v,
+                          "cannot be a date key exactly: it is not midnight UTC (two times of one day would be "
+                          "one row)");
+        return CONVERT_OK;
+    case MAP_UUID:
+        if (vt == BSON_TYPE_UTF8 || (vt == BSON_TYPE_BINARY && v->value.v_binary.subtype != BSON_SUBTYPE_UUID))
+            return refuse(r, v,
+                          "cannot be a uuid key exactly: a key of this type takes binary subtype 4 only (two "
+                          "spellings of one uuid, or subtypes 3 and 4 of its bytes, would be one row)");
+        return CONVERT_OK;
+    case MAP_BYTEA:
+        if (vt == BSON_TYPE_OID || (vt == BSON_TYPE_BINARY && v->value.v_binary.subtype != BSON_SUBTYPE_BINARY))
+            return refuse(r, v,
+                          "cannot be a bytea key exactly: a key of this type takes binary subtype 0 only (an "
+                          "ObjectId or another subtype of the same bytes would be one row)");
+        return CONVERT_OK;
+    case MAP_BOOLEAN:
+    case MAP_SMALLINT:
+    case MAP_INTEGER:
+    case MAP_BIGINT:
+        /* one type (bool), or whole numbers by value, as MongoDB compares them */
+        return CONVERT_OK;
+    case MAP_JSONB:
+    case MAP_SCALAR_COUNT:
+        break;
+    }
+    return refuse(r, NULL, "the column type is unknown (%d)", (int)t->scalar);
+}
+
+bool map_type_key_ok(const map_type *t)
+{
+    return !t->array && scalar_ok(t->scalar) && t->scalar != MAP_JSONB;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
 /* entry points */
 
 convert_status convert_binary(strbuf *out, const map_type *t, const bson_value_t *v, bool *is_null, char *why,
@@ -1266,4 +1395,20 @@ convert_status convert_copy_field(strbuf *out, const map_type *t, const bson_val
     }
     patch_be32(out, start, is_null ? UINT32_MAX : (uint32_t)(out->len - start - 4));
     return CONVERT_OK;
+}
+
+convert_status convert_key_field(strbuf *out, const map_type *t, const bson_value_t *v, char *why, size_t whylen)
+{
+    reason r = {.why = why, .whylen = whylen, .prefix = ""};
+    if (why != NULL && whylen > 0)
+        why[0] = '\0';
+    if (strbuf_failed(out))
+        return CONVERT_NOMEM;
+    if (is_sql_null(v))
+        return refuse(&r, NULL, "a key cannot be NULL");
+    if (!scalar_ok(t->scalar))
+        return refuse(&r, NULL, "the column type is unknown (%d)", (int)t->scalar);
+    if (key_exact(t, v, &r) != CONVERT_OK)
+        return CONVERT_TYPE_ERROR;
+    return convert_copy_field(out, t, v, why, whylen);
 }

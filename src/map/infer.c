@@ -27,8 +27,10 @@
  * column instead.
  */
 #include "map/infer.h"
+#include "map/convert.h"
 #include "map/project.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,7 +156,12 @@ struct inode {
     uint64_t nelems;
     inode **kids; /* documents: their fields, in the order first met */
     size_t nkids, capkids, hint;
+    /* many fields: the kids' positions + 1 by the hash of their names (0: free), open addressing */
+    size_t *index;
+    size_t capindex;
     itree *edocs; /* arrays of the top tree: their document elements */
+    /* the top tree's _id: the values that the key column their type alone would get refuses */
+    uint64_t key_refused;
 };
 
 struct itree {
@@ -165,7 +172,8 @@ struct infer_stats {
     infer_options o;
     itree top;
     size_t nnodes;
-    bool capped; /* some new path was not counted (max_paths) */
+    bool capped;        /* some new path was not counted (max_paths) */
+    strbuf key_scratch; /* the key field of an _id, made to see whether the key's conversion takes it exactly */
 };
 
 static void node_clear(inode *n);
@@ -185,6 +193,7 @@ static void node_clear(inode *n)
         free(n->kids[i]);
     }
     free(n->kids);
+    free(n->index);
     free(n->name);
     tree_free(n->edocs);
 }
@@ -212,6 +221,7 @@ void infer_stats_free(infer_stats *s)
     if (s == NULL)
         return;
     node_clear(&s->top.root);
+    strbuf_free(&s->key_scratch);
     free(s);
 }
 
@@ -220,12 +230,73 @@ uint64_t infer_stats_docs(const infer_stats *s)
     return s->top.root.present;
 }
 
+#define INFER_NAME_KEPT 256 /* bytes of a field name kept: more than a line of the file holds */
+
+#define INDEX_FROM 32 /* fields of a document from which its kids are found by hash */
+
+static size_t name_hash(const char *s)
+{
+    uint64_t h = UINT64_C(1469598103934665603); /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+    return (size_t)h;
+}
+
+/* Puts kids[at] in n's index, made or doubled first when it would be more than half full. */
+static bool index_kid(inode *n, size_t at)
+{
+    if (n->index == NULL || 2 * n->nkids > n->capindex) {
+        size_t cap = n->capindex ? 2 * n->capindex : 4 * INDEX_FROM;
+        while (2 * n->nkids > cap)
+            cap *= 2;
+        size_t *t = calloc(cap, sizeof *t);
+        if (t == NULL)
+            return false;
+        free(n->index);
+        n->index = t;
+        n->capindex = cap;
+        for (size_t k = 0; k < n->nkids; k++)
+            if (k != at)
+                index_kid(n, k); /* fits: cannot fail */
+    }
+    size_t mask = n->capindex - 1, i = name_hash(n->kids[at]->name) & mask;
+    while (n->index[i] != 0)
+        i = (i + 1) & mask;
+    n->index[i] = at + 1;
+    return true;
+}
+
 /* The node of field key below parent: found (the field after the last one found first: documents tend to hold
  * their fields in one order), or added. NULL with *nomem false when the path cap is reached. */
 static inode *kid(infer_stats *s, inode *parent, const char *key, bool *nomem)
 {
+    /* A name longer than a line of the file can never be a column: only its start is kept (cut at a character),
+     * so that names that are data cannot hold the stats' memory at their length times the paths counted. Long names
+     * with one start share a node, which only their comment shows. */
+    char cut[INFER_NAME_KEPT + 1];
+    size_t klen = strlen(key);
+    if (klen > INFER_NAME_KEPT) {
+        size_t k = INFER_NAME_KEPT;
+        while (k > 0 && ((unsigned char)key[k] & 0xC0) == 0x80)
+            k--;
+        memcpy(cut, key, k);
+        cut[k] = '\0';
+        key = cut;
+    }
     size_t n = parent->nkids;
-    if (n > 0) {
+    if (parent->hint < n && strcmp(parent->kids[parent->hint]->name, key) == 0)
+        return parent->kids[parent->hint++];
+    if (parent->index != NULL) {
+        /* many fields (names that are data): by hash, so a document's fields cost no scan of all the others */
+        size_t mask = parent->capindex - 1;
+        for (size_t i = name_hash(key) & mask; parent->index[i] != 0; i = (i + 1) & mask) {
+            size_t at = parent->index[i] - 1;
+            if (strcmp(parent->kids[at]->name, key) == 0) {
+                parent->hint = at + 1;
+                return parent->kids[at];
+            }
+        }
+    } else if (n > 0) {
         size_t h = parent->hint < n ? parent->hint : 0;
         for (size_t k = 0; k < n; k++) {
             size_t i = (h + k) % n;
@@ -259,7 +330,30 @@ static inode *kid(infer_stats *s, inode *parent, const char *key, bool *nomem)
     parent->kids[parent->nkids++] = c;
     parent->hint = parent->nkids;
     s->nnodes++;
+    if (parent->nkids >= INDEX_FROM && !index_kid(parent, parent->nkids - 1)) {
+        *nomem = true; /* c is in kids: freed with the tree */
+        return NULL;
+    }
     return c;
+}
+
+static bool unify(unsigned m, map_scalar *out);
+
+/* Whether the _id it points at would be refused by the key column its type alone would get (convert_key_field: a
+ * string of 24 lowercase hex digits, binary of a subtype other than 0, a string that is not UTF-8, ...). False when
+ * the scratch buffer cannot grow. */
+static bool count_key_refusal(infer_stats *s, inode *n, enum ity t, bson_iter_t *it)
+{
+    map_scalar sc;
+    if (!unify(BIT(t), &sc))
+        return true; /* no column type keys this type: build_key says so */
+    map_type kt = {.scalar = sc};
+    s->key_scratch.len = 0;
+    convert_status st = convert_key_field(&s->key_scratch, &kt, bson_iter_value(it), NULL, 0);
+    if (st == CONVERT_NOMEM)
+        return false;
+    n->key_refused += st != CONVERT_OK;
+    return true;
 }
 
 /* Counts the fields of one document (or element) below parent. top: parent is the root of the top tree. in_elem:
@@ -280,6 +374,8 @@ static bool count_doc(infer_stats *s, inode *parent, const uint8_t *data, uint32
         enum ity t = classify(&it);
         n->present++;
         n->types[t]++;
+        if (top && strcmp(n->name, "_id") == 0 && !count_key_refusal(s, n, t, &it))
+            return false;
         if (t == IT_DOCUMENT) {
             if (n->depth < s->o.depth && !(top && strcmp(n->name, "_id") == 0)) {
                 uint32_t l;
@@ -809,7 +905,7 @@ static bool build_key(tbuild *b, const inode *root)
         NUMBERS | BIT(IT_STRING) | BIT(IT_OID) | BIT(IT_BOOL) | BIT(IT_DATE) | BIT(IT_UUID) | BIT(IT_BINARY);
     map_scalar s;
     if (n != NULL && n->present == b->total && all != 0 && (all & (all - 1)) == 0 && (all & exact) != 0 &&
-        unify(all, &s)) {
+        unify(all, &s) && n->key_refused == 0) {
         c->kind = C_COLUMN;
         c->type = (map_type){.scalar = s};
         char sql[32];
@@ -828,6 +924,14 @@ static bool build_key(tbuild *b, const inode *root)
         char names[256];
         set_names(all, names, sizeof names);
         snprintf(why, sizeof why, "of several types (%s)", names);
+    } else if (n->key_refused > 0 && unify(all, &s)) {
+        char names[64], sql[32];
+        set_names(all, names, sizeof names);
+        map_type kt = {.scalar = s};
+        snprintf(why, sizeof why,
+                 "%s, but %" PRIu64 " of them a %s key cannot hold exactly (such as a string of an ObjectId's 24 hex "
+                 "digits, or binary of a subtype other than 0)",
+                 names, n->key_refused, map_type_sql(&kt, sql, sizeof sql));
     } else {
         char names[256];
         set_names(all, names, sizeof names);
@@ -1285,6 +1389,8 @@ static void put_notes(strbuf *out, const notes *ns)
     }
 }
 
+#define INFER_MAX_LISTED 200 /* paths that are no column, listed with their comments, per table */
+
 static void render_table(strbuf *out, const infer_map *m, const tbuild *b)
 {
     const map_table *t = b->t;
@@ -1295,9 +1401,15 @@ static void render_table(strbuf *out, const infer_map *m, const tbuild *b)
     strbuf_printf(out, "rest = %s\n", map_rest_name(t->rest));
     if (t->parent == NULL)
         strbuf_printf(out, "on_type_error = %s\n", "dead_letter");
-    size_t col = 0, child = 0;
+    size_t col = 0, child = 0, noted = 0, unlisted = 0;
     for (size_t i = 0; i < b->n; i++) {
         const cand *c = &b->c[i];
+        /* the paths that are no column are listed up to a bound, so that fields that are data (a document keyed by
+         * ids) cannot make the text as long as the sample's paths */
+        if (c->kind == C_NOTE && noted++ >= INFER_MAX_LISTED) {
+            unlisted++;
+            continue;
+        }
         put_notes(out, &c->ns);
         if (c->kind == C_KEY_ADDED) {
             col++;
@@ -1310,6 +1422,9 @@ static void render_table(strbuf *out, const infer_map *m, const tbuild *b)
             strbuf_printf(out, "child.%s = %s.%s\n", ch->path, ch->table->name.schema, ch->table->name.table);
         }
     }
+    if (unlisted > 0)
+        strbuf_printf(out, "; and %zu more paths that are no column, not listed (at most %d are): kept in rest\n",
+                      unlisted, INFER_MAX_LISTED);
 }
 
 void infer_render(strbuf *out, const infer_map *m)

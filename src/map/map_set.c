@@ -13,6 +13,7 @@
  * prefix of another is not, because the shorter column holds the longer one's value as well, and an update below
  * it would have two places to go. A child path may be neither a prefix of nor equal to any other path of its table.
  */
+#include "map/convert.h"
 #include "map/map.h"
 #include "map/project.h"
 
@@ -343,6 +344,14 @@ static bool table_ok(const map_table *t, bool child, int *line, char *why, size_
         if (k->nparts != 1 || strcmp(k->parts[0], "_id") != 0)
             return fail(line, k->line != 0 ? k->line : t->line, why, whylen,
                         "the key column \"%s\" takes %s: a key column takes _id", k->name, k->path);
+        if (!map_type_key_ok(&k->type)) {
+            char type[64];
+            return fail(line, k->line != 0 ? k->line : t->line, why, whylen,
+                        "the key column \"%s\" is %s: a %s cannot hold every _id exactly (two _ids MongoDB keeps "
+                        "apart could be one row); use a scalar type, or leave _id unmapped for the key oplog2pg adds",
+                        k->name, map_type_sql(&k->type, type, sizeof type),
+                        k->type.array ? "key of an array type" : "jsonb key");
+        }
     }
     return children_ok(t, line, why, whylen);
 }

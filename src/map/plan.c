@@ -46,6 +46,8 @@ typedef struct {
     uint32_t size;             /* PRIM_RESIZE; PRIM_BINARY: o */
     bool array;                /* PRIM_SUB: an array diff */
     bool in_sub;               /* PRIM_SET / PRIM_UNSET inside a sub-diff: the parents must exist */
+    const bool *arr;           /* from a $v:2 diff: arr[i] when parts[i] is an index in an array diff (the value
+                                * holding it is an array), false for a field of an object diff; NULL for $v:1 */
     const uint8_t *bin;        /* PRIM_BINARY: d's bytes */
     uint32_t bin_len;
 } prim;
@@ -260,6 +262,18 @@ static project_status set_column(walk *w, const map_table *t, size_t table, size
             return PROJECT_TYPE_ERROR;
         }
         w->plan->data.len = e->off;
+        if (col->type.array && v->value_type == BSON_TYPE_ARRAY) {
+            /* elements the type cannot take are NULL elements, as an insert has them (project_field) */
+            st = project_array_lenient(&w->plan->data, &col->type, v, &w->plan->nulled);
+            if (st == CONVERT_NOMEM)
+                return PROJECT_NOMEM;
+            if (st == CONVERT_OK) {
+                e->null = false;
+                end_value(w, e);
+                return w->nomem ? PROJECT_NOMEM : PROJECT_OK;
+            }
+            w->plan->data.len = e->off;
+        }
         w->plan->nulled++;
         is_null = true;
     }
@@ -404,12 +418,22 @@ static project_status apply_to_column(walk *w, const map_table *t, size_t table,
                    pr->kind == PRIM_SET || pr->kind == PRIM_BINARY ? pr->value : NULL);
         return w->nomem ? PROJECT_NOMEM : PROJECT_OK;
     }
-    if (col->type.array && n == col->nparts + 1 && is_index(parts[col->nparts]) && pr->kind != PRIM_RESIZE) {
+    if (col->type.array && n == col->nparts + 1 && is_index(parts[col->nparts]) && pr->kind != PRIM_RESIZE &&
+        (pr->arr == NULL || pr->arr[depth + col->nparts])) {
         uint32_t index = (uint32_t)strtoul(parts[col->nparts], NULL, 10);
         if (pr->kind == PRIM_SUB || pr->kind == PRIM_BINARY)
             /* a sub-diff of an element: an element of a typed array is a scalar, so the server writes null */
             return element_edit(w, t, table, c, pos, index, NULL);
         return element_edit(w, t, table, c, pos, index, pr->kind == PRIM_SET ? pr->value : NULL);
+    }
+    if (col->type.array && is_index(parts[col->nparts]) && pr->arr == NULL && !pr->in_sub &&
+        (pr->kind == PRIM_SET || pr->kind == PRIM_UNSET)) {
+        /* a $v:1 path below an element: the element is (or becomes) a document, which the type cannot take */
+        static const uint8_t empty[5] = {5, 0, 0, 0, 0};
+        bson_value_t doc = {.value_type = BSON_TYPE_DOCUMENT};
+        doc.value.v_doc.data = (uint8_t *)empty;
+        doc.value.v_doc.data_len = sizeof empty;
+        return element_edit(w, t, table, c, pos, (uint32_t)strtoul(parts[col->nparts], NULL, 10), &doc);
     }
     if (pr->kind == PRIM_SUB || pr->kind == PRIM_BINARY || pr->in_sub || pr->kind == PRIM_RESIZE)
         /* inside a sub-diff of a value the column's type could not hold: the sub-diff that led here made it null
@@ -444,6 +468,53 @@ static project_status child_rows_from(walk *w, size_t table, const map_child *ch
 }
 
 static project_status dispatch(walk *w, const map_table *t, int64_t pos, const prim *pr, size_t depth);
+
+/* The document a $v:1 $set of parts[0..n) = v creates where nothing was: {parts[0]: {parts[1]: ... v}}. */
+static bool build_created(bson_t *out, char *const *parts, size_t n, const bson_value_t *v)
+{
+    if (n == 1)
+        return bson_append_value(out, parts[0], -1, v);
+    bson_t sub;
+    if (!bson_append_document_begin(out, parts[0], -1, &sub))
+        return false;
+    bool ok = build_created(&sub, parts + 1, n - 1, v);
+    return bson_append_document_end(out, &sub) && ok;
+}
+
+/* A $v:1 edit of element `index` of child table ch's array, which the entry alone cannot place: it does not say
+ * whether the element, or the array, is there (see MAP_EDIT_CHILD_IF). value: the element's new value (UPSERT), the
+ * document created (CREATE), or NULL (EXISTS: the element becomes null). */
+static project_status child_if(walk *w, size_t table, const map_child *ch, uint32_t index, map_child_if mode,
+                               const bson_value_t *value)
+{
+    map_edit *e = add_edit(w, MAP_EDIT_CHILD_IF, table, (size_t)mode, index);
+    if (e == NULL)
+        return PROJECT_NOMEM;
+    e->n = index;
+    map_rows rows = {.buf = STRBUF_INIT};
+    project_status st;
+    if (value != NULL) {
+        /* the element as a one-element array, so the one path projects it */
+        bson_t one = BSON_INITIALIZER;
+        bson_append_value(&one, "0", 1, value);
+        bson_iter_t it;
+        bson_iter_init(&it, &one);
+        bson_iter_next(&it);
+        st = project_element(w->m, ch, &it, index, w->key, w->key_len, &rows,
+                             mode == MAP_CHILD_IF_CREATE ? NULL : &w->plan->nulled, w->why, w->whylen);
+        bson_destroy(&one);
+    } else {
+        st = project_row(w->m, ch->table, NULL, 0, w->key, w->key_len, index, &rows, &w->plan->nulled, w->why,
+                         w->whylen);
+    }
+    if (st == PROJECT_OK && strbuf_failed(&rows.buf))
+        st = PROJECT_NOMEM;
+    if (st == PROJECT_OK)
+        strbuf_append(&w->plan->data, rows.buf.data, rows.buf.len);
+    strbuf_free(&rows.buf);
+    end_value(w, e);
+    return st != PROJECT_OK ? st : w->nomem ? PROJECT_NOMEM : PROJECT_OK;
+}
 
 static project_status apply_to_child(walk *w, const map_table *t, const map_child *ch, const prim *pr, size_t depth)
 {
@@ -495,6 +566,15 @@ static project_status apply_to_child(walk *w, const map_table *t, const map_chil
     const char *k = parts[ch->nparts];
     if (!is_index(k) && (pr->in_sub || pr->kind == PRIM_SUB || pr->kind == PRIM_BINARY))
         return PROJECT_OK; /* inside an object diff of the array: nulled above (PRIM_SUB), nothing to edit */
+    if (pr->arr != NULL && !pr->arr[depth + ch->nparts])
+        /* a $v:2 edit of a field named like an index in an object diff: the path holds a document, which has no
+         * rows (the sub-diff that led here removed them, as an insert of the document has none) */
+        return PROJECT_OK;
+    bool v1 = pr->arr == NULL && w->o->form != OP_FORM_DIFF;
+    if (!is_index(k) && v1 &&
+        project_on_type_error(ch->table, &(map_column){.on_type_error = MAP_ON_TYPE_ERROR_INHERIT}) ==
+            MAP_ON_TYPE_ERROR_NULL)
+        return PROJECT_OK; /* a $v:1 field of a document at the path (an array has no named fields): no rows */
     if (!is_index(k)) {
         snprintf(w->why, w->whylen, "child table %s.%s: the update names field \"%s\" of the array at %s",
                  ch->table->name.schema, ch->table->name.table, k, ch->path);
@@ -506,6 +586,9 @@ static project_status apply_to_child(walk *w, const map_table *t, const map_chil
             /* an element that is an array: not a document the child table takes; a sub-diff of an element that is a
              * document goes on below (one that is not was null or a type error: its row has no values) */
             return PROJECT_OK;
+        if (v1)
+            return child_if(w, table, ch, index, pr->kind == PRIM_SET ? MAP_CHILD_IF_UPSERT : MAP_CHILD_IF_EXISTS,
+                            pr->kind == PRIM_SET ? pr->value : NULL);
         map_edit *pad = add_edit(w, MAP_EDIT_CHILD_PAD, table, 0, -1);
         if (pad == NULL)
             return PROJECT_NOMEM;
@@ -537,6 +620,19 @@ static project_status apply_to_child(walk *w, const map_table *t, const map_chil
         end_value(w, e);
         return st != PROJECT_OK ? st : w->nomem ? PROJECT_NOMEM : PROJECT_OK;
     }
+    if (v1 && pr->kind == PRIM_SET) {
+        /* a $v:1 path below element `index`: when the element is not there, the server pads the array with nulls
+         * and creates it as the document that holds the path; the edits below then change the row made of it */
+        bson_t created = BSON_INITIALIZER;
+        bool ok = build_created(&created, parts + ch->nparts + 1, n - ch->nparts - 1, pr->value);
+        bson_value_t v = {.value_type = BSON_TYPE_DOCUMENT};
+        v.value.v_doc.data = (uint8_t *)bson_get_data(&created);
+        v.value.v_doc.data_len = created.len;
+        project_status st = ok ? child_if(w, table, ch, index, MAP_CHILD_IF_CREATE, &v) : PROJECT_NOMEM;
+        bson_destroy(&created);
+        if (st != PROJECT_OK)
+            return st;
+    }
     return dispatch(w, ch->table, index, pr, depth + ch->nparts + 1);
 }
 
@@ -558,6 +654,22 @@ static bool taken(const map_table *t, char *const *parts, size_t n)
     return false;
 }
 
+/* The length of the column or child path of t that the edit's path is, or lies inside (taken() said there is one). */
+static size_t taken_at(const map_table *t, char *const *parts, size_t n)
+{
+    for (size_t c = 0; c < t->ncols; c++) {
+        int rel = relate(parts, n, t->cols[c].parts, t->cols[c].nparts);
+        if (rel == REL_EQUAL || rel == REL_BELOW)
+            return t->cols[c].nparts;
+    }
+    for (size_t c = 0; c < t->nchildren; c++) {
+        int rel = relate(parts, n, t->children[c].parts, t->children[c].nparts);
+        if (rel == REL_EQUAL || rel == REL_BELOW)
+            return t->children[c].nparts;
+    }
+    return 0;
+}
+
 static project_status apply_to_rest(walk *w, const map_table *t, size_t table, int64_t pos, const prim *pr,
                                     size_t depth)
 {
@@ -568,8 +680,20 @@ static project_status apply_to_rest(walk *w, const map_table *t, size_t table, i
         return PROJECT_OK;
     if (t->rest == MAP_REST_DOC && pos < 0)
         return PROJECT_OK; /* the doc column takes the whole update (MAP_EDIT_UPDATE) */
-    if (t->rest == MAP_REST_EXTRA && taken(t, parts, n))
-        return PROJECT_OK; /* a column or child table holds it, not extra */
+    if (t->rest == MAP_REST_EXTRA && taken(t, parts, n)) {
+        size_t len = taken_at(t, parts, n);
+        if (len > 1 && pr->kind == PRIM_SET && pr->arr == NULL && !pr->in_sub && w->o->form != OP_FORM_DIFF) {
+            /* a $v:1 path creates its missing parents, and extra keeps the documents above a mapped path (without
+             * it): the parents are made there by setting the mapped path and removing it again */
+            static const bson_value_t null_value = {.value_type = BSON_TYPE_NULL};
+            prim made = *pr;
+            made.n = depth + len;
+            jsonb_edit(w, table, field, pos, false, &made, depth, &null_value);
+            made.kind = PRIM_UNSET;
+            jsonb_edit(w, table, field, pos, false, &made, depth, NULL);
+        }
+        return w->nomem ? PROJECT_NOMEM : PROJECT_OK; /* a column or child table holds it, not extra */
+    }
     if (t->rest == MAP_REST_EXTRA && pr->kind == PRIM_SET && pr->value->value_type == BSON_TYPE_DOCUMENT) {
         /* the value without the paths columns and child tables take below this one */
         char *prefix[PLAN_MAX_DEPTH + 65];
@@ -617,12 +741,13 @@ static project_status dispatch(walk *w, const map_table *t, int64_t pos, const p
 
 typedef struct {
     char *parts[MAX_PARTS];
+    bool arr[MAX_PARTS]; /* $v:2: parts[i] is an index in an array diff */
     size_t n;
     char *owned; /* a dotted path split in place (one per $v:1 field) */
 } pathbuf;
 
-static project_status emit(walk *w, prim_kind kind, char *const *parts, size_t n, const bson_value_t *value,
-                           uint32_t size)
+static project_status emit(walk *w, prim_kind kind, char *const *parts, size_t n, const bool *arr,
+                           const bson_value_t *value, uint32_t size)
 {
     /* from a $v:2 diff, an edit below the top level is inside a sub-diff; a $v:1 path creates its parents */
     prim pr = {.kind = kind,
@@ -630,7 +755,8 @@ static project_status emit(walk *w, prim_kind kind, char *const *parts, size_t n
                .n = n,
                .value = value,
                .size = size,
-               .in_sub = w->o->form == OP_FORM_DIFF && n > 1};
+               .in_sub = w->o->form == OP_FORM_DIFF && n > 1,
+               .arr = w->o->form == OP_FORM_DIFF ? arr : NULL};
     return dispatch(w, &w->m->table, -1, &pr, 0);
 }
 
@@ -641,7 +767,7 @@ static project_status emit_prim(walk *w, const prim *pr)
 
 static project_status walk_diff(walk *w, const uint8_t *data, size_t len, pathbuf *pb, bool array);
 
-static project_status walk_subdiff(walk *w, bson_iter_t *it, pathbuf *pb, const char *name)
+static project_status walk_subdiff(walk *w, bson_iter_t *it, pathbuf *pb, const char *name, bool in_array)
 {
     if (pb->n >= MAX_PARTS || !BSON_ITER_HOLDS_DOCUMENT(it))
         return PROJECT_OK;
@@ -650,8 +776,9 @@ static project_status walk_subdiff(walk *w, bson_iter_t *it, pathbuf *pb, const 
     bson_iter_document(it, &l, &d);
     bson_iter_t a;
     bool array = bson_iter_init_from_data(&a, d, l) && bson_iter_find(&a, "a") && bson_iter_as_bool(&a);
+    pb->arr[pb->n] = in_array;
     pb->parts[pb->n++] = (char *)name;
-    prim sub = {.kind = PRIM_SUB, .parts = pb->parts, .n = pb->n, .array = array};
+    prim sub = {.kind = PRIM_SUB, .parts = pb->parts, .n = pb->n, .array = array, .arr = pb->arr};
     project_status st = emit_prim(w, &sub);
     if (st == PROJECT_OK)
         st = walk_diff(w, d, l, pb, array);
@@ -676,10 +803,12 @@ static project_status walk_binary(walk *w, bson_iter_t *section, pathbuf *pb)
         uint32_t blen;
         const uint8_t *bytes;
         bson_iter_binary(&d, &subtype, &blen, &bytes);
+        pb->arr[pb->n] = false;
         pb->parts[pb->n++] = (char *)bson_iter_key(&f);
         prim pr = {.kind = PRIM_BINARY,
                    .parts = pb->parts,
                    .n = pb->n,
+                   .arr = pb->arr,
                    .value = bson_iter_value(&f),
                    .size = off < 0           ? 0
                            : off > INT32_MAX ? (uint32_t)INT32_MAX
@@ -699,7 +828,8 @@ static project_status walk_diff(walk *w, const uint8_t *data, size_t len, pathbu
     if (array) {
         /* the resize first: the element edits name indexes of the new length */
         if (bson_iter_init_from_data(&it, data, len) && bson_iter_find(&it, "l")) {
-            project_status st = emit(w, PRIM_RESIZE, pb->parts, pb->n, NULL, (uint32_t)bson_iter_as_int64(&it));
+            project_status st =
+                emit(w, PRIM_RESIZE, pb->parts, pb->n, pb->arr, NULL, (uint32_t)bson_iter_as_int64(&it));
             if (st != PROJECT_OK)
                 return st;
         }
@@ -711,11 +841,12 @@ static project_status walk_diff(walk *w, const uint8_t *data, size_t len, pathbu
                 continue;
             project_status st;
             if (k[0] == 'u') {
+                pb->arr[pb->n] = true;
                 pb->parts[pb->n++] = (char *)(k + 1);
-                st = emit(w, PRIM_SET, pb->parts, pb->n, bson_iter_value(&it), 0);
+                st = emit(w, PRIM_SET, pb->parts, pb->n, pb->arr, bson_iter_value(&it), 0);
                 pb->n--;
             } else {
-                st = walk_subdiff(w, &it, pb, k + 1);
+                st = walk_subdiff(w, &it, pb, k + 1, true);
             }
             if (st != PROJECT_OK)
                 return st;
@@ -732,15 +863,16 @@ static project_status walk_diff(walk *w, const uint8_t *data, size_t len, pathbu
             bson_iter_t f;
             bson_iter_recurse(&it, &f);
             while (st == PROJECT_OK && bson_iter_next(&f)) {
+                pb->arr[pb->n] = false;
                 pb->parts[pb->n++] = (char *)bson_iter_key(&f);
-                st = k[0] == 'd' ? emit(w, PRIM_UNSET, pb->parts, pb->n, NULL, 0)
-                                 : emit(w, PRIM_SET, pb->parts, pb->n, bson_iter_value(&f), 0);
+                st = k[0] == 'd' ? emit(w, PRIM_UNSET, pb->parts, pb->n, pb->arr, NULL, 0)
+                                 : emit(w, PRIM_SET, pb->parts, pb->n, pb->arr, bson_iter_value(&f), 0);
                 pb->n--;
             }
         } else if (strcmp(k, "b") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it) && pb->n < MAX_PARTS) {
             st = walk_binary(w, &it, pb);
         } else if (k[0] == 's' && k[1] != '\0') {
-            st = walk_subdiff(w, &it, pb, k + 1);
+            st = walk_subdiff(w, &it, pb, k + 1, false);
         }
         if (st != PROJECT_OK)
             return st;
@@ -788,8 +920,8 @@ static project_status walk_modifier(walk *w, const uint8_t *data, size_t len)
                 st = PROJECT_NOMEM;
                 break;
             }
-            st = set ? emit(w, PRIM_SET, pb.parts, pb.n, bson_iter_value(&f), 0)
-                     : emit(w, PRIM_UNSET, pb.parts, pb.n, NULL, 0);
+            st = set ? emit(w, PRIM_SET, pb.parts, pb.n, NULL, bson_iter_value(&f), 0)
+                     : emit(w, PRIM_UNSET, pb.parts, pb.n, NULL, NULL, 0);
         }
     }
     free(pb.owned);

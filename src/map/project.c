@@ -135,16 +135,99 @@ map_on_type_error project_on_type_error(const map_table *t, const map_column *c)
     return c->on_type_error != MAP_ON_TYPE_ERROR_INHERIT ? c->on_type_error : t->on_type_error;
 }
 
+convert_status project_array_lenient(strbuf *out, const map_type *t, const bson_value_t *v, uint64_t *nulled)
+{
+    bson_iter_t it;
+    if (v == NULL || v->value_type != BSON_TYPE_ARRAY || t->scalar == MAP_JSONB ||
+        !bson_iter_init_from_data(&it, v->value.v_doc.data, v->value.v_doc.data_len))
+        return CONVERT_TYPE_ERROR;
+    map_type elem = *t;
+    elem.array = false;
+    size_t start = out->len;
+    uint32_t n = 0, bad = 0;
+    bool nulls = false;
+    strbuf_put_be32(out, 1);
+    strbuf_put_be32(out, 0); /* has nulls: patched below */
+    strbuf_put_be32(out, map_scalar_oid(t->scalar));
+    strbuf_put_be32(out, 0); /* length: patched below */
+    strbuf_put_be32(out, 1);
+    while (bson_iter_next(&it)) {
+        size_t at = out->len;
+        strbuf_put_be32(out, 0);
+        bool is_null = false;
+        convert_status st = convert_binary(out, &elem, bson_iter_value(&it), &is_null, NULL, 0);
+        if (st == CONVERT_NOMEM)
+            return CONVERT_NOMEM;
+        if (st == CONVERT_TYPE_ERROR) {
+            bad++; /* convert_binary took back what it wrote */
+            is_null = true;
+        }
+        uint32_t len = is_null ? UINT32_MAX : (uint32_t)(out->len - at - 4);
+        if (!strbuf_failed(out)) {
+            uint8_t *p = (uint8_t *)out->data + at;
+            p[0] = (uint8_t)(len >> 24);
+            p[1] = (uint8_t)(len >> 16);
+            p[2] = (uint8_t)(len >> 8);
+            p[3] = (uint8_t)len;
+        }
+        nulls = nulls || is_null;
+        n++;
+    }
+    if (it.err_off != 0) {
+        out->len = start;
+        return CONVERT_TYPE_ERROR;
+    }
+    if (strbuf_failed(out))
+        return CONVERT_NOMEM;
+    if (n == 0) {
+        out->len = start;
+        strbuf_put_be32(out, 0);
+        strbuf_put_be32(out, 0);
+        strbuf_put_be32(out, map_scalar_oid(t->scalar));
+        return strbuf_failed(out) ? CONVERT_NOMEM : CONVERT_OK;
+    }
+    uint8_t *p = (uint8_t *)out->data + start;
+    p[7] = nulls ? 1 : 0;
+    p[12] = (uint8_t)(n >> 24);
+    p[13] = (uint8_t)(n >> 16);
+    p[14] = (uint8_t)(n >> 8);
+    p[15] = (uint8_t)n;
+    if (nulled != NULL)
+        *nulled += bad;
+    return CONVERT_OK;
+}
+
 /* Appends column c's field for value v (NULL: missing) as a COPY field (length + bytes, or -1). */
 project_status project_field(const map_table *t, const map_column *c, const bson_value_t *v, strbuf *out,
                              uint64_t *nulled, char *why, size_t whylen)
 {
     char reason[240];
+    size_t mark = out->len;
     convert_status st = convert_copy_field(out, &c->type, v, reason, sizeof reason);
     if (st == CONVERT_NOMEM)
         return PROJECT_NOMEM;
     if (st == CONVERT_OK)
         return strbuf_failed(out) ? PROJECT_NOMEM : PROJECT_OK;
+    if (c->type.array && project_on_type_error(t, c) == MAP_ON_TYPE_ERROR_NULL && v != NULL &&
+        v->value_type == BSON_TYPE_ARRAY) {
+        /* an array whose elements the type cannot all take: those elements are NULL, the others kept, as an update
+         * of one element leaves them (docs/mapping.md, Conversions) */
+        out->len = mark;
+        strbuf_put_be32(out, 0);
+        st = project_array_lenient(out, &c->type, v, nulled);
+        if (st == CONVERT_NOMEM || strbuf_failed(out))
+            return PROJECT_NOMEM;
+        if (st == CONVERT_OK) {
+            uint32_t len = (uint32_t)(out->len - mark - 4);
+            uint8_t *p = (uint8_t *)out->data + mark;
+            p[0] = (uint8_t)(len >> 24);
+            p[1] = (uint8_t)(len >> 16);
+            p[2] = (uint8_t)(len >> 8);
+            p[3] = (uint8_t)len;
+            return PROJECT_OK;
+        }
+        out->len = mark;
+    }
     if (project_on_type_error(t, c) == MAP_ON_TYPE_ERROR_NULL) {
         strbuf_put_be32(out, 0xFFFFFFFFu);
         if (nulled != NULL)
@@ -770,7 +853,7 @@ project_status map_project_key(const map_collection *m, const bson_value_t *id, 
         return PROJECT_OK;
     }
     char reason[240];
-    convert_status st = convert_copy_field(out, &kc->type, id, reason, sizeof reason);
+    convert_status st = convert_key_field(out, &kc->type, id, reason, sizeof reason);
     if (st == CONVERT_NOMEM || strbuf_failed(out))
         return PROJECT_NOMEM;
     if (st != CONVERT_OK || (id == NULL || id->value_type == BSON_TYPE_NULL)) {

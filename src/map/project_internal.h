@@ -4,6 +4,7 @@
 #ifndef OPLOG2PG_MAP_PROJECT_INTERNAL_H
 #define OPLOG2PG_MAP_PROJECT_INTERNAL_H
 
+#include "map/convert.h"
 #include "map/project.h"
 
 size_t project_table_number(const map_collection *m, const map_table *t);
@@ -11,6 +12,9 @@ size_t project_table_number(const map_collection *m, const map_table *t);
 size_t project_first_column(const map_table *t);
 bool project_lookup(const uint8_t *data, size_t len, char *const *parts, size_t n, bson_value_t *out);
 map_on_type_error project_on_type_error(const map_table *t, const map_column *c);
+/* Appends the binary array of v (an array) for array type t, its elements the type cannot take as NULL elements
+ * (counted in nulled): on_type_error = null for an array column. CONVERT_TYPE_ERROR when v is not an array. */
+convert_status project_array_lenient(strbuf *out, const map_type *t, const bson_value_t *v, uint64_t *nulled);
 project_status project_field(const map_table *t, const map_column *c, const bson_value_t *v, strbuf *out,
                              uint64_t *nulled, char *why, size_t whylen);
 /* Whether a column or child path of t goes through field key below prefix[0..depth): *leaf when one ends there,

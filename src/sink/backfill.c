@@ -5,15 +5,30 @@
  * oplog2pg.ensure_mapped_table (so a mismatch, or a table that is not oplog2pg's, stops the start rather than the
  * first write), in one transaction per map:
  *   1. a table this service made (its catalog row, not adopted) gets the fields the map gained (ALTER TABLE ADD
- *      COLUMN);
- *   2. when the collection's table keeps the whole document (rest = doc), the rows already there get their values
- *      from it: every `doc` is read back (a cursor, a few megabytes at a time), parsed from its Extended JSON into
- *      BSON and projected by the same code as a live insert (map_project_document), and the projected rows go by
- *      binary COPY into a temporary table per changed table, from which one UPDATE per table sets the new columns;
+ *      COLUMN), and a child table the map gained is made;
+ *   2. the rows already there get the new fields' values from the documents as MongoDB holds them, read by the
+ *      function the daemon lends the sink (sink_config.read_docs: the sink never talks to MongoDB) and projected by
+ *      the same code as a live insert (map_project_document); the projected rows go by binary COPY into a temporary
+ *      table per changed table, from which one UPDATE per table sets the new fields (one INSERT fills a new child
+ *      table);
  *   3. COMMIT. A crash before it leaves the table as it was, and the next start does it again.
- * Without the whole document (rest = extra or drop) the new columns stay NULL in the old rows, and the log says
- * that a new copy of the collection fills them (--reimport). A value the new column cannot take is NULL in the
- * backfill (an op that wrote it long ago cannot be set aside now), and the log counts them.
+ *
+ * NOTES. Why MongoDB and not the document kept in the rest column: relaxed Extended JSON does not keep BSON's types.
+ * A double and an int64 are both JSON numbers, and jsonb keeps neither the double's binary value nor that it was one:
+ * the double 2^62 reads back as 4611686018427388000, and 1e300, which jsonb writes as 1 and 300 zeros, as no number
+ * BSON holds. A document whose field is named $numberLong reads back as the number it spells. Values read back from
+ * there would differ from what an insert of the same document writes; a document read from MongoDB is exact,
+ * whatever the rest mode.
+ *
+ * Why reading MongoDB now is right although PostgreSQL is at an older position (its checkpoint): the copy does the
+ * same. The documents are at least as new as the checkpoint; the oplog from the checkpoint on is applied after this,
+ * as it would be anyway, and each entry applied to a newer state of its row leaves it where MongoDB left it, as it
+ * does for the rows of the initial copy. A document inserted after the checkpoint has no row yet (the UPDATE passes
+ * it by; its insert brings it), one deleted after it keeps NULL in its row until its delete removes the row.
+ *
+ * Where MongoDB cannot be read (replay of a dump) nothing is filled: the new fields stay NULL in the rows already
+ * there and the log says that a new copy of the collection fills them (--reimport). A value the new column cannot
+ * take is NULL in the backfill (an op that wrote it long ago cannot be set aside now), and the log counts them.
  */
 #include <bson/bson.h>
 #include <stdio.h>
@@ -25,8 +40,8 @@
 #include "util/log.h"
 #include "util/strbuf.h"
 
-#define FETCH_BYTES (8u * 1024 * 1024) /* what one FETCH of documents aims at */
-#define FETCH_MAX   5000
+#define FLUSH_BYTES (8u * 1024 * 1024) /* the rows of documents read that go out in one COPY per table */
+#define FLUSH_ROWS  20000
 
 static bool exec(sink *s, const char *sql, int n, const char *const *values, PGresult **out, const char *what)
 {
@@ -43,7 +58,8 @@ static bool table_state(sink *s, const sink_mapped_table *t, bool *exists, bool 
     const char *v[3] = {t->mt->name.schema, t->mt->name.table, s->service};
     PGresult *r = NULL;
     if (!exec(s,
-              "SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL, EXISTS (SELECT 1 FROM oplog2pg.tables "
+              "SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL, EXISTS (SELECT 1 FROM "
+              "oplog2pg.tables "
               "WHERE schema_name = $1 AND table_name = $2 AND service = $3 AND NOT adopted)",
               3, v, &r, "looking up a mapped table"))
         return false;
@@ -91,216 +107,170 @@ static void added_fields(const sink_mapped_table *t, const PGresult *before, boo
     }
 }
 
-static uint32_t get_be32(const uint8_t *p)
+/* The state of one backfill while MongoDB hands it the collection's documents. */
+typedef struct {
+    sink *s;
+    const map_collection *m;
+    const sink_mapped_table *tabs;
+    size_t ntabs;
+    const bool *changed;
+    sink_batch *batch;
+    map_rows rows;
+    uint64_t docs, refused, nulled, no_id;
+    bool failed; /* the sink's error says why */
+} filler;
+
+/* Sends the rows the batch holds, each changed table's into its temporary table, and empties the batch. */
+static bool flush_rows(filler *f)
 {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    for (size_t k = 0; k < f->ntabs; k++) {
+        if (!f->changed[k])
+            continue;
+        strbuf b;
+        strbuf_init(&b);
+        strbuf_printf(&b, "COPY oplog2pg_backfill_%zu (", k);
+        for (size_t c = 0; c < f->tabs[k].nfields; c++)
+            strbuf_printf(&b, "%s%s", c ? ", " : "", f->tabs[k].qfields[c]);
+        strbuf_puts(&b, ") FROM STDIN (FORMAT binary)");
+        pgconn_error e;
+        bool ok = !strbuf_failed(&b);
+        if (!ok)
+            sink_set_err(f->s, APPLY_NOMEM, NULL, "out of memory backfilling %s.%s", f->m->db, f->m->coll);
+        else if (!pgconn_copy_start(f->s->c, b.data, &e) ||
+                 !sink_batch_copy_mapped(f->s->c, f->batch, (uint16_t)k, &e)) {
+            sink_set_err(f->s, e.status, e.sqlstate, "backfilling %s: %s", f->tabs[k].qname, e.message);
+            ok = false;
+        }
+        strbuf_free(&b);
+        if (!ok)
+            return false;
+    }
+    sink_batch_reset(f->batch);
+    return true;
 }
 
-/* Appends the records of `rows` to out with the key field of each tuple (the collection table's key column, a child
- * table's parent key) replaced by `key` (a text value: its bytes are its binary form). False when a tuple is not
- * well-formed or memory runs out. */
-static bool with_key(const map_rows *rows, size_t root_key, const char *key, size_t key_len, map_rows *out)
+/* One document read from MongoDB: projected by the code that projects an insert, its rows kept for the next COPY. */
+static bool fill_doc(void *arg, const bson_t *doc)
 {
-    map_row_iter it;
-    map_rows_iter(rows, &it);
-    uint16_t t;
-    const uint8_t *tuple;
-    uint32_t len;
-    while (map_rows_next(&it, &t, &tuple, &len)) {
-        if (len < 2)
-            return false;
-        size_t field = t == 0 ? root_key : 0, nfields = (size_t)(tuple[0] << 8 | tuple[1]);
-        const uint8_t *p = tuple + 2, *end = tuple + len;
-        size_t at = out->buf.len;
-        strbuf_put_be16(&out->buf, t);
-        strbuf_put_be32(&out->buf, 0); /* the tuple's length, set below */
-        strbuf_append(&out->buf, tuple, 2);
-        for (size_t f = 0; f < nfields; f++) {
-            if (end - p < 4)
-                return false;
-            uint32_t flen = get_be32(p);
-            size_t body = flen == 0xffffffffu ? 0 : flen;
-            if ((size_t)(end - p - 4) < body)
-                return false;
-            if (f == field) {
-                strbuf_put_be32(&out->buf, (uint32_t)key_len);
-                strbuf_append(&out->buf, key, key_len);
-            } else {
-                strbuf_append(&out->buf, p, 4 + body);
-            }
-            p += 4 + body;
-        }
-        if (strbuf_failed(&out->buf))
-            return false;
-        uint32_t tlen = (uint32_t)(out->buf.len - at - 6);
-        uint8_t *q = (uint8_t *)out->buf.data + at + 2;
-        q[0] = (uint8_t)(tlen >> 24);
-        q[1] = (uint8_t)(tlen >> 16);
-        q[2] = (uint8_t)(tlen >> 8);
-        q[3] = (uint8_t)tlen;
-        out->count++;
+    filler *f = arg;
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, doc, "_id")) {
+        /* No row can hold a document without _id (an insert of it is refused), so there is nothing to fill. */
+        f->no_id++;
+        return true;
+    }
+    char why[256];
+    strbuf_reset(&f->rows.buf, 1 << 20);
+    f->rows.count = 0;
+    project_status st = map_project_document(f->m, bson_get_data(doc), doc->len, bson_iter_value(&it), &f->rows,
+                                             &f->nulled, why, sizeof why);
+    f->docs++;
+    if (st == PROJECT_TYPE_ERROR) {
+        if (f->refused++ == 0)
+            log_warning("backfill of %s.%s: a document cannot fill the new columns (%s): they stay NULL in its rows",
+                        f->m->db, f->m->coll, why);
+        return true;
+    }
+    if (st == PROJECT_NOMEM || strbuf_failed(&f->rows.buf) || !sink_batch_add_mapped(f->batch, &f->rows)) {
+        sink_set_err(f->s, APPLY_NOMEM, NULL, "out of memory backfilling %s.%s", f->m->db, f->m->coll);
+        f->failed = true;
+        return false;
+    }
+    if ((sink_batch_bytes(f->batch) >= FLUSH_BYTES || sink_batch_rows(f->batch) >= FLUSH_ROWS) && !flush_rows(f)) {
+        f->failed = true;
+        return false;
     }
     return true;
 }
 
-/* Reads every document of the collection's table and fills the new fields of the changed tables. */
-static bool fill_from_doc(sink *s, const map_collection *m, sink_mapped_table *tabs, size_t ntabs, bool **added,
-                          const bool *changed, const bool *created)
+/* The statement that moves the rows of temporary table `tmp` into table k: an UPDATE of the new fields of the rows
+ * there (matched by the table's key), or, for a child table made just now, an INSERT of the rows whose parent row is
+ * there. A document MongoDB holds and PostgreSQL not yet (inserted after the checkpoint) gets its rows when the oplog
+ * brings its insert; a row whose document MongoDB no longer holds keeps NULL until the oplog brings its delete. */
+static char *move_sql(const sink_mapped_table *tabs, size_t k, const bool *added, bool created, const char *tmp)
 {
-    const sink_mapped_table *root = &tabs[0];
-    char *qdoc = sink_quote_ident(s, m->table.rest_column);
-    if (qdoc == NULL) {
-        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory backfilling %s.%s", m->db, m->coll);
-        return false;
-    }
-    /* jsonb keeps the keys of an object sorted, so the _id of a document read back from doc may have its fields in
-     * another order than the key was made from (docs/architecture.md: the key text keeps MongoDB's order). Where the
-     * key is that text, the rows take the key stored with the document instead of one made from the _id read back. */
-    const map_column *key = &m->table.cols[m->table.key];
-    bool id_from_key = key->line == 0;
+    const sink_mapped_table *t = &tabs[k];
+    if (!created)
+        return update_sql(t, added, tmp);
+    strbuf b;
+    strbuf_init(&b);
+    strbuf_printf(&b, "INSERT INTO %s (", t->qname);
+    for (size_t f = 0; f < t->nfields; f++)
+        strbuf_printf(&b, "%s%s", f ? ", " : "", t->qfields[f]);
+    strbuf_puts(&b, ") SELECT ");
+    for (size_t f = 0; f < t->nfields; f++)
+        strbuf_printf(&b, "%sb.%s", f ? ", " : "", t->qfields[f]);
+    /* A child table's first field is its parent key, which holds the collection table's key. */
+    strbuf_printf(&b, " FROM %s AS b WHERE EXISTS (SELECT 1 FROM %s AS p WHERE p.%s = b.%s)", tmp, tabs[0].qname,
+                  tabs[0].qfields[tabs[0].mt->key], t->qfields[0]);
+    size_t len;
+    return strbuf_failed(&b) ? (strbuf_free(&b), NULL) : strbuf_detach(&b, &len);
+}
+
+/* Reads every document of the collection from MongoDB (s->cfg.read_docs) and fills the new fields of the changed
+ * tables with what a copy of the collection would write there. */
+static bool fill_from_mongodb(sink *s, const map_collection *m, sink_mapped_table *tabs, size_t ntabs, bool **added,
+                              const bool *changed, const bool *created)
+{
     char sql[1024];
-    snprintf(sql, sizeof sql, "DECLARE oplog2pg_backfill NO SCROLL CURSOR FOR SELECT %s::text, %s FROM %s", qdoc,
-             id_from_key ? root->qfields[m->table.key] : "NULL", root->qname);
-    free(qdoc);
-    if (!exec(s, sql, 0, NULL, NULL, "reading the documents to backfill"))
-        return false;
     for (size_t k = 0; k < ntabs; k++) {
-        if (!changed[k] || created[k])
+        if (!changed[k])
             continue;
         snprintf(sql, sizeof sql, "CREATE TEMP TABLE oplog2pg_backfill_%zu (LIKE %s) ON COMMIT DROP", k, tabs[k].qname);
         if (!exec(s, sql, 0, NULL, NULL, "making the backfill's temporary table"))
             return false;
     }
-
-    sink_batch *batch = sink_batch_new();
-    map_rows rows = {.count = 0};
-    strbuf_init(&rows.buf);
-    map_rows keyed = {.count = 0};
-    strbuf_init(&keyed.buf);
-    bool ok = batch != NULL;
-    uint64_t docs = 0, unreadable = 0, nulled = 0, refused = 0;
-    unsigned fetch = 100;
-    while (ok) {
-        snprintf(sql, sizeof sql, "FETCH %u FROM oplog2pg_backfill", fetch);
-        PGresult *r = NULL;
-        if (!exec(s, sql, 0, NULL, &r, "reading the documents to backfill")) {
+    filler f = {.s = s, .m = m, .tabs = tabs, .ntabs = ntabs, .changed = changed, .batch = sink_batch_new()};
+    strbuf_init(&f.rows.buf);
+    bool ok = f.batch != NULL;
+    if (!ok) {
+        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory backfilling %s.%s", m->db, m->coll);
+    } else {
+        char why[512] = "";
+        apply_status st = s->cfg.read_docs(s->cfg.read_docs_ctx, m->db, m->coll, fill_doc, &f, why, sizeof why);
+        if (f.failed) {
             ok = false;
-            break;
+        } else if (st != APPLY_OK) {
+            sink_set_err(s, st, NULL, "reading %s.%s from MongoDB to fill the columns its map gained: %s", m->db,
+                         m->coll, why);
+            ok = false;
+        } else if (sink_batch_rows(f.batch) > 0) {
+            ok = flush_rows(&f);
         }
-        int n = PQntuples(r);
-        size_t bytes = 0;
-        for (int i = 0; ok && i < n; i++) {
-            const char *json = PQgetvalue(r, i, 0);
-            size_t len = (size_t)PQgetlength(r, i, 0);
-            bytes += len;
-            bson_t doc;
-            bson_error_t berr;
-            bson_iter_t it;
-            if (!bson_init_from_json(&doc, json, (ssize_t)len, &berr)) {
-                unreadable++;
-                continue;
-            }
-            if (!bson_iter_init_find(&it, &doc, "_id")) {
-                bson_destroy(&doc);
-                unreadable++;
-                continue;
-            }
-            char why[256];
-            strbuf_reset(&rows.buf, 1 << 20);
-            rows.count = 0;
-            project_status st = map_project_document(m, bson_get_data(&doc), doc.len, bson_iter_value(&it), &rows,
-                                                     &nulled, why, sizeof why);
-            bson_destroy(&doc);
-            if (st == PROJECT_OK && id_from_key) {
-                strbuf_reset(&keyed.buf, 1 << 20);
-                keyed.count = 0;
-                if (!with_key(&rows, m->table.key, PQgetvalue(r, i, 1), (size_t)PQgetlength(r, i, 1), &keyed))
-                    st = PROJECT_NOMEM;
-            }
-            if (st == PROJECT_NOMEM || strbuf_failed(&rows.buf)) {
-                sink_set_err(s, APPLY_NOMEM, NULL, "out of memory backfilling %s.%s", m->db, m->coll);
-                ok = false;
-            } else if (st == PROJECT_TYPE_ERROR) {
-                if (refused++ == 0)
-                    log_warning("backfill of %s.%s: a document cannot fill the new columns (%s): they stay NULL "
-                                "in its rows",
-                                m->db, m->coll, why);
-            } else if (!sink_batch_add_mapped(batch, id_from_key ? &keyed : &rows)) {
-                sink_set_err(s, APPLY_NOMEM, NULL, "out of memory backfilling %s.%s", m->db, m->coll);
-                ok = false;
-            }
-            docs++;
-        }
-        PQclear(r);
-        if (ok && sink_batch_rows(batch) > 0) {
-            for (size_t k = 0; ok && k < ntabs; k++) {
-                if (!changed[k])
-                    continue;
-                strbuf b;
-                strbuf_init(&b);
-                /* A table made just now takes its rows as they are; one that gained columns, through its temporary
-                 * table. */
-                if (created[k])
-                    strbuf_printf(&b, "COPY %s (", tabs[k].qname);
-                else
-                    strbuf_printf(&b, "COPY oplog2pg_backfill_%zu (", k);
-                for (size_t f = 0; f < tabs[k].nfields; f++)
-                    strbuf_printf(&b, "%s%s", f ? ", " : "", tabs[k].qfields[f]);
-                strbuf_puts(&b, ") FROM STDIN (FORMAT binary)");
-                pgconn_error e;
-                if (strbuf_failed(&b)) {
-                    sink_set_err(s, APPLY_NOMEM, NULL, "out of memory backfilling %s.%s", m->db, m->coll);
-                    ok = false;
-                } else if (!pgconn_copy_start(s->c, b.data, &e) ||
-                           !sink_batch_copy_mapped(s->c, batch, (uint16_t)k, &e)) {
-                    sink_set_err(s, e.status, e.sqlstate, "backfilling %s: %s", tabs[k].qname, e.message);
-                    ok = false;
-                }
-                strbuf_free(&b);
-            }
-            sink_batch_reset(batch);
-        }
-        if (n == 0 || !ok)
-            break;
-        /* Aim each FETCH at FETCH_BYTES, whatever the documents' size. */
-        size_t avg = bytes / (size_t)n + 1;
-        size_t want = FETCH_BYTES / avg;
-        fetch = want < 1 ? 1 : want > FETCH_MAX ? FETCH_MAX : (unsigned)want;
     }
-    sink_batch_free(batch);
-    strbuf_free(&rows.buf);
-    strbuf_free(&keyed.buf);
+    sink_batch_free(f.batch);
+    strbuf_free(&f.rows.buf);
     if (!ok)
         return false;
-    if (!exec(s, "CLOSE oplog2pg_backfill", 0, NULL, NULL, "reading the documents to backfill"))
-        return false;
     for (size_t k = 0; k < ntabs; k++) {
-        if (created[k])
-            log_notice("map of %s.%s: filled the new child table %s from the documents kept in %s", m->db, m->coll,
-                       tabs[k].qname, m->table.rest_column);
-        if (!changed[k] || created[k])
+        if (!changed[k])
             continue;
         char tmp[64];
         snprintf(tmp, sizeof tmp, "oplog2pg_backfill_%zu", k);
-        char *upd = update_sql(&tabs[k], added[k], tmp);
-        if (upd == NULL) {
+        char *move = move_sql(tabs, k, added[k], created[k], tmp);
+        if (move == NULL) {
             sink_set_err(s, APPLY_NOMEM, NULL, "out of memory backfilling %s.%s", m->db, m->coll);
             return false;
         }
         PGresult *r = NULL;
-        bool done = exec(s, upd, 0, NULL, &r, "backfilling the new columns");
-        free(upd);
+        bool done = exec(s, move, 0, NULL, &r, "backfilling the new columns");
+        free(move);
         if (!done)
             return false;
-        log_notice("map of %s.%s: filled the new columns of %s in %s rows from the documents kept in %s", m->db,
-                   m->coll, tabs[k].qname, PQcmdTuples(r), m->table.rest_column);
+        if (created[k])
+            log_notice("map of %s.%s: filled the new child table %s with %s rows of the documents read from MongoDB",
+                       m->db, m->coll, tabs[k].qname, PQcmdTuples(r));
+        else
+            log_notice("map of %s.%s: filled the new columns of %s in %s rows from the documents read from MongoDB",
+                       m->db, m->coll, tabs[k].qname, PQcmdTuples(r));
         PQclear(r);
     }
-    if (unreadable > 0 || refused > 0 || nulled > 0)
-        log_warning("map of %s.%s: of %llu documents, %llu could not be read back and %llu had a value the new columns "
-                    "cannot take (and %llu values became NULL by on_type_error = null): their new columns are NULL",
-                    m->db, m->coll, (unsigned long long)docs, (unsigned long long)unreadable,
-                    (unsigned long long)refused, (unsigned long long)nulled);
+    if (f.refused > 0 || f.nulled > 0 || f.no_id > 0)
+        log_warning("map of %s.%s: of %llu documents read, %llu had a value the new columns cannot take (their new "
+                    "columns are NULL), %llu values became NULL by on_type_error = null, and %llu had no _id (no row "
+                    "holds them)",
+                    m->db, m->coll, (unsigned long long)f.docs, (unsigned long long)f.refused,
+                    (unsigned long long)f.nulled, (unsigned long long)f.no_id);
     return true;
 }
 
@@ -335,9 +305,8 @@ static bool sync_map(sink *s, const map_collection *m)
 
     /* Every table of the map that exists is checked now (a mismatch stops the start, not the first write), its new
      * columns added. A child table the map gained is made now and filled when the collection's table is this
-     * service's and keeps the whole document; any other table that does not exist yet is made when it is first
-     * written. */
-    bool fill = exists[0] && own[0] && m->table.rest == MAP_REST_DOC;
+     * service's and MongoDB can be read; any other table that does not exist yet is made when it is first written. */
+    bool fill = exists[0] && own[0] && s->cfg.read_docs != NULL;
     ok = exec(s, "BEGIN", 0, NULL, NULL, "checking the tables of a map");
     for (size_t k = 0; ok && k < ntabs; k++) {
         if (!exists[k] && !(k > 0 && fill))
@@ -372,15 +341,15 @@ static bool sync_map(sink *s, const map_collection *m)
         }
     }
     if (ok && nchanged > 0) {
-        if (m->table.rest == MAP_REST_DOC) {
-            ok = fill_from_doc(s, m, tabs, ntabs, added, changed, created);
+        if (s->cfg.read_docs != NULL) {
+            ok = fill_from_mongodb(s, m, tabs, ntabs, added, changed, created);
         } else {
             for (size_t k = 0; k < ntabs; k++)
                 if (changed[k])
-                    log_warning("map of %s.%s: the new columns of %s are NULL in the rows already there: the table "
-                                "does not keep the whole document (rest = %s), so only a new copy of the collection "
-                                "fills them (oplog2pg run --reimport)",
-                                m->db, m->coll, tabs[k].qname, map_rest_name(m->table.rest));
+                    log_warning("map of %s.%s: the new columns of %s are NULL in the rows already there: MongoDB is "
+                                "not read here, so only a new copy of the collection fills them (oplog2pg run "
+                                "--reimport)",
+                                m->db, m->coll, tabs[k].qname);
         }
     }
     ok = ok && exec(s, "COMMIT", 0, NULL, NULL, "changing the tables of a map");

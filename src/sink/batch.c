@@ -4,6 +4,7 @@
 #include "sink/batch.h"
 
 #include <libpq-fe.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,8 +173,10 @@ bool sink_batch_add_mapped(sink_batch *b, const map_rows *rows)
     size_t mark = b->mapped.buf.len;
     strbuf_append(&b->mapped.buf, rows->buf.data, rows->buf.len);
     if (strbuf_failed(&b->mapped.buf)) {
-        strbuf_reset(&b->mapped.buf, KEEP_CAP); /* the failure flag must go; the batch is dropped by the caller */
-        (void)mark;
+        /* the batch stays as it was, its earlier records and their counts together (a failed append changes no
+         * byte of the buffer); only the failure flag goes */
+        b->mapped.buf.len = mark;
+        b->mapped.buf.failed = false;
         return false;
     }
     b->mapped.count += rows->count;
@@ -253,7 +256,8 @@ bool sink_copy_rows(sink_copy_out *o, const sink_batch *b, size_t from, pgconn_e
     return true;
 }
 
-bool sink_copy_mapped(sink_copy_out *o, const sink_batch *b, uint16_t table, size_t *from, pgconn_error *err)
+bool sink_copy_mapped(sink_copy_out *o, const sink_batch *b, uint16_t table, uint16_t ntables, size_t *from,
+                      pgconn_error *err)
 {
     map_row_iter it;
     map_rows_iter(&b->mapped, &it);
@@ -263,9 +267,19 @@ bool sink_copy_mapped(sink_copy_out *o, const sink_batch *b, uint16_t table, siz
     uint16_t t;
     const uint8_t *tuple;
     uint32_t len;
-    while (map_rows_next(&it, &t, &tuple, &len))
+    while (map_rows_next(&it, &t, &tuple, &len)) {
+        if (t >= ntables) {
+            err->status = APPLY_UNRECORDABLE;
+            err->sqlstate[0] = '\0';
+            snprintf(err->message, sizeof err->message,
+                     "a row names table %u of a map of %u tables: it was projected with another map (a bug); it is not "
+                     "applied",
+                     (unsigned)t, (unsigned)ntables);
+            return false;
+        }
         if (t == table && !stage_put(o, tuple, len, err))
             return false;
+    }
     return true;
 }
 
@@ -292,8 +306,9 @@ static bool copy_whole(pgconn *c, const sink_batch *b, int table, pgconn_error *
 {
     sink_copy_out o; /* its stage on the stack, as the callers' threads have always allowed */
     size_t from = 0;
-    bool ok = sink_copy_open(&o, c, err) &&
-              (table < 0 ? sink_copy_rows(&o, b, 0, err) : sink_copy_mapped(&o, b, (uint16_t)table, &from, err));
+    bool ok =
+        sink_copy_open(&o, c, err) &&
+        (table < 0 ? sink_copy_rows(&o, b, 0, err) : sink_copy_mapped(&o, b, (uint16_t)table, UINT16_MAX, &from, err));
     if (!ok) {
         sink_copy_abandon(&o, "oplog2pg: sending failed");
         return false;

@@ -119,6 +119,9 @@ void sink_mapped_table_free(sink_mapped_table *m)
     free(m->children_sql);
     free(m->pad_sql);
     free(m->delete_sql);
+    for (size_t i = 0; i < 3; i++)
+        free(m->if_sql[i]);
+    free(m->guard_sql);
     free(m->columns_json);
     free(m->key_json);
     memset(m, 0, sizeof *m);
@@ -129,6 +132,112 @@ static char *take(strbuf *b)
     char *s = strbuf_failed(b) ? NULL : strbuf_detach(b, NULL);
     strbuf_free(b);
     return s;
+}
+
+static bool put_literal(PGconn *conn, strbuf *b, const char *s)
+{
+    char *q = PQescapeLiteral(conn, s, strlen(s));
+    if (q == NULL)
+        return false;
+    strbuf_puts(b, q);
+    PQfreemem(q);
+    return true;
+}
+
+/* The statements of MAP_EDIT_CHILD_IF (map/project.h) for child table m. Whether the path holds an array: from the
+ * parent's doc column with rest = doc (its value before the update: the plan's doc edit comes last), else from the
+ * parent's child rows (none: the guard refuses the op, an empty array being indistinguishable from a document or a
+ * missing field). Every parameter is cast: INSERT ... SELECT does not take its types from the columns. */
+static bool build_child_if(PGconn *conn, const map_collection *map, sink_mapped_table *m)
+{
+    const map_table *root = root_of(m->mt), *ct = m->mt;
+    const map_child *ch = NULL;
+    for (size_t i = 0; i < root->nchildren; i++)
+        if (root->children[i].table == ct)
+            ch = &root->children[i];
+    if (ch == NULL)
+        return true; /* not a child of the collection's table: no such edit names it */
+    char types[64][80];
+    char *const *q = m->qfields;
+    size_t nf = m->nfields < 64 ? m->nfields : 64;
+    for (size_t f = 0; f < nf; f++) {
+        bool collate_c;
+        field_type(ct, f, types[f], sizeof types[f], &collate_c);
+    }
+    if (nf < m->nfields)
+        return true; /* more fields than a statement here is built for: the edit then fails (apply_child_if) */
+    strbuf is_array = STRBUF_INIT, b = STRBUF_INIT;
+    bool ok = true;
+    if (root->rest == MAP_REST_DOC) {
+        char *qs = quote(conn, root->name.schema), *qt = quote(conn, root->name.table),
+             *qk = quote(conn, root->cols[root->key].name), *qd = quote(conn, root->rest_column);
+        ok = qs && qt && qk && qd;
+        if (ok) {
+            strbuf_printf(&is_array, "EXISTS (SELECT 1 FROM %s.%s WHERE %s = $1::%s AND jsonb_typeof(%s #> ARRAY[", qs,
+                          qt, qk, types[0], qd);
+            for (size_t i = 0; ok && i < ch->nparts; i++) {
+                if (i)
+                    strbuf_putc(&is_array, ',');
+                ok = put_literal(conn, &is_array, ch->parts[i]);
+            }
+            strbuf_puts(&is_array, "]::text[]) = 'array')");
+        }
+        free(qs);
+        free(qt);
+        free(qk);
+        free(qd);
+    } else {
+        strbuf_printf(&is_array, "EXISTS (SELECT 1 FROM %s WHERE %s = $1::%s)", m->qname, q[0], types[0]);
+    }
+    if (!ok || strbuf_failed(&is_array)) {
+        strbuf_free(&is_array);
+        return false;
+    }
+    for (int mode = MAP_CHILD_IF_UPSERT; mode <= MAP_CHILD_IF_EXISTS; mode++) {
+        if (mode == MAP_CHILD_IF_EXISTS) {
+            strbuf_printf(&b, "UPDATE %s SET ", m->qname);
+            for (size_t f = 2; f < nf; f++)
+                strbuf_printf(&b, "%s%s = $%zu::%s", f > 2 ? ", " : "", q[f], f + 1, types[f]);
+            if (nf == 2)
+                strbuf_printf(&b, "%s = %s", q[1], q[1]);
+            strbuf_printf(&b, " WHERE %s = $1::%s AND %s = $2::integer", q[0], types[0], q[1]);
+        } else {
+            strbuf_printf(
+                &b,
+                "WITH a AS (SELECT %s AS ok), p AS (INSERT INTO %s (%s, %s) SELECT $1::%s, g FROM a, "
+                "generate_series(0, $2::integer - 1) AS g WHERE a.ok ON CONFLICT DO NOTHING) INSERT INTO %s (",
+                is_array.data, m->qname, q[0], q[1], types[0], m->qname);
+            for (size_t f = 0; f < nf; f++)
+                strbuf_printf(&b, "%s%s", f ? ", " : "", q[f]);
+            strbuf_puts(&b, ") SELECT ");
+            for (size_t f = 0; f < nf; f++)
+                strbuf_printf(&b, "%s$%zu::%s", f ? ", " : "", f + 1, types[f]);
+            strbuf_printf(&b, " FROM a WHERE a.ok ON CONFLICT (%s, %s) DO ", q[0], q[1]);
+            if (mode == MAP_CHILD_IF_CREATE || nf == 2) {
+                strbuf_puts(&b, "NOTHING");
+            } else {
+                strbuf_puts(&b, "UPDATE SET ");
+                for (size_t f = 2; f < nf; f++)
+                    strbuf_printf(&b, "%s%s = EXCLUDED.%s", f > 2 ? ", " : "", q[f], q[f]);
+            }
+        }
+        if ((m->if_sql[mode] = take(&b)) == NULL) {
+            strbuf_free(&is_array);
+            return false;
+        }
+    }
+    if (root->rest != MAP_REST_DOC || ct->on_type_error != MAP_ON_TYPE_ERROR_NULL) {
+        strbuf_printf(&b,
+                      "SELECT oplog2pg.update_error(NULL, $3::text) WHERE NOT EXISTS (SELECT 1 FROM %s WHERE %s = "
+                      "$1::%s AND %s = $2::integer) AND NOT %s",
+                      m->qname, q[0], types[0], q[1], is_array.data);
+        if ((m->guard_sql = take(&b)) == NULL) {
+            strbuf_free(&is_array);
+            return false;
+        }
+    }
+    strbuf_free(&is_array);
+    return true;
 }
 
 bool sink_mapped_table_build(PGconn *conn, const map_collection *map, size_t k, sink_mapped_table *m)
@@ -220,6 +329,8 @@ bool sink_mapped_table_build(PGconn *conn, const map_collection *map, size_t k, 
                       "NOTHING",
                       m->qname, m->qfields[0], m->qfields[1]);
         if ((m->pad_sql = take(&b)) == NULL)
+            goto oom;
+        if (!build_child_if(conn, map, m))
             goto oom;
     }
     return true;
@@ -405,6 +516,20 @@ static sink_status delete_children(sink *s, const table *t, size_t k, const uint
     return st;
 }
 
+/* A row or edit names a table past the map's: the reader projected it with another map than the sink's, which cannot
+ * happen. It is not skipped: the session ends without committing, and the process stops (exit 5) before the entry,
+ * whose data would otherwise be left out of PostgreSQL while the checkpoint passed it. */
+static sink_status past_tables(sink *s, const table *t, unsigned k, const op_pos *pos)
+{
+    char where[32];
+    sink_fmt_pos(pos, where, sizeof where);
+    sink_set_err(s, APPLY_UNRECORDABLE, NULL,
+                 "the rows of %s.%s (oplog entries up to %s) name table %u of its map, which has %zu tables: the "
+                 "entry was projected with another map (a bug); it is not applied",
+                 t->db, t->coll, where, k, t->nmtabs);
+    return s->failed;
+}
+
 /* The rows of whole documents (records): each parent row upserted with its child rows replaced. */
 static sink_status upsert_records(sink *s, const table *t, const map_rows *rows, const op_pos *pos)
 {
@@ -415,7 +540,7 @@ static sink_status upsert_records(sink *s, const table *t, const map_rows *rows,
     uint32_t len;
     while (map_rows_next(&it, &k, &tuple, &len)) {
         if (k >= t->nmtabs)
-            continue;
+            return past_tables(s, t, k, pos);
         sink_status st = upsert_tuple(s, t, k, tuple, pos);
         if (st != APPLY_OK)
             return st;
@@ -449,13 +574,6 @@ sink_status mapped_insert_batch(sink *s, table *t, sink_batch *b, const op_pos *
         s->stats.rows_inserted += sink_batch_rows(b);
         return upsert_records(s, t, rows, pos);
     }
-    if (pipe_send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " SAVEPOINT_NAME, pos) != APPLY_OK ||
-        pipe_drain(s) != APPLY_OK)
-        return s->failed;
-    if (PQexitPipelineMode(s->conn) != 1) {
-        sink_set_err(s, APPLY_RETRY, NULL, "leaving pipeline mode: %s", PQerrorMessage(s->conn));
-        return s->failed;
-    }
     /* which tables have rows */
     bool *used = calloc(t->nmtabs, sizeof *used);
     if (used == NULL) {
@@ -467,9 +585,23 @@ sink_status mapped_insert_batch(sink *s, table *t, sink_batch *b, const op_pos *
     uint16_t k;
     const uint8_t *tuple;
     uint32_t len;
-    while (map_rows_next(&it, &k, &tuple, &len))
-        if (k < t->nmtabs)
-            used[k] = true;
+    while (map_rows_next(&it, &k, &tuple, &len)) {
+        if (k >= t->nmtabs) {
+            free(used);
+            return past_tables(s, t, k, pos);
+        }
+        used[k] = true;
+    }
+    if (pipe_send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " SAVEPOINT_NAME, pos) != APPLY_OK ||
+        pipe_drain(s) != APPLY_OK) {
+        free(used);
+        return s->failed;
+    }
+    if (PQexitPipelineMode(s->conn) != 1) {
+        free(used);
+        sink_set_err(s, APPLY_RETRY, NULL, "leaving pipeline mode: %s", PQerrorMessage(s->conn));
+        return s->failed;
+    }
     bool dup = false;
     pgconn_error e = {0};
     bool ok = true;
@@ -592,8 +724,11 @@ static void add_clause(row_update *u, const sink_mapped_table *m, const map_edit
         strbuf_printf(&u->set, "%s = $%d", f, u->p.n);
         break;
     case MAP_EDIT_ELEMENT: {
+        /* a NULL column stays NULL: its value is no array (an element edit of a missing field, or of a document, as
+         * a $v:1 path names them, leaves a document, which the type cannot take) */
         param(&u->p, value, len);
-        strbuf_printf(&u->set, "%s = oplog2pg.set_element(%s, %u, $%d)", f, f, e->n, u->p.n);
+        strbuf_printf(&u->set, "%s = CASE WHEN %s IS NULL THEN NULL ELSE oplog2pg.set_element(%s, %u, $%d) END", f, f,
+                      f, e->n, u->p.n);
         break;
     }
     case MAP_EDIT_RESIZE:
@@ -602,10 +737,13 @@ static void add_clause(row_update *u, const sink_mapped_table *m, const map_edit
     case MAP_EDIT_JSONB:
         param(&u->p, value, len);
         if (e->field < m->nfields - 1 || m->mt->rest == MAP_REST_DROP)
-            /* a jsonb column: its value wrapped as {"v": value}, so that edits of the value itself work too */
-            strbuf_printf(&u->set, "%s = NULLIF(oplog2pg.apply_edits(jsonb_build_object('v', %s), $%d) -> 'v', "
-                                   "'null'::jsonb)",
-                          f, f, u->p.n);
+            /* a jsonb column: its value wrapped as {"v": value}, so that edits of the value itself work too; a
+             * NULL is a missing field there (a $v:1 path below it creates it; the server refuses one through a
+             * null, and its applier skips a sub-diff of a missing field) */
+            strbuf_printf(&u->set,
+                          "%s = NULLIF(oplog2pg.apply_edits(CASE WHEN %s IS NULL THEN '{}'::jsonb ELSE "
+                          "jsonb_build_object('v', %s) END, $%d) -> 'v', 'null'::jsonb)",
+                          f, f, f, u->p.n);
         else
             strbuf_printf(&u->set, "%s = oplog2pg.apply_edits(%s, $%d)", f, f, u->p.n);
         break;
@@ -629,6 +767,65 @@ static bool is_column_edit(map_edit_kind k)
            k == MAP_EDIT_UPDATE || k == MAP_EDIT_BINARY;
 }
 
+/* A MAP_EDIT_CHILD_IF: its guard (when the table has one), then its statement, with the row's fields as parameters. */
+static sink_status apply_child_if(sink *s, const table *t, const map_edit *e, const uint8_t *data, const op_pos *pos)
+{
+    map_rows rows = {.buf = {.data = (char *)data + e->off, .len = e->len}};
+    map_row_iter it;
+    map_rows_iter(&rows, &it);
+    uint16_t k;
+    const uint8_t *tuple;
+    uint32_t len;
+    if (!map_rows_next(&it, &k, &tuple, &len))
+        return APPLY_OK; /* no row: the element's value was refused (a type error said so) */
+    if (k >= t->nmtabs || k != e->table)
+        return past_tables(s, t, k, pos);
+    const sink_mapped_table *m = &t->mtabs[k];
+    unsigned mode = e->field;
+    if (mode > MAP_CHILD_IF_EXISTS || m->if_sql[mode] == NULL) {
+        sink_set_err(s, APPLY_UNRECORDABLE, NULL,
+                     "an edit of element %u of a child array of %s.%s cannot be applied to %s (edit %u, %zu fields); "
+                     "it is not applied",
+                     e->n, t->db, t->coll, m->qname, mode, m->nfields);
+        return s->failed;
+    }
+    params p = {0};
+    uint16_t nf = (uint16_t)(tuple[0] << 8 | tuple[1]);
+    const uint8_t *f = tuple + 2;
+    for (uint16_t i = 0; i < nf; i++)
+        f = param_field(&p, f);
+    sink_status st = APPLY_OK;
+    if (mode != MAP_CHILD_IF_EXISTS && m->guard_sql != NULL && p.n >= 2) {
+        const map_child *ch = NULL;
+        const map_table *root = t->mtabs[0].mt;
+        for (size_t i = 0; i < root->nchildren; i++)
+            if (root->children[i].table == m->mt)
+                ch = &root->children[i];
+        char msg[512];
+        if (root->rest != MAP_REST_DOC)
+            snprintf(msg, sizeof msg,
+                     "a $v:1 update names element %u of the array at %s, and %s has no rows of this document: "
+                     "whether %s holds an empty array, a document or nothing cannot be told without the document "
+                     "(rest = doc keeps it)",
+                     e->n, ch ? ch->path : "?", m->qname, ch ? ch->path : "?");
+        else
+            snprintf(msg, sizeof msg,
+                     "child table %s takes the array at %s, which holds no array here (a $v:1 update names its "
+                     "element %u)",
+                     m->qname, ch ? ch->path : "?", e->n);
+        params g = {0};
+        param(&g, p.values[0], p.values[0] == NULL ? -1 : p.lengths[0]);
+        param(&g, p.values[1], p.lengths[1]);
+        param(&g, msg, (int)strlen(msg));
+        st = send_sql(s, t, P_UPDATE, m->guard_sql, &g, pos);
+        params_free(&g);
+    }
+    if (st == APPLY_OK)
+        st = send_sql(s, t, P_UPDATE, m->if_sql[mode], &p, pos);
+    params_free(&p);
+    return st;
+}
+
 static sink_status apply_plan(sink *s, const table *t, const map_plan *plan, const op_pos *pos)
 {
     const uint8_t *data = (const uint8_t *)plan->data.data;
@@ -637,8 +834,10 @@ static sink_status apply_plan(sink *s, const table *t, const map_plan *plan, con
     sink_status st = APPLY_OK;
     for (size_t i = 0; i < plan->n && st == APPLY_OK; i++) {
         const map_edit *e = &plan->edits[i];
-        if (e->table >= t->nmtabs)
-            continue;
+        if (e->table >= t->nmtabs) {
+            st = past_tables(s, t, e->table, pos);
+            break;
+        }
         if (is_column_edit(e->kind)) {
             if (u.table != e->table || u.pos != e->pos || (e->field < u.nfields && u.touched[e->field])) {
                 st = flush_update(s, t, &u, pos);
@@ -667,6 +866,8 @@ static sink_status apply_plan(sink *s, const table *t, const map_plan *plan, con
             map_rows rows = {.buf = {.data = (char *)data + e->off, .len = e->len}};
             if (e->len > 0)
                 st = upsert_records(s, t, &rows, pos);
+        } else if (e->kind == MAP_EDIT_CHILD_IF) {
+            st = apply_child_if(s, t, e, data, pos);
         } else if (e->kind == MAP_EDIT_CHILD_PAD && e->n > 0) {
             params p = {0};
             param_field(&p, key);

@@ -708,7 +708,7 @@ static bool stream_put(sink *s, pgconn_error *e)
 {
     sink_batch *b = s->stream_run;
     if (s->stream_t->map != NULL)
-        return sink_copy_mapped(s->stream_out, b, 0, &s->stream_moff, e);
+        return sink_copy_mapped(s->stream_out, b, 0, (uint16_t)s->stream_t->nmtabs, &s->stream_moff, e);
     size_t from = s->stream_sent;
     s->stream_sent = sink_batch_held_rows(b);
     return sink_copy_rows(s->stream_out, b, from, e);

@@ -133,6 +133,18 @@ CREATE TABLE IF NOT EXISTS oplog2pg.copy_progress (
     PRIMARY KEY (service, db, coll)
 );
 
+-- uuid: the collection's UUID as MongoDB listed it when the copy was planned (NULL for copies of earlier versions,
+-- or a server that lists none). A collection renamed during the copy keeps it, so the copy follows it to its new name
+-- (src/copy/worker.c); one that no longer has it anywhere was dropped.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'oplog2pg.copy_progress'::regclass
+                   AND attname = 'uuid' AND NOT attisdropped) THEN
+        ALTER TABLE oplog2pg.copy_progress ADD COLUMN IF NOT EXISTS uuid bytea;
+    END IF;
+END
+$$;
+
 COMMENT ON TABLE oplog2pg.copy_progress IS
     'oplog2pg initial copy progress per collection: last _id committed (BSON), documents copied, done';
 
@@ -423,6 +435,51 @@ BEGIN
         RAISE EXCEPTION 'table %.% has no unique index on (%), the key of the map of %.%', quote_ident(p_schema),
             quote_ident(p_table), array_to_string(p_key, ', '), p_db, p_coll
             USING ERRCODE = 'O2MAP';
+    END IF;
+    IF p_adopt THEN
+        -- A column the map does not write must take a value of its own, or every row oplog2pg writes is refused.
+        FOR a IN SELECT t.attname FROM pg_attribute t
+                  WHERE t.attrelid = v_rel AND t.attnum > 0 AND NOT t.attisdropped AND t.attnotnull
+                    AND NOT t.atthasdef AND t.attidentity = '' AND t.attgenerated = ''
+                    AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_columns) AS x(e)
+                                     WHERE e->>'name' = t.attname) LOOP
+            RAISE EXCEPTION 'column % of %.% is NOT NULL without a default, and the map of %.% does not write it: '
+                'every row oplog2pg writes would be refused', quote_ident(a.attname), quote_ident(p_schema),
+                quote_ident(p_table), p_db, p_coll
+                USING ERRCODE = 'O2MAP', HINT = 'give the column a default, let it be NULL, or map it';
+        END LOOP;
+        -- A key compared by a nondeterministic collation makes one row of two _ids MongoDB keeps apart ("a", "A").
+        FOR a IN SELECT t.attname, l.collname FROM pg_attribute t JOIN pg_collation l ON l.oid = t.attcollation
+                  WHERE t.attrelid = v_rel AND t.attname = ANY (p_key)
+                    AND (to_jsonb(l)->>'collisdeterministic')::boolean IS FALSE LOOP
+            RAISE EXCEPTION 'key column % of %.% has the nondeterministic collation %: two _ids MongoDB keeps apart '
+                'could be one row', quote_ident(a.attname), quote_ident(p_schema), quote_ident(p_table),
+                quote_ident(a.collname)
+                USING ERRCODE = 'O2MAP', HINT = 'give the key column a deterministic collation';
+        END LOOP;
+        -- The same for the unique index on the key, whose collation may differ from its columns' (an upsert's
+        -- ON CONFLICT (key) finds it whatever its collation).
+        FOR a IN SELECT ic.relname, l.collname FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+                   CROSS JOIN LATERAL unnest(i.indcollation::oid[]) AS u(coll) JOIN pg_collation l ON l.oid = u.coll
+                  WHERE i.indrelid = v_rel AND i.indisunique
+                    AND (to_jsonb(l)->>'collisdeterministic')::boolean IS FALSE
+                    AND (SELECT array_agg(t.attname::text ORDER BY t.attname) FROM pg_attribute t
+                          WHERE t.attrelid = v_rel AND t.attnum = ANY (i.indkey))
+                        = (SELECT array_agg(k ORDER BY k) FROM unnest(p_key) AS k) LOOP
+            RAISE EXCEPTION 'unique index % on the key of %.% has the nondeterministic collation %: two _ids MongoDB '
+                'keeps apart could be one row', quote_ident(a.relname), quote_ident(p_schema), quote_ident(p_table),
+                quote_ident(a.collname)
+                USING ERRCODE = 'O2MAP', HINT = 'index the key with a deterministic collation';
+        END LOOP;
+        -- Row triggers run on every row oplog2pg writes; one that runs before the write may change or skip the row,
+        -- which oplog2pg cannot see: said at every check.
+        FOR a IN SELECT g.tgname FROM pg_trigger g
+                  WHERE g.tgrelid = v_rel AND NOT g.tgisinternal AND g.tgenabled <> 'D'
+                    AND (g.tgtype & 1) = 1 AND (g.tgtype & (2 | 64)) <> 0 ORDER BY g.tgname LOOP
+            RAISE WARNING 'oplog2pg: adopted table %.% has the trigger % before each row written: a row it '
+                'changes or skips is not what MongoDB holds', quote_ident(p_schema), quote_ident(p_table),
+                quote_ident(a.tgname);
+        END LOOP;
     END IF;
     FOR a IN SELECT t.attname FROM pg_attribute t
               WHERE t.attrelid = v_rel AND t.attnum > 0 AND NOT t.attisdropped

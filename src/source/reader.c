@@ -80,6 +80,7 @@ struct reader {
     bool book_rebuilt; /* the chain heads between cfg.hold and cfg.start were read */
     queue_pusher out;  /* entries go to the queue in groups (core/queue.h), flushed before every round trip */
     bool out_failed;   /* a flush found the queue stopped (or the reader cancelled): the reader ends */
+    bool malformed;    /* a transaction lookup's reply was malformed (next_doc): not a passing fault, the reader ends */
 };
 
 /* What a step of the tailing loop asks for next. */
@@ -274,19 +275,45 @@ static bool parse_cursor(const bson_t *reply, const char *batch_key, int64_t *id
     return have_id && have_batch;
 }
 
-/* Next document of a batch array into *doc (a static view), skipping elements that are not documents; false at the
- * end, or when bson_init_static refuses a document's bytes. */
-static bool next_doc(bson_iter_t *batch, bson_t *doc)
+/* What next_doc found. */
+typedef enum { DOC_NEXT, DOC_END, DOC_BAD } doc_next;
+
+/* Next document of a batch array into *doc (a static view). DOC_END at the array's end; DOC_BAD when an element is
+ * not a document or its bytes are not one (why says which): a server never sends that, and the entry it stands for
+ * cannot be passed over, so every caller ends there, never skips it. */
+static doc_next next_doc(bson_iter_t *batch, bson_t *doc, char *why, size_t whylen)
 {
     const uint8_t *data;
     uint32_t len;
-    while (bson_iter_next(batch)) {
-        if (!BSON_ITER_HOLDS_DOCUMENT(batch))
-            continue;
-        bson_iter_document(batch, &len, &data);
-        return bson_init_static(doc, data, len);
+    if (!bson_iter_next(batch)) {
+        if (batch->err_off == 0)
+            return DOC_END;
+        snprintf(why, whylen, "the batch is corrupt at byte %u of the reply's array", batch->err_off);
+        return DOC_BAD;
     }
-    return false;
+    if (!BSON_ITER_HOLDS_DOCUMENT(batch)) {
+        snprintf(why, whylen, "element %s of the batch is not a document (BSON type 0x%02x)", bson_iter_key(batch),
+                 (unsigned)bson_iter_type(batch));
+        return DOC_BAD;
+    }
+    bson_iter_document(batch, &len, &data);
+    if (!bson_init_static(doc, data, len)) {
+        snprintf(why, whylen, "element %s of the batch is not a valid BSON document", bson_iter_key(batch));
+        return DOC_BAD;
+    }
+    return DOC_NEXT;
+}
+
+/* A batch that next_doc refused: the reader stops before the element, the last entry handed on staying the position
+ * (exit code 5 from the daemon, as for a malformed entry). */
+static step bad_batch(reader *r, const char *what, const char *why)
+{
+    char pbuf[OP_POS_STRLEN];
+    fatal(r, QUEUE_END_UNSUPPORTED,
+          "malformed reply from MongoDB to %s on local.oplog.rs: %s; stopped before it (the last entry handed on is "
+          "%s), nothing after it was applied",
+          what, why, op_pos_format(&r->pos, pbuf, sizeof pbuf));
+    return STEP_END;
 }
 
 /* Hands a decoded entry on (in a group: see queue_pusher); `reserved` is the queue room reserved for it, or 0. */
@@ -454,8 +481,14 @@ static txn_lookup lookup_window(reader *r, const op_pos *ts, uint32_t skip, uint
     }
     bson_t doc;
     op_pos got;
+    char why[160];
     txn_lookup res = TXN_LOOKUP_MISSING;
-    if (next_doc(&batch, &doc) && doc_pos(&doc, &got) && op_pos_cmp(&got, ts) == 0) {
+    doc_next dn = next_doc(&batch, &doc, why, sizeof why);
+    if (dn == DOC_BAD) {
+        snprintf(err, errlen, "looking up the oplog entry at %u:%u: malformed reply: %s", ts->secs, ts->inc, why);
+        r->malformed = true;
+        res = TXN_LOOKUP_ERROR;
+    } else if (dn == DOC_NEXT && doc_pos(&doc, &got) && op_pos_cmp(&got, ts) == 0) {
         bson_copy_to(&doc, out);
         res = TXN_LOOKUP_FOUND;
     }
@@ -537,6 +570,11 @@ static step push_windows(reader *r, const txn_info *ti, const op_pos *at, bool l
              * cursor's resume check says so. */
             snprintf(err, sizeof err, "the commit entry at %u:%u is no longer in the oplog", at->secs, at->inc);
             lr = TXN_LOOKUP_ERROR;
+        }
+        if (lr == TXN_LOOKUP_ERROR && r->malformed) {
+            fatal(r, QUEUE_END_UNSUPPORTED, "%s, in the transaction committed at %u:%u; stopped before it", err,
+                  ti->pos.secs, ti->pos.inc);
+            return STEP_END;
         }
         if (lr == TXN_LOOKUP_ERROR) {
             if (!*pushed) { /* nothing pushed yet: an ordinary retry, which meets the commit again */
@@ -620,6 +658,11 @@ static step push_commit(reader *r, const bson_t *doc, const txn_info *ti)
         fatal(r, QUEUE_END_NOMEM, "out of memory walking a transaction's oplog entries");
         return STEP_END;
     case TXN_WALK_ERROR: /* nothing pushed yet: an ordinary retry, which meets the commit again */
+        if (r->malformed) {
+            fatal(r, QUEUE_END_UNSUPPORTED, "%s, walking back the transaction committed at %s; stopped before it", err,
+                  cbuf);
+            return STEP_END;
+        }
         snprintf(what, sizeof what, "walking back the transaction committed at %s", cbuf);
         bson_set_error(&be, 0, 0, "%s", err);
         return failed(r, what, &be);
@@ -688,12 +731,17 @@ static step push_raw(reader *r, const bson_t *doc)
     return push_plain(r, doc);
 }
 
-/* Pushes every document of a batch (skipping the first when skip_first); *count gets the batch's size. */
+/* Pushes every document of a batch (skipping the first when skip_first); *count gets the batch's size. A malformed
+ * element ends the reader there: what came before it is handed on, nothing after it. */
 static step push_batch(reader *r, bson_iter_t *batch, bool skip_first, uint32_t *count)
 {
     bson_t doc;
+    char why[160];
+    doc_next dn;
     *count = 0;
-    while (next_doc(batch, &doc)) {
+    while ((dn = next_doc(batch, &doc, why, sizeof why)) != DOC_END) {
+        if (dn == DOC_BAD)
+            return bad_batch(r, skip_first ? "find" : "getMore", why);
         (*count)++;
         if (skip_first && *count == 1)
             continue;
@@ -792,7 +840,10 @@ static step check_first(reader *r, bson_iter_t batch)
     bson_t doc;
     op_pos got;
     char why[160], gbuf[OP_POS_STRLEN], tbuf[32];
-    if (!next_doc(&batch, &doc)) {
+    doc_next dn = next_doc(&batch, &doc, why, sizeof why);
+    if (dn == DOC_BAD)
+        return bad_batch(r, "find", why);
+    if (dn == DOC_END) {
         if (pending_commit(r)) {
             char pbuf[OP_POS_STRLEN];
             log_warning("reader: the resume point %s is in the oplog but not majority-committed yet; waiting for it",
@@ -848,7 +899,9 @@ static void rebuild_book(reader *r)
     bson_destroy(&cmd);
     while (ok && !done && !stopping(r)) {
         bson_t doc;
-        while (next_doc(&batch, &doc)) {
+        char why[160];
+        doc_next dn;
+        while ((dn = next_doc(&batch, &doc, why, sizeof why)) == DOC_NEXT) {
             txn_info ti;
             if (!txn_classify(&doc, &ti))
                 continue;
@@ -861,6 +914,11 @@ static void rebuild_book(reader *r)
                 (void)txn_book_note(&r->book, &ti, doc.len);
             else if (ti.role != TXN_NONE)
                 txn_book_close(&r->book, &ti.prev);
+        }
+        if (dn == DOC_BAD) { /* best effort (above): the book stays incomplete, the reply is destroyed below */
+            bson_set_error(&err, 0, 0, "malformed reply: %s", why);
+            ok = false;
+            break;
         }
         bson_destroy(&reply);
         if (done || id == 0)
@@ -877,7 +935,8 @@ static void rebuild_book(reader *r)
         log_warning("reader: could not re-read the open transactions since %u:%u (%s): status will not show them "
                     "until their commit",
                     r->cfg.hold.secs, r->cfg.hold.inc, err.message);
-    } else if (id != 0) {
+    }
+    if (id != 0) {
         r->cursor_id = id;
         kill_cursor(r);
     }

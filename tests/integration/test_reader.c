@@ -497,6 +497,124 @@ START_TEST(test_rolled_back_term)
 }
 END_TEST
 
+/* A batch holding an element that is not a document, or whose bytes run past the batch (mongosimMalformBatch puts it
+ * after the batch's first entry): the reader hands on that first entry, then ends with QUEUE_END (unsupported) and
+ * never pushes an entry after the bad element (a reader that ended the batch there, or skipped the element, would
+ * go on with the entries after it, or past them). */
+START_TEST(test_malformed_batch_is_fatal)
+{
+    static const char *const how[] = {"notDocument", "corrupt"};
+    mongoc_client_t *c = client_new();
+    NEED_MONGOSIM(c, "malformed batch");
+    for (size_t h = 0; h < 2; h++) {
+        drop_db(c, "rdr_mal");
+        op_pos start = last_optime(c);
+        queue *q = queue_new(1000, 0);
+        reader *r = start_reader(q, &start, NULL);
+        command_ok(c, "admin", BCON_NEW("mongosimMalformBatch", BCON_UTF8(how[h])), NULL);
+        /* Five entries written by one command: the reader's next getMore returns them in one batch. */
+        mongoc_collection_t *coll = mongoc_client_get_collection(c, "rdr_mal", "a");
+        bson_t *docs[5];
+        for (int i = 0; i < 5; i++)
+            docs[i] = BCON_NEW("_id", BCON_INT32(i + 1));
+        bson_error_t err;
+        ck_assert_msg(mongoc_collection_insert_many(coll, (const bson_t **)docs, 5, NULL, NULL, &err), "%s",
+                      err.message);
+        for (int i = 0; i < 5; i++)
+            bson_destroy(docs[i]);
+        mongoc_collection_destroy(coll);
+
+        int seen = 0;
+        queue_item it;
+        double until = now_s() + 20;
+        for (;;) {
+            ck_assert_msg(now_s() < until, "%s: no QUEUE_END for the malformed batch (%d entries seen)", how[h], seen);
+            if (!pop_wait(q, &it, 0.05))
+                continue;
+            if (it.type == QUEUE_END)
+                break;
+            if (it.type == QUEUE_ENTRY && entry_in_db(it.entry, "rdr_mal")) {
+                seen++;
+                ck_assert_msg(op_id(&it.entry->ops[0]) == seen, "%s: entry with _id %d pushed as number %d", how[h],
+                              op_id(&it.entry->ops[0]), seen);
+            }
+            queue_item_clear(&it);
+        }
+        ck_assert_int_eq(it.reason, QUEUE_END_UNSUPPORTED);
+        ck_assert_msg(strstr(it.message, "malformed reply") != NULL, "message: %s", it.message);
+        queue_item_clear(&it);
+        /* The bad element sits after the batch's first entry: at most that one came (none when the batch began with
+         * another entry, such as a periodic noop). */
+        ck_assert_msg(seen <= 1, "%s: %d entries after the bad element were pushed", how[h], seen - 1);
+        until = now_s() + 10;
+        while (!reader_finished(r) && now_s() < until)
+            sleep_ms(5);
+        ck_assert_msg(reader_finished(r), "the reader thread did not end after QUEUE_END");
+        ck_assert_uint_eq(queue_len(q), 0);
+        reader_free(r);
+        queue_free(q);
+    }
+    drop_db(c, "rdr_mal");
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+/* The point lookup of a transaction's walk back gets a reply whose batch is corrupt before its first entry
+ * (mongosimMalformBatch with lookup): the reader ends with QUEUE_END (unsupported, "malformed reply"), not with "the
+ * transaction began at an entry no longer in the oplog" (which would send the operator to --reimport), and pushes
+ * nothing of the transaction. */
+START_TEST(test_malformed_lookup_is_fatal)
+{
+    mongoc_client_t *c = client_new();
+    NEED_MONGOSIM(c, "malformed lookup");
+    drop_db(c, "rdr_lk");
+    op_pos start = last_optime(c);
+    queue *q = queue_new(1000, 0);
+    reader *r = start_reader(q, &start, NULL);
+    command_ok(c, "admin", BCON_NEW("mongosimMalformBatch", BCON_UTF8("corrupt"), "lookup", BCON_BOOL(true)), NULL);
+    static const uint8_t lsid[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    uint32_t secs = start.secs + 5;
+    bson_t *cmd = BCON_NEW(
+        "appendOplog", "[",
+        /* the chain's first entry */
+        "{", "ts", BCON_TIMESTAMP(secs, 1), "t", BCON_INT64(1), "v", BCON_INT32(2), "op", BCON_UTF8("c"), "ns",
+        BCON_UTF8("admin.$cmd"), "wall", BCON_DATE_TIME((int64_t)secs * 1000), "lsid", "{", "id",
+        BCON_BIN(BSON_SUBTYPE_UUID, lsid, 16), "}", "txnNumber", BCON_INT64(1), "prevOpTime", "{", "ts",
+        BCON_TIMESTAMP(0, 0), "t", BCON_INT64(-1), "}", "o", "{", "applyOps", "[", "{", "op", BCON_UTF8("i"), "ns",
+        BCON_UTF8("rdr_lk.a"), "o", "{", "_id", BCON_INT32(1), "}", "}", "]", "partialTxn", BCON_BOOL(true), "}", "}",
+        /* its commit */
+        "{", "ts", BCON_TIMESTAMP(secs, 2), "t", BCON_INT64(1), "v", BCON_INT32(2), "op", BCON_UTF8("c"), "ns",
+        BCON_UTF8("admin.$cmd"), "wall", BCON_DATE_TIME((int64_t)secs * 1000), "lsid", "{", "id",
+        BCON_BIN(BSON_SUBTYPE_UUID, lsid, 16), "}", "txnNumber", BCON_INT64(1), "prevOpTime", "{", "ts",
+        BCON_TIMESTAMP(secs, 1), "t", BCON_INT64(1), "}", "o", "{", "applyOps", "[", "{", "op", BCON_UTF8("i"), "ns",
+        BCON_UTF8("rdr_lk.a"), "o", "{", "_id", BCON_INT32(2), "}", "}", "]", "count", BCON_INT64(2), "}", "}", "]");
+    command_ok(c, "admin", cmd, NULL);
+
+    queue_item it;
+    double until = now_s() + 20;
+    for (;;) {
+        ck_assert_msg(now_s() < until, "no QUEUE_END for the malformed lookup");
+        if (!pop_wait(q, &it, 0.05))
+            continue;
+        if (it.type == QUEUE_END)
+            break;
+        if (it.type == QUEUE_ENTRY)
+            ck_assert_msg(!entry_in_db(it.entry, "rdr_lk"), "an op of the transaction was pushed");
+        queue_item_clear(&it);
+    }
+    ck_assert_int_eq(it.reason, QUEUE_END_UNSUPPORTED);
+    ck_assert_msg(strstr(it.message, "malformed reply") != NULL, "message: %s", it.message);
+    queue_item_clear(&it);
+    until = now_s() + 10;
+    while (!reader_finished(r) && now_s() < until)
+        sleep_ms(5);
+    ck_assert_msg(reader_finished(r), "the reader thread did not end after QUEUE_END");
+    reader_free(r);
+    queue_free(q);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
 /* Waits until the reader has pushed an IDLE (so it is parked in an awaitData getMore), draining the queue. */
 static void drain_until_idle(queue *q, const char *db, op_entry **out, size_t *n, size_t max)
 {
@@ -875,6 +993,8 @@ Suite *reader_suite(void)
     tcase_add_test(tc, test_reconnect_after_drop);
     tcase_add_test(tc, test_step_down_and_up);
     tcase_add_test(tc, test_malformed_entry_is_fatal);
+    tcase_add_test(tc, test_malformed_batch_is_fatal);
+    tcase_add_test(tc, test_malformed_lookup_is_fatal);
     tcase_add_test(tc, test_nsfilter_turns_excluded_into_noop);
     tcase_add_test(tc, test_truncated_under_reader);
     tcase_add_test(tc, test_stop_while_queue_full);

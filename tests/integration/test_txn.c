@@ -7,7 +7,8 @@
  * mongo-tools scenarios of tests/vectors/fixture_txn_scenarios_mongo-tools.json. Ordinary entries sit in between.
  * appendOplog changes the oplog only, so every expected state is written to a second mongosim (the reference)
  * through the driver, and each test ends with the exact comparison of PostgreSQL with that reference
- * (tests/lib/compare.h: every row of every collection of the test's databases, and no table more).
+ * (tests/lib/compare.h: every row of every collection of the test's databases, and no table more). The mongo-tools
+ * scenarios are also replayed from a dump of the same oplog (`replay`), into a PostgreSQL database of their own.
  *
  * Waits are on events (the checkpoint reaching the newest entry, a line of the daemon's log, the daemon's exit, a
  * PostgreSQL backend holding a transaction id), never on time. The schema-upgrade case works in a PostgreSQL
@@ -1051,7 +1052,8 @@ END_TEST
 
 /* ---- the mongo-tools scenarios (tests/vectors/fixture_txn_scenarios_mongo-tools.json) ---- */
 
-#define VEC "tests/vectors/"
+#define VEC    "tests/vectors/"
+#define VEC_DB "rep_txn_vec_replay"
 
 typedef struct {
     uint32_t old_secs[16], old_inc[16];
@@ -1265,7 +1267,38 @@ START_TEST(test_mongo_tools_scenarios)
     ck_assert_int_ge(scenarios, 8);
     caught_up(&t);
     expect_reference(&t);
+    stop_daemon(&t);
+
+    /* The same oplog as a dump, replayed into a database of its own: the same result (source/dump.c puts the chains
+     * together from the file). */
+    char conninfo[600], dump[300], out[300];
+    snprintf(conninfo, sizeof conninfo, "%s dbname=" VEC_DB, denv_pg_conninfo());
+    denv_pg_exec("DROP DATABASE IF EXISTS " VEC_DB);
+    denv_pg_exec("CREATE DATABASE " VEC_DB);
+    denv_set_conninfo(&t.e, "dbname=" VEC_DB);
+    snprintf(dump, sizeof dump, "%s/oplog.bson", t.e.dir);
+    snprintf(out, sizeof out, "%s/replay.out", t.e.dir);
+    mongoc_collection_t *oplog = mongoc_client_get_collection(t.src, "local", "oplog.rs");
+    bson_t everything = BSON_INITIALIZER;
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &everything, NULL, NULL);
+    FILE *f = fopen(dump, "wb");
+    ck_assert_ptr_nonnull(f);
+    const bson_t *entry;
+    while (mongoc_cursor_next(cur, &entry))
+        ck_assert_uint_eq(fwrite(bson_get_data(entry), 1, entry->len, f), entry->len);
+    ck_assert_msg(!mongoc_cursor_error(cur, &err), "%s", err.message);
+    ck_assert_int_eq(fclose(f), 0);
+    mongoc_cursor_destroy(cur);
+    bson_destroy(&everything);
+    mongoc_collection_destroy(oplog);
+    const char *args[] = {"-c", t.e.ini, "replay", dump, NULL};
+    int rc = denv_run_command(&t.e, args, out);
+    if (rc != 0)
+        snprintf(t.e.log, sizeof t.e.log, "%s", out), denv_show_log(&t.e);
+    ck_assert_int_eq(rc, 0);
+    expect_reference_on(&t, conninfo);
     t_stop(&t);
+    denv_pg_exec("DROP DATABASE " VEC_DB);
 }
 END_TEST
 

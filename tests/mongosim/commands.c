@@ -37,6 +37,8 @@ struct sim_cursor {
     bson_value_t last_id;
     sim_projection *proj; /* the find's projection, applied to every batch (NULL: none) */
     int64_t skip_left;    /* the find's skip: matching documents still to pass over before the first returned */
+    bool has_uuid;        /* collection: the UUID of the collection the find opened (a view's cursor has none) */
+    uint8_t uuid[16];
 };
 
 typedef struct {
@@ -383,6 +385,19 @@ static bool wc_parked_try(sim_server *srv, sim_conn *c, bool timeout)
     return true;
 }
 
+/* mongosimMalformBatch: the bad element itself, under key k. */
+static void write_bad_element(sim_buf *b, int how, const char *k)
+{
+    if (how == 1) {
+        bw_int32(b, k, 42);
+        return;
+    }
+    /* An embedded document whose length runs past the array's end. */
+    static const uint8_t bad[5] = {0xff, 0xff, 0xff, 0x7f, 0x00};
+    bw_key(b, BSON_TYPE_DOCUMENT, k);
+    buf_put(b, bad, sizeof bad);
+}
+
 /* Writes `key: [entries...]` for an oplog cursor, advancing it; returns the number written. */
 static int64_t write_oplog_batch(sim_server *srv, sim_buf *b, sim_cursor *cur, const char *key, int64_t max_docs)
 {
@@ -392,10 +407,30 @@ static int64_t write_oplog_batch(sim_server *srv, sim_buf *b, sim_cursor *cur, c
         cur->next_seq = oplog_first_seq(srv->oplog);
     int64_t n = 0;
     size_t bytes = 0;
+    uint32_t keys = 0;
     char keybuf[16];
+    const char *k;
     for (; cur->skip_left > 0 && cur->next_seq < end; cur->skip_left--)
         cur->next_seq++;
+    /* mongosimMalformBatch: a bad element after the first entry of the next batch of two entries or more, or (lookup)
+     * before the first entry of the next batch of a find with a projection. */
+    int malform = 0;
+    int64_t malform_at = 1;
+    if (srv->malform_batch && srv->malform_lookup && cur->proj != NULL && end > cur->next_seq) {
+        malform = srv->malform_batch;
+        malform_at = 0;
+    } else if (srv->malform_batch && !srv->malform_lookup && end - cur->next_seq >= 2 &&
+               (max_docs <= 0 || max_docs >= 2)) {
+        malform = srv->malform_batch;
+    }
+    if (malform)
+        srv->malform_batch = 0;
     while (cur->next_seq < end && (max_docs <= 0 || n < max_docs) && bytes < SIM_BATCH_BYTES) {
+        if (malform && n == malform_at) {
+            bson_uint32_to_string(keys++, &k, keybuf, sizeof keybuf);
+            write_bad_element(b, malform, k);
+            malform = 0;
+        }
         uint32_t len;
         const uint8_t *data = oplog_entry(srv->oplog, cur->next_seq, &len);
         bson_t entry, projected = BSON_INITIALIZER;
@@ -408,13 +443,16 @@ static int64_t write_oplog_batch(sim_server *srv, sim_buf *b, sim_cursor *cur, c
             bson_destroy(&projected);
             break;
         }
-        const char *k;
-        bson_uint32_to_string((uint32_t)n, &k, keybuf, sizeof keybuf);
+        bson_uint32_to_string(keys++, &k, keybuf, sizeof keybuf);
         bw_doc(b, k, data, len);
         bson_destroy(&projected);
         bytes += len;
         n++;
         cur->next_seq++;
+    }
+    if (malform) { /* the batch ended before its second entry (a byte bound): after the first */
+        bson_uint32_to_string(keys++, &k, keybuf, sizeof keybuf);
+        write_bad_element(b, malform, k);
     }
     bw_doc_end(b, arr);
     return n;
@@ -1323,6 +1361,7 @@ static void h_find(cmd_ctx *x)
     snprintf(cur->coll, sizeof cur->coll, "%s", coll);
     bson_destroy(&cur->filter);
     bson_copy_to(&filter, &cur->filter);
+    cur->has_uuid = store_collection_uuid(x->srv->store, x->db, coll, cur->uuid);
     reply_coll_batch(x->srv, x->r, cur, &filter, min, true, batch, single);
 }
 
@@ -1342,6 +1381,17 @@ static void h_get_more(cmd_ctx *x)
         return;
     }
     if (!cur->oplog) {
+        /* A drop or a rename of the collection kills its cursors: the next getMore fails with QueryPlanKilled (175)
+         * and the cursor is gone (jstests/core/getmore_invalidated_cursors.js; the server's CursorManager kills a
+         * collection's cursors when the collection is dropped or renamed). A collection of the same name made since
+         * is another collection: its UUID differs. */
+        uint8_t now[16];
+        if (cur->has_uuid && (!store_collection_uuid(x->srv->store, cur->db, cur->coll, now) ||
+                              memcmp(now, cur->uuid, sizeof now) != 0)) {
+            cursor_free(x->srv, cur);
+            reply_error(x->r, 175, "collection dropped or renamed: the cursor was killed");
+            return;
+        }
         reply_coll_batch(x->srv, x->r, cur, NULL, NULL, false, batch, false);
         return;
     }
@@ -2051,10 +2101,58 @@ static void h_step_down(cmd_ctx *x)
     h_ok(x);
 }
 
+/* {mongosimMalformBatch: "notDocument" | "corrupt", lookup: bool}: the next oplog batch (find or getMore) of two
+ * entries or more holds, right after its first entry, an element that is not a document (an int32), or a document
+ * element whose length runs past the end of the array; with lookup: true, the next batch of a find with a projection
+ * (a point lookup of a transaction's entry) holds it before its first entry instead. A real server never sends
+ * either (a cursor's batch is an array of the documents the query returns, src/mongo/db/query/cursor_response.cpp);
+ * this test-only fault reaches the client's guards against it. */
+static void h_malform_batch(cmd_ctx *x)
+{
+    uint32_t len = 0;
+    const char *how = BSON_ITER_HOLDS_UTF8(&x->first) ? bson_iter_utf8(&x->first, &len) : "";
+    int mode = strcmp(how, "notDocument") == 0 ? 1 : strcmp(how, "corrupt") == 0 ? 2 : 0;
+    if (mode == 0) {
+        reply_error(x->r, 2, "mongosimMalformBatch needs \"notDocument\" or \"corrupt\"");
+        return;
+    }
+    bson_iter_t it;
+    x->srv->malform_lookup = bson_iter_init_find(&it, x->cmd, "lookup") && bson_iter_as_bool(&it);
+    x->srv->malform_batch = mode;
+    h_ok(x);
+}
+
 static void h_delay(cmd_ctx *x)
 {
     int64_t ms = BSON_ITER_HOLDS_NUMBER(&x->first) ? bson_iter_as_int64(&x->first) : 0;
     x->srv->delay_ms = ms < 0 ? 0 : ms;
+    h_ok(x);
+}
+
+/* {mongosimBeforeNext: NAME, run: {command}, db: DB?} — see README.md. A test's way to reach a moment inside a client's
+ * sequence of calls (between the two reads of a plan, say) without racing it. */
+static void h_before_next(cmd_ctx *x)
+{
+    bson_iter_t it;
+    bson_t run;
+    const char *db = "admin";
+    if (!BSON_ITER_HOLDS_UTF8(&x->first) || !bson_iter_init_find(&it, x->cmd, "run") || !iter_doc(&it, &run) ||
+        bson_empty(&run)) {
+        reply_error(x->r, 2, "mongosimBeforeNext needs a command name and run: {a command}");
+        return;
+    }
+    if (bson_iter_init_find(&it, x->cmd, "db") && BSON_ITER_HOLDS_UTF8(&it))
+        db = bson_iter_utf8(&it, NULL);
+    const char *name = bson_iter_utf8(&x->first, NULL);
+    if (strlen(name) >= sizeof x->srv->before_name || strlen(db) >= sizeof x->srv->before_db) {
+        reply_error(x->r, 2, "mongosimBeforeNext: name or db too long");
+        return;
+    }
+    if (x->srv->before_cmd != NULL)
+        bson_destroy(x->srv->before_cmd);
+    x->srv->before_cmd = bson_copy(&run);
+    snprintf(x->srv->before_name, sizeof x->srv->before_name, "%s", name);
+    snprintf(x->srv->before_db, sizeof x->srv->before_db, "%s", db);
     h_ok(x);
 }
 
@@ -2266,9 +2364,11 @@ static const cmd_entry COMMANDS[] = {
     {"mongosimDropConnections", h_drop_connections},
     {"mongosimStepDown", h_step_down},
     {"mongosimDelay", h_delay},
+    {"mongosimMalformBatch", h_malform_batch},
     {"mongosimStatus", h_status},
     {"mongosimMajority", h_majority},
     {"mongosimRollback", h_rollback},
+    {"mongosimBeforeNext", h_before_next},
 };
 
 void cmd_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *db)
@@ -2293,6 +2393,16 @@ void cmd_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *
     }
     if (srv->opts.verbose)
         fprintf(stderr, "mongosim: conn %" PRId64 ": %s on %s\n", r->conn->id, x.name, x.db);
+    if (srv->before_cmd != NULL && strcmp(srv->before_name, x.name) == 0) {
+        /* mongosimBeforeNext: taken first (so it runs once), answered into nothing. */
+        bson_t *run = srv->before_cmd;
+        char run_db[sizeof srv->before_db];
+        snprintf(run_db, sizeof run_db, "%s", srv->before_db);
+        srv->before_cmd = NULL;
+        sim_reply quiet = {.conn = r->conn, .request_id = r->request_id, .opcode = SIM_OP_MSG, .no_reply = true};
+        cmd_dispatch(srv, &quiet, run, run_db);
+        bson_destroy(run);
+    }
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++) {
         if (strcmp(COMMANDS[i].name, x.name) == 0) {
             /* A command with autocommit runs inside its client transaction (txn.c). */

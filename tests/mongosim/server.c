@@ -937,6 +937,8 @@ void sim_server_free(sim_server *srv)
         close(srv->lfd);
     store_free(srv->store);
     store_free(srv->maj_store);
+    if (srv->before_cmd != NULL)
+        bson_destroy(srv->before_cmd);
     oplog_free(srv->oplog);
     free(srv);
 }

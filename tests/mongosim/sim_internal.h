@@ -104,6 +104,12 @@ struct sim_server {
     uint64_t maj_ts;
     sim_store *maj_store;
     uint64_t oplog_getmores; /* oplog getMores answered (mongosimStatus: a test's event to wait on) */
+    /* mongosimBeforeNext: a command run once, on before_db, just before the next command named before_name is
+     * handled (from any connection); NULL when none waits. */
+    bson_t *before_cmd;
+    char before_name[64], before_db[128];
+    int malform_batch;   /* mongosimMalformBatch: 0 off, 1 a non-document element, 2 a corrupt one */
+    bool malform_lookup; /* ... in the next batch of a find with a projection, before its first entry */
 };
 
 /* One reply under construction: a header is written into conn->out by reply_begin, the body document follows,

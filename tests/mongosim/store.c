@@ -638,6 +638,15 @@ static scoll *view_buckets(const sim_store *s, const char *db, const char *coll,
     return b && ddl_timeseries_of(b->options, &ts) ? b : NULL;
 }
 
+bool store_collection_uuid(const sim_store *store, const char *db, const char *coll, uint8_t uuid[16])
+{
+    const scoll *c = coll_get(store, db, coll);
+    if (c == NULL)
+        return false;
+    memcpy(uuid, c->uuid, 16);
+    return true;
+}
+
 store_ns_kind store_ns_kind_of(const sim_store *store, const char *db, const char *coll)
 {
     if (coll_get(store, db, coll))

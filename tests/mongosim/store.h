@@ -101,6 +101,8 @@ void store_find(const sim_store *store, const char *db, const char *coll, const 
 void store_find_after(const sim_store *store, const char *db, const char *coll, const bson_t *filter,
                       const bson_value_t *after, store_doc_fn fn, void *ctx);
 int64_t store_count(const sim_store *store, const char *db, const char *coll);
+/* The UUID of collection db.coll in uuid; false when there is no such collection (a view has none either). */
+bool store_collection_uuid(const sim_store *store, const char *db, const char *coll, uint8_t uuid[16]);
 
 /* (Added by the store's author.) True if store_find understands filter; otherwise fills err (code 2 BadValue) so
  * the wire layer can reject the query instead of returning nothing. fn passed to store_find must not write to the

@@ -1142,6 +1142,128 @@ START_TEST(test_type_sql)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* keys: two _ids MongoDB keeps apart never get one key value */
+
+/* The key field of v for t, as hex; NULL (and why filled) when it is refused. */
+static char *key_hex(map_type t, bson_value_t v, char *why, size_t whylen)
+{
+    strbuf out = STRBUF_INIT;
+    convert_status st = convert_key_field(&out, &t, &v, why, whylen);
+    if (st != CONVERT_OK) {
+        ck_assert_int_eq(st, CONVERT_TYPE_ERROR);
+        ck_assert_uint_eq(out.len, 0);
+        strbuf_free(&out);
+        return NULL;
+    }
+    char *hex = malloc(2 * out.len + 1);
+    to_hex(out.data, out.len, hex);
+    strbuf_free(&out);
+    return hex;
+}
+
+/* a and b are _ids MongoDB keeps apart: a is taken, and b is refused with a reason holding `part` or taken as
+ * another key (part NULL). */
+static void expect_apart_at(int line, map_type t, bson_value_t a, bson_value_t b, const char *part)
+{
+    char why[CONVERT_WHY_MAX] = "";
+    char *ha = key_hex(t, a, why, sizeof why);
+    ck_assert_msg(ha != NULL, "line %d: the first _id is refused: %s", line, why);
+    char *hb = key_hex(t, b, why, sizeof why);
+    if (part == NULL) {
+        ck_assert_msg(hb != NULL, "line %d: the second _id is refused: %s", line, why);
+        ck_assert_msg(strcmp(ha, hb) != 0, "line %d: two _ids MongoDB keeps apart are one key %s", line, ha);
+    } else {
+        ck_assert_msg(hb == NULL, "line %d: the second _id is taken as %s (the first is %s)", line, hb, ha);
+        ck_assert_msg(strstr(why, part) != NULL, "line %d: reason \"%s\", want one with \"%s\"", line, why, part);
+    }
+    free(ha);
+    free(hb);
+}
+#define expect_apart(t, a, b, part) expect_apart_at(__LINE__, t, a, b, part)
+
+/* a and b are one _id to MongoDB (numbers compare by value): one key value. */
+static void expect_same_key_at(int line, map_type t, bson_value_t a, bson_value_t b)
+{
+    char why[CONVERT_WHY_MAX] = "";
+    char *ha = key_hex(t, a, why, sizeof why);
+    ck_assert_msg(ha != NULL, "line %d: refused: %s", line, why);
+    char *hb = key_hex(t, b, why, sizeof why);
+    ck_assert_msg(hb != NULL, "line %d: refused: %s", line, why);
+    ck_assert_msg(strcmp(ha, hb) == 0, "line %d: %s and %s", line, ha, hb);
+    free(ha);
+    free(hb);
+}
+#define expect_same_key(t, a, b) expect_same_key_at(__LINE__, t, a, b)
+
+START_TEST(test_keys_never_merge)
+{
+    static const uint8_t u[16] = {0xa0, 0xee, 0xbc, 0x99, 0x9c, 0x0b, 0x4e, 0xf8,
+                                  0xbb, 0x6d, 0x6b, 0xb9, 0xbd, 0x38, 0x0a, 0x11};
+    static const uint8_t oid12[12] = {0x65, 0xa1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    const double two53 = 9007199254740992.0;
+    /* the eight pairs that were one row */
+    expect_apart(T(MAP_TEXT), v_oid("65a100000000000000000001"), v_str("65a100000000000000000001"),
+                 "the text an ObjectId's key has");
+    expect_apart(VC(30, false), v_oid("65a100000000000000000001"), v_str("65a100000000000000000001"),
+                 "the text an ObjectId's key has");
+    expect_apart(T(MAP_NUMERIC), v_dec("0.1"), v_double(0.1), "numeric holds its shortest decimal");
+    expect_apart(T(MAP_DOUBLE), v_double(two53), v_int64(INT64_C(9007199254740993)), "not a value of the type");
+    expect_apart(T(MAP_UUID), v_bin(BSON_SUBTYPE_UUID, u, 16), v_bin(BSON_SUBTYPE_UUID_DEPRECATED, u, 16),
+                 "binary subtype 4 only");
+    expect_apart(T(MAP_UUID), v_bin(BSON_SUBTYPE_UUID, u, 16), v_str("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+                 "binary subtype 4 only");
+    expect_apart(T(MAP_UUID), v_bin(BSON_SUBTYPE_UUID, u, 16), v_str("A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"),
+                 "binary subtype 4 only");
+    expect_apart(T(MAP_TIMESTAMPTZ), v_date(INT64_C(1705312800000)), v_str("2024-01-15T10:00:00Z"), "BSON dates only");
+    expect_apart(T(MAP_TIMESTAMP), v_date(INT64_C(1705312800000)), v_str("2024-01-15T12:00:00+02:00"),
+                 "BSON dates only");
+    expect_apart(T(MAP_BYTEA), v_bin(BSON_SUBTYPE_BINARY, oid12, 12), v_oid("65a100000000000000000001"),
+                 "binary subtype 0 only");
+    expect_apart(T(MAP_BYTEA), v_bin(BSON_SUBTYPE_BINARY, u, 16), v_bin(BSON_SUBTYPE_UUID, u, 16),
+                 "binary subtype 0 only");
+    expect_apart(T(MAP_DATE), v_date(INT64_C(1705276800000)), v_date(INT64_C(1705312800000)), "not midnight UTC");
+    expect_apart(T(MAP_DATE), v_date(INT64_C(1705276800000)), v_str("2024-01-15"), "BSON dates only");
+    /* what stays apart, each taken */
+    expect_apart(T(MAP_TEXT), v_str("A-17"), v_str("a-17"), NULL);
+    expect_apart(T(MAP_TEXT), v_oid("65a100000000000000000001"), v_str("65A100000000000000000001"), NULL);
+    expect_apart(T(MAP_NUMERIC), v_dec("0.1"), v_dec("0.10000000000000001"), NULL);
+    expect_apart(T(MAP_NUMERIC), v_double(two53), v_int64(INT64_C(9007199254740993)), NULL);
+    expect_apart(T(MAP_BIGINT), v_double(two53), v_int64(INT64_C(9007199254740993)), NULL);
+    expect_apart(T(MAP_DOUBLE), v_double(0.1), v_double(0.2), NULL);
+    expect_apart(T(MAP_DATE), v_date(INT64_C(1705276800000)), v_date(INT64_C(1705276800000) - 86400000), NULL);
+    expect_apart(T(MAP_DATE), v_date(INT64_C(-86400000)), v_date(0), NULL);
+    /* one _id to MongoDB (numbers by value): one key, as the unique _id index has it */
+    expect_same_key(T(MAP_BIGINT), v_int32(1), v_double(1.0));
+    expect_same_key(T(MAP_BIGINT), v_int64(1), v_dec("1.00"));
+    expect_same_key(T(MAP_NUMERIC), v_int32(3), v_double(3.0));
+    expect_same_key(T(MAP_NUMERIC), v_double(-0.0), v_int32(0));
+    expect_same_key(T(MAP_DOUBLE), v_int64(INT64_C(9007199254740992)), v_double(two53));
+    expect_same_key(T(MAP_DOUBLE), v_dec("5"), v_int32(5));
+    expect_same_key(T(MAP_REAL), v_int32(16777216), v_double(16777216.0));
+    /* the refusals at the edges */
+    char why[CONVERT_WHY_MAX];
+    ck_assert_ptr_null(key_hex(T(MAP_NUMERIC), v_double(two53 * 2), why, sizeof why));
+    ck_assert_ptr_null(key_hex(T(MAP_NUMERIC), v_double(0.5), why, sizeof why));
+    ck_assert_ptr_null(key_hex(T(MAP_DOUBLE), v_dec("0.1"), why, sizeof why));
+    ck_assert_ptr_null(key_hex(T(MAP_DOUBLE), v_int64(INT64_MAX), why, sizeof why));
+    ck_assert_ptr_null(key_hex(T(MAP_REAL), v_int32(16777217), why, sizeof why));
+    ck_assert_ptr_null(key_hex(T(MAP_REAL), v_double(0.1), why, sizeof why));
+    ck_assert_ptr_null(key_hex(T(MAP_DATE), v_date(-1), why, sizeof why));
+    ck_assert_ptr_null(key_hex(T(MAP_JSONB), v_int32(1), why, sizeof why));
+    ck_assert_ptr_null(key_hex(TA(MAP_INTEGER), v_int32(1), why, sizeof why));
+    ck_assert_ptr_null(key_hex(T(MAP_TEXT), v_type(BSON_TYPE_NULL), why, sizeof why));
+    ck_assert_str_eq(why, "a key cannot be NULL");
+    ck_assert_ptr_null(key_hex(T(MAP_TEXT), v_type(BSON_TYPE_MINKEY), why, sizeof why));
+    /* a conversion's own refusals still apply */
+    ck_assert_ptr_null(key_hex(T(MAP_INTEGER), v_double(1.5), why, sizeof why));
+    ck_assert_msg(strstr(why, "is not integral") != NULL, "%s", why);
+    ck_assert(map_type_key_ok(&(map_type){.scalar = MAP_UUID}));
+    ck_assert(!map_type_key_ok(&(map_type){.scalar = MAP_JSONB}));
+    ck_assert(!map_type_key_ok(&(map_type){.scalar = MAP_TEXT, .array = true}));
+}
+END_TEST
+
 Suite *convert_suite(void)
 {
     Suite *s = suite_create("convert");
@@ -1176,6 +1298,7 @@ Suite *convert_suite(void)
     tcase_add_test(tc, test_oids);
     tcase_add_test(tc, test_type_parse);
     tcase_add_test(tc, test_type_sql);
+    tcase_add_test(tc, test_keys_never_merge);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -7,10 +7,12 @@
  */
 #include <bson/bson.h>
 #include <check.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/config.h"
 #include "daemon/config_map.h"
@@ -212,8 +214,9 @@ START_TEST(test_mixed_types)
     TYPE_OF("jsonb", "\"a\"", "1");
     TYPE_OF("jsonb", "true", "1");
     TYPE_OF("jsonb", "{\"$date\": \"2024-01-15T10:00:00Z\"}", "\"2024-01-15\"");
-    TYPE_OF("jsonb", "{\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}", "{\"$binary\": {\"base64\": \"AAEC\", \"subType\": "
-                                                                 "\"00\"}}");
+    TYPE_OF("jsonb", "{\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}",
+            "{\"$binary\": {\"base64\": \"AAEC\", \"subType\": "
+            "\"00\"}}");
     /* a document in some documents, something else in others: one jsonb column, not dotted ones */
     TYPE_OF("jsonb", "{\"a\": 1}", "5");
     /* an array in some, a scalar in others */
@@ -264,9 +267,7 @@ START_TEST(test_array_of_documents_child_table)
         "{\"_id\": 1, \"items\": [{\"sku\": \"a\", \"qty\": 1}, {\"sku\": \"b\", \"qty\": 2, \"note\": \"x\"}]}",
         "{\"_id\": 2, \"items\": [{\"sku\": \"c\", \"qty\": {\"$numberLong\": \"3\"}, \"sub\": [{\"z\": 1}], "
         "\"dim\": {\"w\": 1.5, \"h\": 2}, \"tags\": [\"t\"]}]}",
-        "{\"_id\": 3, \"items\": []}",
-        "{\"_id\": 4}",
-        NULL};
+        "{\"_id\": 3, \"items\": []}", "{\"_id\": 4}", NULL};
     infer_map *m = infer_docs(docs);
     const map_table *t = root(m);
     ck_assert_ptr_null(by_path(t, "items")); /* not a column: a child table */
@@ -396,6 +397,37 @@ START_TEST(test_key_column)
     free(text);
     infer_map_free(m);
 
+    /* one type, but values its key column would refuse: a string of an ObjectId's hex digits (it would be one row
+     * with that ObjectId), binary of subtype 3 (one row with subtype 4 of its bytes in a uuid or bytea key) */
+    const char *hexlike[] = {"{\"_id\": \"A-17\"}", "{\"_id\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}", NULL};
+    const char *legacy[] = {"{\"_id\": {\"$binary\": {\"base64\": \"oO68mZwLTvi7bWu5vTgKEQ==\", \"subType\": \"03\"}}}",
+                            NULL};
+    const char *const *refused[] = {hexlike, legacy};
+    for (size_t i = 0; i < 2; i++) {
+        m = infer_docs(refused[i]);
+        t = root(m);
+        ck_assert_int_eq(t->cols[t->key].line, 0);
+        ck_assert_int_eq(t->cols[t->key].type.scalar, MAP_TEXT);
+        text = expect_roundtrip(m);
+        ck_assert_msg(strstr(text, "column._id") == NULL, "%s", text);
+        ck_assert_msg(strstr(text, "1 of them a ") != NULL && strstr(text, " key cannot hold exactly") != NULL, "%s",
+                      text);
+        free(text);
+        infer_map_free(m);
+    }
+    /* the same types where every value is exact: a key column */
+    const char *strs[] = {"{\"_id\": \"A-17\"}", "{\"_id\": \"65A1F0AAAAAAAAAAAAAAAAAA\"}", NULL};
+    const char *bins[] = {"{\"_id\": {\"$binary\": {\"base64\": \"oO68mZwLTvi7bWu5vTgKEQ==\", \"subType\": \"00\"}}}",
+                          NULL};
+    m = infer_docs(strs);
+    ck_assert_int_eq(root(m)->cols[root(m)->key].type.scalar, MAP_TEXT);
+    ck_assert_int_ne(root(m)->cols[root(m)->key].line, 0);
+    infer_map_free(m);
+    m = infer_docs(bins);
+    ck_assert_int_eq(root(m)->cols[root(m)->key].type.scalar, MAP_BYTEA);
+    ck_assert_int_ne(root(m)->cols[root(m)->key].line, 0);
+    infer_map_free(m);
+
     const char *compound[] = {"{\"_id\": {\"r\": 1, \"n\": 2}, \"x\": 1}", NULL};
     m = infer_docs(compound);
     t = root(m);
@@ -502,6 +534,199 @@ START_TEST(test_reserved_database)
     ck_assert_ptr_null(infer_build(s, "shop", "c", NULL, NULL, why, sizeof why));
     ck_assert_str_eq(why, "no documents");
     infer_stats_free(s);
+}
+END_TEST
+
+/* ---- hostile input ----------------------------------------------------------------------------------------------- */
+
+/* {d: {d: ... {leaf: 1} ...}} nested `levels` deep, appended to b under key. */
+static void append_deep(bson_t *b, const char *key, int levels)
+{
+    if (levels == 0) {
+        BSON_APPEND_INT32(b, key, 1);
+        return;
+    }
+    bson_t child;
+    BSON_APPEND_DOCUMENT_BEGIN(b, key, &child);
+    append_deep(&child, "d", levels - 1);
+    BSON_APPEND_UTF8(&child, "s", "x");
+    bson_append_document_end(b, &child);
+}
+
+/* An array holding an array ... `levels` deep, the innermost holding {x: 1}. */
+static void append_deep_array(bson_t *b, const char *key, int levels)
+{
+    bson_t child;
+    if (levels == 0) {
+        BSON_APPEND_DOCUMENT_BEGIN(b, key, &child);
+        BSON_APPEND_INT32(&child, "x", 1);
+        bson_append_document_end(b, &child);
+        return;
+    }
+    BSON_APPEND_ARRAY_BEGIN(b, key, &child);
+    append_deep_array(&child, "0", levels - 1);
+    bson_append_array_end(b, &child);
+}
+
+/* Field names that cannot be written, that are empty, huge or not UTF-8; far more fields than the path cap; nesting
+ * far below --depth; the same paths with other types in other documents; arrays of documents holding the same. The
+ * map is made, its text is bounded and loads back to the same map. */
+START_TEST(test_hostile_documents)
+{
+    size_t huge_len = 65536;
+    char *huge = malloc(huge_len + 1);
+    ck_assert_ptr_nonnull(huge);
+    memset(huge, 'n', huge_len);
+    huge[huge_len] = '\0';
+    const char *names[] = {"",        ".",           "..",  "$x", "a.b", "$", "\xff\xfe", "bad\xc3",
+                           "nl\nx",   "ctl\x01",     "[x]", "=",  "#",   ";", " ",        "\xe6\x97\xa5\xe6\x9c\xac",
+                           "quote\"", "back\\slash", "ok"};
+    size_t nnames = sizeof names / sizeof names[0];
+    infer_options o = {.depth = INFER_MAX_DEPTH};
+    infer_stats *s = infer_stats_new(&o);
+    ck_assert_ptr_nonnull(s);
+    for (int d = 0; d < 40; d++) {
+        bson_t *b = bson_new();
+        BSON_APPEND_INT32(b, "_id", d);
+        /* the hostile names, with a type that changes from document to document */
+        for (size_t i = 0; i < nnames; i++) {
+            if (d % 3 == 0)
+                bson_append_int32(b, names[i], -1, d);
+            else if (d % 3 == 1)
+                bson_append_utf8(b, names[i], -1, "v", -1);
+            else {
+                bson_t sub;
+                bson_append_document_begin(b, names[i], -1, &sub);
+                bson_append_int32(&sub, names[(i + 1) % nnames], -1, 1);
+                bson_append_document_end(b, &sub);
+            }
+        }
+        /* a 64 KB name, and 64 KB names that differ in each document */
+        bson_append_int32(b, huge, (int)huge_len, d);
+        huge[0] = (char)('A' + d % 26);
+        huge[1] = (char)('A' + d / 26);
+        bson_append_int32(b, huge, (int)huge_len, d);
+        huge[0] = huge[1] = 'n';
+        /* fields that are data: 600 new names a document, 24 000 in all, beyond the 10 000 paths counted */
+        for (int k = 0; k < 600; k++) {
+            char key[32];
+            snprintf(key, sizeof key, "id%d_%d", d, k);
+            BSON_APPEND_INT32(b, key, k);
+        }
+        append_deep(b, "deep", 150);
+        append_deep_array(b, "arrays", 150);
+        /* an array of documents with the same hostile names, nested too */
+        bson_t arr;
+        BSON_APPEND_ARRAY_BEGIN(b, "items", &arr);
+        for (int e = 0; e < 3; e++) {
+            char idx[8];
+            snprintf(idx, sizeof idx, "%d", e);
+            bson_t el;
+            BSON_APPEND_DOCUMENT_BEGIN(&arr, idx, &el);
+            for (size_t i = 0; i < nnames; i++)
+                bson_append_int32(&el, names[i], -1, e);
+            bson_append_int32(&el, huge, (int)huge_len, e);
+            append_deep(&el, "deep", 150);
+            bson_append_document_end(&arr, &el);
+        }
+        bson_append_array_end(b, &arr);
+        ck_assert(infer_stats_add(s, b));
+        bson_destroy(b);
+    }
+    char why[256] = "";
+    infer_map *m = infer_build(s, "shop", "orders", NULL, NULL, why, sizeof why);
+    infer_stats_free(s);
+    ck_assert_msg(m != NULL, "infer_build failed: %s", why);
+    char *text = expect_roundtrip(m);
+    /* bounded: 50 columns a table, lines of 199 characters, a comment or two each */
+    ck_assert_msg(strlen(text) < 100 * 1024, "%zu bytes of map", strlen(text));
+    ck_assert_msg(strstr(text, "more paths that are no column, not listed (at most 200 are)") != NULL, "%.2000s", text);
+    ck_assert_uint_le(root(m)->ncols, INFER_DEFAULT_MAX_COLUMNS);
+    ck_assert_ptr_nonnull(by_path(root(m), "ok"));
+    ck_assert_msg(strstr(text, "10000") != NULL, "the path cap is not said:\n%.2000s", text);
+    free(text);
+    infer_map_free(m);
+    free(huge);
+}
+END_TEST
+
+/* The resident memory of this process, in bytes. */
+static uint64_t resident_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    ck_assert_ptr_nonnull(f);
+    unsigned long size = 0, resident = 0;
+    ck_assert_int_eq(fscanf(f, "%lu %lu", &size, &resident), 2);
+    fclose(f);
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* 10 000 distinct field names of 64 KB each (250 to a document of 16 MB, as names that are data could be): the
+ * stats keep a bounded start of each, not 640 MB of names. */
+START_TEST(test_huge_names_bounded_memory)
+{
+    size_t len = 65536;
+    char *name = malloc(len + 1);
+    ck_assert_ptr_nonnull(name);
+    memset(name, 'n', len);
+    name[len] = '\0';
+    infer_stats *s = infer_stats_new(NULL);
+    uint64_t before = resident_bytes();
+    for (int d = 0; d < 40; d++) {
+        bson_t *b = bson_new();
+        BSON_APPEND_INT32(b, "_id", d);
+        for (int k = 0; k < 250; k++) {
+            /* distinct at the end: the start they share is all the stats keep */
+            snprintf(name + len - 12, 13, "%06d%06d", d, k);
+            bson_append_int32(b, name, (int)len, k);
+        }
+        ck_assert(infer_stats_add(s, b));
+        bson_destroy(b);
+    }
+    uint64_t grown = resident_bytes() - before;
+#ifndef __SANITIZE_ADDRESS__
+    ck_assert_msg(grown < UINT64_C(256) << 20, "the stats grew the process by %" PRIu64 " MB", grown >> 20);
+#else
+    (void)grown; /* AddressSanitizer keeps freed documents in its quarantine: the resident size says nothing here */
+#endif
+    char why[256] = "";
+    infer_map *m = infer_build(s, "shop", "orders", NULL, NULL, why, sizeof why);
+    infer_stats_free(s);
+    ck_assert_msg(m != NULL, "%s", why);
+    char *text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "the path is too long") != NULL, "%.2000s", text);
+    free(text);
+    infer_map_free(m);
+    free(name);
+}
+END_TEST
+
+/* 1 000 documents of 2 000 fields that are data, new in each document, beyond the 10 000 paths counted: each field
+ * is found (or found missing) by its name's hash, not by a scan of the 10 000 others (minutes for this sample). */
+START_TEST(test_many_fields_are_found_fast)
+{
+    infer_stats *s = infer_stats_new(NULL);
+    for (int d = 0; d < 1000; d++) {
+        bson_t *b = bson_new();
+        BSON_APPEND_INT32(b, "_id", d);
+        for (int k = 0; k < 2000; k++) {
+            char key[32];
+            snprintf(key, sizeof key, "f%d_%d", d, k);
+            BSON_APPEND_INT32(b, key, k);
+        }
+        BSON_APPEND_INT32(b, "f0_7", d); /* met again in every document */
+        ck_assert(infer_stats_add(s, b));
+        bson_destroy(b);
+    }
+    char why[256] = "";
+    infer_map *m = infer_build(s, "shop", "orders", NULL, NULL, why, sizeof why);
+    infer_stats_free(s);
+    ck_assert_msg(m != NULL, "%s", why);
+    char *text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "; f0_7: 100% present; int32 100%\n") != NULL, "%.3000s", text);
+    ck_assert_msg(strstr(text, "more than 10000 distinct paths") != NULL, "%.1000s", text);
+    free(text);
+    infer_map_free(m);
 }
 END_TEST
 
@@ -672,5 +897,12 @@ Suite *infer_suite(void)
     tcase_add_test(tc, test_presence_comments);
     tcase_add_test(tc, test_roundtrip_varied);
     suite_add_tcase(s, tc);
+    /* samples of many megabytes: a bound far above what they take, far below what they took before */
+    TCase *hostile = tcase_create("hostile");
+    tcase_set_timeout(hostile, 30);
+    tcase_add_test(hostile, test_hostile_documents);
+    tcase_add_test(hostile, test_huge_names_bounded_memory);
+    tcase_add_test(hostile, test_many_fields_are_found_fast);
+    suite_add_tcase(s, hostile);
     return s;
 }

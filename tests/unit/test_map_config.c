@@ -332,8 +332,15 @@ START_TEST(test_errors_of_lines)
     expect_error("[map shop.orders]\nkey = nope\ncolumn.id = text from _id\n", "key = nope", "key: no column \"nope\"");
     expect_error("[map shop.orders]\ncolumn.a = text from _id\ncolumn.b = uuid from _id\n", "column.b",
                  "both take _id: say which is the key with key = NAME");
+    /* a key that cannot hold every _id exactly (jsonb: {a: 1, b: 2} and {b: 2, a: 1} are one jsonb value) */
+    expect_error("[map shop.orders]\ncolumn.id = jsonb from _id\n", "column.id",
+                 "the key column \"id\" is jsonb: a jsonb key cannot hold every _id exactly");
+    expect_error("[map shop.orders]\ncolumn.id = text[] from _id\n", "column.id",
+                 "the key column \"id\" is text[]: a key of an array type cannot hold every _id exactly");
     /* the same pair with key = is fine */
     config c;
+    load_ok("[map shop.orders]\ncolumn.a = text from _id\ncolumn.b = jsonb from _id\nkey = a\n", &c);
+    config_free(&c);
     load_ok("[map shop.orders]\ncolumn.a = text from _id\ncolumn.b = uuid from _id\nkey = b\n", &c);
     ck_assert_uint_eq(c.maps.colls[0].table.key, 1);
     config_free(&c);
