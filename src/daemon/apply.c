@@ -107,6 +107,7 @@ typedef struct {
     bool repeat_has_pos;
     op_pos repeat_pos;
     char repeat_msg[256];
+    op_pos repeat_committed; /* the checkpoint when it last failed: unmoved, it is the same stuck group */
     uint64_t repeat_count;
     char retry_reason[SINK_ACTIVITY_MAX + 1]; /* why the last session ended for a retry, for the activity */
     /* 1 + the session's commits when the last idle marker was taken; 0: none yet (see behind()) */
@@ -470,10 +471,16 @@ static void same_failure_again(daemon_ctx *d, const char *msg)
     const char *state = sink_error_state(d->snk);
     op_pos pos = {0, 0, -1};
     bool has_pos = sink_error_pos(d->snk, &pos);
-    bool same =
-        strcmp(state, d->repeat_state) == 0 && has_pos == d->repeat_has_pos &&
+    /* The same op: its position, or the message when the sink named none. Or, whatever the position, nothing was
+     * committed since the last such failure: an error raised at COMMIT (a deferred trigger) is placed at the group's
+     * last entry, and the group grows as entries arrive, but a checkpoint that does not move is one stuck group. */
+    bool same_op =
+        has_pos == d->repeat_has_pos &&
         (has_pos ? op_pos_cmp(&pos, &d->repeat_pos) == 0 : strncmp(msg, d->repeat_msg, sizeof d->repeat_msg - 1) == 0);
+    bool stuck = d->repeat_count > 0 && op_pos_cmp(&d->committed, &d->repeat_committed) == 0;
+    bool same = strcmp(state, d->repeat_state) == 0 && (same_op || stuck);
     d->repeat_count = same ? d->repeat_count + 1 : 1;
+    d->repeat_committed = d->committed;
     snprintf(d->repeat_state, sizeof d->repeat_state, "%s", state);
     d->repeat_has_pos = has_pos;
     d->repeat_pos = pos;

@@ -17,6 +17,7 @@
 #include <check.h>
 #include <libpq-fe.h>
 #include <mongoc/mongoc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,59 @@ START_TEST(test_unlisted_sqlstate_stops)
     denv_daemon_start(&e);
     ck_assert(denv_wait_caught_up(&e, 60));
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_errunl_a.c"), 12);
+    denv_expect_match(&e);
+    denv_stop(&e);
+}
+END_TEST
+
+/* The same unlisted SQLSTATE raised at COMMIT, by a deferred constraint trigger, while other entries keep arriving:
+ * the sink places such an error at the group's last entry, which moves on at each retry as the group takes in the
+ * new entries. The checkpoint does not move, though, and that is what counts: the daemon stops after the bound. */
+typedef struct {
+    const denv *e;
+    volatile bool stop;
+} trickle;
+
+static void *trickle_main(void *arg)
+{
+    trickle *t = arg;
+    for (int id = 1; !t->stop && id <= 3000; id++) {
+        denv_insert_range(t->e, "rep_errdef_a", "d", id, id);
+        usleep(100000);
+    }
+    return NULL;
+}
+
+START_TEST(test_unlisted_sqlstate_at_commit_stops)
+{
+    denv e;
+    denv_start(&e, "errdef", NULL, "unlisted_error_limit = 3\n");
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    denv_insert_range(&e, "rep_errdef_a", "c", 1, 5);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    denv_pg_exec("CREATE FUNCTION rep_errdef_a.late() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                 "IF (NEW.doc->>'v')::int = 80 THEN RAISE EXCEPTION 'not at commit' USING ERRCODE = 'XY124'; END IF; "
+                 "RETURN NULL; END $$; "
+                 "CREATE CONSTRAINT TRIGGER late AFTER INSERT OR UPDATE ON rep_errdef_a.c DEFERRABLE INITIALLY "
+                 "DEFERRED FOR EACH ROW EXECUTE FUNCTION rep_errdef_a.late()");
+    trickle t = {.e = &e};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, trickle_main, &t), 0);
+    denv_insert_range(&e, "rep_errdef_a", "c", 6, 12); /* _id 8 has v 80 */
+    bool stopped = proc_wait(&e.daemon, 180);
+    t.stop = true;
+    pthread_join(th, NULL);
+    ck_assert_msg(stopped, "the daemon kept retrying the same unlisted error raised at commit");
+    ck_assert_int_eq(proc_exit_code(&e.daemon), 3);
+    e.daemon.pid = 0;
+    ck_assert_msg(denv_file_contains(e.log, "failed 3 times in a row with SQLSTATE XY124"),
+                  "the log does not say why it stopped");
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_errdef_a.c WHERE _id = '8'"), 0);
+    denv_pg_exec("DROP TRIGGER late ON rep_errdef_a.c; DROP FUNCTION rep_errdef_a.late()");
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_errdef_a.c"), 12);
     denv_expect_match(&e);
     denv_stop(&e);
 }
@@ -320,6 +374,7 @@ Suite *errors_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_trigger_raise_is_a_dead_letter);
     tcase_add_test(tc, test_unlisted_sqlstate_stops);
+    tcase_add_test(tc, test_unlisted_sqlstate_at_commit_stops);
     tcase_add_test(tc, test_status_while_retrying);
     tcase_add_test(tc, test_lock_table_bound_never_raised);
     tcase_add_test(tc, test_lock_table_entry_stops);
