@@ -507,9 +507,12 @@ static void same_failure_again(daemon_ctx *d, const char *msg)
 }
 
 /* A failure while applying: passing ones end the session, a refusal of data goes careful, the rest stop. */
+static void refresh_committed(daemon_ctx *d);
+
 static void on_sink_failure(daemon_ctx *d, apply_status st)
 {
     const char *msg = sink_error(d->snk)[0] ? sink_error(d->snk) : "applying an oplog entry failed";
+    refresh_committed(d); /* the stuck check and the stop messages read the checkpoint as of now */
     switch (st) {
     case APPLY_RETRY:
     case APPLY_NOMEM: {
@@ -542,18 +545,26 @@ static void on_sink_failure(daemon_ctx *d, apply_status st)
         end_session(d, END_REWIND, 0);
         break;
     }
-    case APPLY_CONFIG:
+    case APPLY_CONFIG: {
+        /* Outside careful and per-op sessions the failed group is rolled back whole: what is kept is the checkpoint,
+         * which may be some entries before this one. */
+        char at[OP_POS_STRLEN];
         log_error("%s", msg);
-        log_error("stopped; everything before this entry is committed. Fix the cause and start oplog2pg again: it "
-                  "resumes at this entry");
+        log_error("stopped; what is committed ends at the checkpoint %s, and nothing after it is applied. Fix the "
+                  "cause and start oplog2pg again: it resumes there",
+                  op_pos_format(&d->committed, at, sizeof at));
         end_session(d, END_FATAL, EXIT_CONFIG);
         break;
-    case APPLY_UNRECORDABLE:
+    }
+    case APPLY_UNRECORDABLE: {
+        char at[OP_POS_STRLEN];
         log_error("%s", msg);
-        log_error("stopped; everything before this entry is committed, and the entry is not applied: it resumes at "
-                  "this entry once PostgreSQL can take it or its record");
+        log_error("stopped; what is committed ends at the checkpoint %s, and nothing after it is applied: it resumes "
+                  "there once PostgreSQL can take the entry or its record",
+                  op_pos_format(&d->committed, at, sizeof at));
         end_session(d, END_FATAL, EXIT_UNSUPPORTED);
         break;
+    }
     case APPLY_DATA:
         if (!d->careful) {
             /* The group failed as a whole: find the op, committing each entry before it on its own. */

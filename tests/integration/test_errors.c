@@ -214,6 +214,40 @@ START_TEST(test_unlisted_sqlstate_at_commit_stops)
 }
 END_TEST
 
+/* An error that needs a person (class 42, here raised by a trigger) in the middle of a flush group: the group is
+ * rolled back whole, so the stop message names the checkpoint the next start resumes at, not "everything before this
+ * entry", which the rows before it in the same group would belie. */
+START_TEST(test_config_stop_names_the_checkpoint)
+{
+    denv e;
+    denv_start(&e, "errcfg", NULL, NULL);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    denv_insert_range(&e, "rep_errcfg_a", "c", 1, 5);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert(proc_stop(&e.daemon, 30));
+    uint64_t ck = denv_checkpoint_ts(e.service);
+    add_trigger("rep_errcfg_a", "c", 80, "EXCEPTION 'no' USING ERRCODE = '42501'");
+    denv_insert_range(&e, "rep_errcfg_a", "c", 6, 12); /* one group; _id 8 has v 80 */
+    denv_daemon_start(&e);
+    ck_assert_msg(proc_wait(&e.daemon, 60), "the daemon did not stop");
+    ck_assert_int_eq(proc_exit_code(&e.daemon), 3);
+    e.daemon.pid = 0;
+    ck_assert_uint_eq(denv_checkpoint_ts(e.service), ck);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_errcfg_a.c"), 5);
+    char want[120];
+    snprintf(want, sizeof want, "stopped; what is committed ends at the checkpoint %u:%u,", (unsigned)(ck >> 32),
+             (unsigned)(ck & 0xffffffffu));
+    ck_assert_msg(denv_file_contains(e.log, want), "the stop message does not name the checkpoint (%s)", want);
+    ck_assert(!denv_file_contains(e.log, "everything before this entry is committed"));
+    drop_trigger("rep_errcfg_a", "c");
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    denv_expect_match(&e);
+    denv_stop(&e);
+}
+END_TEST
+
 /* ---- status between sessions ---- */
 
 /* While the daemon retries a passing fault (a trigger raising 40001, a serialization failure, until it is dropped),
@@ -374,6 +408,7 @@ Suite *errors_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_trigger_raise_is_a_dead_letter);
     tcase_add_test(tc, test_unlisted_sqlstate_stops);
+    tcase_add_test(tc, test_config_stop_names_the_checkpoint);
     tcase_add_test(tc, test_unlisted_sqlstate_at_commit_stops);
     tcase_add_test(tc, test_status_while_retrying);
     tcase_add_test(tc, test_lock_table_bound_never_raised);
