@@ -481,16 +481,11 @@ static bool build_created(bson_t *out, char *const *parts, size_t n, const bson_
     return bson_append_document_end(out, &sub) && ok;
 }
 
-/* A $v:1 edit of element `index` of child table ch's array, which the entry alone cannot place: it does not say
- * whether the element, or the array, is there (see MAP_EDIT_CHILD_IF). value: the element's new value (UPSERT), the
- * document created (CREATE), or NULL (EXISTS: the element becomes null). */
-static project_status child_if(walk *w, size_t table, const map_child *ch, uint32_t index, map_child_if mode,
-                               const bson_value_t *value)
+/* The row of element `index` of child table ch, as edit e's value: projected from value, or a row of nulls when value
+ * is NULL (the element set to null). count_nulled: values the types refuse count in the plan's nulled. Ends e. */
+static project_status element_row(walk *w, map_edit *e, const map_child *ch, uint32_t index, const bson_value_t *value,
+                                  bool count_nulled)
 {
-    map_edit *e = add_edit(w, MAP_EDIT_CHILD_IF, table, (size_t)mode, index);
-    if (e == NULL)
-        return PROJECT_NOMEM;
-    e->n = index;
     map_rows rows = {.buf = STRBUF_INIT};
     project_status st;
     if (value != NULL) {
@@ -500,8 +495,8 @@ static project_status child_if(walk *w, size_t table, const map_child *ch, uint3
         bson_iter_t it;
         bson_iter_init(&it, &one);
         bson_iter_next(&it);
-        st = project_element(w->m, ch, &it, index, w->key, w->key_len, &rows,
-                             mode == MAP_CHILD_IF_CREATE ? NULL : &w->plan->nulled, w->why, w->whylen);
+        st = project_element(w->m, ch, &it, index, w->key, w->key_len, &rows, count_nulled ? &w->plan->nulled : NULL,
+                             w->why, w->whylen);
         bson_destroy(&one);
     } else {
         st = project_row(w->m, ch->table, NULL, 0, w->key, w->key_len, index, &rows, &w->plan->nulled, w->why,
@@ -514,6 +509,19 @@ static project_status child_if(walk *w, size_t table, const map_child *ch, uint3
     strbuf_free(&rows.buf);
     end_value(w, e);
     return st != PROJECT_OK ? st : w->nomem ? PROJECT_NOMEM : PROJECT_OK;
+}
+
+/* A $v:1 edit of element `index` of child table ch's array, which the entry alone cannot place: it does not say
+ * whether the element, or the array, is there (see MAP_EDIT_CHILD_IF). value: the element's new value (UPSERT), the
+ * document created (CREATE), or NULL (EXISTS: the element becomes null). */
+static project_status child_if(walk *w, size_t table, const map_child *ch, uint32_t index, map_child_if mode,
+                               const bson_value_t *value)
+{
+    map_edit *e = add_edit(w, MAP_EDIT_CHILD_IF, table, (size_t)mode, index);
+    if (e == NULL)
+        return PROJECT_NOMEM;
+    e->n = index;
+    return element_row(w, e, ch, index, value, mode != MAP_CHILD_IF_CREATE);
 }
 
 static project_status apply_to_child(walk *w, const map_table *t, const map_child *ch, const prim *pr, size_t depth)
@@ -597,28 +605,7 @@ static project_status apply_to_child(walk *w, const map_table *t, const map_chil
         map_edit *e = add_edit(w, MAP_EDIT_CHILD_ROW, table, 0, index);
         if (e == NULL)
             return PROJECT_NOMEM;
-        map_rows rows = {.buf = STRBUF_INIT};
-        project_status st;
-        if (pr->kind == PRIM_SET) {
-            /* the element as a one-element array, so the one path projects it */
-            bson_t one = BSON_INITIALIZER;
-            bson_append_value(&one, "0", 1, pr->value);
-            bson_iter_t it;
-            bson_iter_init(&it, &one);
-            bson_iter_next(&it);
-            st = project_element(w->m, ch, &it, index, w->key, w->key_len, &rows, &w->plan->nulled, w->why, w->whylen);
-            bson_destroy(&one);
-        } else {
-            st = project_row(w->m, ch->table, NULL, 0, w->key, w->key_len, index, &rows, &w->plan->nulled, w->why,
-                             w->whylen);
-        }
-        if (st == PROJECT_OK && strbuf_failed(&rows.buf))
-            st = PROJECT_NOMEM;
-        if (st == PROJECT_OK)
-            strbuf_append(&w->plan->data, rows.buf.data, rows.buf.len);
-        strbuf_free(&rows.buf);
-        end_value(w, e);
-        return st != PROJECT_OK ? st : w->nomem ? PROJECT_NOMEM : PROJECT_OK;
+        return element_row(w, e, ch, index, pr->kind == PRIM_SET ? pr->value : NULL, true);
     }
     if (v1 && pr->kind == PRIM_SET) {
         /* a $v:1 path below element `index`: when the element is not there, the server pads the array with nulls
