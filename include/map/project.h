@@ -26,6 +26,7 @@
 
 #include "core/op.h"
 #include "map/map.h"
+#include "map/tuple.h"
 #include "util/strbuf.h"
 
 typedef enum project_status {
@@ -46,19 +47,6 @@ const map_table *map_table_at(const map_collection *m, size_t i);
 size_t map_table_fields(const map_table *t);
 /* Field i's name and SQL type (buf holds the type text). */
 const char *map_table_field(const map_table *t, size_t i, char *type, size_t typelen);
-
-/* The rows of one document: records of (uint16 table number, uint32 tuple length, tuple), one after another. */
-typedef struct map_rows {
-    strbuf buf;
-    uint32_t count; /* records */
-} map_rows;
-
-typedef struct map_row_iter {
-    const uint8_t *p, *end;
-} map_row_iter;
-
-void map_rows_iter(const map_rows *r, map_row_iter *it);
-bool map_rows_next(map_row_iter *it, uint16_t *table, const uint8_t **tuple, uint32_t *len);
 
 /* Appends the rows of doc (the whole document, with its _id) to out. The key column's value comes from id. nulled
  * counts values that became NULL by on_type_error = null. */

@@ -47,10 +47,9 @@ size_t sink_batch_rows(const sink_batch *b);
 /* The bytes the rows hold (keys and JSON). */
 size_t sink_batch_bytes(const sink_batch *b);
 /* A streaming run's rows, once sent, let go of to bound its memory: they still count in rows and bytes, but the
- * batch no longer holds them (held_rows, held_bytes), so it can no longer be re-sent (whole answers false). */
+ * batch no longer holds them (held_rows), so it can no longer be re-sent (whole answers false). */
 void sink_batch_let_go(sink_batch *b);
 size_t sink_batch_held_rows(const sink_batch *b);
-size_t sink_batch_held_bytes(const sink_batch *b);
 bool sink_batch_whole(const sink_batch *b);
 /* Row i's texts (valid until the next reset). */
 void sink_batch_row(const sink_batch *b, size_t i, const char **key, size_t *key_len, const char **json,

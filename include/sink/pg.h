@@ -150,8 +150,9 @@ sink_status sink_delete(sink *s, const char *db, const char *coll, const char *k
 sink_status sink_apply_mapped(sink *s, const op *o);
 sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos *pos);
 sink_status sink_drop(sink *s, const char *db, const char *coll, const op_pos *pos);
+/* A rename drops a target this service owns first (as a rename with dropTarget, or one left from an earlier run). */
 sink_status sink_rename(sink *s, const char *db, const char *coll, const char *to_db, const char *to_coll,
-                        bool drop_target, const op_pos *pos);
+                        const op_pos *pos);
 sink_status sink_drop_database(sink *s, const char *db, const op_pos *pos);
 sink_status sink_truncate(sink *s, const char *db, const char *coll, const op_pos *pos);
 
@@ -190,10 +191,6 @@ bool sink_record_dead_letter(pgconn *c, const char *service, const op *o, const 
 /* Records that o cannot be written for the reason why (its text could not be made) as the sink's error, naming the
  * op; returns APPLY_DATA (or, when the sink already holds a failure, that one, whose message it keeps). */
 sink_status sink_refuse(sink *s, const op *o, const char *why);
-
-/* An oplog position stored as three columns (seconds, increment, term; a NULL term is -1) of a text-format result,
- * from column col of row: the checkpoint's and the copy state's. */
-void sink_row_pos(const PGresult *res, int row, int col, op_pos *out);
 
 /* Installs (or brings up to date) the oplog2pg schema and the update functions on c, one installer at a time per
  * database (a transaction-scoped advisory lock). Every sink connect (each start and reconnect) and every copy run

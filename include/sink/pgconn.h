@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "core/op.h"
 #include "core/status.h"
 
 /* Called at least every wait_slice_ms while a call waits on PostgreSQL (from the first slice on). what: "the
@@ -87,5 +88,9 @@ bool pgconn_copy_end(pgconn *c, pgconn_error *err);
 /* Fills err from a result (or from the connection when res is NULL). */
 void pgconn_set_error(pgconn *c, const PGresult *res, bool data_statement, pgconn_error *err, const char *context);
 void pgconn_error_clear(pgconn_error *err);
+
+/* An oplog position stored as three columns (seconds, increment, term; a NULL term is -1) of a text-format result,
+ * from column col of row: the checkpoint's and the copy state's. */
+void sink_row_pos(const PGresult *res, int row, int col, op_pos *out);
 
 #endif

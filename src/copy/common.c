@@ -41,10 +41,9 @@ void copy_id_text(const uint8_t *bson, uint32_t len, char *buf, size_t buflen)
 }
 /* The shared libpq layer (sink/pgconn.h) under the names of the calls it replaces: a result, or NULL with the
  * error (its class from the one policy, sink/pgerror.h) in pg->last. */
-PGresult *copy_query_params(pgconn *pg, const char *sql, int n, const Oid *types, const char *const *values,
-                            const int *lengths, const int *formats, int result_format)
+PGresult *copy_query_params(pgconn *pg, const char *sql, int n, const char *const *values, const int *lengths,
+                            const int *formats, int result_format)
 {
-    (void)types;
     PGresult *r = NULL;
     pgconn_exec_params(pg, sql, n, values, lengths, formats, result_format, &r, false, &pg->last);
     return r;
@@ -52,7 +51,7 @@ PGresult *copy_query_params(pgconn *pg, const char *sql, int n, const Oid *types
 
 PGresult *copy_query(pgconn *pg, const char *sql)
 {
-    return copy_query_params(pg, sql, 0, NULL, NULL, NULL, NULL, 0);
+    return copy_query_params(pg, sql, 0, NULL, NULL, NULL, 0);
 }
 
 const char *copy_pg_error(const pgconn *pg)

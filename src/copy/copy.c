@@ -383,7 +383,7 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
     PGresult *r = copy_query_params(pg,
                                     "UPDATE oplog2pg.copy_state SET finished_at = now(), end_sec = $2, end_inc = $3, "
                                     "end_term = $4 WHERE service = $1",
-                                    4, NULL, fp, NULL, NULL, 0);
+                                    4, fp, NULL, NULL, 0);
     bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     if (!ok) {

@@ -88,8 +88,8 @@ bool copy_skip_namespace(const nsfilter *f, const char *db, const char *coll);
 void copy_id_text(const uint8_t *bson, uint32_t len, char *buf, size_t buflen);
 /* The shared libpq layer (sink/pgconn.h): a result, or NULL with the error (its class from the one policy,
  * sink/pgerror.h) in pg->last. */
-PGresult *copy_query_params(pgconn *pg, const char *sql, int n, const Oid *types, const char *const *values,
-                            const int *lengths, const int *formats, int result_format);
+PGresult *copy_query_params(pgconn *pg, const char *sql, int n, const char *const *values, const int *lengths,
+                            const int *formats, int result_format);
 PGresult *copy_query(pgconn *pg, const char *sql);
 const char *copy_pg_error(const pgconn *pg);
 /* Whether the last failure on pg may pass by itself (the one policy: only APPLY_RETRY and APPLY_NOMEM do). */

@@ -153,7 +153,7 @@ bool copy_plan_store(pgconn *pg, const char *service, const op_pos *start, const
     PGresult *r = copy_query_params(pg,
                                     "INSERT INTO oplog2pg.copy_state (service, start_sec, start_inc, start_term) "
                                     "VALUES ($1, $2, $3, $4)",
-                                    4, NULL, sp, NULL, NULL, 0);
+                                    4, sp, NULL, NULL, 0);
     bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     for (size_t i = 0; ok && i < p->n; i++) {
@@ -165,7 +165,7 @@ bool copy_plan_store(pgconn *pg, const char *service, const op_pos *start, const
         r = copy_query_params(pg,
                               "INSERT INTO oplog2pg.copy_progress (service, db, coll, total_estimate, uuid) "
                               "VALUES ($1, $2, $3, $4, $5::bytea)",
-                              5, NULL, pp, lens, fmts, 0);
+                              5, pp, lens, fmts, 0);
         ok = PQresultStatus(r) == PGRES_COMMAND_OK;
         PQclear(r);
     }

@@ -22,7 +22,7 @@ int copy_state_load(pgconn *pg, const char *service, op_pos *start, bool *finish
     PGresult *r = copy_query_params(pg,
                                     "SELECT start_sec, start_inc, start_term, finished_at IS NOT NULL "
                                     "FROM oplog2pg.copy_state WHERE service = $1",
-                                    1, NULL, p, NULL, NULL, 0);
+                                    1, p, NULL, NULL, 0);
     int rc = -1;
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         snprintf(err, errlen, "reading oplog2pg.copy_state: %s", copy_pg_error(pg));
@@ -53,7 +53,7 @@ bool copy_jobs_load(pgconn *pg, const char *service, job **out, size_t *nout, ch
         copy_query_params(pg,
                           "SELECT db, coll, last_id, copied, total_estimate, done, uuid FROM oplog2pg.copy_progress "
                           "WHERE service = $1 ORDER BY db, coll",
-                          1, NULL, p, NULL, NULL, 1);
+                          1, p, NULL, NULL, 1);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         snprintf(err, errlen, "reading oplog2pg.copy_progress: %s", copy_pg_error(pg));
         copy_trim_nl(err);
@@ -123,7 +123,7 @@ bool copy_reset(const char *pg_conninfo, const char *service, const nsfilter *fi
     if (!copy_pg_exec(pg, "BEGIN", m, sizeof m, NULL))
         goto fail;
     const char *sp[1] = {service};
-    r = copy_query_params(pg, "DELETE FROM oplog2pg.copy_state WHERE service = $1", 1, NULL, sp, NULL, NULL, 0);
+    r = copy_query_params(pg, "DELETE FROM oplog2pg.copy_state WHERE service = $1", 1, sp, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
         snprintf(m, sizeof m, "forgetting the copy state: %s", copy_pg_error(pg));
         goto fail_rb;
@@ -132,8 +132,8 @@ bool copy_reset(const char *pg_conninfo, const char *service, const nsfilter *fi
     /* Only the tables the catalog says this service made, for the namespaces the filter includes: a table of
      * someone else, or of another service, is never touched. */
     r = copy_query_params(
-        pg, "SELECT schema_name, table_name, db, coll FROM oplog2pg.tables WHERE service = $1 ORDER BY 1, 2", 1, NULL,
-        sp, NULL, NULL, 0);
+        pg, "SELECT schema_name, table_name, db, coll FROM oplog2pg.tables WHERE service = $1 ORDER BY 1, 2", 1, sp,
+        NULL, NULL, 0);
     if (r == NULL) {
         snprintf(m, sizeof m, "listing the catalog: %s", copy_pg_error(pg));
         goto fail_rb;
@@ -152,9 +152,9 @@ bool copy_reset(const char *pg_conninfo, const char *service, const nsfilter *fi
         PQfreemem(qt);
         const char *dv[3] = {service, schema, table};
         PGresult *dr = NULL;
-        bool ok = drop ? (dr = copy_query_params(pg, "SELECT oplog2pg.drop_table($1, $2, $3)", 3, NULL, dv, NULL, NULL,
-                                                 0)) != NULL
-                       : sql != NULL && copy_pg_exec(pg, sql, m, sizeof m, NULL);
+        bool ok =
+            drop ? (dr = copy_query_params(pg, "SELECT oplog2pg.drop_table($1, $2, $3)", 3, dv, NULL, NULL, 0)) != NULL
+                 : sql != NULL && copy_pg_exec(pg, sql, m, sizeof m, NULL);
         PQclear(dr);
         free(sql);
         if (!ok) {
@@ -208,7 +208,7 @@ bool copy_state_read(const char *pg_conninfo, const char *service, copy_state *o
     r = copy_query_params(pg,
                           "SELECT start_sec, start_inc, start_term, started_at::text, COALESCE(finished_at::text, '') "
                           "FROM oplog2pg.copy_state WHERE service = $1",
-                          1, NULL, sp, NULL, NULL, 0);
+                          1, sp, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         goto pgfail;
     if (PQntuples(r) == 0) {
@@ -226,7 +226,7 @@ bool copy_state_read(const char *pg_conninfo, const char *service, copy_state *o
         pg,
         "SELECT db, coll, copied, total_estimate, done FROM oplog2pg.copy_progress WHERE service = $1 "
         "ORDER BY db, coll",
-        1, NULL, sp, NULL, NULL, 0);
+        1, sp, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         goto pgfail;
     size_t n = (size_t)PQntuples(r);

@@ -27,6 +27,7 @@
 #include "map/project.h"
 #include "sink/mapped.h"
 #include "sink/pg.h"
+#include "sink/rows.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -50,6 +51,7 @@ struct copy_writer {
     map_rows rows; /* one document's rows, reused (a careful batch projects its documents again) */
     bool stage_ready;
     bool data_refused;          /* the last batch failed because PostgreSQL refused a row's data */
+    bool send_retryable;        /* the row writer's statement that failed may succeed on a retry */
     bool malformed;             /* the last batch broke the copy's own invariants (see batch_malformed) */
     apply_status connect_fault; /* the class of the last failed connect (APPLY_OK when it connected) */
     double stop_seen;           /* when a wait on PostgreSQL first saw the copy stopping (0: not yet) */
@@ -148,104 +150,64 @@ bool copy_batch_check(const copy_batch *b, size_t ntables, char *why, size_t why
     return true;
 }
 
-/* Sends the batch as a binary COPY into `target` (a quoted table). *dup when it met an existing _id. */
+/* Sends the batch as a binary COPY into `target` (a quoted table; a typed map's tables go by their own names). *dup
+ * when it met an existing _id. */
 static bool copy_send(copy_writer *w, const copy_batch *b, const char *target, bool *dup, bool *retryable)
 {
     char sql[700];
-    pgconn_error e;
-    if (w->map != NULL) {
-        /* a mapped collection: one COPY per table that has rows */
-        *dup = false;
-        const map_rows *rows = sink_batch_mapped(b->rows); /* every row's table checked (copy_batch_check) */
-        for (size_t k = 0; k < w->nmtabs; k++) {
-            map_row_iter it;
-            map_rows_iter(rows, &it);
-            uint16_t t;
-            const uint8_t *tuple;
-            uint32_t len;
-            bool any = false;
-            while (!any && map_rows_next(&it, &t, &tuple, &len))
-                any = t == k;
-            if (!any)
-                continue;
-            if (!pgconn_copy_start(w->pg, w->mtabs[k].copy_sql, &e) ||
-                !sink_batch_copy_mapped(w->pg, b->rows, (uint16_t)k, &e)) {
-                *dup = strcmp(e.sqlstate, "23505") == 0;
-                *retryable = e.status == APPLY_RETRY || e.status == APPLY_NOMEM;
-                w->data_refused = e.status == APPLY_DATA && !*dup;
-                snprintf(w->err, sizeof w->err, "COPY into %s failed: %s", w->mtabs[k].qname, e.message);
-                return false;
-            }
-        }
-        return true;
-    }
     snprintf(sql, sizeof sql, "COPY %s (" SINK_COLUMNS ") FROM STDIN (FORMAT binary)", target);
+    sink_rows_dest d = {.copy_sql = sql, .mtabs = w->mtabs, .nmtabs = w->nmtabs};
+    pgconn_error e;
+    size_t failed;
     *dup = false;
-    if (pgconn_copy_start(w->pg, sql, &e) && sink_batch_copy(w->pg, b->rows, &e))
+    if (sink_rows_copy(w->pg, &d, b->rows, &failed, &e)) /* every row's table checked (copy_batch_check) */
         return true;
     *dup = strcmp(e.sqlstate, "23505") == 0;
     *retryable = e.status == APPLY_RETRY || e.status == APPLY_NOMEM;
     w->data_refused = e.status == APPLY_DATA && !*dup;
-    snprintf(w->err, sizeof w->err, "COPY failed: %s", e.message);
+    if (w->map != NULL)
+        snprintf(w->err, sizeof w->err, "COPY into %s failed: %s", w->mtabs[failed].qname, e.message);
+    else
+        snprintf(w->err, sizeof w->err, "COPY failed: %s", e.message);
     return false;
 }
 
-/* Upserts the rows of whole documents (records): each parent row with its child rows replaced. In the open
- * transaction; one statement at a time (only after a COPY met an existing key, or for a careful batch). */
+/* The copy's way of sending the row writer's statements: one at a time, waiting for each. */
+static bool send_row_stmt(void *arg, sink_rows_stmt stmt, size_t k, int n, const char *const *values,
+                          const int *lengths, const int *formats)
+{
+    copy_writer *w = arg;
+    const char *sql = stmt == SINK_ROWS_UPSERT ? w->mtabs[k].upsert_sql : w->mtabs[k].children_sql;
+    pgconn_error e;
+    if (pgconn_exec_params(w->pg, sql, n, values, lengths, formats, 0, NULL, true, &e))
+        return true;
+    w->send_retryable = e.status == APPLY_RETRY || e.status == APPLY_NOMEM;
+    w->data_refused = e.status == APPLY_DATA;
+    snprintf(w->err, sizeof w->err, "%s", e.message);
+    return false;
+}
+
+/* Upserts the rows of whole documents (records): each parent row with its child rows replaced (sink/rows.h). In the
+ * open transaction; one statement at a time (only after a COPY met an existing key, or for a careful batch). */
 static bool upsert_mapped(copy_writer *w, const map_rows *rows, bool *retryable)
 {
-    map_row_iter it;
-    map_rows_iter(rows, &it);
-    uint16_t k;
-    const uint8_t *tuple;
-    uint32_t len;
-    while (map_rows_next(&it, &k, &tuple, &len)) {
-        if (k >= w->nmtabs) {
-            char what[120];
-            snprintf(what, sizeof what, "a row for table %u of a map with %zu tables", (unsigned)k, w->nmtabs);
-            return batch_malformed(w, what);
-        }
-        uint16_t nf = (uint16_t)(tuple[0] << 8 | tuple[1]);
-        const char **values = calloc(nf ? nf : 1, sizeof *values);
-        int *lengths = calloc(nf ? nf : 1, sizeof *lengths), *formats = calloc(nf ? nf : 1, sizeof *formats);
-        if (values == NULL || lengths == NULL || formats == NULL) {
-            free(values);
-            free(lengths);
-            free(formats);
-            *retryable = true;
-            snprintf(w->err, sizeof w->err, "out of memory");
-            return false;
-        }
-        const uint8_t *f = tuple + 2, *key = NULL;
-        for (uint16_t i = 0; i < nf; i++) {
-            int32_t l = (int32_t)((uint32_t)f[0] << 24 | (uint32_t)f[1] << 16 | (uint32_t)f[2] << 8 | f[3]);
-            if (k == 0 && i == w->mtabs[0].mt->key)
-                key = f;
-            values[i] = l < 0 ? NULL : (const char *)f + 4;
-            lengths[i] = l < 0 ? 0 : l;
-            formats[i] = 1;
-            f += 4 + (l < 0 ? 0 : l);
-        }
-        pgconn_error e;
-        bool ok = pgconn_exec_params(w->pg, w->mtabs[k].upsert_sql, nf, values, lengths, formats, 0, NULL, true, &e);
-        free(values);
-        free(lengths);
-        free(formats);
-        for (size_t c = 1; ok && k == 0 && key != NULL && c < w->nmtabs; c++) {
-            int32_t l = (int32_t)((uint32_t)key[0] << 24 | (uint32_t)key[1] << 16 | (uint32_t)key[2] << 8 | key[3]);
-            static const char zero[4] = {0, 0, 0, 0};
-            const char *dv[2] = {(const char *)key + 4, zero};
-            const int dl[2] = {l, 4}, df[2] = {1, 1};
-            ok = pgconn_exec_params(w->pg, w->mtabs[c].children_sql, 2, dv, dl, df, 0, NULL, true, &e);
-        }
-        if (!ok) {
-            *retryable = e.status == APPLY_RETRY || e.status == APPLY_NOMEM;
-            w->data_refused = e.status == APPLY_DATA;
-            snprintf(w->err, sizeof w->err, "%s", e.message);
-            return false;
-        }
+    sink_rows_dest d = {.mtabs = w->mtabs, .nmtabs = w->nmtabs};
+    char why[200];
+    w->send_retryable = false;
+    switch (sink_rows_upsert(&d, rows, send_row_stmt, w, why, sizeof why)) {
+    case SINK_ROWS_OK:
+        return true;
+    case SINK_ROWS_SEND_FAILED:
+        *retryable = w->send_retryable;
+        return false;
+    case SINK_ROWS_NOMEM:
+        *retryable = true;
+        snprintf(w->err, sizeof w->err, "out of memory");
+        return false;
+    case SINK_ROWS_MALFORMED:
+    default:
+        return batch_malformed(w, why);
     }
-    return true;
 }
 
 /* The batch through the staging table as upserts (after a COPY met an existing _id), in the open transaction. */
@@ -309,32 +271,63 @@ static bool copy_dead_letter(copy_writer *w, const job *j, const uint8_t *bson, 
     return false;
 }
 
-/* A careful batch: each row on its own behind a savepoint; a row PostgreSQL refuses as data becomes a dead letter
- * (b->kept holds every row's BSON, in order). In the open transaction. */
-static bool careful_rows_mapped(copy_writer *w, const copy_batch *b, bool *retryable)
+/* Document k of a careful batch (its rows projected again from the BSON kept). */
+static bool careful_mapped(copy_writer *w, const kept_doc *doc, bool *retryable)
 {
+    bson_iter_t it;
+    bson_value_t id = {.value_type = BSON_TYPE_EOD};
+    if (bson_iter_init_from_data(&it, doc->bson, doc->len) && bson_iter_find(&it, "_id"))
+        id = *bson_iter_value(&it);
+    strbuf_reset(&w->rows.buf, 1024 * 1024);
+    w->rows.count = 0;
+    char why[512];
+    project_status ps = map_project_document(w->map, doc->bson, doc->len, &id, &w->rows, NULL, why, sizeof why);
+    if (ps != PROJECT_OK) {
+        *retryable = true;
+        snprintf(w->err, sizeof w->err, "projecting a document again: %s", ps == PROJECT_NOMEM ? "out of memory" : why);
+        return false;
+    }
+    return upsert_mapped(w, &w->rows, retryable);
+}
+
+/* Row `row` of a careful batch of the jsonb shape, by `upsert`. */
+static bool careful_jsonb(copy_writer *w, const copy_batch *b, size_t row, const char *upsert, bool *retryable)
+{
+    const char *key, *json;
+    size_t klen, jlen;
+    sink_batch_row(b->rows, row, &key, &klen, &json, &jlen);
+    const char *values[2] = {key, json};
+    const int lengths[2] = {(int)klen, (int)jlen}, formats[2] = {1, 0};
+    pgconn_error e;
+    if (pgconn_exec_params(w->pg, upsert, 2, values, lengths, formats, 0, NULL, true, &e))
+        return true;
+    *retryable = e.status == APPLY_RETRY || e.status == APPLY_NOMEM;
+    w->data_refused = e.status == APPLY_DATA;
+    snprintf(w->err, sizeof w->err, "%s", e.message);
+    return false;
+}
+
+/* A careful batch: each document on its own behind a savepoint; one PostgreSQL refuses as data becomes a dead letter
+ * (b->kept holds every document's BSON, in order; for the jsonb shape, row i of the batch is the i-th kept without
+ * a reason). In the open transaction. */
+static bool careful_rows(copy_writer *w, const copy_batch *b, bool *retryable)
+{
+    char upsert[800];
+    snprintf(upsert, sizeof upsert,
+             "INSERT INTO %s (" SINK_COLUMNS ") VALUES ($1, $2) ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc",
+             w->qtable);
+    size_t row = 0, rows = sink_batch_rows(b->rows);
     for (size_t k = 0; k < b->nkept; k++) {
         if (b->kept[k].why != NULL)
             continue; /* set aside already; not in the batch */
-        bson_iter_t it;
-        bson_value_t id = {.value_type = BSON_TYPE_EOD};
-        if (bson_iter_init_from_data(&it, b->kept[k].bson, b->kept[k].len) && bson_iter_find(&it, "_id"))
-            id = *bson_iter_value(&it);
-        strbuf_reset(&w->rows.buf, 1024 * 1024);
-        w->rows.count = 0;
-        char why[512];
-        project_status ps =
-            map_project_document(w->map, b->kept[k].bson, b->kept[k].len, &id, &w->rows, NULL, why, sizeof why);
-        if (ps != PROJECT_OK) {
-            *retryable = true;
-            snprintf(w->err, sizeof w->err, "projecting a document again: %s",
-                     ps == PROJECT_NOMEM ? "out of memory" : why);
-            return false;
-        }
+        if (w->map == NULL && row >= rows)
+            return batch_malformed(w, "more documents kept than rows in a careful batch");
         if (!copy_pg_exec(w->pg, "SAVEPOINT oplog2pg_row", w->err, sizeof w->err, retryable))
             return false;
         w->data_refused = false;
-        if (upsert_mapped(w, &w->rows, retryable)) {
+        bool ok =
+            w->map != NULL ? careful_mapped(w, &b->kept[k], retryable) : careful_jsonb(w, b, row++, upsert, retryable);
+        if (ok) {
             if (!copy_pg_exec(w->pg, "RELEASE SAVEPOINT oplog2pg_row", w->err, sizeof w->err, retryable))
                 return false;
             continue;
@@ -348,46 +341,7 @@ static bool careful_rows_mapped(copy_writer *w, const copy_batch *b, bool *retry
             !copy_dead_letter(w, b->j, b->kept[k].bson, b->kept[k].len, msg, state, retryable))
             return false;
     }
-    return true;
-}
-
-static bool careful_rows(copy_writer *w, const copy_batch *b, bool *retryable)
-{
-    if (w->map != NULL)
-        return careful_rows_mapped(w, b, retryable);
-    char sql[800];
-    snprintf(sql, sizeof sql,
-             "INSERT INTO %s (" SINK_COLUMNS ") VALUES ($1, $2) ON CONFLICT (_id) DO UPDATE SET doc = EXCLUDED.doc",
-             w->qtable);
-    size_t row = 0;
-    for (size_t k = 0; k < b->nkept; k++) {
-        if (b->kept[k].why != NULL)
-            continue; /* set aside already; not in the batch */
-        if (row >= sink_batch_rows(b->rows))
-            return batch_malformed(w, "more documents kept than rows in a careful batch");
-        const char *key, *json;
-        size_t klen, jlen;
-        sink_batch_row(b->rows, row++, &key, &klen, &json, &jlen);
-        const char *values[2] = {key, json};
-        const int lengths[2] = {(int)klen, (int)jlen}, formats[2] = {1, 0};
-        if (!copy_pg_exec(w->pg, "SAVEPOINT oplog2pg_row", w->err, sizeof w->err, retryable))
-            return false;
-        pgconn_error e;
-        if (pgconn_exec_params(w->pg, sql, 2, values, lengths, formats, 0, NULL, true, &e)) {
-            if (!copy_pg_exec(w->pg, "RELEASE SAVEPOINT oplog2pg_row", w->err, sizeof w->err, retryable))
-                return false;
-            continue;
-        }
-        if (e.status != APPLY_DATA) {
-            *retryable = e.status == APPLY_RETRY || e.status == APPLY_NOMEM;
-            snprintf(w->err, sizeof w->err, "%s", e.message);
-            return false;
-        }
-        if (!copy_pg_exec(w->pg, "ROLLBACK TO SAVEPOINT oplog2pg_row", w->err, sizeof w->err, retryable) ||
-            !copy_dead_letter(w, b->j, b->kept[k].bson, b->kept[k].len, e.message, e.sqlstate, retryable))
-            return false;
-    }
-    if (row != sink_batch_rows(b->rows))
+    if (w->map == NULL && row != rows)
         return batch_malformed(w, "more rows than documents kept in a careful batch");
     return true;
 }
@@ -403,7 +357,7 @@ static bool progress_moved(copy_writer *w, job *j, bool *retryable)
     PGresult *r = copy_query_params(w->pg,
                                     "SELECT copied, last_id FROM oplog2pg.copy_progress "
                                     "WHERE service = $1 AND db = $2 AND coll = $3",
-                                    3, NULL, vals, NULL, NULL, 1);
+                                    3, vals, NULL, NULL, 1);
     if (r == NULL) {
         *retryable = copy_pg_retryable(w->pg);
         snprintf(w->err, sizeof w->err, "reading the copy progress: %s", copy_pg_error(w->pg));
@@ -518,7 +472,7 @@ static bool commit_batch(copy_writer *w, const copy_batch *b, bool *retryable)
                                         "copied = $2, done = $3, updated_at = now() "
                                         "WHERE service = $4 AND db = $5 AND coll = $6 "
                                         "AND copied = $7 AND last_id IS NOT DISTINCT FROM $8::bytea",
-                                        8, NULL, vals, lens, fmts, 0);
+                                        8, vals, lens, fmts, 0);
         bool upd = r != NULL;
         bool found = upd && strcmp(PQcmdTuples(r), "1") == 0;
         if (!upd) {
@@ -590,7 +544,7 @@ static bool ensure_mapped(copy_writer *w, const job *j, const map_collection *m,
         const char *values[8] = {w->rc->cfg->service, j->db,           j->coll,     t->mt->name.schema,
                                  t->mt->name.table,   t->columns_json, t->key_json, t->mt->adopt ? "true" : "false"};
         pthread_mutex_lock(&w->rc->ddl_mu);
-        PGresult *r = copy_query_params(w->pg, SINK_MAPPED_ENSURE_SQL, 8, NULL, values, NULL, NULL, 0);
+        PGresult *r = copy_query_params(w->pg, SINK_MAPPED_ENSURE_SQL, 8, values, NULL, NULL, 0);
         pthread_mutex_unlock(&w->rc->ddl_mu);
         if (r == NULL) {
             *retryable = copy_pg_retryable(w->pg);
@@ -640,7 +594,7 @@ static bool ensure_table(copy_writer *w, const job *j, bool *retryable)
     const char *values[5] = {w->rc->cfg->service, j->db, j->coll, nm.schema, nm.table};
     pthread_mutex_lock(&w->rc->ddl_mu);
     PGresult *r =
-        copy_query_params(w->pg, "SELECT oplog2pg.ensure_table($1, $2, $3, $4, $5)", 5, NULL, values, NULL, NULL, 0);
+        copy_query_params(w->pg, "SELECT oplog2pg.ensure_table($1, $2, $3, $4, $5)", 5, values, NULL, NULL, 0);
     pthread_mutex_unlock(&w->rc->ddl_mu);
     if (r == NULL) {
         *retryable = copy_pg_retryable(w->pg);

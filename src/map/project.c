@@ -882,21 +882,3 @@ project_status map_project_document(const map_collection *m, const uint8_t *doc,
     }
     return st;
 }
-
-void map_rows_iter(const map_rows *r, map_row_iter *it)
-{
-    it->p = (const uint8_t *)r->buf.data;
-    it->end = it->p + r->buf.len;
-}
-
-bool map_rows_next(map_row_iter *it, uint16_t *table, const uint8_t **tuple, uint32_t *len)
-{
-    if (it->p == NULL || it->end - it->p < 6)
-        return false;
-    const uint8_t *p = it->p;
-    *table = (uint16_t)(p[0] << 8 | p[1]);
-    *len = (uint32_t)p[2] << 24 | (uint32_t)p[3] << 16 | (uint32_t)p[4] << 8 | p[5];
-    *tuple = p + 6;
-    it->p = p + 6 + *len;
-    return true;
-}

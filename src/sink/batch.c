@@ -66,11 +66,6 @@ size_t sink_batch_held_rows(const sink_batch *b)
     return b->n + b->mapped_docs;
 }
 
-size_t sink_batch_held_bytes(const sink_batch *b)
-{
-    return b->bytes + b->mapped.buf.len;
-}
-
 bool sink_batch_whole(const sink_batch *b)
 {
     return b->gone_rows == 0;

@@ -154,13 +154,12 @@ static apply_status apply(void *ctx, const op *o)
     case OP_DROP:
         if (o->reason != NULL && o->to_db != NULL && o->to_coll != NULL) {
             char at[OP_POS_STRLEN];
-            log_notice("renameCollection %s.%s -> %s.%s (oplog entry %s): %s, so the table of %s.%s is dropped",
-                       o->db, o->coll, o->to_db, o->to_coll, op_pos_format(&o->pos, at, sizeof at), o->reason, o->db,
-                       o->coll);
+            log_notice("renameCollection %s.%s -> %s.%s (oplog entry %s): %s, so the table of %s.%s is dropped", o->db,
+                       o->coll, o->to_db, o->to_coll, op_pos_format(&o->pos, at, sizeof at), o->reason, o->db, o->coll);
         }
         return sink_drop(s, o->db, o->coll, &o->pos);
     case OP_RENAME:
-        return sink_rename(s, o->db, o->coll, o->to_db, o->to_coll, o->drop_target, &o->pos);
+        return sink_rename(s, o->db, o->coll, o->to_db, o->to_coll, &o->pos);
     case OP_DROP_DATABASE:
         return sink_drop_database(s, o->db, &o->pos);
     case OP_TRUNCATE:

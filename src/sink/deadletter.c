@@ -24,6 +24,8 @@ void sink_set_per_op(sink *s, bool on)
 
 sink_status sink_guard_begin(sink *s)
 {
+    if (sink_settle(s) != APPLY_OK)
+        return s->failed;
     if (pipe_begin_if_needed(s) != APPLY_OK)
         return s->failed;
     if (pipe_send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " GUARD_NAME, NULL) != APPLY_OK || pipe_drain(s) != APPLY_OK)
@@ -34,6 +36,8 @@ sink_status sink_guard_begin(sink *s)
 
 sink_status sink_guard_end(sink *s)
 {
+    if (sink_settle(s) != APPLY_OK)
+        return s->failed;
     if (!s->guarded)
         return s->failed;
     s->guarded = false;
@@ -174,6 +178,8 @@ bool sink_record_dead_letter(pgconn *c, const char *service, const op *o, const 
 
 sink_status sink_dead_letter(sink *s, const op *o, const char *why)
 {
+    if (sink_settle(s) != APPLY_OK)
+        return s->failed;
     char msg[sizeof s->err], state[sizeof s->err_state], at[OP_POS_STRLEN];
     if (s->failed != APPLY_OK && s->failed != APPLY_DATA)
         return s->failed; /* only a refusal of the op's data may set it aside */

@@ -1,6 +1,8 @@
 /*
- * mapped.c — the tables of typed maps (map/map.h, docs/mapping.md): made or checked through the catalog, written
- * with binary COPY of the rows the reader thread projected, and updated from the plans it made (map/project.h).
+ * mapped.c — the typed table kind (map/map.h, docs/mapping.md): a collection's tables made or checked through the
+ * catalog, their statements prepared, whole documents upserted through the row writer (sink/rows.h), and the plans
+ * the reader thread made (map/project.h) turned into statements. Their SQL is built by mapped_sql.c; runs of inserts
+ * go by COPY from pg.c like the jsonb shape's.
  *
  * Statements per map, prepared once per connection (<id> is the collection's table id, <k> a table number):
  *   I<id>_<k>  upsert one row of table k (INSERT ... ON CONFLICT (key) DO UPDATE): replayed inserts, replacements,
@@ -15,329 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "map/ejson.h"
 #include "pg_internal.h"
 #include "sink/mapped.h"
 #include "sink/pgerror.h"
+#include "sink/rows.h"
 #include "util/log.h"
 #include "util/strbuf.h"
-
-/* The type as format_type() spells it (what the catalog check compares). */
-static const char *pg_type_name(const map_type *t, char *buf, size_t len)
-{
-    static const char *const names[MAP_SCALAR_COUNT] = {
-        [MAP_TEXT] = "text",
-        [MAP_VARCHAR] = "character varying",
-        [MAP_BOOLEAN] = "boolean",
-        [MAP_SMALLINT] = "smallint",
-        [MAP_INTEGER] = "integer",
-        [MAP_BIGINT] = "bigint",
-        [MAP_NUMERIC] = "numeric",
-        [MAP_REAL] = "real",
-        [MAP_DOUBLE] = "double precision",
-        [MAP_TIMESTAMPTZ] = "timestamp with time zone",
-        [MAP_TIMESTAMP] = "timestamp without time zone",
-        [MAP_DATE] = "date",
-        [MAP_UUID] = "uuid",
-        [MAP_BYTEA] = "bytea",
-        [MAP_JSONB] = "jsonb",
-    };
-    if (t->scalar == MAP_VARCHAR)
-        snprintf(buf, len, "character varying(%u)%s", t->varchar_chars, t->array ? "[]" : "");
-    else
-        snprintf(buf, len, "%s%s", names[t->scalar], t->array ? "[]" : "");
-    return buf;
-}
-
-static const map_table *root_of(const map_table *t)
-{
-    while (t->parent != NULL)
-        t = t->parent;
-    return t;
-}
-
-/* Field i's type in the catalog's spelling; *ddl set when CREATE TABLE needs more (the key text's collation). */
-static void field_type(const map_table *t, size_t i, char *buf, size_t len, bool *collate_c)
-{
-    static const map_type integer = {.scalar = MAP_INTEGER}, jsonb = {.scalar = MAP_JSONB};
-    size_t first = t->parent_key_column != NULL ? 2 : 0;
-    const map_table *root = root_of(t);
-    const map_column *key = &root->cols[root->key];
-    *collate_c = false;
-    if (first == 2 && i == 0) {
-        pg_type_name(&key->type, buf, len);
-        *collate_c = key->line == 0;
-    } else if (first == 2 && i == 1) {
-        pg_type_name(&integer, buf, len);
-    } else if (i - first < t->ncols) {
-        const map_column *c = &t->cols[i - first];
-        pg_type_name(&c->type, buf, len);
-        *collate_c = first == 0 && i - first == t->key && c->line == 0;
-    } else {
-        pg_type_name(&jsonb, buf, len);
-    }
-}
-
-static void json_str(strbuf *b, const char *s)
-{
-    bson_value_t v = {.value_type = BSON_TYPE_UTF8};
-    v.value.v_utf8.str = (char *)s;
-    v.value.v_utf8.len = (uint32_t)strlen(s);
-    (void)ejson_write_value(b, &v, NULL);
-}
-
-static char *quote(PGconn *conn, const char *name)
-{
-    char *q = PQescapeIdentifier(conn, name, strlen(name));
-    if (q == NULL)
-        return NULL;
-    char *copy = strdup(q);
-    PQfreemem(q);
-    return copy;
-}
-
-/* The key fields of a table: (parent key, position) for a child table, the key column for the collection's. */
-static size_t key_fields(const map_table *mt, size_t out[2])
-{
-    if (mt->parent_key_column != NULL) {
-        out[0] = 0;
-        out[1] = 1;
-        return 2;
-    }
-    out[0] = mt->key;
-    return 1;
-}
-
-void sink_mapped_table_free(sink_mapped_table *m)
-{
-    for (size_t f = 0; f < m->nfields && m->qfields != NULL; f++)
-        free(m->qfields[f]);
-    free(m->qfields);
-    free(m->qname);
-    free(m->copy_sql);
-    free(m->upsert_sql);
-    free(m->children_sql);
-    free(m->pad_sql);
-    free(m->delete_sql);
-    for (size_t i = 0; i < 3; i++)
-        free(m->if_sql[i]);
-    free(m->guard_sql);
-    free(m->columns_json);
-    free(m->key_json);
-    memset(m, 0, sizeof *m);
-}
-
-static char *take(strbuf *b)
-{
-    char *s = strbuf_failed(b) ? NULL : strbuf_detach(b, NULL);
-    strbuf_free(b);
-    return s;
-}
-
-static bool put_literal(PGconn *conn, strbuf *b, const char *s)
-{
-    char *q = PQescapeLiteral(conn, s, strlen(s));
-    if (q == NULL)
-        return false;
-    strbuf_puts(b, q);
-    PQfreemem(q);
-    return true;
-}
-
-/* The statements of MAP_EDIT_CHILD_IF (map/project.h) for child table m. Whether the path holds an array: from the
- * parent's doc column with rest = doc (its value before the update: the plan's doc edit comes last), else from the
- * parent's child rows (none: the guard refuses the op, an empty array being indistinguishable from a document or a
- * missing field). Every parameter is cast: INSERT ... SELECT does not take its types from the columns. */
-static bool build_child_if(PGconn *conn, const map_collection *map, sink_mapped_table *m)
-{
-    const map_table *root = root_of(m->mt), *ct = m->mt;
-    const map_child *ch = NULL;
-    for (size_t i = 0; i < root->nchildren; i++)
-        if (root->children[i].table == ct)
-            ch = &root->children[i];
-    if (ch == NULL)
-        return true; /* not a child of the collection's table: no such edit names it */
-    char types[64][80];
-    char *const *q = m->qfields;
-    size_t nf = m->nfields < 64 ? m->nfields : 64;
-    for (size_t f = 0; f < nf; f++) {
-        bool collate_c;
-        field_type(ct, f, types[f], sizeof types[f], &collate_c);
-    }
-    if (nf < m->nfields)
-        return true; /* more fields than a statement here is built for: the edit then fails (apply_child_if) */
-    strbuf is_array = STRBUF_INIT, b = STRBUF_INIT;
-    bool ok = true;
-    if (root->rest == MAP_REST_DOC) {
-        char *qs = quote(conn, root->name.schema), *qt = quote(conn, root->name.table),
-             *qk = quote(conn, root->cols[root->key].name), *qd = quote(conn, root->rest_column);
-        ok = qs && qt && qk && qd;
-        if (ok) {
-            strbuf_printf(&is_array, "EXISTS (SELECT 1 FROM %s.%s WHERE %s = $1::%s AND jsonb_typeof(%s #> ARRAY[", qs,
-                          qt, qk, types[0], qd);
-            for (size_t i = 0; ok && i < ch->nparts; i++) {
-                if (i)
-                    strbuf_putc(&is_array, ',');
-                ok = put_literal(conn, &is_array, ch->parts[i]);
-            }
-            strbuf_puts(&is_array, "]::text[]) = 'array')");
-        }
-        free(qs);
-        free(qt);
-        free(qk);
-        free(qd);
-    } else {
-        strbuf_printf(&is_array, "EXISTS (SELECT 1 FROM %s WHERE %s = $1::%s)", m->qname, q[0], types[0]);
-    }
-    if (!ok || strbuf_failed(&is_array)) {
-        strbuf_free(&is_array);
-        return false;
-    }
-    for (int mode = MAP_CHILD_IF_UPSERT; mode <= MAP_CHILD_IF_EXISTS; mode++) {
-        if (mode == MAP_CHILD_IF_EXISTS) {
-            strbuf_printf(&b, "UPDATE %s SET ", m->qname);
-            for (size_t f = 2; f < nf; f++)
-                strbuf_printf(&b, "%s%s = $%zu::%s", f > 2 ? ", " : "", q[f], f + 1, types[f]);
-            if (nf == 2)
-                strbuf_printf(&b, "%s = %s", q[1], q[1]);
-            strbuf_printf(&b, " WHERE %s = $1::%s AND %s = $2::integer", q[0], types[0], q[1]);
-        } else {
-            strbuf_printf(
-                &b,
-                "WITH a AS (SELECT %s AS ok), p AS (INSERT INTO %s (%s, %s) SELECT $1::%s, g FROM a, "
-                "generate_series(0, $2::integer - 1) AS g WHERE a.ok ON CONFLICT DO NOTHING) INSERT INTO %s (",
-                is_array.data, m->qname, q[0], q[1], types[0], m->qname);
-            for (size_t f = 0; f < nf; f++)
-                strbuf_printf(&b, "%s%s", f ? ", " : "", q[f]);
-            strbuf_puts(&b, ") SELECT ");
-            for (size_t f = 0; f < nf; f++)
-                strbuf_printf(&b, "%s$%zu::%s", f ? ", " : "", f + 1, types[f]);
-            strbuf_printf(&b, " FROM a WHERE a.ok ON CONFLICT (%s, %s) DO ", q[0], q[1]);
-            if (mode == MAP_CHILD_IF_CREATE || nf == 2) {
-                strbuf_puts(&b, "NOTHING");
-            } else {
-                strbuf_puts(&b, "UPDATE SET ");
-                for (size_t f = 2; f < nf; f++)
-                    strbuf_printf(&b, "%s%s = EXCLUDED.%s", f > 2 ? ", " : "", q[f], q[f]);
-            }
-        }
-        if ((m->if_sql[mode] = take(&b)) == NULL) {
-            strbuf_free(&is_array);
-            return false;
-        }
-    }
-    if (root->rest != MAP_REST_DOC || ct->on_type_error != MAP_ON_TYPE_ERROR_NULL) {
-        strbuf_printf(&b,
-                      "SELECT oplog2pg.update_error(NULL, $3::text) WHERE NOT EXISTS (SELECT 1 FROM %s WHERE %s = "
-                      "$1::%s AND %s = $2::integer) AND NOT %s",
-                      m->qname, q[0], types[0], q[1], is_array.data);
-        if ((m->guard_sql = take(&b)) == NULL) {
-            strbuf_free(&is_array);
-            return false;
-        }
-    }
-    strbuf_free(&is_array);
-    return true;
-}
-
-bool sink_mapped_table_build(PGconn *conn, const map_collection *map, size_t k, sink_mapped_table *m)
-{
-    memset(m, 0, sizeof *m);
-    m->mt = map_table_at(map, k);
-    m->nfields = map_table_fields(m->mt);
-    m->qfields = calloc(m->nfields, sizeof *m->qfields);
-    char *qs = quote(conn, m->mt->name.schema), *qt = quote(conn, m->mt->name.table);
-    if (qs && qt && asprintf(&m->qname, "%s.%s", qs, qt) < 0)
-        m->qname = NULL;
-    free(qs);
-    free(qt);
-    if (m->qfields == NULL || m->qname == NULL)
-        goto oom;
-    strbuf b = STRBUF_INIT, cols = STRBUF_INIT;
-    strbuf_putc(&cols, '[');
-    for (size_t f = 0; f < m->nfields; f++) {
-        char type[80], name_type[80];
-        bool collate_c;
-        const char *name = map_table_field(m->mt, f, name_type, sizeof name_type);
-        m->qfields[f] = quote(conn, name);
-        if (m->qfields[f] == NULL) {
-            strbuf_free(&cols);
-            goto oom;
-        }
-        field_type(m->mt, f, type, sizeof type, &collate_c);
-        strbuf_puts(&cols, f ? ",{\"name\":" : "{\"name\":");
-        json_str(&cols, name);
-        strbuf_puts(&cols, ",\"type\":");
-        json_str(&cols, type);
-        if (collate_c)
-            strbuf_puts(&cols, ",\"ddl\":\"text COLLATE \\\"C\\\"\"");
-        strbuf_putc(&cols, '}');
-    }
-    strbuf_putc(&cols, ']');
-    if ((m->columns_json = take(&cols)) == NULL)
-        goto oom;
-    size_t kf[2];
-    size_t nk = key_fields(m->mt, kf);
-    strbuf_putc(&b, '[');
-    for (size_t i = 0; i < nk; i++) {
-        char dummy[80];
-        if (i)
-            strbuf_putc(&b, ',');
-        json_str(&b, map_table_field(m->mt, kf[i], dummy, sizeof dummy));
-    }
-    strbuf_putc(&b, ']');
-    if ((m->key_json = take(&b)) == NULL)
-        goto oom;
-
-    strbuf_printf(&b, "COPY %s (", m->qname);
-    for (size_t f = 0; f < m->nfields; f++)
-        strbuf_printf(&b, "%s%s", f ? ", " : "", m->qfields[f]);
-    strbuf_puts(&b, ") FROM STDIN (FORMAT binary)");
-    if ((m->copy_sql = take(&b)) == NULL)
-        goto oom;
-
-    strbuf_printf(&b, "INSERT INTO %s (", m->qname);
-    for (size_t f = 0; f < m->nfields; f++)
-        strbuf_printf(&b, "%s%s", f ? ", " : "", m->qfields[f]);
-    strbuf_puts(&b, ") VALUES (");
-    for (size_t f = 0; f < m->nfields; f++)
-        strbuf_printf(&b, "%s$%zu", f ? ", " : "", f + 1);
-    strbuf_puts(&b, ") ON CONFLICT (");
-    for (size_t i = 0; i < nk; i++)
-        strbuf_printf(&b, "%s%s", i ? ", " : "", m->qfields[kf[i]]);
-    size_t set = 0;
-    for (size_t f = 0; f < m->nfields; f++) {
-        if (f == kf[0] || (nk == 2 && f == kf[1]))
-            continue;
-        strbuf_printf(&b, "%s%s = EXCLUDED.%s", set++ ? ", " : ") DO UPDATE SET ", m->qfields[f], m->qfields[f]);
-    }
-    if (set == 0)
-        strbuf_puts(&b, ") DO NOTHING");
-    if ((m->upsert_sql = take(&b)) == NULL)
-        goto oom;
-
-    if (m->mt->parent_key_column == NULL) {
-        strbuf_printf(&b, "DELETE FROM %s WHERE %s = $1", m->qname, m->qfields[kf[0]]);
-        if ((m->delete_sql = take(&b)) == NULL)
-            goto oom;
-    } else {
-        strbuf_printf(&b, "DELETE FROM %s WHERE %s = $1 AND %s >= $2", m->qname, m->qfields[0], m->qfields[1]);
-        if ((m->children_sql = take(&b)) == NULL)
-            goto oom;
-        strbuf_printf(&b,
-                      "INSERT INTO %s (%s, %s) SELECT $1, g FROM generate_series(0, $2 - 1) AS g ON CONFLICT DO "
-                      "NOTHING",
-                      m->qname, m->qfields[0], m->qfields[1]);
-        if ((m->pad_sql = take(&b)) == NULL)
-            goto oom;
-        if (!build_child_if(conn, map, m))
-            goto oom;
-    }
-    return true;
-oom:
-    sink_mapped_table_free(m);
-    return false;
-}
 
 void mapped_free_tables(table *t)
 {
@@ -369,8 +54,8 @@ static bool build_tables(sink *s, table *t)
 static bool ensure_one(sink *s, table *t, size_t k, const op_pos *pos)
 {
     sink_mapped_table *m = &t->mtabs[k];
-    const char *values[8] = {s->service,     t->db,           t->coll,       m->mt->name.schema, m->mt->name.table,
-                             m->columns_json, m->key_json, m->mt->adopt ? "true" : "false"};
+    const char *values[8] = {s->service,        t->db,           t->coll,     m->mt->name.schema,
+                             m->mt->name.table, m->columns_json, m->key_json, m->mt->adopt ? "true" : "false"};
     if (sink_catalog_call(s, t, SINK_MAPPED_ENSURE_SQL, 8, values, pos) != APPLY_OK)
         return false;
     char name[48];
@@ -445,60 +130,58 @@ static void param(params *p, const void *data, int len)
 }
 
 /* A framed field (int32 length, bytes; -1 for NULL) as a parameter; returns what follows it. */
-static const uint8_t *param_field(params *p, const uint8_t *f)
+static void param_field(params *p, const uint8_t *f)
 {
-    int32_t len = (int32_t)((uint32_t)f[0] << 24 | (uint32_t)f[1] << 16 | (uint32_t)f[2] << 8 | f[3]);
-    param(p, len < 0 ? NULL : f + 4, len);
-    return f + 4 + (len < 0 ? 0 : len);
+    map_field v;
+    map_field_read(f, &v);
+    param(p, v.value, v.value == NULL ? -1 : v.len);
+}
+
+/* Every field of a tuple as a parameter. */
+static void param_tuple(params *p, const uint8_t *tuple)
+{
+    map_tuple_iter it;
+    map_field v;
+    map_tuple_iter_init(&it, tuple);
+    while (map_tuple_next(&it, &v))
+        param(p, v.value, v.value == NULL ? -1 : v.len);
+}
+
+/* Sends a statement with binary parameters, pipelined: the prepared statement `name`, or (name NULL) sql unnamed. */
+static sink_status send_stmt(sink *s, const table *t, pending_kind kind, const char *name, const char *sql, int n,
+                             const char *const *values, const int *lengths, const int *formats, const op_pos *pos)
+{
+    if (!pipe_push_pending(s, kind, t, pos))
+        return s->failed;
+    size_t bytes = (name != NULL ? 0 : strlen(sql)) + 64;
+    for (int i = 0; i < n; i++)
+        bytes += (size_t)lengths[i];
+    s->stats.bytes += bytes;
+    int sent = name != NULL ? PQsendQueryPrepared(s->conn, name, n, values, lengths, formats, 0)
+                            : PQsendQueryParams(s->conn, sql, n, NULL, values, lengths, formats, 0);
+    return pipe_after_send(s, sent == 1, bytes);
+}
+
+static sink_status send_params(sink *s, const table *t, pending_kind kind, const char *name, const char *sql,
+                               const params *p, const op_pos *pos)
+{
+    if (p->nomem) {
+        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory sending a statement for %s.%s", t->db, t->coll);
+        return s->failed;
+    }
+    return send_stmt(s, t, kind, name, sql, p->n, p->values, p->lengths, p->formats, pos);
 }
 
 static sink_status send_prepared(sink *s, const table *t, pending_kind kind, const char *name, const params *p,
                                  const op_pos *pos)
 {
-    if (p->nomem) {
-        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory sending a statement for %s.%s", t->db, t->coll);
-        return s->failed;
-    }
-    if (!pipe_push_pending(s, kind, t, pos))
-        return s->failed;
-    size_t bytes = 64;
-    for (int i = 0; i < p->n; i++)
-        bytes += (size_t)p->lengths[i];
-    s->stats.bytes += bytes;
-    return pipe_after_send(s, PQsendQueryPrepared(s->conn, name, p->n, p->values, p->lengths, p->formats, 0) == 1,
-                           bytes);
+    return send_params(s, t, kind, name, NULL, p, pos);
 }
 
 static sink_status send_sql(sink *s, const table *t, pending_kind kind, const char *sql, const params *p,
                             const op_pos *pos)
 {
-    if (p->nomem) {
-        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory sending a statement for %s.%s", t->db, t->coll);
-        return s->failed;
-    }
-    if (!pipe_push_pending(s, kind, t, pos))
-        return s->failed;
-    size_t bytes = strlen(sql) + 64;
-    for (int i = 0; i < p->n; i++)
-        bytes += (size_t)p->lengths[i];
-    s->stats.bytes += bytes;
-    return pipe_after_send(
-        s, PQsendQueryParams(s->conn, sql, p->n, NULL, p->values, p->lengths, p->formats, 0) == 1, bytes);
-}
-
-/* Upserts one row record of table k (the tuple's fields as parameters). */
-static sink_status upsert_tuple(sink *s, const table *t, size_t k, const uint8_t *tuple, const op_pos *pos)
-{
-    params p = {0};
-    uint16_t nf = (uint16_t)(tuple[0] << 8 | tuple[1]);
-    const uint8_t *f = tuple + 2;
-    for (uint16_t i = 0; i < nf; i++)
-        f = param_field(&p, f);
-    char name[48];
-    snprintf(name, sizeof name, "I%u_%zu", t->id, k);
-    sink_status st = send_prepared(s, t, P_INSERT, name, &p, pos);
-    params_free(&p);
-    return st;
+    return send_params(s, t, kind, NULL, sql, p, pos);
 }
 
 /* Deletes child table k's rows of the parent `key` (a framed field) from position `from` on. */
@@ -530,124 +213,60 @@ static sink_status past_tables(sink *s, const table *t, unsigned k, const op_pos
     return s->failed;
 }
 
-/* The rows of whole documents (records): each parent row upserted with its child rows replaced. */
+/* The sink's way of sending the row writer's statements: pipelined, by the map's prepared statements. */
+typedef struct {
+    sink *s;
+    const table *t;
+    const op_pos *pos;
+} row_sender;
+
+static bool send_row_stmt(void *arg, sink_rows_stmt stmt, size_t k, int n, const char *const *values,
+                          const int *lengths, const int *formats)
+{
+    const row_sender *r = arg;
+    char name[48];
+    snprintf(name, sizeof name, "%c%u_%zu", stmt == SINK_ROWS_UPSERT ? 'I' : 'C', r->t->id, k);
+    return send_stmt(r->s, r->t, stmt == SINK_ROWS_UPSERT ? P_INSERT : P_DELETE, name, NULL, n, values, lengths,
+                     formats, r->pos) == APPLY_OK;
+}
+
+static sink_rows_dest dest_of(const table *t)
+{
+    sink_rows_dest d = {.mtabs = t->mtabs, .nmtabs = t->nmtabs};
+    return d;
+}
+
+/* The rows of whole documents (records): each parent row upserted with its child rows replaced (sink/rows.h). */
 static sink_status upsert_records(sink *s, const table *t, const map_rows *rows, const op_pos *pos)
 {
-    map_row_iter it;
-    map_rows_iter(rows, &it);
-    uint16_t k;
-    const uint8_t *tuple;
-    uint32_t len;
-    while (map_rows_next(&it, &k, &tuple, &len)) {
-        if (k >= t->nmtabs)
-            return past_tables(s, t, k, pos);
-        sink_status st = upsert_tuple(s, t, k, tuple, pos);
-        if (st != APPLY_OK)
-            return st;
-        if (k != 0)
-            continue;
-        /* a parent row: its key field is field `key` of the tuple */
-        const uint8_t *f = tuple + 2;
-        for (size_t i = 0; i < t->mtabs[0].mt->key; i++) {
-            int32_t l = (int32_t)((uint32_t)f[0] << 24 | (uint32_t)f[1] << 16 | (uint32_t)f[2] << 8 | f[3]);
-            f += 4 + (l < 0 ? 0 : l);
-        }
-        for (size_t c = 1; c < t->nmtabs; c++) {
-            st = delete_children(s, t, c, f, 0, pos);
-            if (st != APPLY_OK)
-                return st;
-        }
+    row_sender r = {s, t, pos};
+    sink_rows_dest d = dest_of(t);
+    char why[200];
+    switch (sink_rows_upsert(&d, rows, send_row_stmt, &r, why, sizeof why)) {
+    case SINK_ROWS_OK:
+        return APPLY_OK;
+    case SINK_ROWS_SEND_FAILED:
+        return s->failed;
+    case SINK_ROWS_NOMEM:
+        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory sending the rows of %s.%s", t->db, t->coll);
+        return s->failed;
+    case SINK_ROWS_MALFORMED:
+    default: {
+        char where[32];
+        sink_fmt_pos(pos, where, sizeof where);
+        sink_set_err(s, APPLY_UNRECORDABLE, NULL,
+                     "the rows of %s.%s (oplog entries up to %s): %s: the entry was projected with another map (a "
+                     "bug); it is not applied",
+                     t->db, t->coll, where, why);
+        return s->failed;
     }
-    return APPLY_OK;
+    }
 }
 
 sink_status mapped_upsert_batch(sink *s, const table *t, const sink_batch *b, const op_pos *pos)
 {
     s->stats.rows_inserted += sink_batch_rows(b);
     return upsert_records(s, t, sink_batch_mapped(b), pos);
-}
-
-sink_status mapped_insert_batch(sink *s, table *t, sink_batch *b, const op_pos *pos)
-{
-    const map_rows *rows = sink_batch_mapped(b);
-    if (s->cfg.per_op || (sink_batch_rows(b) < sink_copy_min_rows(s) && sink_batch_bytes(b) < SINK_COPY_BYTES)) {
-        s->stats.rows_inserted += sink_batch_rows(b);
-        return upsert_records(s, t, rows, pos);
-    }
-    /* which tables have rows */
-    bool *used = calloc(t->nmtabs, sizeof *used);
-    if (used == NULL) {
-        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory copying into %s.%s", t->db, t->coll);
-        return s->failed;
-    }
-    map_row_iter it;
-    map_rows_iter(rows, &it);
-    uint16_t k;
-    const uint8_t *tuple;
-    uint32_t len;
-    while (map_rows_next(&it, &k, &tuple, &len)) {
-        if (k >= t->nmtabs) {
-            free(used);
-            return past_tables(s, t, k, pos);
-        }
-        used[k] = true;
-    }
-    if (pipe_send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " SAVEPOINT_NAME, pos) != APPLY_OK ||
-        pipe_drain(s) != APPLY_OK) {
-        free(used);
-        return s->failed;
-    }
-    if (PQexitPipelineMode(s->conn) != 1) {
-        free(used);
-        sink_set_err(s, APPLY_RETRY, NULL, "leaving pipeline mode: %s", PQerrorMessage(s->conn));
-        return s->failed;
-    }
-    bool dup = false;
-    pgconn_error e = {0};
-    bool ok = true;
-    size_t failed_table = 0;
-    for (size_t c = 0; ok && c < t->nmtabs; c++) {
-        if (!used[c])
-            continue;
-        ok = pgconn_copy_start(s->c, t->mtabs[c].copy_sql, &e) && sink_batch_copy_mapped(s->c, b, (uint16_t)c, &e);
-        failed_table = c;
-    }
-    free(used);
-    if (!ok) {
-        if (strcmp(e.sqlstate, "23505") != 0) {
-            char where[32];
-            sink_fmt_pos(pos, where, sizeof where);
-            const char *advice = e.status == APPLY_CONFIG ? pgerror_advice(e.sqlstate) : "";
-            sink_set_err_at(s, pos, e.status, e.sqlstate,
-                            "COPY into %s (of %s.%s, oplog entries up to %s) failed: [%s] %s%s%s",
-                            t->mtabs[failed_table].qname, t->db, t->coll, where, e.sqlstate[0] ? e.sqlstate : "?",
-                            e.message, advice[0] ? "; " : "", advice);
-            return s->failed;
-        }
-        dup = true;
-        if (!pgconn_exec(s->c, "ROLLBACK TO SAVEPOINT " SAVEPOINT_NAME, NULL, false, &e)) {
-            sink_set_err(s, e.status, e.sqlstate, "rolling back a COPY: %s", e.message);
-            return s->failed;
-        }
-        char where[32];
-        sink_fmt_pos(pos, where, sizeof where);
-        log_info("COPY of %zu documents into %s.%s (entries up to %s) met an existing key; re-sending them as upserts",
-                 sink_batch_rows(b), t->db, t->coll, where);
-        s->stats.dup_fallbacks++;
-    }
-    if (PQenterPipelineMode(s->conn) != 1) {
-        sink_set_err(s, APPLY_RETRY, NULL, "entering pipeline mode: %s", PQerrorMessage(s->conn));
-        return s->failed;
-    }
-    if (dup) {
-        s->stats.rows_inserted += sink_batch_rows(b);
-        if (upsert_records(s, t, rows, pos) != APPLY_OK)
-            return s->failed;
-    } else {
-        s->stats.rows_copied += sink_batch_rows(b);
-        s->stats.bytes += sink_batch_bytes(b);
-    }
-    return pipe_send_simple(s, P_RELEASE, NULL, "RELEASE SAVEPOINT " SAVEPOINT_NAME, pos);
 }
 
 /* ---- updates ---- */
@@ -790,10 +409,7 @@ static sink_status apply_child_if(sink *s, const table *t, const map_edit *e, co
         return s->failed;
     }
     params p = {0};
-    uint16_t nf = (uint16_t)(tuple[0] << 8 | tuple[1]);
-    const uint8_t *f = tuple + 2;
-    for (uint16_t i = 0; i < nf; i++)
-        f = param_field(&p, f);
+    param_tuple(&p, tuple);
     sink_status st = APPLY_OK;
     if (mode != MAP_CHILD_IF_EXISTS && m->guard_sql != NULL && p.n >= 2) {
         const map_child *ch = NULL;
@@ -889,15 +505,8 @@ static sink_status apply_plan(sink *s, const table *t, const map_plan *plan, con
     return st;
 }
 
-sink_status sink_apply_mapped(sink *s, const op *o)
+sink_status mapped_apply(sink *s, const table *t, const op *o)
 {
-    table *t = sink_open_table(s, o->db, o->coll, &o->pos);
-    if (t == NULL)
-        return s->failed;
-    if (t->map == NULL) {
-        sink_set_err(s, APPLY_CONFIG, NULL, "%s.%s has no typed map in this sink", o->db, o->coll);
-        return s->failed;
-    }
     const map_plan *plan = o->mapped;
     if (o->kind == OP_DELETE) {
         params p = {0};

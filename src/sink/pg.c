@@ -24,54 +24,11 @@
 #include <string.h>
 
 #include "sink/pgerror.h"
+#include "sink/rows.h"
 #include "sql_embed.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/utf8.h"
-
-/* ---------------------------------------------------------------------------------------------------------------- */
-/* errors */
-
-static void set_err(sink *s, const op_pos *pos, sink_status st, const char *state, const char *fmt, va_list ap)
-{
-    if (s->failed != APPLY_OK)
-        return; /* keep the first, which is the cause */
-    char raw[sizeof s->err];
-    vsnprintf(raw, sizeof raw, fmt, ap);
-    size_t n = strlen(raw);
-    while (n > 0 && (raw[n - 1] == '\n' || raw[n - 1] == ' '))
-        raw[--n] = '\0';
-    utf8_sanitize(raw, n, s->err, sizeof s->err);
-    snprintf(s->err_state, sizeof s->err_state, "%s", state ? state : "");
-    s->err_has_pos = pos != NULL;
-    if (pos != NULL)
-        s->err_pos = *pos;
-    s->failed = st;
-}
-
-void sink_set_err(sink *s, sink_status st, const char *state, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    set_err(s, NULL, st, state, fmt, ap);
-    va_end(ap);
-}
-
-void sink_set_err_at(sink *s, const op_pos *pos, sink_status st, const char *state, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    set_err(s, pos, st, state, fmt, ap);
-    va_end(ap);
-}
-
-void sink_fmt_pos(const op_pos *pos, char *buf, size_t len)
-{
-    if (pos == NULL || (pos->secs == 0 && pos->inc == 0))
-        snprintf(buf, len, "-");
-    else
-        snprintf(buf, len, "%u:%u", pos->secs, pos->inc);
-}
 
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* construction */
@@ -131,24 +88,6 @@ void sink_free(sink *s)
     free(s);
 }
 
-const char *sink_error(const sink *s)
-{
-    return s->err;
-}
-
-const char *sink_error_state(const sink *s)
-{
-    return s->err_state;
-}
-
-bool sink_error_pos(const sink *s, op_pos *out)
-{
-    if (!s->err_has_pos)
-        return false;
-    *out = s->err_pos;
-    return true;
-}
-
 const sink_stats *sink_get_stats(const sink *s)
 {
     return &s->stats;
@@ -169,6 +108,7 @@ void sink_disconnect(sink *s)
     s->conn = NULL;
     s->in_txn = false;
     s->stream_run = NULL; /* a COPY left open ends with the connection */
+    s->in_copy = false;
     s->ckpt_prepared = false;
     s->guarded = false;
     s->have_ckpt = -1;
@@ -187,13 +127,6 @@ static bool exec_sync(sink *s, const char *sql, int n, const char *const *values
         return true;
     sink_set_err(s, e.status, e.sqlstate, "%s: %s", what, e.message);
     return false;
-}
-
-void sink_row_pos(const PGresult *res, int row, int col, op_pos *out)
-{
-    out->secs = (uint32_t)strtoul(PQgetvalue(res, row, col), NULL, 10);
-    out->inc = (uint32_t)strtoul(PQgetvalue(res, row, col + 1), NULL, 10);
-    out->term = PQgetisnull(res, row, col + 2) ? -1 : strtoll(PQgetvalue(res, row, col + 2), NULL, 10);
 }
 
 bool sink_install_schema(pgconn *c, pgconn_error *err)
@@ -451,7 +384,7 @@ int sink_read_checkpoint(sink *s, op_pos *out)
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* tables */
 
-char *sink_quote_ident(sink *s, const char *name)
+static char *quote_ident(sink *s, const char *name)
 {
     char *q = PQescapeIdentifier(s->conn, name, strlen(name));
     if (q == NULL)
@@ -528,13 +461,6 @@ void sink_forget_table(sink *s, const char *db, const char *coll, bool deallocat
     }
 }
 
-sink_status sink_prepare(sink *s, const table *t, const char *name, const char *sql)
-{
-    if (!pipe_push_pending(s, P_PREPARE, t, NULL))
-        return s->failed;
-    return pipe_after_send(s, PQsendPrepare(s->conn, name, sql, 0, NULL) == 1, strlen(sql));
-}
-
 /* Maps db.coll to its names; false (s->failed = APPLY_DATA, naming the op's entry) when it cannot be a table. */
 static bool map_names(sink *s, const char *db, const char *coll, pg_name *out, const op_pos *pos)
 {
@@ -545,15 +471,6 @@ static bool map_names(sink *s, const char *db, const char *coll, pg_name *out, c
     sink_set_err(s, APPLY_DATA, NULL, "namespace %s.%s (oplog entry %s) cannot be a PostgreSQL table: %s", db,
                  coll ? coll : "", where, why);
     return false;
-}
-
-/* Sends a call of one of the catalog functions (oplog2pg.ensure_table, drop_table, ...), pipelined. */
-sink_status sink_catalog_call(sink *s, const table *t, const char *sql, int n, const char *const *values,
-                              const op_pos *pos)
-{
-    if (!pipe_push_pending(s, P_CATALOG, t, pos))
-        return s->failed;
-    return pipe_after_send(s, PQsendQueryParams(s->conn, sql, n, NULL, values, NULL, NULL, 0) == 1, 256);
 }
 
 /* The table for db.coll: made (schema, table, catalog row) or checked to be this service's (a typed map's statements
@@ -586,7 +503,7 @@ static table *get_table(sink *s, const char *db, const char *coll, const op_pos 
             goto oom;
         t->db = strdup(db);
         t->coll = strdup(coll);
-        char *qs = sink_quote_ident(s, nm.schema), *qt = sink_quote_ident(s, nm.table);
+        char *qs = quote_ident(s, nm.schema), *qt = quote_ident(s, nm.table);
         if (t->db && t->coll && qs && qt && asprintf(&t->qname, "%s.%s", qs, qt) < 0)
             t->qname = NULL;
         free(qs);
@@ -630,7 +547,7 @@ oom:
 }
 
 /* The group's transaction open and db.coll ready in it: what every write starts with. NULL on failure (s->failed). */
-table *sink_open_table(sink *s, const char *db, const char *coll, const op_pos *pos)
+static table *open_table(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
     if (pipe_begin_if_needed(s) != APPLY_OK)
         return NULL;
@@ -720,16 +637,78 @@ static sink_status pipelined_rows(sink *s, table *t, const sink_batch *b, const 
     return t->map != NULL ? mapped_upsert_batch(s, t, b, pos) : insert_rows_pipelined(s, t, b, pos, fresh);
 }
 
-/* A COPY that failed to start or end: what PostgreSQL said, with the entries it held. */
-static sink_status copy_failed(sink *s, const table *t, const pgconn_error *e, const op_pos *pos)
+/* A COPY that failed to start or end: what PostgreSQL said, with the entries it held. into: the table of a typed
+ * map's that failed (NULL: t's). */
+static sink_status copy_failed(sink *s, const table *t, const char *into, const pgconn_error *e, const op_pos *pos)
 {
     char where[32];
     sink_fmt_pos(pos, where, sizeof where);
     const char *advice = e->status == APPLY_CONFIG ? pgerror_advice(e->sqlstate) : "";
-    sink_set_err_at(s, pos, e->status, e->sqlstate, "COPY into %s.%s (oplog entries up to %s) failed: [%s] %s%s%s",
-                    t->db, t->coll, where, e->sqlstate[0] ? e->sqlstate : "?", e->message, advice[0] ? "; " : "",
-                    advice);
+    sink_set_err_at(s, pos, e->status, e->sqlstate,
+                    "COPY into %s%s%s.%s%s (oplog entries up to %s) failed: [%s] %s%s%s", into ? into : "",
+                    into ? " (of " : "", t->db, t->coll, into ? ")" : "", where, e->sqlstate[0] ? e->sqlstate : "?",
+                    e->message, advice[0] ? "; " : "", advice);
     return s->failed;
+}
+
+/* Leaves the pipeline for a COPY: a savepoint first (a COPY that meets a key already there rolls back to it), then
+ * the one wait for the pipeline to drain. */
+static sink_status copy_enter(sink *s, const op_pos *pos)
+{
+    if (pipe_send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " SAVEPOINT_NAME, pos) != APPLY_OK)
+        return s->failed;
+    return pipe_copy_begin(s);
+}
+
+/* Back into the pipeline after a COPY of b's rows into t that succeeded or (dup) met a key already there: then the
+ * COPY is rolled back to the savepoint and the rows are re-sent as pipelined upserts, so a replay of inserts that are
+ * there already never stops the stream. The caller then releases the savepoint (copy_release). */
+static sink_status copy_leave(sink *s, table *t, const sink_batch *b, bool dup, const op_pos *pos)
+{
+    if (dup) {
+        pgconn_error e;
+        if (!pgconn_exec(s->c, "ROLLBACK TO SAVEPOINT " SAVEPOINT_NAME, NULL, false, &e)) {
+            sink_set_err(s, e.status, e.sqlstate, "rolling back a COPY: %s", e.message);
+            return s->failed;
+        }
+        char where[32];
+        sink_fmt_pos(pos, where, sizeof where);
+        log_info("COPY of %zu rows into %s.%s (entries up to %s) met an existing _id; re-sending them as upserts",
+                 sink_batch_rows(b), t->db, t->coll, where);
+        s->stats.dup_fallbacks++;
+    }
+    if (pipe_copy_done(s) != APPLY_OK)
+        return s->failed;
+    if (dup) {
+        if (pipelined_rows(s, t, b, pos, false) != APPLY_OK)
+            return s->failed;
+    } else {
+        s->stats.rows_copied += sink_batch_rows(b);
+        s->stats.bytes += sink_batch_bytes(b);
+    }
+    return APPLY_OK;
+}
+
+static sink_status copy_release(sink *s, const op_pos *pos)
+{
+    return pipe_send_simple(s, P_RELEASE, NULL, "RELEASE SAVEPOINT " SAVEPOINT_NAME, pos);
+}
+
+/* A whole batch by COPY (a typed map's of several tables: one COPY per table that has rows, sink/rows.h). */
+static sink_status copy_batch(sink *s, table *t, const sink_batch *b, const op_pos *pos)
+{
+    if (copy_enter(s, pos) != APPLY_OK)
+        return s->failed;
+    sink_rows_dest d = {.mtabs = t->mtabs, .nmtabs = t->nmtabs};
+    pgconn_error e;
+    size_t failed;
+    bool ok = sink_rows_copy(s->c, &d, b, &failed, &e);
+    bool dup = !ok && strcmp(e.sqlstate, "23505") == 0;
+    if (!ok && !dup)
+        return copy_failed(s, t, failed < t->nmtabs ? t->mtabs[failed].qname : NULL, &e, pos);
+    if (copy_leave(s, t, b, dup, pos) != APPLY_OK)
+        return s->failed;
+    return copy_release(s, pos);
 }
 
 /* Sending into the open COPY failed: it is abandoned, and the group with it. */
@@ -750,13 +729,8 @@ static sink_status stream_open(sink *s, table *t, sink_batch *b, const op_pos *p
         sink_set_err(s, APPLY_NOMEM, NULL, "out of memory for a COPY's buffer");
         return s->failed;
     }
-    if (pipe_send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " SAVEPOINT_NAME, pos) != APPLY_OK ||
-        pipe_drain(s) != APPLY_OK)
+    if (copy_enter(s, pos) != APPLY_OK)
         return s->failed;
-    if (PQexitPipelineMode(s->conn) != 1) {
-        sink_set_err(s, APPLY_RETRY, NULL, "leaving pipeline mode: %s", PQerrorMessage(s->conn));
-        return s->failed;
-    }
     char sql[300];
     snprintf(sql, sizeof sql, "COPY %s (" SINK_COLUMNS ") FROM STDIN (FORMAT binary)", t->qname);
     pgconn_error e;
@@ -767,7 +741,7 @@ static sink_status stream_open(sink *s, table *t, sink_batch *b, const op_pos *p
     s->stream_last = *pos;
     if (!pgconn_copy_start(s->c, t->map != NULL ? t->mtabs[0].copy_sql : sql, &e)) {
         s->stream_run = NULL;
-        return copy_failed(s, t, &e, pos);
+        return copy_failed(s, t, NULL, &e, pos);
     }
     if (!sink_copy_open(s->stream_out, s->c, &e) || !stream_put(s, &e))
         return stream_fail(s, &e);
@@ -786,7 +760,7 @@ sink_status sink_stream_end(sink *s)
     bool ok = sink_copy_close(s->stream_out, &e);
     bool dup = !ok && strcmp(e.sqlstate, "23505") == 0;
     if (!ok && !dup)
-        return copy_failed(s, t, &e, &pos);
+        return copy_failed(s, t, NULL, &e, &pos);
     if (dup && !sink_batch_whole(b)) {
         /* The rows it let go of are gone from memory, but not from the oplog: go back and keep them this time. */
         char where[32];
@@ -799,30 +773,10 @@ sink_status sink_stream_end(sink *s)
                      sink_batch_rows(b), t->db, t->coll, where);
         return s->failed;
     }
-    if (dup) {
-        if (!pgconn_exec(s->c, "ROLLBACK TO SAVEPOINT " SAVEPOINT_NAME, NULL, false, &e)) {
-            sink_set_err(s, e.status, e.sqlstate, "rolling back a COPY: %s", e.message);
-            return s->failed;
-        }
-        char where[32];
-        sink_fmt_pos(&pos, where, sizeof where);
-        log_info("COPY of %zu rows into %s.%s (entries up to %s) met an existing _id; re-sending them as upserts",
-                 sink_batch_rows(b), t->db, t->coll, where);
-        s->stats.dup_fallbacks++;
-    }
-    if (PQenterPipelineMode(s->conn) != 1) {
-        sink_set_err(s, APPLY_RETRY, NULL, "entering pipeline mode: %s", PQerrorMessage(s->conn));
+    if (copy_leave(s, t, b, dup, &pos) != APPLY_OK)
         return s->failed;
-    }
-    if (dup) {
-        if (pipelined_rows(s, t, b, &pos, false) != APPLY_OK)
-            return s->failed;
-    } else {
-        s->stats.rows_copied += sink_batch_rows(b);
-        s->stats.bytes += sink_batch_bytes(b);
-    }
     sink_batch_reset(b); /* written: the run goes on from nothing */
-    return pipe_send_simple(s, P_RELEASE, NULL, "RELEASE SAVEPOINT " SAVEPOINT_NAME, &pos);
+    return copy_release(s, &pos);
 }
 
 sink_status sink_stream_add(sink *s, sink_batch *b, const char *db, const char *coll, const op_pos *pos)
@@ -834,7 +788,7 @@ sink_status sink_stream_add(sink *s, sink_batch *b, const char *db, const char *
     }
     if (s->stream_run != NULL || s->cfg.per_op || s->failed != APPLY_OK || !stream_worth_it(s, b))
         return s->failed;
-    table *t = sink_open_table(s, db, coll, pos);
+    table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
     if (t->map != NULL && t->nmtabs > 1)
@@ -850,17 +804,6 @@ bool sink_stream_let_go(sink *s, sink_batch *b, const op_pos *pos)
     s->stream_sent = 0;
     s->stream_moff = 0;
     return true;
-}
-
-op_pos sink_keep_until(const sink *s)
-{
-    return s->keep_until;
-}
-
-void sink_keep_rows_until(sink *s, const op_pos *pos)
-{
-    if (op_pos_cmp(pos, &s->keep_until) > 0)
-        s->keep_until = *pos;
 }
 
 void sink_stream_forget(sink *s, const sink_batch *b)
@@ -880,16 +823,18 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
         s->stream_last = *pos;
         return sink_stream_end(s);
     }
+    if (sink_settle(s) != APPLY_OK)
+        return s->failed;
     if (sink_batch_rows(b) == 0)
         return APPLY_OK;
-    table *t = sink_open_table(s, db, coll, pos);
+    table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
-    if (t->map != NULL && t->nmtabs > 1)
-        return mapped_insert_batch(s, t, b, pos);
     /* Short runs go pipelined; a long run, or a large one (libpq would hold it whole), by COPY in pieces. */
     if (s->cfg.per_op || (sink_batch_rows(b) < sink_copy_min_rows(s) && sink_batch_bytes(b) < SINK_COPY_BYTES))
         return pipelined_rows(s, t, b, pos, true);
+    if (t->map != NULL && t->nmtabs > 1)
+        return copy_batch(s, t, b, pos);
     if (stream_open(s, t, b, pos) != APPLY_OK)
         return s->failed;
     return sink_stream_end(s);
@@ -898,7 +843,9 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
 sink_status sink_update(sink *s, const char *db, const char *coll, const char *key, op_update_form form,
                         const char *json, const op_pos *pos)
 {
-    table *t = sink_open_table(s, db, coll, pos);
+    if (sink_settle(s) != APPLY_OK)
+        return s->failed;
+    table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
     const char *values[2] = {key, json};
@@ -913,7 +860,9 @@ sink_status sink_update(sink *s, const char *db, const char *coll, const char *k
 
 sink_status sink_delete(sink *s, const char *db, const char *coll, const char *key, const op_pos *pos)
 {
-    table *t = sink_open_table(s, db, coll, pos);
+    if (sink_settle(s) != APPLY_OK)
+        return s->failed;
+    table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
     const char *values[1] = {key};
@@ -921,8 +870,24 @@ sink_status sink_delete(sink *s, const char *db, const char *coll, const char *k
     return sink_send_stmt(s, t, STMT_DELETE, P_DELETE, pos, 1, values, NULL, NULL, strlen(key) + 64);
 }
 
+sink_status sink_apply_mapped(sink *s, const op *o)
+{
+    if (sink_settle(s) != APPLY_OK)
+        return s->failed;
+    table *t = open_table(s, o->db, o->coll, &o->pos);
+    if (t == NULL)
+        return s->failed;
+    if (t->map == NULL) {
+        sink_set_err(s, APPLY_CONFIG, NULL, "%s.%s has no typed map in this sink", o->db, o->coll);
+        return s->failed;
+    }
+    return mapped_apply(s, t, o);
+}
+
 sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
+    if (sink_settle(s) != APPLY_OK)
+        return s->failed;
     if (pipe_begin_if_needed(s) != APPLY_OK)
         return s->failed;
     s->stats.ddl++;
@@ -931,6 +896,8 @@ sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos 
 
 sink_status sink_drop(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
+    if (sink_settle(s) != APPLY_OK)
+        return s->failed;
     pg_name nm;
     if (pipe_begin_if_needed(s) != APPLY_OK)
         return s->failed;
@@ -948,8 +915,10 @@ sink_status sink_drop(sink *s, const char *db, const char *coll, const op_pos *p
 }
 
 sink_status sink_rename(sink *s, const char *db, const char *coll, const char *to_db, const char *to_coll,
-                        bool drop_target, const op_pos *pos)
+                        const op_pos *pos)
 {
+    if (sink_settle(s) != APPLY_OK)
+        return s->failed;
     pg_name from, to;
     if (map_find(s->cfg.maps, db, coll) != NULL || map_find(s->cfg.maps, to_db, to_coll) != NULL) {
         char where[32];
@@ -967,8 +936,8 @@ sink_status sink_rename(sink *s, const char *db, const char *coll, const char *t
     sink_forget_table(s, db, coll, true);
     sink_forget_table(s, to_db, to_coll, true);
     /* A target the rename dropped (dropTarget), or one left over from an earlier run: dropped if it is this
-     * service's; MongoDB would have refused the rename otherwise, so dropping is right either way. */
-    (void)drop_target;
+     * service's (oplog2pg.rename_table); MongoDB would have refused the rename otherwise, so dropping is right
+     * either way, and whether the entry says dropTarget changes nothing here. */
     s->stats.ddl++;
     const char *values[7] = {s->service, from.schema, from.table, to_db, to_coll, to.schema, to.table};
     return sink_catalog_call(s, NULL, "SELECT oplog2pg.rename_table($1, $2, $3, $4, $5, $6, $7)", 7, values, pos);
@@ -976,6 +945,8 @@ sink_status sink_rename(sink *s, const char *db, const char *coll, const char *t
 
 sink_status sink_drop_database(sink *s, const char *db, const op_pos *pos)
 {
+    if (sink_settle(s) != APPLY_OK)
+        return s->failed;
     pg_name nm;
     if (pipe_begin_if_needed(s) != APPLY_OK || !map_names(s, db, NULL, &nm, pos))
         return s->failed;
@@ -987,7 +958,9 @@ sink_status sink_drop_database(sink *s, const char *db, const op_pos *pos)
 
 sink_status sink_truncate(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
-    table *t = sink_open_table(s, db, coll, pos);
+    if (sink_settle(s) != APPLY_OK)
+        return s->failed;
+    table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
     char sql[256];
@@ -1048,6 +1021,8 @@ static sink_status commit_and_wait(sink *s, const op_pos *pos, const op_pos *new
 
 sink_status sink_commit(sink *s, const op_pos *pos)
 {
+    if (sink_settle(s) != APPLY_OK)
+        return s->failed;
     if (pipe_begin_if_needed(s) != APPLY_OK)
         return s->failed;
     if (!s->ckpt_prepared) {

@@ -64,24 +64,24 @@ static inline bool sink_is_data_kind(pending_kind k)
 typedef enum { STMT_UPSERT, STMT_INSERT, STMT_UPDATE, STMT_DELETE, STMT_KINDS } stmt_kind;
 
 typedef struct sink_stmt {
-    unsigned id;         /* its name's number on this connection (never reused); 0: not prepared */
-    unsigned uses;       /* sends on this connection, up to SINK_STMT_PREPARE_AT */
+    unsigned id;   /* its name's number on this connection (never reused); 0: not prepared */
+    unsigned uses; /* sends on this connection, up to SINK_STMT_PREPARE_AT */
     stmt_kind kind;
-    uint64_t used;       /* sink.stats.commits when it was last sent */
-    struct table *owner; /* the table whose statement it is */
+    uint64_t used;                   /* sink.stats.commits when it was last sent */
+    struct table *owner;             /* the table whose statement it is */
     struct sink_stmt *newer, *older; /* the connection's prepared ones, by last use */
 } sink_stmt;
 
 typedef struct table {
-    char *db, *coll; /* the MongoDB namespace */
-    uint64_t hash;   /* of the namespace it was opened under (its slot in sink.tindex) */
-    pg_name name;    /* its schema and table (map/names.h) */
-    char *qname;     /* "schema"."table", quoted */
-    unsigned id;     /* a typed map's statement names (mapped.c) */
+    char *db, *coll;            /* the MongoDB namespace */
+    uint64_t hash;              /* of the namespace it was opened under (its slot in sink.tindex) */
+    pg_name name;               /* its schema and table (map/names.h) */
+    char *qname;                /* "schema"."table", quoted */
+    unsigned id;                /* a typed map's statement names (mapped.c) */
     sink_stmt stmt[STMT_KINDS]; /* the jsonb shape's statements (stmt.c) */
-    bool ready;      /* schema, table and statements sent on this connection */
-    const map_collection *map; /* its typed map, NULL for the jsonb shape */
-    sink_mapped_table *mtabs;  /* the map's tables, by table number (map_table_at) */
+    bool ready;                 /* schema, table and statements sent on this connection */
+    const map_collection *map;  /* its typed map, NULL for the jsonb shape */
+    sink_mapped_table *mtabs;   /* the map's tables, by table number (map_table_at) */
     size_t nmtabs;
 } table;
 
@@ -97,6 +97,7 @@ struct sink {
     char *conninfo, *service;
     pgconn *c;
     PGconn *conn;   /* c->pg */
+    bool in_copy;   /* out of pipeline mode for a COPY (pipe_copy_begin): every send is refused until it ends */
     char owner[64]; /* fence token written into the checkpoint row */
     bool in_txn;    /* BEGIN sent for the open group */
     bool ckpt_prepared;
@@ -158,7 +159,10 @@ struct sink {
  * daemon does, sink_probe reads it back. */
 #define SINK_FENCE_APP "oplog2pg-service"
 
-/* ---- pg.c ---- */
+/* The declarations below go by the sink's inner layers, lowest first; a file calls only those of the layers below
+ * its own (scripts/check-layers.sh holds it). */
+
+/* ---- failure.c: the group's first failure and the keep point ---- */
 
 /* Records the first failure of the current group (later ones are its consequences): class, SQLSTATE, message. */
 void sink_set_err(sink *s, sink_status st, const char *state, const char *fmt, ...)
@@ -169,61 +173,10 @@ void sink_set_err_at(sink *s, const op_pos *pos, sink_status st, const char *sta
     __attribute__((format(printf, 5, 6)));
 /* "secs:inc" of an oplog position for messages ("-" for none). */
 void sink_fmt_pos(const op_pos *pos, char *buf, size_t len);
-/* Forgets what this connection knows of db.coll's table (coll NULL: of every table of db), so the next op on it makes
- * sure of it again. Its prepared statements are deallocated when `deallocate` (they are known to exist: not after a
- * refusal inside a guard, which may have skipped their PREPARE), otherwise left to the connection's end. */
-void sink_forget_table(sink *s, const char *db, const char *coll, bool deallocate);
 
-/* Quotes an identifier (malloc'd; NULL when memory runs out). */
-char *sink_quote_ident(sink *s, const char *name);
-/* How many rows an insert run needs to go by COPY rather than as pipelined upserts: copy_min_rows, or more when
- * the network round trip makes COPY's three waits cost more than its rows gain (SINK_COPY_ROW_GAIN_S). */
-size_t sink_copy_min_rows(const sink *s);
-/* Ends the open streaming COPY, if any: its rows are then written in the group's transaction (as upserts when one met
- * a key already there), and the run they came from is emptied. Called before any other use of the connection. */
-sink_status sink_stream_end(sink *s);
-/* Sends a call of one of the catalog functions, pipelined. */
-sink_status sink_catalog_call(sink *s, const table *t, const char *sql, int n, const char *const *values,
-                              const op_pos *pos);
-/* Prepares a named statement, pipelined. */
-sink_status sink_prepare(sink *s, const table *t, const char *name, const char *sql);
-/* The open group's transaction and db.coll's table ready in it (NULL on failure, s->failed). */
-table *sink_open_table(sink *s, const char *db, const char *coll, const op_pos *pos);
+/* ---- pipeline.c: the channel (the connection in pipeline mode, and the COPY it may carry) ---- */
 
-/* ---- stmt.c: the jsonb shape's statements ---- */
-
-/* Sends t's statement k with these parameters (as PQsendQueryPrepared takes them), pipelined under pending kind pk:
- * prepared first if this connection has not (making room in the bounded set when it can), or sent unnamed. */
-sink_status sink_send_stmt(sink *s, table *t, stmt_kind k, pending_kind pk, const op_pos *pos, int n,
-                           const char *const *values, const int *lengths, const int *formats, size_t bytes);
-/* Takes t's statements out of the set, deallocating them (pipelined) when `deallocate`. */
-void sink_stmt_forget(sink *s, table *t, bool deallocate);
-/* The connection is gone, and its statements with it. */
-void sink_stmt_clear(sink *s);
-
-/* ---- mapped.c: tables of typed maps ---- */
-
-/* Makes sure of every table of t's map and prepares its statements (as get_table does for the jsonb shape). */
-bool mapped_prepare(sink *s, table *t, const op_pos *pos);
-void mapped_free_tables(table *t);
-/* The rows of a batch of inserts into a map of several tables (COPY per table, or upserts); a map of one table goes
- * the way of the jsonb shape (pg.c, "streaming"). */
-sink_status mapped_insert_batch(sink *s, table *t, sink_batch *b, const op_pos *pos);
-/* The rows of a batch of inserts as pipelined upserts (each parent row with its child rows replaced). */
-sink_status mapped_upsert_batch(sink *s, const table *t, const sink_batch *b, const op_pos *pos);
-/* A drop of a mapped collection: every table of the namespace. */
-sink_status mapped_drop(sink *s, const char *db, const char *coll, const op_pos *pos);
-
-/* ---- backfill.c ---- */
-
-/* Before pipeline mode, at connect: the tables of every map compared with it; the fields a map gained are added and,
- * where the collection's table keeps the whole document, filled in the rows already there (one transaction per map).
- * False with s->failed set. */
-bool sink_sync_maps(sink *s);
-
-/* ---- pipeline.c ---- */
-
-/* Notes a statement just sent (false, s->failed set, when the queue cannot grow). */
+/* Notes a statement just sent (false, s->failed set, when the queue cannot grow or a COPY holds the connection). */
 bool pipe_push_pending(sink *s, pending_kind kind, const table *t, const op_pos *pos);
 /* Takes every result that has arrived, without waiting. */
 bool pipe_read_ready(sink *s);
@@ -234,7 +187,67 @@ sink_status pipe_drain(sink *s);
 /* After a PQsend*: notes a failed send, and pumps when enough is queued. */
 sink_status pipe_after_send(sink *s, bool ok, size_t bytes);
 sink_status pipe_send_simple(sink *s, pending_kind kind, const table *t, const char *sql, const op_pos *pos);
+/* Leaves pipeline mode for a COPY, after the pipeline drained; until pipe_copy_done, no statement is sent (one that
+ * would be fails the session: the layer above ends its COPY first, sink_settle). */
+sink_status pipe_copy_begin(sink *s);
+sink_status pipe_copy_done(sink *s);
 /* BEGIN, once per group. */
 sink_status pipe_begin_if_needed(sink *s);
+
+/* ---- stmt.c: statements over the channel ---- */
+
+/* Sends t's statement k of the jsonb shape with these parameters (as PQsendQueryPrepared takes them), pipelined under
+ * pending kind pk: prepared first if this connection has not (making room in the bounded set when it can), or sent
+ * unnamed. */
+sink_status sink_send_stmt(sink *s, table *t, stmt_kind k, pending_kind pk, const op_pos *pos, int n,
+                           const char *const *values, const int *lengths, const int *formats, size_t bytes);
+/* Takes t's statements out of the set, deallocating them (pipelined) when `deallocate`. */
+void sink_stmt_forget(sink *s, table *t, bool deallocate);
+/* The connection is gone, and its statements with it. */
+void sink_stmt_clear(sink *s);
+/* Prepares a named statement, pipelined. */
+sink_status sink_prepare(sink *s, const table *t, const char *name, const char *sql);
+/* Sends a call of one of the catalog functions, pipelined. */
+sink_status sink_catalog_call(sink *s, const table *t, const char *sql, int n, const char *const *values,
+                              const op_pos *pos);
+
+/* ---- mapped.c: the typed table kind ---- */
+
+/* Makes sure of every table of t's map and prepares its statements (as get_table does for the jsonb shape). */
+bool mapped_prepare(sink *s, table *t, const op_pos *pos);
+void mapped_free_tables(table *t);
+/* The rows of a batch of inserts as pipelined upserts (each parent row with its child rows replaced). */
+sink_status mapped_upsert_batch(sink *s, const table *t, const sink_batch *b, const op_pos *pos);
+/* An op of a typed map (its plan, made by the reader thread: map/project.h) on t's tables: a delete, a replacement,
+ * an insert, or an update's edits. */
+sink_status mapped_apply(sink *s, const table *t, const op *o);
+/* A drop of a mapped collection: every table of the namespace. */
+sink_status mapped_drop(sink *s, const char *db, const char *coll, const op_pos *pos);
+
+/* ---- backfill.c ---- */
+
+/* Before pipeline mode, at connect: the tables of every map compared with it; the fields a map gained are added and,
+ * where the collection's table keeps the whole document, filled in the rows already there (one transaction per map).
+ * False with s->failed set. */
+bool sink_sync_maps(sink *s);
+
+/* ---- pg.c: the core ---- */
+
+/* Forgets what this connection knows of db.coll's table (coll NULL: of every table of db), so the next op on it makes
+ * sure of it again. Its prepared statements are deallocated when `deallocate` (they are known to exist: not after a
+ * refusal inside a guard, which may have skipped their PREPARE), otherwise left to the connection's end. */
+void sink_forget_table(sink *s, const char *db, const char *coll, bool deallocate);
+/* How many rows an insert run needs to go by COPY rather than as pipelined upserts: copy_min_rows, or more when
+ * the network round trip makes COPY's three waits cost more than its rows gain (SINK_COPY_ROW_GAIN_S). */
+size_t sink_copy_min_rows(const sink *s);
+/* Ends the open streaming COPY, if any: its rows are then written in the group's transaction (as upserts when one met
+ * a key already there), and the run they came from is emptied. */
+sink_status sink_stream_end(sink *s);
+/* What every entry point of the sink that uses the connection does first: ends the open streaming COPY, so that its
+ * rows precede whatever follows and a fallback to upserts goes out from there, never from inside another send. */
+static inline sink_status sink_settle(sink *s)
+{
+    return s->stream_run != NULL ? sink_stream_end(s) : APPLY_OK;
+}
 
 #endif

@@ -381,3 +381,10 @@ bool pgconn_copy_end(pgconn *c, pgconn_error *err)
         return false;
     return collect(c, "the COPY's result", NULL, true, err);
 }
+
+void sink_row_pos(const PGresult *res, int row, int col, op_pos *out)
+{
+    out->secs = (uint32_t)strtoul(PQgetvalue(res, row, col), NULL, 10);
+    out->inc = (uint32_t)strtoul(PQgetvalue(res, row, col + 1), NULL, 10);
+    out->term = PQgetisnull(res, row, col + 2) ? -1 : strtoll(PQgetvalue(res, row, col + 2), NULL, 10);
+}

@@ -34,9 +34,21 @@ const char *const sink_pending_what[] = {
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* the pipeline */
 
+/* A send while a COPY holds the connection: the layer above ends its COPY before anything else goes out (it alone
+ * knows what a COPY that met a key must do next), so this is a fault in oplog2pg. Nothing is sent, and the session
+ * stops rather than write out of order. */
+static bool refuse_in_copy(sink *s, const char *what)
+{
+    if (!s->in_copy)
+        return false;
+    sink_set_err(s, APPLY_UNRECORDABLE, NULL, "%s while a COPY held the connection (a bug); nothing more is sent",
+                 what);
+    return true;
+}
+
 bool pipe_push_pending(sink *s, pending_kind kind, const table *t, const op_pos *pos)
 {
-    if (s->stream_run != NULL && sink_stream_end(s) != APPLY_OK)
+    if (refuse_in_copy(s, sink_pending_what[kind]))
         return false;
     if (s->pend_tail == s->pend_cap) {
         if (s->pend_head > 0) {
@@ -246,7 +258,7 @@ bool pipe_pump(sink *s, size_t until, size_t unsent)
 /* Send a Sync and wait for every outstanding result. */
 sink_status pipe_drain(sink *s)
 {
-    if (s->stream_run != NULL && sink_stream_end(s) != APPLY_OK)
+    if (refuse_in_copy(s, "a wait for the pipeline"))
         return s->failed;
     if (s->failed != APPLY_OK)
         return s->failed;
@@ -284,6 +296,28 @@ sink_status pipe_send_simple(sink *s, pending_kind kind, const table *t, const c
     return pipe_after_send(s, PQsendQueryParams(s->conn, sql, 0, NULL, NULL, NULL, NULL, 0) == 1, strlen(sql));
 }
 
+sink_status pipe_copy_begin(sink *s)
+{
+    if (pipe_drain(s) != APPLY_OK)
+        return s->failed;
+    if (PQexitPipelineMode(s->conn) != 1) {
+        sink_set_err(s, APPLY_RETRY, NULL, "leaving pipeline mode: %s", PQerrorMessage(s->conn));
+        return s->failed;
+    }
+    s->in_copy = true;
+    return APPLY_OK;
+}
+
+sink_status pipe_copy_done(sink *s)
+{
+    if (PQenterPipelineMode(s->conn) != 1) {
+        sink_set_err(s, APPLY_RETRY, NULL, "entering pipeline mode: %s", PQerrorMessage(s->conn));
+        return s->failed;
+    }
+    s->in_copy = false;
+    return APPLY_OK;
+}
+
 sink_status pipe_begin_if_needed(sink *s)
 {
     if (s->failed != APPLY_OK)
@@ -317,7 +351,7 @@ sink_status sink_check_idle(sink *s)
 {
     if (s->conn == NULL)
         return APPLY_RETRY;
-    if (s->stream_run != NULL) {
+    if (s->in_copy) {
         /* A COPY is open: the server says nothing during one unless it fails, and what it says is read at its end;
          * only a lost connection matters now. */
         if (PQconsumeInput(s->conn) != 1 || PQstatus(s->conn) == CONNECTION_BAD || s->c->goodbye[0] != '\0')

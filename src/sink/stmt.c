@@ -117,9 +117,6 @@ static bool room_for_one(sink *s)
 sink_status sink_send_stmt(sink *s, table *t, stmt_kind k, pending_kind pk, const op_pos *pos, int n,
                            const char *const *values, const int *lengths, const int *formats, size_t bytes)
 {
-    /* A COPY still open ends first: its fallback to upserts may send statements of its own. */
-    if (s->stream_run != NULL && sink_stream_end(s) != APPLY_OK)
-        return s->failed;
     sink_stmt *st = &t->stmt[k];
     char name[16];
     if (st->id == 0) {
@@ -162,8 +159,6 @@ sink_status sink_send_stmt(sink *s, table *t, stmt_kind k, pending_kind pk, cons
 
 void sink_stmt_forget(sink *s, table *t, bool dealloc)
 {
-    if (dealloc && s->stream_run != NULL && sink_stream_end(s) != APPLY_OK)
-        return;
     for (int k = 0; k < STMT_KINDS; k++) {
         if (t->stmt[k].id != 0)
             (void)drop_stmt(s, &t->stmt[k], dealloc && s->failed == APPLY_OK);
@@ -174,4 +169,22 @@ void sink_stmt_clear(sink *s)
 {
     s->stmt_newest = s->stmt_oldest = NULL;
     s->nstmts = 0;
+}
+
+/* ---- other statements: prepared ones of a typed map, catalog calls ---- */
+
+sink_status sink_prepare(sink *s, const table *t, const char *name, const char *sql)
+{
+    if (!pipe_push_pending(s, P_PREPARE, t, NULL))
+        return s->failed;
+    return pipe_after_send(s, PQsendPrepare(s->conn, name, sql, 0, NULL) == 1, strlen(sql));
+}
+
+/* Sends a call of one of the catalog functions (oplog2pg.ensure_table, drop_table, ...), pipelined. */
+sink_status sink_catalog_call(sink *s, const table *t, const char *sql, int n, const char *const *values,
+                              const op_pos *pos)
+{
+    if (!pipe_push_pending(s, P_CATALOG, t, pos))
+        return s->failed;
+    return pipe_after_send(s, PQsendQueryParams(s->conn, sql, n, NULL, values, NULL, NULL, 0) == 1, 256);
 }

@@ -210,8 +210,8 @@ START_TEST(test_ddl)
     add_json(b, "{\"_id\": 1}");
     op_pos pos = {.secs = 1, .inc = 1, .term = 1};
     ck_assert(sink_insert_batch(s, "sinkddl", "a", b, &pos) == APPLY_OK);
-    ck_assert(sink_rename(s, "sinkddl", "a", "sinkddl", "b", false, &pos) == APPLY_OK);
-    ck_assert(sink_rename(s, "sinkddl", "b", "sinkddl2", "c", false, &pos) == APPLY_OK);
+    ck_assert(sink_rename(s, "sinkddl", "a", "sinkddl", "b", &pos) == APPLY_OK);
+    ck_assert(sink_rename(s, "sinkddl", "b", "sinkddl2", "c", &pos) == APPLY_OK);
     ck_assert(sink_create(s, "sinkddl", "gone", &pos) == APPLY_OK);
     ck_assert(sink_drop(s, "sinkddl", "gone", &pos) == APPLY_OK);
     /* Writes after a rename go to a table of the old name again, created afresh. */
@@ -262,14 +262,13 @@ START_TEST(test_foreign_tables_left_alone)
     if (st == APPLY_OK)
         st = sink_commit(s, &pos);
     ck_assert_int_eq(st, APPLY_CONFIG);
-    ck_assert_msg(strstr(sink_error(s), "sinkown.f exists and was not made by oplog2pg") != NULL, "%s",
-                  sink_error(s));
+    ck_assert_msg(strstr(sink_error(s), "sinkown.f exists and was not made by oplog2pg") != NULL, "%s", sink_error(s));
     sink_disconnect(s);
     ck_assert(sink_connect(s) == APPLY_OK);
     pos.inc = 3;
     st = sink_create(s, "sinkown", "x", &pos);
     if (st == APPLY_OK)
-        st = sink_rename(s, "sinkown", "x", "sinkown", "f", true, &pos);
+        st = sink_rename(s, "sinkown", "x", "sinkown", "f", &pos);
     if (st == APPLY_OK)
         st = sink_commit(s, &pos);
     ck_assert_int_eq(st, APPLY_CONFIG);
@@ -941,7 +940,7 @@ START_TEST(test_statement_bound)
     int id = 0;
     ck_assert_int_eq(SINK_STMT_PREPARE_AT, 2);
 
-    for (int t = 0; t < 5; t++) { /* c0..c2 prepared at their second row, c3 and c4 unnamed */
+    for (int t = 0; t < 5; t++) {            /* c0..c2 prepared at their second row, c3 and c4 unnamed */
         one_upsert(s, b, db, t, ++id, &pos); /* a first use is never counted */
         ck_assert_uint_eq(sink_get_stats(s)->unnamed, t == 4 ? 1 : 0);
         one_upsert(s, b, db, t, ++id, &pos);
