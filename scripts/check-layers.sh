@@ -4,6 +4,11 @@
 # A folder may include its own headers and those of the folders below it, never those above:
 #   util  <  core  <  map  <  source, sink  <  copy  <  daemon
 # (source and sink sit side by side and never include each other). Prints every offending #include and exits 1.
+#
+# Inside sink/, the files are layers too (docs/architecture.md, "The sink's layers"), lowest first in SINK_LAYERS: a
+# file calls the functions of its own and of files in layers below it, never those of a file above it or beside it.
+# That is checked on the calls: a function a sink file defines (not static) and a file of a lower or the same layer
+# names is an arrow pointing up or sideways. A new file of sink/ must be given its layer here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,5 +48,52 @@ for dir in src/* include/*; do
         esac
     done < <(grep -H '#[[:space:]]*include[[:space:]]*"[a-z_]*/' "$dir"/*.[ch] 2>/dev/null || true)
 done
-[ $bad -eq 0 ] && echo "check-layers: every include points down (util < core < map < source, sink < copy < daemon)"
+SINK_LAYERS=(
+    "pgerror.c"              # the one error policy
+    "pgconn.c"               # the libpq layer: connect, waits, exec, COPY
+    "batch.c mapped_sql.c"   # runs of rows and COPY bodies; a typed map's tables' SQL
+    "rows.c"                 # the row writer: COPY of a batch, upserts of whole documents
+    "failure.c"              # the group's first failure, the keep point
+    "pipeline.c"             # the channel: pipeline mode, pending results, the COPY it may carry
+    "stmt.c"                 # statements over the channel: the jsonb shape's, prepares, catalog calls
+    "mapped.c backfill.c"    # the typed table kind; a map's new columns at connect
+    "pg.c"                   # the core: connect, tables, writes, streaming, DDL, commit
+    "deadletter.c probe.c"   # guarded ops and dead letters; the read-only look for check and status
+    "batcher_pg.c"           # the batcher's adapter, on the public interface only
+)
+declare -A layer_of # file name -> its layer's number
+for i in "${!SINK_LAYERS[@]}"; do
+    for f in ${SINK_LAYERS[$i]}; do layer_of[$f]=$i; done
+done
+sink_layer() { echo "${layer_of[$1]:-}"; }
+defined() { # defined FILE: the functions FILE defines with external linkage
+    grep -v '^static' "$1" | sed -n 's/^[a-z][a-z_0-9 ]*[ *]\([a-z_][a-z_0-9]*\)(.*/\1/p' || true
+}
+for f in src/sink/*.c; do
+    [ -n "$(sink_layer "${f##*/}")" ] && continue
+    echo "check-layers: $f has no layer: add it to SINK_LAYERS in scripts/check-layers.sh and to docs/architecture.md"
+    bad=1
+done
+declare -A defs # file -> the functions it defines, as an alternation
+for g in src/sink/*.c; do
+    defs[$g]=$(defined "$g" | paste -sd'|' -)
+done
+for f in src/sink/*.c; do
+    fl=${layer_of[${f##*/}]:-}
+    [ -n "$fl" ] || continue
+    for g in src/sink/*.c; do
+        gl=${layer_of[${g##*/}]:-}
+        [ "$f" != "$g" ] && [ -n "$gl" ] && [ "$gl" -ge "$fl" ] && [ -n "${defs[$g]}" ] || continue
+        while IFS= read -r hit; do
+            fn=${hit#*:}
+            fn=${fn%(}
+            fn=${fn##*[^a-z_0-9]}
+            echo "check-layers: $f:${hit%%:*} calls $fn of ${g##*/}, a sink layer above it or beside it"
+            bad=1
+        done < <(grep -noE "(^|[^a-z_0-9])(${defs[$g]})\(" "$f" || true)
+    done
+done
+layers=$(printf '%s < ' "${SINK_LAYERS[@]}")
+[ $bad -eq 0 ] && echo "check-layers: every include points down (util < core < map < source, sink < copy < daemon)" &&
+    echo "check-layers: every call inside sink/ points down (${layers% < })"
 exit $bad
