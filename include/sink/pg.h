@@ -9,10 +9,13 @@
  *
  * No network wait per op: statements (updates, deletes, short insert runs, DDL) go out in libpq pipeline mode and
  * their results are read as they arrive. The sink waits for PostgreSQL at the commit that ends the group, and for an
- * insert run long or large enough for COPY (copy_min_rows rows, or 1 MB), which leaves the pipeline (waiting for the
- * results still due) to stream a binary COPY, since pipeline mode forbids COPY. A COPY that meets a duplicate _id (a
- * replay) is rolled back to a savepoint and re-sent as per-row upserts. Sending also waits while libpq holds more
- * than SINK_PIPE_BYTES unsent or more than 20000 results are due, and, in per-op mode, for each statement's result.
+ * insert run long or large enough for COPY (copy_min_rows rows, or 1 MB; a long run opens its COPY while it still
+ * fills, sink_stream_add), which leaves the pipeline behind a savepoint (waiting for the results still due) to send
+ * a binary COPY, since pipeline mode forbids COPY. A COPY that meets an existing _id (a replay) is rolled back to the
+ * savepoint and its run re-sent as pipelined upserts; a run that has let go of rows it sent (sink_stream_let_go)
+ * cannot be re-sent, so the group fails with APPLY_REWIND instead, and is applied again from the checkpoint with
+ * its runs keeping their rows up to that entry (sink_keep_until). Sending also waits while libpq holds more than
+ * SINK_PIPE_BYTES unsent or more than 20000 results are due, and, in per-op mode, for each statement's result.
  *
  * Errors follow the one policy (sink/pgerror.h): every failure is an apply_status (core/status.h), and only
  * APPLY_DATA — PostgreSQL refusing an op's own data — leads to a dead letter. Waits go through sink/pgconn.h, so the

@@ -1,19 +1,27 @@
 /*
- * pg.c — the PostgreSQL sink (see pg.h for what it guarantees); the parts are listed in pg_internal.h.
+ * pg.c — the core of the PostgreSQL sink (see pg.h for what it guarantees): construction, connecting (schema, fence,
+ * checkpoint row), the tables (names, catalog), the writes, streaming COPY, DDL and the commit with its checkpoint.
+ * The other parts, and the layers they form, are listed in pg_internal.h.
  *
  * NOTES
- * The connection stays in libpq pipeline mode, non-blocking, between commits. Every statement sent is recorded in a
- * queue of pending items (kind, table, oplog position) so that a result, and above all an error, can be matched to the
- * op that caused it. pipe_pump() pushes output and reads whatever results have arrived without waiting; pipe_drain()
- * sends a Sync and waits until every pending item is answered. A group therefore waits on the network once, at its
- * commit.
+ * The connection stays in libpq pipeline mode, non-blocking, between commits (the channel, pipeline.c). Every
+ * statement sent is recorded in a queue of pending items (kind, table, oplog position) so that a result, and above
+ * all an error, can be matched to the op that caused it. pipe_pump() pushes output and reads whatever results have
+ * arrived without waiting; pipe_drain() sends a Sync and waits until every pending item is answered. A group
+ * therefore waits on the network once, at its commit.
  *
- * Long insert runs leave the pipeline: pipe_drain (which also sets a savepoint), stream the run with
- * COPY ... (FORMAT binary), and come back. A unique violation in the COPY rolls back to the savepoint and the run is
- * re-sent as pipelined upserts: a replay of inserts that are already there (after an initial copy, or a crash
- * between COPY and commit that PostgreSQL rolled back anyway) never stops the stream.
+ * Long insert runs leave the pipeline for a binary COPY: copy_enter sends a SAVEPOINT and drains the pipeline, the
+ * run goes by COPY ... (FORMAT binary) (streamed while it still fills, or whole: one COPY per table of a typed map),
+ * and copy_leave comes back. A unique violation in the COPY rolls back to the savepoint and the run is re-sent as
+ * pipelined upserts: a replay of inserts that are already there (after an initial copy, or a crash between COPY and
+ * commit that PostgreSQL rolled back anyway) never stops the stream. A streaming run that let go of rows it sent
+ * cannot be re-sent: the group fails with APPLY_REWIND instead (sink_stream_end). While a COPY is open the channel
+ * refuses every other send; each entry point of the sink ends the COPY first (sink_settle), so the fallback's
+ * upserts are sent from here, in order, and never from inside another send.
  *
- * After any error the group is lost (the transaction is aborted); the caller disconnects and resumes from the
+ * An error loses the group (the transaction is aborted), except in careful mode: there each op runs behind its own
+ * savepoint (sink_guard_begin, deadletter.c), and an op PostgreSQL refuses as data is rolled back to it and recorded
+ * as a dead letter while the group goes on. After any other error the caller disconnects and resumes from the
  * committed checkpoint, so the table cache and prepared statements are simply rebuilt on the next connection.
  */
 #include "pg_internal.h"

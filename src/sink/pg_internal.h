@@ -1,14 +1,27 @@
 /*
- * pg_internal.h — what the files of the PostgreSQL sink share (the contract is include/sink/pg.h):
- *   pg.c          construction, connecting (schema, fence, checkpoint row), tables (names, catalog),
- *                 the writes, DDL and the commit with its checkpoint;
- *   pipeline.c    libpq pipeline mode: the queue of pending statements matched to their results, sends that never
- *                 wait per op, the one wait per group (with the wait hook and the probe of what PostgreSQL waits on),
- *                 the idle connection's health;
- *   stmt.c        the jsonb shape's statements: prepared at their second use, a bounded set per connection;
+ * pg_internal.h — what the files of the PostgreSQL sink share (the contract is include/sink/pg.h). The files are
+ * layers, lowest first; a file calls only functions of the layers below it (scripts/check-layers.sh holds it, and
+ * docs/architecture.md draws it):
+ *   pgerror.c     the one error policy (sink/pgerror.h);
+ *   pgconn.c      the libpq layer: connecting, waits with the owner's hook, exec, COPY (sink/pgconn.h);
+ *   batch.c       runs of rows and the COPY bodies made of them (sink/batch.h);
+ *   mapped_sql.c  the SQL of a typed map's tables (sink/mapped.h);
+ *   rows.c        the row writer, shared with the initial copy: a batch by COPY, whole documents as upserts
+ *                 (sink/rows.h);
+ *   failure.c     the group's first failure, and the keep point a rewind moves;
+ *   pipeline.c    the channel: libpq pipeline mode, the queue of pending statements matched to their results, sends
+ *                 that never wait per op, the one wait per group (with the wait hook and the probe of what
+ *                 PostgreSQL waits on), the COPY it may carry (during which it refuses every send), the idle
+ *                 connection's health;
+ *   stmt.c        statements over the channel: the jsonb shape's (prepared at their second use, a bounded set per
+ *                 connection), prepares and catalog calls;
+ *   mapped.c      the typed table kind: a map's tables made or checked, its statements, its plans applied;
+ *   backfill.c    at connect, the columns a typed map gained: added, and filled from doc where it is kept;
+ *   pg.c          the core: construction, connecting (schema, fence, checkpoint row), tables (names, catalog),
+ *                 the writes, streaming COPY, DDL and the commit with its checkpoint;
  *   deadletter.c  guarded ops (a savepoint per op in careful mode) and the dead-letter records;
  *   probe.c       the read-only look at a service for `check` and `status`;
- *   backfill.c    at connect, the columns a typed map gained: added, and filled from doc where it is kept.
+ *   batcher_pg.c  the batcher's adapter, on the public interface (sink/batcher_pg.h).
  */
 #ifndef OPLOG2PG_SINK_PG_INTERNAL_H
 #define OPLOG2PG_SINK_PG_INTERNAL_H

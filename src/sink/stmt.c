@@ -1,7 +1,8 @@
 /*
- * stmt.c — the statements of the jsonb shape's tables (upsert, update, delete): prepared on this connection when an
- * op needs one the second time, and no more than max_prepared of them at once ([postgres] max_prepared_statements;
- * SINK_MAX_PREPARED unless set).
+ * stmt.c — statements over the channel (pipeline.c). Above all those of the jsonb shape's tables (upsert, plain
+ * insert, update, delete): prepared on this connection when an op needs one the second time, and no more than
+ * max_prepared of them at once ([postgres] max_prepared_statements; SINK_MAX_PREPARED unless set). Also the prepares
+ * of a typed map's statements (mapped.c) and the catalog calls (oplog2pg.ensure_table, drop_table, ...).
  *
  * NOTES
  * Why a bound. A backend visits every plan it has cached for each invalidation message it processes (plancache.c
