@@ -56,7 +56,8 @@ SINK_LAYERS=(
     "failure.c"              # the group's first failure, the keep point
     "pipeline.c"             # the channel: pipeline mode, pending results, the COPY it may carry
     "stmt.c"                 # statements over the channel: the jsonb shape's, prepares, catalog calls
-    "mapped.c backfill.c"    # the typed table kind; a map's new columns at connect
+    "jsonb.c mapped.c"       # the table kinds: the jsonb shape; a typed map with its child tables
+    "backfill.c"             # a map's new columns at connect
     "pg.c"                   # the core: connect, tables, writes, streaming, DDL, commit
     "deadletter.c probe.c"   # guarded ops and dead letters; the read-only look for check and status
     "batcher_pg.c"           # the batcher's adapter, on the public interface only

@@ -24,7 +24,7 @@
 #include "util/log.h"
 #include "util/strbuf.h"
 
-void mapped_free_tables(table *t)
+static void mapped_free_tables(table *t)
 {
     for (size_t k = 0; k < t->nmtabs; k++)
         sink_mapped_table_free(&t->mtabs[k]);
@@ -73,7 +73,7 @@ static bool ensure_one(sink *s, table *t, size_t k, const op_pos *pos)
     return sink_prepare(s, t, name, m->pad_sql) == APPLY_OK;
 }
 
-bool mapped_prepare(sink *s, table *t, const op_pos *pos)
+static bool mapped_prepare(sink *s, table *t, const op_pos *pos)
 {
     if (!build_tables(s, t)) {
         sink_set_err(s, APPLY_NOMEM, NULL, "out of memory preparing the tables of %s.%s", t->db, t->coll);
@@ -263,7 +263,7 @@ static sink_status upsert_records(sink *s, const table *t, const map_rows *rows,
     }
 }
 
-sink_status mapped_upsert_batch(sink *s, const table *t, const sink_batch *b, const op_pos *pos)
+static sink_status mapped_upsert_batch(sink *s, const table *t, const sink_batch *b, const op_pos *pos)
 {
     s->stats.rows_inserted += sink_batch_rows(b);
     return upsert_records(s, t, sink_batch_mapped(b), pos);
@@ -505,7 +505,7 @@ static sink_status apply_plan(sink *s, const table *t, const map_plan *plan, con
     return st;
 }
 
-sink_status mapped_apply(sink *s, const table *t, const op *o)
+static sink_status mapped_apply(sink *s, const table *t, const op *o)
 {
     const map_plan *plan = o->mapped;
     if (o->kind == OP_DELETE) {
@@ -531,8 +531,93 @@ sink_status mapped_apply(sink *s, const table *t, const op *o)
     return apply_plan(s, t, plan, &o->pos);
 }
 
-sink_status mapped_drop(sink *s, const char *db, const char *coll, const op_pos *pos)
+static sink_status mapped_drop(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
     const char *values[3] = {s->service, db, coll};
     return sink_catalog_call(s, NULL, "SELECT oplog2pg.drop_namespace($1, $2, $3)", 3, values, pos);
 }
+
+/* ---- the kind ---- */
+
+static bool name(sink *s, const char *db, const char *coll, pg_name *out, const op_pos *pos)
+{
+    (void)s;
+    (void)pos;
+    *out = map_find(s->cfg.maps, db, coll)->table.name; /* kind_of found it */
+    return true;
+}
+
+static bool prepare(sink *s, table *t, const op_pos *pos)
+{
+    if (t->map == NULL)
+        t->map = map_find(s->cfg.maps, t->db, t->coll);
+    return mapped_prepare(s, t, pos);
+}
+
+static sink_status insert_rows(sink *s, table *t, const sink_batch *b, const op_pos *pos, bool fresh)
+{
+    (void)fresh; /* every row is an upsert: a parent's child rows are replaced with it */
+    return mapped_upsert_batch(s, t, b, pos);
+}
+
+/* A map of one table streams like the jsonb shape; one with child tables copies a run at its end, one COPY per table
+ * (its rows are in document order, not table order). */
+static bool streams(const table *t)
+{
+    return t->nmtabs == 1;
+}
+
+static bool copy_start(sink *s, const table *t, pgconn_error *e)
+{
+    return pgconn_copy_start(s->c, t->mtabs[0].copy_sql, e);
+}
+
+/* *from counts bytes of the run's records. */
+static bool copy_rows(sink_copy_out *o, const table *t, const sink_batch *b, size_t *from, pgconn_error *e)
+{
+    return sink_copy_mapped(o, b, 0, (uint16_t)t->nmtabs, from, e);
+}
+
+static sink_rows_dest dest(const table *t)
+{
+    return dest_of(t);
+}
+
+static sink_status rename_refused(sink *s, const char *db, const char *coll, const char *to_db, const char *to_coll,
+                                  const op_pos *pos)
+{
+    char where[32];
+    sink_fmt_pos(pos, where, sizeof where);
+    sink_set_err(s, APPLY_CONFIG, NULL,
+                 "renameCollection %s.%s -> %s.%s (oplog entry %s) involves a collection with a typed map, which "
+                 "this version cannot rename: move the map to the new name and copy that collection again "
+                 "(--reimport)",
+                 db, coll, to_db, to_coll, where);
+    return s->failed;
+}
+
+static sink_status truncate_rows(sink *s, table *t, const op_pos *pos)
+{
+    char sql[256];
+    for (size_t k = 0; k < t->nmtabs; k++) {
+        snprintf(sql, sizeof sql, "DELETE FROM %s", t->mtabs[k].qname); /* not TRUNCATE: a lighter lock */
+        if (pipe_send_simple(s, P_DDL, t, sql, pos) != APPLY_OK)
+            return s->failed;
+    }
+    return APPLY_OK;
+}
+
+const table_kind sink_mapped_kind = {
+    .name = name,
+    .prepare = prepare,
+    .insert_rows = insert_rows,
+    .streams = streams,
+    .copy_start = copy_start,
+    .copy_rows = copy_rows,
+    .dest = dest,
+    .apply_plan = mapped_apply,
+    .drop = mapped_drop,
+    .rename = rename_refused,
+    .truncate = truncate_rows,
+    .free = mapped_free_tables,
+};

@@ -71,7 +71,8 @@ static void tables_clear(sink *s)
         free(s->tables[i]->db);
         free(s->tables[i]->coll);
         free(s->tables[i]->qname);
-        mapped_free_tables(s->tables[i]);
+        if (s->tables[i]->kind != NULL)
+            s->tables[i]->kind->free(s->tables[i]);
         free(s->tables[i]);
     }
     s->ntables = 0;
@@ -469,16 +470,10 @@ void sink_forget_table(sink *s, const char *db, const char *coll, bool deallocat
     }
 }
 
-/* Maps db.coll to its names; false (s->failed = APPLY_DATA, naming the op's entry) when it cannot be a table. */
-static bool map_names(sink *s, const char *db, const char *coll, pg_name *out, const op_pos *pos)
+/* The kind of db.coll's table: the one place that tells a typed map's namespace from the jsonb shape's. */
+static const table_kind *kind_of(const sink *s, const char *db, const char *coll)
 {
-    char why[120], where[32];
-    if (names_map(db, coll, out, why, sizeof why))
-        return true;
-    sink_fmt_pos(pos, where, sizeof where);
-    sink_set_err(s, APPLY_DATA, NULL, "namespace %s.%s (oplog entry %s) cannot be a PostgreSQL table: %s", db,
-                 coll ? coll : "", where, why);
-    return false;
+    return map_find(s->cfg.maps, db, coll) != NULL ? &sink_mapped_kind : &sink_jsonb_kind;
 }
 
 /* The table for db.coll: made (schema, table, catalog row) or checked to be this service's (a typed map's statements
@@ -490,10 +485,8 @@ static table *get_table(sink *s, const char *db, const char *coll, const op_pos 
     if (t != NULL && t->ready)
         return t;
     pg_name nm;
-    const map_collection *map = map_find(s->cfg.maps, db, coll);
-    if (map != NULL)
-        nm = map->table.name;
-    else if (!map_names(s, db, coll, &nm, pos))
+    const table_kind *kind = kind_of(s, db, coll);
+    if (!kind->name(s, db, coll, &nm, pos))
         return NULL;
     if (t == NULL) {
         if (!tindex_reserve(s))
@@ -524,28 +517,17 @@ static table *get_table(sink *s, const char *db, const char *coll, const op_pos 
             goto oom;
         }
         t->name = nm;
-        t->map = map;
+        t->kind = kind;
         t->hash = ns_hash(db, coll);
         tindex_put(s->tindex, s->tindex_cap, t->hash, s->ntables);
         s->tables[s->ntables++] = t;
     }
     t->id = ++s->next_table_id;
-    if (t->map != NULL) {
-        if (!mapped_prepare(s, t, pos))
-            return NULL;
-        t->ready = true;
-        return t;
-    }
-
-    const char *values[5] = {s->service, db, coll, t->name.schema, t->name.table};
-    bool ok = sink_catalog_call(s, t, "SELECT oplog2pg.ensure_table($1, $2, $3, $4, $5)", 5, values, pos) == APPLY_OK;
-
-    if (!ok) {
+    if (!t->kind->prepare(s, t, pos)) {
         if (s->failed == APPLY_OK)
             sink_set_err(s, APPLY_NOMEM, NULL, "out of memory preparing table %s.%s", db, coll);
         return NULL;
     }
-    /* Its statements are prepared as ops need them (stmt.c). */
     t->ready = true;
     return t;
 
@@ -572,35 +554,6 @@ size_t sink_copy_min_rows(const sink *s)
     if (s->copy_by_rtt && by_rtt > (double)min_rows)
         min_rows = by_rtt > 1e9 ? (size_t)1e9 : (size_t)by_rtt;
     return min_rows;
-}
-
-/* Each row of the batch as parameters of an insert statement (binary, no conversion), pipelined.
- *
- * A fresh run past the keep point goes as plain INSERTs: the oplog inserts a _id only where it is not, so a row
- * already there is a replay (after an initial copy, or rows written from elsewhere), and ON CONFLICT's look at the
- * key before each row costs PostgreSQL a seventh of such a run's time (docs/benchmarks.md, "Plain inserts"). A row
- * already there fails the group, which is applied again from the checkpoint with upserts up to where it had got
- * (pipeline.c, rewind_for_existing). The run is judged by pos, its last entry, so a run that straddles the keep point
- * may cost one such rewind. Up to the keep point, in per-op and careful sessions, and for a COPY's rows that met a key
- * (fresh false): upserts, so an insert that meets its own _id becomes the document it carries. */
-static sink_status insert_rows_pipelined(sink *s, table *t, const sink_batch *b, const op_pos *pos, bool fresh)
-{
-    const int formats[2] = {1, 0};
-    bool plain = fresh && !s->cfg.per_op && op_pos_cmp(pos, &s->keep_until) > 0;
-    stmt_kind k = plain ? STMT_INSERT : STMT_UPSERT;
-    pending_kind pk = plain ? P_INSERT_NEW : P_INSERT;
-    for (size_t i = 0; i < sink_batch_held_rows(b); i++) {
-        const char *key, *json;
-        size_t klen, jlen;
-        sink_batch_row(b, i, &key, &klen, &json, &jlen);
-        const char *values[2] = {key, json};
-        const int lengths[2] = {(int)klen, (int)jlen};
-        if (sink_send_stmt(s, t, k, pk, pos, 2, values, lengths, formats, klen + jlen + 64) != APPLY_OK)
-            return s->failed;
-    }
-    s->stats.rows_inserted += sink_batch_rows(b);
-    s->stats.bytes += sink_batch_bytes(b);
-    return APPLY_OK;
 }
 
 /* ---- streaming ----
@@ -631,18 +584,13 @@ static bool stream_worth_it(const sink *s, const sink_batch *b)
 /* The rows of the streaming run not yet in its COPY. */
 static bool stream_put(sink *s, pgconn_error *e)
 {
-    sink_batch *b = s->stream_run;
-    if (s->stream_t->map != NULL)
-        return sink_copy_mapped(s->stream_out, b, 0, (uint16_t)s->stream_t->nmtabs, &s->stream_moff, e);
-    size_t from = s->stream_sent;
-    s->stream_sent = sink_batch_held_rows(b);
-    return sink_copy_rows(s->stream_out, b, from, e);
+    return s->stream_t->kind->copy_rows(s->stream_out, s->stream_t, s->stream_run, &s->stream_from, e);
 }
 
 /* Short runs (plain inserts past the keep point) and rows that met a key already there (upserts), pipelined. */
 static sink_status pipelined_rows(sink *s, table *t, const sink_batch *b, const op_pos *pos, bool fresh)
 {
-    return t->map != NULL ? mapped_upsert_batch(s, t, b, pos) : insert_rows_pipelined(s, t, b, pos, fresh);
+    return t->kind->insert_rows(s, t, b, pos, fresh);
 }
 
 /* A COPY that failed to start or end: what PostgreSQL said, with the entries it held. into: the table of a typed
@@ -707,13 +655,13 @@ static sink_status copy_batch(sink *s, table *t, const sink_batch *b, const op_p
 {
     if (copy_enter(s, pos) != APPLY_OK)
         return s->failed;
-    sink_rows_dest d = {.mtabs = t->mtabs, .nmtabs = t->nmtabs};
+    sink_rows_dest d = t->kind->dest(t);
     pgconn_error e;
     size_t failed;
     bool ok = sink_rows_copy(s->c, &d, b, &failed, &e);
     bool dup = !ok && strcmp(e.sqlstate, "23505") == 0;
     if (!ok && !dup)
-        return copy_failed(s, t, failed < t->nmtabs ? t->mtabs[failed].qname : NULL, &e, pos);
+        return copy_failed(s, t, d.mtabs != NULL && failed < d.nmtabs ? d.mtabs[failed].qname : NULL, &e, pos);
     if (copy_leave(s, t, b, dup, pos) != APPLY_OK)
         return s->failed;
     return copy_release(s, pos);
@@ -739,15 +687,12 @@ static sink_status stream_open(sink *s, table *t, sink_batch *b, const op_pos *p
     }
     if (copy_enter(s, pos) != APPLY_OK)
         return s->failed;
-    char sql[300];
-    snprintf(sql, sizeof sql, "COPY %s (" SINK_COLUMNS ") FROM STDIN (FORMAT binary)", t->qname);
     pgconn_error e;
     s->stream_run = b;
     s->stream_t = t;
-    s->stream_sent = 0;
-    s->stream_moff = 0;
+    s->stream_from = 0;
     s->stream_last = *pos;
-    if (!pgconn_copy_start(s->c, t->map != NULL ? t->mtabs[0].copy_sql : sql, &e)) {
+    if (!t->kind->copy_start(s, t, &e)) {
         s->stream_run = NULL;
         return copy_failed(s, t, NULL, &e, pos);
     }
@@ -799,8 +744,8 @@ sink_status sink_stream_add(sink *s, sink_batch *b, const char *db, const char *
     table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
-    if (t->map != NULL && t->nmtabs > 1)
-        return APPLY_OK; /* a map with child tables: one COPY per table at the run's end (mapped_insert_batch) */
+    if (!t->kind->streams(t))
+        return APPLY_OK; /* a map with child tables: one COPY per table at the run's end (copy_batch) */
     return stream_open(s, t, b, pos);
 }
 
@@ -809,8 +754,7 @@ bool sink_stream_let_go(sink *s, sink_batch *b, const op_pos *pos)
     if (s->stream_run != b || b == NULL || s->failed != APPLY_OK || op_pos_cmp(pos, &s->keep_until) <= 0)
         return false;
     sink_batch_let_go(b); /* stream_put has sent every row it held */
-    s->stream_sent = 0;
-    s->stream_moff = 0;
+    s->stream_from = 0;
     return true;
 }
 
@@ -841,7 +785,7 @@ sink_status sink_insert_batch(sink *s, const char *db, const char *coll, sink_ba
     /* Short runs go pipelined; a long run, or a large one (libpq would hold it whole), by COPY in pieces. */
     if (s->cfg.per_op || (sink_batch_rows(b) < sink_copy_min_rows(s) && sink_batch_bytes(b) < SINK_COPY_BYTES))
         return pipelined_rows(s, t, b, pos, true);
-    if (t->map != NULL && t->nmtabs > 1)
+    if (!t->kind->streams(t))
         return copy_batch(s, t, b, pos);
     if (stream_open(s, t, b, pos) != APPLY_OK)
         return s->failed;
@@ -854,16 +798,7 @@ sink_status sink_update(sink *s, const char *db, const char *coll, const char *k
     if (sink_settle(s) != APPLY_OK)
         return s->failed;
     table *t = open_table(s, db, coll, pos);
-    if (t == NULL)
-        return s->failed;
-    const char *values[2] = {key, json};
-    /* A replacement is the whole new document: upsert it. */
-    size_t bytes = strlen(json);
-    s->stats.bytes += bytes;
-    s->stats.updates++;
-    if (form == OP_FORM_REPLACE)
-        return sink_send_stmt(s, t, STMT_UPSERT, P_INSERT, pos, 2, values, NULL, NULL, bytes + strlen(key) + 64);
-    return sink_send_stmt(s, t, STMT_UPDATE, P_UPDATE, pos, 2, values, NULL, NULL, bytes + strlen(key) + 64);
+    return t != NULL ? jsonb_update(s, t, key, form, json, pos) : s->failed;
 }
 
 sink_status sink_delete(sink *s, const char *db, const char *coll, const char *key, const op_pos *pos)
@@ -871,11 +806,7 @@ sink_status sink_delete(sink *s, const char *db, const char *coll, const char *k
     if (sink_settle(s) != APPLY_OK)
         return s->failed;
     table *t = open_table(s, db, coll, pos);
-    if (t == NULL)
-        return s->failed;
-    const char *values[1] = {key};
-    s->stats.deletes++;
-    return sink_send_stmt(s, t, STMT_DELETE, P_DELETE, pos, 1, values, NULL, NULL, strlen(key) + 64);
+    return t != NULL ? jsonb_delete(s, t, key, pos) : s->failed;
 }
 
 sink_status sink_apply_mapped(sink *s, const op *o)
@@ -885,11 +816,11 @@ sink_status sink_apply_mapped(sink *s, const op *o)
     table *t = open_table(s, o->db, o->coll, &o->pos);
     if (t == NULL)
         return s->failed;
-    if (t->map == NULL) {
+    if (t->kind->apply_plan == NULL) {
         sink_set_err(s, APPLY_CONFIG, NULL, "%s.%s has no typed map in this sink", o->db, o->coll);
         return s->failed;
     }
-    return mapped_apply(s, t, o);
+    return t->kind->apply_plan(s, t, o);
 }
 
 sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos *pos)
@@ -904,51 +835,26 @@ sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos 
 
 sink_status sink_drop(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
-    if (sink_settle(s) != APPLY_OK)
-        return s->failed;
-    pg_name nm;
-    if (pipe_begin_if_needed(s) != APPLY_OK)
-        return s->failed;
-    if (map_find(s->cfg.maps, db, coll) != NULL) {
-        sink_forget_table(s, db, coll, true);
-        s->stats.ddl++;
-        return mapped_drop(s, db, coll, pos);
-    }
-    if (!map_names(s, db, coll, &nm, pos))
+    if (sink_settle(s) != APPLY_OK || pipe_begin_if_needed(s) != APPLY_OK)
         return s->failed;
     sink_forget_table(s, db, coll, true);
     s->stats.ddl++;
-    const char *values[3] = {s->service, nm.schema, nm.table};
-    return sink_catalog_call(s, NULL, "SELECT oplog2pg.drop_table($1, $2, $3)", 3, values, pos);
+    return kind_of(s, db, coll)->drop(s, db, coll, pos);
 }
 
 sink_status sink_rename(sink *s, const char *db, const char *coll, const char *to_db, const char *to_coll,
                         const op_pos *pos)
 {
-    if (sink_settle(s) != APPLY_OK)
+    if (sink_settle(s) != APPLY_OK || pipe_begin_if_needed(s) != APPLY_OK)
         return s->failed;
-    pg_name from, to;
-    if (map_find(s->cfg.maps, db, coll) != NULL || map_find(s->cfg.maps, to_db, to_coll) != NULL) {
-        char where[32];
-        sink_fmt_pos(pos, where, sizeof where);
-        sink_set_err(s, APPLY_CONFIG, NULL,
-                     "renameCollection %s.%s -> %s.%s (oplog entry %s) involves a collection with a typed map, which "
-                     "this version cannot rename: move the map to the new name and copy that collection again "
-                     "(--reimport)",
-                     db, coll, to_db, to_coll, where);
-        return s->failed;
-    }
-    if (pipe_begin_if_needed(s) != APPLY_OK || !map_names(s, db, coll, &from, pos) ||
-        !map_names(s, to_db, to_coll, &to, pos))
-        return s->failed;
+    /* the rename is a typed map's (which refuses it) when either name has one */
+    const table_kind *kind = kind_of(s, db, coll);
+    if (kind == &sink_jsonb_kind)
+        kind = kind_of(s, to_db, to_coll);
     sink_forget_table(s, db, coll, true);
     sink_forget_table(s, to_db, to_coll, true);
-    /* A target the rename dropped (dropTarget), or one left over from an earlier run: dropped if it is this
-     * service's (oplog2pg.rename_table); MongoDB would have refused the rename otherwise, so dropping is right
-     * either way, and whether the entry says dropTarget changes nothing here. */
     s->stats.ddl++;
-    const char *values[7] = {s->service, from.schema, from.table, to_db, to_coll, to.schema, to.table};
-    return sink_catalog_call(s, NULL, "SELECT oplog2pg.rename_table($1, $2, $3, $4, $5, $6, $7)", 7, values, pos);
+    return kind->rename(s, db, coll, to_db, to_coll, pos);
 }
 
 sink_status sink_drop_database(sink *s, const char *db, const op_pos *pos)
@@ -956,7 +862,7 @@ sink_status sink_drop_database(sink *s, const char *db, const op_pos *pos)
     if (sink_settle(s) != APPLY_OK)
         return s->failed;
     pg_name nm;
-    if (pipe_begin_if_needed(s) != APPLY_OK || !map_names(s, db, NULL, &nm, pos))
+    if (pipe_begin_if_needed(s) != APPLY_OK || !sink_map_names(s, db, NULL, &nm, pos))
         return s->failed;
     sink_forget_table(s, db, NULL, true);
     s->stats.ddl++;
@@ -971,17 +877,8 @@ sink_status sink_truncate(sink *s, const char *db, const char *coll, const op_po
     table *t = open_table(s, db, coll, pos);
     if (t == NULL)
         return s->failed;
-    char sql[256];
     s->stats.ddl++;
-    for (size_t k = 0; k < t->nmtabs; k++) {
-        snprintf(sql, sizeof sql, "DELETE FROM %s", t->mtabs[k].qname);
-        if (pipe_send_simple(s, P_DDL, t, sql, pos) != APPLY_OK)
-            return s->failed;
-    }
-    if (t->map != NULL)
-        return APPLY_OK;
-    snprintf(sql, sizeof sql, "DELETE FROM %s", t->qname); /* not TRUNCATE: it would take a stronger lock */
-    return pipe_send_simple(s, P_DDL, t, sql, pos);
+    return t->kind->truncate(s, t, pos);
 }
 
 static sink_status send_checkpoint(sink *s, const char *stmt, const char *sql, const op_pos *pos, int nparams)

@@ -35,6 +35,7 @@
 #include "map/project.h"
 #include "sink/mapped.h"
 #include "sink/pg.h"
+#include "sink/rows.h"
 
 #define PG_MAX_IDENT    63    /* NAMEDATALEN - 1: longer names would be truncated by PostgreSQL */
 #define MAX_PENDING     20000 /* results outstanding before a send waits for some to arrive */
@@ -85,18 +86,53 @@ typedef struct sink_stmt {
     struct sink_stmt *newer, *older; /* the connection's prepared ones, by last use */
 } sink_stmt;
 
-typedef struct table {
+typedef struct table table;
+
+/* What a kind of table does, so that the core (pg.c) never asks which kind it holds: one implementation per kind,
+ * the jsonb shape (jsonb.c, sink_jsonb_kind) and a typed map with its child tables (mapped.c, sink_mapped_kind).
+ * The core picks a namespace's kind once (kind_of), when it opens its table or runs a DDL op on it. */
+typedef struct table_kind {
+    /* db.coll's schema and table (false with s->failed set when the namespace cannot be a table) */
+    bool (*name)(sink *s, const char *db, const char *coll, pg_name *out, const op_pos *pos);
+    /* in the open group: the table (or tables) made or checked through the catalog, and what is prepared up front */
+    bool (*prepare)(sink *s, table *t, const op_pos *pos);
+    /* a run of inserts as pipelined statements; fresh: past the keep point, where plain inserts may do */
+    sink_status (*insert_rows)(sink *s, table *t, const sink_batch *b, const op_pos *pos, bool fresh);
+    /* whether its runs may stream into one COPY as they fill (else a whole run goes by sink_rows_copy) */
+    bool (*streams)(const table *t);
+    /* starts the one COPY of a streaming run */
+    bool (*copy_start)(sink *s, const table *t, pgconn_error *e);
+    /* the run's rows from *from on into the open COPY (*from: the kind's own count of what was sent; 0 at the start
+     * and after the run let go of its rows) */
+    bool (*copy_rows)(sink_copy_out *o, const table *t, const sink_batch *b, size_t *from, pgconn_error *e);
+    /* where a whole run's COPY goes (sink/rows.h) */
+    sink_rows_dest (*dest)(const table *t);
+    /* an op of a typed map's plan (NULL: the kind has none) */
+    sink_status (*apply_plan)(sink *s, const table *t, const op *o);
+    /* DDL on the namespace (the core has forgotten its table first): its table(s) dropped, a rename (the kind is the
+     * typed one when either name has a map), its rows deleted */
+    sink_status (*drop)(sink *s, const char *db, const char *coll, const op_pos *pos);
+    sink_status (*rename)(sink *s, const char *db, const char *coll, const char *to_db, const char *to_coll,
+                          const op_pos *pos);
+    sink_status (*truncate)(sink *s, table *t, const op_pos *pos);
+    /* what the kind holds for t */
+    void (*free)(table *t);
+} table_kind;
+
+struct table {
     char *db, *coll;            /* the MongoDB namespace */
     uint64_t hash;              /* of the namespace it was opened under (its slot in sink.tindex) */
     pg_name name;               /* its schema and table (map/names.h) */
     char *qname;                /* "schema"."table", quoted */
     unsigned id;                /* a typed map's statement names (mapped.c) */
     sink_stmt stmt[STMT_KINDS]; /* the jsonb shape's statements (stmt.c) */
+    char *copy_sql;             /* the jsonb shape's COPY (jsonb.c) */
     bool ready;                 /* schema, table and statements sent on this connection */
-    const map_collection *map;  /* its typed map, NULL for the jsonb shape */
-    sink_mapped_table *mtabs;   /* the map's tables, by table number (map_table_at) */
+    const table_kind *kind;
+    const map_collection *map; /* a typed map's (mapped.c): its map */
+    sink_mapped_table *mtabs;  /* the map's tables, by table number (map_table_at) */
     size_t nmtabs;
-} table;
+};
 
 typedef struct {
     pending_kind kind;
@@ -138,12 +174,11 @@ struct sink {
     unsigned next_stmt_id;
 
     /* Streaming (pg.c): a long insert run being written by COPY while it still fills. stream_run is NULL when no
-     * COPY is open; otherwise its rows [0, stream_sent) are in the COPY, and every other use of the connection ends
+     * COPY is open; otherwise its rows up to stream_from are in the COPY, and every other use of the connection ends
      * the COPY first (sink_stream_end). */
     sink_batch *stream_run;
     table *stream_t;
-    size_t stream_sent;        /* rows of the jsonb shape ... */
-    size_t stream_moff;        /* ... or bytes of a typed map's records (sink_copy_mapped) */
+    size_t stream_from;        /* what of the run is in the COPY, as its table's kind counts it (copy_rows) */
     op_pos stream_last;        /* the position of the newest row in it, for messages */
     op_pos keep_until;         /* runs keep their rows for entries up to here (sink_stream_let_go) */
     sink_copy_out *stream_out; /* allocated at the first COPY, kept */
@@ -224,18 +259,18 @@ sink_status sink_prepare(sink *s, const table *t, const char *name, const char *
 sink_status sink_catalog_call(sink *s, const table *t, const char *sql, int n, const char *const *values,
                               const op_pos *pos);
 
+/* ---- jsonb.c: the jsonb table kind ---- */
+
+extern const table_kind sink_jsonb_kind;
+/* Maps db.coll to its names; false (s->failed = APPLY_DATA, naming the op's entry) when it cannot be a table. */
+bool sink_map_names(sink *s, const char *db, const char *coll, pg_name *out, const op_pos *pos);
+/* An update (a replacement upserts the whole document) and a delete of the jsonb shape. */
+sink_status jsonb_update(sink *s, table *t, const char *key, op_update_form form, const char *json, const op_pos *pos);
+sink_status jsonb_delete(sink *s, table *t, const char *key, const op_pos *pos);
+
 /* ---- mapped.c: the typed table kind ---- */
 
-/* Makes sure of every table of t's map and prepares its statements (as get_table does for the jsonb shape). */
-bool mapped_prepare(sink *s, table *t, const op_pos *pos);
-void mapped_free_tables(table *t);
-/* The rows of a batch of inserts as pipelined upserts (each parent row with its child rows replaced). */
-sink_status mapped_upsert_batch(sink *s, const table *t, const sink_batch *b, const op_pos *pos);
-/* An op of a typed map (its plan, made by the reader thread: map/project.h) on t's tables: a delete, a replacement,
- * an insert, or an update's edits. */
-sink_status mapped_apply(sink *s, const table *t, const op *o);
-/* A drop of a mapped collection: every table of the namespace. */
-sink_status mapped_drop(sink *s, const char *db, const char *coll, const op_pos *pos);
+extern const table_kind sink_mapped_kind;
 
 /* ---- backfill.c ---- */
 
