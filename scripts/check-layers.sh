@@ -59,7 +59,7 @@ SINK_LAYERS=(
     "jsonb.c mapped.c"       # the table kinds: the jsonb shape; a typed map with its child tables
     "backfill.c"             # a map's new columns at connect
     "pg.c"                   # the core: connect, tables, writes, streaming, DDL, commit
-    "deadletter.c probe.c"   # guarded ops and dead letters; the read-only look for check and status
+    "connect.c deadletter.c probe.c" # connecting; guarded ops and dead letters; the look for check and status
     "batcher_pg.c"           # the batcher's adapter, on the public interface only
 )
 declare -A layer_of # file name -> its layer's number

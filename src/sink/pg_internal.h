@@ -15,10 +15,12 @@
  *                 connection's health;
  *   stmt.c        statements over the channel: the jsonb shape's (prepared at their second use, a bounded set per
  *                 connection), prepares and catalog calls;
+ *   jsonb.c       the jsonb table kind: (_id, doc) tables, their statements and COPY (table_kind);
  *   mapped.c      the typed table kind: a map's tables made or checked, its statements, its plans applied;
  *   backfill.c    at connect, the columns a typed map gained: added, and filled from doc where it is kept;
- *   pg.c          the core: construction, connecting (schema, fence, checkpoint row), tables (names, catalog),
- *                 the writes, streaming COPY, DDL and the commit with its checkpoint;
+ *   pg.c          the core: construction, tables (names, catalog, kinds), the entry points, the writes,
+ *                 streaming COPY, DDL and the commit with its checkpoint;
+ *   connect.c     connecting: schema, service lock (fence), checkpoint row, round trip, lock table, backfill;
  *   deadletter.c  guarded ops (a savepoint per op in careful mode) and the dead-letter records;
  *   probe.c       the read-only look at a service for `check` and `status`;
  *   batcher_pg.c  the batcher's adapter, on the public interface (sink/batcher_pg.h).
