@@ -134,10 +134,7 @@ void sink_set_activity(sink *s, const char *what)
 sink_status sink_connect(sink *s)
 {
     sink_disconnect(s);
-    s->failed = APPLY_OK;
-    s->err[0] = '\0';
-    s->err_state[0] = '\0';
-    s->err_has_pos = false;
+    sink_clear_err(s);
 
     pgconn_params pp = {.conninfo = s->conninfo,
                         .app_name = "oplog2pg",
@@ -146,13 +143,13 @@ sink_status sink_connect(sink *s)
                         .wait_arg = s->cfg.wait_arg,
                         .wait_slice_ms = s->cfg.wait_slice_ms};
     pgconn_error e;
-    s->c = pgconn_connect(&pp, &e);
-    if (s->c == NULL) {
+    pgconn *c = pgconn_connect(&pp, &e);
+    if (c == NULL) {
         const char *advice = pgerror_advice(e.sqlstate);
         sink_set_err(s, e.status, e.sqlstate, "%s%s%s", e.message, advice[0] ? "; " : "", advice);
         return s->failed;
     }
-    s->conn = s->c->pg;
+    pipe_attach(s, c);
     PGresult *res = NULL;
     if (PQserverVersion(s->conn) < 130000) {
         sink_set_err(s, APPLY_CONFIG, NULL, "PostgreSQL %d is too old: oplog2pg needs 13 or later",
@@ -251,9 +248,7 @@ sink_status sink_connect(sink *s)
 fail : {
     sink_status st = s->failed;
     PQclear(res);
-    pgconn_close(s->c);
-    s->c = NULL;
-    s->conn = NULL;
+    pipe_attach(s, NULL);
     return st;
 }
 }

@@ -186,7 +186,7 @@ sink_status sink_dead_letter(sink *s, const op *o, const char *why)
     snprintf(msg, sizeof msg, "%s", why != NULL ? why : s->err[0] ? s->err : "refused");
     snprintf(state, sizeof state, "%s", why != NULL ? "" : s->err_state);
     if (!s->guarded) {
-        s->failed = APPLY_OK;
+        sink_clear_err(s);
         sink_set_err(s, APPLY_UNRECORDABLE, NULL, "%s (and it cannot be set aside: no guard was open)", msg);
         return s->failed;
     }
@@ -194,8 +194,7 @@ sink_status sink_dead_letter(sink *s, const op *o, const char *why)
 
     /* Settle the pipeline: after an error the server skips everything up to the next sync, whose results (aborted)
      * carry no news. Then undo the op back to its guard and record it instead. */
-    s->failed = APPLY_OK;
-    s->err[0] = '\0';
+    sink_clear_err(s);
     if (PQpipelineSync(s->conn) != 1) {
         sink_set_err(s, APPLY_RETRY, NULL, "sending a sync: %s", PQerrorMessage(s->conn));
         return s->failed;
@@ -220,8 +219,7 @@ sink_status sink_dead_letter(sink *s, const op *o, const char *why)
             break;
         /* The record was refused for its JSON rendering: keep the raw op without it rather than lose it. */
         log_warning("recording the dead letter with its JSON failed (%s); recording it without", s->err);
-        s->failed = APPLY_OK;
-        s->err[0] = '\0';
+        sink_clear_err(s);
         if (PQpipelineSync(s->conn) != 1 || !pipe_push_pending(s, P_SYNC, NULL, NULL) || !pipe_pump(s, 0, 0) ||
             pipe_send_simple(s, P_SAVEPOINT, NULL, "ROLLBACK TO SAVEPOINT " GUARD_NAME, &o->pos) != APPLY_OK)
             break;
@@ -235,7 +233,7 @@ sink_status sink_dead_letter(sink *s, const op *o, const char *why)
     } else if (s->failed == APPLY_CONFIG || s->failed == APPLY_DATA) {
         char first[sizeof s->err];
         snprintf(first, sizeof first, "%s", s->err);
-        s->failed = APPLY_OK;
+        sink_clear_err(s);
         sink_set_err(s, APPLY_UNRECORDABLE, NULL,
                      "the op on %s.%s%s%s (oplog entry %s, op %u) was refused (%s), and recording it as a dead letter "
                      "failed too: %s",

@@ -82,3 +82,11 @@ void sink_keep_rows_until(sink *s, const op_pos *pos)
     if (op_pos_cmp(pos, &s->keep_until) > 0)
         s->keep_until = *pos;
 }
+
+void sink_clear_err(sink *s)
+{
+    s->failed = APPLY_OK;
+    s->err[0] = '\0';
+    s->err_state[0] = '\0';
+    s->err_has_pos = false;
+}

@@ -45,9 +45,7 @@ sink *sink_new(const sink_config *cfg)
     s->cfg = *cfg;
     s->conninfo = strdup(cfg->conninfo ? cfg->conninfo : "");
     s->service = strdup(cfg->service ? cfg->service : "default");
-    s->pend_cap = 1024;
-    s->pend = malloc(s->pend_cap * sizeof *s->pend);
-    if (s->conninfo == NULL || s->service == NULL || s->pend == NULL) {
+    if (s->conninfo == NULL || s->service == NULL || !pipe_init(s)) {
         sink_free(s);
         return NULL;
     }
@@ -86,7 +84,7 @@ void sink_free(sink *s)
     tables_clear(s);
     free(s->tables);
     free(s->tindex);
-    free(s->pend);
+    pipe_free(s);
     free(s->stream_out);
     free(s->conninfo);
     free(s->service);
@@ -105,20 +103,11 @@ bool sink_connected(const sink *s)
 
 void sink_disconnect(sink *s)
 {
-    pgconn_close(s->probe);
-    s->probe = NULL;
-    s->wait_note[0] = '\0';
-    pgconn_close(s->c);
-    s->c = NULL;
-    s->conn = NULL;
-    s->in_txn = false;
+    pipe_attach(s, NULL);
     s->stream_run = NULL; /* a COPY left open ends with the connection */
-    s->in_copy = false;
     s->ckpt_prepared = false;
     s->guarded = false;
     s->have_ckpt = -1;
-    s->pend_head = s->pend_tail = 0;
-    s->unflushed = 0;
     tables_clear(s); /* prepared statements and "created" marks belong to the connection */
 }
 
@@ -449,7 +438,7 @@ sink_status sink_stream_end(sink *s)
     if (dup && !sink_batch_whole(b)) {
         /* The rows it let go of are gone from memory, but not from the oplog: go back and keep them this time. */
         char where[32];
-        s->keep_until = pos;
+        sink_keep_rows_until(s, &pos); /* past the keep point: the run let go of rows only there */
         sink_fmt_pos(&pos, where, sizeof where);
         s->stats.rewinds++;
         sink_set_err(s, APPLY_REWIND, e.sqlstate,
@@ -640,9 +629,8 @@ static sink_status send_checkpoint(sink *s, const char *stmt, const char *sql, c
 
 static sink_status commit_and_wait(sink *s, const op_pos *pos, const op_pos *new_ckpt)
 {
-    if (pipe_send_simple(s, P_COMMIT, NULL, "COMMIT", pos) != APPLY_OK)
+    if (pipe_commit(s, pos) != APPLY_OK)
         return s->failed;
-    s->in_txn = false;
     /* A foreign owner token makes the checkpoint functions raise O2FEN: the transaction, data included, rolls back. */
     if (pipe_drain(s) != APPLY_OK)
         return s->failed;

@@ -143,16 +143,31 @@ typedef struct {
     bool answered; /* a result came (its end-of-results marker may still be due) */
 } pending;
 
+/* The sink's state, grouped by the file that owns (writes) each part; the others only read it. The counters in stats
+ * are the one exception: every layer counts what it sends. */
 struct sink {
+    /* pg.c: what the sink was made with, and the tables by namespace */
     sink_config cfg;
     char *conninfo, *service;
-    pgconn *c;
-    PGconn *conn;   /* c->pg */
-    bool in_copy;   /* out of pipeline mode for a COPY (pipe_copy_begin): every send is refused until it ends */
-    char owner[64]; /* fence token written into the checkpoint row */
-    bool in_txn;    /* BEGIN sent for the open group */
+    table **tables;
+    size_t ntables, tables_cap;
+    /* tables by namespace: open addressing over the hash of (db, coll) as given when the table was opened; a slot
+     * holds a position in tables + 1, 0 = empty; tindex_cap a power of two, at least twice ntables */
+    size_t *tindex, tindex_cap;
+    unsigned next_table_id;
+    bool copy_by_rtt; /* copy_min_rows was left to the default: raised by the round trip (sink_copy_min_rows) */
+
+    /* pg.c: streaming, a long insert run being written by COPY while it still fills. stream_run is NULL when no
+     * COPY is open; otherwise its rows up to stream_from are in the COPY, and every entry point that uses the
+     * connection ends the COPY first (sink_settle). */
+    sink_batch *stream_run;
+    table *stream_t;
+    size_t stream_from;        /* what of the run is in the COPY, as its table's kind counts it (copy_rows) */
+    op_pos stream_last;        /* the position of the newest row in it, for messages */
+    sink_copy_out *stream_out; /* allocated at the first COPY, kept */
+
+    /* pg.c and connect.c: the checkpoint (read at connect, moved by each commit) and the hold written with it */
     bool ckpt_prepared;
-    bool guarded; /* a per-op guard savepoint is open (sink_guard_begin) */
     int have_ckpt;
     op_pos ckpt;
     bool has_hold; /* the hold the next commit writes (sink_set_hold) */
@@ -160,49 +175,45 @@ struct sink {
     bool ckpt_has_hold; /* the committed checkpoint's hold */
     op_pos ckpt_hold;
 
+    /* connect.c: what connecting learnt, and the connection holding the service lock for the sink's life ("the
+     * service lock"): whether it holds it, what its application_name says now (sink_set_activity) */
+    char owner[64];      /* fence token written into the checkpoint row */
+    double rtt_s;        /* the network round trip to PostgreSQL: the fastest of three pings at connect */
+    uint64_t lock_slots; /* the server's shared lock table, read at connect (sink_auto_batch_tables) */
+    pgconn *fence;
+    bool fence_held;
+    char activity[SINK_ACTIVITY_MAX + 1];
+
+    /* pipeline.c: the channel */
+    pgconn *c;
+    PGconn *conn; /* c->pg */
+    bool in_txn;  /* BEGIN sent for the open group */
+    bool in_copy; /* out of pipeline mode for a COPY (pipe_copy_begin): every send is refused until it ends */
     pending *pend;
     size_t pend_head, pend_tail, pend_cap;
-    size_t unflushed; /* bytes handed to libpq since its buffer was last seen empty */
+    size_t unflushed;    /* bytes handed to libpq since its buffer was last seen empty */
+    pgconn *probe;       /* a side connection that asks pg_stat_activity what a long wait is about */
+    double probed_at;    /* clock_s() of the last probe */
+    char wait_note[300]; /* what the server said about the wait */
 
-    table **tables;
-    size_t ntables, tables_cap;
-    /* tables by namespace: open addressing over the hash of (db, coll) as given when the table was opened; a slot
-     * holds a position in tables + 1, 0 = empty; tindex_cap a power of two, at least twice ntables */
-    size_t *tindex, tindex_cap;
-    unsigned next_table_id;
-    /* the jsonb shape's prepared statements (stmt.c), newest first; nstmts of them, at most cfg.max_prepared */
+    /* stmt.c: the jsonb shape's prepared statements, newest first; nstmts of them, at most cfg.max_prepared */
     sink_stmt *stmt_newest, *stmt_oldest;
     size_t nstmts;
     unsigned next_stmt_id;
 
-    /* Streaming (pg.c): a long insert run being written by COPY while it still fills. stream_run is NULL when no
-     * COPY is open; otherwise its rows up to stream_from are in the COPY, and every other use of the connection ends
-     * the COPY first (sink_stream_end). */
-    sink_batch *stream_run;
-    table *stream_t;
-    size_t stream_from;        /* what of the run is in the COPY, as its table's kind counts it (copy_rows) */
-    op_pos stream_last;        /* the position of the newest row in it, for messages */
-    op_pos keep_until;         /* runs keep their rows for entries up to here (sink_stream_let_go) */
-    sink_copy_out *stream_out; /* allocated at the first COPY, kept */
+    /* deadletter.c: a per-op guard savepoint is open (sink_guard_begin); it ends with the connection (sink_disconnect)
+     */
+    bool guarded;
 
-    double rtt_s;        /* the network round trip to PostgreSQL: the fastest of three pings at connect */
-    uint64_t lock_slots; /* the server's shared lock table, read at connect (sink_auto_batch_tables) */
-    bool copy_by_rtt;    /* copy_min_rows was left to the default: raised by the round trip (sink_copy_min_rows) */
-    sink_status failed;  /* first failure in the current pipeline, reported at pipe_drain */
-    pgconn *probe;       /* a side connection that asks pg_stat_activity what a long wait is about */
-    double probed_at;    /* clock_s() of the last probe */
-    char wait_note[300]; /* what the server said about the wait */
+    /* failure.c: the group's first failure (reported at pipe_drain), and the keep point */
+    sink_status failed;
     char err[1024];
     char err_state[6]; /* SQLSTATE of the first failure, "" when it was not PostgreSQL's */
     bool err_has_pos;  /* the first failure was a statement's for the op (or the run ending) at err_pos */
     op_pos err_pos;
-    sink_stats stats;
+    op_pos keep_until; /* runs keep their rows for entries up to here (sink_stream_let_go) */
 
-    /* The connection holding the service lock, for the sink's life (pg.c, "the service lock"); whether it holds it;
-     * what its application_name says now (sink_set_activity). */
-    pgconn *fence;
-    bool fence_held;
-    char activity[SINK_ACTIVITY_MAX + 1];
+    sink_stats stats;
 };
 
 /* The application_name of the connection holding the service lock; sink_set_activity appends ": " and what the
@@ -221,6 +232,8 @@ void sink_set_err(sink *s, sink_status st, const char *state, const char *fmt, .
  * one op failing again and again from different failures by it (sink_error_pos). */
 void sink_set_err_at(sink *s, const op_pos *pos, sink_status st, const char *state, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* Forgets the failure: a new connection, or an op set aside in careful mode, starts clean. */
+void sink_clear_err(sink *s);
 /* "secs:inc" of an oplog position for messages ("-" for none). */
 void sink_fmt_pos(const op_pos *pos, char *buf, size_t len);
 
@@ -241,6 +254,14 @@ sink_status pipe_send_simple(sink *s, pending_kind kind, const table *t, const c
  * would be fails the session: the layer above ends its COPY first, sink_settle). */
 sink_status pipe_copy_begin(sink *s);
 sink_status pipe_copy_done(sink *s);
+/* The pending queue, made with the sink and freed with it. */
+bool pipe_init(sink *s);
+void pipe_free(sink *s);
+/* The connection the channel carries from now on (NULL: none; the one before is closed): nothing is pending on it,
+ * no transaction or COPY is open, and the side connection that asks what a wait is about is closed. */
+void pipe_attach(sink *s, pgconn *c);
+/* COMMIT, pipelined: the group's transaction is no longer open (its result comes at the next drain). */
+sink_status pipe_commit(sink *s, const op_pos *pos);
 /* BEGIN, once per group. */
 sink_status pipe_begin_if_needed(sink *s);
 

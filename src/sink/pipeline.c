@@ -296,6 +296,43 @@ sink_status pipe_send_simple(sink *s, pending_kind kind, const table *t, const c
     return pipe_after_send(s, PQsendQueryParams(s->conn, sql, 0, NULL, NULL, NULL, NULL, 0) == 1, strlen(sql));
 }
 
+bool pipe_init(sink *s)
+{
+    s->pend_cap = 1024;
+    s->pend = malloc(s->pend_cap * sizeof *s->pend);
+    return s->pend != NULL;
+}
+
+void pipe_free(sink *s)
+{
+    pipe_attach(s, NULL);
+    free(s->pend);
+    s->pend = NULL;
+}
+
+void pipe_attach(sink *s, pgconn *c)
+{
+    pgconn_close(s->probe);
+    s->probe = NULL;
+    s->wait_note[0] = '\0';
+    if (s->c != c)
+        pgconn_close(s->c);
+    s->c = c;
+    s->conn = c != NULL ? c->pg : NULL;
+    s->in_txn = false;
+    s->in_copy = false; /* a COPY left open ends with its connection */
+    s->pend_head = s->pend_tail = 0;
+    s->unflushed = 0;
+}
+
+sink_status pipe_commit(sink *s, const op_pos *pos)
+{
+    if (pipe_send_simple(s, P_COMMIT, NULL, "COMMIT", pos) != APPLY_OK)
+        return s->failed;
+    s->in_txn = false;
+    return APPLY_OK;
+}
+
 sink_status pipe_copy_begin(sink *s)
 {
     if (pipe_drain(s) != APPLY_OK)
