@@ -37,6 +37,10 @@ typedef struct sink_mapped_table {
 /* Builds table k of m's SQL, identifiers quoted for conn. False when memory runs out (out is then freed). */
 bool sink_mapped_table_build(PGconn *conn, const map_collection *m, size_t k, sink_mapped_table *out);
 void sink_mapped_table_free(sink_mapped_table *t);
+/* Every table of m, by number: an array of map_table_count(m) built for conn (*n of them), or NULL when memory runs
+ * out. Freed by sink_mapped_tables_free. */
+sink_mapped_table *sink_mapped_tables_build(PGconn *conn, const map_collection *m, size_t *n);
+void sink_mapped_tables_free(sink_mapped_table *t, size_t n);
 
 /* The ensure_mapped_table call, with its 8 parameters: service, db, coll, schema, table, columns, key, adopt. */
 #define SINK_MAPPED_ENSURE_SQL                                                                                         \

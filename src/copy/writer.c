@@ -514,9 +514,7 @@ static bool commit_batch(copy_writer *w, const copy_batch *b, bool *retryable)
 
 static void free_mapped(copy_writer *w)
 {
-    for (size_t k = 0; k < w->nmtabs; k++)
-        sink_mapped_table_free(&w->mtabs[k]);
-    free(w->mtabs);
+    sink_mapped_tables_free(w->mtabs, w->nmtabs);
     w->mtabs = NULL;
     w->nmtabs = 0;
     w->map = NULL;
@@ -525,21 +523,14 @@ static void free_mapped(copy_writer *w)
 /* The tables of a mapped collection: made or checked through the catalog (oplog2pg.ensure_mapped_table). */
 static bool ensure_mapped(copy_writer *w, const job *j, const map_collection *m, bool *retryable)
 {
-    size_t n = map_table_count(m);
-    w->mtabs = calloc(n, sizeof *w->mtabs);
+    w->mtabs = sink_mapped_tables_build(w->pg->pg, m, &w->nmtabs);
     if (w->mtabs == NULL) {
         *retryable = true;
         snprintf(w->err, sizeof w->err, "out of memory");
         return false;
     }
     w->map = m;
-    for (size_t k = 0; k < n; k++) {
-        if (!sink_mapped_table_build(w->pg->pg, m, k, &w->mtabs[k])) {
-            *retryable = true;
-            snprintf(w->err, sizeof w->err, "out of memory");
-            return false;
-        }
-        w->nmtabs = k + 1;
+    for (size_t k = 0; k < w->nmtabs; k++) {
         const sink_mapped_table *t = &w->mtabs[k];
         const char *values[8] = {w->rc->cfg->service, j->db,           j->coll,     t->mt->name.schema,
                                  t->mt->name.table,   t->columns_json, t->key_json, t->mt->adopt ? "true" : "false"};

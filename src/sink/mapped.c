@@ -26,29 +26,16 @@
 
 static void mapped_free_tables(table *t)
 {
-    for (size_t k = 0; k < t->nmtabs; k++)
-        sink_mapped_table_free(&t->mtabs[k]);
-    free(t->mtabs);
+    sink_mapped_tables_free(t->mtabs, t->nmtabs);
     t->mtabs = NULL;
     t->nmtabs = 0;
 }
 
 static bool build_tables(sink *s, table *t)
 {
-    if (t->mtabs != NULL)
-        return true;
-    size_t n = map_table_count(t->map);
-    t->mtabs = calloc(n, sizeof *t->mtabs);
     if (t->mtabs == NULL)
-        return false;
-    t->nmtabs = n;
-    for (size_t k = 0; k < n; k++) {
-        if (!sink_mapped_table_build(s->conn, t->map, k, &t->mtabs[k])) {
-            mapped_free_tables(t);
-            return false;
-        }
-    }
-    return true;
+        t->mtabs = sink_mapped_tables_build(s->conn, t->map, &t->nmtabs);
+    return t->mtabs != NULL;
 }
 
 static bool ensure_one(sink *s, table *t, size_t k, const op_pos *pos)

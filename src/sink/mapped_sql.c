@@ -327,3 +327,24 @@ oom:
     sink_mapped_table_free(m);
     return false;
 }
+
+void sink_mapped_tables_free(sink_mapped_table *t, size_t n)
+{
+    for (size_t k = 0; t != NULL && k < n; k++)
+        sink_mapped_table_free(&t[k]);
+    free(t);
+}
+
+sink_mapped_table *sink_mapped_tables_build(PGconn *conn, const map_collection *m, size_t *n)
+{
+    size_t count = map_table_count(m);
+    sink_mapped_table *t = calloc(count ? count : 1, sizeof *t);
+    for (size_t k = 0; t != NULL && k < count; k++) {
+        if (!sink_mapped_table_build(conn, m, k, &t[k])) {
+            sink_mapped_tables_free(t, k);
+            t = NULL;
+        }
+    }
+    *n = t != NULL ? count : 0;
+    return t;
+}
