@@ -24,7 +24,7 @@
 #include "util/log.h"
 #include "util/strbuf.h"
 
-static void mapped_free_tables(table *t)
+static void free_tables(table *t)
 {
     sink_mapped_tables_free(t->mtabs, t->nmtabs);
     t->mtabs = NULL;
@@ -60,7 +60,7 @@ static bool ensure_one(sink *s, table *t, size_t k, const op_pos *pos)
     return sink_prepare(s, t, name, m->pad_sql) == APPLY_OK;
 }
 
-static bool mapped_prepare(sink *s, table *t, const op_pos *pos)
+static bool prepare_tables(sink *s, table *t, const op_pos *pos)
 {
     if (!build_tables(s, t)) {
         sink_set_err(s, APPLY_NOMEM, NULL, "out of memory preparing the tables of %s.%s", t->db, t->coll);
@@ -250,7 +250,7 @@ static sink_status upsert_records(sink *s, const table *t, const map_rows *rows,
     }
 }
 
-static sink_status mapped_upsert_batch(sink *s, const table *t, const sink_batch *b, const op_pos *pos)
+static sink_status upsert_batch(sink *s, const table *t, const sink_batch *b, const op_pos *pos)
 {
     s->stats.rows_inserted += sink_batch_rows(b);
     return upsert_records(s, t, sink_batch_mapped(b), pos);
@@ -492,7 +492,7 @@ static sink_status apply_plan(sink *s, const table *t, const map_plan *plan, con
     return st;
 }
 
-static sink_status mapped_apply(sink *s, const table *t, const op *o)
+static sink_status apply_op(sink *s, const table *t, const op *o)
 {
     const map_plan *plan = o->mapped;
     if (o->kind == OP_DELETE) {
@@ -518,7 +518,7 @@ static sink_status mapped_apply(sink *s, const table *t, const op *o)
     return apply_plan(s, t, plan, &o->pos);
 }
 
-static sink_status mapped_drop(sink *s, const char *db, const char *coll, const op_pos *pos)
+static sink_status drop_tables(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
     const char *values[3] = {s->service, db, coll};
     return sink_catalog_call(s, NULL, "SELECT oplog2pg.drop_namespace($1, $2, $3)", 3, values, pos);
@@ -538,13 +538,13 @@ static bool prepare(sink *s, table *t, const op_pos *pos)
 {
     if (t->map == NULL)
         t->map = map_find(s->cfg.maps, t->db, t->coll);
-    return mapped_prepare(s, t, pos);
+    return prepare_tables(s, t, pos);
 }
 
 static sink_status insert_rows(sink *s, table *t, const sink_batch *b, const op_pos *pos, bool fresh)
 {
     (void)fresh; /* every row is an upsert: a parent's child rows are replaced with it */
-    return mapped_upsert_batch(s, t, b, pos);
+    return upsert_batch(s, t, b, pos);
 }
 
 /* A map of one table streams like the jsonb shape; one with child tables copies a run at its end, one COPY per table
@@ -602,9 +602,9 @@ const table_kind sink_mapped_kind = {
     .copy_start = copy_start,
     .copy_rows = copy_rows,
     .dest = dest,
-    .apply_plan = mapped_apply,
-    .drop = mapped_drop,
+    .apply_plan = apply_op,
+    .drop = drop_tables,
     .rename = rename_refused,
     .truncate = truncate_rows,
-    .free = mapped_free_tables,
+    .free = free_tables,
 };
