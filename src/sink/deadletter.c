@@ -17,11 +17,6 @@
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* guarded ops and dead letters */
 
-void sink_set_per_op(sink *s, bool on)
-{
-    s->cfg.per_op = on;
-}
-
 sink_status sink_guard_begin(sink *s)
 {
     if (sink_settle(s) != APPLY_OK)

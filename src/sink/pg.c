@@ -91,6 +91,11 @@ void sink_free(sink *s)
     free(s);
 }
 
+void sink_set_per_op(sink *s, bool on)
+{
+    s->cfg.per_op = on;
+}
+
 const sink_stats *sink_get_stats(const sink *s)
 {
     return &s->stats;
