@@ -43,25 +43,16 @@
 #define FLUSH_BYTES (8u * 1024 * 1024) /* the rows of documents read that go out in one COPY per table */
 #define FLUSH_ROWS  20000
 
-static bool exec(sink *s, const char *sql, int n, const char *const *values, PGresult **out, const char *what)
-{
-    pgconn_error e;
-    if (pgconn_exec_params(s->c, sql, n, values, NULL, NULL, 0, out, false, &e))
-        return true;
-    sink_set_err(s, e.status, e.sqlstate, "%s: %s", what, e.message);
-    return false;
-}
-
 /* Whether table t exists, and whether it is this service's own (made by it, not adopted). */
 static bool table_state(sink *s, const sink_mapped_table *t, bool *exists, bool *own)
 {
     const char *v[3] = {t->mt->name.schema, t->mt->name.table, s->service};
     PGresult *r = NULL;
-    if (!exec(s,
-              "SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL, EXISTS (SELECT 1 FROM "
-              "oplog2pg.tables "
-              "WHERE schema_name = $1 AND table_name = $2 AND service = $3 AND NOT adopted)",
-              3, v, &r, "looking up a mapped table"))
+    if (!pipe_exec(s,
+                   "SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL, EXISTS (SELECT 1 FROM "
+                   "oplog2pg.tables "
+                   "WHERE schema_name = $1 AND table_name = $2 AND service = $3 AND NOT adopted)",
+                   3, v, &r, "looking up a mapped table"))
         return false;
     *exists = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
     *own = *exists && strcmp(PQgetvalue(r, 0, 1), "t") == 0;
@@ -217,7 +208,7 @@ static bool fill_from_mongodb(sink *s, const map_collection *m, sink_mapped_tabl
         if (!changed[k])
             continue;
         snprintf(sql, sizeof sql, "CREATE TEMP TABLE oplog2pg_backfill_%zu (LIKE %s) ON COMMIT DROP", k, tabs[k].qname);
-        if (!exec(s, sql, 0, NULL, NULL, "making the backfill's temporary table"))
+        if (!pipe_exec(s, sql, 0, NULL, NULL, "making the backfill's temporary table"))
             return false;
     }
     filler f = {.s = s, .m = m, .tabs = tabs, .ntabs = ntabs, .changed = changed, .batch = sink_batch_new()};
@@ -253,7 +244,7 @@ static bool fill_from_mongodb(sink *s, const map_collection *m, sink_mapped_tabl
             return false;
         }
         PGresult *r = NULL;
-        bool done = exec(s, move, 0, NULL, &r, "backfilling the new columns");
+        bool done = pipe_exec(s, move, 0, NULL, &r, "backfilling the new columns");
         free(move);
         if (!done)
             return false;
@@ -307,7 +298,7 @@ static bool sync_map(sink *s, const map_collection *m)
      * columns added. A child table the map gained is made now and filled when the collection's table is this
      * service's and MongoDB can be read; any other table that does not exist yet is made when it is first written. */
     bool fill = exists[0] && own[0] && s->cfg.read_docs != NULL;
-    ok = exec(s, "BEGIN", 0, NULL, NULL, "checking the tables of a map");
+    ok = pipe_exec(s, "BEGIN", 0, NULL, NULL, "checking the tables of a map");
     for (size_t k = 0; ok && k < ntabs; k++) {
         if (!exists[k] && !(k > 0 && fill))
             continue;
@@ -325,11 +316,12 @@ static bool sync_map(sink *s, const map_collection *m)
         if (!ok)
             sink_set_err(s, APPLY_NOMEM, NULL, "out of memory checking the tables of %s.%s", m->db, m->coll);
         ok = ok &&
-             exec(s,
-                  "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(format('%I.%I', $1::text, $2::text)) "
-                  "AND attnum > 0 AND NOT attisdropped",
-                  2, w, &before[k], "reading the columns of a mapped table") &&
-             exec(s, SINK_MAPPED_ENSURE_SQL, 8, v, NULL, "checking a table of the map");
+             pipe_exec(
+                 s,
+                 "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(format('%I.%I', $1::text, $2::text)) "
+                 "AND attnum > 0 AND NOT attisdropped",
+                 2, w, &before[k], "reading the columns of a mapped table") &&
+             pipe_exec(s, SINK_MAPPED_ENSURE_SQL, 8, v, NULL, "checking a table of the map");
         if (ok && !exists[k]) {
             created[k] = changed[k] = true;
             nchanged++;
@@ -352,7 +344,7 @@ static bool sync_map(sink *s, const map_collection *m)
                                 m->db, m->coll, tabs[k].qname);
         }
     }
-    ok = ok && exec(s, "COMMIT", 0, NULL, NULL, "changing the tables of a map");
+    ok = ok && pipe_exec(s, "COMMIT", 0, NULL, NULL, "changing the tables of a map");
     if (!ok) {
         pgconn_error ignored;
         pgconn_exec(s->c, "ROLLBACK", NULL, false, &ignored);

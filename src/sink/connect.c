@@ -19,15 +19,6 @@
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* connecting (outside pipeline mode) */
 
-static bool exec_sync(sink *s, const char *sql, int n, const char *const *values, PGresult **out, const char *what)
-{
-    pgconn_error e;
-    if (pgconn_exec_params(s->c, sql, n, values, NULL, NULL, 0, out, false, &e))
-        return true;
-    sink_set_err(s, e.status, e.sqlstate, "%s: %s", what, e.message);
-    return false;
-}
-
 bool sink_install_schema(pgconn *c, pgconn_error *err)
 {
     /* One installer at a time: CREATE OR REPLACE FUNCTION and CREATE ... IF NOT EXISTS are not safe against a
@@ -156,7 +147,7 @@ sink_status sink_connect(sink *s)
                      PQserverVersion(s->conn));
         goto fail;
     }
-    if (!exec_sync(s, "SET synchronous_commit = on; SET client_min_messages = warning", 0, NULL, NULL,
+    if (!pipe_exec(s, "SET synchronous_commit = on; SET client_min_messages = warning", 0, NULL, NULL,
                    "setting session options") ||
         !install_schema(s))
         goto fail;
@@ -164,7 +155,7 @@ sink_status sink_connect(sink *s)
     s->rtt_s = 1e9;
     for (int i = 0; i < 3; i++) {
         double t0 = clock_s();
-        if (!exec_sync(s, "SELECT 1", 0, NULL, NULL, "measuring the round trip"))
+        if (!pipe_exec(s, "SELECT 1", 0, NULL, NULL, "measuring the round trip"))
             goto fail;
         if (clock_s() - t0 < s->rtt_s)
             s->rtt_s = clock_s() - t0;
@@ -177,7 +168,7 @@ sink_status sink_connect(sink *s)
      * connections, the autovacuum workers and launcher, the background workers and the WAL senders). A server that
      * counts further slots (17's auxiliary ones, 18's autovacuum_worker_slots) has a larger table: the figure errs
      * low. */
-    if (!exec_sync(s,
+    if (!pipe_exec(s,
                    "SELECT current_setting('max_locks_per_transaction')::bigint * "
                    "(current_setting('max_connections')::bigint + current_setting('autovacuum_max_workers')::bigint "
                    "+ 1 + current_setting('max_worker_processes')::bigint + current_setting('max_wal_senders')::bigint "
@@ -192,7 +183,7 @@ sink_status sink_connect(sink *s)
     const char *params[1] = {s->service};
     if (!fence_take(s))
         goto fail;
-    if (!exec_sync(s,
+    if (!pipe_exec(s,
                    "INSERT INTO oplog2pg.checkpoint (service, owner) VALUES ($1, gen_random_uuid()) "
                    "ON CONFLICT (service) DO UPDATE SET owner = excluded.owner "
                    "RETURNING owner, ts_sec, ts_inc, term, txn_oldest_sec, txn_oldest_inc",
@@ -215,7 +206,7 @@ sink_status sink_connect(sink *s)
     res = NULL;
 
     /* The oplog's end as this service's initial copy finished: until there tailing meets rows the copy wrote. */
-    if (!exec_sync(s,
+    if (!pipe_exec(s,
                    "SELECT end_sec, end_inc, end_term FROM oplog2pg.copy_state "
                    "WHERE service = $1 AND finished_at IS NOT NULL AND end_sec IS NOT NULL",
                    1, params, &res, "reading the end of the initial copy"))

@@ -254,6 +254,9 @@ sink_status pipe_send_simple(sink *s, pending_kind kind, const table *t, const c
  * would be fails the session: the layer above ends its COPY first, sink_settle). */
 sink_status pipe_copy_begin(sink *s);
 sink_status pipe_copy_done(sink *s);
+/* A statement on the connection outside pipeline mode (at connect), waiting for its result (*out when wanted); a
+ * failure is recorded as `what` failing. */
+bool pipe_exec(sink *s, const char *sql, int n, const char *const *values, PGresult **out, const char *what);
 /* The pending queue, made with the sink and freed with it. */
 bool pipe_init(sink *s);
 void pipe_free(sink *s);

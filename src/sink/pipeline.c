@@ -296,6 +296,15 @@ sink_status pipe_send_simple(sink *s, pending_kind kind, const table *t, const c
     return pipe_after_send(s, PQsendQueryParams(s->conn, sql, 0, NULL, NULL, NULL, NULL, 0) == 1, strlen(sql));
 }
 
+bool pipe_exec(sink *s, const char *sql, int n, const char *const *values, PGresult **out, const char *what)
+{
+    pgconn_error e;
+    if (pgconn_exec_params(s->c, sql, n, values, NULL, NULL, 0, out, false, &e))
+        return true;
+    sink_set_err(s, e.status, e.sqlstate, "%s: %s", what, e.message);
+    return false;
+}
+
 bool pipe_init(sink *s)
 {
     s->pend_cap = 1024;
