@@ -29,9 +29,9 @@
 # Everything printed is also kept in BUILD/bench-results.md (BENCH_RESULTS), and bench/plots.sh then draws the
 # batching table and the latency distributions from it as SVG into docs/ (BENCH_PLOTS; gnuplot comes from
 # `scripts/deps.sh --bench` when it is missing; without it the plots are skipped, not the run).
-# BENCH_ENTRIES (default 20000), BENCH_RTT (default 10000), BENCH_INSERTS and BENCH_COPY (default 1000000), BENCH_KEYS (default 300000),
-# BENCH_MAPPED (default 200000), BENCH_ARRAYS (default 10000), BENCH_TXN (default 270000 documents),
-# BENCH_LATENCY_SECS (default 30 s of probes beside each stream) and BENCH_LATENCY_RATE (default 20000,5000 ops/s),
+# BENCH_ENTRIES (default 20000), BENCH_RTT (default 10000), BENCH_INSERTS and BENCH_COPY (default 1000000),
+# BENCH_KEYS (default 300000), BENCH_MAPPED (default 200000), BENCH_ARRAYS (default 10000), BENCH_TXN (default 270000
+# documents), BENCH_LATENCY_SECS (default 30 s of probes beside each stream) and BENCH_LATENCY_RATE (default 20000,5000 ops/s),
 # BENCH_SMALL (default 300000) and BENCH_LARGE (default 30000) documents, BENCH_COLLECTIONS (default 100000 inserts),
 # BENCH_BACKLOG (default 10000000 entries) and BENCH_HUGE (default 40 documents of 16 MB) scale them.
 set -euo pipefail
