@@ -100,7 +100,7 @@ $(BUILD)/gen/sql_embed.c $(BUILD)/gen/sql_embed.h &: $(SQL_SRC) scripts/embed-sq
 $(BUILD)/obj/gen/sql_embed.o: $(BUILD)/gen/sql_embed.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
-$(call obj,$(DAEMON_SRC) $(UNIT_SRC) $(INTEG_SRC) $(TESTLIB_SRC) $(BENCH_SRC) $(BENCH_LIB_SRC)): | $(BUILD)/gen/sql_embed.h
+$(call obj,$(DAEMON_SRC) $(UNIT_SRC) $(INTEG_SRC) $(TESTLIB_SRC) $(BENCH_SRC)): | $(BUILD)/gen/sql_embed.h
 
 $(DAEMON_LIB): $(call obj,$(DAEMON_LIB_SRC)) $(call cxxobj,$(DAEMON_CXX_SRC)) $(BUILD)/obj/gen/sql_embed.o
 	@mkdir -p $(dir $@)
@@ -114,6 +114,7 @@ $(TEST_LIB): $(call obj,$(TESTLIB_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+$(call obj,$(BENCH_LIB_SRC)): | $(BUILD)/gen/sql_embed.h
 $(BENCH_LIB): $(call obj,$(BENCH_LIB_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
