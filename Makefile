@@ -17,6 +17,7 @@
 #   tests/unit/*.c        Check suites; each defines `Suite *NAME_suite(void)`, collected into runner.c's list
 #   tests/integration/*.c Check suites run against PostgreSQL and mongosim (or MONGO_URI), their own runner
 #   tests/lib/*.c         helpers shared by both
+#   bench/*.c             benchmarks, one program each (bench/lib/*.c: what the replication benchmarks share)
 
 CC      ?= cc
 CXX     ?= c++
@@ -70,10 +71,12 @@ cxxobj = $(patsubst %.cc,$(BUILD)/obj/%.o,$(1))
 SQL_SRC    := $(sort $(shell find src -name '*.sql'))
 BENCH_SRC  := $(sort $(wildcard bench/*.c))
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+BENCH_LIB_SRC := $(sort $(wildcard bench/lib/*.c))
 
 DAEMON_LIB := $(BUILD)/liboplog2pg.a
 SIM_LIB    := $(BUILD)/libmongosim.a
 TEST_LIB   := $(BUILD)/libtestutil.a
+BENCH_LIB  := $(BUILD)/libbench.a
 
 .PHONY: all check unit integration demo bench format lint clean deps install uninstall
 
@@ -111,6 +114,11 @@ $(TEST_LIB): $(call obj,$(TESTLIB_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+$(call obj,$(BENCH_LIB_SRC)): | $(BUILD)/gen/sql_embed.h
+$(BENCH_LIB): $(call obj,$(BENCH_LIB_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
 $(BUILD)/oplog2pg: $(call obj,src/daemon/main.c) $(DAEMON_LIB)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
@@ -134,10 +142,11 @@ $(BUILD)/unit_tests: $(call obj,$(UNIT_SRC)) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB
 $(BUILD)/integration_tests: $(call obj,$(INTEG_SRC)) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PKG_LIBS)
 
-# Benchmarks: each bench/NAME.c is a program linked with the daemon and simulator libraries (and libcrypto, whose md5
-# checks what a benchmark wrote; libmongoc's dev package brings it).
+# Benchmarks: each bench/NAME.c is a program linked with what the replication benchmarks share (bench/lib/*.c), the
+# test helpers, the daemon and simulator libraries (and libcrypto, whose md5 checks what a benchmark wrote;
+# libmongoc's dev package brings it).
 BENCH_LIBS := $(shell pkg-config --libs libcrypto 2>/dev/null)
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BENCH_LIB) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) $(BENCH_LIBS)
 
