@@ -113,7 +113,7 @@ set ytics 10
 set grid xtics ytics mxtics lc rgb "#dddddd"
 set bmargin at screen 0.25
 set key at screen 0.5, screen 0.01 center bottom box
-# The goals of issue 13: p99 of single inserts beside the stream, all of 10 000 and of 200 000 documents visible.
+# The latency goals: p99 of single inserts beside the stream, all of 10 000 and of 200 000 documents visible.
 set arrow 1 from 50, graph 0 to 50, graph 1 nohead dt 2 lc rgb "#888888"
 set arrow 2 from 150, graph 0 to 150, graph 1 nohead dt 2 lc rgb "#888888"
 set arrow 3 from 2000, graph 0 to 2000, graph 1 nohead dt 2 lc rgb "#888888"

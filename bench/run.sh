@@ -69,13 +69,13 @@ echo
 echo "## Insert-only throughput against psql \\copy"
 "$build/bench/inserts" "${BENCH_INSERTS:-1000000}" 2>/dev/null
 echo
-echo "## Throughput by document size (issue 13)"
+echo "## Throughput by document size"
 "$build/bench/throughput" "${BENCH_SMALL:-300000}" "${BENCH_LARGE:-30000}" 2>/dev/null
 echo
-echo "## Throughput by document size on warm connections (issue 13)"
+echo "## Throughput by document size on warm connections"
 "$build/bench/steady" "${BENCH_SMALL:-300000}" "${BENCH_LARGE:-30000}" 2>/dev/null
 echo
-echo "## Many collections (issue 13)"
+echo "## Many collections"
 "$build/bench/collections" "${BENCH_COLLECTIONS:-100000}" 1 100 2000 2>/dev/null
 echo
 echo "The same at 2 000 collections on a second throwaway cluster whose lock table is four times the default"
@@ -89,7 +89,7 @@ echo
 BENCH_REPLICATION_INI=$'[postgres]\nmax_prepared_statements = 4000' scripts/with-pg.sh \
     "$build/bench/collections" "${BENCH_COLLECTIONS:-100000}" 2000 2>/dev/null
 echo
-echo "## Memory: a 10-million-entry backlog and 16 MB documents (issue 13)"
+echo "## Memory: a 10-million-entry backlog and 16 MB documents"
 "$build/bench/memory" "${BENCH_BACKLOG:-10000000}" "${BENCH_HUGE:-40}" 2>/dev/null
 echo
 echo "## Initial copy against psql \\copy"
@@ -98,13 +98,13 @@ echo
 echo "## The key"
 "$build/bench/keys" "${BENCH_KEYS:-300000}" 2>/dev/null
 echo
-echo "## Typed tables (issue 11)"
+echo "## Typed tables"
 "$build/bench/mapped" "${BENCH_MAPPED:-200000}" "${BENCH_ARRAYS:-10000}" 2>/dev/null
 echo
-echo "## A 1 GB transaction (issue 12)"
+echo "## A 1 GB transaction"
 "$build/bench/txn" "${BENCH_TXN:-270000}" 2>/dev/null
 echo
-echo "## Latency under load (issue 13)"
+echo "## Latency under load"
 "$build/bench/latency" all "${BENCH_LATENCY_SECS:-30}" "${BENCH_LATENCY_RATE:-20000,5000}" 2>/dev/null
 
 exec >&3 3>&- # the end of the copy
