@@ -22,6 +22,7 @@
 
 #include "../lib/daemonenv.h"
 #include "../lib/proc.h"
+#include "../lib/skip.h"
 #include "daemon/exitcodes.h"
 
 /* ---- small helpers ---- */
@@ -497,10 +498,8 @@ END_TEST
  * 200 such documents took 334 MB. (Not under AddressSanitizer, whose own memory is what it measures.) */
 START_TEST(test_memory_bounded_with_large_documents)
 {
-    if (getenv("OPLOG2PG_TEST_SANITIZE") != NULL) {
-        printf("SKIP: test_memory_bounded_with_large_documents: sanitizer builds measure their own memory\n");
-        return;
-    }
+    if (getenv("OPLOG2PG_TEST_SANITIZE") != NULL)
+        SKIP_TEST("sanitizer builds measure their own memory");
     denv e;
     denv_start(&e, "mem", NULL, NULL);
     denv_daemon_start(&e);

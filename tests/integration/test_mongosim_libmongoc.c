@@ -1,8 +1,8 @@
 /*
  * test_mongosim_libmongoc.c — the real libmongoc 1.23 against the server in MONGO_URI (mongosim, or a real replica
  * set): topology, CRUD, oplog tailing with tailable+awaitData cursors, killCursors/CursorNotFound, transactions and
- * mongosim's fault commands. Cases that need mongosim's test commands print "SKIP: <case>: needs mongosim" on a real
- * server. The harness sets MONGO_URI, e.g. mongodb://127.0.0.1:PORT/?replicaSet=rs0.
+ * mongosim's fault commands. Cases that need mongosim's test commands skip on a real server (skip.h).
+ * The harness sets MONGO_URI, e.g. mongodb://127.0.0.1:PORT/?replicaSet=rs0.
  */
 #include <check.h>
 #include <mongoc/mongoc.h>
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../lib/oplogutil.h"
+#include "../lib/skip.h"
 
 #define TEST_DB "mongosim_it"
 
@@ -62,12 +63,11 @@ static void command_ok(mongoc_client_t *c, const char *db, bson_t *cmd, bson_t *
         bson_destroy(&tmp);
 }
 
-#define NEED_MONGOSIM(c, name)                                                                                         \
+#define NEED_MONGOSIM(c, what)                                                                                         \
     do {                                                                                                               \
         if (!oplogutil_is_mongosim(c)) {                                                                               \
-            printf("SKIP: %s: needs mongosim\n", name);                                                                \
             mongoc_client_destroy(c);                                                                                  \
-            return;                                                                                                    \
+            SKIP_TEST("needs mongosim's test commands (%s)", what);                                                    \
         }                                                                                                              \
     } while (0)
 

@@ -6,8 +6,8 @@
  * turned into QUEUE_END (resume lost), reconnection after mongosim drops every connection and after a step-down (no
  * loss, no duplicate), a malformed entry turned into QUEUE_END (unsupported) with nothing after it, the nsfilter
  * turning excluded ops into NOOPs, a truncation under the reader turned into QUEUE_END (resume lost) instead of a
- * skip, and a prompt reader_stop even while blocked on a full queue. Cases that need mongosim's test commands print
- * "SKIP: <case>: needs mongosim" on a real server. Other suites write to the same server, so every check looks only
+ * skip, and a prompt reader_stop even while blocked on a full queue. Cases that need mongosim's test commands skip
+ * on a real server (skip.h). Other suites write to the same server, so every check looks only
  * at this suite's own namespaces (database rdr_*).
  *
  * Where a case needs the reader thread in a given state (waiting for a getMore the server holds, or asleep in a push
@@ -29,6 +29,7 @@
 #include "source/reader.h"
 
 #include "../lib/oplogutil.h"
+#include "../lib/skip.h"
 
 Suite *reader_suite(void);
 
@@ -80,12 +81,11 @@ static void command_ok(mongoc_client_t *c, const char *db, bson_t *cmd, bson_t *
         bson_destroy(&tmp);
 }
 
-#define NEED_MONGOSIM(c, name)                                                                                         \
+#define NEED_MONGOSIM(c, what)                                                                                         \
     do {                                                                                                               \
         if (!oplogutil_is_mongosim(c)) {                                                                               \
-            printf("SKIP: %s: needs mongosim\n", name);                                                                \
             mongoc_client_destroy(c);                                                                                  \
-            return;                                                                                                    \
+            SKIP_TEST("needs mongosim's test commands (%s)", what);                                                    \
         }                                                                                                              \
     } while (0)
 
@@ -480,9 +480,8 @@ START_TEST(test_rolled_back_term)
     insert_one(c, "rdr_term", "a", (int32_t)(now_s() * 1000) & 0x7fffffff);
     op_pos p = last_optime(c);
     if (p.term < 0) {
-        printf("SKIP: rolled back term: the server reports no term\n");
         mongoc_client_destroy(c);
-        return;
+        SKIP_TEST("the server reports no term in hello's lastWrite");
     }
     p.term += 7; /* same ts, another term: what a rollback looks like */
     queue *q = queue_new(1000, 0);

@@ -37,6 +37,7 @@
 #include "../lib/notifysock.h"
 #include "../lib/oplogutil.h"
 #include "../lib/proc.h"
+#include "../lib/skip.h"
 #include "../lib/workload.h"
 
 #define WAIT_S 30.0 /* upper bound on any single expected event */
@@ -607,6 +608,8 @@ static int64_t sig_wait_copied_more(denv *e, int64_t than, double timeout_s)
  * does not start over) and ends equal to the source, with what was written meanwhile. */
 START_TEST(test_initial_copy)
 {
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim --data (300 000 documents loaded at start, not inserted one by one)");
     char data[300];
     const char *tmp = getenv("TMPDIR");
     snprintf(data, sizeof data, "%s/sgcopy-data.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -697,6 +700,8 @@ static void sig_expect_copy_blocked(denv *e, PGconn *locker, double timeout_s)
  * finishes the copy: equal to the source. */
 START_TEST(test_initial_copy_lock_wait)
 {
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim --data (200 000 documents loaded at start, not inserted one by one)");
     char data[300];
     const char *tmp = getenv("TMPDIR");
     snprintf(data, sizeof data, "%s/sgcpl-data.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -972,6 +977,8 @@ END_TEST
  * the lock gone, a new start sets the refused op aside and applies the rest exactly once. */
 START_TEST(test_careful_mode)
 {
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim's mongosimTransaction (a string with U+0000 and an update in one entry)");
     denv e;
     denv_start(&e, "sgcare", NULL, "batch_rows = 1000\n");
     static notifysock ns;
