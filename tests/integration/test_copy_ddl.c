@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "../lib/daemonenv.h"
+#include "../lib/skip.h"
 #include "copy/copy.h"
 #include "daemon/exitcodes.h"
 
@@ -419,10 +420,8 @@ END_TEST
  * just before the copy's first listCollections (mongosimBeforeNext): the moment, without a race. */
 START_TEST(test_copy_rename_before_listing)
 {
-    if (!denv_using_sim()) {
-        fprintf(stderr, "SKIP test_copy_rename_before_listing: needs mongosim's mongosimBeforeNext\n");
-        return;
-    }
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim's mongosimBeforeNext");
     denv e;
     denv_start(&e, "cplist", NULL, NULL);
     char a[64], from[128], to[128];
