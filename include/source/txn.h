@@ -111,8 +111,6 @@ void txn_book_free(txn_book *b);
 txn_chain *txn_book_note(txn_book *b, const txn_info *i, size_t bytes);
 /* A commit or abort whose prevOpTime is `prev` closes the chain ending there (nothing when none does). */
 void txn_book_close(txn_book *b, const op_pos *prev);
-/* Forgets every chain (a new session starts over). */
-void txn_book_clear(txn_book *b);
 /* The oldest first entry of the open chains; false when none is open. */
 bool txn_book_oldest(const txn_book *b, op_pos *first);
 /* Totals over the open chains. */

@@ -66,7 +66,7 @@ struct batcher {
 };
 
 static const char *const trigger_names[FLUSH_TRIGGERS] = {"conflict", "size",   "timer", "idle",
-                                                          "exit",     "per-op", "tables"};
+                                                          "exit",     "per_op", "tables"};
 
 const char *flush_trigger_name(flush_trigger t)
 {

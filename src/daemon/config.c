@@ -307,19 +307,9 @@ const char *config_log_level_name(enum config_log_level level)
     return choice_name(log_level_names, (unsigned)level);
 }
 
-const char *config_reimport_mode_name(enum config_reimport_mode mode)
-{
-    return choice_name(reimport_names, (unsigned)mode);
-}
-
 const char *config_on_error_name(enum config_on_error mode)
 {
     return choice_name(on_error_names, (unsigned)mode);
-}
-
-const char *config_read_concern_name(enum config_read_concern rc)
-{
-    return choice_name(read_concern_names, (unsigned)rc);
 }
 
 const char *config_apply_mode_name(enum config_apply_mode mode)

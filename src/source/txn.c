@@ -265,11 +265,6 @@ void txn_book_close(txn_book *b, const op_pos *prev)
     *c = b->v[--b->n];
 }
 
-void txn_book_clear(txn_book *b)
-{
-    b->n = 0;
-}
-
 bool txn_book_oldest(const txn_book *b, op_pos *first)
 {
     bool have = false;
