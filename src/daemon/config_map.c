@@ -87,8 +87,6 @@ struct config_map_reader {
 
 /* ---- small helpers ----------------------------------------------------------------------------------------------- */
 
-static const char *const rest_names[] = {[MAP_REST_DOC] = "doc", [MAP_REST_EXTRA] = "extra", [MAP_REST_DROP] = "drop"};
-
 static void free_parts(char **parts, size_t n)
 {
     for (size_t i = 0; parts != NULL && i < n; i++)
@@ -348,9 +346,9 @@ bool config_map_section(config_map_reader *r, const char *name, int line, char *
 
 static bool parse_rest(const char *v, map_rest *out)
 {
-    for (size_t i = 0; i < sizeof rest_names / sizeof rest_names[0]; i++)
-        if (strcasecmp(v, rest_names[i]) == 0) {
-            *out = (map_rest)i;
+    for (map_rest r = MAP_REST_DOC; r <= MAP_REST_DROP; r++)
+        if (strcasecmp(v, map_rest_name(r)) == 0) {
+            *out = r;
             return true;
         }
     return false;
