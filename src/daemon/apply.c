@@ -10,7 +10,10 @@
  * statement timeout, a deadlock, memory) ends the session without committing anything further; the next session
  * starts again from the committed checkpoint, so nothing is lost and nothing applied twice. A refusal of an op's
  * data starts a careful session (see "When PostgreSQL refuses an op" in docs/architecture.md). Failures a person
- * must see stop the process with a distinct exit code, after committing everything before the bad entry.
+ * must see stop the process with a distinct exit code: one the source meets (an entry it cannot decode, a resume
+ * point lost) after committing everything before that entry; one PostgreSQL meets at the committed checkpoint,
+ * since outside careful and per-op sessions the failed group is rolled back whole (an op PostgreSQL refuses as data
+ * goes through a careful session first, which commits every entry before it).
  *
  * Signals come through daemon/signals.h in every state: an ev_io on the signalfd while the loop runs, naps that
  * watch it between sessions, the copy's tick, and the sink's wait hook during a long wait on PostgreSQL (which only
