@@ -129,18 +129,25 @@ static void find_first(reader *r, txn_chain *c, const txn_info *ti)
     }
 }
 
-/* A chain entry that is not the commit: noted in the book, then pushed as a noop (it only moves the position). */
-static step push_chain_noop(reader *r, const txn_info *ti, const char *reason)
+/* A new entry at pos holding one noop; NULL after reader_fatal when memory runs out. */
+static op_entry *new_noop(reader *r, const op_pos *pos, const char *reason)
 {
     op_entry *e = malloc(sizeof *e);
-    if (!e || !op_entry_alloc(e, &ti->pos, 1)) {
+    if (!e || !op_entry_alloc(e, pos, 1)) {
         free(e);
         reader_fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
-        return STEP_END;
+        return NULL;
     }
     e->ops[0].kind = OP_NOOP;
     e->ops[0].reason = reason;
-    return reader_push_entry(r, e, 0);
+    return e;
+}
+
+/* A chain entry that is not the commit: noted in the book, then pushed as a noop (it only moves the position). */
+static step push_chain_noop(reader *r, const txn_info *ti, const char *reason)
+{
+    op_entry *e = new_noop(r, &ti->pos, reason);
+    return e != NULL ? reader_push_entry(r, e, 0) : STEP_END;
 }
 
 static step chain_lost(reader *r, const txn_info *ti, const op_pos *missing)
@@ -293,14 +300,9 @@ static step push_commit(reader *r, const bson_t *doc, const txn_info *ti)
             return s;
     }
     if (ti->role == TXN_COMMIT_PREPARED) {
-        op_entry *e = malloc(sizeof *e);
-        if (!e || !op_entry_alloc(e, &ti->pos, 1)) {
-            free(e);
-            reader_fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
+        op_entry *e = new_noop(r, &ti->pos, "commitTransaction");
+        if (e == NULL)
             return STEP_END;
-        }
-        e->ops[0].kind = OP_NOOP;
-        e->ops[0].reason = "commitTransaction";
         e->ops[0].index = base;
         e->atomic = true;
         return reader_push_entry(r, e, 0);
