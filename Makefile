@@ -69,6 +69,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 cxxobj = $(patsubst %.cc,$(BUILD)/obj/%.o,$(1))
 
 SQL_SRC    := $(sort $(shell find src -name '*.sql'))
+TEST_SQL_SRC := $(sort $(wildcard tests/integration/*.sql))
 BENCH_SRC  := $(sort $(wildcard bench/*.c))
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 BENCH_LIB_SRC := $(sort $(wildcard bench/lib/*.c))
@@ -101,6 +102,14 @@ $(BUILD)/obj/gen/sql_embed.o: $(BUILD)/gen/sql_embed.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 $(call obj,$(DAEMON_SRC) $(UNIT_SRC) $(INTEG_SRC) $(TESTLIB_SRC) $(BENCH_SRC)): | $(BUILD)/gen/sql_embed.h
+# SQL only the integration tests load (tests/integration/*.sql), never installed by the daemon.
+$(BUILD)/gen/test_sql_embed.c $(BUILD)/gen/test_sql_embed.h &: $(TEST_SQL_SRC) scripts/embed-sql.sh
+	@mkdir -p $(BUILD)/gen
+	@scripts/embed-sql.sh $(BUILD)/gen/test_sql_embed.c $(BUILD)/gen/test_sql_embed.h $(TEST_SQL_SRC)
+$(BUILD)/obj/gen/test_sql_embed.o: $(BUILD)/gen/test_sql_embed.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+$(call obj,$(INTEG_SRC)): | $(BUILD)/gen/test_sql_embed.h
 
 $(DAEMON_LIB): $(call obj,$(DAEMON_LIB_SRC)) $(call cxxobj,$(DAEMON_CXX_SRC)) $(BUILD)/obj/gen/sql_embed.o
 	@mkdir -p $(dir $@)
@@ -139,7 +148,7 @@ $(call obj,tests/integration/runner.c): $(BUILD)/gen/integration_suites.h
 $(BUILD)/unit_tests: $(call obj,$(UNIT_SRC)) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PKG_LIBS)
 
-$(BUILD)/integration_tests: $(call obj,$(INTEG_SRC)) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
+$(BUILD)/integration_tests: $(call obj,$(INTEG_SRC)) $(BUILD)/obj/gen/test_sql_embed.o $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PKG_LIBS)
 
 # Benchmarks: each bench/NAME.c is a program linked with what the replication benchmarks share (bench/lib/*.c), the
