@@ -17,6 +17,7 @@
 #   tests/unit/*.c        Check suites; each defines `Suite *NAME_suite(void)`, collected into runner.c's list
 #   tests/integration/*.c Check suites run against PostgreSQL and mongosim (or MONGO_URI), their own runner
 #   tests/lib/*.c         helpers shared by both
+#   bench/*.c             benchmarks, one program each (bench/lib/*.c: what the replication benchmarks share)
 
 CC      ?= cc
 CXX     ?= c++
@@ -68,12 +69,15 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 cxxobj = $(patsubst %.cc,$(BUILD)/obj/%.o,$(1))
 
 SQL_SRC    := $(sort $(shell find src -name '*.sql'))
+TEST_SQL_SRC := $(sort $(wildcard tests/integration/*.sql))
 BENCH_SRC  := $(sort $(wildcard bench/*.c))
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+BENCH_LIB_SRC := $(sort $(wildcard bench/lib/*.c))
 
 DAEMON_LIB := $(BUILD)/liboplog2pg.a
 SIM_LIB    := $(BUILD)/libmongosim.a
 TEST_LIB   := $(BUILD)/libtestutil.a
+BENCH_LIB  := $(BUILD)/libbench.a
 
 .PHONY: all check unit integration demo bench format lint clean deps install uninstall
 
@@ -98,6 +102,14 @@ $(BUILD)/obj/gen/sql_embed.o: $(BUILD)/gen/sql_embed.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 $(call obj,$(DAEMON_SRC) $(UNIT_SRC) $(INTEG_SRC) $(TESTLIB_SRC) $(BENCH_SRC)): | $(BUILD)/gen/sql_embed.h
+# SQL only the integration tests load (tests/integration/*.sql), never installed by the daemon.
+$(BUILD)/gen/test_sql_embed.c $(BUILD)/gen/test_sql_embed.h &: $(TEST_SQL_SRC) scripts/embed-sql.sh
+	@mkdir -p $(BUILD)/gen
+	@scripts/embed-sql.sh $(BUILD)/gen/test_sql_embed.c $(BUILD)/gen/test_sql_embed.h $(TEST_SQL_SRC)
+$(BUILD)/obj/gen/test_sql_embed.o: $(BUILD)/gen/test_sql_embed.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+$(call obj,$(INTEG_SRC)): | $(BUILD)/gen/test_sql_embed.h
 
 $(DAEMON_LIB): $(call obj,$(DAEMON_LIB_SRC)) $(call cxxobj,$(DAEMON_CXX_SRC)) $(BUILD)/obj/gen/sql_embed.o
 	@mkdir -p $(dir $@)
@@ -108,6 +120,11 @@ $(SIM_LIB): $(call obj,$(SIM_LIB_SRC))
 	rm -f $@ && ar rcs $@ $^
 
 $(TEST_LIB): $(call obj,$(TESTLIB_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(call obj,$(BENCH_LIB_SRC)): | $(BUILD)/gen/sql_embed.h
+$(BENCH_LIB): $(call obj,$(BENCH_LIB_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
@@ -131,13 +148,14 @@ $(call obj,tests/integration/runner.c): $(BUILD)/gen/integration_suites.h
 $(BUILD)/unit_tests: $(call obj,$(UNIT_SRC)) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PKG_LIBS)
 
-$(BUILD)/integration_tests: $(call obj,$(INTEG_SRC)) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
+$(BUILD)/integration_tests: $(call obj,$(INTEG_SRC)) $(BUILD)/obj/gen/test_sql_embed.o $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PKG_LIBS)
 
-# Benchmarks: each bench/NAME.c is a program linked with the daemon and simulator libraries (and libcrypto, whose md5
-# checks what a benchmark wrote; libmongoc's dev package brings it).
+# Benchmarks: each bench/NAME.c is a program linked with what the replication benchmarks share (bench/lib/*.c), the
+# test helpers, the daemon and simulator libraries (and libcrypto, whose md5 checks what a benchmark wrote;
+# libmongoc's dev package brings it).
 BENCH_LIBS := $(shell pkg-config --libs libcrypto 2>/dev/null)
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BENCH_LIB) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) $(BENCH_LIBS)
 

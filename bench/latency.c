@@ -1,6 +1,6 @@
 /*
- * latency.c — how long a change acknowledged by MongoDB takes to be visible in PostgreSQL through oplog2pg (issue 13,
- * item 3: latency under load). Run by bench/run.sh under `make bench`.
+ * latency.c — how long a change acknowledged by MongoDB takes to be visible in PostgreSQL through oplog2pg, from
+ * an idle system to a steady mixed stream. Run by bench/run.sh under `make bench`.
  *
  *   latency [all [SECS [RATE]]]   everything below, in this order, with the defaults (SECS and RATE: steady's)
  *   latency idle [COUNT]          COUNT single inserts (default 300), one about every 100 ms, nothing else written

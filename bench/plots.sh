@@ -3,7 +3,7 @@
 # build/bench-results.md) as SVG plots with gnuplot, into OUTDIR (default docs/):
 #   bench-batching.svg  throughput against the insert:update ratio, batched and per-op mode, from the table whose
 #                       header has "inserts per update", "per-op ... (entries/s)" and "batched ... (entries/s)"
-#                       (`replication batching`);
+#                       (`bench/batching`);
 #   bench-latency.svg   the latency distributions of bench/latency.c, from its table "| scenario | samples | min |
 #                       p10 | ... | max |": for each scenario, the share of writes visible within a given time.
 # Only what the Markdown holds is used, so no benchmark program changes for a plot; a table that is missing leaves
@@ -59,7 +59,7 @@ if [ -s "$work/batching.tsv" ]; then
     gnuplot <<EOF
 set terminal svg size 900,540 noenhanced font "sans,13" background rgb "white"
 set output "$out/bench-batching.svg"
-set title "oplog2pg throughput against the insert:update ratio (replication batching)"
+set title "oplog2pg throughput against the insert:update ratio (bench/batching)"
 set xlabel "inserts per update (log scale)"
 set ylabel "oplog entries applied per second (log scale)"
 set logscale xy
@@ -113,7 +113,7 @@ set ytics 10
 set grid xtics ytics mxtics lc rgb "#dddddd"
 set bmargin at screen 0.25
 set key at screen 0.5, screen 0.01 center bottom box
-# The goals of issue 13: p99 of single inserts beside the stream, all of 10 000 and of 200 000 documents visible.
+# The latency goals: p99 of single inserts beside the stream, all of 10 000 and of 200 000 documents visible.
 set arrow 1 from 50, graph 0 to 50, graph 1 nohead dt 2 lc rgb "#888888"
 set arrow 2 from 150, graph 0 to 150, graph 1 nohead dt 2 lc rgb "#888888"
 set arrow 3 from 2000, graph 0 to 2000, graph 1 nohead dt 2 lc rgb "#888888"

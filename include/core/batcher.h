@@ -49,6 +49,7 @@ typedef enum {
     FLUSH_TRIGGERS
 } flush_trigger;
 
+/* The trigger's name, as the label of oplog2pg_flushes_total{trigger=...} (daemon/metrics.c). */
 const char *flush_trigger_name(flush_trigger t);
 
 /* Where writes go. Each call that can fail returns APPLY_OK or the failure (the batcher stops at the first and

@@ -7,9 +7,11 @@
  * DECODE_BORROW_PAYLOAD (doc_borrowed), which lives in the raw entry until op_entry_drop_payload.
  *
  * NOTES
- * - Allocation: decoding an entry costs one calloc for the op array and one malloc per op for its buffer (namespace
- *   strings and copies of `o`/`o2`). Nothing else is kept; checking a $v:2 diff with more than 32 field names on one
- *   level allocates a temporary list, freed before decoding returns.
+ * - Allocation: decoding an entry costs one calloc for the op array and, per op, one malloc for its buffer
+ *   (namespace strings and copies of `o`/`o2`) unless that fits the op's inline buffer (buf_inline). Decoding keeps
+ *   nothing else; checking a $v:2 diff with more than 32 field names on one level allocates a temporary list, freed
+ *   before decoding returns. The PostgreSQL-side text rendered afterwards, on the reader thread (json, id_key,
+ *   refusal, mapped), is allocated apart (a short id_key lives in key_inline) and freed with the op.
  * - Documents are kept as (pointer, length) into that buffer rather than as bson_t members: libbson here is built
  *   with BSON_EXTRA_ALIGN, which makes bson_t 128-byte aligned and 128 bytes long, so two of them would triple the
  *   size of an op and require aligned allocation. Iterate with bson_iter_init_from_data(&it, op->doc, op->doc_len)

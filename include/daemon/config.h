@@ -217,7 +217,5 @@ int config_option_find(const char *section, const char *name);
 const char *config_log_level_name(enum config_log_level level);
 const char *config_apply_mode_name(enum config_apply_mode mode);
 const char *config_on_error_name(enum config_on_error mode);
-const char *config_read_concern_name(enum config_read_concern rc);
-const char *config_reimport_mode_name(enum config_reimport_mode mode);
 
 #endif

@@ -20,8 +20,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "map/map.h"
+
 /* The longest physical line the reader accepts, in characters, the line end not counted ("\r" counts). */
-#define CONFIG_INI_MAX_LINE 199
+#define CONFIG_INI_MAX_LINE MAP_INI_MAX_LINE
 
 typedef struct config_ini_handler {
     /* A section header "[name]" that starts a line (name as written between the brackets). Return false with err set

@@ -25,12 +25,9 @@ int signals_fd(void);
 void signals_poll(void);
 /* Waits up to ms for a signal (or the timeout), then polls. False when a stop has been requested. */
 bool signals_nap(uint64_t ms);
-/* Sticky: a stop was requested. The number of the signal (for messages): signals_stop_signo. */
+/* Sticky: a stop was requested. */
 bool signals_stop_requested(void);
-int signals_stop_signo(void);
 /* True once per SIGHUP received since the last call. */
 bool signals_take_reload(void);
-/* For tests of a module alone: forget the flags. */
-void signals_reset(void);
 
 #endif

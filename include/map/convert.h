@@ -62,6 +62,9 @@ convert_status convert_copy_field(strbuf *out, const map_type *t, const bson_val
  */
 convert_status convert_key_field(strbuf *out, const map_type *t, const bson_value_t *v, char *why, size_t whylen);
 
+/* A BSON type as messages name it ("int32", "ObjectId", "code with scope", ...). */
+const char *convert_type_name(bson_type_t t);
+
 /* False for the column types that can never be a key exactly (jsonb, arrays): the map is refused at load. */
 bool map_type_key_ok(const map_type *t);
 

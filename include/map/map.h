@@ -18,6 +18,10 @@
 
 #include "map/names.h"
 
+/* The longest physical line of the configuration file, in characters, the line end not counted: the limit of its
+ * reader (daemon/config_ini.h, CONFIG_INI_MAX_LINE) and of whatever writes map sections for it (map/infer.c). */
+#define MAP_INI_MAX_LINE 199
+
 /* The scalar PostgreSQL types a column may have (a column is one of these or a one-dimensional array of one). */
 typedef enum map_scalar {
     MAP_TEXT = 0,

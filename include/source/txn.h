@@ -11,7 +11,7 @@
  * - 6.0+ batched writes (multi-deletes) use the same chain without lsid/txnNumber;
  * - 8.0 vectored inserts (multiOpType:1) and 4.0's single-entry transactions are not chains (TXN_NONE).
  *
- * How the reader uses this (source/reader.c, docs/architecture.md "Transactions"): a TXN_PART or TXN_PREPARE entry
+ * How the reader uses this (source/txn_read.c, docs/architecture.md "Transactions"): a TXN_PART or TXN_PREPARE entry
  * is skipped when read (it only moves the position; it is noted in the txn_book); at a TXN_COMMIT or
  * TXN_COMMIT_PREPARED the reader walks the chain back with point lookups (txn_walk_back: only the OpTimes are kept),
  * then reads the entries forward one at a time and pushes their ops as parts of one logical entry positioned at the
@@ -111,8 +111,6 @@ void txn_book_free(txn_book *b);
 txn_chain *txn_book_note(txn_book *b, const txn_info *i, size_t bytes);
 /* A commit or abort whose prevOpTime is `prev` closes the chain ending there (nothing when none does). */
 void txn_book_close(txn_book *b, const op_pos *prev);
-/* Forgets every chain (a new session starts over). */
-void txn_book_clear(txn_book *b);
 /* The oldest first entry of the open chains; false when none is open. */
 bool txn_book_oldest(const txn_book *b, op_pos *first);
 /* Totals over the open chains. */

@@ -32,7 +32,4 @@ void memory_setup(void);
 /* Gives free memory back to the system (tcmalloc: its free spans; glibc: malloc_trim). */
 void memory_release(void);
 
-/* Which allocator this build runs on: "tcmalloc" or "glibc". */
-const char *memory_allocator(void);
-
 #endif

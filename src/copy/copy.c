@@ -16,11 +16,14 @@
  *   batches of rows, and a batch that fails takes the one read after it with it (read again from the committed
  *   last _id).
  * - A COPY meeting an existing _id (a table left by an attempt whose progress was not committed, or rows the oplog
- *   replay of an earlier run put there) is rolled back and the batch goes through a temporary staging table and
- *   INSERT ... ON CONFLICT (_id) DO UPDATE, the same upsert the sink uses.
- * - Any error while copying a collection drops the uncommitted rows and restarts from the committed last _id: a
- *   passing error (MongoDB's or PostgreSQL's, by their one classification each) with backoff for as long as it
- *   takes; anything else ends the copy at once (COPY_REFUSED when the operator must act, else COPY_FAILED).
+ *   replay of an earlier run put there) is rolled back and the batch is sent again as upserts: for a jsonb table
+ *   through a temporary staging table and INSERT ... ON CONFLICT (_id) DO UPDATE, the same upsert the sink uses; for
+ *   a typed map's tables, the upserts of their records (writer.c).
+ * - Any error while copying a collection drops the uncommitted rows and restarts from the committed last _id. A row
+ *   PostgreSQL refuses as data: the documents of the failed batch are then written one at a time, each behind a
+ *   savepoint, the refused ones set aside in oplog2pg.dead_letter (worker.c, writer.c), and batches resume after
+ *   them. A passing error (MongoDB's or PostgreSQL's, by their one classification each): with backoff for as long
+ *   as it takes. Anything else ends the copy at once (COPY_REFUSED when the operator must act, else COPY_FAILED).
  */
 #include "copy/copy.h"
 

@@ -155,10 +155,16 @@ static locate_result locate(worker *w, job *j)
         return LOC_GONE;
     char at[256];
     copy_id_text(j->last_id, j->last_id_len, at, sizeof at);
+    /* What the replay does at the rename (sink_rename, nsfilter_filter_entry), so the line promises only that. */
+    const char *then = "the oplog replay then renames that table and applies every change since the copy's start";
+    if (w->map != NULL || map_find(w->rc->cfg->maps, lc.db, lc.coll) != NULL)
+        then = "the oplog replay will stop at the rename, which this version cannot apply to a table of a typed map: "
+               "move the map to the new name and copy that collection again (--reimport)";
+    else if (copy_skip_namespace(w->rc->cfg->filter, lc.db, lc.coll))
+        then = "the oplog replay then drops that table: [replication] leaves the new name out";
     log_notice("copy of %s.%s: the collection is now %s.%s (renamed during the copy); reading on from there after _id "
-               "%s into the same table (the oplog replay then renames that table and applies every change since the "
-               "copy's start)",
-               j->db, j->coll, lc.db, lc.coll, at);
+               "%s into the same table (%s)",
+               j->db, j->coll, lc.db, lc.coll, at, then);
     snprintf(j->src_db, sizeof j->src_db, "%s", lc.db);
     snprintf(j->src_coll, sizeof j->src_coll, "%s", lc.coll);
     return LOC_MOVED;

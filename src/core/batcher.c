@@ -4,8 +4,9 @@
  * NOTES
  * Pending insert runs are kept in an array of namespaces, found through a hash index (the last one used is checked
  * first; a multi-tenant database may hold thousands of collections), each with its own run (an opaque handle of the
- * sink's, holding the rows already encoded). A run is written when its namespace sees another kind of op, when DDL
- * comes, when one more row would take it past batch_bytes, or when the group ends; the order in which the runs of
+ * sink's, holding the rows already encoded). A run is written when an update or delete of its namespace touches a
+ * row it holds (below), when DDL comes (every run), when one more row would take it past batch_bytes (unless the sink
+ * lets go of rows already on their way instead: run_let_go), or when the group ends; the order in which the runs of
  * different namespaces reach PostgreSQL does not matter, since they touch different tables and commit together.
  *
  * Per _id, oplog order is kept. Each run remembers the 64-bit hashes of the key texts (op.id_key, which are equal
@@ -13,9 +14,10 @@
  * among them touches no row of the run, so it goes to PostgreSQL at once, ahead of the run, and the run grows on:
  * statements on different rows of one table commute inside the group's transaction. Only an op on a key the run
  * holds (or a hash that collides with one: a needless write, never a wrong order) writes the run first ("conflict").
- * A run that took a row without key text (a typed map's rows, or text the sink renders itself) conflicts with every
- * later op on its namespace, as before. So updates of older documents no longer cut a stream of inserts into short
- * runs, which kept it off COPY and cost a network round trip per run.
+ * A run that took a row without key text (a typed map's rows, or text the sink renders itself), or more keys than its
+ * bound (batch_bytes / 16), conflicts with every later op on its namespace, as does an op without key text. So
+ * updates of older documents do not cut a stream of inserts into short runs, which would keep it off COPY and cost a
+ * network round trip per run.
  */
 #include "core/batcher.h"
 
@@ -66,7 +68,7 @@ struct batcher {
 };
 
 static const char *const trigger_names[FLUSH_TRIGGERS] = {"conflict", "size",   "timer", "idle",
-                                                          "exit",     "per-op", "tables"};
+                                                          "exit",     "per_op", "tables"};
 
 const char *flush_trigger_name(flush_trigger t)
 {

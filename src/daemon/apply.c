@@ -10,11 +10,17 @@
  * statement timeout, a deadlock, memory) ends the session without committing anything further; the next session
  * starts again from the committed checkpoint, so nothing is lost and nothing applied twice. A refusal of an op's
  * data starts a careful session (see "When PostgreSQL refuses an op" in docs/architecture.md). Failures a person
- * must see stop the process with a distinct exit code, after committing everything before the bad entry.
+ * must see stop the process with a distinct exit code: one the source meets (an entry it cannot decode, a resume
+ * point lost) after committing everything before that entry; one PostgreSQL meets at the committed checkpoint,
+ * since outside careful and per-op sessions the failed group is rolled back whole (an op PostgreSQL refuses as data
+ * goes through a careful session first, which commits every entry before it).
  *
  * Signals come through daemon/signals.h in every state: an ev_io on the signalfd while the loop runs, naps that
  * watch it between sessions, the copy's tick, and the sink's wait hook during a long wait on PostgreSQL (which only
  * notes them; the loop acts once the call returns).
+ *
+ * What the loop reports about itself (the metrics snapshot, the STATUS line, the progress line, READY=1) is
+ * daemon/report.c's; apply_internal.h holds the loop's state, which both files read.
  */
 #include "daemon/daemon.h"
 
@@ -26,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "apply_internal.h"
 #include "core/batcher.h"
 #include "core/nsfilter.h"
 #include "core/queue.h"
@@ -54,83 +61,6 @@
 #define STOP_GRACE_S   5.0   /* a stop waits this long for PostgreSQL to answer, then cancels the statement */
 
 #define TICK_S 1.0 /* STATUS line, metrics snapshot and watchdog period (shorter when the watchdog needs it) */
-
-typedef enum {
-    END_NONE = 0,
-    END_STOP,     /* SIGTERM/SIGINT: flush, commit, exit 0 */
-    END_FINISHED, /* the source has nothing more (replay): flush, commit, exit 0 */
-    END_FATAL,    /* exit with exit_code */
-    END_RETRY,    /* a passing fault: new session from the committed checkpoint after a backoff */
-    END_CAREFUL,  /* PostgreSQL refused an op: new session from the checkpoint, stepping over refused ops */
-    END_REWIND,   /* an insert met a duplicate where none was expected: new session from the checkpoint, at once */
-} session_end;
-
-typedef struct {
-    config *cfg;
-    const char *config_path;
-    const char *dump_path; /* replay: the dump; NULL for run */
-    struct ev_loop *loop;
-    ev_async wake;
-    ev_timer flush_timer, progress_timer, tick_timer;
-    ev_io sig_io, pg_io;
-
-    nsfilter *filter;
-    sink *snk;
-    batcher *bt;
-    queue *q;
-    reader *rd;
-    dump_reader *dump;
-
-    session_end end;
-    int exit_code;
-    uint64_t applied_at_last_progress;
-    ev_tstamp last_progress;
-    bool in_session; /* the loop of a session is running (the wait hook must not act, only note) */
-
-    /* Careful mode ([replication] on_error = dead-letter): after PostgreSQL refused an op, the next session applies
-     * the entries up to careful_until one at a time and sets refused ones aside (see batcher.h). */
-    bool careful;
-    op_pos careful_until;
-    op_pos last_taken; /* the last entry handed to the batcher */
-    /* A bound on the tables of a flush group below batch_tables, set when PostgreSQL ran out of shared memory (its
-     * lock table full) in a group: half the tables that group had written to, until a reload (0: none).
-     * tables_logged: the bound last logged; tables_hinted: a group committed at that bound was logged. */
-    uint64_t tables_cap, tables_logged;
-    bool tables_hinted;
-    /* After PostgreSQL ran out of shared memory in a group of several entries: the entries up to isolate_until go
-     * one to a group (per-op commits), so that one too large for the lock table shows itself alone. */
-    bool isolating;
-    op_pos isolate_until;
-    /* The same failure again and again (see same_failure_again): its SQLSTATE, the op's position (or, when the sink
-     * named none, the message), and how many sessions in a row it ended. */
-    char repeat_state[6];
-    bool repeat_has_pos;
-    op_pos repeat_pos;
-    char repeat_msg[256];
-    op_pos repeat_committed; /* the checkpoint when it last failed: unmoved, it is the same stuck group */
-    uint64_t repeat_count;
-    char retry_reason[SINK_ACTIVITY_MAX + 1]; /* why the last session ended for a retry, for the activity */
-    /* 1 + the session's commits when the last idle marker was taken; 0: none yet (see behind()) */
-    uint64_t idle_after;
-
-    /* What systemd, `status` and the metrics see. */
-    bool ready_sent;   /* READY=1 went out */
-    bool session_live; /* the source has answered in this session */
-    bool caught_up;    /* the last queue item was an idle marker and everything is committed */
-    op_pos committed;  /* the committed checkpoint (from PostgreSQL at session start, then from the batcher) */
-    uint64_t entries_at_tick, reader_seen_at_tick;
-    ev_tstamp last_tick, reader_quiet_since;
-    double rate;        /* entries applied per second over the last tick */
-    bool memory_used;   /* entries were applied since free memory was last handed back (memory_release) */
-    double wait_logged; /* the wait on PostgreSQL already logged, by its start time */
-    double stop_seen;   /* when a wait on PostgreSQL first saw the stop request (0: not yet) */
-    bool cancel_sent;   /* the statement kept waiting past STOP_GRACE_S was cancelled */
-    metrics_server *metrics;
-    metrics_snapshot totals; /* counters of the sessions that ended (the running one is added at publish time) */
-    uint64_t pg_reconnects;
-    int64_t copy_copied, copy_estimate;
-    atomic_bool copy_cancel;
-} daemon_ctx;
 
 /* How many tables a flush group may write to: batch_tables, or with auto the sink's share of PostgreSQL's lock table
  * as read at the last connect; never more than tables_cap. */
@@ -507,12 +437,10 @@ static void same_failure_again(daemon_ctx *d, const char *msg)
 }
 
 /* A failure while applying: passing ones end the session, a refusal of data goes careful, the rest stop. */
-static void refresh_committed(daemon_ctx *d);
-
 static void on_sink_failure(daemon_ctx *d, apply_status st)
 {
     const char *msg = sink_error(d->snk)[0] ? sink_error(d->snk) : "applying an oplog entry failed";
-    refresh_committed(d); /* the stuck check and the stop messages read the checkpoint as of now */
+    report_refresh_committed(d); /* the stuck check and the stop messages read the checkpoint as of now */
     switch (st) {
     case APPLY_RETRY:
     case APPLY_NOMEM: {
@@ -649,130 +577,6 @@ static void leave_isolating_if_past(daemon_ctx *d)
                op_pos_format(&d->isolate_until, at, sizeof at), (unsigned long long)group_tables(d));
 }
 
-/* Bring d->committed up to the batcher's last commit (it starts as the checkpoint read at session start). */
-static void refresh_committed(daemon_ctx *d)
-{
-    if (d->bt != NULL && batcher_get_stats(d->bt)->committed.secs != 0)
-        d->committed = batcher_get_stats(d->bt)->committed;
-}
-
-/* Seconds the committed position is behind the oplog: 0 once everything read is committed and the reader found
- * the oplog drained; otherwise the age of the last committed entry. */
-static double current_lag(const daemon_ctx *d)
-{
-    if (d->caught_up || d->committed.secs == 0)
-        return 0;
-    double lag = (double)time(NULL) - (double)d->committed.secs;
-    return lag < 0 ? 0 : lag;
-}
-
-/* What the source has seen: entries and idle markers, for the quiet-source STATUS. */
-static uint64_t source_seen(const daemon_ctx *d, uint64_t *reconnects)
-{
-    *reconnects = 0;
-    if (d->rd != NULL) {
-        reader_stats rs;
-        reader_get_stats(d->rd, &rs);
-        *reconnects = rs.reconnects;
-        return rs.entries + rs.idles;
-    }
-    if (d->dump != NULL) {
-        dump_stats ds;
-        dump_get_stats(d->dump, &ds);
-        return ds.entries + ds.skipped;
-    }
-    return 0;
-}
-
-/* The counters of the whole run so far: the sessions that ended plus the running one. */
-static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
-{
-    *m = d->totals;
-    snprintf(m->service, sizeof m->service, "%s", d->cfg->service);
-    if (d->bt != NULL) {
-        const batcher_stats *bs = batcher_get_stats(d->bt);
-        /* Committed work only: a group rolled back (a lost connection) is applied again by the next session. */
-        m->entries_applied += bs->committed_entries;
-        for (int k = 0; k <= OP_TRUNCATE; k++) {
-            int mk = k == OP_INSERT   ? METRICS_OP_INSERT
-                     : k == OP_UPDATE ? METRICS_OP_UPDATE
-                     : k == OP_DELETE ? METRICS_OP_DELETE
-                     : k == OP_NOOP   ? METRICS_OP_NOOP
-                                      : METRICS_OP_DDL;
-            m->ops_applied[mk] += bs->committed_ops[k];
-        }
-        _Static_assert((int)FLUSH_TRIGGERS == (int)METRICS_FLUSH_TRIGGERS &&
-                           (int)FLUSH_TABLES == (int)METRICS_FLUSH_TABLES,
-                       "core/batcher.h's flush triggers and daemon/metrics.h's labels are in the same order");
-        for (int t = 0; t < FLUSH_TRIGGERS && t < METRICS_FLUSH_TRIGGERS; t++)
-            m->flushes[t] += bs->flushes[t];
-        m->commits += bs->commits;
-    }
-    refresh_committed(d);
-    uint64_t reconnects;
-    source_seen(d, &reconnects);
-    m->mongo_reconnects += reconnects;
-    if (d->rd != NULL) {
-        reader_stats rs;
-        reader_get_stats(d->rd, &rs);
-        m->txn_open = rs.txn_open;
-        m->txn_bytes = rs.txn_bytes;
-        double age = rs.txn_open > 0 ? (double)time(NULL) - (double)rs.txn_oldest.secs : 0;
-        m->txn_oldest_age = age > 0 ? age : 0;
-    }
-    /* The sink lives as long as the run: its counters are already totals. */
-    const sink_stats *ss = sink_get_stats(d->snk);
-    m->rows_written[METRICS_WRITE_COPY] = ss->rows_copied;
-    m->rows_written[METRICS_WRITE_INSERT] = ss->rows_inserted;
-    m->rows_written[METRICS_WRITE_UPDATE] = ss->updates;
-    m->rows_written[METRICS_WRITE_DELETE] = ss->deletes;
-    m->bytes_written = ss->bytes;
-    m->dup_fallbacks = ss->dup_fallbacks;
-    m->rewinds = ss->rewinds;
-    m->unnamed = ss->unnamed;
-    m->dead_letters = ss->dead_letters;
-    m->pg_reconnects = d->pg_reconnects;
-    m->queue_depth = d->q != NULL ? queue_ops(d->q) : 0;
-    m->queue_capacity = (uint64_t)d->cfg->queue_size;
-    m->checkpoint_timestamp = d->committed.secs;
-    m->lag_seconds = current_lag(d);
-    m->copy_documents = d->copy_copied;
-    m->copy_documents_estimate = d->copy_estimate;
-    m->ready = d->session_live && d->end == END_NONE;
-}
-
-/* Fold the ending session's counters into the totals (the batcher and source go away with it). */
-static void close_session_counters(daemon_ctx *d)
-{
-    metrics_snapshot m;
-    fill_snapshot(d, &m);
-    d->totals.entries_applied = m.entries_applied;
-    memcpy(d->totals.ops_applied, m.ops_applied, sizeof m.ops_applied);
-    memcpy(d->totals.flushes, m.flushes, sizeof m.flushes);
-    d->totals.commits = m.commits;
-    d->totals.mongo_reconnects = m.mongo_reconnects;
-}
-
-static void publish(daemon_ctx *d)
-{
-    if (d->metrics == NULL)
-        return;
-    metrics_snapshot m;
-    fill_snapshot(d, &m);
-    metrics_publish(d->metrics, &m);
-}
-
-/* The source answered (an entry or an idle marker): MongoDB is reachable and the resume point checked. */
-static void session_is_live(daemon_ctx *d)
-{
-    d->session_live = true;
-    if (!d->ready_sent) {
-        d->ready_sent = true;
-        notify_ready();
-        log_info("ready: PostgreSQL connected, checkpoint read, %s", d->dump ? "dump open" : "oplog cursor open");
-    }
-}
-
 /* Stop and reload requests, acted on from the loop (never from inside a call on PostgreSQL). */
 static void act_on_signals(daemon_ctx *d)
 {
@@ -807,7 +611,7 @@ static void on_pg_readable(struct ev_loop *loop, ev_io *w, int revents)
         on_sink_failure(d, st);
 }
 
-/* Every TICK_S: STATUS line, metrics, watchdog. */
+/* Every TICK_S: watchdog, metrics, STATUS line. */
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 {
     daemon_ctx *d = w->data;
@@ -815,12 +619,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
     notify_watchdog();
     ev_tstamp now = ev_now(loop);
     metrics_snapshot m;
-    fill_snapshot(d, &m);
-    if (d->metrics != NULL)
-        metrics_publish(d->metrics, &m);
-
-    double secs = now - d->last_tick;
-    d->rate = secs > 0 ? (double)(m.entries_applied - d->entries_at_tick) / secs : 0;
+    report_snapshot(d, &m);
     /* Caught up and nothing applied for a whole tick after some work: the burst is over, so what the allocator keeps
      * for reuse goes back to the system (memory.h). Not while busy: kept memory is what saves the page faults. */
     if (m.entries_applied != d->entries_at_tick)
@@ -829,30 +628,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
         memory_release();
         d->memory_used = false;
     }
-    d->entries_at_tick = m.entries_applied;
-    d->last_tick = now;
-
-    uint64_t reconnects;
-    uint64_t seen = source_seen(d, &reconnects);
-    if (seen != d->reader_seen_at_tick || !d->session_live)
-        d->reader_quiet_since = now;
-    d->reader_seen_at_tick = seen;
-
-    char at[OP_POS_STRLEN];
-    if (!d->session_live)
-        notify_status("connecting to MongoDB and checking the resume point");
-    else if (now - d->reader_quiet_since > 5.0 && d->dump == NULL)
-        notify_status("tailing: no answer from MongoDB for %.0f s (retrying); committed through %s",
-                      now - d->reader_quiet_since, op_pos_format(&d->committed, at, sizeof at));
-    else if (d->careful)
-        notify_status("setting aside ops PostgreSQL refused: applying one at a time up to %s",
-                      op_pos_format(&d->careful_until, at, sizeof at));
-    else if (m.lag_seconds <= 0)
-        notify_status("%s: caught up, %.0f entries/s, committed through %s", d->dump ? "replaying" : "tailing", d->rate,
-                      op_pos_format(&d->committed, at, sizeof at));
-    else
-        notify_status("%s: %.0f s behind, %.0f entries/s, queue %llu ops", d->dump ? "replaying" : "tailing",
-                      m.lag_seconds, d->rate, (unsigned long long)m.queue_depth);
+    report_status(d, now, &m);
 }
 
 /* What a source's end means for the process. */
@@ -939,7 +715,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
         }
         done += n;
         if (!d->session_live && d->end == END_NONE)
-            session_is_live(d);
+            report_live(d);
         if (!batcher_dirty(d->bt))
             queue_release(d->q); /* everything taken is written and freed: the reader may fetch large entries again */
     }
@@ -971,20 +747,8 @@ static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
 
 static void on_progress(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    daemon_ctx *d = w->data;
     (void)revents;
-    const batcher_stats *bs = batcher_get_stats(d->bt);
-    ev_tstamp now = ev_now(loop);
-    double secs = now - d->last_progress;
-    double rate = secs > 0 ? (double)(bs->entries - d->applied_at_last_progress) / secs : 0;
-    char at[OP_POS_STRLEN];
-    refresh_committed(d);
-    log_info("applied %llu entries (%.0f/s), %llu commits; committed through %s, %.0f s behind; queue %zu ops, %zu "
-             "bytes",
-             (unsigned long long)bs->entries, rate, (unsigned long long)bs->commits,
-             op_pos_format(&d->committed, at, sizeof at), current_lag(d), queue_ops(d->q), queue_bytes(d->q));
-    d->applied_at_last_progress = bs->entries;
-    d->last_progress = now;
+    report_progress(w->data, ev_now(loop));
 }
 
 static void notify_wake(void *arg)
@@ -1120,7 +884,7 @@ static void run_session(daemon_ctx *d)
             d->exit_code = EXIT_FAILURE_GENERIC;
         } else {
             const batcher_stats *bs = batcher_get_stats(d->bt);
-            refresh_committed(d);
+            report_refresh_committed(d);
             log_notice("stopped cleanly; committed through oplog entry %s",
                        op_pos_format(&d->committed, at, sizeof at));
             (void)bs;
@@ -1130,7 +894,7 @@ static void run_session(daemon_ctx *d)
 
 static void end_of_session_cleanup(daemon_ctx *d)
 {
-    close_session_counters(d);
+    report_close_session(d);
     reader_free(d->rd);
     d->rd = NULL;
     dump_free(d->dump);
@@ -1160,7 +924,7 @@ static void copy_tick(void *arg, int64_t copied, int64_t estimate, size_t left)
     double pct = estimate > 0 ? 100.0 * (double)copied / (double)estimate : 0;
     notify_status("copying: %.0f%% (%lld of ~%lld documents), %zu collection%s left", pct > 100 ? 100 : pct,
                   (long long)copied, (long long)estimate, left, left == 1 ? "" : "s");
-    publish(d);
+    report_publish(d);
 }
 
 /* Sessions until a stop, the source's end or a fatal fault. */
@@ -1318,7 +1082,7 @@ int daemon_run(config *cfg, const char *config_path, const daemon_options *opts)
             goto done;
         }
         log_info("serving metrics at http://%s/metrics", cfg->metrics_listen);
-        publish(&d);
+        report_publish(&d);
     }
     code = run_sessions(&d, opts);
     if (signals_stop_requested() && code == EXIT_OK)

@@ -14,6 +14,7 @@
  *   config_secrets.c  [mongodb] password_file, the world-readable warning, masking passwords when printing
  *   config_ini.c      the INI file format: lines, sections, continuation lines, errors with line numbers
  *   config_map.c      the [map DB.COLL] and [child SCHEMA.TABLE] sections: the column maps (struct config's maps)
+ *   config_map_print.c  the maps written out again (INI for `config`, text and JSON for `map`, compared on reload)
  *
  * A load parses into a fresh struct and validates it as a whole; only a complete, valid configuration is moved
  * into the caller's struct. A reload does the same and then copies only the reloadable options that changed.
@@ -307,19 +308,9 @@ const char *config_log_level_name(enum config_log_level level)
     return choice_name(log_level_names, (unsigned)level);
 }
 
-const char *config_reimport_mode_name(enum config_reimport_mode mode)
-{
-    return choice_name(reimport_names, (unsigned)mode);
-}
-
 const char *config_on_error_name(enum config_on_error mode)
 {
     return choice_name(on_error_names, (unsigned)mode);
-}
-
-const char *config_read_concern_name(enum config_read_concern rc)
-{
-    return choice_name(read_concern_names, (unsigned)rc);
 }
 
 const char *config_apply_mode_name(enum config_apply_mode mode)

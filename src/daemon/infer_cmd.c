@@ -110,7 +110,7 @@ static const char *shown_ns(const char *db, const char *coll, char *out, size_t 
     return out;
 }
 
-/* A comment line "; TEXT", cut to the configuration reader's limit of 199 characters at a character boundary. */
+/* A comment line "; TEXT", cut to the configuration reader's limit (MAP_INI_MAX_LINE) at a character boundary. */
 static void comment_line(strbuf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void comment_line(strbuf *out, const char *fmt, ...)
@@ -120,7 +120,7 @@ static void comment_line(strbuf *out, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    size_t len = strlen(line), max = 199 - 2;
+    size_t len = strlen(line), max = MAP_INI_MAX_LINE - 2;
     if (len > max) {
         len = max - 3;
         while (len > 0 && ((unsigned char)line[len] & 0xC0) == 0x80)

@@ -23,8 +23,11 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "core/batcher.h"
 #include "util/dtoa.h"
 #include "util/log.h"
+
+_Static_assert((int)METRICS_FLUSH_TRIGGERS == (int)FLUSH_TRIGGERS, "the flush labels are core/batcher.h's names");
 
 bool metrics_parse_listen(const char *listen, char *host, size_t hostlen, int *port, char *err, size_t errlen)
 {
@@ -66,8 +69,6 @@ bool metrics_parse_listen(const char *listen, char *host, size_t hostlen, int *p
 /* ---- rendering --------------------------------------------------------------------------------------------------- */
 
 static const char *const op_kind_label[METRICS_OP_KINDS] = {"insert", "update", "delete", "ddl", "noop"};
-static const char *const trigger_label[METRICS_FLUSH_TRIGGERS] = {"conflict", "size",   "timer", "idle",
-                                                                  "exit",     "per_op", "tables"};
 static const char *const method_label[METRICS_WRITE_METHODS] = {"copy", "insert", "update", "delete"};
 
 /* The fewest digits that read back as the same double, laid out as %.15g would (dtoa_g); NaN and the infinities in
@@ -175,6 +176,9 @@ char *metrics_render(const metrics_snapshot *s, size_t *len)
     counter(f, "oplog2pg_entries_applied_total", "Oplog entries applied to PostgreSQL.", s->entries_applied);
     counter_by(f, "oplog2pg_ops_applied_total", "Applied operations by kind.", "kind", op_kind_label, s->ops_applied,
                METRICS_OP_KINDS);
+    const char *trigger_label[METRICS_FLUSH_TRIGGERS];
+    for (int t = 0; t < METRICS_FLUSH_TRIGGERS; t++)
+        trigger_label[t] = flush_trigger_name((flush_trigger)t);
     counter_by(f, "oplog2pg_flushes_total", "Batches flushed to PostgreSQL, by what triggered the flush.", "trigger",
                trigger_label, s->flushes, METRICS_FLUSH_TRIGGERS);
     counter(f, "oplog2pg_commits_total", "PostgreSQL transactions committed.", s->commits);

@@ -17,7 +17,6 @@
 
 static int sfd = -1;
 static atomic_bool stop_requested;
-static atomic_int stop_signo;
 static atomic_int reloads;
 
 bool signals_init(void)
@@ -58,7 +57,6 @@ void signals_poll(void)
             (void)w;
             _exit(EXIT_FAILURE_GENERIC);
         }
-        atomic_store(&stop_signo, (int)si.ssi_signo);
         atomic_store(&stop_requested, true);
         log_notice("%s received: stopping", strsignal((int)si.ssi_signo));
     }
@@ -85,11 +83,6 @@ bool signals_stop_requested(void)
     return atomic_load(&stop_requested);
 }
 
-int signals_stop_signo(void)
-{
-    return atomic_load(&stop_signo);
-}
-
 bool signals_take_reload(void)
 {
     int n = atomic_load(&reloads);
@@ -98,11 +91,4 @@ bool signals_take_reload(void)
             return true;
     }
     return false;
-}
-
-void signals_reset(void)
-{
-    atomic_store(&stop_requested, false);
-    atomic_store(&stop_signo, 0);
-    atomic_store(&reloads, 0);
 }

@@ -238,7 +238,7 @@ const char *map_on_type_error_name(map_on_type_error e)
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* reasons */
 
-static const char *bson_type_name(bson_type_t t)
+const char *convert_type_name(bson_type_t t)
 {
     switch (t) {
     case BSON_TYPE_DOUBLE:
@@ -406,7 +406,7 @@ static convert_status refuse(const reason *r, const bson_value_t *v, const char 
     if (v != NULL) {
         char shown[SHOW_MAX * 8];
         value_text(v, shown, sizeof shown);
-        text_appendf(r->why, r->whylen, &off, "%s %s ", bson_type_name(v->value_type), shown);
+        text_appendf(r->why, r->whylen, &off, "%s %s ", convert_type_name(v->value_type), shown);
     }
     va_list ap;
     va_start(ap, fmt);
@@ -1029,7 +1029,7 @@ static convert_status to_jsonb(strbuf *out, const bson_value_t *v, const reason 
         return CONVERT_NOMEM;
     if (st != EJSON_OK) {
         char text[300];
-        return refuse(r, NULL, "%s cannot be jsonb: %s", bson_type_name(v->value_type),
+        return refuse(r, NULL, "%s cannot be jsonb: %s", convert_type_name(v->value_type),
                       ejson_error_text(&err, text, sizeof text));
     }
     if (json_has_nul(out->data + start + 1, out->len - start - 1))

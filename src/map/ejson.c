@@ -6,9 +6,10 @@
  *   sub-documents ([name, value] pairs), arrays ({"$array": ...}), symbols (plain strings) and spacing (jsonb's text
  *   style, so that simple keys equal (doc->'_id')::text).
  * - Strings are escaped and checked for UTF-8 in one pass; runs of plain ASCII are copied whole.
- * - A double's shortest round-trip form is found by printing with 15, 16, then 17 significant digits and keeping
- *   the first that reads back to the same double. Its exact value (for keys) comes from glibc's printf, which prints
- *   binary fractions exactly when given enough digits.
+ * - A double in a document is written with the fewest digits that read back as the same double, found directly by
+ *   util/dtoa.h's dtoa_g (no printf or strtod runs) and laid out as %.15g would lay them out, ".0" added to an
+ *   integral value. Its exact value (for keys) comes from glibc's printf, which prints binary fractions exactly when
+ *   given enough digits.
  */
 #include "map/ejson.h"
 

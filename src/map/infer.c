@@ -38,9 +38,6 @@
 
 #include "util/utf8.h"
 
-/* The longest line the configuration reader accepts (daemon/config_ini.h's CONFIG_INI_MAX_LINE). */
-#define LINE_MAX_CHARS 199
-
 /* ---- BSON types as the comments name them ------------------------------------------------------------------------ */
 
 enum ity {
@@ -750,9 +747,9 @@ static size_t column_line_max(const char *path, const map_type *t)
 static void make_column(tbuild *b, cand *c, map_scalar s, bool array)
 {
     c->type = (map_type){.scalar = s, .array = array};
-    if (column_line_max(c->path, &c->type) > LINE_MAX_CHARS) {
+    if (column_line_max(c->path, &c->type) > MAP_INI_MAX_LINE) {
         note(&c->ns, "  skipped: the path is too long for a line of the file (%d characters at most); kept in rest",
-             LINE_MAX_CHARS);
+             MAP_INI_MAX_LINE);
         c->kind = C_NOTE;
         b->left_out = true;
         return;
@@ -834,7 +831,7 @@ static bool build_path(tbuild *b, const inode *n, char *const *prefix, size_t np
             }
             /* "child.PATH = SCHEMA.TABLE": the table name has at most 63 bytes */
             if (strlen("child.") + strlen(c->path) + strlen(" = ") + strlen(b->schema) + 1 + NAMES_MAX >
-                LINE_MAX_CHARS) {
+                MAP_INI_MAX_LINE) {
                 note(&c->ns, "  an array of documents, but its path is too long for a child.PATH line: jsonb");
                 make_column(b, c, MAP_JSONB, false);
                 return true;
@@ -1252,9 +1249,9 @@ infer_map *infer_build(const infer_stats *s, const char *db, const char *coll, i
         snprintf(why, whylen, "cannot be written as a [map DB.COLLECTION] header: %s", problem);
         return NULL;
     }
-    if (strlen("[map .]") + strlen(db) + strlen(coll) > LINE_MAX_CHARS) {
+    if (strlen("[map .]") + strlen(db) + strlen(coll) > MAP_INI_MAX_LINE) {
         snprintf(why, whylen, "the name is too long for a [map DB.COLLECTION] header (%d characters at most)",
-                 LINE_MAX_CHARS);
+                 MAP_INI_MAX_LINE);
         return NULL;
     }
     if (s->top.root.present == 0) {
@@ -1368,10 +1365,10 @@ static void put_line(strbuf *out, const char *prefix, const char *text, size_t l
 {
     size_t plen = strlen(prefix);
     strbuf_puts(out, prefix);
-    if (plen + len <= LINE_MAX_CHARS) {
+    if (plen + len <= MAP_INI_MAX_LINE) {
         strbuf_append(out, text, len);
     } else {
-        size_t n = utf8_prefix_len(text, len, LINE_MAX_CHARS - plen - 3);
+        size_t n = utf8_prefix_len(text, len, MAP_INI_MAX_LINE - plen - 3);
         strbuf_append(out, text, n);
         strbuf_puts(out, "...");
     }

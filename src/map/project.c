@@ -753,7 +753,7 @@ project_status project_child_rows(const map_collection *m, const map_child *ch, 
             return PROJECT_OK;
         }
         snprintf(why, whylen, "child table %s.%s takes the array at %s, which holds a %s here", t->name.schema,
-                 t->name.table, ch->path, project_type_name(arr->value_type));
+                 t->name.table, ch->path, convert_type_name(arr->value_type));
         return PROJECT_TYPE_ERROR;
     }
     bson_iter_t it;
@@ -789,42 +789,8 @@ project_status project_element(const map_collection *m, const map_child *ch, con
         return project_row(m, t, NULL, 0, key, key_len, pos, out, nulled, why, whylen);
     }
     snprintf(why, whylen, "child table %s.%s takes the documents of the array at %s; element %u is a %s",
-             t->name.schema, t->name.table, ch->path, pos, project_type_name(bson_iter_type(el)));
+             t->name.schema, t->name.table, ch->path, pos, convert_type_name(bson_iter_type(el)));
     return PROJECT_TYPE_ERROR;
-}
-
-const char *project_type_name(bson_type_t t)
-{
-    switch (t) {
-    case BSON_TYPE_DOUBLE:
-        return "double";
-    case BSON_TYPE_UTF8:
-        return "string";
-    case BSON_TYPE_DOCUMENT:
-        return "document";
-    case BSON_TYPE_ARRAY:
-        return "array";
-    case BSON_TYPE_BINARY:
-        return "binary";
-    case BSON_TYPE_OID:
-        return "ObjectId";
-    case BSON_TYPE_BOOL:
-        return "bool";
-    case BSON_TYPE_DATE_TIME:
-        return "date";
-    case BSON_TYPE_NULL:
-        return "null";
-    case BSON_TYPE_INT32:
-        return "int32";
-    case BSON_TYPE_INT64:
-        return "int64";
-    case BSON_TYPE_DECIMAL128:
-        return "decimal128";
-    case BSON_TYPE_TIMESTAMP:
-        return "timestamp";
-    default:
-        return "value of another BSON type";
-    }
 }
 
 project_status map_project_key(const map_collection *m, const bson_value_t *id, strbuf *out, char *why, size_t whylen)

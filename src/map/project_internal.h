@@ -38,6 +38,5 @@ project_status project_child_rows(const map_collection *m, const map_child *ch, 
 project_status project_element(const map_collection *m, const map_child *ch, const bson_iter_t *el, uint32_t pos,
                                const uint8_t *key, size_t key_len, map_rows *out, uint64_t *nulled, char *why,
                                size_t whylen);
-const char *project_type_name(bson_type_t t);
 
 #endif

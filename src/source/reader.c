@@ -12,10 +12,12 @@
  *   URI. Recovery is ours: every transient error re-opens the cursor with {ts: {$gte: last pushed}}, checks that the
  *   first document is that very entry (same ts, same term) and skips it, so nothing is lost or applied twice, and a
  *   rollback or a truncation past our position turns into QUEUE_END (QUEUE_END_RESUME_LOST).
- * - All state below the "thread only" line belongs to the reader thread; other threads read the atomic counters and
- *   set `stop`. The backoff between attempts is a timed wait on a condition variable that reader_stop signals, and a
+ * - All state below the "thread only" line of struct reader (reader_internal.h) belongs to the reader thread; other
+ *   threads read the atomic counters and set `stop`. The backoff between attempts is a timed wait on a condition variable that reader_stop signals, and a
  *   blocked queue push is woken through queue_wake_pushers: no sleep ignores a stop request. An empty oplog is waited
  *   on by the server (an awaitData getMore returns after at most maxTimeMS = await_ms).
+ * - Transactions written over several entries are read in txn_read.c (txn_read_entry for every entry of a batch,
+ *   txn_read_book once before the first cursor); reader_internal.h holds the state and helpers the two files share.
  */
 #include "source/reader.h"
 
@@ -32,6 +34,7 @@
 
 #include "map/ejson.h"
 #include "map/project.h"
+#include "reader_internal.h"
 #include "source/decode.h"
 #include "source/mongo_client.h"
 #include "source/oplog_edge.h"
@@ -43,49 +46,6 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 
-struct reader {
-    reader_config cfg;
-    char *uri_str;
-    mongoc_client_t *client;
-    queue *q;
-    pthread_t thread;
-    bool joined;
-
-    atomic_bool stop;
-    atomic_bool finished;
-    pthread_mutex_t nap_mu;
-    pthread_cond_t nap_cv;
-
-    atomic_uint_fast64_t entries, reconnects, idles;
-    atomic_uint_fast64_t last_ts; /* secs << 32 | inc */
-    atomic_int_fast64_t last_term;
-    atomic_bool have_last;
-    atomic_uint_fast64_t txn_open, txn_bytes, txn_oldest; /* the book, published (txn_oldest: secs << 32 | inc) */
-
-    /* ---- thread only ---- */
-    mongoc_client_session_t *cs;
-    bool no_sessions; /* the server does not support sessions: run without */
-    uint32_t server_id;
-    int64_t cursor_id;
-    op_pos pos;        /* the last position pushed (or the start position) */
-    bool have_pos;     /* pos is set */
-    bool idle_due;     /* entries were pushed since the last QUEUE_IDLE */
-    int32_t ask;       /* the batchSize of the next getMore (READER_REPLY_BYTES) */
-    bool full;         /* the last batch was as large as asked: the next getMore only probes (READER_PROBE_MS) */
-    bool huge;         /* the last batch's entries were READER_REPLY_BYTES or more each: wait for the applier to be done
-                        * with everything before fetching more (queue_wait_drained) */
-    backoff bo;        /* between attempts (util/clock.h) */
-    txn_book book;     /* transactions seen open (source/txn.h) */
-    txn_list chain;    /* the OpTimes of the chain being applied */
-    bool book_rebuilt; /* the chain heads between cfg.hold and cfg.start were read */
-    queue_pusher out;  /* entries go to the queue in groups (core/queue.h), flushed before every round trip */
-    bool out_failed;   /* a flush found the queue stopped (or the reader cancelled): the reader ends */
-    bool malformed;    /* a transaction lookup's reply was malformed (next_doc): not a passing fault, the reader ends */
-};
-
-/* What a step of the tailing loop asks for next. */
-typedef enum { STEP_OK, STEP_RETRY, STEP_END } step;
-
 void reader_config_init(reader_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -94,7 +54,7 @@ void reader_config_init(reader_config *cfg)
     cfg->batch_size = READER_DEFAULT_BATCH_SIZE;
 }
 
-static bool stopping(reader *r)
+bool reader_stopping(reader *r)
 {
     return atomic_load(&r->stop);
 }
@@ -111,12 +71,12 @@ static bool nap(reader *r, int64_t ms)
         until.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&r->nap_mu);
-    while (!stopping(r)) {
+    while (!reader_stopping(r)) {
         if (pthread_cond_timedwait(&r->nap_cv, &r->nap_mu, &until) == ETIMEDOUT)
             break;
     }
     pthread_mutex_unlock(&r->nap_mu);
-    return !stopping(r);
+    return !reader_stopping(r);
 }
 
 static const char *term_str(int64_t term, char *buf, size_t len)
@@ -129,8 +89,7 @@ static const char *term_str(int64_t term, char *buf, size_t len)
 }
 
 /* Logs why the reader stops and pushes QUEUE_END: the thread then ends. */
-static void fatal(reader *r, queue_end_reason reason, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fatal(reader *r, queue_end_reason reason, const char *fmt, ...)
+void reader_fatal(reader *r, queue_end_reason reason, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -151,7 +110,7 @@ static void publish_pos(reader *r, const op_pos *p)
 }
 
 /* Reads ts and t of a raw oplog document. False when ts is missing or not a Timestamp. */
-static bool doc_pos(const bson_t *doc, op_pos *out)
+bool reader_doc_pos(const bson_t *doc, op_pos *out)
 {
     bson_iter_t it;
     out->term = -1;
@@ -166,14 +125,15 @@ static bool doc_pos(const bson_t *doc, op_pos *out)
 /* ---- commands ---- */
 
 /* Decides what a failed command means: auth refusals are fatal, everything else is retried. */
-static step failed(reader *r, const char *what, const bson_error_t *e)
+step reader_failed(reader *r, const char *what, const bson_error_t *e)
 {
     char pbuf[OP_POS_STRLEN];
     if (r->out_failed)
         return STEP_END; /* not MongoDB's doing: the queue was stopped, or the reader told to stop */
     if (mongo_error_refused(e)) {
-        fatal(r, QUEUE_END_REFUSED, "%s on local.oplog.rs refused: %s (code %u); check the user's roles in [mongodb]",
-              what, e->message, e->code);
+        reader_fatal(r, QUEUE_END_REFUSED,
+                     "%s on local.oplog.rs refused: %s (code %u); check the user's roles in [mongodb]", what,
+                     e->message, e->code);
         return STEP_END;
     }
     if (r->have_pos)
@@ -187,7 +147,7 @@ static step failed(reader *r, const char *what, const bson_error_t *e)
 }
 
 /* Runs cmd in db local with the reader's session and server. reply is always initialised. */
-static bool run_cmd(reader *r, const bson_t *cmd, bson_t *reply, bson_error_t *err)
+bool reader_run_cmd(reader *r, const bson_t *cmd, bson_t *reply, bson_error_t *err)
 {
     /* Every round trip may wait: what was decoded so far goes to the applier first. */
     if (!queue_pusher_flush(&r->out)) {
@@ -210,7 +170,7 @@ static bool run_cmd(reader *r, const bson_t *cmd, bson_t *reply, bson_error_t *e
     return ok;
 }
 
-static void kill_cursor(reader *r)
+void reader_kill_cursor(reader *r)
 {
     if (r->cursor_id == 0)
         return;
@@ -220,7 +180,7 @@ static void kill_cursor(reader *r)
     BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
     BSON_APPEND_INT64(&arr, "0", r->cursor_id);
     bson_append_array_end(&cmd, &arr);
-    if (!run_cmd(r, &cmd, &reply, &err))
+    if (!reader_run_cmd(r, &cmd, &reply, &err))
         log_debug("reader: killCursors failed: %s", err.message);
     bson_destroy(&reply);
     bson_destroy(&cmd);
@@ -239,7 +199,7 @@ static step open_session(reader *r)
     r->cursor_id = 0;
     mongoc_server_description_t *sd = mongoc_client_select_server(r->client, false, NULL, &err);
     if (!sd)
-        return failed(r, "selecting the primary", &err);
+        return reader_failed(r, "selecting the primary", &err);
     r->server_id = mongoc_server_description_id(sd);
     mongoc_server_description_destroy(sd);
     if (r->no_sessions)
@@ -251,13 +211,13 @@ static step open_session(reader *r)
             r->no_sessions = true;
             return STEP_OK;
         }
-        return failed(r, "starting a session", &err);
+        return reader_failed(r, "starting a session", &err);
     }
     return STEP_OK;
 }
 
 /* Finds cursor.id and cursor.<batch_key> in a reply. */
-static bool parse_cursor(const bson_t *reply, const char *batch_key, int64_t *id, bson_iter_t *batch)
+bool reader_parse_cursor(const bson_t *reply, const char *batch_key, int64_t *id, bson_iter_t *batch)
 {
     bson_iter_t it, cur;
     bool have_id = false, have_batch = false;
@@ -275,13 +235,10 @@ static bool parse_cursor(const bson_t *reply, const char *batch_key, int64_t *id
     return have_id && have_batch;
 }
 
-/* What next_doc found. */
-typedef enum { DOC_NEXT, DOC_END, DOC_BAD } doc_next;
-
 /* Next document of a batch array into *doc (a static view). DOC_END at the array's end; DOC_BAD when an element is
  * not a document or its bytes are not one (why says which): a server never sends that, and the entry it stands for
  * cannot be passed over, so every caller ends there, never skips it. */
-static doc_next next_doc(bson_iter_t *batch, bson_t *doc, char *why, size_t whylen)
+doc_next reader_next_doc(bson_iter_t *batch, bson_t *doc, char *why, size_t whylen)
 {
     const uint8_t *data;
     uint32_t len;
@@ -309,15 +266,16 @@ static doc_next next_doc(bson_iter_t *batch, bson_t *doc, char *why, size_t whyl
 static step bad_batch(reader *r, const char *what, const char *why)
 {
     char pbuf[OP_POS_STRLEN];
-    fatal(r, QUEUE_END_UNSUPPORTED,
-          "malformed reply from MongoDB to %s on local.oplog.rs: %s; stopped before it (the last entry handed on is "
-          "%s), nothing after it was applied",
-          what, why, op_pos_format(&r->pos, pbuf, sizeof pbuf));
+    reader_fatal(
+        r, QUEUE_END_UNSUPPORTED,
+        "malformed reply from MongoDB to %s on local.oplog.rs: %s; stopped before it (the last entry handed on is "
+        "%s), nothing after it was applied",
+        what, why, op_pos_format(&r->pos, pbuf, sizeof pbuf));
     return STEP_END;
 }
 
 /* Hands a decoded entry on (in a group: see queue_pusher); `reserved` is the queue room reserved for it, or 0. */
-static step push_entry(reader *r, op_entry *e, size_t reserved)
+step reader_push_entry(reader *r, op_entry *e, size_t reserved)
 {
     op_pos p = e->pos;
     bool more = e->more;
@@ -354,7 +312,7 @@ static step maybe_idle(reader *r)
 /* Decodes, filters and renders one raw entry into a new entry (*out) holding `*reserved` bytes of queue room, ready to
  * push. Room in the queue is reserved first (about the entry's size), so the text about to be rendered counts against
  * the queue's byte bound while this thread holds it. */
-static step prepare_raw(reader *r, const bson_t *doc, unsigned flags, op_entry **out, size_t *reserved_out)
+step reader_prepare_raw(reader *r, const bson_t *doc, unsigned flags, op_entry **out, size_t *reserved_out)
 {
     char err[512];
     size_t reserved = doc->len;
@@ -365,7 +323,7 @@ static step prepare_raw(reader *r, const bson_t *doc, unsigned flags, op_entry *
     op_entry *e = malloc(sizeof *e);
     if (!e) {
         queue_pusher_unreserve(&r->out, reserved);
-        fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
+        reader_fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
         return STEP_END;
     }
     decode_status st = decode_entry_ex(doc, r->cfg.decode_flags | flags, e, err, sizeof err);
@@ -373,13 +331,14 @@ static step prepare_raw(reader *r, const bson_t *doc, unsigned flags, op_entry *
         queue_pusher_unreserve(&r->out, reserved);
         free(e);
         if (st == DECODE_NOMEM) {
-            fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
+            reader_fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
         } else {
             char pbuf[OP_POS_STRLEN];
-            fatal(r, QUEUE_END_UNSUPPORTED,
-                  "%s oplog entry: %s; stopped before it (the last entry handed on is %s), a fixed version resumes "
-                  "there",
-                  st == DECODE_MALFORMED ? "malformed" : "unsupported", err, op_pos_format(&r->pos, pbuf, sizeof pbuf));
+            reader_fatal(
+                r, QUEUE_END_UNSUPPORTED,
+                "%s oplog entry: %s; stopped before it (the last entry handed on is %s), a fixed version resumes "
+                "there",
+                st == DECODE_MALFORMED ? "malformed" : "unsupported", err, op_pos_format(&r->pos, pbuf, sizeof pbuf));
         }
         return STEP_END;
     }
@@ -387,8 +346,8 @@ static step prepare_raw(reader *r, const bson_t *doc, unsigned flags, op_entry *
         queue_pusher_unreserve(&r->out, reserved);
         op_entry_free(e);
         char pbuf[OP_POS_STRLEN];
-        fatal(r, QUEUE_END_UNSUPPORTED, "%s; stopped before it (the last entry handed on is %s)", err,
-              op_pos_format(&r->pos, pbuf, sizeof pbuf));
+        reader_fatal(r, QUEUE_END_UNSUPPORTED, "%s; stopped before it (the last entry handed on is %s)", err,
+                     op_pos_format(&r->pos, pbuf, sizeof pbuf));
         return STEP_END;
     }
     decode_log_notices(e);
@@ -397,7 +356,7 @@ static step prepare_raw(reader *r, const bson_t *doc, unsigned flags, op_entry *
     if (!map_prepare_entry(e, r->cfg.maps) || !ejson_prepare_entry(e)) {
         queue_pusher_unreserve(&r->out, reserved);
         op_entry_free(e);
-        fatal(r, QUEUE_END_NOMEM, "out of memory rendering an oplog entry");
+        reader_fatal(r, QUEUE_END_NOMEM, "out of memory rendering an oplog entry");
         return STEP_END;
     }
     op_entry_drop_payload(e); /* a borrowed payload lives in this batch's reply, which goes soon */
@@ -406,329 +365,12 @@ static step prepare_raw(reader *r, const bson_t *doc, unsigned flags, op_entry *
     return STEP_OK;
 }
 
-static step push_plain(reader *r, const bson_t *doc)
+step reader_push_plain(reader *r, const bson_t *doc)
 {
     op_entry *e;
     size_t reserved;
-    step s = prepare_raw(r, doc, 0, &e, &reserved);
-    return s == STEP_OK ? push_entry(r, e, reserved) : s;
-}
-
-/* ---- transactions over several entries (source/txn.h) ---- */
-
-static void publish_book(reader *r)
-{
-    op_pos first;
-    bool have = txn_book_oldest(&r->book, &first);
-    atomic_store(&r->txn_open, (uint64_t)r->book.n);
-    atomic_store(&r->txn_bytes, txn_book_bytes(&r->book));
-    atomic_store(&r->txn_oldest, have ? ((uint64_t)first.secs << 32) | first.inc : 0);
-}
-
-/* The transactions' own reads of the oplog (the walk's point lookups, the book's re-read at start) take the tailing
- * cursor's read concern (tail_once), so that with read_concern = majority the rule "only majority-committed entries
- * are read" has no exception. A chain's entries are older than the majority-committed entry that led to them, so
- * the answers are the same in the normal case; what the rule buys is that no read can see an entry a failover rolls
- * back, whatever happens between the reads. In the command itself, as there: libmongoc sends a raw command's body
- * as given. */
-static void append_read_concern(const reader *r, bson_t *cmd)
-{
-    if (!r->cfg.majority)
-        return;
-    bson_t rc;
-    BSON_APPEND_DOCUMENT_BEGIN(cmd, "readConcern", &rc);
-    BSON_APPEND_UTF8(&rc, "level", "majority");
-    bson_append_document_end(cmd, &rc);
-}
-
-/* The point lookup of a transaction's entries: the entry at ts exactly, with only the window [skip, skip + limit) of
- * its o.applyOps (a $slice projection, which keeps every other field). {ts: {$gte: ts}} with limit 1 finds it by
- * the oplog's ts order, as {ts: ts} would, and tells a missing entry apart in the same round trip. A chain entry
- * holds up to 16 MB of ops: the walk back needs none of them (limit 1 keeps the lookup small), and the forward read
- * takes them a window at a time, so neither ever holds a whole entry. */
-static txn_lookup lookup_window(reader *r, const op_pos *ts, uint32_t skip, uint32_t limit, bson_t *out, char *err,
-                                size_t errlen)
-{
-    bson_t cmd = BSON_INITIALIZER, filter, range, proj, slice, arg, reply;
-    bson_error_t e;
-    bson_iter_t batch;
-    int64_t id = 0;
-    BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
-    BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &range);
-    BSON_APPEND_TIMESTAMP(&range, "$gte", ts->secs, ts->inc);
-    bson_append_document_end(&filter, &range);
-    bson_append_document_end(&cmd, &filter);
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "projection", &proj);
-    BSON_APPEND_DOCUMENT_BEGIN(&proj, "o.applyOps", &slice);
-    BSON_APPEND_ARRAY_BEGIN(&slice, "$slice", &arg);
-    BSON_APPEND_INT32(&arg, "0", (int32_t)(skip > INT32_MAX ? INT32_MAX : skip));
-    BSON_APPEND_INT32(&arg, "1", (int32_t)(limit > INT32_MAX ? INT32_MAX : limit));
-    bson_append_array_end(&slice, &arg);
-    bson_append_document_end(&proj, &slice);
-    bson_append_document_end(&cmd, &proj);
-    BSON_APPEND_INT64(&cmd, "limit", 1);
-    BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-    append_read_concern(r, &cmd);
-    bool ok = run_cmd(r, &cmd, &reply, &e);
-    bson_destroy(&cmd);
-    if (!ok || !parse_cursor(&reply, "firstBatch", &id, &batch)) {
-        if (ok)
-            snprintf(e.message, sizeof e.message, "reply without cursor.firstBatch");
-        snprintf(err, errlen, "looking up the oplog entry at %u:%u: %s", ts->secs, ts->inc, e.message);
-        bson_destroy(&reply);
-        return TXN_LOOKUP_ERROR;
-    }
-    bson_t doc;
-    op_pos got;
-    char why[160];
-    txn_lookup res = TXN_LOOKUP_MISSING;
-    doc_next dn = next_doc(&batch, &doc, why, sizeof why);
-    if (dn == DOC_BAD) {
-        snprintf(err, errlen, "looking up the oplog entry at %u:%u: malformed reply: %s", ts->secs, ts->inc, why);
-        r->malformed = true;
-        res = TXN_LOOKUP_ERROR;
-    } else if (dn == DOC_NEXT && doc_pos(&doc, &got) && op_pos_cmp(&got, ts) == 0) {
-        bson_copy_to(&doc, out);
-        res = TXN_LOOKUP_FOUND;
-    }
-    bson_destroy(&reply);
-    return res;
-}
-
-/* The walk back's lookup (txn_lookup_fn): the entry with one op at most. */
-static txn_lookup lookup_head(void *ctx, const op_pos *ts, bson_t *out, char *err, size_t errlen)
-{
-    return lookup_window(ctx, ts, 0, 1, out, err, errlen);
-}
-
-/* The first entry of a chain met half-way (the reader started inside it): found by walking back from the entry. */
-static void find_first(reader *r, txn_chain *c, const txn_info *ti)
-{
-    txn_info w = *ti;
-    char err[256];
-    op_pos missing;
-    w.role = TXN_COMMIT;
-    w.has_count = true;
-    txn_walk ws = txn_walk_back(&w, lookup_head, r, &r->chain, &missing, err, sizeof err);
-    if (ws == TXN_WALK_OK && r->chain.n > 0) {
-        c->first = r->chain.v[0];
-        c->first_known = true;
-    } else if (ws == TXN_WALK_LOST) {
-        c->first = missing; /* at or after the true first: the oplog no longer reaches further */
-    }
-}
-
-/* A chain entry that is not the commit: noted in the book, then pushed as a noop (it only moves the position). */
-static step push_chain_noop(reader *r, const txn_info *ti, const char *reason)
-{
-    op_entry *e = malloc(sizeof *e);
-    if (!e || !op_entry_alloc(e, &ti->pos, 1)) {
-        free(e);
-        fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
-        return STEP_END;
-    }
-    e->ops[0].kind = OP_NOOP;
-    e->ops[0].reason = reason;
-    return push_entry(r, e, 0);
-}
-
-static step chain_lost(reader *r, const txn_info *ti, const op_pos *missing)
-{
-    char at[OP_POS_STRLEN], began[OP_POS_STRLEN];
-    op_pos first = *missing;
-    for (size_t k = 0; k < r->book.n; k++)
-        if (op_pos_cmp(&r->book.v[k].last, &ti->prev) == 0 && op_pos_cmp(&r->book.v[k].first, &first) < 0)
-            first = r->book.v[k].first;
-    fatal(r, QUEUE_END_RESUME_LOST,
-          "the transaction committed at %s began at %s, which is no longer in the oplog: the oplog window is shorter "
-          "than that transaction; resync with --reimport",
-          op_pos_format(&ti->pos, at, sizeof at), op_pos_format(&first, began, sizeof began));
-    return STEP_END;
-}
-
-/* How many ops the forward read asks for at first, and about how many bytes of ops it aims at per window after. */
-#define TXN_FIRST_WINDOW 16
-#define TXN_WINDOW_BYTES (1024 * 1024)
-
-/* The ops of the chain entry at `at`, read a window at a time (lookup_window) and pushed as parts of the logical
- * entry at the commit's position, numbered on from *base; `last`: the commit entry's own ops, whose final window ends
- * the logical entry. *pushed says whether a part went out already (a failed lookup then cannot be retried as if
- * nothing happened: the session must end uncommitted). */
-static step push_windows(reader *r, const txn_info *ti, const op_pos *at, bool last, uint32_t *base, bool *pushed)
-{
-    char err[512];
-    bson_error_t be;
-    uint32_t skip = 0, want = TXN_FIRST_WINDOW;
-    for (;;) {
-        bson_t part;
-        txn_lookup lr = lookup_window(r, at, skip, want, &part, err, sizeof err);
-        if (lr == TXN_LOOKUP_MISSING && at != &ti->pos)
-            return chain_lost(r, ti, at);
-        if (lr == TXN_LOOKUP_MISSING) {
-            /* The commit entry itself, read a moment ago, is gone: rolled back (read_concern = local). The re-opened
-             * cursor's resume check says so. */
-            snprintf(err, sizeof err, "the commit entry at %u:%u is no longer in the oplog", at->secs, at->inc);
-            lr = TXN_LOOKUP_ERROR;
-        }
-        if (lr == TXN_LOOKUP_ERROR && r->malformed) {
-            fatal(r, QUEUE_END_UNSUPPORTED, "%s, in the transaction committed at %u:%u; stopped before it", err,
-                  ti->pos.secs, ti->pos.inc);
-            return STEP_END;
-        }
-        if (lr == TXN_LOOKUP_ERROR) {
-            if (!*pushed) { /* nothing pushed yet: an ordinary retry, which meets the commit again */
-                bson_set_error(&be, 0, 0, "%s", err);
-                return failed(r, "reading a transaction's entries", &be);
-            }
-            fatal(r, QUEUE_END_RETRY, "reader: %s, in the middle of the transaction committed at %u:%u", err,
-                  ti->pos.secs, ti->pos.inc);
-            return STEP_END;
-        }
-        /* How many ops came (the window may be short: the entry's end). */
-        uint32_t got = 0;
-        bson_iter_t it, ops;
-        if (bson_iter_init(&it, &part) && bson_iter_find(&it, "o") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-            bson_iter_recurse(&it, &ops) && bson_iter_find(&ops, "applyOps") && BSON_ITER_HOLDS_ARRAY(&ops)) {
-            bson_iter_t el;
-            if (bson_iter_recurse(&ops, &el))
-                while (bson_iter_next(&el))
-                    got++;
-        }
-        bool end = got < want;
-        size_t part_len = part.len;
-        op_entry *e;
-        size_t reserved = 0;
-        step s = prepare_raw(r, &part, DECODE_TXN_PART, &e, &reserved);
-        bson_destroy(&part);
-        if (s != STEP_OK)
-            return s;
-        if (end && got == 0 && !last) { /* an empty last window of an entry that is not the last: nothing to add */
-            queue_pusher_unreserve(&r->out, reserved);
-            op_entry_free(e);
-            return STEP_OK;
-        }
-        e->pos = ti->pos;
-        for (size_t i = 0; i < e->n; i++) {
-            e->ops[i].pos = ti->pos;
-            e->ops[i].index = *base + (uint32_t)i;
-        }
-        *base += got;
-        e->atomic = true;
-        e->more = !(last && end);
-        s = push_entry(r, e, reserved);
-        if (s != STEP_OK)
-            return s;
-        *pushed = true;
-        if (end)
-            return STEP_OK;
-        skip += got;
-        /* The next window: about TXN_WINDOW_BYTES at the size of this one's ops. */
-        uint64_t per = part_len / got + 1;
-        uint64_t next = TXN_WINDOW_BYTES / per;
-        want = next < 1 ? 1 : next > 100000 ? 100000 : (uint32_t)next;
-    }
-}
-
-/* A commit point: the chain's entries are read forward, a window of ops at a time, and pushed as the parts of one
- * logical entry at the commit's position (ops numbered across the whole transaction), the last part being the end of
- * the commit's own ops (or, for a commitTransaction, a noop). */
-static step push_commit(reader *r, const bson_t *doc, const txn_info *ti)
-{
-    char err[512], what[96], cbuf[OP_POS_STRLEN];
-    op_pos missing;
-    bson_error_t be;
-    log_debug("reader: walking back the transaction committed at %s", op_pos_format(&ti->pos, cbuf, sizeof cbuf));
-    txn_walk ws = txn_walk_back(ti, lookup_head, r, &r->chain, &missing, err, sizeof err);
-    switch (ws) {
-    case TXN_WALK_OK:
-        break;
-    case TXN_WALK_SINGLE:
-        return push_plain(r, doc);
-    case TXN_WALK_LOST:
-        return chain_lost(r, ti, &missing);
-    case TXN_WALK_BAD: {
-        char pbuf[OP_POS_STRLEN], lbuf[OP_POS_STRLEN];
-        fatal(r, QUEUE_END_UNSUPPORTED,
-              "malformed transaction: %s; stopped before its commit entry %s (the last entry handed on is %s)", err,
-              op_pos_format(&ti->pos, pbuf, sizeof pbuf), op_pos_format(&r->pos, lbuf, sizeof lbuf));
-        return STEP_END;
-    }
-    case TXN_WALK_NOMEM:
-        fatal(r, QUEUE_END_NOMEM, "out of memory walking a transaction's oplog entries");
-        return STEP_END;
-    case TXN_WALK_ERROR: /* nothing pushed yet: an ordinary retry, which meets the commit again */
-        if (r->malformed) {
-            fatal(r, QUEUE_END_UNSUPPORTED, "%s, walking back the transaction committed at %s; stopped before it", err,
-                  cbuf);
-            return STEP_END;
-        }
-        snprintf(what, sizeof what, "walking back the transaction committed at %s", cbuf);
-        bson_set_error(&be, 0, 0, "%s", err);
-        return failed(r, what, &be);
-    }
-
-    /* Forward: each entry of the chain, then the commit entry itself (for an implicit commit; a commitTransaction
-     * has no ops of its own), a window of ops at a time, each window one part. */
-    txn_book_close(&r->book, &ti->prev);
-    publish_book(r);
-    uint32_t base = 0;
-    bool pushed = false;
-    size_t entries = r->chain.n + (ti->role == TXN_COMMIT ? 1 : 0);
-    for (size_t k = 0; k < entries; k++) {
-        const op_pos *at = k < r->chain.n ? &r->chain.v[k] : &ti->pos;
-        step s = push_windows(r, ti, at, k + 1 == entries && ti->role == TXN_COMMIT, &base, &pushed);
-        if (s != STEP_OK)
-            return s;
-    }
-    if (ti->role == TXN_COMMIT_PREPARED) {
-        op_entry *e = malloc(sizeof *e);
-        if (!e || !op_entry_alloc(e, &ti->pos, 1)) {
-            free(e);
-            fatal(r, QUEUE_END_NOMEM, "out of memory decoding an oplog entry");
-            return STEP_END;
-        }
-        e->ops[0].kind = OP_NOOP;
-        e->ops[0].reason = "commitTransaction";
-        e->ops[0].index = base;
-        e->atomic = true;
-        return push_entry(r, e, 0);
-    }
-    return STEP_OK;
-}
-
-/* One raw entry: chain entries are noted and skipped, commits reassembled, everything else pushed as it is. */
-static step push_raw(reader *r, const bson_t *doc)
-{
-    txn_info ti;
-    if (!txn_classify(doc, &ti))
-        return push_plain(r, doc); /* no ts: the decoder says so */
-    switch (ti.role) {
-    case TXN_NONE:
-        return push_plain(r, doc);
-    case TXN_PART:
-    case TXN_PREPARE: {
-        txn_chain *c = txn_book_note(&r->book, &ti, doc->len);
-        if (c == NULL) {
-            fatal(r, QUEUE_END_NOMEM, "out of memory noting a transaction");
-            return STEP_END;
-        }
-        if (!c->first_known && c->entries == 1)
-            find_first(r, c, &ti);
-        publish_book(r);
-        return push_chain_noop(r, &ti,
-                               ti.role == TXN_PART ? "partialTxn entry (applied at its commit)"
-                                                   : "prepared transaction (applied at commitTransaction)");
-    }
-    case TXN_ABORT:
-        txn_book_close(&r->book, &ti.prev);
-        publish_book(r);
-        return push_chain_noop(r, &ti, "abortTransaction");
-    case TXN_COMMIT:
-    case TXN_COMMIT_PREPARED:
-        return push_commit(r, doc, &ti);
-    }
-    return push_plain(r, doc);
+    step s = reader_prepare_raw(r, doc, 0, &e, &reserved);
+    return s == STEP_OK ? reader_push_entry(r, e, reserved) : s;
 }
 
 /* Pushes every document of a batch (skipping the first when skip_first); *count gets the batch's size. A malformed
@@ -739,13 +381,13 @@ static step push_batch(reader *r, bson_iter_t *batch, bool skip_first, uint32_t 
     char why[160];
     doc_next dn;
     *count = 0;
-    while ((dn = next_doc(batch, &doc, why, sizeof why)) != DOC_END) {
+    while ((dn = reader_next_doc(batch, &doc, why, sizeof why)) != DOC_END) {
         if (dn == DOC_BAD)
             return bad_batch(r, skip_first ? "find" : "getMore", why);
         (*count)++;
         if (skip_first && *count == 1)
             continue;
-        step s = push_raw(r, &doc);
+        step s = txn_read_entry(r, &doc);
         if (s != STEP_OK)
             return s;
     }
@@ -797,18 +439,20 @@ static step resume_lost(reader *r, const char *why)
         if (common_point(r, &r->pos, r->pos.term, &c))
             snprintf(common, sizeof common, "; the newest entry both still agree on is %s (%s)",
                      op_pos_format(&c, cbuf, sizeof cbuf), term_str(c.term, ctbuf, sizeof ctbuf));
-        fatal(r, QUEUE_END_RESUME_LOST,
-              "rollback: MongoDB no longer holds the resume point %s (%s): %s%s. The changes PostgreSQL holds after "
-              "%s were rolled back on MongoDB (a failover lost entries a majority had not committed; [mongodb] "
-              "read_concern = %s), so PostgreSQL holds changes MongoDB does not; resync this service with --reimport",
-              op_pos_format(&r->pos, want, sizeof want), term_str(r->pos.term, tbuf, sizeof tbuf), why, common,
-              common[0] ? cbuf : "the common point", r->cfg.majority ? "majority" : "local");
+        reader_fatal(
+            r, QUEUE_END_RESUME_LOST,
+            "rollback: MongoDB no longer holds the resume point %s (%s): %s%s. The changes PostgreSQL holds after "
+            "%s were rolled back on MongoDB (a failover lost entries a majority had not committed; [mongodb] "
+            "read_concern = %s), so PostgreSQL holds changes MongoDB does not; resync this service with --reimport",
+            op_pos_format(&r->pos, want, sizeof want), term_str(r->pos.term, tbuf, sizeof tbuf), why, common,
+            common[0] ? cbuf : "the common point", r->cfg.majority ? "majority" : "local");
         return STEP_END;
     }
-    fatal(r, QUEUE_END_RESUME_LOST,
-          "the resume point %s (%s) is no longer in the oplog (oldest entry is %s; %s): the changes since then are "
-          "lost to oplog2pg; resync this service with --reimport",
-          op_pos_format(&r->pos, want, sizeof want), term_str(r->pos.term, tbuf, sizeof tbuf), oldest, why);
+    reader_fatal(
+        r, QUEUE_END_RESUME_LOST,
+        "the resume point %s (%s) is no longer in the oplog (oldest entry is %s; %s): the changes since then are "
+        "lost to oplog2pg; resync this service with --reimport",
+        op_pos_format(&r->pos, want, sizeof want), term_str(r->pos.term, tbuf, sizeof tbuf), oldest, why);
     return STEP_END;
 }
 
@@ -840,7 +484,7 @@ static step check_first(reader *r, bson_iter_t batch)
     bson_t doc;
     op_pos got;
     char why[160], gbuf[OP_POS_STRLEN], tbuf[32];
-    doc_next dn = next_doc(&batch, &doc, why, sizeof why);
+    doc_next dn = reader_next_doc(&batch, &doc, why, sizeof why);
     if (dn == DOC_BAD)
         return bad_batch(r, "find", why);
     if (dn == DOC_END) {
@@ -848,15 +492,15 @@ static step check_first(reader *r, bson_iter_t batch)
             char pbuf[OP_POS_STRLEN];
             log_warning("reader: the resume point %s is in the oplog but not majority-committed yet; waiting for it",
                         op_pos_format(&r->pos, pbuf, sizeof pbuf));
-            kill_cursor(r);
+            reader_kill_cursor(r);
             return STEP_RETRY;
         }
         return resume_lost(r, "no entry at or after it");
     }
-    if (!doc_pos(&doc, &got)) {
-        fatal(r, QUEUE_END_UNSUPPORTED,
-              "malformed oplog entry: the first entry at or after the resume point has no ts "
-              "Timestamp");
+    if (!reader_doc_pos(&doc, &got)) {
+        reader_fatal(r, QUEUE_END_UNSUPPORTED,
+                     "malformed oplog entry: the first entry at or after the resume point has no ts "
+                     "Timestamp");
         return STEP_END;
     }
     if (op_pos_cmp(&got, &r->pos) != 0) {
@@ -869,79 +513,6 @@ static step check_first(reader *r, bson_iter_t batch)
         return resume_lost(r, why);
     }
     return STEP_OK;
-}
-
-/* ---- the book at start ---- */
-
-/* The checkpoint says a transaction was open at the start (its first entry at cfg.hold): read the entries from there
- * to the start once, noting the chain heads, so the book (status, metrics, the hold of the next commits) knows the
- * chains that began before the start. Best effort: a failure only leaves the book incomplete (logged). */
-static void rebuild_book(reader *r)
-{
-    r->book_rebuilt = true;
-    if (!r->cfg.has_hold || op_pos_cmp(&r->cfg.hold, &r->cfg.start) >= 0)
-        return;
-    bson_t cmd = BSON_INITIALIZER, filter, range, reply;
-    bson_error_t err;
-    bson_iter_t batch;
-    int64_t id = 0;
-    bool ok, done = false;
-    uint64_t seen = 0;
-    BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
-    BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &range);
-    BSON_APPEND_TIMESTAMP(&range, "$gte", r->cfg.hold.secs, r->cfg.hold.inc);
-    bson_append_document_end(&filter, &range);
-    bson_append_document_end(&cmd, &filter);
-    BSON_APPEND_INT32(&cmd, "batchSize", r->cfg.batch_size);
-    append_read_concern(r, &cmd); /* the getMores inherit it */
-    ok = run_cmd(r, &cmd, &reply, &err) && parse_cursor(&reply, "firstBatch", &id, &batch);
-    bson_destroy(&cmd);
-    while (ok && !done && !stopping(r)) {
-        bson_t doc;
-        char why[160];
-        doc_next dn;
-        while ((dn = next_doc(&batch, &doc, why, sizeof why)) == DOC_NEXT) {
-            txn_info ti;
-            if (!txn_classify(&doc, &ti))
-                continue;
-            if (op_pos_cmp(&ti.pos, &r->cfg.start) > 0) {
-                done = true;
-                break;
-            }
-            seen++;
-            if (ti.role == TXN_PART || ti.role == TXN_PREPARE)
-                (void)txn_book_note(&r->book, &ti, doc.len);
-            else if (ti.role != TXN_NONE)
-                txn_book_close(&r->book, &ti.prev);
-        }
-        if (dn == DOC_BAD) { /* best effort (above): the book stays incomplete, the reply is destroyed below */
-            bson_set_error(&err, 0, 0, "malformed reply: %s", why);
-            ok = false;
-            break;
-        }
-        bson_destroy(&reply);
-        if (done || id == 0)
-            break;
-        bson_t gm = BSON_INITIALIZER;
-        BSON_APPEND_INT64(&gm, "getMore", id);
-        BSON_APPEND_UTF8(&gm, "collection", "oplog.rs");
-        BSON_APPEND_INT32(&gm, "batchSize", r->cfg.batch_size);
-        ok = run_cmd(r, &gm, &reply, &err) && parse_cursor(&reply, "nextBatch", &id, &batch);
-        bson_destroy(&gm);
-    }
-    if (!ok) {
-        bson_destroy(&reply);
-        log_warning("reader: could not re-read the open transactions since %u:%u (%s): status will not show them "
-                    "until their commit",
-                    r->cfg.hold.secs, r->cfg.hold.inc, err.message);
-    }
-    if (id != 0) {
-        r->cursor_id = id;
-        kill_cursor(r);
-    }
-    publish_book(r);
-    log_debug("reader: %" PRIu64 " entries re-read for open transactions, %zu open at the start", seen, r->book.n);
 }
 
 /* ---- tailing ---- */
@@ -981,7 +552,7 @@ static step tail_once(reader *r)
     if (s != STEP_OK)
         return s;
     if (!r->book_rebuilt)
-        rebuild_book(r);
+        txn_read_book(r);
 
     BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
@@ -1001,16 +572,16 @@ static step tail_once(reader *r)
         BSON_APPEND_UTF8(&rc, "level", "majority");
         bson_append_document_end(&cmd, &rc);
     }
-    bool ok = run_cmd(r, &cmd, &reply, &err);
+    bool ok = reader_run_cmd(r, &cmd, &reply, &err);
     bson_destroy(&cmd);
     if (!ok) {
         bson_destroy(&reply);
-        return failed(r, "find", &err);
+        return reader_failed(r, "find", &err);
     }
-    if (!parse_cursor(&reply, "firstBatch", &r->cursor_id, &batch)) {
+    if (!reader_parse_cursor(&reply, "firstBatch", &r->cursor_id, &batch)) {
         bson_destroy(&reply);
         bson_set_error(&err, 0, 0, "reply without cursor.id/firstBatch");
-        return failed(r, "find", &err);
+        return reader_failed(r, "find", &err);
     }
     /* The start is an entry already applied (the committed checkpoint, or the last entry pushed): it must be
      * there, and is skipped. */
@@ -1026,7 +597,7 @@ static step tail_once(reader *r)
     bson_destroy(&reply);
 
     while (s == STEP_OK) {
-        if (stopping(r))
+        if (reader_stopping(r))
             return STEP_END;
         if (r->cursor_id == 0) {
             char pbuf[OP_POS_STRLEN];
@@ -1049,18 +620,18 @@ static step tail_once(reader *r)
         /* After a full batch the oplog may have run dry exactly at its end: wait only a moment, so that the applier
          * hears of it now rather than after await_ms (a server with more entries answers at once either way). */
         BSON_APPEND_INT64(&gm, "maxTimeMS", r->full ? READER_PROBE_MS : r->cfg.await_ms);
-        ok = run_cmd(r, &gm, &reply, &err);
+        ok = reader_run_cmd(r, &gm, &reply, &err);
         bson_destroy(&gm);
         if (!ok) {
             bson_destroy(&reply);
             r->cursor_id = 0; /* a failed getMore leaves the cursor to the server's timeout */
-            return failed(r, "getMore", &err);
+            return reader_failed(r, "getMore", &err);
         }
-        if (!parse_cursor(&reply, "nextBatch", &r->cursor_id, &batch)) {
+        if (!reader_parse_cursor(&reply, "nextBatch", &r->cursor_id, &batch)) {
             bson_destroy(&reply);
             r->cursor_id = 0;
             bson_set_error(&err, 0, 0, "reply without cursor.id/nextBatch");
-            return failed(r, "getMore", &err);
+            return reader_failed(r, "getMore", &err);
         }
         backoff_reset(&r->bo);
         if (huge_batch(&reply, &batch))
@@ -1088,7 +659,7 @@ static void *reader_main(void *arg)
     r->pos = r->cfg.start;
     r->have_pos = true;
     publish_pos(r, &r->pos);
-    while (s != STEP_END && !stopping(r)) {
+    while (s != STEP_END && !reader_stopping(r)) {
         s = tail_once(r);
         if (s != STEP_RETRY)
             break;
@@ -1099,7 +670,7 @@ static void *reader_main(void *arg)
 
     if (!queue_pusher_flush(&r->out)) /* what was decoded before the end, unless the queue is stopped */
         queue_pusher_drop(&r->out);
-    kill_cursor(r);
+    reader_kill_cursor(r);
     if (r->cs) {
         mongoc_client_session_destroy(r->cs);
         r->cs = NULL;

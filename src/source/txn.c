@@ -3,8 +3,9 @@
  * source/txn.h).
  *
  * NOTES
- * - The walk keeps only OpTimes (16 bytes each): a chain of a thousand 16 MB entries costs 16 kB here, and each
- *   entry is looked up once on the way back (for its prevOpTime) and once on the way forward (for its ops).
+ * - The walk keeps only OpTimes (16 bytes each): a chain of a thousand 16 MB entries costs 16 kB here. Each entry is
+ *   looked up once on the way back (for its prevOpTime); the way forward is the caller's (the reader reads each
+ *   entry's ops a window at a time, source/txn_read.c; replay reads each entry whole, source/dump.c).
  * - The book is a small array: a replica set rarely has more than a few chains open at once.
  */
 #include "source/txn.h"
@@ -263,11 +264,6 @@ void txn_book_close(txn_book *b, const op_pos *prev)
     if (c == NULL)
         return;
     *c = b->v[--b->n];
-}
-
-void txn_book_clear(txn_book *b)
-{
-    b->n = 0;
 }
 
 bool txn_book_oldest(const txn_book *b, op_pos *first)

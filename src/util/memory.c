@@ -29,12 +29,3 @@ void memory_release(void)
     malloc_trim(0);
 #endif
 }
-
-const char *memory_allocator(void)
-{
-#ifdef OPLOG2PG_TCMALLOC
-    return "tcmalloc";
-#else
-    return "glibc";
-#endif
-}

@@ -2,7 +2,8 @@
 # tests/integration/run.sh BUILD — integration tests; run inside scripts/with-pg.sh (needs OPLOG2PG_TEST_PG).
 #
 # Starts mongosim on a free port and points MONGO_URI at it, unless MONGO_URI is already set: then the same tests run
-# against that real replica set, and the cases that need mongosim's fault commands say SKIP with the reason.
+# against that real replica set, and the cases that need mongosim's test commands skip: the runner counts them apart
+# from the passes and lists each with its reason (tests/lib/skip.h).
 # Runs the Check integration suites, then the pymongo compatibility script and the valgrind pass (only the one suite
 # with CK_RUN_SUITE=NAME). mongosim is stopped on any exit.
 set -euo pipefail
@@ -28,7 +29,7 @@ if [ -z "${MONGO_URI:-}" ]; then
     export OPLOG2PG_TEST_SIM=1
     echo "mongosim on port $port"
 else
-    echo "using the replica set at MONGO_URI (mongosim-only cases will say SKIP)"
+    echo "using the replica set at MONGO_URI (the cases that need mongosim skip)"
 fi
 export OPLOG2PG_TEST_BUILD=$build
 # libmongoc's shared-memory counters leave /dev/shm/mongoc-PID behind every kill -9 (the daemon turns them off too).

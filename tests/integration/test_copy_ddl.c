@@ -9,7 +9,9 @@
  *   - one dropped mid-copy: marked done, the replay drops its table;
  *   - one renamed before its copy began, and a new collection made under the old name;
  *   - one renamed mid-copy over another the copy has not begun (dropTarget);
- *   - renamed and dropped while the daemon was stopped mid-copy (the resumed copy follows the stored UUIDs).
+ *   - renamed and dropped while the daemon was stopped mid-copy (the resumed copy follows the stored UUIDs);
+ *   - renamed mid-copy to a name [replication] leaves out: the copy's log line says the replay drops the table, and
+ *     it does.
  * Each ends equal to MongoDB. A copy state without UUIDs (an earlier version's) stops with exit 5 naming --reimport
  * when a collection vanished, and --reimport then copies it exactly. A kill -9 while the writer thread commits
  * leaves a copy the next start finishes exactly; a SIGTERM there commits that batch and stops. --reimport of one
@@ -27,6 +29,7 @@
 #include <unistd.h>
 
 #include "../lib/daemonenv.h"
+#include "../lib/skip.h"
 #include "copy/copy.h"
 #include "daemon/exitcodes.h"
 
@@ -245,6 +248,35 @@ START_TEST(test_copy_follows_renames_and_drops)
 }
 END_TEST
 
+/* Renamed mid-copy to a name the filter leaves out: the copy reads on into the same table, and its log line says what
+ * the replay does at the rename (it drops that table), not that it renames it. */
+START_TEST(test_copy_rename_out_of_filter)
+{
+    denv e;
+    denv_start(&e, "cpout", NULL, "exclude = rep_cpout_a.gone*\n[copy]\nworkers = 1\nbatch_docs = 100\n");
+    char a[64];
+    snprintf(a, sizeof a, "%sa", e.prefix);
+    ck_assert_str_eq(a, "rep_cpout_a"); /* the exclude pattern above names it */
+    denv_insert_range(&e, a, "c1", 1, 1500);
+    denv_insert_range(&e, a, "kept", 1, 10);
+    slow_copy(&e, "0.1");
+    denv_daemon_start(&e);
+    wait_mid_copy(&e, a, "c1", 300);
+    denv_rename(&e, a, "c1", a, "gone1", false);
+    ck_assert(denv_wait_caught_up(&e, WAIT_S));
+    unslow_copy(&e);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_cpout_a.kept"), 10);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM pg_tables WHERE schemaname = 'rep_cpout_a' AND tablename IN "
+                                 "('c1', 'gone1')"),
+                     0);
+    ck_assert(denv_file_contains(e.log, "is now rep_cpout_a.gone1 (renamed during the copy)"));
+    ck_assert(denv_file_contains(e.log, "(the oplog replay then drops that table: [replication] leaves the new name "
+                                        "out)"));
+    ck_assert(!denv_file_contains(e.log, "the oplog replay then renames that table"));
+    denv_stop(&e);
+}
+END_TEST
+
 /* Renamed and dropped while the daemon was stopped mid-copy: the resumed copy follows the UUIDs it stored. */
 START_TEST(test_copy_resumed_after_rename)
 {
@@ -419,10 +451,8 @@ END_TEST
  * just before the copy's first listCollections (mongosimBeforeNext): the moment, without a race. */
 START_TEST(test_copy_rename_before_listing)
 {
-    if (!denv_using_sim()) {
-        fprintf(stderr, "SKIP test_copy_rename_before_listing: needs mongosim's mongosimBeforeNext\n");
-        return;
-    }
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim's mongosimBeforeNext");
     denv e;
     denv_start(&e, "cplist", NULL, NULL);
     char a[64], from[128], to[128];
@@ -582,6 +612,7 @@ Suite *copy_ddl_suite(void)
     tcase_add_test(tc, test_sim_getmore_after_drop_or_rename);
     tcase_add_test(tc, test_copy_follows_renames_and_drops);
     tcase_add_test(tc, test_copy_resumed_after_rename);
+    tcase_add_test(tc, test_copy_rename_out_of_filter);
     tcase_add_test(tc, test_copy_rename_before_listing);
     tcase_add_test(tc, test_copy_vanished_without_uuid_stops);
     tcase_add_test(tc, test_copy_kill9_in_writer);

@@ -18,13 +18,14 @@
 
 #include "../lib/daemonenv.h"
 #include "../lib/proc.h"
+#include "../lib/skip.h"
 
-#define NEED_SIM(name)                                                                                                 \
+/* Freezing the majority commit point and rolling back are mongosim's test commands (mongosimMajority,
+ * mongosimRollback): a real replica set does neither on request. */
+#define NEED_SIM()                                                                                                     \
     do {                                                                                                               \
-        if (!denv_using_sim()) {                                                                                       \
-            printf("SKIP: %s: needs mongosim\n", name);                                                                \
-            return;                                                                                                    \
-        }                                                                                                              \
+        if (!denv_using_sim())                                                                                         \
+            SKIP_TEST("needs mongosim's mongosimMajority and mongosimRollback");                                       \
     } while (0)
 
 /* Runs a mongosim command on admin; the reply goes to *reply when given. */
@@ -110,7 +111,7 @@ static int64_t checkpoint_term(const denv *e)
  * PostgreSQL; a rollback of those rows does not touch the daemon, which goes on in the new term. */
 START_TEST(test_majority_frozen_then_rollback)
 {
-    NEED_SIM("test_majority_frozen_then_rollback");
+    NEED_SIM();
     denv e;
     char db[64];
     denv_start(&e, "maj_fr", NULL, NULL);
@@ -146,7 +147,7 @@ END_TEST
 /* Majority mode: the commit point advances, and the rows after the old one follow. */
 START_TEST(test_majority_advance)
 {
-    NEED_SIM("test_majority_advance");
+    NEED_SIM();
     denv e;
     char db[64];
     denv_start(&e, "maj_adv", NULL, NULL);
@@ -158,10 +159,10 @@ START_TEST(test_majority_advance)
     wait_reader_polled(&e);
     ck_assert_uint_eq(denv_checkpoint_ts(e.service), point);
     uint64_t newest = denv_newest_ts(e.uri);
-    sim_cmd(&e,
-            BCON_NEW("mongosimMajority", "{", "advanceTo", BCON_TIMESTAMP((uint32_t)(newest >> 32), (uint32_t)newest),
-                     "}"),
-            NULL);
+    sim_cmd(
+        &e,
+        BCON_NEW("mongosimMajority", "{", "advanceTo", BCON_TIMESTAMP((uint32_t)(newest >> 32), (uint32_t)newest), "}"),
+        NULL);
     wait_checkpoint(&e, newest, 120);
     ck_assert_int_eq(rows(&e, "a"), 40);
     majority(&e, "follow");
@@ -176,7 +177,7 @@ END_TEST
  * --reimport resyncs to an exact match. */
 START_TEST(test_local_rollback_detected)
 {
-    NEED_SIM("test_local_rollback_detected");
+    NEED_SIM();
     denv e;
     char db[64];
     denv_start(&e, "maj_loc", NULL, "\n[mongodb]\nread_concern = local\n");
@@ -221,7 +222,7 @@ END_TEST
  * rollback of the rest leaves nothing extra in PostgreSQL. */
 START_TEST(test_majority_initial_copy)
 {
-    NEED_SIM("test_majority_initial_copy");
+    NEED_SIM();
     denv e;
     char db[64];
     denv_start(&e, "maj_cp", NULL, NULL);

@@ -22,6 +22,7 @@
 
 #include "../lib/daemonenv.h"
 #include "../lib/proc.h"
+#include "../lib/skip.h"
 
 #define NDOCS 20
 
@@ -291,10 +292,8 @@ static void mongo_cmd(const char *uri, bson_t *cmd)
  * start adds and fills it. */
 START_TEST(test_backfill_stopped_midway)
 {
-    if (!denv_using_sim()) {
-        fprintf(stderr, "SKIP test_backfill_stopped_midway: needs mongosim's mongosimDelay\n");
-        return;
-    }
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim's mongosimDelay");
     denv e;
     char maps[512], sql[512];
     const char *db = "rep_bfstop_m";

@@ -5,7 +5,7 @@
  * mongosimMalformBatch puts a bad element (an int32, or a document whose length runs past the batch) after the first
  * entry of the next oplog batch of two entries or more; five inserts written by one command make that batch. The
  * daemon may commit the entry before the bad element, never one after it; restarted without the fault it applies
- * the rest and ends equal to the source. mongosim only: on a real replica set the cases say SKIP.
+ * the rest and ends equal to the source. mongosim only: on a real replica set the cases skip (skip.h).
  */
 #include <check.h>
 #include <mongoc/mongoc.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../lib/daemonenv.h"
+#include "../lib/skip.h"
 
 Suite *reader_guards_suite(void);
 
@@ -48,10 +49,7 @@ static uint64_t insert_ts(const denv *e, const char *ns, int id)
 
 static void malformed_batch_stops(const char *name, const char *how)
 {
-    if (!denv_using_sim()) {
-        printf("SKIP: %s: needs mongosimMalformBatch\n", name);
-        return;
-    }
+    ck_assert_msg(denv_using_sim(), "%s needs mongosim: its test must skip first", name);
     denv e;
     denv_start(&e, name, NULL, NULL);
     char db[64], ns[128], sql[256];
@@ -93,12 +91,16 @@ static void malformed_batch_stops(const char *name, const char *how)
 
 START_TEST(test_batch_element_not_a_document)
 {
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim's mongosimMalformBatch");
     malformed_batch_stops("guard_notdoc", "notDocument");
 }
 END_TEST
 
 START_TEST(test_batch_element_corrupt)
 {
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim's mongosimMalformBatch");
     malformed_batch_stops("guard_corrupt", "corrupt");
 }
 END_TEST

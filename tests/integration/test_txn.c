@@ -12,7 +12,7 @@
  *
  * Waits are on events (the checkpoint reaching the newest entry, a line of the daemon's log, the daemon's exit, a
  * PostgreSQL backend holding a transaction id), never on time. The schema-upgrade case works in a PostgreSQL
- * database of its own. mongosim only: against a real replica set the cases say SKIP.
+ * database of its own. mongosim only (appendOplog): against a real replica set every case skips (skip.h).
  */
 #include <check.h>
 #include <libpq-fe.h>
@@ -28,6 +28,7 @@
 #include "../lib/compare.h"
 #include "../lib/daemonenv.h"
 #include "../lib/oplogutil.h"
+#include "../lib/skip.h"
 #include "../lib/textfile.h"
 #include "core/op.h"
 #include "util/strbuf.h"
@@ -47,14 +48,18 @@ typedef struct {
     strbuf batch;       /* entries waiting for append() */
 } tenv;
 
+/* Every case first: the chains are written into the oplog verbatim, which only mongosim's appendOplog does. */
+#define NEED_APPEND_OPLOG()                                                                                            \
+    do {                                                                                                               \
+        if (!denv_using_sim())                                                                                         \
+            SKIP_TEST("needs mongosim's appendOplog");                                                                 \
+    } while (0)
+
 /* The environment without the daemon (t_start starts it). */
-static bool t_setup(tenv *t, const char *name, const char *extra_ini)
+static void t_setup(tenv *t, const char *name, const char *extra_ini)
 {
     memset(t, 0, sizeof *t);
-    if (!denv_using_sim()) {
-        printf("SKIP: txn %s: needs mongosim's appendOplog\n", name);
-        return false;
-    }
+    ck_assert_msg(denv_using_sim(), "txn %s: a case that needs appendOplog runs without NEED_APPEND_OPLOG()", name);
     denv_start(&t->e, name, NULL, extra_ini);
     char err[512], log[300];
     snprintf(log, sizeof log, "%s/reference.log", t->e.dir);
@@ -68,18 +73,15 @@ static bool t_setup(tenv *t, const char *name, const char *extra_ini)
     t->secs = (uint32_t)(newest >> 32) + 100;
     t->inc = 0;
     snprintf(t->db, sizeof t->db, "%sa", t->e.prefix);
-    return true;
 }
 
-static bool t_start(tenv *t, const char *name, const char *extra_ini)
+static void t_start(tenv *t, const char *name, const char *extra_ini)
 {
-    if (!t_setup(t, name, extra_ini))
-        return false;
+    t_setup(t, name, extra_ini);
     /* The first run copies (nothing) and takes the newest entry as its start: anything appended before it had
      * caught up would count as copied. */
     denv_daemon_start(&t->e);
     ck_assert_msg(denv_wait_caught_up(&t->e, 120), "the daemon did not start");
-    return true;
 }
 
 static void t_stop(tenv *t)
@@ -410,9 +412,9 @@ static void expect_status(tenv *t, const op_pos *hold)
  * them, so they are committed past), and all of it once the commit comes. */
 START_TEST(test_implicit_commit_atomic)
 {
+    NEED_APPEND_OPLOG();
     tenv t;
-    if (!t_start(&t, "txn_imp", NULL))
-        return;
+    t_start(&t, "txn_imp", NULL);
     change pre[] = {{'i', "t", 100, 1}, {'i', "t", 101, 1}};
     for (size_t i = 0; i < 2; i++)
         plain(&t, &pre[i]);
@@ -451,9 +453,9 @@ END_TEST
  * rows inserted in earlier ones, and a prepared chain whose commitTransaction has no ops: each applied whole. */
 START_TEST(test_windows)
 {
+    NEED_APPEND_OPLOG();
     tenv t;
-    if (!t_start(&t, "txn_win", NULL))
-        return;
+    t_start(&t, "txn_win", NULL);
     int id = 1;
     change a[16], b[50], c[16];
     for (int i = 0; i < 16; i++)
@@ -499,9 +501,9 @@ END_TEST
  * aborted one leaves no trace. */
 START_TEST(test_prepared_commit_and_abort)
 {
+    NEED_APPEND_OPLOG();
     tenv t;
-    if (!t_start(&t, "txn_prep", NULL))
-        return;
+    t_start(&t, "txn_prep", NULL);
     change c1[] = {{'i', "t", 1, 1}, {'i', "t", 2, 2}}, c2[] = {{'i', "t", 3, 3}}, c3[] = {{'u', "t", 2, 20}};
     change a1[] = {{'i', "gone", 1, 1}, {'i', "t", 99, 99}};
     change o1 = {'i', "o", 1, 1}, o2 = {'i', "o", 2, 2}, o3 = {'i', "o", 3, 3}, o4 = {'i', "o", 4, 4};
@@ -538,9 +540,9 @@ END_TEST
  * linked to the previous by prevOpTime as retryable writes are); 4.0's single-entry transaction. */
 START_TEST(test_no_lsid_and_vectored)
 {
+    NEED_APPEND_OPLOG();
     tenv t;
-    if (!t_start(&t, "txn_nolsid", NULL))
-        return;
+    t_start(&t, "txn_nolsid", NULL);
     change pre[] = {{'i', "b", 1, 1}, {'i', "b", 2, 2}, {'i', "b", 3, 3}, {'i', "b", 4, 4}};
     for (size_t i = 0; i < 4; i++)
         plain(&t, &pre[i]);
@@ -597,9 +599,9 @@ END_TEST
  * reference. */
 START_TEST(test_restart_anywhere)
 {
+    NEED_APPEND_OPLOG();
     tenv t;
-    if (!t_start(&t, "txn_rst", NULL))
-        return;
+    t_start(&t, "txn_rst", NULL);
     enum { MAXE = 32 };
     op_pos ts[MAXE];
     int oid[MAXE]; /* the ordinary insert's _id in collection o, or 0 for a chain entry */
@@ -663,9 +665,9 @@ END_TEST
  * reference. */
 START_TEST(test_kill9_in_large_chain)
 {
+    NEED_APPEND_OPLOG();
     tenv t;
-    if (!t_start(&t, "txn_kill", "batch_bytes = 65536\nqueue_bytes = 1048576\n"))
-        return;
+    t_start(&t, "txn_kill", "batch_bytes = 65536\nqueue_bytes = 1048576\n");
     change o = {'i', "o", 1, 1};
     plain(&t, &o);
     append(&t);
@@ -713,9 +715,9 @@ END_TEST
  * must stop with exit 4 and say to resync. */
 START_TEST(test_chain_start_lost_exits_4)
 {
+    NEED_APPEND_OPLOG();
     tenv t;
-    if (!t_start(&t, "txn_lost", NULL))
-        return;
+    t_start(&t, "txn_lost", NULL);
     change c1[] = {{'i', "t", 1, 1}}, c2[] = {{'i', "t", 2, 2}}, c3[] = {{'i', "t", 3, 3}};
     change o1 = {'i', "o", 1, 1}, o2 = {'i', "o", 2, 2};
     op_pos p1 = chain_entry(&t, NULL, true, F_PARTIAL, 0, c1, 1);
@@ -753,9 +755,9 @@ END_TEST
  * wrote, so a transaction applied again after them, or lost, leaves PostgreSQL unlike the reference. */
 START_TEST(test_walk_back_retry_after_drop)
 {
+    NEED_APPEND_OPLOG();
     tenv t;
-    if (!t_start(&t, "txn_drop", "[logging]\nlevel = debug\n"))
-        return;
+    t_start(&t, "txn_drop", "[logging]\nlevel = debug\n");
     enum { ENTRIES = 40, DELAY_MS = 100 };
     change pre = {'i', "t", 1000, 1};
     plain(&t, &pre);
@@ -804,9 +806,9 @@ END_TEST
  * once and clears the hold. Once after SIGTERM, once after kill -9. */
 START_TEST(test_open_chain_rebuilt_at_start)
 {
+    NEED_APPEND_OPLOG();
     tenv t;
-    if (!t_start(&t, "txn_book", NULL))
-        return;
+    t_start(&t, "txn_book", NULL);
     for (int round = 0; round < 2; round++) {
         int b = round * 100;
         change c1[] = {{'i', "t", b + 1, 1}, {'i', "t", b + 2, 2}}, c2[] = {{'u', "t", b + 1, 10}},
@@ -851,9 +853,9 @@ END_TEST
  * chain's first entry (text and --json), then the next oldest once the first commits, then nothing. */
 START_TEST(test_status_open_transaction)
 {
+    NEED_APPEND_OPLOG();
     tenv t;
-    if (!t_start(&t, "txn_status", NULL))
-        return;
+    t_start(&t, "txn_status", NULL);
     change a1[] = {{'i', "t", 1, 1}}, a2[] = {{'i', "t", 2, 2}}, b1[] = {{'i', "t", 3, 3}};
     change o1 = {'i', "o", 1, 1}, o2 = {'i', "o", 2, 2}, o3 = {'i', "o", 3, 3}, o4 = {'i', "o", 4, 4};
     plain(&t, &o1);
@@ -944,9 +946,9 @@ static void pg_text_on(const char *conninfo, const char *sql, char *out, size_t 
 
 START_TEST(test_schema_upgrade_advance_checkpoint)
 {
+    NEED_APPEND_OPLOG();
     tenv t;
-    if (!t_setup(&t, "txn_upg", NULL))
-        return;
+    t_setup(&t, "txn_upg", NULL);
     char conninfo[600], sql[1024], got[256];
     snprintf(conninfo, sizeof conninfo, "%s dbname=" UPG_DB, denv_pg_conninfo());
     denv_pg_exec("DROP DATABASE IF EXISTS " UPG_DB);
@@ -1168,9 +1170,9 @@ static void adapt_entry(tenv *t, const bson_t *src, const ts_map *m, size_t idx,
  * with every scenario's post-image and nothing else (the aborted ones leave nothing). */
 START_TEST(test_mongo_tools_scenarios)
 {
+    NEED_APPEND_OPLOG();
     tenv t;
-    if (!t_start(&t, "txn_vec", NULL))
-        return;
+    t_start(&t, "txn_vec", NULL);
     bson_error_t err;
     char *text = NULL;
     size_t cap = 0;
@@ -1308,13 +1310,11 @@ END_TEST
  * AddressSanitizer, whose own memory is what it measures.) */
 START_TEST(test_memory_large_transaction)
 {
-    if (getenv("OPLOG2PG_TEST_SANITIZE") != NULL) {
-        printf("SKIP: test_memory_large_transaction: sanitizer builds measure their own memory\n");
-        return;
-    }
+    if (getenv("OPLOG2PG_TEST_SANITIZE") != NULL)
+        SKIP_TEST("sanitizer builds measure their own memory");
+    NEED_APPEND_OPLOG();
     tenv t;
-    if (!t_start(&t, "txn_mem", NULL))
-        return;
+    t_start(&t, "txn_mem", NULL);
     enum { ENTRIES = 200, DOCS = 10, PAD = 100 * 1024 };
     char *pad = malloc(PAD + 1);
     ck_assert_ptr_nonnull(pad);

@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "../lib/daemonenv.h"
+#include "../lib/skip.h"
 
 #define TU_DOCS   80
 #define TU_RANDOM 150 /* the random sequence's _ids are below; the named cases' from here */
@@ -820,10 +821,8 @@ END_TEST
 
 START_TEST(test_typed_updates_v1)
 {
-    if (!denv_using_sim()) {
-        printf("SKIP: test_typed_updates_v1: needs mongosim --oplog-format 4.4\n");
-        return;
-    }
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim --oplog-format 4.4 ($v:1 updates)");
     run_format("tuv1", true);
 }
 END_TEST

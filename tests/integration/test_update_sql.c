@@ -2,13 +2,14 @@
  * test_update_sql.c — checks the SQL update functions (src/map/update_functions.sql) against real MongoDB vectors.
  *
  * Connects to the PostgreSQL named by OPLOG2PG_TEST_PG, installs the embedded SQL twice (it must be idempotent),
- * then feeds every pre/o/post triple of tests/vectors/diff_v2_pre_post.jsonl and update_v1_pre_post.jsonl through
- * oplog2pg.apply_update exactly as the daemon will: canonical EJSON -> BSON -> bson_as_relaxed_extended_json ->
- * jsonb. Each diff is applied twice to prove idempotence. Every malformed diff of diff_v2_must_reject.jsonl must be
- * refused with SQLSTATE 22023 and the server's error code in the message. Hand-written cases cover the EJSON wrapper
- * type subtleties, padding, $set/$unset paths and replacements. The `edits` case covers what typed tables use:
- * oplog2pg.apply_edits (path-split set/unset/resize edits on jsonb) and the array column helpers
- * oplog2pg.resize_array / oplog2pg.set_element.
+ * then the tests' own strict twin of apply_update (tests/integration/update_checked.sql, never installed by the
+ * daemon: test_sql_installs_only_what_the_daemon_uses holds that, and that an upgrade removes it), then feeds every
+ * pre/o/post triple of tests/vectors/diff_v2_pre_post.jsonl and update_v1_pre_post.jsonl through oplog2pg.apply_update
+ * exactly as the daemon will: canonical EJSON -> BSON -> bson_as_relaxed_extended_json -> jsonb. Each diff is applied
+ * twice to prove idempotence. Every malformed diff of diff_v2_must_reject.jsonl must be refused with SQLSTATE 22023 and
+ * the server's error code in the message. Hand-written cases cover the EJSON wrapper type subtleties, padding,
+ * $set/$unset paths and replacements. The `edits` case covers what typed tables use: oplog2pg.apply_edits (path-split
+ * set/unset/resize edits on jsonb) and the array column helpers oplog2pg.resize_array / oplog2pg.set_element.
  *
  * The vectors are read from $OPLOG2PG_VECTORS_DIR, or tests/vectors relative to the working directory.
  */
@@ -22,6 +23,7 @@
 #include <string.h>
 
 #include "sql_embed.h"
+#include "test_sql_embed.h"
 
 Suite *update_sql_suite(void);
 
@@ -58,21 +60,44 @@ static PGconn *connect_pg(void)
     return conn;
 }
 
-static void install_sql(PGconn *conn)
+static void run_sql(PGconn *conn, const char *sql, const char *what)
 {
-    PGresult *res = PQexec(conn, oplog2pg_sql_update_functions);
-    ck_assert_msg(PQresultStatus(res) == PGRES_COMMAND_OK, "installing update_functions.sql failed: %s",
-                  PQresultErrorMessage(res));
+    PGresult *res = PQexec(conn, sql);
+    ck_assert_msg(PQresultStatus(res) == PGRES_COMMAND_OK, "%s failed: %s", what, PQresultErrorMessage(res));
     PQclear(res);
 }
 
-/* Connected session with the functions installed (twice: the script must be re-runnable). */
+/* What the daemon installs at every start. */
+static void install_sql(PGconn *conn)
+{
+    run_sql(conn, oplog2pg_sql_update_functions, "installing update_functions.sql");
+}
+
+/* The tests' strict twin of apply_update (apply_update_checked and the check_* functions it calls). */
+static void install_checked(PGconn *conn)
+{
+    run_sql(conn, oplog2pg_sql_update_checked, "installing tests/integration/update_checked.sql");
+}
+
+/* Connected session with the functions installed (twice: the script must be re-runnable), then the tests' own. */
 static PGconn *setup_session(void)
 {
     PGconn *conn = connect_pg();
     install_sql(conn);
     install_sql(conn);
+    install_checked(conn);
     return conn;
+}
+
+/* The value of a one-row, one-column query. */
+static char *query_value(PGconn *conn, const char *sql)
+{
+    PGresult *res = PQexec(conn, sql);
+    ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1, "%s: %s", sql,
+                  PQresultErrorMessage(res));
+    char *v = bson_strdup(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return v;
 }
 
 static char *vector_path(const char *name)
@@ -204,10 +229,9 @@ START_TEST(test_sql_installs_twice)
     PGconn *conn = setup_session();
     PGresult *res = PQexec(conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'oplog2pg'::regnamespace "
                                  "AND proname IN ('apply_update', 'apply_diff', 'apply_modifier', "
-                                 "'apply_update_checked', 'is_ejson_scalar', 'apply_edits', 'resize_array', "
-                                 "'set_element')");
+                                 "'is_ejson_scalar', 'apply_edits', 'resize_array', 'set_element')");
     ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK, "%s", PQresultErrorMessage(res));
-    ck_assert_str_eq(PQgetvalue(res, 0, 0), "8");
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "7");
     PQclear(res);
     /* A NULL update (a caller bug) must fail, never turn the document into NULL. */
     res = PQexec(conn, "SELECT oplog2pg.apply_update('{\"_id\": 1}'::jsonb, NULL)");
@@ -216,6 +240,49 @@ START_TEST(test_sql_installs_twice)
                   "apply_update(doc, NULL) should fail with 22023, got %s / %s", PQresStatus(PQresultStatus(res)),
                   state ? state : "no SQLSTATE");
     PQclear(res);
+    PQfinish(conn);
+}
+END_TEST
+
+/* The functions only the tests use, by the signatures older versions of the daemon installed them with. */
+static const char test_only_count[] =
+    "SELECT count(*) FROM pg_proc WHERE oid IN (to_regprocedure('oplog2pg.apply_update_checked(jsonb, json)'), "
+    "to_regprocedure('oplog2pg.check_diff(json)'), to_regprocedure('oplog2pg.check_array_diff(json)'), "
+    "to_regprocedure('oplog2pg.check_subdiff_header(json)'), "
+    "to_regprocedure('oplog2pg.check_array_diff_header(json)'), to_regprocedure('oplog2pg.check_diff_level(json)'))";
+
+/* A user's database gets only what the daemon calls: the script installs none of the tests' functions, and a start
+ * after a version that did (simulated by loading them) removes them, all six. One that an object of the user's
+ * depends on is kept, and the start still succeeds. */
+START_TEST(test_sql_installs_only_what_the_daemon_uses)
+{
+    PGconn *conn = connect_pg();
+    install_checked(conn); /* needs the daemon's functions only to run, not to be created */
+    char *n = query_value(conn, test_only_count);
+    ck_assert_str_eq(n, "6");
+    bson_free(n);
+
+    install_sql(conn); /* the upgrade */
+    n = query_value(conn, test_only_count);
+    ck_assert_msg(strcmp(n, "0") == 0, "the daemon's script left %s of the tests' functions installed", n);
+    bson_free(n);
+
+    /* A dependency of the user's: that function stays, the others go, the script does not fail. */
+    install_checked(conn);
+    run_sql(conn, "CREATE TEMP VIEW keeps_check AS SELECT oplog2pg.check_diff_level('{\"u\": {\"a\": 1}}'::json) AS v",
+            "creating a view on check_diff_level");
+    install_sql(conn);
+    n = query_value(conn, test_only_count);
+    ck_assert_str_eq(n, "1");
+    bson_free(n);
+    n = query_value(conn, "SELECT to_regprocedure('oplog2pg.check_diff_level(json)') IS NOT NULL");
+    ck_assert_str_eq(n, "t");
+    bson_free(n);
+    run_sql(conn, "DROP VIEW keeps_check", "dropping the view");
+    install_sql(conn);
+    n = query_value(conn, test_only_count);
+    ck_assert_str_eq(n, "0");
+    bson_free(n);
     PQfinish(conn);
 }
 END_TEST
@@ -692,12 +759,10 @@ static const edit_case_t edit_cases[] = {
     {"sub: object diff over a document keeps it", "{\"a\": {\"x\": 1}}", "[[\"sub\", [\"a\"], \"o\"]]",
      "{\"a\": {\"x\": 1}}"},
     {"sub: object diff over a scalar writes null", "{\"a\": 5}", "[[\"sub\", [\"a\"], \"o\"]]", "{\"a\": null}"},
-    {"sub: object diff over an array writes null", "{\"a\": [1]}", "[[\"sub\", [\"a\"], \"o\"]]",
-     "{\"a\": null}"},
+    {"sub: object diff over an array writes null", "{\"a\": [1]}", "[[\"sub\", [\"a\"], \"o\"]]", "{\"a\": null}"},
     {"sub: array diff over a document writes null", "{\"a\": {\"x\": 1}}", "[[\"sub\", [\"a\"], \"a\"]]",
      "{\"a\": null}"},
-    {"sub: array diff over an array keeps it", "{\"a\": [1, 2]}", "[[\"sub\", [\"a\"], \"a\"]]",
-     "{\"a\": [1, 2]}"},
+    {"sub: array diff over an array keeps it", "{\"a\": [1, 2]}", "[[\"sub\", [\"a\"], \"a\"]]", "{\"a\": [1, 2]}"},
     {"sub: missing field, nothing", "{\"k\": 1}", "[[\"sub\", [\"a\"], \"o\"]]", "{\"k\": 1}"},
     {"sub: an EJSON wrapper is no document", "{\"a\": {\"$oid\": \"65a1f0c2e4b0a1b2c3d4e5f6\"}}",
      "[[\"sub\", [\"a\"], \"o\"]]", "{\"a\": null}"},
@@ -855,6 +920,7 @@ Suite *update_sql_suite(void)
     TCase *tc = tcase_create("update_sql");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_sql_installs_twice);
+    tcase_add_test(tc, test_sql_installs_only_what_the_daemon_uses);
     tcase_add_test(tc, test_diff_v2_vectors);
     tcase_add_test(tc, test_update_v1_vectors);
     tcase_add_test(tc, test_diff_v2_must_reject);

@@ -92,6 +92,9 @@ void denv_start(denv *e, const char *name, const char *const *sim_args, const ch
         e->own_sim = true;
         snprintf(e->uri, sizeof e->uri, "mongodb://127.0.0.1:%d/?replicaSet=rs0", e->sim.port);
     } else {
+        /* A real replica set takes no mongosim arguments: a test that needs them must skip first (skip.h). */
+        ck_assert_msg(sim_args == NULL, "%s passes mongosim arguments (%s...) but MONGO_URI names a real replica set",
+                      name, sim_args ? sim_args[0] : "");
         snprintf(e->uri, sizeof e->uri, "%s", getenv("MONGO_URI"));
     }
     /* One entry outside the replicated databases, so the daemon has a newest entry to start from. */

@@ -1,7 +1,7 @@
 /*
  * docgen.h — documents and random numbers the benchmarks (and tests) generate, the same in every program that uses
- * them: bench/replication.c loads the sized documents, bench/render.c times their rendering and draws its doubles
- * from the generator, as the dtoa unit suite does.
+ * them: bench/throughput.c, bench/steady.c, bench/memory.c and bench/collections.c load the sized documents,
+ * bench/render.c times their rendering and draws its doubles from the generator, as the dtoa unit suite does.
  */
 #ifndef OPLOG2PG_TESTS_DOCGEN_H
 #define OPLOG2PG_TESTS_DOCGEN_H

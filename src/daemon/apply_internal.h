@@ -1,0 +1,117 @@
+/*
+ * apply_internal.h — the state of the apply loop (daemon/apply.c), shared with what reports on it (daemon/report.c:
+ * the metrics snapshot, the STATUS line systemd shows, the progress line in the log, READY=1). Not a public header:
+ * only those two files include it.
+ */
+#ifndef OPLOG2PG_DAEMON_APPLY_INTERNAL_H
+#define OPLOG2PG_DAEMON_APPLY_INTERNAL_H
+
+#include <ev.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/batcher.h"
+#include "core/nsfilter.h"
+#include "core/queue.h"
+#include "daemon/config.h"
+#include "daemon/metrics.h"
+#include "sink/pg.h"
+#include "source/dump.h"
+#include "source/reader.h"
+
+typedef enum {
+    END_NONE = 0,
+    END_STOP,     /* SIGTERM/SIGINT: flush, commit, exit 0 */
+    END_FINISHED, /* the source has nothing more (replay): flush, commit, exit 0 */
+    END_FATAL,    /* exit with exit_code */
+    END_RETRY,    /* a passing fault: new session from the committed checkpoint after a backoff */
+    END_CAREFUL,  /* PostgreSQL refused an op: new session from the checkpoint, stepping over refused ops */
+    END_REWIND,   /* an insert met a duplicate where none was expected: new session from the checkpoint, at once */
+} session_end;
+
+typedef struct {
+    config *cfg;
+    const char *config_path;
+    const char *dump_path; /* replay: the dump; NULL for run */
+    struct ev_loop *loop;
+    ev_async wake;
+    ev_timer flush_timer, progress_timer, tick_timer;
+    ev_io sig_io, pg_io;
+
+    nsfilter *filter;
+    sink *snk;
+    batcher *bt;
+    queue *q;
+    reader *rd;
+    dump_reader *dump;
+
+    session_end end;
+    int exit_code;
+    uint64_t applied_at_last_progress;
+    ev_tstamp last_progress;
+    bool in_session; /* the loop of a session is running (the wait hook must not act, only note) */
+
+    /* Careful mode ([replication] on_error = dead-letter): after PostgreSQL refused an op, the next session applies
+     * the entries up to careful_until one at a time and sets refused ones aside (see batcher.h). */
+    bool careful;
+    op_pos careful_until;
+    op_pos last_taken; /* the last entry handed to the batcher */
+    /* A bound on the tables of a flush group below batch_tables, set when PostgreSQL ran out of shared memory (its
+     * lock table full) in a group: half the tables that group had written to, until a reload (0: none).
+     * tables_logged: the bound last logged; tables_hinted: a group committed at that bound was logged. */
+    uint64_t tables_cap, tables_logged;
+    bool tables_hinted;
+    /* After PostgreSQL ran out of shared memory in a group of several entries: the entries up to isolate_until go
+     * one to a group (per-op commits), so that one too large for the lock table shows itself alone. */
+    bool isolating;
+    op_pos isolate_until;
+    /* The same failure again and again (see same_failure_again): its SQLSTATE, the op's position (or, when the sink
+     * named none, the message), and how many sessions in a row it ended. */
+    char repeat_state[6];
+    bool repeat_has_pos;
+    op_pos repeat_pos;
+    char repeat_msg[256];
+    op_pos repeat_committed; /* the checkpoint when it last failed: unmoved, it is the same stuck group */
+    uint64_t repeat_count;
+    char retry_reason[SINK_ACTIVITY_MAX + 1]; /* why the last session ended for a retry, for the activity */
+    /* 1 + the session's commits when the last idle marker was taken; 0: none yet (see behind()) */
+    uint64_t idle_after;
+
+    /* What systemd, `status` and the metrics see. */
+    bool ready_sent;   /* READY=1 went out */
+    bool session_live; /* the source has answered in this session */
+    bool caught_up;    /* the last queue item was an idle marker and everything is committed */
+    op_pos committed;  /* the committed checkpoint (from PostgreSQL at session start, then from the batcher) */
+    uint64_t entries_at_tick, reader_seen_at_tick;
+    ev_tstamp last_tick, reader_quiet_since;
+    double rate;        /* entries applied per second over the last tick */
+    bool memory_used;   /* entries were applied since free memory was last handed back (memory_release) */
+    double wait_logged; /* the wait on PostgreSQL already logged, by its start time */
+    double stop_seen;   /* when a wait on PostgreSQL first saw the stop request (0: not yet) */
+    bool cancel_sent;   /* the statement kept waiting past STOP_GRACE_S was cancelled */
+    metrics_server *metrics;
+    metrics_snapshot totals; /* counters of the sessions that ended (the running one is added at publish time) */
+    uint64_t pg_reconnects;
+    int64_t copy_copied, copy_estimate;
+    atomic_bool copy_cancel;
+} daemon_ctx;
+
+/* ---- report.c ---- */
+
+/* Brings d->committed up to the batcher's last commit (it starts as the checkpoint read at session start). */
+void report_refresh_committed(daemon_ctx *d);
+/* Folds the ending session's counters into the totals (the batcher and source go away with it). */
+void report_close_session(daemon_ctx *d);
+/* Publishes the counters of the whole run so far to the metrics endpoint, when there is one. */
+void report_publish(daemon_ctx *d);
+/* The source answered (an entry or an idle marker): READY=1 the first time. */
+void report_live(daemon_ctx *d);
+/* The tick: report_snapshot takes the counters (and publishes them), report_status then sets the rate and the STATUS
+ * line from them. */
+void report_snapshot(daemon_ctx *d, metrics_snapshot *m);
+void report_status(daemon_ctx *d, ev_tstamp now, const metrics_snapshot *m);
+/* The progress line in the log. */
+void report_progress(daemon_ctx *d, ev_tstamp now);
+
+#endif

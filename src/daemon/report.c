@@ -1,0 +1,197 @@
+/*
+ * report.c — what the apply loop (daemon/apply.c) tells about itself: the metrics snapshot (daemon/metrics.h), the
+ * STATUS line and READY=1 systemd shows (daemon/notify.h), and the progress line in the log.
+ *
+ * NOTES
+ * - The counters are the committed work only: a group rolled back (a lost connection) is applied again by the next
+ *   session. The batcher and the source live as long as a session, so their counters are folded into d->totals when
+ *   it ends (report_close_session); the sink lives as long as the run, so its counters are totals already.
+ * - Nothing here acts on the loop: these functions read daemon_ctx and write only the reporting fields (rate, tick
+ *   and quiet-source bookkeeping, READY sent, the committed position they refresh from the batcher).
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "apply_internal.h"
+#include "daemon/notify.h"
+#include "util/log.h"
+
+/* Bring d->committed up to the batcher's last commit (it starts as the checkpoint read at session start). */
+void report_refresh_committed(daemon_ctx *d)
+{
+    if (d->bt != NULL && batcher_get_stats(d->bt)->committed.secs != 0)
+        d->committed = batcher_get_stats(d->bt)->committed;
+}
+
+/* Seconds the committed position is behind the oplog: 0 once everything read is committed and the reader found
+ * the oplog drained; otherwise the age of the last committed entry. */
+static double current_lag(const daemon_ctx *d)
+{
+    if (d->caught_up || d->committed.secs == 0)
+        return 0;
+    double lag = (double)time(NULL) - (double)d->committed.secs;
+    return lag < 0 ? 0 : lag;
+}
+
+/* What the source has seen: entries and idle markers, for the quiet-source STATUS. */
+static uint64_t source_seen(const daemon_ctx *d, uint64_t *reconnects)
+{
+    *reconnects = 0;
+    if (d->rd != NULL) {
+        reader_stats rs;
+        reader_get_stats(d->rd, &rs);
+        *reconnects = rs.reconnects;
+        return rs.entries + rs.idles;
+    }
+    if (d->dump != NULL) {
+        dump_stats ds;
+        dump_get_stats(d->dump, &ds);
+        return ds.entries + ds.skipped;
+    }
+    return 0;
+}
+
+/* The counters of the whole run so far: the sessions that ended plus the running one. */
+static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
+{
+    *m = d->totals;
+    snprintf(m->service, sizeof m->service, "%s", d->cfg->service);
+    if (d->bt != NULL) {
+        const batcher_stats *bs = batcher_get_stats(d->bt);
+        /* Committed work only: a group rolled back (a lost connection) is applied again by the next session. */
+        m->entries_applied += bs->committed_entries;
+        for (int k = 0; k <= OP_TRUNCATE; k++) {
+            int mk = k == OP_INSERT   ? METRICS_OP_INSERT
+                     : k == OP_UPDATE ? METRICS_OP_UPDATE
+                     : k == OP_DELETE ? METRICS_OP_DELETE
+                     : k == OP_NOOP   ? METRICS_OP_NOOP
+                                      : METRICS_OP_DDL;
+            m->ops_applied[mk] += bs->committed_ops[k];
+        }
+        _Static_assert((int)FLUSH_TRIGGERS == (int)METRICS_FLUSH_TRIGGERS &&
+                           (int)FLUSH_TABLES == (int)METRICS_FLUSH_TABLES,
+                       "core/batcher.h's flush triggers and daemon/metrics.h's labels are in the same order");
+        for (int t = 0; t < FLUSH_TRIGGERS && t < METRICS_FLUSH_TRIGGERS; t++)
+            m->flushes[t] += bs->flushes[t];
+        m->commits += bs->commits;
+    }
+    report_refresh_committed(d);
+    uint64_t reconnects;
+    source_seen(d, &reconnects);
+    m->mongo_reconnects += reconnects;
+    if (d->rd != NULL) {
+        reader_stats rs;
+        reader_get_stats(d->rd, &rs);
+        m->txn_open = rs.txn_open;
+        m->txn_bytes = rs.txn_bytes;
+        double age = rs.txn_open > 0 ? (double)time(NULL) - (double)rs.txn_oldest.secs : 0;
+        m->txn_oldest_age = age > 0 ? age : 0;
+    }
+    /* The sink lives as long as the run: its counters are already totals. */
+    const sink_stats *ss = sink_get_stats(d->snk);
+    m->rows_written[METRICS_WRITE_COPY] = ss->rows_copied;
+    m->rows_written[METRICS_WRITE_INSERT] = ss->rows_inserted;
+    m->rows_written[METRICS_WRITE_UPDATE] = ss->updates;
+    m->rows_written[METRICS_WRITE_DELETE] = ss->deletes;
+    m->bytes_written = ss->bytes;
+    m->dup_fallbacks = ss->dup_fallbacks;
+    m->rewinds = ss->rewinds;
+    m->unnamed = ss->unnamed;
+    m->dead_letters = ss->dead_letters;
+    m->pg_reconnects = d->pg_reconnects;
+    m->queue_depth = d->q != NULL ? queue_ops(d->q) : 0;
+    m->queue_capacity = (uint64_t)d->cfg->queue_size;
+    m->checkpoint_timestamp = d->committed.secs;
+    m->lag_seconds = current_lag(d);
+    m->copy_documents = d->copy_copied;
+    m->copy_documents_estimate = d->copy_estimate;
+    m->ready = d->session_live && d->end == END_NONE;
+}
+
+/* Fold the ending session's counters into the totals (the batcher and source go away with it). */
+void report_close_session(daemon_ctx *d)
+{
+    metrics_snapshot m;
+    fill_snapshot(d, &m);
+    d->totals.entries_applied = m.entries_applied;
+    memcpy(d->totals.ops_applied, m.ops_applied, sizeof m.ops_applied);
+    memcpy(d->totals.flushes, m.flushes, sizeof m.flushes);
+    d->totals.commits = m.commits;
+    d->totals.mongo_reconnects = m.mongo_reconnects;
+}
+
+void report_publish(daemon_ctx *d)
+{
+    if (d->metrics == NULL)
+        return;
+    metrics_snapshot m;
+    fill_snapshot(d, &m);
+    metrics_publish(d->metrics, &m);
+}
+
+/* The source answered (an entry or an idle marker): MongoDB is reachable and the resume point checked. */
+void report_live(daemon_ctx *d)
+{
+    d->session_live = true;
+    if (!d->ready_sent) {
+        d->ready_sent = true;
+        notify_ready();
+        log_info("ready: PostgreSQL connected, checkpoint read, %s", d->dump ? "dump open" : "oplog cursor open");
+    }
+}
+
+/* The counters of the whole run so far, published to the metrics endpoint (when there is one); *m gets them. */
+void report_snapshot(daemon_ctx *d, metrics_snapshot *m)
+{
+    fill_snapshot(d, m);
+    if (d->metrics != NULL)
+        metrics_publish(d->metrics, m);
+}
+
+/* The tick's rate and the STATUS line systemd shows, from the snapshot m just taken. */
+void report_status(daemon_ctx *d, ev_tstamp now, const metrics_snapshot *m)
+{
+    double secs = now - d->last_tick;
+    d->rate = secs > 0 ? (double)(m->entries_applied - d->entries_at_tick) / secs : 0;
+    d->entries_at_tick = m->entries_applied;
+    d->last_tick = now;
+
+    uint64_t reconnects;
+    uint64_t seen = source_seen(d, &reconnects);
+    if (seen != d->reader_seen_at_tick || !d->session_live)
+        d->reader_quiet_since = now;
+    d->reader_seen_at_tick = seen;
+
+    char at[OP_POS_STRLEN];
+    if (!d->session_live)
+        notify_status("connecting to MongoDB and checking the resume point");
+    else if (now - d->reader_quiet_since > 5.0 && d->dump == NULL)
+        notify_status("tailing: no answer from MongoDB for %.0f s (retrying); committed through %s",
+                      now - d->reader_quiet_since, op_pos_format(&d->committed, at, sizeof at));
+    else if (d->careful)
+        notify_status("setting aside ops PostgreSQL refused: applying one at a time up to %s",
+                      op_pos_format(&d->careful_until, at, sizeof at));
+    else if (m->lag_seconds <= 0)
+        notify_status("%s: caught up, %.0f entries/s, committed through %s", d->dump ? "replaying" : "tailing", d->rate,
+                      op_pos_format(&d->committed, at, sizeof at));
+    else
+        notify_status("%s: %.0f s behind, %.0f entries/s, queue %llu ops", d->dump ? "replaying" : "tailing",
+                      m->lag_seconds, d->rate, (unsigned long long)m->queue_depth);
+}
+
+/* The progress line in the log (every [logging] progress_interval). */
+void report_progress(daemon_ctx *d, ev_tstamp now)
+{
+    const batcher_stats *bs = batcher_get_stats(d->bt);
+    double secs = now - d->last_progress;
+    double rate = secs > 0 ? (double)(bs->entries - d->applied_at_last_progress) / secs : 0;
+    char at[OP_POS_STRLEN];
+    report_refresh_committed(d);
+    log_info("applied %llu entries (%.0f/s), %llu commits; committed through %s, %.0f s behind; queue %zu ops, %zu "
+             "bytes",
+             (unsigned long long)bs->entries, rate, (unsigned long long)bs->commits,
+             op_pos_format(&d->committed, at, sizeof at), current_lag(d), queue_ops(d->q), queue_bytes(d->q));
+    d->applied_at_last_progress = bs->entries;
+    d->last_progress = now;
+}
