@@ -64,6 +64,9 @@ convert_status convert_key_field(strbuf *out, const map_type *t, const bson_valu
 
 /* A BSON type as messages name it ("int32", "ObjectId", "code with scope", ...). */
 const char *convert_type_name(bson_type_t t);
+/* True when JSON text holds the escape \u0000, the one character jsonb refuses (an escape inside a string is read
+ * as a pair, so an escaped backslash before "u0000" is not one). */
+bool convert_json_has_nul(const char *s, size_t len);
 
 /* False for the column types that can never be a key exactly (jsonb, arrays): the map is refused at load. */
 bool map_type_key_ok(const map_type *t);

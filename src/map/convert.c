@@ -1005,9 +1005,8 @@ static convert_status to_bytea(strbuf *out, const bson_value_t *v, const reason 
     return CONVERT_OK;
 }
 
-/* True when the JSON text holds the escape \u0000 (the one character jsonb refuses). Backslashes only occur in
- * strings, where each escape is read as a pair so that "\\u0000" (a backslash, then "u0000") is not one. */
-static bool json_has_nul(const char *s, size_t len)
+/* Backslashes only occur in strings, where each escape is read as a pair: "\\u0000" is a backslash, then "u0000". */
+bool convert_json_has_nul(const char *s, size_t len)
 {
     for (const char *p = memchr(s, '\\', len); p != NULL && p + 1 < s + len;) {
         if (p[1] == 'u' && p + 6 <= s + len && memcmp(p + 2, "0000", 4) == 0)
@@ -1032,7 +1031,7 @@ static convert_status to_jsonb(strbuf *out, const bson_value_t *v, const reason 
         return refuse(r, NULL, "%s cannot be jsonb: %s", convert_type_name(v->value_type),
                       ejson_error_text(&err, text, sizeof text));
     }
-    if (json_has_nul(out->data + start + 1, out->len - start - 1))
+    if (convert_json_has_nul(out->data + start + 1, out->len - start - 1))
         return refuse(r, v, "contains a NUL character (\\u0000), which jsonb cannot hold");
     return CONVERT_OK;
 }

@@ -561,19 +561,6 @@ static bool walk(pwalk *w, const pnode *n, const uint8_t *data, uint32_t len, bo
     return it.err_off == 0 && (w->extra == NULL || !strbuf_failed(w->extra));
 }
 
-/* True when the JSON text holds the escape \u0000, which jsonb refuses (backslashes only occur in strings, where
- * each escape is read as a pair). */
-static bool has_nul_escape(const char *s, size_t len)
-{
-    for (const char *p = memchr(s, '\\', len); p != NULL && p + 1 < s + len;) {
-        if (p[1] == 'u' && p + 6 <= s + len && memcmp(p + 2, "0000", 4) == 0)
-            return true;
-        p += 2;
-        p = p < s + len ? memchr(p, '\\', (size_t)(s + len - p)) : NULL;
-    }
-    return false;
-}
-
 /* The walk's scratch for tables of up to these sizes lives on the stack; larger ones take one allocation. */
 #define WALK_COLS   32
 #define WALK_INNER  32
@@ -632,7 +619,7 @@ static fast_status fast_row(const map_collection *m, const map_table *t, const u
             fs = FAST_NOMEM;
             goto done;
         }
-        if (has_nul_escape(w.extra->data, w.extra->len)) {
+        if (convert_json_has_nul(w.extra->data, w.extra->len)) {
             fs = FAST_SLOW;
             goto done;
         }
