@@ -471,7 +471,7 @@ static void bench_txn(uint64_t n, size_t pad)
         const txn_result *rs[2] = {&plain[i], &txn[i]};
         for (int k = 0; k < 2; k++) {
             const txn_result *r = rs[k];
-            char run[16] = "";
+            char run[24] = "";
             if (reps > 1)
                 snprintf(run, sizeof run, ", run %d", i + 1);
             printf("| %s%s | %llu | %.1f | %.2f | %.1f | %.0f | %.1f | %.1f | %.1f MB |\n",
