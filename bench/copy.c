@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "../tests/lib/proc.h"
-#include "../tests/lib/workload.h"
+#include "lib/backlog.h"
 #include "lib/baseline.h"
 #include "lib/program.h"
 #include "lib/stats.h"
@@ -161,14 +161,7 @@ static void bench_copy(uint64_t n)
     trial t;
     trial_open(&t, "cp", "batched");
     workload_config wc;
-    workload_config_init(&wc);
-    wc.seed = 88;
-    wc.ops = n;
-    wc.db_prefix = t.prefix;
-    wc.n_databases = 1;
-    wc.n_namespaces = 4;
-    wc.mode = WORKLOAD_INSERT_ONLY;
-    wc.batch_size = 1000;
+    backlog_inserts_config(&wc, &t, 88, n, 4);
     workload_stats st;
     char err[512], db[64], script[200];
     if (!workload_run(t.uri, &wc, &st, err, sizeof err))

@@ -18,14 +18,7 @@ static void bench_inserts(uint64_t n)
     trial t;
     trial_open(&t, "ins", "batched");
     workload_config wc;
-    workload_config_init(&wc);
-    wc.seed = 77;
-    wc.ops = n;
-    wc.db_prefix = t.prefix;
-    wc.n_databases = 1;
-    wc.n_namespaces = 1;
-    wc.mode = WORKLOAD_INSERT_ONLY;
-    wc.batch_size = 1000;
+    backlog_inserts_config(&wc, &t, 77, n, 1);
     long peak_kb = -1;
     double daemon_s = backlog_workload(&t, &wc, &peak_kb);
 

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../tests/lib/workload.h"
+#include "lib/backlog.h"
 #include "lib/baseline.h"
 #include "lib/program.h"
 #include "lib/stats.h"
@@ -20,14 +20,7 @@ static void bench_keys(uint64_t n)
     trial t;
     trial_open(&t, "keys", "batched");
     workload_config wc;
-    workload_config_init(&wc);
-    wc.seed = 99;
-    wc.ops = n;
-    wc.db_prefix = t.prefix;
-    wc.n_databases = 1;
-    wc.n_namespaces = 1;
-    wc.mode = WORKLOAD_INSERT_ONLY;
-    wc.batch_size = 1000;
+    backlog_inserts_config(&wc, &t, 99, n, 1);
     workload_stats st;
     char err[512], path[128], docs[140], db[64];
     if (!workload_run(t.uri, &wc, &st, err, sizeof err))

@@ -124,6 +124,18 @@ static void write_workload(trial *t, const void *ctx)
         bench_die("workload: %s", err);
 }
 
+void backlog_inserts_config(workload_config *wc, const trial *t, uint64_t seed, uint64_t n, unsigned namespaces)
+{
+    workload_config_init(wc);
+    wc->seed = seed;
+    wc->ops = n;
+    wc->db_prefix = t->prefix;
+    wc->n_databases = 1;
+    wc->n_namespaces = namespaces;
+    wc->mode = WORKLOAD_INSERT_ONLY;
+    wc->batch_size = 1000;
+}
+
 double backlog_workload(trial *t, const workload_config *wc, long *peak_kb)
 {
     return backlog_timed(t, write_workload, wc, NULL, NULL, peak_kb, NULL);

@@ -29,6 +29,9 @@ typedef void (*backlog_write_fn)(trial *t, const void *ctx);
  * dies when it does not stop cleanly. */
 double backlog_timed(trial *t, backlog_write_fn write, const void *ctx, backlog_write_fn warm, const void *warm_ctx,
                      long *peak_kb, double *cpu_s);
+/* A workload of n inserts in bulks of 1 000 into the trial's mongosim, in one database of `namespaces` collections,
+ * seeded. */
+void backlog_inserts_config(workload_config *wc, const trial *t, uint64_t seed, uint64_t n, unsigned namespaces);
 /* backlog_timed of a tests/lib/workload.h workload, without warming. */
 double backlog_workload(trial *t, const workload_config *wc, long *peak_kb);
 /* `oplog2pg replay DUMP` with the trial's configuration, from whatever checkpoint the service holds: its seconds
