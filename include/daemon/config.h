@@ -88,6 +88,7 @@ typedef struct config {
      * connection to MongoDB uses this one. */
     char *mongodb_uri_effective;
     enum config_read_concern read_concern;
+    int64_t shard_note_after_ms; /* sharded clusters: appendOplogNote after this wait on a shard; 0 = never */
     /* [postgres] */
     char *postgres_conninfo; /* libpq conninfo or URI; "" = libpq's environment defaults */
     int64_t postgres_peer_timeout_ms;

@@ -75,6 +75,13 @@ static const struct option_def options[] = {
                       "--reimport)"},
      .offset = offsetof(config, read_concern)},
 
+    {.info = {.section = "mongodb", .name = "shard_note_after", TYPE(DURATION, "duration"), .default_text = "100ms",
+              .min = 0, .max = MS_PER_H, .base_unit = "ms", .reloadable = true,
+              .help = "sharded clusters: when one shard has shown nothing for this long while the others wait on "
+                      "it, write a note into its oplog (appendOplogNote) so the merged stream moves on; 0 = never "
+                      "(wait for the shard's periodic noop, every 10 s by default)"},
+     .offset = offsetof(config, shard_note_after_ms)},
+
     /* libpq's reason for refusing a conninfo may quote pieces of it, the password among them: pgerror masks those. */
     {.info = {.section = "postgres", .name = "conninfo", TYPE(STRING, "string"), .default_text = "",
               .help = "libpq connection string or URI of the target database; empty = libpq's defaults (PGHOST, ...)"},
