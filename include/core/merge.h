@@ -59,8 +59,10 @@ typedef struct merge merge;
 
 typedef struct merge_config {
     size_t n_sources; /* sources 0 .. n_sources-1 (more with merge_add_source) */
-    uint64_t wait_ms; /* how long a source may hold the stream back before it is nudged, and between nudges */
-    /* Asks source to show progress past `past` (NULL: never nudge). Called from merge_take. */
+    uint64_t wait_ms; /* how long a source may hold the stream back before it is nudged, and between nudges (0:
+                       * nudged at once, then at most once a millisecond) */
+    /* Asks source to show progress past `past` (NULL: never nudge). Called from merge_take; it must not call back
+     * into the merge (it only passes the request on, e.g. to the source's note writer). */
     void (*nudge)(void *arg, size_t source, const op_pos *past);
     void *nudge_arg;
     /* Pops one item of source's queue into *out without blocking; false when there is none. NULL: the caller feeds
@@ -123,7 +125,7 @@ uint64_t merge_deadline(const merge *m);
 size_t merge_held(const merge *m);
 
 /* False when source is out of range. */
-bool merge_source_stats_get(const merge *m, size_t source, merge_source_stats *out);
+bool merge_get_source_stats(const merge *m, size_t source, merge_source_stats *out);
 void merge_get_stats(const merge *m, merge_stats *out);
 
 #endif

@@ -483,7 +483,7 @@ size_t merge_held(const merge *m)
     return n;
 }
 
-bool merge_source_stats_get(const merge *m, size_t source, merge_source_stats *out)
+bool merge_get_source_stats(const merge *m, size_t source, merge_source_stats *out)
 {
     if (source >= m->n)
         return false;

@@ -192,7 +192,7 @@ static const char *take(void)
 static merge_source_stats stats_of(size_t s)
 {
     merge_source_stats st;
-    ck_assert(merge_source_stats_get(M, s, &st));
+    ck_assert(merge_get_source_stats(M, s, &st));
     return st;
 }
 
