@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/batcher.h"
 #include "core/merge.h"
 
 Suite *merge_suite(void); /* called by the generated runner list */
@@ -806,6 +807,131 @@ START_TEST(test_busy_source_beside_idle_ones)
 }
 END_TEST
 
+/* ---- the merge's stream through the batcher ---- */
+
+static char COMMITS[1024];
+
+static void *nop_run_new(void *ctx)
+{
+    (void)ctx;
+    return calloc(1, 1);
+}
+
+static void nop_run_free(void *ctx, void *run)
+{
+    (void)ctx;
+    free(run);
+}
+
+static apply_status nop_run_add(void *ctx, void *run, op *o)
+{
+    (void)ctx;
+    (void)run;
+    (void)o;
+    return APPLY_OK;
+}
+
+static size_t nop_run_rows(void *ctx, const void *run)
+{
+    (void)ctx;
+    (void)run;
+    return 0;
+}
+
+static void nop_run_reset(void *ctx, void *run, bool keep)
+{
+    (void)ctx;
+    (void)run;
+    (void)keep;
+}
+
+static apply_status nop_insert_run(void *ctx, const char *db, const char *coll, void *run, const op_pos *pos)
+{
+    (void)ctx;
+    (void)db;
+    (void)coll;
+    (void)run;
+    (void)pos;
+    return APPLY_OK;
+}
+
+static apply_status nop_apply(void *ctx, const op *o)
+{
+    (void)ctx;
+    (void)o;
+    return APPLY_OK;
+}
+
+static void rec_sources(void *ctx, const batcher_source_pos *sp, size_t n)
+{
+    (void)ctx;
+    size_t len = strlen(COMMITS);
+    snprintf(COMMITS + len, sizeof COMMITS - len, "[");
+    for (size_t i = 0; i < n; i++) {
+        len = strlen(COMMITS);
+        snprintf(COMMITS + len, sizeof COMMITS - len, "%s%c%u%s", i ? " " : "", (char)('A' + i), sp[i].pos.secs,
+                 sp[i].moved ? "" : "=");
+    }
+    len = strlen(COMMITS);
+    snprintf(COMMITS + len, sizeof COMMITS - len, "]");
+}
+
+static apply_status rec_commit(void *ctx, const op_pos *pos)
+{
+    (void)ctx;
+    size_t len = strlen(COMMITS);
+    snprintf(COMMITS + len, sizeof COMMITS - len, " commit %u; ", pos->secs);
+    return APPLY_OK;
+}
+
+/* The merge and the batcher together: committing after every entry (per-op), with IDLE markers flushing between,
+ * a transaction committed on A and then on B still reaches PostgreSQL in one commit, which moves both sources. */
+START_TEST(test_batcher_commits_a_cross_source_transaction_whole)
+{
+    start(2, 100);
+    COMMITS[0] = '\0';
+    batcher_sink out = {.run_new = nop_run_new,
+                        .run_free = nop_run_free,
+                        .run_add = nop_run_add,
+                        .run_rows = nop_run_rows,
+                        .run_reset = nop_run_reset,
+                        .insert_run = nop_insert_run,
+                        .apply = nop_apply,
+                        .commit = rec_commit,
+                        .set_sources = rec_sources};
+    batcher_config cfg = {.batch_rows = 1000, .batch_bytes = 1 << 20, .flush_interval_ms = 10, .per_op = true};
+    batcher *b = batcher_new(&cfg, &out);
+    ck_assert_ptr_nonnull(b);
+    push_txn(0, 10, OP_TXN_PREPARE, 1, false);
+    push_txn(1, 11, OP_TXN_PREPARE, 1, false);
+    push_txn(0, 20, OP_TXN_COMMIT, 1, false);
+    push_idle(0);
+    push(1, 21);
+    push_idle(1);
+    push_txn(1, 25, OP_TXN_COMMIT, 1, false);
+    push(0, 30);
+    push(1, 31);
+    for (int round = 0; round < 4; round++) {
+        queue_item items[2];
+        size_t n;
+        /* two at a time, so that the IDLE markers come between the transaction's entries */
+        while ((n = merge_take(M, items, 2, NOW)) > 0) {
+            for (size_t i = 0; i < n; i++) {
+                if (items[i].type == QUEUE_ENTRY)
+                    ck_assert_int_eq(batcher_add(b, items[i].entry, NOW), APPLY_OK);
+                else if (items[i].type == QUEUE_IDLE)
+                    ck_assert_int_eq(batcher_flush(b, FLUSH_IDLE), APPLY_OK);
+                queue_item_clear(&items[i]);
+            }
+            ck_assert_int_eq(batcher_tick(b, NOW += 1000, false), APPLY_OK);
+        }
+    }
+    ck_assert_str_eq(COMMITS, "[A10] commit 10; [A10= B11] commit 11; [A20 B25] commit 25; [A30 B25=] commit 30; ");
+    ck_assert_uint_eq(batcher_get_stats(b)->flushes[FLUSH_IDLE], 0);
+    batcher_free(b);
+}
+END_TEST
+
 Suite *merge_suite(void)
 {
     Suite *s = suite_create("merge");
@@ -829,6 +955,7 @@ Suite *merge_suite(void)
     tcase_add_test(tc, test_retired_source_holds_nothing);
     tcase_add_test(tc, test_fed_by_hand);
     tcase_add_test(tc, test_busy_source_beside_idle_ones);
+    tcase_add_test(tc, test_batcher_commits_a_cross_source_transaction_whole);
     suite_add_tcase(s, tc);
     return s;
 }
