@@ -170,7 +170,8 @@ typedef struct op_entry {
     uint64_t txn_key; /* the prepared transaction's identity when txn_role != OP_TXN_NONE */
 } op_entry;
 
-/* Sets an entry to empty (no ops, term -1) without freeing anything: for a new entry; op_entry_clear frees. */
+/* Sets an entry to empty (no ops, term -1, source 0, no txn_role, every flag false) without freeing anything: for a
+ * new entry; op_entry_clear frees. */
 void op_entry_init(op_entry *e);
 
 /* Allocates n zeroed ops (n >= 1) for a new entry at pos; index and pos are set on each. False on OOM. */
