@@ -71,7 +71,7 @@ typedef struct merge_config {
     void *pop_arg;
 } merge_config;
 
-/* One source, as merge_source_stats reports it. */
+/* One source, as merge_get_source_stats reports it. */
 typedef struct merge_source_stats {
     bool known;         /* it has shown an entry (or was given a watermark): watermark is valid */
     op_pos watermark;   /* the position of the last entry it showed */
