@@ -17,7 +17,13 @@
  *   parts of one logical entry (op_entry.more, core/op.h): while a part with `more` was the last taken, no trigger
  *   commits (runs may still be written, uncommitted, to keep memory bounded) and there is no deadline; the last part
  *   ends that, and the usual rules apply again;
+ * - nor right after an entry with no_commit (op_entry.no_commit: the merge of several sources hands on part of a
+ *   transaction across them): as after a part with `more`, no trigger commits and there is no deadline while such an
+ *   entry was the last taken (batcher_in_parts and batcher_entry_tables are not affected: they speak of `more`);
  * - the commit carries the hold of the last entry taken (op_entry.hold) to the sink's set_hold, when it has one;
+ * - per source (op_entry.source) the batcher keeps the position and hold of the last entry taken from it, and hands
+ *   them to the sink's set_sources just before each commit (batcher_source_pos); after a failure, batcher_reset
+ *   brings them back to what the last commit covered;
  * - in per-op mode every entry is written and committed on its own (the baseline the benchmarks compare against);
  * - careful mode is per-op mode in which each op is guarded, and one the sink refuses as data is handed to the
  *   sink's dead_letter (the daemon uses it to step over ops PostgreSQL cannot store).
@@ -52,6 +58,14 @@ typedef enum {
 /* The trigger's name, as the label of oplog2pg_flushes_total{trigger=...} (daemon/metrics.c). */
 const char *flush_trigger_name(flush_trigger t);
 
+/* One source's position, as a commit covers it: index = op_entry.source. */
+typedef struct batcher_source_pos {
+    op_pos pos;    /* the last entry taken from that source */
+    bool has_hold; /* that entry's hold (op_entry.hold) */
+    op_pos hold;
+    bool moved; /* an entry of that source was taken since the last commit (its position has changed) */
+} batcher_source_pos;
+
 /* Where writes go. Each call that can fail returns APPLY_OK or the failure (the batcher stops at the first and
  * reports it). */
 typedef struct batcher_sink {
@@ -73,6 +87,9 @@ typedef struct batcher_sink {
     apply_status (*commit)(void *ctx, const op_pos *pos);
     /* Called just before each commit with the hold of the last entry taken (NULL when it has none); may be NULL. */
     void (*set_hold)(void *ctx, const op_pos *hold);
+    /* Called just before each commit (beside set_hold) with every source seen: s[i] for source i, n = the highest
+     * source index seen + 1 (a source never seen has pos 0:0, no hold, moved false). May be NULL. */
+    void (*set_sources)(void *ctx, const batcher_source_pos *s, size_t n);
     /* Careful mode only (see batcher_config.careful); may be NULL otherwise. */
     apply_status (*guard_begin)(void *ctx);
     apply_status (*guard_end)(void *ctx);
@@ -137,6 +154,10 @@ void batcher_reset(batcher *b);
 bool batcher_dirty(const batcher *b);
 /* True while the last entry taken was a part with more parts to come (op_entry.more). */
 bool batcher_in_parts(const batcher *b);
+/* True while the last entry taken forbids a commit after it (op_entry.more or op_entry.no_commit). */
+bool batcher_commit_held(const batcher *b);
+/* The per-source positions as of the last entry taken (committed or not), *n of them (see set_sources). */
+const batcher_source_pos *batcher_sources(const batcher *b, size_t *n);
 /* Position of the last entry taken (committed or not); valid after the first entry. */
 const op_pos *batcher_last(const batcher *b);
 const batcher_stats *batcher_get_stats(const batcher *b);

@@ -134,7 +134,27 @@ typedef struct op {
  * position, in one PostgreSQL transaction; the queue holds at most a few parts at a time.
  *
  * hold: the oldest position a restart from this entry would still have to read (the first entry of the oldest
- * transaction still open after this entry), when has_hold; it travels with the checkpoint (core/batcher.h). */
+ * transaction still open after this entry), when has_hold; it travels with the checkpoint (core/batcher.h).
+ *
+ * Several sources (the shards of a sharded cluster) are read by one reader each and merged into one stream
+ * (core/merge.h); the fields after `hold` serve that merge and are all zero for a replica set:
+ * - source: the index of the source that read the entry (0 for a replica set), the batcher's key for per-source
+ *   positions (batcher_source_pos);
+ * - no_commit: set by the merge when a transaction across sources is partly handed on: the stream must not commit
+ *   right after this entry (the batcher treats it as `more` for commits, and for nothing else);
+ * - txn_role, txn_key: what the entry is to a prepared transaction (op_txn_role), set by the reader on a prepare
+ *   entry (pushed as a noop), on every part of a prepared transaction's commit (the last part has no `more`) and on
+ *   an abortTransaction entry; txn_key identifies the transaction (a hash of its lsid.id and txnNumber), the same
+ *   on every participant;
+ * - note_only: an OP_TXN_PREPARE entry at or before the source's checkpoint, pushed on a restart only to tell the
+ *   merge of a prepared transaction still open there: the merge counts it and never hands it on. */
+typedef enum op_txn_role {
+    OP_TXN_NONE = 0,
+    OP_TXN_PREPARE, /* a participant prepared the transaction (a noop for the apply) */
+    OP_TXN_COMMIT,  /* a part of a prepared transaction's commit (its ops); the part without `more` ends it */
+    OP_TXN_ABORT,   /* a participant aborted the prepared transaction */
+} op_txn_role;
+
 typedef struct op_entry {
     op_pos pos;
     op *ops;
@@ -143,9 +163,15 @@ typedef struct op_entry {
     bool more;   /* a part, and more parts of the same logical entry follow: no commit after it */
     bool has_hold;
     op_pos hold;
+    uint16_t source;  /* the source that read it (a shard's index; 0 for a replica set) */
+    bool no_commit;   /* set by the merge: no commit right after this entry (a cross-source transaction is open) */
+    bool note_only;   /* an OP_TXN_PREPARE note for the merge only, never applied (see above) */
+    uint8_t txn_role; /* op_txn_role */
+    uint64_t txn_key; /* the prepared transaction's identity when txn_role != OP_TXN_NONE */
 } op_entry;
 
-/* Sets an entry to empty (no ops, term -1) without freeing anything: for a new entry; op_entry_clear frees. */
+/* Sets an entry to empty (no ops, term -1, source 0, no txn_role, every flag false) without freeing anything: for a
+ * new entry; op_entry_clear frees. */
 void op_entry_init(op_entry *e);
 
 /* Allocates n zeroed ops (n >= 1) for a new entry at pos; index and pos are set on each. False on OOM. */

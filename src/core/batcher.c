@@ -57,14 +57,19 @@ struct batcher {
     uint64_t group_tables; /* namespaces written to in the open group, and DDL ops (batch_tables) */
     uint64_t entry_base;   /* group_tables before the last logical entry taken (batcher_entry_tables) */
     bool dirty, have_last;
-    bool in_parts; /* the last entry taken was a part with more to come: no commit now */
-    bool has_hold; /* the last entry's hold (op_entry.hold), handed to the sink with each commit */
+    bool in_parts;  /* the last entry taken was a part with more to come: no commit now */
+    bool no_commit; /* the last entry taken had no_commit (a transaction across sources is open): no commit now */
+    bool has_hold;  /* the last entry's hold (op_entry.hold), handed to the sink with each commit */
     op_pos hold;
     uint64_t opened_ms; /* when the open group took its first entry */
     op_pos last;
     batcher_stats stats;
     uint64_t pending_entries, pending_ops[OP_TRUNCATE + 1]; /* taken since the last commit */
     const char *why; /* why the batcher itself refused the last op (the op's refusal text), NULL = the sink did */
+    /* Per source (op_entry.source): src as of the last entry taken, src_done as the last commit covered (what
+     * batcher_reset brings back); nsrc and nsrc_done of them, room for src_cap in each. */
+    batcher_source_pos *src, *src_done;
+    size_t nsrc, nsrc_done, src_cap;
 };
 
 static const char *const trigger_names[FLUSH_TRIGGERS] = {"conflict", "size",   "timer", "idle",
@@ -98,6 +103,8 @@ void batcher_free(batcher *b)
     }
     free(b->runs);
     free(b->index);
+    free(b->src);
+    free(b->src_done);
     free(b);
 }
 
@@ -429,17 +436,46 @@ static apply_status apply_guarded(batcher *b, op *o)
     return b->out.guard_end(b->out.ctx);
 }
 
+/* Makes room for source s in both per-source arrays (new slots zeroed); false when memory runs out. */
+static bool sources_reserve(batcher *b, size_t s)
+{
+    if (s < b->src_cap)
+        return true;
+    size_t cap = b->src_cap ? b->src_cap : 4;
+    while (cap <= s)
+        cap *= 2;
+    batcher_source_pos *a = realloc(b->src, cap * sizeof *a);
+    if (a == NULL)
+        return false;
+    b->src = a;
+    a = realloc(b->src_done, cap * sizeof *a);
+    if (a == NULL)
+        return false; /* src is larger, src_cap is not: the next call reallocates src to the same size, harmless */
+    b->src_done = a;
+    memset(b->src + b->src_cap, 0, (cap - b->src_cap) * sizeof *b->src);
+    memset(b->src_done + b->src_cap, 0, (cap - b->src_cap) * sizeof *b->src_done);
+    b->src_cap = cap;
+    return true;
+}
+
 apply_status batcher_flush(batcher *b, flush_trigger why)
 {
-    if (!b->dirty || b->in_parts)
-        return APPLY_OK; /* in the middle of a logical entry: its last part commits */
+    if (!b->dirty || b->in_parts || b->no_commit)
+        return APPLY_OK; /* in the middle of a logical entry, or of a transaction across sources: its end commits */
     apply_status st = write_all(b, why);
     if (st == APPLY_OK && b->out.set_hold != NULL)
         b->out.set_hold(b->out.ctx, b->has_hold ? &b->hold : NULL);
+    if (st == APPLY_OK && b->out.set_sources != NULL && b->nsrc > 0)
+        b->out.set_sources(b->out.ctx, b->src, b->nsrc);
     if (st == APPLY_OK)
         st = b->out.commit(b->out.ctx, &b->last);
     if (st != APPLY_OK)
         return st;
+    for (size_t i = 0; i < b->nsrc; i++)
+        b->src[i].moved = false;
+    if (b->nsrc > 0)
+        memcpy(b->src_done, b->src, b->nsrc * sizeof *b->src);
+    b->nsrc_done = b->nsrc;
     b->stats.flushes[why]++;
     b->stats.commits++;
     b->stats.committed = b->last;
@@ -481,6 +517,8 @@ apply_status batcher_add(batcher *b, op_entry *e, uint64_t now_ms)
         b->opened_ms = now_ms;
     if (!b->in_parts)
         b->entry_base = b->group_tables; /* a logical entry begins */
+    if (!sources_reserve(b, e->source))
+        return APPLY_NOMEM;
     apply_status counted = count_tables(b, e);
     if (counted != APPLY_OK)
         return counted;
@@ -505,8 +543,16 @@ apply_status batcher_add(batcher *b, op_entry *e, uint64_t now_ms)
     b->has_hold = e->has_hold;
     b->hold = e->hold;
     b->in_parts = e->more;
+    b->no_commit = e->no_commit;
+    batcher_source_pos *sp = &b->src[e->source];
+    sp->pos = e->pos;
+    sp->has_hold = e->has_hold;
+    sp->hold = e->hold;
+    sp->moved = true;
+    if (e->source >= b->nsrc)
+        b->nsrc = (size_t)e->source + 1;
 
-    if (b->in_parts)
+    if (b->in_parts || b->no_commit)
         return APPLY_OK;
     if (b->cfg.per_op || b->cfg.careful)
         return batcher_flush(b, FLUSH_PER_OP);
@@ -519,7 +565,7 @@ apply_status batcher_add(batcher *b, op_entry *e, uint64_t now_ms)
 
 uint64_t batcher_deadline(const batcher *b, bool behind)
 {
-    if (!b->dirty || b->in_parts)
+    if (!b->dirty || b->in_parts || b->no_commit)
         return UINT64_MAX;
     uint64_t age = b->cfg.flush_interval_ms;
     if (behind && b->cfg.catchup_interval_ms > age)
@@ -543,9 +589,15 @@ void batcher_reset(batcher *b)
     }
     b->dirty = false;
     b->in_parts = false;
+    b->no_commit = false;
     b->group_ops = b->group_bytes = b->group_tables = b->entry_base = 0;
     b->group_no++;
     b->last = b->stats.committed;
+    /* the failed group's sources are forgotten: back to what the last commit covered */
+    if (b->src_cap > 0) {
+        memcpy(b->src, b->src_done, b->src_cap * sizeof *b->src);
+    }
+    b->nsrc = b->nsrc_done;
     b->pending_entries = 0;
     memset(b->pending_ops, 0, sizeof b->pending_ops);
 }
@@ -558,6 +610,17 @@ bool batcher_dirty(const batcher *b)
 bool batcher_in_parts(const batcher *b)
 {
     return b->in_parts;
+}
+
+bool batcher_commit_held(const batcher *b)
+{
+    return b->in_parts || b->no_commit;
+}
+
+const batcher_source_pos *batcher_sources(const batcher *b, size_t *n)
+{
+    *n = b->nsrc;
+    return b->src;
 }
 
 const op_pos *batcher_last(const batcher *b)

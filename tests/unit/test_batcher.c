@@ -763,6 +763,143 @@ START_TEST(test_key_set_bounded)
 }
 END_TEST
 
+/* ---- several sources: no_commit and per-source positions ---- */
+
+static void rec_sources(void *ctx, const batcher_source_pos *sp, size_t n)
+{
+    recorder *r = ctx;
+    char line[512];
+    size_t len = (size_t)snprintf(line, sizeof line, "sources %zu:", n);
+    for (size_t i = 0; i < n && len < sizeof line; i++) {
+        len += (size_t)snprintf(line + len, sizeof line - len, " %zu=%u:%u", i, sp[i].pos.secs, sp[i].pos.inc);
+        if (sp[i].has_hold && len < sizeof line)
+            len += (size_t)snprintf(line + len, sizeof line - len, " hold %u:%u", sp[i].hold.secs, sp[i].hold.inc);
+        if (sp[i].moved && len < sizeof line)
+            len += (size_t)snprintf(line + len, sizeof line - len, " moved");
+    }
+    rec(r, "%s", line);
+}
+
+/* Feeds one insert at the next position, read by source `source`, with no_commit and (hold_inc > 0) a hold. */
+static apply_status feed_src(uint16_t source, bool no_commit, uint32_t hold_inc, uint64_t now)
+{
+    op_entry e;
+    op_pos pos = {.secs = 1, .inc = ++next_inc, .term = 1};
+    op_entry_init(&e);
+    ck_assert(op_entry_alloc(&e, &pos, 1));
+    fill(&e.ops[0], OP_INSERT, "shop", "a");
+    e.source = source;
+    e.no_commit = no_commit;
+    if (hold_inc > 0) {
+        e.has_hold = true;
+        e.hold = (op_pos){.secs = 1, .inc = hold_inc, .term = 1};
+    }
+    apply_status st = batcher_add(B, &e, now);
+    op_entry_clear(&e);
+    return st;
+}
+
+/* An entry with no_commit keeps every trigger from committing after it, as a part with `more` does, but it is not a
+ * part: batcher_in_parts stays false and batcher_entry_tables counts each entry apart. */
+START_TEST(test_no_commit_holds_every_trigger)
+{
+    batcher_free(B);
+    bson_destroy(DOC);
+    setup_with(2, 200, false);
+    ck_assert_int_eq(feed_src(0, true, 0, 0), APPLY_OK);
+    ck_assert_int_eq(feed_src(1, true, 0, 0), APPLY_OK); /* batch_rows reached */
+    ck_assert_uint_eq(batcher_deadline(B, false), UINT64_MAX);
+    ck_assert_int_eq(batcher_tick(B, 100000, true), APPLY_OK);
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
+    ck_assert_int_eq(batcher_flush(B, FLUSH_EXIT), APPLY_OK);
+    ck_assert_uint_eq(batcher_get_stats(B)->commits, 0);
+    ck_assert(!batcher_in_parts(B));
+    ck_assert(batcher_commit_held(B));
+    ck_assert_uint_eq(batcher_group_tables(B), 1);
+    ck_assert_uint_eq(batcher_entry_tables(B), 0); /* the last entry alone (its table was counted): not a part */
+    ck_assert_uint_eq(batcher_get_stats(B)->entries, 2);
+    /* the entry that ends it commits as usual (batch_rows passed) */
+    ck_assert_int_eq(feed_src(0, false, 0, 0), APPLY_OK);
+    ck_assert(!batcher_commit_held(B));
+    expect_log("copy shop.a 3 @1:3; commit 1:3; ");
+    ck_assert_uint_eq(batcher_get_stats(B)->flushes[FLUSH_SIZE], 1);
+    /* per-op mode too */
+    batcher_config cfg = {.batch_rows = 1000, .batch_bytes = 1 << 30, .flush_interval_ms = 200, .per_op = true};
+    restart_with(&cfg);
+    ck_assert_int_eq(feed_src(0, true, 0, 0), APPLY_OK);
+    ck_assert_int_eq(feed_src(1, false, 0, 0), APPLY_OK);
+    expect_log("copy shop.a 2 @1:5; commit 1:5; ");
+    /* a reset forgets it */
+    ck_assert_int_eq(feed_src(1, true, 0, 0), APPLY_OK);
+    batcher_reset(B);
+    ck_assert(!batcher_commit_held(B));
+    ck_assert_int_eq(feed_src(1, false, 0, 50), APPLY_OK);
+    ck_assert_uint_eq(batcher_get_stats(B)->commits, 2);
+}
+END_TEST
+
+/* Just before each commit the sink hears every source's last position and hold, and which moved in the group. */
+START_TEST(test_source_positions_reach_the_sink)
+{
+    batcher_config cfg = {.batch_rows = 1000, .batch_bytes = 1 << 30, .flush_interval_ms = 200};
+    restart_with(&cfg);
+    batcher_free(B);
+    batcher_sink out = rec_sink();
+    out.set_sources = rec_sources;
+    B = batcher_new(&cfg, &out);
+    ck_assert_ptr_nonnull(B);
+    ck_assert_int_eq(feed_src(2, false, 0, 0), APPLY_OK);
+    ck_assert_int_eq(feed_src(0, false, 1, 0), APPLY_OK);
+    ck_assert_int_eq(feed_src(2, false, 2, 0), APPLY_OK); /* the source's last entry gives its hold */
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
+    expect_log("copy shop.a 3 @1:3; sources 3: 0=1:2 hold 1:1 moved 1=0:0 2=1:3 hold 1:2 moved; commit 1:3; ");
+    R.log[0] = '\0';
+    ck_assert_int_eq(feed_src(0, false, 0, 0), APPLY_OK);
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
+    expect_log("copy shop.a 1 @1:4; sources 3: 0=1:4 moved 1=0:0 2=1:3 hold 1:2; commit 1:4; ");
+    size_t n;
+    const batcher_source_pos *sp = batcher_sources(B, &n);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_uint_eq(sp[0].pos.inc, 4);
+    ck_assert(!sp[0].moved);
+}
+END_TEST
+
+/* A failed group's moves are forgotten: after batcher_reset the sources are as the last commit left them, the
+ * sources first seen in the failed group included. */
+START_TEST(test_reset_restores_source_positions)
+{
+    batcher_config cfg = {.batch_rows = 1000, .batch_bytes = 1 << 30, .flush_interval_ms = 200};
+    restart_with(&cfg);
+    batcher_free(B);
+    batcher_sink out = rec_sink();
+    out.set_sources = rec_sources;
+    B = batcher_new(&cfg, &out);
+    ck_assert_ptr_nonnull(B);
+    ck_assert_int_eq(feed_src(1, false, 0, 0), APPLY_OK);
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
+    ck_assert_int_eq(feed_src(0, false, 0, 0), APPLY_OK);
+    ck_assert_int_eq(feed_src(1, false, 1, 0), APPLY_OK);
+    ck_assert_int_eq(feed_src(3, false, 0, 0), APPLY_OK);
+    R.fail_commit = APPLY_RETRY;
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_RETRY);
+    batcher_reset(B);
+    size_t n;
+    const batcher_source_pos *sp = batcher_sources(B, &n);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_uint_eq(sp[1].pos.inc, 1);
+    ck_assert(!sp[1].has_hold);
+    ck_assert(!sp[1].moved);
+    ck_assert_uint_eq(sp[0].pos.inc, 0);
+    ck_assert(!sp[0].moved);
+    R.fail_commit = APPLY_OK;
+    R.log[0] = '\0';
+    ck_assert_int_eq(feed_src(1, false, 0, 0), APPLY_OK);
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
+    expect_log("copy shop.a 1 @1:5; sources 2: 0=0:0 1=1:5 moved; commit 1:5; ");
+}
+END_TEST
+
 Suite *batcher_suite(void); /* called by the generated runner list */
 
 Suite *batcher_suite(void)
@@ -791,6 +928,9 @@ Suite *batcher_suite(void)
     tcase_add_test(tc, test_parts_never_commit_between);
     tcase_add_test(tc, test_other_keys_commute_with_the_run);
     tcase_add_test(tc, test_many_namespaces);
+    tcase_add_test(tc, test_no_commit_holds_every_trigger);
+    tcase_add_test(tc, test_source_positions_reach_the_sink);
+    tcase_add_test(tc, test_reset_restores_source_positions);
     suite_add_tcase(s, tc);
     return s;
 }
