@@ -52,6 +52,15 @@ typedef enum {
 /* The trigger's name, as the label of oplog2pg_flushes_total{trigger=...} (daemon/metrics.c). */
 const char *flush_trigger_name(flush_trigger t);
 
+/* A source's position in a stream merged from several (core/merge.h): the last entry taken from it, its hold, and
+ * whether it moved since the last commit. */
+typedef struct batcher_source_pos {
+    op_pos pos;
+    bool has_hold;
+    op_pos hold;
+    bool moved;
+} batcher_source_pos;
+
 /* Where writes go. Each call that can fail returns APPLY_OK or the failure (the batcher stops at the first and
  * reports it). */
 typedef struct batcher_sink {
@@ -77,6 +86,7 @@ typedef struct batcher_sink {
     apply_status (*guard_begin)(void *ctx);
     apply_status (*guard_end)(void *ctx);
     apply_status (*dead_letter)(void *ctx, const op *o, const char *why); /* why NULL: the sink's own error */
+    void (*set_sources)(void *ctx, const batcher_source_pos *s, size_t n);
 } batcher_sink;
 
 /* What a DDL op counts toward batch_tables. Making or dropping a table holds four entries of PostgreSQL's lock table
