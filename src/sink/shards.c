@@ -41,8 +41,8 @@ static size_t row_find(const sink *s, const char *shard, bool *found)
     return lo;
 }
 
-/* Puts shard's row at pos with its hold (has_hold false: none), adding it when missing. False when out of memory. */
-static bool row_put(sink *s, const char *shard, const op_pos *pos, bool has_hold, const op_pos *hold)
+/* Puts shard's row at pos with its hold (NULL: none), adding it when missing. False when out of memory. */
+static bool row_put(sink *s, const char *shard, const op_pos *pos, const op_pos *hold)
 {
     bool found;
     size_t i = row_find(s, shard, &found);
@@ -64,8 +64,8 @@ static bool row_put(sink *s, const char *shard, const op_pos *pos, bool has_hold
     }
     sink_shard_row *r = &s->shard_rows[i];
     r->pos = *pos;
-    r->has_hold = has_hold;
-    r->hold = has_hold ? *hold : (op_pos){0, 0, -1};
+    r->has_hold = hold != NULL;
+    r->hold = hold != NULL ? *hold : (op_pos){0, 0, -1};
     return true;
 }
 
@@ -107,7 +107,7 @@ bool sink_shards_load(sink *s)
             hold.secs = (uint32_t)strtoul(PQgetvalue(res, i, 4), NULL, 10);
             hold.inc = (uint32_t)strtoul(PQgetvalue(res, i, 5), NULL, 10);
         }
-        if (!row_put(s, PQgetvalue(res, i, 0), &pos, has_hold, &hold)) {
+        if (!row_put(s, PQgetvalue(res, i, 0), &pos, has_hold ? &hold : NULL)) {
             PQclear(res);
             sink_set_err(s, APPLY_NOMEM, NULL, "out of memory reading the shards' checkpoints");
             return false;
@@ -264,7 +264,7 @@ bool sink_shards_done(sink *s, bool committed)
         if (!sp->moved)
             continue;
         sp->moved = false; /* written, or lost with the group: either way, the next commit writes what moves next */
-        if (committed && i < s->nshards && !row_put(s, s->shard_names[i], &sp->pos, sp->has_hold, &sp->hold))
+        if (committed && i < s->nshards && !row_put(s, s->shard_names[i], &sp->pos, sp->has_hold ? &sp->hold : NULL))
             ok = false;
     }
     if (!ok) {
@@ -304,7 +304,7 @@ sink_status sink_set_shard_checkpoint(sink *s, const char *shard, const op_pos *
     s->stats.commits++;
     if (pos == NULL) {
         row_delete(s, shard);
-    } else if (!row_put(s, shard, pos, false, NULL)) {
+    } else if (!row_put(s, shard, pos, NULL)) {
         sink_set_err(s, APPLY_NOMEM, NULL, "out of memory noting the checkpoint of shard %s", shard);
         return s->failed;
     }
