@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/batcher.h"
 #include "core/op.h"
 #include "core/status.h"
 #include "map/map.h"
@@ -171,6 +172,33 @@ void sink_set_hold(sink *s, const op_pos *hold);
 /* The committed checkpoint's hold (read at connect, then each commit's); false when none. */
 bool sink_read_hold(const sink *s, op_pos *hold);
 
+/* A sharded cluster: one reader per shard, merged into one stream (core/merge.h), and one checkpoint row per shard
+ * (oplog2pg.shard_checkpoint) committed in the same transaction as the rows it covers.
+ *
+ * sink_set_shards names the sources: names[i] is the shard id (config.shards _id) of source index i (op_entry.source);
+ * the sink copies them. With n = 0 (the default) the sink is a replica set's: every commit is as described above.
+ * With n > 0, each sink_commit(pos) sends, pipelined before its COMMIT (no round trip of its own), one
+ * oplog2pg.advance_shard_checkpoint per source that moved since the last commit (as the last sink_set_source_positions
+ * said: its position, term and hold; never backwards, O2BAK), then oplog2pg.advance_cluster_checkpoint, which moves
+ * the service's own row forward to pos, the merged cluster time, with term -1 and no hold (an older pos leaves it
+ * where it is, without an error). Those positions are consumed by the commit: the next one writes only what moved
+ * after them. A moved source with no name fails the commit (APPLY_CONFIG) before anything is committed.
+ *
+ * The committed rows are read at connect and moved by each commit (like sink_read_checkpoint):
+ * sink_read_shard_checkpoints calls each() for every shard that has one, ordered by shard id, and returns how many, or
+ * -1 when not connected. sink_set_shard_checkpoint puts one shard's row at pos (NULL: deletes it; either way its
+ * hold is cleared), forward or back, in a transaction of its own outside any group (refused inside one,
+ * APPLY_CONFIG): a shard's start point when it is added, the start of a copy, a retired shard. sink_set_checkpoint
+ * with NULL (--reimport) deletes every shard row of the service as well. */
+sink_status sink_set_shards(sink *s, const char *const *names, size_t n);
+/* The batcher's set_sources (sink/batcher_pg.h): the sources' positions as the next commit is to write them. */
+void sink_set_source_positions(sink *s, const batcher_source_pos *p, size_t n);
+int sink_read_shard_checkpoints(sink *s,
+                                void (*each)(void *arg, const char *shard, const op_pos *pos, bool has_hold,
+                                             const op_pos *hold),
+                                void *arg);
+sink_status sink_set_shard_checkpoint(sink *s, const char *shard, const op_pos *pos);
+
 /* Guarded ops, for finding an op PostgreSQL refuses and setting it aside ([replication] on_error = dead-letter):
  * sink_guard_begin opens a savepoint (the group's transaction first, if needed) and waits for it; after the op,
  * sink_guard_end releases it. When the op failed with APPLY_DATA, sink_dead_letter instead rolls back to the
@@ -228,6 +256,15 @@ bool sink_cancel(sink *s, char *err, size_t errlen);
 #define SINK_ACTIVITY_MAX 45
 void sink_set_activity(sink *s, const char *what);
 
+/* One shard's checkpoint, as sink_probe reads it. */
+typedef struct {
+    char *shard;         /* the shard's id (config.shards _id) */
+    op_pos pos;          /* its last entry committed */
+    char applied_at[64]; /* when, as PostgreSQL prints it */
+    bool has_hold;       /* a transaction was open on the shard there: its first entry (txn_oldest_sec/inc) */
+    op_pos hold;
+} sink_probe_shard;
+
 /* What a read-only look at PostgreSQL finds for a service (`check`, `status`): it takes no lock and writes
  * nothing, so it is safe while the daemon runs. */
 typedef struct {
@@ -242,10 +279,16 @@ typedef struct {
     int64_t dead_letters;                 /* rows in oplog2pg.dead_letter for the service */
     bool has_hold; /* a transaction was open at the checkpoint: its first entry (txn_oldest_sec/inc) */
     op_pos hold;
+    /* A sharded cluster's rows of oplog2pg.shard_checkpoint, ordered by shard id (none for a replica set, or a schema
+     * older than that table): pos above is then the merged cluster time (term -1). */
+    sink_probe_shard *shards;
+    size_t nshards;
 } sink_probe_result;
 
-/* False with err set (err->status APPLY_CONFIG for a refused login, APPLY_RETRY when unreachable). */
+/* False with err set (err->status APPLY_CONFIG for a refused login, APPLY_RETRY when unreachable). What it found is
+ * given back with sink_probe_free (after a failure too). */
 bool sink_probe(const char *conninfo, const char *service, sink_probe_result *out, pgconn_error *err);
+void sink_probe_free(sink_probe_result *r);
 
 /* The error of the failure the sink holds, with context ("update on shop.orders (oplog entry 1700000000:3) failed:
  * [22P02] ..."), and its SQLSTATE ("" when PostgreSQL gave none). It is the first error since the sink last

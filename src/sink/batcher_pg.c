@@ -179,6 +179,11 @@ static void set_hold(void *ctx, const op_pos *hold)
     sink_set_hold(ctx, hold);
 }
 
+static void set_sources(void *ctx, const batcher_source_pos *p, size_t n)
+{
+    sink_set_source_positions(ctx, p, n);
+}
+
 static apply_status guard_begin(void *ctx)
 {
     return sink_guard_begin(ctx);
@@ -214,7 +219,8 @@ batcher_sink batcher_sink_pg(sink *s)
                         .set_hold = set_hold,
                         .guard_begin = guard_begin,
                         .guard_end = guard_end,
-                        .dead_letter = dead_letter};
+                        .dead_letter = dead_letter,
+                        .set_sources = set_sources};
     return out;
 }
 

@@ -205,6 +205,10 @@ sink_status sink_connect(sink *s)
     PQclear(res);
     res = NULL;
 
+    /* A sharded cluster's checkpoints, one row per shard (none for a replica set). */
+    if (!sink_shards_load(s))
+        goto fail;
+
     /* The oplog's end as this service's initial copy finished: until there tailing meets rows the copy wrote. */
     if (!pipe_exec(s,
                    "SELECT end_sec, end_inc, end_term FROM oplog2pg.copy_state "

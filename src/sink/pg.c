@@ -82,6 +82,7 @@ void sink_free(sink *s)
     sink_disconnect(s);
     pgconn_close(s->fence);
     tables_clear(s);
+    sink_shards_free(s);
     free(s->tables);
     free(s->tindex);
     pipe_free(s);
@@ -111,6 +112,7 @@ void sink_disconnect(sink *s)
     pipe_attach(s, NULL);
     s->stream_run = NULL; /* a COPY left open ends with the connection */
     s->ckpt_prepared = false;
+    sink_shards_clear(s, true);
     s->guarded = false;
     s->have_ckpt = -1;
     tables_clear(s); /* prepared statements and "created" marks belong to the connection */
@@ -649,12 +651,34 @@ static sink_status commit_and_wait(sink *s, const op_pos *pos, const op_pos *new
     return APPLY_OK;
 }
 
+/* A sharded cluster's commit (pg.h, "A sharded cluster"): the shards' rows that moved, then the service's row at the
+ * cluster time pos unless it is past it already. */
+static sink_status commit_sharded(sink *s, const op_pos *pos)
+{
+    op_pos cluster = {pos->secs, pos->inc, -1};
+    if (s->have_ckpt == 1 && op_pos_cmp(&s->ckpt, &cluster) > 0)
+        cluster = s->ckpt;
+    cluster.term = -1;
+    if (sink_shards_send(s, pos) != APPLY_OK) {
+        sink_shards_done(s, false);
+        return s->failed;
+    }
+    sink_status st = commit_and_wait(s, pos, &cluster);
+    if (!sink_shards_done(s, st == APPLY_OK))
+        return s->failed;
+    if (st == APPLY_OK)
+        s->ckpt_has_hold = false; /* each shard's row has its own */
+    return st;
+}
+
 sink_status sink_commit(sink *s, const op_pos *pos)
 {
     if (sink_settle(s) != APPLY_OK)
         return s->failed;
     if (pipe_begin_if_needed(s) != APPLY_OK)
         return s->failed;
+    if (s->nshards > 0)
+        return commit_sharded(s, pos);
     if (!s->ckpt_prepared) {
         static const char sql[] = "SELECT oplog2pg.advance_checkpoint($1, $5::uuid, $2, $3, $4, $6, $7)";
         if (!pipe_push_pending(s, P_PREPARE, NULL, NULL))
@@ -697,5 +721,8 @@ sink_status sink_set_checkpoint(sink *s, const op_pos *pos)
         send_checkpoint(s, NULL, "SELECT oplog2pg.set_checkpoint($1, $5::uuid, $2, $3, $4)", pos, 5) != APPLY_OK)
         return s->failed;
     s->ckpt_has_hold = false; /* set_checkpoint clears it */
-    return commit_and_wait(s, pos, pos);
+    sink_status st = commit_and_wait(s, pos, pos);
+    if (st == APPLY_OK && pos == NULL)
+        sink_shards_clear(s, false); /* set_checkpoint deleted the shards' rows with it */
+    return st;
 }

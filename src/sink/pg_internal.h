@@ -18,6 +18,8 @@
  *   jsonb.c       the jsonb table kind: (_id, doc) tables, their statements and COPY (table_kind);
  *   mapped.c      the typed table kind: a map's tables made or checked, its statements, its plans applied;
  *   backfill.c    at connect, the columns a typed map gained: added, and filled from doc where it is kept;
+ *   shards.c      a sharded cluster's checkpoints: the shards' names, the sources' positions, the statements that
+ *                 write them with each commit, the committed rows;
  *   pg.c          the core: construction, tables (names, catalog, kinds), the entry points, the writes,
  *                 streaming COPY, DDL and the commit with its checkpoint;
  *   connect.c     connecting: schema, service lock (fence), checkpoint row, round trip, lock table, backfill;
@@ -89,6 +91,14 @@ typedef struct sink_stmt {
 } sink_stmt;
 
 typedef struct table table;
+
+/* A shard's committed checkpoint (oplog2pg.shard_checkpoint), as shards.c keeps it. */
+typedef struct {
+    char *shard;
+    op_pos pos;
+    bool has_hold;
+    op_pos hold;
+} sink_shard_row;
 
 /* What a kind of table does, so that the core (pg.c) never asks which kind it holds: one implementation per kind,
  * the jsonb shape (jsonb.c, sink_jsonb_kind) and a typed map with its child tables (mapped.c, sink_mapped_kind).
@@ -174,6 +184,15 @@ struct sink {
     op_pos hold;
     bool ckpt_has_hold; /* the committed checkpoint's hold */
     op_pos ckpt_hold;
+
+    /* shards.c: a sharded cluster's checkpoints (pg.h, "A sharded cluster"); nshards 0: a replica set */
+    char **shard_names; /* source index -> shard id */
+    size_t nshards;
+    batcher_source_pos *src; /* the sources' positions the next commit writes (sink_set_source_positions) */
+    size_t nsrc, src_cap;
+    sink_shard_row *shard_rows; /* the committed rows, by shard id: read at connect, moved by each commit */
+    size_t nshard_rows, shard_rows_cap;
+    bool shard_prepared; /* the commit's statements prepared on this connection */
 
     /* connect.c: what connecting learnt, and the connection holding the service lock for the sink's life ("the
      * service lock"): whether it holds it, what its application_name says now (sink_set_activity) */
@@ -304,6 +323,21 @@ extern const table_kind sink_mapped_kind;
  * where the collection's table keeps the whole document, filled in the rows already there (one transaction per map).
  * False with s->failed set. */
 bool sink_sync_maps(sink *s);
+
+/* ---- shards.c: a sharded cluster's checkpoints ---- */
+
+/* Outside pipeline mode, at connect: the service's rows of oplog2pg.shard_checkpoint read (false with s->failed set).
+ */
+bool sink_shards_load(sink *s);
+/* Forgets the committed rows (a checkpoint set to none), and with `connection` the statements prepared on it. */
+void sink_shards_clear(sink *s, bool connection);
+void sink_shards_free(sink *s);
+/* In the open group, before its COMMIT: one advance_shard_checkpoint per source that moved, then the service's row
+ * moved forward to pos (advance_cluster_checkpoint). APPLY_CONFIG when a source that moved has no shard name. */
+sink_status sink_shards_send(sink *s, const op_pos *pos);
+/* After the COMMIT (committed: PostgreSQL answered it): the sources' moves are consumed, and the committed rows moved
+ * by them. False (APPLY_NOMEM recorded) when the rows could not be noted. */
+bool sink_shards_done(sink *s, bool committed);
 
 /* ---- pg.c: the core ---- */
 

@@ -1,5 +1,6 @@
 /*
- * probe.c — the read-only look at a service for `check` and `status` (see pg.h): no lock, no write.
+ * probe.c — the read-only look at a service for `check` and `status` (see pg.h): no lock, no write. For a sharded
+ * cluster it reads each shard's row of oplog2pg.shard_checkpoint too.
  */
 #include "pg_internal.h"
 
@@ -7,9 +8,61 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* probe */
+
+/* The service's rows of oplog2pg.shard_checkpoint into out->shards (none when the table is not there: a schema of an
+ * earlier version, which status leaves as it is). */
+static bool probe_shards(pgconn *c, const char *service, sink_probe_result *out, pgconn_error *err)
+{
+    PGresult *res = NULL;
+    if (!pgconn_exec(c, "SELECT to_regclass('oplog2pg.shard_checkpoint') IS NOT NULL", &res, false, err))
+        return false;
+    bool have = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    if (!have)
+        return true;
+    const char *params[1] = {service};
+    if (!pgconn_exec_params(c,
+                            "SELECT shard, ts_sec, ts_inc, term, applied_at, txn_oldest_sec, txn_oldest_inc "
+                            "FROM oplog2pg.shard_checkpoint WHERE service = $1 ORDER BY shard COLLATE \"C\"",
+                            1, params, NULL, NULL, 0, &res, false, err))
+        return false;
+    int n = PQntuples(res);
+    if (n > 0 && (out->shards = calloc((size_t)n, sizeof *out->shards)) == NULL)
+        goto oom;
+    for (int i = 0; i < n; i++) {
+        sink_probe_shard *sh = &out->shards[i];
+        if ((sh->shard = strdup(PQgetvalue(res, i, 0))) == NULL)
+            goto oom;
+        out->nshards++;
+        sink_row_pos(res, i, 1, &sh->pos);
+        snprintf(sh->applied_at, sizeof sh->applied_at, "%s", PQgetvalue(res, i, 4));
+        sh->has_hold = !PQgetisnull(res, i, 5) && !PQgetisnull(res, i, 6);
+        sh->hold.term = -1;
+        if (sh->has_hold) {
+            sh->hold.secs = (uint32_t)strtoul(PQgetvalue(res, i, 5), NULL, 10);
+            sh->hold.inc = (uint32_t)strtoul(PQgetvalue(res, i, 6), NULL, 10);
+        }
+    }
+    PQclear(res);
+    return true;
+oom:
+    PQclear(res);
+    memset(err, 0, sizeof *err);
+    err->status = APPLY_NOMEM;
+    snprintf(err->message, sizeof err->message, "out of memory reading the shards' checkpoints");
+    return false;
+}
+
+void sink_probe_free(sink_probe_result *r)
+{
+    for (size_t i = 0; i < r->nshards; i++)
+        free(r->shards[i].shard);
+    free(r->shards);
+    r->shards = NULL;
+    r->nshards = 0;
+}
 
 bool sink_probe(const char *conninfo, const char *service, sink_probe_result *out, pgconn_error *err)
 {
@@ -82,6 +135,10 @@ bool sink_probe(const char *conninfo, const char *service, sink_probe_result *ou
                 goto done;
             out->dead_letters = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
         }
+        PQclear(res);
+        res = NULL;
+        if (!probe_shards(c, service, out, err))
+            goto done;
     }
     ok = true;
 done:

@@ -73,7 +73,8 @@ RETURNS void LANGUAGE sql AS $$
 $$;
 
 -- Puts a service's checkpoint at a given position, forward or back (--tail-from, --skip-import), fenced like
--- advance_checkpoint. NULL position: no checkpoint (--reimport).
+-- advance_checkpoint. NULL position: no checkpoint (--reimport), and none for any of its shards either (the rows of
+-- oplog2pg.shard_checkpoint below go with it).
 CREATE OR REPLACE FUNCTION oplog2pg.set_checkpoint(p_service text, p_owner uuid, p_sec bigint, p_inc bigint,
                                                    p_term bigint)
 RETURNS void LANGUAGE plpgsql AS $$
@@ -81,6 +82,112 @@ BEGIN
     UPDATE oplog2pg.checkpoint
        SET ts_sec = p_sec, ts_inc = p_inc, term = p_term, applied_at = now(), txn_oldest_sec = NULL,
            txn_oldest_inc = NULL
+     WHERE service = p_service AND owner = p_owner;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the checkpoint of service "%" is held by another oplog2pg', p_service
+            USING ERRCODE = 'O2FEN';
+    END IF;
+    IF p_sec IS NULL THEN
+        DELETE FROM oplog2pg.shard_checkpoint WHERE service = p_service;
+    END IF;
+END
+$$;
+
+-- A sharded cluster (one reader per shard, their entries merged in cluster-time order): one resume point per shard,
+-- written by the same commit as the rows it covers. ts_sec/ts_inc/term are the position of the last entry of that
+-- shard's oplog whose effects are committed (term NULL when the entry has none); txn_oldest_sec/txn_oldest_inc the
+-- first entry of the oldest transaction open on that shard at that position (NULL: none), which that shard's oplog
+-- must still hold. A shard without a row has none yet (it starts at its first entry after the cluster time). The
+-- service's row in oplog2pg.checkpoint holds the owner token that fences these rows, and the merged cluster time of
+-- the last entry applied (term -1).
+CREATE TABLE IF NOT EXISTS oplog2pg.shard_checkpoint (
+    service        text NOT NULL REFERENCES oplog2pg.checkpoint (service) ON DELETE CASCADE,
+    shard          text NOT NULL, -- the shard's _id in config.shards
+    ts_sec         bigint NOT NULL,
+    ts_inc         bigint NOT NULL,
+    term           bigint,
+    txn_oldest_sec bigint,
+    txn_oldest_inc bigint,
+    applied_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (service, shard)
+);
+
+COMMENT ON TABLE oplog2pg.shard_checkpoint IS
+    'oplog2pg resume points of a sharded cluster: the last oplog entry (seconds:increment, term) committed per shard '
+    'and service, with the oldest transaction still open there';
+
+-- The caller's row of oplog2pg.checkpoint, locked, or O2FEN when another daemon holds the service.
+CREATE OR REPLACE FUNCTION oplog2pg.fence_service(p_service text, p_owner uuid)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM oplog2pg.checkpoint WHERE service = p_service AND owner = p_owner FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the checkpoint of service "%" is held by another oplog2pg', p_service
+            USING ERRCODE = 'O2FEN';
+    END IF;
+END
+$$;
+
+-- Moves one shard's checkpoint forward in the caller's transaction (the commit of a group: one call per shard whose
+-- position moved), fenced like advance_checkpoint: O2FEN for a caller that does not hold the service, O2BAK for a
+-- position before the committed one, and the whole transaction, data included, rolls back. A shard without a row
+-- gets one. p_hold_sec/p_hold_inc: the first entry of the oldest transaction open on the shard there (NULL: none).
+CREATE OR REPLACE FUNCTION oplog2pg.advance_shard_checkpoint(p_service text, p_owner uuid, p_shard text,
+                                                             p_sec bigint, p_inc bigint, p_term bigint,
+                                                             p_hold_sec bigint, p_hold_inc bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_sec bigint;
+    v_inc bigint;
+BEGIN
+    PERFORM oplog2pg.fence_service(p_service, p_owner);
+    INSERT INTO oplog2pg.shard_checkpoint AS c (service, shard, ts_sec, ts_inc, term, txn_oldest_sec,
+                                                txn_oldest_inc, applied_at)
+    VALUES (p_service, p_shard, p_sec, p_inc, p_term, p_hold_sec, p_hold_inc, now())
+    ON CONFLICT (service, shard) DO UPDATE
+       SET ts_sec = excluded.ts_sec, ts_inc = excluded.ts_inc, term = excluded.term,
+           txn_oldest_sec = excluded.txn_oldest_sec, txn_oldest_inc = excluded.txn_oldest_inc, applied_at = now()
+     WHERE (c.ts_sec, c.ts_inc) <= (excluded.ts_sec, excluded.ts_inc);
+    IF NOT FOUND THEN
+        SELECT ts_sec, ts_inc INTO v_sec, v_inc FROM oplog2pg.shard_checkpoint
+         WHERE service = p_service AND shard = p_shard;
+        RAISE EXCEPTION 'the checkpoint of shard "%" of service "%" would move backwards, from %:% to %:%', p_shard,
+            p_service, v_sec, v_inc, p_sec, p_inc USING ERRCODE = 'O2BAK';
+    END IF;
+END
+$$;
+
+-- Puts one shard's checkpoint at a given position, forward or back, in the caller's transaction, fenced the same;
+-- its hold is cleared. NULL position: the shard has no checkpoint (its row is deleted).
+CREATE OR REPLACE FUNCTION oplog2pg.set_shard_checkpoint(p_service text, p_owner uuid, p_shard text, p_sec bigint,
+                                                         p_inc bigint, p_term bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM oplog2pg.fence_service(p_service, p_owner);
+    IF p_sec IS NULL THEN
+        DELETE FROM oplog2pg.shard_checkpoint WHERE service = p_service AND shard = p_shard;
+        RETURN;
+    END IF;
+    INSERT INTO oplog2pg.shard_checkpoint (service, shard, ts_sec, ts_inc, term, applied_at)
+    VALUES (p_service, p_shard, p_sec, p_inc, p_term, now())
+    ON CONFLICT (service, shard) DO UPDATE
+       SET ts_sec = excluded.ts_sec, ts_inc = excluded.ts_inc, term = excluded.term, txn_oldest_sec = NULL,
+           txn_oldest_inc = NULL, applied_at = now();
+END
+$$;
+
+-- The service's own row in sharded mode, written by every commit after its shards' rows: the merged cluster time of
+-- the last entry applied, with term -1 (it is no one shard's) and no hold (each shard's row has its own). It only
+-- moves forward, and an older time leaves it where it is without an error: the shards' rows are the resume points,
+-- this row says how far the cluster's stream has been applied. Fenced like advance_checkpoint (O2FEN).
+CREATE OR REPLACE FUNCTION oplog2pg.advance_cluster_checkpoint(p_service text, p_owner uuid, p_sec bigint,
+                                                               p_inc bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE oplog2pg.checkpoint
+       SET ts_sec = CASE WHEN ts_sec IS NULL OR (ts_sec, ts_inc) < (p_sec, p_inc) THEN p_sec ELSE ts_sec END,
+           ts_inc = CASE WHEN ts_sec IS NULL OR (ts_sec, ts_inc) < (p_sec, p_inc) THEN p_inc ELSE ts_inc END,
+           term = -1, applied_at = now(), txn_oldest_sec = NULL, txn_oldest_inc = NULL
      WHERE service = p_service AND owner = p_owner;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the checkpoint of service "%" is held by another oplog2pg', p_service
