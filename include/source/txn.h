@@ -11,11 +11,11 @@
  * - 6.0+ batched writes (multi-deletes) use the same chain without lsid/txnNumber;
  * - 8.0 vectored inserts (multiOpType:1) and 4.0's single-entry transactions are not chains (TXN_NONE).
  *
- * How the reader uses this (source/txn_read.c, docs/architecture.md "Transactions"): a TXN_PART or TXN_PREPARE entry
- * is skipped when read (it only moves the position; it is noted in the txn_book); at a TXN_COMMIT or
+ * How the reader uses this (source/oplog/txn_read.c, docs/architecture.md "Transactions"): a TXN_PART or TXN_PREPARE
+ * entry is skipped when read (it only moves the position; it is noted in the txn_book); at a TXN_COMMIT or
  * TXN_COMMIT_PREPARED the reader walks the chain back with point lookups (txn_walk_back: only the OpTimes are kept),
  * then reads the entries forward one at a time and pushes their ops as parts of one logical entry positioned at the
- * commit (op_entry.more); a TXN_ABORT only closes the chain. `replay` (source/dump.c) does the same with lookups
+ * commit (op_entry.more); a TXN_ABORT only closes the chain. `replay` (source/dump/dump.c) does the same with lookups
  * that read the entries back from the dump.
  *
  * Everything here is pure (no I/O): the lookups go through a callback, so the walk is testable without a server.
@@ -92,9 +92,9 @@ txn_walk txn_walk_back(const txn_info *commit, txn_lookup_fn lookup, void *ctx, 
 /* ---- the book of open chains (status and metrics; the hold kept with the checkpoint) ---- */
 
 typedef struct txn_chain {
-    op_pos first;    /* the chain's first entry (when first_known; else the oldest entry seen so far) */
+    op_pos first; /* the chain's first entry (when first_known; else the oldest entry seen so far) */
     bool first_known;
-    op_pos last;     /* its newest entry: the next entry's prevOpTime */
+    op_pos last; /* its newest entry: the next entry's prevOpTime */
     uint64_t entries, bytes;
 } txn_chain;
 

@@ -5,7 +5,7 @@
  * NOTES
  * - The walk keeps only OpTimes (16 bytes each): a chain of a thousand 16 MB entries costs 16 kB here. Each entry is
  *   looked up once on the way back (for its prevOpTime); the way forward is the caller's (the reader reads each
- *   entry's ops a window at a time, source/txn_read.c; replay reads each entry whole, source/dump.c).
+ *   entry's ops a window at a time, source/oplog/txn_read.c; replay reads each entry whole, source/dump/dump.c).
  * - The book is a small array: a replica set rarely has more than a few chains open at once.
  */
 #include "source/txn.h"

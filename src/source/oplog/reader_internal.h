@@ -1,7 +1,8 @@
 /*
  * reader_internal.h — what the two files of the reader share: reader.c (the tailing cursor, the resume check, the
  * thread) and txn_read.c (transactions over several entries: the walk back, the forward read a window of ops at a
- * time, the book of open chains). Not a public header: only src/source/reader.c and src/source/txn_read.c include it.
+ * time, the book of open chains). Not a public header: only src/source/oplog/reader.c and src/source/oplog/txn_read.c
+ * include it.
  */
 #ifndef OPLOG2PG_SOURCE_READER_INTERNAL_H
 #define OPLOG2PG_SOURCE_READER_INTERNAL_H
@@ -14,7 +15,7 @@
 #include <stdint.h>
 
 #include "core/queue.h"
-#include "source/reader.h"
+#include "source/oplog/reader.h"
 #include "source/txn.h"
 #include "util/clock.h"
 

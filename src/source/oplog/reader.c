@@ -13,13 +13,14 @@
  *   first document is that very entry (same ts, same term) and skips it, so nothing is lost or applied twice, and a
  *   rollback or a truncation past our position turns into QUEUE_END (QUEUE_END_RESUME_LOST).
  * - All state below the "thread only" line of struct reader (reader_internal.h) belongs to the reader thread; other
- *   threads read the atomic counters and set `stop`. The backoff between attempts is a timed wait on a condition variable that reader_stop signals, and a
- *   blocked queue push is woken through queue_wake_pushers: no sleep ignores a stop request. An empty oplog is waited
- *   on by the server (an awaitData getMore returns after at most maxTimeMS = await_ms).
+ *   threads read the atomic counters and set `stop`. The backoff between attempts is a timed wait on a condition
+ * variable that reader_stop signals, and a blocked queue push is woken through queue_wake_pushers: no sleep ignores a
+ * stop request. An empty oplog is waited on by the server (an awaitData getMore returns after at most maxTimeMS =
+ * await_ms).
  * - Transactions written over several entries are read in txn_read.c (txn_read_entry for every entry of a batch,
  *   txn_read_book once before the first cursor); reader_internal.h holds the state and helpers the two files share.
  */
-#include "source/reader.h"
+#include "source/oplog/reader.h"
 
 #include <errno.h>
 #include <inttypes.h>
