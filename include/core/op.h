@@ -135,6 +135,8 @@ typedef struct op {
  *
  * hold: the oldest position a restart from this entry would still have to read (the first entry of the oldest
  * transaction still open after this entry), when has_hold; it travels with the checkpoint (core/batcher.h). */
+typedef enum op_txn_role { OP_TXN_NONE = 0, OP_TXN_PREPARE, OP_TXN_COMMIT, OP_TXN_ABORT } op_txn_role;
+
 typedef struct op_entry {
     op_pos pos;
     op *ops;
@@ -143,6 +145,11 @@ typedef struct op_entry {
     bool more;   /* a part, and more parts of the same logical entry follow: no commit after it */
     bool has_hold;
     op_pos hold;
+    uint16_t source;  /* which source read it: a shard's index in the merge (core/merge.h); 0 for one replica set */
+    bool no_commit;   /* set by the merge: no commit right after this entry (a transaction across sources is partly taken) */
+    bool note_only;   /* not to be applied: tells the merge of a prepared transaction still open at a restart */
+    uint8_t txn_role; /* op_txn_role: a prepare, a prepared transaction's commit (every part) or an abort */
+    uint64_t txn_key; /* the transaction's identity (lsid.id and txnNumber), equal on every participant */
 } op_entry;
 
 /* Sets an entry to empty (no ops, term -1) without freeing anything: for a new entry; op_entry_clear frees. */

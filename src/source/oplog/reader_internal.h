@@ -54,6 +54,7 @@ struct reader {
     txn_book book;     /* transactions seen open (source/txn.h) */
     txn_list chain;    /* the OpTimes of the chain being applied */
     bool book_rebuilt; /* the chain heads between cfg.hold and cfg.start were read */
+    bool after;        /* cfg.start_after and nothing pushed yet: the cursor opens after pos, unchecked */
     queue_pusher out;  /* entries go to the queue in groups (core/queue.h), flushed before every round trip */
     bool out_failed;   /* a flush found the queue stopped (or the reader cancelled): the reader ends */
     bool malformed;    /* a transaction lookup's reply was malformed (next_doc): not a passing fault, the reader ends */
@@ -96,7 +97,9 @@ step reader_push_plain(reader *r, const bson_t *doc);
 /* One raw entry read by the cursor: chain entries are noted and skipped, commits reassembled, everything else
  * pushed as it is (reader_push_plain). */
 step txn_read_entry(reader *r, const bson_t *doc);
-/* Once, before the first cursor: re-reads the entries from cfg.hold to cfg.start to note the chains open there. */
-void txn_read_book(reader *r);
+/* Once, before the first cursor: re-reads the entries from cfg.hold to cfg.start to note the chains open there, and
+ * with cfg.report_prepares pushes the note_only entries of the prepared ones. Best effort (STEP_OK, logged) unless
+ * report_prepares: then a failed re-read is a step's failure (reader_failed), tried again at the next cursor. */
+step txn_read_book(reader *r);
 
 #endif
