@@ -7,8 +7,9 @@
  * state: 1, draining?: true, topologyTime?: Timestamp}. Each shard's URI is made with libmongoc's mongoc_uri API:
  * the shard's hosts and replicaSet=<its set>, with the router URI's credentials (user, password, authSource,
  * authMechanism and its properties), its auth database, its TLS and other options (timeouts, appName, compressors);
- * not its replicaSet, directConnection, loadBalanced or SRV options, which name the routers. A mongodb+srv:// router
- * URI implies TLS: the shards' URIs say tls=true then.
+ * not its replicaSet, directConnection, loadBalanced or SRV options, which name the routers, nor its read preference
+ * and read or write concern (each reader and note writer sets its own). A mongodb+srv:// router URI implies TLS:
+ * the shards' URIs say tls=true then.
  *
  * The privileges: read on config.shards through the router (the `read` role on the config database, or
  * clusterMonitor), and on every shard read on local (the oplog) with the same user, which must then exist on the

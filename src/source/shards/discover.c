@@ -2,10 +2,11 @@
  * discover.c — a sharded cluster's shards from its routers (see source/shards/discover.h).
  *
  * NOTES
- * - A shard's URI starts from its hosts alone ("mongodb://h1:p,h2:p/", the one piece of text put together here: the
- *   host string is checked first so it cannot reach another part of the URI), then everything else goes through the
- *   mongoc_uri setters: credentials, auth database, options (each by its type), TLS. libmongoc has no way to take the
- *   hosts out of a copy of the router's URI, hence this order.
+ * - A shard's URI is written from the router's URI as libmongoc parsed it (mongoc_uri getters: credentials, auth
+ *   database and mechanism, options by their type, compressors, TLS), its parts percent-encoded, with the shard's
+ *   hosts (checked first, so they cannot reach another part of the URI) and replicaSet; then parsed back to be sure.
+ *   libmongoc's setters do not change a URI's text (mongoc_uri_get_string is the text it was made from) and it has
+ *   no writer, hence the text here.
  * - config.shards is read with a find on the config database through the router, sorted by _id.
  */
 #include "source/shards/discover.h"
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "source/mongo_client.h"
+#include "util/strbuf.h"
 
 struct shard_discovery {
     char *uri;
@@ -87,50 +89,105 @@ static bool host_ok(const char *h, size_t len)
     return true;
 }
 
-/* The URI options that name the routers' deployment, not a shard's (lower case, as mongoc_uri_get_options keys). */
-static bool router_only_option(const char *key)
+/* The URI options that name the routers' deployment, not a shard's (lower case, as mongoc_uri_get_options keys), and
+ * those written apart (compressors, tls). */
+static bool skipped_option(const char *key)
 {
-    static const char *const skip[] = {"replicaset", "directconnection", "loadbalanced", "srvservicename",
-                                       "srvmaxhosts"};
+    static const char *const skip[] = {"replicaset",     "directconnection", "loadbalanced",
+                                       "srvservicename", "srvmaxhosts",      "compressors"};
     for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
         if (strcasecmp(key, skip[i]) == 0)
             return true;
     return false;
 }
 
-static bool copy_option(mongoc_uri_t *to, const bson_iter_t *it)
+/* Percent-encodes s (RFC 3986: all but the unreserved characters), as a connection string's parts are read back. */
+static void put_escaped(strbuf *b, const char *s)
 {
-    const char *k = bson_iter_key(it);
-    if (router_only_option(k))
-        return true;
-    if (strcasecmp(k, MONGOC_URI_COMPRESSORS) == 0) /* kept apart by libmongoc: copied below */
-        return true;
-    if (BSON_ITER_HOLDS_BOOL(it))
-        return mongoc_uri_set_option_as_bool(to, k, bson_iter_bool(it));
-    if (BSON_ITER_HOLDS_INT32(it))
-        return mongoc_uri_set_option_as_int32(to, k, bson_iter_int32(it));
-    if (BSON_ITER_HOLDS_INT64(it))
-        return mongoc_uri_set_option_as_int64(to, k, bson_iter_int64(it));
-    if (BSON_ITER_HOLDS_UTF8(it))
-        return mongoc_uri_set_option_as_utf8(to, k, bson_iter_utf8(it, NULL));
-    return true; /* nothing else is an option a connection string carries */
+    static const char hex[] = "0123456789ABCDEF";
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        unsigned char c = *p;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+            c == '_' || c == '~') {
+            strbuf_putc(b, (char)c);
+        } else {
+            strbuf_putc(b, '%');
+            strbuf_putc(b, hex[c >> 4]);
+            strbuf_putc(b, hex[c & 15]);
+        }
+    }
 }
 
-static bool copy_compressors(mongoc_uri_t *to, const mongoc_uri_t *from)
+static void put_option(strbuf *b, const char *key, const bson_iter_t *it)
 {
-    const bson_t *c = mongoc_uri_get_compressors(from);
-    bson_iter_t it;
-    char list[256] = "";
-    size_t len = 0;
-    if (!c || !bson_iter_init(&it, c))
-        return true;
-    while (bson_iter_next(&it)) {
-        int n = snprintf(list + len, sizeof list - len, "%s%s", len ? "," : "", bson_iter_key(&it));
-        if (n < 0 || (size_t)n >= sizeof list - len)
-            return false;
-        len += (size_t)n;
+    if (BSON_ITER_HOLDS_BOOL(it))
+        strbuf_printf(b, "&%s=%s", key, bson_iter_bool(it) ? "true" : "false");
+    else if (BSON_ITER_HOLDS_INT32(it) || BSON_ITER_HOLDS_INT64(it))
+        strbuf_printf(b, "&%s=%lld", key, (long long)bson_iter_as_int64(it));
+    else if (BSON_ITER_HOLDS_UTF8(it)) {
+        strbuf_printf(b, "&%s=", key);
+        put_escaped(b, bson_iter_utf8(it, NULL));
     }
-    return len == 0 || mongoc_uri_set_compressors(to, list);
+    /* nothing else is an option a connection string carries */
+}
+
+/* The parts of the router's URI a shard's carries: credentials, the auth database, options (see discover.h). */
+static void put_router_parts(strbuf *b, const mongoc_uri_t *from, const char *rs)
+{
+    bson_iter_t it;
+    const char *db = mongoc_uri_get_database(from);
+    strbuf_putc(b, '/');
+    if (db)
+        put_escaped(b, db);
+    strbuf_puts(b, "?replicaSet=");
+    put_escaped(b, rs);
+    const bson_t *cred = mongoc_uri_get_credentials(from);
+    if (mongoc_uri_get_auth_mechanism(from)) {
+        strbuf_puts(b, "&authMechanism=");
+        put_escaped(b, mongoc_uri_get_auth_mechanism(from));
+    }
+    if (cred && bson_has_field(cred, MONGOC_URI_AUTHSOURCE)) {
+        strbuf_puts(b, "&authSource=");
+        put_escaped(b, mongoc_uri_get_auth_source(from));
+    }
+    bson_t props;
+    if (mongoc_uri_get_mechanism_properties(from, &props)) {
+        /* KEY:value,KEY:value (a value holding ',' or ':' cannot be written in a connection string at all) */
+        bool first = true;
+        if (bson_iter_init(&it, &props))
+            while (bson_iter_next(&it)) {
+                strbuf_puts(b, first ? "&authMechanismProperties=" : ",");
+                put_escaped(b, bson_iter_key(&it));
+                strbuf_putc(b, ':');
+                if (BSON_ITER_HOLDS_UTF8(&it))
+                    put_escaped(b, bson_iter_utf8(&it, NULL));
+                else if (BSON_ITER_HOLDS_BOOL(&it))
+                    strbuf_puts(b, bson_iter_bool(&it) ? "true" : "false");
+                first = false;
+            }
+        bson_destroy(&props);
+    }
+    const bson_t *opts = mongoc_uri_get_options(from);
+    bool tls_said = false;
+    if (opts && bson_iter_init(&it, opts))
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            if (skipped_option(k))
+                continue;
+            tls_said |= strcasecmp(k, MONGOC_URI_TLS) == 0 || strcasecmp(k, MONGOC_URI_SSL) == 0;
+            put_option(b, k, &it);
+        }
+    /* mongodb+srv:// implies tls=true without always saying so in the options. */
+    if (!tls_said && mongoc_uri_get_tls(from))
+        strbuf_puts(b, "&tls=true");
+    const bson_t *comp = mongoc_uri_get_compressors(from);
+    bool first = true;
+    if (comp && bson_iter_init(&it, comp))
+        while (bson_iter_next(&it)) {
+            strbuf_puts(b, first ? "&compressors=" : ",");
+            put_escaped(b, bson_iter_key(&it));
+            first = false;
+        }
 }
 
 char *shard_uri(const char *router, const char *rs, const char *hosts, char *err, size_t errlen)
@@ -156,49 +213,35 @@ char *shard_uri(const char *router, const char *rs, const char *hosts, char *err
         snprintf(err, errlen, "bad MongoDB URI: %.400s", e.message);
         return NULL;
     }
-    char *text = bson_strdup_printf("mongodb://%s/", hosts);
-    mongoc_uri_t *to = mongoc_uri_new_with_error(text, &e);
-    bson_free(text);
-    char *out = NULL;
-    if (!to) {
-        snprintf(err, errlen, "the host list \"%s\" does not parse: %.300s", hosts, e.message);
-        goto done;
+    strbuf b;
+    strbuf_init(&b);
+    strbuf_puts(&b, "mongodb://");
+    if (mongoc_uri_get_username(from)) {
+        put_escaped(&b, mongoc_uri_get_username(from));
+        if (mongoc_uri_get_password(from)) {
+            strbuf_putc(&b, ':');
+            put_escaped(&b, mongoc_uri_get_password(from));
+        }
+        strbuf_putc(&b, '@');
     }
-    bool ok = mongoc_uri_set_option_as_utf8(to, MONGOC_URI_REPLICASET, rs);
-    bson_iter_t it;
-    const bson_t *opts = mongoc_uri_get_options(from);
-    if (ok && opts && bson_iter_init(&it, opts))
-        while (ok && bson_iter_next(&it))
-            ok = copy_option(to, &it);
-    ok = ok && copy_compressors(to, from);
-    /* Credentials: the user and password, then authSource, authMechanism and its properties. */
-    if (ok && mongoc_uri_get_username(from))
-        ok = mongoc_uri_set_username(to, mongoc_uri_get_username(from));
-    if (ok && mongoc_uri_get_password(from))
-        ok = mongoc_uri_set_password(to, mongoc_uri_get_password(from));
-    const bson_t *cred = mongoc_uri_get_credentials(from);
-    if (ok && cred && bson_has_field(cred, MONGOC_URI_AUTHSOURCE))
-        ok = mongoc_uri_set_auth_source(to, mongoc_uri_get_auth_source(from));
-    if (ok && mongoc_uri_get_auth_mechanism(from))
-        ok = mongoc_uri_set_auth_mechanism(to, mongoc_uri_get_auth_mechanism(from));
-    bson_t props;
-    if (ok && mongoc_uri_get_mechanism_properties(from, &props)) {
-        ok = mongoc_uri_set_mechanism_properties(to, &props);
-        bson_destroy(&props);
-    }
-    if (ok && mongoc_uri_get_database(from))
-        ok = mongoc_uri_set_database(to, mongoc_uri_get_database(from));
-    /* mongodb+srv:// implies tls=true without saying so in the options. */
-    if (ok && mongoc_uri_get_tls(from))
-        ok = mongoc_uri_set_option_as_bool(to, MONGOC_URI_TLS, true);
-    if (!ok) {
-        snprintf(err, errlen, "cannot carry the router URI's options over to shard %s's URI", rs);
-        goto done;
-    }
-    out = bson_strdup(mongoc_uri_get_string(to));
-done:
-    mongoc_uri_destroy(to);
+    strbuf_puts(&b, hosts);
+    put_router_parts(&b, from, rs);
     mongoc_uri_destroy(from);
+    char *text = strbuf_detach(&b, NULL);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    /* What was written must read back: libmongoc has the last word on a connection string. */
+    mongoc_uri_t *check = mongoc_uri_new_with_error(text, &e);
+    if (!check) {
+        snprintf(err, errlen, "the URI made for replica set %s does not parse: %.300s", rs, e.message);
+        free(text);
+        return NULL;
+    }
+    mongoc_uri_destroy(check);
+    char *out = bson_strdup(text);
+    free(text);
     return out;
 }
 
