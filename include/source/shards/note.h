@@ -3,9 +3,10 @@
  * appendOplogNote, so that its reader sees an entry (and the merge a watermark) past a cluster time even when the
  * shard has no writes of its own (core/merge.h calls for it through merge_config.nudge).
  *
- * The command: {appendOplogNote: 1, data: {msg: "oplog2pg: ...", shard, service?}, writeConcern: {w: 1}} on admin,
- * sent to the shard's primary (mongo src/mongo/db/commands/oplog_note.cpp: the primary writes one `n` entry whose o
- * is `data`; what the server's own periodic noop writer, src/mongo/db/repl/noop_writer.cpp, sends too). w: 1, as
+ * The command: {appendOplogNote: 1, data: {msg: "oplog2pg: ...", shard, service?}, maxClusterTime: past,
+ * writeConcern: {w: 1}} on admin, sent to the shard's primary (mongo src/mongo/db/commands/oplog_note.cpp: the
+ * primary writes one `n` entry whose o is `data`, and with maxClusterTime only when its newest entry is before that
+ * time; the server's own periodic noop writer, src/mongo/db/repl/noop_writer.cpp, writes the same kind). w: 1, as
  * that writer: the note is read by the shard's reader with readConcern majority once a majority has it, which
  * happens as fast whatever the command waits for; waiting for the majority here would only slow the next note.
  * The note's ts is the shard's next cluster time, at least the primary's wall-clock second (mongo
@@ -39,10 +40,10 @@ typedef struct noter_config {
 typedef struct noter_stats {
     uint64_t requests; /* noter_request calls (those dropped after a refusal included) */
     uint64_t attempts; /* appendOplogNote commands sent */
-    uint64_t written;  /* notes the shard wrote */
+    uint64_t written;  /* notes the shard accepted (it skips one when its newest entry is past the time already) */
     uint64_t failures; /* attempts that failed (the refusal included) */
     bool refused;      /* the privilege is missing: no more attempts */
-    bool has_last;     /* last: the operationTime of the last note written */
+    bool has_last;     /* last: the operationTime of the last note's reply, when the reply has one */
     op_pos last;
     char last_error[256]; /* the last failure's message, "" when none */
 } noter_stats;
@@ -52,8 +53,9 @@ typedef struct noter noter;
 /* Parses the URI, makes the client and starts the thread. NULL with the reason in err. */
 noter *noter_start(const noter_config *cfg, char *err, size_t errlen);
 
-/* Asks for a note after `past` (the cluster time the merge waits on; NULL: any). Never blocks on MongoDB; coalesced
- * with the requests not yet served; dropped once refused. */
+/* Asks for a note because the merge waits on this shard for `past` (another source's entry there): the shard writes
+ * it unless its newest entry is at or after `past` already (maxClusterTime); NULL: a note in any case. Never blocks
+ * on MongoDB; coalesced with the requests not yet served (the newest `past` wins); dropped once refused. */
 void noter_request(noter *n, const op_pos *past);
 
 /* The privilege was refused (see above): for `status`. */

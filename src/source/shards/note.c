@@ -60,6 +60,10 @@ static void write_note(noter *n, bool has_past, const op_pos *past)
     if (n->service)
         BSON_APPEND_UTF8(&data, "service", n->service);
     bson_append_document_end(&cmd, &data);
+    /* Written only when the shard's newest entry is before that time (oplog_note.cpp): a shard already past it shows
+     * its reader an entry there anyway. */
+    if (has_past)
+        BSON_APPEND_TIMESTAMP(&cmd, "maxClusterTime", past->secs, past->inc);
     /* w: 1 even when the URI asks for more (note.h says why). */
     BSON_APPEND_DOCUMENT_BEGIN(&opts, "writeConcern", &wc);
     BSON_APPEND_INT32(&wc, "w", 1);
