@@ -20,6 +20,8 @@
 #include "../lib/proc.h"
 #include "../lib/skip.h"
 #include "core/op.h"
+#include "core/queue.h"
+#include "source/oplog/reader.h"
 #include "source/shards/discover.h"
 #include "source/shards/note.h"
 
@@ -278,6 +280,155 @@ START_TEST(test_note_on_a_shard)
 }
 END_TEST
 
+/* ---- the shards' readers and a transaction across shards ---- */
+
+/* One transaction through the router updating _id a and b of db.c ({v: +1}). */
+static void txn_update_two(mongoc_client_t *c, int64_t a, int64_t b)
+{
+    bson_error_t err;
+    mongoc_client_session_t *s = mongoc_client_start_session(c, NULL, &err);
+    ck_assert_msg(s, "%s", err.message);
+    ck_assert_msg(mongoc_client_session_start_transaction(s, NULL, &err), "%s", err.message);
+    mongoc_collection_t *coll = mongoc_client_get_collection(c, "db", "c");
+    bson_t opts = BSON_INITIALIZER;
+    ck_assert(mongoc_client_session_append(s, &opts, &err));
+    int64_t ids[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        bson_t *q = BCON_NEW("_id", BCON_INT64(ids[i])), *u = BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}");
+        ck_assert_msg(mongoc_collection_update_one(coll, q, u, &opts, NULL, &err), "%s", err.message);
+        bson_destroy(q);
+        bson_destroy(u);
+    }
+    bson_t reply;
+    ck_assert_msg(mongoc_client_session_commit_transaction(s, &reply, &err), "commit: %s", err.message);
+    bson_destroy(&reply);
+    bson_destroy(&opts);
+    mongoc_collection_destroy(coll);
+    mongoc_client_session_destroy(s);
+}
+
+/* What a shard's reader pushed for db.c's transactions, until the end of a commit (or timeout). */
+typedef struct {
+    size_t prepares, commit_parts, plain_txn, updates;
+    uint64_t prepare_key, commit_key;
+    bool commit_ended, source_ok;
+} tags_seen;
+
+static void read_tags(queue *q, uint16_t source, bool want_commit, tags_seen *t)
+{
+    memset(t, 0, sizeof *t);
+    t->source_ok = true;
+    double until = now_s() + WAIT_S;
+    while (now_s() < until) {
+        queue_item it;
+        if (!queue_pop(q, &it)) {
+            if (!want_commit && t->plain_txn > 0)
+                return;
+            sleep_ms(5);
+            continue;
+        }
+        ck_assert_msg(it.type != QUEUE_END, "reader ended: %s", it.message);
+        if (it.type == QUEUE_ENTRY) {
+            op_entry *e = it.entry;
+            t->source_ok &= e->source == source;
+            for (size_t i = 0; i < e->n; i++)
+                t->updates += e->ops[i].kind == OP_UPDATE && e->ops[i].coll && strcmp(e->ops[i].coll, "c") == 0;
+            if (e->txn_role == OP_TXN_PREPARE) {
+                t->prepares++;
+                t->prepare_key = e->txn_key;
+            } else if (e->txn_role == OP_TXN_COMMIT) {
+                t->commit_parts++;
+                t->commit_key = e->txn_key;
+                t->commit_ended = !e->more;
+            } else if (e->atomic && e->txn_role == OP_TXN_NONE) {
+                t->plain_txn++;
+            }
+            bool done = want_commit && t->commit_ended;
+            queue_item_clear(&it);
+            if (done)
+                return;
+            continue;
+        }
+        queue_item_clear(&it);
+    }
+}
+
+/* Each shard's reader tags its part of a transaction across shards: a prepare and a commit with one key, the same
+ * on both shards (the router's lsid and txnNumber), each entry stamped with its reader's source; a later transaction
+ * on one shard alone (no prepare) carries no tag. */
+START_TEST(test_readers_tag_a_cross_shard_transaction)
+{
+    cluster cl;
+    if (!cluster_start(&cl))
+        SKIP_TEST("needs mongosim --shards");
+    char err[512] = "";
+    shard_discovery *d = shard_discovery_open(cl.uri, err, sizeof err);
+    ck_assert_msg(d != NULL, "%s", err);
+    shard_list l = {0};
+    ck_assert_msg(shard_discovery_list(d, &l, err, sizeof err) == DISCOVER_OK, "%s", err);
+    ck_assert_uint_eq(l.n, 2);
+    mongoc_client_t *router = mongoc_client_new(cl.uri);
+    cmd_ok(router, "admin", BCON_NEW("shardCollection", BCON_UTF8("db.c"), "key", "{", "k", BCON_INT32(1), "}"), NULL);
+    cmd_ok(router, "admin", BCON_NEW("split", BCON_UTF8("db.c"), "middle", "{", "k", BCON_INT64(5), "}"), NULL);
+    mongoc_collection_t *coll = mongoc_client_get_collection(router, "db", "c");
+    for (int64_t k = 0; k < 10; k++) {
+        bson_t *doc = BCON_NEW("_id", BCON_INT64(k), "k", BCON_INT64(k), "v", BCON_INT32(0));
+        ck_assert_msg(mongoc_collection_insert_one(coll, doc, NULL, NULL, NULL), "insert %d", (int)k);
+        bson_destroy(doc);
+    }
+    mongoc_collection_destroy(coll);
+    cmd_ok(router, "admin",
+           BCON_NEW("moveChunk", BCON_UTF8("db.c"), "find", "{", "k", BCON_INT64(7), "}", "to", BCON_UTF8("shard1")),
+           NULL);
+
+    queue *q[2];
+    reader *r[2];
+    for (uint16_t i = 0; i < 2; i++) {
+        mongoc_client_t *sc = mongoc_client_new(l.v[i].uri);
+        bson_t *newest = newest_entry(sc);
+        reader_config cfg;
+        reader_config_init(&cfg);
+        cfg.uri = l.v[i].uri;
+        cfg.await_ms = 300;
+        cfg.start = pos_of(newest);
+        cfg.start_after = true; /* the term is not checked: a shard with no checkpoint of its own */
+        cfg.source = i;
+        q[i] = queue_new(1000, 0);
+        r[i] = reader_start(&cfg, q[i], err, sizeof err);
+        ck_assert_msg(r[i] != NULL, "%s", err);
+        bson_destroy(newest);
+        mongoc_client_destroy(sc);
+    }
+    txn_update_two(router, 1, 6); /* _id 1 on shard0, _id 6 on shard1 */
+    tags_seen t[2];
+    for (uint16_t i = 0; i < 2; i++) {
+        read_tags(q[i], i, true, &t[i]);
+        ck_assert_msg(t[i].commit_ended, "shard%u: no commit within %.0f s", i, WAIT_S);
+        ck_assert_uint_eq(t[i].prepares, 1);
+        ck_assert_uint_ge(t[i].commit_parts, 1);
+        ck_assert_uint_eq(t[i].updates, 1);
+        ck_assert(t[i].source_ok);
+        ck_assert_msg(t[i].prepare_key == t[i].commit_key, "shard%u: prepare and commit keys differ", i);
+    }
+    ck_assert_msg(t[0].commit_key == t[1].commit_key, "the participants' keys differ");
+
+    txn_update_two(router, 6, 8); /* both on shard1: no two-phase commit */
+    read_tags(q[1], 1, false, &t[1]);
+    ck_assert_uint_eq(t[1].plain_txn, 1);
+    ck_assert_uint_eq(t[1].prepares + t[1].commit_parts, 0);
+    ck_assert_uint_eq(t[1].updates, 2);
+
+    for (int i = 0; i < 2; i++) {
+        reader_free(r[i]);
+        queue_free(q[i]);
+    }
+    mongoc_client_destroy(router);
+    shard_list_free(&l);
+    shard_discovery_close(d);
+    proc_stop(&cl.sim, 10);
+}
+END_TEST
+
 /* ---- notes on the suite's replica set ---- */
 
 /* Requests coalesce: while one note is on its way (the server's replies held back), more requests make one more
@@ -427,6 +578,7 @@ Suite *shard_source_suite(void)
     tcase_add_test(tc, test_discover_replica_set);
     tcase_add_test(tc, test_discover_cluster);
     tcase_add_test(tc, test_note_on_a_shard);
+    tcase_add_test(tc, test_readers_tag_a_cross_shard_transaction);
     tcase_add_test(tc, test_note_written_and_coalesced);
     tcase_add_test(tc, test_note_refused_once);
     tcase_add_test(tc, test_note_retried_after_failure);
