@@ -73,7 +73,9 @@ typedef struct reader_config {
     uint16_t source;      /* stamped on every entry pushed (op_entry.source): the shard's index; 0 = one replica set */
     bool start_after;     /* start at the first entry after `start` without requiring `start` itself to be in the
                            * oplog, and without its term check: a shard with no checkpoint of its own yet, started
-                           * at a cluster time. Once an entry is pushed the reader resumes from it as usual (checked) */
+                           * at a cluster time. Once an entry is pushed the reader resumes from it as usual (checked).
+                           * An oplog that begins after `start` is read from its first entry (a warning says so:
+                           * right for a shard whose oplog began later; the caller checks the window otherwise) */
     bool report_prepares; /* when the book is rebuilt (has_hold), push one note_only OP_TXN_PREPARE entry (a noop at
                            * the prepare's position, before anything else) per prepared transaction still open at
                            * `start`, so the merge counts its participant; a failed re-read is then retried (it is

@@ -529,7 +529,7 @@ static step check_first(reader *r, bson_iter_t batch)
  * newest entry of an idle shard), else at pos. A failed look only costs that: the cursor opens at pos. */
 static op_pos after_base(reader *r)
 {
-    char err[256];
+    char err[256] = "";
     op_pos next = r->pos, got;
     bool have = false;
     if (next.inc == UINT32_MAX) {
@@ -540,6 +540,13 @@ static op_pos after_base(reader *r)
     }
     if (oplog_entry_before(r->client, &next, &got, &have, err, sizeof err) && have)
         return got;
+    if (err[0] == '\0' && !r->after_warned) { /* the look succeeded: nothing at or before the start */
+        char pbuf[OP_POS_STRLEN];
+        log_warning("reader: the oplog begins after the start %s: reading from its first entry (right for a shard "
+                    "whose oplog began after that time; otherwise the entries between were lost to oplog2pg)",
+                    op_pos_format(&r->pos, pbuf, sizeof pbuf));
+        r->after_warned = true;
+    }
     return r->pos;
 }
 

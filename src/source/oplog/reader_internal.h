@@ -55,6 +55,7 @@ struct reader {
     txn_list chain;    /* the OpTimes of the chain being applied */
     bool book_rebuilt; /* the chain heads between cfg.hold and cfg.start were read */
     bool after;        /* cfg.start_after and nothing pushed yet: the cursor opens after pos, unchecked */
+    bool after_warned; /* the oplog began after cfg.start: said once */
     queue_pusher out;  /* entries go to the queue in groups (core/queue.h), flushed before every round trip */
     bool out_failed;   /* a flush found the queue stopped (or the reader cancelled): the reader ends */
     bool malformed;    /* a transaction lookup's reply was malformed (next_doc): not a passing fault, the reader ends */
