@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/check-layers.sh — the one-way layer rule of src/ and include/ (docs/architecture.md, "The layers").
 #
-# A folder may include its own headers and those of the folders below it, never those above:
+# A folder (with its sub-folders: src/source/oplog/ is source/) may include its own headers and those of the folders
+# below it, never those above:
 #   util  <  core  <  map  <  source, sink  <  copy  <  daemon
 # (source and sink sit side by side and never include each other). Prints every offending #include and exits 1.
 #
@@ -46,7 +47,7 @@ for dir in src/* include/*; do
             bad=1
             ;;
         esac
-    done < <(grep -H '#[[:space:]]*include[[:space:]]*"[a-z_]*/' "$dir"/*.[ch] 2>/dev/null || true)
+    done < <(grep -rH --include='*.[ch]' '#[[:space:]]*include[[:space:]]*"[a-z_]*/' "$dir" 2>/dev/null || true)
 done
 SINK_LAYERS=(
     "pgerror.c"              # the one error policy

@@ -18,6 +18,7 @@ typedef struct {
     const char *appname;       /* "oplog2pg", "oplog2pg-copy", ...; the URI's appName wins */
     int32_t socket_timeout_ms; /* > 0: socketTimeoutMS unless the URI sets it */
     bool no_retry_reads;       /* retryReads=false (the reader recovers by itself: a retried getMore could skip) */
+    int32_t server_selection_timeout_ms; /* > 0: serverSelectionTimeoutMS unless the URI sets it */
 } mongo_client_opts;
 
 /* A client for uri, or NULL with the reason in err (a URI that does not parse, a client libmongoc refuses). */

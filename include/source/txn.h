@@ -11,11 +11,11 @@
  * - 6.0+ batched writes (multi-deletes) use the same chain without lsid/txnNumber;
  * - 8.0 vectored inserts (multiOpType:1) and 4.0's single-entry transactions are not chains (TXN_NONE).
  *
- * How the reader uses this (source/txn_read.c, docs/architecture.md "Transactions"): a TXN_PART or TXN_PREPARE entry
- * is skipped when read (it only moves the position; it is noted in the txn_book); at a TXN_COMMIT or
+ * How the reader uses this (source/oplog/txn_read.c, docs/architecture.md "Transactions"): a TXN_PART or TXN_PREPARE
+ * entry is skipped when read (it only moves the position; it is noted in the txn_book); at a TXN_COMMIT or
  * TXN_COMMIT_PREPARED the reader walks the chain back with point lookups (txn_walk_back: only the OpTimes are kept),
  * then reads the entries forward one at a time and pushes their ops as parts of one logical entry positioned at the
- * commit (op_entry.more); a TXN_ABORT only closes the chain. `replay` (source/dump.c) does the same with lookups
+ * commit (op_entry.more); a TXN_ABORT only closes the chain. `replay` (source/dump/dump.c) does the same with lookups
  * that read the entries back from the dump.
  *
  * Everything here is pure (no I/O): the lookups go through a callback, so the walk is testable without a server.
@@ -45,9 +45,21 @@ typedef struct txn_info {
     bool has_prev; /* prevOpTime is there and not the null OpTime */
     op_pos prev;
     bool has_count; /* o.count (the implicit commit of a chain of two or more entries) */
+    /* The transaction's identity (txn_key_hash) on a TXN_PREPARE, TXN_COMMIT_PREPARED or TXN_ABORT entry: equal on
+     * every participant shard of one transaction, so the merge of several sources (core/merge.h) can match them. */
+    bool has_key; /* the entry carries an lsid or a txnNumber */
+    uint64_t key;
 } txn_info;
 
 const char *txn_role_name(txn_role r);
+
+/* A 64-bit hash (FNV-1a) of a transaction's identity: the lsid's id (its UUID bytes), the lsid's txnNumber and
+ * txnUUID when there (internal sessions, 6.0+: two internal transactions of one parent session differ only there;
+ * /work/shared/oplog/REPORT.md "compare the whole lsid"; the uid is a function of the user, not of the transaction)
+ * and the entry's txnNumber. lsid and txnNumber may be NULL (absent). The router's session and transaction number
+ * travel unchanged to every participant (mongo src/mongo/s/transaction_router.cpp attaches them to each command),
+ * so every participant's prepare, commitTransaction and abortTransaction entries hash alike. */
+uint64_t txn_key_hash(const bson_iter_t *lsid, const bson_iter_t *txn_number);
 
 /* Classifies a raw oplog entry. False when it has no ts Timestamp (the decoder reports that). */
 bool txn_classify(const bson_t *entry, txn_info *out);
@@ -92,10 +104,12 @@ txn_walk txn_walk_back(const txn_info *commit, txn_lookup_fn lookup, void *ctx, 
 /* ---- the book of open chains (status and metrics; the hold kept with the checkpoint) ---- */
 
 typedef struct txn_chain {
-    op_pos first;    /* the chain's first entry (when first_known; else the oldest entry seen so far) */
+    op_pos first; /* the chain's first entry (when first_known; else the oldest entry seen so far) */
     bool first_known;
-    op_pos last;     /* its newest entry: the next entry's prevOpTime */
+    op_pos last; /* its newest entry: the next entry's prevOpTime */
     uint64_t entries, bytes;
+    bool prepared; /* its last entry is a prepare (TXN_PREPARE): waiting for commitTransaction or abortTransaction */
+    uint64_t key;  /* then the transaction's identity (txn_info.key) */
 } txn_chain;
 
 typedef struct txn_book {

@@ -17,8 +17,8 @@
 #include "daemon/config.h"
 #include "daemon/metrics.h"
 #include "sink/pg.h"
-#include "source/dump.h"
-#include "source/reader.h"
+#include "source/dump/dump.h"
+#include "source/oplog/reader.h"
 
 typedef enum {
     END_NONE = 0,

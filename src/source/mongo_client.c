@@ -19,6 +19,9 @@ mongoc_client_t *mongo_client_open(const char *uri_text, const mongo_client_opts
         mongoc_uri_set_option_as_bool(uri, MONGOC_URI_RETRYREADS, false);
     if (opts != NULL && opts->socket_timeout_ms > 0 && !mongoc_uri_has_option(uri, MONGOC_URI_SOCKETTIMEOUTMS))
         mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, opts->socket_timeout_ms);
+    if (opts != NULL && opts->server_selection_timeout_ms > 0 &&
+        !mongoc_uri_has_option(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS))
+        mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, opts->server_selection_timeout_ms);
     mongoc_client_t *c = mongoc_client_new_from_uri_with_error(uri, &e);
     mongoc_uri_destroy(uri);
     if (c == NULL) {

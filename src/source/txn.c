@@ -5,7 +5,7 @@
  * NOTES
  * - The walk keeps only OpTimes (16 bytes each): a chain of a thousand 16 MB entries costs 16 kB here. Each entry is
  *   looked up once on the way back (for its prevOpTime); the way forward is the caller's (the reader reads each
- *   entry's ops a window at a time, source/txn_read.c; replay reads each entry whole, source/dump.c).
+ *   entry's ops a window at a time, source/oplog/txn_read.c; replay reads each entry whole, source/dump/dump.c).
  * - The book is a small array: a replica set rarely has more than a few chains open at once.
  */
 #include "source/txn.h"
@@ -31,6 +31,60 @@ const char *txn_role_name(txn_role r)
         return "abortTransaction";
     }
     return "?";
+}
+
+#define FNV_OFFSET 14695981039346656037ULL
+#define FNV_PRIME  1099511628211ULL
+
+static uint64_t fnv(uint64_t h, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= FNV_PRIME;
+    }
+    return h;
+}
+
+/* A field into the hash: a tag (which field), then its bytes (binary: the payload; a number: 8 bytes little-endian),
+ * so that no two different identities feed the same bytes. */
+static uint64_t fnv_field(uint64_t h, char tag, const bson_iter_t *it)
+{
+    h = fnv(h, &tag, 1);
+    if (BSON_ITER_HOLDS_BINARY(it)) {
+        bson_subtype_t st;
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_binary(it, &st, &len, &data);
+        h = fnv(h, data, len);
+    } else if (BSON_ITER_HOLDS_INT64(it) || BSON_ITER_HOLDS_INT32(it)) {
+        uint64_t v = (uint64_t)bson_iter_as_int64(it);
+        uint8_t le[8];
+        for (int i = 0; i < 8; i++)
+            le[i] = (uint8_t)(v >> (8 * i));
+        h = fnv(h, le, sizeof le);
+    }
+    return h;
+}
+
+uint64_t txn_key_hash(const bson_iter_t *lsid, const bson_iter_t *txn_number)
+{
+    uint64_t h = FNV_OFFSET;
+    bson_iter_t sub;
+    if (lsid && BSON_ITER_HOLDS_DOCUMENT(lsid) && bson_iter_recurse(lsid, &sub)) {
+        while (bson_iter_next(&sub)) {
+            const char *k = bson_iter_key(&sub);
+            if (strcmp(k, "id") == 0)
+                h = fnv_field(h, 'i', &sub);
+            else if (strcmp(k, "txnNumber") == 0)
+                h = fnv_field(h, 'n', &sub);
+            else if (strcmp(k, "txnUUID") == 0)
+                h = fnv_field(h, 'u', &sub);
+        }
+    }
+    if (txn_number)
+        h = fnv_field(h, 'T', txn_number);
+    return h;
 }
 
 /* prevOpTime {ts: Timestamp, t: long}; the null OpTime (ts 0:0) counts as none. */
@@ -59,6 +113,8 @@ bool txn_classify(const bson_t *entry, txn_info *out)
     const uint8_t *o = NULL;
     uint32_t o_len = 0;
     bool has_ts = false, is_c = false, multi = false, from_migrate = false;
+    bson_iter_t lsid, txn_number;
+    bool has_lsid = false, has_txn_number = false;
 
     memset(out, 0, sizeof *out);
     out->pos.term = -1;
@@ -83,6 +139,12 @@ bool txn_classify(const bson_t *entry, txn_info *out)
             multi = true;
         } else if (strcmp(k, "fromMigrate") == 0) {
             from_migrate = bson_iter_as_bool(&it);
+        } else if (strcmp(k, "lsid") == 0) {
+            lsid = it;
+            has_lsid = true;
+        } else if (strcmp(k, "txnNumber") == 0) {
+            txn_number = it;
+            has_txn_number = true;
         }
     }
     if (!has_ts)
@@ -94,12 +156,17 @@ bool txn_classify(const bson_t *entry, txn_info *out)
     if (!bson_iter_init_from_data(&oi, o, o_len) || !bson_iter_next(&oi))
         return true;
     const char *cmd = bson_iter_key(&oi);
+    bool keyed = has_lsid || has_txn_number;
     if (strcmp(cmd, "commitTransaction") == 0) {
         out->role = TXN_COMMIT_PREPARED;
+        out->has_key = keyed;
+        out->key = txn_key_hash(has_lsid ? &lsid : NULL, has_txn_number ? &txn_number : NULL);
         return true;
     }
     if (strcmp(cmd, "abortTransaction") == 0) {
         out->role = TXN_ABORT;
+        out->has_key = keyed;
+        out->key = txn_key_hash(has_lsid ? &lsid : NULL, has_txn_number ? &txn_number : NULL);
         return true;
     }
     if (strcmp(cmd, "applyOps") != 0)
@@ -116,9 +183,11 @@ bool txn_classify(const bson_t *entry, txn_info *out)
     }
     if (partial)
         out->role = TXN_PART;
-    else if (prepare)
+    else if (prepare) {
         out->role = TXN_PREPARE;
-    else if (out->has_count || out->has_prev)
+        out->has_key = keyed;
+        out->key = txn_key_hash(has_lsid ? &lsid : NULL, has_txn_number ? &txn_number : NULL);
+    } else if (out->has_count || out->has_prev)
         out->role = TXN_COMMIT;
     return true;
 }
@@ -253,6 +322,8 @@ txn_chain *txn_book_note(txn_book *b, const txn_info *i, size_t bytes)
         c->first_known = !i->has_prev;
     }
     c->last = i->pos;
+    c->prepared = i->role == TXN_PREPARE;
+    c->key = i->key;
     c->entries++;
     c->bytes += bytes;
     return c;

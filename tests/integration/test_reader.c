@@ -26,7 +26,7 @@
 
 #include "core/nsfilter.h"
 #include "core/queue.h"
-#include "source/reader.h"
+#include "source/oplog/reader.h"
 
 #include "../lib/oplogutil.h"
 #include "../lib/skip.h"

@@ -1,5 +1,5 @@
 /*
- * test_reader_guards.c — what the daemon does when MongoDB's oplog batch is malformed (source/reader.c next_doc):
+ * test_reader_guards.c — what the daemon does when MongoDB's oplog batch is malformed (source/oplog/reader.c next_doc):
  * it stops with exit code 5, and its checkpoint never passes an entry it did not write.
  *
  * mongosimMalformBatch puts a bad element (an int32, or a document whose length runs past the batch) after the first

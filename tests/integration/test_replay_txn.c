@@ -1,5 +1,5 @@
 /*
- * test_replay_txn.c — `replay` of a dump holding transactions written over several entries (source/dump.c), cut
+ * test_replay_txn.c — `replay` of a dump holding transactions written over several entries (source/dump/dump.c), cut
  * after every entry.
  *
  * The dump is written here, entry by entry, in the shapes a 4.2+ server writes (source/txn.h): unprepared chains

@@ -1271,8 +1271,8 @@ START_TEST(test_mongo_tools_scenarios)
     expect_reference(&t);
     stop_daemon(&t);
 
-    /* The same oplog as a dump, replayed into a database of its own: the same result (source/dump.c puts the chains
-     * together from the file). */
+    /* The same oplog as a dump, replayed into a database of its own: the same result (source/dump/dump.c puts the
+     * chains together from the file). */
     char conninfo[600], dump[300], out[300];
     snprintf(conninfo, sizeof conninfo, "%s dbname=" VEC_DB, denv_pg_conninfo());
     denv_pg_exec("DROP DATABASE IF EXISTS " VEC_DB);

@@ -1,7 +1,8 @@
 /*
  * reader_internal.h — what the two files of the reader share: reader.c (the tailing cursor, the resume check, the
  * thread) and txn_read.c (transactions over several entries: the walk back, the forward read a window of ops at a
- * time, the book of open chains). Not a public header: only src/source/reader.c and src/source/txn_read.c include it.
+ * time, the book of open chains). Not a public header: only src/source/oplog/reader.c and src/source/oplog/txn_read.c
+ * include it.
  */
 #ifndef OPLOG2PG_SOURCE_READER_INTERNAL_H
 #define OPLOG2PG_SOURCE_READER_INTERNAL_H
@@ -14,7 +15,7 @@
 #include <stdint.h>
 
 #include "core/queue.h"
-#include "source/reader.h"
+#include "source/oplog/reader.h"
 #include "source/txn.h"
 #include "util/clock.h"
 
@@ -53,6 +54,8 @@ struct reader {
     txn_book book;     /* transactions seen open (source/txn.h) */
     txn_list chain;    /* the OpTimes of the chain being applied */
     bool book_rebuilt; /* the chain heads between cfg.hold and cfg.start were read */
+    bool after;        /* cfg.start_after and nothing pushed yet: the cursor opens after pos, unchecked */
+    bool after_warned; /* the oplog began after cfg.start: said once */
     queue_pusher out;  /* entries go to the queue in groups (core/queue.h), flushed before every round trip */
     bool out_failed;   /* a flush found the queue stopped (or the reader cancelled): the reader ends */
     bool malformed;    /* a transaction lookup's reply was malformed (next_doc): not a passing fault, the reader ends */
@@ -95,7 +98,9 @@ step reader_push_plain(reader *r, const bson_t *doc);
 /* One raw entry read by the cursor: chain entries are noted and skipped, commits reassembled, everything else
  * pushed as it is (reader_push_plain). */
 step txn_read_entry(reader *r, const bson_t *doc);
-/* Once, before the first cursor: re-reads the entries from cfg.hold to cfg.start to note the chains open there. */
-void txn_read_book(reader *r);
+/* Once, before the first cursor: re-reads the entries from cfg.hold to cfg.start to note the chains open there, and
+ * with cfg.report_prepares pushes the note_only entries of the prepared ones. Best effort (STEP_OK, logged) unless
+ * report_prepares: then a failed re-read is a step's failure (reader_failed), tried again at the next cursor. */
+step txn_read_book(reader *r);
 
 #endif

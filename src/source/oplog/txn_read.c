@@ -143,11 +143,34 @@ static op_entry *new_noop(reader *r, const op_pos *pos, const char *reason)
     return e;
 }
 
+/* The merge's tag of a prepared transaction's entry (op_entry.txn_role, txn_key): its prepare, every part of its
+ * commitTransaction, its abortTransaction. Nothing on other entries. */
+static void tag_entry(op_entry *e, const txn_info *ti)
+{
+    switch (ti->role) {
+    case TXN_PREPARE:
+        e->txn_role = OP_TXN_PREPARE;
+        break;
+    case TXN_COMMIT_PREPARED:
+        e->txn_role = OP_TXN_COMMIT;
+        break;
+    case TXN_ABORT:
+        e->txn_role = OP_TXN_ABORT;
+        break;
+    default:
+        return;
+    }
+    e->txn_key = ti->key;
+}
+
 /* A chain entry that is not the commit: noted in the book, then pushed as a noop (it only moves the position). */
 static step push_chain_noop(reader *r, const txn_info *ti, const char *reason)
 {
     op_entry *e = new_noop(r, &ti->pos, reason);
-    return e != NULL ? reader_push_entry(r, e, 0) : STEP_END;
+    if (e == NULL)
+        return STEP_END;
+    tag_entry(e, ti);
+    return reader_push_entry(r, e, 0);
 }
 
 static step chain_lost(reader *r, const txn_info *ti, const op_pos *missing)
@@ -232,6 +255,7 @@ static step push_windows(reader *r, const txn_info *ti, const op_pos *at, bool l
             e->ops[i].index = *base + (uint32_t)i;
         }
         *base += got;
+        tag_entry(e, ti);
         e->atomic = true;
         e->more = !(last && end);
         s = reader_push_entry(r, e, reserved);
@@ -305,6 +329,7 @@ static step push_commit(reader *r, const bson_t *doc, const txn_info *ti)
             return STEP_END;
         e->ops[0].index = base;
         e->atomic = true;
+        tag_entry(e, ti);
         return reader_push_entry(r, e, 0);
     }
     return STEP_OK;
@@ -346,14 +371,57 @@ step txn_read_entry(reader *r, const bson_t *doc)
 
 /* ---- the book at start ---- */
 
+static int cmp_chain_last(const void *a, const void *b)
+{
+    return op_pos_cmp(&((const txn_chain *)a)->last, &((const txn_chain *)b)->last);
+}
+
+/* report_prepares: one note_only OP_TXN_PREPARE entry per prepared transaction open at the start, at its prepare's
+ * position and in the oplog's order, before anything else is pushed. The notes do not move the position
+ * (reader_push_entry). */
+static step push_prepare_notes(reader *r)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < r->book.n; k++)
+        n += r->book.v[k].prepared;
+    if (n == 0)
+        return STEP_OK;
+    txn_chain *v = malloc(n * sizeof *v);
+    if (v == NULL) {
+        reader_fatal(r, QUEUE_END_NOMEM, "out of memory noting the prepared transactions open at the start");
+        return STEP_END;
+    }
+    n = 0;
+    for (size_t k = 0; k < r->book.n; k++)
+        if (r->book.v[k].prepared)
+            v[n++] = r->book.v[k];
+    qsort(v, n, sizeof *v, cmp_chain_last);
+    step s = STEP_OK;
+    for (size_t k = 0; k < n && s == STEP_OK; k++) {
+        op_entry *e = new_noop(r, &v[k].last, "prepared transaction open at the start (a note for the merge)");
+        if (e == NULL) {
+            s = STEP_END;
+            break;
+        }
+        e->note_only = true;
+        e->txn_role = OP_TXN_PREPARE;
+        e->txn_key = v[k].key;
+        s = reader_push_entry(r, e, 0);
+    }
+    free(v);
+    if (s == STEP_OK)
+        log_info("reader: %zu prepared transaction(s) open at the start, noted for the merge", n);
+    return s;
+}
+
 /* The checkpoint says a transaction was open at the start (its first entry at cfg.hold): read the entries from there
  * to the start once, noting the chain heads, so the book (status, metrics, the hold of the next commits) knows the
  * chains that began before the start. Best effort: a failure only leaves the book incomplete (logged). */
-void txn_read_book(reader *r)
+step txn_read_book(reader *r)
 {
     r->book_rebuilt = true;
     if (!r->cfg.has_hold || op_pos_cmp(&r->cfg.hold, &r->cfg.start) >= 0)
-        return;
+        return STEP_OK;
     bson_t cmd = BSON_INITIALIZER, filter, range, reply;
     bson_error_t err;
     bson_iter_t batch;
@@ -403,16 +471,26 @@ void txn_read_book(reader *r)
         ok = reader_run_cmd(r, &gm, &reply, &err) && reader_parse_cursor(&reply, "nextBatch", &id, &batch);
         bson_destroy(&gm);
     }
-    if (!ok) {
+    if (!ok)
         bson_destroy(&reply);
-        log_warning("reader: could not re-read the open transactions since %u:%u (%s): status will not show them "
-                    "until their commit",
-                    r->cfg.hold.secs, r->cfg.hold.inc, err.message);
-    }
     if (id != 0) {
         r->cursor_id = id;
         reader_kill_cursor(r);
     }
+    if (!ok && r->cfg.report_prepares) {
+        /* The merge must hear of every prepared transaction open at the start: without the notes it could hand on
+         * one participant's commit alone. Not best effort then: the book is read again at the next cursor. */
+        txn_book_free(&r->book);
+        r->book_rebuilt = false;
+        if (reader_stopping(r))
+            return STEP_END;
+        return reader_failed(r, "re-reading the open transactions since the checkpoint's hold", &err);
+    }
+    if (!ok)
+        log_warning("reader: could not re-read the open transactions since %u:%u (%s): status will not show them "
+                    "until their commit",
+                    r->cfg.hold.secs, r->cfg.hold.inc, err.message);
     publish_book(r);
     log_debug("reader: %" PRIu64 " entries re-read for open transactions, %zu open at the start", seen, r->book.n);
+    return r->cfg.report_prepares ? push_prepare_notes(r) : STEP_OK;
 }

@@ -19,7 +19,7 @@
  *   position are indexed too (and their commits close their chains), so a replay resumed after a cut inside a
  *   chain still finds its first entries.
  */
-#include "source/dump.h"
+#include "source/dump/dump.h"
 
 #include <errno.h>
 #include <fcntl.h>

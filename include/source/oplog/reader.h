@@ -17,6 +17,9 @@
  * Transactions written over several entries (source/txn.h) are pushed at their commit point as parts of one logical
  * entry (op_entry.more), read by point lookups along their prevOpTime chain; a chain whose first entry has left the
  * oplog ends the reader with QUEUE_END_RESUME_LOST.
+ * For the merge of several sources (core/merge.h) the entries of prepared transactions are tagged (op_entry.txn_role
+ * and txn_key, source/txn.h txn_key_hash): the prepare entry (pushed as a noop) OP_TXN_PREPARE, every part of its
+ * commitTransaction OP_TXN_COMMIT, an abortTransaction entry OP_TXN_ABORT. Other entries keep OP_TXN_NONE.
  * What each means for the process is the daemon's choice. Network errors, dead cursors and replica-set state
  * changes are retried (backoff 100 ms doubling to 5 s) by re-opening the cursor at the last position pushed and
  * checking it again, so nothing is lost or repeated.
@@ -66,6 +69,17 @@ typedef struct reader_config {
     bool has_hold;          /* the checkpoint's hold (op_entry.hold): the first entry of the oldest transaction that
                              * was open at `start`; the reader re-reads the chain heads from there to `start` so its */
     op_pos hold;            /* book of open transactions (source/txn.h) is complete from the first entry on */
+    /* ---- several sources (a sharded cluster: one reader per shard, merged by core/merge.h) ---- */
+    uint16_t source;      /* stamped on every entry pushed (op_entry.source): the shard's index; 0 = one replica set */
+    bool start_after;     /* start at the first entry after `start` without requiring `start` itself to be in the
+                           * oplog, and without its term check: a shard with no checkpoint of its own yet, started
+                           * at a cluster time. Once an entry is pushed the reader resumes from it as usual (checked).
+                           * An oplog that begins after `start` is read from its first entry (a warning says so:
+                           * right for a shard whose oplog began later; the caller checks the window otherwise) */
+    bool report_prepares; /* when the book is rebuilt (has_hold), push one note_only OP_TXN_PREPARE entry (a noop at
+                           * the prepare's position, before anything else) per prepared transaction still open at
+                           * `start`, so the merge counts its participant; a failed re-read is then retried (it is
+                           * best effort otherwise) */
 } reader_config;
 
 /* Counters, safe to read from any thread (each field is read atomically; together they are a near snapshot). */

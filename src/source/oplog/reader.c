@@ -13,13 +13,14 @@
  *   first document is that very entry (same ts, same term) and skips it, so nothing is lost or applied twice, and a
  *   rollback or a truncation past our position turns into QUEUE_END (QUEUE_END_RESUME_LOST).
  * - All state below the "thread only" line of struct reader (reader_internal.h) belongs to the reader thread; other
- *   threads read the atomic counters and set `stop`. The backoff between attempts is a timed wait on a condition variable that reader_stop signals, and a
- *   blocked queue push is woken through queue_wake_pushers: no sleep ignores a stop request. An empty oplog is waited
- *   on by the server (an awaitData getMore returns after at most maxTimeMS = await_ms).
+ *   threads read the atomic counters and set `stop`. The backoff between attempts is a timed wait on a condition
+ * variable that reader_stop signals, and a blocked queue push is woken through queue_wake_pushers: no sleep ignores a
+ * stop request. An empty oplog is waited on by the server (an awaitData getMore returns after at most maxTimeMS =
+ * await_ms).
  * - Transactions written over several entries are read in txn_read.c (txn_read_entry for every entry of a batch,
  *   txn_read_book once before the first cursor); reader_internal.h holds the state and helpers the two files share.
  */
-#include "source/reader.h"
+#include "source/oplog/reader.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -278,14 +279,16 @@ static step bad_batch(reader *r, const char *what, const char *why)
 step reader_push_entry(reader *r, op_entry *e, size_t reserved)
 {
     op_pos p = e->pos;
-    bool more = e->more;
+    bool more = e->more, note = e->note_only;
     e->has_hold = txn_book_oldest(&r->book, &e->hold);
+    e->source = r->cfg.source;
     if (!queue_pusher_add(&r->out, e, reserved)) { /* it and the rest of its group are freed */
         r->out_failed = true;
         return STEP_END;
     }
-    if (more)
-        return STEP_OK; /* a part: the position moves with the last one */
+    if (more || note)
+        return STEP_OK; /* a part: the position moves with the last one; a note is at or before the start */
+    r->after = false;   /* from now on the resume point is an entry pushed, checked as usual */
     r->pos = p;
     r->have_pos = true;
     r->idle_due = true;
@@ -373,7 +376,8 @@ step reader_push_plain(reader *r, const bson_t *doc)
     return s == STEP_OK ? reader_push_entry(r, e, reserved) : s;
 }
 
-/* Pushes every document of a batch (skipping the first when skip_first); *count gets the batch's size. A malformed
+/* Pushes every document of a batch (skipping the first when skip_first; in start_after mode, those at or before the
+ * start instead); *count gets the batch's size. A malformed
  * element ends the reader there: what came before it is handed on, nothing after it. */
 static step push_batch(reader *r, bson_iter_t *batch, bool skip_first, uint32_t *count)
 {
@@ -385,8 +389,11 @@ static step push_batch(reader *r, bson_iter_t *batch, bool skip_first, uint32_t 
         if (dn == DOC_BAD)
             return bad_batch(r, skip_first ? "find" : "getMore", why);
         (*count)++;
-        if (skip_first && *count == 1)
+        if (skip_first && !r->after && *count == 1)
             continue;
+        op_pos at;
+        if (r->after && reader_doc_pos(&doc, &at) && op_pos_cmp(&at, &r->pos) <= 0)
+            continue; /* start_after: at or before the start */
         step s = txn_read_entry(r, &doc);
         if (s != STEP_OK)
             return s;
@@ -517,6 +524,32 @@ static step check_first(reader *r, bson_iter_t batch)
 
 /* ---- tailing ---- */
 
+/* Where the cursor opens in start_after mode: at the newest entry at or before pos when there is one (the cursor then
+ * finds something: a server's tailable cursor whose query matches nothing is dead at once, and pos may be past the
+ * newest entry of an idle shard), else at pos. A failed look only costs that: the cursor opens at pos. */
+static op_pos after_base(reader *r)
+{
+    char err[256] = "";
+    op_pos next = r->pos, got;
+    bool have = false;
+    if (next.inc == UINT32_MAX) {
+        next.secs++;
+        next.inc = 0;
+    } else {
+        next.inc++;
+    }
+    if (oplog_entry_before(r->client, &next, &got, &have, err, sizeof err) && have)
+        return got;
+    if (err[0] == '\0' && !r->after_warned) { /* the look succeeded: nothing at or before the start */
+        char pbuf[OP_POS_STRLEN];
+        log_warning("reader: the oplog begins after the start %s: reading from its first entry (right for a shard "
+                    "whose oplog began after that time; otherwise the entries between were lost to oplog2pg)",
+                    op_pos_format(&r->pos, pbuf, sizeof pbuf));
+        r->after_warned = true;
+    }
+    return r->pos;
+}
+
 /* Whether the entries of a batch weigh READER_REPLY_BYTES or more each (counted over a copy of the iterator). */
 static bool huge_batch(const bson_t *reply, const bson_iter_t *batch)
 {
@@ -551,13 +584,17 @@ static step tail_once(reader *r)
     step s = open_session(r);
     if (s != STEP_OK)
         return s;
-    if (!r->book_rebuilt)
-        txn_read_book(r);
+    if (!r->book_rebuilt) {
+        s = txn_read_book(r);
+        if (s != STEP_OK)
+            return s;
+    }
 
     BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
     BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &ts);
-    BSON_APPEND_TIMESTAMP(&ts, "$gte", r->pos.secs, r->pos.inc);
+    op_pos from = r->after ? after_base(r) : r->pos;
+    BSON_APPEND_TIMESTAMP(&ts, "$gte", from.secs, from.inc);
     bson_append_document_end(&filter, &ts);
     bson_append_document_end(&cmd, &filter);
     BSON_APPEND_BOOL(&cmd, "tailable", true);
@@ -584,8 +621,9 @@ static step tail_once(reader *r)
         return reader_failed(r, "find", &err);
     }
     /* The start is an entry already applied (the committed checkpoint, or the last entry pushed): it must be
-     * there, and is skipped. */
-    s = check_first(r, batch);
+     * there, and is skipped. Starting after a position (start_after, until an entry is pushed): nothing is checked,
+     * and every entry up to the position is skipped. */
+    s = r->after ? STEP_OK : check_first(r, batch);
     if (s == STEP_OK) {
         backoff_reset(&r->bo);
         s = push_batch(r, &batch, true, &count);
@@ -658,6 +696,7 @@ static void *reader_main(void *arg)
 
     r->pos = r->cfg.start;
     r->have_pos = true;
+    r->after = r->cfg.start_after;
     publish_pos(r, &r->pos);
     while (s != STEP_END && !reader_stopping(r)) {
         s = tail_once(r);
