@@ -10,6 +10,11 @@
  *   - --skip-import without a checkpoint: the newest oplog entry becomes the checkpoint (waiting for one if the
  *     oplog is empty);
  *   - --tail-from POS: the last entry before POS becomes the checkpoint (POS must still be in the oplog).
+ * A sharded cluster keeps one checkpoint per shard (oplog2pg.shard_checkpoint) beside the service's cluster time:
+ * --skip-import puts each shard's at its newest entry and the cluster time at the newest of them; --tail-from puts
+ * the cluster time just before POS and no shard row, so that every shard starts at its first entry from POS on (each
+ * shard's oplog must still hold POS). The initial copy of a sharded cluster is not made yet: such a service starts
+ * with --skip-import or --tail-from.
  * Careful mode, reconnects and restarts after kill -9 then all resume from that one committed position.
  */
 #ifndef OPLOG2PG_DAEMON_START_H
@@ -31,6 +36,8 @@ typedef struct {
     /* The initial copy's progress, about every 50 ms (see copy_config.tick). */
     void (*tick)(void *arg, int64_t copied, int64_t estimate, size_t collections_left);
     void *tick_arg;
+    /* The URI names a sharded cluster's routers: the start positions are each shard's (daemon/cluster.c). */
+    bool sharded;
 } start_params;
 
 /* Returns -1 when the first session may start (the checkpoint is in place), or the exit code to stop with. */

@@ -522,9 +522,30 @@ static void on_sink_failure(daemon_ctx *d, apply_status st)
  * not found the oplog drained since the group before this one committed. An idle marker, even one that came while
  * entries still waited, says the reader reached the oplog's end: the applier merely trails a steady stream, and
  * flush_interval stays the bound there (catchup_interval would delay every change by up to its length). */
+/* The session's stream: one source's queue, or a sharded cluster's shards merged (cluster.c). */
+static size_t stream_take(daemon_ctx *d, queue_item *items, size_t max)
+{
+    return d->cl != NULL ? cluster_take(d->cl, items, max) : queue_pop_all(d->q, items, max);
+}
+
+/* Nothing waits to be taken. */
+static bool stream_drained(const daemon_ctx *d)
+{
+    return d->cl != NULL ? cluster_drained(d->cl) : queue_len(d->q) == 0;
+}
+
+/* Everything taken is written and freed (queue_release). */
+static void stream_release(daemon_ctx *d)
+{
+    if (d->cl != NULL)
+        cluster_release(d->cl);
+    else
+        queue_release(d->q);
+}
+
 static bool behind(const daemon_ctx *d, bool more_in_hand)
 {
-    if (!more_in_hand && queue_len(d->q) == 0)
+    if (!more_in_hand && stream_drained(d))
         return false;
     return d->idle_after == 0 || d->idle_after - 1 < batcher_get_stats(d->bt)->commits;
 }
@@ -628,6 +649,17 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
         memory_release();
         d->memory_used = false;
     }
+    /* A shard that refuses oplog notes: `status` says so (its reader logged it once). */
+    if (d->cl != NULL && !d->notes_refused_shown) {
+        for (size_t i = 0; i < cluster_shard_count(d->cl); i++) {
+            cluster_shard_info si;
+            if (cluster_shard_report(d->cl, i, &si) && si.notes_refused) {
+                sink_set_activity(d->snk, "applying; shard notes refused: noops only");
+                d->notes_refused_shown = true;
+                break;
+            }
+        }
+    }
     report_status(d, now, &m);
 }
 
@@ -658,6 +690,8 @@ static void on_source_end(daemon_ctx *d, queue_end_reason reason, const char *me
     }
 }
 
+static void arm_merge_timer(daemon_ctx *d);
+
 static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
 {
     daemon_ctx *d = w->data;
@@ -667,7 +701,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
     (void)revents;
 
     while (d->end == END_NONE && done < ITEMS_PER_WAKE) {
-        size_t n = queue_pop_all(d->q, items, sizeof items / sizeof items[0]);
+        size_t n = stream_take(d, items, sizeof items / sizeof items[0]);
         if (n == 0)
             break;
         for (size_t i = 0; i < n; i++) {
@@ -694,7 +728,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
             case QUEUE_IDLE:
                 /* The reader drained the oplog; we have caught up with it only if nothing follows the marker. While
                  * the applier lags, markers are stale and committing on each would cost an fsync per getMore. */
-                if (i + 1 == n && queue_len(d->q) == 0) {
+                if (i + 1 == n && stream_drained(d)) {
                     st = batcher_flush(d->bt, FLUSH_IDLE);
                     d->caught_up = st == APPLY_OK;
                 }
@@ -717,7 +751,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
         if (!d->session_live && d->end == END_NONE)
             report_live(d);
         if (!batcher_dirty(d->bt))
-            queue_release(d->q); /* everything taken is written and freed: the reader may fetch large entries again */
+            stream_release(d); /* everything taken is written and freed: the reader may fetch large entries again */
     }
     if (d->end == END_NONE) {
         act_on_signals(d); /* a wait on PostgreSQL may have noted one */
@@ -725,7 +759,30 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
             ev_async_send(d->loop, &d->wake); /* more to do: come back after signals and timers had their turn */
         if (d->end == END_NONE)
             arm_flush_timer(d);
+        if (d->end == END_NONE)
+            arm_merge_timer(d);
     }
+}
+
+/* The merge's next nudge of a shard that holds the stream back: the loop takes from the merge again then. */
+static void on_merge_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    (void)revents;
+    ev_async_send(loop, &d->wake);
+}
+
+static void arm_merge_timer(daemon_ctx *d)
+{
+    ev_timer_stop(d->loop, &d->merge_timer);
+    if (d->cl == NULL)
+        return;
+    uint64_t at = cluster_deadline(d->cl);
+    if (at == UINT64_MAX)
+        return;
+    uint64_t now = clock_ms();
+    ev_timer_set(&d->merge_timer, at > now ? (double)(at - now) / 1000.0 : 0, 0);
+    ev_timer_start(d->loop, &d->merge_timer);
 }
 
 static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
@@ -739,7 +796,7 @@ static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
         return;
     }
     if (!batcher_dirty(d->bt))
-        queue_release(d->q);
+        stream_release(d);
     act_on_signals(d);
     if (d->end == END_NONE)
         arm_flush_timer(d);
@@ -751,7 +808,7 @@ static void on_progress(struct ev_loop *loop, ev_timer *w, int revents)
     report_progress(w->data, ev_now(loop));
 }
 
-static void notify_wake(void *arg)
+void apply_notify_wake(void *arg)
 {
     daemon_ctx *d = arg;
     ev_async_send(d->loop, &d->wake);
@@ -772,6 +829,17 @@ static bool start_source(daemon_ctx *d, int have, const op_pos *start, char *err
             dc.start = *start;
         d->dump = dump_start(&dc, d->q, err, errlen);
         return d->dump != NULL;
+    }
+    if (d->sharded) {
+        int fatal = 0;
+        d->cl = cluster_start(d, start, &fatal, err, errlen);
+        if (d->cl == NULL && !fatal) {
+            /* config.shards could not be read now, or the shards' checkpoints: a passing fault */
+            log_warning("cannot read the sharded cluster's shards: %s; retrying", err);
+            snprintf(d->retry_reason, sizeof d->retry_reason, "a MongoDB failure");
+            d->end = END_RETRY;
+        }
+        return d->cl != NULL;
     }
     reader_config rc;
     reader_config_init(&rc);
@@ -830,6 +898,7 @@ static void run_session(daemon_ctx *d)
     }
 
     sink_set_activity(d->snk, d->dump_path ? "replaying" : "applying");
+    d->notes_refused_shown = false;
     batcher_config bc = batcher_config_from(d, d->careful);
     if (bc.batch_tables != d->tables_logged) {
         d->tables_logged = bc.batch_tables;
@@ -849,10 +918,12 @@ static void run_session(daemon_ctx *d)
         d->end = END_RETRY;
         return;
     }
-    queue_set_notify(d->q, notify_wake, d);
+    queue_set_notify(d->q, apply_notify_wake, d);
 
     char err[512];
     if (!start_source(d, have, &start, err, sizeof err)) {
+        if (d->end == END_RETRY)
+            return;
         log_error("cannot start reading %s: %s", d->dump_path ? "the dump" : "the oplog", err);
         d->end = END_FATAL;
         d->exit_code = d->dump_path ? EXIT_USAGE : EXIT_CONFIG;
@@ -871,9 +942,11 @@ static void run_session(daemon_ctx *d)
     d->in_session = false;
 
     reader_stop(d->rd);
+    cluster_stop(d->cl);
     dump_stop(d->dump);
     ev_io_stop(d->loop, &d->pg_io);
     ev_timer_stop(d->loop, &d->flush_timer);
+    ev_timer_stop(d->loop, &d->merge_timer);
     ev_async_stop(d->loop, &d->wake);
     d->session_live = false;
     if (d->end == END_STOP) {
@@ -897,6 +970,8 @@ static void end_of_session_cleanup(daemon_ctx *d)
     report_close_session(d);
     reader_free(d->rd);
     d->rd = NULL;
+    cluster_free(d->cl);
+    d->cl = NULL;
     dump_free(d->dump);
     d->dump = NULL;
     queue_free(d->q);
@@ -927,6 +1002,37 @@ static void copy_tick(void *arg, int64_t copied, int64_t estimate, size_t left)
     report_publish(d);
 }
 
+/* Is the URI a sharded cluster's routers? A URI naming a replicaSet is a replica set, without asking; otherwise
+ * `hello` tells. -1: known; -2: not now (MongoDB unreachable: try again); an exit code otherwise. */
+static int learn_topology(daemon_ctx *d)
+{
+    char err[512];
+    mongoc_uri_t *uri = mongoc_uri_new(d->cfg->mongodb_uri_effective);
+    bool named_set = uri != NULL && mongoc_uri_get_replica_set(uri) != NULL;
+    mongoc_uri_destroy(uri);
+    if (named_set) {
+        d->topology_known = true;
+        return -1;
+    }
+    bool router = false;
+    int rc = cluster_detect(d->cfg, &router, err, sizeof err);
+    if (rc < 0) {
+        log_error("cannot ask MongoDB what it is: %s", err);
+        return EXIT_CONFIG;
+    }
+    if (rc == 0) {
+        log_warning("cannot ask MongoDB what it is (a replica set or a sharded cluster's router): %s; retrying", err);
+        sink_set_activity(d->snk, "waiting for MongoDB");
+        return -2;
+    }
+    d->topology_known = true;
+    d->sharded = router;
+    if (router)
+        log_notice("the URI names a sharded cluster's router: reading every shard's oplog, merged in cluster-time "
+                   "order");
+    return -1;
+}
+
 /* Sessions until a stop, the source's end or a fatal fault. */
 static int run_sessions(daemon_ctx *d, const daemon_options *opts)
 {
@@ -938,11 +1044,23 @@ static int run_sessions(daemon_ctx *d, const daemon_options *opts)
         int rc = connect_sink(d);
         if (rc >= 0)
             return rc;
+        if (!d->topology_known && d->dump_path == NULL) {
+            rc = learn_topology(d);
+            if (rc >= 0)
+                return rc;
+            if (rc == -2) {
+                sink_disconnect(d->snk);
+                if (!nap(d, backoff_next(&b)))
+                    return EXIT_OK;
+                continue;
+            }
+        }
         if (first_session) {
             first_session = false;
             sink_set_activity(d->snk, "starting");
             if (opts != NULL) {
-                start_params sp = {.cfg = d->cfg,
+                start_params sp = {.sharded = d->sharded,
+                                   .cfg = d->cfg,
                                    .opts = opts,
                                    .snk = d->snk,
                                    .filter = d->filter,
@@ -1031,6 +1149,8 @@ static bool ctx_init(daemon_ctx *d, config *cfg, const char *config_path, const 
     d->wake.data = d;
     ev_timer_init(&d->flush_timer, on_flush_timer, 1.0, 0.0);
     d->flush_timer.data = d;
+    ev_timer_init(&d->merge_timer, on_merge_timer, 1.0, 0.0);
+    d->merge_timer.data = d;
     ev_timer_init(&d->progress_timer, on_progress, 10.0, 10.0);
     d->progress_timer.data = d;
     double tick = TICK_S;

@@ -30,6 +30,8 @@ typedef enum {
     END_REWIND,   /* an insert met a duplicate where none was expected: new session from the checkpoint, at once */
 } session_end;
 
+typedef struct cluster cluster;
+
 typedef struct {
     config *cfg;
     const char *config_path;
@@ -45,6 +47,12 @@ typedef struct {
     queue *q;
     reader *rd;
     dump_reader *dump;
+    /* A sharded cluster (cluster.c): known once the configured URI was asked (`hello`); then each session reads its
+     * shards through `cl` (one reader and queue per shard, merged) instead of `rd` and `q`. */
+    bool topology_known, sharded;
+    cluster *cl;
+    ev_timer merge_timer;     /* the merge's next nudge (cluster_deadline) */
+    bool notes_refused_shown; /* a shard refused oplog notes, and the activity `status` shows says so */
 
     session_end end;
     int exit_code;
@@ -96,6 +104,48 @@ typedef struct {
     int64_t copy_copied, copy_estimate;
     atomic_bool copy_cancel;
 } daemon_ctx;
+
+/* ---- apply.c ---- */
+
+/* The queues' notify: wakes the loop (ev_async_send). */
+void apply_notify_wake(void *arg);
+
+/* ---- cluster.c ---- */
+
+/* Asks the configured URI's server whether it is a sharded cluster's router: 1 answered (*is_router), 0 a passing
+ * failure (unreachable: try again), -1 one a person must fix (err says which). */
+int cluster_detect(const config *cfg, bool *is_router, char *err, size_t errlen);
+/* The session's shards, read from config.shards, each with its reader (from its checkpoint row, or after
+ * cluster_pos), queue and note writer, and their merge. NULL with err, and *fatal set when retrying cannot help. */
+cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, char *err, size_t errlen);
+/* Stops the readers (items already queued stay). */
+void cluster_stop(cluster *c);
+void cluster_free(cluster *c);
+/* Up to max items of the merged stream (core/merge.h merge_take). */
+size_t cluster_take(cluster *c, queue_item *out, size_t max);
+/* Nothing is queued in any shard's queue nor held by the merge. */
+bool cluster_drained(const cluster *c);
+/* queue_release on every shard's queue. */
+void cluster_release(cluster *c);
+/* When cluster_take must run again for a nudge (monotonic ms), UINT64_MAX when none. */
+uint64_t cluster_deadline(const cluster *c);
+size_t cluster_queued_ops(const cluster *c);
+/* The shards' readers' counters, summed (txn_oldest: the oldest of them). */
+void cluster_reader_totals(const cluster *c, reader_stats *sum);
+
+typedef struct cluster_shard_info {
+    const char *id;
+    bool has_read;
+    op_pos read_last;    /* the last entry its reader pushed */
+    uint64_t waited_ms;  /* how long the merge has waited on it in all */
+    bool holding;        /* the merge waits on it now */
+    uint64_t nudges;     /* notes asked of it */
+    uint64_t notes;      /* notes it wrote */
+    bool notes_refused;  /* it refused appendOplogNote (the privilege) */
+    uint64_t entries;    /* its entries handed on */
+} cluster_shard_info;
+size_t cluster_shard_count(const cluster *c);
+bool cluster_shard_report(const cluster *c, size_t i, cluster_shard_info *out);
 
 /* ---- report.c ---- */
 

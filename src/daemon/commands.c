@@ -20,6 +20,7 @@
 #include "copy/copy.h"
 #include "source/mongo_client.h"
 #include "source/oplog_edge.h"
+#include "source/shards/discover.h"
 #include "util/log.h"
 
 bool daemon_parse_position(const char *text, op_pos *out)
@@ -124,7 +125,12 @@ int daemon_check(config *cfg)
                    cfg->service);
         printf("postgres: service '%s' is %s\n", cfg->service,
                pr.running ? "being applied by a running oplog2pg right now" : "not running");
+        for (size_t i = 0; i < pr.nshards; i++)
+            printf("postgres: service '%s', shard '%s' resumes after oplog entry %s (term %lld)\n", cfg->service,
+                   pr.shards[i].shard, op_pos_format(&pr.shards[i].pos, at, sizeof at),
+                   (long long)pr.shards[i].pos.term);
     }
+    sink_probe_free(&pr);
     printf("%s\n", code == EXIT_OK ? "check passed" : "check failed");
     return code;
 }
@@ -148,6 +154,153 @@ static void json_str(FILE *out, const char *s)
     fputc('"', out);
 }
 
+/* A sharded cluster's shards, as `status` shows them: each one's checkpoint row (from sink_probe) and oplog. */
+typedef struct {
+    const char *id;
+    const sink_probe_shard *row; /* NULL: none yet */
+    bool ok, have_oplog;
+    op_pos oldest, newest;
+    char err[256];
+    double lag, window_h, margin_h; /* -1 when unknown */
+} status_shard;
+
+typedef struct {
+    bool sharded;
+    shard_list sl;
+    status_shard *v;
+    size_t n;
+    char err[512]; /* config.shards could not be read */
+} status_cluster;
+
+/* Whether the URI names routers (a URI with replicaSet= is a replica set, without asking), and then each shard's
+ * oplog window beside its checkpoint row. */
+static void status_read_cluster(const config *cfg, const sink_probe_result *pr, bool pg_ok, status_cluster *sc)
+{
+    memset(sc, 0, sizeof *sc);
+    mongoc_uri_t *uri = mongoc_uri_new(cfg->mongodb_uri_effective);
+    bool named_set = uri != NULL && mongoc_uri_get_replica_set(uri) != NULL;
+    mongoc_uri_destroy(uri);
+    if (named_set && !(pg_ok && pr->nshards > 0))
+        return;
+    shard_discovery *sd = shard_discovery_open(cfg->mongodb_uri_effective, sc->err, sizeof sc->err);
+    bool router = false;
+    if (sd != NULL && shard_discovery_hello(sd, &router, sc->err, sizeof sc->err) == DISCOVER_OK && router)
+        sc->sharded = true;
+    if (sc->sharded && shard_discovery_list(sd, &sc->sl, sc->err, sizeof sc->err) == DISCOVER_OK)
+        sc->err[0] = '\0';
+    else if (!sc->sharded && pg_ok && pr->nshards > 0)
+        sc->sharded = true; /* the rows say so; the routers could not be asked (sc->err) */
+    else if (!sc->sharded)
+        sc->err[0] = '\0';
+    shard_discovery_close(sd);
+    if (!sc->sharded || sc->sl.n == 0)
+        return;
+    sc->v = calloc(sc->sl.n, sizeof *sc->v);
+    if (sc->v == NULL)
+        return;
+    sc->n = sc->sl.n;
+    for (size_t i = 0; i < sc->n; i++) {
+        status_shard *h = &sc->v[i];
+        h->id = sc->sl.v[i].id;
+        h->lag = h->window_h = h->margin_h = -1;
+        for (size_t k = 0; pg_ok && k < pr->nshards; k++)
+            if (strcmp(pr->shards[k].shard, h->id) == 0)
+                h->row = &pr->shards[k];
+        h->ok = oplog_window(sc->sl.v[i].uri, &h->oldest, &h->newest, &h->have_oplog, h->err, sizeof h->err);
+        if (!h->ok || !h->have_oplog)
+            continue;
+        h->window_h = ((double)h->newest.secs - (double)h->oldest.secs) / 3600.0;
+        if (h->row != NULL) {
+            const op_pos *needed =
+                h->row->has_hold && op_pos_cmp(&h->row->hold, &h->row->pos) < 0 ? &h->row->hold : &h->row->pos;
+            h->lag = (double)h->newest.secs - (double)h->row->pos.secs;
+            h->lag = h->lag < 0 ? 0 : h->lag;
+            h->margin_h = ((double)needed->secs - (double)h->oldest.secs) / 3600.0;
+        }
+    }
+}
+
+static void status_free_cluster(status_cluster *sc)
+{
+    free(sc->v);
+    shard_list_free(&sc->sl);
+}
+
+static void status_print_shards_json(FILE *o, const status_cluster *sc)
+{
+    char at[OP_POS_STRLEN], when[64];
+    fprintf(o, ", \"shards\": [");
+    for (size_t i = 0; i < sc->n; i++) {
+        const status_shard *h = &sc->v[i];
+        fprintf(o, "%s{\"shard\": ", i ? ", " : "");
+        json_str(o, h->id);
+        if (h->row != NULL) {
+            fprintf(o, ", \"checkpoint\": {\"position\": \"%s\", \"time\": ",
+                    op_pos_format(&h->row->pos, at, sizeof at));
+            json_str(o, utc_text(h->row->pos.secs, when, sizeof when));
+            fprintf(o, ", \"term\": %lld, \"committed_at\": ", (long long)h->row->pos.term);
+            json_str(o, h->row->applied_at);
+            fprintf(o, "}");
+        } else {
+            fprintf(o, ", \"checkpoint\": null");
+        }
+        if (h->lag >= 0)
+            fprintf(o, ", \"lag_seconds\": %.0f", h->lag);
+        else
+            fprintf(o, ", \"lag_seconds\": null");
+        if (h->ok && h->have_oplog) {
+            fprintf(o, ", \"oplog\": {\"oldest\": \"%s\"", op_pos_format(&h->oldest, at, sizeof at));
+            fprintf(o, ", \"newest\": \"%s\", \"window_hours\": %.2f", op_pos_format(&h->newest, at, sizeof at),
+                    h->window_h);
+            if (h->margin_h >= 0)
+                fprintf(o, ", \"margin_hours\": %.2f", h->margin_h);
+            fprintf(o, "}");
+        } else {
+            fprintf(o, ", \"oplog\": null");
+        }
+        fprintf(o, ", \"error\": ");
+        if (!h->ok)
+            json_str(o, h->err);
+        else
+            fprintf(o, "null");
+        fprintf(o, "}");
+    }
+    fprintf(o, "]");
+}
+
+static void status_print_shards(const status_cluster *sc)
+{
+    char at[OP_POS_STRLEN], when[64], w2[64];
+    if (sc->err[0] != '\0')
+        printf("  shards:        %s\n", sc->err);
+    else
+        printf("  shards:        %zu (a sharded cluster: one checkpoint per shard)\n", sc->n);
+    for (size_t i = 0; i < sc->n; i++) {
+        const status_shard *h = &sc->v[i];
+        printf("  shard %s\n", h->id);
+        if (h->row != NULL)
+            printf("    checkpoint:  %s (%s), term %lld, committed %s\n", op_pos_format(&h->row->pos, at, sizeof at),
+                   utc_text(h->row->pos.secs, when, sizeof when), (long long)h->row->pos.term, h->row->applied_at);
+        else
+            printf("    checkpoint:  none yet (read from the service's cluster time)\n");
+        if (!h->ok) {
+            printf("    mongodb:     %s\n", h->err);
+            continue;
+        }
+        if (!h->have_oplog) {
+            printf("    oplog:       empty\n");
+            continue;
+        }
+        if (h->lag >= 0)
+            printf("    behind:      %.0f s (newest oplog entry %s)\n", h->lag, op_pos_format(&h->newest, at, sizeof at));
+        printf("    oplog window: %s .. %s (%.2f h)\n", utc_text(h->oldest.secs, when, sizeof when),
+               utc_text(h->newest.secs, w2, sizeof w2), h->window_h);
+        if (h->margin_h >= 0)
+            printf("    margin:      %.2f h of oplog before %s would fall off\n", h->margin_h,
+                   h->row->has_hold ? "its open transaction's first entry" : "its checkpoint");
+    }
+}
+
 int daemon_status(config *cfg, bool json)
 {
     int code = EXIT_OK;
@@ -161,7 +314,15 @@ int daemon_status(config *cfg, bool json)
     }
     op_pos old_p = {0, 0, -1}, new_p = {0, 0, -1};
     bool have_oplog = false;
-    bool mongo_ok = oplog_window(cfg->mongodb_uri_effective, &old_p, &new_p, &have_oplog, merr, sizeof merr);
+    status_cluster sc;
+    status_read_cluster(cfg, &pr, pg_ok, &sc);
+    bool mongo_ok = sc.sharded
+                        ? sc.err[0] == '\0'
+                        : oplog_window(cfg->mongodb_uri_effective, &old_p, &new_p, &have_oplog, merr, sizeof merr);
+    if (sc.sharded && !mongo_ok)
+        snprintf(merr, sizeof merr, "%s", sc.err);
+    for (size_t i = 0; i < sc.n; i++)
+        mongo_ok = mongo_ok && sc.v[i].ok;
     copy_state cs;
     memset(&cs, 0, sizeof cs);
     bool copy_ok = pg_ok && copy_state_read(cfg->postgres_conninfo, cfg->service, &cs, cerr, sizeof cerr);
@@ -172,6 +333,8 @@ int daemon_status(config *cfg, bool json)
 
     bool have_ck = pg_ok && pr.have_checkpoint;
     double lag = have_ck && have_oplog ? (double)new_p.secs - (double)pr.pos.secs : -1;
+    for (size_t i = 0; i < sc.n; i++)
+        lag = sc.v[i].lag > lag ? sc.v[i].lag : lag;
     double window_h = have_oplog ? ((double)new_p.secs - (double)old_p.secs) / 3600.0 : -1;
     /* A transaction open at the checkpoint is read again, from its first entry, at its commit: that entry, not the
      * checkpoint, is what must stay in the oplog. */
@@ -254,8 +417,13 @@ int daemon_status(config *cfg, bool json)
             json_str(o, errs[i]);
             first = false;
         }
-        fprintf(o, "]}\n");
+        fprintf(o, "]");
+        if (sc.sharded)
+            status_print_shards_json(o, &sc);
+        fprintf(o, "}\n");
         copy_state_free(&cs);
+        status_free_cluster(&sc);
+        sink_probe_free(&pr);
         return code;
     }
 
@@ -287,7 +455,11 @@ int daemon_status(config *cfg, bool json)
         else
             printf("  dead letters:  0\n");
     }
-    if (!mongo_ok) {
+    if (sc.sharded) {
+        if (lag >= 0)
+            printf("  behind:        %.0f s (the shard furthest behind)\n", lag);
+        status_print_shards(&sc);
+    } else if (!mongo_ok) {
         printf("  mongodb:       %s\n", merr);
     } else if (!have_oplog) {
         printf("  oplog:         empty\n");
@@ -325,5 +497,7 @@ int daemon_status(config *cfg, bool json)
         printf("  initial copy:  %s\n", cerr);
     }
     copy_state_free(&cs);
+    status_free_cluster(&sc);
+    sink_probe_free(&pr);
     return code;
 }

@@ -38,6 +38,12 @@ static double current_lag(const daemon_ctx *d)
 static uint64_t source_seen(const daemon_ctx *d, uint64_t *reconnects)
 {
     *reconnects = 0;
+    if (d->cl != NULL) {
+        reader_stats rs;
+        cluster_reader_totals(d->cl, &rs);
+        *reconnects = rs.reconnects;
+        return rs.entries + rs.idles;
+    }
     if (d->rd != NULL) {
         reader_stats rs;
         reader_get_stats(d->rd, &rs);
@@ -80,9 +86,12 @@ static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
     uint64_t reconnects;
     source_seen(d, &reconnects);
     m->mongo_reconnects += reconnects;
-    if (d->rd != NULL) {
+    if (d->rd != NULL || d->cl != NULL) {
         reader_stats rs;
-        reader_get_stats(d->rd, &rs);
+        if (d->cl != NULL)
+            cluster_reader_totals(d->cl, &rs);
+        else
+            reader_get_stats(d->rd, &rs);
         m->txn_open = rs.txn_open;
         m->txn_bytes = rs.txn_bytes;
         double age = rs.txn_open > 0 ? (double)time(NULL) - (double)rs.txn_oldest.secs : 0;
@@ -100,7 +109,7 @@ static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
     m->unnamed = ss->unnamed;
     m->dead_letters = ss->dead_letters;
     m->pg_reconnects = d->pg_reconnects;
-    m->queue_depth = d->q != NULL ? queue_ops(d->q) : 0;
+    m->queue_depth = d->cl != NULL ? cluster_queued_ops(d->cl) : d->q != NULL ? queue_ops(d->q) : 0;
     m->queue_capacity = (uint64_t)d->cfg->queue_size;
     m->checkpoint_timestamp = d->committed.secs;
     m->lag_seconds = current_lag(d);
@@ -191,7 +200,19 @@ void report_progress(daemon_ctx *d, ev_tstamp now)
     log_info("applied %llu entries (%.0f/s), %llu commits; committed through %s, %.0f s behind; queue %zu ops, %zu "
              "bytes",
              (unsigned long long)bs->entries, rate, (unsigned long long)bs->commits,
-             op_pos_format(&d->committed, at, sizeof at), current_lag(d), queue_ops(d->q), queue_bytes(d->q));
+             op_pos_format(&d->committed, at, sizeof at), current_lag(d),
+             d->cl != NULL ? cluster_queued_ops(d->cl) : queue_ops(d->q), d->q != NULL ? queue_bytes(d->q) : 0);
+    for (size_t i = 0; i < cluster_shard_count(d->cl); i++) {
+        cluster_shard_info si;
+        char read[OP_POS_STRLEN];
+        if (!cluster_shard_report(d->cl, i, &si))
+            break;
+        log_info("shard '%s': read through %s, %llu entries applied, the merge waited on it %.1f s in all%s; %llu "
+                 "oplog notes%s",
+                 si.id, si.has_read ? op_pos_format(&si.read_last, read, sizeof read) : "nothing yet",
+                 (unsigned long long)si.entries, (double)si.waited_ms / 1000.0, si.holding ? " (waiting now)" : "",
+                 (unsigned long long)si.notes, si.notes_refused ? " (refused: waiting for its periodic noops)" : "");
+    }
     d->applied_at_last_progress = bs->entries;
     d->last_progress = now;
 }

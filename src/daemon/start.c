@@ -12,6 +12,7 @@
 #include "daemon/signals.h"
 #include "source/mongo_client.h"
 #include "source/oplog_edge.h"
+#include "source/shards/discover.h"
 #include "util/log.h"
 
 /* A short-lived MongoDB client for the start-up reads. */
@@ -118,6 +119,146 @@ static int tail_from(const start_params *p)
     return rc;
 }
 
+/* ---- a sharded cluster ---- */
+
+/* The shards config.shards lists now, each with a client on its replica set. NULL with a message logged. */
+typedef struct {
+    shard_list sl;
+    mongoc_client_t **clients;
+} start_shards;
+
+static void shards_close(start_shards *ss)
+{
+    for (size_t i = 0; ss->clients != NULL && i < ss->sl.n; i++)
+        if (ss->clients[i] != NULL)
+            mongoc_client_destroy(ss->clients[i]);
+    free(ss->clients);
+    shard_list_free(&ss->sl);
+}
+
+static bool shards_open(const start_params *p, const char *why, start_shards *ss)
+{
+    char err[512];
+    memset(ss, 0, sizeof *ss);
+    shard_discovery *sd = shard_discovery_open(p->cfg->mongodb_uri_effective, err, sizeof err);
+    discover_status st = sd != NULL ? shard_discovery_list(sd, &ss->sl, err, sizeof err) : DISCOVER_BAD;
+    shard_discovery_close(sd);
+    if (st != DISCOVER_OK || ss->sl.n == 0) {
+        log_error("%s: reading the cluster's shards: %s", why, st != DISCOVER_OK ? err : "config.shards is empty");
+        shards_close(ss);
+        return false;
+    }
+    ss->clients = calloc(ss->sl.n, sizeof *ss->clients);
+    for (size_t i = 0; ss->clients != NULL && i < ss->sl.n; i++) {
+        mongo_client_opts o = {.appname = "oplog2pg-start"};
+        ss->clients[i] = mongo_client_open(ss->sl.v[i].uri, &o, err, sizeof err);
+        if (ss->clients[i] == NULL) {
+            log_error("%s: shard '%s': %s", why, ss->sl.v[i].id, err);
+            shards_close(ss);
+            return false;
+        }
+    }
+    if (ss->clients == NULL) {
+        log_error("%s: out of memory", why);
+        shards_close(ss);
+        return false;
+    }
+    return true;
+}
+
+static int commit_shard(const start_params *p, const char *shard, const op_pos *pos, const char *why)
+{
+    if (sink_set_shard_checkpoint(p->snk, shard, pos) == APPLY_OK)
+        return -1;
+    log_error("%s: committing shard '%s''s start position: %s", why, shard, sink_error(p->snk));
+    return EXIT_FAILURE_GENERIC;
+}
+
+/* --skip-import on a cluster: each shard from its newest entry, the cluster time at the newest of them. */
+static int skip_import_sharded(const start_params *p)
+{
+    static const char why[] = "--skip-import: no initial copy";
+    start_shards ss;
+    if (!shards_open(p, "--skip-import", &ss))
+        return EXIT_CONFIG;
+    op_pos *newest = calloc(ss.sl.n, sizeof *newest);
+    op_pos top = {0, 0, -1};
+    int rc = newest != NULL ? -1 : EXIT_FAILURE_GENERIC;
+    for (size_t i = 0; rc < 0 && i < ss.sl.n; i++) {
+        char err[512];
+        bool found = false, logged = false;
+        while (!oplog_newest_committed(ss.clients[i], p->cfg->read_concern == CONFIG_READ_MAJORITY, &newest[i],
+                                       &found, err, sizeof err) ||
+               !found) {
+            if (!logged)
+                log_notice("--skip-import: shard '%s': %s; waiting for its oplog's first entry", ss.sl.v[i].id,
+                           found ? err : "the oplog is empty");
+            logged = true;
+            if (!signals_nap(1000)) {
+                rc = EXIT_OK;
+                break;
+            }
+        }
+        if (rc < 0 && op_pos_cmp(&newest[i], &top) > 0)
+            top = newest[i];
+    }
+    if (rc < 0) {
+        top.term = -1;
+        rc = commit_start(p, &top, why);
+    }
+    for (size_t i = 0; rc < 0 && i < ss.sl.n; i++)
+        rc = commit_shard(p, ss.sl.v[i].id, &newest[i], why);
+    free(newest);
+    shards_close(&ss);
+    return rc;
+}
+
+/* --tail-from on a cluster: every shard's oplog must still hold the position; the shards' rows go and the cluster
+ * time goes just before it, so that each shard reads from its first entry at or after the position. */
+static int tail_from_sharded(const start_params *p)
+{
+    char why[128], want[OP_POS_STRLEN], at[OP_POS_STRLEN];
+    const op_pos *from = &p->opts->tail_from;
+    snprintf(why, sizeof why, "--tail-from %s", op_pos_format(from, want, sizeof want));
+    start_shards ss;
+    if (!shards_open(p, "--tail-from", &ss))
+        return EXIT_CONFIG;
+    int rc = -1;
+    for (size_t i = 0; rc < 0 && i < ss.sl.n; i++) {
+        char err[512];
+        op_pos oldest;
+        bool found = false;
+        if (!oplog_edge(ss.clients[i], 1, &oldest, &found, err, sizeof err)) {
+            log_error("--tail-from: shard '%s': %s", ss.sl.v[i].id, err);
+            rc = EXIT_FAILURE_GENERIC;
+        } else if (!found || op_pos_cmp(from, &oldest) <= 0) {
+            log_error("--tail-from %s is no longer in the oplog of shard '%s' (its oldest entry is %s): the changes "
+                      "before it are lost there",
+                      want, ss.sl.v[i].id, found ? op_pos_format(&oldest, at, sizeof at) : "none");
+            rc = EXIT_RESUME_LOST;
+        }
+    }
+    if (rc < 0) {
+        op_pos before = *from;
+        if (before.inc > 0)
+            before.inc--;
+        else {
+            before.secs--;
+            before.inc = UINT32_MAX;
+        }
+        before.term = -1;
+        /* No checkpoint first (that takes every shard's row with it), then the cluster time alone. */
+        if (sink_set_checkpoint(p->snk, NULL) != APPLY_OK) {
+            log_error("%s: %s", why, sink_error(p->snk));
+            rc = EXIT_FAILURE_GENERIC;
+        } else {
+            rc = commit_start(p, &before, why);
+        }
+    }
+    shards_close(&ss);
+    return rc;
+}
+
 int start_prepare(const start_params *p)
 {
     char err[1024], at[OP_POS_STRLEN];
@@ -136,7 +277,7 @@ int start_prepare(const start_params *p)
         }
     }
     if (p->opts->have_tail_from)
-        return tail_from(p);
+        return p->sharded ? tail_from_sharded(p) : tail_from(p);
 
     op_pos ckpt;
     int have = sink_read_checkpoint(p->snk, &ckpt);
@@ -153,7 +294,13 @@ int start_prepare(const start_params *p)
         return -1;
     }
     if (p->opts->skip_import)
-        return skip_import(p);
+        return p->sharded ? skip_import_sharded(p) : skip_import(p);
+    if (p->sharded) {
+        log_error("service '%s' has no checkpoint, and the initial copy of a sharded cluster is not made yet: start "
+                  "with --skip-import (from the shards' newest entries) or --tail-from",
+                  cfg->service);
+        return EXIT_CONFIG;
+    }
 
     copy_config cc = {
         .tick = p->tick,

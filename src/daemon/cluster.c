@@ -1,0 +1,330 @@
+/*
+ * cluster.c — a sharded cluster as the apply loop's source: its shards (source/shards/discover.h), one oplog reader
+ * and one queue per shard (source/oplog/reader.h), one note writer per shard (source/shards/note.h), and the merge
+ * (core/merge.h) that makes one stream of them, in cluster-time order, for the batcher.
+ *
+ * NOTES
+ * - A session's shards are config.shards as read when it starts. Each shard resumes after its own checkpoint row
+ *   (checked like a replica set's); a shard without one (new to the service) starts after the service's cluster time,
+ *   the last entry applied from any shard (reader_config.start_after).
+ * - Each shard's queue gets an equal share of queue_size and queue_bytes (at least QUEUE_SHARE_MIN_* each), so that
+ *   the memory the queues hold stays within the configured bounds whatever the number of shards.
+ * - The merge waits on a shard that has shown nothing at or after the next entry; after shard_note_after it asks the
+ *   shard's note writer for a note (noter_request, which never blocks), again each shard_note_after while it holds.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "apply_internal.h"
+#include "core/merge.h"
+#include "core/queue.h"
+#include "source/decode.h"
+#include "source/oplog/reader.h"
+#include "source/shards/discover.h"
+#include "source/shards/note.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#define QUEUE_SHARE_MIN_OPS   256
+#define QUEUE_SHARE_MIN_BYTES (1024 * 1024)
+
+typedef struct cluster_shard {
+    char *id;
+    char *uri;
+    queue *q;
+    reader *rd;
+    noter *nt;
+    bool has_row; /* its checkpoint row */
+    op_pos row;
+    bool has_hold;
+    op_pos hold;
+} cluster_shard;
+
+struct cluster {
+    cluster_shard *s;
+    size_t n;
+    merge *m;
+};
+
+int cluster_detect(const config *cfg, bool *is_router, char *err, size_t errlen)
+{
+    *is_router = false;
+    shard_discovery *sd = shard_discovery_open(cfg->mongodb_uri_effective, err, errlen);
+    if (sd == NULL)
+        return -1;
+    discover_status st = shard_discovery_hello(sd, is_router, err, errlen);
+    shard_discovery_close(sd);
+    if (st == DISCOVER_OK)
+        return 1;
+    return st == DISCOVER_REFUSED || st == DISCOVER_BAD ? -1 : 0;
+}
+
+static bool pop_shard(void *arg, size_t source, queue_item *out)
+{
+    cluster *c = arg;
+    return source < c->n && queue_pop(c->s[source].q, out);
+}
+
+static void nudge_shard(void *arg, size_t source, const op_pos *past)
+{
+    cluster *c = arg;
+    if (source < c->n && c->s[source].nt != NULL)
+        noter_request(c->s[source].nt, past);
+}
+
+typedef struct {
+    cluster *c;
+    size_t unknown; /* rows of shards no longer listed */
+} rows_ctx;
+
+static void take_row(void *arg, const char *shard, const op_pos *pos, bool has_hold, const op_pos *hold)
+{
+    rows_ctx *rc = arg;
+    for (size_t i = 0; i < rc->c->n; i++) {
+        cluster_shard *s = &rc->c->s[i];
+        if (strcmp(s->id, shard) == 0) {
+            s->has_row = true;
+            s->row = *pos;
+            s->has_hold = has_hold;
+            if (has_hold)
+                s->hold = *hold;
+            return;
+        }
+    }
+    char at[OP_POS_STRLEN];
+    log_notice("shard '%s' has a checkpoint (%s) but config.shards no longer lists it: it is not read", shard,
+               op_pos_format(pos, at, sizeof at));
+    rc->unknown++;
+}
+
+void cluster_free(cluster *c)
+{
+    if (c == NULL)
+        return;
+    cluster_stop(c);
+    merge_free(c->m);
+    for (size_t i = 0; i < c->n; i++) {
+        reader_free(c->s[i].rd);
+        noter_free(c->s[i].nt);
+        queue_free(c->s[i].q);
+        free(c->s[i].id);
+        free(c->s[i].uri);
+    }
+    free(c->s);
+    free(c);
+}
+
+void cluster_stop(cluster *c)
+{
+    if (c == NULL)
+        return;
+    for (size_t i = 0; i < c->n; i++)
+        reader_stop(c->s[i].rd);
+}
+
+cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, char *err, size_t errlen)
+{
+    *fatal = 0;
+    shard_list sl = {0};
+    shard_discovery *sd = shard_discovery_open(d->cfg->mongodb_uri_effective, err, errlen);
+    if (sd == NULL) {
+        *fatal = 1;
+        return NULL;
+    }
+    discover_status ds = shard_discovery_list(sd, &sl, err, errlen);
+    shard_discovery_close(sd);
+    if (ds != DISCOVER_OK) {
+        *fatal = ds == DISCOVER_REFUSED || ds == DISCOVER_BAD;
+        return NULL;
+    }
+    if (sl.n == 0 || sl.n > UINT16_MAX) {
+        snprintf(err, errlen, "config.shards lists %zu shards", sl.n);
+        shard_list_free(&sl);
+        *fatal = 1;
+        return NULL;
+    }
+    cluster *c = calloc(1, sizeof *c);
+    if (c == NULL || (c->s = calloc(sl.n, sizeof *c->s)) == NULL) {
+        free(c);
+        shard_list_free(&sl);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->n = sl.n;
+    bool ok = true;
+    for (size_t i = 0; i < sl.n && ok; i++) {
+        c->s[i].id = strdup(sl.v[i].id);
+        c->s[i].uri = strdup(sl.v[i].uri);
+        ok = c->s[i].id != NULL && c->s[i].uri != NULL;
+    }
+    shard_list_free(&sl);
+    const char **names = ok ? calloc(c->n, sizeof *names) : NULL;
+    if (names == NULL) {
+        cluster_free(c);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < c->n; i++)
+        names[i] = c->s[i].id;
+    rows_ctx rc = {.c = c};
+    int rows = sink_read_shard_checkpoints(d->snk, take_row, &rc);
+    sink_status ss = rows < 0 ? APPLY_RETRY : sink_set_shards(d->snk, names, c->n);
+    free(names);
+    if (ss != APPLY_OK) {
+        snprintf(err, errlen, "reading the shards' checkpoints: %s", sink_error(d->snk));
+        cluster_free(c);
+        return NULL;
+    }
+
+    merge_config mc = {.n_sources = c->n,
+                       .wait_ms = (uint64_t)d->cfg->shard_note_after_ms,
+                       .nudge = d->cfg->shard_note_after_ms > 0 ? nudge_shard : NULL,
+                       .nudge_arg = c,
+                       .pop = pop_shard,
+                       .pop_arg = c};
+    c->m = merge_new(&mc);
+    size_t ops = (size_t)d->cfg->queue_size / c->n, bytes = (size_t)d->cfg->queue_bytes / c->n;
+    ops = ops < QUEUE_SHARE_MIN_OPS ? QUEUE_SHARE_MIN_OPS : ops;
+    bytes = bytes < QUEUE_SHARE_MIN_BYTES ? QUEUE_SHARE_MIN_BYTES : bytes;
+    for (size_t i = 0; i < c->n && c->m != NULL; i++) {
+        cluster_shard *s = &c->s[i];
+        s->q = queue_new(ops, bytes);
+        if (s->q == NULL) {
+            snprintf(err, errlen, "out of memory");
+            cluster_free(c);
+            return NULL;
+        }
+        queue_set_notify(s->q, apply_notify_wake, d);
+    }
+    if (c->m == NULL) {
+        snprintf(err, errlen, "out of memory");
+        cluster_free(c);
+        return NULL;
+    }
+    for (size_t i = 0; i < c->n; i++) {
+        cluster_shard *s = &c->s[i];
+        char at[OP_POS_STRLEN];
+        reader_config rcfg;
+        reader_config_init(&rcfg);
+        rcfg.uri = s->uri;
+        rcfg.source = (uint16_t)i;
+        rcfg.filter = d->filter;
+        rcfg.maps = &d->cfg->maps;
+        rcfg.decode_flags = d->careful ? 0 : DECODE_BORROW_PAYLOAD;
+        rcfg.majority = d->cfg->read_concern == CONFIG_READ_MAJORITY;
+        rcfg.report_prepares = true;
+        if (s->has_row) {
+            rcfg.start = s->row;
+            rcfg.has_hold = s->has_hold;
+            rcfg.hold = s->hold;
+            log_info("shard '%s': resuming after oplog entry %s (term %lld)", s->id,
+                     op_pos_format(&s->row, at, sizeof at), (long long)s->row.term);
+        } else {
+            rcfg.start = *cluster_pos;
+            rcfg.start.term = -1;
+            rcfg.start_after = true;
+            log_notice("shard '%s' has no checkpoint of its own yet: reading its oplog after the service's cluster "
+                       "time %s",
+                       s->id, op_pos_format(cluster_pos, at, sizeof at));
+        }
+        merge_set_watermark(c->m, i, &rcfg.start);
+        s->rd = reader_start(&rcfg, s->q, err, errlen);
+        if (s->rd == NULL) {
+            *fatal = 1;
+            cluster_free(c);
+            return NULL;
+        }
+        if (d->cfg->shard_note_after_ms > 0) {
+            noter_config nc = {.uri = s->uri, .shard = s->id, .service = d->cfg->service};
+            char nerr[256];
+            s->nt = noter_start(&nc, nerr, sizeof nerr);
+            if (s->nt == NULL)
+                log_warning("shard '%s': no oplog notes (%s): an idle shard holds the others back until its periodic "
+                            "noop",
+                            s->id, nerr);
+        }
+    }
+    return c;
+}
+
+size_t cluster_take(cluster *c, queue_item *out, size_t max)
+{
+    return merge_take(c->m, out, max, clock_ms());
+}
+
+bool cluster_drained(const cluster *c)
+{
+    if (merge_held(c->m) > 0)
+        return false;
+    for (size_t i = 0; i < c->n; i++)
+        if (queue_len(c->s[i].q) > 0)
+            return false;
+    return true;
+}
+
+void cluster_release(cluster *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        queue_release(c->s[i].q);
+}
+
+uint64_t cluster_deadline(const cluster *c)
+{
+    return merge_deadline(c->m);
+}
+
+size_t cluster_queued_ops(const cluster *c)
+{
+    size_t ops = 0;
+    for (size_t i = 0; i < c->n; i++)
+        ops += queue_ops(c->s[i].q);
+    return ops;
+}
+
+void cluster_reader_totals(const cluster *c, reader_stats *sum)
+{
+    memset(sum, 0, sizeof *sum);
+    for (size_t i = 0; i < c->n; i++) {
+        reader_stats rs;
+        reader_get_stats(c->s[i].rd, &rs);
+        sum->entries += rs.entries;
+        sum->idles += rs.idles;
+        sum->reconnects += rs.reconnects;
+        sum->txn_open += rs.txn_open;
+        sum->txn_bytes += rs.txn_bytes;
+        if (rs.txn_open > 0 && (sum->txn_open == rs.txn_open || op_pos_cmp(&rs.txn_oldest, &sum->txn_oldest) < 0))
+            sum->txn_oldest = rs.txn_oldest;
+    }
+}
+
+size_t cluster_shard_count(const cluster *c)
+{
+    return c != NULL ? c->n : 0;
+}
+
+bool cluster_shard_report(const cluster *c, size_t i, cluster_shard_info *out)
+{
+    if (c == NULL || i >= c->n)
+        return false;
+    memset(out, 0, sizeof *out);
+    out->id = c->s[i].id;
+    reader_stats rs;
+    reader_get_stats(c->s[i].rd, &rs);
+    out->read_last = rs.last;
+    out->has_read = rs.have_last;
+    merge_source_stats ms;
+    if (merge_get_source_stats(c->m, i, &ms)) {
+        out->waited_ms = ms.waited_ms;
+        out->holding = ms.holding;
+        out->nudges = ms.nudges;
+        out->entries = ms.entries;
+    }
+    if (c->s[i].nt != NULL) {
+        noter_stats ns;
+        noter_get_stats(c->s[i].nt, &ns);
+        out->notes = ns.written;
+        out->notes_refused = ns.refused;
+    }
+    return true;
+}
