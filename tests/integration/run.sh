@@ -43,6 +43,10 @@ CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120} "$build/integration_tests"
 
 echo "== pymongo compatibility"
 /usr/bin/python3 tests/compat/pymongo_compat.py "$MONGO_URI"
+if [ -n "${OPLOG2PG_TEST_SIM:-}" ]; then
+    echo "== pymongo compatibility, sharded (mongosim --shards 2)"
+    /usr/bin/python3 tests/compat/pymongo_compat.py --sharded "$build/mongosim"
+fi
 
 echo "== Node.js driver compatibility"
 [ -d tests/compat/node_modules/mongodb ] || { echo "tests/compat/node_modules is missing: run scripts/deps.sh" >&2; exit 1; }
