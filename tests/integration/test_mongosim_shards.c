@@ -376,6 +376,22 @@ START_TEST(test_routed_writes_and_migration)
     entries_free(&s0);
     entries_free(&s1);
 
+    /* An upsert that names the shard key goes to its chunk's shard; the new document has the key. */
+    coll = mongoc_client_get_collection(cl.router, "db", "c");
+    q = BCON_NEW("_id", BCON_INT64(30), "k", BCON_INT64(60));
+    u = BCON_NEW("$set", "{", "y", BCON_INT32(1), "}");
+    bson_t *uo = BCON_NEW("upsert", BCON_BOOL(true));
+    ck_assert_msg(mongoc_collection_update_one(coll, q, u, uo, NULL, &err), "%s", err.message);
+    bson_destroy(q);
+    bson_destroy(u);
+    bson_destroy(uo);
+    mongoc_collection_destroy(coll);
+    read_oplog(cl.shard[1], &s1);
+    long ups = find_entry(&s1, 0, "i", "db.c", 30);
+    ck_assert_msg(ups >= 0, "upsert not on shard1");
+    ck_assert_int_eq(int_at(s1.e[ups], "o.k"), 60);
+    entries_free(&s1);
+
     /* Moving the last chunk off shard0: migrateLastChunkFromShard on the donor. */
     move_chunk(&cl, 0, "shard1");
     read_oplog(cl.shard[0], &s0);
@@ -389,7 +405,7 @@ START_TEST(test_routed_writes_and_migration)
         }
     ck_assert_msg(last, "no migrateLastChunkFromShard noop");
     entries_free(&s0);
-    ck_assert_int_eq(count_all(cl.router), 10); /* 10 - _id 2 + _id 12 */
+    ck_assert_int_eq(count_all(cl.router), 11); /* 10 - _id 2 + _id 12 + _id 30 */
     cluster_stop(&cl);
 }
 END_TEST

@@ -1217,6 +1217,63 @@ static int target_stmt(sim_cluster *cl, const char *db, cl_coll *c, const bson_t
     return t;
 }
 
+/* An upsert's modifiers with the query's other equality fields (the shard key) added under $setOnInsert: a server
+ * builds an upserted document from the query's equality fields, then applies the modifiers (update_driver.cpp,
+ * populateDocumentWithQueryFields); the shard gets q {_id} only, so they travel in u. Fields some operator of u
+ * already names are left to it. */
+static bool upsert_u(const bson_t *q, const bson_t *u, bson_t *out)
+{
+    bson_iter_t ui;
+    if (!bson_iter_init(&ui, u) || !bson_iter_next(&ui) || bson_iter_key(&ui)[0] != '$')
+        return false;
+    bson_t extra = BSON_INITIALIZER;
+    bson_iter_t qi;
+    bson_iter_init(&qi, q);
+    while (bson_iter_next(&qi)) {
+        const char *k = bson_iter_key(&qi);
+        if (!strcmp(k, "_id") || k[0] == '$')
+            continue;
+        if (BSON_ITER_HOLDS_DOCUMENT(&qi)) {
+            bson_t sub;
+            bson_iter_t si;
+            if (iter_subdoc(&qi, &sub) && bson_iter_init(&si, &sub) && bson_iter_next(&si) &&
+                bson_iter_key(&si)[0] == '$')
+                continue;
+        }
+        bool named = false;
+        bson_iter_init(&ui, u);
+        while (bson_iter_next(&ui) && !named) {
+            bson_t opdoc;
+            named = iter_subdoc(&ui, &opdoc) && bson_has_field(&opdoc, k);
+        }
+        if (!named)
+            bson_append_iter(&extra, k, -1, &qi);
+    }
+    if (bson_empty(&extra)) {
+        bson_destroy(&extra);
+        return false;
+    }
+    bson_init(out);
+    bool merged = false;
+    bson_iter_init(&ui, u);
+    while (bson_iter_next(&ui)) {
+        bson_t opdoc;
+        if (!strcmp(bson_iter_key(&ui), "$setOnInsert") && iter_subdoc(&ui, &opdoc)) {
+            bson_t both = BSON_INITIALIZER;
+            bson_concat(&both, &opdoc);
+            bson_concat(&both, &extra);
+            BSON_APPEND_DOCUMENT(out, "$setOnInsert", &both);
+            bson_destroy(&both);
+            merged = true;
+        } else
+            bson_append_iter(out, bson_iter_key(&ui), -1, &ui);
+    }
+    if (!merged)
+        BSON_APPEND_DOCUMENT(out, "$setOnInsert", &extra);
+    bson_destroy(&extra);
+    return true;
+}
+
 static void r_update_delete(sim_cluster *cl, sim_reply *r, const bson_t *cmd, const char *db, bool is_update)
 {
     const char *coll;
@@ -1260,10 +1317,15 @@ static void r_update_delete(sim_cluster *cl, sim_reply *r, const bson_t *cmd, co
             bson_t stmt = BSON_INITIALIZER;
             bson_iter_t f;
             bson_iter_init(&f, &st);
+            bson_t u2;
             while (bson_iter_next(&f)) {
                 if (strcmp(bson_iter_key(&f), "q") == 0)
                     BSON_APPEND_DOCUMENT(&stmt, "q", &q2);
-                else
+                else if (c && has_u && strcmp(bson_iter_key(&f), "u") == 0 && get_bool(&st, "upsert") &&
+                         upsert_u(&q, &u, &u2)) {
+                    BSON_APPEND_DOCUMENT(&stmt, "u", &u2);
+                    bson_destroy(&u2);
+                } else
                     bson_append_iter(&stmt, bson_iter_key(&f), -1, &f);
             }
             bson_t sc, list = BSON_INITIALIZER;
