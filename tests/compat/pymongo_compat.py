@@ -228,6 +228,21 @@ def check_sharded(binary):
         dele = [e for e in s0 if e["op"] == "d" and not e.get("fromMigrate")]
         check("delete o holds the shard key", len(dele) == 1 and dele[0]["o"] == {"k": 10, "_id": 10}, repr(dele))
 
+        client.db.plain.insert_many([{"_id": i} for i in range(250)])
+        got = [d["_id"] for d in client.db.plain.find(batch_size=7)]
+        check("unsharded collection: getMore batches through the router", got == list(range(250)), repr(got[:3]))
+        cid = client.db.command("find", "plain", batchSize=5)["cursor"]["id"]
+        res = client.db.command("killCursors", "plain", cursors=[cid])
+        try:
+            client.db.command("getMore", cid, collection="plain")
+            gone = False
+        except pymongo.errors.OperationFailure as exc:
+            gone = exc.code == 43
+        check("killCursors through the router", cid != 0 and res["cursorsKilled"] == [cid] and gone, repr(res))
+        plain = shard_entries(ports["shard0"], "db.plain")
+        check("unsharded collection on the primary shard", len(plain) == 250 and
+              not shard_entries(ports["shard1"], "db.plain"), repr(len(plain)))
+
         with client.start_session() as s:
             with s.start_transaction():
                 client.db.c.update_one({"_id": 1}, {"$inc": {"v": 1}}, session=s)

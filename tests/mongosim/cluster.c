@@ -461,7 +461,8 @@ static bool reply_is_ok(const bson_t *reply)
 
 /* Writes body (op, ns, ui, o[, o2]) with fromMigrate: true before ts (a migration's writes: the recipient's
  * MigrationDestinationManager and the donor's range deleter pass fromMigrate to the op observer, which sets the
- * entry's fromMigrate; oplog_entry.idl puts it after o2). */
+ * entry's fromMigrate; src/mongo/db/repl/oplog_entry.idl: a DurableReplOperation field after o2 and stmtId, before
+ * the OpTimeBase fields ts and t). */
 typedef struct {
     sim_server *srv;
     bool failed;
@@ -798,9 +799,7 @@ static void r_get_more(sim_cluster *cl, sim_reply *r, const bson_t *cmd)
 
 static void r_kill_cursors(sim_cluster *cl, sim_reply *r, const bson_t *cmd)
 {
-    bson_t ids, d = BSON_INITIALIZER, killed, nf;
-    BSON_APPEND_ARRAY_BEGIN(&d, "cursorsKilled", &killed);
-    BSON_APPEND_ARRAY_BEGIN(&d, "cursorsNotFound", &nf);
+    bson_t ids, killed = BSON_INITIALIZER, nf = BSON_INITIALIZER;
     int nk = 0, nn = 0;
     if (get_doc(cmd, "cursors", &ids)) {
         bson_iter_t it;
@@ -822,12 +821,13 @@ static void r_kill_cursors(sim_cluster *cl, sim_reply *r, const bson_t *cmd)
             }
         }
     }
-    /* The arrays were opened in order; close them in order too. */
-    bson_append_array_end(&d, &killed);
-    bson_append_array_end(&d, &nf);
-    bson_t empty = BSON_INITIALIZER;
+    bson_t d = BSON_INITIALIZER, empty = BSON_INITIALIZER;
+    BSON_APPEND_ARRAY(&d, "cursorsKilled", &killed);
+    BSON_APPEND_ARRAY(&d, "cursorsNotFound", &nf);
     BSON_APPEND_ARRAY(&d, "cursorsAlive", &empty);
     BSON_APPEND_ARRAY(&d, "cursorsUnknown", &empty);
+    bson_destroy(&killed);
+    bson_destroy(&nf);
     bson_destroy(&empty);
     reply_doc_ok(r, &d);
 }
