@@ -53,6 +53,10 @@ echo "== Node.js driver compatibility"
 node_bin=node # scripts/deps.sh puts a Node.js 20 here when the machine's is older
 [ -x tests/compat/.node/node_modules/.bin/node ] && node_bin=tests/compat/.node/node_modules/.bin/node
 "$node_bin" tests/compat/node_compat.mjs "$MONGO_URI"
+if [ -n "${OPLOG2PG_TEST_SIM:-}" ]; then
+    echo "== Node.js driver compatibility, sharded (mongosim --shards 2)"
+    "$node_bin" tests/compat/node_compat_sharded.mjs "$build/mongosim"
+fi
 
 echo "== the daemon under valgrind"
 tests/integration/valgrind.sh "$build"
