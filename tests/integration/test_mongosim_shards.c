@@ -576,6 +576,61 @@ START_TEST(test_two_phase_commit)
 }
 END_TEST
 
+/* A participant that cannot prepare (mongosim's WriteConflict: a document the transaction wrote was changed by
+ * another client) makes the coordinator decide abort: the prepared participant logs abortTransaction, the client gets
+ * 251 NoSuchTransaction labelled TransientTransactionError. */
+START_TEST(test_two_phase_commit_abort)
+{
+    cluster cl;
+    cluster_start(&cl, NULL);
+    shard_and_fill(&cl);
+    move_chunk(&cl, 7, "shard1");
+    bson_error_t err;
+    mongoc_client_session_t *s = mongoc_client_start_session(cl.router, NULL, &err);
+    ck_assert_msg(s, "%s", err.message);
+    ck_assert(mongoc_client_session_start_transaction(s, NULL, &err));
+    mongoc_collection_t *coll = mongoc_client_get_collection(cl.router, "db", "c");
+    bson_t opts = BSON_INITIALIZER;
+    ck_assert(mongoc_client_session_append(s, &opts, &err));
+    int64_t ids[2] = {1, 6};
+    for (int i = 0; i < 2; i++) {
+        bson_t *q = BCON_NEW("_id", BCON_INT64(ids[i])), *u = BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}");
+        ck_assert_msg(mongoc_collection_update_one(coll, q, u, &opts, NULL, &err), "%s", err.message);
+        bson_destroy(q);
+        bson_destroy(u);
+    }
+    /* Outside the transaction: _id 6 changes on shard1. */
+    bson_t *q = BCON_NEW("_id", BCON_INT64(6)), *u = BCON_NEW("$set", "{", "w", BCON_INT32(1), "}");
+    ck_assert_msg(mongoc_collection_update_one(coll, q, u, NULL, NULL, &err), "%s", err.message);
+    bson_destroy(q);
+    bson_destroy(u);
+    bson_t reply;
+    ck_assert(!mongoc_client_session_commit_transaction(s, &reply, &err));
+    ck_assert_uint_eq(err.code, 251);
+    ck_assert(mongoc_error_has_label(&reply, "TransientTransactionError"));
+    bson_destroy(&reply);
+    bson_destroy(&opts);
+    mongoc_collection_destroy(coll);
+    mongoc_client_session_destroy(s);
+    entries s0, s1;
+    read_oplog(cl.shard[0], &s0);
+    read_oplog(cl.shard[1], &s1);
+    long p0 = find_entry(&s0, 0, "c", "admin.$cmd", -1);
+    ck_assert_msg(p0 >= 0 && has(s0.e[p0], "o.prepare"), "shard0 did not prepare");
+    long cd = find_entry(&s0, 0, "u", "config.transaction_coordinators", -1);
+    ck_assert(cd > p0);
+    ck_assert_str_eq(str_at(s0.e[cd], "o.diff.i.decision.decision"), "abort");
+    ck_assert(!has(s0.e[cd], "o.diff.i.decision.commitTimestamp"));
+    long a0 = find_entry(&s0, (size_t)p0 + 1, "c", "admin.$cmd", -1);
+    ck_assert_msg(a0 > cd && has(s0.e[a0], "o.abortTransaction"), "shard0 did not log abortTransaction");
+    ck_assert_int_lt(find_entry(&s1, 0, "c", "admin.$cmd", -1), 0);
+    ck_assert_int_ge(find_entry(&s0, (size_t)a0, "d", "config.transaction_coordinators", -1), 0);
+    entries_free(&s0);
+    entries_free(&s1);
+    cluster_stop(&cl);
+}
+END_TEST
+
 START_TEST(test_add_and_remove_shard)
 {
     cluster cl;
@@ -653,6 +708,7 @@ Suite *mongosim_shards_suite(void)
     tcase_add_test(tc, test_cluster_clock_orders_shards);
     tcase_add_test(tc, test_append_oplog_note);
     tcase_add_test(tc, test_two_phase_commit);
+    tcase_add_test(tc, test_two_phase_commit_abort);
     tcase_add_test(tc, test_add_and_remove_shard);
     tcase_add_test(tc, test_periodic_noop_per_shard);
     suite_add_tcase(s, tc);

@@ -2239,9 +2239,25 @@ static void r_commit(sim_cluster *cl, sim_reply *r, const bson_t *cmd, bool abor
     bson_destroy(&id);
     bson_destroy(&parts);
     if (!prepared_ok) {
+        /* The coordinator's abort decision reaches the client as NoSuchTransaction, a TransientTransactionError
+         * (transaction_coordinator.cpp: the decision's abortStatus; isTransientTransactionError). */
         t->nparts = 0;
         bson_destroy(&fail);
-        reply_error(r, 251, "Transaction with { txnNumber: %" PRId64 " } has been aborted.", txn);
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "Transaction with { txnNumber: %" PRId64 " } has been aborted. :: caused by :: a participant failed "
+                 "to prepare",
+                 txn);
+        bson_t e = BSON_INITIALIZER, labels;
+        BSON_APPEND_DOUBLE(&e, "ok", 0.0);
+        BSON_APPEND_UTF8(&e, "errmsg", msg);
+        BSON_APPEND_INT32(&e, "code", 251);
+        BSON_APPEND_UTF8(&e, "codeName", "NoSuchTransaction");
+        BSON_APPEND_ARRAY_BEGIN(&e, "errorLabels", &labels);
+        BSON_APPEND_UTF8(&labels, "0", "TransientTransactionError");
+        bson_append_array_end(&e, &labels);
+        reply_bson(r, &e);
+        bson_destroy(&e);
         return;
     }
     bson_destroy(&fail);
