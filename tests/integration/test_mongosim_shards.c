@@ -421,8 +421,27 @@ START_TEST(test_orphan_cleanup_delay)
     read_oplog(cl.shard[0], &s0);
     ck_assert_msg(find_entry(&s0, 0, "d", "db.c", 5) < 0, "range deleted before the delay");
     entries_free(&s0);
-    /* The orphans stay on shard0 meanwhile; the router returns each document once. */
+    /* The orphans stay on shard0 meanwhile; the router returns each document once, also from a resumed copy's
+     * find (min on the _id index). */
     ck_assert_int_eq(count_all(cl.router), 10);
+    {
+        mongoc_collection_t *coll = mongoc_client_get_collection(cl.router, "db", "c");
+        bson_t filter = BSON_INITIALIZER;
+        bson_t *opts = BCON_NEW("sort", "{", "_id", BCON_INT32(1), "}", "min", "{", "_id", BCON_INT64(4), "}", "hint",
+                                "{", "_id", BCON_INT32(1), "}", "batchSize", BCON_INT64(2));
+        mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, opts, NULL);
+        const bson_t *doc;
+        int64_t want = 4;
+        while (mongoc_cursor_next(cur, &doc))
+            ck_assert_int_eq(int_at(doc, "_id"), want++);
+        bson_error_t err;
+        ck_assert_msg(!mongoc_cursor_error(cur, &err), "%s", err.message);
+        ck_assert_int_eq(want, 10);
+        mongoc_cursor_destroy(cur);
+        bson_destroy(opts);
+        bson_destroy(&filter);
+        mongoc_collection_destroy(coll);
+    }
     long d = -1;
     for (int tries = 0; tries < 100 && d < 0; tries++) {
         usleep(100 * 1000);

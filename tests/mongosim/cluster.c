@@ -741,6 +741,27 @@ static void r_find(sim_cluster *cl, sim_reply *r, const bson_t *cmd, const char 
         gather(cl, db, coll, has_filter ? &filter : &empty, cur);
         bson_destroy(&empty);
     }
+    /* min / max on the _id index (with its hint): an inclusive lower and an exclusive upper bound, in BSON order
+     * (the copy resumes with min). */
+    static const char *const bounds[] = {"min", "max"};
+    for (int b = 0; b < 2; b++) {
+        bson_t bd;
+        bson_iter_t bi;
+        if (!get_doc(cmd, bounds[b], &bd) || !bson_iter_init_find(&bi, &bd, "_id"))
+            continue;
+        size_t kept = 0;
+        for (size_t i = 0; i < cur->n; i++) {
+            bson_iter_t di;
+            int c = bson_iter_init_find(&di, cur->docs[i], "_id")
+                        ? update_compare_values(bson_iter_value(&di), bson_iter_value(&bi))
+                        : -1;
+            if (b == 0 ? c >= 0 : c < 0)
+                cur->docs[kept++] = cur->docs[i];
+            else
+                bson_destroy(cur->docs[i]);
+        }
+        cur->n = kept;
+    }
     /* skip, limit and projection over the merged result, as mongos applies them after merging. */
     int64_t skip = opt_i64(cmd, "skip", 0), limit = opt_i64(cmd, "limit", 0);
     if (skip < 0) {
