@@ -14,12 +14,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../lib/proc.h"
+#include "../lib/simcluster.h"
 
 Suite *mongosim_shards_suite(void);
 
 typedef struct {
-    proc_handle sim;
+    simcluster sc;
     mongoc_client_t *router;
     mongoc_client_t *shard[8];
     int shard_port[8];
@@ -92,17 +92,14 @@ static void connect_shards(cluster *cl)
 static void cluster_start(cluster *cl, const char *const *extra)
 {
     memset(cl, 0, sizeof *cl);
-    const char *args[16] = {"--shards", "2"};
-    size_t n = 2;
-    for (size_t i = 0; extra && extra[i] && n < 15; i++)
-        args[n++] = extra[i];
-    args[n] = NULL;
     char err[512];
-    ck_assert_msg(proc_start_mongosim(args, NULL, &cl->sim, err, sizeof err), "%s", err);
+    ck_assert_msg(simcluster_start(2, extra, NULL, &cl->sc, err, sizeof err), "%s", err);
+    ck_assert_uint_eq(cl->sc.n, 2);
     mongoc_init();
-    cl->router = client_for(cl->sim.port, false);
+    cl->router = client_for(cl->sc.router_port, false);
     connect_shards(cl);
     ck_assert_uint_eq(cl->nshards, 2);
+    ck_assert_int_eq(cl->shard_port[1], cl->sc.port[1]);
 }
 
 static void cluster_stop(cluster *cl)
@@ -111,7 +108,7 @@ static void cluster_stop(cluster *cl)
         if (cl->shard[i])
             mongoc_client_destroy(cl->shard[i]);
     mongoc_client_destroy(cl->router);
-    proc_stop(&cl->sim, 5);
+    simcluster_stop(&cl->sc);
 }
 
 /* A shard's oplog, entries in order. */
@@ -498,6 +495,16 @@ START_TEST(test_append_oplog_note)
     assert_json(e, "o", "{ \"oplog2pg\" : { \"n\" : { \"$numberInt\" : \"1\" } } }");
     size_t before = s1.n;
     entries_free(&s1);
+    /* The shard as a replica set of its own name (the URI the daemon's reader uses): the same oplog. */
+    char uri[200];
+    simcluster_shard_uri(&cl.sc, 1, uri, sizeof uri);
+    ck_assert(strstr(uri, "replicaSet=shard1") != NULL);
+    mongoc_client_t *rs = mongoc_client_new(uri);
+    ck_assert_ptr_nonnull(rs);
+    read_oplog(rs, &s1);
+    ck_assert_uint_eq(s1.n, before);
+    entries_free(&s1);
+    mongoc_client_destroy(rs);
     /* maxClusterTime at or before the last applied optime: nothing is written. */
     cmd_ok(cl.shard[1], "admin",
            BCON_NEW("appendOplogNote", BCON_INT32(1), "data", "{", "x", BCON_INT32(1), "}", "maxClusterTime",
