@@ -1905,7 +1905,7 @@ static void h_append_oplog(cmd_ctx *x)
         if (has_ts) {
             ok = sim_append_entry(srv, &e, OPLOG_TS(secs, inc), &err);
         } else {
-            uint64_t ts = oplog_next_ts(srv->oplog, now_ms / 1000);
+            uint64_t ts = sim_next_ts(srv); /* on a shard, from the cluster clock */
             ok = oplog_append_stamped(srv->oplog, bson_get_data(&e), e.len, ts, srv->term, now_ms, !has_t, !has_v,
                                       !has_wall, &err);
             if (ok)
