@@ -647,6 +647,7 @@ START_TEST(test_two_phase_commit_abort)
     ck_assert(cd > p0);
     ck_assert_str_eq(str_at(s0.e[cd], "o.diff.i.decision.decision"), "abort");
     ck_assert(!has(s0.e[cd], "o.diff.i.decision.commitTimestamp"));
+    ck_assert_int_eq(int_at(s0.e[cd], "o.diff.i.decision.abortStatus.code"), 112);
     long a0 = find_entry(&s0, (size_t)p0 + 1, "c", "admin.$cmd", -1);
     ck_assert_msg(a0 > cd && has(s0.e[a0], "o.abortTransaction"), "shard0 did not log abortTransaction");
     ck_assert_int_lt(find_entry(&s1, 0, "c", "admin.$cmd", -1), 0);

@@ -2236,6 +2236,19 @@ static void r_commit(sim_cluster *cl, sim_reply *r, const bson_t *cmd, bool abor
     BSON_APPEND_UTF8(&dd, "decision", prepared_ok ? "commit" : "abort");
     if (prepared_ok)
         BSON_APPEND_TIMESTAMP(&dd, "commitTimestamp", OPLOG_TS_SECS(commit_ts), OPLOG_TS_INC(commit_ts));
+    else {
+        /* An abort decision carries the participant's error (CoordinatorCommitDecision's abortStatus,
+         * transaction_coordinator_document.idl). */
+        bson_t st;
+        const char *cn = "UnknownError", *em = "";
+        get_str(&fail, "codeName", &cn);
+        get_str(&fail, "errmsg", &em);
+        BSON_APPEND_DOCUMENT_BEGIN(&dd, "abortStatus", &st);
+        BSON_APPEND_INT32(&st, "code", (int32_t)opt_i64(&fail, "code", 1));
+        BSON_APPEND_UTF8(&st, "codeName", cn);
+        BSON_APPEND_UTF8(&st, "errmsg", em);
+        bson_append_document_end(&dd, &st);
+    }
     bson_append_document_end(&set, &dd);
     bson_append_document_end(&dec, &set);
     BSON_APPEND_DOCUMENT(&stmt, "u", &dec);
