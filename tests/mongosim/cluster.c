@@ -497,6 +497,15 @@ static void cursor_free(sim_cluster *cl, cl_cursor *cur)
     free(cur);
 }
 
+/* Frees a cursor that was never registered (no id). */
+static void cursor_discard(cl_cursor *cur)
+{
+    for (size_t i = 0; i < cur->n; i++)
+        bson_destroy(cur->docs[i]);
+    free(cur->docs);
+    free(cur);
+}
+
 static cl_cursor *cursor_new(sim_cluster *cl, const char *ns)
 {
     cl_cursor *cur = calloc(1, sizeof *cur);
@@ -734,7 +743,8 @@ static void r_find(sim_cluster *cl, sim_reply *r, const bson_t *cmd, const char 
     } else {
         bson_error_t err;
         if (has_filter && !store_filter_supported(&filter, &err)) {
-            cursor_reply(cl, r, cur, 0, true, true);
+            reply_error(r, 2, "%s", err.message);
+            cursor_discard(cur);
             return;
         }
         bson_t empty = BSON_INITIALIZER;
@@ -766,7 +776,7 @@ static void r_find(sim_cluster *cl, sim_reply *r, const bson_t *cmd, const char 
     int64_t skip = opt_i64(cmd, "skip", 0), limit = opt_i64(cmd, "limit", 0);
     if (skip < 0) {
         reply_error(r, 51024, "BSON field 'skip' value must be >= 0, actual value '%" PRId64 "'", skip);
-        cursor_reply(cl, r, cur, 0, true, true);
+        cursor_discard(cur);
         return;
     }
     size_t from = (size_t)skip < cur->n ? (size_t)skip : cur->n;
@@ -787,10 +797,7 @@ static void r_find(sim_cluster *cl, sim_reply *r, const bson_t *cmd, const char 
         sim_proj_error perr;
         if (!projection_parse(&pspec, &p, &perr)) {
             reply_error(r, perr.code, "%s", perr.message);
-            for (size_t i = 0; i < cur->n; i++)
-                bson_destroy(cur->docs[i]);
-            free(cur->docs);
-            free(cur);
+            cursor_discard(cur);
             return;
         }
         if (p) {
