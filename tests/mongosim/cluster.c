@@ -79,6 +79,7 @@ typedef struct cl_txn {
     int64_t txn_number;
     int parts[CL_MAX_SHARDS];
     size_t nparts;
+    int decided; /* two-phase commit's decision: 0 none yet, 1 commit, 2 abort */
     struct cl_txn *next;
 } cl_txn;
 
@@ -960,6 +961,7 @@ static cl_txn *txn_find(sim_cluster *cl, const uint8_t *lsid, int64_t txn, bool 
             if (t->txn_number != txn && create) {
                 t->txn_number = txn;
                 t->nparts = 0;
+                t->decided = 0;
             }
             return t->txn_number == txn ? t : NULL;
         }
@@ -2158,11 +2160,47 @@ static void coord_write(sim_server *srv, const char *kind, const char *arr_key, 
  * prepareTransaction to each participant, pick the largest prepareTimestamp as commitTimestamp, persist the decision
  * {$set: {decision: {decision: "commit", commitTimestamp}}}, send commitTransaction with it to each participant, then
  * delete the document. A failed prepare decides abort: {decision: "abort"}, then abortTransaction everywhere. */
+/* The coordinator's abort decision reaches the client as NoSuchTransaction, a TransientTransactionError
+ * (transaction_coordinator.cpp: the decision's abortStatus; isTransientTransactionError). */
+static void reply_aborted(sim_reply *r, int64_t txn)
+{
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "Transaction with { txnNumber: %" PRId64 " } has been aborted. :: caused by :: a participant failed to "
+             "prepare",
+             txn);
+    bson_t e = BSON_INITIALIZER, labels;
+    BSON_APPEND_DOUBLE(&e, "ok", 0.0);
+    BSON_APPEND_UTF8(&e, "errmsg", msg);
+    BSON_APPEND_INT32(&e, "code", 251);
+    BSON_APPEND_UTF8(&e, "codeName", "NoSuchTransaction");
+    BSON_APPEND_ARRAY_BEGIN(&e, "errorLabels", &labels);
+    BSON_APPEND_UTF8(&labels, "0", "TransientTransactionError");
+    bson_append_array_end(&e, &labels);
+    reply_bson(r, &e);
+    bson_destroy(&e);
+}
+
 static void r_commit(sim_cluster *cl, sim_reply *r, const bson_t *cmd, bool abort_it)
 {
     uint8_t lsid[16];
     int64_t txn;
     cl_txn *t = get_session(cmd, lsid, &txn) ? txn_find(cl, lsid, txn, false) : NULL;
+    /* A decided two-phase commit answers a retried commitTransaction (the drivers retry it) with its decision, as the
+     * coordinator does while it remembers it; abortTransaction after a commit is 256 TransactionCommitted. */
+    if (t && t->decided == 1) {
+        if (abort_it) {
+            reply_error(r, 256, "Transaction with { txnNumber: %" PRId64 " } has been committed.", txn);
+            return;
+        }
+        bson_t o = BSON_INITIALIZER;
+        reply_doc_ok(r, &o);
+        return;
+    }
+    if (t && t->decided == 2) {
+        reply_aborted(r, txn);
+        return;
+    }
     if (!t || t->nparts == 0) {
         if (abort_it) {
             reply_error(r, 251, "Transaction with { txnNumber: %" PRId64 " } has been aborted.", txn);
@@ -2280,27 +2318,13 @@ static void r_commit(sim_cluster *cl, sim_reply *r, const bson_t *cmd, bool abor
     bson_destroy(&id);
     bson_destroy(&parts);
     if (!prepared_ok) {
-        /* The coordinator's abort decision reaches the client as NoSuchTransaction, a TransientTransactionError
-         * (transaction_coordinator.cpp: the decision's abortStatus; isTransientTransactionError). */
         t->nparts = 0;
+        t->decided = 2;
         bson_destroy(&fail);
-        char msg[200];
-        snprintf(msg, sizeof msg,
-                 "Transaction with { txnNumber: %" PRId64 " } has been aborted. :: caused by :: a participant failed "
-                 "to prepare",
-                 txn);
-        bson_t e = BSON_INITIALIZER, labels;
-        BSON_APPEND_DOUBLE(&e, "ok", 0.0);
-        BSON_APPEND_UTF8(&e, "errmsg", msg);
-        BSON_APPEND_INT32(&e, "code", 251);
-        BSON_APPEND_UTF8(&e, "codeName", "NoSuchTransaction");
-        BSON_APPEND_ARRAY_BEGIN(&e, "errorLabels", &labels);
-        BSON_APPEND_UTF8(&labels, "0", "TransientTransactionError");
-        bson_append_array_end(&e, &labels);
-        reply_bson(r, &e);
-        bson_destroy(&e);
+        reply_aborted(r, txn);
         return;
     }
+    t->decided = 1;
     bson_destroy(&fail);
     bson_t o = BSON_INITIALIZER;
     reply_doc_ok(r, &o);
