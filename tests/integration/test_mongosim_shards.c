@@ -662,6 +662,73 @@ START_TEST(test_two_phase_commit_abort)
 }
 END_TEST
 
+/* A prepare held open across shards, driven on the shards directly (tests/mongosim/README.md): the prepared write is
+ * invisible through the router until the commits with one commitTimestamp. */
+START_TEST(test_prepare_held_open_on_shards)
+{
+    cluster cl;
+    cluster_start(&cl, NULL);
+    shard_and_fill(&cl);
+    move_chunk(&cl, 7, "shard1");
+    uint8_t id[16];
+    for (int i = 0; i < 16; i++)
+        id[i] = (uint8_t)(0x40 + i);
+    int64_t docs[2] = {1, 7};
+    uint64_t pts[2];
+    for (int k = 0; k < 2; k++) {
+        bson_t *cmd = BCON_NEW("update", BCON_UTF8("c"), "updates", "[", "{", "q", "{", "_id", BCON_INT64(docs[k]), "}",
+                               "u", "{", "$set", "{", "held", BCON_BOOL(true), "}", "}", "}", "]", "lsid", "{", "id",
+                               BCON_BIN(BSON_SUBTYPE_UUID, id, 16), "}", "txnNumber", BCON_INT64(1), "autocommit",
+                               BCON_BOOL(false), "startTransaction", BCON_BOOL(true));
+        cmd_ok(cl.shard[k], "db", cmd, NULL);
+        bson_t reply;
+        cmd = BCON_NEW("prepareTransaction", BCON_INT32(1), "lsid", "{", "id", BCON_BIN(BSON_SUBTYPE_UUID, id, 16), "}",
+                       "txnNumber", BCON_INT64(1), "autocommit", BCON_BOOL(false));
+        cmd_ok(cl.shard[k], "admin", cmd, &reply);
+        pts[k] = ts_at(&reply, "prepareTimestamp");
+        ck_assert(pts[k] != 0);
+        bson_destroy(&reply);
+    }
+    /* Undecided: the router reads the committed documents. */
+    mongoc_collection_t *coll = mongoc_client_get_collection(cl.router, "db", "c");
+    ck_assert_int_eq(count_all(cl.router), 10);
+    for (int k = 0; k < 2; k++) {
+        bson_t *byid = BCON_NEW("_id", BCON_INT64(docs[k]));
+        mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, byid, NULL, NULL);
+        const bson_t *doc;
+        ck_assert(mongoc_cursor_next(cur, &doc));
+        ck_assert_msg(!has(doc, "held"), "a prepared write is visible before the commit");
+        mongoc_cursor_destroy(cur);
+        bson_destroy(byid);
+    }
+    uint64_t ct = pts[0] > pts[1] ? pts[0] : pts[1];
+    for (int k = 0; k < 2; k++) {
+        bson_t *cmd = BCON_NEW("commitTransaction", BCON_INT32(1), "commitTimestamp",
+                               BCON_TIMESTAMP((uint32_t)(ct >> 32), (uint32_t)ct), "lsid", "{", "id",
+                               BCON_BIN(BSON_SUBTYPE_UUID, id, 16), "}", "txnNumber", BCON_INT64(1), "autocommit",
+                               BCON_BOOL(false));
+        cmd_ok(cl.shard[k], "admin", cmd, NULL);
+    }
+    for (int k = 0; k < 2; k++) {
+        bson_t *byid = BCON_NEW("_id", BCON_INT64(docs[k]));
+        mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, byid, NULL, NULL);
+        const bson_t *doc;
+        ck_assert(mongoc_cursor_next(cur, &doc));
+        ck_assert(has(doc, "held"));
+        mongoc_cursor_destroy(cur);
+        bson_destroy(byid);
+        entries x;
+        read_oplog(cl.shard[k], &x);
+        const bson_t *last = x.e[x.n - 1];
+        ck_assert(has(last, "o.commitTransaction"));
+        ck_assert(ts_at(last, "o.commitTimestamp") == ct);
+        entries_free(&x);
+    }
+    mongoc_collection_destroy(coll);
+    cluster_stop(&cl);
+}
+END_TEST
+
 START_TEST(test_add_and_remove_shard)
 {
     cluster cl;
@@ -740,6 +807,7 @@ Suite *mongosim_shards_suite(void)
     tcase_add_test(tc, test_append_oplog_note);
     tcase_add_test(tc, test_two_phase_commit);
     tcase_add_test(tc, test_two_phase_commit_abort);
+    tcase_add_test(tc, test_prepare_held_open_on_shards);
     tcase_add_test(tc, test_add_and_remove_shard);
     tcase_add_test(tc, test_periodic_noop_per_shard);
     suite_add_tcase(s, tc);
