@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../lib/simcluster.h"
+#include "../mongosim/hashkey.h"
 
 Suite *mongosim_shards_suite(void);
 
@@ -326,6 +327,9 @@ START_TEST(test_routed_writes_and_migration)
     read_oplog(cl.shard[1], &s1);
     /* Donor: the first-chunk noop, then the range deletion of 5..9 with fromMigrate and the shard key in o. */
     long noop = find_entry(&s0, 0, "n", "db.c", -1);
+    /* The first noop on db.c is shardCollection's; the migration's comes after it. */
+    ck_assert_msg(noop >= 0 && has(s0.e[noop], "o2.shardCollection"), "no shardCollection noop");
+    noop = find_entry(&s0, (size_t)noop + 1, "n", "db.c", -1);
     ck_assert_msg(noop >= 0, "no migrateChunkToNewShard noop on the donor");
     ck_assert_str_eq(str_at(s0.e[noop], "o2.migrateChunkToNewShard"), "db.c");
     ck_assert_str_eq(str_at(s0.e[noop], "o2.fromShardId"), "shard0");
@@ -729,6 +733,67 @@ START_TEST(test_prepare_held_open_on_shards)
 }
 END_TEST
 
+/* A hashed shard key on an empty collection: four chunks split at -2^62+2, 0, 2^62-2 (two per shard), documents placed
+ * by the hash of their key (seed 0), the shardCollection noop on the primary and the participant's create. */
+START_TEST(test_hashed_shard_key)
+{
+    cluster cl;
+    cluster_start(&cl, NULL);
+    cmd_ok(cl.router, "admin",
+           BCON_NEW("shardCollection", BCON_UTF8("db.h"), "key", "{", "k", BCON_UTF8("hashed"), "}"), NULL);
+    mongoc_collection_t *chunks = mongoc_client_get_collection(cl.router, "config", "chunks");
+    bson_t f = BSON_INITIALIZER;
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(chunks, &f, NULL, NULL);
+    const bson_t *doc;
+    const int64_t want_max[3] = {-4611686018427387902LL, 0, 4611686018427387902LL};
+    const char *want_shard[4] = {"shard0", "shard0", "shard1", "shard1"};
+    int n = 0;
+    while (mongoc_cursor_next(cur, &doc)) {
+        ck_assert_int_lt(n, 4);
+        if (n < 3)
+            ck_assert_int_eq(int_at(doc, "max.k"), want_max[n]);
+        ck_assert_str_eq(str_at(doc, "shard"), want_shard[n]);
+        n++;
+    }
+    ck_assert_int_eq(n, 4);
+    mongoc_cursor_destroy(cur);
+    bson_destroy(&f);
+    mongoc_collection_destroy(chunks);
+    mongoc_collection_t *coll = mongoc_client_get_collection(cl.router, "db", "h");
+    for (int64_t i = 0; i < 40; i++) {
+        bson_t *d = BCON_NEW("_id", BCON_INT64(i), "k", BCON_INT64(i));
+        bson_error_t err;
+        ck_assert_msg(mongoc_collection_insert_one(coll, d, NULL, NULL, &err), "%s", err.message);
+        bson_destroy(d);
+    }
+    mongoc_collection_destroy(coll);
+    entries s0, s1;
+    read_oplog(cl.shard[0], &s0);
+    read_oplog(cl.shard[1], &s1);
+    int on[2] = {0, 0};
+    for (int64_t i = 0; i < 40; i++) {
+        bson_t *k = BCON_NEW("k", BCON_INT64(i));
+        bson_iter_t it;
+        ck_assert(bson_iter_init_find(&it, k, "k"));
+        int want = hashkey_hash64(&it, 0) < 0 ? 0 : 1;
+        bson_destroy(k);
+        ck_assert_msg(find_entry(want ? &s1 : &s0, 0, "i", "db.h", i) >= 0, "doc %" PRId64 " not on shard%d", i, want);
+        ck_assert_int_lt(find_entry(want ? &s0 : &s1, 0, "i", "db.h", i), 0);
+        on[want]++;
+    }
+    ck_assert(on[0] > 0 && on[1] > 0);
+    long noop = find_entry(&s0, 0, "n", "db.h", -1);
+    ck_assert_msg(noop >= 0, "no shardCollection noop on the primary");
+    ck_assert_str_eq(str_at(s0.e[noop], "o2.shardCollection"), "db.h");
+    ck_assert_str_eq(str_at(s0.e[noop], "o2.shardKey.k"), "hashed");
+    long create = find_entry(&s1, 0, "c", "db.$cmd", -1);
+    ck_assert_msg(create >= 0 && has(s1.e[create], "fromMigrate"), "participant create");
+    entries_free(&s0);
+    entries_free(&s1);
+    cluster_stop(&cl);
+}
+END_TEST
+
 START_TEST(test_add_and_remove_shard)
 {
     cluster cl;
@@ -808,6 +873,7 @@ Suite *mongosim_shards_suite(void)
     tcase_add_test(tc, test_two_phase_commit);
     tcase_add_test(tc, test_two_phase_commit_abort);
     tcase_add_test(tc, test_prepare_held_open_on_shards);
+    tcase_add_test(tc, test_hashed_shard_key);
     tcase_add_test(tc, test_add_and_remove_shard);
     tcase_add_test(tc, test_periodic_noop_per_shard);
     suite_add_tcase(s, tc);

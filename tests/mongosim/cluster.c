@@ -14,6 +14,7 @@
  */
 #include "cluster.h"
 
+#include "hashkey.h"
 #include "projection.h"
 #include "sim_internal.h"
 #include "txn.h"
@@ -49,6 +50,7 @@ typedef struct {
     char db[128];
     char coll[128];
     bson_t key;
+    char hashed[128]; /* the key's hashed field, "" for a range key */
     bool unique;
     uint8_t uuid[16];
     bson_oid_t epoch;
@@ -301,8 +303,9 @@ static int db_primary(sim_cluster *cl, const char *db)
 }
 
 /* The shard key value of doc under c's pattern into `out` (field name -> value; a missing field is null, as
- * ShardKeyPattern::extractShardKeyFromDoc treats it for targeting). */
-static void extract_key(const cl_coll *c, const bson_t *doc, bson_t *out)
+ * ShardKeyPattern::extractShardKeyFromDoc treats it for targeting). A hashed field holds the value's hash as an int64
+ * (seed 0: BSONElementHasher::DEFAULT_HASH_SEED), unless `as_given` (split's middle and bounds name hashed values). */
+static void extract_key_as(const cl_coll *c, const bson_t *doc, bool as_given, bson_t *out)
 {
     bson_init(out);
     bson_iter_t kp;
@@ -310,11 +313,27 @@ static void extract_key(const cl_coll *c, const bson_t *doc, bson_t *out)
     while (bson_iter_next(&kp)) {
         const char *f = bson_iter_key(&kp);
         bson_iter_t it, d;
-        if (bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, f, &d))
+        bool found = bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, f, &d);
+        if (c->hashed[0] && strcmp(f, c->hashed) == 0 && !as_given) {
+            bson_t null_doc = BSON_INITIALIZER;
+            bson_iter_t ni;
+            if (!found) {
+                bson_append_null(&null_doc, "", 0);
+                bson_iter_init(&ni, &null_doc);
+                bson_iter_next(&ni);
+            }
+            bson_append_int64(out, f, -1, hashkey_hash64(found ? &d : &ni, 0));
+            bson_destroy(&null_doc);
+        } else if (found)
             bson_append_value(out, f, -1, bson_iter_value(&d));
         else
             bson_append_null(out, f, -1);
     }
+}
+
+static void extract_key(const cl_coll *c, const bson_t *doc, bson_t *out)
+{
+    extract_key_as(c, doc, false, out);
 }
 
 /* Compares two key documents field by field (same pattern order), BSON order; MinKey and MaxKey bound the range. */
@@ -1543,19 +1562,23 @@ static void r_shard_collection(sim_cluster *cl, sim_reply *r, const bson_t *cmd)
         reply_error(r, 2, "shardCollection needs a key");
         return;
     }
+    /* Ascending fields, at most one of them "hashed" (ShardKeyPattern::isValid: 4.4+ allows one hashed field in a
+     * compound key). */
     bson_iter_t kit;
     bson_iter_init(&kit, &key);
+    const char *hashed = NULL;
+    size_t nfields = 0;
     while (bson_iter_next(&kit)) {
-        if (BSON_ITER_HOLDS_UTF8(&kit)) {
-            reply_error(r, 2, "mongosim does not support hashed shard keys ('%s')", bson_iter_key(&kit));
-            return;
-        }
-        if (!BSON_ITER_HOLDS_NUMBER(&kit) || bson_iter_as_int64(&kit) != 1) {
+        nfields++;
+        bool is_hashed = BSON_ITER_HOLDS_UTF8(&kit) && strcmp(bson_iter_utf8(&kit, NULL), "hashed") == 0;
+        if ((is_hashed && hashed) || (!is_hashed && (!BSON_ITER_HOLDS_NUMBER(&kit) || bson_iter_as_int64(&kit) != 1))) {
             reply_error(r, 2,
                         "Unsupported shard key pattern. Pattern must either be a single hashed field, or a list "
                         "of ascending fields");
             return;
         }
+        if (is_hashed)
+            hashed = bson_iter_key(&kit);
     }
     cl_coll *existing = coll_find(cl, db, coll);
     if (existing) {
@@ -1569,6 +1592,7 @@ static void r_shard_collection(sim_cluster *cl, sim_reply *r, const bson_t *cmd)
     }
     cl_db *d = db_ensure(cl, db, -1);
     sim_server *ps = cl->shards[d->primary].srv;
+    bool was_empty = store_count(ps->store, db, coll) == 0;
     /* The collection is created on the primary shard when missing (shardCollection creates it), logged as a create. */
     if (store_ns_kind_of(ps->store, db, coll) == STORE_NS_NONE) {
         bson_t cc = BSON_INITIALIZER, rep;
@@ -1592,6 +1616,8 @@ static void r_shard_collection(sim_cluster *cl, sim_reply *r, const bson_t *cmd)
     snprintf(c->db, sizeof c->db, "%s", db);
     snprintf(c->coll, sizeof c->coll, "%s", coll);
     bson_copy_to(&key, &c->key);
+    if (hashed)
+        snprintf(c->hashed, sizeof c->hashed, "%s", hashed);
     c->unique = get_bool(cmd, "unique");
     store_collection_uuid(ps->store, db, coll, c->uuid);
     bson_oid_init(&c->epoch, NULL);
@@ -1599,24 +1625,98 @@ static void r_shard_collection(sim_cluster *cl, sim_reply *r, const bson_t *cmd)
     c->lastmod_ms = sim_now_ms();
     c->major = 1;
     /* Existing documents must have the key (a real server checks the shard key index; mongosim treats a missing
-     * field as null, which MinKey..MaxKey holds). One chunk covers the whole key space on the primary shard. */
-    cl_chunk *ch = chunk_add(c);
-    bson_init(&ch->min);
-    bson_init(&ch->max);
-    bson_iter_init(&kit, &key);
-    while (bson_iter_next(&kit)) {
-        bson_append_minkey(&ch->min, bson_iter_key(&kit), -1);
-        bson_append_maxkey(&ch->max, bson_iter_key(&kit), -1);
+     * field as null, which MinKey..MaxKey holds). One chunk covers the whole key space on the primary shard, except
+     * for an empty collection with a single hashed field: 2 chunks per shard, split points symmetric around 0
+     * (InitialSplitPolicy::calculateHashedSplitPoints), in contiguous runs per shard
+     * (generateShardCollectionInitialChunks). */
+    int active[CL_MAX_SHARDS];
+    size_t nactive = 0;
+    for (size_t i = 0; i < cl->nshards; i++)
+        if (!cl->shards[i].removed && !cl->shards[i].draining)
+            active[nactive++] = (int)i;
+    int64_t splits[2 * CL_MAX_SHARDS];
+    size_t nsplits = 0;
+    if (hashed && nfields == 1 && was_empty && nactive > 0) {
+        int64_t nchunks = 2 * (int64_t)nactive;
+        int64_t interval = (INT64_MAX / nchunks) * 2, cur = 0;
+        if (nchunks % 2 == 0) {
+            splits[nsplits++] = cur;
+            cur += interval;
+        } else
+            cur += interval / 2;
+        for (int64_t i = 0; i < (nchunks - 1) / 2; i++) {
+            splits[nsplits++] = cur;
+            splits[nsplits++] = -cur;
+            cur += interval;
+        }
+        for (size_t i = 1; i < nsplits; i++)
+            for (size_t j = i; j > 0 && splits[j - 1] > splits[j]; j--) {
+                int64_t t = splits[j];
+                splits[j] = splits[j - 1];
+                splits[j - 1] = t;
+            }
     }
-    ch->shard = d->primary;
-    ch->major = 1;
-    ch->minor = 0;
-    ch->since = c->timestamp;
-    history_set(cl, ch, false);
+    size_t per_shard = nsplits ? (nsplits + 1 + nactive - 1) / nactive : 1;
+    for (size_t i = 0; i <= nsplits; i++) {
+        cl_chunk *ch = chunk_add(c);
+        bson_init(&ch->min);
+        bson_init(&ch->max);
+        bson_iter_init(&kit, &key);
+        while (bson_iter_next(&kit)) {
+            if (i == 0)
+                bson_append_minkey(&ch->min, bson_iter_key(&kit), -1);
+            else
+                bson_append_int64(&ch->min, bson_iter_key(&kit), -1, splits[i - 1]);
+            if (i == nsplits)
+                bson_append_maxkey(&ch->max, bson_iter_key(&kit), -1);
+            else
+                bson_append_int64(&ch->max, bson_iter_key(&kit), -1, splits[i]);
+        }
+        ch->shard = nsplits ? active[(i / per_shard) % nactive] : d->primary;
+        ch->major = 1;
+        ch->minor = (uint32_t)i;
+        ch->since = c->timestamp;
+        history_set(cl, ch, false);
+    }
     cl->colls = realloc(cl->colls, (cl->ncolls + 1) * sizeof *cl->colls);
     if (!cl->colls)
         abort();
     cl->colls[cl->ncolls++] = c;
+    /* The other shards that got chunks create the collection as participants, with its UUID and fromMigrate: true
+     * (_shardsvrCreateCollectionParticipant -> MigrationDestinationManager::cloneCollectionIndexesAndOptions). */
+    for (size_t i = 0; i < cl->nshards; i++) {
+        if ((int)i == d->primary || chunks_on(c, (int)i) == 0 ||
+            store_ns_kind_of(cl->shards[i].srv->store, db, coll) != STORE_NS_NONE)
+            continue;
+        migrate_emit_ctx m = {.srv = cl->shards[i].srv};
+        bson_error_t err;
+        if (!store_create(cl->shards[i].srv->store, db, coll, emit_from_migrate, &m, &err))
+            fprintf(stderr, "mongosim: shardCollection: creating %s on %s: %s\n", ns, cl->shards[i].id, err.message);
+    }
+    /* The primary shard's noop for change streams: {op: "n", ns, ui, o: {msg: {shardCollection: ns}}, o2:
+     * {shardCollection: ns, shardKey, unique?}} (notifyChangeStreamsOnShardCollection, the request's fields after
+     * the namespace). */
+    {
+        bson_t body = BSON_INITIALIZER, o, msg, o2;
+        BSON_APPEND_UTF8(&body, "op", "n");
+        BSON_APPEND_UTF8(&body, "ns", ns);
+        append_uuid16(&body, "ui", c->uuid);
+        BSON_APPEND_DOCUMENT_BEGIN(&body, "o", &o);
+        BSON_APPEND_DOCUMENT_BEGIN(&o, "msg", &msg);
+        BSON_APPEND_UTF8(&msg, "shardCollection", ns);
+        bson_append_document_end(&o, &msg);
+        bson_append_document_end(&body, &o);
+        BSON_APPEND_DOCUMENT_BEGIN(&body, "o2", &o2);
+        BSON_APPEND_UTF8(&o2, "shardCollection", ns);
+        BSON_APPEND_DOCUMENT(&o2, "shardKey", &key);
+        if (bson_has_field(cmd, "unique"))
+            BSON_APPEND_BOOL(&o2, "unique", c->unique);
+        bson_append_document_end(&body, &o2);
+        bson_error_t err;
+        if (!sim_append_body(ps, &body, &err))
+            fprintf(stderr, "mongosim: shardCollection noop: %s\n", err.message);
+        bson_destroy(&body);
+    }
     bson_t o = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&o, "collectionsharded", ns);
     append_uuid16(&o, "collectionUUID", c->uuid);
@@ -1677,7 +1777,7 @@ static void r_split(sim_cluster *cl, sim_reply *r, const bson_t *cmd)
         reply_error(r, 2, "mongosim's split needs middle");
         return;
     }
-    extract_key(c, &middle, &mkey);
+    extract_key_as(c, &middle, true, &mkey);
     cl_chunk *ch = chunk_for_key(c, &mkey);
     if (!ch || key_cmp(&ch->min, &mkey) == 0) {
         bson_destroy(&mkey);
