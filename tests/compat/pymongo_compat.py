@@ -239,6 +239,10 @@ def check_sharded(binary):
         except pymongo.errors.OperationFailure as exc:
             gone = exc.code == 43
         check("killCursors through the router", cid != 0 and res["cursorsKilled"] == [cid] and gone, repr(res))
+        client.db.plain2.insert_one({"_id": 1})
+        client.db.plain2.rename("plain3")
+        check("renameCollection of an unsharded collection",
+              "plain3" in client.db.list_collection_names() and client.db.plain3.find_one() == {"_id": 1})
         plain = shard_entries(ports["shard0"], "db.plain")
         check("unsharded collection on the primary shard", len(plain) == 250 and
               not shard_entries(ports["shard1"], "db.plain"), repr(len(plain)))

@@ -1464,6 +1464,38 @@ static void r_drop_database(sim_cluster *cl, sim_reply *r, const bson_t *cmd, co
     reply_doc_ok(r, &d);
 }
 
+static bool split_ns(const char *ns, char *db, size_t dbn, char *coll, size_t colln)
+{
+    const char *dot = strchr(ns, '.');
+    if (!dot || dot == ns || !dot[1] || (size_t)(dot - ns) >= dbn)
+        return false;
+    snprintf(db, dbn, "%.*s", (int)(dot - ns), ns);
+    snprintf(coll, colln, "%s", dot + 1);
+    return true;
+}
+
+/* renameCollection of an unsharded collection: on its database's primary shard (mongosim refuses a sharded one,
+ * which 5.0+ servers rename through a coordinator). */
+static void r_rename(sim_cluster *cl, sim_reply *r, const bson_t *cmd)
+{
+    const char *from;
+    char db[128], coll[128];
+    if (!get_str(cmd, "renameCollection", &from) || !split_ns(from, db, sizeof db, coll, sizeof coll)) {
+        reply_error(r, 73, "renameCollection needs a namespace db.coll");
+        return;
+    }
+    if (coll_find(cl, db, coll)) {
+        reply_error(r, 2, "mongosim does not rename sharded collections ('%s')", from);
+        return;
+    }
+    bson_t sc = BSON_INITIALIZER, rep;
+    copy_except(cmd, &sc, NULL);
+    shard_call(cl->shards[db_primary(cl, db)].srv, "admin", &sc, &rep);
+    bson_destroy(&sc);
+    reply_bson(r, &rep);
+    bson_destroy(&rep);
+}
+
 static void r_list_databases(sim_cluster *cl, sim_reply *r)
 {
     bson_t d = BSON_INITIALIZER, arr;
@@ -1491,16 +1523,6 @@ static int shard_index(sim_cluster *cl, const char *id)
         if (strcmp(cl->shards[i].id, id) == 0 && !cl->shards[i].removed)
             return (int)i;
     return -1;
-}
-
-static bool split_ns(const char *ns, char *db, size_t dbn, char *coll, size_t colln)
-{
-    const char *dot = strchr(ns, '.');
-    if (!dot || dot == ns || !dot[1] || (size_t)(dot - ns) >= dbn)
-        return false;
-    snprintf(db, dbn, "%.*s", (int)(dot - ns), ns);
-    snprintf(coll, colln, "%s", dot + 1);
-    return true;
 }
 
 static void r_list_shards(sim_cluster *cl, sim_reply *r)
@@ -2532,6 +2554,8 @@ void cluster_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
         r_update_delete(cl, r, cmd, db, false);
     else if (!strcmp(name, "drop"))
         r_drop(cl, r, cmd, db);
+    else if (!strcmp(name, "renameCollection") && admin)
+        r_rename(cl, r, cmd);
     else if (!strcmp(name, "dropDatabase"))
         r_drop_database(cl, r, cmd, db);
     else if (!strcmp(name, "commitTransaction") || !strcmp(name, "abortTransaction"))
