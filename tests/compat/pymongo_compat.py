@@ -5,9 +5,13 @@ operators ($push with modifiers, $pull, $addToSet, $pop, $pullAll, $min, $max, $
 documents, the oplog `o` fields ($v:2 or $v:1), the no-ops and the error codes a server gives.
 
 Usage: /usr/bin/python3 tests/compat/pymongo_compat.py mongodb://127.0.0.1:PORT/?replicaSet=rs0
+       /usr/bin/python3 tests/compat/pymongo_compat.py --sharded build/mongosim
+The second form starts `mongosim --shards 2 --port 0` and connects to its router as to a real mongos: CRUD,
+shardCollection, split, moveChunk, a transaction across both shards, and each shard's oplog read directly.
 Prints one line per check and, alone on the last line, "N passed, N failed"; exits 1 on any failure.
 """
 import random
+import subprocess
 import sys
 import time
 
@@ -163,7 +167,108 @@ def check_transaction(client, coll, ns):
     check("aborted transaction writes nothing", after == [] and coll.find_one({"_id": "t2"}) is None, repr(after))
 
 
+def shard_entries(port, ns):
+    """The entries on ns in a shard's local.oplog.rs, read with a direct connection to that shard."""
+    c = pymongo.MongoClient("mongodb://127.0.0.1:%d/" % port, directConnection=True, serverSelectionTimeoutMS=10000)
+    try:
+        return [e for e in c.local["oplog.rs"].find() if e.get("ns") == ns]
+    finally:
+        c.close()
+
+
+def check_sharded(binary):
+    """A 2-shard mongosim cluster through pymongo's mongos topology."""
+    proc = subprocess.Popen([binary, "--shards", "2", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    try:
+        port = int(proc.stdout.readline())
+        client = pymongo.MongoClient("mongodb://127.0.0.1:%d/" % port, serverSelectionTimeoutMS=10000)
+        hello = client.admin.command("hello")
+        check("router hello isdbgrid", hello.get("msg") == "isdbgrid" and "setName" not in hello, repr(hello))
+        client.db.c.insert_one({"_id": -1, "k": -1})  # selects the server: pymongo then knows the topology
+        check("pymongo sees a mongos", client.is_mongos)
+        shards = client.admin.command("listShards")["shards"]
+        hosts = {s["_id"]: s["host"] for s in shards}
+        check("listShards", sorted(hosts) == ["shard0", "shard1"] and
+              all(h.startswith(i + "/127.0.0.1:") for i, h in hosts.items()), repr(shards))
+        ports = {i: int(h.rsplit(":", 1)[1]) for i, h in hosts.items()}
+        res = client.admin.command("shardCollection", "db.c", key={"k": 1})
+        check("shardCollection", res.get("collectionsharded") == "db.c", repr(res))
+        client.admin.command("split", "db.c", middle={"k": 50})
+        client.db.c.insert_many([{"_id": i, "k": i} for i in range(100)])
+        res = client.admin.command("moveChunk", "db.c", find={"k": 70}, to="shard1")
+        check("moveChunk", res.get("ok") == 1.0, repr(res))
+        chunks = list(client.config.chunks.find({}, {"_id": 0, "min": 1, "shard": 1}))
+        check("config.chunks after the move",
+              sorted(c["shard"] for c in chunks) == ["shard0", "shard1"], repr(chunks))
+        client.db.c.update_one({"_id": 70}, {"$set": {"x": 1}})
+        client.db.c.delete_one({"_id": 10})
+        client.db.c.insert_one({"_id": 200, "k": 200})
+        docs = list(client.db.c.find({}, sort=[("_id", 1)]))
+        ids = [d["_id"] for d in docs]
+        check("router find merges the shards, no orphans",
+              ids == [-1] + [i for i in range(100) if i != 10] + [200], repr(ids[:5]))
+        n = client.db.c.count_documents({})
+        check("count_documents", n == 101, repr(n))
+        check("find by _id on shard1", client.db.c.find_one({"_id": 70}) == {"_id": 70, "k": 70, "x": 1})
+
+        s0 = shard_entries(ports["shard0"], "db.c")
+        s1 = shard_entries(ports["shard1"], "db.c")
+        copies = [e for e in s1 if e["op"] == "i" and e.get("fromMigrate")]
+        check("recipient copies with fromMigrate", sorted(e["o"]["_id"] for e in copies) == list(range(50, 100)))
+        gone = [e for e in s0 if e["op"] == "d" and e.get("fromMigrate")]
+        check("donor range deletion with fromMigrate and the shard key in o",
+              len(gone) == 50 and all(list(e["o"].keys()) == ["k", "_id"] for e in gone), repr(gone[:1]))
+        noop = [e for e in s0 if e["op"] == "n" and "migrateChunkToNewShard" in e.get("o2", {})]
+        check("migrateChunkToNewShard noop", len(noop) == 1 and noop[0]["o2"] == {
+            "migrateChunkToNewShard": "db.c", "fromShardId": "shard0", "toShardId": "shard1"}, repr(noop))
+        upd = [e for e in s1 if e["op"] == "u"]
+        check("update o2 holds the shard key", len(upd) == 1 and ordered(upd[0]["o2"]) == [("k", 70), ("_id", 70)],
+              repr(upd))
+        dele = [e for e in s0 if e["op"] == "d" and not e.get("fromMigrate")]
+        check("delete o holds the shard key", len(dele) == 1 and dele[0]["o"] == {"k": 10, "_id": 10}, repr(dele))
+
+        client.db.plain.insert_many([{"_id": i} for i in range(250)])
+        got = [d["_id"] for d in client.db.plain.find(batch_size=7)]
+        check("unsharded collection: getMore batches through the router", got == list(range(250)), repr(got[:3]))
+        cid = client.db.command("find", "plain", batchSize=5)["cursor"]["id"]
+        res = client.db.command("killCursors", "plain", cursors=[cid])
+        try:
+            client.db.command("getMore", cid, collection="plain")
+            gone = False
+        except pymongo.errors.OperationFailure as exc:
+            gone = exc.code == 43
+        check("killCursors through the router", cid != 0 and res["cursorsKilled"] == [cid] and gone, repr(res))
+        client.db.plain2.insert_one({"_id": 1})
+        client.db.plain2.rename("plain3")
+        check("renameCollection of an unsharded collection",
+              "plain3" in client.db.list_collection_names() and client.db.plain3.find_one() == {"_id": 1})
+        plain = shard_entries(ports["shard0"], "db.plain")
+        check("unsharded collection on the primary shard", len(plain) == 250 and
+              not shard_entries(ports["shard1"], "db.plain"), repr(len(plain)))
+
+        with client.start_session() as s:
+            with s.start_transaction():
+                client.db.c.update_one({"_id": 1}, {"$inc": {"v": 1}}, session=s)
+                client.db.c.update_one({"_id": 99}, {"$inc": {"v": 1}}, session=s)
+        p0 = [e for e in shard_entries(ports["shard0"], "admin.$cmd") if "commitTransaction" in e["o"]]
+        p1 = [e for e in shard_entries(ports["shard1"], "admin.$cmd") if "commitTransaction" in e["o"]]
+        check("two-phase commit: one commitTimestamp on both shards",
+              len(p0) == 1 and len(p1) == 1 and p0[0]["o"]["commitTimestamp"] == p1[0]["o"]["commitTimestamp"],
+              repr((p0, p1)))
+        check("transaction applied through the router",
+              client.db.c.find_one({"_id": 1})["v"] == 1 and client.db.c.find_one({"_id": 99})["v"] == 1)
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--sharded":
+        return check_sharded(sys.argv[2])
     if len(sys.argv) != 2:
         print(__doc__)
         print("0 passed, 1 failed")

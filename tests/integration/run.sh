@@ -43,12 +43,20 @@ CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120} "$build/integration_tests"
 
 echo "== pymongo compatibility"
 /usr/bin/python3 tests/compat/pymongo_compat.py "$MONGO_URI"
+if [ -n "${OPLOG2PG_TEST_SIM:-}" ]; then
+    echo "== pymongo compatibility, sharded (mongosim --shards 2)"
+    /usr/bin/python3 tests/compat/pymongo_compat.py --sharded "$build/mongosim"
+fi
 
 echo "== Node.js driver compatibility"
 [ -d tests/compat/node_modules/mongodb ] || { echo "tests/compat/node_modules is missing: run scripts/deps.sh" >&2; exit 1; }
 node_bin=node # scripts/deps.sh puts a Node.js 20 here when the machine's is older
 [ -x tests/compat/.node/node_modules/.bin/node ] && node_bin=tests/compat/.node/node_modules/.bin/node
 "$node_bin" tests/compat/node_compat.mjs "$MONGO_URI"
+if [ -n "${OPLOG2PG_TEST_SIM:-}" ]; then
+    echo "== Node.js driver compatibility, sharded (mongosim --shards 2)"
+    "$node_bin" tests/compat/node_compat_sharded.mjs "$build/mongosim"
+fi
 
 echo "== the daemon under valgrind"
 tests/integration/valgrind.sh "$build"

@@ -1905,7 +1905,7 @@ static void h_append_oplog(cmd_ctx *x)
         if (has_ts) {
             ok = sim_append_entry(srv, &e, OPLOG_TS(secs, inc), &err);
         } else {
-            uint64_t ts = oplog_next_ts(srv->oplog, now_ms / 1000);
+            uint64_t ts = sim_next_ts(srv); /* on a shard, from the cluster clock */
             ok = oplog_append_stamped(srv->oplog, bson_get_data(&e), e.len, ts, srv->term, now_ms, !has_t, !has_v,
                                       !has_wall, &err);
             if (ok)
@@ -2303,6 +2303,67 @@ static void h_status(cmd_ctx *x)
     reply_ok(x->r, &d);
 }
 
+/* {appendOplogNote: 1, data: {...}[, maxClusterTime: Timestamp]} on admin (src/mongo/db/commands/oplog_note.cpp):
+ * logs {op: "n", ns: "", o: data} (_performNoopWrite -> OpObserver::onOpMessage). With maxClusterTime it writes only
+ * when that time is after the node's last applied optime, and answers ok either way. data must be a document
+ * (bsonExtractTypedField: 14 TypeMismatch, or 4 NoSuchKey when missing). The command is adminOnly and needs the
+ * appendOplogNote action on the cluster resource (clusterManager, clusterAdmin, root; mongosim has no
+ * authentication). */
+static void h_append_oplog_note(cmd_ctx *x)
+{
+    sim_server *srv = x->srv;
+    if (strcmp(x->db, "admin") != 0) {
+        reply_error(x->r, 13, "appendOplogNote may only be run against the admin database.");
+        return;
+    }
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, x->cmd, "data")) {
+        reply_error(x->r, 4, "Missing expected field \"data\"");
+        return;
+    }
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        reply_error(x->r, 14, "\"data\" had the wrong type. Expected object, found %s",
+                    BSON_ITER_HOLDS_UTF8(&it) ? "string" : "another type");
+        return;
+    }
+    bson_t data;
+    uint32_t len;
+    const uint8_t *p;
+    bson_iter_document(&it, &len, &p);
+    bson_init_static(&data, p, len);
+    bson_iter_t mt;
+    if (bson_iter_init_find(&mt, x->cmd, "maxClusterTime")) {
+        if (!BSON_ITER_HOLDS_TIMESTAMP(&mt)) {
+            reply_error(x->r, 14, "\"maxClusterTime\" had the wrong type. Expected timestamp");
+            return;
+        }
+        uint32_t secs, inc;
+        bson_iter_timestamp(&mt, &secs, &inc);
+        if (OPLOG_TS(secs, inc) <= oplog_last_ts(srv->oplog)) {
+            bson_t d = BSON_INITIALIZER;
+            reply_ok(x->r, &d);
+            return;
+        }
+    }
+    if (srv->stepped_down) {
+        reply_error(x->r, 10107, "Not primary while running appendOpLogNote");
+        return;
+    }
+    bson_t body = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&body, "op", "n");
+    BSON_APPEND_UTF8(&body, "ns", "");
+    BSON_APPEND_DOCUMENT(&body, "o", &data);
+    bson_error_t err;
+    bool ok = sim_append_body(srv, &body, &err);
+    bson_destroy(&body);
+    if (!ok) {
+        reply_error(x->r, 1, "appendOplogNote: %s", err.message);
+        return;
+    }
+    bson_t d = BSON_INITIALIZER;
+    reply_ok(x->r, &d);
+}
+
 /* Client transactions and server parameters (txn.c). */
 static void h_commit_txn(cmd_ctx *x)
 {
@@ -2354,6 +2415,7 @@ static const cmd_entry COMMANDS[] = {
     {"getMore", h_get_more},
     {"killCursors", h_kill_cursors},
     {"appendOplog", h_append_oplog},
+    {"appendOplogNote", h_append_oplog_note},
     {"mongosimTransaction", h_transaction},
     {"commitTransaction", h_commit_txn},
     {"abortTransaction", h_abort_txn},
@@ -2373,6 +2435,10 @@ static const cmd_entry COMMANDS[] = {
 
 void cmd_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *db)
 {
+    if (srv->is_router) {
+        cluster_dispatch(srv, r, cmd, db);
+        return;
+    }
     cmd_ctx x = {.srv = srv, .r = r, .cmd = cmd, .db = db};
     if (!bson_iter_init(&x.first, cmd) || !bson_iter_next(&x.first)) {
         reply_error(r, 9, "empty command document");

@@ -10,6 +10,7 @@
 
 #include <ev.h>
 
+#include "cluster.h"
 #include "server.h"
 
 static void usage(FILE *out)
@@ -26,6 +27,9 @@ static void usage(FILE *out)
             "  --oplog FILE.bson        append these entries (a mongodump of local.oplog.rs) at start\n"
             "  --data DIR               load DIR/<db>/<coll>.bson at start\n"
             "  --state DIR              load DIR's saved oplog and data at start; save them on SIGTERM/SIGINT\n"
+            "  --shards N               serve a sharded cluster: a router on --port and N shards shard0..\n"
+            "                           (each a replica set of that name on a free port)\n"
+            "  --orphan-cleanup-delay S with --shards: seconds before a migration's donor deletes the range (0)\n"
             "  --verbose                log connections and commands to stderr\n");
 }
 
@@ -45,10 +49,14 @@ int main(int argc, char **argv)
         {"oplog", required_argument, NULL, 'o'},
         {"data", required_argument, NULL, 'd'},
         {"state", required_argument, NULL, 'S'},
+        {"shards", required_argument, NULL, 'N'},
+        {"orphan-cleanup-delay", required_argument, NULL, 'D'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    long shards = 0;
+    double orphan_delay = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, "p:vh", longopts, NULL)) != -1) {
         char *end = NULL;
@@ -102,6 +110,20 @@ int main(int argc, char **argv)
         case 'S':
             opts.state_dir = optarg;
             break;
+        case 'N':
+            shards = strtol(optarg, &end, 10);
+            if (*end || shards < 1) {
+                fprintf(stderr, "mongosim: bad --shards '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'D':
+            orphan_delay = strtod(optarg, &end);
+            if (*end || orphan_delay < 0) {
+                fprintf(stderr, "mongosim: bad --orphan-cleanup-delay '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case 'v':
             opts.verbose = true;
             break;
@@ -120,6 +142,23 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     bson_error_t err;
     struct ev_loop *loop = ev_default_loop(0);
+    if (shards > 0) {
+        sim_cluster *cl = sim_cluster_new(&opts, (size_t)shards, orphan_delay, loop, &err);
+        if (!cl) {
+            fprintf(stderr, "mongosim: cannot start: %s\n", err.message);
+            return 1;
+        }
+        if (opts.port == 0) {
+            printf("%d\n", sim_cluster_port(cl));
+            fflush(stdout);
+        }
+        fprintf(stderr, "mongosim: router of a %ld-shard cluster listening on %s:%d\n", shards, opts.bind_host,
+                sim_cluster_port(cl));
+        sim_cluster_handle_signals(cl);
+        sim_cluster_run(cl);
+        sim_cluster_free(cl);
+        return 0;
+    }
     sim_server *srv = sim_server_new(&opts, loop, &err);
     if (!srv) {
         fprintf(stderr, "mongosim: cannot start: %s\n", err.message);

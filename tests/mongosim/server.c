@@ -243,15 +243,27 @@ int64_t sim_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* In a simulated cluster every shard takes its ts from one clock, as the cluster time gossiped between a real
+ * cluster's nodes orders causally related writes (src/mongo/db/vector_clock.h: a node's clusterTime is at least every
+ * time it has seen, and an oplog slot is reserved after it): whatever was written before, on any shard, has a smaller
+ * ts. */
 uint64_t sim_next_ts(sim_server *srv)
 {
-    return oplog_next_ts(srv->oplog, sim_now_ms() / 1000);
+    uint64_t ts = oplog_next_ts(srv->oplog, sim_now_ms() / 1000);
+    if (srv->clock) {
+        if (ts <= *srv->clock)
+            ts = *srv->clock + 1;
+        *srv->clock = ts;
+    }
+    return ts;
 }
 
 bool sim_append_entry(sim_server *srv, const bson_t *entry, uint64_t ts, bson_error_t *err)
 {
     if (!oplog_append(srv->oplog, bson_get_data(entry), entry->len, ts, err))
         return false;
+    if (srv->clock && ts > *srv->clock)
+        *srv->clock = ts;
     oplog_cap(srv->oplog, srv->opts.max_oplog_entries);
     return true;
 }
@@ -721,11 +733,15 @@ void sim_conn_park(sim_conn *c, double seconds)
     ev_timer_start(c->srv->loop, &c->park_timer);
 }
 
+/* The periodic noop writer writes only on a primary whose last applied optime has not moved since its previous tick
+ * (src/mongo/db/repl/noop_writer.cpp, NoopWriter::_writeNoop: "Not scheduling a noop write. Last known OpTime !=
+ * last primary OpTime"), so a busy node writes none; then it remembers the newest optime. */
 static void on_noop(struct ev_loop *loop, ev_timer *w, int revents)
 {
     sim_server *srv = w->data;
-    if (!srv->stepped_down)
+    if (!srv->stepped_down && oplog_last_ts(srv->oplog) == srv->noop_last_known)
         append_noop(srv, "periodic noop");
+    srv->noop_last_known = oplog_last_ts(srv->oplog);
 }
 
 static void on_stop(struct ev_loop *loop, ev_async *w, int revents)
@@ -806,6 +822,7 @@ sim_server *sim_server_new(const sim_options *opts, struct ev_loop *loop, bson_e
     }
     srv->opts = *opts;
     srv->lfd = -1;
+    srv->clock = opts->clock;
     srv->store = store_new(opts->format);
     srv->oplog = oplog_new();
     if (!srv->store || !srv->oplog) {
@@ -882,6 +899,7 @@ sim_server *sim_server_new(const sim_options *opts, struct ev_loop *loop, bson_e
         ev_timer_start(srv->loop, &srv->noop_timer);
     }
     srv->woken_end = oplog_end_seq(srv->oplog);
+    srv->noop_last_known = oplog_last_ts(srv->oplog);
     return srv;
 fail:
     sim_server_free(srv);

@@ -27,6 +27,7 @@ typedef struct {
     const char *data_dir;       /* mongodump layout loaded at start, or NULL */
     const char *state_dir;      /* loaded at start if present; saved on stop / mongosimSave, or NULL */
     bool verbose;               /* log each connection and command to stderr */
+    uint64_t *clock;            /* a shard of a simulated cluster: the cluster's one clock (cluster.c); NULL */
 } sim_options;
 
 typedef struct sim_server sim_server;

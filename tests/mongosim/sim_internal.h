@@ -108,8 +108,14 @@ struct sim_server {
      * handled (from any connection); NULL when none waits. */
     bson_t *before_cmd;
     char before_name[64], before_db[128];
-    int malform_batch;   /* mongosimMalformBatch: 0 off, 1 a non-document element, 2 a corrupt one */
-    bool malform_lookup; /* ... in the next batch of a find with a projection, before its first entry */
+    /* A member of a simulated sharded cluster (cluster.c): the router answers through cluster_dispatch; a shard
+     * stamps its entries from the cluster's one clock (*clock: the newest ts given out anywhere). */
+    struct sim_cluster *cluster;
+    bool is_router;
+    uint64_t *clock;
+    uint64_t noop_last_known; /* the newest entry's ts at the periodic noop writer's last tick */
+    int malform_batch;        /* mongosimMalformBatch: 0 off, 1 a non-document element, 2 a corrupt one */
+    bool malform_lookup;      /* ... in the next batch of a find with a projection, before its first entry */
 };
 
 /* One reply under construction: a header is written into conn->out by reply_begin, the body document follows,
@@ -164,5 +170,8 @@ void cmd_fail_parked(sim_server *srv, int code, const char *msg);
 void cmd_cursors_free(sim_server *srv);
 /* The majority commit point: its ts, the entry's t and wall time in ms (the newest entry's while it follows). */
 void cmd_majority_optime(sim_server *srv, uint64_t *ts, int64_t *t, int64_t *wall_ms);
+
+/* cluster.c: the router's commands (srv->is_router). */
+void cluster_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *db);
 
 #endif

@@ -69,7 +69,18 @@ struct sim_store {
     sdb **dbs;
     size_t n, cap;
     uint64_t rng;
+    /* A shard of a simulated cluster (store_set_shard_hooks); NULL on a replica set. */
+    store_uuid_fn uuid_fn;
+    store_doc_key_fn key_fn;
+    void *hook_ctx;
 };
+
+void store_set_shard_hooks(sim_store *store, store_uuid_fn uuid_fn, store_doc_key_fn key_fn, void *ctx)
+{
+    store->uuid_fn = uuid_fn;
+    store->key_fn = key_fn;
+    store->hook_ctx = ctx;
+}
 
 static uint32_t store_rand(sim_store *s)
 {
@@ -388,12 +399,26 @@ static scoll *catalog_remove(sim_store *s, const char *db, const char *coll)
     return c;
 }
 
-static scoll *coll_new(const char *name)
+/* A sharded collection has one UUID on every shard (the config server's config.collections uuid): a shard's store
+ * asks its hook for it when it creates the collection. */
+static scoll *coll_new(const sim_store *s, const char *db, const char *name)
 {
     scoll *c = bson_malloc0(sizeof *c);
     c->name = bson_strdup(name);
-    new_uuid(c->uuid);
+    if (!s->uuid_fn || !s->uuid_fn(s->hook_ctx, db, name, c->uuid))
+        new_uuid(c->uuid);
     return c;
+}
+
+/* The document key a shard logs: {_id} on a replica set; on a shard the hook's shard key fields, then _id
+ * (op_observer_util.cpp, DocumentKey::getShardKeyAndId). */
+static void doc_key(const sim_store *s, const char *db, const scoll *c, const bson_t *doc, const bson_iter_t *id,
+                    bson_t *out)
+{
+    if (s->key_fn && s->key_fn(s->hook_ctx, db, c->name, doc, out))
+        return;
+    bson_init(out);
+    bson_append_iter(out, "_id", 3, id);
 }
 
 static bool check_ns(const char *db, const char *coll, bson_error_t *err)
@@ -582,7 +607,7 @@ static bool insert_prepared(sim_store *store, const char *db, const char *coll, 
         return false;
     }
     if (!c) {
-        c = coll_new(coll);
+        c = coll_new(store, db, coll);
         catalog_add(store, db, c);
         emit_create(emit, ctx, db, c);
     }
@@ -782,7 +807,7 @@ bool store_update(sim_store *store, const char *db, const char *coll, const bson
         if (bson_iter_init_find(&nid, nd->doc, "_id"))
             nd->id_off = bson_iter_offset(&nid);
         bson_t o2;
-        id_doc(&nid, &o2);
+        doc_key(store, db, c, nd->doc, &nid, &o2);
         emit_doc_op(emit, ctx, "u", db, c, &o, &o2);
         bson_destroy(&o2);
         bson_destroy(&o);
@@ -834,7 +859,7 @@ static void delete_node(sim_store *store, const char *db, scoll *c, tnode *nd, s
     tnode *hit = treap_remove(&c->root, &key);
     c->count--;
     bson_t o;
-    id_doc(&key, &o);
+    doc_key(store, db, c, hit->doc, &key, &o);
     emit_doc_op(emit, ctx, "d", db, c, &o, NULL);
     bson_destroy(&o);
     bson_destroy(hit->doc);
@@ -915,7 +940,7 @@ bool store_create_cmd(sim_store *store, const char *db, const char *coll, const 
     if (d.kind == DDL_TIMESERIES && !check_ns(db, d.view_on, err))
         goto out;
     if (d.kind == DDL_COLLECTION) {
-        scoll *c = coll_new(coll);
+        scoll *c = coll_new(store, db, coll);
         if (!bson_empty(&d.options))
             c->options = bson_copy(&d.options);
         c->clustered = d.clustered;
@@ -926,7 +951,7 @@ bool store_create_cmd(sim_store *store, const char *db, const char *coll, const 
         ok = insert_view(store, db, coll, d.view_on, &d.pipeline, emit, ctx, err);
     } else {
         /* _createTimeseries: the buckets collection, its default index (with a metaField), then the view. */
-        scoll *b = coll_new(d.view_on);
+        scoll *b = coll_new(store, db, d.view_on);
         b->options = bson_copy(&d.options);
         b->clustered = true;
         catalog_add(store, db, b);
@@ -1059,7 +1084,7 @@ bool store_rename(sim_store *store, const char *from_db, const char *from_coll, 
             r[5] = '\0';
             snprintf(tmpname, sizeof tmpname, "tmp%s.renameCollection", r);
         } while (coll_get(store, to_db, tmpname));
-        scoll *tmp = coll_new(tmpname);
+        scoll *tmp = coll_new(store, to_db, tmpname);
         tmp->options = src->options ? bson_copy(src->options) : NULL; /* the temporary collection takes its options */
         tmp->clustered = src->clustered;
         emit_create(emit, ctx, to_db, tmp);
@@ -1393,7 +1418,7 @@ static bool load_file(sim_store *store, const char *path, const char *db, const 
             bson_set_error(err, 0, 73, "%s: %s", path, e.message);
             goto fail;
         }
-        catalog_add(store, db, coll_new(coll));
+        catalog_add(store, db, coll_new(store, db, coll));
     }
     scoll *c = coll_get(store, db, coll);
     size_t off = 0;

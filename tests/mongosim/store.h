@@ -39,6 +39,13 @@ typedef struct {
 } sim_update_result;
 
 sim_store *store_new(sim_oplog_format format);
+
+/* A shard of a simulated sharded cluster (cluster.c). uuid_fn gives a collection created on this shard its
+ * cluster-wide UUID (true) or lets the store pick one (false); key_fn writes into out (uninitialized) the document
+ * key that update o2 and delete o carry: the shard key fields, then _id (true), or leaves the store's {_id} (false). */
+typedef bool (*store_uuid_fn)(void *ctx, const char *db, const char *coll, uint8_t uuid[16]);
+typedef bool (*store_doc_key_fn)(void *ctx, const char *db, const char *coll, const bson_t *doc, bson_t *out);
+void store_set_shard_hooks(sim_store *store, store_uuid_fn uuid_fn, store_doc_key_fn key_fn, void *ctx);
 void store_free(sim_store *store);
 /* A deep copy (same collections, UUIDs and documents): mongosim's snapshot at the majority commit point. */
 sim_store *store_clone(const sim_store *store);
