@@ -8,6 +8,11 @@
  * - every other source has a head (an item taken and not yet handed on) at or after it, or its watermark (the
  *   position of the last entry it showed: entries and noops alike) is at or after T. A source that has shown nothing
  *   yet (its watermark is unknown) holds everything: the merge waits for its first entry, or for merge_set_watermark;
+ * - an entry that changes nothing (every op OP_NOOP, not a part, no txn_role: a periodic noop, an oplog note, a
+ *   migration's copy) is handed on as soon as it is a source's head, without waiting for the others: its only effect
+ *   is its source's position, and held in order, a note written so that another source's entry may pass would wait
+ *   in turn for that source to show something later, calling for a note there, and so on. So positions handed on
+ *   are in order except for such entries;
  * - the parts of one logical entry of one source (op_entry.more) are handed on with no other source's entry between
  *   them;
  * - a source that holds the stream back (it keeps the next entry, at T, from being handed on) for wait_ms gets

@@ -317,6 +317,35 @@ static size_t next_source(const merge *m)
     return best;
 }
 
+/* An entry that changes nothing (every op a noop: a periodic noop, an oplog note, a migration's copy, a transaction's
+ * partial entry) and plays no part in a transaction across sources: it may be handed on before the entries of other
+ * sources that are older, since its only effect is its own source's position. Held in order like the rest, an
+ * oplog note written to let another source's entry pass would in turn wait for that source to show a later one, and
+ * so on: each note would call for the next. */
+static bool quiet(const queue_item *it)
+{
+    if (it->type != QUEUE_ENTRY)
+        return false;
+    const op_entry *e = it->entry;
+    if (e->more || e->txn_role != OP_TXN_NONE)
+        return false;
+    for (size_t i = 0; i < e->n; i++)
+        if (e->ops[i].kind != OP_NOOP)
+            return false;
+    return true;
+}
+
+/* A source whose head is quiet (handed on at once), or NONE; never while a source is in the middle of its parts. */
+static size_t quiet_source(const merge *m)
+{
+    if (m->parts_src != NONE)
+        return NONE;
+    for (size_t i = 0; i < m->n; i++)
+        if (m->src[i].has_head && quiet(&m->src[i].head))
+            return i;
+    return NONE;
+}
+
 /* Does source i (not the next one) keep an entry at t from being handed on? */
 static bool holds(const merge *m, size_t i, const op_pos *t)
 {
@@ -445,8 +474,10 @@ size_t merge_take(merge *m, queue_item *out, size_t max, uint64_t now_ms)
             }
             continue;
         }
-        size_t next = next_source(m);
-        if (next == NONE || !ready(m, next))
+        size_t next = quiet_source(m);
+        if (next == NONE)
+            next = next_source(m);
+        if (next == NONE || (!quiet(&m->src[next].head) && !ready(m, next)))
             break;
         if (!hand_on(m, next, &out[k]))
             continue;

@@ -136,13 +136,13 @@ void cluster_reader_totals(const cluster *c, reader_stats *sum);
 typedef struct cluster_shard_info {
     const char *id;
     bool has_read;
-    op_pos read_last;    /* the last entry its reader pushed */
-    uint64_t waited_ms;  /* how long the merge has waited on it in all */
-    bool holding;        /* the merge waits on it now */
-    uint64_t nudges;     /* notes asked of it */
-    uint64_t notes;      /* notes it wrote */
-    bool notes_refused;  /* it refused appendOplogNote (the privilege) */
-    uint64_t entries;    /* its entries handed on */
+    op_pos read_last;   /* the last entry its reader pushed */
+    uint64_t waited_ms; /* how long the merge has waited on it in all */
+    bool holding;       /* the merge waits on it now */
+    uint64_t nudges;    /* notes asked of it */
+    uint64_t notes;     /* notes it wrote */
+    bool notes_refused; /* it refused appendOplogNote (the privilege) */
+    uint64_t entries;   /* its entries handed on */
 } cluster_shard_info;
 size_t cluster_shard_count(const cluster *c);
 bool cluster_shard_report(const cluster *c, size_t i, cluster_shard_info *out);

@@ -14,10 +14,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "copy/copy.h"
 #include "daemon/exitcodes.h"
 #include "sink/pg.h"
 #include "sink/pgerror.h"
-#include "copy/copy.h"
 #include "source/mongo_client.h"
 #include "source/oplog_edge.h"
 #include "source/shards/discover.h"
@@ -235,8 +235,8 @@ static void status_print_shards_json(FILE *o, const status_cluster *sc)
         fprintf(o, "%s{\"shard\": ", i ? ", " : "");
         json_str(o, h->id);
         if (h->row != NULL) {
-            fprintf(o, ", \"checkpoint\": {\"position\": \"%s\", \"time\": ",
-                    op_pos_format(&h->row->pos, at, sizeof at));
+            fprintf(o,
+                    ", \"checkpoint\": {\"position\": \"%s\", \"time\": ", op_pos_format(&h->row->pos, at, sizeof at));
             json_str(o, utc_text(h->row->pos.secs, when, sizeof when));
             fprintf(o, ", \"term\": %lld, \"committed_at\": ", (long long)h->row->pos.term);
             json_str(o, h->row->applied_at);
@@ -292,7 +292,8 @@ static void status_print_shards(const status_cluster *sc)
             continue;
         }
         if (h->lag >= 0)
-            printf("    behind:      %.0f s (newest oplog entry %s)\n", h->lag, op_pos_format(&h->newest, at, sizeof at));
+            printf("    behind:      %.0f s (newest oplog entry %s)\n", h->lag,
+                   op_pos_format(&h->newest, at, sizeof at));
         printf("    oplog window: %s .. %s (%.2f h)\n", utc_text(h->oldest.secs, when, sizeof when),
                utc_text(h->newest.secs, w2, sizeof w2), h->window_h);
         if (h->margin_h >= 0)

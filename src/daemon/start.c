@@ -187,8 +187,8 @@ static int skip_import_sharded(const start_params *p)
     for (size_t i = 0; rc < 0 && i < ss.sl.n; i++) {
         char err[512];
         bool found = false, logged = false;
-        while (!oplog_newest_committed(ss.clients[i], p->cfg->read_concern == CONFIG_READ_MAJORITY, &newest[i],
-                                       &found, err, sizeof err) ||
+        while (!oplog_newest_committed(ss.clients[i], p->cfg->read_concern == CONFIG_READ_MAJORITY, &newest[i], &found,
+                                       err, sizeof err) ||
                !found) {
             if (!logged)
                 log_notice("--skip-import: shard '%s': %s; waiting for its oplog's first entry", ss.sl.v[i].id,

@@ -107,18 +107,35 @@ static void push_item(size_t s, queue_item it)
     Q[s].it[Q[s].tail++] = it;
 }
 
-/* Queues an entry of source s at (secs, inc): one noop op. Returned so the test can set its flags. */
-static op_entry *push_at(size_t s, uint32_t secs, uint32_t inc)
+/* Queues an entry of source s at (secs, inc): one op of `kind` (without payload). Returned so the test can set its
+ * flags. */
+static op_entry *push_kind_at(size_t s, uint32_t secs, uint32_t inc, op_kind kind)
 {
     op_entry *e = malloc(sizeof *e);
     ck_assert_ptr_nonnull(e);
     op_pos pos = {.secs = secs, .inc = inc, .term = 1};
     ck_assert(op_entry_alloc(e, &pos, 1));
-    e->ops[0].kind = OP_NOOP;
-    e->ops[0].reason = "test";
+    e->ops[0].kind = kind;
+    e->ops[0].reason = kind == OP_NOOP ? "test" : NULL;
+    if (kind != OP_NOOP) { /* static names: op_clear frees only what the op's buffer holds */
+        e->ops[0].db = "db";
+        e->ops[0].coll = "coll";
+    }
     e->source = (uint16_t)s;
     push_item(s, (queue_item){.type = QUEUE_ENTRY, .entry = e});
     return e;
+}
+
+/* An entry that changes something (a delete): handed on in order. */
+static op_entry *push_at(size_t s, uint32_t secs, uint32_t inc)
+{
+    return push_kind_at(s, secs, inc, OP_DELETE);
+}
+
+/* An entry that changes nothing (a noop): handed on as soon as it is its source's head. */
+static op_entry *push_noop(size_t s, uint32_t secs)
+{
+    return push_kind_at(s, secs, 0, OP_NOOP);
 }
 
 static op_entry *push(size_t s, uint32_t secs)
@@ -272,6 +289,26 @@ static uint32_t rnd(uint32_t n)
     rng_state = rng_state * 6364136223846793005u + 1442695040888963407u;
     return (uint32_t)(rng_state >> 33) % n;
 }
+
+/* An entry that changes nothing passes at once; one that changes something waits for the others' watermarks. Held
+ * in order, B's note at 30 (written so that A's 20 may pass) would wait for A to show something after 30. */
+START_TEST(test_noops_pass_at_once)
+{
+    start(2, 100);
+    push(0, 10);
+    push_noop(1, 5);
+    expect_take("B5"); /* B's noop at once, though A's entry was queued first; A's 10 waits: B shows 5 only */
+    ck_assert(stats_of(1).holding);
+    push_noop(1, 30); /* a note */
+    expect_take("B30 A10");
+    push(1, 40);
+    push_noop(0, 50);
+    expect_take("A50 B40"); /* A's noop passes at once; then B's 40 is behind A's 50 */
+    push(1, 60);
+    expect_take(""); /* B's entry at 60 waits for A to show something at or after it */
+    ck_assert(stats_of(0).holding);
+}
+END_TEST
 
 START_TEST(test_random_interleavings_keep_the_order)
 {
@@ -940,6 +977,7 @@ Suite *merge_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_order_waits_for_every_watermark);
     tcase_add_test(tc, test_silent_source_holds_the_stream);
+    tcase_add_test(tc, test_noops_pass_at_once);
     tcase_add_test(tc, test_random_interleavings_keep_the_order);
     tcase_add_test(tc, test_parts_are_never_interleaved);
     tcase_add_test(tc, test_nudge_after_wait_and_each_wait_after);

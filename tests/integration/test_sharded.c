@@ -1,0 +1,507 @@
+/*
+ * test_sharded.c — the daemon on a sharded cluster (mongosim --shards N, tests/mongosim/README.md "Sharded
+ * cluster"): one reader per shard, merged in cluster-time order, one checkpoint per shard.
+ *
+ * - a workload that moves chunks between the shards while it updates the same documents ends equal to MongoDB,
+ *   through several kill -9 of the daemon; the migrations' copies and deletions (fromMigrate) are never applied;
+ * - transfers between documents on different shards, each a transaction committed by two-phase commit, keep a sum
+ *   constant in PostgreSQL at every moment the test samples it;
+ * - a write on one shard while the other is idle (no periodic noop) is applied once the daemon writes an oplog note
+ *   into the idle shard;
+ * - every shard has its row in oplog2pg.shard_checkpoint, and `status` shows one section per shard.
+ * They need the simulator (a real cluster would need MONGO_URI to name its routers): with MONGO_URI set they skip.
+ */
+#include <check.h>
+#include <libpq-fe.h>
+#include <mongoc/mongoc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../lib/compare.h"
+#include "../lib/daemonenv.h"
+#include "../lib/proc.h"
+#include "../lib/simcluster.h"
+#include "../lib/skip.h"
+
+typedef struct {
+    simcluster c;
+    char dir[200];
+    char ini[256];
+    char log[300];
+    char router[128];
+    char service[64];
+    char db[64];
+    proc_handle daemon;
+    int starts;
+    mongoc_client_t *client;
+} shenv;
+
+static void sh_start(shenv *e, const char *name, size_t shards, const char *const *sim_args, const char *extra_ini)
+{
+    memset(e, 0, sizeof *e);
+    char err[512];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(e->dir, sizeof e->dir, "%s/oplog2pg-shd-%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+    ck_assert_ptr_nonnull(mkdtemp(e->dir));
+    snprintf(e->service, sizeof e->service, "shd_%s", name);
+    snprintf(e->db, sizeof e->db, "shd_%s", name);
+    char simlog[256];
+    snprintf(simlog, sizeof simlog, "%s/mongosim.log", e->dir);
+    mongoc_init();
+    ck_assert_msg(simcluster_start(shards, sim_args, simlog, &e->c, err, sizeof err), "%s", err);
+    simcluster_router_uri(&e->c, e->router, sizeof e->router);
+    e->client = mongoc_client_new(e->router);
+    ck_assert_ptr_nonnull(e->client);
+    snprintf(e->ini, sizeof e->ini, "%s/oplog2pg.ini", e->dir);
+    FILE *f = fopen(e->ini, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f,
+            "[mongodb]\nuri = %s\n%s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s.*\n"
+            "[logging]\nprogress_interval = 1s\nlevel = debug\n",
+            e->router, extra_ini ? extra_ini : "", denv_pg_conninfo(), e->service, e->db);
+    fclose(f);
+}
+
+static void sh_show_log(const shenv *e)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "grep -v 'info: applied' '%s' | head -n 60 >&2", e->log);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(no daemon log)\n");
+}
+
+static void sh_daemon(shenv *e, const char *const *args)
+{
+    char err[512], bin[256];
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *argv[12] = {bin, "-c", e->ini, "run"};
+    size_t n = 4;
+    for (size_t i = 0; args != NULL && args[i] != NULL && n < 11; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    snprintf(e->log, sizeof e->log, "%s/oplog2pg.log.%d", e->dir, e->starts++);
+    ck_assert_msg(proc_start(argv, NULL, e->log, &e->daemon, err, sizeof err), "%s", err);
+}
+
+/* Starts the daemon and waits until it reads the shards (its log says "ready"). */
+static void sh_daemon_ready(shenv *e, const char *const *args)
+{
+    sh_daemon(e, args);
+    double until = denv_now() + 60;
+    while (!denv_file_contains(e->log, "ready: ")) {
+        if (denv_now() > until || proc_wait(&e->daemon, 0)) {
+            sh_show_log(e);
+            ck_abort_msg("the daemon did not become ready");
+        }
+        usleep(50 * 1000);
+    }
+}
+
+static void sh_stop(shenv *e)
+{
+    if (e->daemon.pid > 0) {
+        ck_assert(proc_signal(&e->daemon, SIGTERM));
+        bool exited = proc_wait(&e->daemon, 60);
+        if (!exited || proc_exit_code(&e->daemon) != 0)
+            sh_show_log(e);
+        ck_assert_msg(exited, "the daemon did not stop on SIGTERM");
+        ck_assert_int_eq(proc_exit_code(&e->daemon), 0);
+    }
+    mongoc_client_destroy(e->client);
+    simcluster_stop(&e->c);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", e->dir);
+}
+
+static void sh_admin(shenv *e, bson_t *cmd)
+{
+    bson_error_t err;
+    bson_t reply;
+    bool ok = mongoc_client_command_simple(e->client, "admin", cmd, NULL, &reply, &err);
+    char *txt = bson_as_relaxed_extended_json(cmd, NULL);
+    ck_assert_msg(ok, "%s: %s", txt, err.message);
+    bson_free(txt);
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+}
+
+/* db.coll sharded on _id, split at `at`, the upper chunk on shard1. */
+static void sh_shard_coll(shenv *e, const char *coll, int at)
+{
+    char ns[160];
+    snprintf(ns, sizeof ns, "%s.%s", e->db, coll);
+    sh_admin(e, BCON_NEW("enableSharding", BCON_UTF8(e->db), "primaryShard", BCON_UTF8("shard0")));
+    sh_admin(e, BCON_NEW("shardCollection", BCON_UTF8(ns), "key", "{", "_id", BCON_INT32(1), "}"));
+    sh_admin(e, BCON_NEW("split", BCON_UTF8(ns), "middle", "{", "_id", BCON_INT32(at), "}"));
+    sh_admin(e,
+             BCON_NEW("moveChunk", BCON_UTF8(ns), "find", "{", "_id", BCON_INT32(at), "}", "to", BCON_UTF8("shard1")));
+}
+
+static void sh_move(shenv *e, const char *coll, int key, const char *to)
+{
+    char ns[160];
+    snprintf(ns, sizeof ns, "%s.%s", e->db, coll);
+    sh_admin(e, BCON_NEW("moveChunk", BCON_UTF8(ns), "find", "{", "_id", BCON_INT32(key), "}", "to", BCON_UTF8(to)));
+}
+
+static mongoc_collection_t *sh_coll(shenv *e, const char *coll)
+{
+    return mongoc_client_get_collection(e->client, e->db, coll);
+}
+
+static void sh_insert(shenv *e, const char *coll, int id, int v)
+{
+    mongoc_collection_t *c = sh_coll(e, coll);
+    bson_t *d = BCON_NEW("_id", BCON_INT32(id), "v", BCON_INT32(v), "s", BCON_UTF8("text"));
+    bson_error_t err;
+    ck_assert_msg(mongoc_collection_insert_one(c, d, NULL, NULL, &err), "insert %d: %s", id, err.message);
+    bson_destroy(d);
+    mongoc_collection_destroy(c);
+}
+
+static void sh_update(shenv *e, const char *coll, int id, bson_t *update)
+{
+    mongoc_collection_t *c = sh_coll(e, coll);
+    bson_t *q = BCON_NEW("_id", BCON_INT32(id));
+    bson_error_t err;
+    ck_assert_msg(mongoc_collection_update_one(c, q, update, NULL, NULL, &err), "update %d: %s", id, err.message);
+    bson_destroy(q);
+    bson_destroy(update);
+    mongoc_collection_destroy(c);
+}
+
+static void sh_delete(shenv *e, const char *coll, int id)
+{
+    mongoc_collection_t *c = sh_coll(e, coll);
+    bson_t *q = BCON_NEW("_id", BCON_INT32(id));
+    bson_error_t err;
+    ck_assert_msg(mongoc_collection_delete_one(c, q, NULL, NULL, &err), "delete %d: %s", id, err.message);
+    bson_destroy(q);
+    mongoc_collection_destroy(c);
+}
+
+/* PostgreSQL equals the cluster (read through the router: orphans filtered) within timeout_s. */
+static bool sh_wait_equal(shenv *e, double timeout_s, bool report)
+{
+    PGconn *pg = PQconnectdb(denv_pg_conninfo());
+    ck_assert_int_eq(PQstatus(pg), CONNECTION_OK);
+    compare_options o = {.db_prefix = e->db};
+    double until = denv_now() + timeout_s;
+    bool match = false;
+    for (;;) {
+        compare_report r;
+        char err[512];
+        bool ran = compare_all(e->router, pg, &o, &r, err, sizeof err);
+        match = ran && r.match && r.source_rows > 0;
+        if (match || denv_now() >= until) {
+            if (!match && report) {
+                if (ran)
+                    compare_report_print(&r, stderr, false);
+                else
+                    fprintf(stderr, "compare: %s\n", err);
+            }
+            compare_report_free(&r);
+            break;
+        }
+        compare_report_free(&r);
+        ck_assert_msg(proc_exit_code(&e->daemon) < 0 || e->daemon.pid <= 0, "the daemon exited");
+        usleep(200 * 1000);
+    }
+    PQfinish(pg);
+    if (!match && report)
+        sh_show_log(e);
+    return match;
+}
+
+static int64_t sh_rows(const char *sql)
+{
+    return denv_pg_int(sql);
+}
+
+START_TEST(test_migrations_with_updates_and_kills)
+{
+    if (!denv_using_sim()) {
+        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
+        return;
+    }
+    shenv e;
+    const char *sim[] = {"--orphan-cleanup-delay", "0", NULL};
+    sh_start(&e, "mig", 2, sim, "shard_note_after = 50ms");
+    sh_shard_coll(&e, "c", 100);
+    const char *skip[] = {"--skip-import", NULL};
+    sh_daemon_ready(&e, skip);
+    for (int i = 0; i < 200; i++)
+        sh_insert(&e, "c", i, i);
+    unsigned seed = 7;
+    int kills = 0;
+    for (int round = 0; round < 12; round++) {
+        /* The chunk of 100..199 moves to the other shard while its documents are updated before and after. */
+        for (int k = 0; k < 30; k++) {
+            int id = 100 + (int)(rand_r(&seed) % 100);
+            sh_update(&e, "c", id,
+                      BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "r", BCON_INT32(round), "}"));
+        }
+        sh_move(&e, "c", 150, round % 2 == 0 ? "shard0" : "shard1");
+        for (int k = 0; k < 30; k++) {
+            int id = (int)(rand_r(&seed) % 200);
+            sh_update(&e, "c", id, BCON_NEW("$set", "{", "w", BCON_INT32(round * 100 + k), "}"));
+        }
+        sh_insert(&e, "c", 1000 + round, round);
+        if (round % 3 == 1)
+            sh_delete(&e, "c", (int)(rand_r(&seed) % 200));
+        if (round % 4 == 3) {
+            /* kill -9 in the middle of it, then a restart resumes each shard after its own checkpoint */
+            ck_assert(proc_signal(&e.daemon, SIGKILL));
+            ck_assert(proc_wait(&e.daemon, 30));
+            kills++;
+            sh_daemon_ready(&e, NULL);
+        }
+    }
+    ck_assert_int_ge(kills, 3);
+    ck_assert_msg(sh_wait_equal(&e, 120, true), "PostgreSQL differs from the cluster");
+    /* One row per shard, each past the start. */
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM oplog2pg.shard_checkpoint WHERE service = '%s' AND ts_sec > 0 AND shard IN "
+             "('shard0', 'shard1')",
+             e.service);
+    ck_assert_int_eq(sh_rows(sql), 2);
+    sh_stop(&e);
+}
+END_TEST
+
+/* A transaction transfers an amount between two documents on different shards: committed by two-phase commit. */
+static void sh_transfer(shenv *e, mongoc_client_session_t *cs, int from, int to, int amount)
+{
+    bson_error_t err;
+    ck_assert_msg(mongoc_client_session_start_transaction(cs, NULL, &err), "start: %s", err.message);
+    bson_t opts = BSON_INITIALIZER;
+    ck_assert(mongoc_client_session_append(cs, &opts, &err));
+    mongoc_collection_t *c = sh_coll(e, "acct");
+    bson_t *q1 = BCON_NEW("_id", BCON_INT32(from)), *u1 = BCON_NEW("$inc", "{", "bal", BCON_INT32(-amount), "}");
+    bson_t *q2 = BCON_NEW("_id", BCON_INT32(to)), *u2 = BCON_NEW("$inc", "{", "bal", BCON_INT32(amount), "}");
+    ck_assert_msg(mongoc_collection_update_one(c, q1, u1, &opts, NULL, &err), "debit: %s", err.message);
+    ck_assert_msg(mongoc_collection_update_one(c, q2, u2, &opts, NULL, &err), "credit: %s", err.message);
+    bson_t reply;
+    ck_assert_msg(mongoc_client_session_commit_transaction(cs, &reply, &err), "commit: %s", err.message);
+    bson_destroy(&reply);
+    bson_destroy(q1);
+    bson_destroy(u1);
+    bson_destroy(q2);
+    bson_destroy(u2);
+    bson_destroy(&opts);
+    mongoc_collection_destroy(c);
+}
+
+START_TEST(test_cross_shard_transactions_atomic)
+{
+    if (!denv_using_sim()) {
+        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
+        return;
+    }
+    shenv e;
+    sh_start(&e, "txn", 2, NULL, "shard_note_after = 50ms");
+    sh_shard_coll(&e, "acct", 50);
+    const char *skip[] = {"--skip-import", NULL};
+    sh_daemon_ready(&e, skip);
+    /* 10 accounts on each shard, 1000 each */
+    for (int i = 0; i < 10; i++) {
+        mongoc_collection_t *c = sh_coll(&e, "acct");
+        for (int side = 0; side < 2; side++) {
+            bson_t *d = BCON_NEW("_id", BCON_INT32(side * 50 + i), "bal", BCON_INT32(1000));
+            bson_error_t err;
+            ck_assert_msg(mongoc_collection_insert_one(c, d, NULL, NULL, &err), "%s", err.message);
+            bson_destroy(d);
+        }
+        mongoc_collection_destroy(c);
+    }
+    ck_assert_msg(sh_wait_equal(&e, 60, true), "the accounts did not arrive");
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT coalesce(sum((doc->>'bal')::int), -1) FROM \"%s\".acct", e.db);
+    ck_assert_int_eq(sh_rows(sql), 20000);
+    bson_error_t err;
+    mongoc_client_session_t *cs = mongoc_client_start_session(e.client, NULL, &err);
+    ck_assert_msg(cs != NULL, "%s", err.message);
+    unsigned seed = 11;
+    int samples = 0;
+    for (int t = 0; t < 150; t++) {
+        int a = (int)(rand_r(&seed) % 10), b = 50 + (int)(rand_r(&seed) % 10);
+        if (t % 2)
+            sh_transfer(&e, cs, a, b, 1 + (int)(rand_r(&seed) % 50));
+        else
+            sh_transfer(&e, cs, b, a, 1 + (int)(rand_r(&seed) % 50));
+        /* sampled while the daemon applies: the sum never differs */
+        ck_assert_int_eq(sh_rows(sql), 20000);
+        samples++;
+    }
+    mongoc_client_session_destroy(cs);
+    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster");
+    ck_assert_int_eq(sh_rows(sql), 20000);
+    ck_assert_int_eq(samples, 150);
+    sh_stop(&e);
+}
+END_TEST
+
+/* A command on shard k directly (its own port), which must succeed; *reply kept when reply is not NULL. */
+static void sh_shard_cmd(shenv *e, size_t k, const char *db, bson_t *cmd, bson_t *reply)
+{
+    char uri[200];
+    simcluster_shard_uri(&e->c, k, uri, sizeof uri);
+    mongoc_client_t *c = mongoc_client_new(uri);
+    ck_assert_ptr_nonnull(c);
+    bson_error_t err;
+    bson_t r;
+    bool ok = mongoc_client_command_simple(c, db, cmd, NULL, &r, &err);
+    char *txt = bson_as_relaxed_extended_json(cmd, NULL);
+    ck_assert_msg(ok, "shard %zu: %s: %s", k, txt, err.message);
+    bson_free(txt);
+    if (reply != NULL)
+        bson_copy_to(&r, reply);
+    bson_destroy(&r);
+    bson_destroy(cmd);
+    mongoc_client_destroy(c);
+}
+
+/* A transaction prepared on both shards and committed on one only (driven on the shards, as a coordinator would:
+ * tests/mongosim/README.md): PostgreSQL shows none of it, nor anything read after that commit, until the other
+ * shard commits too; then all of it at once. */
+START_TEST(test_prepared_across_shards_visible_at_once)
+{
+    if (!denv_using_sim()) {
+        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
+        return;
+    }
+    shenv e;
+    sh_start(&e, "prep", 2, NULL, "shard_note_after = 50ms");
+    sh_shard_coll(&e, "acct", 100);
+    const char *skip[] = {"--skip-import", NULL};
+    sh_daemon_ready(&e, skip);
+    mongoc_collection_t *c = sh_coll(&e, "acct");
+    for (int id = 0; id <= 150; id += 150) {
+        bson_t *d = BCON_NEW("_id", BCON_INT32(id), "bal", BCON_INT32(1000));
+        bson_error_t err;
+        ck_assert_msg(mongoc_collection_insert_one(c, d, NULL, NULL, &err), "%s", err.message);
+        bson_destroy(d);
+    }
+    mongoc_collection_destroy(c);
+    ck_assert_msg(sh_wait_equal(&e, 60, true), "the accounts did not arrive");
+    char sum_sql[300], marks_sql[300];
+    snprintf(sum_sql, sizeof sum_sql, "SELECT coalesce(sum((doc->>'bal')::int), -1) FROM \"%s\".acct", e.db);
+    snprintf(marks_sql, sizeof marks_sql, "SELECT count(*) FROM \"%s\".acct WHERE doc ? 'mark'", e.db);
+    uint8_t id[16];
+    for (int i = 0; i < 16; i++)
+        id[i] = (uint8_t)(0x60 + i);
+    const int acct[2] = {0, 150}, delta[2] = {-100, 100};
+    uint64_t pts[2];
+    for (size_t k = 0; k < 2; k++) {
+        sh_shard_cmd(&e, k, e.db,
+                     BCON_NEW("update", BCON_UTF8("acct"), "updates", "[", "{", "q", "{", "_id", BCON_INT32(acct[k]),
+                              "}", "u", "{", "$inc", "{", "bal", BCON_INT32(delta[k]), "}", "}", "}", "]", "lsid", "{",
+                              "id", BCON_BIN(BSON_SUBTYPE_UUID, id, 16), "}", "txnNumber", BCON_INT64(1), "autocommit",
+                              BCON_BOOL(false), "startTransaction", BCON_BOOL(true)),
+                     NULL);
+        bson_t reply;
+        sh_shard_cmd(&e, k, "admin",
+                     BCON_NEW("prepareTransaction", BCON_INT32(1), "lsid", "{", "id",
+                              BCON_BIN(BSON_SUBTYPE_UUID, id, 16), "}", "txnNumber", BCON_INT64(1), "autocommit",
+                              BCON_BOOL(false)),
+                     &reply);
+        bson_iter_t it;
+        ck_assert(bson_iter_init_find(&it, &reply, "prepareTimestamp") && BSON_ITER_HOLDS_TIMESTAMP(&it));
+        uint32_t t, i;
+        bson_iter_timestamp(&it, &t, &i);
+        pts[k] = (uint64_t)t << 32 | i;
+        bson_destroy(&reply);
+    }
+    uint64_t ct = pts[0] > pts[1] ? pts[0] : pts[1];
+    bson_t *commit_cmd[2];
+    for (size_t k = 0; k < 2; k++)
+        commit_cmd[k] = BCON_NEW("commitTransaction", BCON_INT32(1), "commitTimestamp",
+                                 BCON_TIMESTAMP((uint32_t)(ct >> 32), (uint32_t)ct), "lsid", "{", "id",
+                                 BCON_BIN(BSON_SUBTYPE_UUID, id, 16), "}", "txnNumber", BCON_INT64(1), "autocommit",
+                                 BCON_BOOL(false));
+    sh_shard_cmd(&e, 0, "admin", commit_cmd[0], NULL);
+    /* Writes on both shards after shard0's commit: they let the merge hand that commit on (shard1 shows something
+     * later), and they are what a commit between the two parts would make visible. */
+    sh_insert(&e, "acct", 1, 0);
+    sh_insert(&e, "acct", 151, 0);
+    sh_update(&e, "acct", 1, BCON_NEW("$set", "{", "mark", BCON_BOOL(true), "}"));
+    sh_update(&e, "acct", 151, BCON_NEW("$set", "{", "mark", BCON_BOOL(true), "}"));
+    /* Three seconds: time enough for the daemon to apply all of that many times over (its groups commit every
+     * 200 ms, and at once when the oplogs run dry); none of it may show while shard1's part is undecided. */
+    for (int i = 0; i < 30; i++) {
+        int64_t sum = sh_rows(sum_sql), marks = sh_rows(marks_sql);
+        if (sum != 2000 || marks != 0)
+            sh_show_log(&e);
+        ck_assert_int_eq(sum, 2000);
+        ck_assert_int_eq(marks, 0);
+        usleep(100 * 1000);
+    }
+    sh_shard_cmd(&e, 1, "admin", commit_cmd[1], NULL);
+    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster");
+    ck_assert_int_eq(sh_rows(sum_sql), 2000);
+    ck_assert_int_eq(sh_rows(marks_sql), 2);
+    char one[300];
+    snprintf(one, sizeof one, "SELECT (doc->>'bal')::int FROM \"%s\".acct WHERE _id = '0'", e.db);
+    ck_assert_int_eq(sh_rows(one), 900);
+    sh_stop(&e);
+}
+END_TEST
+
+START_TEST(test_idle_shard_noted)
+{
+    if (!denv_using_sim()) {
+        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
+        return;
+    }
+    shenv e;
+    /* no periodic noop at all: only the daemon's oplog notes can show that the idle shard has nothing older */
+    sh_start(&e, "idle", 2, NULL, "shard_note_after = 100ms");
+    sh_shard_coll(&e, "c", 100);
+    const char *skip[] = {"--skip-import", NULL};
+    sh_daemon_ready(&e, skip);
+    sh_insert(&e, "c", 1, 1);   /* shard0 */
+    sh_insert(&e, "c", 150, 1); /* shard1 */
+    ck_assert_msg(sh_wait_equal(&e, 60, true), "the first documents did not arrive");
+    /* Writes on shard0 alone: each is applied only once shard1 shows it has nothing older: the note. */
+    for (int i = 2; i < 12; i++)
+        sh_insert(&e, "c", i, i);
+    ck_assert_msg(sh_wait_equal(&e, 30, true), "writes on a busy shard waited on the idle one");
+    char out[300];
+    snprintf(out, sizeof out, "%s/status.txt", e.dir);
+    char bin[256];
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *argv[] = {bin, "-c", e.ini, "status", NULL};
+    proc_handle st;
+    char err[256];
+    ck_assert(proc_start(argv, NULL, out, &st, err, sizeof err));
+    ck_assert(proc_wait(&st, 60));
+    ck_assert_int_eq(proc_exit_code(&st), 0);
+    ck_assert(denv_file_contains(out, "shard shard0"));
+    ck_assert(denv_file_contains(out, "shard shard1"));
+    sh_stop(&e);
+}
+END_TEST
+
+Suite *sharded_suite(void); /* called by the generated runner list */
+
+Suite *sharded_suite(void)
+{
+    Suite *s = suite_create("sharded");
+    TCase *tc = tcase_create("cluster");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_migrations_with_updates_and_kills);
+    tcase_add_test(tc, test_cross_shard_transactions_atomic);
+    tcase_add_test(tc, test_idle_shard_noted);
+    suite_add_tcase(s, tc);
+    TCase *tp = tcase_create("prepared");
+    tcase_set_timeout(tp, 300);
+    tcase_add_test(tp, test_prepared_across_shards_visible_at_once);
+    suite_add_tcase(s, tp);
+    return s;
+}
