@@ -12,9 +12,9 @@
  *   - --tail-from POS: the last entry before POS becomes the checkpoint (POS must still be in the oplog).
  * A sharded cluster keeps one checkpoint per shard (oplog2pg.shard_checkpoint) beside the service's cluster time:
  * --skip-import puts each shard's at its newest entry and the cluster time at the newest of them; --tail-from puts
- * the cluster time just before POS and no shard row, so that every shard starts at its first entry from POS on (each
- * shard's oplog must still hold POS). The initial copy of a sharded cluster is not made yet: such a service starts
- * with --skip-import or --tail-from.
+ * each shard's at its last entry before POS (each shard's oplog must still hold POS) and the cluster time just
+ * before POS. The initial copy of a sharded cluster is not made yet: such a service starts with --skip-import or
+ * --tail-from.
  * Careful mode, reconnects and restarts after kill -9 then all resume from that one committed position.
  */
 #ifndef OPLOG2PG_DAEMON_START_H

@@ -93,4 +93,9 @@ void decode_log_notices(const op_entry *e);
 
 const char *decode_status_name(decode_status s);
 
+/* OP_NOOP's reason for the noop a chunk migration's donor writes before the recipient, a shard without chunks of the
+ * collection, gets its first one (o2.migrateChunkToNewShard): op.db is then the recipient's shard id (toShardId). A
+ * sharded cluster's reader must read that shard from before this entry on. */
+extern const char DECODE_NEW_SHARD_REASON[];
+
 #endif

@@ -649,6 +649,12 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
         memory_release();
         d->memory_used = false;
     }
+    /* A shard added to the cluster: read from the next session on, which starts at once. */
+    char added[64];
+    if (d->end == END_NONE && cluster_shard_added(d->cl, added, sizeof added)) {
+        log_notice("config.shards lists a new shard, '%s': starting again from the checkpoints to read it too", added);
+        end_session(d, END_RESHARD, 0);
+    }
     /* A shard that refuses oplog notes: `status` says so (its reader logged it once). */
     if (d->cl != NULL && !d->notes_refused_shown) {
         for (size_t i = 0; i < cluster_shard_count(d->cl); i++) {
@@ -692,6 +698,38 @@ static void on_source_end(daemon_ctx *d, queue_end_reason reason, const char *me
 
 static void arm_merge_timer(daemon_ctx *d);
 
+/* A sharded cluster: a chunk migration's donor announces a recipient that holds no chunk of the collection yet
+ * (source/decode.h DECODE_NEW_SHARD_REASON). When the session does not read that shard, what comes after the
+ * announcement may depend on its entries: the session commits what came before and starts again at once, from the
+ * checkpoints, reading that shard too (from its addition to the cluster on). True when the session ends so. */
+static bool new_shard_announced(daemon_ctx *d, const op_entry *e, apply_status *st)
+{
+    for (size_t i = 0; i < e->n; i++) {
+        const op *o = &e->ops[i];
+        if (o->kind != OP_NOOP || o->reason != DECODE_NEW_SHARD_REASON || o->db == NULL ||
+            cluster_has_shard(d->cl, o->db))
+            continue;
+        char at[OP_POS_STRLEN];
+        if (strcmp(d->reshard_for, o->db) == 0) {
+            log_error("oplog entry %s announces a chunk migration to shard '%s', which config.shards does not list: "
+                      "its entries cannot be read",
+                      op_pos_format(&e->pos, at, sizeof at), o->db);
+            end_session(d, END_FATAL, EXIT_UNSUPPORTED);
+            return true;
+        }
+        *st = batcher_flush(d->bt, FLUSH_IDLE);
+        if (*st != APPLY_OK)
+            return true;
+        log_notice("oplog entry %s announces a chunk migration to shard '%s', which this session does not read: "
+                   "starting again from the checkpoints to read it too",
+                   op_pos_format(&e->pos, at, sizeof at), o->db);
+        snprintf(d->reshard_for, sizeof d->reshard_for, "%s", o->db);
+        end_session(d, END_RESHARD, 0);
+        return true;
+    }
+    return false;
+}
+
 static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
 {
     daemon_ctx *d = w->data;
@@ -713,6 +751,8 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
             apply_status st = APPLY_OK;
             switch (it->type) {
             case QUEUE_ENTRY:
+                if (d->cl != NULL && new_shard_announced(d, it->entry, &st))
+                    break;
                 d->caught_up = false;
                 d->last_taken = it->entry->pos;
                 st = batcher_add(d->bt, it->entry, clock_ms());
@@ -1091,7 +1131,7 @@ static int run_sessions(daemon_ctx *d, const daemon_options *opts)
         session_end end = d->end;
         code = d->exit_code;
         end_of_session_cleanup(d);
-        if (end == END_CAREFUL || end == END_REWIND) {
+        if (end == END_CAREFUL || end == END_REWIND || end == END_RESHARD) {
             /* Not a fault of the connection: start over from the checkpoint at once (stepping carefully, or with the
              * runs keeping their rows up to the sink's keep point). */
             d->careful = d->careful || end == END_CAREFUL;

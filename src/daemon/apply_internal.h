@@ -28,6 +28,7 @@ typedef enum {
     END_RETRY,    /* a passing fault: new session from the committed checkpoint after a backoff */
     END_CAREFUL,  /* PostgreSQL refused an op: new session from the checkpoint, stepping over refused ops */
     END_REWIND,   /* an insert met a duplicate where none was expected: new session from the checkpoint, at once */
+    END_RESHARD,  /* a sharded cluster gained a shard: new session from the checkpoints, at once, reading it too */
 } session_end;
 
 typedef struct cluster cluster;
@@ -53,6 +54,7 @@ typedef struct {
     cluster *cl;
     ev_timer merge_timer;     /* the merge's next nudge (cluster_deadline) */
     bool notes_refused_shown; /* a shard refused oplog notes, and the activity `status` shows says so */
+    char reshard_for[64];     /* the shard a session was started again for (a migration to it): "" when none */
 
     session_end end;
     int exit_code;
@@ -118,6 +120,9 @@ int cluster_detect(const config *cfg, bool *is_router, char *err, size_t errlen)
 /* The session's shards, read from config.shards, each with its reader (from its checkpoint row, or after
  * cluster_pos), queue and note writer, and their merge. NULL with err, and *fatal set when retrying cannot help. */
 cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, char *err, size_t errlen);
+/* A shard listed in config.shards now that this session does not read (its id into id): the session must start
+ * again to read it. */
+bool cluster_shard_added(cluster *c, char *id, size_t idlen);
 /* Stops the readers (items already queued stay). */
 void cluster_stop(cluster *c);
 void cluster_free(cluster *c);
@@ -145,6 +150,8 @@ typedef struct cluster_shard_info {
     uint64_t entries;   /* its entries handed on */
 } cluster_shard_info;
 size_t cluster_shard_count(const cluster *c);
+/* The session reads the shard of that id. */
+bool cluster_has_shard(const cluster *c, const char *id);
 bool cluster_shard_report(const cluster *c, size_t i, cluster_shard_info *out);
 
 /* ---- report.c ---- */

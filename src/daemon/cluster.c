@@ -12,6 +12,8 @@
  * - The merge waits on a shard that has shown nothing at or after the next entry; after shard_note_after it asks the
  *   shard's note writer for a note (noter_request, which never blocks), again each shard_note_after while it holds.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 
+#define POLL_MS               10000 /* config.shards is read again this often, for a shard added */
 #define QUEUE_SHARE_MIN_OPS   256
 #define QUEUE_SHARE_MIN_BYTES (1024 * 1024)
 
@@ -39,13 +42,72 @@ typedef struct cluster_shard {
     op_pos row;
     bool has_hold;
     op_pos hold;
+    bool has_topology; /* config.shards topologyTime: when the shard was added (5.0+) */
+    op_pos topology;
 } cluster_shard;
 
 struct cluster {
     cluster_shard *s;
     size_t n;
     merge *m;
+    /* The poll of config.shards, on a thread of its own (a listing may wait on the network). */
+    char *uri;
+    pthread_t poller;
+    bool polling;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    bool stop;         /* under lock */
+    atomic_bool added; /* a shard this session does not read is listed now */
+    char added_id[64]; /* which (under lock) */
 };
+
+static void *poll_shards(void *arg)
+{
+    cluster *c = arg;
+    char err[512];
+    shard_discovery *sd = shard_discovery_open(c->uri, err, sizeof err);
+    pthread_mutex_lock(&c->lock);
+    while (!c->stop && sd != NULL) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += POLL_MS / 1000;
+        while (!c->stop && pthread_cond_timedwait(&c->wake, &c->lock, &until) == 0) {
+        }
+        if (c->stop)
+            break;
+        pthread_mutex_unlock(&c->lock);
+        shard_list sl = {0};
+        discover_status st = shard_discovery_list(sd, &sl, err, sizeof err);
+        pthread_mutex_lock(&c->lock);
+        if (st != DISCOVER_OK) {
+            log_debug("config.shards: %s (read again in %d s)", err, POLL_MS / 1000);
+            continue;
+        }
+        for (size_t i = 0; i < sl.n && !atomic_load(&c->added); i++) {
+            bool known = false;
+            for (size_t k = 0; k < c->n && !known; k++)
+                known = strcmp(c->s[k].id, sl.v[i].id) == 0;
+            if (!known) {
+                snprintf(c->added_id, sizeof c->added_id, "%s", sl.v[i].id);
+                atomic_store(&c->added, true);
+            }
+        }
+        shard_list_free(&sl);
+    }
+    pthread_mutex_unlock(&c->lock);
+    shard_discovery_close(sd);
+    return NULL;
+}
+
+bool cluster_shard_added(cluster *c, char *id, size_t idlen)
+{
+    if (c == NULL || !atomic_load(&c->added))
+        return false;
+    pthread_mutex_lock(&c->lock);
+    snprintf(id, idlen, "%s", c->added_id);
+    pthread_mutex_unlock(&c->lock);
+    return true;
+}
 
 int cluster_detect(const config *cfg, bool *is_router, char *err, size_t errlen)
 {
@@ -103,6 +165,9 @@ void cluster_free(cluster *c)
     if (c == NULL)
         return;
     cluster_stop(c);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->wake);
+    free(c->uri);
     merge_free(c->m);
     for (size_t i = 0; i < c->n; i++) {
         reader_free(c->s[i].rd);
@@ -119,6 +184,14 @@ void cluster_stop(cluster *c)
 {
     if (c == NULL)
         return;
+    if (c->polling) {
+        pthread_mutex_lock(&c->lock);
+        c->stop = true;
+        pthread_cond_signal(&c->wake);
+        pthread_mutex_unlock(&c->lock);
+        pthread_join(c->poller, NULL);
+        c->polling = false;
+    }
     for (size_t i = 0; i < c->n; i++)
         reader_stop(c->s[i].rd);
 }
@@ -152,10 +225,16 @@ cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, cha
         return NULL;
     }
     c->n = sl.n;
-    bool ok = true;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->wake, NULL);
+    atomic_init(&c->added, false);
+    c->uri = strdup(d->cfg->mongodb_uri_effective);
+    bool ok = c->uri != NULL;
     for (size_t i = 0; i < sl.n && ok; i++) {
         c->s[i].id = strdup(sl.v[i].id);
         c->s[i].uri = strdup(sl.v[i].uri);
+        c->s[i].has_topology = sl.v[i].has_topology_time;
+        c->s[i].topology = (op_pos){sl.v[i].topology_secs, sl.v[i].topology_inc, -1};
         ok = c->s[i].id != NULL && c->s[i].uri != NULL;
     }
     shard_list_free(&sl);
@@ -220,13 +299,27 @@ cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, cha
             rcfg.hold = s->hold;
             log_info("shard '%s': resuming after oplog entry %s (term %lld)", s->id,
                      op_pos_format(&s->row, at, sizeof at), (long long)s->row.term);
+        } else if (s->has_topology) {
+            /* A shard the service has not read yet (every start commits one row per shard): new to the cluster
+             * since. Its entries from its addition on are the cluster's. */
+            rcfg.start = s->topology;
+            if (rcfg.start.inc > 0)
+                rcfg.start.inc--;
+            else if (rcfg.start.secs > 0) {
+                rcfg.start.secs--;
+                rcfg.start.inc = UINT32_MAX;
+            }
+            rcfg.start_after = true;
+            log_notice("shard '%s' has no checkpoint of its own yet: reading its oplog from its addition to the "
+                       "cluster (topologyTime %s)",
+                       s->id, op_pos_format(&s->topology, at, sizeof at));
         } else {
             rcfg.start = *cluster_pos;
             rcfg.start.term = -1;
             rcfg.start_after = true;
-            log_notice("shard '%s' has no checkpoint of its own yet: reading its oplog after the service's cluster "
-                       "time %s",
-                       s->id, op_pos_format(cluster_pos, at, sizeof at));
+            log_warning("shard '%s' has no checkpoint of its own yet and config.shards gives no time it was added "
+                        "(topologyTime, 5.0+): reading its oplog after the service's cluster time %s",
+                        s->id, op_pos_format(cluster_pos, at, sizeof at));
         }
         merge_set_watermark(c->m, i, &rcfg.start);
         s->rd = reader_start(&rcfg, s->q, err, errlen);
@@ -245,6 +338,10 @@ cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, cha
                             s->id, nerr);
         }
     }
+    c->polling = pthread_create(&c->poller, NULL, poll_shards, c) == 0;
+    if (!c->polling)
+        log_warning("cannot start the thread that reads config.shards again: a shard added while running is read "
+                    "from the next restart on");
     return c;
 }
 
@@ -296,6 +393,14 @@ void cluster_reader_totals(const cluster *c, reader_stats *sum)
         if (rs.txn_open > 0 && (sum->txn_open == rs.txn_open || op_pos_cmp(&rs.txn_oldest, &sum->txn_oldest) < 0))
             sum->txn_oldest = rs.txn_oldest;
     }
+}
+
+bool cluster_has_shard(const cluster *c, const char *id)
+{
+    for (size_t i = 0; c != NULL && i < c->n; i++)
+        if (strcmp(c->s[i].id, id) == 0)
+            return true;
+    return false;
 }
 
 size_t cluster_shard_count(const cluster *c)

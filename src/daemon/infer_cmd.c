@@ -171,8 +171,9 @@ static int check_named(const config *cfg, const nsfilter *f, const infer_cmd_opt
             return EXIT_USAGE;
         }
         if (map_find(&cfg->maps, db, coll) != NULL) {
-            fprintf(stderr, "oplog2pg: infer-map: %s: %s maps it already (remove its [map] section to infer it again)\n",
-                    ns, o->config_path);
+            fprintf(stderr,
+                    "oplog2pg: infer-map: %s: %s maps it already (remove its [map] section to infer it again)\n", ns,
+                    o->config_path);
             return EXIT_USAGE;
         }
     }
@@ -191,13 +192,12 @@ static size_t find_listed(const copy_collection *colls, size_t n, const char *db
 /* ---- one collection ---------------------------------------------------------------------------------------------- */
 
 /* Reads up to o->sample documents of db.coll into s. EXIT_OK, or the exit code with the message printed. */
-static int sample_collection(mongoc_client_t *client, const char *db, const char *coll, uint32_t sample,
-                             infer_stats *s)
+static int sample_collection(mongoc_client_t *client, const char *db, const char *coll, uint32_t sample, infer_stats *s)
 {
     mongoc_collection_t *c = mongoc_client_get_collection(client, db, coll);
     bson_t filter = BSON_INITIALIZER;
-    bson_t *opts = BCON_NEW("limit", BCON_INT64((int64_t)sample), "batchSize",
-                            BCON_INT32(sample < 1000 ? (int32_t)sample : 1000));
+    bson_t *opts =
+        BCON_NEW("limit", BCON_INT64((int64_t)sample), "batchSize", BCON_INT32(sample < 1000 ? (int32_t)sample : 1000));
     mongoc_cursor_t *cur = mongoc_collection_find_with_opts(c, &filter, opts, NULL);
     const bson_t *doc;
     int code = EXIT_OK;
@@ -211,8 +211,7 @@ static int sample_collection(mongoc_client_t *client, const char *db, const char
     bson_error_t e;
     if (code == EXIT_OK && mongoc_cursor_error(cur, &e)) {
         bool refused = mongo_error_refused(&e);
-        fprintf(stderr, "oplog2pg: infer-map: reading %s.%s: %s%s\n", db, coll, refused ? "refused: " : "",
-                e.message);
+        fprintf(stderr, "oplog2pg: infer-map: reading %s.%s: %s%s\n", db, coll, refused ? "refused: " : "", e.message);
         code = refused ? EXIT_CONFIG : EXIT_FAILURE_GENERIC;
     }
     mongoc_cursor_destroy(cur);
@@ -359,8 +358,8 @@ int infer_map_command(FILE *out, const config *cfg, const infer_cmd_options *opt
     bson_destroy(ping);
     if (!up) {
         bool refused = mongo_error_refused(&e);
-        fprintf(stderr, "oplog2pg: infer-map: mongodb: %s: %s\n",
-                refused ? "the login was refused" : "cannot reach it", e.message);
+        fprintf(stderr, "oplog2pg: infer-map: mongodb: %s: %s\n", refused ? "the login was refused" : "cannot reach it",
+                e.message);
         code = refused ? EXIT_CONFIG : EXIT_FAILURE_GENERIC;
         goto done;
     }
@@ -406,7 +405,8 @@ int infer_map_command(FILE *out, const config *cfg, const infer_cmd_options *opt
             if (map_find(&cfg->maps, colls[i].db, colls[i].coll) != NULL) {
                 char ns[1700];
                 strbuf_putc(&text, '\n');
-                comment_line(&text, "%s: mapped in the file already", shown_ns(colls[i].db, colls[i].coll, ns, sizeof ns));
+                comment_line(&text, "%s: mapped in the file already",
+                             shown_ns(colls[i].db, colls[i].coll, ns, sizeof ns));
                 continue;
             }
             code = infer_one(client, &x, &o, &io, colls[i].db, colls[i].coll, &text);

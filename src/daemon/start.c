@@ -213,8 +213,9 @@ static int skip_import_sharded(const start_params *p)
     return rc;
 }
 
-/* --tail-from on a cluster: every shard's oplog must still hold the position; the shards' rows go and the cluster
- * time goes just before it, so that each shard reads from its first entry at or after the position. */
+/* --tail-from on a cluster: every shard's oplog must still hold the position; each shard's checkpoint goes to its
+ * last entry before it (so that its reader starts there and checks it, as on a replica set), the cluster time just
+ * before it. */
 static int tail_from_sharded(const start_params *p)
 {
     char why[128], want[OP_POS_STRLEN], at[OP_POS_STRLEN];
@@ -223,38 +224,47 @@ static int tail_from_sharded(const start_params *p)
     start_shards ss;
     if (!shards_open(p, "--tail-from", &ss))
         return EXIT_CONFIG;
-    int rc = -1;
+    op_pos *before = calloc(ss.sl.n, sizeof *before);
+    int rc = before != NULL ? -1 : EXIT_FAILURE_GENERIC;
     for (size_t i = 0; rc < 0 && i < ss.sl.n; i++) {
         char err[512];
         op_pos oldest;
-        bool found = false;
+        bool found = false, have_before = false;
         if (!oplog_edge(ss.clients[i], 1, &oldest, &found, err, sizeof err)) {
             log_error("--tail-from: shard '%s': %s", ss.sl.v[i].id, err);
             rc = EXIT_FAILURE_GENERIC;
         } else if (!found || op_pos_cmp(from, &oldest) <= 0) {
             log_error("--tail-from %s is no longer in the oplog of shard '%s' (its oldest entry is %s): the changes "
-                      "before it are lost there",
+                      "before it are lost there; copy instead (--reimport)",
                       want, ss.sl.v[i].id, found ? op_pos_format(&oldest, at, sizeof at) : "none");
             rc = EXIT_RESUME_LOST;
+        } else if (!oplog_entry_before(ss.clients[i], from, &before[i], &have_before, err, sizeof err) ||
+                   !have_before) {
+            log_error("--tail-from: shard '%s': finding the entry before %s: %s", ss.sl.v[i].id, want,
+                      have_before ? err : "none found");
+            rc = EXIT_FAILURE_GENERIC;
         }
     }
     if (rc < 0) {
-        op_pos before = *from;
-        if (before.inc > 0)
-            before.inc--;
+        op_pos cluster = *from;
+        if (cluster.inc > 0)
+            cluster.inc--;
         else {
-            before.secs--;
-            before.inc = UINT32_MAX;
+            cluster.secs--;
+            cluster.inc = UINT32_MAX;
         }
-        before.term = -1;
-        /* No checkpoint first (that takes every shard's row with it), then the cluster time alone. */
+        cluster.term = -1;
+        /* No checkpoint first (that takes every shard's row with it), then the cluster time, then each shard's. */
         if (sink_set_checkpoint(p->snk, NULL) != APPLY_OK) {
             log_error("%s: %s", why, sink_error(p->snk));
             rc = EXIT_FAILURE_GENERIC;
         } else {
-            rc = commit_start(p, &before, why);
+            rc = commit_start(p, &cluster, why);
         }
     }
+    for (size_t i = 0; rc < 0 && i < ss.sl.n; i++)
+        rc = commit_shard(p, ss.sl.v[i].id, &before[i], why);
+    free(before);
     shards_close(&ss);
     return rc;
 }

@@ -694,6 +694,31 @@ void decode_log_notices(const op_entry *e)
     }
 }
 
+const char DECODE_NEW_SHARD_REASON[] = "a chunk migration to a shard without chunks of the collection";
+
+/* A noop. The one a chunk migration's donor writes, majority-committed, before a recipient that holds no chunk of the
+ * collection gets one: {op: "n", ns, o: {msg: "Migrating chunk from shard A to shard B with no chunks for this
+ * collection"}, o2: {migrateChunkToNewShard: ns, fromShardId, toShardId}} (mongo src/mongo/db/s/
+ * migration_source_manager.cpp, notifyChangeStreamsOnRecipientFirstChunk) keeps the recipient's id in `db`, so that
+ * the reader of a sharded cluster can tell a shard it does not read yet is about to hold data. */
+static decode_status decode_noop(const dctx *c, const raw_op *r, op *out)
+{
+    bson_iter_t it, to;
+    if (r->o2 != NULL && bson_iter_init_from_data(&it, r->o2, r->o2_len) &&
+        bson_iter_find(&it, "migrateChunkToNewShard") && bson_iter_init_from_data(&to, r->o2, r->o2_len) &&
+        bson_iter_find(&to, "toShardId") && BSON_ITER_HOLDS_UTF8(&to)) {
+        uint32_t len = 0;
+        const char *id = bson_iter_utf8(&to, &len);
+        span none = {NULL, 0}, sid = {id, len};
+        if (!op_fill(out, sid, none, none, none, NULL, 0, NULL, 0))
+            return nomem(c);
+        set_noop(out, DECODE_NEW_SHARD_REASON);
+        return DECODE_OK;
+    }
+    set_noop(out, "noop entry");
+    return DECODE_OK;
+}
+
 /* Checks the fields every op needs, then dispatches on the op code. */
 static decode_status decode_op(const dctx *c, const raw_op *r, op *out)
 {
@@ -720,8 +745,7 @@ static decode_status decode_op(const dctx *c, const raw_op *r, op *out)
     }
     switch (code) {
     case 'n':
-        set_noop(out, "noop entry");
-        return DECODE_OK;
+        return decode_noop(c, r, out);
     case 'c':
         return decode_command(c, r, out);
     default:

@@ -60,7 +60,7 @@ static void sh_start(shenv *e, const char *name, size_t shards, const char *cons
     ck_assert_ptr_nonnull(f);
     fprintf(f,
             "[mongodb]\nuri = %s\n%s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s.*\n"
-            "[logging]\nprogress_interval = 1s\nlevel = debug\n",
+            "[logging]\nprogress_interval = 1s\n",
             e->router, extra_ini ? extra_ini : "", denv_pg_conninfo(), e->service, e->db);
     fclose(f);
 }
@@ -271,6 +271,47 @@ START_TEST(test_migrations_with_updates_and_kills)
              "('shard0', 'shard1')",
              e.service);
     ck_assert_int_eq(sh_rows(sql), 2);
+    sh_stop(&e);
+}
+END_TEST
+
+/* A shard added while the daemon runs, a chunk moved onto it and back while its documents are updated: the donor's
+ * announcement of the migration makes the daemon read the new shard from its addition on, before anything after the
+ * announcement is applied, so the updates land in MongoDB's order. */
+START_TEST(test_shard_added_while_running)
+{
+    if (!denv_using_sim()) {
+        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
+        return;
+    }
+    shenv e;
+    sh_start(&e, "add", 2, NULL, "shard_note_after = 50ms");
+    sh_shard_coll(&e, "c", 100);
+    const char *skip[] = {"--skip-import", NULL};
+    sh_daemon_ready(&e, skip);
+    for (int i = 0; i < 200; i++)
+        sh_insert(&e, "c", i, i);
+    sh_admin(&e, BCON_NEW("mongosimAddShard", BCON_INT32(1)));
+    sh_move(&e, "c", 150, "shard2");
+    /* rounds 0 and 2 on shard2 (they alone set on2), 1 and 3 on shard1: applied out of order, a document would end
+     * with r = 2 */
+    for (int round = 0; round < 4; round++) {
+        for (int id = 100; id < 200; id += 7)
+            sh_update(&e, "c", id,
+                      round % 2 == 0
+                          ? BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "r", BCON_INT32(round), "on2",
+                                     BCON_INT32(round), "}")
+                          : BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "r", BCON_INT32(round), "}"));
+        if (round < 3)
+            sh_move(&e, "c", 150, round % 2 == 0 ? "shard1" : "shard2");
+    }
+    ck_assert_msg(sh_wait_equal(&e, 120, true), "PostgreSQL differs from the cluster");
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM oplog2pg.shard_checkpoint WHERE service = '%s' AND shard = 'shard2' AND ts_sec > 0",
+             e.service);
+    ck_assert_int_eq(sh_rows(sql), 1);
+    ck_assert(denv_file_contains(e.log, "announces a chunk migration to shard 'shard2'"));
     sh_stop(&e);
 }
 END_TEST
@@ -498,6 +539,7 @@ Suite *sharded_suite(void)
     tcase_add_test(tc, test_migrations_with_updates_and_kills);
     tcase_add_test(tc, test_cross_shard_transactions_atomic);
     tcase_add_test(tc, test_idle_shard_noted);
+    tcase_add_test(tc, test_shard_added_while_running);
     suite_add_tcase(s, tc);
     TCase *tp = tcase_create("prepared");
     tcase_set_timeout(tp, 300);
