@@ -76,7 +76,7 @@ static const struct option_def options[] = {
      .offset = offsetof(config, read_concern)},
 
     {.info = {.section = "mongodb", .name = "shard_note_after", TYPE(DURATION, "duration"), .default_text = "100ms",
-              .min = 0, .max = MS_PER_H, .base_unit = "ms", .reloadable = true,
+              .min = 0, .max = MS_PER_H, .base_unit = "ms",
               .help = "sharded clusters: when one shard has shown nothing for this long while the others wait on "
                       "it, write a note into its oplog (appendOplogNote) so the merged stream moves on; 0 = never "
                       "(wait for the shard's periodic noop, every 10 s by default)"},

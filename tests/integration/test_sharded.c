@@ -316,6 +316,55 @@ START_TEST(test_shard_added_while_running)
 }
 END_TEST
 
+/* A collection sharded on another field than _id: its update and delete entries carry the shard key beside _id (o2,
+ * and delete o: {k, _id}); the rows stay keyed by _id alone. */
+START_TEST(test_shard_key_beside_id)
+{
+    if (!denv_using_sim()) {
+        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
+        return;
+    }
+    shenv e;
+    sh_start(&e, "key", 2, NULL, "shard_note_after = 50ms");
+    char ns[160];
+    snprintf(ns, sizeof ns, "%s.k", e.db);
+    sh_admin(&e, BCON_NEW("enableSharding", BCON_UTF8(e.db), "primaryShard", BCON_UTF8("shard0")));
+    sh_admin(&e, BCON_NEW("shardCollection", BCON_UTF8(ns), "key", "{", "k", BCON_INT32(1), "}"));
+    sh_admin(&e, BCON_NEW("split", BCON_UTF8(ns), "middle", "{", "k", BCON_INT32(100), "}"));
+    sh_admin(&e,
+             BCON_NEW("moveChunk", BCON_UTF8(ns), "find", "{", "k", BCON_INT32(100), "}", "to", BCON_UTF8("shard1")));
+    const char *skip[] = {"--skip-import", NULL};
+    sh_daemon_ready(&e, skip);
+    mongoc_collection_t *c = sh_coll(&e, "k");
+    for (int i = 0; i < 20; i++) {
+        bson_t *d = BCON_NEW("_id", BCON_INT32(i), "k", BCON_INT32(i * 10), "v", BCON_INT32(0));
+        bson_error_t err;
+        ck_assert_msg(mongoc_collection_insert_one(c, d, NULL, NULL, &err), "%s", err.message);
+        bson_destroy(d);
+    }
+    for (int i = 0; i < 20; i++) {
+        bson_t *q = BCON_NEW("_id", BCON_INT32(i), "k", BCON_INT32(i * 10));
+        bson_t *u = BCON_NEW("$set", "{", "v", BCON_INT32(i + 1), "}");
+        bson_error_t err;
+        ck_assert_msg(mongoc_collection_update_one(c, q, u, NULL, NULL, &err), "%s", err.message);
+        bson_destroy(q);
+        bson_destroy(u);
+    }
+    for (int i = 0; i < 20; i += 3) {
+        bson_t *q = BCON_NEW("_id", BCON_INT32(i), "k", BCON_INT32(i * 10));
+        bson_error_t err;
+        ck_assert_msg(mongoc_collection_delete_one(c, q, NULL, NULL, &err), "%s", err.message);
+        bson_destroy(q);
+    }
+    mongoc_collection_destroy(c);
+    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster");
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM \"%s\".k WHERE _id ~ '^[0-9]+$'", e.db);
+    ck_assert_int_eq(sh_rows(sql), 13);
+    sh_stop(&e);
+}
+END_TEST
+
 /* A transaction transfers an amount between two documents on different shards: committed by two-phase commit. */
 static void sh_transfer(shenv *e, mongoc_client_session_t *cs, int from, int to, int amount)
 {
@@ -540,6 +589,7 @@ Suite *sharded_suite(void)
     tcase_add_test(tc, test_cross_shard_transactions_atomic);
     tcase_add_test(tc, test_idle_shard_noted);
     tcase_add_test(tc, test_shard_added_while_running);
+    tcase_add_test(tc, test_shard_key_beside_id);
     suite_add_tcase(s, tc);
     TCase *tp = tcase_create("prepared");
     tcase_set_timeout(tp, 300);
