@@ -20,6 +20,9 @@
 #      column, each against psql \copy of the same rows (three pairs each, alternating): bench/mapped;
 #   7. a 1 GB transaction: one transaction of 270 000 documents of 4 kB, a chain of 16 MB oplog entries, against the
 #      same documents as plain inserts, and the daemon's peak memory (mongosim holds 3 GB meanwhile): bench/txn;
+#   7b. a sharded cluster (mongosim --shards): insert-only throughput with 1, 2 and 4 shards against psql \copy and
+#      against one shard, and the latency the merge adds with all shards busy (against a replica set) and with one
+#      shard idle, with oplog notes and with the periodic noop only: bench/shards;
 #   8. latency: from MongoDB's acknowledgement to the commit in PostgreSQL, for single inserts on an idle system,
 #      insertMany bursts of 10, 10 000 and 200 000 documents, and single inserts beside a steady mixed stream of
 #      20 000 ops/s (the goal) and of 5 000 (bench/latency.c says how it is measured).
@@ -33,6 +36,7 @@
 # BENCH_KEYS (default 300000), BENCH_MAPPED (default 200000), BENCH_ARRAYS (default 10000), BENCH_TXN (default 270000
 # documents), BENCH_LATENCY_SECS (default 30 s of probes beside each stream) and BENCH_LATENCY_RATE (default 20000,5000 ops/s),
 # BENCH_SMALL (default 300000) and BENCH_LARGE (default 30000) documents, BENCH_COLLECTIONS (default 100000 inserts),
+# BENCH_SHARDS (default 200000 entries) and BENCH_SHARDS_SECS (default 10 s of probes per latency trial),
 # BENCH_BACKLOG (default 10000000 entries) and BENCH_HUGE (default 40 documents of 16 MB) scale them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -103,6 +107,9 @@ echo "## Typed tables"
 echo
 echo "## A 1 GB transaction"
 "$build/bench/txn" "${BENCH_TXN:-270000}" 2>/dev/null
+echo
+echo "## Sharded clusters"
+"$build/bench/shards" "${BENCH_SHARDS:-200000}" "${BENCH_SHARDS_SECS:-10}" 2>/dev/null
 echo
 echo "## Latency under load"
 "$build/bench/latency" all "${BENCH_LATENCY_SECS:-30}" "${BENCH_LATENCY_RATE:-20000,5000}" 2>/dev/null
