@@ -767,8 +767,10 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
                 break;
             case QUEUE_IDLE:
                 /* The reader drained the oplog; we have caught up with it only if nothing follows the marker. While
-                 * the applier lags, markers are stale and committing on each would cost an fsync per getMore. */
-                if (i + 1 == n && stream_drained(d)) {
+                 * the applier lags, markers are stale and committing on each would cost an fsync per getMore. The
+                 * merge of a cluster's shards hands one on only when nothing more is ready (core/merge.h): what it
+                 * still holds waits on another shard, and is no backlog. */
+                if (i + 1 == n && (d->cl != NULL || stream_drained(d))) {
                     st = batcher_flush(d->bt, FLUSH_IDLE);
                     d->caught_up = st == APPLY_OK;
                 }

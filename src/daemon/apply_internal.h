@@ -128,7 +128,8 @@ void cluster_stop(cluster *c);
 void cluster_free(cluster *c);
 /* Up to max items of the merged stream (core/merge.h merge_take). */
 size_t cluster_take(cluster *c, queue_item *out, size_t max);
-/* Nothing is queued in any shard's queue nor held by the merge. */
+/* Nothing is queued in any shard's queue (what the merge holds after a take waits on another shard's progress: it is
+ * not a backlog). */
 bool cluster_drained(const cluster *c);
 /* queue_release on every shard's queue. */
 void cluster_release(cluster *c);

@@ -352,8 +352,6 @@ size_t cluster_take(cluster *c, queue_item *out, size_t max)
 
 bool cluster_drained(const cluster *c)
 {
-    if (merge_held(c->m) > 0)
-        return false;
     for (size_t i = 0; i < c->n; i++)
         if (queue_len(c->s[i].q) > 0)
             return false;
