@@ -47,6 +47,18 @@ enum metrics_write_method {
     METRICS_WRITE_METHODS
 };
 
+/* A sharded cluster's shard, as the metrics show it (labels shard="ID"). */
+#define METRICS_MAX_SHARDS 64
+typedef struct metrics_shard {
+    char id[64];
+    double checkpoint_timestamp; /* oplog time of its committed checkpoint (UNIX seconds); 0 = none yet */
+    double read_timestamp;       /* oplog time of the last entry its reader read; 0 = none yet */
+    double merge_wait_seconds;   /* how long the merge has waited on it (counter) */
+    uint64_t entries;            /* its entries handed on to the applier (counter) */
+    uint64_t notes;              /* oplog notes written into it (counter) */
+    bool notes_refused;          /* it refused appendOplogNote */
+} metrics_shard;
+
 /* Everything one scrape shows. Counters count since the process started (they survive reconnects). */
 typedef struct metrics_snapshot {
     char service[64];                         /* label of oplog2pg_info */
@@ -71,6 +83,8 @@ typedef struct metrics_snapshot {
     uint64_t txn_open;      /* transactions over several oplog entries read but not yet committed (gauge) */
     uint64_t txn_bytes;     /* the oplog bytes of their entries read so far (gauge) */
     double txn_oldest_age;  /* seconds since the first entry of the oldest of them (gauge; 0 when none) */
+    size_t nshards; /* a sharded cluster's shards (this session's), 0 for a replica set */
+    metrics_shard shards[METRICS_MAX_SHARDS];
     bool ready;        /* connected both ways and applying (1), or starting, copying, reconnecting (0) */
     double start_time; /* process start, UNIX seconds */
 } metrics_snapshot;

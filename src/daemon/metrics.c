@@ -145,6 +145,64 @@ static void gauge_i64(FILE *f, const char *name, const char *help, int64_t v)
     fprintf(f, "%s %" PRId64 "\n", name, v);
 }
 
+/* One sample per shard of a sharded cluster, labelled shard="ID" (escaped as the exposition format asks). */
+static void shard_sample(FILE *f, const char *name, const char *id, double v)
+{
+    char num[DTOA_G_SIZE];
+    format_double(num, v);
+    fprintf(f, "%s{shard=\"", name);
+    for (const char *c = id; *c; c++) {
+        if (*c == '\\' || *c == '"')
+            fprintf(f, "\\%c", *c);
+        else if (*c == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*c, f);
+    }
+    fprintf(f, "\"} %s\n", num);
+}
+
+static void render_shards(FILE *f, const metrics_snapshot *s)
+{
+    if (s->nshards == 0)
+        return;
+    size_t n = s->nshards < METRICS_MAX_SHARDS ? s->nshards : METRICS_MAX_SHARDS;
+    family(f, "oplog2pg_shard_checkpoint_timestamp_seconds", "gauge",
+           "A sharded cluster: oplog time of each shard's committed checkpoint since the UNIX epoch in seconds.");
+    for (size_t i = 0; i < n; i++)
+        shard_sample(f, "oplog2pg_shard_checkpoint_timestamp_seconds", s->shards[i].id,
+                     s->shards[i].checkpoint_timestamp);
+    family(
+        f, "oplog2pg_shard_read_timestamp_seconds", "gauge",
+        "A sharded cluster: oplog time of the last entry each shard's reader read, since the UNIX epoch in seconds.");
+    for (size_t i = 0; i < n; i++)
+        shard_sample(f, "oplog2pg_shard_read_timestamp_seconds", s->shards[i].id, s->shards[i].read_timestamp);
+    family(f, "oplog2pg_shard_lag_seconds", "gauge",
+           "A sharded cluster: how far each shard's committed checkpoint is behind what its reader read, in seconds.");
+    for (size_t i = 0; i < n; i++) {
+        double lag = s->shards[i].read_timestamp - s->shards[i].checkpoint_timestamp;
+        shard_sample(f, "oplog2pg_shard_lag_seconds", s->shards[i].id,
+                     s->shards[i].checkpoint_timestamp > 0 && lag > 0 ? lag : 0);
+    }
+    family(f, "oplog2pg_shard_merge_wait_seconds_total", "counter",
+           "A sharded cluster: how long the merge of the shards waited on each shard to show it had nothing older.");
+    for (size_t i = 0; i < n; i++)
+        shard_sample(f, "oplog2pg_shard_merge_wait_seconds_total", s->shards[i].id, s->shards[i].merge_wait_seconds);
+    family(f, "oplog2pg_shard_entries_total", "counter", "A sharded cluster: each shard's oplog entries applied.");
+    for (size_t i = 0; i < n; i++)
+        shard_sample(f, "oplog2pg_shard_entries_total", s->shards[i].id, (double)s->shards[i].entries);
+    family(
+        f, "oplog2pg_shard_notes_total", "counter",
+        "A sharded cluster: oplog notes (appendOplogNote) written into each shard so an idle one holds nothing back.");
+    for (size_t i = 0; i < n; i++)
+        shard_sample(f, "oplog2pg_shard_notes_total", s->shards[i].id, (double)s->shards[i].notes);
+    family(f, "oplog2pg_shard_notes_refused", "gauge",
+           "A sharded cluster: 1 when a shard refused appendOplogNote (the privilege); it is then waited for until its "
+           "periodic noop.");
+    for (size_t i = 0; i < n; i++)
+        shard_sample(f, "oplog2pg_shard_notes_refused", s->shards[i].id, s->shards[i].notes_refused ? 1 : 0);
+}
+
 static void gauge_double(FILE *f, const char *name, const char *help, double v)
 {
     char num[DTOA_G_SIZE];
@@ -218,6 +276,8 @@ char *metrics_render(const metrics_snapshot *s, size_t *len)
     gauge_i64(f, "oplog2pg_copy_documents", "Initial copy: documents committed so far.", s->copy_documents);
     gauge_i64(f, "oplog2pg_copy_documents_estimate", "Initial copy: estimated number of documents to copy.",
               s->copy_documents_estimate);
+
+    render_shards(f, s);
 
     bool failed = ferror(f) != 0;
     if (fclose(f) != 0 || failed || buf == NULL) {

@@ -58,6 +58,44 @@ static uint64_t source_seen(const daemon_ctx *d, uint64_t *reconnects)
     return 0;
 }
 
+typedef struct {
+    metrics_snapshot *m;
+} shard_rows_ctx;
+
+static void shard_row(void *arg, const char *shard, const op_pos *pos, bool has_hold, const op_pos *hold)
+{
+    (void)has_hold;
+    (void)hold;
+    metrics_snapshot *m = ((shard_rows_ctx *)arg)->m;
+    for (size_t i = 0; i < m->nshards; i++)
+        if (strcmp(m->shards[i].id, shard) == 0)
+            m->shards[i].checkpoint_timestamp = (double)pos->secs;
+}
+
+/* A sharded cluster's shards: what the session's readers, merge and note writers say, and each one's committed
+ * checkpoint as the sink keeps it. The counters are the session's (a new session starts them again). */
+static void fill_shards(daemon_ctx *d, metrics_snapshot *m)
+{
+    m->nshards = 0;
+    for (size_t i = 0; i < cluster_shard_count(d->cl) && m->nshards < METRICS_MAX_SHARDS; i++) {
+        cluster_shard_info si;
+        if (!cluster_shard_report(d->cl, i, &si))
+            break;
+        metrics_shard *ms = &m->shards[m->nshards++];
+        memset(ms, 0, sizeof *ms);
+        snprintf(ms->id, sizeof ms->id, "%s", si.id);
+        ms->read_timestamp = si.has_read ? (double)si.read_last.secs : 0;
+        ms->merge_wait_seconds = (double)si.waited_ms / 1000.0;
+        ms->entries = si.entries;
+        ms->notes = si.notes;
+        ms->notes_refused = si.notes_refused;
+    }
+    if (m->nshards > 0) {
+        shard_rows_ctx rc = {.m = m};
+        sink_read_shard_checkpoints(d->snk, shard_row, &rc);
+    }
+}
+
 /* The counters of the whole run so far: the sessions that ended plus the running one. */
 static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
 {
@@ -115,6 +153,7 @@ static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
     m->lag_seconds = current_lag(d);
     m->copy_documents = d->copy_copied;
     m->copy_documents_estimate = d->copy_estimate;
+    fill_shards(d, m);
     m->ready = d->session_live && d->end == END_NONE;
 }
 

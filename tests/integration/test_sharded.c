@@ -100,6 +100,25 @@ static void sh_daemon_ready(shenv *e, const char *const *args)
     }
 }
 
+static void sh_shard_coll(shenv *e, const char *coll, int at);
+
+/* The start of most cases: skip on a real replica set (true: skipped, return), else a cluster of two shards, `coll`
+ * sharded on _id split at 100 (the upper chunk on shard1) when coll is not NULL, the daemon started with
+ * --skip-import and ready. */
+static bool sh_skip_or_begin(shenv *e, const char *name, const char *coll, const char *extra_ini)
+{
+    if (!denv_using_sim()) {
+        skip_record("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
+        return true;
+    }
+    sh_start(e, name, 2, NULL, extra_ini);
+    if (coll != NULL)
+        sh_shard_coll(e, coll, 100);
+    const char *skip[] = {"--skip-import", NULL};
+    sh_daemon_ready(e, skip);
+    return false;
+}
+
 static void sh_stop(shenv *e)
 {
     if (e->daemon.pid > 0) {
@@ -280,15 +299,9 @@ END_TEST
  * announcement is applied, so the updates land in MongoDB's order. */
 START_TEST(test_shard_added_while_running)
 {
-    if (!denv_using_sim()) {
-        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
-        return;
-    }
     shenv e;
-    sh_start(&e, "add", 2, NULL, "shard_note_after = 50ms");
-    sh_shard_coll(&e, "c", 100);
-    const char *skip[] = {"--skip-import", NULL};
-    sh_daemon_ready(&e, skip);
+    if (sh_skip_or_begin(&e, "add", "c", "shard_note_after = 50ms"))
+        return;
     for (int i = 0; i < 200; i++)
         sh_insert(&e, "c", i, i);
     sh_admin(&e, BCON_NEW("mongosimAddShard", BCON_INT32(1)));
@@ -390,20 +403,14 @@ static void sh_transfer(shenv *e, mongoc_client_session_t *cs, int from, int to,
 
 START_TEST(test_cross_shard_transactions_atomic)
 {
-    if (!denv_using_sim()) {
-        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
-        return;
-    }
     shenv e;
-    sh_start(&e, "txn", 2, NULL, "shard_note_after = 50ms");
-    sh_shard_coll(&e, "acct", 50);
-    const char *skip[] = {"--skip-import", NULL};
-    sh_daemon_ready(&e, skip);
+    if (sh_skip_or_begin(&e, "txn", "acct", "shard_note_after = 50ms"))
+        return;
     /* 10 accounts on each shard, 1000 each */
     for (int i = 0; i < 10; i++) {
         mongoc_collection_t *c = sh_coll(&e, "acct");
         for (int side = 0; side < 2; side++) {
-            bson_t *d = BCON_NEW("_id", BCON_INT32(side * 50 + i), "bal", BCON_INT32(1000));
+            bson_t *d = BCON_NEW("_id", BCON_INT32(side * 100 + i), "bal", BCON_INT32(1000));
             bson_error_t err;
             ck_assert_msg(mongoc_collection_insert_one(c, d, NULL, NULL, &err), "%s", err.message);
             bson_destroy(d);
@@ -420,7 +427,7 @@ START_TEST(test_cross_shard_transactions_atomic)
     unsigned seed = 11;
     int samples = 0;
     for (int t = 0; t < 150; t++) {
-        int a = (int)(rand_r(&seed) % 10), b = 50 + (int)(rand_r(&seed) % 10);
+        int a = (int)(rand_r(&seed) % 10), b = 100 + (int)(rand_r(&seed) % 10); /* shard0, shard1 */
         if (t % 2)
             sh_transfer(&e, cs, a, b, 1 + (int)(rand_r(&seed) % 50));
         else
@@ -462,15 +469,9 @@ static void sh_shard_cmd(shenv *e, size_t k, const char *db, bson_t *cmd, bson_t
  * shard commits too; then all of it at once. */
 START_TEST(test_prepared_across_shards_visible_at_once)
 {
-    if (!denv_using_sim()) {
-        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
-        return;
-    }
     shenv e;
-    sh_start(&e, "prep", 2, NULL, "shard_note_after = 50ms");
-    sh_shard_coll(&e, "acct", 100);
-    const char *skip[] = {"--skip-import", NULL};
-    sh_daemon_ready(&e, skip);
+    if (sh_skip_or_begin(&e, "prep", "acct", "shard_note_after = 50ms"))
+        return;
     mongoc_collection_t *c = sh_coll(&e, "acct");
     for (int id = 0; id <= 150; id += 150) {
         bson_t *d = BCON_NEW("_id", BCON_INT32(id), "bal", BCON_INT32(1000));
@@ -508,6 +509,16 @@ START_TEST(test_prepared_across_shards_visible_at_once)
         pts[k] = (uint64_t)t << 32 | i;
         bson_destroy(&reply);
     }
+    /* Entries after the prepares on both shards, committed: the checkpoints pass the prepares, which stay open in
+     * each shard's hold (what a restart must read again). */
+    sh_insert(&e, "acct", 2, 0);
+    sh_insert(&e, "acct", 152, 0);
+    char rows_sql[300];
+    snprintf(rows_sql, sizeof rows_sql, "SELECT count(*) FROM \"%s\".acct", e.db);
+    for (double until = denv_now() + 60; sh_rows(rows_sql) != 4;) {
+        ck_assert_msg(denv_now() < until, "the entries after the prepares were not applied");
+        usleep(100 * 1000);
+    }
     uint64_t ct = pts[0] > pts[1] ? pts[0] : pts[1];
     bson_t *commit_cmd[2];
     for (size_t k = 0; k < 2; k++)
@@ -532,10 +543,25 @@ START_TEST(test_prepared_across_shards_visible_at_once)
         ck_assert_int_eq(marks, 0);
         usleep(100 * 1000);
     }
+    /* kill -9 while shard1's part is undecided: the restart reads each shard from its checkpoint, and the prepare
+     * still open there is told to the merge again (its shard's hold), so nothing of it shows after the restart
+     * either */
+    ck_assert(proc_signal(&e.daemon, SIGKILL));
+    ck_assert(proc_wait(&e.daemon, 30));
+    sh_daemon_ready(&e, NULL);
+    for (int i = 0; i < 20; i++) {
+        int64_t sum = sh_rows(sum_sql), marks = sh_rows(marks_sql);
+        if (sum != 2000 || marks != 0)
+            sh_show_log(&e);
+        ck_assert_int_eq(sum, 2000);
+        ck_assert_int_eq(marks, 0);
+        usleep(100 * 1000);
+    }
     sh_shard_cmd(&e, 1, "admin", commit_cmd[1], NULL);
     ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster");
     ck_assert_int_eq(sh_rows(sum_sql), 2000);
     ck_assert_int_eq(sh_rows(marks_sql), 2);
+    ck_assert_int_eq(sh_rows(rows_sql), 6);
     char one[300];
     snprintf(one, sizeof one, "SELECT (doc->>'bal')::int FROM \"%s\".acct WHERE _id = '0'", e.db);
     ck_assert_int_eq(sh_rows(one), 900);
@@ -545,16 +571,10 @@ END_TEST
 
 START_TEST(test_idle_shard_noted)
 {
-    if (!denv_using_sim()) {
-        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
-        return;
-    }
     shenv e;
     /* no periodic noop at all: only the daemon's oplog notes can show that the idle shard has nothing older */
-    sh_start(&e, "idle", 2, NULL, "shard_note_after = 100ms");
-    sh_shard_coll(&e, "c", 100);
-    const char *skip[] = {"--skip-import", NULL};
-    sh_daemon_ready(&e, skip);
+    if (sh_skip_or_begin(&e, "idle", "c", "shard_note_after = 100ms"))
+        return;
     sh_insert(&e, "c", 1, 1);   /* shard0 */
     sh_insert(&e, "c", 150, 1); /* shard1 */
     ck_assert_msg(sh_wait_equal(&e, 60, true), "the first documents did not arrive");

@@ -4,6 +4,7 @@
  * tests/unit/test_mongosim_hashkey.c.
  */
 #include "hashkey.h"
+#include "update.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -110,49 +111,7 @@ static void md5_finish(md5_ctx *m, uint8_t out[16])
 /* canonicalizeBSONType (src/mongo/bson/bsontypes.h): numbers share one class, so 1, 1L and 1.0 hash alike. */
 static int32_t canonical_type(bson_type_t t)
 {
-    switch (t) {
-    case BSON_TYPE_MINKEY:
-        return -1;
-    case BSON_TYPE_MAXKEY:
-        return 127;
-    case BSON_TYPE_EOD:
-    case BSON_TYPE_UNDEFINED:
-        return 0;
-    case BSON_TYPE_NULL:
-        return 5;
-    case BSON_TYPE_DECIMAL128:
-    case BSON_TYPE_DOUBLE:
-    case BSON_TYPE_INT32:
-    case BSON_TYPE_INT64:
-        return 10;
-    case BSON_TYPE_UTF8:
-    case BSON_TYPE_SYMBOL:
-        return 15;
-    case BSON_TYPE_DOCUMENT:
-        return 20;
-    case BSON_TYPE_ARRAY:
-        return 25;
-    case BSON_TYPE_BINARY:
-        return 30;
-    case BSON_TYPE_OID:
-        return 35;
-    case BSON_TYPE_BOOL:
-        return 40;
-    case BSON_TYPE_DATE_TIME:
-        return 45;
-    case BSON_TYPE_TIMESTAMP:
-        return 47;
-    case BSON_TYPE_REGEX:
-        return 50;
-    case BSON_TYPE_DBPOINTER:
-        return 55;
-    case BSON_TYPE_CODE:
-        return 60;
-    case BSON_TYPE_CODEWSCOPE:
-        return 65;
-    default:
-        return 0;
-    }
+    return update_type_rank(t);
 }
 
 /* BSONElement::safeNumberLongForHash: NaN is 0, exactly 2^63 is the lowest int64 (SERVER-37183), larger values clamp

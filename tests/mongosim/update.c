@@ -83,7 +83,7 @@ int update_type_rank(bson_type_t t)
     case BSON_TYPE_CODEWSCOPE:
         return 65;
     case BSON_TYPE_MAXKEY:
-        return 100;
+        return 127;
     default:
         return 0;
     }

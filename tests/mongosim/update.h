@@ -44,7 +44,8 @@ void update_set_clock(const update_clock *clock);
 int update_compare_values(const bson_value_t *a, const bson_value_t *b);
 int update_compare_iters(const bson_iter_t *a, const bson_iter_t *b);
 
-/* MongoDB's canonical rank of a BSON type: the first key of the comparison order (numbers share one rank). */
+/* MongoDB's canonical rank of a BSON type (canonicalizeBSONType, src/mongo/bson/bsontypes.h): the first key of the
+ * comparison order (numbers share one rank), also hashed into a hashed index's value. */
 int update_type_rank(bson_type_t t);
 
 /* The name the server gives a BSON type in its messages ($type aliases: "double", "string", "objectId", ...). */

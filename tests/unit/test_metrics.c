@@ -53,6 +53,20 @@ static const struct {
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
+/* Families only a sharded cluster's daemon exposes (one sample per shard), with their types. */
+static const struct {
+    const char *name, *type;
+} shard_families[] = {
+    {"oplog2pg_shard_checkpoint_timestamp_seconds", "gauge"},
+    {"oplog2pg_shard_read_timestamp_seconds", "gauge"},
+    {"oplog2pg_shard_lag_seconds", "gauge"},
+    {"oplog2pg_shard_merge_wait_seconds_total", "counter"},
+    {"oplog2pg_shard_entries_total", "counter"},
+    {"oplog2pg_shard_notes_total", "counter"},
+    {"oplog2pg_shard_notes_refused", "gauge"},
+};
+#define N_SHARD_FAMILIES (sizeof shard_families / sizeof shard_families[0])
+
 static bool valid_float(const char *v)
 {
     if (strcmp(v, "NaN") == 0 || strcmp(v, "+Inf") == 0 || strcmp(v, "-Inf") == 0)
@@ -70,6 +84,7 @@ static bool valid_float(const char *v)
 static void check_structure(const char *text)
 {
     char seen[N_FAMILIES] = {0};
+    char seen_shards[1024] = "";
     char current[128] = "";
     size_t n = strlen(text);
     ck_assert_msg(n > 0 && text[n - 1] == '\n', "the text does not end with a newline");
@@ -94,7 +109,20 @@ static void check_structure(const char *text)
             for (i = 0; i < N_FAMILIES; i++)
                 if (strcmp(families[i].name, name) == 0)
                     break;
-            ck_assert_msg(i < N_FAMILIES, "unexpected family %s", name);
+            if (i == N_FAMILIES) {
+                size_t k;
+                for (k = 0; k < N_SHARD_FAMILIES; k++)
+                    if (strcmp(shard_families[k].name, name) == 0)
+                        break;
+                ck_assert_msg(k < N_SHARD_FAMILIES, "unexpected family %s", name);
+                ck_assert_msg(strcmp(shard_families[k].type, type) == 0, "%s is a %s, want %s", name, type,
+                              shard_families[k].type);
+                ck_assert_msg(strstr(seen_shards, name) == NULL, "family %s appears twice", name);
+                strncat(seen_shards, name, sizeof seen_shards - strlen(seen_shards) - 2);
+                strcat(seen_shards, " ");
+                pending_help = NULL;
+                continue;
+            }
             ck_assert_msg(!seen[i], "family %s appears twice", name);
             ck_assert_msg(strcmp(families[i].type, type) == 0, "%s is a %s, want %s", name, type, families[i].type);
             seen[i] = 1;
@@ -289,6 +317,38 @@ START_TEST(render_escapes_labels)
     snprintf(key, sizeof key, "oplog2pg_info{service=\"%.*s\",version=\"%s\"}", (int)sizeof s.service, s.service,
              OPLOG2PG_VERSION);
     expect_u64(t, key, 1);
+    free(t);
+}
+END_TEST
+
+/* A sharded cluster's shards: one sample per shard and family, the id escaped as a label value; none without shards. */
+START_TEST(render_shards)
+{
+    metrics_snapshot s;
+    memset(&s, 0, sizeof s);
+    char *t = render(&s);
+    ck_assert_msg(strstr(t, "oplog2pg_shard_") == NULL, "shard series without shards");
+    free(t);
+    s.nshards = 2;
+    snprintf(s.shards[0].id, sizeof s.shards[0].id, "shard0");
+    s.shards[0].checkpoint_timestamp = 1000;
+    s.shards[0].read_timestamp = 1030;
+    s.shards[0].merge_wait_seconds = 1.5;
+    s.shards[0].entries = 7;
+    s.shards[0].notes = 3;
+    snprintf(s.shards[1].id, sizeof s.shards[1].id, "rs\"1");
+    s.shards[1].notes_refused = true;
+    t = render(&s);
+    check_structure(t);
+    expect_u64(t, "oplog2pg_shard_checkpoint_timestamp_seconds{shard=\"shard0\"}", 1000);
+    expect_u64(t, "oplog2pg_shard_read_timestamp_seconds{shard=\"shard0\"}", 1030);
+    expect_u64(t, "oplog2pg_shard_lag_seconds{shard=\"shard0\"}", 30);
+    expect_u64(t, "oplog2pg_shard_entries_total{shard=\"shard0\"}", 7);
+    expect_u64(t, "oplog2pg_shard_notes_total{shard=\"shard0\"}", 3);
+    expect_u64(t, "oplog2pg_shard_notes_refused{shard=\"shard0\"}", 0);
+    expect_u64(t, "oplog2pg_shard_notes_refused{shard=\"rs\\\"1\"}", 1);
+    expect_u64(t, "oplog2pg_shard_lag_seconds{shard=\"rs\\\"1\"}", 0); /* no checkpoint yet */
+    ck_assert_msg(strstr(t, "oplog2pg_shard_merge_wait_seconds_total{shard=\"shard0\"} 1.5\n") != NULL, "%s", t);
     free(t);
 }
 END_TEST
@@ -656,6 +716,7 @@ Suite *metrics_suite(void)
     tcase_add_test(tc, render_every_value);
     tcase_add_test(tc, render_zeroed);
     tcase_add_test(tc, render_escapes_labels);
+    tcase_add_test(tc, render_shards);
     tcase_add_test(tc, render_doubles);
     suite_add_tcase(s, tc);
 
