@@ -65,6 +65,71 @@ static int worse(int a, int b)
     return a == EXIT_CONFIG || b == EXIT_CONFIG ? EXIT_CONFIG : a != EXIT_OK ? a : b;
 }
 
+/* `check` of one oplog: its oldest and newest entries, each line prefixed (e.g. "mongodb: shard 'shard0': "). */
+static int check_oplog(mongoc_client_t *client, const char *prefix)
+{
+    const char *names[2] = {"oldest", "newest"};
+    for (int dir = 0; dir < 2; dir++) {
+        op_pos p;
+        bool found;
+        char oerr[512], when[64], at[OP_POS_STRLEN];
+        if (!oplog_edge(client, dir == 0 ? 1 : -1, &p, &found, oerr, sizeof oerr)) {
+            printf("%s%s\n", prefix, oerr);
+            return EXIT_FAILURE_GENERIC;
+        }
+        if (!found) {
+            printf("%sthe oplog is empty (is this a replica set member?)\n", prefix);
+            return EXIT_OK;
+        }
+        printf("%s%s oplog entry %s (%s)\n", prefix, names[dir], op_pos_format(&p, at, sizeof at),
+               utc_text(p.secs, when, sizeof when));
+    }
+    return EXIT_OK;
+}
+
+/* `check` of a sharded cluster, when the URI names its routers (no replicaSet, and hello says isdbgrid): the shards
+ * from config.shards, each one's oplog read on its own connection (the privileges of docs/sharding.md). -1 when the
+ * URI names no router (the caller checks the one oplog), else the exit code. */
+static int check_cluster(const config *cfg)
+{
+    mongoc_uri_t *uri = mongoc_uri_new(cfg->mongodb_uri_effective);
+    bool named_set = uri != NULL && mongoc_uri_get_replica_set(uri) != NULL;
+    mongoc_uri_destroy(uri);
+    if (named_set)
+        return -1;
+    char err[512];
+    bool router = false;
+    shard_discovery *sd = shard_discovery_open(cfg->mongodb_uri_effective, err, sizeof err);
+    if (sd == NULL || shard_discovery_hello(sd, &router, err, sizeof err) != DISCOVER_OK || !router) {
+        shard_discovery_close(sd);
+        return -1;
+    }
+    shard_list sl = {0};
+    discover_status st = shard_discovery_list(sd, &sl, err, sizeof err);
+    shard_discovery_close(sd);
+    if (st != DISCOVER_OK) {
+        printf("mongodb: a sharded cluster's router, but config.shards: %s\n", err);
+        return st == DISCOVER_REFUSED || st == DISCOVER_BAD ? EXIT_CONFIG : EXIT_FAILURE_GENERIC;
+    }
+    printf("mongodb: a sharded cluster's router; %zu shard%s in config.shards\n", sl.n, sl.n == 1 ? "" : "s");
+    int code = EXIT_OK;
+    for (size_t i = 0; i < sl.n; i++) {
+        char prefix[160];
+        snprintf(prefix, sizeof prefix, "mongodb: shard '%s': ", sl.v[i].id);
+        mongo_client_opts mo = {.appname = "oplog2pg-check"};
+        mongoc_client_t *c = mongo_client_open(sl.v[i].uri, &mo, err, sizeof err);
+        if (c == NULL) {
+            printf("%s%s\n", prefix, err);
+            code = worse(code, EXIT_CONFIG);
+            continue;
+        }
+        code = worse(code, check_oplog(c, prefix));
+        mongoc_client_destroy(c);
+    }
+    shard_list_free(&sl);
+    return code;
+}
+
 int daemon_check(config *cfg)
 {
     int code = EXIT_OK;
@@ -84,23 +149,8 @@ int daemon_check(config *cfg)
             printf("mongodb: %s: %s\n", refused ? "the login was refused" : "cannot reach it", err.message);
             code = worse(code, refused ? EXIT_CONFIG : EXIT_FAILURE_GENERIC);
         } else {
-            const char *names[2] = {"oldest", "newest"};
-            for (int dir = 0; dir < 2; dir++) {
-                op_pos p;
-                bool found;
-                char oerr[512], when[64], at[OP_POS_STRLEN];
-                if (!oplog_edge(client, dir == 0 ? 1 : -1, &p, &found, oerr, sizeof oerr)) {
-                    printf("mongodb: %s\n", oerr);
-                    code = worse(code, EXIT_FAILURE_GENERIC);
-                    break;
-                }
-                if (!found) {
-                    printf("mongodb: the oplog is empty (is this a replica set member?)\n");
-                    break;
-                }
-                printf("mongodb: %s oplog entry %s (%s)\n", names[dir], op_pos_format(&p, at, sizeof at),
-                       utc_text(p.secs, when, sizeof when));
-            }
+            int cc = check_cluster(cfg);
+            code = worse(code, cc >= 0 ? cc : check_oplog(client, "mongodb: "));
         }
         bson_destroy(ping);
         mongoc_client_destroy(client);

@@ -594,6 +594,15 @@ START_TEST(test_idle_shard_noted)
     ck_assert_int_eq(proc_exit_code(&st), 0);
     ck_assert(denv_file_contains(out, "shard shard0"));
     ck_assert(denv_file_contains(out, "shard shard1"));
+    /* `check` reads each shard's oplog on its own connection */
+    snprintf(out, sizeof out, "%s/check.txt", e.dir);
+    const char *cargv[] = {bin, "-c", e.ini, "check", NULL};
+    ck_assert(proc_start(cargv, NULL, out, &st, err, sizeof err));
+    ck_assert(proc_wait(&st, 60));
+    ck_assert_int_eq(proc_exit_code(&st), 0);
+    ck_assert(denv_file_contains(out, "a sharded cluster's router; 2 shards"));
+    ck_assert(denv_file_contains(out, "shard 'shard0': newest oplog entry"));
+    ck_assert(denv_file_contains(out, "shard 'shard1': newest oplog entry"));
     sh_stop(&e);
 }
 END_TEST
