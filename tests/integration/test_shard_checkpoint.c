@@ -12,21 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../lib/daemonenv.h"
 #include "map/ejson.h"
 #include "sink/batcher_pg.h"
 #include "sink/pg.h"
 
-static const char *conninfo(void)
-{
-    const char *c = getenv("OPLOG2PG_TEST_PG");
-    ck_assert_msg(c != NULL, "OPLOG2PG_TEST_PG is not set: run through scripts/with-pg.sh");
-    return c;
-}
-
 /* One value from a query, as text ("" for no row, "NULL" for null). Caller frees. */
 static char *query1(const char *sql)
 {
-    PGconn *c = PQconnectdb(conninfo());
+    PGconn *c = PQconnectdb(denv_pg_conninfo());
     ck_assert_msg(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
     PGresult *r = PQexec(c, sql);
     ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(c));
@@ -45,7 +39,7 @@ static void expect(const char *sql, const char *want)
 
 static void run(const char *sql)
 {
-    PGconn *c = PQconnectdb(conninfo());
+    PGconn *c = PQconnectdb(denv_pg_conninfo());
     ck_assert_msg(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
     PGresult *r = PQexec(c, sql);
     ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql,
@@ -57,7 +51,7 @@ static void run(const char *sql)
 /* sql fails with SQLSTATE state. */
 static void expect_error(const char *sql, const char *state)
 {
-    PGconn *c = PQconnectdb(conninfo());
+    PGconn *c = PQconnectdb(denv_pg_conninfo());
     ck_assert_msg(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
     PGresult *r = PQexec(c, sql);
     const char *got = PQresultErrorField(r, PG_DIAG_SQLSTATE);
@@ -92,7 +86,7 @@ static void expect_main(const char *service, const char *want)
 
 static sink *open_sink(const char *service)
 {
-    sink_config cfg = {.conninfo = conninfo(), .service = service, .copy_min_rows = 1000};
+    sink_config cfg = {.conninfo = denv_pg_conninfo(), .service = service, .copy_min_rows = 1000};
     sink *s = sink_new(&cfg);
     ck_assert_ptr_nonnull(s);
     ck_assert_msg(sink_connect(s) == APPLY_OK, "connect: %s", sink_error(s));
@@ -424,7 +418,7 @@ START_TEST(test_read_back_with_holds)
 
     sink_probe_result pr;
     pgconn_error pe;
-    ck_assert_msg(sink_probe(conninfo(), svc, &pr, &pe), "%s", pe.message);
+    ck_assert_msg(sink_probe(denv_pg_conninfo(), svc, &pr, &pe), "%s", pe.message);
     ck_assert(pr.have_checkpoint);
     ck_assert_uint_eq(pr.pos.secs, 71);
     ck_assert_int_eq(pr.pos.term, -1);
@@ -476,7 +470,7 @@ START_TEST(test_replica_set_unchanged)
 
     sink_probe_result pr;
     pgconn_error pe;
-    ck_assert_msg(sink_probe(conninfo(), svc, &pr, &pe), "%s", pe.message);
+    ck_assert_msg(sink_probe(denv_pg_conninfo(), svc, &pr, &pe), "%s", pe.message);
     ck_assert_uint_eq(pr.nshards, 0);
     ck_assert_ptr_null(pr.shards);
     ck_assert_int_eq(pr.pos.term, 6);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../lib/daemonenv.h"
 #include "../lib/oplogutil.h"
 #include "../lib/proc.h"
 #include "../lib/skip.h"
@@ -28,13 +29,6 @@
 Suite *shard_source_suite(void);
 
 #define WAIT_S 30.0
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void sleep_ms(long ms)
 {
@@ -85,8 +79,8 @@ static noter_stats stats_of(noter *n)
 /* Waits until the writer has made `attempts` attempts and none is in flight (requests served); false on timeout. */
 static bool wait_attempts(noter *n, uint64_t attempts)
 {
-    double until = now_s() + WAIT_S;
-    while (now_s() < until) {
+    double until = denv_now() + WAIT_S;
+    while (denv_now() < until) {
         noter_stats st = stats_of(n);
         if (st.attempts >= attempts && st.written + st.failures >= attempts)
             return true;
@@ -318,8 +312,8 @@ static void read_tags(queue *q, uint16_t source, bool want_commit, tags_seen *t)
 {
     memset(t, 0, sizeof *t);
     t->source_ok = true;
-    double until = now_s() + WAIT_S;
-    while (now_s() < until) {
+    double until = denv_now() + WAIT_S;
+    while (denv_now() < until) {
         queue_item it;
         if (!queue_pop(q, &it)) {
             if (!want_commit && t->plain_txn > 0)
@@ -462,8 +456,8 @@ START_TEST(test_note_written_and_coalesced)
     next.inc++;
     later.inc += 2;
     noter_request(n, &next);
-    double until = now_s() + WAIT_S;
-    while (stats_of(n).attempts < 2 && now_s() < until)
+    double until = denv_now() + WAIT_S;
+    while (stats_of(n).attempts < 2 && denv_now() < until)
         sleep_ms(5);
     ck_assert_uint_eq(stats_of(n).attempts, 2);
     for (int i = 0; i < 10; i++)
@@ -555,8 +549,8 @@ START_TEST(test_note_retried_after_failure)
     ck_assert_uint_eq(stats_of(n).failures, 2);
     ck_assert(!noter_refused(n));
     /* then requests until the primary is back: each one tries again */
-    double until = now_s() + 90;
-    for (st = stats_of(n); st.written == 0 && !st.refused && now_s() < until; st = stats_of(n)) {
+    double until = denv_now() + 90;
+    for (st = stats_of(n); st.written == 0 && !st.refused && denv_now() < until; st = stats_of(n)) {
         noter_request(n, NULL);
         ck_assert(wait_attempts(n, st.attempts + 1));
     }

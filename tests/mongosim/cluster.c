@@ -179,26 +179,6 @@ static bool get_bool(const bson_t *d, const char *key)
     return bson_iter_init_find(&it, d, key) && bson_iter_as_bool(&it);
 }
 
-/* The session of a command: lsid.id (16 bytes) and txnNumber. */
-static bool get_session(const bson_t *cmd, uint8_t lsid[16], int64_t *txn)
-{
-    bson_iter_t it, sub;
-    if (!bson_iter_init_find(&it, cmd, "lsid") || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &sub) ||
-        !bson_iter_find(&sub, "id") || !BSON_ITER_HOLDS_BINARY(&sub))
-        return false;
-    uint32_t len;
-    const uint8_t *data;
-    bson_subtype_t st;
-    bson_iter_binary(&sub, &st, &len, &data);
-    if (len != 16)
-        return false;
-    memcpy(lsid, data, 16);
-    if (!bson_iter_init_find(&it, cmd, "txnNumber") || !BSON_ITER_HOLDS_NUMBER(&it))
-        return false;
-    *txn = bson_iter_as_int64(&it);
-    return true;
-}
-
 /* Copies cmd's fields except the listed ones (and what only the router reads: $db, writeConcern, $clusterTime,
  * $readPreference). */
 static void copy_except(const bson_t *cmd, bson_t *out, const char *const *skip)
@@ -1007,7 +987,7 @@ static void shard_cmd_begin(sim_cluster *cl, const bson_t *cmd, int shard, const
         return;
     uint8_t lsid[16];
     int64_t txn;
-    if (!get_session(cmd, lsid, &txn))
+    if (!txn_parse_session(cmd, lsid, &txn))
         return;
     cl_txn *t = txn_find(cl, lsid, txn, get_bool(cmd, "startTransaction"));
     if (!t)
@@ -2307,7 +2287,7 @@ static void r_commit(sim_cluster *cl, sim_reply *r, const bson_t *cmd, bool abor
 {
     uint8_t lsid[16];
     int64_t txn;
-    cl_txn *t = get_session(cmd, lsid, &txn) ? txn_find(cl, lsid, txn, false) : NULL;
+    cl_txn *t = txn_parse_session(cmd, lsid, &txn) ? txn_find(cl, lsid, txn, false) : NULL;
     /* A decided two-phase commit answers a retried commitTransaction (the drivers retry it) with its decision, as the
      * coordinator does while it remembers it; abortTransaction after a commit is 256 TransactionCommitted. */
     if (t && t->decided == 1) {

@@ -243,14 +243,22 @@ bool txn_current(const sim_server *srv)
 static const char *code_name(int code)
 {
     switch (code) {
-    case 72: return "InvalidOptions";
-    case 112: return "WriteConflict";
-    case 225: return "TransactionTooOld";
-    case 251: return "NoSuchTransaction";
-    case 256: return "TransactionCommitted";
-    case 263: return "OperationNotSupportedInTransaction";
-    case 267: return "PreparedTransactionInProgress";
-    default: return sim_code_name(code);
+    case 72:
+        return "InvalidOptions";
+    case 112:
+        return "WriteConflict";
+    case 225:
+        return "TransactionTooOld";
+    case 251:
+        return "NoSuchTransaction";
+    case 256:
+        return "TransactionCommitted";
+    case 263:
+        return "OperationNotSupportedInTransaction";
+    case 267:
+        return "PreparedTransactionInProgress";
+    default:
+        return sim_code_name(code);
     }
 }
 
@@ -429,7 +437,7 @@ static void txn_abort_local(sim_server *srv, sim_txn *t)
     t->state = TXN_ABORTED;
 }
 
-static bool parse_session(const bson_t *cmd, uint8_t *lsid, int64_t *txn_number)
+bool txn_parse_session(const bson_t *cmd, uint8_t *lsid, int64_t *txn_number)
 {
     bson_iter_t it, sub;
     if (!bson_iter_init_find(&it, cmd, "lsid") || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &sub) ||
@@ -480,8 +488,8 @@ static void apply_images(sim_server *srv, sim_txn *t, bool post)
 
 static bool txn_allowed(const char *name)
 {
-    static const char *const ok[] = {"insert", "update", "delete", "find", "getMore", "aggregate", "count",
-                                     "killCursors"};
+    static const char *const ok[] = {"insert",  "update",    "delete", "find",
+                                     "getMore", "aggregate", "count",  "killCursors"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
         if (strcmp(ok[i], name) == 0)
             return true;
@@ -495,7 +503,7 @@ static sim_txn *txn_lookup(sim_server *srv, sim_reply *r, const bson_t *cmd, boo
     int64_t num;
     bson_iter_t it;
     *started = false;
-    if (!parse_session(cmd, lsid, &num)) {
+    if (!txn_parse_session(cmd, lsid, &num)) {
         txn_error(r, 72, "'autocommit' and transaction commands need an lsid {id: UUID} and a txnNumber");
         return NULL;
     }
@@ -903,8 +911,7 @@ void txn_cmd_set_parameter(sim_server *srv, sim_reply *r, const bson_t *cmd)
 /* BatchedDeleteStage: a batch is committed once it holds batchedDeletesTargetBatchDocs documents or its staged
  * documents reach batchedDeletesTargetStagedDocBytes (0: no limit; the time target is not modelled: unlimited);
  * each batch is one onBatchedWriteCommit, split by the batched limits. */
-bool txn_log_batched_delete(sim_server *srv, bson_t *const *ops, size_t n, const uint32_t *doc_sizes,
-                            bson_error_t *err)
+bool txn_log_batched_delete(sim_server *srv, bson_t *const *ops, size_t n, const uint32_t *doc_sizes, bson_error_t *err)
 {
     struct sim_txns *s = state(srv);
     log_ctx c = {.srv = srv};

@@ -36,7 +36,7 @@ typedef struct {
     int64_t term;
     int64_t wall_ms;
     size_t count_limit, size_limit;
-    uint64_t (*next_ts)(void *ctx);                          /* the ts of the next entry */
+    uint64_t (*next_ts)(void *ctx);                              /* the ts of the next entry */
     bool (*append)(void *ctx, const bson_t *entry, uint64_t ts); /* logs it; false stops */
     void *ctx;
 } txn_chain_opts;
@@ -75,5 +75,9 @@ void txn_cmd_set_parameter(sim_server *srv, sim_reply *r, const bson_t *cmd);
 bool txn_log_batched_delete(sim_server *srv, bson_t *const *ops, size_t n, const uint32_t *doc_sizes,
                             bson_error_t *err);
 void txn_state_free(sim_server *srv);
+
+/* The session of a command: lsid.id (16 bytes into lsid) and txnNumber; false when either is missing or lsid.id is
+ * not 16 bytes of binary. */
+bool txn_parse_session(const bson_t *cmd, uint8_t *lsid, int64_t *txn_number);
 
 #endif
