@@ -754,6 +754,11 @@ static void *advance_main(void *arg)
         usleep(5000);
     char sql[600];
     pg_do(pg, "BEGIN");
+    /* The table first: this waits for the worker's batch in flight to commit and holds its next COPY back. Taking
+     * the progress row first could deadlock: the worker's uncommitted rows block this INSERT while the worker's
+     * progress UPDATE waits for this row lock. */
+    snprintf(sql, sizeof sql, "LOCK TABLE \"%s\".c IN SHARE ROW EXCLUSIVE MODE", l->db);
+    pg_do(pg, sql);
     snprintf(sql, sizeof sql, "SELECT copied FROM oplog2pg.copy_progress WHERE service = '%s' FOR UPDATE",
              l->e->service);
     long long at = pg_ll(pg, sql) + 1000;
