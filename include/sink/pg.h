@@ -198,6 +198,13 @@ int sink_read_shard_checkpoints(sink *s,
                                              const op_pos *hold),
                                 void *arg);
 sink_status sink_set_shard_checkpoint(sink *s, const char *shard, const op_pos *pos);
+/* The shards' hosts, as config.shards lists them ("rs/h1:p,h2:p"), hosts[i] for source i (NULL: none), after
+ * sink_set_shards: the next commit that moves a source's row writes them into its row (oplog2pg.shard_checkpoint
+ * hosts) when the row holds others, pipelined like its position. So a shard removed from the cluster while oplog2pg
+ * is stopped can still be read to its end. */
+sink_status sink_set_shard_hosts(sink *s, const char *const *hosts, size_t n);
+/* The hosts stored in shard's committed row (read at connect, then each commit's), NULL when none. */
+const char *sink_shard_hosts(const sink *s, const char *shard);
 
 /* Guarded ops, for finding an op PostgreSQL refuses and setting it aside ([replication] on_error = dead-letter):
  * sink_guard_begin opens a savepoint (the group's transaction first, if needed) and waits for it; after the op,

@@ -632,6 +632,48 @@ static void on_pg_readable(struct ev_loop *loop, ev_io *w, int revents)
         on_sink_failure(d, st);
 }
 
+/* Removed shards (cluster.c): each one read to its end is retired, then its checkpoint row is deleted once everything
+ * taken so far, its last entries included, is committed; a crash in between leaves the row, and the next start reads
+ * the shard (at its stored hosts) to its end again. `status` says which shard drains, or cannot be reached. */
+static void drain_removed_shards(daemon_ctx *d)
+{
+    cluster_drain_step(d->cl);
+    size_t i;
+    const char *id;
+    while (d->end == END_NONE && cluster_retired_row(d->cl, &i, &id)) {
+        apply_status st = batcher_flush(d->bt, FLUSH_IDLE);
+        if (st == APPLY_OK && batcher_dirty(d->bt))
+            return; /* a transaction across shards still open: its commit comes first */
+        if (st == APPLY_OK)
+            st = sink_set_shard_checkpoint(d->snk, id, NULL);
+        if (st != APPLY_OK) {
+            on_sink_failure(d, st);
+            return;
+        }
+        cluster_row_deleted(d->cl, i);
+        log_notice("shard '%s' is retired: removed from the cluster and applied to its end; its checkpoint row is "
+                   "deleted",
+                   id);
+        d->drain_shown = false;
+    }
+    char what[SINK_ACTIVITY_MAX + 1] = "";
+    for (size_t k = 0; k < cluster_shard_count(d->cl) && what[0] == '\0'; k++) {
+        cluster_drain_info di;
+        if (!cluster_draining(d->cl, k, &di) || di.retired)
+            continue;
+        cluster_shard_info si;
+        cluster_shard_report(d->cl, k, &si);
+        snprintf(what, sizeof what, "%s removed shard '%s'", di.error[0] ? "holding: unreachable" : "draining", si.id);
+    }
+    if (what[0] != '\0') {
+        sink_set_activity(d->snk, what);
+        d->drain_shown = true;
+    } else if (d->drain_shown) {
+        sink_set_activity(d->snk, "applying");
+        d->drain_shown = false;
+    }
+}
+
 /* Every TICK_S: watchdog, metrics, STATUS line. */
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -655,6 +697,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
         log_notice("config.shards lists a new shard, '%s': starting again from the checkpoints to read it too", added);
         end_session(d, END_RESHARD, 0);
     }
+    if (d->cl != NULL && d->end == END_NONE)
+        drain_removed_shards(d);
     /* A shard that refuses oplog notes: `status` says so (its reader logged it once). */
     if (d->cl != NULL && !d->notes_refused_shown) {
         for (size_t i = 0; i < cluster_shard_count(d->cl); i++) {

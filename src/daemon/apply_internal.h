@@ -54,6 +54,7 @@ typedef struct {
     cluster *cl;
     ev_timer merge_timer;     /* the merge's next nudge (cluster_deadline) */
     bool notes_refused_shown; /* a shard refused oplog notes, and the activity `status` shows says so */
+    bool drain_shown;         /* the activity `status` shows names a removed shard being drained */
     char reshard_for[64];     /* the shard a session was started again for (a migration to it): "" when none */
 
     session_end end;
@@ -128,6 +129,23 @@ void cluster_stop(cluster *c);
 void cluster_free(cluster *c);
 /* Up to max items of the merged stream (core/merge.h merge_take). */
 size_t cluster_take(cluster *c, queue_item *out, size_t max);
+/* Removed shards (config.shards no longer lists them; cluster.c NOTES): retires each one the merge has handed on to
+ * its end (merge_retire_source, its reader and note writer stopped; nothing of it is handed on any more), and asks a
+ * note of one that has not shown its end yet. From the apply loop, now and then. */
+void cluster_drain_step(cluster *c);
+/* A retired shard whose checkpoint row is still to be deleted (source index and id), once everything taken is
+ * committed; cluster_row_deleted when done. */
+bool cluster_retired_row(const cluster *c, size_t *i, const char **id);
+void cluster_row_deleted(cluster *c, size_t i);
+typedef struct cluster_drain_info {
+    bool gone;    /* config.shards no longer lists it */
+    bool has_end; /* end: the newest entry of its oplog when seen gone, up to which it is applied */
+    op_pos end;
+    bool retired;    /* read to its end */
+    char error[256]; /* why its end cannot be read ("" when none) */
+} cluster_drain_info;
+/* Shard i is removed from the cluster (*out says how far its drain is); false when it is not. */
+bool cluster_draining(cluster *c, size_t i, cluster_drain_info *out);
 /* Nothing is queued in any shard's queue (what the merge holds after a take waits on another shard's progress: it is
  * not a backlog). */
 bool cluster_drained(const cluster *c);

@@ -11,6 +11,15 @@
  *   the memory the queues hold stays within the configured bounds whatever the number of shards.
  * - The merge waits on a shard that has shown nothing at or after the next entry; after shard_note_after it asks the
  *   shard's note writer for a note (noter_request, which never blocks), again each shard_note_after while it holds.
+ * - A removed shard (removeShard completed: config.shards no longer lists it) is drained, then retired. Its end is
+ *   the newest entry of its own oplog once it was seen gone: every write MongoDB routed to it came before the removal
+ *   completed, so before that entry (one shard's oplog is in ts order). The poller reads that end (oplog_window, on
+ *   a client of its own: a shard that cannot be reached is retried every DRAIN_POLL_MS, and said so in `status`); the
+ *   shard is read as before until the merge has handed on its entry at the end, then retired: the merge stops
+ *   waiting on it (merge_retire_source), its reader and note writer stop, what it queued after its end is dropped
+ *   (nothing but noops, notes and migration copies can follow: a guard ends the session on anything else), and
+ *   apply.c commits and deletes its checkpoint row. A shard with a row and stored hosts that config.shards does not
+ *   list when the session starts (removed while oplog2pg was stopped) is read at those hosts and drained the same.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -23,12 +32,14 @@
 #include "core/queue.h"
 #include "source/decode.h"
 #include "source/oplog/reader.h"
+#include "source/oplog_edge.h"
 #include "source/shards/discover.h"
 #include "source/shards/note.h"
 #include "util/clock.h"
 #include "util/log.h"
 
-#define POLL_MS               10000 /* config.shards is read again this often, for a shard added */
+#define POLL_MS               10000 /* config.shards is read again this often, for a shard added or removed */
+#define DRAIN_POLL_MS         1000  /* a removed shard whose end is not known yet is asked again this often */
 #define QUEUE_SHARE_MIN_OPS   256
 #define QUEUE_SHARE_MIN_BYTES (1024 * 1024)
 
@@ -44,6 +55,15 @@ typedef struct cluster_shard {
     op_pos hold;
     bool has_topology; /* config.shards topologyTime: when the shard was added (5.0+) */
     op_pos topology;
+    char *hosts; /* "rs/h1:p,h2:p", as config.shards lists it (or its row stored it) */
+    /* A removed shard: under the cluster's lock (the poller writes them). */
+    bool gone;    /* config.shards no longer lists it */
+    bool has_end; /* end: the newest entry of its oplog once seen gone */
+    op_pos end;
+    char end_error[256]; /* why its end could not be read yet ("" when none) */
+    /* The apply loop's own. */
+    bool retired;     /* merge_retire_source done, reader and note writer stopped */
+    bool row_deleted; /* its checkpoint row deleted (cluster_retired_row) */
 } cluster_shard;
 
 struct cluster {
@@ -61,6 +81,43 @@ struct cluster {
     char added_id[64]; /* which (under lock) */
 };
 
+/* Reads the end of every removed shard that has none yet (the lock held on entry and return; dropped around the
+ * reads). True when one still has none. */
+static bool read_ends(cluster *c)
+{
+    bool pending = false;
+    for (size_t i = 0; i < c->n && !c->stop; i++) {
+        cluster_shard *s = &c->s[i];
+        if (!s->gone || s->has_end)
+            continue;
+        op_pos oldest, newest;
+        bool found = false;
+        char err[256];
+        pthread_mutex_unlock(&c->lock);
+        bool ok = oplog_window(s->uri, &oldest, &newest, &found, err, sizeof err);
+        pthread_mutex_lock(&c->lock);
+        if (ok && found) {
+            char at[OP_POS_STRLEN];
+            s->has_end = true;
+            s->end = newest;
+            s->end_error[0] = '\0';
+            log_notice("shard '%s' is removed from the cluster: applying its oplog up to its newest entry %s, then "
+                       "retiring it",
+                       s->id, op_pos_format(&newest, at, sizeof at));
+            continue;
+        }
+        if (ok)
+            snprintf(err, sizeof err, "its oplog is empty");
+        if (strcmp(err, s->end_error) != 0)
+            log_warning("shard '%s' is removed from the cluster, and its oplog's end cannot be read: %s. The stream "
+                        "holds until it can (keep a removed shard's replica set up until oplog2pg retires it)",
+                        s->id, err);
+        snprintf(s->end_error, sizeof s->end_error, "%s", err);
+        pending = true;
+    }
+    return pending;
+}
+
 static void *poll_shards(void *arg)
 {
     cluster *c = arg;
@@ -68,9 +125,18 @@ static void *poll_shards(void *arg)
     shard_discovery *sd = shard_discovery_open(c->uri, err, sizeof err);
     pthread_mutex_lock(&c->lock);
     while (!c->stop && sd != NULL) {
+        bool pending = read_ends(c);
+        if (c->stop)
+            break;
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += POLL_MS / 1000;
+        if (pending) {
+            until.tv_nsec += (long)DRAIN_POLL_MS * 1000000L;
+            until.tv_sec += until.tv_nsec / 1000000000L;
+            until.tv_nsec %= 1000000000L;
+        } else {
+            until.tv_sec += POLL_MS / 1000;
+        }
         while (!c->stop && pthread_cond_timedwait(&c->wake, &c->lock, &until) == 0) {
         }
         if (c->stop)
@@ -82,6 +148,12 @@ static void *poll_shards(void *arg)
         if (st != DISCOVER_OK) {
             log_debug("config.shards: %s (read again in %d s)", err, POLL_MS / 1000);
             continue;
+        }
+        for (size_t k = 0; k < c->n; k++) {
+            if (!c->s[k].gone && shard_list_find(&sl, c->s[k].id) == NULL) {
+                c->s[k].gone = true;
+                log_notice("config.shards no longer lists shard '%s' (removeShard completed)", c->s[k].id);
+            }
         }
         for (size_t i = 0; i < sl.n && !atomic_load(&c->added); i++) {
             bool known = false;
@@ -137,12 +209,69 @@ static void nudge_shard(void *arg, size_t source, const op_pos *past)
 
 typedef struct {
     cluster *c;
-    size_t unknown; /* rows of shards no longer listed */
+    const char *router; /* the configured URI */
+    sink *snk;
+    bool nomem;
 } rows_ctx;
+
+/* A shard with a checkpoint row that config.shards no longer lists, at its stored hosts ("rs/h1:p,..."): added to
+ * the session's shards, gone (drained, then retired). False when the hosts do not parse (err says why). */
+static bool add_removed(rows_ctx *rc, const char *shard, const char *hosts, char *err, size_t errlen)
+{
+    cluster *c = rc->c;
+    const char *slash = strchr(hosts, '/');
+    if (slash == NULL || slash == hosts) {
+        snprintf(err, errlen, "its stored hosts '%s' name no replica set", hosts);
+        return false;
+    }
+    char *rs = strndup(hosts, (size_t)(slash - hosts));
+    char *uri = rs != NULL ? shard_uri(rc->router, rs, slash + 1, err, errlen) : NULL;
+    free(rs);
+    if (uri == NULL)
+        return false;
+    cluster_shard *v = realloc(c->s, (c->n + 1) * sizeof *v);
+    if (v == NULL) {
+        bson_free(uri);
+        rc->nomem = true;
+        snprintf(err, errlen, "out of memory");
+        return false;
+    }
+    c->s = v;
+    cluster_shard *s = &c->s[c->n];
+    memset(s, 0, sizeof *s);
+    s->id = strdup(shard);
+    s->uri = strdup(uri);
+    s->hosts = strdup(hosts);
+    bson_free(uri);
+    c->n++;
+    if (s->id == NULL || s->uri == NULL || s->hosts == NULL) {
+        rc->nomem = true;
+        snprintf(err, errlen, "out of memory");
+        return false;
+    }
+    s->gone = true;
+    return true;
+}
 
 static void take_row(void *arg, const char *shard, const op_pos *pos, bool has_hold, const op_pos *hold)
 {
     rows_ctx *rc = arg;
+    char at[OP_POS_STRLEN], err[256];
+    const char *hosts = sink_shard_hosts(rc->snk, shard);
+    bool listed = false;
+    for (size_t i = 0; i < rc->c->n && !listed; i++)
+        listed = strcmp(rc->c->s[i].id, shard) == 0;
+    if (!listed && hosts != NULL) {
+        if (!add_removed(rc, shard, hosts, err, sizeof err)) {
+            log_error("shard '%s' has a checkpoint (%s) but config.shards no longer lists it, and it cannot be read: "
+                      "%s",
+                      shard, op_pos_format(pos, at, sizeof at), err);
+            return;
+        }
+        log_notice("shard '%s' has a checkpoint (%s) but config.shards no longer lists it (removed from the cluster): "
+                   "reading the rest of its oplog at %s, then retiring it",
+                   shard, op_pos_format(pos, at, sizeof at), hosts);
+    }
     for (size_t i = 0; i < rc->c->n; i++) {
         cluster_shard *s = &rc->c->s[i];
         if (strcmp(s->id, shard) == 0) {
@@ -154,10 +283,9 @@ static void take_row(void *arg, const char *shard, const op_pos *pos, bool has_h
             return;
         }
     }
-    char at[OP_POS_STRLEN];
-    log_notice("shard '%s' has a checkpoint (%s) but config.shards no longer lists it: it is not read", shard,
-               op_pos_format(pos, at, sizeof at));
-    rc->unknown++;
+    log_error("shard '%s' has a checkpoint (%s) but config.shards no longer lists it, and its row stores no hosts "
+              "(written by an older oplog2pg): it is not read; entries it holds after that checkpoint are not applied",
+              shard, op_pos_format(pos, at, sizeof at));
 }
 
 void cluster_free(cluster *c)
@@ -175,6 +303,7 @@ void cluster_free(cluster *c)
         queue_free(c->s[i].q);
         free(c->s[i].id);
         free(c->s[i].uri);
+        free(c->s[i].hosts);
     }
     free(c->s);
     free(c);
@@ -235,21 +364,31 @@ cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, cha
         c->s[i].uri = strdup(sl.v[i].uri);
         c->s[i].has_topology = sl.v[i].has_topology_time;
         c->s[i].topology = (op_pos){sl.v[i].topology_secs, sl.v[i].topology_inc, -1};
-        ok = c->s[i].id != NULL && c->s[i].uri != NULL;
+        size_t hl = strlen(sl.v[i].rs) + strlen(sl.v[i].hosts) + 2;
+        if ((c->s[i].hosts = malloc(hl)) != NULL)
+            snprintf(c->s[i].hosts, hl, "%s/%s", sl.v[i].rs, sl.v[i].hosts);
+        ok = c->s[i].id != NULL && c->s[i].uri != NULL && c->s[i].hosts != NULL;
     }
     shard_list_free(&sl);
-    const char **names = ok ? calloc(c->n, sizeof *names) : NULL;
-    if (names == NULL) {
+    rows_ctx rc = {.c = c, .router = d->cfg->mongodb_uri_effective, .snk = d->snk};
+    int rows = ok ? sink_read_shard_checkpoints(d->snk, take_row, &rc) : 0;
+    const char **names = ok && !rc.nomem ? calloc(c->n, sizeof *names) : NULL;
+    const char **hosts = names != NULL ? calloc(c->n, sizeof *hosts) : NULL;
+    if (hosts == NULL || c->n > UINT16_MAX) {
+        free(names);
         cluster_free(c);
-        snprintf(err, errlen, "out of memory");
+        snprintf(err, errlen, hosts == NULL ? "out of memory" : "too many shards");
         return NULL;
     }
-    for (size_t i = 0; i < c->n; i++)
+    for (size_t i = 0; i < c->n; i++) {
         names[i] = c->s[i].id;
-    rows_ctx rc = {.c = c};
-    int rows = sink_read_shard_checkpoints(d->snk, take_row, &rc);
+        hosts[i] = c->s[i].hosts;
+    }
     sink_status ss = rows < 0 ? APPLY_RETRY : sink_set_shards(d->snk, names, c->n);
+    if (ss == APPLY_OK)
+        ss = sink_set_shard_hosts(d->snk, hosts, c->n);
     free(names);
+    free(hosts);
     if (ss != APPLY_OK) {
         snprintf(err, errlen, "reading the shards' checkpoints: %s", sink_error(d->snk));
         cluster_free(c);
@@ -345,9 +484,115 @@ cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, cha
     return c;
 }
 
+/* An entry that changes nothing: what a removed shard may still write after its end. */
+static bool changes_nothing(const op_entry *e)
+{
+    if (e->txn_role != OP_TXN_NONE || e->more)
+        return false;
+    for (size_t i = 0; i < e->n; i++)
+        if (e->ops[i].kind != OP_NOOP)
+            return false;
+    return true;
+}
+
 size_t cluster_take(cluster *c, queue_item *out, size_t max)
 {
-    return merge_take(c->m, out, max, clock_ms());
+    size_t n, k;
+    do {
+        n = merge_take(c->m, out, max, clock_ms());
+        k = 0;
+        for (size_t i = 0; i < n; i++) {
+            queue_item *it = &out[i];
+            if (it->type == QUEUE_ENTRY && it->entry->source < c->n && c->s[it->entry->source].retired) {
+                /* After its end (cluster_drain_step): a removed shard holds no chunk and no database. */
+                if (!changes_nothing(it->entry)) {
+                    char at[OP_POS_STRLEN], msg[256];
+                    snprintf(msg, sizeof msg,
+                             "shard '%s' was retired (removed from the cluster, read to its end), and its oplog entry "
+                             "%s changes data: stopping rather than leaving it out",
+                             c->s[it->entry->source].id, op_pos_format(&it->entry->pos, at, sizeof at));
+                    queue_item_clear(it);
+                    *it = (queue_item){.type = QUEUE_END, .reason = QUEUE_END_UNSUPPORTED, .message = strdup(msg)};
+                    out[k++] = *it;
+                    for (size_t j = i + 1; j < n; j++)
+                        queue_item_clear(&out[j]);
+                    return k;
+                }
+                queue_item_clear(it);
+                continue;
+            }
+            out[k++] = *it;
+        }
+    } while (k == 0 && n == max);
+    return k;
+}
+
+void cluster_drain_step(cluster *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        cluster_shard *s = &c->s[i];
+        if (s->retired)
+            continue;
+        pthread_mutex_lock(&c->lock);
+        bool gone = s->gone, has_end = s->has_end;
+        op_pos end = s->end;
+        pthread_mutex_unlock(&c->lock);
+        if (!gone || !has_end)
+            continue;
+        merge_source_stats ms;
+        if (!merge_get_source_stats(c->m, i, &ms))
+            continue;
+        /* Its entry at the end handed on: the merge's watermark at it with no head (or past it). */
+        int past = ms.known ? op_pos_cmp(&ms.watermark, &end) : -1;
+        if (past < 0 || (past == 0 && ms.has_head)) {
+            /* Not yet: the reader reads on. Should the end not be shown (an entry the reader does not hand over), a
+             * note past it makes one that is: written only when the shard has nothing after the end yet. */
+            op_pos after = end;
+            after.inc++;
+            if (s->nt != NULL && !ms.has_head)
+                noter_request(s->nt, &after);
+            continue;
+        }
+        char at[OP_POS_STRLEN];
+        merge_retire_source(c->m, i);
+        s->retired = true;
+        reader_stop(s->rd);
+        noter_free(s->nt);
+        s->nt = NULL;
+        log_notice("shard '%s' is read to its end (%s): retired from the merge; its checkpoint row goes with the next "
+                   "commit",
+                   s->id, op_pos_format(&end, at, sizeof at));
+    }
+}
+
+bool cluster_retired_row(const cluster *c, size_t *i, const char **id)
+{
+    for (size_t k = 0; c != NULL && k < c->n; k++) {
+        if (c->s[k].retired && !c->s[k].row_deleted) {
+            *i = k;
+            *id = c->s[k].id;
+            return true;
+        }
+    }
+    return false;
+}
+
+void cluster_row_deleted(cluster *c, size_t i)
+{
+    if (i < c->n)
+        c->s[i].row_deleted = true;
+}
+
+bool cluster_draining(cluster *c, size_t i, cluster_drain_info *out)
+{
+    if (c == NULL || i >= c->n)
+        return false;
+    cluster_shard *s = &c->s[i];
+    pthread_mutex_lock(&c->lock);
+    *out = (cluster_drain_info){.gone = s->gone, .has_end = s->has_end, .end = s->end, .retired = s->retired};
+    snprintf(out->error, sizeof out->error, "%s", s->end_error);
+    pthread_mutex_unlock(&c->lock);
+    return s->gone;
 }
 
 bool cluster_drained(const cluster *c)

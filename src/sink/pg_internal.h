@@ -98,6 +98,7 @@ typedef struct {
     op_pos pos;
     bool has_hold;
     op_pos hold;
+    char *hosts; /* its stored hosts ("rs/h1:p,..."), NULL when none */
 } sink_shard_row;
 
 /* What a kind of table does, so that the core (pg.c) never asks which kind it holds: one implementation per kind,
@@ -193,6 +194,8 @@ struct sink {
     sink_shard_row *shard_rows; /* the committed rows, by shard id: read at connect, moved by each commit */
     size_t nshard_rows, shard_rows_cap;
     bool shard_prepared; /* the commit's statements prepared on this connection */
+    char **shard_hosts;  /* source index -> its hosts to store in its row ("rs/h1:p,..."; NULL: none), or NULL */
+    bool *hosts_stored;  /* source index -> its hosts are in its row (committed, or read at connect) */
 
     /* connect.c: what connecting learnt, and the connection holding the service lock for the sink's life ("the
      * service lock"): whether it holds it, what its application_name says now (sink_set_activity) */

@@ -116,6 +116,19 @@ COMMENT ON TABLE oplog2pg.shard_checkpoint IS
     'oplog2pg resume points of a sharded cluster: the last oplog entry (seconds:increment, term) committed per shard '
     'and service, with the oldest transaction still open there';
 
+-- hosts: the shard's replica set as config.shards listed it ("rs/h1:p,h2:p"), written by the first commit of each
+-- session that moves the shard's row. A shard removed from the cluster (removeShard) while oplog2pg was stopped is
+-- no longer in config.shards: oplog2pg reads the rest of its oplog at these hosts, then deletes its row (NULL: rows of
+-- earlier versions, until their shard's next commit).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'oplog2pg.shard_checkpoint'::regclass
+                   AND attname = 'hosts' AND NOT attisdropped) THEN
+        ALTER TABLE oplog2pg.shard_checkpoint ADD COLUMN IF NOT EXISTS hosts text;
+    END IF;
+END
+$$;
+
 -- The caller's row of oplog2pg.checkpoint, locked, or O2FEN when another daemon holds the service.
 CREATE OR REPLACE FUNCTION oplog2pg.fence_service(p_service text, p_owner uuid)
 RETURNS void LANGUAGE plpgsql AS $$

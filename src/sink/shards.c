@@ -61,12 +61,37 @@ static bool row_put(sink *s, const char *shard, const op_pos *pos, const op_pos 
         memmove(&s->shard_rows[i + 1], &s->shard_rows[i], (s->nshard_rows - i) * sizeof *s->shard_rows);
         s->nshard_rows++;
         s->shard_rows[i].shard = name;
+        s->shard_rows[i].hosts = NULL;
     }
     sink_shard_row *r = &s->shard_rows[i];
     r->pos = *pos;
     r->has_hold = hold != NULL;
     r->hold = hold != NULL ? *hold : (op_pos){0, 0, -1};
     return true;
+}
+
+/* Notes the hosts stored in shard's row (which exists). False when out of memory. */
+static bool row_set_hosts(sink *s, const char *shard, const char *hosts)
+{
+    bool found;
+    size_t i = row_find(s, shard, &found);
+    if (!found)
+        return true;
+    char *copy = hosts != NULL ? strdup(hosts) : NULL;
+    if (hosts != NULL && copy == NULL)
+        return false;
+    free(s->shard_rows[i].hosts);
+    s->shard_rows[i].hosts = copy;
+    return true;
+}
+
+/* Source i has hosts to store that its committed row does not hold. */
+static bool hosts_to_store(const sink *s, size_t i)
+{
+    if (s->shard_hosts == NULL || i >= s->nshards || s->shard_hosts[i] == NULL)
+        return false;
+    const char *stored = sink_shard_hosts(s, s->shard_names[i]);
+    return stored == NULL || strcmp(stored, s->shard_hosts[i]) != 0;
 }
 
 static void row_delete(sink *s, const char *shard)
@@ -76,14 +101,17 @@ static void row_delete(sink *s, const char *shard)
     if (!found)
         return;
     free(s->shard_rows[i].shard);
+    free(s->shard_rows[i].hosts);
     memmove(&s->shard_rows[i], &s->shard_rows[i + 1], (s->nshard_rows - i - 1) * sizeof *s->shard_rows);
     s->nshard_rows--;
 }
 
 void sink_shards_clear(sink *s, bool connection)
 {
-    for (size_t i = 0; i < s->nshard_rows; i++)
+    for (size_t i = 0; i < s->nshard_rows; i++) {
         free(s->shard_rows[i].shard);
+        free(s->shard_rows[i].hosts);
+    }
     s->nshard_rows = 0;
     if (connection)
         s->shard_prepared = false;
@@ -94,10 +122,11 @@ bool sink_shards_load(sink *s)
     sink_shards_clear(s, true);
     PGresult *res = NULL;
     const char *params[1] = {s->service};
-    if (!pipe_exec(s,
-                   "SELECT shard, ts_sec, ts_inc, term, txn_oldest_sec, txn_oldest_inc FROM oplog2pg.shard_checkpoint "
-                   "WHERE service = $1 ORDER BY shard COLLATE \"C\"",
-                   1, params, &res, "reading the shards' checkpoints"))
+    if (!pipe_exec(
+            s,
+            "SELECT shard, ts_sec, ts_inc, term, txn_oldest_sec, txn_oldest_inc, hosts FROM oplog2pg.shard_checkpoint "
+            "WHERE service = $1 ORDER BY shard COLLATE \"C\"",
+            1, params, &res, "reading the shards' checkpoints"))
         return false;
     for (int i = 0; i < PQntuples(res); i++) {
         op_pos pos, hold = {0, 0, -1};
@@ -107,7 +136,8 @@ bool sink_shards_load(sink *s)
             hold.secs = (uint32_t)strtoul(PQgetvalue(res, i, 4), NULL, 10);
             hold.inc = (uint32_t)strtoul(PQgetvalue(res, i, 5), NULL, 10);
         }
-        if (!row_put(s, PQgetvalue(res, i, 0), &pos, has_hold ? &hold : NULL)) {
+        if (!row_put(s, PQgetvalue(res, i, 0), &pos, has_hold ? &hold : NULL) ||
+            !row_set_hosts(s, PQgetvalue(res, i, 0), PQgetisnull(res, i, 6) ? NULL : PQgetvalue(res, i, 6))) {
             PQclear(res);
             sink_set_err(s, APPLY_NOMEM, NULL, "out of memory reading the shards' checkpoints");
             return false;
@@ -117,12 +147,21 @@ bool sink_shards_load(sink *s)
     return true;
 }
 
+static void free_hosts(sink *s)
+{
+    for (size_t i = 0; s->shard_hosts != NULL && i < s->nshards; i++)
+        free(s->shard_hosts[i]);
+    free(s->shard_hosts);
+    s->shard_hosts = NULL;
+}
+
 void sink_shards_free(sink *s)
 {
     sink_shards_clear(s, true);
     free(s->shard_rows);
     s->shard_rows = NULL;
     s->shard_rows_cap = 0;
+    free_hosts(s);
     for (size_t i = 0; i < s->nshards; i++)
         free(s->shard_names[i]);
     free(s->shard_names);
@@ -163,6 +202,7 @@ sink_status sink_set_shards(sink *s, const char *const *names, size_t n)
             goto oom;
         }
     }
+    free_hosts(s); /* they were by source index */
     for (size_t i = 0; i < s->nshards; i++)
         free(s->shard_names[i]);
     free(s->shard_names);
@@ -172,6 +212,30 @@ sink_status sink_set_shards(sink *s, const char *const *names, size_t n)
 oom:
     sink_set_err(s, APPLY_NOMEM, NULL, "out of memory naming the shards");
     return s->failed;
+}
+
+sink_status sink_set_shard_hosts(sink *s, const char *const *hosts, size_t n)
+{
+    free_hosts(s);
+    if (s->nshards == 0)
+        return APPLY_OK;
+    if ((s->shard_hosts = calloc(s->nshards, sizeof *s->shard_hosts)) == NULL)
+        goto oom;
+    for (size_t i = 0; i < n && i < s->nshards; i++)
+        if (hosts[i] != NULL && (s->shard_hosts[i] = strdup(hosts[i])) == NULL)
+            goto oom;
+    return APPLY_OK;
+oom:
+    free_hosts(s);
+    sink_set_err(s, APPLY_NOMEM, NULL, "out of memory noting the shards' hosts");
+    return s->failed;
+}
+
+const char *sink_shard_hosts(const sink *s, const char *shard)
+{
+    bool found;
+    size_t i = row_find(s, shard, &found);
+    return found ? s->shard_rows[i].hosts : NULL;
 }
 
 void sink_set_source_positions(sink *s, const batcher_source_pos *p, size_t n)
@@ -247,6 +311,16 @@ sink_status sink_shards_send(sink *s, const op_pos *pos)
         if (pipe_after_send(s, PQsendQueryPrepared(s->conn, SHARD_STMT, 8, values, NULL, NULL, 0) == 1, 160) !=
             APPLY_OK)
             return s->failed;
+        if (hosts_to_store(s, i)) {
+            /* Once a session per shard (its row then holds them): no statement to prepare. */
+            static const char sql[] =
+                "UPDATE oplog2pg.shard_checkpoint SET hosts = $3 WHERE service = $1 AND shard = $2";
+            const char *hv[3] = {s->service, s->shard_names[i], s->shard_hosts[i]};
+            if (!pipe_push_pending(s, P_CKPT, NULL, &sp->pos) ||
+                pipe_after_send(s, PQsendQueryParams(s->conn, sql, 3, NULL, hv, NULL, NULL, 0) == 1, sizeof sql) !=
+                    APPLY_OK)
+                return s->failed;
+        }
     }
     snprintf(secs, sizeof secs, "%u", pos->secs);
     snprintf(inc, sizeof inc, "%u", pos->inc);
@@ -265,6 +339,8 @@ bool sink_shards_done(sink *s, bool committed)
             continue;
         sp->moved = false; /* written, or lost with the group: either way, the next commit writes what moves next */
         if (committed && i < s->nshards && !row_put(s, s->shard_names[i], &sp->pos, sp->has_hold ? &sp->hold : NULL))
+            ok = false;
+        else if (committed && hosts_to_store(s, i) && !row_set_hosts(s, s->shard_names[i], s->shard_hosts[i]))
             ok = false;
     }
     if (!ok) {
