@@ -208,6 +208,7 @@ static void json_str(FILE *out, const char *s)
 typedef struct {
     const char *id;
     const sink_probe_shard *row; /* NULL: none yet */
+    bool removed;                /* config.shards no longer lists it: its row says the daemon still drains it */
     bool ok, have_oplog;
     op_pos oldest, newest;
     char err[256];
@@ -217,7 +218,8 @@ typedef struct {
 typedef struct {
     bool sharded;
     shard_list sl;
-    status_shard *v;
+    status_shard *v; /* n listed in config.shards, then nremoved removed ones */
+    size_t nremoved;
     size_t n;
     char err[512]; /* config.shards could not be read */
 } status_cluster;
@@ -245,10 +247,25 @@ static void status_read_cluster(const config *cfg, const sink_probe_result *pr, 
     shard_discovery_close(sd);
     if (!sc->sharded || sc->sl.n == 0)
         return;
-    sc->v = calloc(sc->sl.n, sizeof *sc->v);
+    /* Rows of shards config.shards no longer lists: removed from the cluster, drained by the daemon, which deletes
+     * the row once it has applied the shard to its end. Shown after the listed ones. */
+    size_t removed = 0;
+    for (size_t k = 0; pg_ok && k < pr->nshards; k++)
+        removed += shard_list_find(&sc->sl, pr->shards[k].shard) == NULL;
+    sc->v = calloc(sc->sl.n + removed, sizeof *sc->v);
     if (sc->v == NULL)
         return;
     sc->n = sc->sl.n;
+    for (size_t k = 0; pg_ok && k < pr->nshards; k++) {
+        if (shard_list_find(&sc->sl, pr->shards[k].shard) != NULL)
+            continue;
+        status_shard *h = &sc->v[sc->n + sc->nremoved++];
+        h->id = pr->shards[k].shard;
+        h->row = &pr->shards[k];
+        h->removed = true;
+        h->ok = true;
+        h->lag = h->window_h = h->margin_h = -1;
+    }
     for (size_t i = 0; i < sc->n; i++) {
         status_shard *h = &sc->v[i];
         h->id = sc->sl.v[i].id;
@@ -280,7 +297,7 @@ static void status_print_shards_json(FILE *o, const status_cluster *sc)
 {
     char at[OP_POS_STRLEN], when[64];
     fprintf(o, ", \"shards\": [");
-    for (size_t i = 0; i < sc->n; i++) {
+    for (size_t i = 0; i < sc->n + sc->nremoved; i++) {
         const status_shard *h = &sc->v[i];
         fprintf(o, "%s{\"shard\": ", i ? ", " : "");
         json_str(o, h->id);
@@ -308,6 +325,7 @@ static void status_print_shards_json(FILE *o, const status_cluster *sc)
         } else {
             fprintf(o, ", \"oplog\": null");
         }
+        fprintf(o, ", \"removed\": %s", h->removed ? "true" : "false");
         fprintf(o, ", \"error\": ");
         if (!h->ok)
             json_str(o, h->err);
@@ -325,9 +343,12 @@ static void status_print_shards(const status_cluster *sc)
         printf("  shards:        %s\n", sc->err);
     else
         printf("  shards:        %zu (a sharded cluster: one checkpoint per shard)\n", sc->n);
-    for (size_t i = 0; i < sc->n; i++) {
+    for (size_t i = 0; i < sc->n + sc->nremoved; i++) {
         const status_shard *h = &sc->v[i];
         printf("  shard %s\n", h->id);
+        if (h->removed)
+            printf("    removed:     no longer in config.shards; oplog2pg applies its oplog to its end, then deletes "
+                   "its row (keep its replica set up until then)\n");
         if (h->row != NULL)
             printf("    checkpoint:  %s (%s), term %lld, committed %s\n", op_pos_format(&h->row->pos, at, sizeof at),
                    utc_text(h->row->pos.secs, when, sizeof when), (long long)h->row->pos.term, h->row->applied_at);
@@ -337,6 +358,8 @@ static void status_print_shards(const status_cluster *sc)
             printf("    mongodb:     %s\n", h->err);
             continue;
         }
+        if (h->removed)
+            continue;
         if (!h->have_oplog) {
             printf("    oplog:       empty\n");
             continue;

@@ -268,6 +268,17 @@ static bool sh_wait_retired(shenv *e, double timeout_s)
     return false;
 }
 
+/* A command on one shard's own server (a test command of mongosim's). */
+static void sh_shard_command(mongoc_client_t *shard, bson_t *cmd)
+{
+    bson_error_t err;
+    bson_t reply;
+    bool ok = mongoc_client_command_simple(shard, "admin", cmd, NULL, &reply, &err);
+    ck_assert_msg(ok, "%s", err.message);
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+}
+
 /* `oplog2pg status` into dir/status.txt; its exit code 0. */
 static void sh_status(shenv *e, char *out, size_t n)
 {
@@ -354,6 +365,13 @@ START_TEST(test_shard_removed_while_stopped)
     sh_assert_hosts_stored(&e, e.c.port[2]);
     ck_assert(proc_signal(&e.daemon, SIGKILL));
     ck_assert(proc_wait(&e.daemon, 30));
+    /* shard2's majority commit point stops here, so that its reader (read_concern = majority) cannot show what follows
+     * until the test lets it: the daemon must wait for it, not retire shard2 before its last entries are applied. */
+    char uri2[128];
+    snprintf(uri2, sizeof uri2, "mongodb://127.0.0.1:%d/?directConnection=true", e.c.port[2]);
+    mongoc_client_t *shard2 = mongoc_client_new(uri2);
+    ck_assert_ptr_nonnull(shard2);
+    sh_shard_command(shard2, BCON_NEW("mongosimMajority", "{", "freeze", BCON_BOOL(true), "}"));
     /* While the daemon is down: writes on shard2 it has not applied, then shard2 leaves the cluster (its documents
      * move off as migration copies, which are never applied: only shard2's own oplog has these updates). */
     for (int i = 200; i < 300; i += 2)
@@ -363,6 +381,26 @@ START_TEST(test_shard_removed_while_stopped)
     for (int i = 201; i < 300; i += 4)
         sh_update(&e, "c", i, BCON_NEW("$set", "{", "after", BCON_INT32(i), "}"));
     sh_daemon_ready(&e, NULL);
+    double until = denv_now() + 60;
+    while (!denv_file_contains(e.log, "shard 'shard2' is removed from the cluster: applying its oplog up to")) {
+        ck_assert_msg(denv_now() < until, "the daemon did not read shard2's end");
+        usleep(100 * 1000);
+    }
+    /* Held: shard2 is not retired while its last entries are not applied, and `status` says it drains. */
+    sleep(3);
+    ck_assert_msg(!sh_wait_equal(&e, 0, false), "shard2's entries past its majority commit point were applied");
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM oplog2pg.shard_checkpoint WHERE service = '%s' AND shard = 'shard2'", e.service);
+    if (denv_pg_int(sql) != 1)
+        sh_show_log(&e);
+    ck_assert_int_eq(denv_pg_int(sql), 1);
+    char out[300];
+    sh_status(&e, out, sizeof out);
+    ck_assert(denv_file_contains(out, "draining removed shard 'shard2'"));
+    ck_assert(denv_file_contains(out, "shard shard2"));
+    sh_shard_command(shard2, BCON_NEW("mongosimMajority", "{", "follow", BCON_BOOL(true), "}"));
+    mongoc_client_destroy(shard2);
     ck_assert_msg(sh_wait_equal(&e, 90, true), "what shard2 held when it left was not applied");
     ck_assert_msg(sh_wait_retired(&e, 90), "the removed shard was not retired after the restart");
     ck_assert(denv_file_contains(e.log, "config.shards no longer lists it (removed from the cluster)"));
@@ -374,7 +412,6 @@ START_TEST(test_shard_removed_while_stopped)
         sh_insert(&e, "c", i, i);
     sh_daemon_ready(&e, NULL);
     ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster after a restart");
-    char sql[300];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM oplog2pg.shard_checkpoint WHERE service = '%s'", e.service);
     ck_assert_int_eq(denv_pg_int(sql), 2);
     sh_stop(&e);
