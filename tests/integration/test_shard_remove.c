@@ -38,6 +38,9 @@ typedef struct {
     mongoc_client_t *client;
 } shenv;
 
+/* Options appended to the daemon's URI (a case that needs short timeouts sets them). */
+static const char *sh_uri_options = "";
+
 static void sh_start(shenv *e, const char *name, size_t shards, const char *const *sim_args, const char *extra_ini)
 {
     memset(e, 0, sizeof *e);
@@ -58,9 +61,9 @@ static void sh_start(shenv *e, const char *name, size_t shards, const char *cons
     FILE *f = fopen(e->ini, "w");
     ck_assert_ptr_nonnull(f);
     fprintf(f,
-            "[mongodb]\nuri = %s\n%s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s.*\n"
+            "[mongodb]\nuri = %s%s\n%s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s.*\n"
             "[logging]\nprogress_interval = 1s\n",
-            e->router, extra_ini ? extra_ini : "", denv_pg_conninfo(), e->service, e->db);
+            e->router, sh_uri_options, extra_ini ? extra_ini : "", denv_pg_conninfo(), e->service, e->db);
     fclose(f);
 }
 
@@ -418,6 +421,65 @@ START_TEST(test_shard_removed_while_stopped)
 }
 END_TEST
 
+/* A removed shard that cannot be reached (its server answers as a secondary with no primary, as a replica set with
+ * no member left to elect) is never skipped: the stream holds, the log and `status` name it, and once it is back the
+ * daemon drains and retires it. */
+START_TEST(test_removed_shard_unreachable_holds)
+{
+    if (!denv_using_sim()) {
+        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
+        return;
+    }
+    shenv e;
+    sh_uri_options = "?serverSelectionTimeoutMS=1500";
+    sh_start(&e, "gone", 3, NULL, "shard_note_after = 50ms");
+    sh_uri_options = "";
+    sh_three_chunks(&e);
+    const char *skip[] = {"--skip-import", NULL};
+    sh_daemon_ready(&e, skip);
+    for (int i = 0; i < 300; i++)
+        sh_insert(&e, "c", i, i);
+    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster before the removal");
+    sh_assert_hosts_stored(&e, e.c.port[2]);
+    ck_assert(proc_signal(&e.daemon, SIGKILL));
+    ck_assert(proc_wait(&e.daemon, 30));
+    char uri2[128];
+    snprintf(uri2, sizeof uri2, "mongodb://127.0.0.1:%d/?directConnection=true", e.c.port[2]);
+    mongoc_client_t *shard2 = mongoc_client_new(uri2);
+    ck_assert_ptr_nonnull(shard2);
+    for (int i = 200; i < 300; i += 2)
+        sh_update(&e, "c", i, BCON_NEW("$set", "{", "only_on_shard2", BCON_INT32(i), "}"));
+    sh_remove_shard2(&e);
+    /* shard2 has no primary for 20 s: its oplog can be neither read nor noted */
+    sh_shard_command(shard2, BCON_NEW("mongosimStepDown", BCON_INT32(20000)));
+    double back = denv_now() + 20;
+    mongoc_client_destroy(shard2);
+    sh_daemon_ready(&e, NULL);
+    double until = denv_now() + 60;
+    while (
+        !denv_file_contains(e.log, "shard 'shard2' is removed from the cluster, and its oplog's end cannot be read")) {
+        ck_assert_msg(denv_now() < until, "the daemon did not say that shard2 cannot be reached");
+        usleep(100 * 1000);
+    }
+    /* The tick after the warning names it in `status`. */
+    sleep(2);
+    ck_assert_msg(denv_now() < back, "the test's steps took longer than shard2's step-down");
+    char out[300];
+    sh_status(&e, out, sizeof out);
+    ck_assert(denv_file_contains(out, "holding: unreachable removed shard 'shard2'"));
+    ck_assert(denv_file_contains(out, "shard shard2"));
+    ck_assert_msg(!sh_wait_equal(&e, 0, false), "shard2's last entries were applied while it could not be read");
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM oplog2pg.shard_checkpoint WHERE service = '%s' AND shard = 'shard2'", e.service);
+    ck_assert_int_eq(denv_pg_int(sql), 1);
+    /* Back: drained, retired. */
+    ck_assert_msg(sh_wait_equal(&e, 120, true), "what shard2 held when it left was not applied");
+    ck_assert_msg(sh_wait_retired(&e, 90), "the removed shard was not retired once reachable");
+    sh_stop(&e);
+}
+END_TEST
+
 Suite *shard_remove_suite(void); /* called by the generated runner list */
 
 Suite *shard_remove_suite(void)
@@ -427,6 +489,7 @@ Suite *shard_remove_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_shard_removed_while_running);
     tcase_add_test(tc, test_shard_removed_while_stopped);
+    tcase_add_test(tc, test_removed_shard_unreachable_holds);
     suite_add_tcase(s, tc);
     return s;
 }
