@@ -270,6 +270,7 @@ typedef struct {
     char applied_at[64]; /* when, as PostgreSQL prints it */
     bool has_hold;       /* a transaction was open on the shard there: its first entry (txn_oldest_sec/inc) */
     op_pos hold;
+    char *hosts; /* its replica set as its row stores it ("rs/h1:p,..."), NULL when none */
 } sink_probe_shard;
 
 /* What a read-only look at PostgreSQL finds for a service (`check`, `status`): it takes no lock and writes

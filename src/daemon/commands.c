@@ -126,6 +126,34 @@ static int check_cluster(const config *cfg)
         code = worse(code, check_oplog(c, prefix));
         mongoc_client_destroy(c);
     }
+    /* Shards removed from the cluster that the service still drains (their rows): read at their stored hosts. */
+    sink_probe_result pr;
+    pgconn_error pe;
+    if (sink_probe(cfg->postgres_conninfo, cfg->service, &pr, &pe)) {
+        for (size_t k = 0; k < pr.nshards; k++) {
+            const sink_probe_shard *row = &pr.shards[k];
+            if (shard_list_find(&sl, row->shard) != NULL)
+                continue;
+            char prefix[160];
+            snprintf(prefix, sizeof prefix,
+                     "mongodb: shard '%s' (removed from the cluster, still drained): ", row->shard);
+            const char *slash = row->hosts != NULL ? strchr(row->hosts, '/') : NULL;
+            char *rs = slash != NULL ? strndup(row->hosts, (size_t)(slash - row->hosts)) : NULL;
+            char *suri = rs != NULL ? shard_uri(cfg->mongodb_uri_effective, rs, slash + 1, err, sizeof err) : NULL;
+            free(rs);
+            mongo_client_opts mo = {.appname = "oplog2pg-check"};
+            mongoc_client_t *c = suri != NULL ? mongo_client_open(suri, &mo, err, sizeof err) : NULL;
+            bson_free(suri);
+            if (c == NULL) {
+                printf("%s%s\n", prefix, slash == NULL ? "its row stores no hosts: it cannot be read" : err);
+                code = worse(code, EXIT_CONFIG);
+                continue;
+            }
+            code = worse(code, check_oplog(c, prefix));
+            mongoc_client_destroy(c);
+        }
+        sink_probe_free(&pr);
+    }
     shard_list_free(&sl);
     return code;
 }

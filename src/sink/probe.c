@@ -24,8 +24,10 @@ static bool probe_shards(pgconn *c, const char *service, sink_probe_result *out,
         return true;
     const char *params[1] = {service};
     if (!pgconn_exec_params(c,
-                            "SELECT shard, ts_sec, ts_inc, term, applied_at, txn_oldest_sec, txn_oldest_inc "
-                            "FROM oplog2pg.shard_checkpoint WHERE service = $1 ORDER BY shard COLLATE \"C\"",
+                            /* hosts through to_jsonb: a schema not upgraded yet has no such column */
+                            "SELECT shard, ts_sec, ts_inc, term, applied_at, txn_oldest_sec, txn_oldest_inc, "
+                            "to_jsonb(c) ->> 'hosts' FROM oplog2pg.shard_checkpoint c WHERE service = $1 "
+                            "ORDER BY shard COLLATE \"C\"",
                             1, params, NULL, NULL, 0, &res, false, err))
         return false;
     int n = PQntuples(res);
@@ -36,6 +38,8 @@ static bool probe_shards(pgconn *c, const char *service, sink_probe_result *out,
         if ((sh->shard = strdup(PQgetvalue(res, i, 0))) == NULL)
             goto oom;
         out->nshards++;
+        if (!PQgetisnull(res, i, 7) && (sh->hosts = strdup(PQgetvalue(res, i, 7))) == NULL)
+            goto oom;
         sink_row_pos(res, i, 1, &sh->pos);
         snprintf(sh->applied_at, sizeof sh->applied_at, "%s", PQgetvalue(res, i, 4));
         sh->has_hold = !PQgetisnull(res, i, 5) && !PQgetisnull(res, i, 6);
@@ -57,8 +61,10 @@ oom:
 
 void sink_probe_free(sink_probe_result *r)
 {
-    for (size_t i = 0; i < r->nshards; i++)
+    for (size_t i = 0; i < r->nshards; i++) {
         free(r->shards[i].shard);
+        free(r->shards[i].hosts);
+    }
     free(r->shards);
     r->shards = NULL;
     r->nshards = 0;

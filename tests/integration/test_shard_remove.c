@@ -402,6 +402,15 @@ START_TEST(test_shard_removed_while_stopped)
     sh_status(&e, out, sizeof out);
     ck_assert(denv_file_contains(out, "draining removed shard 'shard2'"));
     ck_assert(denv_file_contains(out, "shard shard2"));
+    /* `check` reads it at the hosts its row stores */
+    snprintf(out, sizeof out, "%s/check.txt", e.dir);
+    char bin[256], perr[256];
+    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
+    const char *cargv[] = {bin, "-c", e.ini, "check", NULL};
+    proc_handle chk;
+    ck_assert(proc_start(cargv, NULL, out, &chk, perr, sizeof perr));
+    ck_assert(proc_wait(&chk, 60));
+    ck_assert(denv_file_contains(out, "shard 'shard2' (removed from the cluster, still drained): newest oplog entry"));
     sh_shard_command(shard2, BCON_NEW("mongosimMajority", "{", "follow", BCON_BOOL(true), "}"));
     mongoc_client_destroy(shard2);
     ck_assert_msg(sh_wait_equal(&e, 90, true), "what shard2 held when it left was not applied");
