@@ -496,6 +496,53 @@ START_TEST(test_schema_idempotent)
 }
 END_TEST
 
+/* The shards' hosts go into their rows with the first commit that moves each (once: a commit after does not write them
+ * again), are read back at connect, and change when config.shards lists others; an install of an earlier version,
+ * without the column, gets it at the next start, its rows kept. */
+START_TEST(test_hosts_stored)
+{
+    const char *svc = "t_shard_hosts";
+    sink *s = open_sharded(svc);
+    const char *hosts[3] = {"rsA/h1:1,h2:2", NULL, "rsC/h3:3"};
+    ck_assert(sink_set_shard_hosts(s, hosts, 3) == APPLY_OK);
+    op_pos p = {.secs = 50, .inc = 1, .term = 1};
+    batcher_source_pos src[3] = {at(50, 1, 1, true), at(50, 1, 1, true), at(0, 0, -1, false)};
+    sink_set_source_positions(s, src, 3);
+    ck_assert_msg(sink_commit(s, &p) == APPLY_OK, "%s", sink_error(s));
+    const char *q = "SELECT string_agg(shard || '=' || coalesce(hosts, 'N'), ';' ORDER BY shard) FROM "
+                    "oplog2pg.shard_checkpoint WHERE service = 't_shard_hosts'";
+    expect(q, "shA=rsA/h1:1,h2:2;shB=N");
+    ck_assert_str_eq(sink_shard_hosts(s, "shA"), "rsA/h1:1,h2:2");
+    ck_assert_ptr_null(sink_shard_hosts(s, "shC")); /* no row yet */
+    /* Written once: a hand-made change stays until the hosts the daemon knows differ from what the row had. */
+    run("UPDATE oplog2pg.shard_checkpoint SET hosts = 'by hand' WHERE service = 't_shard_hosts' AND shard = 'shA'");
+    p.inc = 2;
+    src[0] = at(50, 2, 1, true);
+    src[1].moved = false;
+    sink_set_source_positions(s, src, 3);
+    ck_assert_msg(sink_commit(s, &p) == APPLY_OK, "%s", sink_error(s));
+    expect(q, "shA=by hand;shB=N");
+    /* Read back at connect: the row holds others than the daemon's, so the next commit that moves it writes them. */
+    ck_assert(sink_connect(s) == APPLY_OK);
+    ck_assert_str_eq(sink_shard_hosts(s, "shA"), "by hand");
+    ck_assert(sink_set_shards(s, three, 3) == APPLY_OK);
+    ck_assert(sink_set_shard_hosts(s, hosts, 3) == APPLY_OK);
+    p.inc = 3;
+    src[0] = at(50, 3, 1, true);
+    src[2] = at(50, 3, 1, true);
+    sink_set_source_positions(s, src, 3);
+    ck_assert_msg(sink_commit(s, &p) == APPLY_OK, "%s", sink_error(s));
+    expect(q, "shA=rsA/h1:1,h2:2;shB=N;shC=rsC/h3:3");
+    /* An earlier version's install: no column; the next start adds it. */
+    run("ALTER TABLE oplog2pg.shard_checkpoint DROP COLUMN hosts");
+    sink_free(s);
+    s = open_sink(svc);
+    expect_rows(svc, "shA=50:3/1 -;shB=50:1/1 -;shC=50:3/1 -");
+    expect(q, "shA=N;shB=N;shC=N");
+    sink_free(s);
+}
+END_TEST
+
 Suite *shard_checkpoint_suite(void); /* called by the generated runner list */
 
 Suite *shard_checkpoint_suite(void)
@@ -511,6 +558,7 @@ Suite *shard_checkpoint_suite(void)
     tcase_add_test(tc, test_read_back_with_holds);
     tcase_add_test(tc, test_replica_set_unchanged);
     tcase_add_test(tc, test_schema_idempotent);
+    tcase_add_test(tc, test_hosts_stored);
     suite_add_tcase(s, tc);
     return s;
 }

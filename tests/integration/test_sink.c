@@ -391,6 +391,7 @@ START_TEST(test_install_waits_for_no_writer)
     pg_run(w, "UPDATE oplog2pg.checkpoint SET applied_at = applied_at WHERE false");
     pg_run(w, "UPDATE oplog2pg.dead_letter SET op_json = op_json WHERE false");
     pg_run(w, "UPDATE oplog2pg.tables SET adopted = adopted WHERE false");
+    pg_run(w, "UPDATE oplog2pg.shard_checkpoint SET hosts = hosts WHERE false");
     sink_free(open_sink_with("t_install_b", "options='-c lock_timeout=2000'"));
     pg_run(w, "ROLLBACK");
     PQfinish(w);
