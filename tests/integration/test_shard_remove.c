@@ -6,8 +6,10 @@
  * - removed while the daemon runs: writes on every shard, removeShard (its chunks move off) until "completed",
  *   writes go on, the removed shard is retired;
  * - removed while the daemon is down (killed with -9, with writes on the shard it has not applied yet): the restart
- *   finds the shard's row but not the shard in config.shards, reads its oplog at the hosts its row stores, applies
- *   what was left there, then retires it.
+ *   finds the shard's row but not the shard in config.shards, reads its oplog at the hosts its row stores, holds
+ *   (status and check say so) while the shard's last entries cannot be read yet, survives a kill -9 in the middle
+ *   of that drain, applies what was left there, then retires it;
+ * - a removed shard that cannot be reached holds the stream, named in the log and status, until it is back.
  * They need the simulator: with MONGO_URI set they skip.
  */
 #include <check.h>
@@ -411,6 +413,17 @@ START_TEST(test_shard_removed_while_stopped)
     ck_assert(proc_start(cargv, NULL, out, &chk, perr, sizeof perr));
     ck_assert(proc_wait(&chk, 60));
     ck_assert(denv_file_contains(out, "shard 'shard2' (removed from the cluster, still drained): newest oplog entry"));
+    /* kill -9 in the middle of the drain: the restart finds the row again and drains it again */
+    ck_assert(proc_signal(&e.daemon, SIGKILL));
+    ck_assert(proc_wait(&e.daemon, 30));
+    sh_daemon_ready(&e, NULL);
+    until = denv_now() + 60;
+    while (!denv_file_contains(e.log, "shard 'shard2' is removed from the cluster: applying its oplog up to")) {
+        ck_assert_msg(denv_now() < until, "the daemon did not read shard2's end after the kill");
+        usleep(100 * 1000);
+    }
+    ck_assert(denv_file_contains(e.log, "reading the rest of its oplog at shard2/127.0.0.1:"));
+    ck_assert_int_eq(denv_pg_int(sql), 1);
     sh_shard_command(shard2, BCON_NEW("mongosimMajority", "{", "follow", BCON_BOOL(true), "}"));
     mongoc_client_destroy(shard2);
     ck_assert_msg(sh_wait_equal(&e, 90, true), "what shard2 held when it left was not applied");
