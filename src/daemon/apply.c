@@ -637,7 +637,8 @@ static void on_pg_readable(struct ev_loop *loop, ev_io *w, int revents)
  * the shard (at its stored hosts) to its end again. `status` says which shard drains, or cannot be reached. */
 static void drain_removed_shards(daemon_ctx *d)
 {
-    cluster_drain_step(d->cl);
+    if (cluster_drain_step(d->cl))
+        apply_notify_wake(d); /* what a retirement left for cluster_take (a refusal ends the stream there) */
     size_t i;
     const char *id;
     while (d->end == END_NONE && cluster_retired_row(d->cl, &i, &id)) {

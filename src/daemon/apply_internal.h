@@ -131,8 +131,8 @@ void cluster_free(cluster *c);
 size_t cluster_take(cluster *c, queue_item *out, size_t max);
 /* Removed shards (config.shards no longer lists them; cluster.c NOTES): retires each one the merge has handed on to
  * its end (merge_retire_source, its reader and note writer stopped; nothing of it is handed on any more), and asks a
- * note of one that has not shown its end yet. From the apply loop, now and then. */
-void cluster_drain_step(cluster *c);
+ * note of one that has not shown its end yet. From the apply loop, now and then. True when it retired one. */
+bool cluster_drain_step(cluster *c);
 /* A retired shard whose checkpoint row is still to be deleted (source index and id), once everything taken is
  * committed; cluster_row_deleted when done. */
 bool cluster_retired_row(const cluster *c, size_t *i, const char **id);

@@ -78,6 +78,7 @@ struct cluster {
     pthread_cond_t wake;
     bool stop;         /* under lock */
     atomic_bool added; /* a shard this session does not read is listed now */
+    char *refused;     /* a retired shard's entry that changes data (cluster_take ends the stream with it), or NULL */
     char added_id[64]; /* which (under lock) */
 };
 
@@ -296,6 +297,7 @@ void cluster_free(cluster *c)
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->wake);
     free(c->uri);
+    free(c->refused);
     merge_free(c->m);
     for (size_t i = 0; i < c->n; i++) {
         reader_free(c->s[i].rd);
@@ -495,9 +497,31 @@ static bool changes_nothing(const op_entry *e)
     return true;
 }
 
+/* A retired shard's entry: dropped when it changes nothing, else noted in c->refused (the first one). */
+static void drop_after_end(cluster *c, queue_item *it)
+{
+    if (it->type == QUEUE_ENTRY && !changes_nothing(it->entry) && c->refused == NULL) {
+        char at[OP_POS_STRLEN], msg[256];
+        snprintf(msg, sizeof msg,
+                 "shard '%s' was retired (removed from the cluster, read to its end), and its oplog entry %s changes "
+                 "data: stopping rather than leaving it out",
+                 c->s[it->entry->source].id, op_pos_format(&it->entry->pos, at, sizeof at));
+        c->refused = strdup(msg);
+        if (c->refused == NULL)
+            c->refused = strdup("out of memory");
+    }
+    queue_item_clear(it);
+}
+
 size_t cluster_take(cluster *c, queue_item *out, size_t max)
 {
     size_t n, k;
+    if (c->refused != NULL && max > 0) {
+        /* After it nothing is handed on: the session ends there. */
+        out[0] = (queue_item){.type = QUEUE_END, .reason = QUEUE_END_UNSUPPORTED, .message = c->refused};
+        c->refused = strdup("a retired shard's entry changes data");
+        return 1;
+    }
     do {
         n = merge_take(c->m, out, max, clock_ms());
         k = 0;
@@ -505,30 +529,28 @@ size_t cluster_take(cluster *c, queue_item *out, size_t max)
             queue_item *it = &out[i];
             if (it->type == QUEUE_ENTRY && it->entry->source < c->n && c->s[it->entry->source].retired) {
                 /* After its end (cluster_drain_step): a removed shard holds no chunk and no database. */
-                if (!changes_nothing(it->entry)) {
-                    char at[OP_POS_STRLEN], msg[256];
-                    snprintf(msg, sizeof msg,
-                             "shard '%s' was retired (removed from the cluster, read to its end), and its oplog entry "
-                             "%s changes data: stopping rather than leaving it out",
-                             c->s[it->entry->source].id, op_pos_format(&it->entry->pos, at, sizeof at));
-                    queue_item_clear(it);
-                    *it = (queue_item){.type = QUEUE_END, .reason = QUEUE_END_UNSUPPORTED, .message = strdup(msg)};
-                    out[k++] = *it;
+                drop_after_end(c, it);
+                if (c->refused != NULL) {
                     for (size_t j = i + 1; j < n; j++)
                         queue_item_clear(&out[j]);
-                    return k;
+                    n = 0;
+                    break;
                 }
-                queue_item_clear(it);
                 continue;
             }
             out[k++] = *it;
         }
     } while (k == 0 && n == max);
+    if (c->refused != NULL && k < max) {
+        out[k++] = (queue_item){.type = QUEUE_END, .reason = QUEUE_END_UNSUPPORTED, .message = c->refused};
+        c->refused = strdup("a retired shard's entry changes data");
+    }
     return k;
 }
 
-void cluster_drain_step(cluster *c)
+bool cluster_drain_step(cluster *c)
 {
+    bool any = false;
     for (size_t i = 0; i < c->n; i++) {
         cluster_shard *s = &c->s[i];
         if (s->retired)
@@ -559,14 +581,22 @@ void cluster_drain_step(cluster *c)
         reader_stop(s->rd);
         noter_free(s->nt);
         s->nt = NULL;
+        /* What it queued after its end: noops, notes, migration copies; anything else ends the session. */
+        queue_item it;
+        while (queue_pop(s->q, &it))
+            drop_after_end(c, &it);
+        any = true;
         log_notice("shard '%s' is read to its end (%s): retired from the merge; its checkpoint row goes with the next "
                    "commit",
                    s->id, op_pos_format(&end, at, sizeof at));
     }
+    return any;
 }
 
 bool cluster_retired_row(const cluster *c, size_t *i, const char **id)
 {
+    if (c != NULL && c->refused != NULL)
+        return false; /* the stream ends on it (cluster_take): the row stays */
     for (size_t k = 0; c != NULL && k < c->n; k++) {
         if (c->s[k].retired && !c->s[k].row_deleted) {
             *i = k;
