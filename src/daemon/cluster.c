@@ -13,7 +13,7 @@
  *   shard's note writer for a note (noter_request, which never blocks), again each shard_note_after while it holds.
  * - A removed shard (removeShard completed: config.shards no longer lists it) is drained, then retired. Its end is
  *   the newest entry of its own oplog once it was seen gone: every write MongoDB routed to it came before the removal
- *   completed, so before that entry (one shard's oplog is in ts order). The poller reads that end (oplog_window, on
+ *   completed, so before that entry (one shard's oplog is in ts order). The poller reads that end (oplog_edge, on
  *   a client of its own: a shard that cannot be reached is retried every DRAIN_POLL_MS, and said so in `status`); the
  *   shard is read as before until the merge has handed on its entry at the end, then retired: the merge stops
  *   waiting on it (merge_retire_source), its reader and note writer stop, what it queued after its end is dropped
@@ -31,6 +31,7 @@
 #include "core/merge.h"
 #include "core/queue.h"
 #include "source/decode.h"
+#include "source/mongo_client.h"
 #include "source/oplog/reader.h"
 #include "source/oplog_edge.h"
 #include "source/shards/discover.h"
@@ -40,6 +41,7 @@
 
 #define POLL_MS               10000 /* config.shards is read again this often, for a shard added or removed */
 #define DRAIN_POLL_MS         1000  /* a removed shard whose end is not known yet is asked again this often */
+#define DRAIN_SELECT_MS       5000  /* ...each time waiting this long at most for its primary */
 #define QUEUE_SHARE_MIN_OPS   256
 #define QUEUE_SHARE_MIN_BYTES (1024 * 1024)
 
@@ -91,11 +93,17 @@ static bool read_ends(cluster *c)
         cluster_shard *s = &c->s[i];
         if (!s->gone || s->has_end)
             continue;
-        op_pos oldest, newest;
-        bool found = false;
+        op_pos newest;
+        bool found = false, ok = false;
         char err[256];
         pthread_mutex_unlock(&c->lock);
-        bool ok = oplog_window(s->uri, &oldest, &newest, &found, err, sizeof err);
+        /* A short server selection: a stop waits for this read, and an unreachable shard is asked again soon. */
+        mongo_client_opts mo = {.appname = "oplog2pg-drain", .server_selection_timeout_ms = DRAIN_SELECT_MS};
+        mongoc_client_t *client = mongo_client_open(s->uri, &mo, err, sizeof err);
+        if (client != NULL) {
+            ok = oplog_edge(client, -1, &newest, &found, err, sizeof err);
+            mongoc_client_destroy(client);
+        }
         pthread_mutex_lock(&c->lock);
         if (ok && found) {
             char at[OP_POS_STRLEN];
