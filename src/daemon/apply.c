@@ -672,6 +672,7 @@ static void drain_removed_shards(daemon_ctx *d)
     } else if (d->drain_shown) {
         sink_set_activity(d->snk, "applying");
         d->drain_shown = false;
+        d->notes_refused_shown = false; /* said again below when so */
     }
 }
 
