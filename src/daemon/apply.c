@@ -655,7 +655,6 @@ static void drain_removed_shards(daemon_ctx *d)
         log_notice("shard '%s' is retired: removed from the cluster and applied to its end; its checkpoint row is "
                    "deleted",
                    id);
-        d->drain_shown = false;
     }
     char what[SINK_ACTIVITY_MAX + 1] = "";
     for (size_t k = 0; k < cluster_shard_count(d->cl) && what[0] == '\0'; k++) {

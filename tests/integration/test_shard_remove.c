@@ -329,7 +329,13 @@ START_TEST(test_shard_removed_while_running)
     ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster before the removal");
     ck_assert_int_eq(e.c.n, 3);
     sh_assert_hosts_stored(&e, e.c.port[2]);
-    /* Writes on shard2 up to its removal, then the removal, then writes on what moved off it. */
+    /* Writes on shard2 up to its removal, then the removal, then writes on what moved off it. shard2's majority
+     * commit point stops before them for a while, so that the drain can be seen. */
+    char uri2[128];
+    snprintf(uri2, sizeof uri2, "mongodb://127.0.0.1:%d/?directConnection=true", e.c.port[2]);
+    mongoc_client_t *shard2 = mongoc_client_new(uri2);
+    ck_assert_ptr_nonnull(shard2);
+    sh_shard_command(shard2, BCON_NEW("mongosimMajority", "{", "freeze", BCON_BOOL(true), "}"));
     for (int i = 201; i < 300; i += 3)
         sh_update(&e, "c", i, BCON_NEW("$set", "{", "last", BCON_UTF8("before the removal"), "}"));
     sh_remove_shard2(&e);
@@ -337,6 +343,18 @@ START_TEST(test_shard_removed_while_running)
         sh_update(&e, "c", i, BCON_NEW("$set", "{", "last", BCON_UTF8("after the removal"), "}"));
     for (int i = 300; i < 320; i++)
         sh_insert(&e, "c", i, i);
+    double until = denv_now() + 60;
+    while (!denv_file_contains(e.log, "shard 'shard2' is removed from the cluster: applying its oplog up to")) {
+        ck_assert_msg(denv_now() < until, "the daemon did not see shard2 leave config.shards");
+        usleep(100 * 1000);
+    }
+    sleep(2); /* a tick: `status` says it drains */
+    char out[300];
+    sh_status(&e, out, sizeof out);
+    ck_assert(denv_file_contains(out, "draining removed shard 'shard2'"));
+    ck_assert(denv_file_contains(out, "shard shard2"));
+    sh_shard_command(shard2, BCON_NEW("mongosimMajority", "{", "follow", BCON_BOOL(true), "}"));
+    mongoc_client_destroy(shard2);
     ck_assert_msg(sh_wait_retired(&e, 90), "the removed shard was not retired");
     ck_assert(denv_file_contains(e.log, "shard 'shard2' is retired"));
     ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster after the removal");
@@ -344,11 +362,12 @@ START_TEST(test_shard_removed_while_running)
     for (int i = 320; i < 330; i++)
         sh_insert(&e, "c", i, i);
     ck_assert_msg(sh_wait_equal(&e, 60, true), "writes after the retirement were not applied");
-    char out[300];
+    sleep(2); /* a tick: `status` no longer names it */
     sh_status(&e, out, sizeof out);
     ck_assert(denv_file_contains(out, "shard shard0"));
     ck_assert(denv_file_contains(out, "shard shard1"));
     ck_assert(!denv_file_contains(out, "shard shard2"));
+    ck_assert(!denv_file_contains(out, "removed shard"));
     sh_stop(&e);
 }
 END_TEST
