@@ -221,6 +221,7 @@ typedef struct {
     const char *router; /* the configured URI */
     sink *snk;
     bool nomem;
+    char unreadable[400]; /* a removed shard's row that cannot be read: the session does not start */
 } rows_ctx;
 
 /* A shard with a checkpoint row that config.shards no longer lists, at its stored hosts ("rs/h1:p,..."): added to
@@ -272,9 +273,11 @@ static void take_row(void *arg, const char *shard, const op_pos *pos, bool has_h
         listed = strcmp(rc->c->s[i].id, shard) == 0;
     if (!listed && hosts != NULL) {
         if (!add_removed(rc, shard, hosts, err, sizeof err)) {
-            log_error("shard '%s' has a checkpoint (%s) but config.shards no longer lists it, and it cannot be read: "
-                      "%s",
-                      shard, op_pos_format(pos, at, sizeof at), err);
+            if (!rc->nomem)
+                snprintf(rc->unreadable, sizeof rc->unreadable,
+                         "shard '%s' has a checkpoint (%s) but config.shards no longer lists it, and it cannot be "
+                         "read: %s",
+                         shard, op_pos_format(pos, at, sizeof at), err);
             return;
         }
         log_notice("shard '%s' has a checkpoint (%s) but config.shards no longer lists it (removed from the cluster): "
@@ -292,9 +295,11 @@ static void take_row(void *arg, const char *shard, const op_pos *pos, bool has_h
             return;
         }
     }
-    log_error("shard '%s' has a checkpoint (%s) but config.shards no longer lists it, and its row stores no hosts "
-              "(written by an older oplog2pg): it is not read; entries it holds after that checkpoint are not applied",
-              shard, op_pos_format(pos, at, sizeof at));
+    snprintf(rc->unreadable, sizeof rc->unreadable,
+             "shard '%s' has a checkpoint (%s) but config.shards no longer lists it, and its row stores no hosts "
+             "(written by an older oplog2pg), so the rest of its oplog cannot be read; once its entries are known to "
+             "be applied, stop oplog2pg and delete its row from oplog2pg.shard_checkpoint (docs/sharding.md)",
+             shard, op_pos_format(pos, at, sizeof at));
 }
 
 void cluster_free(cluster *c)
@@ -382,6 +387,11 @@ cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, cha
     shard_list_free(&sl);
     rows_ctx rc = {.c = c, .router = d->cfg->mongodb_uri_effective, .snk = d->snk};
     int rows = ok ? sink_read_shard_checkpoints(d->snk, take_row, &rc) : 0;
+    if (rows >= 0 && rc.unreadable[0] != '\0') {
+        snprintf(err, errlen, "%s", rc.unreadable);
+        cluster_free(c);
+        return NULL;
+    }
     const char **names = ok && !rc.nomem ? calloc(c->n, sizeof *names) : NULL;
     const char **hosts = names != NULL ? calloc(c->n, sizeof *hosts) : NULL;
     if (hosts == NULL || c->n > UINT16_MAX) {
