@@ -485,6 +485,8 @@ static void reply_oplog_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, bo
     bw_double(b, "ok", 1.0);
     bw_doc_end(b, doc);
     reply_end(r);
+    if (!r->no_reply)
+        r->conn->oplog_reply = true;
     if (done)
         cursor_free(srv, cur);
 }
@@ -599,6 +601,8 @@ static void reply_coll_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, con
     bw_double(b, "ok", 1.0);
     bw_doc_end(b, doc);
     reply_end(r);
+    if (!r->no_reply)
+        r->conn->oplog_reply = true;
     if (done)
         cursor_free(srv, cur);
 }
