@@ -3,7 +3,8 @@
  * entries each shard's oplog gets for routed writes (the shard key in update o2 and delete o), a chunk migration
  * (the recipient's fromMigrate copies, the donor's fromMigrate range deletion, now or after --orphan-cleanup-delay,
  * the migrateChunkToNewShard / migrateLastChunkFromShard noops), appendOplogNote, the one cluster clock, two-phase
- * commit across shards, mongosimAddShard and removeShard. Each test starts its own cluster (tests/lib/proc.h).
+ * commit across shards, mongosimAddShard and removeShard, --oplog-read-delay. Each test starts its own cluster
+ * (tests/lib/proc.h).
  */
 #include <check.h>
 #include <inttypes.h>
@@ -860,6 +861,66 @@ START_TEST(test_periodic_noop_per_shard)
 }
 END_TEST
 
+/* The delays a member drew for its oplog reads so far (mongosimStatus): how many replies, and their sum in ms. */
+static void read_delays(mongoc_client_t *c, int64_t *n, int64_t *total_ms)
+{
+    bson_t reply;
+    cmd_ok(c, "admin", BCON_NEW("mongosimStatus", BCON_INT32(1)), &reply);
+    *n = int_at(&reply, "oplogReadsDelayed");
+    *total_ms = int_at(&reply, "oplogReadDelayTotalMS");
+    bson_destroy(&reply);
+}
+
+/* --oplog-read-delay: each shard holds back its oplog replies by random delays of its own (the two shards' sums
+ * differ), writes and collection reads are never held, and the same --seed draws the same delays again. */
+START_TEST(test_oplog_read_delay)
+{
+    int64_t sums[2][2];
+    for (int run = 0; run < 2; run++) {
+        cluster cl;
+        const char *extra[] = {"--oplog-read-delay", "40", "--seed", "12345", NULL};
+        cluster_start(&cl, extra);
+        shard_and_fill(&cl);
+        ck_assert_int_eq(count_all(cl.router), 10);
+        for (int s = 0; s < 2; s++) { /* writes and collection reads are never held */
+            int64_t n, total;
+            read_delays(cl.shard[s], &n, &total);
+            ck_assert_int_eq(n, 0);
+            ck_assert_int_eq(total, 0);
+        }
+        for (int s = 0; s < 2; s++) {
+            for (int k = 0; k < 6; k++) {
+                entries x;
+                read_oplog(cl.shard[s], &x);
+                ck_assert_uint_gt(x.n, 0);
+                entries_free(&x);
+            }
+            int64_t n, total;
+            read_delays(cl.shard[s], &n, &total);
+            ck_assert_int_ge(n, 6); /* each read: at least its find */
+            ck_assert_int_le(total, n * 40);
+            ck_assert_int_gt(total, 0);
+            sums[run][s] = total;
+        }
+        cluster_stop(&cl);
+    }
+    ck_assert_int_ne(sums[0][0], sums[0][1]);
+    ck_assert_int_eq(sums[0][0], sums[1][0]);
+    ck_assert_int_eq(sums[0][1], sums[1][1]);
+    /* Without the option nothing is held. */
+    cluster cl;
+    cluster_start(&cl, NULL);
+    entries x;
+    read_oplog(cl.shard[0], &x);
+    entries_free(&x);
+    int64_t n, total;
+    read_delays(cl.shard[0], &n, &total);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(total, 0);
+    cluster_stop(&cl);
+}
+END_TEST
+
 Suite *mongosim_shards_suite(void)
 {
     Suite *s = suite_create("mongosim_shards");
@@ -876,6 +937,7 @@ Suite *mongosim_shards_suite(void)
     tcase_add_test(tc, test_hashed_shard_key);
     tcase_add_test(tc, test_add_and_remove_shard);
     tcase_add_test(tc, test_periodic_noop_per_shard);
+    tcase_add_test(tc, test_oplog_read_delay);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -2299,6 +2299,8 @@ static void h_status(cmd_ctx *x)
     BSON_APPEND_TIMESTAMP(&d, "majorityTs", OPLOG_TS_SECS(maj), OPLOG_TS_INC(maj));
     BSON_APPEND_BOOL(&d, "majorityFrozen", srv->maj_frozen);
     BSON_APPEND_INT64(&d, "oplogGetMores", (int64_t)srv->oplog_getmores);
+    BSON_APPEND_INT64(&d, "oplogReadsDelayed", (int64_t)srv->oplog_reads_delayed);
+    BSON_APPEND_INT64(&d, "oplogReadDelayTotalMS", (int64_t)srv->oplog_read_delay_total_ms);
     int64_t waits = 0;
     for (sim_conn *c = srv->conns; c; c = c->next)
         if (c->parked && c->park_kind == SIM_PARK_WRITE)

@@ -360,9 +360,12 @@ static int64_t reply_delay_ms(sim_conn *c)
     c->oplog_reply = false;
     if (srv->delay_ms > 0)
         return srv->delay_ms;
-    if (oplog_reply && srv->opts.oplog_read_delay_ms > 0)
-        return (int64_t)(sim_random_next(&srv->rng) % (uint64_t)(srv->opts.oplog_read_delay_ms + 1));
-    return 0;
+    if (!oplog_reply || srv->opts.oplog_read_delay_ms <= 0)
+        return 0;
+    uint64_t ms = sim_random_next(&srv->rng) % (uint64_t)(srv->opts.oplog_read_delay_ms + 1);
+    srv->oplog_reads_delayed++;
+    srv->oplog_read_delay_total_ms += ms;
+    return (int64_t)ms;
 }
 
 void sim_conn_reply_ready(sim_conn *c)

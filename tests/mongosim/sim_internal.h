@@ -98,7 +98,8 @@ struct sim_server {
     uint64_t woken_end;  /* oplog_end_seq when parked getMores were last offered entries */
     bool stepped_down;
     int64_t delay_ms;
-    uint64_t rng;          /* the server's random stream (--oplog-read-delay), from opts.seed */
+    uint64_t rng; /* the server's random stream (--oplog-read-delay), from opts.seed */
+    uint64_t oplog_reads_delayed, oplog_read_delay_total_ms; /* oplog replies drawn a delay, and the delays' sum */
     struct sim_txns *txns; /* client transactions and their server parameters (txn.c) */
     /* The majority commit point (mongosimMajority): while maj_frozen it stays at maj_ts and maj_store holds the
      * data as of it (what majority reads and a rollback go back to); otherwise it is the newest entry. */
