@@ -223,20 +223,18 @@ START_TEST(test_note_on_a_shard)
     cluster cl;
     if (!cluster_start(&cl))
         SKIP_TEST("needs mongosim --shards");
-    char err[512] = "";
-    shard_discovery *d = shard_discovery_open(cl.uri, err, sizeof err);
-    ck_assert_msg(d != NULL, "%s", err);
-    shard_list l = {0};
-    ck_assert_msg(shard_discovery_list(d, &l, err, sizeof err) == DISCOVER_OK, "%s", err);
-    ck_assert_uint_eq(l.n, 2);
-    mongoc_client_t *s0 = mongoc_client_new(l.v[0].uri), *s1 = mongoc_client_new(l.v[1].uri);
+    char err[512] = "", uri0[128], uri1[128];
+    ck_assert_uint_eq(cl.sc.n, 2);
+    simcluster_shard_uri(&cl.sc, 0, uri0, sizeof uri0);
+    simcluster_shard_uri(&cl.sc, 1, uri1, sizeof uri1);
+    mongoc_client_t *s0 = mongoc_client_new(uri0), *s1 = mongoc_client_new(uri1);
     bson_t *before1 = newest_entry(s1);
     bson_t *before0 = newest_entry(s0);
     ck_assert_ptr_nonnull(before0);
     op_pos past = pos_of(before0);
     past.inc++; /* a time after the shard's newest entry: the merge waits on another shard's entry there */
 
-    noter_config nc = {.uri = l.v[0].uri, .shard = l.v[0].id, .service = "svc"};
+    noter_config nc = {.uri = uri0, .shard = cl.sc.id[0], .service = "svc"};
     noter *n = noter_start(&nc, err, sizeof err);
     ck_assert_msg(n != NULL, "%s", err);
     noter_request(n, &past);
@@ -257,8 +255,6 @@ START_TEST(test_note_on_a_shard)
     bson_destroy(after1);
     mongoc_client_destroy(s0);
     mongoc_client_destroy(s1);
-    shard_list_free(&l);
-    shard_discovery_close(d);
     simcluster_stop(&cl.sc);
 }
 END_TEST
