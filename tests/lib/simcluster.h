@@ -34,7 +34,7 @@ void simcluster_router_uri(const simcluster *c, char *out, size_t n);
 void simcluster_shard_uri(const simcluster *c, size_t k, char *out, size_t n);
 void simcluster_stop(simcluster *c);
 
-/* ---- helpers of the tests that drive a sharded mongosim through libmongoc ---- */
+/* ---- helpers of the Check tests that drive a sharded mongosim through libmongoc (simcluster_check.c) ---- */
 
 #include <mongoc/mongoc.h>
 
