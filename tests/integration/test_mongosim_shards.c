@@ -3,7 +3,8 @@
  * entries each shard's oplog gets for routed writes (the shard key in update o2 and delete o), a chunk migration
  * (the recipient's fromMigrate copies, the donor's fromMigrate range deletion, now or after --orphan-cleanup-delay,
  * the migrateChunkToNewShard / migrateLastChunkFromShard noops), appendOplogNote, the one cluster clock, two-phase
- * commit across shards, mongosimAddShard and removeShard. Each test starts its own cluster (tests/lib/proc.h).
+ * commit across shards, mongosimAddShard and removeShard, --oplog-read-delay. Each test starts its own cluster
+ * (tests/lib/proc.h).
  */
 #include <check.h>
 #include <inttypes.h>
@@ -37,19 +38,6 @@ static mongoc_client_t *client_for(int port, bool direct)
     return c;
 }
 
-static void cmd_ok(mongoc_client_t *c, const char *db, bson_t *cmd, bson_t *reply)
-{
-    bson_error_t err;
-    bson_t tmp;
-    bool ok = mongoc_client_command_simple(c, db, cmd, NULL, reply ? reply : &tmp, &err);
-    char *js = bson_as_relaxed_extended_json(cmd, NULL);
-    ck_assert_msg(ok, "%s failed: %s (code %u)", js, err.message, err.code);
-    bson_free(js);
-    bson_destroy(cmd);
-    if (!reply)
-        bson_destroy(&tmp);
-}
-
 static int port_of_host(const char *host)
 {
     const char *colon = strrchr(host, ':');
@@ -61,7 +49,7 @@ static int port_of_host(const char *host)
 static void connect_shards(cluster *cl)
 {
     bson_t reply;
-    cmd_ok(cl->router, "admin", BCON_NEW("listShards", BCON_INT32(1)), &reply);
+    simcluster_cmd_ok(cl->router, "admin", BCON_NEW("listShards", BCON_INT32(1)), &reply);
     bson_iter_t it, arr;
     ck_assert(bson_iter_init_find(&it, &reply, "shards") && bson_iter_recurse(&it, &arr));
     size_t n = 0;
@@ -242,17 +230,19 @@ static int64_t count_all(mongoc_client_t *c)
 /* db.c sharded on {k: 1}, split at k 5, documents _id = k = 0..9 on shard0. */
 static void shard_and_fill(cluster *cl)
 {
-    cmd_ok(cl->router, "admin", BCON_NEW("shardCollection", BCON_UTF8("db.c"), "key", "{", "k", BCON_INT32(1), "}"),
-           NULL);
-    cmd_ok(cl->router, "admin", BCON_NEW("split", BCON_UTF8("db.c"), "middle", "{", "k", BCON_INT64(5), "}"), NULL);
+    simcluster_cmd_ok(cl->router, "admin",
+                      BCON_NEW("shardCollection", BCON_UTF8("db.c"), "key", "{", "k", BCON_INT32(1), "}"), NULL);
+    simcluster_cmd_ok(cl->router, "admin", BCON_NEW("split", BCON_UTF8("db.c"), "middle", "{", "k", BCON_INT64(5), "}"),
+                      NULL);
     for (int64_t i = 0; i < 10; i++)
         insert_k(cl->router, i, i);
 }
 
 static void move_chunk(cluster *cl, int64_t k, const char *to)
 {
-    cmd_ok(cl->router, "admin",
-           BCON_NEW("moveChunk", BCON_UTF8("db.c"), "find", "{", "k", BCON_INT64(k), "}", "to", BCON_UTF8(to)), NULL);
+    simcluster_cmd_ok(
+        cl->router, "admin",
+        BCON_NEW("moveChunk", BCON_UTF8("db.c"), "find", "{", "k", BCON_INT64(k), "}", "to", BCON_UTF8(to)), NULL);
 }
 
 START_TEST(test_router_handshake_and_metadata)
@@ -260,14 +250,14 @@ START_TEST(test_router_handshake_and_metadata)
     cluster cl;
     cluster_start(&cl, NULL);
     bson_t reply;
-    cmd_ok(cl.router, "admin", BCON_NEW("hello", BCON_INT32(1)), &reply);
+    simcluster_cmd_ok(cl.router, "admin", BCON_NEW("hello", BCON_INT32(1)), &reply);
     ck_assert_str_eq(str_at(&reply, "msg"), "isdbgrid");
     ck_assert(!has(&reply, "setName"));
     bson_destroy(&reply);
     for (size_t i = 0; i < 2; i++) {
         char want[16];
         snprintf(want, sizeof want, "shard%zu", i);
-        cmd_ok(cl.shard[i], "admin", BCON_NEW("hello", BCON_INT32(1)), &reply);
+        simcluster_cmd_ok(cl.shard[i], "admin", BCON_NEW("hello", BCON_INT32(1)), &reply);
         ck_assert_str_eq(str_at(&reply, "setName"), want);
         bson_destroy(&reply);
     }
@@ -488,9 +478,9 @@ START_TEST(test_append_oplog_note)
 {
     cluster cl;
     cluster_start(&cl, NULL);
-    cmd_ok(cl.shard[1], "admin",
-           BCON_NEW("appendOplogNote", BCON_INT32(1), "data", "{", "oplog2pg", "{", "n", BCON_INT32(1), "}", "}"),
-           NULL);
+    simcluster_cmd_ok(
+        cl.shard[1], "admin",
+        BCON_NEW("appendOplogNote", BCON_INT32(1), "data", "{", "oplog2pg", "{", "n", BCON_INT32(1), "}", "}"), NULL);
     entries s1;
     read_oplog(cl.shard[1], &s1);
     const bson_t *e = s1.e[s1.n - 1];
@@ -510,10 +500,10 @@ START_TEST(test_append_oplog_note)
     entries_free(&s1);
     mongoc_client_destroy(rs);
     /* maxClusterTime at or before the last applied optime: nothing is written. */
-    cmd_ok(cl.shard[1], "admin",
-           BCON_NEW("appendOplogNote", BCON_INT32(1), "data", "{", "x", BCON_INT32(1), "}", "maxClusterTime",
-                    BCON_TIMESTAMP(1, 1)),
-           NULL);
+    simcluster_cmd_ok(cl.shard[1], "admin",
+                      BCON_NEW("appendOplogNote", BCON_INT32(1), "data", "{", "x", BCON_INT32(1), "}", "maxClusterTime",
+                               BCON_TIMESTAMP(1, 1)),
+                      NULL);
     read_oplog(cl.shard[1], &s1);
     ck_assert_uint_eq(s1.n, before);
     entries_free(&s1);
@@ -529,40 +519,13 @@ START_TEST(test_append_oplog_note)
 }
 END_TEST
 
-static void txn_update_two(mongoc_client_t *c, int64_t a, int64_t b)
-{
-    bson_error_t err;
-    mongoc_client_session_t *s = mongoc_client_start_session(c, NULL, &err);
-    ck_assert_msg(s, "%s", err.message);
-    ck_assert_msg(mongoc_client_session_start_transaction(s, NULL, &err), "%s", err.message);
-    mongoc_collection_t *coll = mongoc_client_get_collection(c, "db", "c");
-    bson_t opts = BSON_INITIALIZER;
-    ck_assert(mongoc_client_session_append(s, &opts, &err));
-    int64_t ids[2] = {a, b};
-    for (int i = 0; i < 2; i++) {
-        bson_t *q = BCON_NEW("_id", BCON_INT64(ids[i])), *u = BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}");
-        ck_assert_msg(mongoc_collection_update_one(coll, q, u, &opts, NULL, &err), "%s", err.message);
-        bson_destroy(q);
-        bson_destroy(u);
-    }
-    bson_t reply;
-    ck_assert_msg(mongoc_client_session_commit_transaction(s, &reply, &err), "commit: %s", err.message);
-    bson_destroy(&reply);
-    /* A retried commit (drivers retry it) succeeds and writes nothing more. */
-    ck_assert_msg(mongoc_client_session_commit_transaction(s, &reply, &err), "commit again: %s", err.message);
-    bson_destroy(&reply);
-    bson_destroy(&opts);
-    mongoc_collection_destroy(coll);
-    mongoc_client_session_destroy(s);
-}
-
 START_TEST(test_two_phase_commit)
 {
     cluster cl;
     cluster_start(&cl, NULL);
     shard_and_fill(&cl);
     move_chunk(&cl, 7, "shard1");
-    txn_update_two(cl.router, 1, 6); /* shard0 first: the coordinator */
+    simcluster_txn_inc_two(cl.router, 1, 6, true); /* shard0 first: the coordinator */
     entries s0, s1;
     read_oplog(cl.shard[0], &s0);
     read_oplog(cl.shard[1], &s1);
@@ -598,7 +561,7 @@ START_TEST(test_two_phase_commit)
     entries_free(&s0);
     entries_free(&s1);
     /* A single-shard transaction commits without 2PC: one applyOps, no prepare, nothing on the other shard. */
-    txn_update_two(cl.router, 6, 8);
+    simcluster_txn_inc_two(cl.router, 6, 8, true);
     read_oplog(cl.shard[0], &s0);
     read_oplog(cl.shard[1], &s1);
     ck_assert_uint_eq(s0.n, n0);
@@ -684,11 +647,11 @@ START_TEST(test_prepare_held_open_on_shards)
                                "u", "{", "$set", "{", "held", BCON_BOOL(true), "}", "}", "}", "]", "lsid", "{", "id",
                                BCON_BIN(BSON_SUBTYPE_UUID, id, 16), "}", "txnNumber", BCON_INT64(1), "autocommit",
                                BCON_BOOL(false), "startTransaction", BCON_BOOL(true));
-        cmd_ok(cl.shard[k], "db", cmd, NULL);
+        simcluster_cmd_ok(cl.shard[k], "db", cmd, NULL);
         bson_t reply;
         cmd = BCON_NEW("prepareTransaction", BCON_INT32(1), "lsid", "{", "id", BCON_BIN(BSON_SUBTYPE_UUID, id, 16), "}",
                        "txnNumber", BCON_INT64(1), "autocommit", BCON_BOOL(false));
-        cmd_ok(cl.shard[k], "admin", cmd, &reply);
+        simcluster_cmd_ok(cl.shard[k], "admin", cmd, &reply);
         pts[k] = ts_at(&reply, "prepareTimestamp");
         ck_assert(pts[k] != 0);
         bson_destroy(&reply);
@@ -711,7 +674,7 @@ START_TEST(test_prepare_held_open_on_shards)
                                BCON_TIMESTAMP((uint32_t)(ct >> 32), (uint32_t)ct), "lsid", "{", "id",
                                BCON_BIN(BSON_SUBTYPE_UUID, id, 16), "}", "txnNumber", BCON_INT64(1), "autocommit",
                                BCON_BOOL(false));
-        cmd_ok(cl.shard[k], "admin", cmd, NULL);
+        simcluster_cmd_ok(cl.shard[k], "admin", cmd, NULL);
     }
     for (int k = 0; k < 2; k++) {
         bson_t *byid = BCON_NEW("_id", BCON_INT64(docs[k]));
@@ -739,8 +702,8 @@ START_TEST(test_hashed_shard_key)
 {
     cluster cl;
     cluster_start(&cl, NULL);
-    cmd_ok(cl.router, "admin",
-           BCON_NEW("shardCollection", BCON_UTF8("db.h"), "key", "{", "k", BCON_UTF8("hashed"), "}"), NULL);
+    simcluster_cmd_ok(cl.router, "admin",
+                      BCON_NEW("shardCollection", BCON_UTF8("db.h"), "key", "{", "k", BCON_UTF8("hashed"), "}"), NULL);
     mongoc_collection_t *chunks = mongoc_client_get_collection(cl.router, "config", "chunks");
     bson_t f = BSON_INITIALIZER;
     mongoc_cursor_t *cur = mongoc_collection_find_with_opts(chunks, &f, NULL, NULL);
@@ -800,7 +763,7 @@ START_TEST(test_add_and_remove_shard)
     cluster_start(&cl, NULL);
     shard_and_fill(&cl);
     bson_t reply;
-    cmd_ok(cl.router, "admin", BCON_NEW("mongosimAddShard", BCON_INT32(1)), &reply);
+    simcluster_cmd_ok(cl.router, "admin", BCON_NEW("mongosimAddShard", BCON_INT32(1)), &reply);
     ck_assert_str_eq(str_at(&reply, "shardAdded"), "shard2");
     bson_destroy(&reply);
     connect_shards(&cl);
@@ -810,7 +773,7 @@ START_TEST(test_add_and_remove_shard)
     read_oplog(cl.shard[2], &s2);
     ck_assert_int_ge(find_entry(&s2, 0, "i", "db.c", 7), 0);
     entries_free(&s2);
-    cmd_ok(cl.router, "admin", BCON_NEW("removeShard", BCON_UTF8("shard2")), &reply);
+    simcluster_cmd_ok(cl.router, "admin", BCON_NEW("removeShard", BCON_UTF8("shard2")), &reply);
     ck_assert_str_eq(str_at(&reply, "state"), "started");
     bson_destroy(&reply);
     /* Drained: its chunk moved off, its documents deleted (fromMigrate), migrateLastChunkFromShard written. */
@@ -822,7 +785,7 @@ START_TEST(test_add_and_remove_shard)
         last = last || has(s2.e[i], "o2.migrateLastChunkFromShard");
     ck_assert(last);
     entries_free(&s2);
-    cmd_ok(cl.router, "admin", BCON_NEW("removeShard", BCON_UTF8("shard2")), &reply);
+    simcluster_cmd_ok(cl.router, "admin", BCON_NEW("removeShard", BCON_UTF8("shard2")), &reply);
     ck_assert_str_eq(str_at(&reply, "state"), "completed");
     bson_destroy(&reply);
     for (size_t i = 0; i < 8; i++)
@@ -860,6 +823,66 @@ START_TEST(test_periodic_noop_per_shard)
 }
 END_TEST
 
+/* The delays a member drew for its oplog reads so far (mongosimStatus): how many replies, and their sum in ms. */
+static void read_delays(mongoc_client_t *c, int64_t *n, int64_t *total_ms)
+{
+    bson_t reply;
+    simcluster_cmd_ok(c, "admin", BCON_NEW("mongosimStatus", BCON_INT32(1)), &reply);
+    *n = int_at(&reply, "oplogReadsDelayed");
+    *total_ms = int_at(&reply, "oplogReadDelayTotalMS");
+    bson_destroy(&reply);
+}
+
+/* --oplog-read-delay: each shard holds back its oplog replies by random delays of its own (the two shards' sums
+ * differ), writes and collection reads are never held, and the same --seed draws the same delays again. */
+START_TEST(test_oplog_read_delay)
+{
+    int64_t sums[2][2];
+    for (int run = 0; run < 2; run++) {
+        cluster cl;
+        const char *extra[] = {"--oplog-read-delay", "40", "--seed", "12345", NULL};
+        cluster_start(&cl, extra);
+        shard_and_fill(&cl);
+        ck_assert_int_eq(count_all(cl.router), 10);
+        for (int s = 0; s < 2; s++) { /* writes and collection reads are never held */
+            int64_t n, total;
+            read_delays(cl.shard[s], &n, &total);
+            ck_assert_int_eq(n, 0);
+            ck_assert_int_eq(total, 0);
+        }
+        for (int s = 0; s < 2; s++) {
+            for (int k = 0; k < 6; k++) {
+                entries x;
+                read_oplog(cl.shard[s], &x);
+                ck_assert_uint_gt(x.n, 0);
+                entries_free(&x);
+            }
+            int64_t n, total;
+            read_delays(cl.shard[s], &n, &total);
+            ck_assert_int_ge(n, 6); /* each read: at least its find */
+            ck_assert_int_le(total, n * 40);
+            ck_assert_int_gt(total, 0);
+            sums[run][s] = total;
+        }
+        cluster_stop(&cl);
+    }
+    ck_assert_int_ne(sums[0][0], sums[0][1]);
+    ck_assert_int_eq(sums[0][0], sums[1][0]);
+    ck_assert_int_eq(sums[0][1], sums[1][1]);
+    /* Without the option nothing is held. */
+    cluster cl;
+    cluster_start(&cl, NULL);
+    entries x;
+    read_oplog(cl.shard[0], &x);
+    entries_free(&x);
+    int64_t n, total;
+    read_delays(cl.shard[0], &n, &total);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(total, 0);
+    cluster_stop(&cl);
+}
+END_TEST
+
 Suite *mongosim_shards_suite(void)
 {
     Suite *s = suite_create("mongosim_shards");
@@ -876,6 +899,7 @@ Suite *mongosim_shards_suite(void)
     tcase_add_test(tc, test_hashed_shard_key);
     tcase_add_test(tc, test_add_and_remove_shard);
     tcase_add_test(tc, test_periodic_noop_per_shard);
+    tcase_add_test(tc, test_oplog_read_delay);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -7,8 +7,10 @@
  *
  * The entries are appended verbatim to mongosim's oplog (appendOplog) in the shapes a 4.2+ server writes them (mongo
  * op_observer_impl.cpp: logOplogEntries, logCommitOrAbortForPreparedTransaction), each case at its own seconds past
- * the newest entry, and each case reads only the entries at those seconds. mongosim only: on a real server the
- * cases skip (skip.h).
+ * the newest entry, and each case reads only the entries at those seconds. The last case reads two shards of a
+ * `mongosim --shards 2` (tests/lib/simcluster.h) with one reader each, through a transaction the router commits by
+ * two-phase commit: the participants' keys agree across shards, and a transaction on one shard carries no tag.
+ * mongosim only: on a real server the cases skip (skip.h).
  */
 #include <check.h>
 #include <mongoc/mongoc.h>
@@ -18,6 +20,7 @@
 #include <time.h>
 
 #include "../lib/oplogutil.h"
+#include "../lib/simcluster.h"
 #include "../lib/skip.h"
 #include "core/op.h"
 #include "core/queue.h"
@@ -465,6 +468,133 @@ START_TEST(test_prepares_noted_at_start)
 }
 END_TEST
 
+/* ---- two shards' readers and a transaction across them (mongosim --shards 2) ---- */
+
+/* What a shard's reader pushed for db.c's transactions, until the end of a commit (or timeout). */
+typedef struct {
+    size_t prepares, commit_parts, plain_txn, updates;
+    uint64_t prepare_key, commit_key;
+    bool commit_ended, source_ok;
+} tags_seen;
+
+static void read_tags(queue *q, uint16_t source, bool want_commit, tags_seen *t)
+{
+    memset(t, 0, sizeof *t);
+    t->source_ok = true;
+    double until = now_s() + WAIT_S;
+    while (now_s() < until) {
+        queue_item it;
+        if (!queue_pop(q, &it)) {
+            if (!want_commit && t->plain_txn > 0)
+                return;
+            sleep_ms(5);
+            continue;
+        }
+        ck_assert_msg(it.type != QUEUE_END, "reader ended: %s", it.message);
+        if (it.type == QUEUE_ENTRY) {
+            op_entry *e = it.entry;
+            t->source_ok &= e->source == source;
+            for (size_t i = 0; i < e->n; i++)
+                t->updates += e->ops[i].kind == OP_UPDATE && e->ops[i].coll && strcmp(e->ops[i].coll, "c") == 0;
+            if (e->txn_role == OP_TXN_PREPARE) {
+                t->prepares++;
+                t->prepare_key = e->txn_key;
+            } else if (e->txn_role == OP_TXN_COMMIT) {
+                t->commit_parts++;
+                t->commit_key = e->txn_key;
+                t->commit_ended = !e->more;
+            } else if (e->atomic && e->txn_role == OP_TXN_NONE) {
+                t->plain_txn++;
+            }
+            bool done = want_commit && t->commit_ended;
+            queue_item_clear(&it);
+            if (done)
+                return;
+            continue;
+        }
+        queue_item_clear(&it);
+    }
+}
+
+/* Each shard's reader tags its part of a transaction across shards: a prepare and a commit with one key, the same
+ * on both shards (the router's lsid and txnNumber), each entry stamped with its reader's source; a later transaction
+ * on one shard alone (no prepare) carries no tag. */
+START_TEST(test_readers_tag_a_cross_shard_transaction)
+{
+    simcluster cl;
+    char err[512] = "";
+    if (!simcluster_start(2, NULL, NULL, &cl, err, sizeof err))
+        SKIP_TEST("needs mongosim --shards");
+    ck_assert_uint_eq(cl.n, 2);
+    char uri[2][128];
+    simcluster_router_uri(&cl, uri[0], sizeof uri[0]);
+    mongoc_client_t *router = mongoc_client_new(uri[0]);
+    ck_assert_ptr_nonnull(router);
+    simcluster_cmd_ok(router, "admin",
+                      BCON_NEW("shardCollection", BCON_UTF8("db.c"), "key", "{", "k", BCON_INT32(1), "}"), NULL);
+    simcluster_cmd_ok(router, "admin", BCON_NEW("split", BCON_UTF8("db.c"), "middle", "{", "k", BCON_INT64(5), "}"),
+                      NULL);
+    mongoc_collection_t *coll = mongoc_client_get_collection(router, "db", "c");
+    for (int64_t k = 0; k < 10; k++) {
+        bson_t *doc = BCON_NEW("_id", BCON_INT64(k), "k", BCON_INT64(k), "v", BCON_INT32(0));
+        ck_assert_msg(mongoc_collection_insert_one(coll, doc, NULL, NULL, NULL), "insert %d", (int)k);
+        bson_destroy(doc);
+    }
+    mongoc_collection_destroy(coll);
+    simcluster_cmd_ok(
+        router, "admin",
+        BCON_NEW("moveChunk", BCON_UTF8("db.c"), "find", "{", "k", BCON_INT64(7), "}", "to", BCON_UTF8("shard1")),
+        NULL);
+
+    queue *q[2];
+    reader *r[2];
+    for (uint16_t i = 0; i < 2; i++) {
+        simcluster_shard_uri(&cl, i, uri[i], sizeof uri[i]);
+        mongoc_client_t *sc = mongoc_client_new(uri[i]);
+        ck_assert_ptr_nonnull(sc);
+        uint64_t newest;
+        bson_error_t e;
+        ck_assert_msg(oplogutil_newest_ts(sc, &newest, &e), "%s", e.message);
+        reader_config cfg;
+        reader_config_init(&cfg);
+        cfg.uri = uri[i];
+        cfg.await_ms = AWAIT_MS;
+        cfg.start = at((uint32_t)(newest >> 32), (uint32_t)newest);
+        cfg.start_after = true; /* the term is not checked: a shard with no checkpoint of its own */
+        cfg.source = i;
+        q[i] = queue_new(1000, 0);
+        r[i] = reader_start(&cfg, q[i], err, sizeof err);
+        ck_assert_msg(r[i] != NULL, "%s", err);
+        mongoc_client_destroy(sc);
+    }
+    simcluster_txn_inc_two(router, 1, 6, false); /* _id 1 on shard0, _id 6 on shard1 */
+    tags_seen t[2];
+    for (uint16_t i = 0; i < 2; i++) {
+        read_tags(q[i], i, true, &t[i]);
+        ck_assert_msg(t[i].commit_ended, "shard%u: no commit within %.0f s", i, WAIT_S);
+        ck_assert_uint_eq(t[i].prepares, 1);
+        ck_assert_uint_ge(t[i].commit_parts, 1);
+        ck_assert_uint_eq(t[i].updates, 1);
+        ck_assert(t[i].source_ok);
+        ck_assert_msg(t[i].prepare_key == t[i].commit_key, "shard%u: prepare and commit keys differ", i);
+    }
+    ck_assert_msg(t[0].commit_key == t[1].commit_key, "the participants' keys differ");
+
+    simcluster_txn_inc_two(router, 6, 8, false); /* both on shard1: no two-phase commit */
+    read_tags(q[1], 1, false, &t[1]);
+    ck_assert_uint_eq(t[1].plain_txn, 1);
+    ck_assert_uint_eq(t[1].prepares + t[1].commit_parts, 0);
+    ck_assert_uint_eq(t[1].updates, 2);
+
+    for (int i = 0; i < 2; i++) {
+        reader_free(r[i]);
+        queue_free(q[i]);
+    }
+    mongoc_client_destroy(router);
+    simcluster_stop(&cl);
+}
+END_TEST
+
 Suite *reader_shard_tags_suite(void)
 {
     Suite *s = suite_create("reader_shard_tags");
@@ -473,6 +603,7 @@ Suite *reader_shard_tags_suite(void)
     tcase_add_test(tc, test_source_and_txn_tags);
     tcase_add_test(tc, test_start_after);
     tcase_add_test(tc, test_prepares_noted_at_start);
+    tcase_add_test(tc, test_readers_tag_a_cross_shard_transaction);
     suite_add_tcase(s, tc);
     return s;
 }

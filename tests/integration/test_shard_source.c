@@ -19,6 +19,7 @@
 #include "../lib/daemonenv.h"
 #include "../lib/oplogutil.h"
 #include "../lib/proc.h"
+#include "../lib/simcluster.h"
 #include "../lib/skip.h"
 #include "core/op.h"
 #include "core/queue.h"
@@ -41,17 +42,6 @@ static const char *mongo_uri(void)
     const char *uri = getenv("MONGO_URI");
     ck_assert_msg(uri && *uri, "MONGO_URI is not set: the integration harness (tests/integration/run.sh) sets it");
     return uri;
-}
-
-static void cmd_ok(mongoc_client_t *c, const char *db, bson_t *cmd, bson_t *reply)
-{
-    bson_error_t err;
-    bson_t tmp;
-    bool ok = mongoc_client_command_simple(c, db, cmd, NULL, reply ? reply : &tmp, &err);
-    bson_destroy(cmd);
-    ck_assert_msg(ok, "command failed: %s (code %u)", err.message, err.code);
-    if (!reply)
-        bson_destroy(&tmp);
 }
 
 /* Whether the server at c knows appendOplogNote: a note with a maxClusterTime of 0 is never written (its newest entry
@@ -165,19 +155,18 @@ END_TEST
 /* ---- discovery and notes on a sharded mongosim ---- */
 
 typedef struct {
-    proc_handle sim;
+    simcluster sc;
     char uri[128];
 } cluster;
 
-/* `mongosim --shards 2`, or false (the case skips) when this mongosim has no such option. */
+/* `mongosim --shards 2` (tests/lib/simcluster.h), or false (the case skips) when this mongosim has no such option. */
 static bool cluster_start(cluster *cl)
 {
-    const char *args[] = {"--shards", "2", NULL};
     char err[512];
     memset(cl, 0, sizeof *cl);
-    if (!proc_start_mongosim(args, NULL, &cl->sim, err, sizeof err))
+    if (!simcluster_start(2, NULL, NULL, &cl->sc, err, sizeof err))
         return false;
-    snprintf(cl->uri, sizeof cl->uri, "mongodb://127.0.0.1:%d/?serverSelectionTimeoutMS=10000", cl->sim.port);
+    snprintf(cl->uri, sizeof cl->uri, "mongodb://127.0.0.1:%d/?serverSelectionTimeoutMS=10000", cl->sc.router_port);
     return true;
 }
 
@@ -208,7 +197,7 @@ START_TEST(test_discover_cluster)
         ck_assert_ptr_nonnull(c);
         bson_t reply;
         bson_iter_t it;
-        cmd_ok(c, "admin", BCON_NEW("hello", BCON_INT32(1)), &reply);
+        simcluster_cmd_ok(c, "admin", BCON_NEW("hello", BCON_INT32(1)), &reply);
         ck_assert(bson_iter_init_find(&it, &reply, "setName") && BSON_ITER_HOLDS_UTF8(&it));
         ck_assert_str_eq(bson_iter_utf8(&it, NULL), id);
         ck_assert(!bson_iter_init_find(&it, &reply, "msg"));
@@ -217,14 +206,14 @@ START_TEST(test_discover_cluster)
     }
 
     mongoc_client_t *router_client = mongoc_client_new(cl.uri);
-    cmd_ok(router_client, "admin", BCON_NEW("mongosimAddShard", BCON_INT32(1)), NULL);
+    simcluster_cmd_ok(router_client, "admin", BCON_NEW("mongosimAddShard", BCON_INT32(1)), NULL);
     mongoc_client_destroy(router_client);
     ck_assert_msg(shard_discovery_list(d, &l, err, sizeof err) == DISCOVER_OK, "%s", err);
     ck_assert_uint_eq(l.n, 3);
     ck_assert_ptr_nonnull(shard_list_find(&l, "shard2"));
     shard_list_free(&l);
     shard_discovery_close(d);
-    proc_stop(&cl.sim, 10);
+    simcluster_stop(&cl.sc);
 }
 END_TEST
 
@@ -234,20 +223,18 @@ START_TEST(test_note_on_a_shard)
     cluster cl;
     if (!cluster_start(&cl))
         SKIP_TEST("needs mongosim --shards");
-    char err[512] = "";
-    shard_discovery *d = shard_discovery_open(cl.uri, err, sizeof err);
-    ck_assert_msg(d != NULL, "%s", err);
-    shard_list l = {0};
-    ck_assert_msg(shard_discovery_list(d, &l, err, sizeof err) == DISCOVER_OK, "%s", err);
-    ck_assert_uint_eq(l.n, 2);
-    mongoc_client_t *s0 = mongoc_client_new(l.v[0].uri), *s1 = mongoc_client_new(l.v[1].uri);
+    char err[512] = "", uri0[128], uri1[128];
+    ck_assert_uint_eq(cl.sc.n, 2);
+    simcluster_shard_uri(&cl.sc, 0, uri0, sizeof uri0);
+    simcluster_shard_uri(&cl.sc, 1, uri1, sizeof uri1);
+    mongoc_client_t *s0 = mongoc_client_new(uri0), *s1 = mongoc_client_new(uri1);
     bson_t *before1 = newest_entry(s1);
     bson_t *before0 = newest_entry(s0);
     ck_assert_ptr_nonnull(before0);
     op_pos past = pos_of(before0);
     past.inc++; /* a time after the shard's newest entry: the merge waits on another shard's entry there */
 
-    noter_config nc = {.uri = l.v[0].uri, .shard = l.v[0].id, .service = "svc"};
+    noter_config nc = {.uri = uri0, .shard = cl.sc.id[0], .service = "svc"};
     noter *n = noter_start(&nc, err, sizeof err);
     ck_assert_msg(n != NULL, "%s", err);
     noter_request(n, &past);
@@ -268,158 +255,7 @@ START_TEST(test_note_on_a_shard)
     bson_destroy(after1);
     mongoc_client_destroy(s0);
     mongoc_client_destroy(s1);
-    shard_list_free(&l);
-    shard_discovery_close(d);
-    proc_stop(&cl.sim, 10);
-}
-END_TEST
-
-/* ---- the shards' readers and a transaction across shards ---- */
-
-/* One transaction through the router updating _id a and b of db.c ({v: +1}). */
-static void txn_update_two(mongoc_client_t *c, int64_t a, int64_t b)
-{
-    bson_error_t err;
-    mongoc_client_session_t *s = mongoc_client_start_session(c, NULL, &err);
-    ck_assert_msg(s, "%s", err.message);
-    ck_assert_msg(mongoc_client_session_start_transaction(s, NULL, &err), "%s", err.message);
-    mongoc_collection_t *coll = mongoc_client_get_collection(c, "db", "c");
-    bson_t opts = BSON_INITIALIZER;
-    ck_assert(mongoc_client_session_append(s, &opts, &err));
-    int64_t ids[2] = {a, b};
-    for (int i = 0; i < 2; i++) {
-        bson_t *q = BCON_NEW("_id", BCON_INT64(ids[i])), *u = BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}");
-        ck_assert_msg(mongoc_collection_update_one(coll, q, u, &opts, NULL, &err), "%s", err.message);
-        bson_destroy(q);
-        bson_destroy(u);
-    }
-    bson_t reply;
-    ck_assert_msg(mongoc_client_session_commit_transaction(s, &reply, &err), "commit: %s", err.message);
-    bson_destroy(&reply);
-    bson_destroy(&opts);
-    mongoc_collection_destroy(coll);
-    mongoc_client_session_destroy(s);
-}
-
-/* What a shard's reader pushed for db.c's transactions, until the end of a commit (or timeout). */
-typedef struct {
-    size_t prepares, commit_parts, plain_txn, updates;
-    uint64_t prepare_key, commit_key;
-    bool commit_ended, source_ok;
-} tags_seen;
-
-static void read_tags(queue *q, uint16_t source, bool want_commit, tags_seen *t)
-{
-    memset(t, 0, sizeof *t);
-    t->source_ok = true;
-    double until = denv_now() + WAIT_S;
-    while (denv_now() < until) {
-        queue_item it;
-        if (!queue_pop(q, &it)) {
-            if (!want_commit && t->plain_txn > 0)
-                return;
-            sleep_ms(5);
-            continue;
-        }
-        ck_assert_msg(it.type != QUEUE_END, "reader ended: %s", it.message);
-        if (it.type == QUEUE_ENTRY) {
-            op_entry *e = it.entry;
-            t->source_ok &= e->source == source;
-            for (size_t i = 0; i < e->n; i++)
-                t->updates += e->ops[i].kind == OP_UPDATE && e->ops[i].coll && strcmp(e->ops[i].coll, "c") == 0;
-            if (e->txn_role == OP_TXN_PREPARE) {
-                t->prepares++;
-                t->prepare_key = e->txn_key;
-            } else if (e->txn_role == OP_TXN_COMMIT) {
-                t->commit_parts++;
-                t->commit_key = e->txn_key;
-                t->commit_ended = !e->more;
-            } else if (e->atomic && e->txn_role == OP_TXN_NONE) {
-                t->plain_txn++;
-            }
-            bool done = want_commit && t->commit_ended;
-            queue_item_clear(&it);
-            if (done)
-                return;
-            continue;
-        }
-        queue_item_clear(&it);
-    }
-}
-
-/* Each shard's reader tags its part of a transaction across shards: a prepare and a commit with one key, the same
- * on both shards (the router's lsid and txnNumber), each entry stamped with its reader's source; a later transaction
- * on one shard alone (no prepare) carries no tag. */
-START_TEST(test_readers_tag_a_cross_shard_transaction)
-{
-    cluster cl;
-    if (!cluster_start(&cl))
-        SKIP_TEST("needs mongosim --shards");
-    char err[512] = "";
-    shard_discovery *d = shard_discovery_open(cl.uri, err, sizeof err);
-    ck_assert_msg(d != NULL, "%s", err);
-    shard_list l = {0};
-    ck_assert_msg(shard_discovery_list(d, &l, err, sizeof err) == DISCOVER_OK, "%s", err);
-    ck_assert_uint_eq(l.n, 2);
-    mongoc_client_t *router = mongoc_client_new(cl.uri);
-    cmd_ok(router, "admin", BCON_NEW("shardCollection", BCON_UTF8("db.c"), "key", "{", "k", BCON_INT32(1), "}"), NULL);
-    cmd_ok(router, "admin", BCON_NEW("split", BCON_UTF8("db.c"), "middle", "{", "k", BCON_INT64(5), "}"), NULL);
-    mongoc_collection_t *coll = mongoc_client_get_collection(router, "db", "c");
-    for (int64_t k = 0; k < 10; k++) {
-        bson_t *doc = BCON_NEW("_id", BCON_INT64(k), "k", BCON_INT64(k), "v", BCON_INT32(0));
-        ck_assert_msg(mongoc_collection_insert_one(coll, doc, NULL, NULL, NULL), "insert %d", (int)k);
-        bson_destroy(doc);
-    }
-    mongoc_collection_destroy(coll);
-    cmd_ok(router, "admin",
-           BCON_NEW("moveChunk", BCON_UTF8("db.c"), "find", "{", "k", BCON_INT64(7), "}", "to", BCON_UTF8("shard1")),
-           NULL);
-
-    queue *q[2];
-    reader *r[2];
-    for (uint16_t i = 0; i < 2; i++) {
-        mongoc_client_t *sc = mongoc_client_new(l.v[i].uri);
-        bson_t *newest = newest_entry(sc);
-        reader_config cfg;
-        reader_config_init(&cfg);
-        cfg.uri = l.v[i].uri;
-        cfg.await_ms = 300;
-        cfg.start = pos_of(newest);
-        cfg.start_after = true; /* the term is not checked: a shard with no checkpoint of its own */
-        cfg.source = i;
-        q[i] = queue_new(1000, 0);
-        r[i] = reader_start(&cfg, q[i], err, sizeof err);
-        ck_assert_msg(r[i] != NULL, "%s", err);
-        bson_destroy(newest);
-        mongoc_client_destroy(sc);
-    }
-    txn_update_two(router, 1, 6); /* _id 1 on shard0, _id 6 on shard1 */
-    tags_seen t[2];
-    for (uint16_t i = 0; i < 2; i++) {
-        read_tags(q[i], i, true, &t[i]);
-        ck_assert_msg(t[i].commit_ended, "shard%u: no commit within %.0f s", i, WAIT_S);
-        ck_assert_uint_eq(t[i].prepares, 1);
-        ck_assert_uint_ge(t[i].commit_parts, 1);
-        ck_assert_uint_eq(t[i].updates, 1);
-        ck_assert(t[i].source_ok);
-        ck_assert_msg(t[i].prepare_key == t[i].commit_key, "shard%u: prepare and commit keys differ", i);
-    }
-    ck_assert_msg(t[0].commit_key == t[1].commit_key, "the participants' keys differ");
-
-    txn_update_two(router, 6, 8); /* both on shard1: no two-phase commit */
-    read_tags(q[1], 1, false, &t[1]);
-    ck_assert_uint_eq(t[1].plain_txn, 1);
-    ck_assert_uint_eq(t[1].prepares + t[1].commit_parts, 0);
-    ck_assert_uint_eq(t[1].updates, 2);
-
-    for (int i = 0; i < 2; i++) {
-        reader_free(r[i]);
-        queue_free(q[i]);
-    }
-    mongoc_client_destroy(router);
-    shard_list_free(&l);
-    shard_discovery_close(d);
-    proc_stop(&cl.sim, 10);
+    simcluster_stop(&cl.sc);
 }
 END_TEST
 
@@ -451,7 +287,7 @@ START_TEST(test_note_written_and_coalesced)
     noter_stats st;
 
     /* replies held back 1 s: the first request's note is in flight while ten more come */
-    cmd_ok(c, "admin", BCON_NEW("mongosimDelay", BCON_INT32(1000)), NULL);
+    simcluster_cmd_ok(c, "admin", BCON_NEW("mongosimDelay", BCON_INT32(1000)), NULL);
     op_pos next = note_pos, later = note_pos;
     next.inc++;
     later.inc += 2;
@@ -463,7 +299,7 @@ START_TEST(test_note_written_and_coalesced)
     for (int i = 0; i < 10; i++)
         noter_request(n, &later);
     ck_assert(wait_attempts(n, 3));
-    cmd_ok(c, "admin", BCON_NEW("mongosimDelay", BCON_INT32(0)), NULL);
+    simcluster_cmd_ok(c, "admin", BCON_NEW("mongosimDelay", BCON_INT32(0)), NULL);
     sleep_ms(1500); /* what a writer that sent one note per request would be doing now */
     st = stats_of(n);
     ck_assert_uint_eq(st.requests, 12);
@@ -537,7 +373,7 @@ START_TEST(test_note_retried_after_failure)
     noter *n = noter_start(&nc, err, sizeof err);
     ck_assert_msg(n != NULL, "%s", err);
     /* 25 s without a primary: each attempt waits 5 s for one (the writer's server selection), so two fail */
-    cmd_ok(c, "admin", BCON_NEW("mongosimStepDown", BCON_INT32(25000)), NULL);
+    simcluster_cmd_ok(c, "admin", BCON_NEW("mongosimStepDown", BCON_INT32(25000)), NULL);
     noter_request(n, NULL);
     ck_assert(wait_attempts(n, 1));
     noter_stats st = stats_of(n);
@@ -572,7 +408,6 @@ Suite *shard_source_suite(void)
     tcase_add_test(tc, test_discover_replica_set);
     tcase_add_test(tc, test_discover_cluster);
     tcase_add_test(tc, test_note_on_a_shard);
-    tcase_add_test(tc, test_readers_tag_a_cross_shard_transaction);
     tcase_add_test(tc, test_note_written_and_coalesced);
     tcase_add_test(tc, test_note_refused_once);
     tcase_add_test(tc, test_note_retried_after_failure);

@@ -2,8 +2,10 @@
  * test_sharded.c — the daemon on a sharded cluster (mongosim --shards N, tests/mongosim/README.md "Sharded
  * cluster"): one reader per shard, merged in cluster-time order, one checkpoint per shard.
  *
- * - a workload that moves chunks between the shards while it updates the same documents ends equal to MongoDB,
- *   through several kill -9 of the daemon; the migrations' copies and deletions (fromMigrate) are never applied;
+ * - a workload that moves chunks between the shards while it updates the same documents (the same fields on both
+ *   sides of each move) ends equal to MongoDB, through several kill -9 of the daemon, with each shard's oplog reads
+ *   answered after a random delay (a seeded run: OPLOG2PG_TEST_SEED replays it); the migrations' copies and
+ *   deletions (fromMigrate) are never applied;
  * - transfers between documents on different shards, each a transaction committed by two-phase commit, keep a sum
  *   constant in PostgreSQL at every moment the test samples it;
  * - a write on one shard while the other is idle (no periodic noop) is applied once the daemon writes an oplog note
@@ -12,12 +14,14 @@
  * They need the simulator (a real cluster would need MONGO_URI to name its routers): with MONGO_URI set they skip.
  */
 #include <check.h>
+#include <inttypes.h>
 #include <libpq-fe.h>
 #include <mongoc/mongoc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../lib/compare.h"
@@ -242,21 +246,50 @@ static int64_t sh_rows(const char *sql)
     return denv_pg_int(sql);
 }
 
+/* The seed of a randomised case: OPLOG2PG_TEST_SEED=N replays run N, =random draws one; unset, the same every run
+ * (a failure in make check is never a roll of the dice). */
+static uint64_t sh_seed(void)
+{
+    const char *s = getenv("OPLOG2PG_TEST_SEED");
+    if (s == NULL || *s == '\0')
+        return 3232;
+    if (strcmp(s, "random") != 0)
+        return strtoull(s, NULL, 10);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000003u + (uint64_t)ts.tv_nsec;
+}
+
+/* Each shard answers its oplog reads after a random 0..SH_READ_DELAY_MS ms (mongosim --oplog-read-delay), so the
+ * daemon's readers fall behind each other by amounts that change at every read.
+ * OPLOG2PG_TEST_SHARD_READ_DELAY_MS overrides it (0: no delay). */
+#define SH_READ_DELAY_MS 200
+
 START_TEST(test_migrations_with_updates_and_kills)
 {
     if (!denv_using_sim()) {
         SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
         return;
     }
+    uint64_t seed64 = sh_seed();
+    const char *d_env = getenv("OPLOG2PG_TEST_SHARD_READ_DELAY_MS");
+    long delay_ms = d_env != NULL && *d_env != '\0' ? strtol(d_env, NULL, 10) : SH_READ_DELAY_MS;
+    char seed_arg[32], delay_arg[32];
+    snprintf(seed_arg, sizeof seed_arg, "%" PRIu64, seed64);
+    snprintf(delay_arg, sizeof delay_arg, "%ld", delay_ms);
+    printf("sharded migrations: seed %" PRIu64 ", oplog reads delayed 0..%ld ms (OPLOG2PG_TEST_SEED=%" PRIu64
+           " replays it)\n",
+           seed64, delay_ms, seed64);
+    fflush(stdout);
     shenv e;
-    const char *sim[] = {"--orphan-cleanup-delay", "0", NULL};
+    const char *sim[] = {"--orphan-cleanup-delay", "0", "--oplog-read-delay", delay_arg, "--seed", seed_arg, NULL};
     sh_start(&e, "mig", 2, sim, "shard_note_after = 50ms");
     sh_shard_coll(&e, "c", 100);
     const char *skip[] = {"--skip-import", NULL};
     sh_daemon_ready(&e, skip);
     for (int i = 0; i < 200; i++)
         sh_insert(&e, "c", i, i);
-    unsigned seed = 7;
+    unsigned seed = (unsigned)(seed64 ^ (seed64 >> 32));
     int kills = 0;
     for (int round = 0; round < 12; round++) {
         /* The chunk of 100..199 moves to the other shard while its documents are updated before and after. */
@@ -265,7 +298,19 @@ START_TEST(test_migrations_with_updates_and_kills)
             sh_update(&e, "c", id,
                       BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "r", BCON_INT32(round), "}"));
         }
+        /* The same documents updated on the donor just before the move and on the recipient just after it, the
+         * same fields each time: applied in any other order than the cluster's, one ends with the donor's value. */
+        int hot[8];
+        for (int k = 0; k < 8; k++) {
+            hot[k] = 100 + (int)(rand_r(&seed) % 100);
+            sh_update(&e, "c", hot[k],
+                      BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "last", BCON_INT32(2 * round), "}"));
+        }
         sh_move(&e, "c", 150, round % 2 == 0 ? "shard0" : "shard1");
+        for (int k = 0; k < 8; k++)
+            sh_update(
+                &e, "c", hot[k],
+                BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "last", BCON_INT32(2 * round + 1), "}"));
         for (int k = 0; k < 30; k++) {
             int id = (int)(rand_r(&seed) % 200);
             sh_update(&e, "c", id, BCON_NEW("$set", "{", "w", BCON_INT32(round * 100 + k), "}"));
@@ -282,7 +327,7 @@ START_TEST(test_migrations_with_updates_and_kills)
         }
     }
     ck_assert_int_ge(kills, 3);
-    ck_assert_msg(sh_wait_equal(&e, 120, true), "PostgreSQL differs from the cluster");
+    ck_assert_msg(sh_wait_equal(&e, 120, true), "PostgreSQL differs from the cluster (seed %" PRIu64 ")", seed64);
     /* One row per shard, each past the start. */
     char sql[300];
     snprintf(sql, sizeof sql,

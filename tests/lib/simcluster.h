@@ -34,4 +34,15 @@ void simcluster_router_uri(const simcluster *c, char *out, size_t n);
 void simcluster_shard_uri(const simcluster *c, size_t k, char *out, size_t n);
 void simcluster_stop(simcluster *c);
 
+/* ---- helpers of the Check tests that drive a sharded mongosim through libmongoc (simcluster_check.c) ---- */
+
+#include <mongoc/mongoc.h>
+
+/* Runs cmd (destroyed) on db; a failure fails the test with the command's JSON. reply, when not NULL, gets the
+ * reply (the caller destroys it). */
+void simcluster_cmd_ok(mongoc_client_t *c, const char *db, bson_t *cmd, bson_t *reply);
+/* One driver transaction through the router: {$inc: {v: 1}} on _id a and on _id b of db.c (int64 _ids), committed;
+ * with commit_twice the commit is sent again, as drivers retry it, and must succeed too. */
+void simcluster_txn_inc_two(mongoc_client_t *router, int64_t a, int64_t b, bool commit_twice);
+
 #endif

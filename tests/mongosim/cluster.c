@@ -2019,6 +2019,9 @@ static sim_server *shard_start(sim_cluster *cl, size_t i, bson_error_t *err)
     so.set_name = cl->shards[i].id;
     so.state_dir = so.data_dir = so.oplog_file = NULL;
     so.clock = &cl->clock;
+    /* Each shard its own random stream (its oplog read delays), all from the one --seed. */
+    uint64_t mix = cl->opts.seed ^ (0xd1b54a32d192ed03ull * (uint64_t)(i + 1));
+    so.seed = sim_random_next(&mix);
     sim_server *s = sim_server_new(&so, cl->loop, err);
     if (!s)
         return NULL;
@@ -2599,6 +2602,7 @@ sim_cluster *sim_cluster_new(const sim_options *opts, size_t nshards, double orp
     sim_options ro = *opts;
     ro.clock = NULL;
     ro.noop_interval = 0;
+    ro.oplog_read_delay_ms = 0;
     ro.set_name = "router";
     cl->router = sim_server_new(&ro, loop, err);
     if (!cl->router) {

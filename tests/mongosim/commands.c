@@ -485,6 +485,8 @@ static void reply_oplog_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, bo
     bw_double(b, "ok", 1.0);
     bw_doc_end(b, doc);
     reply_end(r);
+    if (!r->no_reply)
+        r->conn->oplog_reply = true;
     if (done)
         cursor_free(srv, cur);
 }
@@ -599,6 +601,8 @@ static void reply_coll_batch(sim_server *srv, sim_reply *r, sim_cursor *cur, con
     bw_double(b, "ok", 1.0);
     bw_doc_end(b, doc);
     reply_end(r);
+    if (!r->no_reply)
+        r->conn->oplog_reply = true;
     if (done)
         cursor_free(srv, cur);
 }
@@ -2295,6 +2299,8 @@ static void h_status(cmd_ctx *x)
     BSON_APPEND_TIMESTAMP(&d, "majorityTs", OPLOG_TS_SECS(maj), OPLOG_TS_INC(maj));
     BSON_APPEND_BOOL(&d, "majorityFrozen", srv->maj_frozen);
     BSON_APPEND_INT64(&d, "oplogGetMores", (int64_t)srv->oplog_getmores);
+    BSON_APPEND_INT64(&d, "oplogReadsDelayed", (int64_t)srv->oplog_reads_delayed);
+    BSON_APPEND_INT64(&d, "oplogReadDelayTotalMS", (int64_t)srv->oplog_read_delay_total_ms);
     int64_t waits = 0;
     for (sim_conn *c = srv->conns; c; c = c->next)
         if (c->parked && c->park_kind == SIM_PARK_WRITE)

@@ -3,10 +3,13 @@
  * saves --state on SIGTERM/SIGINT. See README.md in this folder for what it simulates.
  */
 #include <getopt.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <ev.h>
 
@@ -30,6 +33,10 @@ static void usage(FILE *out)
             "  --shards N               serve a sharded cluster: a router on --port and N shards shard0..\n"
             "                           (each a replica set of that name on a free port)\n"
             "  --orphan-cleanup-delay S with --shards: seconds before a migration's donor deletes the range (0)\n"
+            "  --oplog-read-delay MS    answer each find/getMore on local.oplog.rs after a random 0..MS ms (a slow\n"
+            "                           link or a busy member); with --shards each shard draws its own delays (0)\n"
+            "  --seed N                 seed of the random delays, so a run can be replayed (default: from the clock;\n"
+            "                           logged on stderr when --oplog-read-delay is set)\n"
             "  --verbose                log connections and commands to stderr\n");
 }
 
@@ -51,12 +58,15 @@ int main(int argc, char **argv)
         {"state", required_argument, NULL, 'S'},
         {"shards", required_argument, NULL, 'N'},
         {"orphan-cleanup-delay", required_argument, NULL, 'D'},
+        {"oplog-read-delay", required_argument, NULL, 'R'},
+        {"seed", required_argument, NULL, 'e'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     long shards = 0;
     double orphan_delay = 0;
+    bool have_seed = false;
     int ch;
     while ((ch = getopt_long(argc, argv, "p:vh", longopts, NULL)) != -1) {
         char *end = NULL;
@@ -124,6 +134,21 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'R':
+            opts.oplog_read_delay_ms = strtoll(optarg, &end, 10);
+            if (*end || opts.oplog_read_delay_ms < 0) {
+                fprintf(stderr, "mongosim: bad --oplog-read-delay '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'e':
+            opts.seed = strtoull(optarg, &end, 0);
+            if (*end || !*optarg) {
+                fprintf(stderr, "mongosim: bad --seed '%s'\n", optarg);
+                return 2;
+            }
+            have_seed = true;
+            break;
         case 'v':
             opts.verbose = true;
             break;
@@ -139,6 +164,11 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (!have_seed)
+        opts.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    if (opts.oplog_read_delay_ms > 0)
+        fprintf(stderr, "mongosim: oplog reads delayed 0..%" PRId64 " ms at random, --seed %" PRIu64 "\n",
+                opts.oplog_read_delay_ms, opts.seed);
     signal(SIGPIPE, SIG_IGN);
     bson_error_t err;
     struct ev_loop *loop = ev_default_loop(0);

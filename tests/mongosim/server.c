@@ -341,11 +341,39 @@ static bool conn_flush(sim_conn *c)
     return true;
 }
 
+/* splitmix64 (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", 2014): one step of *state. */
+uint64_t sim_random_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* How long the reply now in c->out waits before it is sent: the delay fault's fixed delay, or for an oplog read a
+ * random 0..--oplog-read-delay ms drawn from this server's own stream (a slow link or a busy member: the reply is
+ * late, its content is what the server had when it answered). */
+static int64_t reply_delay_ms(sim_conn *c)
+{
+    sim_server *srv = c->srv;
+    bool oplog_reply = c->oplog_reply;
+    c->oplog_reply = false;
+    if (srv->delay_ms > 0)
+        return srv->delay_ms;
+    if (!oplog_reply || srv->opts.oplog_read_delay_ms <= 0)
+        return 0;
+    uint64_t ms = sim_random_next(&srv->rng) % (uint64_t)(srv->opts.oplog_read_delay_ms + 1);
+    srv->oplog_reads_delayed++;
+    srv->oplog_read_delay_total_ms += ms;
+    return (int64_t)ms;
+}
+
 void sim_conn_reply_ready(sim_conn *c)
 {
-    if (c->srv->delay_ms > 0 && c->out.len > c->out_off) {
+    int64_t delay = reply_delay_ms(c);
+    if (delay > 0 && c->out.len > c->out_off) {
         c->held = true;
-        ev_timer_set(&c->delay_timer, (double)c->srv->delay_ms / 1000.0, 0.);
+        ev_timer_set(&c->delay_timer, (double)delay / 1000.0, 0.);
         ev_timer_start(c->srv->loop, &c->delay_timer);
         return;
     }
@@ -823,6 +851,7 @@ sim_server *sim_server_new(const sim_options *opts, struct ev_loop *loop, bson_e
     srv->opts = *opts;
     srv->lfd = -1;
     srv->clock = opts->clock;
+    srv->rng = opts->seed;
     srv->store = store_new(opts->format);
     srv->oplog = oplog_new();
     if (!srv->store || !srv->oplog) {

@@ -16,18 +16,20 @@
 struct ev_loop;
 
 typedef struct {
-    const char *bind_host;      /* "127.0.0.1" */
-    int port;                   /* 0 = pick a free port (see sim_server_port) */
-    const char *set_name;       /* "rs0" */
-    const char *advertise_host; /* host in me/hosts/primary; "127.0.0.1" */
-    sim_oplog_format format;    /* SIM_FORMAT_70 */
-    double noop_interval;       /* seconds between periodic noops; 0 = off */
-    uint64_t max_oplog_entries; /* 0 = unlimited */
-    const char *oplog_file;     /* BSON file appended verbatim at start, or NULL */
-    const char *data_dir;       /* mongodump layout loaded at start, or NULL */
-    const char *state_dir;      /* loaded at start if present; saved on stop / mongosimSave, or NULL */
-    bool verbose;               /* log each connection and command to stderr */
-    uint64_t *clock;            /* a shard of a simulated cluster: the cluster's one clock (cluster.c); NULL */
+    const char *bind_host;       /* "127.0.0.1" */
+    int port;                    /* 0 = pick a free port (see sim_server_port) */
+    const char *set_name;        /* "rs0" */
+    const char *advertise_host;  /* host in me/hosts/primary; "127.0.0.1" */
+    sim_oplog_format format;     /* SIM_FORMAT_70 */
+    double noop_interval;        /* seconds between periodic noops; 0 = off */
+    uint64_t max_oplog_entries;  /* 0 = unlimited */
+    const char *oplog_file;      /* BSON file appended verbatim at start, or NULL */
+    const char *data_dir;        /* mongodump layout loaded at start, or NULL */
+    const char *state_dir;       /* loaded at start if present; saved on stop / mongosimSave, or NULL */
+    bool verbose;                /* log each connection and command to stderr */
+    uint64_t *clock;             /* a shard of a simulated cluster: the cluster's one clock (cluster.c); NULL */
+    int64_t oplog_read_delay_ms; /* each reply to a find/getMore on local.oplog.rs waits a random 0..this ms; 0 off */
+    uint64_t seed;               /* seeds the server's random stream (the oplog read delays) */
 } sim_options;
 
 typedef struct sim_server sim_server;

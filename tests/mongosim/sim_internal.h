@@ -64,7 +64,8 @@ struct sim_conn {
     uint64_t wc_ts;
     bson_t *wc_reply; /* the reply body, held back */
     bson_t *wc_used;  /* the write concern as errInfo.writeConcern shows it */
-    bool held;        /* replies held back by the delay fault */
+    bool held;        /* replies held back by the delay fault or --oplog-read-delay */
+    bool oplog_reply; /* the reply just written answers a find/getMore on local.oplog.rs */
     ev_timer delay_timer;
     bool close_after_flush;
     bool dead; /* socket error: close at the next safe point */
@@ -97,6 +98,8 @@ struct sim_server {
     uint64_t woken_end;  /* oplog_end_seq when parked getMores were last offered entries */
     bool stepped_down;
     int64_t delay_ms;
+    uint64_t rng; /* the server's random stream (--oplog-read-delay), from opts.seed */
+    uint64_t oplog_reads_delayed, oplog_read_delay_total_ms; /* oplog replies drawn a delay, and the delays' sum */
     struct sim_txns *txns; /* client transactions and their server parameters (txn.c) */
     /* The majority commit point (mongosimMajority): while maj_frozen it stays at maj_ts and maj_store holds the
      * data as of it (what majority reads and a rollback go back to); otherwise it is the newest entry. */
@@ -148,6 +151,8 @@ bool sim_append_entry(sim_server *srv, const bson_t *entry, uint64_t ts, bson_er
 /* Append a body with ts, t, v, wall added at its end. */
 bool sim_append_body(sim_server *srv, const bson_t *body, bson_error_t *err);
 void sim_conn_reply_ready(sim_conn *c);
+/* One step of a seeded random stream (splitmix64): the same seed gives the same numbers. */
+uint64_t sim_random_next(uint64_t *state);
 /* A parked getMore was answered (its reply is in c->out): send it and resume the connection. */
 void sim_conn_unpark(sim_conn *c);
 /* Start the timer after which a parked getMore answers with an empty batch. */
