@@ -521,6 +521,54 @@ START_TEST(test_removed_shard_unreachable_holds)
 }
 END_TEST
 
+/* A row of a shard that config.shards no longer lists, with no hosts stored (an older oplog2pg wrote it): its rest
+ * cannot be read, so the session does not start and the log names the row and the remedy; deleted while the daemon
+ * is stopped, the next start applies what waited. */
+START_TEST(test_removed_shard_without_hosts_holds)
+{
+    if (!denv_using_sim()) {
+        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
+        return;
+    }
+    shenv e;
+    sh_start(&e, "nohosts", 2, NULL, NULL);
+    const char *skip[] = {"--skip-import", NULL};
+    sh_daemon_ready(&e, skip);
+    for (int i = 0; i < 50; i++)
+        sh_insert(&e, "c", i, i);
+    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster");
+    ck_assert(proc_signal(&e.daemon, SIGTERM));
+    ck_assert(proc_wait(&e.daemon, 60));
+    char sql[400];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO oplog2pg.shard_checkpoint (service, shard, ts_sec, ts_inc, term) VALUES ('%s', 'ghost', 1, "
+             "1, 1)",
+             e.service);
+    denv_pg_exec(sql);
+    for (int i = 50; i < 80; i++)
+        sh_insert(&e, "c", i, i);
+    sh_daemon(&e, NULL);
+    double until = denv_now() + 60;
+    while (!denv_file_contains(e.log, "shard 'ghost' has a checkpoint")) {
+        ck_assert_msg(denv_now() < until, "the daemon did not name the row it cannot read");
+        ck_assert_msg(!proc_wait(&e.daemon, 0), "the daemon exited");
+        usleep(100 * 1000);
+    }
+    ck_assert(denv_file_contains(e.log, "delete its row from oplog2pg.shard_checkpoint"));
+    sleep(2);
+    ck_assert_msg(!sh_wait_equal(&e, 0, false), "the session started past a shard it cannot read");
+    ck_assert(proc_signal(&e.daemon, SIGTERM));
+    ck_assert(proc_wait(&e.daemon, 60));
+    ck_assert_int_eq(proc_exit_code(&e.daemon), 0);
+    snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.shard_checkpoint WHERE service = '%s' AND shard = 'ghost'",
+             e.service);
+    denv_pg_exec(sql);
+    sh_daemon_ready(&e, NULL);
+    ck_assert_msg(sh_wait_equal(&e, 60, true), "what waited was not applied once the row was gone");
+    sh_stop(&e);
+}
+END_TEST
+
 Suite *shard_remove_suite(void); /* called by the generated runner list */
 
 Suite *shard_remove_suite(void)
@@ -531,6 +579,7 @@ Suite *shard_remove_suite(void)
     tcase_add_test(tc, test_shard_removed_while_running);
     tcase_add_test(tc, test_shard_removed_while_stopped);
     tcase_add_test(tc, test_removed_shard_unreachable_holds);
+    tcase_add_test(tc, test_removed_shard_without_hosts_holds);
     suite_add_tcase(s, tc);
     return s;
 }
