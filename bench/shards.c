@@ -515,8 +515,8 @@ static void bench_throughput(uint64_t n)
                     "%.2f; %.2f cores busy, CPU pressure %.0f%%; daemon context switches per 1000 entries: %.1f "
                     "voluntary (apply loop %.1f), %.1f involuntary; %.1f page faults\n",
                     i + 1, counts[s], rate[s][i], vs_copy[s][i], vs_one[s][i], d_cpu[s][i], d_main[s][i], d_rd[s][i],
-                    sim[s][i], pg[s][i], busy[s][i], press[s][i], vcsw[s][i],
-                    r.use.main_vcsw * 1000.0 / (double)n, ivcsw[s][i], r.use.minflt * 1000.0 / (double)n);
+                    sim[s][i], pg[s][i], busy[s][i], press[s][i], vcsw[s][i], r.use.main_vcsw * 1000.0 / (double)n,
+                    ivcsw[s][i], r.use.minflt * 1000.0 / (double)n);
         }
     printf("### Throughput by number of shards\n\n%llu inserts of ~320-byte documents into one collection sharded on "
            "_id, an even range chunk per shard, written in bulks of 1 000 the shards in turn; %d round%s.\n\n",
