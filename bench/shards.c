@@ -20,6 +20,13 @@
  *    times psql \copy of the very rows oplog2pg wrote into a fresh table LIKE its own (same columns, collation and
  *    key), after a CHECKPOINT (bench/lib/baseline.h): the fastest honest baseline. Printed: entries/s (median, range),
  *    the ratio to psql \copy and to the 1-shard figure of the same round (the merge's cost: the goal is >= 0.90).
+ *    And where the CPU went during each catch-up, per 1M entries: the daemon's CPU seconds (its main thread, the
+ *    apply loop with the merge; its readers), mongosim's (one process and one thread serving every shard) and the
+ *    PostgreSQL cluster's; the cores the three kept busy; the machine's CPU pressure (/proc/pressure/cpu: the share
+ *    of the catch-up in which a runnable task waited for a CPU, whoever's); the daemon's context switches and minor
+ *    page faults per 1 000 entries. The daemon's CPU per entry is the merge's cost that other load on the machine
+ *    does not blur; the entries/s ratio is what a user sees, and only means much when the pressure is low.
+ *    BENCH_PERF=PREFIX records each catch-up with `perf record -g` into PREFIX.shards<N>.r<ROUND>.
  * 2. Latency with all shards busy (2 shards; BENCH_SHARDS_BUSY = 1..16), against the same on a replica set (mongosim
  *    without --shards): a thread of its own writes a steady stream of RATE inserts/s into collection `load`, every
  *    10 ms a bulk for each shard's range; meanwhile probes (single inserts into `probe`, the shards in turn, 50 to
@@ -490,7 +497,7 @@ static void bench_throughput(uint64_t n)
      * catch-up in which a task waited for a CPU; context switches of the daemon per 1 000 entries */
     double d_cpu[3][STATS_MAX_RUNS], d_main[3][STATS_MAX_RUNS], d_rd[3][STATS_MAX_RUNS], sim[3][STATS_MAX_RUNS],
         pg[3][STATS_MAX_RUNS], press[3][STATS_MAX_RUNS], busy[3][STATS_MAX_RUNS], vcsw[3][STATS_MAX_RUNS],
-        ivcsw[3][STATS_MAX_RUNS];
+        ivcsw[3][STATS_MAX_RUNS], flt[3][STATS_MAX_RUNS];
     double per_m = 1e6 / (double)n;
     for (int i = 0; i < reps; i++)
         for (size_t s = 0; s < 3; s++) {
@@ -509,6 +516,7 @@ static void bench_throughput(uint64_t n)
             busy[s][i] = (r.use.daemon + r.use.sim + r.use.pg) / r.tail_s;
             vcsw[s][i] = r.use.vcsw * 1000.0 / (double)n;
             ivcsw[s][i] = r.use.ivcsw * 1000.0 / (double)n;
+            flt[s][i] = r.use.minflt * 1000.0 / (double)n;
             fprintf(stderr,
                     "shards throughput round %d, %zu shard(s): %.0f entries/s (%.2fx psql \\copy, %.2fx one shard); "
                     "CPU s per 1M entries: daemon %.2f (apply loop %.2f, readers %.2f), mongosim %.2f, PostgreSQL "
@@ -541,8 +549,8 @@ static void bench_throughput(uint64_t n)
            "catch-up in which a runnable task waited for a CPU (/proc/pressure/cpu).\n\n",
            sysconf(_SC_NPROCESSORS_ONLN));
     printf("| shards | daemon | its apply loop | its readers | mongosim | PostgreSQL | cores busy | CPU pressure | "
-           "daemon's context switches / 1 000 entries (voluntary, involuntary) |\n"
-           "|---:|---|---|---|---|---|---|---|---|\n");
+           "daemon's voluntary context switches / 1 000 entries | involuntary | page faults / 1 000 entries |\n"
+           "|---:|---|---|---|---|---|---|---|---|---|---|\n");
     for (size_t s = 0; s < 3; s++) {
         printf("| %zu |", counts[s]);
         print_cell(d_cpu[s], reps, "%.2f");
@@ -554,6 +562,7 @@ static void bench_throughput(uint64_t n)
         print_cell(press[s], reps, "%.0f%%");
         print_cell(vcsw[s], reps, "%.1f");
         print_cell(ivcsw[s], reps, "%.1f");
+        print_cell(flt[s], reps, "%.1f");
         printf("\n");
     }
     fflush(stdout);
