@@ -313,9 +313,14 @@ static bool next_item(merge *m, size_t s, queue_item *it)
             return false;
         }
         x->buf_pos = 0;
-        x->buf_len = m->cfg.pop_many(m->cfg.pop_arg, s, x->buf, MERGE_POP_MAX);
-        if (x->buf_len > MERGE_POP_MAX)
-            x->buf_len = MERGE_POP_MAX; /* a caller's bug; never read past the buffer */
+        size_t n = m->cfg.pop_many(m->cfg.pop_arg, s, x->buf, MERGE_POP_MAX);
+        x->buf_len = n < MERGE_POP_MAX ? n : MERGE_POP_MAX;
+        if (n > MERGE_POP_MAX) { /* the caller broke the contract: stop, never guess what was lost */
+            fail(m, QUEUE_END_UNSUPPORTED,
+                 "the merge of the sources: source %zu handed over %zu items at once (at most %d)", s, n,
+                 MERGE_POP_MAX);
+            return false;
+        }
     }
     if (x->buf_pos < x->buf_len) {
         *it = x->buf[x->buf_pos];
