@@ -20,6 +20,13 @@
  *    times psql \copy of the very rows oplog2pg wrote into a fresh table LIKE its own (same columns, collation and
  *    key), after a CHECKPOINT (bench/lib/baseline.h): the fastest honest baseline. Printed: entries/s (median, range),
  *    the ratio to psql \copy and to the 1-shard figure of the same round (the merge's cost: the goal is >= 0.90).
+ *    And where the CPU went during each catch-up, per 1M entries: the daemon's CPU seconds (its main thread, the
+ *    apply loop with the merge; its readers), mongosim's (one process and one thread serving every shard) and the
+ *    PostgreSQL cluster's; the cores the three kept busy; the machine's CPU pressure (/proc/pressure/cpu: the share
+ *    of the catch-up in which a runnable task waited for a CPU, whoever's); the daemon's context switches and minor
+ *    page faults per 1 000 entries. The daemon's CPU per entry is the merge's cost that other load on the machine
+ *    does not blur; the entries/s ratio is what a user sees, and only means much when the pressure is low.
+ *    BENCH_PERF=PREFIX records each catch-up with `perf record -g` into PREFIX.shards<N>.r<ROUND>.
  * 2. Latency with all shards busy (2 shards; BENCH_SHARDS_BUSY = 1..16), against the same on a replica set (mongosim
  *    without --shards): a thread of its own writes a steady stream of RATE inserts/s into collection `load`, every
  *    10 ms a bulk for each shard's range; meanwhile probes (single inserts into `probe`, the shards in turn, 50 to
@@ -34,6 +41,7 @@
  * PostgreSQL (OPLOG2PG_TEST_PG, scripts/with-pg.sh) and mongosim build; nothing is asserted. BENCH_REPLICATION_INI and
  * BENCH_LOG_LEVEL set the daemon's configuration, BENCH_KEEP keeps each trial's folder (logs) as the other benchmarks.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <libpq-fe.h>
 #include <mongoc/mongoc.h>
@@ -269,8 +277,95 @@ static void sh_close(shtrial *t)
 
 /* ---- 1. throughput ---- */
 
+/* What the processes of a trial used so far: CPU seconds of the daemon (its main thread, the apply loop; its
+ * readers), of mongosim (one process, one thread, serving every shard) and of the PostgreSQL cluster, the machine's
+ * CPU pressure (seconds in which a runnable task waited for a CPU), and the daemon's context switches (all threads;
+ * voluntary: a thread waited, on a lock, a condition or the network; involuntary: it was preempted). */
+typedef struct {
+    double daemon, main, readers, sim, pg, pressure;
+    double vcsw, ivcsw, main_vcsw;
+    double minflt; /* the daemon's minor page faults (memory touched for the first time) */
+} usage;
+
+/* Adds /proc/PID/task/TID/status's context switches to *u (main: the thread is the main one). */
+static void add_ctxsw(const char *path, bool main, usage *u)
+{
+    FILE *f = fopen(path, "r");
+    char line[256];
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0) {
+            double v = strtod(line + 24, NULL);
+            u->vcsw += v;
+            if (main)
+                u->main_vcsw += v;
+        } else if (strncmp(line, "nonvoluntary_ctxt_switches:", 27) == 0) {
+            u->ivcsw += strtod(line + 27, NULL);
+        }
+    }
+    if (f != NULL)
+        fclose(f);
+}
+
+static usage usage_now(shtrial *t)
+{
+    usage u = {0};
+    pid_t pid = t->daemon.pid;
+    u.daemon = bench_cpu_seconds(pid);
+    u.sim = bench_cpu_seconds(t->sharded ? t->c.proc.pid : t->sim.pid);
+    u.pg = bench_cluster_cpu_seconds(t->pg);
+    u.pressure = bench_cpu_pressure_s();
+    char path[320], stat[1024];
+    snprintf(path, sizeof path, "%d", (int)pid);
+    const char *st = bench_proc_stat(path, stat, sizeof stat);
+    unsigned long long minflt = 0;
+    /* state ppid pgrp session tty_nr tpgid flags minflt */
+    if (st != NULL && sscanf(st, "%*c %*d %*d %*d %*d %*d %*u %llu", &minflt) == 1)
+        u.minflt = (double)minflt;
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    struct dirent *de;
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        bool main = atoi(de->d_name) == (int)pid;
+        char comm[64] = "";
+        snprintf(path, sizeof path, "/proc/%d/task/%s/comm", (int)pid, de->d_name);
+        FILE *f = fopen(path, "r");
+        if (f != NULL && fgets(comm, sizeof comm, f) == NULL)
+            comm[0] = '\0';
+        if (f != NULL)
+            fclose(f);
+        snprintf(path, sizeof path, "%d/task/%s", (int)pid, de->d_name);
+        double cpu = bench_cpu_seconds_of(path);
+        if (main)
+            u.main += cpu;
+        else if (strncmp(comm, "o2p-reader", 10) == 0)
+            u.readers += cpu;
+        snprintf(path, sizeof path, "/proc/%d/task/%s/status", (int)pid, de->d_name);
+        add_ctxsw(path, main, &u);
+    }
+    if (d != NULL)
+        closedir(d);
+    return u;
+}
+
+static usage usage_diff(usage a, usage b)
+{
+    return (usage){.daemon = b.daemon - a.daemon,
+                   .main = b.main - a.main,
+                   .readers = b.readers - a.readers,
+                   .sim = b.sim - a.sim,
+                   .pg = b.pg - a.pg,
+                   .pressure = b.pressure - a.pressure,
+                   .vcsw = b.vcsw - a.vcsw,
+                   .ivcsw = b.ivcsw - a.ivcsw,
+                   .main_vcsw = b.main_vcsw - a.main_vcsw,
+                   .minflt = b.minflt - a.minflt};
+}
+
 typedef struct {
     double tail_s, copy_s;
+    usage use; /* over the catch-up */
 } thr_result;
 
 /* One trial of n entries over `shards` shards; with copy, psql \copy of the same rows too. */
@@ -318,13 +413,35 @@ static thr_result thr_trial(size_t shards, uint64_t n, int rep, bool copy)
     }
     bench_exec_sql(t.pg, "CHECKPOINT"); /* as before the psql \copy: each side starts without dirty buffers */
 
+    thr_result res = {0};
+    /* BENCH_PERF=PREFIX: the catch-up recorded by perf (call graphs, all the daemon's threads) into
+     * PREFIX.shards<N>.r<ROUND> */
+    proc_handle perf = {0};
+    const char *perf_out = getenv("BENCH_PERF");
+    if (perf_out != NULL && *perf_out != '\0') {
+        char pid[16], out[256], plog[320], err[512];
+        snprintf(pid, sizeof pid, "%d", (int)t.daemon.pid);
+        snprintf(out, sizeof out, "%s.shards%zu.r%d", perf_out, shards, rep);
+        snprintf(plog, sizeof plog, "%s/perf.log", t.dir);
+        const char *pargv[] = {"perf", "record", "-q", "-e", "cpu-clock", "-F", "999",
+                               "-g",   "-p",     pid,  "-o", out,         NULL};
+        if (!proc_start(pargv, NULL, plog, &perf, err, sizeof err))
+            bench_die("%s", err);
+        usleep(300000); /* perf attaches */
+    }
+    usage u0 = usage_now(&t);
     if (!proc_signal(&t.daemon, SIGCONT))
         bench_die("cannot resume the daemon");
     double t0 = bench_now_s();
-    thr_result res = {0};
     for (;;) {
-        if (oplogutil_checkpoint_ts(t.pg, t.service) >= want)
+        if (oplogutil_checkpoint_ts(t.pg, t.service) >= want) {
+            res.use = usage_diff(u0, usage_now(&t));
+            if (perf.pid != 0) {
+                proc_signal(&perf, SIGINT);
+                proc_wait(&perf, 60);
+            }
             break;
+        }
         if (proc_wait(&t.daemon, 0.0))
             bench_die("the daemon exited with %d; see %s", proc_exit_code(&t.daemon), t.log);
         if (bench_now_s() - t0 > 3600)
@@ -357,11 +474,31 @@ static void print_row(const char *what, const double *v, int reps)
     printf(" |\n");
 }
 
+/* One figure per shard count and round: the median and the range of its rounds, in a table cell. */
+static void print_cell(const double *v, int reps, const char *fmt)
+{
+    double lo, hi;
+    stats_range(v, reps, &lo, &hi);
+    printf(" ");
+    printf(fmt, stats_median(v, reps));
+    printf(" (");
+    printf(fmt, lo);
+    printf(" to ");
+    printf(fmt, hi);
+    printf(") |");
+}
+
 static void bench_throughput(uint64_t n)
 {
     static const size_t counts[] = {1, 2, 4};
     int reps = stats_reps("BENCH_SHARDS_REPS", 3);
     double copy[STATS_MAX_RUNS], rate[3][STATS_MAX_RUNS], vs_copy[3][STATS_MAX_RUNS], vs_one[3][STATS_MAX_RUNS];
+    /* per 1M entries: CPU seconds of the daemon, its apply loop, its readers, mongosim, PostgreSQL; the share of the
+     * catch-up in which a task waited for a CPU; context switches of the daemon per 1 000 entries */
+    double d_cpu[3][STATS_MAX_RUNS], d_main[3][STATS_MAX_RUNS], d_rd[3][STATS_MAX_RUNS], sim[3][STATS_MAX_RUNS],
+        pg[3][STATS_MAX_RUNS], press[3][STATS_MAX_RUNS], busy[3][STATS_MAX_RUNS], vcsw[3][STATS_MAX_RUNS],
+        ivcsw[3][STATS_MAX_RUNS], flt[3][STATS_MAX_RUNS];
+    double per_m = 1e6 / (double)n;
     for (int i = 0; i < reps; i++)
         for (size_t s = 0; s < 3; s++) {
             thr_result r = thr_trial(counts[s], n, i, s == 0);
@@ -370,9 +507,24 @@ static void bench_throughput(uint64_t n)
                 copy[i] = (double)n / r.copy_s;
             vs_copy[s][i] = rate[s][i] / copy[i];
             vs_one[s][i] = rate[s][i] / rate[0][i];
+            d_cpu[s][i] = r.use.daemon * per_m;
+            d_main[s][i] = r.use.main * per_m;
+            d_rd[s][i] = r.use.readers * per_m;
+            sim[s][i] = r.use.sim * per_m;
+            pg[s][i] = r.use.pg * per_m;
+            press[s][i] = r.use.pressure / r.tail_s * 100.0;
+            busy[s][i] = (r.use.daemon + r.use.sim + r.use.pg) / r.tail_s;
+            vcsw[s][i] = r.use.vcsw * 1000.0 / (double)n;
+            ivcsw[s][i] = r.use.ivcsw * 1000.0 / (double)n;
+            flt[s][i] = r.use.minflt * 1000.0 / (double)n;
             fprintf(stderr,
-                    "shards throughput round %d, %zu shard(s): %.0f entries/s (%.2fx psql \\copy, %.2fx one shard)\n",
-                    i + 1, counts[s], rate[s][i], vs_copy[s][i], vs_one[s][i]);
+                    "shards throughput round %d, %zu shard(s): %.0f entries/s (%.2fx psql \\copy, %.2fx one shard); "
+                    "CPU s per 1M entries: daemon %.2f (apply loop %.2f, readers %.2f), mongosim %.2f, PostgreSQL "
+                    "%.2f; %.2f cores busy, CPU pressure %.0f%%; daemon context switches per 1000 entries: %.1f "
+                    "voluntary (apply loop %.1f), %.1f involuntary; %.1f page faults\n",
+                    i + 1, counts[s], rate[s][i], vs_copy[s][i], vs_one[s][i], d_cpu[s][i], d_main[s][i], d_rd[s][i],
+                    sim[s][i], pg[s][i], busy[s][i], press[s][i], vcsw[s][i], r.use.main_vcsw * 1000.0 / (double)n,
+                    ivcsw[s][i], r.use.minflt * 1000.0 / (double)n);
         }
     printf("### Throughput by number of shards\n\n%llu inserts of ~320-byte documents into one collection sharded on "
            "_id, an even range chunk per shard, written in bulks of 1 000 the shards in turn; %d round%s.\n\n",
@@ -386,13 +538,33 @@ static void bench_throughput(uint64_t n)
     }
     printf("\n| shards | / psql \\copy, median (range) | / 1 shard, median (range) |\n|---:|---|---|\n");
     for (size_t s = 0; s < 3; s++) {
-        double a, b, c, d;
-        stats_range(vs_copy[s], reps, &a, &b);
-        stats_range(vs_one[s], reps, &c, &d);
-        printf("| %zu | %.2fx (%.2f to %.2f) | %.2fx (%.2f to %.2f) |\n", counts[s], stats_median(vs_copy[s], reps), a,
-               b, stats_median(vs_one[s], reps), c, d);
+        printf("| %zu |", counts[s]);
+        print_cell(vs_copy[s], reps, "%.2fx");
+        print_cell(vs_one[s], reps, "%.2fx");
+        printf("\n");
     }
     printf("\nThe merge's cost is 1 minus the ratio to one shard (goal: the ratio >= 0.90).\n");
+    printf("\nWhere the CPU went during the catch-up, per 1M entries (CPU seconds; median (range)); cores busy: the "
+           "three's CPU seconds per second of the catch-up (the machine has %ld); CPU pressure: the share of the "
+           "catch-up in which a runnable task waited for a CPU (/proc/pressure/cpu).\n\n",
+           sysconf(_SC_NPROCESSORS_ONLN));
+    printf("| shards | daemon | its apply loop | its readers | mongosim | PostgreSQL | cores busy | CPU pressure | "
+           "daemon's voluntary context switches / 1 000 entries | involuntary | page faults / 1 000 entries |\n"
+           "|---:|---|---|---|---|---|---|---|---|---|---|\n");
+    for (size_t s = 0; s < 3; s++) {
+        printf("| %zu |", counts[s]);
+        print_cell(d_cpu[s], reps, "%.2f");
+        print_cell(d_main[s], reps, "%.2f");
+        print_cell(d_rd[s], reps, "%.2f");
+        print_cell(sim[s], reps, "%.2f");
+        print_cell(pg[s], reps, "%.2f");
+        print_cell(busy[s], reps, "%.2f");
+        print_cell(press[s], reps, "%.0f%%");
+        print_cell(vcsw[s], reps, "%.1f");
+        print_cell(ivcsw[s], reps, "%.1f");
+        print_cell(flt[s], reps, "%.1f");
+        printf("\n");
+    }
     fflush(stdout);
 }
 

@@ -36,16 +36,24 @@
  * The merge knows nothing of MongoDB: positions are op_pos, transactions are txn_key numbers.
  *
  * Feeding it. The merge holds at most one head per source, and takes an item from a source only when it has no head
- * for it: everything else stays in the source's queue, within that queue's bounds. Two ways, which may be mixed:
+ * for it: everything else stays in the source's queue, within that queue's bounds. Three ways:
  * - pull (the usual one): merge_config.pop pops one item of a source's queue without blocking (false: empty).
  *   merge_take calls it for every source without a head when it starts, and for the source whose head it has just
  *   handed on, so one busy source's entries flow through one merge_take without the caller looping;
- * - push: the caller pops an item itself when merge_wants(m, source) and gives it with merge_put.
+ * - pull in batches: merge_config.pop_many (used instead of pop when set) pops up to MERGE_POP_MAX items of a
+ *   source's queue at once into the merge's buffer for that source, whose items then become the head one by one,
+ *   exactly when pop would have given them: the order and every rule above are the same, the queue's lock is taken
+ *   once per batch instead of once per item. The buffers hold what the queues' bounds no longer count: at most
+ *   MERGE_POP_MAX items per source, and no more bytes than the caller's pop_many hands over at once (the cluster's
+ *   is queue_pop_all, about QUEUE_POP_BYTES), as the apply loop holds what it pops from one source's queue;
+ * - push: the caller pops an item itself when merge_wants(m, source) and gives it with merge_put (it may be mixed
+ *   with pop, not with pop_many).
  * merge_take must be called again when a source's queue gets items (its notify), when merge_deadline passes (the
  * nudges are sent from merge_take), and at once when it filled out[] (more may be ready).
  *
- * Cost: no allocation per entry (the transaction table grows now and then: it holds the transactions open at once);
- * per entry handed on, two passes over the sources (the smallest head, then the others' watermarks), and one pop.
+ * Cost: no allocation per entry (the transaction table grows now and then: it holds the transactions open at once;
+ * a source's buffer is allocated with its first batch); per entry handed on, two passes over the sources (the
+ * smallest head, then the others' watermarks), and one pop, or a share of one batch with pop_many.
  *
  * Time comes from the caller (monotonic ms), so nudges are testable with a fake clock. One thread: the apply loop.
  * A merge serves one session: after a failure, make a new one (the readers start again from the checkpoints).
@@ -62,6 +70,9 @@
 
 typedef struct merge merge;
 
+/* The most items merge_config.pop_many is asked for at once. */
+#define MERGE_POP_MAX 64
+
 typedef struct merge_config {
     size_t n_sources; /* sources 0 .. n_sources-1 (more with merge_add_source) */
     uint64_t wait_ms; /* how long a source may hold the stream back before it is nudged, and between nudges (0:
@@ -73,7 +84,10 @@ typedef struct merge_config {
     /* Pops one item of source's queue into *out without blocking; false when there is none. NULL: the caller feeds
      * the merge with merge_put. */
     bool (*pop)(void *arg, size_t source, queue_item *out);
-    void *pop_arg;
+    /* Pops up to max (MERGE_POP_MAX) items of source's queue into out[], oldest first, without blocking; returns how
+     * many (0: empty). When set, pop is not used. */
+    size_t (*pop_many)(void *arg, size_t source, queue_item *out, size_t max);
+    void *pop_arg; /* pop's and pop_many's */
 } merge_config;
 
 /* One source, as merge_get_source_stats reports it. */
@@ -115,7 +129,8 @@ void merge_set_watermark(merge *m, size_t source, const op_pos *pos);
 void merge_retire_source(merge *m, size_t source);
 size_t merge_source_count(const merge *m);
 
-/* Push feeding: true when the merge has no item of source and will take one (not ended, not retired). */
+/* Push feeding: true when the merge has no item of source and will take one (not ended, not retired; with pop_many,
+ * nothing buffered either). */
 bool merge_wants(const merge *m, size_t source);
 /* Gives the merge an item popped from source's queue: it owns it on true. False (the item stays the caller's) when
  * merge_wants(m, source) is false. */
@@ -128,6 +143,9 @@ size_t merge_take(merge *m, queue_item *out, size_t max, uint64_t now_ms);
 uint64_t merge_deadline(const merge *m);
 /* Items the merge holds (its heads): entries read and not handed on yet. */
 size_t merge_held(const merge *m);
+/* Items taken from the queues by pop_many and not a head yet (0 without pop_many): with the queues' own items, what
+ * is still to come. */
+size_t merge_buffered(const merge *m);
 
 /* False when source is out of range. */
 bool merge_get_source_stats(const merge *m, size_t source, merge_source_stats *out);

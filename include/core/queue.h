@@ -92,8 +92,9 @@ bool queue_push_end(queue *q, queue_end_reason reason, const char *message);
  * group instead of per entry, and reservations taken a chunk at a time. What a thread pays for each hand-over (a
  * contended lock, an eventfd write) costs more than decoding a small entry.
  * - queue_pusher_reserve is queue_reserve for one entry about to be rendered: served from room reserved before
- *   (QUEUE_PUSH_CHUNK at a time), or reserving more, which may block while the queue is full; the pending group is
- *   pushed first, so a producer never waits on room its own unpushed entries hold;
+ *   (QUEUE_PUSH_CHUNK at a time, at most a sixteenth of the byte bound), or reserving more, which may block while
+ *   the queue is full; the pending group is pushed first, so a producer never waits on room its own unpushed
+ *   entries hold;
  * - queue_pusher_add takes a rendered entry (with what was reserved for it) and pushes the group when it holds
  *   QUEUE_PUSH_GROUP entries;
  * - queue_pusher_flush pushes the group and gives back what is reserved and unused: call it before anything that may

@@ -306,7 +306,9 @@ bool queue_pusher_reserve(queue_pusher *p, size_t bytes)
     if (!pusher_push(p))
         return false;
     queue *q = p->q;
-    size_t chunk = q->capacity_bytes >= 16 * (size_t)QUEUE_PUSH_CHUNK ? QUEUE_PUSH_CHUNK : 0;
+    /* A chunk is at most a sixteenth of the byte bound: a small bound (a sharded cluster's queues share one) still
+     * gets groups, not one reservation and one push per entry. */
+    size_t chunk = q->capacity_bytes / 16 < QUEUE_PUSH_CHUNK ? q->capacity_bytes / 16 : QUEUE_PUSH_CHUNK;
     pthread_mutex_lock(&q->mu);
     q->reserved -= p->held < q->reserved ? p->held : q->reserved;
     bool gave_back = p->held > 0;

@@ -203,10 +203,12 @@ int cluster_detect(const config *cfg, bool *is_router, char *err, size_t errlen)
     return st == DISCOVER_REFUSED || st == DISCOVER_BAD ? -1 : 0;
 }
 
-static bool pop_shard(void *arg, size_t source, queue_item *out)
+/* The merge takes a shard's items in batches: one lock of its queue (and at most one wake of its blocked reader) per
+ * batch, not per entry (core/merge.h, pop_many). */
+static size_t pop_shard(void *arg, size_t source, queue_item *out, size_t max)
 {
     cluster *c = arg;
-    return source < c->n && queue_pop(c->s[source].q, out);
+    return source < c->n ? queue_pop_all(c->s[source].q, out, max) : 0;
 }
 
 static void nudge_shard(void *arg, size_t source, const op_pos *past)
@@ -419,7 +421,7 @@ cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, cha
                        .wait_ms = (uint64_t)d->cfg->shard_note_after_ms,
                        .nudge = d->cfg->shard_note_after_ms > 0 ? nudge_shard : NULL,
                        .nudge_arg = c,
-                       .pop = pop_shard,
+                       .pop_many = pop_shard,
                        .pop_arg = c};
     c->m = merge_new(&mc);
     size_t ops = (size_t)d->cfg->queue_size / c->n, bytes = (size_t)d->cfg->queue_bytes / c->n;
@@ -645,6 +647,8 @@ bool cluster_draining(cluster *c, size_t i, cluster_drain_info *out)
 
 bool cluster_drained(const cluster *c)
 {
+    if (merge_buffered(c->m) > 0)
+        return false;
     for (size_t i = 0; i < c->n; i++)
         if (queue_len(c->s[i].q) > 0)
             return false;

@@ -23,7 +23,8 @@ Suite *merge_suite(void); /* called by the generated runner list */
 typedef struct {
     queue_item *it;
     size_t head, tail;
-    size_t pops;
+    size_t pops;  /* items popped */
+    size_t calls; /* pops that took something, one item or a batch (what the queue's lock would be taken for) */
 } fake_queue;
 
 typedef struct {
@@ -48,7 +49,27 @@ static bool fq_pop(void *arg, size_t s, queue_item *out)
         return false;
     *out = q->it[q->head++];
     q->pops++;
+    q->calls++;
     return true;
+}
+
+/* The "batched" cases feed the merge through pop_many, at most BATCH items a call (fewer than MERGE_POP_MAX, so that
+ * a buffer runs out and is filled again within a test's short streams). */
+static bool BATCHED;
+static size_t BATCH = 3;
+
+static size_t fq_pop_many(void *arg, size_t s, queue_item *out, size_t max)
+{
+    (void)arg;
+    ck_assert_uint_lt(s, MAXS);
+    ck_assert_uint_le(max, MERGE_POP_MAX);
+    fake_queue *q = &Q[s];
+    size_t n = 0;
+    while (n < max && n < BATCH && q->head < q->tail)
+        out[n++] = q->it[q->head++];
+    q->pops += n;
+    q->calls += n > 0;
+    return n;
 }
 
 static void on_nudge(void *arg, size_t s, const op_pos *past)
@@ -78,7 +99,11 @@ static void start_with(size_t n, uint64_t wait_ms, bool pull)
         Q[s].it = calloc(QCAP, sizeof *Q[s].it);
         ck_assert_ptr_nonnull(Q[s].it);
     }
-    merge_config cfg = {.n_sources = n, .wait_ms = wait_ms, .nudge = on_nudge, .pop = pull ? fq_pop : NULL};
+    merge_config cfg = {.n_sources = n,
+                        .wait_ms = wait_ms,
+                        .nudge = on_nudge,
+                        .pop = pull && !BATCHED ? fq_pop : NULL,
+                        .pop_many = pull && BATCHED ? fq_pop_many : NULL};
     M = merge_new(&cfg);
     ck_assert_ptr_nonnull(M);
     NOW = 1000;
@@ -94,6 +119,14 @@ static void setup(void)
 {
     memset(Q, 0, sizeof Q);
     M = NULL;
+    BATCHED = false;
+}
+
+static void setup_batched(void)
+{
+    setup();
+    BATCHED = true;
+    BATCH = 3;
 }
 
 static void teardown(void)
@@ -969,6 +1002,59 @@ START_TEST(test_batcher_commits_a_cross_source_transaction_whole)
 }
 END_TEST
 
+/* ---- fed in batches (pop_many) ---- */
+
+/* A busy source's items are taken a batch at a time: one pop_many call (one lock of its queue) for up to
+ * MERGE_POP_MAX items, handed on exactly as one at a time; what is buffered counts as still to come, and the merge
+ * takes nothing else by hand meanwhile. */
+START_TEST(test_batches_take_one_pop_per_batch)
+{
+    BATCH = MERGE_POP_MAX;
+    start(2, 100);
+    for (uint32_t t = 1; t <= 100; t++)
+        push(0, t);
+    push(1, 200);
+    char want[2048] = "";
+    for (uint32_t t = 1; t <= 64; t++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%sA%u", t > 1 ? " " : "", t);
+    expect_take(want);
+    /* A: the first batch of 64 (A1 to A64) went on; the second (A65 to A100) was taken after A64: its head and 35
+     * buffered. B: one call (B200, its head). */
+    ck_assert_uint_eq(Q[0].calls, 2);
+    ck_assert_uint_eq(Q[0].pops, 100);
+    ck_assert_uint_eq(Q[1].calls, 1);
+    ck_assert_uint_eq(merge_held(M), 2);
+    ck_assert_uint_eq(merge_buffered(M), 35);
+    ck_assert(!merge_wants(M, 0)); /* its buffer comes first */
+    queue_item it = {.type = QUEUE_IDLE};
+    ck_assert(!merge_put(M, 0, &it));
+    want[0] = '\0';
+    for (uint32_t t = 65; t <= 100; t++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%sA%u", t > 65 ? " " : "", t);
+    expect_take(want); /* B200 waits: A showed nothing past 100 */
+    ck_assert_uint_eq(merge_buffered(M), 0);
+    ck_assert_uint_eq(Q[0].calls, 2); /* an empty queue: nothing taken */
+    ck_assert(merge_wants(M, 0));
+    /* An IDLE and an END in a batch are taken when they come to the front, as one at a time. */
+    push(0, 150);
+    push_idle(0);
+    push(0, 250);
+    push_end(0, QUEUE_END_DONE);
+    expect_take("A150 B200 idle"); /* the END waits in the buffer behind A250, which waits for B past 250 */
+    ck_assert_uint_eq(Q[0].calls, 3);
+    ck_assert_uint_eq(merge_buffered(M), 1);
+    push(1, 300);
+    expect_take("A250 end:0");
+    ck_assert_uint_eq(merge_buffered(M), 0);
+    /* what is buffered when the merge is freed is freed with it (the sanitizers' leak check) */
+    start(2, 100);
+    for (uint32_t t = 1; t <= 10; t++)
+        push(0, t);
+    expect_take(""); /* B shows nothing: A1 is the head, nine buffered */
+    ck_assert_uint_eq(merge_buffered(M), 9);
+}
+END_TEST
+
 Suite *merge_suite(void)
 {
     Suite *s = suite_create("merge");
@@ -995,5 +1081,28 @@ Suite *merge_suite(void)
     tcase_add_test(tc, test_busy_source_beside_idle_ones);
     tcase_add_test(tc, test_batcher_commits_a_cross_source_transaction_whole);
     suite_add_tcase(s, tc);
+    /* The same rules fed through pop_many, three items a batch (the tests that count single pops or feed by hand
+     * stay above), and the batches themselves. */
+    TCase *tb = tcase_create("batched");
+    tcase_add_checked_fixture(tb, setup_batched, teardown);
+    tcase_set_timeout(tb, 60);
+    tcase_add_test(tb, test_order_waits_for_every_watermark);
+    tcase_add_test(tb, test_noops_pass_at_once);
+    tcase_add_test(tb, test_random_interleavings_keep_the_order);
+    tcase_add_test(tb, test_parts_are_never_interleaved);
+    tcase_add_test(tb, test_nudge_after_wait_and_each_wait_after);
+    tcase_add_test(tb, test_nudge_unknown_not_ended);
+    tcase_add_test(tb, test_cross_source_commit_is_not_split);
+    tcase_add_test(tb, test_cross_source_abort);
+    tcase_add_test(tb, test_note_only_prepares_from_a_restart);
+    tcase_add_test(tb, test_many_open_transactions);
+    tcase_add_test(tb, test_idle_once_when_nothing_is_ready);
+    tcase_add_test(tb, test_end_is_handed_on_at_once);
+    tcase_add_test(tb, test_source_going_back_ends_the_stream);
+    tcase_add_test(tb, test_source_added_while_running);
+    tcase_add_test(tb, test_busy_source_beside_idle_ones);
+    tcase_add_test(tb, test_batcher_commits_a_cross_source_transaction_whole);
+    tcase_add_test(tb, test_batches_take_one_pop_per_batch);
+    suite_add_tcase(s, tb);
     return s;
 }

@@ -392,6 +392,26 @@ START_TEST(test_pusher_groups)
 }
 END_TEST
 
+/* A byte bound below 16 chunks (a sharded cluster's queues share queue_bytes: 2 MB each of 8 MB over four shards)
+ * still gets groups: reservations a sixteenth of the bound at a time, not one reservation (and one push) per entry. */
+START_TEST(test_pusher_groups_under_a_small_bound)
+{
+    queue *q = queue_new(100000, 2 * 1024 * 1024);
+    queue_pusher p;
+    queue_pusher_init(&p, q, NULL);
+    for (uint32_t i = 1; i < QUEUE_PUSH_GROUP; i++) {
+        ck_assert(queue_pusher_reserve(&p, 1000));
+        ck_assert(queue_pusher_add(&p, make_entry(i, 1), 1000));
+    }
+    ck_assert_uint_eq(queue_len(q), 0); /* all still in the group */
+    ck_assert_uint_gt(p.held, 0);
+    ck_assert(queue_pusher_flush(&p));
+    ck_assert_uint_eq(queue_len(q), QUEUE_PUSH_GROUP - 1);
+    ck_assert_uint_eq(p.held, 0);
+    queue_free(q);
+}
+END_TEST
+
 /* A producer never waits on room its own group holds: with a small byte bound, reserving more pushes the group first;
  * and a stop frees what is pending and makes the pusher fail. */
 START_TEST(test_pusher_small_bound_and_stop)
@@ -514,6 +534,7 @@ Suite *queue_suite(void)
     tcase_add_test(tc, test_producer_consumer);
     tcase_add_test(tc, test_byte_bound);
     tcase_add_test(tc, test_pusher_groups);
+    tcase_add_test(tc, test_pusher_groups_under_a_small_bound);
     tcase_add_test(tc, test_pusher_small_bound_and_stop);
     tcase_add_test(tc, test_push_entries);
     tcase_add_test(tc, test_wait_drained);
