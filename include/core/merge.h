@@ -127,6 +127,9 @@ void merge_set_watermark(merge *m, size_t source, const op_pos *pos);
 /* A source that will show nothing that matters any more (a shard drained of its data, its last entry handed on): it
  * no longer holds the stream back, and it is not taken from again. A head it holds is still handed on in order. */
 void merge_retire_source(merge *m, size_t source);
+/* After merge_retire_source: the next item the merge took from source's queue but never accepted (pop_many's
+ * buffer, the front of that queue), handed back to the caller, who owns it; false when none is left. */
+bool merge_take_back(merge *m, size_t source, queue_item *out);
 size_t merge_source_count(const merge *m);
 
 /* Push feeding: true when the merge has no item of source and will take one (not ended, not retired; with pop_many,

@@ -236,6 +236,19 @@ void merge_retire_source(merge *m, size_t source)
         m->src[source].retired = true;
 }
 
+bool merge_take_back(merge *m, size_t source, queue_item *out)
+{
+    if (source >= m->n || !m->src[source].retired)
+        return false;
+    msrc *x = &m->src[source];
+    if (x->buf_pos >= x->buf_len)
+        return false;
+    *out = x->buf[x->buf_pos];
+    memset(&x->buf[x->buf_pos], 0, sizeof x->buf[x->buf_pos]);
+    x->buf_pos++;
+    return true;
+}
+
 size_t merge_source_count(const merge *m)
 {
     return m->n;

@@ -601,8 +601,11 @@ bool cluster_drain_step(cluster *c)
         reader_stop(s->rd);
         noter_free(s->nt);
         s->nt = NULL;
-        /* What it queued after its end: noops, notes, migration copies; anything else ends the session. */
+        /* What it queued after its end (the merge's buffer first, the front of its queue): noops, notes, migration
+         * copies; anything else ends the session. */
         queue_item it;
+        while (merge_take_back(c->m, i, &it))
+            drop_after_end(c, &it);
         while (queue_pop(s->q, &it))
             drop_after_end(c, &it);
         any = true;

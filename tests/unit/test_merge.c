@@ -1055,6 +1055,33 @@ START_TEST(test_batches_take_one_pop_per_batch)
 }
 END_TEST
 
+/* A retired source's buffered items are handed back, in order, for the caller to look at (a retired shard's entries
+ * after its end must not vanish unseen); its head is still handed on; a source not retired hands nothing back. */
+START_TEST(test_retired_source_hands_back_its_buffer)
+{
+    start(2, 100);
+    push(0, 1);
+    for (uint32_t t = 3; t <= 5; t++)
+        push(1, t);
+    expect_take("A1"); /* B: 3, 4, 5 taken in one batch; B3 the head, B4 and B5 buffered */
+    ck_assert_uint_eq(merge_buffered(M), 2);
+    queue_item it;
+    ck_assert(!merge_take_back(M, 1, &it));
+    merge_retire_source(M, 1);
+    ck_assert(merge_take_back(M, 1, &it));
+    ck_assert_int_eq(it.type, QUEUE_ENTRY);
+    ck_assert_uint_eq(it.entry->pos.secs, 4);
+    queue_item_clear(&it);
+    ck_assert(merge_take_back(M, 1, &it));
+    ck_assert_uint_eq(it.entry->pos.secs, 5);
+    queue_item_clear(&it);
+    ck_assert(!merge_take_back(M, 1, &it));
+    ck_assert_uint_eq(merge_buffered(M), 0);
+    push(0, 6);
+    expect_take("B3 A6");
+}
+END_TEST
+
 Suite *merge_suite(void)
 {
     Suite *s = suite_create("merge");
@@ -1103,6 +1130,7 @@ Suite *merge_suite(void)
     tcase_add_test(tb, test_busy_source_beside_idle_ones);
     tcase_add_test(tb, test_batcher_commits_a_cross_source_transaction_whole);
     tcase_add_test(tb, test_batches_take_one_pop_per_batch);
+    tcase_add_test(tb, test_retired_source_hands_back_its_buffer);
     suite_add_tcase(s, tb);
     return s;
 }
