@@ -71,7 +71,7 @@ static void sc_start(scenv *e, const char *name, size_t shards)
 static void sc_show_log(const scenv *e)
 {
     char cmd[400];
-    snprintf(cmd, sizeof cmd, "grep -v 'info: applied' '%s' | tail -n 60 >&2", e->log);
+    snprintf(cmd, sizeof cmd, "grep -E 'notice|warning|error|copy:' '%s' | tail -n 60 >&2", e->log);
     if (system(cmd) != 0)
         fprintf(stderr, "(no daemon log)\n");
 }
@@ -222,6 +222,27 @@ static void sc_wait(scenv *e, bool (*cond)(const scenv *), const char *what)
     }
 }
 
+/* Holds the copy back: the rows of its progress locked (its batches wait on them) until sc_release. */
+static PGconn *sc_hold(const scenv *e)
+{
+    PGconn *pg = PQconnectdb(denv_pg_conninfo());
+    ck_assert_int_eq(PQstatus(pg), CONNECTION_OK);
+    char sql[300];
+    snprintf(sql, sizeof sql, "BEGIN; SELECT 1 FROM oplog2pg.copy_progress WHERE service = '%s' FOR UPDATE",
+             e->service);
+    PGresult *r = PQexec(pg, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    return pg;
+}
+
+static void sc_release(PGconn *pg)
+{
+    PGresult *r = PQexec(pg, "COMMIT");
+    PQclear(r);
+    PQfinish(pg);
+}
+
 /* The per-shard starts of the copy as one text ("shard0 1:2 shard1 3:4 ..."). */
 static void sc_starts(const scenv *e, char *out, size_t n)
 {
@@ -310,6 +331,12 @@ START_TEST(test_copy_with_writes_then_tail)
     sc_wait(&e, sc_copy_started, "the copy's start");
     unsigned seed = 3;
     int round = 0, during = 0;
+    /* the copy held back for a few rounds of writes, so that they surely happen during it */
+    PGconn *hold = sc_hold(&e);
+    for (double until = denv_now() + 2; denv_now() < until || during < 3; during++)
+        sc_round(&e, per, round++, &seed);
+    ck_assert(!sc_copy_finished(&e));
+    sc_release(hold);
     while (!sc_copy_finished(&e)) {
         ck_assert_msg(!proc_wait(&e.daemon, 0), "the daemon exited during the copy");
         sc_round(&e, per, round++, &seed);
@@ -379,6 +406,48 @@ START_TEST(test_copy_killed_and_resumed)
     ck_assert_msg(sc_wait_equal(&e, 120), "PostgreSQL differs from the cluster");
     ck_assert_int_eq(sc_int("SELECT count(*) FROM oplog2pg.shard_checkpoint WHERE service = '%s'", e.service), 2);
     ck_assert_int_eq(sc_int("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = '%s'", e.service), 0);
+    sc_stop(&e);
+}
+END_TEST
+
+/* One shard's oplog rolls past its start while the copy runs (mongosimTruncateOplog on that shard's own port): the
+ * copy stops with the window lost, naming the shard, and exit code 7. */
+START_TEST(test_shard_window_lost)
+{
+    if (!denv_using_sim()) {
+        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
+        return;
+    }
+    scenv e;
+    sc_start(&e, "win", 2);
+    sc_load(&e, 6000);
+    sc_daemon(&e);
+    sc_wait(&e, sc_copy_started, "the copy's start");
+    PGconn *hold = sc_hold(&e); /* the copy cannot finish before its window is checked */
+    /* a write on shard1 (collection a from _id 2000 to 4000), then shard1's oplog cut just before it */
+    sc_update(&e, "a", 3000, BCON_NEW("$set", "{", "w", BCON_INT32(1), "}"));
+    char uri[200];
+    simcluster_shard_uri(&e.c, 1, uri, sizeof uri);
+    uint64_t ts = denv_newest_ts(uri);
+    mongoc_client_t *c = mongoc_client_new(uri);
+    ck_assert_ptr_nonnull(c);
+    bson_t *cmd =
+        BCON_NEW("mongosimTruncateOplog", BCON_INT32(1), "before", BCON_TIMESTAMP((uint32_t)(ts >> 32), (uint32_t)ts));
+    bson_error_t err;
+    ck_assert_msg(mongoc_client_command_simple(c, "admin", cmd, NULL, NULL, &err), "%s", err.message);
+    bson_destroy(cmd);
+    mongoc_client_destroy(c);
+    bool stopped = proc_wait(&e.daemon, 120);
+    if (!stopped)
+        sc_show_log(&e);
+    sc_release(hold);
+    ck_assert_msg(stopped, "the daemon did not stop");
+    if (proc_exit_code(&e.daemon) != 7)
+        sc_show_log(&e);
+    ck_assert_int_eq(proc_exit_code(&e.daemon), 7);
+    ck_assert(denv_file_contains(e.log, "the oplog of shard 'shard1' no longer holds its start"));
+    ck_assert(!sc_copy_finished(&e));
+    e.daemon.pid = 0;
     sc_stop(&e);
 }
 END_TEST
@@ -481,6 +550,7 @@ Suite *shard_copy_suite(void)
     tcase_add_test(tc, test_copy_with_writes_then_tail);
     tcase_add_test(tc, test_copy_killed_and_resumed);
     tcase_add_test(tc, test_same_id_on_two_shards);
+    tcase_add_test(tc, test_shard_window_lost);
     suite_add_tcase(s, tc);
     return s;
 }
