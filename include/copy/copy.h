@@ -14,6 +14,8 @@
  * thread with its own MongoDB client and a writing thread with its own PostgreSQL connection, which commits a batch
  * while the next is read (two batches per worker at most). The calling thread coordinates: it logs progress and
  * checks the oplog window (the oldest oplog entry must stay at or before the copy's start) about once a second.
+ *
+ * A sharded cluster's copy reads through its routers and notes one start per shard (copy_config.shards).
  */
 #ifndef OPLOG2PG_COPY_COPY_H
 #define OPLOG2PG_COPY_COPY_H

@@ -8,8 +8,12 @@
  *   but the job list (under `mu`) and their atomic counters.
  * - A worker copies one collection at a time: find sorted by _id, from the committed last _id with the find options
  *   min/hint (inclusive, full BSON order, so an _id of another type than the last one is never skipped, as a
- *   {$gt: X} filter would do), the first document skipped when it is the last one committed. Each batch is one
- *   PostgreSQL transaction: the binary COPY of the rows, then the progress row (last _id, count), then COMMIT.
+ *   {$gt: X} filter would do), the documents with the last committed _id skipped (its key text: two documents of
+ *   one _id, a sharded collection's whose shard key is not _id, are one row and dead letters, committed together,
+ *   worker.c). Each batch is one PostgreSQL transaction: the binary COPY of the rows, then the progress row (last
+ *   _id, count), then COMMIT.
+ * - A sharded cluster (copy_config.shards) is read through its routers, from one start per shard, each noted in its
+ *   own oplog and watched by the window guard there (shards.c).
  * - A worker is two threads, so that MongoDB and PostgreSQL work at the same time: the reading thread (worker.c: the
  *   cursor, the rendering or projection) fills a batch while the writing thread (writer.c: the connection, the
  *   transaction) commits the one before. They share two batches, handed over in order: a worker holds at most two
