@@ -14,6 +14,8 @@
  * thread with its own MongoDB client and a writing thread with its own PostgreSQL connection, which commits a batch
  * while the next is read (two batches per worker at most). The calling thread coordinates: it logs progress and
  * checks the oplog window (the oldest oplog entry must stay at or before the copy's start) about once a second.
+ *
+ * A sharded cluster's copy reads through its routers and notes one start per shard (copy_config.shards).
  */
 #ifndef OPLOG2PG_COPY_COPY_H
 #define OPLOG2PG_COPY_COPY_H
@@ -50,7 +52,27 @@ typedef struct copy_config {
      * oplog2pg.copy_state): until there, tailing meets rows the copy wrote. Left as it was when not known. May be
      * NULL. */
     op_pos *end;
+    /* A sharded cluster (nshards > 0): mongo_uri names its routers, through which the collections are listed and
+     * read (a router returns only what each shard owns: no orphan of a migration), and these are its shards as
+     * config.shards lists them now, each with the URI of its own replica set. Each shard's newest oplog entry is
+     * noted before the copy reads anything, as that shard's start (oplog2pg.copy_shard_state), and the oplog window
+     * is watched per shard. On COPY_DONE *shard_starts (malloc'd, the caller frees it) holds one start per shard the
+     * copy noted, and *start the oldest of them (term -1); *end is the newest of the shards' ends. */
+    const struct copy_shard *shards;
+    size_t nshards;
+    struct copy_shard_pos **shard_starts;
+    size_t *nshard_starts;
 } copy_config;
+
+typedef struct copy_shard {
+    const char *id;  /* config.shards _id */
+    const char *uri; /* its replica set's connection string */
+} copy_shard;
+
+typedef struct copy_shard_pos {
+    char id[128];
+    op_pos start;
+} copy_shard_pos;
 
 /* COPY_REFUSED: PostgreSQL refused something the operator must fix (the login, a privilege, a table of that name
  * that oplog2pg did not make); COPY_UNSUPPORTED: the copy met what it cannot copy exactly (a collection that vanished
@@ -60,8 +82,9 @@ typedef struct copy_config {
 typedef enum { COPY_DONE, COPY_CANCELLED, COPY_WINDOW_LOST, COPY_FAILED, COPY_REFUSED, COPY_UNSUPPORTED } copy_result;
 
 /* Runs or resumes the copy for cfg->service. On COPY_DONE *start is the oplog position noted before the copy
- * began (the caller tails from it, checking it like any resume point). A copy already finished returns COPY_DONE
- * at once with its start. Otherwise err says why (naming the collection and the last _id where one is concerned). */
+ * began (the caller tails from it, checking it like any resume point; on a sharded cluster, see copy_config.shards). A
+ * copy already finished returns COPY_DONE at once with its start. Otherwise err says why (naming the collection and the
+ * last _id where one is concerned). */
 copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t errlen);
 
 /* --reimport: forget the service's copy state and drop (or truncate) the tables of the included collections that

@@ -13,8 +13,9 @@
  * A sharded cluster keeps one checkpoint per shard (oplog2pg.shard_checkpoint) beside the service's cluster time:
  * --skip-import puts each shard's at its newest entry and the cluster time at the newest of them; --tail-from puts
  * each shard's at its last entry before POS (each shard's oplog must still hold POS) and the cluster time just
- * before POS. The initial copy of a sharded cluster is not made yet: such a service starts with --skip-import or
- * --tail-from.
+ * before POS. The initial copy of a sharded cluster reads through the routers and notes each shard's newest entry
+ * as its start (copy/copy.h); when it is done each shard's start becomes its checkpoint row, then the oldest of them
+ * the cluster time.
  * Careful mode, reconnects and restarts after kill -9 then all resume from that one committed position.
  */
 #ifndef OPLOG2PG_DAEMON_START_H

@@ -8,8 +8,12 @@
  *   but the job list (under `mu`) and their atomic counters.
  * - A worker copies one collection at a time: find sorted by _id, from the committed last _id with the find options
  *   min/hint (inclusive, full BSON order, so an _id of another type than the last one is never skipped, as a
- *   {$gt: X} filter would do), the first document skipped when it is the last one committed. Each batch is one
- *   PostgreSQL transaction: the binary COPY of the rows, then the progress row (last _id, count), then COMMIT.
+ *   {$gt: X} filter would do), the documents with the last committed _id skipped (its key text: two documents of
+ *   one _id, a sharded collection's whose shard key is not _id, are one row and dead letters, committed together,
+ *   worker.c). Each batch is one PostgreSQL transaction: the binary COPY of the rows, then the progress row (last
+ *   _id, count), then COMMIT.
+ * - A sharded cluster (copy_config.shards) is read through its routers, from one start per shard, each noted in its
+ *   own oplog and watched by the window guard there (shards.c).
  * - A worker is two threads, so that MongoDB and PostgreSQL work at the same time: the reading thread (worker.c: the
  *   cursor, the rendering or projection) fills a batch while the writing thread (writer.c: the connection, the
  *   transaction) commits the one before. They share two batches, handed over in order: a worker holds at most two
@@ -139,6 +143,8 @@ static void log_progress(run_ctx *rc, double started, int64_t base_total)
 /* 1 fine, 0 window lost (err set), -1 could not check (err set; the caller logs and tries again later). */
 static int window_check(run_ctx *rc, mongoc_client_t *client, double *last_warn, double eta, char *err, size_t errlen)
 {
+    if (rc->nshards > 0)
+        return copy_shards_window(rc, eta, err, errlen);
     op_pos oldest;
     bool found;
     if (!oplog_edge(client, 1, &oldest, &found, err, errlen))
@@ -201,16 +207,23 @@ static bool plan_from_start(run_ctx *rc, mongoc_client_t *mongo, plan *p, char *
     for (int attempt = 1;; attempt++) {
         bool found, renamed;
         op_pos listed;
-        if (!oplog_newest_committed(mongo, rc->cfg->majority, &rc->start, &found, m, mlen))
-            return false;
-        if (!found) {
-            snprintf(m, mlen, "the oplog is empty: there is no position to tail from after the copy");
-            return false;
+        if (rc->nshards > 0) {
+            /* A sharded cluster: each shard's start in its own oplog, the collections listed through the routers. */
+            if (!copy_shards_note_starts(rc, m, mlen) || !copy_plan_collections(mongo, rc->cfg->filter, p, m, mlen) ||
+                !copy_shards_renamed(rc, &renamed, m, mlen))
+                return false;
+        } else {
+            if (!oplog_newest_committed(mongo, rc->cfg->majority, &rc->start, &found, m, mlen))
+                return false;
+            if (!found) {
+                snprintf(m, mlen, "the oplog is empty: there is no position to tail from after the copy");
+                return false;
+            }
+            if (!copy_plan_collections(mongo, rc->cfg->filter, p, m, mlen) ||
+                !oplog_edge(mongo, -1, &listed, &found, m, mlen) ||
+                !oplog_renames_between(mongo, &rc->start, &listed, &renamed, m, mlen))
+                return false;
         }
-        if (!copy_plan_collections(mongo, rc->cfg->filter, p, m, mlen) ||
-            !oplog_edge(mongo, -1, &listed, &found, m, mlen) ||
-            !oplog_renames_between(mongo, &rc->start, &listed, &renamed, m, mlen))
-            return false;
         if (!renamed)
             return true;
         free(p->items);
@@ -262,17 +275,31 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
     int have = copy_state_load(pg, cfg->service, &rc.start, &finished, m, sizeof m);
     if (have < 0)
         goto fail;
+    int shards_ok = have == 1 ? copy_shards_load(pg, &rc, m, sizeof m) : 1;
+    if (shards_ok < 0)
+        goto fail;
+    if (shards_ok == 0) {
+        result = COPY_UNSUPPORTED;
+        goto report;
+    }
     char pos[OP_POS_STRLEN];
     if (have == 0) {
-        if (!plan_from_start(&rc, mongo, &p, m, sizeof m) ||
-            !copy_plan_store(pg, cfg->service, &rc.start, &p, m, sizeof m))
+        if ((cfg->nshards > 0 && !copy_shards_open(&rc, m, sizeof m)) ||
+            !plan_from_start(&rc, mongo, &p, m, sizeof m) || !copy_plan_store(pg, cfg->service, &rc, &p, m, sizeof m))
             goto fail;
         int64_t est = 0;
         for (size_t i = 0; i < p.n; i++)
             est += p.items[i].estimate;
         log_info("copy: service %s starts a copy of %zu collections (about %lld documents) from oplog position %s",
                  cfg->service, p.n, (long long)est, op_pos_format(&rc.start, pos, sizeof pos));
+        for (size_t i = 0; i < rc.nshards; i++)
+            log_info("copy: shard '%s' is tailed from its oplog entry %s once the copy is done", rc.shards[i].id,
+                     op_pos_format(&rc.shards[i].start, pos, sizeof pos));
     } else if (finished) {
+        if (!copy_shards_export(&rc)) {
+            snprintf(m, sizeof m, "out of memory");
+            goto fail;
+        }
         *start = rc.start;
         log_info("copy: service %s: the copy already finished (start %s)", cfg->service,
                  op_pos_format(&rc.start, pos, sizeof pos));
@@ -372,7 +399,11 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
     op_pos end = {0};
     bool have_end = false;
     char es[3][24];
-    if (!oplog_newest_committed(mongo, cfg->majority, &end, &have_end, m, sizeof m)) {
+    if (rc.nshards > 0) {
+        /* Each shard's end, and the newest of them as the copy's: the merged stream compares its entries' ts. */
+        if (!copy_shards_record_ends(pg, &rc, &end, &have_end, m, sizeof m))
+            goto fail;
+    } else if (!oplog_newest_committed(mongo, cfg->majority, &end, &have_end, m, sizeof m)) {
         log_debug("copy: the oplog's end after the copy is not known: %s", m);
         have_end = false;
     }
@@ -406,6 +437,10 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
                  copy_format_duration(secs, d, sizeof d), secs > 0 ? (double)(total - base_total) / secs : 0.0,
                  op_pos_format(&rc.start, pos, sizeof pos));
     }
+    if (!copy_shards_export(&rc)) {
+        snprintf(m, sizeof m, "out of memory");
+        goto fail;
+    }
     *start = rc.start;
     result = COPY_DONE;
     goto out;
@@ -422,6 +457,7 @@ out:
     free(threads);
     copy_jobs_free(rc.jobs, rc.njobs);
     free(p.items);
+    copy_shards_free(&rc);
     if (mongo != NULL)
         mongoc_client_destroy(mongo);
     pgconn_close(pg);

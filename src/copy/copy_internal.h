@@ -5,6 +5,7 @@
  *   state.c   the copy state in PostgreSQL (oplog2pg.copy_state, copy_progress): load, --reimport, `status`;
  *   worker.c  a worker's reading thread: a collection at a time, read from MongoDB and rendered batch by batch;
  *   writer.c  a worker's writing thread: each batch one PostgreSQL transaction, while the next one is being read;
+ *   shards.c  a sharded cluster's shards: each one's start and end in its own oplog (copy_shard_state), its window;
  *   common.c  the connections (sink/pgconn.h, source/mongo_client.h) and small helpers all of them use.
  */
 #ifndef OPLOG2PG_COPY_INTERNAL_H
@@ -53,9 +54,21 @@ typedef struct {
     double run_started;          /* when this run took the job (monotonic seconds) */
 } job;
 
+/* One shard of a sharded cluster's copy (the coordinator's alone). */
+typedef struct {
+    char id[128];
+    mongoc_client_t *client; /* on its replica set; NULL when config.shards no longer lists it */
+    op_pos start;            /* its newest entry noted before the copy read anything */
+    op_pos end;              /* its newest entry as the copy finished (have_end) */
+    bool have_end;
+    double last_warn; /* the last window warning about it */
+} copy_shard_run;
+
 typedef struct {
     const copy_config *cfg;
-    op_pos start;
+    op_pos start;           /* a sharded cluster's: the oldest of the shards' starts, term -1 */
+    copy_shard_run *shards; /* a sharded cluster's (nshards > 0) */
+    size_t nshards;
     uint32_t batch_docs;
     pthread_mutex_t mu;
     job *jobs;
@@ -121,8 +134,32 @@ bool copy_listed_uuid(const bson_t *entry, uint8_t uuid[16]);
 
 /* Every included collection (views and system collections left out), with its estimated count. */
 bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, plan *p, char *err, size_t errlen);
-/* The copy_state row and one copy_progress row per collection, in one transaction. */
-bool copy_plan_store(pgconn *pg, const char *service, const op_pos *start, const plan *p, char *err, size_t errlen);
+/* The copy_state row, one copy_progress row per collection and, for a sharded cluster, one copy_shard_state row per
+ * shard (rc->shards), in one transaction. */
+bool copy_plan_store(pgconn *pg, const char *service, const run_ctx *rc, const plan *p, char *err, size_t errlen);
+
+/* ---- shards.c ---- */
+
+/* The shards of cfg->shards, each with a client on its replica set (rc->shards), for a new copy. */
+bool copy_shards_open(run_ctx *rc, char *err, size_t errlen);
+/* Each shard's newest entry (majority-committed with majority) as its start, and rc->start the oldest of them. */
+bool copy_shards_note_starts(run_ctx *rc, char *err, size_t errlen);
+/* Whether an entry after a shard's start, up to its newest entry now, renames a collection, on any shard. */
+bool copy_shards_renamed(run_ctx *rc, bool *renamed, char *err, size_t errlen);
+/* One copy_shard_state row per shard, in the caller's transaction. */
+bool copy_shards_store(pgconn *pg, const char *service, const run_ctx *rc, char *err, size_t errlen);
+/* A copy resumed: the shards copy_shard_state noted (none: the copy was begun on a replica set), each matched with
+ * the shard of cfg->shards of the same id for its client. 1 fine, 0 the copy was begun on a replica set and the URI
+ * names a cluster now or the other way round (err says to --reimport), -1 an error (err set). */
+int copy_shards_load(pgconn *pg, run_ctx *rc, char *err, size_t errlen);
+/* The oplog window of every shard: 1 fine, 0 lost (err says which shard), -1 could not check (err set). */
+int copy_shards_window(run_ctx *rc, double eta, char *err, size_t errlen);
+/* Each shard's newest entry now into copy_shard_state (end_*), and *end the newest of them (*have_end false when
+ * some shard's is not known). */
+bool copy_shards_record_ends(pgconn *pg, run_ctx *rc, op_pos *end, bool *have_end, char *err, size_t errlen);
+/* The shards' starts into cfg->shard_starts (when the caller asked). False when memory runs out. */
+bool copy_shards_export(const run_ctx *rc);
+void copy_shards_free(run_ctx *rc);
 
 /* ---- worker.c ---- */
 

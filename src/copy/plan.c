@@ -140,8 +140,9 @@ bool copy_list_collections(mongoc_client_t *client, const nsfilter *filter, copy
 }
 
 /* The copy_state row and one copy_progress row per collection, in one transaction. */
-bool copy_plan_store(pgconn *pg, const char *service, const op_pos *start, const plan *p, char *err, size_t errlen)
+bool copy_plan_store(pgconn *pg, const char *service, const run_ctx *rc, const plan *p, char *err, size_t errlen)
 {
+    const op_pos *start = &rc->start;
     char m[ERRLEN];
     if (!copy_pg_exec(pg, "BEGIN", m, sizeof m, NULL))
         goto fail;
@@ -168,6 +169,11 @@ bool copy_plan_store(pgconn *pg, const char *service, const op_pos *start, const
                               5, pp, lens, fmts, 0);
         ok = PQresultStatus(r) == PGRES_COMMAND_OK;
         PQclear(r);
+    }
+    if (ok && rc->nshards > 0 && !copy_shards_store(pg, service, rc, m, sizeof m)) {
+        PGresult *rb = copy_query(pg, "ROLLBACK");
+        PQclear(rb);
+        goto fail;
     }
     if (!ok) {
         snprintf(m, sizeof m, "%s", copy_pg_error(pg));

@@ -26,7 +26,8 @@ typedef struct {
     copy_writer *writer;
     const map_collection *map; /* the current job's typed map, NULL for the jsonb shape */
     map_rows rows;             /* one document's rows, reused */
-    strbuf key_buf, json_buf;  /* one document's texts, reused */
+    strbuf key_buf, json_buf;  /* one document's texts, reused (key_buf: its _id's key text, made first) */
+    strbuf prev_key;           /* the key text of the document before it in this pass (or the last one committed) */
     copy_outcome out;          /* how the last pass's batches ended on the writing side */
     char err[ERRLEN];
 } worker;
@@ -172,7 +173,8 @@ static locate_result locate(worker *w, job *j)
 
 /* Adds one document to the batch, or keeps it to be set aside when its text cannot be made. False only when memory
  * runs out (w->err says so). */
-static bool add_doc(worker *w, copy_batch *b, const bson_t *doc, const bson_value_t *id)
+static bool add_doc(worker *w, copy_batch *b, const bson_t *doc, const bson_value_t *id, ejson_status key_st,
+                    const ejson_error *key_err)
 {
     bool ok;
     if (w->map != NULL) {
@@ -188,13 +190,12 @@ static bool add_doc(worker *w, copy_batch *b, const bson_t *doc, const bson_valu
         else
             ok = sink_batch_add_mapped(b->rows, &w->rows) && (!b->careful || copy_batch_keep(b, doc, NULL));
     } else {
-        strbuf_reset(&w->key_buf, 64 * 1024);
         strbuf_reset(&w->json_buf, 1024 * 1024);
         /* The text moves into the batch, so each document's buffer is new: sized at once (about the BSON's size,
          * numbers and dates a little longer) rather than grown from nothing by copies. */
         strbuf_reserve(&w->json_buf, (size_t)doc->len + doc->len / 4 + 64);
-        ejson_error err;
-        ejson_status st = ejson_write_key(&w->key_buf, id, &err);
+        ejson_error err = *key_err;
+        ejson_status st = key_st; /* the key text is in w->key_buf (key_text) */
         if (st == EJSON_OK)
             st = ejson_write_document_jsonb(&w->json_buf, bson_get_data(doc), doc->len, &err);
         if (st == EJSON_NOMEM) {
@@ -264,6 +265,19 @@ static pass_result vanished_unknown(worker *w, const job *j)
     return PASS_UNSUPPORTED;
 }
 
+/* The key text of an _id (map/ejson.h: equal exactly when MongoDB's _id index finds two _ids equal, and what a row's
+ * _id holds) into buf. */
+static ejson_status key_text(strbuf *buf, const bson_value_t *id, ejson_error *err)
+{
+    strbuf_reset(buf, 64 * 1024);
+    return ejson_write_key(buf, id, err);
+}
+
+static bool same_key(const strbuf *a, const strbuf *b)
+{
+    return a->len == b->len && memcmp(a->data, b->data, a->len) == 0;
+}
+
 /* One pass over a collection from its committed last _id to its end (or a stop, or an error). Batches are handed to
  * the writing thread as they fill; the pass ends once they are all committed (or one failed: w->out says why). */
 static pass_result copy_pass(worker *w, job *j, bool *retryable)
@@ -305,10 +319,25 @@ static pass_result copy_pass(worker *w, job *j, bool *retryable)
         BSON_APPEND_INT32(&sub, "_id", 1);
         bson_append_document_end(&opts, &sub);
     }
+    /* Two documents with one _id (equal key texts): a sharded collection whose shard key is not _id, where each
+     * shard's _id index is its own. The router's merge sorted by _id puts them side by side: the first becomes the
+     * row, the others are set aside (a table has one row per _id). A batch never ends between them: one that is full
+     * goes to the writer only once a document with another _id comes. So all the documents of one _id commit
+     * together, and a pass resumed after the last committed _id skips every one of them (min is inclusive). */
+    bool have_prev = false, skipping = false, full = false;
+    if (have_last) {
+        bson_iter_t li;
+        ejson_error le;
+        if (bson_iter_init_find(&li, &last_view, "_id") &&
+            key_text(&w->prev_key, bson_iter_value(&li), &le) == EJSON_OK)
+            have_prev = skipping = true;
+        else
+            have_prev = skipping = false; /* an _id without key text was set aside: only its bytes can skip it */
+    }
     mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
     const bson_t *doc;
     bson_t last = BSON_INITIALIZER; /* {_id: v} of the last document read */
-    bool have_pending_last = false, first = true, handed = false;
+    bool first = true, handed = false;
     int64_t careful_left = j->careful_left; /* documents still to go row by row, counted as they are read */
     copy_batch *b = NULL;
     size_t limit_docs = 0, limit_bytes = 0;
@@ -333,10 +362,42 @@ static pass_result copy_pass(worker *w, job *j, bool *retryable)
             res = PASS_ERROR;
             goto drain;
         }
+        ejson_error kerr;
+        ejson_status kst = key_text(&w->key_buf, bson_iter_value(&it), &kerr);
+        if (kst == EJSON_NOMEM || strbuf_failed(&w->key_buf)) {
+            snprintf(w->err, sizeof w->err, "out of memory");
+            *retryable = true;
+            res = PASS_ERROR;
+            goto drain;
+        }
+        bool dup = kst == EJSON_OK && have_prev && same_key(&w->key_buf, &w->prev_key);
         if (first) {
             first = false;
             if (have_last && last.len == j->last_id_len && memcmp(bson_get_data(&last), j->last_id, last.len) == 0)
                 continue;
+        }
+        if (skipping && dup)
+            continue; /* the documents of the last committed _id: committed with it, row or dead letter */
+        skipping = false;
+        if (kst == EJSON_OK) {
+            if (!dup) {
+                strbuf_reset(&w->prev_key, 64 * 1024);
+                strbuf_append(&w->prev_key, w->key_buf.data, w->key_buf.len);
+                have_prev = !strbuf_failed(&w->prev_key);
+            }
+        } else {
+            have_prev = false;
+        }
+        if (full && !dup) {
+            /* The full batch goes now that another _id comes. */
+            if (b->careful)
+                careful_left -= (int64_t)b->docs;
+            copy_batch *done_batch = b;
+            b = NULL;
+            full = false;
+            handed = true;
+            if (!copy_writer_submit(w->writer, done_batch))
+                goto drain;
         }
         if (b == NULL) {
             if ((b = copy_writer_acquire(w->writer)) == NULL)
@@ -353,24 +414,31 @@ static pass_result copy_pass(worker *w, job *j, bool *retryable)
             if (b->careful && (uint64_t)careful_left < limit_docs)
                 limit_docs = (size_t)careful_left;
         }
-        if (!add_doc(w, b, doc, bson_iter_value(&it))) {
+        if (dup) {
+            char id[256], why[512];
+            copy_id_text(bson_get_data(&last), last.len, id, sizeof id);
+            snprintf(why, sizeof why,
+                     "two documents with _id %s in this collection (a sharded collection whose shard key is not _id: "
+                     "two shards hold the same _id); the first one read is the row",
+                     id);
+            if (!copy_batch_keep(b, doc, why)) {
+                snprintf(w->err, sizeof w->err, "out of memory");
+                *retryable = true;
+                res = PASS_ERROR;
+                goto drain;
+            }
+            b->docs++;
+            continue; /* the batch's last _id stays the row's */
+        }
+        if (!add_doc(w, b, doc, bson_iter_value(&it), kst, &kerr)) {
             *retryable = true;
             res = PASS_ERROR;
             goto drain;
         }
-        have_pending_last = true;
-        if (b->docs >= limit_docs || sink_batch_bytes(b->rows) + b->kept_bytes >= limit_bytes) {
-            bson_reinit(&b->last);
-            bson_concat(&b->last, &last);
-            if (b->careful)
-                careful_left -= (int64_t)b->docs;
-            copy_batch *full = b;
-            b = NULL;
-            handed = true;
-            have_pending_last = false;
-            if (!copy_writer_submit(w->writer, full))
-                goto drain;
-        }
+        bson_reinit(&b->last);
+        bson_concat(&b->last, &last);
+        if (b->docs >= limit_docs || sink_batch_bytes(b->rows) + b->kept_bytes >= limit_bytes)
+            full = true; /* handed over at the next _id, or as the collection's last */
     }
     bson_error_t e;
     bool cursor_failed = mongoc_cursor_error(cur, &e);
@@ -406,10 +474,6 @@ static pass_result copy_pass(worker *w, job *j, bool *retryable)
         b->careful = careful_left > 0;
     }
     /* The collection's last batch (possibly empty): its progress row says done. */
-    if (have_pending_last) {
-        bson_reinit(&b->last);
-        bson_concat(&b->last, &last);
-    }
     b->done = true;
     copy_batch *final = b;
     b = NULL;
@@ -520,6 +584,7 @@ out:
         mongoc_client_destroy(w.mongo);
     strbuf_free(&w.rows.buf);
     strbuf_free(&w.key_buf);
+    strbuf_free(&w.prev_key);
     strbuf_free(&w.json_buf);
     atomic_fetch_sub(&rc->workers_running, 1);
     return NULL;

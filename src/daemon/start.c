@@ -5,6 +5,7 @@
 
 #include <mongoc/mongoc.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "copy/copy.h"
@@ -305,13 +306,23 @@ int start_prepare(const start_params *p)
     }
     if (p->opts->skip_import)
         return p->sharded ? skip_import_sharded(p) : skip_import(p);
+    /* A sharded cluster: the copy reads through the routers and notes each shard's start in its own oplog. */
+    start_shards ss = {0};
+    copy_shard *shards = NULL;
     if (p->sharded) {
-        log_error("service '%s' has no checkpoint, and the initial copy of a sharded cluster is not made yet: start "
-                  "with --skip-import (from the shards' newest entries) or --tail-from",
-                  cfg->service);
-        return EXIT_CONFIG;
+        if (!shards_open(p, "the initial copy", &ss))
+            return EXIT_CONFIG;
+        shards = calloc(ss.sl.n, sizeof *shards);
+        if (shards == NULL) {
+            log_error("the initial copy: out of memory");
+            shards_close(&ss);
+            return EXIT_FAILURE_GENERIC;
+        }
+        for (size_t i = 0; i < ss.sl.n; i++)
+            shards[i] = (copy_shard){.id = ss.sl.v[i].id, .uri = ss.sl.v[i].uri};
     }
-
+    copy_shard_pos *starts = NULL;
+    size_t nstarts = 0;
     copy_config cc = {
         .tick = p->tick,
         .tick_arg = p->tick_arg,
@@ -327,15 +338,34 @@ int start_prepare(const start_params *p)
         .cancel = p->copy_cancel,
         .peer_timeout_s = (int)(cfg->postgres_peer_timeout_ms / 1000),
         .majority = cfg->read_concern == CONFIG_READ_MAJORITY,
+        .shards = shards,
+        .nshards = p->sharded ? ss.sl.n : 0,
+        .shard_starts = &starts,
+        .nshard_starts = &nstarts,
     };
     op_pos start, end = {0};
     cc.end = &end;
-    log_notice("service '%s' has no checkpoint: copying the included collections first", cfg->service);
+    log_notice("service '%s' has no checkpoint: copying the included collections first%s", cfg->service,
+               p->sharded ? " (through the cluster's routers)" : "");
     copy_result r = copy_run(&cc, &start, err, sizeof err);
+    free(shards);
+    shards_close(&ss);
     switch (r) {
     case COPY_DONE: {
-        /* The copy's start becomes the checkpoint: tailing replays everything since, checked like any resume. */
-        int rc = commit_start(p, &start, "initial copy complete");
+        /* The copy's start becomes the checkpoint: tailing replays everything since, checked like any resume. On a
+         * cluster each shard's start becomes its row first, while the service has no checkpoint yet: a crash
+         * between the two leaves a service without one, whose next start finds the copy finished and commits the
+         * same rows again; the cluster time, the oldest of the starts, comes last. */
+        int rc = -1;
+        for (size_t i = 0; rc < 0 && i < nstarts; i++) {
+            rc = commit_shard(p, starts[i].id, &starts[i].start, "initial copy complete");
+            if (rc < 0)
+                log_info("shard '%s' is tailed after its oplog entry %s, where the copy began", starts[i].id,
+                         op_pos_format(&starts[i].start, at, sizeof at));
+        }
+        free(starts);
+        if (rc < 0)
+            rc = commit_start(p, &start, "initial copy complete");
         if (rc >= 0)
             return rc;
         if (p->opts->import_only)

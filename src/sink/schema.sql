@@ -268,6 +268,25 @@ $$;
 COMMENT ON TABLE oplog2pg.copy_progress IS
     'oplog2pg initial copy progress per collection: last _id committed (BSON), documents copied, done';
 
+-- The initial copy of a sharded cluster (src/copy/): one row per shard that config.shards listed when the copy was
+-- planned. start_* is that shard's newest oplog entry noted before the copy read anything (the shard's reader tails
+-- from there once the copy is done; copy_state.start_* holds the oldest of them); end_* its newest entry as the copy
+-- finished (NULL until then). Written with the copy's plan, so a copy resumed after a crash keeps the same starts.
+CREATE TABLE IF NOT EXISTS oplog2pg.copy_shard_state (
+    service    text NOT NULL REFERENCES oplog2pg.copy_state (service) ON DELETE CASCADE,
+    shard      text NOT NULL, -- the shard's _id in config.shards
+    start_sec  bigint NOT NULL,
+    start_inc  bigint NOT NULL,
+    start_term bigint NOT NULL, -- -1 when the entry has no term
+    end_sec    bigint,
+    end_inc    bigint,
+    end_term   bigint,
+    PRIMARY KEY (service, shard)
+);
+
+COMMENT ON TABLE oplog2pg.copy_shard_state IS
+    'oplog2pg initial copy of a sharded cluster: each shard''s oplog position noted before the copy, and at its end';
+
 -- Dead letters ([replication] on_error = dead-letter): an op (a write or DDL) PostgreSQL refused, set aside in
 -- the same transaction that moves the checkpoint past it, so it is neither lost nor applied twice. op_bson is the
 -- op's payload exactly as the oplog holds it (the document, the update, the delete's key, the command); doc_id is

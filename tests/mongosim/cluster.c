@@ -752,7 +752,10 @@ static void r_find(sim_cluster *cl, sim_reply *r, const bson_t *cmd, const char 
         bson_destroy(&empty);
     }
     /* min / max on the _id index (with its hint): an inclusive lower and an exclusive upper bound, in BSON order
-     * (the copy resumes with min). */
+     * (the copy resumes with min). A mongos sends them on to every targeted shard with the hint ("min() exists
+     * primarily to support the mongos process", docs cursor.min()), and merges the shards' sorted results by the sort
+     * key alone (src/mongo/s/query/async_results_merger.cpp): two shards' documents with one _id (a shard key other
+     * than _id) come side by side, in no set order, as gather's sort leaves them. */
     static const char *const bounds[] = {"min", "max"};
     for (int b = 0; b < 2; b++) {
         bson_t bd;
