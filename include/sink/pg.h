@@ -188,7 +188,8 @@ bool sink_read_hold(const sink *s, op_pos *hold);
  * sink_read_shard_checkpoints calls each() for every shard that has one, ordered by shard id, and returns how many, or
  * -1 when not connected. sink_set_shard_checkpoint puts one shard's row at pos (NULL: deletes it; either way its
  * hold is cleared), forward or back, in a transaction of its own outside any group (refused inside one,
- * APPLY_CONFIG): a shard's start point when it is added, the start of a copy, a retired shard. sink_set_checkpoint
+ * APPLY_CONFIG): a shard's start point when it is added, the start of a copy, a retired shard; hosts, when not NULL,
+ * are stored in the row in the same transaction (where a shard removed later is read). sink_set_checkpoint
  * with NULL (--reimport) deletes every shard row of the service as well. */
 sink_status sink_set_shards(sink *s, const char *const *names, size_t n);
 /* The batcher's set_sources (sink/batcher_pg.h): the sources' positions as the next commit is to write them. */
@@ -197,7 +198,7 @@ int sink_read_shard_checkpoints(sink *s,
                                 void (*each)(void *arg, const char *shard, const op_pos *pos, bool has_hold,
                                              const op_pos *hold),
                                 void *arg);
-sink_status sink_set_shard_checkpoint(sink *s, const char *shard, const op_pos *pos);
+sink_status sink_set_shard_checkpoint(sink *s, const char *shard, const op_pos *pos, const char *hosts);
 /* The shards' hosts, as config.shards lists them ("rs/h1:p,h2:p"), hosts[i] for source i (NULL: none), after
  * sink_set_shards: the next commit that moves a source's row writes them into its row (oplog2pg.shard_checkpoint
  * hosts) when the row holds others, pipelined like its position. So a shard removed from the cluster while oplog2pg

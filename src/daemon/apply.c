@@ -646,7 +646,7 @@ static void drain_removed_shards(daemon_ctx *d)
         if (st == APPLY_OK && batcher_dirty(d->bt))
             return; /* a transaction across shards still open: its commit comes first */
         if (st == APPLY_OK)
-            st = sink_set_shard_checkpoint(d->snk, id, NULL);
+            st = sink_set_shard_checkpoint(d->snk, id, NULL, NULL);
         if (st != APPLY_OK) {
             on_sink_failure(d, st);
             return;

@@ -137,7 +137,10 @@ static void shards_close(start_shards *ss)
     shard_list_free(&ss->sl);
 }
 
-static bool shards_open(const start_params *p, const char *why, start_shards *ss)
+/* -1 when every shard has its client, else the exit code: a cluster that cannot be read now (unreachable, a
+ * passing server error, no shard yet) is a failure the service manager retries; a refused login, a URI or shard
+ * document that does not parse is the configuration's. */
+static int shards_open(const start_params *p, const char *why, start_shards *ss)
 {
     char err[512];
     memset(ss, 0, sizeof *ss);
@@ -147,7 +150,7 @@ static bool shards_open(const start_params *p, const char *why, start_shards *ss
     if (st != DISCOVER_OK || ss->sl.n == 0) {
         log_error("%s: reading the cluster's shards: %s", why, st != DISCOVER_OK ? err : "config.shards is empty");
         shards_close(ss);
-        return false;
+        return st == DISCOVER_REFUSED || st == DISCOVER_BAD ? EXIT_CONFIG : EXIT_FAILURE_GENERIC;
     }
     ss->clients = calloc(ss->sl.n, sizeof *ss->clients);
     for (size_t i = 0; ss->clients != NULL && i < ss->sl.n; i++) {
@@ -156,20 +159,29 @@ static bool shards_open(const start_params *p, const char *why, start_shards *ss
         if (ss->clients[i] == NULL) {
             log_error("%s: shard '%s': %s", why, ss->sl.v[i].id, err);
             shards_close(ss);
-            return false;
+            return EXIT_CONFIG;
         }
     }
     if (ss->clients == NULL) {
         log_error("%s: out of memory", why);
         shards_close(ss);
-        return false;
+        return EXIT_FAILURE_GENERIC;
     }
-    return true;
+    return -1;
 }
 
-static int commit_shard(const start_params *p, const char *shard, const op_pos *pos, const char *why)
+/* One shard's start becomes its row, with its hosts as config.shards lists them now ("rs/h1:p,..."; NULL when it
+ * no longer lists the shard), so a shard removed before the first session still has a place to be read at. */
+static int commit_shard(const start_params *p, const start_shards *ss, const char *shard, const op_pos *pos,
+                        const char *why)
 {
-    if (sink_set_shard_checkpoint(p->snk, shard, pos) == APPLY_OK)
+    char hosts[1024];
+    const char *h = NULL;
+    for (size_t i = 0; i < ss->sl.n && h == NULL; i++)
+        if (strcmp(ss->sl.v[i].id, shard) == 0 &&
+            (size_t)snprintf(hosts, sizeof hosts, "%s/%s", ss->sl.v[i].rs, ss->sl.v[i].hosts) < sizeof hosts)
+            h = hosts;
+    if (sink_set_shard_checkpoint(p->snk, shard, pos, h) == APPLY_OK)
         return -1;
     log_error("%s: committing shard '%s''s start position: %s", why, shard, sink_error(p->snk));
     return EXIT_FAILURE_GENERIC;
@@ -180,8 +192,9 @@ static int skip_import_sharded(const start_params *p)
 {
     static const char why[] = "--skip-import: no initial copy";
     start_shards ss;
-    if (!shards_open(p, "--skip-import", &ss))
-        return EXIT_CONFIG;
+    int open_rc = shards_open(p, "--skip-import", &ss);
+    if (open_rc >= 0)
+        return open_rc;
     op_pos *newest = calloc(ss.sl.n, sizeof *newest);
     op_pos top = {0, 0, -1};
     int rc = newest != NULL ? -1 : EXIT_FAILURE_GENERIC;
@@ -208,7 +221,7 @@ static int skip_import_sharded(const start_params *p)
         rc = commit_start(p, &top, why);
     }
     for (size_t i = 0; rc < 0 && i < ss.sl.n; i++)
-        rc = commit_shard(p, ss.sl.v[i].id, &newest[i], why);
+        rc = commit_shard(p, &ss, ss.sl.v[i].id, &newest[i], why);
     free(newest);
     shards_close(&ss);
     return rc;
@@ -223,8 +236,9 @@ static int tail_from_sharded(const start_params *p)
     const op_pos *from = &p->opts->tail_from;
     snprintf(why, sizeof why, "--tail-from %s", op_pos_format(from, want, sizeof want));
     start_shards ss;
-    if (!shards_open(p, "--tail-from", &ss))
-        return EXIT_CONFIG;
+    int open_rc = shards_open(p, "--tail-from", &ss);
+    if (open_rc >= 0)
+        return open_rc;
     op_pos *before = calloc(ss.sl.n, sizeof *before);
     int rc = before != NULL ? -1 : EXIT_FAILURE_GENERIC;
     for (size_t i = 0; rc < 0 && i < ss.sl.n; i++) {
@@ -264,7 +278,7 @@ static int tail_from_sharded(const start_params *p)
         }
     }
     for (size_t i = 0; rc < 0 && i < ss.sl.n; i++)
-        rc = commit_shard(p, ss.sl.v[i].id, &before[i], why);
+        rc = commit_shard(p, &ss, ss.sl.v[i].id, &before[i], why);
     free(before);
     shards_close(&ss);
     return rc;
@@ -310,8 +324,9 @@ int start_prepare(const start_params *p)
     start_shards ss = {0};
     copy_shard *shards = NULL;
     if (p->sharded) {
-        if (!shards_open(p, "the initial copy", &ss))
-            return EXIT_CONFIG;
+        int open_rc = shards_open(p, "the initial copy", &ss);
+        if (open_rc >= 0)
+            return open_rc;
         shards = calloc(ss.sl.n, sizeof *shards);
         if (shards == NULL) {
             log_error("the initial copy: out of memory");
@@ -349,7 +364,8 @@ int start_prepare(const start_params *p)
                p->sharded ? " (through the cluster's routers)" : "");
     copy_result r = copy_run(&cc, &start, err, sizeof err);
     free(shards);
-    shards_close(&ss);
+    if (r != COPY_DONE)
+        shards_close(&ss);
     switch (r) {
     case COPY_DONE: {
         /* The copy's start becomes the checkpoint: tailing replays everything since, checked like any resume. On a
@@ -358,12 +374,13 @@ int start_prepare(const start_params *p)
          * same rows again; the cluster time, the oldest of the starts, comes last. */
         int rc = -1;
         for (size_t i = 0; rc < 0 && i < nstarts; i++) {
-            rc = commit_shard(p, starts[i].id, &starts[i].start, "initial copy complete");
+            rc = commit_shard(p, &ss, starts[i].id, &starts[i].start, "initial copy complete");
             if (rc < 0)
                 log_info("shard '%s' is tailed after its oplog entry %s, where the copy began", starts[i].id,
                          op_pos_format(&starts[i].start, at, sizeof at));
         }
         free(starts);
+        shards_close(&ss);
         if (rc < 0)
             rc = commit_start(p, &start, "initial copy complete");
         if (rc >= 0)

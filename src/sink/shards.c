@@ -354,7 +354,7 @@ bool sink_shards_done(sink *s, bool committed)
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* the explicit move */
 
-sink_status sink_set_shard_checkpoint(sink *s, const char *shard, const op_pos *pos)
+sink_status sink_set_shard_checkpoint(sink *s, const char *shard, const op_pos *pos, const char *hosts)
 {
     if (s->in_txn) {
         sink_set_err(s, APPLY_CONFIG, NULL, "internal error: a shard's checkpoint is set only outside a flush group");
@@ -374,13 +374,22 @@ sink_status sink_set_shard_checkpoint(sink *s, const char *shard, const op_pos *
     if (pipe_begin_if_needed(s) != APPLY_OK || !pipe_push_pending(s, P_CKPT, NULL, pos))
         return s->failed;
     if (pipe_after_send(s, PQsendQueryParams(s->conn, sql, 6, NULL, values, NULL, NULL, 0) == 1, sizeof sql) !=
-            APPLY_OK ||
-        pipe_commit(s, pos) != APPLY_OK || pipe_drain(s) != APPLY_OK)
+        APPLY_OK)
+        return s->failed;
+    if (pos != NULL && hosts != NULL) {
+        static const char hsql[] = "UPDATE oplog2pg.shard_checkpoint SET hosts = $3 WHERE service = $1 AND shard = $2";
+        const char *hv[3] = {s->service, shard, hosts};
+        if (!pipe_push_pending(s, P_CKPT, NULL, pos) ||
+            pipe_after_send(s, PQsendQueryParams(s->conn, hsql, 3, NULL, hv, NULL, NULL, 0) == 1, sizeof hsql) !=
+                APPLY_OK)
+            return s->failed;
+    }
+    if (pipe_commit(s, pos) != APPLY_OK || pipe_drain(s) != APPLY_OK)
         return s->failed;
     s->stats.commits++;
     if (pos == NULL) {
         row_delete(s, shard);
-    } else if (!row_put(s, shard, pos, NULL)) {
+    } else if (!row_put(s, shard, pos, NULL) || (hosts != NULL && !row_set_hosts(s, shard, hosts))) {
         sink_set_err(s, APPLY_NOMEM, NULL, "out of memory noting the checkpoint of shard %s", shard);
         return s->failed;
     }

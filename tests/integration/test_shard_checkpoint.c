@@ -293,7 +293,7 @@ START_TEST(test_fenced)
             sink_set_source_positions(s, src, 1);
             st = sink_commit(s, &p);
         } else {
-            st = sink_set_shard_checkpoint(s, "shA", &p);
+            st = sink_set_shard_checkpoint(s, "shA", &p, NULL);
         }
         ck_assert_msg(st == APPLY_FENCED, "round %d: status %s: %s", round, apply_status_name(st), sink_error(s));
         ck_assert_str_eq(sink_error_state(s), "O2FEN");
@@ -366,17 +366,27 @@ START_TEST(test_set_and_delete)
     expect_rows(svc, "shA=40:1/3 39:2");
 
     op_pos back = {.secs = 35, .inc = 7, .term = 2}, newer = {.secs = 45, .inc = 1, .term = -1};
-    ck_assert_msg(sink_set_shard_checkpoint(s, "shA", &back) == APPLY_OK, "%s", sink_error(s));
-    ck_assert_msg(sink_set_shard_checkpoint(s, "shZ", &newer) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_msg(sink_set_shard_checkpoint(s, "shA", &back, NULL) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_msg(sink_set_shard_checkpoint(s, "shZ", &newer, "rsZ/h1:27018,h2:27018") == APPLY_OK, "%s",
+                  sink_error(s));
     expect_rows(svc, "shA=35:7/2 -;shZ=45:1/N -");
+    /* the hosts given are stored with the row, and known at once */
+    char hq[200];
+    snprintf(hq, sizeof hq,
+             "SELECT count(*) FROM oplog2pg.shard_checkpoint WHERE service = '%s' AND shard = 'shZ' "
+             "AND hosts = 'rsZ/h1:27018,h2:27018'",
+             svc);
+    ck_assert_int_eq(denv_pg_int(hq), 1);
+    ck_assert_str_eq(sink_shard_hosts(s, "shZ"), "rsZ/h1:27018,h2:27018");
+    ck_assert_ptr_null(sink_shard_hosts(s, "shA"));
     expect_read(s, 2, "shA=35:7/2 -;shZ=45:1/N -");
-    ck_assert_msg(sink_set_shard_checkpoint(s, "shA", NULL) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_msg(sink_set_shard_checkpoint(s, "shA", NULL, NULL) == APPLY_OK, "%s", sink_error(s));
     expect_rows(svc, "shZ=45:1/N -");
     expect_read(s, 1, "shZ=45:1/N -");
 
     /* Not inside a group. */
     insert_one(s, "shset", 1, &p);
-    ck_assert_int_eq(sink_set_shard_checkpoint(s, "shA", &p), APPLY_CONFIG);
+    ck_assert_int_eq(sink_set_shard_checkpoint(s, "shA", &p, NULL), APPLY_CONFIG);
     ck_assert(sink_connect(s) == APPLY_OK);
 
     ck_assert(sink_set_checkpoint(s, NULL) == APPLY_OK);
@@ -384,7 +394,7 @@ START_TEST(test_set_and_delete)
     expect_read(s, 0, "");
     expect_rows("t_shard_set_other", "shA=5:5/1 -");
     /* A position set explicitly leaves the shards' rows alone (the caller sets those it means to). */
-    ck_assert_msg(sink_set_shard_checkpoint(s, "shB", &newer) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_msg(sink_set_shard_checkpoint(s, "shB", &newer, NULL) == APPLY_OK, "%s", sink_error(s));
     ck_assert(sink_set_checkpoint(s, &p) == APPLY_OK);
     expect_rows(svc, "shB=45:1/N -");
     sink_free(s);
