@@ -358,9 +358,10 @@ cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, cha
         return NULL;
     }
     if (sl.n == 0 || sl.n > UINT16_MAX) {
+        /* none: a cluster being set up (retried, as at start); more than a source index holds: a person acts */
         snprintf(err, errlen, "config.shards lists %zu shards", sl.n);
+        *fatal = sl.n > UINT16_MAX;
         shard_list_free(&sl);
-        *fatal = 1;
         return NULL;
     }
     cluster *c = calloc(1, sizeof *c);

@@ -188,7 +188,7 @@ static void render_shards(FILE *f, const metrics_snapshot *s)
            "A sharded cluster: how long the merge of the shards waited on each shard to show it had nothing older.");
     for (size_t i = 0; i < n; i++)
         shard_sample(f, "oplog2pg_shard_merge_wait_seconds_total", s->shards[i].id, s->shards[i].merge_wait_seconds);
-    family(f, "oplog2pg_shard_entries_total", "counter", "A sharded cluster: each shard's oplog entries applied.");
+    family(f, "oplog2pg_shard_entries_total", "counter", "A sharded cluster: each shard's oplog entries handed on by the merge to the applier.");
     for (size_t i = 0; i < n; i++)
         shard_sample(f, "oplog2pg_shard_entries_total", s->shards[i].id, (double)s->shards[i].entries);
     family(

@@ -116,8 +116,8 @@ COMMENT ON TABLE oplog2pg.shard_checkpoint IS
     'oplog2pg resume points of a sharded cluster: the last oplog entry (seconds:increment, term) committed per shard '
     'and service, with the oldest transaction still open there';
 
--- hosts: the shard's replica set as config.shards listed it ("rs/h1:p,h2:p"), written by the first commit of each
--- session that moves the shard's row. A shard removed from the cluster (removeShard) while oplog2pg was stopped is
+-- hosts: the shard's replica set as config.shards listed it ("rs/h1:p,h2:p"), written with the row's start point and
+-- again by a session's first commit that moves the row when config.shards lists other hosts. A shard removed from the cluster (removeShard) while oplog2pg was stopped is
 -- no longer in config.shards: oplog2pg reads the rest of its oplog at these hosts, then deletes its row (NULL: rows of
 -- earlier versions, until their shard's next commit).
 DO $$
