@@ -13,7 +13,6 @@
  * They need the simulator: with MONGO_URI set they skip.
  */
 #include <check.h>
-#include <libpq-fe.h>
 #include <mongoc/mongoc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,218 +20,48 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../lib/compare.h"
 #include "../lib/daemonenv.h"
-#include "../lib/proc.h"
+#include "../lib/shenv.h"
 #include "../lib/simcluster.h"
 #include "../lib/skip.h"
 
-typedef struct {
-    simcluster c;
-    char dir[200];
-    char ini[256];
-    char log[300];
-    char router[128];
-    char service[64];
-    char db[64];
-    proc_handle daemon;
-    int starts;
-    mongoc_client_t *client;
-} shenv;
-
-/* Options appended to the daemon's URI (a case that needs short timeouts sets them). */
-static const char *sh_uri_options = "";
-
-static void sh_start(shenv *e, const char *name, size_t shards, const char *const *sim_args, const char *extra_ini)
+/* A cluster of `shards` shards for the case `name` (service and database shrm_NAME); uri_options (may be NULL) are
+ * appended to the daemon's URI (a case that needs short timeouts sets them). */
+static void sh_start(shenv *e, const char *name, size_t shards, const char *uri_options, const char *extra_ini)
 {
-    memset(e, 0, sizeof *e);
-    char err[512];
-    const char *tmp = getenv("TMPDIR");
-    snprintf(e->dir, sizeof e->dir, "%s/oplog2pg-shrm-%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
-    ck_assert_ptr_nonnull(mkdtemp(e->dir));
-    snprintf(e->service, sizeof e->service, "shrm_%s", name);
-    snprintf(e->db, sizeof e->db, "shrm_%s", name);
-    char simlog[256];
-    snprintf(simlog, sizeof simlog, "%s/mongosim.log", e->dir);
-    mongoc_init();
-    ck_assert_msg(simcluster_start(shards, sim_args, simlog, &e->c, err, sizeof err), "%s", err);
-    simcluster_router_uri(&e->c, e->router, sizeof e->router);
-    e->client = mongoc_client_new(e->router);
-    ck_assert_ptr_nonnull(e->client);
-    snprintf(e->ini, sizeof e->ini, "%s/oplog2pg.ini", e->dir);
-    FILE *f = fopen(e->ini, "w");
-    ck_assert_ptr_nonnull(f);
-    fprintf(f,
-            "[mongodb]\nuri = %s%s\n%s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s.*\n"
-            "[logging]\nprogress_interval = 1s\n",
-            e->router, sh_uri_options, extra_ini ? extra_ini : "", denv_pg_conninfo(), e->service, e->db);
-    fclose(f);
-}
-
-static void sh_show_log(const shenv *e)
-{
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "grep -v 'info: applied' '%s' | head -n 60 >&2", e->log);
-    if (system(cmd) != 0)
-        fprintf(stderr, "(no daemon log)\n");
-}
-
-static void sh_daemon(shenv *e, const char *const *args)
-{
-    char err[512], bin[256];
-    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
-    const char *argv[12] = {bin, "-c", e->ini, "run"};
-    size_t n = 4;
-    for (size_t i = 0; args != NULL && args[i] != NULL && n < 11; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    snprintf(e->log, sizeof e->log, "%s/oplog2pg.log.%d", e->dir, e->starts++);
-    ck_assert_msg(proc_start(argv, NULL, e->log, &e->daemon, err, sizeof err), "%s", err);
-}
-
-/* Starts the daemon and waits until it reads the shards (its log says "ready"). */
-static void sh_daemon_ready(shenv *e, const char *const *args)
-{
-    sh_daemon(e, args);
-    double until = denv_now() + 60;
-    while (!denv_file_contains(e->log, "ready: ")) {
-        if (denv_now() > until || proc_wait(&e->daemon, 0)) {
-            sh_show_log(e);
-            ck_abort_msg("the daemon did not become ready");
-        }
-        usleep(50 * 1000);
-    }
-}
-
-static void sh_stop(shenv *e)
-{
-    if (e->daemon.pid > 0) {
-        ck_assert(proc_signal(&e->daemon, SIGTERM));
-        bool exited = proc_wait(&e->daemon, 60);
-        if (!exited || proc_exit_code(&e->daemon) != 0)
-            sh_show_log(e);
-        ck_assert_msg(exited, "the daemon did not stop on SIGTERM");
-        ck_assert_int_eq(proc_exit_code(&e->daemon), 0);
-    }
-    mongoc_client_destroy(e->client);
-    simcluster_stop(&e->c);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", e->dir);
-}
-
-static void sh_admin(shenv *e, bson_t *cmd)
-{
-    bson_error_t err;
-    bson_t reply;
-    bool ok = mongoc_client_command_simple(e->client, "admin", cmd, NULL, &reply, &err);
-    char *txt = bson_as_relaxed_extended_json(cmd, NULL);
-    ck_assert_msg(ok, "%s: %s", txt, err.message);
-    bson_free(txt);
-    bson_destroy(&reply);
-    bson_destroy(cmd);
-}
-
-static void sh_move(shenv *e, const char *coll, int key, const char *to)
-{
-    char ns[160];
-    snprintf(ns, sizeof ns, "%s.%s", e->db, coll);
-    sh_admin(e, BCON_NEW("moveChunk", BCON_UTF8(ns), "find", "{", "_id", BCON_INT32(key), "}", "to", BCON_UTF8(to)));
-}
-
-static mongoc_collection_t *sh_coll(shenv *e, const char *coll)
-{
-    return mongoc_client_get_collection(e->client, e->db, coll);
-}
-
-static void sh_insert(shenv *e, const char *coll, int id, int v)
-{
-    mongoc_collection_t *c = sh_coll(e, coll);
-    bson_t *d = BCON_NEW("_id", BCON_INT32(id), "v", BCON_INT32(v), "s", BCON_UTF8("text"));
-    bson_error_t err;
-    ck_assert_msg(mongoc_collection_insert_one(c, d, NULL, NULL, &err), "insert %d: %s", id, err.message);
-    bson_destroy(d);
-    mongoc_collection_destroy(c);
-}
-
-static void sh_update(shenv *e, const char *coll, int id, bson_t *update)
-{
-    mongoc_collection_t *c = sh_coll(e, coll);
-    bson_t *q = BCON_NEW("_id", BCON_INT32(id));
-    bson_error_t err;
-    ck_assert_msg(mongoc_collection_update_one(c, q, update, NULL, NULL, &err), "update %d: %s", id, err.message);
-    bson_destroy(q);
-    bson_destroy(update);
-    mongoc_collection_destroy(c);
-}
-
-/* PostgreSQL equals the cluster (read through the router: orphans filtered) within timeout_s. */
-static bool sh_wait_equal(shenv *e, double timeout_s, bool report)
-{
-    PGconn *pg = PQconnectdb(denv_pg_conninfo());
-    ck_assert_int_eq(PQstatus(pg), CONNECTION_OK);
-    compare_options o = {.db_prefix = e->db};
-    double until = denv_now() + timeout_s;
-    bool match = false;
-    for (;;) {
-        compare_report r;
-        char err[512];
-        bool ran = compare_all(e->router, pg, &o, &r, err, sizeof err);
-        match = ran && r.match && r.source_rows > 0;
-        if (match || denv_now() >= until) {
-            if (!match && report) {
-                if (ran)
-                    compare_report_print(&r, stderr, false);
-                else
-                    fprintf(stderr, "compare: %s\n", err);
-            }
-            compare_report_free(&r);
-            break;
-        }
-        compare_report_free(&r);
-        ck_assert_msg(proc_exit_code(&e->daemon) < 0 || e->daemon.pid <= 0, "the daemon exited");
-        usleep(200 * 1000);
-    }
-    PQfinish(pg);
-    if (!match && report)
-        sh_show_log(e);
-    return match;
-}
-
-static void sh_delete(shenv *e, const char *coll, int id)
-{
-    mongoc_collection_t *c = sh_coll(e, coll);
-    bson_t *q = BCON_NEW("_id", BCON_INT32(id));
-    bson_error_t err;
-    ck_assert_msg(mongoc_collection_delete_one(c, q, NULL, NULL, &err), "delete %d: %s", id, err.message);
-    bson_destroy(q);
-    mongoc_collection_destroy(c);
-}
-
-/* The reply of an admin command that must succeed (the caller destroys it). */
-static void sh_admin_reply(shenv *e, bson_t *cmd, bson_t *reply)
-{
-    bson_error_t err;
-    bool ok = mongoc_client_command_simple(e->client, "admin", cmd, NULL, reply, &err);
-    char *txt = bson_as_relaxed_extended_json(cmd, NULL);
-    ck_assert_msg(ok, "%s: %s", txt, err.message);
-    bson_free(txt);
-    bson_destroy(cmd);
+    shenv_opts o = {.prefix = "shrm", .shards = shards, .uri_options = uri_options, .extra_ini = extra_ini};
+    shenv_start(e, name, &o);
 }
 
 /* db.c sharded on _id in three chunks: below 100 on shard0, 100..199 on shard1, 200 and up on shard2; the database's
  * primary shard0 (so removing shard2 needs no movePrimary). */
 static void sh_three_chunks(shenv *e)
 {
-    char ns[160];
-    snprintf(ns, sizeof ns, "%s.c", e->db);
-    sh_admin(e, BCON_NEW("enableSharding", BCON_UTF8(e->db), "primaryShard", BCON_UTF8("shard0")));
-    sh_admin(e, BCON_NEW("shardCollection", BCON_UTF8(ns), "key", "{", "_id", BCON_INT32(1), "}"));
-    sh_admin(e, BCON_NEW("split", BCON_UTF8(ns), "middle", "{", "_id", BCON_INT32(100), "}"));
-    sh_admin(e, BCON_NEW("split", BCON_UTF8(ns), "middle", "{", "_id", BCON_INT32(200), "}"));
-    sh_move(e, "c", 150, "shard1");
-    sh_move(e, "c", 250, "shard2");
+    shenv_enable_sharding(e, "shard0");
+    const int at[2] = {100, 200};
+    shenv_shard_coll(e, "c", "_id", at, 2);
+}
+
+/* The start of the removal cases: three shards (sh_three_chunks), the daemon started with --skip-import and ready,
+ * documents 0..299 in db.c. */
+static void sh_begin(shenv *e, const char *name, const char *uri_options)
+{
+    sh_start(e, name, 3, uri_options, "shard_note_after = 50ms");
+    sh_three_chunks(e);
+    const char *skip[] = {"--skip-import", NULL};
+    shenv_daemon_ready(e, skip);
+    for (int i = 0; i < 300; i++)
+        shenv_insert(e, "c", i, i);
+}
+
+/* A client on shard2's own server (its test commands: sh_shard_command). */
+static mongoc_client_t *sh_shard2_client(const shenv *e)
+{
+    char uri2[128];
+    snprintf(uri2, sizeof uri2, "mongodb://127.0.0.1:%d/?directConnection=true", e->c.port[2]);
+    mongoc_client_t *shard2 = mongoc_client_new(uri2);
+    ck_assert_ptr_nonnull(shard2);
+    return shard2;
 }
 
 /* removeShard shard2 until it answers "completed" (its first answer "started": its chunks move off at once in
@@ -243,7 +72,7 @@ static void sh_remove_shard2(shenv *e)
     int calls = 0;
     do {
         bson_t reply;
-        sh_admin_reply(e, BCON_NEW("removeShard", BCON_UTF8("shard2")), &reply);
+        shenv_admin(e, BCON_NEW("removeShard", BCON_UTF8("shard2")), &reply);
         bson_iter_t it;
         ck_assert(bson_iter_init_find(&it, &reply, "state") && BSON_ITER_HOLDS_UTF8(&it));
         state = strcmp(bson_iter_utf8(&it, NULL), "completed") == 0 ? "completed" : "other";
@@ -269,7 +98,7 @@ static bool sh_wait_retired(shenv *e, double timeout_s)
             return true;
         usleep(200 * 1000);
     }
-    sh_show_log(e);
+    shenv_show_log(e);
     return false;
 }
 
@@ -282,19 +111,6 @@ static void sh_shard_command(mongoc_client_t *shard, bson_t *cmd)
     ck_assert_msg(ok, "%s", err.message);
     bson_destroy(&reply);
     bson_destroy(cmd);
-}
-
-/* `oplog2pg status` into dir/status.txt; its exit code 0. */
-static void sh_status(shenv *e, char *out, size_t n)
-{
-    snprintf(out, n, "%s/status.txt", e->dir);
-    char bin[256], err[256];
-    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
-    const char *argv[] = {bin, "-c", e->ini, "status", NULL};
-    proc_handle st;
-    ck_assert(proc_start(argv, NULL, out, &st, err, sizeof err));
-    ck_assert(proc_wait(&st, 60));
-    ck_assert_int_eq(proc_exit_code(&st), 0);
 }
 
 /* The hosts stored in shard2's row: its replica set and port as config.shards lists them. */
@@ -313,36 +129,25 @@ static void sh_assert_hosts_stored(shenv *e, int port)
 
 START_TEST(test_shard_removed_while_running)
 {
-    if (!denv_using_sim()) {
-        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
-        return;
-    }
+    SHENV_SKIP_UNLESS_SIM();
     shenv e;
-    sh_start(&e, "run", 3, NULL, "shard_note_after = 50ms");
-    sh_three_chunks(&e);
-    const char *skip[] = {"--skip-import", NULL};
-    sh_daemon_ready(&e, skip);
-    for (int i = 0; i < 300; i++)
-        sh_insert(&e, "c", i, i);
+    sh_begin(&e, "run", NULL);
     for (int i = 200; i < 300; i += 3)
-        sh_update(&e, "c", i, BCON_NEW("$inc", "{", "v", BCON_INT32(1000), "}"));
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster before the removal");
+        shenv_update(&e, "c", i, BCON_NEW("$inc", "{", "v", BCON_INT32(1000), "}"), false);
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster before the removal");
     ck_assert_int_eq(e.c.n, 3);
     sh_assert_hosts_stored(&e, e.c.port[2]);
     /* Writes on shard2 up to its removal, then the removal, then writes on what moved off it. shard2's majority
      * commit point stops before them for a while, so that the drain can be seen. */
-    char uri2[128];
-    snprintf(uri2, sizeof uri2, "mongodb://127.0.0.1:%d/?directConnection=true", e.c.port[2]);
-    mongoc_client_t *shard2 = mongoc_client_new(uri2);
-    ck_assert_ptr_nonnull(shard2);
+    mongoc_client_t *shard2 = sh_shard2_client(&e);
     sh_shard_command(shard2, BCON_NEW("mongosimMajority", "{", "freeze", BCON_BOOL(true), "}"));
     for (int i = 201; i < 300; i += 3)
-        sh_update(&e, "c", i, BCON_NEW("$set", "{", "last", BCON_UTF8("before the removal"), "}"));
+        shenv_update(&e, "c", i, BCON_NEW("$set", "{", "last", BCON_UTF8("before the removal"), "}"), false);
     sh_remove_shard2(&e);
     for (int i = 202; i < 300; i += 3)
-        sh_update(&e, "c", i, BCON_NEW("$set", "{", "last", BCON_UTF8("after the removal"), "}"));
+        shenv_update(&e, "c", i, BCON_NEW("$set", "{", "last", BCON_UTF8("after the removal"), "}"), false);
     for (int i = 300; i < 320; i++)
-        sh_insert(&e, "c", i, i);
+        shenv_insert(&e, "c", i, i);
     double until = denv_now() + 60;
     while (!denv_file_contains(e.log, "shard 'shard2' is removed from the cluster: applying its oplog up to")) {
         ck_assert_msg(denv_now() < until, "the daemon did not see shard2 leave config.shards");
@@ -350,61 +155,49 @@ START_TEST(test_shard_removed_while_running)
     }
     sleep(2); /* a tick: `status` says it drains */
     char out[300];
-    sh_status(&e, out, sizeof out);
+    ck_assert_int_eq(shenv_run(&e, "status", out, sizeof out), 0);
     ck_assert(denv_file_contains(out, "draining removed shard 'shard2'"));
     ck_assert(denv_file_contains(out, "shard shard2"));
     sh_shard_command(shard2, BCON_NEW("mongosimMajority", "{", "follow", BCON_BOOL(true), "}"));
     mongoc_client_destroy(shard2);
     ck_assert_msg(sh_wait_retired(&e, 90), "the removed shard was not retired");
     ck_assert(denv_file_contains(e.log, "shard 'shard2' is retired"));
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster after the removal");
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster after the removal");
     /* The stream goes on without it. */
     for (int i = 320; i < 330; i++)
-        sh_insert(&e, "c", i, i);
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "writes after the retirement were not applied");
+        shenv_insert(&e, "c", i, i);
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "writes after the retirement were not applied");
     sleep(2); /* a tick: `status` no longer names it */
-    sh_status(&e, out, sizeof out);
+    ck_assert_int_eq(shenv_run(&e, "status", out, sizeof out), 0);
     ck_assert(denv_file_contains(out, "shard shard0"));
     ck_assert(denv_file_contains(out, "shard shard1"));
     ck_assert(!denv_file_contains(out, "shard shard2"));
     ck_assert(!denv_file_contains(out, "removed shard"));
-    sh_stop(&e);
+    shenv_stop(&e);
 }
 END_TEST
 
 START_TEST(test_shard_removed_while_stopped)
 {
-    if (!denv_using_sim()) {
-        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
-        return;
-    }
+    SHENV_SKIP_UNLESS_SIM();
     shenv e;
-    sh_start(&e, "down", 3, NULL, "shard_note_after = 50ms");
-    sh_three_chunks(&e);
-    const char *skip[] = {"--skip-import", NULL};
-    sh_daemon_ready(&e, skip);
-    for (int i = 0; i < 300; i++)
-        sh_insert(&e, "c", i, i);
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster before the removal");
+    sh_begin(&e, "down", NULL);
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster before the removal");
     sh_assert_hosts_stored(&e, e.c.port[2]);
-    ck_assert(proc_signal(&e.daemon, SIGKILL));
-    ck_assert(proc_wait(&e.daemon, 30));
+    shenv_kill(&e);
     /* shard2's majority commit point stops here, so that its reader (read_concern = majority) cannot show what follows
      * until the test lets it: the daemon must wait for it, not retire shard2 before its last entries are applied. */
-    char uri2[128];
-    snprintf(uri2, sizeof uri2, "mongodb://127.0.0.1:%d/?directConnection=true", e.c.port[2]);
-    mongoc_client_t *shard2 = mongoc_client_new(uri2);
-    ck_assert_ptr_nonnull(shard2);
+    mongoc_client_t *shard2 = sh_shard2_client(&e);
     sh_shard_command(shard2, BCON_NEW("mongosimMajority", "{", "freeze", BCON_BOOL(true), "}"));
     /* While the daemon is down: writes on shard2 it has not applied, then shard2 leaves the cluster (its documents
      * move off as migration copies, which are never applied: only shard2's own oplog has these updates). */
     for (int i = 200; i < 300; i += 2)
-        sh_update(&e, "c", i, BCON_NEW("$set", "{", "only_on_shard2", BCON_INT32(i), "}"));
-    sh_delete(&e, "c", 299);
+        shenv_update(&e, "c", i, BCON_NEW("$set", "{", "only_on_shard2", BCON_INT32(i), "}"), false);
+    shenv_delete(&e, "c", 299, false);
     sh_remove_shard2(&e);
     for (int i = 201; i < 300; i += 4)
-        sh_update(&e, "c", i, BCON_NEW("$set", "{", "after", BCON_INT32(i), "}"));
-    sh_daemon_ready(&e, NULL);
+        shenv_update(&e, "c", i, BCON_NEW("$set", "{", "after", BCON_INT32(i), "}"), false);
+    shenv_daemon_ready(&e, NULL);
     double until = denv_now() + 60;
     while (!denv_file_contains(e.log, "shard 'shard2' is removed from the cluster: applying its oplog up to")) {
         ck_assert_msg(denv_now() < until, "the daemon did not read shard2's end");
@@ -412,30 +205,23 @@ START_TEST(test_shard_removed_while_stopped)
     }
     /* Held: shard2 is not retired while its last entries are not applied, and `status` says it drains. */
     sleep(3);
-    ck_assert_msg(!sh_wait_equal(&e, 0, false), "shard2's entries past its majority commit point were applied");
+    ck_assert_msg(!shenv_wait_equal(&e, 0, false), "shard2's entries past its majority commit point were applied");
     char sql[300];
     snprintf(sql, sizeof sql,
              "SELECT count(*) FROM oplog2pg.shard_checkpoint WHERE service = '%s' AND shard = 'shard2'", e.service);
     if (denv_pg_int(sql) != 1)
-        sh_show_log(&e);
+        shenv_show_log(&e);
     ck_assert_int_eq(denv_pg_int(sql), 1);
     char out[300];
-    sh_status(&e, out, sizeof out);
+    ck_assert_int_eq(shenv_run(&e, "status", out, sizeof out), 0);
     ck_assert(denv_file_contains(out, "draining removed shard 'shard2'"));
     ck_assert(denv_file_contains(out, "shard shard2"));
     /* `check` reads it at the hosts its row stores */
-    snprintf(out, sizeof out, "%s/check.txt", e.dir);
-    char bin[256], perr[256];
-    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
-    const char *cargv[] = {bin, "-c", e.ini, "check", NULL};
-    proc_handle chk;
-    ck_assert(proc_start(cargv, NULL, out, &chk, perr, sizeof perr));
-    ck_assert(proc_wait(&chk, 60));
+    (void)shenv_run(&e, "check", out, sizeof out); /* its output is what this case checks */
     ck_assert(denv_file_contains(out, "shard 'shard2' (removed from the cluster, still drained): newest oplog entry"));
     /* kill -9 in the middle of the drain: the restart finds the row again and drains it again */
-    ck_assert(proc_signal(&e.daemon, SIGKILL));
-    ck_assert(proc_wait(&e.daemon, 30));
-    sh_daemon_ready(&e, NULL);
+    shenv_kill(&e);
+    shenv_daemon_ready(&e, NULL);
     until = denv_now() + 60;
     while (!denv_file_contains(e.log, "shard 'shard2' is removed from the cluster: applying its oplog up to")) {
         ck_assert_msg(denv_now() < until, "the daemon did not read shard2's end after the kill");
@@ -445,20 +231,19 @@ START_TEST(test_shard_removed_while_stopped)
     ck_assert_int_eq(denv_pg_int(sql), 1);
     sh_shard_command(shard2, BCON_NEW("mongosimMajority", "{", "follow", BCON_BOOL(true), "}"));
     mongoc_client_destroy(shard2);
-    ck_assert_msg(sh_wait_equal(&e, 90, true), "what shard2 held when it left was not applied");
+    ck_assert_msg(shenv_wait_equal(&e, 90, true), "what shard2 held when it left was not applied");
     ck_assert_msg(sh_wait_retired(&e, 90), "the removed shard was not retired after the restart");
     ck_assert(denv_file_contains(e.log, "config.shards no longer lists it (removed from the cluster)"));
     ck_assert(denv_file_contains(e.log, "shard 'shard2' is retired"));
     /* Once more, after the retirement: a restart reads two shards and nothing is missing. */
-    ck_assert(proc_signal(&e.daemon, SIGKILL));
-    ck_assert(proc_wait(&e.daemon, 30));
+    shenv_kill(&e);
     for (int i = 330; i < 340; i++)
-        sh_insert(&e, "c", i, i);
-    sh_daemon_ready(&e, NULL);
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster after a restart");
+        shenv_insert(&e, "c", i, i);
+    shenv_daemon_ready(&e, NULL);
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster after a restart");
     snprintf(sql, sizeof sql, "SELECT count(*) FROM oplog2pg.shard_checkpoint WHERE service = '%s'", e.service);
     ck_assert_int_eq(denv_pg_int(sql), 2);
-    sh_stop(&e);
+    shenv_stop(&e);
 }
 END_TEST
 
@@ -467,35 +252,21 @@ END_TEST
  * daemon drains and retires it. */
 START_TEST(test_removed_shard_unreachable_holds)
 {
-    if (!denv_using_sim()) {
-        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
-        return;
-    }
+    SHENV_SKIP_UNLESS_SIM();
     shenv e;
-    sh_uri_options = "?serverSelectionTimeoutMS=1500";
-    sh_start(&e, "gone", 3, NULL, "shard_note_after = 50ms");
-    sh_uri_options = "";
-    sh_three_chunks(&e);
-    const char *skip[] = {"--skip-import", NULL};
-    sh_daemon_ready(&e, skip);
-    for (int i = 0; i < 300; i++)
-        sh_insert(&e, "c", i, i);
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster before the removal");
+    sh_begin(&e, "gone", "?serverSelectionTimeoutMS=1500");
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster before the removal");
     sh_assert_hosts_stored(&e, e.c.port[2]);
-    ck_assert(proc_signal(&e.daemon, SIGKILL));
-    ck_assert(proc_wait(&e.daemon, 30));
-    char uri2[128];
-    snprintf(uri2, sizeof uri2, "mongodb://127.0.0.1:%d/?directConnection=true", e.c.port[2]);
-    mongoc_client_t *shard2 = mongoc_client_new(uri2);
-    ck_assert_ptr_nonnull(shard2);
+    shenv_kill(&e);
+    mongoc_client_t *shard2 = sh_shard2_client(&e);
     for (int i = 200; i < 300; i += 2)
-        sh_update(&e, "c", i, BCON_NEW("$set", "{", "only_on_shard2", BCON_INT32(i), "}"));
+        shenv_update(&e, "c", i, BCON_NEW("$set", "{", "only_on_shard2", BCON_INT32(i), "}"), false);
     sh_remove_shard2(&e);
     /* shard2 has no primary for 20 s: its oplog can be neither read nor noted */
     sh_shard_command(shard2, BCON_NEW("mongosimStepDown", BCON_INT32(20000)));
     double back = denv_now() + 20;
     mongoc_client_destroy(shard2);
-    sh_daemon_ready(&e, NULL);
+    shenv_daemon_ready(&e, NULL);
     double until = denv_now() + 60;
     while (
         !denv_file_contains(e.log, "shard 'shard2' is removed from the cluster, and its oplog's end cannot be read")) {
@@ -506,18 +277,18 @@ START_TEST(test_removed_shard_unreachable_holds)
     sleep(2);
     ck_assert_msg(denv_now() < back, "the test's steps took longer than shard2's step-down");
     char out[300];
-    sh_status(&e, out, sizeof out);
+    ck_assert_int_eq(shenv_run(&e, "status", out, sizeof out), 0);
     ck_assert(denv_file_contains(out, "holding: unreachable removed shard 'shard2'"));
     ck_assert(denv_file_contains(out, "shard shard2"));
-    ck_assert_msg(!sh_wait_equal(&e, 0, false), "shard2's last entries were applied while it could not be read");
+    ck_assert_msg(!shenv_wait_equal(&e, 0, false), "shard2's last entries were applied while it could not be read");
     char sql[300];
     snprintf(sql, sizeof sql,
              "SELECT count(*) FROM oplog2pg.shard_checkpoint WHERE service = '%s' AND shard = 'shard2'", e.service);
     ck_assert_int_eq(denv_pg_int(sql), 1);
     /* Back: drained, retired. */
-    ck_assert_msg(sh_wait_equal(&e, 120, true), "what shard2 held when it left was not applied");
+    ck_assert_msg(shenv_wait_equal(&e, 120, true), "what shard2 held when it left was not applied");
     ck_assert_msg(sh_wait_retired(&e, 90), "the removed shard was not retired once reachable");
-    sh_stop(&e);
+    shenv_stop(&e);
 }
 END_TEST
 
@@ -526,17 +297,14 @@ END_TEST
  * is stopped, the next start applies what waited. */
 START_TEST(test_removed_shard_without_hosts_holds)
 {
-    if (!denv_using_sim()) {
-        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
-        return;
-    }
+    SHENV_SKIP_UNLESS_SIM();
     shenv e;
     sh_start(&e, "nohosts", 2, NULL, NULL);
     const char *skip[] = {"--skip-import", NULL};
-    sh_daemon_ready(&e, skip);
+    shenv_daemon_ready(&e, skip);
     for (int i = 0; i < 50; i++)
-        sh_insert(&e, "c", i, i);
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster");
+        shenv_insert(&e, "c", i, i);
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster");
     ck_assert(proc_signal(&e.daemon, SIGTERM));
     ck_assert(proc_wait(&e.daemon, 60));
     char sql[400];
@@ -546,8 +314,8 @@ START_TEST(test_removed_shard_without_hosts_holds)
              e.service);
     denv_pg_exec(sql);
     for (int i = 50; i < 80; i++)
-        sh_insert(&e, "c", i, i);
-    sh_daemon(&e, NULL);
+        shenv_insert(&e, "c", i, i);
+    shenv_daemon(&e, NULL);
     double until = denv_now() + 60;
     while (!denv_file_contains(e.log, "shard 'ghost' has a checkpoint")) {
         ck_assert_msg(denv_now() < until, "the daemon did not name the row it cannot read");
@@ -556,16 +324,16 @@ START_TEST(test_removed_shard_without_hosts_holds)
     }
     ck_assert(denv_file_contains(e.log, "delete its row from oplog2pg.shard_checkpoint"));
     sleep(2);
-    ck_assert_msg(!sh_wait_equal(&e, 0, false), "the session started past a shard it cannot read");
+    ck_assert_msg(!shenv_wait_equal(&e, 0, false), "the session started past a shard it cannot read");
     ck_assert(proc_signal(&e.daemon, SIGTERM));
     ck_assert(proc_wait(&e.daemon, 60));
     ck_assert_int_eq(proc_exit_code(&e.daemon), 0);
     snprintf(sql, sizeof sql, "DELETE FROM oplog2pg.shard_checkpoint WHERE service = '%s' AND shard = 'ghost'",
              e.service);
     denv_pg_exec(sql);
-    sh_daemon_ready(&e, NULL);
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "what waited was not applied once the row was gone");
-    sh_stop(&e);
+    shenv_daemon_ready(&e, NULL);
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "what waited was not applied once the row was gone");
+    shenv_stop(&e);
 }
 END_TEST
 

@@ -15,96 +15,31 @@
  */
 #include <check.h>
 #include <inttypes.h>
-#include <libpq-fe.h>
 #include <mongoc/mongoc.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "../lib/compare.h"
 #include "../lib/daemonenv.h"
-#include "../lib/proc.h"
+#include "../lib/shenv.h"
 #include "../lib/simcluster.h"
 #include "../lib/skip.h"
 
-typedef struct {
-    simcluster c;
-    char dir[200];
-    char ini[256];
-    char log[300];
-    char router[128];
-    char service[64];
-    char db[64];
-    proc_handle daemon;
-    int starts;
-    mongoc_client_t *client;
-} shenv;
-
+/* A cluster of `shards` shards for the case `name` (service and database shd_NAME). */
 static void sh_start(shenv *e, const char *name, size_t shards, const char *const *sim_args, const char *extra_ini)
 {
-    memset(e, 0, sizeof *e);
-    char err[512];
-    const char *tmp = getenv("TMPDIR");
-    snprintf(e->dir, sizeof e->dir, "%s/oplog2pg-shd-%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
-    ck_assert_ptr_nonnull(mkdtemp(e->dir));
-    snprintf(e->service, sizeof e->service, "shd_%s", name);
-    snprintf(e->db, sizeof e->db, "shd_%s", name);
-    char simlog[256];
-    snprintf(simlog, sizeof simlog, "%s/mongosim.log", e->dir);
-    mongoc_init();
-    ck_assert_msg(simcluster_start(shards, sim_args, simlog, &e->c, err, sizeof err), "%s", err);
-    simcluster_router_uri(&e->c, e->router, sizeof e->router);
-    e->client = mongoc_client_new(e->router);
-    ck_assert_ptr_nonnull(e->client);
-    snprintf(e->ini, sizeof e->ini, "%s/oplog2pg.ini", e->dir);
-    FILE *f = fopen(e->ini, "w");
-    ck_assert_ptr_nonnull(f);
-    fprintf(f,
-            "[mongodb]\nuri = %s\n%s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s.*\n"
-            "[logging]\nprogress_interval = 1s\n",
-            e->router, extra_ini ? extra_ini : "", denv_pg_conninfo(), e->service, e->db);
-    fclose(f);
+    shenv_opts o = {.prefix = "shd", .shards = shards, .sim_args = sim_args, .extra_ini = extra_ini};
+    shenv_start(e, name, &o);
 }
 
-static void sh_show_log(const shenv *e)
+/* db.coll sharded on _id, split at `at`, the upper chunk on shard1. */
+static void sh_shard_coll(shenv *e, const char *coll, int at)
 {
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "grep -v 'info: applied' '%s' | head -n 60 >&2", e->log);
-    if (system(cmd) != 0)
-        fprintf(stderr, "(no daemon log)\n");
+    shenv_enable_sharding(e, "shard0");
+    shenv_shard_coll(e, coll, "_id", &at, 1);
 }
-
-static void sh_daemon(shenv *e, const char *const *args)
-{
-    char err[512], bin[256];
-    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
-    const char *argv[12] = {bin, "-c", e->ini, "run"};
-    size_t n = 4;
-    for (size_t i = 0; args != NULL && args[i] != NULL && n < 11; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    snprintf(e->log, sizeof e->log, "%s/oplog2pg.log.%d", e->dir, e->starts++);
-    ck_assert_msg(proc_start(argv, NULL, e->log, &e->daemon, err, sizeof err), "%s", err);
-}
-
-/* Starts the daemon and waits until it reads the shards (its log says "ready"). */
-static void sh_daemon_ready(shenv *e, const char *const *args)
-{
-    sh_daemon(e, args);
-    double until = denv_now() + 60;
-    while (!denv_file_contains(e->log, "ready: ")) {
-        if (denv_now() > until || proc_wait(&e->daemon, 0)) {
-            sh_show_log(e);
-            ck_abort_msg("the daemon did not become ready");
-        }
-        usleep(50 * 1000);
-    }
-}
-
-static void sh_shard_coll(shenv *e, const char *coll, int at);
 
 /* The start of most cases: skip on a real replica set (true: skipped, return), else a cluster of two shards, `coll`
  * sharded on _id split at 100 (the upper chunk on shard1) when coll is not NULL, the daemon started with
@@ -119,131 +54,8 @@ static bool sh_skip_or_begin(shenv *e, const char *name, const char *coll, const
     if (coll != NULL)
         sh_shard_coll(e, coll, 100);
     const char *skip[] = {"--skip-import", NULL};
-    sh_daemon_ready(e, skip);
+    shenv_daemon_ready(e, skip);
     return false;
-}
-
-static void sh_stop(shenv *e)
-{
-    if (e->daemon.pid > 0) {
-        ck_assert(proc_signal(&e->daemon, SIGTERM));
-        bool exited = proc_wait(&e->daemon, 60);
-        if (!exited || proc_exit_code(&e->daemon) != 0)
-            sh_show_log(e);
-        ck_assert_msg(exited, "the daemon did not stop on SIGTERM");
-        ck_assert_int_eq(proc_exit_code(&e->daemon), 0);
-    }
-    mongoc_client_destroy(e->client);
-    simcluster_stop(&e->c);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", e->dir);
-}
-
-static void sh_admin(shenv *e, bson_t *cmd)
-{
-    bson_error_t err;
-    bson_t reply;
-    bool ok = mongoc_client_command_simple(e->client, "admin", cmd, NULL, &reply, &err);
-    char *txt = bson_as_relaxed_extended_json(cmd, NULL);
-    ck_assert_msg(ok, "%s: %s", txt, err.message);
-    bson_free(txt);
-    bson_destroy(&reply);
-    bson_destroy(cmd);
-}
-
-/* db.coll sharded on _id, split at `at`, the upper chunk on shard1. */
-static void sh_shard_coll(shenv *e, const char *coll, int at)
-{
-    char ns[160];
-    snprintf(ns, sizeof ns, "%s.%s", e->db, coll);
-    sh_admin(e, BCON_NEW("enableSharding", BCON_UTF8(e->db), "primaryShard", BCON_UTF8("shard0")));
-    sh_admin(e, BCON_NEW("shardCollection", BCON_UTF8(ns), "key", "{", "_id", BCON_INT32(1), "}"));
-    sh_admin(e, BCON_NEW("split", BCON_UTF8(ns), "middle", "{", "_id", BCON_INT32(at), "}"));
-    sh_admin(e,
-             BCON_NEW("moveChunk", BCON_UTF8(ns), "find", "{", "_id", BCON_INT32(at), "}", "to", BCON_UTF8("shard1")));
-}
-
-static void sh_move(shenv *e, const char *coll, int key, const char *to)
-{
-    char ns[160];
-    snprintf(ns, sizeof ns, "%s.%s", e->db, coll);
-    sh_admin(e, BCON_NEW("moveChunk", BCON_UTF8(ns), "find", "{", "_id", BCON_INT32(key), "}", "to", BCON_UTF8(to)));
-}
-
-static mongoc_collection_t *sh_coll(shenv *e, const char *coll)
-{
-    return mongoc_client_get_collection(e->client, e->db, coll);
-}
-
-static void sh_insert(shenv *e, const char *coll, int id, int v)
-{
-    mongoc_collection_t *c = sh_coll(e, coll);
-    bson_t *d = BCON_NEW("_id", BCON_INT32(id), "v", BCON_INT32(v), "s", BCON_UTF8("text"));
-    bson_error_t err;
-    ck_assert_msg(mongoc_collection_insert_one(c, d, NULL, NULL, &err), "insert %d: %s", id, err.message);
-    bson_destroy(d);
-    mongoc_collection_destroy(c);
-}
-
-static void sh_update(shenv *e, const char *coll, int id, bson_t *update)
-{
-    mongoc_collection_t *c = sh_coll(e, coll);
-    bson_t *q = BCON_NEW("_id", BCON_INT32(id));
-    bson_error_t err;
-    ck_assert_msg(mongoc_collection_update_one(c, q, update, NULL, NULL, &err), "update %d: %s", id, err.message);
-    bson_destroy(q);
-    bson_destroy(update);
-    mongoc_collection_destroy(c);
-}
-
-static void sh_delete(shenv *e, const char *coll, int id)
-{
-    mongoc_collection_t *c = sh_coll(e, coll);
-    bson_t *q = BCON_NEW("_id", BCON_INT32(id));
-    bson_error_t err;
-    ck_assert_msg(mongoc_collection_delete_one(c, q, NULL, NULL, &err), "delete %d: %s", id, err.message);
-    bson_destroy(q);
-    mongoc_collection_destroy(c);
-}
-
-/* PostgreSQL equals the cluster (read through the router: orphans filtered) within timeout_s. */
-static bool sh_wait_equal(shenv *e, double timeout_s, bool report)
-{
-    PGconn *pg = PQconnectdb(denv_pg_conninfo());
-    ck_assert_int_eq(PQstatus(pg), CONNECTION_OK);
-    compare_options o = {.db_prefix = e->db};
-    double until = denv_now() + timeout_s;
-    bool match = false;
-    for (;;) {
-        compare_report r;
-        char err[512];
-        bool ran = compare_all(e->router, pg, &o, &r, err, sizeof err);
-        match = ran && r.match && r.source_rows > 0;
-        if (match || denv_now() >= until) {
-            if (!match && report) {
-                if (ran)
-                    compare_report_print(&r, stderr, false);
-                else
-                    fprintf(stderr, "compare: %s\n", err);
-            }
-            compare_report_free(&r);
-            break;
-        }
-        compare_report_free(&r);
-        ck_assert_msg(proc_exit_code(&e->daemon) < 0 || e->daemon.pid <= 0, "the daemon exited");
-        usleep(200 * 1000);
-    }
-    PQfinish(pg);
-    if (!match && report)
-        sh_show_log(e);
-    return match;
-}
-
-static int64_t sh_rows(const char *sql)
-{
-    return denv_pg_int(sql);
 }
 
 /* The seed of a randomised case: OPLOG2PG_TEST_SEED=N replays run N, =random draws one; unset, the same every run
@@ -267,10 +79,7 @@ static uint64_t sh_seed(void)
 
 START_TEST(test_migrations_with_updates_and_kills)
 {
-    if (!denv_using_sim()) {
-        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
-        return;
-    }
+    SHENV_SKIP_UNLESS_SIM();
     uint64_t seed64 = sh_seed();
     const char *d_env = getenv("OPLOG2PG_TEST_SHARD_READ_DELAY_MS");
     long delay_ms = d_env != NULL && *d_env != '\0' ? strtol(d_env, NULL, 10) : SH_READ_DELAY_MS;
@@ -286,56 +95,58 @@ START_TEST(test_migrations_with_updates_and_kills)
     sh_start(&e, "mig", 2, sim, "shard_note_after = 50ms");
     sh_shard_coll(&e, "c", 100);
     const char *skip[] = {"--skip-import", NULL};
-    sh_daemon_ready(&e, skip);
+    shenv_daemon_ready(&e, skip);
     for (int i = 0; i < 200; i++)
-        sh_insert(&e, "c", i, i);
+        shenv_insert(&e, "c", i, i);
     unsigned seed = (unsigned)(seed64 ^ (seed64 >> 32));
     int kills = 0;
     for (int round = 0; round < 12; round++) {
         /* The chunk of 100..199 moves to the other shard while its documents are updated before and after. */
         for (int k = 0; k < 30; k++) {
             int id = 100 + (int)(rand_r(&seed) % 100);
-            sh_update(&e, "c", id,
-                      BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "r", BCON_INT32(round), "}"));
+            shenv_update(&e, "c", id,
+                         BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "r", BCON_INT32(round), "}"),
+                         false);
         }
         /* The same documents updated on the donor just before the move and on the recipient just after it, the
          * same fields each time: applied in any other order than the cluster's, one ends with the donor's value. */
         int hot[8];
         for (int k = 0; k < 8; k++) {
             hot[k] = 100 + (int)(rand_r(&seed) % 100);
-            sh_update(&e, "c", hot[k],
-                      BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "last", BCON_INT32(2 * round), "}"));
-        }
-        sh_move(&e, "c", 150, round % 2 == 0 ? "shard0" : "shard1");
-        for (int k = 0; k < 8; k++)
-            sh_update(
+            shenv_update(
                 &e, "c", hot[k],
-                BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "last", BCON_INT32(2 * round + 1), "}"));
+                BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "last", BCON_INT32(2 * round), "}"), false);
+        }
+        shenv_move(&e, "c", "_id", 150, round % 2 == 0 ? "shard0" : "shard1");
+        for (int k = 0; k < 8; k++)
+            shenv_update(
+                &e, "c", hot[k],
+                BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "last", BCON_INT32(2 * round + 1), "}"),
+                false);
         for (int k = 0; k < 30; k++) {
             int id = (int)(rand_r(&seed) % 200);
-            sh_update(&e, "c", id, BCON_NEW("$set", "{", "w", BCON_INT32(round * 100 + k), "}"));
+            shenv_update(&e, "c", id, BCON_NEW("$set", "{", "w", BCON_INT32(round * 100 + k), "}"), false);
         }
-        sh_insert(&e, "c", 1000 + round, round);
+        shenv_insert(&e, "c", 1000 + round, round);
         if (round % 3 == 1)
-            sh_delete(&e, "c", (int)(rand_r(&seed) % 200));
+            shenv_delete(&e, "c", (int)(rand_r(&seed) % 200), false);
         if (round % 4 == 3) {
             /* kill -9 in the middle of it, then a restart resumes each shard after its own checkpoint */
-            ck_assert(proc_signal(&e.daemon, SIGKILL));
-            ck_assert(proc_wait(&e.daemon, 30));
+            shenv_kill(&e);
             kills++;
-            sh_daemon_ready(&e, NULL);
+            shenv_daemon_ready(&e, NULL);
         }
     }
     ck_assert_int_ge(kills, 3);
-    ck_assert_msg(sh_wait_equal(&e, 120, true), "PostgreSQL differs from the cluster (seed %" PRIu64 ")", seed64);
+    ck_assert_msg(shenv_wait_equal(&e, 120, true), "PostgreSQL differs from the cluster (seed %" PRIu64 ")", seed64);
     /* One row per shard, each past the start. */
     char sql[300];
     snprintf(sql, sizeof sql,
              "SELECT count(*) FROM oplog2pg.shard_checkpoint WHERE service = '%s' AND ts_sec > 0 AND shard IN "
              "('shard0', 'shard1')",
              e.service);
-    ck_assert_int_eq(sh_rows(sql), 2);
-    sh_stop(&e);
+    ck_assert_int_eq(denv_pg_int(sql), 2);
+    shenv_stop(&e);
 }
 END_TEST
 
@@ -348,29 +159,30 @@ START_TEST(test_shard_added_while_running)
     if (sh_skip_or_begin(&e, "add", "c", "shard_note_after = 50ms"))
         return;
     for (int i = 0; i < 200; i++)
-        sh_insert(&e, "c", i, i);
-    sh_admin(&e, BCON_NEW("mongosimAddShard", BCON_INT32(1)));
-    sh_move(&e, "c", 150, "shard2");
+        shenv_insert(&e, "c", i, i);
+    shenv_admin(&e, BCON_NEW("mongosimAddShard", BCON_INT32(1)), NULL);
+    shenv_move(&e, "c", "_id", 150, "shard2");
     /* rounds 0 and 2 on shard2 (they alone set on2), 1 and 3 on shard1: applied out of order, a document would end
      * with r = 2 */
     for (int round = 0; round < 4; round++) {
         for (int id = 100; id < 200; id += 7)
-            sh_update(&e, "c", id,
-                      round % 2 == 0
-                          ? BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "r", BCON_INT32(round), "on2",
-                                     BCON_INT32(round), "}")
-                          : BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "r", BCON_INT32(round), "}"));
+            shenv_update(&e, "c", id,
+                         round % 2 == 0
+                             ? BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "r", BCON_INT32(round),
+                                        "on2", BCON_INT32(round), "}")
+                             : BCON_NEW("$inc", "{", "v", BCON_INT32(1), "}", "$set", "{", "r", BCON_INT32(round), "}"),
+                         false);
         if (round < 3)
-            sh_move(&e, "c", 150, round % 2 == 0 ? "shard1" : "shard2");
+            shenv_move(&e, "c", "_id", 150, round % 2 == 0 ? "shard1" : "shard2");
     }
-    ck_assert_msg(sh_wait_equal(&e, 120, true), "PostgreSQL differs from the cluster");
+    ck_assert_msg(shenv_wait_equal(&e, 120, true), "PostgreSQL differs from the cluster");
     char sql[300];
     snprintf(sql, sizeof sql,
              "SELECT count(*) FROM oplog2pg.shard_checkpoint WHERE service = '%s' AND shard = 'shard2' AND ts_sec > 0",
              e.service);
-    ck_assert_int_eq(sh_rows(sql), 1);
+    ck_assert_int_eq(denv_pg_int(sql), 1);
     ck_assert(denv_file_contains(e.log, "announces a chunk migration to shard 'shard2'"));
-    sh_stop(&e);
+    shenv_stop(&e);
 }
 END_TEST
 
@@ -378,22 +190,15 @@ END_TEST
  * and delete o: {k, _id}); the rows stay keyed by _id alone. */
 START_TEST(test_shard_key_beside_id)
 {
-    if (!denv_using_sim()) {
-        SKIP_TEST("a sharded cluster: mongosim --shards (MONGO_URI names a replica set)");
-        return;
-    }
+    SHENV_SKIP_UNLESS_SIM();
     shenv e;
     sh_start(&e, "key", 2, NULL, "shard_note_after = 50ms");
-    char ns[160];
-    snprintf(ns, sizeof ns, "%s.k", e.db);
-    sh_admin(&e, BCON_NEW("enableSharding", BCON_UTF8(e.db), "primaryShard", BCON_UTF8("shard0")));
-    sh_admin(&e, BCON_NEW("shardCollection", BCON_UTF8(ns), "key", "{", "k", BCON_INT32(1), "}"));
-    sh_admin(&e, BCON_NEW("split", BCON_UTF8(ns), "middle", "{", "k", BCON_INT32(100), "}"));
-    sh_admin(&e,
-             BCON_NEW("moveChunk", BCON_UTF8(ns), "find", "{", "k", BCON_INT32(100), "}", "to", BCON_UTF8("shard1")));
+    shenv_enable_sharding(&e, "shard0");
+    const int at[1] = {100};
+    shenv_shard_coll(&e, "k", "k", at, 1);
     const char *skip[] = {"--skip-import", NULL};
-    sh_daemon_ready(&e, skip);
-    mongoc_collection_t *c = sh_coll(&e, "k");
+    shenv_daemon_ready(&e, skip);
+    mongoc_collection_t *c = mongoc_client_get_collection(e.client, e.db, "k");
     for (int i = 0; i < 20; i++) {
         bson_t *d = BCON_NEW("_id", BCON_INT32(i), "k", BCON_INT32(i * 10), "v", BCON_INT32(0));
         bson_error_t err;
@@ -415,11 +220,11 @@ START_TEST(test_shard_key_beside_id)
         bson_destroy(q);
     }
     mongoc_collection_destroy(c);
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster");
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster");
     char sql[300];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM \"%s\".k WHERE _id ~ '^[0-9]+$'", e.db);
-    ck_assert_int_eq(sh_rows(sql), 13);
-    sh_stop(&e);
+    ck_assert_int_eq(denv_pg_int(sql), 13);
+    shenv_stop(&e);
 }
 END_TEST
 
@@ -430,7 +235,7 @@ static void sh_transfer(shenv *e, mongoc_client_session_t *cs, int from, int to,
     ck_assert_msg(mongoc_client_session_start_transaction(cs, NULL, &err), "start: %s", err.message);
     bson_t opts = BSON_INITIALIZER;
     ck_assert(mongoc_client_session_append(cs, &opts, &err));
-    mongoc_collection_t *c = sh_coll(e, "acct");
+    mongoc_collection_t *c = mongoc_client_get_collection(e->client, e->db, "acct");
     bson_t *q1 = BCON_NEW("_id", BCON_INT32(from)), *u1 = BCON_NEW("$inc", "{", "bal", BCON_INT32(-amount), "}");
     bson_t *q2 = BCON_NEW("_id", BCON_INT32(to)), *u2 = BCON_NEW("$inc", "{", "bal", BCON_INT32(amount), "}");
     ck_assert_msg(mongoc_collection_update_one(c, q1, u1, &opts, NULL, &err), "debit: %s", err.message);
@@ -453,7 +258,7 @@ START_TEST(test_cross_shard_transactions_atomic)
         return;
     /* 10 accounts on each shard, 1000 each */
     for (int i = 0; i < 10; i++) {
-        mongoc_collection_t *c = sh_coll(&e, "acct");
+        mongoc_collection_t *c = mongoc_client_get_collection(e.client, e.db, "acct");
         for (int side = 0; side < 2; side++) {
             bson_t *d = BCON_NEW("_id", BCON_INT32(side * 100 + i), "bal", BCON_INT32(1000));
             bson_error_t err;
@@ -462,10 +267,10 @@ START_TEST(test_cross_shard_transactions_atomic)
         }
         mongoc_collection_destroy(c);
     }
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "the accounts did not arrive");
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "the accounts did not arrive");
     char sql[300];
     snprintf(sql, sizeof sql, "SELECT coalesce(sum((doc->>'bal')::int), -1) FROM \"%s\".acct", e.db);
-    ck_assert_int_eq(sh_rows(sql), 20000);
+    ck_assert_int_eq(denv_pg_int(sql), 20000);
     bson_error_t err;
     mongoc_client_session_t *cs = mongoc_client_start_session(e.client, NULL, &err);
     ck_assert_msg(cs != NULL, "%s", err.message);
@@ -478,14 +283,14 @@ START_TEST(test_cross_shard_transactions_atomic)
         else
             sh_transfer(&e, cs, b, a, 1 + (int)(rand_r(&seed) % 50));
         /* sampled while the daemon applies: the sum never differs */
-        ck_assert_int_eq(sh_rows(sql), 20000);
+        ck_assert_int_eq(denv_pg_int(sql), 20000);
         samples++;
     }
     mongoc_client_session_destroy(cs);
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster");
-    ck_assert_int_eq(sh_rows(sql), 20000);
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster");
+    ck_assert_int_eq(denv_pg_int(sql), 20000);
     ck_assert_int_eq(samples, 150);
-    sh_stop(&e);
+    shenv_stop(&e);
 }
 END_TEST
 
@@ -517,7 +322,7 @@ START_TEST(test_prepared_across_shards_visible_at_once)
     shenv e;
     if (sh_skip_or_begin(&e, "prep", "acct", "shard_note_after = 50ms"))
         return;
-    mongoc_collection_t *c = sh_coll(&e, "acct");
+    mongoc_collection_t *c = mongoc_client_get_collection(e.client, e.db, "acct");
     for (int id = 0; id <= 150; id += 150) {
         bson_t *d = BCON_NEW("_id", BCON_INT32(id), "bal", BCON_INT32(1000));
         bson_error_t err;
@@ -525,7 +330,7 @@ START_TEST(test_prepared_across_shards_visible_at_once)
         bson_destroy(d);
     }
     mongoc_collection_destroy(c);
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "the accounts did not arrive");
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "the accounts did not arrive");
     char sum_sql[300], marks_sql[300];
     snprintf(sum_sql, sizeof sum_sql, "SELECT coalesce(sum((doc->>'bal')::int), -1) FROM \"%s\".acct", e.db);
     snprintf(marks_sql, sizeof marks_sql, "SELECT count(*) FROM \"%s\".acct WHERE doc ? 'mark'", e.db);
@@ -556,11 +361,11 @@ START_TEST(test_prepared_across_shards_visible_at_once)
     }
     /* Entries after the prepares on both shards, committed: the checkpoints pass the prepares, which stay open in
      * each shard's hold (what a restart must read again). */
-    sh_insert(&e, "acct", 2, 0);
-    sh_insert(&e, "acct", 152, 0);
+    shenv_insert(&e, "acct", 2, 0);
+    shenv_insert(&e, "acct", 152, 0);
     char rows_sql[300];
     snprintf(rows_sql, sizeof rows_sql, "SELECT count(*) FROM \"%s\".acct", e.db);
-    for (double until = denv_now() + 60; sh_rows(rows_sql) != 4;) {
+    for (double until = denv_now() + 60; denv_pg_int(rows_sql) != 4;) {
         ck_assert_msg(denv_now() < until, "the entries after the prepares were not applied");
         usleep(100 * 1000);
     }
@@ -574,16 +379,16 @@ START_TEST(test_prepared_across_shards_visible_at_once)
     sh_shard_cmd(&e, 0, "admin", commit_cmd[0], NULL);
     /* Writes on both shards after shard0's commit: they let the merge hand that commit on (shard1 shows something
      * later), and they are what a commit between the two parts would make visible. */
-    sh_insert(&e, "acct", 1, 0);
-    sh_insert(&e, "acct", 151, 0);
-    sh_update(&e, "acct", 1, BCON_NEW("$set", "{", "mark", BCON_BOOL(true), "}"));
-    sh_update(&e, "acct", 151, BCON_NEW("$set", "{", "mark", BCON_BOOL(true), "}"));
+    shenv_insert(&e, "acct", 1, 0);
+    shenv_insert(&e, "acct", 151, 0);
+    shenv_update(&e, "acct", 1, BCON_NEW("$set", "{", "mark", BCON_BOOL(true), "}"), false);
+    shenv_update(&e, "acct", 151, BCON_NEW("$set", "{", "mark", BCON_BOOL(true), "}"), false);
     /* Three seconds: time enough for the daemon to apply all of that many times over (its groups commit every
      * 200 ms, and at once when the oplogs run dry); none of it may show while shard1's part is undecided. */
     for (int i = 0; i < 30; i++) {
-        int64_t sum = sh_rows(sum_sql), marks = sh_rows(marks_sql);
+        int64_t sum = denv_pg_int(sum_sql), marks = denv_pg_int(marks_sql);
         if (sum != 2000 || marks != 0)
-            sh_show_log(&e);
+            shenv_show_log(&e);
         ck_assert_int_eq(sum, 2000);
         ck_assert_int_eq(marks, 0);
         usleep(100 * 1000);
@@ -591,26 +396,25 @@ START_TEST(test_prepared_across_shards_visible_at_once)
     /* kill -9 while shard1's part is undecided: the restart reads each shard from its checkpoint, and the prepare
      * still open there is told to the merge again (its shard's hold), so nothing of it shows after the restart
      * either */
-    ck_assert(proc_signal(&e.daemon, SIGKILL));
-    ck_assert(proc_wait(&e.daemon, 30));
-    sh_daemon_ready(&e, NULL);
+    shenv_kill(&e);
+    shenv_daemon_ready(&e, NULL);
     for (int i = 0; i < 20; i++) {
-        int64_t sum = sh_rows(sum_sql), marks = sh_rows(marks_sql);
+        int64_t sum = denv_pg_int(sum_sql), marks = denv_pg_int(marks_sql);
         if (sum != 2000 || marks != 0)
-            sh_show_log(&e);
+            shenv_show_log(&e);
         ck_assert_int_eq(sum, 2000);
         ck_assert_int_eq(marks, 0);
         usleep(100 * 1000);
     }
     sh_shard_cmd(&e, 1, "admin", commit_cmd[1], NULL);
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster");
-    ck_assert_int_eq(sh_rows(sum_sql), 2000);
-    ck_assert_int_eq(sh_rows(marks_sql), 2);
-    ck_assert_int_eq(sh_rows(rows_sql), 6);
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "PostgreSQL differs from the cluster");
+    ck_assert_int_eq(denv_pg_int(sum_sql), 2000);
+    ck_assert_int_eq(denv_pg_int(marks_sql), 2);
+    ck_assert_int_eq(denv_pg_int(rows_sql), 6);
     char one[300];
     snprintf(one, sizeof one, "SELECT (doc->>'bal')::int FROM \"%s\".acct WHERE _id = '0'", e.db);
-    ck_assert_int_eq(sh_rows(one), 900);
-    sh_stop(&e);
+    ck_assert_int_eq(denv_pg_int(one), 900);
+    shenv_stop(&e);
 }
 END_TEST
 
@@ -620,35 +424,23 @@ START_TEST(test_idle_shard_noted)
     /* no periodic noop at all: only the daemon's oplog notes can show that the idle shard has nothing older */
     if (sh_skip_or_begin(&e, "idle", "c", "shard_note_after = 100ms"))
         return;
-    sh_insert(&e, "c", 1, 1);   /* shard0 */
-    sh_insert(&e, "c", 150, 1); /* shard1 */
-    ck_assert_msg(sh_wait_equal(&e, 60, true), "the first documents did not arrive");
+    shenv_insert(&e, "c", 1, 1);   /* shard0 */
+    shenv_insert(&e, "c", 150, 1); /* shard1 */
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "the first documents did not arrive");
     /* Writes on shard0 alone: each is applied only once shard1 shows it has nothing older: the note. */
     for (int i = 2; i < 12; i++)
-        sh_insert(&e, "c", i, i);
-    ck_assert_msg(sh_wait_equal(&e, 30, true), "writes on a busy shard waited on the idle one");
+        shenv_insert(&e, "c", i, i);
+    ck_assert_msg(shenv_wait_equal(&e, 30, true), "writes on a busy shard waited on the idle one");
     char out[300];
-    snprintf(out, sizeof out, "%s/status.txt", e.dir);
-    char bin[256];
-    snprintf(bin, sizeof bin, "%s/oplog2pg", proc_build_dir());
-    const char *argv[] = {bin, "-c", e.ini, "status", NULL};
-    proc_handle st;
-    char err[256];
-    ck_assert(proc_start(argv, NULL, out, &st, err, sizeof err));
-    ck_assert(proc_wait(&st, 60));
-    ck_assert_int_eq(proc_exit_code(&st), 0);
+    ck_assert_int_eq(shenv_run(&e, "status", out, sizeof out), 0);
     ck_assert(denv_file_contains(out, "shard shard0"));
     ck_assert(denv_file_contains(out, "shard shard1"));
     /* `check` reads each shard's oplog on its own connection */
-    snprintf(out, sizeof out, "%s/check.txt", e.dir);
-    const char *cargv[] = {bin, "-c", e.ini, "check", NULL};
-    ck_assert(proc_start(cargv, NULL, out, &st, err, sizeof err));
-    ck_assert(proc_wait(&st, 60));
-    ck_assert_int_eq(proc_exit_code(&st), 0);
+    ck_assert_int_eq(shenv_run(&e, "check", out, sizeof out), 0);
     ck_assert(denv_file_contains(out, "a sharded cluster's router; 2 shards"));
     ck_assert(denv_file_contains(out, "shard 'shard0': newest oplog entry"));
     ck_assert(denv_file_contains(out, "shard 'shard1': newest oplog entry"));
-    sh_stop(&e);
+    shenv_stop(&e);
 }
 END_TEST
 
