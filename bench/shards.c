@@ -14,19 +14,20 @@
  *    _id (int64 keys 1..N), split into one range chunk per shard of N/shards keys each, moved so that each shard holds
  *    one. The daemon (`run --skip-import`, batched, default settings) reads a seed document, catches up and is paused
  *    (SIGSTOP); the N small documents (~320 bytes, tests/lib/docgen.h, with the int64 _id) are written through the
- *    router in ordered bulks of 1 000, the shards in turn, so every shard's oplog holds an even share interleaved in
- *    time; then the daemon is resumed (SIGCONT) and timed until the service's checkpoint (the merged cluster time)
- *    reaches the newest entry of every shard's oplog, as bench/lib/backlog.h does for a replica set. Each round also
- *    times psql \copy of the very rows oplog2pg wrote into a fresh table LIKE its own (same columns, collation and
- *    key), after a CHECKPOINT (bench/lib/baseline.h): the fastest honest baseline. Printed: entries/s (median, range),
- *    the ratio to psql \copy and to the 1-shard figure of the same round (the merge's cost: the goal is >= 0.90).
- *    And where the CPU went during each catch-up, per 1M entries: the daemon's CPU seconds (its main thread, the
- *    apply loop with the merge; its readers), mongosim's (one process and one thread serving every shard) and the
- *    PostgreSQL cluster's; the cores the three kept busy; the machine's CPU pressure (/proc/pressure/cpu: the share
- *    of the catch-up in which a runnable task waited for a CPU, whoever's); the daemon's context switches and minor
- *    page faults per 1 000 entries. The daemon's CPU per entry is the merge's cost that other load on the machine
- *    does not blur; the entries/s ratio is what a user sees, and only means much when the pressure is low.
- *    BENCH_PERF=PREFIX records each catch-up with `perf record -g` into PREFIX.shards<N>.r<ROUND>.
+ *    router in ordered bulks of 1 000, four key ranges in turn whatever the number of shards (so every trial gives
+ *    PostgreSQL the same rows in the same order), so every shard's oplog holds an even share interleaved in time; then
+ * the daemon is resumed (SIGCONT) and timed until the service's checkpoint (the merged cluster time) reaches the newest
+ * entry of every shard's oplog, as bench/lib/backlog.h does for a replica set. Each round also times psql \copy of the
+ * very rows oplog2pg wrote into a fresh table LIKE its own (same columns, collation and key), after a CHECKPOINT
+ * (bench/lib/baseline.h): the fastest honest baseline. Printed: entries/s (median, range), the ratio to psql \copy and
+ * to the 1-shard figure of the same round (the merge's cost: the goal is >= 0.90). And where the CPU went during each
+ * catch-up, per 1M entries: the daemon's CPU seconds (its main thread, the apply loop with the merge; its readers),
+ * mongosim's (one process and one thread serving every shard) and the PostgreSQL cluster's; the cores the three kept
+ * busy; the machine's CPU pressure (/proc/pressure/cpu: the share of the catch-up in which a runnable task waited for a
+ * CPU, whoever's); the daemon's context switches and minor page faults per 1 000 entries. The daemon's CPU per entry is
+ * the merge's cost that other load on the machine does not blur; the entries/s ratio is what a user sees, and only
+ * means much when the pressure is low. BENCH_PERF=PREFIX records each catch-up with `perf record -g` into
+ * PREFIX.shards<N>.r<ROUND>.
  * 2. Latency with all shards busy (2 shards; BENCH_SHARDS_BUSY = 1..16), against the same on a replica set (mongosim
  *    without --shards): a thread of its own writes a steady stream of RATE inserts/s into collection `load`, every
  *    10 ms a bulk for each shard's range; meanwhile probes (single inserts into `probe`, the shards in turn, 50 to
@@ -369,6 +370,9 @@ typedef struct {
 } thr_result;
 
 /* One trial of n entries over `shards` shards; with copy, psql \copy of the same rows too. */
+/* The key ranges the throughput trials write in turn: the largest number of shards measured. */
+#define THR_RANGES 4
+
 static thr_result thr_trial(size_t shards, uint64_t n, int rep, bool copy)
 {
     shtrial t;
@@ -386,14 +390,19 @@ static thr_result thr_trial(size_t shards, uint64_t n, int rep, bool copy)
     if (!proc_signal(&t.daemon, SIGSTOP))
         bench_die("cannot pause the daemon");
 
-    /* bulks of 1 000, the shards in turn */
+    /* Bulks of 1 000, the key ranges in turn: always THR_RANGES ranges, whatever the number of shards (each shard's
+     * chunk holds THR_RANGES / shards of them), so every trial writes the same documents in the same order and
+     * PostgreSQL's index takes them at the same places (one ascending run is cheaper for a btree than several: a
+     * 1-shard trial written in one run would measure that, not the merge). */
     static bson_t docs[1000];
-    int64_t next[SIMCLUSTER_MAX];
-    for (size_t k = 0; k < shards; k++)
-        next[k] = bounds[k];
+    int64_t next[THR_RANGES], rbound[THR_RANGES + 1];
+    for (size_t r = 0; r <= THR_RANGES; r++)
+        rbound[r] = 1 + (int64_t)(r * n / THR_RANGES);
+    for (size_t r = 0; r < THR_RANGES; r++)
+        next[r] = rbound[r];
     uint64_t written = 0;
-    for (size_t k = 0; written < n; k = (k + 1) % shards) {
-        int64_t end = k + 1 < shards ? bounds[k + 1] : (int64_t)n + 1;
+    for (size_t k = 0; written < n; k = (k + 1) % THR_RANGES) {
+        int64_t end = rbound[k + 1];
         size_t nb = 0;
         for (; nb < 1000 && next[k] < end; nb++, next[k]++)
             make_doc(&docs[nb], next[k], (uint64_t)next[k]);
@@ -527,7 +536,9 @@ static void bench_throughput(uint64_t n)
                     ivcsw[s][i], r.use.minflt * 1000.0 / (double)n);
         }
     printf("### Throughput by number of shards\n\n%llu inserts of ~320-byte documents into one collection sharded on "
-           "_id, an even range chunk per shard, written in bulks of 1 000 the shards in turn; %d round%s.\n\n",
+           "_id, an even range chunk per shard, written in bulks of 1 000, four key ranges in turn (the same order for "
+           "every "
+           "number of shards); %d round%s.\n\n",
            (unsigned long long)n, reps, reps > 1 ? "s" : "");
     printf("| what | entries/s, median | range | the runs, in order |\n|---|---:|---|---|\n");
     print_row("psql \\copy of the same rows, same table", copy, reps);
