@@ -266,14 +266,7 @@ static void sh_close(shtrial *t)
     snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s CASCADE", t->db);
     bench_exec_sql(t->pg, sql);
     PQfinish(t->pg);
-    if (getenv("BENCH_KEEP") != NULL) {
-        fprintf(stderr, "%s: kept %s\n", bench_program, t->dir);
-        return;
-    }
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", t->dir);
+    bench_remove_dir(t->dir);
 }
 
 /* ---- 1. throughput ---- */
@@ -288,25 +281,6 @@ typedef struct {
     double minflt; /* the daemon's minor page faults (memory touched for the first time) */
 } usage;
 
-/* Adds /proc/PID/task/TID/status's context switches to *u (main: the thread is the main one). */
-static void add_ctxsw(const char *path, bool main, usage *u)
-{
-    FILE *f = fopen(path, "r");
-    char line[256];
-    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
-        if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0) {
-            double v = strtod(line + 24, NULL);
-            u->vcsw += v;
-            if (main)
-                u->main_vcsw += v;
-        } else if (strncmp(line, "nonvoluntary_ctxt_switches:", 27) == 0) {
-            u->ivcsw += strtod(line + 27, NULL);
-        }
-    }
-    if (f != NULL)
-        fclose(f);
-}
-
 static usage usage_now(shtrial *t)
 {
     usage u = {0};
@@ -315,12 +289,9 @@ static usage usage_now(shtrial *t)
     u.sim = bench_cpu_seconds(t->sharded ? t->c.proc.pid : t->sim.pid);
     u.pg = bench_cluster_cpu_seconds(t->pg);
     u.pressure = bench_cpu_pressure_s();
-    char path[320], stat[1024];
-    snprintf(path, sizeof path, "%d", (int)pid);
-    const char *st = bench_proc_stat(path, stat, sizeof stat);
-    unsigned long long minflt = 0;
-    /* state ppid pgrp session tty_nr tpgid flags minflt */
-    if (st != NULL && sscanf(st, "%*c %*d %*d %*d %*d %*d %*u %llu", &minflt) == 1)
+    char path[320];
+    unsigned long long minflt, majflt;
+    if (bench_page_faults(pid, &minflt, &majflt))
         u.minflt = (double)minflt;
     snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
     DIR *d = opendir(path);
@@ -342,8 +313,11 @@ static usage usage_now(shtrial *t)
             u.main += cpu;
         else if (strncmp(comm, "o2p-reader", 10) == 0)
             u.readers += cpu;
-        snprintf(path, sizeof path, "/proc/%d/task/%s/status", (int)pid, de->d_name);
-        add_ctxsw(path, main, &u);
+        double vol = 0;
+        bench_add_switches(path, &vol, &u.ivcsw); /* path: "PID/task/TID" */
+        u.vcsw += vol;
+        if (main)
+            u.main_vcsw += vol;
     }
     if (d != NULL)
         closedir(d);

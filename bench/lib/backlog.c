@@ -17,32 +17,22 @@
  * its first thread). */
 static void kernel_counts(pid_t pid, unsigned long long *faults, unsigned long long *switches)
 {
-    char path[320], buf[1024];
-    *faults = *switches = 0;
-    snprintf(path, sizeof path, "%d", (int)pid);
-    const char *p = bench_proc_stat(path, buf, sizeof buf);
     unsigned long long minflt, majflt;
-    if (p != NULL && sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %llu %*u %llu", &minflt, &majflt) == 2)
-        *faults = minflt + majflt;
+    *faults = bench_page_faults(pid, &minflt, &majflt) ? minflt + majflt : 0;
+    double vol = 0, invol = 0;
+    char path[320];
     snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
     DIR *d = opendir(path);
     struct dirent *de;
     while (d != NULL && (de = readdir(d)) != NULL) {
         if (de->d_name[0] == '.')
             continue;
-        snprintf(path, sizeof path, "/proc/%d/task/%s/status", (int)pid, de->d_name);
-        FILE *s = fopen(path, "r");
-        char line[128];
-        unsigned long long v;
-        while (s != NULL && fgets(line, sizeof line, s) != NULL)
-            if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1 ||
-                sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1)
-                *switches += v;
-        if (s != NULL)
-            fclose(s);
+        snprintf(path, sizeof path, "%d/task/%s", (int)pid, de->d_name);
+        bench_add_switches(path, &vol, &invol);
     }
     if (d != NULL)
         closedir(d);
+    *switches = (unsigned long long)(vol + invol);
 }
 
 /* BENCH_PERF=FILE: `perf record` (call graphs) of the daemon into FILE.<service>; a zero handle when not asked. */

@@ -74,6 +74,31 @@ const char *bench_proc_stat(const char *what, char *buf, size_t len)
     return p != NULL && p[1] == ' ' ? p + 2 : NULL;
 }
 
+bool bench_page_faults(pid_t pid, unsigned long long *minor, unsigned long long *major)
+{
+    char what[24], buf[1024];
+    snprintf(what, sizeof what, "%d", (int)pid);
+    const char *p = bench_proc_stat(what, buf, sizeof buf);
+    /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt */
+    return p != NULL && sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %llu %*u %llu", minor, major) == 2;
+}
+
+void bench_add_switches(const char *what, double *voluntary, double *involuntary)
+{
+    char path[320], line[128];
+    snprintf(path, sizeof path, "/proc/%s/status", what);
+    FILE *f = fopen(path, "r");
+    unsigned long long v;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1)
+            *voluntary += (double)v;
+        else if (sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1)
+            *involuntary += (double)v;
+    }
+    if (f != NULL)
+        fclose(f);
+}
+
 double bench_cpu_seconds_of(const char *what)
 {
     char buf[1024];
@@ -327,12 +352,17 @@ void trial_close(trial *t)
     bench_exec_sql(t->pg, sql);
     PQfinish(t->pg);
     mongoc_client_destroy(t->client);
+    bench_remove_dir(t->dir);
+}
+
+void bench_remove_dir(const char *dir)
+{
     if (getenv("BENCH_KEEP") != NULL) {
-        fprintf(stderr, "%s: kept %s\n", bench_program, t->dir);
+        fprintf(stderr, "%s: kept %s\n", bench_program, dir);
         return;
     }
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", t->dir);
+        fprintf(stderr, "could not remove %s\n", dir);
 }

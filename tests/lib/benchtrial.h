@@ -38,6 +38,10 @@ uint64_t bench_newest_ts(mongoc_client_t *c);
 
 /* The fields of /proc/WHAT/stat after the command name (from the state on), read into buf; NULL when unreadable. */
 const char *bench_proc_stat(const char *what, char *buf, size_t len);
+/* The page faults of a process, all its threads (/proc/PID/stat): false when unreadable. */
+bool bench_page_faults(pid_t pid, unsigned long long *minor, unsigned long long *major);
+/* Adds the context switches of one thread ("PID/task/TID": /proc/WHAT/status) to *voluntary and *involuntary. */
+void bench_add_switches(const char *what, double *voluntary, double *involuntary);
 /* CPU seconds (user + system) of /proc/WHAT/stat: a process ("PID", all its threads) or a thread ("PID/task/TID");
  * -1 when unknown. */
 double bench_cpu_seconds_of(const char *what);
@@ -86,5 +90,7 @@ double trial_wait_caught_up(trial *t, double timeout_s);
 /* Stops the daemon and mongosim, drops schema bench_NAME_0, closes the connections, removes the folder (unless
  * $BENCH_KEEP is set: then it names it on stderr, with the logs in it). */
 void trial_close(trial *t);
+/* Removes a trial's folder, or keeps it and names it on stderr when $BENCH_KEEP is set. */
+void bench_remove_dir(const char *dir);
 
 #endif
