@@ -168,6 +168,11 @@ typedef struct op_entry {
     bool note_only;   /* an OP_TXN_PREPARE note for the merge only, never applied (see above) */
     uint8_t txn_role; /* op_txn_role */
     uint64_t txn_key; /* the prepared transaction's identity when txn_role != OP_TXN_NONE */
+    /* A change stream's resume point after this entry (source/stream/): the raw BSON of the resume token (the last
+     * event's `_id`, or a post-batch resume token), malloc'd and owned by the entry (op_entry_clear frees it); NULL
+     * for the oplog. core/ carries it to the commit (batcher_sink.set_token) without reading it. */
+    uint8_t *token;
+    uint32_t token_len;
 } op_entry;
 
 /* Sets an entry to empty (no ops, term -1, source 0, no txn_role, every flag false) without freeing anything: for a
@@ -177,8 +182,8 @@ void op_entry_init(op_entry *e);
 /* Allocates n zeroed ops (n >= 1) for a new entry at pos; index and pos are set on each. False on OOM. */
 bool op_entry_alloc(op_entry *e, const op_pos *pos, size_t n);
 
-/* Frees what every op owns (as op_clear) and the op array, and leaves the entry empty (as op_entry_init). Safe on an
- * empty entry, and on NULL. */
+/* Frees what every op owns (as op_clear), the op array and the token, and leaves the entry empty (as op_entry_init).
+ * Safe on an empty entry, and on NULL. */
 void op_entry_clear(op_entry *e);
 
 /* op_entry_clear, then free(e) itself (for heap-allocated entries). NULL is fine. */

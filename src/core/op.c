@@ -100,6 +100,7 @@ void op_entry_clear(op_entry *e)
     for (size_t i = 0; i < e->n; i++)
         op_clear(&e->ops[i]);
     free(e->ops);
+    free(e->token);
     op_entry_init(e);
 }
 

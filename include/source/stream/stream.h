@@ -1,0 +1,69 @@
+/*
+ * stream.h — the change-stream source: a reader thread that follows a MongoDB change stream (where the oplog cannot
+ * be read) and feeds the same queue, with the same entries, as the oplog reader (source/oplog/reader.h).
+ *
+ * It opens one cluster-wide stream (`aggregate: 1` on admin, `$changeStream: {allChangesForCluster: true}`), or,
+ * where the server refuses that, one stream per database the namespace filter includes, merged in clusterTime order.
+ * The aggregate and every getMore are built by hand (libmongoc's watch cannot pass showExpandedEvents nor
+ * showRawUpdateDescription, and hides the post-batch resume token of each batch).
+ *
+ * What it pushes, as the oplog reader does: QUEUE_ENTRY items (op_entry), QUEUE_IDLE when a batch comes back empty,
+ * QUEUE_END when it must stop (the same end codes: QUEUE_END_RESUME_LOST for lost history, error 286 or
+ * CappedPositionLost; QUEUE_END_UNSUPPORTED for an event it cannot turn into ops exactly, the message naming the
+ * event; QUEUE_END_REFUSED; QUEUE_END_NOMEM). Each entry's position is the event's clusterTime (term -1), and
+ * op_entry.token holds the resume token after it: the events sharing one clusterTime (a transaction, a batched
+ * write) make one entry, atomic (a transaction larger than the queue's part size arrives as parts with `more`). An
+ * empty batch whose post-batch resume token moved past the last entry pushed is pushed as a noop entry at the token's
+ * clusterTime with that token, so an idle stream's committed position keeps moving.
+ *
+ * Resuming: from `token` when given (resumeAfter; startAfter for a token of an invalidate), else from the first event
+ * after `start` (startAtOperationTime start + 1). A resume the server refuses because the pipeline changed (280)
+ * starts again at the token's clusterTime (startAtOperationTime), with a log line: the events of that instant are
+ * applied again, which the sink absorbs (upserts, idempotent updates and deletes). Network errors and resumable
+ * errors (label ResumableChangeStreamError, CursorNotFound) reopen the stream after the last entry pushed.
+ */
+#ifndef OPLOG2PG_SOURCE_STREAM_H
+#define OPLOG2PG_SOURCE_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/nsfilter.h"
+#include "core/op.h"
+#include "core/queue.h"
+#include "map/map.h"
+#include "source/oplog/reader.h"
+
+/* How updates are read ([mongodb] change_stream_updates). */
+typedef enum stream_updates {
+    STREAM_UPDATES_AUTO = 0,    /* the raw $v:2 diff where the server gives it (showRawUpdateDescription), else the
+                                 * updateDescription */
+    STREAM_UPDATES_RAW,         /* the raw diff only; a server that refuses it stops the source */
+    STREAM_UPDATES_DESCRIPTION, /* updatedFields / removedFields / truncatedArrays */
+} stream_updates;
+
+typedef struct stream_config {
+    const char *uri;          /* MongoDB connection string (copied) */
+    op_pos start;             /* the committed checkpoint's position (its clusterTime) */
+    const uint8_t *token;     /* the committed resume token (raw BSON; copied), NULL when none: start after `start` */
+    size_t token_len;
+    int32_t await_ms;         /* maxTimeMS of each getMore; <= 0: READER_DEFAULT_AWAIT_MS */
+    int32_t batch_size;       /* batchSize of the aggregate and each getMore; <= 0: READER_DEFAULT_BATCH_SIZE */
+    const nsfilter *filter;   /* NULL = everything; must outlive the reader */
+    const map_set *maps;      /* typed maps, projected on the reader thread as the oplog reader does */
+    unsigned decode_flags;    /* as reader_config.decode_flags */
+    stream_updates updates;
+} stream_config;
+
+typedef struct stream_reader stream_reader;
+
+void stream_config_init(stream_config *cfg);
+stream_reader *stream_start(const stream_config *cfg, queue *q, char *err, size_t errlen);
+void stream_stop(stream_reader *r);
+void stream_free(stream_reader *r);
+bool stream_finished(const stream_reader *r);
+/* The same counters as the oplog reader's (entries pushed, last position, reconnects, idles; no open transactions). */
+void stream_get_stats(const stream_reader *r, reader_stats *out);
+
+#endif
