@@ -112,7 +112,21 @@ void denv_start(denv *e, const char *name, const char *const *sim_args, const ch
     ck_assert_ptr_nonnull(f);
     fprintf(f, "[mongodb]\nuri = %s\n[postgres]\nconninfo = %s\n[replication]\nservice = %s\ninclude = %s*.*\n%s",
             e->uri, denv_pg_conninfo(), e->service, e->prefix, extra_ini ? extra_ini : "");
+    denv_write_source(f);
     fclose(f);
+}
+
+void denv_write_source(FILE *f)
+{
+    const char *source = getenv("OPLOG2PG_TEST_SOURCE");
+    const char *updates = getenv("OPLOG2PG_TEST_STREAM_UPDATES");
+    if ((source == NULL || source[0] == '\0') && (updates == NULL || updates[0] == '\0'))
+        return;
+    fprintf(f, "\n[mongodb]\n");
+    if (source != NULL && source[0] != '\0')
+        fprintf(f, "source = %s\n", source);
+    if (updates != NULL && updates[0] != '\0')
+        fprintf(f, "change_stream_updates = %s\n", updates);
 }
 
 void denv_daemon_start_env(denv *e, const char *const *env_extra)

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "proc.h"
 
@@ -40,6 +41,11 @@ void denv_show_log(const denv *e);
 /* Sets up the environment `name` (service rep_NAME, databases rep_NAME_*); extra_ini is appended to the
  * [replication] section of the configuration (it may open further sections). */
 void denv_start(denv *e, const char *name, const char *const *sim_args, const char *extra_ini);
+/* Appends a [mongodb] section naming the source the daemon reads, when the environment asks for one:
+ * OPLOG2PG_TEST_SOURCE (source = auto | oplog | change_stream) and OPLOG2PG_TEST_STREAM_UPDATES
+ * (change_stream_updates = auto | raw | description). tests/integration/run.sh runs chosen suites again that way, so
+ * the same tests check the change-stream source. */
+void denv_write_source(FILE *f);
 /* Starts `oplog2pg -c INI run`, with env_extra ("NAME=value", NULL-terminated) added to its environment, and with
  * extra arguments after `run` (NULL-terminated, may be NULL). */
 void denv_daemon_start(denv *e);
