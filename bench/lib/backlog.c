@@ -131,6 +131,11 @@ double backlog_workload(trial *t, const workload_config *wc, long *peak_kb)
     return backlog_timed(t, write_workload, wc, NULL, NULL, peak_kb, NULL);
 }
 
+double backlog_workload_cpu(trial *t, const workload_config *wc, long *peak_kb, double *cpu_s)
+{
+    return backlog_timed(t, write_workload, wc, NULL, NULL, peak_kb, cpu_s);
+}
+
 double backlog_replay(trial *t, const char *dump, double *pg_cpu_s)
 {
     char bin[256], err[512];

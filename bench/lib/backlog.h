@@ -34,6 +34,8 @@ double backlog_timed(trial *t, backlog_write_fn write, const void *ctx, backlog_
 void backlog_inserts_config(workload_config *wc, const trial *t, uint64_t seed, uint64_t n, unsigned namespaces);
 /* backlog_timed of a tests/lib/workload.h workload, without warming. */
 double backlog_workload(trial *t, const workload_config *wc, long *peak_kb);
+/* The same, with the daemon's CPU seconds (all threads) over the timed part into *cpu_s. */
+double backlog_workload_cpu(trial *t, const workload_config *wc, long *peak_kb, double *cpu_s);
 /* `oplog2pg replay DUMP` with the trial's configuration, from whatever checkpoint the service holds: its seconds
  * (start-up included), and PostgreSQL's CPU seconds over it (every process of the cluster, its backend's included)
  * into *pg_cpu_s when not NULL. Dies when it fails. */
