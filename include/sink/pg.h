@@ -294,6 +294,9 @@ typedef struct {
     int64_t dead_letters;                 /* rows in oplog2pg.dead_letter for the service */
     bool has_hold; /* a transaction was open at the checkpoint: its first entry (txn_oldest_sec/inc) */
     op_pos hold;
+    char source[16]; /* what the last commit read ("oplog", "change_stream"); "" when the row does not say */
+    uint8_t *token;  /* the committed resume token of a change stream (raw BSON, owned), NULL when none */
+    size_t token_len;
     /* A sharded cluster's rows of oplog2pg.shard_checkpoint, ordered by shard id (none for a replica set, or a schema
      * older than that table): pos above is then the merged cluster time (term -1). */
     sink_probe_shard *shards;
