@@ -73,6 +73,11 @@ typedef enum stream_start_status {
 } stream_start_status;
 stream_start_status stream_caps_start_at(mongoc_client_t *client, const op_pos *at, char *why, size_t len);
 
+/* Where a cluster-wide change stream stands now (a stream opened with batchSize 0 and killed): its post-batch resume
+ * token's clusterTime, else the reply's operationTime. STREAM_START_OK with *now set; REFUSED (no stream opens) or
+ * RETRY with why set. */
+stream_start_status stream_caps_now(mongoc_client_t *client, op_pos *now, char *why, size_t len);
+
 /* The clusterTime at the head of a resume token (raw BSON {_data: hex, ...}), term -1; false when the token is not
  * in KeyString form. */
 bool stream_token_time(const uint8_t *tok, size_t len, op_pos *out);

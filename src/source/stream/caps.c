@@ -452,3 +452,34 @@ stream_start_status stream_caps_start_at(mongoc_client_t *client, const op_pos *
     return e.code == CODE_HISTORY_LOST || e.code == CODE_CAPPED_POSITION_LOST ? STREAM_START_LOST
                                                                               : STREAM_START_REFUSED;
 }
+
+stream_start_status stream_caps_now(mongoc_client_t *client, op_pos *now, char *why, size_t len)
+{
+    probe p;
+    bson_error_t e;
+    why[0] = '\0';
+    if (!probe_open(&p, client, &e)) {
+        snprintf(why, len, "selecting a server: %s", e.message);
+        return STREAM_START_RETRY;
+    }
+    bson_t reply;
+    open_result r = open_stream(&p, NULL, false, 0, &reply, &e);
+    probe_close(&p);
+    stream_start_status st = STREAM_START_OK;
+    if (r == OPEN_OK) {
+        stream_caps c;
+        memset(&c, 0, sizeof c);
+        note_position(&c, &reply);
+        if (c.have_time)
+            *now = c.time;
+        else
+            snprintf(why, len, "the server gave neither a post-batch resume token nor an operationTime");
+        st = c.have_time ? STREAM_START_OK : STREAM_START_REFUSED;
+        stream_caps_free(&c);
+    } else {
+        snprintf(why, len, "%s", e.message);
+        st = r == OPEN_FAILED ? STREAM_START_RETRY : STREAM_START_REFUSED;
+    }
+    bson_destroy(&reply);
+    return st;
+}
