@@ -483,7 +483,8 @@ static void status_read_stream(const config *cfg, const sink_probe_result *pr, b
     mongoc_client_t *c = mongo_client_open(cfg->mongodb_uri_effective, &mo, ss->err, sizeof ss->err);
     if (c == NULL)
         return;
-    ss->ok = stream_caps_now(c, &ss->now, ss->err, sizeof ss->err) == STREAM_START_OK;
+    bool pbrt;
+    ss->ok = stream_caps_now(c, &ss->now, &pbrt, NULL, NULL, ss->err, sizeof ss->err) == STREAM_START_OK;
     if (ss->ok && have_ck) {
         ss->have_start = true;
         ss->start = stream_caps_start_at(c, &pr->pos, ss->start_why, sizeof ss->start_why);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "copy/copy.h"
 #include "daemon/source_choice.h"
 #include "source/mongo_client.h"
 #include "source/oplog_edge.h"
@@ -125,16 +126,77 @@ START_TEST(test_start_at)
     ck_assert_int_eq(stream_caps_probe(c, &caps, err, sizeof err), STREAM_CAPS_OK);
     op_pos ancient = {1, 1, -1};
     op_pos now;
+    bool pbrt;
+    uint8_t *tok;
+    size_t tok_len;
     if (caps.streams.yes) {
         ck_assert_msg(stream_caps_start_at(c, &caps.time, why, sizeof why) == STREAM_START_OK, "%s", why);
         ck_assert_msg(stream_caps_start_at(c, &ancient, why, sizeof why) == STREAM_START_LOST, "%s", why);
-        ck_assert_msg(stream_caps_now(c, &now, why, sizeof why) == STREAM_START_OK, "%s", why);
+        ck_assert_msg(stream_caps_now(c, &now, &pbrt, &tok, &tok_len, why, sizeof why) == STREAM_START_OK, "%s", why);
         ck_assert(op_pos_cmp(&now, &caps.time) >= 0);
+        ck_assert(pbrt == (tok != NULL));
+        if (tok != NULL) {
+            op_pos t;
+            ck_assert(stream_token_time(tok, tok_len, &t));
+            ck_assert(op_pos_cmp(&t, &now) == 0);
+        }
+        free(tok);
     } else {
         ck_assert_int_eq(stream_caps_start_at(c, &ancient, why, sizeof why), STREAM_START_REFUSED);
         ck_assert_msg(why[0] != '\0', "no message");
-        ck_assert_int_eq(stream_caps_now(c, &now, why, sizeof why), STREAM_START_REFUSED);
+        ck_assert_int_eq(stream_caps_now(c, &now, &pbrt, &tok, &tok_len, why, sizeof why), STREAM_START_REFUSED);
+        ck_assert_ptr_null(tok);
     }
+    stream_caps_free(&caps);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+/* The initial copy's start without an oplog: the position before the stream's post-batch resume token, with that
+ * token; a server without change streams is a setup to fix (no retry), and a copy asked to run there is refused
+ * before it copies anything. */
+START_TEST(test_copy_start)
+{
+    mongoc_client_t *c = client();
+    stream_caps caps;
+    char err[512];
+    ck_assert_int_eq(stream_caps_probe(c, &caps, err, sizeof err), STREAM_CAPS_OK);
+    op_pos start;
+    uint8_t *tok = NULL;
+    size_t tok_len = 0;
+    bool retry = true;
+    bool ok = copy_stream_start(c, &start, &tok, &tok_len, &retry, err, sizeof err);
+    ck_assert_msg(ok == caps.streams.yes, "%s", err);
+    if (ok) {
+        ck_assert_int_eq(start.term, -1);
+        if (tok != NULL) {
+            op_pos t;
+            ck_assert(stream_token_time(tok, tok_len, &t));
+            op_pos before = copy_pos_before(&t);
+            ck_assert(op_pos_cmp(&start, &before) == 0);
+        }
+        ck_assert_msg(stream_caps_start_at(c, &start, err, sizeof err) == STREAM_START_OK, "%s", err);
+    } else {
+        ck_assert(!retry);
+        ck_assert_ptr_null(tok);
+        ck_assert_msg(strstr(err, "no change stream opens") != NULL, "%s", err);
+        /* the copy itself stops at once, refused: nothing to retry */
+        const char *pg = getenv("OPLOG2PG_TEST_PG");
+        if (pg != NULL) {
+            op_pos s0;
+            copy_config cc = {.mongo_uri = getenv("MONGO_URI"),
+                              .pg_conninfo = pg,
+                              .service = "t_stream_copy",
+                              .workers = 1,
+                              .change_stream = true,
+                              .start_token = &tok,
+                              .start_token_len = &tok_len};
+            ck_assert_int_eq(copy_run(&cc, &s0, err, sizeof err), COPY_REFUSED);
+            ck_assert_msg(strstr(err, "no change stream opens") != NULL, "%s", err);
+            ck_assert_ptr_null(tok);
+        }
+    }
+    free(tok);
     stream_caps_free(&caps);
     mongoc_client_destroy(c);
 }
@@ -166,6 +228,7 @@ Suite *stream_caps_suite(void)
     tcase_add_test(tc, test_probe);
     tcase_add_test(tc, test_images);
     tcase_add_test(tc, test_start_at);
+    tcase_add_test(tc, test_copy_start);
     tcase_add_test(tc, test_unreachable_is_a_retry);
     suite_add_tcase(s, tc);
     return s;

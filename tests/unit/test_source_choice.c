@@ -5,6 +5,7 @@
 #include <check.h>
 #include <string.h>
 
+#include "copy/copy.h"
 #include "daemon/source_choice.h"
 #include "source/stream/caps.h"
 
@@ -137,6 +138,25 @@ START_TEST(test_token_time)
 }
 END_TEST
 
+/* The checkpoint just before a stream position: a stream started after it (its increment + 1) starts there. */
+START_TEST(test_pos_before)
+{
+    op_pos p = {100, 5, 7}, b = copy_pos_before(&p);
+    ck_assert_uint_eq(b.secs, 100);
+    ck_assert_uint_eq(b.inc, 4);
+    ck_assert_int_eq(b.term, -1);
+    p = (op_pos){100, 0, -1};
+    b = copy_pos_before(&p);
+    ck_assert_uint_eq(b.secs, 99);
+    ck_assert_uint_eq(b.inc, UINT32_MAX);
+    ck_assert_int_lt(op_pos_cmp(&b, &p), 0);
+    p = (op_pos){0, 0, -1};
+    b = copy_pos_before(&p);
+    ck_assert_uint_eq(b.secs, 0);
+    ck_assert_uint_eq(b.inc, 0);
+}
+END_TEST
+
 Suite *source_choice_suite(void); /* called by the generated runner list */
 
 Suite *source_choice_suite(void)
@@ -149,6 +169,7 @@ Suite *source_choice_suite(void)
     tcase_add_test(tc, test_named_source);
     tcase_add_test(tc, test_router_keeps_the_shards_oplogs);
     tcase_add_test(tc, test_token_time);
+    tcase_add_test(tc, test_pos_before);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -74,9 +74,14 @@ typedef enum stream_start_status {
 stream_start_status stream_caps_start_at(mongoc_client_t *client, const op_pos *at, char *why, size_t len);
 
 /* Where a cluster-wide change stream stands now (a stream opened with batchSize 0 and killed): its post-batch resume
- * token's clusterTime, else the reply's operationTime. STREAM_START_OK with *now set; REFUSED (no stream opens) or
- * RETRY with why set. */
-stream_start_status stream_caps_now(mongoc_client_t *client, op_pos *now, char *why, size_t len);
+ * token's clusterTime, else the reply's operationTime (*pbrt says which). STREAM_START_OK with *now set and, when tok
+ * is not NULL, *tok the post-batch resume token (raw BSON, malloc'd, the caller frees it; NULL when the server sent
+ * none); REFUSED (no stream opens) or RETRY with why set.
+ * The two differ by one step: a post-batch resume token of an empty batch is a high-water mark that sorts before
+ * every event of its clusterTime, so events at that time are still to come, while operationTime is the time of
+ * the newest operation the reply's read saw. */
+stream_start_status stream_caps_now(mongoc_client_t *client, op_pos *now, bool *pbrt, uint8_t **tok, size_t *tok_len,
+                                    char *why, size_t len);
 
 /* The clusterTime at the head of a resume token (raw BSON {_data: hex, ...}), term -1; false when the token is not
  * in KeyString form. */

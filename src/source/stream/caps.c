@@ -453,8 +453,14 @@ stream_start_status stream_caps_start_at(mongoc_client_t *client, const op_pos *
                                                                               : STREAM_START_REFUSED;
 }
 
-stream_start_status stream_caps_now(mongoc_client_t *client, op_pos *now, char *why, size_t len)
+stream_start_status stream_caps_now(mongoc_client_t *client, op_pos *now, bool *pbrt, uint8_t **tok, size_t *tok_len,
+                                    char *why, size_t len)
 {
+    if (tok != NULL) {
+        *tok = NULL;
+        *tok_len = 0;
+    }
+    *pbrt = false;
     probe p;
     bson_error_t e;
     why[0] = '\0';
@@ -470,9 +476,15 @@ stream_start_status stream_caps_now(mongoc_client_t *client, op_pos *now, char *
         stream_caps c;
         memset(&c, 0, sizeof c);
         note_position(&c, &reply);
-        if (c.have_time)
+        if (c.have_time) {
             *now = c.time;
-        else
+            *pbrt = c.pbrt.yes && stream_token_time(c.token, c.token_len, now);
+            if (tok != NULL && c.token != NULL) {
+                *tok = c.token; /* handed over */
+                *tok_len = c.token_len;
+                c.token = NULL;
+            }
+        } else
             snprintf(why, len, "the server gave neither a post-batch resume token nor an operationTime");
         st = c.have_time ? STREAM_START_OK : STREAM_START_REFUSED;
         stream_caps_free(&c);
