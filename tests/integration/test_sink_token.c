@@ -192,6 +192,28 @@ START_TEST(test_set_checkpoint_clears_the_token)
 }
 END_TEST
 
+/* A change stream's start (daemon/start.c): the position set, then its token committed over it at the same position
+ * by a commit with no writes; the next group's commit moves both on. */
+START_TEST(test_start_token_over_set_checkpoint)
+{
+    const char *service = "t_token_start";
+    sink *s = open_sink(service);
+    token t0 = make_token("8263A1B2C3000000072B042C0100"), t1 = make_token("8263A1B2C4000000012B042C0100");
+    op_pos p0 = {500, 6, -1}, p1 = {500, 9, -1};
+    ck_assert_msg(sink_set_checkpoint(s, &p0) == APPLY_OK, "%s", sink_error(s));
+    sink_set_token(s, bson_get_data(t0.doc), t0.doc->len);
+    ck_assert_msg(sink_commit(s, &p0) == APPLY_OK, "%s", sink_error(s));
+    expect_row(service, &t0, "change_stream");
+    expect("SELECT ts_sec || ':' || ts_inc FROM oplog2pg.checkpoint WHERE service = 't_token_start'", "500:6");
+    expect_read_token(s, &t0);
+    ck_assert_msg(write_one(s, "tokdb5", 1, &t1, &p1) == APPLY_OK, "%s", sink_error(s));
+    expect_row(service, &t1, "change_stream");
+    sink_free(s);
+    bson_destroy(t0.doc);
+    bson_destroy(t1.doc);
+}
+END_TEST
+
 /* The oplog's commits write no token (a token left by an earlier change-stream run goes) and source 'oplog'. */
 START_TEST(test_oplog_commit_has_no_token)
 {
@@ -219,6 +241,7 @@ Suite *sink_token_suite(void)
     tcase_add_test(tc, test_failed_group_keeps_the_committed_token);
     tcase_add_test(tc, test_set_checkpoint_clears_the_token);
     tcase_add_test(tc, test_oplog_commit_has_no_token);
+    tcase_add_test(tc, test_start_token_over_set_checkpoint);
     suite_add_tcase(s, tc);
     return s;
 }
