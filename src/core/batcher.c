@@ -78,7 +78,7 @@ struct batcher {
     batcher_source_pos *src, *src_done;
     size_t nsrc, nsrc_done, src_cap;
     /* The resume token of the last entry taken that had one (op_entry.token), and the one the last commit covered
-     * (what batcher_reset brings back): copies, since entries are freed after batcher_add. has_tok false: none yet. */
+     * (what batcher_reset brings back): copies, since entries are freed after batcher_add; `has` false: none yet. */
     token_copy tok, tok_done;
 };
 
@@ -448,7 +448,6 @@ static apply_status apply_guarded(batcher *b, op *o)
     return b->out.guard_end(b->out.ctx);
 }
 
-/* Makes room for source s in both per-source arrays (new slots zeroed); false when memory runs out. */
 /* Room for len bytes in dst, its token kept; false when out of memory. */
 static bool token_reserve(token_copy *dst, size_t len)
 {
@@ -486,6 +485,7 @@ static bool token_copy_from(token_copy *dst, const token_copy *src)
     return token_put(dst, src->bytes, src->len);
 }
 
+/* Makes room for source s in both per-source arrays (new slots zeroed); false when memory runs out. */
 static bool sources_reserve(batcher *b, size_t s)
 {
     if (s < b->src_cap)
@@ -525,7 +525,7 @@ apply_status batcher_flush(batcher *b, flush_trigger why)
         st = b->out.commit(b->out.ctx, &b->last);
     if (st != APPLY_OK)
         return st;
-    token_copy_from(&b->tok_done, &b->tok);
+    (void)token_copy_from(&b->tok_done, &b->tok); /* its room was made above */
     for (size_t i = 0; i < b->nsrc; i++)
         b->src[i].moved = false;
     if (b->nsrc > 0)
@@ -655,8 +655,8 @@ void batcher_reset(batcher *b)
         memcpy(b->src, b->src_done, b->src_cap * sizeof *b->src);
     }
     b->nsrc = b->nsrc_done;
-    (void)token_copy_from(&b->tok,
-                          &b->tok_done); /* cannot fail: tok's storage is at least as large as any token taken */
+    /* cannot fail: tok's storage is at least as large as any token taken, the committed one included */
+    (void)token_copy_from(&b->tok, &b->tok_done);
     b->pending_entries = 0;
     memset(b->pending_ops, 0, sizeof b->pending_ops);
 }
