@@ -62,6 +62,15 @@ typedef struct copy_config {
     size_t nshards;
     struct copy_shard_pos **shard_starts;
     size_t *nshard_starts;
+    /* [mongodb] source = change_stream (never with shards): no oplog is read. The copy's start is where a change
+     * stream stands before the copy reads anything (copy_stream_start), the window guard opens a stream at that
+     * start (a server that no longer holds the history from there: COPY_WINDOW_LOST), and the end is where the
+     * stream stands after the copy. When the start is noted in this run and the server sent a post-batch resume
+     * token, *start_token gets it (malloc'd, the caller frees it; NULL otherwise): the resume point to commit with
+     * the checkpoint. May be NULL. */
+    bool change_stream;
+    uint8_t **start_token;
+    size_t *start_token_len;
 } copy_config;
 
 typedef struct copy_shard {
@@ -73,6 +82,10 @@ typedef struct copy_shard_pos {
     char id[128];
     op_pos start;
 } copy_shard_pos;
+
+/* The position just before p (term -1): a change stream started after it (startAtOperationTime = it + 1) starts at
+ * p. */
+op_pos copy_pos_before(const op_pos *p);
 
 /* COPY_REFUSED: PostgreSQL refused something the operator must fix (the login, a privilege, a table of that name
  * that oplog2pg did not make); COPY_UNSUPPORTED: the copy met what it cannot copy exactly (a collection that vanished
@@ -121,6 +134,14 @@ typedef struct {
 } copy_collection;
 bool copy_list_collections(mongoc_client_t *client, const nsfilter *filter, copy_collection **out, size_t *n, char *err,
                            size_t errlen);
+
+/* Where a cluster-wide change stream stands now, as a checkpoint: the last position whose changes are already in
+ * what a read now sees. With a post-batch resume token (a high-water mark: events at its clusterTime are still to
+ * come) the position before its clusterTime, and *tok the token (malloc'd; the caller frees it); without one
+ * (DocumentDB) the reply's operationTime, *tok NULL. tok may be NULL. False with err set when no stream opens;
+ * *retry says whether a later attempt may succeed (the server could not be reached). */
+bool copy_stream_start(mongoc_client_t *client, op_pos *out, uint8_t **tok, size_t *tok_len, bool *retry, char *err,
+                       size_t errlen);
 
 /* Pure helpers (exposed for the progress lines and `status`, and for tests). */
 

@@ -21,6 +21,9 @@
  *   transaction across them): as after a part with `more`, no trigger commits and there is no deadline while such an
  *   entry was the last taken (batcher_in_parts and batcher_entry_tables are not affected: they speak of `more`);
  * - the commit carries the hold of the last entry taken (op_entry.hold) to the sink's set_hold, when it has one;
+ * - the commit carries the resume token of the last entry taken that had one (op_entry.token: a change stream's) to
+ *   the sink's set_token; the batcher keeps its own copy (entries are freed after batcher_add), and batcher_reset
+ *   brings it back to the one the last commit covered;
  * - per source (op_entry.source) the batcher keeps the position and hold of the last entry taken from it, and hands
  *   them to the sink's set_sources just before each commit (batcher_source_pos); after a failure, batcher_reset
  *   brings them back to what the last commit covered;
@@ -87,6 +90,10 @@ typedef struct batcher_sink {
     apply_status (*commit)(void *ctx, const op_pos *pos);
     /* Called just before each commit with the hold of the last entry taken (NULL when it has none); may be NULL. */
     void (*set_hold)(void *ctx, const op_pos *hold);
+    /* Called just before each commit (beside set_hold) with the resume token of the last entry taken that carried one
+     * (op_entry.token), or NULL (len 0) when no entry of the session has: the oplog. The bytes are the batcher's and
+     * live until the next call into it. May be NULL. */
+    void (*set_token)(void *ctx, const uint8_t *tok, size_t len);
     /* Called just before each commit (beside set_hold) with every source seen: s[i] for source i, n = the highest
      * source index seen + 1 (a source never seen has pos 0:0, no hold, moved false). May be NULL. */
     void (*set_sources)(void *ctx, const batcher_source_pos *s, size_t n);
@@ -158,6 +165,8 @@ bool batcher_in_parts(const batcher *b);
 bool batcher_commit_held(const batcher *b);
 /* The per-source positions as of the last entry taken (committed or not), *n of them (see set_sources). */
 const batcher_source_pos *batcher_sources(const batcher *b, size_t *n);
+/* The resume token of the last entry taken that carried one (committed or not), NULL (*len 0) when none has. */
+const uint8_t *batcher_token(const batcher *b, size_t *len);
 /* Position of the last entry taken (committed or not); valid after the first entry. */
 const op_pos *batcher_last(const batcher *b);
 const batcher_stats *batcher_get_stats(const batcher *b);

@@ -36,6 +36,21 @@ enum config_read_concern {
     CONFIG_READ_LOCAL = 1,    /* the primary's newest entries: lower latency, but a failover can roll them back */
 };
 
+/* [mongodb] source: where the changes are read. */
+enum config_source {
+    CONFIG_SOURCE_AUTO = 0,      /* the oplog where it can be read, else a change stream (daemon/source_choice.h) */
+    CONFIG_SOURCE_OPLOG,         /* local.oplog.rs */
+    CONFIG_SOURCE_CHANGE_STREAM, /* a cluster-wide change stream */
+};
+
+/* [mongodb] change_stream_updates: how a change stream's updates are read (in the order of source/stream/stream.h's
+ * stream_updates). */
+enum config_stream_updates {
+    CONFIG_STREAM_UPDATES_AUTO = 0,    /* the raw $v:2 diff where the server gives it, else updateDescription */
+    CONFIG_STREAM_UPDATES_RAW,         /* the raw diff only (showRawUpdateDescription) */
+    CONFIG_STREAM_UPDATES_DESCRIPTION, /* updateDescription only */
+};
+
 enum config_apply_mode {
     CONFIG_APPLY_BATCHED = 0, /* flush groups: COPY runs + pipelined statements, one commit per group */
     CONFIG_APPLY_PER_OP = 1,  /* one statement and one commit per op (baseline for benchmarks, debugging) */
@@ -88,6 +103,8 @@ typedef struct config {
      * connection to MongoDB uses this one. */
     char *mongodb_uri_effective;
     enum config_read_concern read_concern;
+    enum config_source source;
+    enum config_stream_updates change_stream_updates;
     int64_t shard_note_after_ms; /* sharded clusters: appendOplogNote after this wait on a shard; 0 = never */
     /* [postgres] */
     char *postgres_conninfo; /* libpq conninfo or URI; "" = libpq's environment defaults */

@@ -16,6 +16,8 @@
  * before POS. The initial copy of a sharded cluster reads through the routers and notes each shard's newest entry
  * as its start (copy/copy.h); when it is done each shard's start becomes its checkpoint row, then the oldest of them
  * the cluster time.
+ * With a change stream as the source, the positions are clusterTimes and the oplog is never read (change_stream
+ * below).
  * Careful mode, reconnects and restarts after kill -9 then all resume from that one committed position.
  */
 #ifndef OPLOG2PG_DAEMON_START_H
@@ -39,6 +41,12 @@ typedef struct {
     void *tick_arg;
     /* The URI names a sharded cluster's routers: the start positions are each shard's (daemon/cluster.c). */
     bool sharded;
+    /* The source is a change stream (daemon/source_choice.h): no oplog is read. --skip-import starts where the stream
+     * stands now, --tail-from POS just before POS (the server must still hold the stream's history from POS:
+     * ChangeStreamHistoryLost stops with the resume-lost code), the initial copy takes its start and window from a
+     * stream (copy_config.change_stream); where the server gave a post-batch resume token for that start, it is
+     * committed with the checkpoint as the resume point. */
+    bool change_stream;
 } start_params;
 
 /* Returns -1 when the first session may start (the checkpoint is in place), or the exit code to stop with. */

@@ -171,6 +171,12 @@ sink_status sink_set_checkpoint(sink *s, const op_pos *pos);
 void sink_set_hold(sink *s, const op_pos *hold);
 /* The committed checkpoint's hold (read at connect, then each commit's); false when none. */
 bool sink_read_hold(const sink *s, op_pos *hold);
+/* The change stream's resume token the next sink_commit writes with the checkpoint (oplog2pg.checkpoint.resume_token,
+ * and source 'change_stream'), copied; NULL: none (the oplog: source 'oplog'). Out of memory fails that commit. */
+void sink_set_token(sink *s, const uint8_t *tok, size_t len);
+/* The committed resume token (read at connect, then each commit's; sink_set_checkpoint clears it): false (*tok NULL,
+ * *len 0) when none. The bytes are the sink's, valid until its next commit. */
+bool sink_read_token(const sink *s, const uint8_t **tok, size_t *len);
 
 /* A sharded cluster: one reader per shard, merged into one stream (core/merge.h), and one checkpoint row per shard
  * (oplog2pg.shard_checkpoint) committed in the same transaction as the rows it covers.
@@ -288,6 +294,9 @@ typedef struct {
     int64_t dead_letters;                 /* rows in oplog2pg.dead_letter for the service */
     bool has_hold; /* a transaction was open at the checkpoint: its first entry (txn_oldest_sec/inc) */
     op_pos hold;
+    char source[16]; /* what the last commit read ("oplog", "change_stream"); "" when the row does not say */
+    uint8_t *token;  /* the committed resume token of a change stream (raw BSON, owned), NULL when none */
+    size_t token_len;
     /* A sharded cluster's rows of oplog2pg.shard_checkpoint, ordered by shard id (none for a replica set, or a schema
      * older than that table): pos above is then the merged cluster time (term -1). */
     sink_probe_shard *shards;

@@ -145,6 +145,8 @@ static int window_check(run_ctx *rc, mongoc_client_t *client, double *last_warn,
 {
     if (rc->nshards > 0)
         return copy_shards_window(rc, eta, err, errlen);
+    if (rc->cfg->change_stream)
+        return copy_stream_window(rc, client, err, errlen);
     op_pos oldest;
     bool found;
     if (!oplog_edge(client, 1, &oldest, &found, err, errlen))
@@ -212,6 +214,19 @@ static bool plan_from_start(run_ctx *rc, mongoc_client_t *mongo, plan *p, char *
             if (!copy_shards_note_starts(rc, m, mlen) || !copy_plan_collections(mongo, rc->cfg->filter, p, m, mlen) ||
                 !copy_shards_renamed(rc, &renamed, m, mlen))
                 return false;
+        } else if (rc->cfg->change_stream) {
+            /* No oplog to read: the start from a change stream (stream.c). A rename between the start and the
+             * listing is not looked for here: the oplog that shows it cannot be read. */
+            bool retry = false;
+            free(rc->start_token);
+            rc->start_token = NULL;
+            if (!copy_stream_start(mongo, &rc->start, &rc->start_token, &rc->start_token_len, &retry, m, mlen)) {
+                rc->start_refused = !retry;
+                return false;
+            }
+            if (!copy_plan_collections(mongo, rc->cfg->filter, p, m, mlen))
+                return false;
+            renamed = false;
         } else {
             if (!oplog_newest_committed(mongo, rc->cfg->majority, &rc->start, &found, m, mlen))
                 return false;
@@ -290,8 +305,9 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
         int64_t est = 0;
         for (size_t i = 0; i < p.n; i++)
             est += p.items[i].estimate;
-        log_info("copy: service %s starts a copy of %zu collections (about %lld documents) from oplog position %s",
-                 cfg->service, p.n, (long long)est, op_pos_format(&rc.start, pos, sizeof pos));
+        log_info("copy: service %s starts a copy of %zu collections (about %lld documents) from %s position %s",
+                 cfg->service, p.n, (long long)est, cfg->change_stream ? "change stream" : "oplog",
+                 op_pos_format(&rc.start, pos, sizeof pos));
         for (size_t i = 0; i < rc.nshards; i++)
             log_info("copy: shard '%s' is tailed from its oplog entry %s once the copy is done", rc.shards[i].id,
                      op_pos_format(&rc.shards[i].start, pos, sizeof pos));
@@ -403,6 +419,11 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
         /* Each shard's end, and the newest of them as the copy's: the merged stream compares its entries' ts. */
         if (!copy_shards_record_ends(pg, &rc, &end, &have_end, m, sizeof m))
             goto fail;
+    } else if (cfg->change_stream) {
+        bool retry;
+        have_end = copy_stream_start(mongo, &end, NULL, NULL, &retry, m, sizeof m);
+        if (!have_end)
+            log_debug("copy: the change stream's position after the copy is not known: %s", m);
     } else if (!oplog_newest_committed(mongo, cfg->majority, &end, &have_end, m, sizeof m)) {
         log_debug("copy: the oplog's end after the copy is not known: %s", m);
         have_end = false;
@@ -442,11 +463,17 @@ copy_result copy_run(const copy_config *cfg, op_pos *start, char *err, size_t er
         goto fail;
     }
     *start = rc.start;
+    if (cfg->start_token != NULL) {
+        *cfg->start_token = rc.start_token; /* handed over: NULL when the start was noted in an earlier run */
+        *cfg->start_token_len = rc.start_token_len;
+        rc.start_token = NULL;
+    }
     result = COPY_DONE;
     goto out;
 
 fail:
-    result = fault == APPLY_CONFIG || (pg != NULL && pg->last.status == APPLY_CONFIG) ? COPY_REFUSED : COPY_FAILED;
+    result = fault == APPLY_CONFIG || (pg != NULL && pg->last.status == APPLY_CONFIG) || rc.start_refused ? COPY_REFUSED
+                                                                                                          : COPY_FAILED;
 report:
     snprintf(err, errlen, "%s", m);
     if (result == COPY_CANCELLED)
@@ -455,6 +482,7 @@ report:
         log_error("copy: %s", m);
 out:
     free(threads);
+    free(rc.start_token);
     copy_jobs_free(rc.jobs, rc.njobs);
     free(p.items);
     copy_shards_free(&rc);

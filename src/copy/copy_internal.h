@@ -78,6 +78,11 @@ typedef struct {
     copy_result result;         /* the first failure (COPY_DONE while none), under mu */
     char err[ERRLEN];
     pthread_mutex_t ddl_mu; /* CREATE SCHEMA IF NOT EXISTS races between connections: one at a time */
+    /* [mongodb] source = change_stream (stream.c): the post-batch resume token at the start noted in this run (NULL:
+     * none), and whether the start could not be noted because no stream opens (a setup to fix, not a retry) */
+    uint8_t *start_token;
+    size_t start_token_len;
+    bool start_refused;
 } run_ctx;
 
 typedef struct {
@@ -154,6 +159,10 @@ bool copy_shards_store(pgconn *pg, const char *service, const run_ctx *rc, char 
 int copy_shards_load(pgconn *pg, run_ctx *rc, char *err, size_t errlen);
 /* The oplog window of every shard: 1 fine, 0 lost (err says which shard), -1 could not check (err set). */
 int copy_shards_window(run_ctx *rc, double eta, char *err, size_t errlen);
+
+/* stream.c: [mongodb] source = change_stream. The window guard: 1 a stream still opens after the copy's start, 0 the
+ * server no longer holds that history (err names --reimport), -1 could not check (err set). */
+int copy_stream_window(run_ctx *rc, mongoc_client_t *client, char *err, size_t errlen);
 /* Each shard's newest entry now into copy_shard_state (end_*), and *end the newest of them (*have_end false when
  * some shard's is not known). */
 bool copy_shards_record_ends(pgconn *pg, run_ctx *rc, op_pos *end, bool *have_end, char *err, size_t errlen);

@@ -42,6 +42,13 @@ typedef struct {
  * pin a buffer). */
 #define KEEP_STORAGE_RUNS 16
 
+/* A resume token's bytes, in storage that grows and is reused (a token is some 100 bytes, one per entry). */
+typedef struct token_copy {
+    uint8_t *bytes;
+    size_t len, cap;
+    bool has;
+} token_copy;
+
 struct batcher {
     batcher_config cfg;
     batcher_sink out;
@@ -70,6 +77,9 @@ struct batcher {
      * batcher_reset brings back); nsrc and nsrc_done of them, room for src_cap in each. */
     batcher_source_pos *src, *src_done;
     size_t nsrc, nsrc_done, src_cap;
+    /* The resume token of the last entry taken that had one (op_entry.token), and the one the last commit covered
+     * (what batcher_reset brings back): copies, since entries are freed after batcher_add; `has` false: none yet. */
+    token_copy tok, tok_done;
 };
 
 static const char *const trigger_names[FLUSH_TRIGGERS] = {"conflict", "size",   "timer", "idle",
@@ -105,6 +115,8 @@ void batcher_free(batcher *b)
     free(b->index);
     free(b->src);
     free(b->src_done);
+    free(b->tok.bytes);
+    free(b->tok_done.bytes);
     free(b);
 }
 
@@ -436,6 +448,43 @@ static apply_status apply_guarded(batcher *b, op *o)
     return b->out.guard_end(b->out.ctx);
 }
 
+/* Room for len bytes in dst, its token kept; false when out of memory. */
+static bool token_reserve(token_copy *dst, size_t len)
+{
+    if (len <= dst->cap)
+        return true;
+    uint8_t *p = realloc(dst->bytes, len);
+    if (p == NULL)
+        return false;
+    dst->bytes = p;
+    dst->cap = len;
+    return true;
+}
+
+/* dst := the token (tok, len); false when out of memory (dst unchanged). Never fails when token_reserve(dst, len)
+ * did. */
+static bool token_put(token_copy *dst, const uint8_t *tok, size_t len)
+{
+    if (!token_reserve(dst, len))
+        return false;
+    if (len > 0)
+        memcpy(dst->bytes, tok, len);
+    dst->len = len;
+    dst->has = true;
+    return true;
+}
+
+/* dst := src, or none when src has none. */
+static bool token_copy_from(token_copy *dst, const token_copy *src)
+{
+    if (!src->has) {
+        dst->has = false;
+        dst->len = 0;
+        return true;
+    }
+    return token_put(dst, src->bytes, src->len);
+}
+
 /* Makes room for source s in both per-source arrays (new slots zeroed); false when memory runs out. */
 static bool sources_reserve(batcher *b, size_t s)
 {
@@ -467,10 +516,16 @@ apply_status batcher_flush(batcher *b, flush_trigger why)
         b->out.set_hold(b->out.ctx, b->has_hold ? &b->hold : NULL);
     if (st == APPLY_OK && b->out.set_sources != NULL && b->nsrc > 0)
         b->out.set_sources(b->out.ctx, b->src, b->nsrc);
+    if (st == APPLY_OK && b->out.set_token != NULL)
+        b->out.set_token(b->out.ctx, b->tok.has ? b->tok.bytes : NULL, b->tok.has ? b->tok.len : 0);
+    /* Room for the committed token before the commit: once the commit is in, its copy cannot fail. */
+    if (st == APPLY_OK && !token_reserve(&b->tok_done, b->tok.len))
+        st = APPLY_NOMEM;
     if (st == APPLY_OK)
         st = b->out.commit(b->out.ctx, &b->last);
     if (st != APPLY_OK)
         return st;
+    (void)token_copy_from(&b->tok_done, &b->tok); /* its room was made above */
     for (size_t i = 0; i < b->nsrc; i++)
         b->src[i].moved = false;
     if (b->nsrc > 0)
@@ -537,6 +592,8 @@ apply_status batcher_add(batcher *b, op_entry *e, uint64_t now_ms)
         b->stats.entries++;
         b->pending_entries++;
     }
+    if (e->token != NULL && !token_put(&b->tok, e->token, e->token_len))
+        return APPLY_NOMEM;
     b->last = e->pos;
     b->have_last = true;
     b->dirty = true;
@@ -598,6 +655,8 @@ void batcher_reset(batcher *b)
         memcpy(b->src, b->src_done, b->src_cap * sizeof *b->src);
     }
     b->nsrc = b->nsrc_done;
+    /* cannot fail: tok's storage is at least as large as any token taken, the committed one included */
+    (void)token_copy_from(&b->tok, &b->tok_done);
     b->pending_entries = 0;
     memset(b->pending_ops, 0, sizeof b->pending_ops);
 }
@@ -621,6 +680,12 @@ const batcher_source_pos *batcher_sources(const batcher *b, size_t *n)
 {
     *n = b->nsrc;
     return b->src;
+}
+
+const uint8_t *batcher_token(const batcher *b, size_t *len)
+{
+    *len = b->tok.has ? b->tok.len : 0;
+    return b->tok.has ? b->tok.bytes : NULL;
 }
 
 const op_pos *batcher_last(const batcher *b)

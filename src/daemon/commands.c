@@ -16,11 +16,13 @@
 
 #include "copy/copy.h"
 #include "daemon/exitcodes.h"
+#include "daemon/source_choice.h"
 #include "sink/pg.h"
 #include "sink/pgerror.h"
 #include "source/mongo_client.h"
 #include "source/oplog_edge.h"
 #include "source/shards/discover.h"
+#include "source/stream/caps.h"
 #include "util/log.h"
 
 bool daemon_parse_position(const char *text, op_pos *out)
@@ -158,6 +160,57 @@ static int check_cluster(const config *cfg)
     return code;
 }
 
+/* One capability of the probe, as `check` prints it. */
+static void print_cap(const char *what, const stream_cap *c)
+{
+    if (c->yes)
+        printf("mongodb:   %s: yes%s%s\n", what, c->why[0] ? ", " : "", c->why);
+    else
+        printf("mongodb:   %s: %s (%s)\n", what, c->probed ? "no" : "not tried", c->why);
+}
+
+/* `check` of what the server offers each source (source/stream/caps.h), and the source [mongodb] source resolves to:
+ * *kind set, or an exit code (EXIT_CONFIG when none can work). */
+static int check_source(const config *cfg, mongoc_client_t *client, source_kind *kind)
+{
+    stream_caps caps;
+    char err[512], note[1024], at[OP_POS_STRLEN], when[64];
+    stream_caps_status st = stream_caps_probe(client, &caps, err, sizeof err);
+    if (st != STREAM_CAPS_OK) {
+        printf("mongodb: asking what the server offers: %s\n", err);
+        stream_caps_free(&caps);
+        return st == STREAM_CAPS_REFUSED ? EXIT_CONFIG : EXIT_FAILURE_GENERIC;
+    }
+    printf("mongodb: server %s%s\n", caps.version[0] ? caps.version : "(version not given)",
+           caps.router ? ", a sharded cluster's router" : "");
+    if (caps.oplog.yes)
+        printf("mongodb: the oplog (local.oplog.rs) can be read\n");
+    else
+        printf("mongodb: the oplog (local.oplog.rs) cannot be read: %s\n", caps.oplog.why);
+    if (caps.streams.yes && caps.have_time)
+        printf("mongodb: a cluster-wide change stream opens (its clusterTime now %s, %s)\n",
+               op_pos_format(&caps.time, at, sizeof at), utc_text(caps.time.secs, when, sizeof when));
+    else if (caps.streams.yes)
+        printf("mongodb: a cluster-wide change stream opens\n");
+    else
+        printf("mongodb: no cluster-wide change stream opens: %s\n", caps.streams.why);
+    print_cap("post-batch resume tokens", &caps.pbrt);
+    print_cap("startAfter", &caps.start_after);
+    print_cap("showExpandedEvents (DDL events)", &caps.expanded_events);
+    print_cap("showRawUpdateDescription (the oplog's own updates)", &caps.raw_updates);
+    print_cap("$changeStreamSplitLargeEvent (events over 16 MB)", &caps.split_events);
+    print_cap("pre- and post-images", &caps.images);
+    int code = EXIT_OK;
+    if (source_choose(cfg->source, cfg->change_stream_updates, &caps, kind, note, sizeof note)) {
+        printf("mongodb: reads %s (%s)\n", *kind == SOURCE_CHANGE_STREAM ? "a change stream" : "the oplog", note);
+    } else {
+        printf("mongodb: %s\n", note);
+        code = EXIT_CONFIG;
+    }
+    stream_caps_free(&caps);
+    return code;
+}
+
 int daemon_check(config *cfg)
 {
     int code = EXIT_OK;
@@ -177,8 +230,13 @@ int daemon_check(config *cfg)
             printf("mongodb: %s: %s\n", refused ? "the login was refused" : "cannot reach it", err.message);
             code = worse(code, refused ? EXIT_CONFIG : EXIT_FAILURE_GENERIC);
         } else {
-            int cc = check_cluster(cfg);
-            code = worse(code, cc >= 0 ? cc : check_oplog(client, "mongodb: "));
+            source_kind kind = SOURCE_OPLOG;
+            int sc = check_source(cfg, client, &kind);
+            code = worse(code, sc);
+            if (sc == EXIT_OK && kind == SOURCE_OPLOG) {
+                int cc = check_cluster(cfg);
+                code = worse(code, cc >= 0 ? cc : check_oplog(client, "mongodb: "));
+            }
         }
         bson_destroy(ping);
         mongoc_client_destroy(client);
@@ -195,7 +253,11 @@ int daemon_check(config *cfg)
     } else {
         printf("postgres: ok (server %s)%s\n", pr.server_version,
                pr.have_table ? "" : "; the oplog2pg schema will be created at the first run");
-        if (pr.have_checkpoint)
+        if (pr.have_checkpoint && pr.token != NULL)
+            printf("postgres: service '%s' resumes after a change stream's resume token at clusterTime %s, committed "
+                   "%s\n",
+                   cfg->service, op_pos_format(&pr.pos, at, sizeof at), pr.applied_at);
+        else if (pr.have_checkpoint)
             printf("postgres: service '%s' resumes after oplog entry %s (term %lld), committed %s\n", cfg->service,
                    op_pos_format(&pr.pos, at, sizeof at), (long long)pr.pos.term, pr.applied_at);
         else
@@ -403,6 +465,42 @@ static void status_print_shards(const status_cluster *sc)
     }
 }
 
+/* A service read from a change stream, as `status` shows it: where the stream stands now, and whether the server
+ * still holds its history from the checkpoint on. */
+typedef struct {
+    bool ok; /* the server was asked (err otherwise) */
+    op_pos now;
+    bool have_start;
+    stream_start_status start; /* a stream opened at the checkpoint (have_start: there is one) */
+    char start_why[256];
+    char err[512];
+} status_stream;
+
+static void status_read_stream(const config *cfg, const sink_probe_result *pr, bool have_ck, status_stream *ss)
+{
+    memset(ss, 0, sizeof *ss);
+    mongo_client_opts mo = {.appname = "oplog2pg-status"};
+    mongoc_client_t *c = mongo_client_open(cfg->mongodb_uri_effective, &mo, ss->err, sizeof ss->err);
+    if (c == NULL)
+        return;
+    bool pbrt;
+    ss->ok = stream_caps_now(c, &ss->now, &pbrt, NULL, NULL, ss->err, sizeof ss->err) == STREAM_START_OK;
+    if (ss->ok && have_ck) {
+        ss->have_start = true;
+        ss->start = stream_caps_start_at(c, &pr->pos, ss->start_why, sizeof ss->start_why);
+    }
+    mongoc_client_destroy(c);
+}
+
+/* The source a service reads, as `status` tells it: what its last commit read, else what the configuration names
+ * (auto: the oplog, as far as status can tell without asking). */
+static bool status_is_stream(const config *cfg, const sink_probe_result *pr, bool pg_ok)
+{
+    if (pg_ok && pr->source[0] != '\0')
+        return strcmp(pr->source, "change_stream") == 0;
+    return cfg->source == CONFIG_SOURCE_CHANGE_STREAM;
+}
+
 int daemon_status(config *cfg, bool json)
 {
     int code = EXIT_OK;
@@ -417,8 +515,19 @@ int daemon_status(config *cfg, bool json)
     op_pos old_p = {0, 0, -1}, new_p = {0, 0, -1};
     bool have_oplog = false;
     status_cluster sc;
-    status_read_cluster(cfg, &pr, pg_ok, &sc);
-    bool mongo_ok = sc.sharded
+    bool stream = status_is_stream(cfg, &pr, pg_ok);
+    status_stream ss;
+    memset(&ss, 0, sizeof ss);
+    if (stream) {
+        memset(&sc, 0, sizeof sc);
+        status_read_stream(cfg, &pr, pg_ok && pr.have_checkpoint, &ss);
+        if (!ss.ok)
+            snprintf(merr, sizeof merr, "%s", ss.err);
+    } else {
+        status_read_cluster(cfg, &pr, pg_ok, &sc);
+    }
+    bool mongo_ok = stream ? ss.ok
+                    : sc.sharded
                         ? sc.err[0] == '\0'
                         : oplog_window(cfg->mongodb_uri_effective, &old_p, &new_p, &have_oplog, merr, sizeof merr);
     if (sc.sharded && !mongo_ok)
@@ -435,6 +544,11 @@ int daemon_status(config *cfg, bool json)
 
     bool have_ck = pg_ok && pr.have_checkpoint;
     double lag = have_ck && have_oplog ? (double)new_p.secs - (double)pr.pos.secs : -1;
+    if (stream && have_ck && ss.ok)
+        lag = (double)ss.now.secs - (double)pr.pos.secs < 0 ? 0 : (double)ss.now.secs - (double)pr.pos.secs;
+    bool history_lost = stream && ss.have_start && ss.start == STREAM_START_LOST;
+    op_pos tok_time;
+    bool have_tok_time = pg_ok && pr.token != NULL && stream_token_time(pr.token, pr.token_len, &tok_time);
     for (size_t i = 0; i < sc.n; i++)
         lag = sc.v[i].lag > lag ? sc.v[i].lag : lag;
     double window_h = have_oplog ? ((double)new_p.secs - (double)old_p.secs) / 3600.0 : -1;
@@ -449,6 +563,28 @@ int daemon_status(config *cfg, bool json)
         fprintf(o, "{\"service\": ");
         json_str(o, cfg->service);
         fprintf(o, ", \"running\": %s", pg_ok && pr.running ? "true" : "false");
+        fprintf(o, ", \"source\": \"%s\"", stream ? "change_stream" : "oplog");
+        if (pg_ok && pr.token != NULL) {
+            fprintf(o, ", \"resume_token\": {\"bytes\": %zu, \"time\": ", pr.token_len);
+            if (have_tok_time)
+                fprintf(o, "\"%s\"}", op_pos_format(&tok_time, at, sizeof at));
+            else
+                fprintf(o, "null}");
+        } else {
+            fprintf(o, ", \"resume_token\": null");
+        }
+        if (stream && ss.ok) {
+            fprintf(o, ", \"stream\": {\"newest\": \"%s\", \"history\": ", op_pos_format(&ss.now, at, sizeof at));
+            if (!ss.have_start)
+                fprintf(o, "null}");
+            else
+                fprintf(o, "\"%s\"}",
+                        ss.start == STREAM_START_OK     ? "held"
+                        : ss.start == STREAM_START_LOST ? "lost"
+                                                        : "unknown");
+        } else {
+            fprintf(o, ", \"stream\": null");
+        }
         if (pg_ok && pr.running && pr.activity[0] != '\0') {
             fprintf(o, ", \"activity\": ");
             json_str(o, pr.activity);
@@ -542,7 +678,21 @@ int daemon_status(config *cfg, bool json)
                    utc_text((uint32_t)pr.activity_since, when, sizeof when));
         else
             printf("  state:         running (an oplog2pg holds the service): %s\n", pr.activity);
-        if (have_ck)
+        if (stream && pr.token != NULL && have_tok_time)
+            printf("  source:        a change stream (its resume token, %zu bytes, at clusterTime %s, is committed "
+                   "with the checkpoint)\n",
+                   pr.token_len, op_pos_format(&tok_time, at, sizeof at));
+        else if (stream && pr.token != NULL)
+            printf("  source:        a change stream (its resume token, %zu bytes, is committed with the checkpoint)\n",
+                   pr.token_len);
+        else if (stream)
+            printf("  source:        a change stream (no resume token yet: it starts at the checkpoint's time)\n");
+        else
+            printf("  source:        the oplog\n");
+        if (have_ck && stream)
+            printf("  checkpoint:    %s (%s), the last event's clusterTime, committed %s\n",
+                   op_pos_format(&pr.pos, at, sizeof at), utc_text(pr.pos.secs, when, sizeof when), pr.applied_at);
+        else if (have_ck)
             printf("  checkpoint:    %s (%s), term %lld, committed %s\n", op_pos_format(&pr.pos, at, sizeof at),
                    utc_text(pr.pos.secs, when, sizeof when), (long long)pr.pos.term, pr.applied_at);
         else
@@ -557,7 +707,19 @@ int daemon_status(config *cfg, bool json)
         else
             printf("  dead letters:  0\n");
     }
-    if (sc.sharded) {
+    if (stream && mongo_ok) {
+        if (lag >= 0)
+            printf("  behind:        %.0f s (the stream's clusterTime now %s)\n", lag,
+                   op_pos_format(&ss.now, at, sizeof at));
+        if (history_lost)
+            printf("  history:       LOST: the server no longer holds the changes after the checkpoint (%s); the "
+                   "service must be resynced with --reimport\n",
+                   ss.start_why);
+        else if (ss.have_start && ss.start == STREAM_START_OK)
+            printf("  history:       the server still holds the changes after the checkpoint\n");
+        else if (ss.have_start)
+            printf("  history:       unknown (%s)\n", ss.start_why);
+    } else if (sc.sharded) {
         if (lag >= 0)
             printf("  behind:        %.0f s (the shard furthest behind)\n", lag);
         status_print_shards(&sc);

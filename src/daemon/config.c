@@ -46,6 +46,8 @@ static const char *const log_level_names[] = {"debug", "info", "notice", "warnin
 static const char *const reimport_names[] = {"drop", "truncate", NULL};
 static const char *const on_error_names[] = {"dead-letter", "stop", NULL};
 static const char *const read_concern_names[] = {"majority", "local", NULL};
+static const char *const source_names[] = {"auto", "oplog", "change_stream", NULL};
+static const char *const stream_updates_names[] = {"auto", "raw", "description", NULL};
 static const char *const timestamps_names[] = {"auto", "on", "off", NULL};
 static const char *const destination_names[] = {"stderr", "syslog", NULL};
 static const char *const facility_names[] = {"daemon", "user",   "local0", "local1", "local2", "local3",
@@ -74,6 +76,23 @@ static const struct option_def options[] = {
                       "PostgreSQL already holds (oplog2pg then stops with exit code 4 and the data needs "
                       "--reimport)"},
      .offset = offsetof(config, read_concern)},
+
+    {.info = {.section = "mongodb", .name = "source", TYPE(ENUM, "enum"), .default_text = "auto",
+              .choices = source_names,
+              .help = "what changes are read from: oplog (local.oplog.rs, the fastest; needs read access to "
+                      "local), change_stream (a cluster-wide change stream, where the oplog cannot be read: Atlas "
+                      "shared tiers, DocumentDB, accounts without access to local, a sharded cluster's routers "
+                      "alone), or auto (the oplog where it can be read, else a change stream; the log and status "
+                      "say which)"},
+     .offset = offsetof(config, source)},
+
+    {.info = {.section = "mongodb", .name = "change_stream_updates", TYPE(ENUM, "enum"), .default_text = "auto",
+              .choices = stream_updates_names,
+              .help = "change streams: how updates are read. raw: the oplog's own update (showRawUpdateDescription), "
+                      "applied as the oplog source applies it; a server that refuses it stops the source. "
+                      "description: the event's updateDescription (updatedFields, removedFields, truncatedArrays). "
+                      "auto: raw where the server gives it, else description"},
+     .offset = offsetof(config, change_stream_updates)},
 
     {.info = {.section = "mongodb", .name = "shard_note_after", TYPE(DURATION, "duration"), .default_text = "100ms",
               .min = 0, .max = MS_PER_H, .base_unit = "ms",

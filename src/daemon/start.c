@@ -14,6 +14,7 @@
 #include "source/mongo_client.h"
 #include "source/oplog_edge.h"
 #include "source/shards/discover.h"
+#include "source/stream/caps.h"
 #include "util/log.h"
 
 /* A short-lived MongoDB client for the start-up reads. */
@@ -34,6 +35,93 @@ static int commit_start(const start_params *p, const op_pos *pos, const char *wh
     log_notice("service '%s': %s; tailing starts after oplog entry %s", p->cfg->service, why,
                op_pos_format(pos, at, sizeof at));
     return -1;
+}
+
+/* A change stream's start: the checkpoint at pos, then, where the server gave one, the resume token of that position
+ * committed over it (the same position: advance_checkpoint takes it). A crash between the two leaves the position
+ * alone, from which the stream starts at the next clusterTime: the same place. */
+static int commit_stream_start(const start_params *p, const op_pos *pos, const uint8_t *tok, size_t tok_len,
+                               const char *why)
+{
+    char at[OP_POS_STRLEN];
+    apply_status st = sink_set_checkpoint(p->snk, pos);
+    if (st == APPLY_OK && tok != NULL) {
+        sink_set_token(p->snk, tok, tok_len);
+        st = sink_commit(p->snk, pos);
+        sink_set_token(p->snk, NULL, 0);
+    }
+    if (st != APPLY_OK) {
+        log_error("%s: committing the start position: %s", why, sink_error(p->snk));
+        return st == APPLY_CONFIG ? EXIT_CONFIG : st == APPLY_FENCED ? EXIT_FENCED : EXIT_FAILURE_GENERIC;
+    }
+    log_notice("service '%s': %s; the change stream starts after clusterTime %s%s", p->cfg->service, why,
+               op_pos_format(pos, at, sizeof at), tok != NULL ? ", from the server's resume token there" : "");
+    return -1;
+}
+
+/* --skip-import with a change stream: where the stream stands now. */
+static int skip_import_stream(const start_params *p)
+{
+    char err[512];
+    mongoc_client_t *c = client_for(p->cfg, err, sizeof err);
+    if (c == NULL) {
+        log_error("--skip-import: %s", err);
+        return EXIT_CONFIG;
+    }
+    op_pos start;
+    uint8_t *tok = NULL;
+    size_t tok_len = 0;
+    bool retry = false;
+    int rc;
+    if (copy_stream_start(c, &start, &tok, &tok_len, &retry, err, sizeof err)) {
+        rc = commit_stream_start(p, &start, tok, tok_len, "--skip-import: no initial copy");
+    } else {
+        log_error("--skip-import: %s", err);
+        rc = retry ? EXIT_FAILURE_GENERIC : EXIT_CONFIG;
+    }
+    free(tok);
+    mongoc_client_destroy(c);
+    return rc;
+}
+
+/* --tail-from with a change stream: the position just before POS, once the server says it still holds the stream's
+ * history from there. */
+static int tail_from_stream(const start_params *p)
+{
+    char err[512], why[256], want[OP_POS_STRLEN];
+    const op_pos *from = &p->opts->tail_from;
+    op_pos_format(from, want, sizeof want);
+    mongoc_client_t *c = client_for(p->cfg, err, sizeof err);
+    if (c == NULL) {
+        log_error("--tail-from: %s", err);
+        return EXIT_CONFIG;
+    }
+    int rc;
+    switch (stream_caps_start_at(c, from, why, sizeof why)) {
+    case STREAM_START_OK: {
+        char note[128];
+        snprintf(note, sizeof note, "--tail-from %s", want);
+        op_pos before = copy_pos_before(from);
+        rc = commit_stream_start(p, &before, NULL, 0, note);
+        break;
+    }
+    case STREAM_START_LOST:
+        log_error("--tail-from %s is no longer in the server's change stream history (%s): the changes before its "
+                  "oldest are lost; copy instead (run without --tail-from, or with --reimport)",
+                  want, why);
+        rc = EXIT_RESUME_LOST;
+        break;
+    case STREAM_START_REFUSED:
+        log_error("--tail-from %s: no change stream opens there: %s", want, why);
+        rc = EXIT_CONFIG;
+        break;
+    default:
+        log_error("--tail-from %s: %s", want, why);
+        rc = EXIT_FAILURE_GENERIC;
+        break;
+    }
+    mongoc_client_destroy(c);
+    return rc;
 }
 
 /* Up to the oplog's end as the copy finished, tailing replays inserts of rows the copy already wrote: runs keep their
@@ -302,7 +390,7 @@ int start_prepare(const start_params *p)
         }
     }
     if (p->opts->have_tail_from)
-        return p->sharded ? tail_from_sharded(p) : tail_from(p);
+        return p->change_stream ? tail_from_stream(p) : p->sharded ? tail_from_sharded(p) : tail_from(p);
 
     op_pos ckpt;
     int have = sink_read_checkpoint(p->snk, &ckpt);
@@ -319,11 +407,11 @@ int start_prepare(const start_params *p)
         return -1;
     }
     if (p->opts->skip_import)
-        return p->sharded ? skip_import_sharded(p) : skip_import(p);
+        return p->change_stream ? skip_import_stream(p) : p->sharded ? skip_import_sharded(p) : skip_import(p);
     /* A sharded cluster: the copy reads through the routers and notes each shard's start in its own oplog. */
     start_shards ss = {0};
     copy_shard *shards = NULL;
-    if (p->sharded) {
+    if (p->sharded && !p->change_stream) {
         int open_rc = shards_open(p, "the initial copy", &ss);
         if (open_rc >= 0)
             return open_rc;
@@ -338,6 +426,8 @@ int start_prepare(const start_params *p)
     }
     copy_shard_pos *starts = NULL;
     size_t nstarts = 0;
+    uint8_t *start_token = NULL;
+    size_t start_token_len = 0;
     copy_config cc = {
         .tick = p->tick,
         .tick_arg = p->tick_arg,
@@ -354,14 +444,18 @@ int start_prepare(const start_params *p)
         .peer_timeout_s = (int)(cfg->postgres_peer_timeout_ms / 1000),
         .majority = cfg->read_concern == CONFIG_READ_MAJORITY,
         .shards = shards,
-        .nshards = p->sharded ? ss.sl.n : 0,
+        .nshards = p->sharded && !p->change_stream ? ss.sl.n : 0,
         .shard_starts = &starts,
         .nshard_starts = &nstarts,
+        .change_stream = p->change_stream,
+        .start_token = &start_token,
+        .start_token_len = &start_token_len,
     };
     op_pos start, end = {0};
     cc.end = &end;
     log_notice("service '%s' has no checkpoint: copying the included collections first%s", cfg->service,
                p->sharded ? " (through the cluster's routers)" : "");
+    /* A copy that ends otherwise has handed over no token (copy_config.start_token). */
     copy_result r = copy_run(&cc, &start, err, sizeof err);
     free(shards);
     if (r != COPY_DONE)
@@ -382,7 +476,10 @@ int start_prepare(const start_params *p)
         free(starts);
         shards_close(&ss);
         if (rc < 0)
-            rc = commit_start(p, &start, "initial copy complete");
+            rc = p->change_stream
+                     ? commit_stream_start(p, &start, start_token, start_token_len, "initial copy complete")
+                     : commit_start(p, &start, "initial copy complete");
+        free(start_token);
         if (rc >= 0)
             return rc;
         if (p->opts->import_only)

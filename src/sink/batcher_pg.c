@@ -179,6 +179,11 @@ static void set_hold(void *ctx, const op_pos *hold)
     sink_set_hold(ctx, hold);
 }
 
+static void set_token(void *ctx, const uint8_t *tok, size_t len)
+{
+    sink_set_token(ctx, tok, len);
+}
+
 static void set_sources(void *ctx, const batcher_source_pos *p, size_t n)
 {
     sink_set_source_positions(ctx, p, n);
@@ -217,6 +222,7 @@ batcher_sink batcher_sink_pg(sink *s)
                         .apply = apply,
                         .commit = commit,
                         .set_hold = set_hold,
+                        .set_token = set_token,
                         .guard_begin = guard_begin,
                         .guard_end = guard_end,
                         .dead_letter = dead_letter,

@@ -122,6 +122,23 @@ void sink_set_activity(sink *s, const char *what)
     snprintf(s->activity, sizeof s->activity, "%.*s", SINK_ACTIVITY_MAX, what);
 }
 
+/* The committed resume token, column 6 of the claimed checkpoint row (bytea in its text form). */
+static bool read_token(sink *s, const PGresult *res)
+{
+    (void)sink_token_put(&s->ckpt_tok, NULL, 0);
+    (void)sink_token_put(&s->tok, NULL, 0);
+    s->tok_lost = false;
+    if (PQgetisnull(res, 0, 6))
+        return true;
+    size_t len = 0;
+    unsigned char *raw = PQunescapeBytea((const unsigned char *)PQgetvalue(res, 0, 6), &len);
+    bool ok = raw != NULL && sink_token_put(&s->ckpt_tok, raw, len);
+    PQfreemem(raw);
+    if (!ok)
+        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory reading the resume token");
+    return ok;
+}
+
 sink_status sink_connect(sink *s)
 {
     sink_disconnect(s);
@@ -186,7 +203,7 @@ sink_status sink_connect(sink *s)
     if (!pipe_exec(s,
                    "INSERT INTO oplog2pg.checkpoint (service, owner) VALUES ($1, gen_random_uuid()) "
                    "ON CONFLICT (service) DO UPDATE SET owner = excluded.owner "
-                   "RETURNING owner, ts_sec, ts_inc, term, txn_oldest_sec, txn_oldest_inc",
+                   "RETURNING owner, ts_sec, ts_inc, term, txn_oldest_sec, txn_oldest_inc, resume_token",
                    1, params, &res, "claiming the checkpoint row"))
         goto fail;
     snprintf(s->owner, sizeof s->owner, "%s", PQgetvalue(res, 0, 0));
@@ -202,6 +219,8 @@ sink_status sink_connect(sink *s)
         s->ckpt_hold.inc = (uint32_t)strtoul(PQgetvalue(res, 0, 5), NULL, 10);
         s->ckpt_hold.term = -1;
     }
+    if (!read_token(s, res))
+        goto fail;
     PQclear(res);
     res = NULL;
 

@@ -87,6 +87,8 @@ void sink_free(sink *s)
     free(s->tindex);
     pipe_free(s);
     free(s->stream_out);
+    free(s->tok.bytes);
+    free(s->ckpt_tok.bytes);
     free(s->conninfo);
     free(s->service);
     free(s);
@@ -609,15 +611,50 @@ sink_status sink_truncate(sink *s, const char *db, const char *coll, const op_po
     return t->kind->truncate(s, t, pos);
 }
 
+static bool token_reserve(sink_token *tok, size_t len)
+{
+    if (len <= tok->cap)
+        return true;
+    uint8_t *p = realloc(tok->bytes, len);
+    if (p == NULL)
+        return false;
+    tok->bytes = p;
+    tok->cap = len;
+    return true;
+}
+
+bool sink_token_put(sink_token *tok, const uint8_t *bytes, size_t len)
+{
+    tok->has = false;
+    tok->len = 0;
+    if (bytes == NULL)
+        return true;
+    if (!token_reserve(tok, len))
+        return false;
+    if (len > 0)
+        memcpy(tok->bytes, bytes, len);
+    tok->len = len;
+    tok->has = true;
+    return true;
+}
+
 static sink_status send_checkpoint(sink *s, const char *stmt, const char *sql, const op_pos *pos, int nparams)
 {
     char secs[16], inc[16], term[24], hsecs[16], hinc[16];
-    const char *values[7] = {s->service, NULL, NULL, NULL, s->owner, NULL, NULL};
-    if (nparams == 7 && s->has_hold) {
+    /* $8, the resume token, goes in binary (bytea's binary form is its bytes); the others as text */
+    const char *values[9] = {s->service, NULL, NULL, NULL, s->owner, NULL, NULL, NULL, "oplog"};
+    int lengths[9] = {0}, formats[9] = {0};
+    if (nparams == 9 && s->has_hold) {
         snprintf(hsecs, sizeof hsecs, "%u", s->hold.secs);
         snprintf(hinc, sizeof hinc, "%u", s->hold.inc);
         values[5] = hsecs;
         values[6] = hinc;
+    }
+    if (nparams == 9 && s->tok.has) {
+        values[7] = (const char *)s->tok.bytes;
+        lengths[7] = (int)s->tok.len;
+        formats[7] = 1;
+        values[8] = "change_stream";
     }
     if (pos != NULL) {
         snprintf(secs, sizeof secs, "%u", pos->secs);
@@ -629,9 +666,9 @@ static sink_status send_checkpoint(sink *s, const char *stmt, const char *sql, c
     }
     if (!pipe_push_pending(s, P_CKPT, NULL, pos))
         return s->failed;
-    bool ok = stmt != NULL ? PQsendQueryPrepared(s->conn, stmt, nparams, values, NULL, NULL, 0) == 1
-                           : PQsendQueryParams(s->conn, sql, nparams, NULL, values, NULL, NULL, 0) == 1;
-    return pipe_after_send(s, ok, 128);
+    bool ok = stmt != NULL ? PQsendQueryPrepared(s->conn, stmt, nparams, values, lengths, formats, 0) == 1
+                           : PQsendQueryParams(s->conn, sql, nparams, NULL, values, lengths, formats, 0) == 1;
+    return pipe_after_send(s, ok, 128 + (nparams == 9 && s->tok.has ? s->tok.len : 0));
 }
 
 static sink_status commit_and_wait(sink *s, const op_pos *pos, const op_pos *new_ckpt)
@@ -680,21 +717,40 @@ sink_status sink_commit(sink *s, const op_pos *pos)
     if (s->nshards > 0)
         return commit_sharded(s, pos);
     if (!s->ckpt_prepared) {
-        static const char sql[] = "SELECT oplog2pg.advance_checkpoint($1, $5::uuid, $2, $3, $4, $6, $7)";
+        static const char sql[] = "SELECT oplog2pg.advance_checkpoint($1, $5::uuid, $2, $3, $4, $6, $7, $8::bytea, $9)";
         if (!pipe_push_pending(s, P_PREPARE, NULL, NULL))
             return s->failed;
         if (pipe_after_send(s, PQsendPrepare(s->conn, "ckpt", sql, 0, NULL) == 1, sizeof sql) != APPLY_OK)
             return s->failed;
         s->ckpt_prepared = true;
     }
-    if (send_checkpoint(s, "ckpt", NULL, pos, 7) != APPLY_OK)
+    /* Room for the committed token's copy before the commit: once the commit is in, the copy cannot fail. */
+    if (s->tok_lost || (s->tok.has && !token_reserve(&s->ckpt_tok, s->tok.len))) {
+        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory for the resume token");
+        return s->failed;
+    }
+    if (send_checkpoint(s, "ckpt", NULL, pos, 9) != APPLY_OK)
         return s->failed;
     sink_status st = commit_and_wait(s, pos, pos);
     if (st == APPLY_OK) {
         s->ckpt_has_hold = s->has_hold;
         s->ckpt_hold = s->hold;
+        (void)sink_token_put(&s->ckpt_tok, s->tok.has ? s->tok.bytes : NULL, s->tok.len);
     }
     return st;
+}
+
+void sink_set_token(sink *s, const uint8_t *tok, size_t len)
+{
+    /* Out of memory: the next commit fails rather than write the position without its token. */
+    s->tok_lost = !sink_token_put(&s->tok, tok, len);
+}
+
+bool sink_read_token(const sink *s, const uint8_t **tok, size_t *len)
+{
+    *tok = s->ckpt_tok.has ? s->ckpt_tok.bytes : NULL;
+    *len = s->ckpt_tok.has ? s->ckpt_tok.len : 0;
+    return s->ckpt_tok.has;
 }
 
 bool sink_read_hold(const sink *s, op_pos *hold)
@@ -720,7 +776,9 @@ sink_status sink_set_checkpoint(sink *s, const op_pos *pos)
     if (pipe_begin_if_needed(s) != APPLY_OK ||
         send_checkpoint(s, NULL, "SELECT oplog2pg.set_checkpoint($1, $5::uuid, $2, $3, $4)", pos, 5) != APPLY_OK)
         return s->failed;
-    s->ckpt_has_hold = false; /* set_checkpoint clears it */
+    s->ckpt_has_hold = false; /* set_checkpoint clears it, and the resume token */
+    (void)sink_token_put(&s->ckpt_tok, NULL, 0);
+    (void)sink_token_put(&s->tok, NULL, 0);
     sink_status st = commit_and_wait(s, pos, pos);
     if (st == APPLY_OK && pos == NULL)
         sink_shards_clear(s, false); /* set_checkpoint deleted the shards' rows with it */

@@ -154,6 +154,16 @@ typedef struct {
     bool answered; /* a result came (its end-of-results marker may still be due) */
 } pending;
 
+/* A resume token's bytes in storage that grows and is reused. */
+typedef struct sink_token {
+    uint8_t *bytes;
+    size_t len, cap;
+    bool has;
+} sink_token;
+
+/* tok := (bytes, len), or none when bytes is NULL; false when out of memory (tok then has none). */
+bool sink_token_put(sink_token *tok, const uint8_t *bytes, size_t len);
+
 /* The sink's state, grouped by the file that owns (writes) each part; the others only read it. The counters in stats
  * are the one exception: every layer counts what it sends. */
 struct sink {
@@ -185,6 +195,10 @@ struct sink {
     op_pos hold;
     bool ckpt_has_hold; /* the committed checkpoint's hold */
     op_pos ckpt_hold;
+    /* A change stream's resume token: the one the next commit writes (sink_set_token) and the committed one (read at
+     * connect, then each commit's); has false: none (the oplog). */
+    sink_token tok, ckpt_tok;
+    bool tok_lost; /* the last sink_set_token ran out of memory: the next commit fails */
 
     /* shards.c: a sharded cluster's checkpoints (pg.h, "A sharded cluster"); nshards 0: a replica set */
     char **shard_names; /* source index -> shard id */

@@ -68,6 +68,9 @@ void sink_probe_free(sink_probe_result *r)
     free(r->shards);
     r->shards = NULL;
     r->nshards = 0;
+    free(r->token);
+    r->token = NULL;
+    r->token_len = 0;
 }
 
 bool sink_probe(const char *conninfo, const char *service, sink_probe_result *out, pgconn_error *err)
@@ -110,7 +113,8 @@ bool sink_probe(const char *conninfo, const char *service, sink_probe_result *ou
     if (out->have_table) {
         if (!pgconn_exec_params(c,
                                 "SELECT ts_sec, ts_inc, term, applied_at, to_jsonb(c)->>'txn_oldest_sec', "
-                                "to_jsonb(c)->>'txn_oldest_inc' FROM oplog2pg.checkpoint c "
+                                "to_jsonb(c)->>'txn_oldest_inc', to_jsonb(c)->>'source', "
+                                "to_jsonb(c)->>'resume_token' FROM oplog2pg.checkpoint c "
                                 "WHERE service = $1 AND ts_sec IS NOT NULL",
                                 1, params, NULL, NULL, 0, &res, false, err))
             goto done;
@@ -125,6 +129,18 @@ bool sink_probe(const char *conninfo, const char *service, sink_probe_result *ou
                 out->hold.secs = (uint32_t)strtoul(PQgetvalue(res, 0, 4), NULL, 10);
                 out->hold.inc = (uint32_t)strtoul(PQgetvalue(res, 0, 5), NULL, 10);
                 out->hold.term = -1;
+            }
+            if (!PQgetisnull(res, 0, 6))
+                snprintf(out->source, sizeof out->source, "%s", PQgetvalue(res, 0, 6));
+            /* a bytea in JSON is its hex text form ("\\x..."), which PQunescapeBytea reads */
+            if (!PQgetisnull(res, 0, 7)) {
+                size_t len = 0;
+                unsigned char *raw = PQunescapeBytea((const unsigned char *)PQgetvalue(res, 0, 7), &len);
+                if (raw != NULL && len > 0 && (out->token = malloc(len)) != NULL) {
+                    memcpy(out->token, raw, len);
+                    out->token_len = len;
+                }
+                PQfreemem(raw);
             }
         }
         PQclear(res);

@@ -37,12 +37,32 @@ BEGIN
 END
 $$;
 
+-- resume_token: where a change stream resumes after the checkpoint (the raw BSON of the resume token of the last event
+-- whose effects are committed, or a post-batch resume token an idle stream committed); NULL for the oplog, and after
+-- set_checkpoint. ts_sec/ts_inc are then that event's clusterTime, so the position reads the same from either source.
+-- source: what the last commit read, 'oplog' or 'change_stream' (NULL: a row of an earlier version, the oplog).
+-- Written by the commit's advance_checkpoint.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'oplog2pg.checkpoint'::regclass
+                   AND attname = 'resume_token' AND NOT attisdropped) THEN
+        ALTER TABLE oplog2pg.checkpoint ADD COLUMN IF NOT EXISTS resume_token bytea;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'oplog2pg.checkpoint'::regclass
+                   AND attname = 'source' AND NOT attisdropped) THEN
+        ALTER TABLE oplog2pg.checkpoint ADD COLUMN IF NOT EXISTS source text;
+    END IF;
+END
+$$;
+
 -- Moves a service's checkpoint forward, in the caller's transaction, only for the daemon holding the row's owner
 -- token. Any other caller gets SQLSTATE O2FEN, and a position before the committed one SQLSTATE O2BAK (the
 -- checkpoint never moves backwards on its own); either way the whole transaction, data included, rolls back.
 -- p_txn_sec/p_txn_inc: the first entry of the oldest transaction open at that position (NULL: none).
+-- p_token: a change stream's resume token at that position (NULL: the oplog); p_source: 'oplog' or 'change_stream'.
 CREATE OR REPLACE FUNCTION oplog2pg.advance_checkpoint(p_service text, p_owner uuid, p_sec bigint, p_inc bigint,
-                                                       p_term bigint, p_txn_sec bigint, p_txn_inc bigint)
+                                                       p_term bigint, p_txn_sec bigint, p_txn_inc bigint,
+                                                       p_token bytea, p_source text)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_sec bigint;
@@ -59,29 +79,39 @@ BEGIN
             v_inc, p_sec, p_inc USING ERRCODE = 'O2BAK';
     END IF;
     UPDATE oplog2pg.checkpoint SET ts_sec = p_sec, ts_inc = p_inc, term = p_term, applied_at = now(),
-           txn_oldest_sec = p_txn_sec, txn_oldest_inc = p_txn_inc
+           txn_oldest_sec = p_txn_sec, txn_oldest_inc = p_txn_inc, resume_token = p_token, source = p_source
      WHERE service = p_service;
 END
 $$;
 
--- The five-argument form of earlier versions (a daemon not yet upgraded, during an upgrade): no open transaction
--- known. A separate overload, not a default, so that a call with five arguments is never ambiguous.
+-- The seven-argument form of earlier versions (a daemon not yet upgraded, during an upgrade): the oplog, no token.
+CREATE OR REPLACE FUNCTION oplog2pg.advance_checkpoint(p_service text, p_owner uuid, p_sec bigint, p_inc bigint,
+                                                       p_term bigint, p_txn_sec bigint, p_txn_inc bigint)
+RETURNS void LANGUAGE sql AS $$
+    SELECT oplog2pg.advance_checkpoint(p_service, p_owner, p_sec, p_inc, p_term, p_txn_sec, p_txn_inc, NULL::bytea,
+                                       'oplog')
+$$;
+
+-- The five-argument form of earlier versions: no open transaction known. Separate overloads, not defaults, so that a
+-- call with five or seven arguments is never ambiguous.
 CREATE OR REPLACE FUNCTION oplog2pg.advance_checkpoint(p_service text, p_owner uuid, p_sec bigint, p_inc bigint,
                                                        p_term bigint)
 RETURNS void LANGUAGE sql AS $$
-    SELECT oplog2pg.advance_checkpoint(p_service, p_owner, p_sec, p_inc, p_term, NULL::bigint, NULL::bigint)
+    SELECT oplog2pg.advance_checkpoint(p_service, p_owner, p_sec, p_inc, p_term, NULL::bigint, NULL::bigint,
+                                       NULL::bytea, 'oplog')
 $$;
 
 -- Puts a service's checkpoint at a given position, forward or back (--tail-from, --skip-import), fenced like
 -- advance_checkpoint. NULL position: no checkpoint (--reimport), and none for any of its shards either (the rows of
--- oplog2pg.shard_checkpoint below go with it).
+-- oplog2pg.shard_checkpoint below go with it). The resume token goes (a change stream then starts at the position's
+-- time); source is left as the last commit wrote it.
 CREATE OR REPLACE FUNCTION oplog2pg.set_checkpoint(p_service text, p_owner uuid, p_sec bigint, p_inc bigint,
                                                    p_term bigint)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE oplog2pg.checkpoint
        SET ts_sec = p_sec, ts_inc = p_inc, term = p_term, applied_at = now(), txn_oldest_sec = NULL,
-           txn_oldest_inc = NULL
+           txn_oldest_inc = NULL, resume_token = NULL
      WHERE service = p_service AND owner = p_owner;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the checkpoint of service "%" is held by another oplog2pg', p_service

@@ -992,7 +992,8 @@ START_TEST(test_schema_upgrade_advance_checkpoint)
     append(&t);
     caught_up_on(&t, conninfo);
 
-    /* Upgraded: the hold columns, the seven-argument form, and the five-argument one now an SQL overload. */
+    /* Upgraded: the hold columns, the nine-argument form (with a resume token), and the five- and seven-argument
+     * ones SQL overloads of it. */
     pg_text_on(conninfo,
                "SELECT string_agg(attname, ',' ORDER BY attname) FROM pg_attribute WHERE attrelid = "
                "'oplog2pg.checkpoint'::regclass AND attname LIKE 'txn_oldest_%' AND NOT attisdropped",
@@ -1003,7 +1004,7 @@ START_TEST(test_schema_upgrade_advance_checkpoint)
                "JOIN pg_language l ON l.oid = p.prolang WHERE p.pronamespace = 'oplog2pg'::regnamespace "
                "AND p.proname = 'advance_checkpoint'",
                got, sizeof got);
-    ck_assert_str_eq(got, "5:sql,7:plpgsql");
+    ck_assert_str_eq(got, "5:sql,7:sql,9:plpgsql");
     expect_hold_on(&t, conninfo, &p1);
 
     /* An older daemon's five-argument call (here rolled back): it moves the position and stores no hold. */

@@ -900,6 +900,113 @@ START_TEST(test_reset_restores_source_positions)
 }
 END_TEST
 
+/* ---- a change stream's resume token ---- */
+
+static void rec_token(void *ctx, const uint8_t *tok, size_t len)
+{
+    recorder *r = ctx;
+    if (tok == NULL)
+        rec(r, "token none");
+    else
+        rec(r, "token %.*s", (int)len, (const char *)tok);
+}
+
+/* Feeds one insert at the next position carrying the resume token `tok` (a string, NULL: none), owned by the entry
+ * and freed with it before the batcher commits. */
+static apply_status feed_tok(const char *tok)
+{
+    op_entry e;
+    op_pos pos = {.secs = 1, .inc = ++next_inc, .term = -1};
+    op_entry_init(&e);
+    ck_assert(op_entry_alloc(&e, &pos, 1));
+    fill(&e.ops[0], OP_INSERT, "shop", "a");
+    if (tok != NULL) {
+        e.token_len = (uint32_t)strlen(tok);
+        e.token = malloc(e.token_len);
+        ck_assert_ptr_nonnull(e.token);
+        memcpy(e.token, tok, e.token_len);
+    }
+    apply_status st = batcher_add(B, &e, 0);
+    op_entry_clear(&e);
+    return st;
+}
+
+static void restart_with_token_sink(void)
+{
+    batcher_config cfg = {.batch_rows = 1000, .batch_bytes = 1 << 30, .flush_interval_ms = 200};
+    restart_with(&cfg);
+    batcher_free(B);
+    batcher_sink out = rec_sink();
+    out.set_token = rec_token;
+    B = batcher_new(&cfg, &out);
+    ck_assert_ptr_nonnull(B);
+}
+
+/* Each commit hands the sink the token of the last entry taken that had one, copied (the entries are freed by then);
+ * an entry without one leaves it; a longer token after a shorter one is copied whole. */
+START_TEST(test_token_reaches_the_sink)
+{
+    restart_with_token_sink();
+    size_t len;
+    ck_assert_ptr_null(batcher_token(B, &len));
+    ck_assert_int_eq(feed_tok("t1"), APPLY_OK);
+    ck_assert_int_eq(feed_tok("t2"), APPLY_OK);
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
+    expect_log("copy shop.a 2 @1:2; token t2; commit 1:2; ");
+    R.log[0] = '\0';
+    ck_assert_int_eq(feed_tok("a-longer-token-3"), APPLY_OK);
+    ck_assert_int_eq(feed_tok(NULL), APPLY_OK);
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
+    expect_log("copy shop.a 2 @1:4; token a-longer-token-3; commit 1:4; ");
+    const uint8_t *t = batcher_token(B, &len);
+    ck_assert_uint_eq(len, 16);
+    ck_assert(memcmp(t, "a-longer-token-3", len) == 0);
+}
+END_TEST
+
+/* A session whose entries carry no token (the oplog) hands the sink none. */
+START_TEST(test_no_token_is_null)
+{
+    restart_with_token_sink();
+    ck_assert_int_eq(feed_tok(NULL), APPLY_OK);
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
+    expect_log("copy shop.a 1 @1:1; token none; commit 1:1; ");
+}
+END_TEST
+
+/* After a failed group, batcher_reset brings the token back to the one the last commit covered (none when no commit
+ * carried one), and the group applied again carries its own. */
+START_TEST(test_reset_restores_the_token)
+{
+    restart_with_token_sink();
+    ck_assert_int_eq(feed_tok("t1"), APPLY_OK);
+    R.fail_commit = APPLY_RETRY;
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_RETRY);
+    batcher_reset(B);
+    size_t len;
+    ck_assert_ptr_null(batcher_token(B, &len)); /* nothing was committed with a token */
+    ck_assert_uint_eq(len, 0);
+    R.fail_commit = APPLY_OK;
+    R.log[0] = '\0';
+    ck_assert_int_eq(feed_tok("t2"), APPLY_OK);
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
+    expect_log("copy shop.a 1 @1:2; token t2; commit 1:2; ");
+    /* a longer token in the failed group, a shorter one committed: the committed one comes back whole */
+    ck_assert_int_eq(feed_tok("a-much-longer-token"), APPLY_OK);
+    R.fail_commit = APPLY_RETRY;
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_RETRY);
+    batcher_reset(B);
+    const uint8_t *t = batcher_token(B, &len);
+    ck_assert_uint_eq(len, 2);
+    ck_assert(memcmp(t, "t2", 2) == 0);
+    R.fail_commit = APPLY_OK;
+    R.log[0] = '\0';
+    ck_assert_int_eq(feed_tok(NULL), APPLY_OK); /* an entry without a token after the reset: the committed one stays */
+    ck_assert_int_eq(batcher_flush(B, FLUSH_IDLE), APPLY_OK);
+    expect_log("copy shop.a 1 @1:4; token t2; commit 1:4; ");
+}
+END_TEST
+
 Suite *batcher_suite(void); /* called by the generated runner list */
 
 Suite *batcher_suite(void)
@@ -931,6 +1038,9 @@ Suite *batcher_suite(void)
     tcase_add_test(tc, test_no_commit_holds_every_trigger);
     tcase_add_test(tc, test_source_positions_reach_the_sink);
     tcase_add_test(tc, test_reset_restores_source_positions);
+    tcase_add_test(tc, test_token_reaches_the_sink);
+    tcase_add_test(tc, test_no_token_is_null);
+    tcase_add_test(tc, test_reset_restores_the_token);
     suite_add_tcase(s, tc);
     return s;
 }

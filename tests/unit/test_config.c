@@ -624,6 +624,51 @@ END_TEST
 
 /* A refused config_override changes nothing: not the option, not the other options, not the overrides a reload
  * applies again; and it runs the checks of the whole configuration that a load runs. */
+/* [mongodb] source and change_stream_updates: auto by default, each choice parsed, others refused with the list; both
+ * take effect at a restart only (a reload keeps the running value and says so). */
+START_TEST(test_source_options)
+{
+    config c;
+    ck_assert(config_init_defaults(&c));
+    ck_assert_int_eq(c.source, CONFIG_SOURCE_AUTO);
+    ck_assert_int_eq(c.change_stream_updates, CONFIG_STREAM_UPDATES_AUTO);
+    config_free(&c);
+    load_ok("[mongodb]\nsource = change_stream\nchange_stream_updates = description\n", &c);
+    ck_assert_int_eq(c.source, CONFIG_SOURCE_CHANGE_STREAM);
+    ck_assert_int_eq(c.change_stream_updates, CONFIG_STREAM_UPDATES_DESCRIPTION);
+    config_free(&c);
+    load_ok("[mongodb]\nsource = oplog\nchange_stream_updates = raw\n", &c);
+    ck_assert_int_eq(c.source, CONFIG_SOURCE_OPLOG);
+    ck_assert_int_eq(c.change_stream_updates, CONFIG_STREAM_UPDATES_RAW);
+    config_free(&c);
+    expect_error("[mongodb]\nsource = changestream\n", 2, "[mongodb] source",
+                 "is not one of: auto, oplog, change_stream");
+    expect_error("[mongodb]\nchange_stream_updates = diff\n", 2, "[mongodb] change_stream_updates",
+                 "is not one of: auto, raw, description");
+
+    char path[64], err[512] = "";
+    struct logbuf lb = {"", 0};
+    int changed = -1;
+    write_tmp(path, "[mongodb]\nsource = oplog\n");
+    ck_assert(config_load(path, &c, err, sizeof err));
+    FILE *f = fopen(path, "w");
+    fputs("[mongodb]\nsource = change_stream\nchange_stream_updates = raw\n", f);
+    fclose(f);
+    ck_assert_msg(config_reload(path, &c, err, sizeof err, collect, &lb, &changed), "%s", err);
+    ck_assert_int_eq(changed, 0);
+    ck_assert_int_eq(c.source, CONFIG_SOURCE_OPLOG);
+    ck_assert_int_eq(c.change_stream_updates, CONFIG_STREAM_UPDATES_AUTO);
+    ck_assert_msg(strstr(lb.text, "[mongodb] source changed in the file to change_stream; restart required to apply "
+                                  "it (keeping oplog)") != NULL,
+                  "%s", lb.text);
+    ck_assert_msg(strstr(lb.text, "[mongodb] change_stream_updates changed in the file to raw; restart required") !=
+                      NULL,
+                  "%s", lb.text);
+    config_free(&c);
+    unlink(path);
+}
+END_TEST
+
 START_TEST(test_failed_override_changes_nothing)
 {
     static const struct {
@@ -1431,6 +1476,7 @@ Suite *config_suite(void)
     tcase_add_test(tc, test_duplicate_keys_refused);
     tcase_add_test(tc, test_missing_file_and_untouched_output);
     tcase_add_test(tc, test_reload);
+    tcase_add_test(tc, test_source_options);
     tcase_add_test(tc, test_failed_override_changes_nothing);
     tcase_add_test(tc, test_reload_checks_overrides_with_the_file);
     tcase_add_test(tc, test_print_round_trip);

@@ -1,0 +1,83 @@
+/*
+ * stream.c — the initial copy where the oplog cannot be read ([mongodb] source = change_stream): its start, its
+ * window guard and its end taken from a change stream instead (source/stream/caps.h asks the server).
+ *
+ * A change stream's history is the oplog the user cannot read: the guard asks the server whether a stream can still
+ * be opened at the copy's start (startAtOperationTime), and ChangeStreamHistoryLost (286) is the window lost, as an
+ * oldest oplog entry past the start is for the oplog source. No margin can be measured (the oldest entry is not
+ * visible), so there is no early warning: docs/configuration.md says to size the oplog for the copy.
+ */
+#include "copy/copy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "copy_internal.h"
+#include "source/stream/caps.h"
+
+op_pos copy_pos_before(const op_pos *p)
+{
+    op_pos b = {p->secs, p->inc, -1};
+    if (b.inc > 0) {
+        b.inc--;
+    } else if (b.secs > 0) {
+        b.secs--;
+        b.inc = UINT32_MAX;
+    }
+    return b;
+}
+
+bool copy_stream_start(mongoc_client_t *client, op_pos *out, uint8_t **tok, size_t *tok_len, bool *retry, char *err,
+                       size_t errlen)
+{
+    op_pos now;
+    bool pbrt = false;
+    uint8_t *t = NULL;
+    size_t tlen = 0;
+    char why[512];
+    stream_start_status st = stream_caps_now(client, &now, &pbrt, &t, &tlen, why, sizeof why);
+    *retry = st == STREAM_START_RETRY;
+    if (st != STREAM_START_OK) {
+        snprintf(err, errlen, "no change stream opens on the cluster to note the copy's start: %s", why);
+        return false;
+    }
+    /* A high-water mark's events are still to come: the checkpoint is the position before it. operationTime is the
+     * newest operation already seen: the checkpoint itself. */
+    *out = pbrt ? copy_pos_before(&now) : now;
+    out->term = -1;
+    if (tok != NULL) {
+        *tok = t;
+        *tok_len = tlen;
+    } else {
+        free(t);
+    }
+    return true;
+}
+
+int copy_stream_window(run_ctx *rc, mongoc_client_t *client, char *err, size_t errlen)
+{
+    char why[256], s[OP_POS_STRLEN];
+    /* A stream after the start (start + 1) is what tailing opens: the server must hold everything from there. */
+    op_pos next = rc->start;
+    if (next.inc < UINT32_MAX) {
+        next.inc++;
+    } else {
+        next.secs++;
+        next.inc = 0;
+    }
+    switch (stream_caps_start_at(client, &next, why, sizeof why)) {
+    case STREAM_START_OK:
+        return 1;
+    case STREAM_START_LOST:
+        snprintf(err, errlen,
+                 "the server no longer holds the change stream's history from the copy's start (copy start %s: %s); "
+                 "raise the oplog size or copy fewer collections at once. The committed progress is kept, but "
+                 "resuming this copy cannot make it consistent either: raise the oplog size, then start over with "
+                 "--reimport",
+                 op_pos_format(&rc->start, s, sizeof s), why);
+        return 0;
+    default:
+        snprintf(err, errlen, "opening a change stream at the copy's start: %s", why);
+        return -1;
+    }
+}

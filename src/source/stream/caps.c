@@ -1,0 +1,497 @@
+/*
+ * caps.c — see caps.h: what a deployment offers a change-stream source, each capability asked of the server.
+ *
+ * NOTES
+ * - One server (the primary libmongoc selects) and one explicit session for every command of a probe: a cursor
+ *   opened in a session must be killed with that session's lsid (a real server refuses a killCursors from another),
+ *   and with an implicit session per command each would get its own. A server without sessions is asked without.
+ * - mongoc_client_command_with_opts, not the read_command variant: nothing here is retried behind our back, so a
+ *   failure is seen as it happened.
+ * - A server's answer is told from a failure to ask by the error's domain: with error API version 2 every reply
+ *   with ok: 0 comes back in MONGOC_ERROR_SERVER (the write-concern and query domains are older servers' forms of
+ *   the same); the network, server selection and the driver's own authentication have domains of their own.
+ */
+#include "source/stream/caps.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "source/mongo_client.h"
+
+/* The ChangeStreamHistoryLost and CappedPositionLost codes (src/mongo/base/error_codes.yml). */
+#define CODE_HISTORY_LOST         286
+#define CODE_CAPPED_POSITION_LOST 136
+
+typedef struct probe {
+    mongoc_client_t *client;
+    mongoc_client_session_t *cs; /* NULL: the server has no sessions */
+    uint32_t server_id;
+} probe;
+
+/* The server answered (ok: 0), as opposed to not being reached. */
+static bool server_answered(const bson_error_t *e)
+{
+    return e->domain == MONGOC_ERROR_SERVER || e->domain == MONGOC_ERROR_QUERY ||
+           e->domain == MONGOC_ERROR_WRITE_CONCERN;
+}
+
+static stream_caps_status failure_status(const bson_error_t *e)
+{
+    return mongo_error_refused(e) && !server_answered(e) ? STREAM_CAPS_REFUSED : STREAM_CAPS_RETRY;
+}
+
+static bool probe_open(probe *p, mongoc_client_t *client, bson_error_t *e)
+{
+    memset(p, 0, sizeof *p);
+    p->client = client;
+    mongoc_server_description_t *sd = mongoc_client_select_server(client, false, NULL, e);
+    if (sd == NULL)
+        return false;
+    p->server_id = mongoc_server_description_id(sd);
+    mongoc_server_description_destroy(sd);
+    bson_error_t se;
+    p->cs = mongoc_client_start_session(client, NULL, &se); /* NULL: no sessions there, asked without */
+    return true;
+}
+
+static void probe_close(probe *p)
+{
+    if (p->cs != NULL)
+        mongoc_client_session_destroy(p->cs);
+    p->cs = NULL;
+}
+
+/* Runs cmd in db on the probe's server, in its session. reply is always initialised. */
+static bool run(probe *p, const char *db, const bson_t *cmd, bson_t *reply, bson_error_t *e)
+{
+    bson_t opts = BSON_INITIALIZER;
+    bool ok;
+    if (p->cs != NULL && !mongoc_client_session_append(p->cs, &opts, e)) {
+        bson_init(reply);
+        ok = false;
+    } else {
+        BSON_APPEND_INT32(&opts, "serverId", (int32_t)p->server_id);
+        ok = mongoc_client_command_with_opts(p->client, db, cmd, NULL, &opts, reply, e);
+    }
+    bson_destroy(&opts);
+    return ok;
+}
+
+/* Kills cursor id of db's collection coll ("$cmd.aggregate" for a stream on admin); 0: none. */
+static void kill_cursor(probe *p, const char *db, const char *coll, int64_t id)
+{
+    if (id == 0)
+        return;
+    bson_t cmd = BSON_INITIALIZER, arr, reply;
+    bson_error_t e;
+    BSON_APPEND_UTF8(&cmd, "killCursors", coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
+    BSON_APPEND_INT64(&arr, "0", id);
+    bson_append_array_end(&cmd, &arr);
+    (void)run(p, db, &cmd, &reply, &e); /* a cursor left behind times out on the server by itself */
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+}
+
+/* c->why := prefix and msg (a server's message, cut to what why holds). */
+static void set_why(stream_cap *c, const char *prefix, const char *msg)
+{
+    snprintf(c->why, sizeof c->why, "%s%.200s", prefix, msg);
+}
+
+/* The reply's cursor id (0 when none). */
+static int64_t cursor_id(const bson_t *reply)
+{
+    bson_iter_t it;
+    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &it) && BSON_ITER_HOLDS_NUMBER(&it))
+        return bson_iter_as_int64(&it);
+    return 0;
+}
+
+/* What opening a cluster-wide stream answered. */
+typedef enum { OPEN_OK, OPEN_REFUSED, OPEN_FAILED } open_result;
+
+/* aggregate: 1 on admin, [{$changeStream: {allChangesForCluster: true, <extra>}}, (split: the split stage)],
+ * batchSize `batch`; the cursor is killed before returning. On OPEN_OK the reply is kept in *reply (the caller
+ * destroys it); otherwise *e holds the error and *reply is empty. */
+static open_result open_stream(probe *p, const bson_t *extra, bool split, int32_t batch, bson_t *reply, bson_error_t *e)
+{
+    bson_t cmd = BSON_INITIALIZER, pipeline, stage, spec, cursor, splitst, empty;
+    BSON_APPEND_INT32(&cmd, "aggregate", 1);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "pipeline", &pipeline);
+    BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "0", &stage);
+    BSON_APPEND_DOCUMENT_BEGIN(&stage, "$changeStream", &spec);
+    BSON_APPEND_BOOL(&spec, "allChangesForCluster", true);
+    if (extra != NULL)
+        bson_concat(&spec, extra);
+    bson_append_document_end(&stage, &spec);
+    bson_append_document_end(&pipeline, &stage);
+    if (split) {
+        BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "1", &splitst);
+        BSON_APPEND_DOCUMENT_BEGIN(&splitst, "$changeStreamSplitLargeEvent", &empty);
+        bson_append_document_end(&splitst, &empty);
+        bson_append_document_end(&pipeline, &splitst);
+    }
+    bson_append_array_end(&cmd, &pipeline);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "cursor", &cursor);
+    BSON_APPEND_INT32(&cursor, "batchSize", batch);
+    bson_append_document_end(&cmd, &cursor);
+    bool ok = run(p, "admin", &cmd, reply, e);
+    bson_destroy(&cmd);
+    if (ok) {
+        kill_cursor(p, "admin", "$cmd.aggregate", cursor_id(reply));
+        return OPEN_OK;
+    }
+    bson_destroy(reply);
+    bson_init(reply);
+    return server_answered(e) ? OPEN_REFUSED : OPEN_FAILED;
+}
+
+/* One capability that is a $changeStream option (or the split stage): offered when a stream opens with it. */
+static stream_caps_status probe_option(probe *p, stream_cap *c, const bson_t *extra, bool split, char *err,
+                                       size_t errlen)
+{
+    bson_t reply;
+    bson_error_t e;
+    open_result r = open_stream(p, extra, split, 0, &reply, &e);
+    bson_destroy(&reply);
+    if (r == OPEN_FAILED) {
+        snprintf(err, errlen, "opening a change stream: %s", e.message);
+        return failure_status(&e);
+    }
+    c->probed = true;
+    c->yes = r == OPEN_OK;
+    if (!c->yes)
+        set_why(c, "", e.message);
+    return STREAM_CAPS_OK;
+}
+
+static uint32_t be32(const uint8_t *b)
+{
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | (uint32_t)b[3];
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+bool stream_token_time(const uint8_t *tok, size_t len, op_pos *out)
+{
+    bson_t doc;
+    bson_iter_t it;
+    if (tok == NULL || !bson_init_static(&doc, tok, len) || !bson_iter_init_find(&it, &doc, "_data") ||
+        !BSON_ITER_HOLDS_UTF8(&it))
+        return false;
+    uint32_t n;
+    const char *hex = bson_iter_utf8(&it, &n);
+    if (n < 18)
+        return false;
+    uint8_t b[9];
+    for (int i = 0; i < 9; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return false;
+        b[i] = (uint8_t)(hi << 4 | lo);
+    }
+    if (b[0] != 0x82) /* KeyString CType for a Timestamp (key_string.cpp, CType::kTimestamp = 130) */
+        return false;
+    out->secs = be32(b + 1);
+    out->inc = be32(b + 5);
+    out->term = -1;
+    return true;
+}
+
+/* The post-batch resume token and the time of an opened stream's reply. */
+static void note_position(stream_caps *out, const bson_t *reply)
+{
+    bson_iter_t it;
+    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.postBatchResumeToken", &it) &&
+        BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_document(&it, &len, &data);
+        out->token = malloc(len);
+        if (out->token != NULL) {
+            memcpy(out->token, data, len);
+            out->token_len = len;
+        }
+        out->pbrt.yes = true;
+        out->have_time = stream_token_time(data, len, &out->time);
+    } else {
+        set_why(&out->pbrt, "", "the server sends no postBatchResumeToken");
+    }
+    out->pbrt.probed = true;
+    if (!out->have_time && bson_iter_init_find(&it, reply, "operationTime") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        bson_iter_timestamp(&it, &out->time.secs, &out->time.inc);
+        out->time.term = -1;
+        out->have_time = true;
+    }
+}
+
+/* buildInfo's version, and whether hello names a mongos. */
+static stream_caps_status probe_server(probe *p, stream_caps *out, char *err, size_t errlen)
+{
+    bson_t *cmd = BCON_NEW("buildInfo", BCON_INT32(1)), reply;
+    bson_error_t e;
+    bson_iter_t it;
+    bool ok = run(p, "admin", cmd, &reply, &e);
+    bson_destroy(cmd);
+    if (ok && bson_iter_init_find(&it, &reply, "version") && BSON_ITER_HOLDS_UTF8(&it))
+        snprintf(out->version, sizeof out->version, "%s", bson_iter_utf8(&it, NULL));
+    bson_destroy(&reply);
+    if (!ok && !server_answered(&e)) {
+        snprintf(err, errlen, "buildInfo: %s", e.message);
+        return failure_status(&e);
+    }
+    cmd = BCON_NEW("hello", BCON_INT32(1));
+    ok = run(p, "admin", cmd, &reply, &e);
+    bson_destroy(cmd);
+    if (ok && bson_iter_init_find(&it, &reply, "msg") && BSON_ITER_HOLDS_UTF8(&it))
+        out->router = strcmp(bson_iter_utf8(&it, NULL), "isdbgrid") == 0;
+    bson_destroy(&reply);
+    if (!ok && !server_answered(&e)) {
+        snprintf(err, errlen, "hello: %s", e.message);
+        return failure_status(&e);
+    }
+    return STREAM_CAPS_OK;
+}
+
+/* A find on local.oplog.rs, limit 1: any answer but a refusal means the oplog can be read. */
+static stream_caps_status probe_oplog(probe *p, stream_caps *out, char *err, size_t errlen)
+{
+    bson_t *cmd = BCON_NEW("find", BCON_UTF8("oplog.rs"), "filter", "{", "}", "limit", BCON_INT64(1), "singleBatch",
+                           BCON_BOOL(true)),
+           reply;
+    bson_error_t e;
+    bool ok = run(p, "local", cmd, &reply, &e);
+    bson_destroy(cmd);
+    bson_destroy(&reply);
+    if (!ok && !server_answered(&e)) {
+        snprintf(err, errlen, "reading local.oplog.rs: %s", e.message);
+        return failure_status(&e);
+    }
+    out->oplog.probed = true;
+    out->oplog.yes = ok;
+    if (!ok)
+        set_why(&out->oplog, "", e.message);
+    return STREAM_CAPS_OK;
+}
+
+/* A collection of db with changeStreamPreAndPostImages enabled, into *found / c->why. */
+static bool images_in(probe *p, const char *db, stream_cap *c, bool *found, bson_error_t *e)
+{
+    bson_t *cmd = BCON_NEW("listCollections", BCON_INT32(1)), reply;
+    bool ok = run(p, db, cmd, &reply, e);
+    bson_destroy(cmd);
+    bson_iter_t it, batch, coll, f;
+    if (ok && bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch", &it) &&
+        BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &batch)) {
+        while (!*found && bson_iter_next(&batch)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&batch) || !bson_iter_recurse(&batch, &coll))
+                continue;
+            bson_iter_t name = coll;
+            if (bson_iter_find_descendant(&coll, "options.changeStreamPreAndPostImages.enabled", &f) &&
+                bson_iter_as_bool(&f) && bson_iter_find(&name, "name") && BSON_ITER_HOLDS_UTF8(&name)) {
+                *found = true;
+                snprintf(c->why, sizeof c->why, "%s.%s", db, bson_iter_utf8(&name, NULL));
+            }
+        }
+    }
+    /* A database of more collections than one batch holds is read no further: what is found is reported, not
+     * relied on (every event says itself whether it carries an image). */
+    if (ok)
+        kill_cursor(p, db, "$cmd.listCollections", cursor_id(&reply));
+    bson_destroy(&reply);
+    return ok;
+}
+
+static stream_caps_status probe_images(probe *p, stream_cap *c, char *err, size_t errlen)
+{
+    bson_t *cmd = BCON_NEW("listDatabases", BCON_INT32(1), "nameOnly", BCON_BOOL(true)), reply;
+    bson_error_t e;
+    bool ok = run(p, "admin", cmd, &reply, &e);
+    bson_destroy(cmd);
+    if (!ok) {
+        bson_destroy(&reply);
+        if (!server_answered(&e)) {
+            snprintf(err, errlen, "listDatabases: %s", e.message);
+            return failure_status(&e);
+        }
+        set_why(c, "listDatabases: ", e.message);
+        return STREAM_CAPS_OK;
+    }
+    bson_iter_t it, dbs, d;
+    bool found = false;
+    if (bson_iter_init_find(&it, &reply, "databases") && BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &dbs)) {
+        while (!found && bson_iter_next(&dbs)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&dbs) || !bson_iter_recurse(&dbs, &d) || !bson_iter_find(&d, "name") ||
+                !BSON_ITER_HOLDS_UTF8(&d))
+                continue;
+            const char *db = bson_iter_utf8(&d, NULL);
+            if (strcmp(db, "local") == 0 || strcmp(db, "config") == 0)
+                continue;
+            if (!images_in(p, db, c, &found, &e) && !server_answered(&e)) {
+                bson_destroy(&reply);
+                snprintf(err, errlen, "listCollections on %s: %s", db, e.message);
+                return failure_status(&e);
+            }
+        }
+    }
+    bson_destroy(&reply);
+    c->probed = true;
+    c->yes = found;
+    if (!found)
+        set_why(c, "", "no collection has changeStreamPreAndPostImages enabled");
+    return STREAM_CAPS_OK;
+}
+
+static void not_tried(stream_cap *c, const char *why)
+{
+    c->probed = false;
+    c->yes = false;
+    set_why(c, "", why);
+}
+
+stream_caps_status stream_caps_probe(mongoc_client_t *client, stream_caps *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    probe p;
+    bson_error_t e;
+    if (!probe_open(&p, client, &e)) {
+        snprintf(err, errlen, "selecting a server: %s", e.message);
+        return failure_status(&e);
+    }
+    stream_caps_status st = probe_server(&p, out, err, errlen);
+    if (st == STREAM_CAPS_OK)
+        st = probe_oplog(&p, out, err, errlen);
+    if (st != STREAM_CAPS_OK)
+        goto done;
+
+    bson_t reply;
+    open_result r = open_stream(&p, NULL, false, 0, &reply, &e);
+    if (r == OPEN_FAILED) {
+        snprintf(err, errlen, "opening a change stream: %s", e.message);
+        st = failure_status(&e);
+        goto done;
+    }
+    out->streams.probed = true;
+    out->streams.yes = r == OPEN_OK;
+    if (r == OPEN_OK)
+        note_position(out, &reply);
+    bson_destroy(&reply);
+    if (!out->streams.yes) {
+        set_why(&out->streams, "", e.message);
+        const char *why = "no change stream opens";
+        not_tried(&out->pbrt, why);
+        not_tried(&out->start_after, why);
+        not_tried(&out->expanded_events, why);
+        not_tried(&out->raw_updates, why);
+        not_tried(&out->split_events, why);
+    } else {
+        if (out->token != NULL) {
+            bson_t extra = BSON_INITIALIZER, tok;
+            if (bson_init_static(&tok, out->token, out->token_len))
+                BSON_APPEND_DOCUMENT(&extra, "startAfter", &tok);
+            st = probe_option(&p, &out->start_after, &extra, false, err, errlen);
+            bson_destroy(&extra);
+        } else {
+            not_tried(&out->start_after, "no resume token to try it with");
+        }
+        bson_t *x = BCON_NEW("showExpandedEvents", BCON_BOOL(true));
+        if (st == STREAM_CAPS_OK)
+            st = probe_option(&p, &out->expanded_events, x, false, err, errlen);
+        bson_destroy(x);
+        x = BCON_NEW("showRawUpdateDescription", BCON_BOOL(true));
+        if (st == STREAM_CAPS_OK)
+            st = probe_option(&p, &out->raw_updates, x, false, err, errlen);
+        bson_destroy(x);
+        if (st == STREAM_CAPS_OK)
+            st = probe_option(&p, &out->split_events, NULL, true, err, errlen);
+    }
+    if (st == STREAM_CAPS_OK)
+        st = probe_images(&p, &out->images, err, errlen);
+done:
+    probe_close(&p);
+    return st;
+}
+
+void stream_caps_free(stream_caps *c)
+{
+    free(c->token);
+    c->token = NULL;
+    c->token_len = 0;
+}
+
+stream_start_status stream_caps_start_at(mongoc_client_t *client, const op_pos *at, char *why, size_t len)
+{
+    probe p;
+    bson_error_t e;
+    why[0] = '\0';
+    if (!probe_open(&p, client, &e)) {
+        snprintf(why, len, "selecting a server: %s", e.message);
+        return STREAM_START_RETRY;
+    }
+    bson_t *extra = BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(at->secs, at->inc)), reply;
+    open_result r = open_stream(&p, extra, false, 1, &reply, &e);
+    bson_destroy(extra);
+    bson_destroy(&reply);
+    probe_close(&p);
+    if (r == OPEN_OK)
+        return STREAM_START_OK;
+    snprintf(why, len, "%s", e.message);
+    if (r == OPEN_FAILED)
+        return STREAM_START_RETRY;
+    return e.code == CODE_HISTORY_LOST || e.code == CODE_CAPPED_POSITION_LOST ? STREAM_START_LOST
+                                                                              : STREAM_START_REFUSED;
+}
+
+stream_start_status stream_caps_now(mongoc_client_t *client, op_pos *now, bool *pbrt, uint8_t **tok, size_t *tok_len,
+                                    char *why, size_t len)
+{
+    if (tok != NULL) {
+        *tok = NULL;
+        *tok_len = 0;
+    }
+    *pbrt = false;
+    probe p;
+    bson_error_t e;
+    why[0] = '\0';
+    if (!probe_open(&p, client, &e)) {
+        snprintf(why, len, "selecting a server: %s", e.message);
+        return STREAM_START_RETRY;
+    }
+    bson_t reply;
+    open_result r = open_stream(&p, NULL, false, 0, &reply, &e);
+    probe_close(&p);
+    stream_start_status st = STREAM_START_OK;
+    if (r == OPEN_OK) {
+        stream_caps c;
+        memset(&c, 0, sizeof c);
+        note_position(&c, &reply);
+        if (c.have_time) {
+            *now = c.time;
+            *pbrt = c.pbrt.yes && stream_token_time(c.token, c.token_len, now);
+            if (tok != NULL && c.token != NULL) {
+                *tok = c.token; /* handed over */
+                *tok_len = c.token_len;
+                c.token = NULL;
+            }
+        } else
+            snprintf(why, len, "the server gave neither a post-batch resume token nor an operationTime");
+        st = c.have_time ? STREAM_START_OK : STREAM_START_REFUSED;
+        stream_caps_free(&c);
+    } else {
+        snprintf(why, len, "%s", e.message);
+        st = r == OPEN_FAILED ? STREAM_START_RETRY : STREAM_START_REFUSED;
+    }
+    bson_destroy(&reply);
+    return st;
+}
