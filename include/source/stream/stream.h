@@ -35,6 +35,9 @@
 #include "map/map.h"
 #include "source/oplog/reader.h"
 
+/* Events asked for by each getMore (batch_size <= 0). */
+#define STREAM_DEFAULT_BATCH_SIZE 1000
+
 /* How updates are read ([mongodb] change_stream_updates). */
 typedef enum stream_updates {
     STREAM_UPDATES_AUTO = 0,    /* the raw $v:2 diff where the server gives it (showRawUpdateDescription), else the
