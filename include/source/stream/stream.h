@@ -35,6 +35,9 @@
 #include "map/map.h"
 #include "source/oplog/reader.h"
 
+/* Events asked for by each getMore (batch_size <= 0). */
+#define STREAM_DEFAULT_BATCH_SIZE 1000
+
 /* How updates are read ([mongodb] change_stream_updates). */
 typedef enum stream_updates {
     STREAM_UPDATES_AUTO = 0,    /* the raw $v:2 diff where the server gives it (showRawUpdateDescription), else the
@@ -44,15 +47,15 @@ typedef enum stream_updates {
 } stream_updates;
 
 typedef struct stream_config {
-    const char *uri;          /* MongoDB connection string (copied) */
-    op_pos start;             /* the committed checkpoint's position (its clusterTime) */
-    const uint8_t *token;     /* the committed resume token (raw BSON; copied), NULL when none: start after `start` */
+    const char *uri;      /* MongoDB connection string (copied) */
+    op_pos start;         /* the committed checkpoint's position (its clusterTime) */
+    const uint8_t *token; /* the committed resume token (raw BSON; copied), NULL when none: start after `start` */
     size_t token_len;
-    int32_t await_ms;         /* maxTimeMS of each getMore; <= 0: READER_DEFAULT_AWAIT_MS */
-    int32_t batch_size;       /* batchSize of the aggregate and each getMore; <= 0: READER_DEFAULT_BATCH_SIZE */
-    const nsfilter *filter;   /* NULL = everything; must outlive the reader */
-    const map_set *maps;      /* typed maps, projected on the reader thread as the oplog reader does */
-    unsigned decode_flags;    /* as reader_config.decode_flags */
+    int32_t await_ms;       /* maxTimeMS of each getMore; <= 0: READER_DEFAULT_AWAIT_MS */
+    int32_t batch_size;     /* batchSize of the aggregate and each getMore; <= 0: READER_DEFAULT_BATCH_SIZE */
+    const nsfilter *filter; /* NULL = everything; must outlive the reader */
+    const map_set *maps;    /* typed maps, projected on the reader thread as the oplog reader does */
+    unsigned decode_flags;  /* as reader_config.decode_flags */
     stream_updates updates;
 } stream_config;
 

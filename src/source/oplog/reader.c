@@ -33,12 +33,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "map/ejson.h"
-#include "map/project.h"
 #include "reader_internal.h"
 #include "source/decode.h"
 #include "source/mongo_client.h"
 #include "source/oplog_edge.h"
+#include "source/prepare.h"
 #include "source/txn.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -345,24 +344,18 @@ step reader_prepare_raw(reader *r, const bson_t *doc, unsigned flags, op_entry *
         }
         return STEP_END;
     }
-    if (!nsfilter_filter_entry(r->cfg.filter, e, err, sizeof err)) {
+    source_prepare_status ps = source_prepare_entry(e, r->cfg.filter, r->cfg.maps, err, sizeof err);
+    if (ps != SOURCE_PREPARE_OK) {
         queue_pusher_unreserve(&r->out, reserved);
         op_entry_free(e);
         char pbuf[OP_POS_STRLEN];
-        reader_fatal(r, QUEUE_END_UNSUPPORTED, "%s; stopped before it (the last entry handed on is %s)", err,
-                     op_pos_format(&r->pos, pbuf, sizeof pbuf));
+        if (ps == SOURCE_PREPARE_NOMEM)
+            reader_fatal(r, QUEUE_END_NOMEM, "out of memory rendering an oplog entry");
+        else
+            reader_fatal(r, QUEUE_END_UNSUPPORTED, "%s; stopped before it (the last entry handed on is %s)", err,
+                         op_pos_format(&r->pos, pbuf, sizeof pbuf));
         return STEP_END;
     }
-    decode_log_notices(e);
-    /* Render the PostgreSQL text here, on this thread, so the apply loop overlaps with PostgreSQL instead of
-     * converting while PostgreSQL waits. An op whose text cannot be made carries the reason (op.refusal). */
-    if (!map_prepare_entry(e, r->cfg.maps) || !ejson_prepare_entry(e)) {
-        queue_pusher_unreserve(&r->out, reserved);
-        op_entry_free(e);
-        reader_fatal(r, QUEUE_END_NOMEM, "out of memory rendering an oplog entry");
-        return STEP_END;
-    }
-    op_entry_drop_payload(e); /* a borrowed payload lives in this batch's reply, which goes soon */
     *out = e;
     *reserved_out = reserved;
     return STEP_OK;
