@@ -582,7 +582,7 @@ static int pos_cmp(const cs_pos *a, const cs_pos *b)
 
 typedef struct {
     cs_pos pos;
-    bson_t doc;  /* the whole event, _id first */
+    bson_t *doc; /* the whole event, _id first (heap: a bson_t may not move) */
     char *hex;   /* its token's _data */
     bool closes; /* an invalidate */
 } cs_event;
@@ -628,7 +628,7 @@ static void cs_error_set(cs_error *err, int code, bool nonresumable, const char 
 static void cache_clear(cs_stream *s)
 {
     for (size_t i = 0; i < s->ncache; i++) {
-        bson_destroy(&s->cache[i].doc);
+        bson_destroy(s->cache[i].doc);
         bson_free(s->cache[i].hex);
     }
     free(s->cache);
@@ -1212,7 +1212,8 @@ static void event_txn(ev_ctx *x, bson_t *ev)
 static void push_event(ev_ctx *x, uint32_t op_index, bool inv, bson_t *ev, char *hex, bool closes)
 {
     cs_event e = {.pos = {x->ts, op_index, inv, -1}, .hex = hex, .closes = closes};
-    bson_steal(&e.doc, ev);
+    e.doc = bson_copy(ev);
+    bson_reinit(ev); /* the caller still destroys it */
     cache_push(x->s, &e);
 }
 
@@ -1231,6 +1232,7 @@ static void push_invalidate(ev_ctx *x, uint32_t op_index, const uint8_t *uuid, c
     if (x->has_wall)
         BSON_APPEND_DATE_TIME(&ev, "wallTime", x->wall);
     push_event(x, op_index, true, &ev, hex, true);
+    bson_destroy(&ev);
 }
 
 static void image_error(ev_ctx *x, const bson_t *ev, bool pre)
@@ -1358,6 +1360,7 @@ static void crud_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
         return;
     }
     push_event(x, op_index, false, &ev, hex, false);
+    bson_destroy(&ev);
 }
 
 /* Fields of o but the first (the command name): a DDL event's operationDescription. */
@@ -1675,12 +1678,26 @@ static bool run_stages(cs_stream *s, const bson_t *ev, bson_t *out, bool *fatal,
 
 /* Does an event's token (no fragment) name the same event as a client's token (which may add a fragmentNum)? The
  * KeyString ends in 0x04; a fragmentNum sits just before it. */
-static bool token_names(const char *event_hex, const char *client_hex)
+static bool token_names(const char *event_hex, const char *client_hex, int32_t *frag)
 {
-    size_t el = strlen(event_hex);
+    size_t el = strlen(event_hex), cl = strlen(client_hex);
+    *frag = -1;
     if (!strcmp(event_hex, client_hex))
         return true;
-    return strlen(client_hex) > el && strncmp(event_hex, client_hex, el - 2) == 0;
+    if (cl <= el || strncmp(event_hex, client_hex, el - 2) != 0)
+        return false;
+    /* the rest: fragmentNum (a KeyString integer), then 0x04 */
+    uint8_t b[16];
+    size_t n = (cl - (el - 2)) / 2, pos = 0;
+    if (n > sizeof b)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        b[i] = (uint8_t)(hexval(client_hex[el - 2 + 2 * i]) << 4 | hexval(client_hex[el - 1 + 2 * i]));
+    int64_t v;
+    if (!ks_read_int(b, n, &pos, &v) || pos + 1 != n || b[pos] != KS_END)
+        return false;
+    *frag = (int32_t)v;
+    return true;
 }
 
 /* The fields of ev split into fragments of at most CS_MAX_USER bytes with their _id and splitEvent
@@ -1818,7 +1835,7 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
             }
             bson_t out;
             bool fatal;
-            if (!run_stages(s, &ev->doc, &out, &fatal, err)) {
+            if (!run_stages(s, ev->doc, &out, &fatal, err)) {
                 bson_destroy(&out);
                 if (fatal)
                     return false;
@@ -1827,13 +1844,15 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
             if (s->must_find) {
                 /* ensure_resume_token_present: the first event the pipeline passes at or after the client's
                  * token must be the token's own event; anything else means it was not found (280). */
-                if (!token_names(ev->hex, s->must_hex)) {
+                int32_t frag;
+                if (!token_names(ev->hex, s->must_hex, &frag)) {
                     bson_destroy(&out);
                     cs_error_set(err, 280, true,
                                  "cannot resume stream; the resume token was not found. {_data: \"%s\"}", s->must_hex);
                     return false;
                 }
                 s->must_find = false;
+                skip_frag = frag;
                 if (skip_frag < 0) {
                     bson_destroy(&out);
                     continue;
@@ -1845,7 +1864,7 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
                 uint8_t ub[16];
                 cs_token_info ti;
                 cs_token_parse(ev->hex, &ti);
-                event_identity(&ev->doc, &eid, &uuid, &ti, ub);
+                event_identity(ev->doc, &eid, &uuid, &ti, ub);
                 bson_t *frags = NULL;
                 char **hexes = NULL;
                 size_t nf = split_event(&out, ev, &eid, uuid, &frags, &hexes, err);
