@@ -489,6 +489,7 @@ static int match_field(const bson_t *doc, const char *path, const bson_iter_t *c
         return any_value(&field, "$eq", cond) ? 1 : 0;
     }
     bson_iter_t c;
+    int all_true = 1;
     bson_iter_recurse(cond, &c);
     while (bson_iter_next(&c)) {
         const char *op = bson_iter_key(&c);
@@ -507,15 +508,15 @@ static int match_field(const bson_t *doc, const char *path, const bson_iter_t *c
         } else {
             return -1;
         }
-        if (!r)
-            return 0;
+        all_true &= r ? 1 : 0;
     }
-    return 1;
+    return all_true;
 }
 
 static int match_doc(const bson_t *doc, const bson_t *filter)
 {
     bson_iter_t it;
+    int all_true = 1; /* every clause is read to the end, so an unsupported one is refused whatever the data */
     bson_iter_init(&it, filter);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
@@ -548,10 +549,9 @@ static int match_doc(const bson_t *doc, const bson_t *filter)
             if (r < 0)
                 return -1;
         }
-        if (!r)
-            return 0;
+        all_true &= r;
     }
-    return 1;
+    return all_true;
 }
 
 /* ================================================================ the stream */
@@ -1812,7 +1812,9 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
     int64_t n = 0;
     size_t bytes = 0;
     uint32_t key = 0;
-    bool stop = s->closed;
+    /* batchSize 0 (an aggregate's first batch): nothing is read, the token stays the start's
+     * (report_post_batch_resume_token.js: an empty first batch reports the start point) */
+    bool stop = s->closed || batch == 0;
     if (s->scan_seq < oplog_first_seq(env->oplog)) {
         /* The entry the stream reads next was capped away (check_resumability: ChangeStreamHistoryLost). */
         cs_error_set(err, 286, true,
@@ -1829,7 +1831,7 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
             if (c < 0 || (c == 0 && !s->must_find && s->last.frag < 0))
                 continue;
             int32_t skip_frag = c == 0 ? s->last.frag : -1;
-            if (batch > 0 && n >= batch) {
+            if (batch >= 0 && n >= batch) {
                 stop = true;
                 break;
             }
@@ -1874,7 +1876,7 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
                     return false;
                 for (size_t f = 0; f < nf; f++) {
                     if (!stop && (int32_t)f > skip_frag) {
-                        if ((batch > 0 && n >= batch) || (n > 0 && bytes + frags[f].len > SIM_BATCH_BYTES)) {
+                        if ((batch >= 0 && n >= batch) || (n > 0 && bytes + frags[f].len > SIM_BATCH_BYTES)) {
                             stop = true;
                         } else {
                             append_event(events, &key, &frags[f]);
@@ -2141,10 +2143,10 @@ void cs_cmd_aggregate(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
 void cs_cmd_get_more(sim_server *srv, sim_reply *r, const bson_t *cmd, int64_t id)
 {
     cs_cursor *cur = cs_find(srv, id);
-    int64_t batch = 0, max_time = 1000; /* an awaitData getMore without maxTimeMS waits 1 s on a server */
+    int64_t batch = -1, max_time = 1000; /* an awaitData getMore without maxTimeMS waits 1 s on a server */
     bson_iter_t it;
     if (bson_iter_init_find(&it, cmd, "batchSize") && BSON_ITER_HOLDS_NUMBER(&it))
-        batch = bson_iter_as_int64(&it);
+        batch = bson_iter_as_int64(&it) > 0 ? bson_iter_as_int64(&it) : -1; /* getMore batchSize 0: no bound */
     if (bson_iter_init_find(&it, cmd, "maxTimeMS") && BSON_ITER_HOLDS_NUMBER(&it))
         max_time = bson_iter_as_int64(&it);
     if (srv->stepped_down) {

@@ -34,9 +34,9 @@ typedef struct cs_stream cs_stream;
 /* Opens a stream on db.coll (coll NULL: the database db; cluster: every database, db must be "admin"). pipeline is
  * the aggregate's whole pipeline (a BSON array whose first stage is $changeStream). NULL with err set on refusal. */
 cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bson_t *pipeline, cs_error *err);
-/* One batch: up to `batch` events (<= 0: no count bound; 16 MB in all either way) appended to `events` (an
- * initialized, empty BSON array), and the post-batch resume token written into pbrt (initialized, empty): the
- * last event's token, or a high-water mark at the newest oplog entry scanned. *closed when the stream ended (an
+/* One batch: up to `batch` events (< 0: no count bound; 0: none, nothing read; 16 MB in all either way) appended to
+ * `events` (an initialized, empty BSON array), and the post-batch resume token written into pbrt (initialized, empty):
+ * the last event's token, or a high-water mark at the newest oplog entry scanned. *closed when the stream ended (an
  * invalidate was returned). False with err set when the server would fail the command. */
 bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *events, bson_t *pbrt, bool *closed,
                    cs_error *err);

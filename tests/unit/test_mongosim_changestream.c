@@ -287,7 +287,7 @@ START_TEST(test_crud_events)
     put(&f, BCON_NEW("op", "d", "ns", "db.c", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
                      BCON_INT32(1), "}"));
     batch_t b;
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(b.ok);
     ck_assert_uint_eq(b.n, 4);
     ck_assert_str_eq(str_at(&b.ev[0], "operationType"), "insert");
@@ -403,7 +403,7 @@ START_TEST(test_transactions_unwound)
     /* mid-transaction the PBRT is the last event's token (report_post_batch_resume_token.js) */
     ck_assert_str_eq(b.pbrt, token_of(&b.ev[2]));
     batch_free(&b);
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(b.ok);
     ck_assert_uint_eq(b.n, 2 + 1 + 2 + 2);
     ck_assert_int_eq(decode(token_of(&b.ev[1])).txn_op, 4);
@@ -420,6 +420,42 @@ START_TEST(test_transactions_unwound)
 }
 END_TEST
 
+START_TEST(test_match_stage)
+{
+    fixture f;
+    fx_init(&f);
+    bson_t *p = pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1)));
+    bson_t *m = BCON_NEW("$match", "{", "operationType", "insert", "ns.coll", "{", "$in", "[", "a", "b", "]", "}",
+                         "fullDocument.x", "{", "$gte", BCON_INT32(5), "}", "}");
+    BSON_APPEND_DOCUMENT(p, "1", m);
+    bson_destroy(m);
+    cs_stream *s = open_ok(&f, "db", NULL, p);
+    put_insert(&f, "db.a", 1, 7);
+    put_insert(&f, "db.b", 2, 1);
+    put_insert(&f, "db.c", 3, 9);
+    put(&f, BCON_NEW("op", "d", "ns", "db.a", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
+                     BCON_INT32(1), "}"));
+    uint64_t last = put_insert(&f, "db.b", 4, 5);
+    batch_t b;
+    next(&f, s, -1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 2);
+    ck_assert_int_eq(int_at(&b.ev[0], "documentKey._id"), 1);
+    ck_assert_int_eq(int_at(&b.ev[1], "documentKey._id"), 4);
+    ck_assert_uint_eq(decode(b.pbrt).ts, last);
+    batch_free(&b);
+    cs_close(s);
+    /* an operator mongosim does not run is refused, never ignored */
+    cs_error err;
+    p = pipe_cs(bson_new());
+    m = BCON_NEW("$match", "{", "x", "{", "$regex", "^a", "}", "}");
+    BSON_APPEND_DOCUMENT(p, "1", m);
+    bson_destroy(m);
+    ck_assert_int_eq(open_err(&f, "db", NULL, p, &err), 2);
+    fx_free(&f);
+}
+END_TEST
+
 /* ---- post-batch resume tokens and resume ---- */
 
 START_TEST(test_pbrt_and_resume)
@@ -429,7 +465,7 @@ START_TEST(test_pbrt_and_resume)
     uint64_t t1 = put_insert(&f, "db.other", 1, 0);
     cs_stream *s = open_ok(&f, "db", "c", pipe_cs(bson_new()));
     batch_t b;
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(b.ok && b.n == 0);
     /* no start given: a high-water mark just after the newest entry */
     dec_token t = decode(b.pbrt);
@@ -444,7 +480,7 @@ START_TEST(test_pbrt_and_resume)
     char tok2[4096];
     snprintf(tok2, sizeof tok2, "%s", token_of(&b.ev[0]));
     batch_free(&b);
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert_uint_eq(b.n, 1);
     ck_assert_uint_eq(decode(token_of(&b.ev[0])).ts, t3);
     /* the scan went on past an unrelated entry: a high-water mark at its ts */
@@ -454,7 +490,7 @@ START_TEST(test_pbrt_and_resume)
     char hwm[4096];
     snprintf(hwm, sizeof hwm, "%s", b.pbrt);
     batch_free(&b);
-    next(&f, s, 0, &b); /* empty getMore keeps it */
+    next(&f, s, -1, &b); /* empty getMore keeps it */
     ck_assert_uint_eq(b.n, 0);
     ck_assert_str_eq(b.pbrt, hwm);
     cs_close(s);
@@ -463,14 +499,17 @@ START_TEST(test_pbrt_and_resume)
     /* resumeAfter the first event: the second comes next; the PBRT of a resumed stream that found nothing yet is
      * the given token */
     s = open_ok(&f, "db", "c", pipe_cs(BCON_NEW("resumeAfter", "{", "_data", tok2, "}")));
-    next(&f, s, 0, &b);
+    next(&f, s, 0, &b); /* batchSize 0: nothing read, the given token */
+    ck_assert_uint_eq(b.n, 0);
+    ck_assert_str_eq(b.pbrt, tok2);
+    next(&f, s, -1, &b);
     ck_assert_uint_eq(b.n, 1);
     ck_assert_uint_eq(decode(token_of(&b.ev[0])).ts, t3);
     batch_free(&b);
     cs_close(s);
     /* resume from the high-water mark: nothing again, and the same token */
     s = open_ok(&f, "db", "c", pipe_cs(BCON_NEW("resumeAfter", "{", "_data", hwm, "}")));
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert_uint_eq(b.n, 0);
     ck_assert_str_eq(b.pbrt, hwm);
     cs_close(s);
@@ -480,7 +519,7 @@ START_TEST(test_pbrt_and_resume)
     BSON_APPEND_DOCUMENT(p, "1", m);
     bson_destroy(m);
     s = open_ok(&f, "db", "c", p);
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(!b.ok);
     ck_assert_int_eq(b.err.code, 280);
     ck_assert(b.err.nonresumable);
@@ -515,7 +554,7 @@ START_TEST(test_drop_invalidates)
                                    "drop", "c", "}"));
     put_insert(&f, "db.c", 2, 0);
     batch_t b;
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(b.ok);
     ck_assert_uint_eq(b.n, 3);
     ck_assert_str_eq(str_at(&b.ev[1], "operationType"), "drop");
@@ -530,7 +569,7 @@ START_TEST(test_drop_invalidates)
     cs_close(s);
     /* startAfter the invalidate: the insert after the drop; resumeAfter it is refused */
     s = open_ok(&f, "db", "c", pipe_cs(BCON_NEW("startAfter", "{", "_data", inv, "}")));
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(b.ok);
     ck_assert_uint_eq(b.n, 1);
     ck_assert_int_eq(int_at(&b.ev[0], "documentKey._id"), 2);
@@ -545,7 +584,7 @@ START_TEST(test_drop_invalidates)
     put(&f, BCON_NEW("op", "c", "ns", "db.$cmd", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "create", "n",
                      "idIndex", "{", "v", BCON_INT32(2), "}", "}"));
     put(&f, BCON_NEW("op", "c", "ns", "db.$cmd", "o", "{", "dropDatabase", BCON_INT32(1), "}"));
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(b.ok);
     ck_assert_uint_eq(b.n, 6); /* insert, drop, insert, create, dropDatabase, invalidate */
     ck_assert(has(&b.ev[0], "collectionUUID"));
@@ -591,7 +630,7 @@ START_TEST(test_full_document_options)
     cs_stream *s = open_ok(&f, "db", "c",
                            pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "fullDocument",
                                             "updateLookup", "showExpandedEvents", BCON_BOOL(true))));
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert_uint_eq(b.n, 2);
     ck_assert_int_eq(int_at(&b.ev[0], "fullDocument.x"), 42);
     bson_iter_t it;
@@ -615,7 +654,7 @@ START_TEST(test_full_document_options)
     s = open_ok(&f, "db", "c",
                 pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "fullDocument", "whenAvailable",
                                  "fullDocumentBeforeChange", "whenAvailable")));
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(bson_iter_init_find(&it, &b.ev[0], "fullDocument") && BSON_ITER_HOLDS_NULL(&it));
     ck_assert(bson_iter_init_find(&it, &b.ev[0], "fullDocumentBeforeChange") && BSON_ITER_HOLDS_NULL(&it));
     ck_assert(!has(&b.ev[0], "updateDescription.disambiguatedPaths"));
@@ -623,14 +662,14 @@ START_TEST(test_full_document_options)
     cs_close(s);
     s = open_ok(&f, "db", "c",
                 pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "fullDocument", "required")));
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(!b.ok);
     ck_assert_int_eq(b.err.code, 47);
     cs_close(s);
     s = open_ok(
         &f, "db", "c",
         pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "fullDocumentBeforeChange", "required")));
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(!b.ok);
     ck_assert_int_eq(b.err.code, 47);
     cs_close(s);
@@ -638,7 +677,7 @@ START_TEST(test_full_document_options)
     s = open_ok(&f, "db", "c",
                 pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "showRawUpdateDescription",
                                  BCON_BOOL(true))));
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert_int_eq(int_at(&b.ev[0], "rawUpdateDescription.$v"), 2);
     ck_assert_int_eq(int_at(&b.ev[0], "rawUpdateDescription.diff.u.x"), 42);
     ck_assert(!has(&b.ev[0], "updateDescription"));
@@ -650,7 +689,7 @@ START_TEST(test_full_document_options)
     BSON_APPEND_DOCUMENT(p, "1", pr);
     bson_destroy(pr);
     s = open_ok(&f, "db", "c", p);
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(!b.ok);
     ck_assert_int_eq(b.err.code, 280);
     cs_close(s);
@@ -660,7 +699,7 @@ START_TEST(test_full_document_options)
     BSON_APPEND_DOCUMENT(p, "1", pr);
     bson_destroy(pr);
     s = open_ok(&f, "db", "c", p);
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(b.ok);
     ck_assert_uint_eq(b.n, 2);
     ck_assert(has(&b.ev[0], "_id._data") && has(&b.ev[0], "documentKey._id") && !has(&b.ev[0], "operationType"));
@@ -711,7 +750,7 @@ START_TEST(test_large_event_split)
     cs_stream *s =
         open_ok(&f, "db", "c",
                 pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "fullDocument", "updateLookup")));
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(!b.ok);
     ck_assert_int_eq(b.err.code, 10334);
     ck_assert(strstr(b.err.msg, "BSONObj size"));
@@ -739,7 +778,7 @@ START_TEST(test_large_event_split)
     bson_destroy(sp);
     bson_destroy(p2);
     s = open_ok(&f, "db", "c", p3);
-    next(&f, s, 0, &b);
+    next(&f, s, -1, &b);
     ck_assert(b.ok);
     ck_assert_uint_eq(b.n, 2);
     ck_assert_int_eq(int_at(&b.ev[0], "splitEvent.fragment"), 2);
@@ -759,6 +798,7 @@ Suite *mongosim_changestream_suite(void)
     tcase_add_test(tc, test_token_fields_read_back);
     tcase_add_test(tc, test_crud_events);
     tcase_add_test(tc, test_transactions_unwound);
+    tcase_add_test(tc, test_match_stage);
     tcase_add_test(tc, test_pbrt_and_resume);
     tcase_add_test(tc, test_drop_invalidates);
     tcase_add_test(tc, test_full_document_options);
