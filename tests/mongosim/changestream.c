@@ -1186,9 +1186,24 @@ static bool lookup_doc(const cs_env *env, const char *db, const char *coll, cons
     return l.any;
 }
 
-/* Starts an event: _id, operationType, clusterTime, collectionUUID (expanded), wallTime. */
-static void event_head(ev_ctx *x, bson_t *ev, const char *hex, const char *op_type, const uint8_t *uuid)
+static void event_txn(ev_ctx *x, bson_t *ev)
 {
+    if (!x->has_txn)
+        return;
+    BSON_APPEND_INT64(ev, "txnNumber", x->txn_number);
+    bson_append_iter(ev, "lsid", 4, &x->lsid);
+}
+
+/* Starts an event as change_stream_event_transform.cpp (applyTransformation) builds it: a rename's top-level `to`
+ * (added while reading the entry), a transaction's txnNumber and lsid (only for ops unwound from applyOps:
+ * addTransactionIdFieldsIfPresent runs when txnOpIndex is set, so a retryable write's own lsid is not shown), then
+ * _id, operationType, clusterTime, collectionUUID (showExpandedEvents), wallTime. */
+static void event_head(ev_ctx *x, bson_t *ev, const char *hex, const char *op_type, const uint8_t *uuid,
+                       const char *to_db, const char *to_coll)
+{
+    if (to_db)
+        append_ns(ev, "to", to_db, to_coll);
+    event_txn(x, ev);
     bson_t id;
     BSON_APPEND_DOCUMENT_BEGIN(ev, "_id", &id);
     BSON_APPEND_UTF8(&id, "_data", hex);
@@ -1199,14 +1214,6 @@ static void event_head(ev_ctx *x, bson_t *ev, const char *hex, const char *op_ty
         bson_append_binary(ev, "collectionUUID", -1, BSON_SUBTYPE_UUID, uuid, 16);
     if (x->has_wall)
         BSON_APPEND_DATE_TIME(ev, "wallTime", x->wall);
-}
-
-static void event_txn(ev_ctx *x, bson_t *ev)
-{
-    if (!x->has_txn)
-        return;
-    BSON_APPEND_INT64(ev, "txnNumber", x->txn_number);
-    bson_append_iter(ev, "lsid", 4, &x->lsid);
 }
 
 static void push_event(ev_ctx *x, uint32_t op_index, bool inv, bson_t *ev, char *hex, bool closes)
@@ -1318,7 +1325,7 @@ static void crud_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
     char *hex = cs_token_hex(x->ts, CS_TOKEN_EVENT, op_index, false, uuid, &eid, -1);
     bson_destroy(&eid);
     bson_t ev = BSON_INITIALIZER;
-    event_head(x, &ev, hex, type, uuid);
+    event_head(x, &ev, hex, type, uuid, NULL, NULL);
     bool is_insert = !strcmp(type, "insert"), is_replace = !strcmp(type, "replace");
     if (is_insert || is_replace) {
         BSON_APPEND_DOCUMENT(&ev, "fullDocument", &o);
@@ -1348,7 +1355,6 @@ static void crud_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
     }
     if (!is_insert && x->s->before == FB_WHEN)
         BSON_APPEND_NULL(&ev, "fullDocumentBeforeChange"); /* no pre-images stored */
-    event_txn(x, &ev);
     if (!is_insert && x->s->before == FB_REQUIRED)
         image_error(x, &ev, true);
     else if (update && x->s->full_doc == FD_REQUIRED)
@@ -1403,7 +1409,8 @@ static void ddl_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
     const char *cmd = bson_iter_key(&c);
     const char *coll = BSON_ITER_HOLDS_UTF8(&c) ? bson_iter_utf8(&c, NULL) : NULL;
     bson_t desc, ev = BSON_INITIALIZER, eid;
-    bool has_desc = false, invalidates = false;
+    bson_t state;
+    bool has_desc = false, has_state = false, invalidates = false;
     const char *type = NULL;
     char to_db[128] = "";
     const char *to_coll = NULL;
@@ -1460,31 +1467,46 @@ static void ddl_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
         if (!ns_wanted(x->s, db, coll) || !bson_iter_init_find(&it, op, "o2") || !get_doc(&it, &o2))
             goto done;
         type = "dropIndexes";
+        bson_t spec;
+        desc_from(&o2, "dropIndexes", NULL, &spec);
         bson_init(&desc);
         has_desc = true;
         BSON_APPEND_ARRAY_BEGIN(&desc, "indexes", &arr);
-        BSON_APPEND_DOCUMENT(&arr, "0", &o2);
+        BSON_APPEND_DOCUMENT(&arr, "0", &spec);
         bson_append_array_end(&desc, &arr);
+        bson_destroy(&spec);
     } else if (x->s->expanded && !strcmp(cmd, "collMod") && coll) {
         if (!ns_wanted(x->s, db, coll))
             goto done;
         type = "modify";
         desc_from(&o, "collMod", NULL, &desc);
         has_desc = true;
+        /* stateBeforeChange {collectionOptions, indexOptions} from o2's *_old fields */
+        bson_t o2;
+        if (bson_iter_init_find(&it, op, "o2") && get_doc(&it, &o2)) {
+            bson_iter_t f;
+            bson_init(&state);
+            has_state = true;
+            if (bson_iter_init_find(&f, &o2, "collectionOptions_old"))
+                bson_append_iter(&state, "collectionOptions", -1, &f);
+            if (bson_iter_init_find(&f, &o2, "indexOptions_old"))
+                bson_append_iter(&state, "indexOptions", -1, &f);
+        }
     } else {
         goto done;
     }
     make_eid(&eid, type, "operationDescription", has_desc ? &desc : NULL);
     char *hex = cs_token_hex(x->ts, CS_TOKEN_EVENT, op_index, false, uuid, &eid, -1);
-    event_head(x, &ev, hex, type, uuid);
+    /* the top-level `to` predates operationDescription (5.3) and is kept */
+    bool rename = !strcmp(type, "rename");
+    event_head(x, &ev, hex, type, uuid, rename ? to_db : NULL, rename ? to_coll : NULL);
     append_ns(&ev, "ns", db, coll);
-    if (!strcmp(type, "rename"))
-        append_ns(&ev, "to", to_db, to_coll); /* the top-level `to` predates operationDescription */
     if (x->s->expanded && has_desc)
         BSON_APPEND_DOCUMENT(&ev, "operationDescription", &desc);
+    if (has_state)
+        BSON_APPEND_DOCUMENT(&ev, "stateBeforeChange", &state);
     if (!strcmp(type, "create"))
         BSON_APPEND_UTF8(&ev, "nsType", "collection"); /* mongosim's views and time-series log no create here */
-    event_txn(x, &ev);
     push_event(x, op_index, false, &ev, hex, false);
     if (invalidates)
         push_invalidate(x, op_index, uuid, &eid);
@@ -1492,6 +1514,8 @@ static void ddl_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
 done:
     if (has_desc)
         bson_destroy(&desc);
+    if (has_state)
+        bson_destroy(&state);
     bson_destroy(&ev);
 }
 
@@ -1601,8 +1625,9 @@ static void entry_events(ev_ctx *x, const bson_t *entry)
         }
         return;
     }
-    /* Noops (op n) give no event. A retryable write's entry carries lsid and txnNumber, and its event shows them as
-     * a transaction's do ((inf.) the event transformation copies them from any entry that has them). */
+    /* Noops (op n) give no event. A retryable write's entry carries lsid and txnNumber, but only ops unwound from
+     * applyOps show them (change_stream_event_transform.cpp). */
+    x->has_txn = false;
     op_event(x, entry, 0);
 }
 

@@ -380,7 +380,10 @@ START_TEST(test_transactions_unwound)
     uint64_t commit = put_apply(&f, true, 4, 1, NULL, p2);
     /* a prepared transaction: prepare entry, then commitTransaction pointing at it */
     uint64_t prep = put_apply(&f, true, 10, 2, "prepare", 0);
-    put_insert(&f, "db.c", 50, 0); /* between prepare and commit: comes first */
+    /* a retryable write between prepare and commit: comes first, without its lsid (only unwound ops show it) */
+    put(&f, BCON_NEW("lsid", "{", "id", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "}", "txnNumber", BCON_INT64(3), "op",
+                     "i", "ns", "db.c", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id", BCON_INT32(50),
+                     "}", "stmtId", BCON_INT32(0)));
     bson_t *cb = BCON_NEW("lsid", "{", "id", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "}", "txnNumber", BCON_INT64(8),
                           "op", "c", "ns", "admin.$cmd", "o", "{", "commitTransaction", BCON_INT32(1),
                           "commitTimestamp", BCON_TIMESTAMP(f.secs, 6), "}", "prevOpTime", "{", "ts",
@@ -400,6 +403,14 @@ START_TEST(test_transactions_unwound)
         ck_assert_int_eq(int_at(&b.ev[i], "txnNumber"), 7);
         ck_assert(has(&b.ev[i], "lsid.id"));
     }
+    /* change_stream_event_transform.cpp: a transaction's txnNumber and lsid come before _id */
+    bson_iter_t ki;
+    ck_assert(bson_iter_init(&ki, &b.ev[0]) && bson_iter_next(&ki));
+    ck_assert_str_eq(bson_iter_key(&ki), "txnNumber");
+    ck_assert(bson_iter_next(&ki));
+    ck_assert_str_eq(bson_iter_key(&ki), "lsid");
+    ck_assert(bson_iter_next(&ki));
+    ck_assert_str_eq(bson_iter_key(&ki), "_id");
     /* mid-transaction the PBRT is the last event's token (report_post_batch_resume_token.js) */
     ck_assert_str_eq(b.pbrt, token_of(&b.ev[2]));
     batch_free(&b);
@@ -408,6 +419,7 @@ START_TEST(test_transactions_unwound)
     ck_assert_uint_eq(b.n, 2 + 1 + 2 + 2);
     ck_assert_int_eq(decode(token_of(&b.ev[1])).txn_op, 4);
     ck_assert_int_eq(int_at(&b.ev[2], "documentKey._id"), 50);
+    ck_assert(!has(&b.ev[2], "lsid") && !has(&b.ev[2], "txnNumber"));
     ck_assert_uint_eq(decode(token_of(&b.ev[3])).ts, pcommit);
     ck_assert_int_eq(int_at(&b.ev[3], "documentKey._id"), 10);
     ck_assert_int_eq(int_at(&b.ev[4], "txnNumber"), 8);
