@@ -1,6 +1,6 @@
 // node_compat.mjs URI — the official Node.js driver (npm "mongodb" 7.x) against mongosim (or a real replica set):
 // handshake, CRUD, the update operators, bulkWrite, a tailable awaitData cursor on local.oplog.rs, and transactions
-// (commit, abort, a chain), checking the oplog entries written. Ends with "N passed, N failed"; exit status 1 on a
+// (commit, abort, a chain), checking the oplog entries written, and the driver's own watch() on a change stream. Ends with "N passed, N failed"; exit status 1 on a
 // failure. Run `npm ci` in tests/compat first (scripts/deps.sh does).
 import assert from "node:assert/strict";
 import { MongoClient, Timestamp, Long } from "mongodb";
@@ -278,6 +278,34 @@ if (isSim) {
         }
     });
 }
+
+await check("change stream: the driver's own watch(), resume token, resumeAfter", async () => {
+    const w = db.collection("watch");
+    await w.insertOne({ _id: 0 });
+    const cs = w.watch([], { maxAwaitTimeMS: 300 });
+    assert.equal(await cs.tryNext(), null); // the empty first batch opens the stream
+    assert.ok(cs.resumeToken, "a resume token after an empty batch");
+    await w.insertOne({ _id: 1, a: 1 });
+    await w.updateOne({ _id: 1 }, { $set: { b: 2 } });
+    await w.deleteOne({ _id: 1 });
+    const evs = [];
+    const until = Date.now() + 10000;
+    while (evs.length < 3 && Date.now() < until) {
+        const ev = await cs.tryNext();
+        if (ev) evs.push(ev);
+    }
+    assert.deepEqual(evs.map((e) => e.operationType), ["insert", "update", "delete"]);
+    assert.deepEqual(evs[0].fullDocument, { _id: 1, a: 1 });
+    assert.deepEqual(evs[1].updateDescription.updatedFields, { b: 2 });
+    assert.deepEqual(evs[2].documentKey, { _id: 1 });
+    await cs.close();
+    const again = w.watch([], { resumeAfter: evs[0]._id, maxAwaitTimeMS: 300 });
+    let ev = null;
+    const until2 = Date.now() + 10000;
+    while (!ev && Date.now() < until2) ev = await again.tryNext();
+    assert.equal(ev && ev.operationType, "update");
+    await again.close();
+});
 
 await db.dropDatabase().catch(() => {});
 await client.close();

@@ -2,7 +2,8 @@
 """pymongo_compat.py — checks that pymongo 3.11 treats the server at URI (mongosim, or a real replica set) as a
 replica-set PRIMARY and can write, read and tail local.oplog.rs with a TAILABLE_AWAIT cursor, and that the update
 operators ($push with modifiers, $pull, $addToSet, $pop, $pullAll, $min, $max, $mul, $rename, $currentDate) give the
-documents, the oplog `o` fields ($v:2 or $v:1), the no-ops and the error codes a server gives.
+documents, the oplog `o` fields ($v:2 or $v:1), the no-ops and the error codes a server gives, and that its own
+watch() reads a change stream (events, resume tokens, resume_after).
 
 Usage: /usr/bin/python3 tests/compat/pymongo_compat.py mongodb://127.0.0.1:PORT/?replicaSet=rs0
        /usr/bin/python3 tests/compat/pymongo_compat.py --sharded build/mongosim
@@ -266,6 +267,44 @@ def check_sharded(binary):
     return 1 if failed else 0
 
 
+def check_watch(client, db, name):
+    """pymongo's own watch(): events for inserts, an update's updateDescription, a delete, the resume token after
+    each event and after an empty batch, and resume_after giving the next event again."""
+    coll = db[name + "_watch"]
+    coll.insert_one({"_id": 0})
+    with coll.watch(max_await_time_ms=300) as stream:
+        first = stream.try_next()
+        check("watch: empty batch", first is None and stream.alive, repr(first))
+        check("watch: a resume token after an empty batch", stream.resume_token is not None)
+        coll.insert_one({"_id": 1, "a": 1})
+        coll.update_one({"_id": 1}, {"$set": {"b.c": 2}, "$unset": {"a": 1}})
+        coll.delete_one({"_id": 1})
+        events = []
+        deadline = time.time() + 10
+        while len(events) < 3 and time.time() < deadline:
+            ev = stream.try_next()
+            if ev is not None:
+                events.append(ev)
+        kinds = [e["operationType"] for e in events]
+        check("watch: insert, update, delete", kinds == ["insert", "update", "delete"], repr(kinds))
+        if len(events) == 3:
+            check("watch: fullDocument", events[0].get("fullDocument") == {"_id": 1, "a": 1},
+                  repr(events[0].get("fullDocument")))
+            ud = events[1].get("updateDescription", {})
+            check("watch: updateDescription", ud.get("updatedFields") == {"b": {"c": 2}} and
+                  ud.get("removedFields") == ["a"], repr(ud))
+            check("watch: ns", events[0]["ns"] == {"db": db.name, "coll": coll.name}, repr(events[0]["ns"]))
+            token = events[0]["_id"]
+            with coll.watch(resume_after=token, max_await_time_ms=300) as again:
+                ev = None
+                deadline = time.time() + 10
+                while ev is None and time.time() < deadline:
+                    ev = again.try_next()
+                check("watch: resume_after gives the next event", ev is not None and
+                      ev["operationType"] == "update", repr(ev))
+    coll.drop()
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--sharded":
         return check_sharded(sys.argv[2])
@@ -357,6 +396,7 @@ def main():
 
     check_update_operators(client, db, name)
     check_transaction(client, coll, ns)
+    check_watch(client, db, name)
 
     try:
         client.admin.command("noSuchCommandHere")

@@ -174,6 +174,7 @@ void cmd_cursors_free(sim_server *srv)
 {
     while (srv->cursors)
         cursor_free(srv, srv->cursors);
+    cs_cursors_free(srv);
 }
 
 /* The entry a live oplog cursor last looked at was removed by capping or truncation. */
@@ -1376,6 +1377,10 @@ static void h_get_more(cmd_ctx *x)
         return;
     }
     int64_t id = bson_iter_as_int64(&x->first);
+    if (cs_owns_cursor(x->srv, id)) {
+        cs_cmd_get_more(x->srv, x->r, x->cmd, id);
+        return;
+    }
     int64_t batch = 0, max_time = 1000;
     opt_int64(x->cmd, "batchSize", &batch);
     opt_int64(x->cmd, "maxTimeMS", &max_time);
@@ -1426,6 +1431,8 @@ bool cmd_parked_try(sim_server *srv, sim_conn *c, bool timeout)
 {
     if (c->park_kind == SIM_PARK_WRITE)
         return wc_parked_try(srv, c, timeout);
+    if (c->park_kind == SIM_PARK_CHANGESTREAM)
+        return cs_parked_try(srv, c, timeout);
     sim_reply r = {.conn = c, .request_id = c->park_request, .opcode = SIM_OP_MSG};
     sim_cursor *cur = cursor_find(srv, c->park_cursor);
     if (!cur) {
@@ -1453,7 +1460,9 @@ bool cmd_parked_try(sim_server *srv, sim_conn *c, bool timeout)
 static void wake_all_parked(sim_server *srv, int64_t only_cursor)
 {
     for (sim_conn *c = srv->conns; c; c = c->next) {
-        if (!c->parked || (only_cursor != 0 && (c->park_kind != SIM_PARK_GETMORE || c->park_cursor != only_cursor)))
+        if (!c->parked ||
+            (only_cursor != 0 && ((c->park_kind != SIM_PARK_GETMORE && c->park_kind != SIM_PARK_CHANGESTREAM) ||
+                                  c->park_cursor != only_cursor)))
             continue;
         if (cmd_parked_try(srv, c, true))
             sim_conn_unpark(c);
@@ -1483,7 +1492,12 @@ static void h_kill_cursors(cmd_ctx *x)
         char keybuf[16];
         const char *k;
         sim_cursor *cur = cursor_find(x->srv, id);
-        if (cur) {
+        bool stream = !cur && cs_kill(x->srv, id);
+        if (stream) {
+            wake_all_parked(x->srv, id);
+            bson_uint32_to_string(nk++, &k, keybuf, sizeof keybuf);
+            BSON_APPEND_INT64(&killed, k, id);
+        } else if (cur) {
             cursor_free(x->srv, cur);
             wake_all_parked(x->srv, id);
             bson_uint32_to_string(nk++, &k, keybuf, sizeof keybuf);
@@ -1547,6 +1561,10 @@ static void h_count(cmd_ctx *x)
 /* aggregate: [{$match: F}?, {$count: name} | {$group: {_id: X, field: {$sum: 1}}}] only. */
 static void h_aggregate(cmd_ctx *x)
 {
+    if (cs_is_change_stream(x->cmd)) {
+        cs_cmd_aggregate(x->srv, x->r, x->cmd, x->db);
+        return;
+    }
     const char *coll = coll_name(x);
     bson_iter_t stages;
     if (!coll || !array_field(x, "pipeline", &stages) || !refuse_view_read(x, coll))

@@ -116,9 +116,10 @@ struct sim_server {
     struct sim_cluster *cluster;
     bool is_router;
     uint64_t *clock;
-    uint64_t noop_last_known; /* the newest entry's ts at the periodic noop writer's last tick */
-    int malform_batch;        /* mongosimMalformBatch: 0 off, 1 a non-document element, 2 a corrupt one */
-    bool malform_lookup;      /* ... in the next batch of a find with a projection, before its first entry */
+    uint64_t noop_last_known;     /* the newest entry's ts at the periodic noop writer's last tick */
+    int malform_batch;            /* mongosimMalformBatch: 0 off, 1 a non-document element, 2 a corrupt one */
+    bool malform_lookup;          /* ... in the next batch of a find with a projection, before its first entry */
+    struct cs_cursor *cs_cursors; /* open change streams (changestream.c) */
 };
 
 /* One reply under construction: a header is written into conn->out by reply_begin, the body document follows,
@@ -134,8 +135,9 @@ typedef struct {
         wc_ran; /* set by a write command once it ran (past parsing and the primary check): its write concern applies */
 } sim_reply;
 
-#define SIM_PARK_GETMORE 0
-#define SIM_PARK_WRITE   1
+#define SIM_PARK_GETMORE      0
+#define SIM_PARK_WRITE        1
+#define SIM_PARK_CHANGESTREAM 2 /* a getMore on a change stream waiting for events (changestream.c) */
 
 void reply_begin(sim_reply *r);
 void reply_end(sim_reply *r);
@@ -175,6 +177,15 @@ void cmd_fail_parked(sim_server *srv, int code, const char *msg);
 void cmd_cursors_free(sim_server *srv);
 /* The majority commit point: its ts, the entry's t and wall time in ms (the newest entry's while it follows). */
 void cmd_majority_optime(sim_server *srv, uint64_t *ts, int64_t *t, int64_t *wall_ms);
+
+/* changestream.c: aggregate with a $changeStream first stage, getMore and killCursors on its cursors. */
+bool cs_is_change_stream(const bson_t *cmd);
+void cs_cmd_aggregate(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *db);
+bool cs_owns_cursor(sim_server *srv, int64_t id);
+void cs_cmd_get_more(sim_server *srv, sim_reply *r, const bson_t *cmd, int64_t id);
+bool cs_parked_try(sim_server *srv, sim_conn *c, bool timeout);
+bool cs_kill(sim_server *srv, int64_t id);
+void cs_cursors_free(sim_server *srv);
 
 /* cluster.c: the router's commands (srv->is_router). */
 void cluster_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *db);

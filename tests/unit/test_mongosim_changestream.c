@@ -1,0 +1,820 @@
+/*
+ * test_mongosim_changestream.c — mongosim's change streams (tests/mongosim/changestream.c) on an oplog the test
+ * writes itself: the events (insert, update from a $v:2 diff, replace, delete, DDL, invalidate), transactions
+ * unwound at the commit's ts, resume tokens (byte for byte against real 7.0 tokens quoted in public sources, and
+ * read back by a decoder written here), post-batch resume tokens, resume, the split stage and the server's errors.
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../mongosim/changestream.h"
+#include "../mongosim/oplog.h"
+#include "../mongosim/store.h"
+
+Suite *mongosim_changestream_suite(void);
+
+static const uint8_t UUID_A[16] = {0xab, 0x11, 0x54, 0xac, 0xac, 0xd8, 0x49, 0xa4,
+                                   0x8c, 0x61, 0x75, 0x6d, 0x70, 0xd3, 0xb2, 0x1f};
+
+/* ---- an independent reader of a token's leading fields (KeyString V1: 0x82 + 8-byte timestamp, then integers as
+ * 0x29 for zero or 0x2B+(n-1) followed by n big-endian bytes of value << 1, then 0x6E/0x6F) ---- */
+typedef struct {
+    uint64_t ts;
+    int64_t version, type, txn_op;
+    bool inv;
+} dec_token;
+
+static int hx(char c)
+{
+    return c <= '9' ? c - '0' : c - 'A' + 10;
+}
+
+static int64_t dec_int(const uint8_t *b, size_t *p)
+{
+    uint8_t c = b[(*p)++];
+    if (c == 0x29)
+        return 0;
+    ck_assert_msg(c >= 0x2B && c <= 0x32, "not a positive integer CType: %02X", c);
+    uint64_t v = 0;
+    for (int i = 0; i < c - 0x2A; i++)
+        v = v << 8 | b[(*p)++];
+    return (int64_t)(v >> 1);
+}
+
+static dec_token decode(const char *hex)
+{
+    uint8_t b[4096];
+    size_t n = strlen(hex) / 2, p = 1;
+    ck_assert_uint_lt(n, sizeof b);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (uint8_t)(hx(hex[2 * i]) << 4 | hx(hex[2 * i + 1]));
+    ck_assert_uint_eq(b[0], 0x82);
+    dec_token t = {0};
+    for (int i = 0; i < 8; i++)
+        t.ts = t.ts << 8 | b[p++];
+    t.version = dec_int(b, &p);
+    t.type = dec_int(b, &p);
+    t.txn_op = dec_int(b, &p);
+    ck_assert(b[p] == 0x6E || b[p] == 0x6F);
+    t.inv = b[p] == 0x6F;
+    ck_assert_uint_eq(b[n - 1], 0x04);
+    return t;
+}
+
+/* ---- an oplog written by hand ---- */
+
+typedef struct {
+    sim_oplog *log;
+    sim_store *store;
+    uint32_t secs, inc;
+} fixture;
+
+static void fx_init(fixture *f)
+{
+    f->log = oplog_new();
+    f->store = store_new(SIM_FORMAT_70);
+    f->secs = 1700000000;
+    f->inc = 0;
+}
+
+static void fx_free(fixture *f)
+{
+    oplog_free(f->log);
+    store_free(f->store);
+}
+
+/* Appends an entry body (op, ns, ...) with ts, t, v, wall; returns its ts. */
+static uint64_t put(fixture *f, bson_t *body)
+{
+    uint64_t ts = OPLOG_TS(f->secs, ++f->inc);
+    bson_t e = BSON_INITIALIZER;
+    bson_concat(&e, body);
+    BSON_APPEND_TIMESTAMP(&e, "ts", f->secs, f->inc);
+    BSON_APPEND_INT64(&e, "t", 1);
+    BSON_APPEND_INT64(&e, "v", 2);
+    BSON_APPEND_DATE_TIME(&e, "wall", (int64_t)f->secs * 1000);
+    bson_error_t err;
+    ck_assert_msg(oplog_append(f->log, bson_get_data(&e), e.len, ts, &err), "%s", err.message);
+    bson_destroy(&e);
+    bson_destroy(body);
+    return ts;
+}
+
+static uint64_t put_insert(fixture *f, const char *ns, int id, int x)
+{
+    return put(f, BCON_NEW("op", "i", "ns", ns, "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
+                           BCON_INT32(id), "x", BCON_INT32(x), "}"));
+}
+
+static cs_env env_of(fixture *f)
+{
+    cs_env e = {f->log, f->store, oplog_end_seq(f->log)};
+    return e;
+}
+
+static cs_stream *open_ok(fixture *f, const char *db, const char *coll, bson_t *pipeline)
+{
+    cs_env env = env_of(f);
+    cs_error err;
+    cs_stream *s = cs_open(&env, db, coll, pipeline, &err);
+    ck_assert_msg(s, "cs_open: %d %s", err.code, err.msg);
+    bson_destroy(pipeline);
+    return s;
+}
+
+static int open_err(fixture *f, const char *db, const char *coll, bson_t *pipeline, cs_error *err)
+{
+    cs_env env = env_of(f);
+    cs_stream *s = cs_open(&env, db, coll, pipeline, err);
+    bson_destroy(pipeline);
+    ck_assert_ptr_null(s);
+    return err->code;
+}
+
+/* One batch: events copied into out[] (up to 64), the PBRT's hex into pbrt. */
+typedef struct {
+    bson_t ev[64];
+    size_t n;
+    char pbrt[4096];
+    bool closed;
+    cs_error err;
+    bool ok;
+} batch_t;
+
+static void batch_free(batch_t *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        bson_destroy(&b->ev[i]);
+    b->n = 0;
+}
+
+static void next(fixture *f, cs_stream *s, int64_t size, batch_t *b)
+{
+    cs_env env = env_of(f);
+    bson_t events = BSON_INITIALIZER, pbrt = BSON_INITIALIZER;
+    memset(b, 0, sizeof *b);
+    b->ok = cs_next_batch(s, &env, size, &events, &pbrt, &b->closed, &b->err);
+    if (b->ok) {
+        bson_iter_t it, d;
+        bson_iter_init(&it, &events);
+        while (bson_iter_next(&it) && b->n < 64) {
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_document(&it, &len, &data);
+            bson_t tmp;
+            bson_init_static(&tmp, data, len);
+            bson_copy_to(&tmp, &b->ev[b->n++]);
+        }
+        ck_assert(bson_iter_init_find(&d, &pbrt, "_data"));
+        snprintf(b->pbrt, sizeof b->pbrt, "%s", bson_iter_utf8(&d, NULL));
+    }
+    bson_destroy(&events);
+    bson_destroy(&pbrt);
+}
+
+static const char *str_at(const bson_t *doc, const char *path)
+{
+    bson_iter_t it, f;
+    ck_assert_msg(bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, path, &f), "no %s", path);
+    return bson_iter_utf8(&f, NULL);
+}
+
+static bool has(const bson_t *doc, const char *path)
+{
+    bson_iter_t it, f;
+    return bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, path, &f);
+}
+
+static int64_t int_at(const bson_t *doc, const char *path)
+{
+    bson_iter_t it, f;
+    ck_assert_msg(bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, path, &f), "no %s", path);
+    return bson_iter_as_int64(&f);
+}
+
+static const char *token_of(const bson_t *ev)
+{
+    return str_at(ev, "_id._data");
+}
+
+static bson_t *pipe_cs(bson_t *spec)
+{
+    bson_t *p = bson_new(), st;
+    BSON_APPEND_DOCUMENT_BEGIN(p, "0", &st);
+    BSON_APPEND_DOCUMENT(&st, "$changeStream", spec);
+    bson_append_document_end(p, &st);
+    bson_destroy(spec);
+    return p;
+}
+
+/* ---- tokens ---- */
+
+START_TEST(test_token_bytes_match_real_server)
+{
+    /* An insert's token from the MongoDB manual ("Resume Tokens from Change Events",
+     * https://www.mongodb.com/docs/manual/changeStreams/#resume-tokens-from-change-events), quoted in
+     * debezium/debezium debezium-connector-mongodb/src/test/java/io/debezium/connector/mongodb/SourceInfoTest.java:
+     * ts Timestamp(1666193824, 1), collection UUID ab1154ac-acd8-49a4-8c61-756d70d3b21f, _id
+     * ObjectId("635019a078be67426d7cf4d2"). */
+    bson_oid_t oid;
+    bson_oid_init_from_string(&oid, "635019a078be67426d7cf4d2");
+    bson_t *eid = BCON_NEW("operationType", "insert", "documentKey", "{", "_id", BCON_OID(&oid), "}");
+    char *hex = cs_token_hex(OPLOG_TS(1666193824, 1), CS_TOKEN_EVENT, 0, false, UUID_A, eid, -1);
+    ck_assert_str_eq(hex, "82635019A0000000012B042C0100296E5A1004AB1154ACACD849A48C61756D70D3B21F463C6F7065726174696F"
+                          "6E54797065003C696E736572740046646F63756D656E744B65790046645F69640064635019A078BE67426D7CF4"
+                          "D2000004");
+    bson_free(hex);
+    bson_destroy(eid);
+    /* The high-water-mark token of an empty aggregate from the same manual page ("Resume Tokens from aggregate"),
+     * quoted in the same test: Timestamp(1666277036, 2). */
+    hex = cs_token_hex(OPLOG_TS(1666277036, 2), CS_TOKEN_HWM, 0, false, NULL, NULL, -1);
+    ck_assert_str_eq(hex, "8263515EAC000000022B0429296E1404");
+    bson_free(hex);
+    /* An update with a string _id "beer", printed by a 7.0 shell in the mongodb-developer article on transactions
+     * (Timestamp(1700267321, 1), UUID a7f55a5b-35bd-4c7d-b2cd-56c6cfea9c49). */
+    static const uint8_t u2[16] = {0xa7, 0xf5, 0x5a, 0x5b, 0x35, 0xbd, 0x4c, 0x7d,
+                                   0xb2, 0xcd, 0x56, 0xc6, 0xcf, 0xea, 0x9c, 0x49};
+    eid = BCON_NEW("operationType", "update", "documentKey", "{", "_id", "beer", "}");
+    hex = cs_token_hex(OPLOG_TS(1700267321, 1), CS_TOKEN_EVENT, 0, false, u2, eid, -1);
+    ck_assert_str_eq(hex, "8265580539000000012B042C0100296E5A1004A7F55A5B35BD4C7DB2CD56C6CFEA9C49463C6F7065726174696F"
+                          "6E54797065003C7570646174650046646F63756D656E744B657900463C5F6964003C6265657200000004");
+    bson_free(hex);
+    bson_destroy(eid);
+}
+END_TEST
+
+START_TEST(test_token_fields_read_back)
+{
+    bson_t *eid = BCON_NEW("operationType", "delete", "documentKey", "{", "_id", BCON_INT64(-7), "}");
+    char *hex = cs_token_hex(OPLOG_TS(5, 300), CS_TOKEN_EVENT, 1000, true, UUID_A, eid, 3);
+    dec_token t = decode(hex);
+    ck_assert_uint_eq(t.ts, OPLOG_TS(5, 300));
+    ck_assert_int_eq(t.version, 2);
+    ck_assert_int_eq(t.type, 128);
+    ck_assert_int_eq(t.txn_op, 1000);
+    ck_assert(t.inv);
+    cs_token_info info;
+    ck_assert(cs_token_parse(hex, &info));
+    ck_assert_uint_eq(info.txn_op, 1000);
+    ck_assert(info.has_uuid && memcmp(info.uuid, UUID_A, 16) == 0);
+    ck_assert(!cs_token_parse("82ZZ", &info));
+    bson_free(hex);
+    bson_destroy(eid);
+}
+END_TEST
+
+/* ---- events ---- */
+
+START_TEST(test_crud_events)
+{
+    fixture f;
+    fx_init(&f);
+    uint64_t t0 = put(&f, BCON_NEW("op", "n", "ns", "", "o", "{", "msg", "start", "}"));
+    cs_stream *s = open_ok(&f, "db", "c", pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 2))));
+    (void)t0;
+    uint64_t ti = put_insert(&f, "db.c", 1, 10);
+    put_insert(&f, "db.other", 2, 20); /* another collection: not on this stream */
+    /* $v:2 diff: u, i, d, a sub-document diff and an array diff (a: true, l, u1, s2) */
+    uint64_t tu = put(&f, BCON_NEW("op", "u", "ns", "db.c", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{",
+                                   "$v", BCON_INT32(2), "diff", "{", "d", "{", "gone", BCON_BOOL(false), "}", "u", "{",
+                                   "x", BCON_INT32(11), "}", "i", "{", "y", BCON_INT32(1), "}", "ssub", "{", "u", "{",
+                                   "k", BCON_INT32(5), "}", "}", "sarr", "{", "a", BCON_BOOL(true), "l", BCON_INT32(3),
+                                   "u1", BCON_INT32(9), "s2", "{", "u", "{", "z", BCON_INT32(1), "}", "}", "}", "}",
+                                   "}", "o2", "{", "_id", BCON_INT32(1), "}"));
+    put(&f, BCON_NEW("op", "u", "ns", "db.c", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
+                     BCON_INT32(1), "x", BCON_INT32(99), "}", "o2", "{", "_id", BCON_INT32(1), "}"));
+    put(&f, BCON_NEW("op", "d", "ns", "db.c", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
+                     BCON_INT32(1), "}"));
+    batch_t b;
+    next(&f, s, -1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 4);
+    ck_assert_str_eq(str_at(&b.ev[0], "operationType"), "insert");
+    ck_assert_int_eq(int_at(&b.ev[0], "fullDocument.x"), 10);
+    ck_assert_int_eq(int_at(&b.ev[0], "documentKey._id"), 1);
+    ck_assert_str_eq(str_at(&b.ev[0], "ns.coll"), "c");
+    ck_assert_uint_eq(decode(token_of(&b.ev[0])).ts, ti);
+    ck_assert_str_eq(str_at(&b.ev[1], "operationType"), "update");
+    ck_assert_uint_eq(decode(token_of(&b.ev[1])).ts, tu);
+    ck_assert(!has(&b.ev[1], "fullDocument"));
+    bson_iter_t it, uf;
+    ck_assert(bson_iter_init_find(&it, &b.ev[1], "updateDescription"));
+    bson_t ud;
+    uint32_t len;
+    const uint8_t *data;
+    bson_iter_document(&it, &len, &data);
+    bson_init_static(&ud, data, len);
+    ck_assert(bson_iter_init_find(&uf, &ud, "updatedFields"));
+    bson_t *want = BCON_NEW("updatedFields", "{", "x", BCON_INT32(11), "y", BCON_INT32(1), "sub.k", BCON_INT32(5),
+                            "arr.1", BCON_INT32(9), "arr.2.z", BCON_INT32(1), "}", "removedFields", "[", "gone", "]",
+                            "truncatedArrays", "[", "{", "field", "arr", "newSize", BCON_INT32(3), "}", "]");
+    ck_assert_msg(bson_equal(&ud, want), "got %s", bson_as_relaxed_extended_json(&ud, NULL));
+    bson_destroy(want);
+    ck_assert_str_eq(str_at(&b.ev[2], "operationType"), "replace");
+    ck_assert_int_eq(int_at(&b.ev[2], "fullDocument.x"), 99);
+    ck_assert_str_eq(str_at(&b.ev[3], "operationType"), "delete");
+    ck_assert(!has(&b.ev[3], "fullDocument"));
+    batch_free(&b);
+    cs_close(s);
+    fx_free(&f);
+}
+END_TEST
+
+static void put_txn_op(bson_t *arr, const char *key, int id)
+{
+    bson_t op;
+    BSON_APPEND_DOCUMENT_BEGIN(arr, key, &op);
+    BSON_APPEND_UTF8(&op, "op", "i");
+    BSON_APPEND_UTF8(&op, "ns", "db.c");
+    bson_append_binary(&op, "ui", -1, BSON_SUBTYPE_UUID, UUID_A, 16);
+    bson_t o;
+    BSON_APPEND_DOCUMENT_BEGIN(&op, "o", &o);
+    BSON_APPEND_INT32(&o, "_id", id);
+    bson_append_document_end(&op, &o);
+    bson_append_document_end(arr, &op);
+}
+
+/* An applyOps entry of a transaction: ops ids [from, from+n), flags, prevOpTime ts (0: the null OpTime). */
+static uint64_t put_apply(fixture *f, bool lsid, int from, int n, const char *flag, uint64_t prev)
+{
+    bson_t body = BSON_INITIALIZER, o, arr, l, pot;
+    if (lsid) {
+        BSON_APPEND_DOCUMENT_BEGIN(&body, "lsid", &l);
+        bson_append_binary(&l, "id", -1, BSON_SUBTYPE_UUID, UUID_A, 16);
+        bson_append_document_end(&body, &l);
+        BSON_APPEND_INT64(&body, "txnNumber", 7);
+    }
+    BSON_APPEND_UTF8(&body, "op", "c");
+    BSON_APPEND_UTF8(&body, "ns", "admin.$cmd");
+    BSON_APPEND_DOCUMENT_BEGIN(&body, "o", &o);
+    BSON_APPEND_ARRAY_BEGIN(&o, "applyOps", &arr);
+    for (int i = 0; i < n; i++) {
+        char k[8];
+        snprintf(k, sizeof k, "%d", i);
+        put_txn_op(&arr, k, from + i);
+    }
+    bson_append_array_end(&o, &arr);
+    if (flag)
+        BSON_APPEND_BOOL(&o, flag, true);
+    bson_append_document_end(&body, &o);
+    if (prev != (uint64_t)-1) {
+        BSON_APPEND_DOCUMENT_BEGIN(&body, "prevOpTime", &pot);
+        BSON_APPEND_TIMESTAMP(&pot, "ts", OPLOG_TS_SECS(prev), OPLOG_TS_INC(prev));
+        BSON_APPEND_INT64(&pot, "t", prev ? 1 : -1);
+        bson_append_document_end(&body, &pot);
+    }
+    bson_t *copy = bson_copy(&body);
+    bson_destroy(&body);
+    return put(f, copy);
+}
+
+START_TEST(test_transactions_unwound)
+{
+    fixture f;
+    fx_init(&f);
+    cs_stream *s = open_ok(&f, "db", NULL, pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1))));
+    /* a chain: partialTxn, partialTxn, final */
+    uint64_t p1 = put_apply(&f, true, 0, 2, "partialTxn", 0);
+    uint64_t p2 = put_apply(&f, true, 2, 2, "partialTxn", p1);
+    uint64_t commit = put_apply(&f, true, 4, 1, NULL, p2);
+    /* a prepared transaction: prepare entry, then commitTransaction pointing at it */
+    uint64_t prep = put_apply(&f, true, 10, 2, "prepare", 0);
+    /* a retryable write between prepare and commit: comes first, without its lsid (only unwound ops show it) */
+    put(&f, BCON_NEW("lsid", "{", "id", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "}", "txnNumber", BCON_INT64(3), "op",
+                     "i", "ns", "db.c", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id", BCON_INT32(50),
+                     "}", "stmtId", BCON_INT32(0)));
+    bson_t *cb = BCON_NEW("lsid", "{", "id", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "}", "txnNumber", BCON_INT64(8),
+                          "op", "c", "ns", "admin.$cmd", "o", "{", "commitTransaction", BCON_INT32(1),
+                          "commitTimestamp", BCON_TIMESTAMP(f.secs, 6), "}", "prevOpTime", "{", "ts",
+                          BCON_TIMESTAMP(OPLOG_TS_SECS(prep), OPLOG_TS_INC(prep)), "t", BCON_INT64(1), "}");
+    uint64_t pcommit = put(&f, cb);
+    /* a batched write without lsid: one applyOps, no prevOpTime */
+    uint64_t batched = put_apply(&f, false, 20, 2, NULL, (uint64_t)-1);
+    batch_t b;
+    next(&f, s, 3, &b); /* the batch ends inside the first transaction */
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        dec_token t = decode(token_of(&b.ev[i]));
+        ck_assert_uint_eq(t.ts, commit);
+        ck_assert_int_eq(t.txn_op, (int64_t)i);
+        ck_assert_int_eq(int_at(&b.ev[i], "documentKey._id"), (int64_t)i);
+        ck_assert_int_eq(int_at(&b.ev[i], "txnNumber"), 7);
+        ck_assert(has(&b.ev[i], "lsid.id"));
+    }
+    /* change_stream_event_transform.cpp: a transaction's txnNumber and lsid come before _id */
+    bson_iter_t ki;
+    ck_assert(bson_iter_init(&ki, &b.ev[0]) && bson_iter_next(&ki));
+    ck_assert_str_eq(bson_iter_key(&ki), "txnNumber");
+    ck_assert(bson_iter_next(&ki));
+    ck_assert_str_eq(bson_iter_key(&ki), "lsid");
+    ck_assert(bson_iter_next(&ki));
+    ck_assert_str_eq(bson_iter_key(&ki), "_id");
+    /* mid-transaction the PBRT is the last event's token (report_post_batch_resume_token.js) */
+    ck_assert_str_eq(b.pbrt, token_of(&b.ev[2]));
+    batch_free(&b);
+    next(&f, s, -1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 2 + 1 + 2 + 2);
+    ck_assert_int_eq(decode(token_of(&b.ev[1])).txn_op, 4);
+    ck_assert_int_eq(int_at(&b.ev[2], "documentKey._id"), 50);
+    ck_assert(!has(&b.ev[2], "lsid") && !has(&b.ev[2], "txnNumber"));
+    ck_assert_uint_eq(decode(token_of(&b.ev[3])).ts, pcommit);
+    ck_assert_int_eq(int_at(&b.ev[3], "documentKey._id"), 10);
+    ck_assert_int_eq(int_at(&b.ev[4], "txnNumber"), 8);
+    ck_assert_uint_eq(decode(token_of(&b.ev[6])).ts, batched);
+    ck_assert_int_eq(decode(token_of(&b.ev[6])).txn_op, 1);
+    ck_assert(!has(&b.ev[6], "lsid"));
+    batch_free(&b);
+    cs_close(s);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_match_stage)
+{
+    fixture f;
+    fx_init(&f);
+    bson_t *p = pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1)));
+    bson_t *m = BCON_NEW("$match", "{", "operationType", "insert", "ns.coll", "{", "$in", "[", "a", "b", "]", "}",
+                         "fullDocument.x", "{", "$gte", BCON_INT32(5), "}", "}");
+    BSON_APPEND_DOCUMENT(p, "1", m);
+    bson_destroy(m);
+    cs_stream *s = open_ok(&f, "db", NULL, p);
+    put_insert(&f, "db.a", 1, 7);
+    put_insert(&f, "db.b", 2, 1);
+    put_insert(&f, "db.c", 3, 9);
+    put(&f, BCON_NEW("op", "d", "ns", "db.a", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
+                     BCON_INT32(1), "}"));
+    uint64_t last = put_insert(&f, "db.b", 4, 5);
+    batch_t b;
+    next(&f, s, -1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 2);
+    ck_assert_int_eq(int_at(&b.ev[0], "documentKey._id"), 1);
+    ck_assert_int_eq(int_at(&b.ev[1], "documentKey._id"), 4);
+    ck_assert_uint_eq(decode(b.pbrt).ts, last);
+    batch_free(&b);
+    cs_close(s);
+    /* an operator mongosim does not run is refused, never ignored */
+    cs_error err;
+    p = pipe_cs(bson_new());
+    m = BCON_NEW("$match", "{", "x", "{", "$regex", "^a", "}", "}");
+    BSON_APPEND_DOCUMENT(p, "1", m);
+    bson_destroy(m);
+    ck_assert_int_eq(open_err(&f, "db", NULL, p, &err), 2);
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- post-batch resume tokens and resume ---- */
+
+START_TEST(test_pbrt_and_resume)
+{
+    fixture f;
+    fx_init(&f);
+    uint64_t t1 = put_insert(&f, "db.other", 1, 0);
+    cs_stream *s = open_ok(&f, "db", "c", pipe_cs(bson_new()));
+    batch_t b;
+    next(&f, s, -1, &b);
+    ck_assert(b.ok && b.n == 0);
+    /* no start given: a high-water mark just after the newest entry */
+    dec_token t = decode(b.pbrt);
+    ck_assert_int_eq(t.type, 0);
+    ck_assert_uint_eq(t.ts, t1 + 1);
+    uint64_t t2 = put_insert(&f, "db.c", 2, 0);
+    uint64_t t3 = put_insert(&f, "db.c", 3, 0);
+    uint64_t t4 = put_insert(&f, "db.other", 4, 0);
+    next(&f, s, 1, &b);
+    ck_assert_uint_eq(b.n, 1);
+    ck_assert_str_eq(b.pbrt, token_of(&b.ev[0])); /* the batch was full at an event */
+    char tok2[4096];
+    snprintf(tok2, sizeof tok2, "%s", token_of(&b.ev[0]));
+    batch_free(&b);
+    next(&f, s, -1, &b);
+    ck_assert_uint_eq(b.n, 1);
+    ck_assert_uint_eq(decode(token_of(&b.ev[0])).ts, t3);
+    /* the scan went on past an unrelated entry: a high-water mark at its ts */
+    t = decode(b.pbrt);
+    ck_assert_int_eq(t.type, 0);
+    ck_assert_uint_eq(t.ts, t4);
+    char hwm[4096];
+    snprintf(hwm, sizeof hwm, "%s", b.pbrt);
+    batch_free(&b);
+    next(&f, s, -1, &b); /* empty getMore keeps it */
+    ck_assert_uint_eq(b.n, 0);
+    ck_assert_str_eq(b.pbrt, hwm);
+    cs_close(s);
+    (void)t2;
+
+    /* resumeAfter the first event: the second comes next; the PBRT of a resumed stream that found nothing yet is
+     * the given token */
+    s = open_ok(&f, "db", "c", pipe_cs(BCON_NEW("resumeAfter", "{", "_data", tok2, "}")));
+    next(&f, s, 0, &b); /* batchSize 0: nothing read, the given token */
+    ck_assert_uint_eq(b.n, 0);
+    ck_assert_str_eq(b.pbrt, tok2);
+    next(&f, s, -1, &b);
+    ck_assert_uint_eq(b.n, 1);
+    ck_assert_uint_eq(decode(token_of(&b.ev[0])).ts, t3);
+    batch_free(&b);
+    cs_close(s);
+    /* resume from the high-water mark: nothing again, and the same token */
+    s = open_ok(&f, "db", "c", pipe_cs(BCON_NEW("resumeAfter", "{", "_data", hwm, "}")));
+    next(&f, s, -1, &b);
+    ck_assert_uint_eq(b.n, 0);
+    ck_assert_str_eq(b.pbrt, hwm);
+    cs_close(s);
+    /* the token's event filtered out by the new $match: 280 with the non-resumable label */
+    bson_t *p = pipe_cs(BCON_NEW("resumeAfter", "{", "_data", tok2, "}"));
+    bson_t *m = BCON_NEW("$match", "{", "documentKey._id", "{", "$ne", BCON_INT32(2), "}", "}");
+    BSON_APPEND_DOCUMENT(p, "1", m);
+    bson_destroy(m);
+    s = open_ok(&f, "db", "c", p);
+    next(&f, s, -1, &b);
+    ck_assert(!b.ok);
+    ck_assert_int_eq(b.err.code, 280);
+    ck_assert(b.err.nonresumable);
+    ck_assert(strstr(b.err.msg, "resume token was not found"));
+    cs_close(s);
+    /* two start options */
+    cs_error err;
+    ck_assert_int_eq(open_err(&f, "db", "c",
+                              pipe_cs(BCON_NEW("resumeAfter", "{", "_data", tok2, "}", "startAtOperationTime",
+                                               BCON_TIMESTAMP(1, 1))),
+                              &err),
+                     40674);
+    /* history gone */
+    oplog_truncate_before(f.log, t4);
+    ck_assert_int_eq(open_err(&f, "db", "c", pipe_cs(BCON_NEW("resumeAfter", "{", "_data", tok2, "}")), &err), 286);
+    ck_assert(err.nonresumable);
+    ck_assert_int_eq(
+        open_err(&f, "db", "c", pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1))), &err), 286);
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- DDL and invalidate ---- */
+
+START_TEST(test_drop_invalidates)
+{
+    fixture f;
+    fx_init(&f);
+    cs_stream *s = open_ok(&f, "db", "c", pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1))));
+    put_insert(&f, "db.c", 1, 0);
+    uint64_t td = put(&f, BCON_NEW("op", "c", "ns", "db.$cmd", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{",
+                                   "drop", "c", "}"));
+    put_insert(&f, "db.c", 2, 0);
+    batch_t b;
+    next(&f, s, -1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 3);
+    ck_assert_str_eq(str_at(&b.ev[1], "operationType"), "drop");
+    ck_assert_str_eq(str_at(&b.ev[2], "operationType"), "invalidate");
+    dec_token t = decode(token_of(&b.ev[2]));
+    ck_assert(t.inv);
+    ck_assert_uint_eq(t.ts, td);
+    ck_assert(b.closed);
+    char inv[4096];
+    snprintf(inv, sizeof inv, "%s", token_of(&b.ev[2]));
+    batch_free(&b);
+    cs_close(s);
+    /* startAfter the invalidate: the insert after the drop; resumeAfter it is refused */
+    s = open_ok(&f, "db", "c", pipe_cs(BCON_NEW("startAfter", "{", "_data", inv, "}")));
+    next(&f, s, -1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 1);
+    ck_assert_int_eq(int_at(&b.ev[0], "documentKey._id"), 2);
+    batch_free(&b);
+    cs_close(s);
+    cs_error err;
+    ck_assert_int_eq(open_err(&f, "db", "c", pipe_cs(BCON_NEW("resumeAfter", "{", "_data", inv, "}")), &err), 260);
+    /* a database stream: the drop, no invalidate; with showExpandedEvents, a create and collectionUUID */
+    s = open_ok(
+        &f, "db", NULL,
+        pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "showExpandedEvents", BCON_BOOL(true))));
+    put(&f, BCON_NEW("op", "c", "ns", "db.$cmd", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "create", "n",
+                     "idIndex", "{", "v", BCON_INT32(2), "}", "}"));
+    put(&f, BCON_NEW("op", "c", "ns", "db.$cmd", "o", "{", "dropDatabase", BCON_INT32(1), "}"));
+    next(&f, s, -1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 6); /* insert, drop, insert, create, dropDatabase, invalidate */
+    ck_assert(has(&b.ev[0], "collectionUUID"));
+    ck_assert_str_eq(str_at(&b.ev[3], "operationType"), "create");
+    ck_assert_str_eq(str_at(&b.ev[3], "nsType"), "collection");
+    ck_assert(has(&b.ev[3], "operationDescription.idIndex"));
+    ck_assert_str_eq(str_at(&b.ev[4], "operationType"), "dropDatabase");
+    ck_assert_str_eq(str_at(&b.ev[5], "operationType"), "invalidate");
+    ck_assert(b.closed);
+    batch_free(&b);
+    cs_close(s);
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- options ---- */
+
+static void noemit(void *ctx, const bson_t *body)
+{
+    (void)ctx;
+    (void)body;
+}
+
+START_TEST(test_full_document_options)
+{
+    fixture f;
+    fx_init(&f);
+    bson_error_t e;
+    bson_t *doc = BCON_NEW("_id", BCON_INT32(1), "x", BCON_INT32(42), "a.b", BCON_INT32(1));
+    ck_assert(store_insert(f.store, "db", "c", doc, noemit, NULL, &e));
+    bson_destroy(doc);
+    bson_t *upd = BCON_NEW("op", "u", "ns", "db.c", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "$v",
+                           BCON_INT32(2), "diff", "{", "u", "{", "x", BCON_INT32(42), "a.b", BCON_INT32(1), "}", "s0",
+                           "{", "u", "{", "q", BCON_INT32(1), "}", "}", "}", "}", "o2", "{", "_id", BCON_INT32(1), "}");
+    bson_t *upd2 = bson_copy(upd);
+    put(&f, upd);
+    put(&f,
+        BCON_NEW("op", "u", "ns", "db.c", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "$v", BCON_INT32(2),
+                 "diff", "{", "u", "{", "x", BCON_INT32(1), "}", "}", "}", "o2", "{", "_id", BCON_INT32(2), "}"));
+    bson_destroy(upd2);
+    batch_t b;
+    /* updateLookup: the current document, or null when it is gone */
+    cs_stream *s = open_ok(&f, "db", "c",
+                           pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "fullDocument",
+                                            "updateLookup", "showExpandedEvents", BCON_BOOL(true))));
+    next(&f, s, -1, &b);
+    ck_assert_uint_eq(b.n, 2);
+    ck_assert_int_eq(int_at(&b.ev[0], "fullDocument.x"), 42);
+    bson_iter_t it;
+    ck_assert(bson_iter_init_find(&it, &b.ev[1], "fullDocument") && BSON_ITER_HOLDS_NULL(&it));
+    /* disambiguatedPaths for a field name with a dot and a numeric field name */
+    ck_assert(has(&b.ev[0], "updateDescription.disambiguatedPaths"));
+    bson_iter_t dp;
+    ck_assert(bson_iter_init(&it, &b.ev[0]) &&
+              bson_iter_find_descendant(&it, "updateDescription.disambiguatedPaths", &dp));
+    bson_t d;
+    uint32_t len;
+    const uint8_t *data;
+    bson_iter_document(&dp, &len, &data);
+    bson_init_static(&d, data, len);
+    bson_t *want = BCON_NEW("a.b", "[", "a.b", "]", "0.q", "[", "0", "q", "]");
+    ck_assert_msg(bson_equal(&d, want), "got %s", bson_as_relaxed_extended_json(&d, NULL));
+    bson_destroy(want);
+    batch_free(&b);
+    cs_close(s);
+    /* whenAvailable without stored images: null; required: NoMatchingDocument */
+    s = open_ok(&f, "db", "c",
+                pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "fullDocument", "whenAvailable",
+                                 "fullDocumentBeforeChange", "whenAvailable")));
+    next(&f, s, -1, &b);
+    ck_assert(bson_iter_init_find(&it, &b.ev[0], "fullDocument") && BSON_ITER_HOLDS_NULL(&it));
+    ck_assert(bson_iter_init_find(&it, &b.ev[0], "fullDocumentBeforeChange") && BSON_ITER_HOLDS_NULL(&it));
+    ck_assert(!has(&b.ev[0], "updateDescription.disambiguatedPaths"));
+    batch_free(&b);
+    cs_close(s);
+    s = open_ok(&f, "db", "c",
+                pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "fullDocument", "required")));
+    next(&f, s, -1, &b);
+    ck_assert(!b.ok);
+    ck_assert_int_eq(b.err.code, 47);
+    cs_close(s);
+    s = open_ok(
+        &f, "db", "c",
+        pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "fullDocumentBeforeChange", "required")));
+    next(&f, s, -1, &b);
+    ck_assert(!b.ok);
+    ck_assert_int_eq(b.err.code, 47);
+    cs_close(s);
+    /* showRawUpdateDescription: the oplog's o */
+    s = open_ok(&f, "db", "c",
+                pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "showRawUpdateDescription",
+                                 BCON_BOOL(true))));
+    next(&f, s, -1, &b);
+    ck_assert_int_eq(int_at(&b.ev[0], "rawUpdateDescription.$v"), 2);
+    ck_assert_int_eq(int_at(&b.ev[0], "rawUpdateDescription.diff.u.x"), 42);
+    ck_assert(!has(&b.ev[0], "updateDescription"));
+    batch_free(&b);
+    cs_close(s);
+    /* $project that removes _id: 280 */
+    bson_t *p = pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1)));
+    bson_t *pr = BCON_NEW("$project", "{", "_id", BCON_INT32(0), "}");
+    BSON_APPEND_DOCUMENT(p, "1", pr);
+    bson_destroy(pr);
+    s = open_ok(&f, "db", "c", p);
+    next(&f, s, -1, &b);
+    ck_assert(!b.ok);
+    ck_assert_int_eq(b.err.code, 280);
+    cs_close(s);
+    /* $project keeping fields */
+    p = pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1)));
+    pr = BCON_NEW("$project", "{", "documentKey", BCON_INT32(1), "}");
+    BSON_APPEND_DOCUMENT(p, "1", pr);
+    bson_destroy(pr);
+    s = open_ok(&f, "db", "c", p);
+    next(&f, s, -1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 2);
+    ck_assert(has(&b.ev[0], "_id._data") && has(&b.ev[0], "documentKey._id") && !has(&b.ev[0], "operationType"));
+    batch_free(&b);
+    cs_close(s);
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- 16 MB ---- */
+
+START_TEST(test_large_event_split)
+{
+    fixture f;
+    fx_init(&f);
+    /* a replace of 10 MB, looked-up... simpler: an insert whose fullDocument and documentKey hold two 9 MB fields */
+    size_t big = 9 * 1024 * 1024;
+    char *s1 = malloc(big + 1);
+    memset(s1, 'a', big);
+    s1[big] = 0;
+    bson_t body = BSON_INITIALIZER, o;
+    BSON_APPEND_UTF8(&body, "op", "u");
+    BSON_APPEND_UTF8(&body, "ns", "db.c");
+    bson_append_binary(&body, "ui", -1, BSON_SUBTYPE_UUID, UUID_A, 16);
+    BSON_APPEND_DOCUMENT_BEGIN(&body, "o", &o);
+    BSON_APPEND_INT32(&o, "$v", 2);
+    bson_t diff, u;
+    BSON_APPEND_DOCUMENT_BEGIN(&o, "diff", &diff);
+    BSON_APPEND_DOCUMENT_BEGIN(&diff, "u", &u);
+    BSON_APPEND_UTF8(&u, "big", s1);
+    bson_append_document_end(&diff, &u);
+    bson_append_document_end(&o, &diff);
+    bson_append_document_end(&body, &o);
+    bson_t *o2 = BCON_NEW("_id", BCON_INT32(1));
+    BSON_APPEND_DOCUMENT(&body, "o2", o2);
+    bson_destroy(o2);
+    put(&f, bson_copy(&body));
+    bson_destroy(&body);
+    put_insert(&f, "db.c", 2, 0);
+    /* the current document, looked up, holds the same 9 MB field: the event is over 16 MB */
+    bson_t *doc = BCON_NEW("_id", BCON_INT32(1));
+    BSON_APPEND_UTF8(doc, "big", s1);
+    bson_error_t e;
+    ck_assert(store_insert(f.store, "db", "c", doc, noemit, NULL, &e));
+    bson_destroy(doc);
+    free(s1);
+    batch_t b;
+    cs_stream *s =
+        open_ok(&f, "db", "c",
+                pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "fullDocument", "updateLookup")));
+    next(&f, s, -1, &b);
+    ck_assert(!b.ok);
+    ck_assert_int_eq(b.err.code, 10334);
+    ck_assert(strstr(b.err.msg, "BSONObj size"));
+    cs_close(s);
+    bson_t *p = pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "fullDocument", "updateLookup"));
+    bson_t *sp = BCON_NEW("$changeStreamSplitLargeEvent", "{", "}");
+    BSON_APPEND_DOCUMENT(p, "1", sp);
+    bson_t *p2 = bson_copy(p);
+    s = open_ok(&f, "db", "c", p);
+    next(&f, s, 1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 1);
+    ck_assert_int_eq(int_at(&b.ev[0], "splitEvent.fragment"), 1);
+    ck_assert_int_eq(int_at(&b.ev[0], "splitEvent.of"), 2);
+    ck_assert_uint_le(b.ev[0].len, 16 * 1024 * 1024);
+    char frag1[4096];
+    snprintf(frag1, sizeof frag1, "%s", token_of(&b.ev[0]));
+    ck_assert_str_eq(b.pbrt, frag1);
+    batch_free(&b);
+    cs_close(s);
+    /* resume from the first fragment: the second fragment, then the insert */
+    bson_t *spec = BCON_NEW("resumeAfter", "{", "_data", frag1, "}", "fullDocument", "updateLookup");
+    bson_t *p3 = pipe_cs(spec);
+    BSON_APPEND_DOCUMENT(p3, "1", sp);
+    bson_destroy(sp);
+    bson_destroy(p2);
+    s = open_ok(&f, "db", "c", p3);
+    next(&f, s, -1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 2);
+    ck_assert_int_eq(int_at(&b.ev[0], "splitEvent.fragment"), 2);
+    ck_assert_str_eq(str_at(&b.ev[1], "operationType"), "insert");
+    batch_free(&b);
+    cs_close(s);
+    fx_free(&f);
+}
+END_TEST
+
+Suite *mongosim_changestream_suite(void)
+{
+    Suite *s = suite_create("mongosim_changestream");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_token_bytes_match_real_server);
+    tcase_add_test(tc, test_token_fields_read_back);
+    tcase_add_test(tc, test_crud_events);
+    tcase_add_test(tc, test_transactions_unwound);
+    tcase_add_test(tc, test_match_stage);
+    tcase_add_test(tc, test_pbrt_and_resume);
+    tcase_add_test(tc, test_drop_invalidates);
+    tcase_add_test(tc, test_full_document_options);
+    tcase_add_test(tc, test_large_event_split);
+    suite_add_tcase(s, tc);
+    return s;
+}
