@@ -736,7 +736,8 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
     const char *resume_hex = NULL;
     cs_token_info rt;
     int starts = 0;
-    bool start_after = false, have_sat = false, all_cluster = false;
+    bool start_after = false, have_sat = false, all_cluster = false, config_ok = false, have_ra = false,
+         have_sa = false;
     uint64_t sat = 0;
     bson_iter_t o;
     bson_iter_init(&o, &spec);
@@ -746,6 +747,8 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
             if (!token_arg(&o, &resume_hex, &rt, err))
                 goto fail;
             start_after = !strcmp(k, "startAfter");
+            have_ra |= !start_after;
+            have_sa |= start_after;
             starts++;
         } else if (!strcmp(k, "startAtOperationTime")) {
             if (!BSON_ITER_HOLDS_TIMESTAMP(&o)) {
@@ -773,6 +776,8 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
             s->raw_update = bson_iter_as_bool(&o);
         } else if (!strcmp(k, "allChangesForCluster")) {
             all_cluster = bson_iter_as_bool(&o);
+        } else if (!strcmp(k, "allowToRunOnConfigDB")) {
+            config_ok = bson_iter_as_bool(&o);
         } else if (!strcmp(k, "showSystemEvents") || !strcmp(k, "showMigrationEvents") ||
                    !strcmp(k, "allowToRunOnConfigDB") || !strcmp(k, "allowToRunOnSystemNS") ||
                    !strcmp(k, "showCommitTimestamp") || !strcmp(k, "matchCollectionUUIDForUpdateLookup")) {
@@ -784,25 +789,35 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
             goto fail;
         }
     }
-    if (starts > 1) {
-        /* document_source_change_stream.cpp: 40674 for resumeAfter with startAtOperationTime, 50865 for
-         * startAfter with resumeAfter; mongosim answers both combinations the same way. */
-        cs_error_set(err, 40674, false, "Only one type of resume option is allowed, but multiple were found.");
+    /* document_source_change_stream.cpp, assertIsLegalSpecification: the namespace, then the start options. */
+    if (all_cluster && (coll || strcmp(db, "admin") != 0)) {
+        cs_error_set(err, 72 /* InvalidOptions */, false,
+                     "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, "
+                     "and with no collection name; found %s.%s",
+                     db, coll ? coll : "$cmd.aggregate");
         goto fail;
     }
     if (all_cluster) {
-        if (coll || strcmp(db, "admin") != 0) {
-            cs_error_set(err, 72 /* InvalidOptions */, false,
-                         "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' "
-                         "database, and with no collection name");
-            goto fail;
-        }
         s->kind = CS_CLUSTER;
-    } else if (!strcmp(db, "admin") || !strcmp(db, "config") || !strcmp(db, "local")) {
+    } else if (!strcmp(db, "admin") || !strcmp(db, "local") || (!strcmp(db, "config") && !config_ok)) {
         cs_error_set(err, 73, false, "$changeStream may not be opened on the internal %s database", db);
         goto fail;
-    } else if (coll && !strncmp(coll, "system.", 7)) {
+    }
+    if (coll && !strncmp(coll, "system.", 7)) {
         cs_error_set(err, 73, false, "$changeStream may not be opened on the internal %s.%s collection", db, coll);
+        goto fail;
+    }
+    if (have_ra && have_sa) {
+        cs_error_set(err, 50865, false, "Do not specify both 'resumeAfter' and 'startAfter' in a $changeStream stage");
+        goto fail;
+    }
+    if (starts > 1) {
+        cs_error_set(err, 40674, false, "Only one type of resume option is allowed, but multiple were found");
+        goto fail;
+    }
+    if (resume_hex && rt.type == CS_TOKEN_EVENT && !rt.has_uuid && s->kind == CS_COLL) {
+        cs_error_set(err, 260 /* InvalidResumeToken */, false,
+                     "Attempted to resume a single-collection stream, but the resume token does not include a UUID");
         goto fail;
     }
     /* The stages after $changeStream. */
@@ -870,7 +885,7 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
             /* document_source_change_stream.cpp: resumeAfter an invalidate is refused; startAfter it works. */
             cs_error_set(err, 260 /* InvalidResumeToken */, false,
                          "Attempting to resume a change stream using 'resumeAfter' is not allowed from an "
-                         "invalidate notification.");
+                         "invalidate notification");
             goto fail;
         }
         start_ts = rt.ts;
@@ -890,11 +905,9 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
         start_ts = sat;
         set_pbrt_hwm(s, sat);
     } else {
-        /* No start given: the stream starts just after the newest majority-committed entry (the 4.0 server took
-         * its last applied optime and added one increment, document_source_change_stream.cpp; (inf.) 7.0 still
-         * starts strictly after what was written before the open). */
-        uint64_t end = env->visible_end;
-        uint64_t last = end > oplog_first_seq(env->oplog) ? oplog_entry_ts(env->oplog, end - 1) : 0;
+        /* No start given: one tick after the last applied entry, "to ensure that the stream does not return it"
+         * (document_source_change_stream.cpp, getStartTimeForNewStream: getMyLastAppliedOpTime().addTicks(1)). */
+        uint64_t last = oplog_last_ts(env->oplog);
         start_ts = last + 1;
         set_pbrt_hwm(s, start_ts);
     }
@@ -2034,6 +2047,7 @@ static void cs_reply_error(sim_reply *r, const cs_error *err)
                        : err->code == 10334 ? "BSONObjectTooLarge"
                        : err->code == 40415 ? "Location40415"
                        : err->code == 40674 ? "Location40674"
+                       : err->code == 50865 ? "Location50865"
                        : err->code == 72    ? "InvalidOptions"
                        : err->code == 260   ? "InvalidResumeToken"
                                             : sim_code_name(err->code);
