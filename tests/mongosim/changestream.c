@@ -1887,8 +1887,9 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
                 int32_t frag;
                 if (!token_names(ev->hex, s->must_hex, &frag)) {
                     bson_destroy(&out);
+                    /* the message ends with the _id of the event that went past the token */
                     cs_error_set(err, 280, true,
-                                 "cannot resume stream; the resume token was not found. {_data: \"%s\"}", s->must_hex);
+                                 "cannot resume stream; the resume token was not found. {_data: \"%s\"}", ev->hex);
                     return false;
                 }
                 s->must_find = false;
