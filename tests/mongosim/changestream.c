@@ -1674,7 +1674,8 @@ static int pos_cmp3(const cs_pos *a, const cs_pos *b)
 }
 
 /* The user's stages on one event; false when a $match drops it. An event whose _id a stage removed or changed
- * fails the stream (plan_executor_pipeline.cpp, _validateChangeStreamsResumeToken: ChangeStreamFatalError 280). */
+ * fails the stream (plan_executor_pipeline.cpp, _validateChangeStreamsResumeToken: ChangeStreamFatalError 280;
+ * the Expected/found part is written here in Extended JSON, the server prints its own BSON notation). */
 static bool run_stages(cs_stream *s, const bson_t *ev, bson_t *out, bool *fatal, cs_error *err)
 {
     *fatal = false;
@@ -1702,11 +1703,22 @@ static bool run_stages(cs_stream *s, const bson_t *ev, bson_t *out, bool *fatal,
             same = la == lb && memcmp(da, db, la) == 0;
         }
         if (!same) {
+            bson_iter_t t;
+            const char *hex = bson_iter_init(&t, ev) && bson_iter_find_descendant(&t, "_id._data", &t)
+                                  ? bson_iter_utf8(&t, NULL)
+                                  : "";
+            bson_t found = BSON_INITIALIZER;
+            if (bson_iter_init_find(&b, out, "_id"))
+                bson_append_iter(&found, "_id", 3, &b);
+            char *fj = bson_as_relaxed_extended_json(&found, NULL);
             cs_error_set(err, 280, true,
                          "Encountered an event whose _id field, which contains the resume token, was modified by "
                          "the pipeline. Modifying the _id field of an event makes it impossible to resume the "
                          "stream from that point. Only transformations that retain the unmodified _id field are "
-                         "allowed.");
+                         "allowed. Expected: { _id: { _data: \"%s\" } } but found: %s",
+                         hex, fj ? fj : "{}");
+            bson_free(fj);
+            bson_destroy(&found);
             *fatal = true;
             return false;
         }
