@@ -33,10 +33,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* BSONObjMaxUserSize and BSONObjMaxInternalSize (src/mongo/bson/util/builder.h): an event may be 16 MB; a document
- * over 16 MB + 16 KB fails serialization with BSONObjectTooLarge (10334). */
-#define CS_MAX_USER     (16 * 1024 * 1024)
+/* BSONObjMaxInternalSize (src/mongo/bson/util/builder.h): an event over 16 MB + 16 KB fails serialization with
+ * BSONObjectTooLarge (10334, plan_executor_pipeline.cpp _trySerializeToBson). */
 #define CS_MAX_INTERNAL (16 * 1024 * 1024 + 16 * 1024)
+/* DocumentSourceChangeStreamSplitLargeEvent::kBSONObjMaxChangeEventSize = BSONObjMaxInternalSize - 8 KB: a bigger
+ * event is split by the stage. */
+#define CS_MAX_CHANGE_EVENT (CS_MAX_INTERNAL - 8 * 1024)
 
 /* ================================================================ KeyString V1 */
 
@@ -1750,73 +1752,113 @@ static bool token_names(const char *event_hex, const char *client_hex, int32_t *
     return true;
 }
 
-/* The fields of ev split into fragments of at most CS_MAX_USER bytes with their _id and splitEvent
- * (change_stream_split_event_helpers.cpp: top-level fields in order, each fragment its own token with
- * fragmentNum = its 0-based index, splitEvent {fragment: 1-based, of: n}). Returns the count; frags[i] owned. */
+typedef struct {
+    size_t size; /* the element's bytes: type, name, value (BSONElement::size) */
+    const char *key;
+    bson_iter_t it;
+} split_field;
+
+static int split_field_cmp(const void *a, const void *b)
+{
+    const split_field *x = a, *y = b;
+    if (x->size != y->size)
+        return x->size < y->size ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
+static size_t token_doc_size(const char *hex)
+{
+    bson_t t = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&t, "_data", hex);
+    size_t n = t.len;
+    bson_destroy(&t);
+    return n;
+}
+
+/* change_stream_split_event_helpers.cpp, splitChangeEvent: the fields but _id, ordered by (size, name), fill
+ * fragments greedily (each at least one field) up to kBSONObjMaxChangeEventSize minus the event token's size; each
+ * fragment is {_id: its token (fragmentNum = its 0-based index), splitEvent: {fragment: 1-based, of: n}, fields}.
+ * The server also counts the fragment's $sortKey metadata in its size; mongosim counts the token document once more
+ * for it. Returns the count (0 with err set); frags[i] and hexes[i] owned by the caller. */
 static size_t split_event(const bson_t *ev, const cs_event *src, const bson_t *eid, const uint8_t *uuid, bson_t **frags,
                           char ***hexes, cs_error *err)
 {
-    /* first pass: group fields */
-    size_t cap = 8, n = 0;
-    size_t *starts = malloc(cap * sizeof *starts);
-    if (!starts)
+    size_t nf = 0, cap = 16;
+    split_field *fields = malloc(cap * sizeof *fields);
+    if (!fields)
         abort();
     bson_iter_t it;
     bson_iter_init(&it, ev);
-    size_t cur = 0, field = 0;
-    const size_t overhead = 512; /* _id, splitEvent and the document's own bytes */
     while (bson_iter_next(&it)) {
-        size_t flen = it.next_off - it.off; /* the element: type, key, value */
-        if (!strcmp(bson_iter_key(&it), "_id")) {
-            field++;
+        if (!strcmp(bson_iter_key(&it), "_id"))
             continue;
+        if (nf == cap) {
+            cap *= 2;
+            fields = realloc(fields, cap * sizeof *fields);
+            if (!fields)
+                abort();
         }
-        if (flen + overhead > CS_MAX_USER) {
-            /* a single field over the limit cannot be split (7182803 in the split helpers) */
-            cs_error_set(err, 7182803, false,
-                         "Cannot split an event of size %u with a field that alone exceeds the maximum size", ev->len);
-            free(starts);
-            return 0;
-        }
-        if (n == 0 || cur + flen + overhead > CS_MAX_USER) {
-            if (n == cap) {
-                cap *= 2;
-                starts = realloc(starts, cap * sizeof *starts);
-                if (!starts)
-                    abort();
-            }
-            starts[n++] = field;
-            cur = 0;
-        }
-        cur += flen;
-        field++;
+        fields[nf++] = (split_field){it.next_off - it.off, bson_iter_key(&it), it};
     }
-    *frags = calloc(n, sizeof **frags);
-    *hexes = calloc(n, sizeof **hexes);
+    if (nf == 0) {
+        cs_error_set(err, 7182502, false, "Cannot split an empty event or an event containing solely '_id' field");
+        free(fields);
+        return 0;
+    }
+    qsort(fields, nf, sizeof *fields, split_field_cmp);
+    size_t limit = CS_MAX_CHANGE_EVENT - token_doc_size(src->hex);
+    size_t n = 0, fcap = 4;
+    *frags = calloc(fcap, sizeof **frags);
+    *hexes = calloc(fcap, sizeof **hexes);
     if (!*frags || !*hexes)
         abort();
-    for (size_t f = 0; f < n; f++) {
-        size_t from = starts[f], to = f + 1 < n ? starts[f + 1] : SIZE_MAX;
-        char *hex = cs_token_hex(src->pos.ts, CS_TOKEN_EVENT, src->pos.op, src->pos.inv, uuid, eid, (int32_t)f);
-        bson_t *fr = &(*frags)[f], id, se;
+    for (size_t f = 0; f < nf;) {
+        if (n == fcap) {
+            fcap *= 2;
+            *frags = realloc(*frags, fcap * sizeof **frags);
+            *hexes = realloc(*hexes, fcap * sizeof **hexes);
+            if (!*frags || !*hexes)
+                abort();
+        }
+        char *hex = cs_token_hex(src->pos.ts, CS_TOKEN_EVENT, src->pos.op, src->pos.inv, uuid, eid, (int32_t)n);
+        bson_t *fr = &(*frags)[n], id, se;
         bson_init(fr);
         BSON_APPEND_DOCUMENT_BEGIN(fr, "_id", &id);
         BSON_APPEND_UTF8(&id, "_data", hex);
         bson_append_document_end(fr, &id);
         BSON_APPEND_DOCUMENT_BEGIN(fr, "splitEvent", &se);
-        BSON_APPEND_INT32(&se, "fragment", (int32_t)f + 1);
-        BSON_APPEND_INT32(&se, "of", (int32_t)n);
+        BSON_APPEND_INT32(&se, "fragment", (int32_t)n + 1);
+        BSON_APPEND_INT32(&se, "of", 0); /* set below, once the count is known */
         bson_append_document_end(fr, &se);
-        bson_iter_init(&it, ev);
-        size_t i = 0;
-        while (bson_iter_next(&it)) {
-            if (i >= from && i < to && strcmp(bson_iter_key(&it), "_id") != 0)
-                bson_append_iter(fr, bson_iter_key(&it), -1, &it);
-            i++;
+        (*hexes)[n] = hex;
+        n++;
+        size_t size = fr->len + token_doc_size(hex);
+        do {
+            bson_append_iter(fr, fields[f].key, -1, &fields[f].it);
+            size += fields[f].size;
+        } while (++f < nf && size + fields[f].size <= limit);
+        if (size > limit) {
+            cs_error_set(err, 7182500, false,
+                         "Splitting change event failed: fragment size %zu is greater than maximum allowed fragment "
+                         "size %zu",
+                         size, limit);
+            for (size_t k = 0; k < n; k++) {
+                bson_destroy(&(*frags)[k]);
+                bson_free((*hexes)[k]);
+            }
+            free(*frags);
+            free(*hexes);
+            free(fields);
+            return 0;
         }
-        (*hexes)[f] = hex;
     }
-    free(starts);
+    free(fields);
+    /* splitEvent.of: the int32 written as 0 above, patched in place */
+    for (size_t k = 0; k < n; k++) {
+        bson_iter_t of;
+        if (bson_iter_init(&of, &(*frags)[k]) && bson_iter_find_descendant(&of, "splitEvent.of", &of))
+            bson_iter_overwrite_int32(&of, (int32_t)n);
+    }
     return n;
 }
 
@@ -1911,7 +1953,15 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
                     continue;
                 }
             }
-            if (out.len > CS_MAX_USER && s->split) {
+            if (s->split && skip_frag >= 0 && out.len <= CS_MAX_CHANGE_EVENT) {
+                /* document_source_change_stream_split_large_event.cpp, _handleResumeAfterSplit */
+                bson_destroy(&out);
+                cs_error_set(err, 280, true,
+                             "Attempted to resume from a split event fragment, but the event in the resumed stream "
+                             "was not large enough to be split");
+                return false;
+            }
+            if (out.len > CS_MAX_CHANGE_EVENT && s->split) {
                 bson_t eid;
                 const uint8_t *uuid;
                 uint8_t ub[16];
@@ -1925,6 +1975,18 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
                 bson_destroy(&out);
                 if (nf == 0)
                     return false;
+                if (skip_frag >= 0 && (size_t)skip_frag >= nf) {
+                    for (size_t f = 0; f < nf; f++) {
+                        bson_destroy(&frags[f]);
+                        bson_free(hexes[f]);
+                    }
+                    free(frags);
+                    free(hexes);
+                    cs_error_set(err, 280, true,
+                                 "Attempted to resume from a split event, but the resumed stream produced a different "
+                                 "split. Ensure that the pipeline used to resume is the same as the original");
+                    return false;
+                }
                 for (size_t f = 0; f < nf; f++) {
                     if (!stop && (int32_t)f > skip_frag) {
                         if ((batch >= 0 && n >= batch) || (n > 0 && bytes + frags[f].len > SIM_BATCH_BYTES)) {

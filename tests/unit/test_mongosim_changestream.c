@@ -777,7 +777,9 @@ START_TEST(test_large_event_split)
     ck_assert_uint_eq(b.n, 1);
     ck_assert_int_eq(int_at(&b.ev[0], "splitEvent.fragment"), 1);
     ck_assert_int_eq(int_at(&b.ev[0], "splitEvent.of"), 2);
-    ck_assert_uint_le(b.ev[0].len, 16 * 1024 * 1024);
+    ck_assert_uint_le(b.ev[0].len, 16 * 1024 * 1024 + 8 * 1024);
+    ck_assert_str_eq(str_at(&b.ev[0], "operationType"), "update");
+    ck_assert_str_eq(str_at(&b.ev[0], "ns.coll"), "c");
     char frag1[4096];
     snprintf(frag1, sizeof frag1, "%s", token_of(&b.ev[0]));
     ck_assert_str_eq(b.pbrt, frag1);
@@ -789,12 +791,30 @@ START_TEST(test_large_event_split)
     BSON_APPEND_DOCUMENT(p3, "1", sp);
     bson_destroy(sp);
     bson_destroy(p2);
+    sp = NULL;
     s = open_ok(&f, "db", "c", p3);
     next(&f, s, -1, &b);
     ck_assert(b.ok);
     ck_assert_uint_eq(b.n, 2);
     ck_assert_int_eq(int_at(&b.ev[0], "splitEvent.fragment"), 2);
+    ck_assert_int_eq(int_at(&b.ev[0], "splitEvent.of"), 2);
     ck_assert_str_eq(str_at(&b.ev[1], "operationType"), "insert");
+    /* the fields go by size, smallest first: the small ones in fragment 1, one 9 MB field in each */
+    ck_assert(!has(&b.ev[0], "operationType") && !has(&b.ev[0], "ns"));
+    char frag2[4096];
+    snprintf(frag2, sizeof frag2, "%s", token_of(&b.ev[0]));
+    batch_free(&b);
+    cs_close(s);
+    /* resume from the last fragment: the next event */
+    bson_t *p4 = pipe_cs(BCON_NEW("resumeAfter", "{", "_data", frag2, "}", "fullDocument", "updateLookup"));
+    sp = BCON_NEW("$changeStreamSplitLargeEvent", "{", "}");
+    BSON_APPEND_DOCUMENT(p4, "1", sp);
+    bson_destroy(sp);
+    s = open_ok(&f, "db", "c", p4);
+    next(&f, s, -1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 1);
+    ck_assert_str_eq(str_at(&b.ev[0], "operationType"), "insert");
     batch_free(&b);
     cs_close(s);
     fx_free(&f);
