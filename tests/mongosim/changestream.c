@@ -29,6 +29,7 @@
 #include "sim_internal.h"
 #include "update.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,10 +43,37 @@
 
 /* ================================================================ KeyString V1 */
 
+/* The KeyString bytes and its TypeBits: the BSON types the bytes alone do not tell (int32/int64/double, string or
+ * symbol), one or two bits per value packed from the low bit up (key_string.h TypeBits: kInt 0, kDouble 1, kLong 2,
+ * kNegativeZero 3 as two bits low bit first; kString 0, kSymbol 1 as one bit). */
 typedef struct {
     uint8_t *p;
     size_t len, cap;
+    uint8_t tb[CS_TYPEBITS_MAX];
+    size_t tbits;
+    bool tb_nonzero;
 } ks_buf;
+
+static void ks_tbit(ks_buf *k, int bit)
+{
+    if (k->tbits >= 8 * (CS_TYPEBITS_MAX - 1)) {
+        fprintf(stderr, "mongosim: a resume token's type bits exceed %d bytes\n", CS_TYPEBITS_MAX);
+        abort();
+    }
+    if (k->tbits % 8 == 0)
+        k->tb[k->tbits / 8] = 0;
+    if (bit) {
+        k->tb[k->tbits / 8] |= (uint8_t)(1u << (k->tbits % 8));
+        k->tb_nonzero = true;
+    }
+    k->tbits++;
+}
+
+static void ks_tnum(ks_buf *k, int code)
+{
+    ks_tbit(k, code & 1);
+    ks_tbit(k, code >> 1);
+}
 
 static void ks_put(ks_buf *k, const void *d, size_t n)
 {
@@ -182,15 +210,18 @@ static void ks_value(ks_buf *k, const bson_iter_t *it)
     switch (bson_iter_type(it)) {
     case BSON_TYPE_INT32:
         ks_int(k, bson_iter_int32(it));
+        ks_tnum(k, 0); /* kInt */
         break;
     case BSON_TYPE_INT64:
         ks_int(k, bson_iter_int64(it));
+        ks_tnum(k, 2); /* kLong */
         break;
     case BSON_TYPE_DOUBLE: {
         double d = bson_iter_double(it);
         if (d == (double)(int64_t)d && d > -9.2e18 && d < 9.2e18) {
             ks_int(k, (int64_t)d);
-        } else { /* mongosim's own encoding of a fractional double (see NOTES) */
+            ks_tnum(k, d == 0 && signbit(d) ? 3 : 1); /* kNegativeZero or kDouble */
+        } else {                                      /* mongosim's own encoding of a fractional double (see NOTES) */
             uint64_t bits;
             memcpy(&bits, &d, 8);
             ks_byte(k, d < 0 ? KS_NUM_NEG_LARGE : KS_NUM_POS_LARGE);
@@ -212,6 +243,7 @@ static void ks_value(ks_buf *k, const bson_iter_t *it)
         const char *s = bson_iter_type(it) == BSON_TYPE_UTF8 ? bson_iter_utf8(it, &len) : bson_iter_symbol(it, &len);
         ks_byte(k, KS_STRING);
         ks_cstring(k, s, len);
+        ks_tbit(k, bson_iter_type(it) == BSON_TYPE_SYMBOL); /* kString 0, kSymbol 1 */
         break;
     }
     case BSON_TYPE_DOCUMENT: {
@@ -287,17 +319,23 @@ static void ks_doc(ks_buf *k, const bson_t *doc)
 }
 
 /* resume_token.cpp ResumeToken(const ResumeTokenData&): clusterTime, version, tokenType, txnOpIndex, fromInvalidate,
- * the UUID or (v2) an explicit null, the eventIdentifier (absent on a high-water mark), fragmentNum when split;
- * _data is the uppercase hex of the KeyString (hexblob::encode). */
-char *cs_token_hex(uint64_t ts, int type, uint32_t txn_op, bool from_invalidate, const uint8_t *uuid,
-                   const bson_t *event_id, int32_t fragment)
+ * the UUID or (v2) an explicit null, the eventIdentifier (absent on a high-water mark), fragmentNum when split (each
+ * number an int32: appendNumber); _data is the uppercase hex of the KeyString (hexblob::encode), and _typeBits the
+ * TypeBits when any bit is set (BinData subtype 0), in their encoding: one byte when it holds all the bits and its
+ * high bit is clear, else a size byte 0x80 | n and n bytes (key_string.h TypeBits::getBuffer). */
+char *cs_token_make(uint64_t ts, int type, uint32_t txn_op, bool from_invalidate, const uint8_t *uuid,
+                    const bson_t *event_id, int32_t fragment, uint8_t *tb, size_t *tblen)
 {
-    ks_buf k = {0};
+    ks_buf k;
+    memset(&k, 0, sizeof k);
     ks_byte(&k, KS_TIMESTAMP);
     ks_be64(&k, ts);
     ks_int(&k, 2); /* version 2: the only version a 7.0 server makes (docs/change_streams.md) */
+    ks_tnum(&k, 0);
     ks_int(&k, type);
+    ks_tnum(&k, 0);
     ks_int(&k, txn_op);
+    ks_tnum(&k, 0);
     ks_byte(&k, from_invalidate ? KS_BOOL_TRUE : KS_BOOL_FALSE);
     if (uuid) {
         ks_byte(&k, KS_BINDATA);
@@ -311,8 +349,10 @@ char *cs_token_hex(uint64_t ts, int type, uint32_t txn_op, bool from_invalidate,
         ks_byte(&k, KS_OBJECT);
         ks_doc(&k, event_id);
     }
-    if (fragment >= 0)
+    if (fragment >= 0) {
         ks_int(&k, fragment);
+        ks_tnum(&k, 0);
+    }
     ks_byte(&k, KS_END);
     static const char hex[] = "0123456789ABCDEF";
     char *s = bson_malloc(k.len * 2 + 1);
@@ -322,7 +362,38 @@ char *cs_token_hex(uint64_t ts, int type, uint32_t txn_op, bool from_invalidate,
     }
     s[k.len * 2] = 0;
     free(k.p);
+    if (tblen) {
+        *tblen = 0;
+        if (k.tb_nonzero) {
+            size_t n = (k.tbits + 7) / 8;
+            if (n == 1 && !(k.tb[0] & 0x80)) {
+                tb[0] = k.tb[0];
+                *tblen = 1;
+            } else {
+                tb[0] = (uint8_t)(0x80 | n);
+                memcpy(tb + 1, k.tb, n);
+                *tblen = n + 1;
+            }
+        }
+    }
     return s;
+}
+
+char *cs_token_hex(uint64_t ts, int type, uint32_t txn_op, bool from_invalidate, const uint8_t *uuid,
+                   const bson_t *event_id, int32_t fragment)
+{
+    return cs_token_make(ts, type, txn_op, from_invalidate, uuid, event_id, fragment, NULL, NULL);
+}
+
+/* A token document {_data[, _typeBits]} under key. */
+static void append_token(bson_t *b, const char *key, const char *hex, const uint8_t *tb, size_t tblen)
+{
+    bson_t id;
+    BSON_APPEND_DOCUMENT_BEGIN(b, key, &id);
+    BSON_APPEND_UTF8(&id, "_data", hex);
+    if (tblen)
+        bson_append_binary(&id, "_typeBits", -1, BSON_SUBTYPE_BINARY, tb, (uint32_t)tblen);
+    bson_append_document_end(b, &id);
 }
 
 static int hexval(char c)
@@ -584,8 +655,10 @@ static int pos_cmp(const cs_pos *a, const cs_pos *b)
 
 typedef struct {
     cs_pos pos;
-    bson_t *doc; /* the whole event, _id first (heap: a bson_t may not move) */
-    char *hex;   /* its token's _data */
+    bson_t *doc;                 /* the whole event, _id first (heap: a bson_t may not move) */
+    char *hex;                   /* its token's _data */
+    uint8_t tb[CS_TYPEBITS_MAX]; /* and _typeBits (tblen 0: none) */
+    size_t tblen;
     bool closes; /* an invalidate */
 } cs_event;
 
@@ -609,6 +682,8 @@ struct cs_stream {
     char *must_hex; /* the token's _data without its fragmentNum */
     cs_pos must_pos;
     char *pbrt_hex; /* the post-batch resume token */
+    uint8_t pbrt_tb[CS_TYPEBITS_MAX];
+    size_t pbrt_tblen;
     uint64_t pbrt_ts;
     bool closed;
     uint64_t cache_seq; /* the entry whose events are cached (UINT64_MAX: none) */
@@ -658,6 +733,7 @@ static void set_pbrt_hwm(cs_stream *s, uint64_t ts)
 {
     bson_free(s->pbrt_hex);
     s->pbrt_hex = cs_token_hex(ts, CS_TOKEN_HWM, 0, false, NULL, NULL, -1);
+    s->pbrt_tblen = 0; /* a high-water mark's numbers are all int32: no type bits */
     s->pbrt_ts = ts;
 }
 
@@ -675,7 +751,8 @@ static bool get_doc(const bson_iter_t *it, bson_t *out)
 }
 
 /* A resume token document {_data: "<hex>"[, _typeBits]}. */
-static bool token_arg(const bson_iter_t *it, const char **hex, cs_token_info *info, cs_error *err)
+static bool token_arg(const bson_iter_t *it, const char **hex, cs_token_info *info, uint8_t *tb, size_t *tblen,
+                      cs_error *err)
 {
     bson_t tok;
     bson_iter_t d;
@@ -685,6 +762,20 @@ static bool token_arg(const bson_iter_t *it, const char **hex, cs_token_info *in
         return false;
     }
     *hex = bson_iter_utf8(&d, NULL);
+    *tblen = 0;
+    if (bson_iter_init_find(&d, &tok, "_typeBits")) {
+        bson_subtype_t st;
+        uint32_t len;
+        const uint8_t *data;
+        if (!BSON_ITER_HOLDS_BINARY(&d) || (bson_iter_binary(&d, &st, &len, &data), st != BSON_SUBTYPE_BINARY) ||
+            len > CS_TYPEBITS_MAX) {
+            /* resume_token.cpp: 40648 "Bad resume token: _typeBits of wrong type" */
+            cs_error_set(err, 40648, false, "Bad resume token: _typeBits of wrong type");
+            return false;
+        }
+        memcpy(tb, data, len);
+        *tblen = len;
+    }
     if (!cs_token_parse(*hex, info)) {
         /* resume_token.cpp getData(): "resume token string was not a valid hex string" (FailedToParse) and the
          * KeyString checks after it */
@@ -746,7 +837,7 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
     while (bson_iter_next(&o)) {
         const char *k = bson_iter_key(&o);
         if (!strcmp(k, "resumeAfter") || !strcmp(k, "startAfter")) {
-            if (!token_arg(&o, &resume_hex, &rt, err))
+            if (!token_arg(&o, &resume_hex, &rt, s->pbrt_tb, &s->pbrt_tblen, err))
                 goto fail;
             start_after = !strcmp(k, "startAfter");
             have_ra |= !start_after;
@@ -944,6 +1035,8 @@ typedef struct {
     int64_t txn_number;
     cs_error *err;
     bool failed;
+    uint8_t tb[CS_TYPEBITS_MAX]; /* the _typeBits of the token made last */
+    size_t tblen;
 } ev_ctx;
 
 static bool find_path(bson_iter_t *tmp, const bson_t *doc, const char *path, bson_iter_t *out)
@@ -1219,10 +1312,7 @@ static void event_head(ev_ctx *x, bson_t *ev, const char *hex, const char *op_ty
     if (to_db)
         append_ns(ev, "to", to_db, to_coll);
     event_txn(x, ev);
-    bson_t id;
-    BSON_APPEND_DOCUMENT_BEGIN(ev, "_id", &id);
-    BSON_APPEND_UTF8(&id, "_data", hex);
-    bson_append_document_end(ev, &id);
+    append_token(ev, "_id", hex, x->tb, x->tblen);
     BSON_APPEND_UTF8(ev, "operationType", op_type);
     BSON_APPEND_TIMESTAMP(ev, "clusterTime", OPLOG_TS_SECS(x->ts), OPLOG_TS_INC(x->ts));
     if (x->s->expanded && uuid)
@@ -1234,6 +1324,8 @@ static void event_head(ev_ctx *x, bson_t *ev, const char *hex, const char *op_ty
 static void push_event(ev_ctx *x, uint32_t op_index, bool inv, bson_t *ev, char *hex, bool closes)
 {
     cs_event e = {.pos = {x->ts, op_index, inv, -1}, .hex = hex, .closes = closes};
+    memcpy(e.tb, x->tb, x->tblen);
+    e.tblen = x->tblen;
     e.doc = bson_copy(ev);
     bson_reinit(ev); /* the caller still destroys it */
     cache_push(x->s, &e);
@@ -1243,12 +1335,9 @@ static void push_event(ev_ctx *x, uint32_t op_index, bool inv, bson_t *ev, char 
  * token as the event that caused it, with fromInvalidate true (document_source_change_stream_check_invalidate.cpp). */
 static void push_invalidate(ev_ctx *x, uint32_t op_index, const uint8_t *uuid, const bson_t *eid)
 {
-    char *hex = cs_token_hex(x->ts, CS_TOKEN_EVENT, op_index, true, uuid, eid, -1);
+    char *hex = cs_token_make(x->ts, CS_TOKEN_EVENT, op_index, true, uuid, eid, -1, x->tb, &x->tblen);
     bson_t ev = BSON_INITIALIZER;
-    bson_t id;
-    BSON_APPEND_DOCUMENT_BEGIN(&ev, "_id", &id);
-    BSON_APPEND_UTF8(&id, "_data", hex);
-    bson_append_document_end(&ev, &id);
+    append_token(&ev, "_id", hex, x->tb, x->tblen);
     BSON_APPEND_UTF8(&ev, "operationType", "invalidate");
     BSON_APPEND_TIMESTAMP(&ev, "clusterTime", OPLOG_TS_SECS(x->ts), OPLOG_TS_INC(x->ts));
     if (x->has_wall)
@@ -1337,7 +1426,7 @@ static void crud_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
     }
     bson_t eid;
     make_eid(&eid, type, "documentKey", &key);
-    char *hex = cs_token_hex(x->ts, CS_TOKEN_EVENT, op_index, false, uuid, &eid, -1);
+    char *hex = cs_token_make(x->ts, CS_TOKEN_EVENT, op_index, false, uuid, &eid, -1, x->tb, &x->tblen);
     bson_destroy(&eid);
     bson_t ev = BSON_INITIALIZER;
     event_head(x, &ev, hex, type, uuid, NULL, NULL);
@@ -1511,7 +1600,7 @@ static void ddl_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
         goto done;
     }
     make_eid(&eid, type, "operationDescription", has_desc ? &desc : NULL);
-    char *hex = cs_token_hex(x->ts, CS_TOKEN_EVENT, op_index, false, uuid, &eid, -1);
+    char *hex = cs_token_make(x->ts, CS_TOKEN_EVENT, op_index, false, uuid, &eid, -1, x->tb, &x->tblen);
     /* the top-level `to` predates operationDescription (5.3) and is kept */
     bool rename = !strcmp(type, "rename");
     event_head(x, &ev, hex, type, uuid, rename ? to_db : NULL, rename ? to_coll : NULL);
@@ -1820,12 +1909,13 @@ static size_t split_event(const bson_t *ev, const cs_event *src, const bson_t *e
             if (!*frags || !*hexes)
                 abort();
         }
-        char *hex = cs_token_hex(src->pos.ts, CS_TOKEN_EVENT, src->pos.op, src->pos.inv, uuid, eid, (int32_t)n);
-        bson_t *fr = &(*frags)[n], id, se;
+        uint8_t tb[CS_TYPEBITS_MAX];
+        size_t tblen;
+        char *hex =
+            cs_token_make(src->pos.ts, CS_TOKEN_EVENT, src->pos.op, src->pos.inv, uuid, eid, (int32_t)n, tb, &tblen);
+        bson_t *fr = &(*frags)[n], se;
         bson_init(fr);
-        BSON_APPEND_DOCUMENT_BEGIN(fr, "_id", &id);
-        BSON_APPEND_UTF8(&id, "_data", hex);
-        bson_append_document_end(fr, &id);
+        append_token(fr, "_id", hex, tb, tblen);
         BSON_APPEND_DOCUMENT_BEGIN(fr, "splitEvent", &se);
         BSON_APPEND_INT32(&se, "fragment", (int32_t)n + 1);
         BSON_APPEND_INT32(&se, "of", 0); /* set below, once the count is known */
@@ -1890,10 +1980,24 @@ static void append_event(bson_t *events, uint32_t *key, const bson_t *doc)
     BSON_APPEND_DOCUMENT(events, k, doc);
 }
 
-static void set_pbrt(cs_stream *s, const char *hex, uint64_t ts)
+/* The post-batch token becomes the _id of a returned event (or fragment). */
+static void set_pbrt(cs_stream *s, const bson_t *ev, uint64_t ts)
 {
+    bson_iter_t it, f;
     bson_free(s->pbrt_hex);
-    s->pbrt_hex = bson_strdup(hex);
+    s->pbrt_hex = bson_strdup(
+        bson_iter_init(&it, ev) && bson_iter_find_descendant(&it, "_id._data", &f) ? bson_iter_utf8(&f, NULL) : "");
+    s->pbrt_tblen = 0;
+    if (bson_iter_init(&it, ev) && bson_iter_find_descendant(&it, "_id._typeBits", &f) && BSON_ITER_HOLDS_BINARY(&f)) {
+        bson_subtype_t st;
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_binary(&f, &st, &len, &data);
+        if (len <= CS_TYPEBITS_MAX) {
+            memcpy(s->pbrt_tb, data, len);
+            s->pbrt_tblen = len;
+        }
+    }
     s->pbrt_ts = ts;
 }
 
@@ -1998,7 +2102,7 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
                             s->last = ev->pos;
                             s->last.frag = (int32_t)f;
                             s->have_last = true;
-                            set_pbrt(s, hexes[f], ev->pos.ts);
+                            set_pbrt(s, &frags[f], ev->pos.ts);
                         }
                     }
                     bson_destroy(&frags[f]);
@@ -2037,7 +2141,7 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
             bson_destroy(&out);
             s->last = ev->pos;
             s->have_last = true;
-            set_pbrt(s, ev->hex, ev->pos.ts);
+            set_pbrt(s, ev->doc, ev->pos.ts);
             if (ev->closes) {
                 s->closed = true;
                 stop = true;
@@ -2054,6 +2158,8 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
     }
     *closed = s->closed;
     BSON_APPEND_UTF8(pbrt, "_data", s->pbrt_hex);
+    if (s->pbrt_tblen)
+        bson_append_binary(pbrt, "_typeBits", -1, BSON_SUBTYPE_BINARY, s->pbrt_tb, (uint32_t)s->pbrt_tblen);
     return true;
 }
 

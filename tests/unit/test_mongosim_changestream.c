@@ -264,6 +264,37 @@ START_TEST(test_token_fields_read_back)
 }
 END_TEST
 
+/* _typeBits: one or two bits per value, packed from the low bit (key_string.h TypeBits). The layout is the one a
+ * real 4.4 server printed for a v1 token of documentKey {_id: 2} (a double from the shell): _typeBits
+ * BinData(0, "40") after three int32s, i.e. bits 0-5 zero and the double's kDouble (1, then 0) at bits 6 and 7
+ * (quoted in a public tutorial on change-stream pre-images, found by the search tool; the v1 _data was
+ * 825F103409000000042B022C0100296E5A10044912D5BB665545B48DDAD38FCD774270461E5F6964002B040004). A v2 token has the
+ * operationType string's bit (0) before the documentKey, so the double's bits move to 7 and 8. */
+START_TEST(test_token_type_bits)
+{
+    uint8_t tb[CS_TYPEBITS_MAX];
+    size_t n;
+    bson_t *eid = BCON_NEW("operationType", "update", "documentKey", "{", "_id", BCON_DOUBLE(2.0), "}");
+    char *hex = cs_token_make(OPLOG_TS(1, 1), CS_TOKEN_EVENT, 0, false, UUID_A, eid, -1, tb, &n);
+    ck_assert_uint_eq(n, 3);
+    ck_assert(tb[0] == 0x82 && tb[1] == 0x80 && tb[2] == 0x00);
+    char *hex_int = cs_token_hex(OPLOG_TS(1, 1), CS_TOKEN_EVENT, 0, false, UUID_A, eid, -1);
+    ck_assert_str_eq(hex, hex_int); /* the bytes do not tell a double 2 from an int 2: only the type bits do */
+    bson_free(hex);
+    bson_free(hex_int);
+    bson_destroy(eid);
+    eid = BCON_NEW("operationType", "insert", "documentKey", "{", "_id", BCON_INT64(7), "}");
+    bson_free(cs_token_make(OPLOG_TS(1, 1), CS_TOKEN_EVENT, 0, false, UUID_A, eid, -1, tb, &n));
+    ck_assert_uint_eq(n, 3);
+    ck_assert(tb[0] == 0x82 && tb[1] == 0x00 && tb[2] == 0x01); /* kLong: 0, then 1 */
+    bson_destroy(eid);
+    eid = BCON_NEW("operationType", "insert", "documentKey", "{", "_id", BCON_INT32(7), "}");
+    bson_free(cs_token_make(OPLOG_TS(1, 1), CS_TOKEN_EVENT, 0, false, UUID_A, eid, -1, tb, &n));
+    ck_assert_uint_eq(n, 0); /* all zero: no _typeBits */
+    bson_destroy(eid);
+}
+END_TEST
+
 /* ---- events ---- */
 
 START_TEST(test_crud_events)
@@ -315,7 +346,20 @@ START_TEST(test_crud_events)
     ck_assert_int_eq(int_at(&b.ev[2], "fullDocument.x"), 99);
     ck_assert_str_eq(str_at(&b.ev[3], "operationType"), "delete");
     ck_assert(!has(&b.ev[3], "fullDocument"));
+    ck_assert(!has(&b.ev[3], "_id._typeBits"));
     batch_free(&b);
+    /* an int64 _id: the event's _id and the PBRT carry _typeBits */
+    put(&f, BCON_NEW("op", "d", "ns", "db.c", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
+                     BCON_INT64(5), "}"));
+    cs_env env = env_of(&f);
+    bson_t events = BSON_INITIALIZER, pbrt = BSON_INITIALIZER;
+    bool closed;
+    cs_error err;
+    ck_assert(cs_next_batch(s, &env, -1, &events, &pbrt, &closed, &err));
+    ck_assert(has(&events, "0._id._typeBits"));
+    ck_assert(has(&pbrt, "_typeBits"));
+    bson_destroy(&events);
+    bson_destroy(&pbrt);
     cs_close(s);
     fx_free(&f);
 }
@@ -828,6 +872,7 @@ Suite *mongosim_changestream_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_token_bytes_match_real_server);
     tcase_add_test(tc, test_token_fields_read_back);
+    tcase_add_test(tc, test_token_type_bits);
     tcase_add_test(tc, test_crud_events);
     tcase_add_test(tc, test_transactions_unwound);
     tcase_add_test(tc, test_match_stage);
