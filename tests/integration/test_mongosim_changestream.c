@@ -406,6 +406,88 @@ START_TEST(test_history_lost_is_286)
 }
 END_TEST
 
+START_TEST(test_driver_resumes_after_network_error)
+{
+    mongoc_client_t *c = client_new();
+    if (!oplogutil_is_mongosim(c)) {
+        mongoc_client_destroy(c);
+        SKIP_TEST("needs mongosim's test commands (mongosimDropConnections)");
+    }
+    fresh_collection(c, "nr");
+    mongoc_collection_t *coll = mongoc_client_get_collection(c, CS_DB, "nr");
+    bson_t *opts = BCON_NEW("maxAwaitTimeMS", BCON_INT32(300));
+    mongoc_change_stream_t *cs = mongoc_collection_watch(coll, &empty_pipeline, opts);
+    const bson_t *ev;
+    ck_assert(!mongoc_change_stream_next(cs, &ev));
+    insert(c, "nr", 1);
+    ck_assert(next_event(cs, 30, &ev));
+    ck_assert_int_eq(int_at(ev, "documentKey._id"), 1);
+    /* every connection closed: libmongoc resumes from its cached token (the driver spec's resume), and the stream
+     * goes on with the next event, not the one already seen */
+    mongoc_client_t *other = client_new();
+    command_ok(other, "admin", BCON_NEW("mongosimDropConnections", BCON_INT32(1)), NULL);
+    mongoc_client_destroy(other);
+    insert(c, "nr", 2);
+    insert(c, "nr", 3);
+    ck_assert(next_event(cs, 30, &ev));
+    ck_assert_int_eq(int_at(ev, "documentKey._id"), 2);
+    ck_assert(next_event(cs, 30, &ev));
+    ck_assert_int_eq(int_at(ev, "documentKey._id"), 3);
+    mongoc_change_stream_destroy(cs);
+    bson_destroy(opts);
+    mongoc_collection_destroy(coll);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_rename_invalidates_collection_stream)
+{
+    mongoc_client_t *c = client_new();
+    fresh_collection(c, "rn");
+    fresh_collection(c, "rn2");
+    insert(c, "rn", 1);
+    bson_t *cmd = BCON_NEW("aggregate", "rn", "pipeline", "[", "{", "$changeStream", "{", "showExpandedEvents",
+                           BCON_BOOL(true), "}", "}", "]", "cursor", "{", "}");
+    bson_t reply;
+    bson_error_t err;
+    ck_assert_msg(mongoc_client_read_command_with_opts(c, CS_DB, cmd, NULL, NULL, &reply, &err), "%s", err.message);
+    bson_destroy(cmd);
+    raw_cursor rc;
+    read_cursor(&reply, &rc, "firstBatch");
+    bson_destroy(&reply);
+    bson_destroy(&rc.batch);
+    ck_assert_str_eq(rc.ns, CS_DB ".rn");
+    command_ok(c, "admin", BCON_NEW("renameCollection", CS_DB ".rn", "to", CS_DB ".rn2", "dropTarget", BCON_BOOL(true)),
+               NULL);
+    raw_cursor more;
+    bool renamed = false, invalidated = false;
+    double until = now_s() + 30;
+    int64_t id = rc.id;
+    while (!invalidated && now_s() < until) {
+        get_more(c, "rn", id, 1000, &more);
+        for (int i = 0; i < count_docs(&more.batch); i++) {
+            bson_t ev;
+            ck_assert(batch_doc(&more.batch, i, &ev));
+            const char *t = str_at(&ev, "operationType");
+            if (!strcmp(t, "rename")) {
+                renamed = true;
+                ck_assert_str_eq(str_at(&ev, "to.coll"), "rn2");
+                ck_assert_str_eq(str_at(&ev, "operationDescription.to.coll"), "rn2");
+            } else if (!strcmp(t, "invalidate")) {
+                invalidated = true;
+                ck_assert_int_eq(more.id, 0); /* the cursor closes with the invalidate */
+            }
+        }
+        bson_destroy(&more.batch);
+        id = more.id;
+        if (id == 0)
+            break;
+    }
+    ck_assert(renamed && invalidated);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
 Suite *mongosim_changestream_it_suite(void)
 {
     Suite *s = suite_create("mongosim_changestream_it");
@@ -415,6 +497,8 @@ Suite *mongosim_changestream_it_suite(void)
     tcase_add_test(tc, test_client_watch_transaction);
     tcase_add_test(tc, test_raw_aggregate_expanded_and_raw_update);
     tcase_add_test(tc, test_history_lost_is_286);
+    tcase_add_test(tc, test_driver_resumes_after_network_error);
+    tcase_add_test(tc, test_rename_invalidates_collection_stream);
     suite_add_tcase(s, tc);
     return s;
 }
