@@ -1374,6 +1374,64 @@ static void make_eid(bson_t *eid, const char *op_type, const char *field, const 
         BSON_APPEND_DOCUMENT(eid, field, val);
 }
 
+/* A write to db.system.views on a database or cluster stream with showExpandedEvents: the view's create (nsType
+ * "view", or "timeseries" when viewOn is a system.buckets collection), modify or drop
+ * (change_stream_event_transform.cpp, ChangeStreamViewDefinitionEventTransformation: o._id is the view's namespace,
+ * operationDescription is o without _id; no collectionUUID; the token has the system.views UUID). */
+static void desc_from(const bson_t *o, const char *skip1, const char *skip2, bson_t *out);
+
+static void view_event(ev_ctx *x, const bson_t *op, const char *opc, uint32_t op_index)
+{
+    bson_iter_t it;
+    bson_t o;
+    const uint8_t *uuid = NULL;
+    uint32_t ulen;
+    bson_subtype_t st;
+    if (!bson_iter_init_find(&it, op, "o") || !get_doc(&it, &o))
+        return;
+    if (bson_iter_init_find(&it, op, "ui") && BSON_ITER_HOLDS_BINARY(&it)) {
+        bson_iter_binary(&it, &st, &ulen, &uuid);
+        if (ulen != 16)
+            uuid = NULL;
+    }
+    const char *view_ns =
+        bson_iter_init_find(&it, &o, "_id") && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
+    char vdb[128];
+    const char *vcoll;
+    if (!view_ns || !split_ns(view_ns, vdb, sizeof vdb, &vcoll))
+        return;
+    const char *type = !strcmp(opc, "i") ? "create" : !strcmp(opc, "u") ? "modify" : "drop";
+    bson_t desc;
+    bool has_desc = strcmp(type, "drop") != 0;
+    const char *ns_type = NULL;
+    if (has_desc) {
+        desc_from(&o, "_id", NULL, &desc);
+        if (!strcmp(type, "create")) {
+            const char *on =
+                bson_iter_init_find(&it, &o, "viewOn") && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : "";
+            ns_type = !strncmp(on, "system.buckets.", 15) ? "timeseries" : "view";
+        }
+    }
+    bson_t eid, ev = BSON_INITIALIZER;
+    make_eid(&eid, type, "operationDescription", has_desc ? &desc : NULL);
+    char *hex = cs_token_make(x->ts, CS_TOKEN_EVENT, op_index, false, uuid, &eid, -1, x->tb, &x->tblen);
+    bson_destroy(&eid);
+    append_token(&ev, "_id", hex, x->tb, x->tblen);
+    BSON_APPEND_UTF8(&ev, "operationType", type);
+    BSON_APPEND_TIMESTAMP(&ev, "clusterTime", OPLOG_TS_SECS(x->ts), OPLOG_TS_INC(x->ts));
+    if (x->has_wall)
+        BSON_APPEND_DATE_TIME(&ev, "wallTime", x->wall);
+    append_ns(&ev, "ns", vdb, vcoll);
+    if (has_desc)
+        BSON_APPEND_DOCUMENT(&ev, "operationDescription", &desc);
+    if (ns_type)
+        BSON_APPEND_UTF8(&ev, "nsType", ns_type);
+    push_event(x, op_index, false, &ev, hex, false);
+    bson_destroy(&ev);
+    if (has_desc)
+        bson_destroy(&desc);
+}
+
 static void crud_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
 {
     bson_iter_t it;
@@ -1381,7 +1439,14 @@ static void crud_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
     const char *ns = bson_iter_init_find(&it, op, "ns") && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : "";
     char db[128];
     const char *coll;
-    if (!split_ns(ns, db, sizeof db, &coll) || !ns_wanted(x->s, db, coll))
+    if (!split_ns(ns, db, sizeof db, &coll))
+        return;
+    /* system.views on database and cluster streams, with showExpandedEvents (getViewNsRegexForChangeStream) */
+    if (!strcmp(coll, "system.views") && x->s->expanded && x->s->kind != CS_COLL && ns_wanted(x->s, db, NULL)) {
+        view_event(x, op, opc, op_index);
+        return;
+    }
+    if (!ns_wanted(x->s, db, coll))
         return;
     /* fromMigrate entries (a chunk migration's copies and deletions) are hidden unless showMigrationEvents. */
     if (bson_iter_init_find(&it, op, "fromMigrate") && bson_iter_as_bool(&it))

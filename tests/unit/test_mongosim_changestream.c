@@ -656,6 +656,42 @@ START_TEST(test_drop_invalidates)
 }
 END_TEST
 
+START_TEST(test_view_events)
+{
+    fixture f;
+    fx_init(&f);
+    cs_stream *exp = open_ok(
+        &f, "db", NULL,
+        pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "showExpandedEvents", BCON_BOOL(true))));
+    cs_stream *plain = open_ok(&f, "db", NULL, pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1))));
+    put(&f, BCON_NEW("op", "i", "ns", "db.system.views", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
+                     "db.v", "viewOn", "c", "pipeline", "[", "]", "}"));
+    put(&f, BCON_NEW("op", "i", "ns", "db.system.views", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
+                     "db.ts", "viewOn", "system.buckets.ts", "pipeline", "[", "]", "}"));
+    put(&f, BCON_NEW("op", "d", "ns", "db.system.views", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
+                     "db.v", "}"));
+    batch_t b;
+    next(&f, exp, -1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 3);
+    ck_assert_str_eq(str_at(&b.ev[0], "operationType"), "create");
+    ck_assert_str_eq(str_at(&b.ev[0], "ns.coll"), "v");
+    ck_assert_str_eq(str_at(&b.ev[0], "nsType"), "view");
+    ck_assert_str_eq(str_at(&b.ev[0], "operationDescription.viewOn"), "c");
+    ck_assert(!has(&b.ev[0], "collectionUUID") && !has(&b.ev[0], "operationDescription._id"));
+    ck_assert_str_eq(str_at(&b.ev[1], "nsType"), "timeseries");
+    ck_assert_str_eq(str_at(&b.ev[2], "operationType"), "drop");
+    ck_assert_str_eq(str_at(&b.ev[2], "ns.coll"), "v");
+    batch_free(&b);
+    next(&f, plain, -1, &b); /* without showExpandedEvents: nothing from system.views */
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 0);
+    cs_close(exp);
+    cs_close(plain);
+    fx_free(&f);
+}
+END_TEST
+
 /* ---- options ---- */
 
 static void noemit(void *ctx, const bson_t *body)
@@ -878,6 +914,7 @@ Suite *mongosim_changestream_suite(void)
     tcase_add_test(tc, test_match_stage);
     tcase_add_test(tc, test_pbrt_and_resume);
     tcase_add_test(tc, test_drop_invalidates);
+    tcase_add_test(tc, test_view_events);
     tcase_add_test(tc, test_full_document_options);
     tcase_add_test(tc, test_large_event_split);
     suite_add_tcase(s, tc);
