@@ -2387,9 +2387,9 @@ void cs_cmd_aggregate(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
     }
     if (bson_iter_recurse(&cu, &bs) && bson_iter_find(&bs, "batchSize") && BSON_ITER_HOLDS_NUMBER(&bs))
         batch = bson_iter_as_int64(&bs);
-    /* A change stream reads majority-committed data: readConcern other than majority (or none) is refused
-     * (document_source_change_stream.cpp assertValidReadConcern: 'local' is allowed too in 7.0 and treated as
-     * majority; mongosim accepts local and majority). */
+    /* A change stream reads majority-committed data; the specification's drivers send readConcern majority or
+     * none (mongodb/specifications change-streams.md). mongosim refuses other levels with a message of its own
+     * (the server's exact check is not modelled) and always reads the majority commit point. */
     bson_iter_t rct, rc;
     if (find_path(&rct, cmd, "readConcern.level", &rc) && BSON_ITER_HOLDS_UTF8(&rc)) {
         const char *lvl = bson_iter_utf8(&rc, NULL);
@@ -2428,7 +2428,7 @@ void cs_cmd_aggregate(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
 void cs_cmd_get_more(sim_server *srv, sim_reply *r, const bson_t *cmd, int64_t id)
 {
     cs_cursor *cur = cs_find(srv, id);
-    int64_t batch = -1, max_time = 1000; /* an awaitData getMore without maxTimeMS waits 1 s on a server */
+    int64_t batch = -1, max_time = 1000; /* without maxTimeMS: 1 s, as mongosim's oplog getMore (commands.c) */
     bson_iter_t it;
     if (bson_iter_init_find(&it, cmd, "batchSize") && BSON_ITER_HOLDS_NUMBER(&it))
         batch = bson_iter_as_int64(&it) > 0 ? bson_iter_as_int64(&it) : -1; /* getMore batchSize 0: no bound */
