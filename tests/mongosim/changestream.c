@@ -2279,8 +2279,11 @@ static void env_of(sim_server *srv, cs_env *env)
     env->visible_end = srv->maj_frozen ? oplog_seek(srv->oplog, srv->maj_ts, false) : oplog_end_seq(srv->oplog);
 }
 
-/* An error reply with the change-stream labels the server adds (error_labels.cpp: NonResumableChangeStreamError
- * for ChangeStreamFatalError 280 and ChangeStreamHistoryLost 286). */
+/* An error reply with the change-stream labels the server adds (error_labels.cpp, ErrorLabelBuilder):
+ * NonResumableChangeStreamError for the codes of that category (error_codes.yml: ChangeStreamFatalError 280 and
+ * ChangeStreamHistoryLost 286); ResumableChangeStreamError for a retriable or network error of a change stream's
+ * aggregate or getMore (isResumableChangeStreamError; among mongosim's errors, 10107 NotWritablePrimary and 11602
+ * InterruptedDueToReplStateChange). */
 static void cs_reply_error(sim_reply *r, const cs_error *err)
 {
     bson_t doc = BSON_INITIALIZER;
@@ -2298,15 +2301,18 @@ static void cs_reply_error(sim_reply *r, const cs_error *err)
                        : err->code == 260   ? "InvalidResumeToken"
                                             : sim_code_name(err->code);
     BSON_APPEND_UTF8(&doc, "codeName", name);
-    if (err->nonresumable) {
+    bool resumable = err->code == 10107 || err->code == 11602;
+    if (err->nonresumable || resumable) {
         bson_t labels;
         BSON_APPEND_ARRAY_BEGIN(&doc, "errorLabels", &labels);
-        BSON_APPEND_UTF8(&labels, "0", "NonResumableChangeStreamError");
+        BSON_APPEND_UTF8(&labels, "0", resumable ? "ResumableChangeStreamError" : "NonResumableChangeStreamError");
         bson_append_array_end(&doc, &labels);
     }
     reply_bson(r, &doc);
     bson_destroy(&doc);
 }
+
+static const cs_error stepped_down_error = {11602, false, "operation was interrupted because the node stepped down"};
 
 /* {cursor: {firstBatch|nextBatch, postBatchResumeToken, id, ns}, ok: 1} */
 static void cs_reply_batch(sim_reply *r, cs_cursor *cur, bool first, const bson_t *events, const bson_t *pbrt,
@@ -2365,7 +2371,9 @@ void cs_cmd_aggregate(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
         return;
     }
     if (srv->stepped_down) {
-        reply_error(r, 10107, "not primary");
+        cs_error e = {.code = 10107};
+        snprintf(e.msg, sizeof e.msg, "not primary");
+        cs_reply_error(r, &e);
         return;
     }
     bson_t pipeline;
@@ -2436,7 +2444,7 @@ void cs_cmd_get_more(sim_server *srv, sim_reply *r, const bson_t *cmd, int64_t i
         max_time = bson_iter_as_int64(&it);
     if (srv->stepped_down) {
         cs_cursor_free(srv, cur);
-        reply_error(r, 11602, "operation was interrupted because the node stepped down");
+        cs_reply_error(r, &stepped_down_error);
         return;
     }
     if (cs_answer(srv, r, cur, false, batch, max_time > 0 && !r->no_reply))
@@ -2459,7 +2467,7 @@ bool cs_parked_try(sim_server *srv, sim_conn *c, bool timeout)
     }
     if (srv->stepped_down) {
         cs_cursor_free(srv, cur);
-        reply_error(&r, 11602, "operation was interrupted because the node stepped down");
+        cs_reply_error(&r, &stepped_down_error);
         return true;
     }
     return cs_answer(srv, &r, cur, false, c->park_batch, !timeout);
