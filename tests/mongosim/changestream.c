@@ -1099,57 +1099,87 @@ typedef struct {
 typedef struct {
     bson_t updated, removed, truncated, disamb;
     uint32_t nremoved, ntruncated;
-    path_part parts[128];
+    path_part parts[130];
     int depth;
 } diff_out;
 
-static void path_join(const diff_out *d, const char *last, bool last_index, char *out, size_t sz, bool *ambiguous)
+/* isNumericPathComponentStrict (field_ref.cpp): digits only, and no leading zero unless it is "0". */
+static bool numeric_strict(const char *p)
+{
+    if (!*p || (p[0] == '0' && p[1]))
+        return false;
+    for (; *p; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    return true;
+}
+
+/* The current path (parts[0..depth)) joined with dots; *ambiguous when a field name in it, other than an array
+ * index, contains a dot or (past the first part) is numeric: DeltaUpdateDescriptionBuilder::_appendFieldToPath. */
+static void path_join(const diff_out *d, char *out, size_t sz, bool *ambiguous)
 {
     size_t n = 0;
     *ambiguous = false;
     out[0] = 0;
-    for (int i = 0; i <= d->depth; i++) {
-        const char *p = i < d->depth ? d->parts[i].name : last;
-        bool idx = i < d->depth ? d->parts[i].index : last_index;
-        if (!idx) {
-            /* A field name with a dot, or one made of digits only, reads as another path once joined: such a path
-             * is listed in disambiguatedPaths (change_stream_document_diff_parser.cpp). */
-            bool digits = *p != 0;
-            for (const char *q = p; *q; q++)
-                digits = digits && *q >= '0' && *q <= '9';
-            if (strchr(p, '.') || digits)
-                *ambiguous = true;
-        }
-        n += (size_t)snprintf(out + n, n < sz ? sz - n : 0, "%s%s", i ? "." : "", p);
+    for (int i = 0; i < d->depth; i++) {
+        const path_part *p = &d->parts[i];
+        if (!p->index && ((i > 0 && numeric_strict(p->name)) || strchr(p->name, '.')))
+            *ambiguous = true;
+        n += (size_t)snprintf(out + n, n < sz ? sz - n : 0, "%s%s", i ? "." : "", p->name);
     }
 }
 
-static void add_disamb(diff_out *d, const char *dotted, const char *last, bool last_index)
+/* disambiguatedPaths[path] = the parts, array indices as ints, field names as strings. */
+static void add_disamb(diff_out *d, const char *dotted)
 {
     bson_t arr;
     char kb[16];
     const char *k;
     BSON_APPEND_ARRAY_BEGIN(&d->disamb, dotted, &arr);
-    for (int i = 0; i <= d->depth; i++) {
-        const char *p = i < d->depth ? d->parts[i].name : last;
-        bool idx = i < d->depth ? d->parts[i].index : last_index;
+    for (int i = 0; i < d->depth; i++) {
         bson_uint32_to_string((uint32_t)i, &k, kb, sizeof kb);
-        if (idx)
-            BSON_APPEND_INT32(&arr, k, atoi(p));
+        if (d->parts[i].index)
+            BSON_APPEND_INT32(&arr, k, atoi(d->parts[i].name));
         else
-            BSON_APPEND_UTF8(&arr, k, p);
+            BSON_APPEND_UTF8(&arr, k, d->parts[i].name);
     }
     bson_append_array_end(&d->disamb, &arr);
+}
+
+static bool path_push(diff_out *d, const char *name, bool index)
+{
+    if (d->depth >= 128)
+        return false;
+    d->parts[d->depth++] = (path_part){name, index};
+    return true;
 }
 
 static void diff_updated(diff_out *d, const char *name, bool index, const bson_iter_t *v)
 {
     char path[4096];
     bool amb;
-    path_join(d, name, index, path, sizeof path, &amb);
+    if (!path_push(d, name, index))
+        return;
+    path_join(d, path, sizeof path, &amb);
     bson_append_iter(&d->updated, path, -1, v);
     if (amb)
-        add_disamb(d, path, name, index);
+        add_disamb(d, path);
+    d->depth--;
+}
+
+static void diff_removed(diff_out *d, const char *name)
+{
+    char path[4096], kb[16];
+    const char *key;
+    bool amb;
+    if (!path_push(d, name, false))
+        return;
+    path_join(d, path, sizeof path, &amb);
+    bson_uint32_to_string(d->nremoved++, &key, kb, sizeof kb);
+    BSON_APPEND_UTF8(&d->removed, key, path);
+    if (amb)
+        add_disamb(d, path);
+    d->depth--;
 }
 
 static void diff_walk(diff_out *d, const bson_t *diff, bool array);
@@ -1157,66 +1187,60 @@ static void diff_walk(diff_out *d, const bson_t *diff, bool array);
 static void diff_sub(diff_out *d, const char *name, bool index, const bson_iter_t *v)
 {
     bson_t sub;
-    if (!get_doc(v, &sub) || d->depth >= 127)
+    if (!get_doc(v, &sub) || !path_push(d, name, index))
         return;
     bson_iter_t a;
     bool arr = bson_iter_init_find(&a, &sub, "a") && bson_iter_as_bool(&a);
-    d->parts[d->depth++] = (path_part){name, index};
     diff_walk(d, &sub, arr);
     d->depth--;
 }
 
-/* A $v:2 document diff: d (removed), u and i (updated), s<field> (sub-diffs); an array diff (a: true): l (the new
- * length: truncatedArrays), u<N> (updated "arr.N"), s<N> (sub-diffs). Binary diffs (b) of time-series buckets are
- * not logged by mongosim. */
+/* A $v:2 document diff, as buildUpdateDescriptionWithDeltaOplog reads it: the u (updated) then i (inserted) fields
+ * into updatedFields, the d fields into removedFields, then each s<field> sub-diff; an array diff (a: true): its
+ * new length l into truncatedArrays, then u<N> ("arr.N" into updatedFields) and s<N> sub-diffs in their order.
+ * Binary diffs (b) of time-series buckets are not logged by mongosim. */
 static void diff_walk(diff_out *d, const bson_t *diff, bool array)
 {
-    bson_iter_t it;
+    bson_iter_t it, f;
+    if (array) {
+        char path[4096], kb[16];
+        const char *key;
+        bool amb;
+        if (bson_iter_init_find(&it, diff, "l")) {
+            path_join(d, path, sizeof path, &amb);
+            bson_t t;
+            bson_uint32_to_string(d->ntruncated++, &key, kb, sizeof kb);
+            BSON_APPEND_DOCUMENT_BEGIN(&d->truncated, key, &t);
+            BSON_APPEND_UTF8(&t, "field", path);
+            BSON_APPEND_INT32(&t, "newSize", (int32_t)bson_iter_as_int64(&it));
+            bson_append_document_end(&d->truncated, &t);
+            if (amb)
+                add_disamb(d, path);
+        }
+        bson_iter_init(&it, diff);
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            if (k[0] == 'u' && k[1])
+                diff_updated(d, k + 1, true, &it);
+            else if (k[0] == 's' && k[1])
+                diff_sub(d, k + 1, true, &it);
+        }
+        return;
+    }
+    static const char *const upd[] = {"u", "i"};
+    for (int pass = 0; pass < 2; pass++) {
+        if (bson_iter_init_find(&it, diff, upd[pass]) && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f))
+            while (bson_iter_next(&f))
+                diff_updated(d, bson_iter_key(&f), false, &f);
+    }
+    if (bson_iter_init_find(&it, diff, "d") && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f))
+        while (bson_iter_next(&f))
+            diff_removed(d, bson_iter_key(&f));
     bson_iter_init(&it, diff);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        if (array) {
-            if (!strcmp(k, "a"))
-                continue;
-            if (!strcmp(k, "l")) {
-                char path[4096], kb[16];
-                const char *key;
-                bool amb;
-                path_join(d, "", false, path, sizeof path, &amb);
-                path[strlen(path) ? strlen(path) - 1 : 0] = 0; /* drop the trailing "." of the empty last part */
-                bson_t t;
-                bson_uint32_to_string(d->ntruncated++, &key, kb, sizeof kb);
-                BSON_APPEND_DOCUMENT_BEGIN(&d->truncated, key, &t);
-                BSON_APPEND_UTF8(&t, "field", path);
-                BSON_APPEND_INT32(&t, "newSize", (int32_t)bson_iter_as_int64(&it));
-                bson_append_document_end(&d->truncated, &t);
-            } else if (k[0] == 'u') {
-                diff_updated(d, k + 1, true, &it);
-            } else if (k[0] == 's') {
-                diff_sub(d, k + 1, true, &it);
-            }
-            continue;
-        }
-        bson_iter_t f;
-        if ((!strcmp(k, "u") || !strcmp(k, "i")) && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            bson_iter_recurse(&it, &f);
-            while (bson_iter_next(&f))
-                diff_updated(d, bson_iter_key(&f), false, &f);
-        } else if (!strcmp(k, "d") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            bson_iter_recurse(&it, &f);
-            while (bson_iter_next(&f)) {
-                char path[4096], kb[16];
-                const char *key;
-                bool amb;
-                path_join(d, bson_iter_key(&f), false, path, sizeof path, &amb);
-                bson_uint32_to_string(d->nremoved++, &key, kb, sizeof kb);
-                BSON_APPEND_UTF8(&d->removed, key, path);
-                if (amb)
-                    add_disamb(d, path, bson_iter_key(&f), false);
-            }
-        } else if (k[0] == 's' && k[1]) {
+        if (k[0] == 's' && k[1])
             diff_sub(d, k + 1, false, &it);
-        }
     }
 }
 
