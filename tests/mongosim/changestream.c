@@ -676,7 +676,8 @@ struct cs_stream {
     cs_stage *stages;
     size_t nstages;
     uint64_t scan_seq;
-    cs_pos last; /* events at or before it are not returned again */
+    uint64_t start_ts; /* the oplog scan starts at this ts (inclusive) */
+    cs_pos last;       /* events at or before it are not returned again */
     bool have_last;
     bool must_find; /* resumeAfter/startAfter an event: it must be the first event at or after its position */
     char *must_hex; /* the token's _data without its fragmentNum */
@@ -1012,6 +1013,7 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
         goto fail;
     }
     s->scan_seq = oplog_seek(env->oplog, start_ts, true);
+    s->start_ts = start_ts;
     if (!s->have_last && !s->must_find) {
         s->last = (cs_pos){start_ts, 0, false, -1};
         s->have_last = false;
@@ -2107,9 +2109,15 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
         return false;
     }
     while (!stop && s->scan_seq < env->visible_end && s->scan_seq < oplog_end_seq(env->oplog)) {
+        uint64_t entry_ts = oplog_entry_ts(env->oplog, s->scan_seq);
+        if (entry_ts < s->start_ts) {
+            /* written after the open but before a start in the future: the oplog scan (ts >= start) never sees
+             * it, and the post-batch token stays at the start (report_post_batch_resume_token.js) */
+            s->scan_seq++;
+            continue;
+        }
         if (!build_cache(s, env, s->scan_seq, err))
             return false;
-        uint64_t entry_ts = oplog_entry_ts(env->oplog, s->scan_seq);
         for (size_t i = 0; i < s->ncache && !stop; i++) {
             cs_event *ev = &s->cache[i];
             int c = s->have_last ? pos_cmp3(&ev->pos, &s->last) : 1;

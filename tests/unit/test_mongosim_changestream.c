@@ -581,6 +581,15 @@ START_TEST(test_pbrt_and_resume)
     ck_assert(b.err.nonresumable);
     ck_assert(strstr(b.err.msg, "resume token was not found"));
     cs_close(s);
+    /* a startAtOperationTime in the future: the PBRT stays at it while older entries are written
+     * (report_post_batch_resume_token.js) */
+    uint64_t future = OPLOG_TS(f.secs + 100, 1);
+    s = open_ok(&f, "db", "c", pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs + 100, 1))));
+    put_insert(&f, "db.c", 9, 0);
+    next(&f, s, -1, &b);
+    ck_assert(b.ok && b.n == 0);
+    ck_assert_uint_eq(decode(b.pbrt).ts, future);
+    cs_close(s);
     /* two start options */
     cs_error err;
     ck_assert_int_eq(open_err(&f, "db", "c",
