@@ -32,4 +32,13 @@ const char *source_kind_name(source_kind k);
 bool source_choose(enum config_source want, enum config_stream_updates updates, const stream_caps *caps,
                    source_kind *out, char *note, size_t len);
 
+/* At start: asks the server (stream_caps_probe), decides, and logs which source and why, with what the server offers a
+ * change stream. Returns -1 with *out set, or the exit code to stop with: EXIT_CONFIG when no source can work (the
+ * log says what to change) or the login is refused; EXIT_FAILURE_GENERIC when the server cannot be reached and
+ * nothing else says which source to take. committed: what the service's checkpoint row says its last commit read
+ * (sink_probe_result.source: "oplog", "change_stream", "" when unknown); while the server cannot be reached, a
+ * service with one goes on with it (it is what the row's position means), and source = oplog never needs the probe
+ * (nothing to decide: the oplog reader reports its own errors, as before the choice existed). */
+int source_resolve(const config *cfg, const char *committed, source_kind *out);
+
 #endif

@@ -215,8 +215,8 @@ static bool plan_from_start(run_ctx *rc, mongoc_client_t *mongo, plan *p, char *
                 !copy_shards_renamed(rc, &renamed, m, mlen))
                 return false;
         } else if (rc->cfg->change_stream) {
-            /* No oplog to read: the start from a change stream (stream.c). A rename between the start and the
-             * listing is not looked for here: the oplog that shows it cannot be read. */
+            /* No oplog to read: the start from a change stream, and the renames from the stream's rename events up
+             * to where it stands after the listing (stream.c). */
             bool retry = false;
             free(rc->start_token);
             rc->start_token = NULL;
@@ -224,9 +224,10 @@ static bool plan_from_start(run_ctx *rc, mongoc_client_t *mongo, plan *p, char *
                 rc->start_refused = !retry;
                 return false;
             }
-            if (!copy_plan_collections(mongo, rc->cfg->filter, p, m, mlen))
+            if (!copy_plan_collections(mongo, rc->cfg->filter, p, m, mlen) ||
+                !copy_stream_start(mongo, &listed, NULL, NULL, &retry, m, mlen) ||
+                !copy_stream_renamed(mongo, &rc->start, &listed, &renamed, m, mlen))
                 return false;
-            renamed = false;
         } else {
             if (!oplog_newest_committed(mongo, rc->cfg->majority, &rc->start, &found, m, mlen))
                 return false;

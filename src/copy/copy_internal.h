@@ -163,6 +163,9 @@ int copy_shards_window(run_ctx *rc, double eta, char *err, size_t errlen);
 /* stream.c: [mongodb] source = change_stream. The window guard: 1 a stream still opens after the copy's start, 0 the
  * server no longer holds that history (err names --reimport), -1 could not check (err set). */
 int copy_stream_window(run_ctx *rc, mongoc_client_t *client, char *err, size_t errlen);
+/* Whether a collection was renamed after `after`, up to `upto`, as the change stream shows it (plan_from_start). */
+bool copy_stream_renamed(mongoc_client_t *client, const op_pos *after, const op_pos *upto, bool *renamed, char *err,
+                         size_t errlen);
 /* Each shard's newest entry now into copy_shard_state (end_*), and *end the newest of them (*have_end false when
  * some shard's is not known). */
 bool copy_shards_record_ends(pgconn *pg, run_ctx *rc, op_pos *end, bool *have_end, char *err, size_t errlen);

@@ -2,6 +2,9 @@
  * stream.c — the initial copy where the oplog cannot be read ([mongodb] source = change_stream): its start, its
  * window guard and its end taken from a change stream instead (source/stream/caps.h asks the server).
  *
+ * Renames while the collections are listed are looked for as the oplog source does (copy.c, plan_from_start), in
+ * the stream's rename events between the start and where the stream stands after the listing.
+ *
  * A change stream's history is the oplog the user cannot read: the guard asks the server whether a stream can still
  * be opened at the copy's start (startAtOperationTime), and ChangeStreamHistoryLost (286) is the window lost, as an
  * oldest oplog entry past the start is for the oplog source. No margin can be measured (the oldest entry is not
@@ -80,4 +83,14 @@ int copy_stream_window(run_ctx *rc, mongoc_client_t *client, char *err, size_t e
         snprintf(err, errlen, "opening a change stream at the copy's start: %s", why);
         return -1;
     }
+}
+
+bool copy_stream_renamed(mongoc_client_t *client, const op_pos *after, const op_pos *upto, bool *renamed, char *err,
+                         size_t errlen)
+{
+    char why[400];
+    if (stream_renames_between(client, after, upto, renamed, why, sizeof why))
+        return true;
+    snprintf(err, errlen, "looking for renames while the copy listed the collections: %s", why);
+    return false;
 }

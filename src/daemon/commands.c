@@ -487,7 +487,15 @@ static void status_read_stream(const config *cfg, const sink_probe_result *pr, b
     ss->ok = stream_caps_now(c, &ss->now, &pbrt, NULL, NULL, ss->err, sizeof ss->err) == STREAM_START_OK;
     if (ss->ok && have_ck) {
         ss->have_start = true;
-        ss->start = stream_caps_start_at(c, &pr->pos, ss->start_why, sizeof ss->start_why);
+        /* tailing opens its stream just after the checkpoint */
+        op_pos next = pr->pos;
+        if (next.inc < UINT32_MAX) {
+            next.inc++;
+        } else {
+            next.secs++;
+            next.inc = 0;
+        }
+        ss->start = stream_caps_start_at(c, &next, ss->start_why, sizeof ss->start_why);
     }
     mongoc_client_destroy(c);
 }

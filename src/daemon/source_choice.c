@@ -4,6 +4,11 @@
 #include "daemon/source_choice.h"
 
 #include <stdio.h>
+#include <string.h>
+
+#include "daemon/exitcodes.h"
+#include "source/mongo_client.h"
+#include "util/log.h"
 
 const char *source_kind_name(source_kind k)
 {
@@ -69,4 +74,71 @@ bool source_choose(enum config_source want, enum config_stream_updates updates, 
              caps->oplog.why[0] ? caps->oplog.why : "not tried",
              caps->streams.why[0] ? caps->streams.why : "not tried");
     return false;
+}
+
+/* One line of what a server offers a change stream, for the log. */
+static void log_caps(const stream_caps *c)
+{
+    const stream_cap *caps[] = {&c->pbrt,        &c->start_after,  &c->expanded_events,
+                                &c->raw_updates, &c->split_events, &c->images};
+    const char *names[] = {"post-batch resume tokens",     "startAfter",
+                           "showExpandedEvents",           "showRawUpdateDescription",
+                           "$changeStreamSplitLargeEvent", "pre- and post-images"};
+    char line[512];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof caps / sizeof *caps && n < sizeof line; i++)
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s%s %s", i ? ", " : "", names[i],
+                              caps[i]->yes      ? "yes"
+                              : caps[i]->probed ? "no"
+                                                : "not tried");
+    log_info("mongodb %s: the oplog %s; change streams %s (%s)", c->version[0] ? c->version : "(version not given)",
+             c->oplog.yes ? "can be read" : "cannot be read", c->streams.yes ? "open" : "do not open", line);
+}
+
+int source_resolve(const config *cfg, const char *committed, source_kind *out)
+{
+    if (cfg->source == CONFIG_SOURCE_OPLOG) {
+        *out = SOURCE_OPLOG;
+        return -1;
+    }
+    char err[512], note[1024];
+    mongo_client_opts mo = {.appname = "oplog2pg-start"};
+    mongoc_client_t *c = mongo_client_open(cfg->mongodb_uri_effective, &mo, err, sizeof err);
+    if (c == NULL) {
+        log_error("[mongodb] uri: %s", err);
+        return EXIT_CONFIG;
+    }
+    stream_caps caps;
+    stream_caps_status st = stream_caps_probe(c, &caps, err, sizeof err);
+    mongoc_client_destroy(c);
+    int rc = -1;
+    if (st == STREAM_CAPS_REFUSED) {
+        log_error("asking MongoDB what it offers: %s", err);
+        rc = EXIT_CONFIG;
+    } else if (st == STREAM_CAPS_RETRY) {
+        bool known = committed != NULL && committed[0] != '\0';
+        if (known && cfg->source == CONFIG_SOURCE_AUTO) {
+            *out = strcmp(committed, "change_stream") == 0 ? SOURCE_CHANGE_STREAM : SOURCE_OPLOG;
+            log_notice("source = auto: MongoDB cannot be asked what it offers (%s); going on with %s, the source "
+                       "its checkpoint was committed from",
+                       err, source_kind_name(*out));
+        } else if (cfg->source == CONFIG_SOURCE_CHANGE_STREAM) {
+            *out = SOURCE_CHANGE_STREAM; /* named: the reader reports its own errors, and retries */
+            log_notice("source = change_stream: MongoDB cannot be asked what it offers now (%s)", err);
+        } else {
+            log_error("source = auto: MongoDB cannot be asked what it offers, so neither source can be chosen: %s",
+                      err);
+            rc = EXIT_FAILURE_GENERIC;
+        }
+    } else {
+        log_caps(&caps);
+        if (source_choose(cfg->source, cfg->change_stream_updates, &caps, out, note, sizeof note)) {
+            log_notice("reading %s (%s)", *out == SOURCE_CHANGE_STREAM ? "a change stream" : "the oplog", note);
+        } else {
+            log_error("%s", note);
+            rc = EXIT_CONFIG;
+        }
+    }
+    stream_caps_free(&caps);
+    return rc;
 }

@@ -406,6 +406,176 @@ START_TEST(test_history_lost_is_286)
 }
 END_TEST
 
+START_TEST(test_driver_resumes_after_network_error)
+{
+    mongoc_client_t *c = client_new();
+    if (!oplogutil_is_mongosim(c)) {
+        mongoc_client_destroy(c);
+        SKIP_TEST("needs mongosim's test commands (mongosimDropConnections)");
+    }
+    fresh_collection(c, "nr");
+    mongoc_collection_t *coll = mongoc_client_get_collection(c, CS_DB, "nr");
+    bson_t *opts = BCON_NEW("maxAwaitTimeMS", BCON_INT32(300));
+    mongoc_change_stream_t *cs = mongoc_collection_watch(coll, &empty_pipeline, opts);
+    const bson_t *ev;
+    ck_assert(!mongoc_change_stream_next(cs, &ev));
+    insert(c, "nr", 1);
+    ck_assert(next_event(cs, 30, &ev));
+    ck_assert_int_eq(int_at(ev, "documentKey._id"), 1);
+    /* every connection closed: libmongoc resumes from its cached token (the driver spec's resume), and the stream
+     * goes on with the next event, not the one already seen */
+    mongoc_client_t *other = client_new();
+    command_ok(other, "admin", BCON_NEW("mongosimDropConnections", BCON_INT32(1)), NULL);
+    mongoc_client_destroy(other);
+    insert(c, "nr", 2);
+    insert(c, "nr", 3);
+    ck_assert(next_event(cs, 30, &ev));
+    ck_assert_int_eq(int_at(ev, "documentKey._id"), 2);
+    ck_assert(next_event(cs, 30, &ev));
+    ck_assert_int_eq(int_at(ev, "documentKey._id"), 3);
+    mongoc_change_stream_destroy(cs);
+    bson_destroy(opts);
+    mongoc_collection_destroy(coll);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_rename_invalidates_collection_stream)
+{
+    mongoc_client_t *c = client_new();
+    fresh_collection(c, "rn");
+    fresh_collection(c, "rn2");
+    insert(c, "rn", 1);
+    bson_t *cmd = BCON_NEW("aggregate", "rn", "pipeline", "[", "{", "$changeStream", "{", "showExpandedEvents",
+                           BCON_BOOL(true), "}", "}", "]", "cursor", "{", "}");
+    bson_t reply;
+    bson_error_t err;
+    ck_assert_msg(mongoc_client_read_command_with_opts(c, CS_DB, cmd, NULL, NULL, &reply, &err), "%s", err.message);
+    bson_destroy(cmd);
+    raw_cursor rc;
+    read_cursor(&reply, &rc, "firstBatch");
+    bson_destroy(&reply);
+    bson_destroy(&rc.batch);
+    ck_assert_str_eq(rc.ns, CS_DB ".rn");
+    command_ok(c, "admin", BCON_NEW("renameCollection", CS_DB ".rn", "to", CS_DB ".rn2", "dropTarget", BCON_BOOL(true)),
+               NULL);
+    raw_cursor more;
+    bool renamed = false, invalidated = false;
+    double until = now_s() + 30;
+    int64_t id = rc.id;
+    while (!invalidated && now_s() < until) {
+        get_more(c, "rn", id, 1000, &more);
+        for (int i = 0; i < count_docs(&more.batch); i++) {
+            bson_t ev;
+            ck_assert(batch_doc(&more.batch, i, &ev));
+            const char *t = str_at(&ev, "operationType");
+            if (!strcmp(t, "rename")) {
+                renamed = true;
+                ck_assert_str_eq(str_at(&ev, "to.coll"), "rn2");
+                ck_assert_str_eq(str_at(&ev, "operationDescription.to.coll"), "rn2");
+            } else if (!strcmp(t, "invalidate")) {
+                invalidated = true;
+                ck_assert_int_eq(more.id, 0); /* the cursor closes with the invalidate */
+            }
+        }
+        bson_destroy(&more.batch);
+        id = more.id;
+        if (id == 0)
+            break;
+    }
+    ck_assert(renamed && invalidated);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+/* An event over 16 MB: an update of a 9 MB field, looked up (fullDocument 9 MB + updatedFields 9 MB). Without
+ * $changeStreamSplitLargeEvent the getMore fails with BSONObjectTooLarge; with it, the fragments come one per batch
+ * and together hold every field of the event. */
+static void big_update(mongoc_client_t *c, const char *coll_name, char fill)
+{
+    size_t n = 9 * 1024 * 1024;
+    char *big = malloc(n + 1);
+    ck_assert_ptr_nonnull(big);
+    memset(big, fill, n);
+    big[n] = 0;
+    mongoc_collection_t *coll = mongoc_client_get_collection(c, CS_DB, coll_name);
+    bson_t *q = BCON_NEW("_id", BCON_INT32(1));
+    bson_t *u = bson_new(), set;
+    BSON_APPEND_DOCUMENT_BEGIN(u, "$set", &set);
+    BSON_APPEND_UTF8(&set, "big", big);
+    bson_append_document_end(u, &set);
+    bson_t *opts = BCON_NEW("upsert", BCON_BOOL(true));
+    bson_error_t err;
+    ck_assert_msg(mongoc_collection_update_one(coll, q, u, opts, NULL, &err), "%s", err.message);
+    bson_destroy(opts);
+    bson_destroy(q);
+    bson_destroy(u);
+    free(big);
+    mongoc_collection_destroy(coll);
+}
+
+static int64_t open_raw(mongoc_client_t *c, const char *coll, bool split)
+{
+    bson_t *cmd = BCON_NEW("aggregate", coll, "pipeline", "[", "{", "$changeStream", "{", "fullDocument",
+                           "updateLookup", "}", "}", "]", "cursor", "{", "}");
+    if (split) {
+        bson_destroy(cmd);
+        cmd = BCON_NEW("aggregate", coll, "pipeline", "[", "{", "$changeStream", "{", "fullDocument", "updateLookup",
+                       "}", "}", "{", "$changeStreamSplitLargeEvent", "{", "}", "}", "]", "cursor", "{", "}");
+    }
+    bson_t reply;
+    bson_error_t err;
+    ck_assert_msg(mongoc_client_read_command_with_opts(c, CS_DB, cmd, NULL, NULL, &reply, &err), "%s", err.message);
+    bson_destroy(cmd);
+    raw_cursor rc;
+    read_cursor(&reply, &rc, "firstBatch");
+    bson_destroy(&reply);
+    bson_destroy(&rc.batch);
+    return rc.id;
+}
+
+START_TEST(test_large_event_over_the_wire)
+{
+    mongoc_client_t *c = client_new();
+    fresh_collection(c, "big");
+    big_update(c, "big", 'a'); /* the document exists before the streams open */
+    int64_t plain = open_raw(c, "big", false), split = open_raw(c, "big", true);
+    big_update(c, "big", 'b');
+    /* without the split stage */
+    bson_t *cmd = BCON_NEW("getMore", BCON_INT64(plain), "collection", "big", "maxTimeMS", BCON_INT64(5000));
+    bson_t reply;
+    bson_error_t err;
+    ck_assert(!mongoc_client_read_command_with_opts(c, CS_DB, cmd, NULL, NULL, &reply, &err));
+    ck_assert_int_eq(err.code, 10334);
+    bson_destroy(cmd);
+    bson_destroy(&reply);
+    /* with it */
+    int got = 0, of = 0;
+    bool has_full = false, has_ud = false;
+    double until = now_s() + 60;
+    int64_t id = split;
+    while ((of == 0 || got < of) && now_s() < until) {
+        raw_cursor more;
+        get_more(c, "big", id, 2000, &more);
+        for (int i = 0; i < count_docs(&more.batch); i++) {
+            bson_t ev;
+            ck_assert(batch_doc(&more.batch, i, &ev));
+            ck_assert_uint_le(ev.len, 16 * 1024 * 1024 + 8 * 1024);
+            ck_assert_int_eq(int_at(&ev, "splitEvent.fragment"), got + 1);
+            of = (int)int_at(&ev, "splitEvent.of");
+            has_full |= has(&ev, "fullDocument.big");
+            has_ud |= has(&ev, "updateDescription.updatedFields.big");
+            got++;
+        }
+        bson_destroy(&more.batch);
+    }
+    ck_assert_int_eq(of, 2);
+    ck_assert_int_eq(got, 2);
+    ck_assert(has_full && has_ud);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
 Suite *mongosim_changestream_it_suite(void)
 {
     Suite *s = suite_create("mongosim_changestream_it");
@@ -415,6 +585,9 @@ Suite *mongosim_changestream_it_suite(void)
     tcase_add_test(tc, test_client_watch_transaction);
     tcase_add_test(tc, test_raw_aggregate_expanded_and_raw_update);
     tcase_add_test(tc, test_history_lost_is_286);
+    tcase_add_test(tc, test_driver_resumes_after_network_error);
+    tcase_add_test(tc, test_rename_invalidates_collection_stream);
+    tcase_add_test(tc, test_large_event_over_the_wire);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include "copy/copy.h"
+#include "daemon/config.h"
+#include "daemon/exitcodes.h"
 #include "daemon/source_choice.h"
 #include "source/mongo_client.h"
 #include "source/oplog_edge.h"
@@ -202,6 +204,94 @@ START_TEST(test_copy_start)
 }
 END_TEST
 
+/* A rename between two stream positions is seen (the copy lists its collections again from a later start), and none
+ * where none happened; a server without streams cannot tell, and says so. */
+START_TEST(test_renames)
+{
+    mongoc_client_t *c = client();
+    stream_caps caps;
+    char err[512];
+    ck_assert_int_eq(stream_caps_probe(c, &caps, err, sizeof err), STREAM_CAPS_OK);
+    bson_error_t e;
+    mongoc_collection_t *coll = mongoc_client_get_collection(c, "capsren", "r1");
+    (void)mongoc_collection_drop(coll, &e);
+    bson_t *doc = BCON_NEW("_id", BCON_INT32(1));
+    ck_assert_msg(mongoc_collection_insert_one(coll, doc, NULL, NULL, &e), "%s", e.message);
+    bson_destroy(doc);
+    op_pos a = {1, 0, -1}, b = a, d = a;
+    bool retry, renamed = true;
+    if (caps.streams.yes) {
+        ck_assert_msg(copy_stream_start(c, &a, NULL, NULL, &retry, err, sizeof err), "%s", err);
+        ck_assert_msg(mongoc_collection_rename(coll, "capsren", "r2", true, &e), "%s", e.message);
+        ck_assert_msg(copy_stream_start(c, &b, NULL, NULL, &retry, err, sizeof err), "%s", err);
+        ck_assert_msg(stream_renames_between(c, &a, &b, &renamed, err, sizeof err), "%s", err);
+        ck_assert(renamed);
+        doc = BCON_NEW("_id", BCON_INT32(2));
+        ck_assert_msg(mongoc_collection_insert_one(coll, doc, NULL, NULL, &e), "%s", e.message);
+        bson_destroy(doc);
+        ck_assert_msg(copy_stream_start(c, &d, NULL, NULL, &retry, err, sizeof err), "%s", err);
+        ck_assert_msg(stream_renames_between(c, &b, &d, &renamed, err, sizeof err), "%s", err);
+        ck_assert(!renamed);
+    } else {
+        ck_assert(!stream_renames_between(c, &a, &b, &renamed, err, sizeof err));
+        ck_assert(!renamed);
+        ck_assert_msg(err[0] != '\0', "no reason given");
+    }
+    mongoc_database_t *db = mongoc_client_get_database(c, "capsren");
+    (void)mongoc_database_drop(db, &e);
+    mongoc_database_destroy(db);
+    mongoc_collection_destroy(coll);
+    stream_caps_free(&caps);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+static void config_with(config *cfg, const char *uri, const char *source)
+{
+    char err[512];
+    ck_assert(config_init_defaults(cfg));
+    ck_assert_msg(config_override(cfg, "mongodb", "uri", uri, err, sizeof err), "%s", err);
+    ck_assert_msg(config_override(cfg, "mongodb", "source", source, err, sizeof err), "%s", err);
+}
+
+/* At start: auto resolves to what the server offers, a named source that cannot work stops with the configuration's
+ * exit code, and an unreachable server leaves the source the checkpoint was committed from. */
+START_TEST(test_resolve)
+{
+    const char *uri = getenv("MONGO_URI");
+    ck_assert_ptr_nonnull(uri);
+    mongoc_client_t *c = client();
+    stream_caps caps;
+    char err[512];
+    ck_assert_int_eq(stream_caps_probe(c, &caps, err, sizeof err), STREAM_CAPS_OK);
+    mongoc_client_destroy(c);
+    config cfg;
+    source_kind k = SOURCE_CHANGE_STREAM;
+    config_with(&cfg, uri, "auto");
+    ck_assert_int_eq(source_resolve(&cfg, "", &k), -1);
+    ck_assert_int_eq(k, SOURCE_OPLOG);
+    config_free(&cfg);
+    config_with(&cfg, uri, "change_stream");
+    ck_assert_int_eq(source_resolve(&cfg, "oplog", &k), caps.streams.yes ? -1 : EXIT_CONFIG);
+    if (caps.streams.yes)
+        ck_assert_int_eq(k, SOURCE_CHANGE_STREAM);
+    config_free(&cfg);
+
+    const char *nowhere = "mongodb://127.0.0.1:1/?replicaSet=rs0&serverSelectionTimeoutMS=300";
+    config_with(&cfg, nowhere, "oplog");
+    ck_assert_int_eq(source_resolve(&cfg, "", &k), -1); /* nothing to ask */
+    ck_assert_int_eq(k, SOURCE_OPLOG);
+    config_free(&cfg);
+    config_with(&cfg, nowhere, "auto");
+    ck_assert_int_eq(source_resolve(&cfg, "", &k), EXIT_FAILURE_GENERIC);
+    k = SOURCE_OPLOG;
+    ck_assert_int_eq(source_resolve(&cfg, "change_stream", &k), -1);
+    ck_assert_int_eq(k, SOURCE_CHANGE_STREAM);
+    config_free(&cfg);
+    stream_caps_free(&caps);
+}
+END_TEST
+
 /* A server that cannot be reached fails the probe for a retry; it is not taken for one without an oplog. */
 START_TEST(test_unreachable_is_a_retry)
 {
@@ -229,6 +319,8 @@ Suite *stream_caps_suite(void)
     tcase_add_test(tc, test_images);
     tcase_add_test(tc, test_start_at);
     tcase_add_test(tc, test_copy_start);
+    tcase_add_test(tc, test_resolve);
+    tcase_add_test(tc, test_renames);
     tcase_add_test(tc, test_unreachable_is_a_retry);
     suite_add_tcase(s, tc);
     return s;

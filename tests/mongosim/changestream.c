@@ -29,21 +29,51 @@
 #include "sim_internal.h"
 #include "update.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* BSONObjMaxUserSize and BSONObjMaxInternalSize (src/mongo/bson/util/builder.h): an event may be 16 MB; a document
- * over 16 MB + 16 KB fails serialization with BSONObjectTooLarge (10334). */
-#define CS_MAX_USER     (16 * 1024 * 1024)
+/* BSONObjMaxInternalSize (src/mongo/bson/util/builder.h): an event over 16 MB + 16 KB fails serialization with
+ * BSONObjectTooLarge (10334, plan_executor_pipeline.cpp _trySerializeToBson). */
 #define CS_MAX_INTERNAL (16 * 1024 * 1024 + 16 * 1024)
+/* DocumentSourceChangeStreamSplitLargeEvent::kBSONObjMaxChangeEventSize = BSONObjMaxInternalSize - 8 KB: a bigger
+ * event is split by the stage. */
+#define CS_MAX_CHANGE_EVENT (CS_MAX_INTERNAL - 8 * 1024)
 
 /* ================================================================ KeyString V1 */
 
+/* The KeyString bytes and its TypeBits: the BSON types the bytes alone do not tell (int32/int64/double, string or
+ * symbol), one or two bits per value packed from the low bit up (key_string.h TypeBits: kInt 0, kDouble 1, kLong 2,
+ * kNegativeZero 3 as two bits low bit first; kString 0, kSymbol 1 as one bit). */
 typedef struct {
     uint8_t *p;
     size_t len, cap;
+    uint8_t tb[CS_TYPEBITS_MAX];
+    size_t tbits;
+    bool tb_nonzero;
 } ks_buf;
+
+static void ks_tbit(ks_buf *k, int bit)
+{
+    if (k->tbits >= 8 * (CS_TYPEBITS_MAX - 1)) {
+        fprintf(stderr, "mongosim: a resume token's type bits exceed %d bytes\n", CS_TYPEBITS_MAX);
+        abort();
+    }
+    if (k->tbits % 8 == 0)
+        k->tb[k->tbits / 8] = 0;
+    if (bit) {
+        k->tb[k->tbits / 8] |= (uint8_t)(1u << (k->tbits % 8));
+        k->tb_nonzero = true;
+    }
+    k->tbits++;
+}
+
+static void ks_tnum(ks_buf *k, int code)
+{
+    ks_tbit(k, code & 1);
+    ks_tbit(k, code >> 1);
+}
 
 static void ks_put(ks_buf *k, const void *d, size_t n)
 {
@@ -180,15 +210,18 @@ static void ks_value(ks_buf *k, const bson_iter_t *it)
     switch (bson_iter_type(it)) {
     case BSON_TYPE_INT32:
         ks_int(k, bson_iter_int32(it));
+        ks_tnum(k, 0); /* kInt */
         break;
     case BSON_TYPE_INT64:
         ks_int(k, bson_iter_int64(it));
+        ks_tnum(k, 2); /* kLong */
         break;
     case BSON_TYPE_DOUBLE: {
         double d = bson_iter_double(it);
         if (d == (double)(int64_t)d && d > -9.2e18 && d < 9.2e18) {
             ks_int(k, (int64_t)d);
-        } else { /* mongosim's own encoding of a fractional double (see NOTES) */
+            ks_tnum(k, d == 0 && signbit(d) ? 3 : 1); /* kNegativeZero or kDouble */
+        } else {                                      /* mongosim's own encoding of a fractional double (see NOTES) */
             uint64_t bits;
             memcpy(&bits, &d, 8);
             ks_byte(k, d < 0 ? KS_NUM_NEG_LARGE : KS_NUM_POS_LARGE);
@@ -210,6 +243,7 @@ static void ks_value(ks_buf *k, const bson_iter_t *it)
         const char *s = bson_iter_type(it) == BSON_TYPE_UTF8 ? bson_iter_utf8(it, &len) : bson_iter_symbol(it, &len);
         ks_byte(k, KS_STRING);
         ks_cstring(k, s, len);
+        ks_tbit(k, bson_iter_type(it) == BSON_TYPE_SYMBOL); /* kString 0, kSymbol 1 */
         break;
     }
     case BSON_TYPE_DOCUMENT: {
@@ -285,17 +319,23 @@ static void ks_doc(ks_buf *k, const bson_t *doc)
 }
 
 /* resume_token.cpp ResumeToken(const ResumeTokenData&): clusterTime, version, tokenType, txnOpIndex, fromInvalidate,
- * the UUID or (v2) an explicit null, the eventIdentifier (absent on a high-water mark), fragmentNum when split;
- * _data is the uppercase hex of the KeyString (hexblob::encode). */
-char *cs_token_hex(uint64_t ts, int type, uint32_t txn_op, bool from_invalidate, const uint8_t *uuid,
-                   const bson_t *event_id, int32_t fragment)
+ * the UUID or (v2) an explicit null, the eventIdentifier (absent on a high-water mark), fragmentNum when split (each
+ * number an int32: appendNumber); _data is the uppercase hex of the KeyString (hexblob::encode), and _typeBits the
+ * TypeBits when any bit is set (BinData subtype 0), in their encoding: one byte when it holds all the bits and its
+ * high bit is clear, else a size byte 0x80 | n and n bytes (key_string.h TypeBits::getBuffer). */
+char *cs_token_make(uint64_t ts, int type, uint32_t txn_op, bool from_invalidate, const uint8_t *uuid,
+                    const bson_t *event_id, int32_t fragment, uint8_t *tb, size_t *tblen)
 {
-    ks_buf k = {0};
+    ks_buf k;
+    memset(&k, 0, sizeof k);
     ks_byte(&k, KS_TIMESTAMP);
     ks_be64(&k, ts);
     ks_int(&k, 2); /* version 2: the only version a 7.0 server makes (docs/change_streams.md) */
+    ks_tnum(&k, 0);
     ks_int(&k, type);
+    ks_tnum(&k, 0);
     ks_int(&k, txn_op);
+    ks_tnum(&k, 0);
     ks_byte(&k, from_invalidate ? KS_BOOL_TRUE : KS_BOOL_FALSE);
     if (uuid) {
         ks_byte(&k, KS_BINDATA);
@@ -309,8 +349,10 @@ char *cs_token_hex(uint64_t ts, int type, uint32_t txn_op, bool from_invalidate,
         ks_byte(&k, KS_OBJECT);
         ks_doc(&k, event_id);
     }
-    if (fragment >= 0)
+    if (fragment >= 0) {
         ks_int(&k, fragment);
+        ks_tnum(&k, 0);
+    }
     ks_byte(&k, KS_END);
     static const char hex[] = "0123456789ABCDEF";
     char *s = bson_malloc(k.len * 2 + 1);
@@ -320,7 +362,38 @@ char *cs_token_hex(uint64_t ts, int type, uint32_t txn_op, bool from_invalidate,
     }
     s[k.len * 2] = 0;
     free(k.p);
+    if (tblen) {
+        *tblen = 0;
+        if (k.tb_nonzero) {
+            size_t n = (k.tbits + 7) / 8;
+            if (n == 1 && !(k.tb[0] & 0x80)) {
+                tb[0] = k.tb[0];
+                *tblen = 1;
+            } else {
+                tb[0] = (uint8_t)(0x80 | n);
+                memcpy(tb + 1, k.tb, n);
+                *tblen = n + 1;
+            }
+        }
+    }
     return s;
+}
+
+char *cs_token_hex(uint64_t ts, int type, uint32_t txn_op, bool from_invalidate, const uint8_t *uuid,
+                   const bson_t *event_id, int32_t fragment)
+{
+    return cs_token_make(ts, type, txn_op, from_invalidate, uuid, event_id, fragment, NULL, NULL);
+}
+
+/* A token document {_data[, _typeBits]} under key. */
+static void append_token(bson_t *b, const char *key, const char *hex, const uint8_t *tb, size_t tblen)
+{
+    bson_t id;
+    BSON_APPEND_DOCUMENT_BEGIN(b, key, &id);
+    BSON_APPEND_UTF8(&id, "_data", hex);
+    if (tblen)
+        bson_append_binary(&id, "_typeBits", -1, BSON_SUBTYPE_BINARY, tb, (uint32_t)tblen);
+    bson_append_document_end(b, &id);
 }
 
 static int hexval(char c)
@@ -582,8 +655,10 @@ static int pos_cmp(const cs_pos *a, const cs_pos *b)
 
 typedef struct {
     cs_pos pos;
-    bson_t *doc; /* the whole event, _id first (heap: a bson_t may not move) */
-    char *hex;   /* its token's _data */
+    bson_t *doc;                 /* the whole event, _id first (heap: a bson_t may not move) */
+    char *hex;                   /* its token's _data */
+    uint8_t tb[CS_TYPEBITS_MAX]; /* and _typeBits (tblen 0: none) */
+    size_t tblen;
     bool closes; /* an invalidate */
 } cs_event;
 
@@ -601,12 +676,15 @@ struct cs_stream {
     cs_stage *stages;
     size_t nstages;
     uint64_t scan_seq;
-    cs_pos last; /* events at or before it are not returned again */
+    uint64_t start_ts; /* the oplog scan starts at this ts (inclusive) */
+    cs_pos last;       /* events at or before it are not returned again */
     bool have_last;
     bool must_find; /* resumeAfter/startAfter an event: it must be the first event at or after its position */
     char *must_hex; /* the token's _data without its fragmentNum */
     cs_pos must_pos;
     char *pbrt_hex; /* the post-batch resume token */
+    uint8_t pbrt_tb[CS_TYPEBITS_MAX];
+    size_t pbrt_tblen;
     uint64_t pbrt_ts;
     bool closed;
     uint64_t cache_seq; /* the entry whose events are cached (UINT64_MAX: none) */
@@ -656,6 +734,7 @@ static void set_pbrt_hwm(cs_stream *s, uint64_t ts)
 {
     bson_free(s->pbrt_hex);
     s->pbrt_hex = cs_token_hex(ts, CS_TOKEN_HWM, 0, false, NULL, NULL, -1);
+    s->pbrt_tblen = 0; /* a high-water mark's numbers are all int32: no type bits */
     s->pbrt_ts = ts;
 }
 
@@ -673,7 +752,8 @@ static bool get_doc(const bson_iter_t *it, bson_t *out)
 }
 
 /* A resume token document {_data: "<hex>"[, _typeBits]}. */
-static bool token_arg(const bson_iter_t *it, const char **hex, cs_token_info *info, cs_error *err)
+static bool token_arg(const bson_iter_t *it, const char **hex, cs_token_info *info, uint8_t *tb, size_t *tblen,
+                      cs_error *err)
 {
     bson_t tok;
     bson_iter_t d;
@@ -683,6 +763,20 @@ static bool token_arg(const bson_iter_t *it, const char **hex, cs_token_info *in
         return false;
     }
     *hex = bson_iter_utf8(&d, NULL);
+    *tblen = 0;
+    if (bson_iter_init_find(&d, &tok, "_typeBits")) {
+        bson_subtype_t st;
+        uint32_t len;
+        const uint8_t *data;
+        if (!BSON_ITER_HOLDS_BINARY(&d) || (bson_iter_binary(&d, &st, &len, &data), st != BSON_SUBTYPE_BINARY) ||
+            len > CS_TYPEBITS_MAX) {
+            /* resume_token.cpp: 40648 "Bad resume token: _typeBits of wrong type" */
+            cs_error_set(err, 40648, false, "Bad resume token: _typeBits of wrong type");
+            return false;
+        }
+        memcpy(tb, data, len);
+        *tblen = len;
+    }
     if (!cs_token_parse(*hex, info)) {
         /* resume_token.cpp getData(): "resume token string was not a valid hex string" (FailedToParse) and the
          * KeyString checks after it */
@@ -736,16 +830,19 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
     const char *resume_hex = NULL;
     cs_token_info rt;
     int starts = 0;
-    bool start_after = false, have_sat = false, all_cluster = false;
+    bool start_after = false, have_sat = false, all_cluster = false, config_ok = false, have_ra = false,
+         have_sa = false;
     uint64_t sat = 0;
     bson_iter_t o;
     bson_iter_init(&o, &spec);
     while (bson_iter_next(&o)) {
         const char *k = bson_iter_key(&o);
         if (!strcmp(k, "resumeAfter") || !strcmp(k, "startAfter")) {
-            if (!token_arg(&o, &resume_hex, &rt, err))
+            if (!token_arg(&o, &resume_hex, &rt, s->pbrt_tb, &s->pbrt_tblen, err))
                 goto fail;
             start_after = !strcmp(k, "startAfter");
+            have_ra |= !start_after;
+            have_sa |= start_after;
             starts++;
         } else if (!strcmp(k, "startAtOperationTime")) {
             if (!BSON_ITER_HOLDS_TIMESTAMP(&o)) {
@@ -773,6 +870,8 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
             s->raw_update = bson_iter_as_bool(&o);
         } else if (!strcmp(k, "allChangesForCluster")) {
             all_cluster = bson_iter_as_bool(&o);
+        } else if (!strcmp(k, "allowToRunOnConfigDB")) {
+            config_ok = bson_iter_as_bool(&o);
         } else if (!strcmp(k, "showSystemEvents") || !strcmp(k, "showMigrationEvents") ||
                    !strcmp(k, "allowToRunOnConfigDB") || !strcmp(k, "allowToRunOnSystemNS") ||
                    !strcmp(k, "showCommitTimestamp") || !strcmp(k, "matchCollectionUUIDForUpdateLookup")) {
@@ -784,25 +883,35 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
             goto fail;
         }
     }
-    if (starts > 1) {
-        /* document_source_change_stream.cpp: 40674 for resumeAfter with startAtOperationTime, 50865 for
-         * startAfter with resumeAfter; mongosim answers both combinations the same way. */
-        cs_error_set(err, 40674, false, "Only one type of resume option is allowed, but multiple were found.");
+    /* document_source_change_stream.cpp, assertIsLegalSpecification: the namespace, then the start options. */
+    if (all_cluster && (coll || strcmp(db, "admin") != 0)) {
+        cs_error_set(err, 72 /* InvalidOptions */, false,
+                     "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, "
+                     "and with no collection name; found %s.%s",
+                     db, coll ? coll : "$cmd.aggregate");
         goto fail;
     }
     if (all_cluster) {
-        if (coll || strcmp(db, "admin") != 0) {
-            cs_error_set(err, 72 /* InvalidOptions */, false,
-                         "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' "
-                         "database, and with no collection name");
-            goto fail;
-        }
         s->kind = CS_CLUSTER;
-    } else if (!strcmp(db, "admin") || !strcmp(db, "config") || !strcmp(db, "local")) {
+    } else if (!strcmp(db, "admin") || !strcmp(db, "local") || (!strcmp(db, "config") && !config_ok)) {
         cs_error_set(err, 73, false, "$changeStream may not be opened on the internal %s database", db);
         goto fail;
-    } else if (coll && !strncmp(coll, "system.", 7)) {
+    }
+    if (coll && !strncmp(coll, "system.", 7)) {
         cs_error_set(err, 73, false, "$changeStream may not be opened on the internal %s.%s collection", db, coll);
+        goto fail;
+    }
+    if (have_ra && have_sa) {
+        cs_error_set(err, 50865, false, "Do not specify both 'resumeAfter' and 'startAfter' in a $changeStream stage");
+        goto fail;
+    }
+    if (starts > 1) {
+        cs_error_set(err, 40674, false, "Only one type of resume option is allowed, but multiple were found");
+        goto fail;
+    }
+    if (resume_hex && rt.type == CS_TOKEN_EVENT && !rt.has_uuid && s->kind == CS_COLL) {
+        cs_error_set(err, 260 /* InvalidResumeToken */, false,
+                     "Attempted to resume a single-collection stream, but the resume token does not include a UUID");
         goto fail;
     }
     /* The stages after $changeStream. */
@@ -870,7 +979,7 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
             /* document_source_change_stream.cpp: resumeAfter an invalidate is refused; startAfter it works. */
             cs_error_set(err, 260 /* InvalidResumeToken */, false,
                          "Attempting to resume a change stream using 'resumeAfter' is not allowed from an "
-                         "invalidate notification.");
+                         "invalidate notification");
             goto fail;
         }
         start_ts = rt.ts;
@@ -890,11 +999,9 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
         start_ts = sat;
         set_pbrt_hwm(s, sat);
     } else {
-        /* No start given: the stream starts just after the newest majority-committed entry (the 4.0 server took
-         * its last applied optime and added one increment, document_source_change_stream.cpp; (inf.) 7.0 still
-         * starts strictly after what was written before the open). */
-        uint64_t end = env->visible_end;
-        uint64_t last = end > oplog_first_seq(env->oplog) ? oplog_entry_ts(env->oplog, end - 1) : 0;
+        /* No start given: one tick after the last applied entry, "to ensure that the stream does not return it"
+         * (document_source_change_stream.cpp, getStartTimeForNewStream: getMyLastAppliedOpTime().addTicks(1)). */
+        uint64_t last = oplog_last_ts(env->oplog);
         start_ts = last + 1;
         set_pbrt_hwm(s, start_ts);
     }
@@ -906,6 +1013,7 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
         goto fail;
     }
     s->scan_seq = oplog_seek(env->oplog, start_ts, true);
+    s->start_ts = start_ts;
     if (!s->have_last && !s->must_find) {
         s->last = (cs_pos){start_ts, 0, false, -1};
         s->have_last = false;
@@ -929,6 +1037,8 @@ typedef struct {
     int64_t txn_number;
     cs_error *err;
     bool failed;
+    uint8_t tb[CS_TYPEBITS_MAX]; /* the _typeBits of the token made last */
+    size_t tblen;
 } ev_ctx;
 
 static bool find_path(bson_iter_t *tmp, const bson_t *doc, const char *path, bson_iter_t *out)
@@ -991,57 +1101,87 @@ typedef struct {
 typedef struct {
     bson_t updated, removed, truncated, disamb;
     uint32_t nremoved, ntruncated;
-    path_part parts[128];
+    path_part parts[130];
     int depth;
 } diff_out;
 
-static void path_join(const diff_out *d, const char *last, bool last_index, char *out, size_t sz, bool *ambiguous)
+/* isNumericPathComponentStrict (field_ref.cpp): digits only, and no leading zero unless it is "0". */
+static bool numeric_strict(const char *p)
+{
+    if (!*p || (p[0] == '0' && p[1]))
+        return false;
+    for (; *p; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    return true;
+}
+
+/* The current path (parts[0..depth)) joined with dots; *ambiguous when a field name in it, other than an array
+ * index, contains a dot or (past the first part) is numeric: DeltaUpdateDescriptionBuilder::_appendFieldToPath. */
+static void path_join(const diff_out *d, char *out, size_t sz, bool *ambiguous)
 {
     size_t n = 0;
     *ambiguous = false;
     out[0] = 0;
-    for (int i = 0; i <= d->depth; i++) {
-        const char *p = i < d->depth ? d->parts[i].name : last;
-        bool idx = i < d->depth ? d->parts[i].index : last_index;
-        if (!idx) {
-            /* A field name with a dot, or one made of digits only, reads as another path once joined: such a path
-             * is listed in disambiguatedPaths (change_stream_document_diff_parser.cpp). */
-            bool digits = *p != 0;
-            for (const char *q = p; *q; q++)
-                digits = digits && *q >= '0' && *q <= '9';
-            if (strchr(p, '.') || digits)
-                *ambiguous = true;
-        }
-        n += (size_t)snprintf(out + n, n < sz ? sz - n : 0, "%s%s", i ? "." : "", p);
+    for (int i = 0; i < d->depth; i++) {
+        const path_part *p = &d->parts[i];
+        if (!p->index && ((i > 0 && numeric_strict(p->name)) || strchr(p->name, '.')))
+            *ambiguous = true;
+        n += (size_t)snprintf(out + n, n < sz ? sz - n : 0, "%s%s", i ? "." : "", p->name);
     }
 }
 
-static void add_disamb(diff_out *d, const char *dotted, const char *last, bool last_index)
+/* disambiguatedPaths[path] = the parts, array indices as ints, field names as strings. */
+static void add_disamb(diff_out *d, const char *dotted)
 {
     bson_t arr;
     char kb[16];
     const char *k;
     BSON_APPEND_ARRAY_BEGIN(&d->disamb, dotted, &arr);
-    for (int i = 0; i <= d->depth; i++) {
-        const char *p = i < d->depth ? d->parts[i].name : last;
-        bool idx = i < d->depth ? d->parts[i].index : last_index;
+    for (int i = 0; i < d->depth; i++) {
         bson_uint32_to_string((uint32_t)i, &k, kb, sizeof kb);
-        if (idx)
-            BSON_APPEND_INT32(&arr, k, atoi(p));
+        if (d->parts[i].index)
+            BSON_APPEND_INT32(&arr, k, atoi(d->parts[i].name));
         else
-            BSON_APPEND_UTF8(&arr, k, p);
+            BSON_APPEND_UTF8(&arr, k, d->parts[i].name);
     }
     bson_append_array_end(&d->disamb, &arr);
+}
+
+static bool path_push(diff_out *d, const char *name, bool index)
+{
+    if (d->depth >= 128)
+        return false;
+    d->parts[d->depth++] = (path_part){name, index};
+    return true;
 }
 
 static void diff_updated(diff_out *d, const char *name, bool index, const bson_iter_t *v)
 {
     char path[4096];
     bool amb;
-    path_join(d, name, index, path, sizeof path, &amb);
+    if (!path_push(d, name, index))
+        return;
+    path_join(d, path, sizeof path, &amb);
     bson_append_iter(&d->updated, path, -1, v);
     if (amb)
-        add_disamb(d, path, name, index);
+        add_disamb(d, path);
+    d->depth--;
+}
+
+static void diff_removed(diff_out *d, const char *name)
+{
+    char path[4096], kb[16];
+    const char *key;
+    bool amb;
+    if (!path_push(d, name, false))
+        return;
+    path_join(d, path, sizeof path, &amb);
+    bson_uint32_to_string(d->nremoved++, &key, kb, sizeof kb);
+    BSON_APPEND_UTF8(&d->removed, key, path);
+    if (amb)
+        add_disamb(d, path);
+    d->depth--;
 }
 
 static void diff_walk(diff_out *d, const bson_t *diff, bool array);
@@ -1049,66 +1189,60 @@ static void diff_walk(diff_out *d, const bson_t *diff, bool array);
 static void diff_sub(diff_out *d, const char *name, bool index, const bson_iter_t *v)
 {
     bson_t sub;
-    if (!get_doc(v, &sub) || d->depth >= 127)
+    if (!get_doc(v, &sub) || !path_push(d, name, index))
         return;
     bson_iter_t a;
     bool arr = bson_iter_init_find(&a, &sub, "a") && bson_iter_as_bool(&a);
-    d->parts[d->depth++] = (path_part){name, index};
     diff_walk(d, &sub, arr);
     d->depth--;
 }
 
-/* A $v:2 document diff: d (removed), u and i (updated), s<field> (sub-diffs); an array diff (a: true): l (the new
- * length: truncatedArrays), u<N> (updated "arr.N"), s<N> (sub-diffs). Binary diffs (b) of time-series buckets are
- * not logged by mongosim. */
+/* A $v:2 document diff, as buildUpdateDescriptionWithDeltaOplog reads it: the u (updated) then i (inserted) fields
+ * into updatedFields, the d fields into removedFields, then each s<field> sub-diff; an array diff (a: true): its
+ * new length l into truncatedArrays, then u<N> ("arr.N" into updatedFields) and s<N> sub-diffs in their order.
+ * Binary diffs (b) of time-series buckets are not logged by mongosim. */
 static void diff_walk(diff_out *d, const bson_t *diff, bool array)
 {
-    bson_iter_t it;
+    bson_iter_t it, f;
+    if (array) {
+        char path[4096], kb[16];
+        const char *key;
+        bool amb;
+        if (bson_iter_init_find(&it, diff, "l")) {
+            path_join(d, path, sizeof path, &amb);
+            bson_t t;
+            bson_uint32_to_string(d->ntruncated++, &key, kb, sizeof kb);
+            BSON_APPEND_DOCUMENT_BEGIN(&d->truncated, key, &t);
+            BSON_APPEND_UTF8(&t, "field", path);
+            BSON_APPEND_INT32(&t, "newSize", (int32_t)bson_iter_as_int64(&it));
+            bson_append_document_end(&d->truncated, &t);
+            if (amb)
+                add_disamb(d, path);
+        }
+        bson_iter_init(&it, diff);
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            if (k[0] == 'u' && k[1])
+                diff_updated(d, k + 1, true, &it);
+            else if (k[0] == 's' && k[1])
+                diff_sub(d, k + 1, true, &it);
+        }
+        return;
+    }
+    static const char *const upd[] = {"u", "i"};
+    for (int pass = 0; pass < 2; pass++) {
+        if (bson_iter_init_find(&it, diff, upd[pass]) && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f))
+            while (bson_iter_next(&f))
+                diff_updated(d, bson_iter_key(&f), false, &f);
+    }
+    if (bson_iter_init_find(&it, diff, "d") && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f))
+        while (bson_iter_next(&f))
+            diff_removed(d, bson_iter_key(&f));
     bson_iter_init(&it, diff);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        if (array) {
-            if (!strcmp(k, "a"))
-                continue;
-            if (!strcmp(k, "l")) {
-                char path[4096], kb[16];
-                const char *key;
-                bool amb;
-                path_join(d, "", false, path, sizeof path, &amb);
-                path[strlen(path) ? strlen(path) - 1 : 0] = 0; /* drop the trailing "." of the empty last part */
-                bson_t t;
-                bson_uint32_to_string(d->ntruncated++, &key, kb, sizeof kb);
-                BSON_APPEND_DOCUMENT_BEGIN(&d->truncated, key, &t);
-                BSON_APPEND_UTF8(&t, "field", path);
-                BSON_APPEND_INT32(&t, "newSize", (int32_t)bson_iter_as_int64(&it));
-                bson_append_document_end(&d->truncated, &t);
-            } else if (k[0] == 'u') {
-                diff_updated(d, k + 1, true, &it);
-            } else if (k[0] == 's') {
-                diff_sub(d, k + 1, true, &it);
-            }
-            continue;
-        }
-        bson_iter_t f;
-        if ((!strcmp(k, "u") || !strcmp(k, "i")) && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            bson_iter_recurse(&it, &f);
-            while (bson_iter_next(&f))
-                diff_updated(d, bson_iter_key(&f), false, &f);
-        } else if (!strcmp(k, "d") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            bson_iter_recurse(&it, &f);
-            while (bson_iter_next(&f)) {
-                char path[4096], kb[16];
-                const char *key;
-                bool amb;
-                path_join(d, bson_iter_key(&f), false, path, sizeof path, &amb);
-                bson_uint32_to_string(d->nremoved++, &key, kb, sizeof kb);
-                BSON_APPEND_UTF8(&d->removed, key, path);
-                if (amb)
-                    add_disamb(d, path, bson_iter_key(&f), false);
-            }
-        } else if (k[0] == 's' && k[1]) {
+        if (k[0] == 's' && k[1])
             diff_sub(d, k + 1, false, &it);
-        }
     }
 }
 
@@ -1204,10 +1338,7 @@ static void event_head(ev_ctx *x, bson_t *ev, const char *hex, const char *op_ty
     if (to_db)
         append_ns(ev, "to", to_db, to_coll);
     event_txn(x, ev);
-    bson_t id;
-    BSON_APPEND_DOCUMENT_BEGIN(ev, "_id", &id);
-    BSON_APPEND_UTF8(&id, "_data", hex);
-    bson_append_document_end(ev, &id);
+    append_token(ev, "_id", hex, x->tb, x->tblen);
     BSON_APPEND_UTF8(ev, "operationType", op_type);
     BSON_APPEND_TIMESTAMP(ev, "clusterTime", OPLOG_TS_SECS(x->ts), OPLOG_TS_INC(x->ts));
     if (x->s->expanded && uuid)
@@ -1219,6 +1350,8 @@ static void event_head(ev_ctx *x, bson_t *ev, const char *hex, const char *op_ty
 static void push_event(ev_ctx *x, uint32_t op_index, bool inv, bson_t *ev, char *hex, bool closes)
 {
     cs_event e = {.pos = {x->ts, op_index, inv, -1}, .hex = hex, .closes = closes};
+    memcpy(e.tb, x->tb, x->tblen);
+    e.tblen = x->tblen;
     e.doc = bson_copy(ev);
     bson_reinit(ev); /* the caller still destroys it */
     cache_push(x->s, &e);
@@ -1228,12 +1361,9 @@ static void push_event(ev_ctx *x, uint32_t op_index, bool inv, bson_t *ev, char 
  * token as the event that caused it, with fromInvalidate true (document_source_change_stream_check_invalidate.cpp). */
 static void push_invalidate(ev_ctx *x, uint32_t op_index, const uint8_t *uuid, const bson_t *eid)
 {
-    char *hex = cs_token_hex(x->ts, CS_TOKEN_EVENT, op_index, true, uuid, eid, -1);
+    char *hex = cs_token_make(x->ts, CS_TOKEN_EVENT, op_index, true, uuid, eid, -1, x->tb, &x->tblen);
     bson_t ev = BSON_INITIALIZER;
-    bson_t id;
-    BSON_APPEND_DOCUMENT_BEGIN(&ev, "_id", &id);
-    BSON_APPEND_UTF8(&id, "_data", hex);
-    bson_append_document_end(&ev, &id);
+    append_token(&ev, "_id", hex, x->tb, x->tblen);
     BSON_APPEND_UTF8(&ev, "operationType", "invalidate");
     BSON_APPEND_TIMESTAMP(&ev, "clusterTime", OPLOG_TS_SECS(x->ts), OPLOG_TS_INC(x->ts));
     if (x->has_wall)
@@ -1270,6 +1400,64 @@ static void make_eid(bson_t *eid, const char *op_type, const char *field, const 
         BSON_APPEND_DOCUMENT(eid, field, val);
 }
 
+/* A write to db.system.views on a database or cluster stream with showExpandedEvents: the view's create (nsType
+ * "view", or "timeseries" when viewOn is a system.buckets collection), modify or drop
+ * (change_stream_event_transform.cpp, ChangeStreamViewDefinitionEventTransformation: o._id is the view's namespace,
+ * operationDescription is o without _id; no collectionUUID; the token has the system.views UUID). */
+static void desc_from(const bson_t *o, const char *skip1, const char *skip2, bson_t *out);
+
+static void view_event(ev_ctx *x, const bson_t *op, const char *opc, uint32_t op_index)
+{
+    bson_iter_t it;
+    bson_t o;
+    const uint8_t *uuid = NULL;
+    uint32_t ulen;
+    bson_subtype_t st;
+    if (!bson_iter_init_find(&it, op, "o") || !get_doc(&it, &o))
+        return;
+    if (bson_iter_init_find(&it, op, "ui") && BSON_ITER_HOLDS_BINARY(&it)) {
+        bson_iter_binary(&it, &st, &ulen, &uuid);
+        if (ulen != 16)
+            uuid = NULL;
+    }
+    const char *view_ns =
+        bson_iter_init_find(&it, &o, "_id") && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
+    char vdb[128];
+    const char *vcoll;
+    if (!view_ns || !split_ns(view_ns, vdb, sizeof vdb, &vcoll))
+        return;
+    const char *type = !strcmp(opc, "i") ? "create" : !strcmp(opc, "u") ? "modify" : "drop";
+    bson_t desc;
+    bool has_desc = strcmp(type, "drop") != 0;
+    const char *ns_type = NULL;
+    if (has_desc) {
+        desc_from(&o, "_id", NULL, &desc);
+        if (!strcmp(type, "create")) {
+            const char *on =
+                bson_iter_init_find(&it, &o, "viewOn") && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : "";
+            ns_type = !strncmp(on, "system.buckets.", 15) ? "timeseries" : "view";
+        }
+    }
+    bson_t eid, ev = BSON_INITIALIZER;
+    make_eid(&eid, type, "operationDescription", has_desc ? &desc : NULL);
+    char *hex = cs_token_make(x->ts, CS_TOKEN_EVENT, op_index, false, uuid, &eid, -1, x->tb, &x->tblen);
+    bson_destroy(&eid);
+    append_token(&ev, "_id", hex, x->tb, x->tblen);
+    BSON_APPEND_UTF8(&ev, "operationType", type);
+    BSON_APPEND_TIMESTAMP(&ev, "clusterTime", OPLOG_TS_SECS(x->ts), OPLOG_TS_INC(x->ts));
+    if (x->has_wall)
+        BSON_APPEND_DATE_TIME(&ev, "wallTime", x->wall);
+    append_ns(&ev, "ns", vdb, vcoll);
+    if (has_desc)
+        BSON_APPEND_DOCUMENT(&ev, "operationDescription", &desc);
+    if (ns_type)
+        BSON_APPEND_UTF8(&ev, "nsType", ns_type);
+    push_event(x, op_index, false, &ev, hex, false);
+    bson_destroy(&ev);
+    if (has_desc)
+        bson_destroy(&desc);
+}
+
 static void crud_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
 {
     bson_iter_t it;
@@ -1277,7 +1465,14 @@ static void crud_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
     const char *ns = bson_iter_init_find(&it, op, "ns") && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : "";
     char db[128];
     const char *coll;
-    if (!split_ns(ns, db, sizeof db, &coll) || !ns_wanted(x->s, db, coll))
+    if (!split_ns(ns, db, sizeof db, &coll))
+        return;
+    /* system.views on database and cluster streams, with showExpandedEvents (getViewNsRegexForChangeStream) */
+    if (!strcmp(coll, "system.views") && x->s->expanded && x->s->kind != CS_COLL && ns_wanted(x->s, db, NULL)) {
+        view_event(x, op, opc, op_index);
+        return;
+    }
+    if (!ns_wanted(x->s, db, coll))
         return;
     /* fromMigrate entries (a chunk migration's copies and deletions) are hidden unless showMigrationEvents. */
     if (bson_iter_init_find(&it, op, "fromMigrate") && bson_iter_as_bool(&it))
@@ -1322,7 +1517,7 @@ static void crud_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
     }
     bson_t eid;
     make_eid(&eid, type, "documentKey", &key);
-    char *hex = cs_token_hex(x->ts, CS_TOKEN_EVENT, op_index, false, uuid, &eid, -1);
+    char *hex = cs_token_make(x->ts, CS_TOKEN_EVENT, op_index, false, uuid, &eid, -1, x->tb, &x->tblen);
     bson_destroy(&eid);
     bson_t ev = BSON_INITIALIZER;
     event_head(x, &ev, hex, type, uuid, NULL, NULL);
@@ -1496,7 +1691,7 @@ static void ddl_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
         goto done;
     }
     make_eid(&eid, type, "operationDescription", has_desc ? &desc : NULL);
-    char *hex = cs_token_hex(x->ts, CS_TOKEN_EVENT, op_index, false, uuid, &eid, -1);
+    char *hex = cs_token_make(x->ts, CS_TOKEN_EVENT, op_index, false, uuid, &eid, -1, x->tb, &x->tblen);
     /* the top-level `to` predates operationDescription (5.3) and is kept */
     bool rename = !strcmp(type, "rename");
     event_head(x, &ev, hex, type, uuid, rename ? to_db : NULL, rename ? to_coll : NULL);
@@ -1661,7 +1856,8 @@ static int pos_cmp3(const cs_pos *a, const cs_pos *b)
 }
 
 /* The user's stages on one event; false when a $match drops it. An event whose _id a stage removed or changed
- * fails the stream (plan_executor_pipeline.cpp, _validateChangeStreamsResumeToken: ChangeStreamFatalError 280). */
+ * fails the stream (plan_executor_pipeline.cpp, _validateChangeStreamsResumeToken: ChangeStreamFatalError 280;
+ * the Expected/found part is written here in Extended JSON, the server prints its own BSON notation). */
 static bool run_stages(cs_stream *s, const bson_t *ev, bson_t *out, bool *fatal, cs_error *err)
 {
     *fatal = false;
@@ -1689,11 +1885,22 @@ static bool run_stages(cs_stream *s, const bson_t *ev, bson_t *out, bool *fatal,
             same = la == lb && memcmp(da, db, la) == 0;
         }
         if (!same) {
+            bson_iter_t t;
+            const char *hex = bson_iter_init(&t, ev) && bson_iter_find_descendant(&t, "_id._data", &t)
+                                  ? bson_iter_utf8(&t, NULL)
+                                  : "";
+            bson_t found = BSON_INITIALIZER;
+            if (bson_iter_init_find(&b, out, "_id"))
+                bson_append_iter(&found, "_id", 3, &b);
+            char *fj = bson_as_relaxed_extended_json(&found, NULL);
             cs_error_set(err, 280, true,
                          "Encountered an event whose _id field, which contains the resume token, was modified by "
                          "the pipeline. Modifying the _id field of an event makes it impossible to resume the "
                          "stream from that point. Only transformations that retain the unmodified _id field are "
-                         "allowed.");
+                         "allowed. Expected: { _id: { _data: \"%s\" } } but found: %s",
+                         hex, fj ? fj : "{}");
+            bson_free(fj);
+            bson_destroy(&found);
             *fatal = true;
             return false;
         }
@@ -1725,73 +1932,114 @@ static bool token_names(const char *event_hex, const char *client_hex, int32_t *
     return true;
 }
 
-/* The fields of ev split into fragments of at most CS_MAX_USER bytes with their _id and splitEvent
- * (change_stream_split_event_helpers.cpp: top-level fields in order, each fragment its own token with
- * fragmentNum = its 0-based index, splitEvent {fragment: 1-based, of: n}). Returns the count; frags[i] owned. */
+typedef struct {
+    size_t size; /* the element's bytes: type, name, value (BSONElement::size) */
+    const char *key;
+    bson_iter_t it;
+} split_field;
+
+static int split_field_cmp(const void *a, const void *b)
+{
+    const split_field *x = a, *y = b;
+    if (x->size != y->size)
+        return x->size < y->size ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
+static size_t token_doc_size(const char *hex)
+{
+    bson_t t = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&t, "_data", hex);
+    size_t n = t.len;
+    bson_destroy(&t);
+    return n;
+}
+
+/* change_stream_split_event_helpers.cpp, splitChangeEvent: the fields but _id, ordered by (size, name), fill
+ * fragments greedily (each at least one field) up to kBSONObjMaxChangeEventSize minus the event token's size; each
+ * fragment is {_id: its token (fragmentNum = its 0-based index), splitEvent: {fragment: 1-based, of: n}, fields}.
+ * The server also counts the fragment's $sortKey metadata in its size; mongosim counts the token document once more
+ * for it. Returns the count (0 with err set); frags[i] and hexes[i] owned by the caller. */
 static size_t split_event(const bson_t *ev, const cs_event *src, const bson_t *eid, const uint8_t *uuid, bson_t **frags,
                           char ***hexes, cs_error *err)
 {
-    /* first pass: group fields */
-    size_t cap = 8, n = 0;
-    size_t *starts = malloc(cap * sizeof *starts);
-    if (!starts)
+    size_t nf = 0, cap = 16;
+    split_field *fields = malloc(cap * sizeof *fields);
+    if (!fields)
         abort();
     bson_iter_t it;
     bson_iter_init(&it, ev);
-    size_t cur = 0, field = 0;
-    const size_t overhead = 512; /* _id, splitEvent and the document's own bytes */
     while (bson_iter_next(&it)) {
-        size_t flen = it.next_off - it.off; /* the element: type, key, value */
-        if (!strcmp(bson_iter_key(&it), "_id")) {
-            field++;
+        if (!strcmp(bson_iter_key(&it), "_id"))
             continue;
+        if (nf == cap) {
+            cap *= 2;
+            fields = realloc(fields, cap * sizeof *fields);
+            if (!fields)
+                abort();
         }
-        if (flen + overhead > CS_MAX_USER) {
-            /* a single field over the limit cannot be split (7182803 in the split helpers) */
-            cs_error_set(err, 7182803, false,
-                         "Cannot split an event of size %u with a field that alone exceeds the maximum size", ev->len);
-            free(starts);
-            return 0;
-        }
-        if (n == 0 || cur + flen + overhead > CS_MAX_USER) {
-            if (n == cap) {
-                cap *= 2;
-                starts = realloc(starts, cap * sizeof *starts);
-                if (!starts)
-                    abort();
-            }
-            starts[n++] = field;
-            cur = 0;
-        }
-        cur += flen;
-        field++;
+        fields[nf++] = (split_field){it.next_off - it.off, bson_iter_key(&it), it};
     }
-    *frags = calloc(n, sizeof **frags);
-    *hexes = calloc(n, sizeof **hexes);
+    if (nf == 0) {
+        cs_error_set(err, 7182502, false, "Cannot split an empty event or an event containing solely '_id' field");
+        free(fields);
+        return 0;
+    }
+    qsort(fields, nf, sizeof *fields, split_field_cmp);
+    size_t limit = CS_MAX_CHANGE_EVENT - token_doc_size(src->hex);
+    size_t n = 0, fcap = 4;
+    *frags = calloc(fcap, sizeof **frags);
+    *hexes = calloc(fcap, sizeof **hexes);
     if (!*frags || !*hexes)
         abort();
-    for (size_t f = 0; f < n; f++) {
-        size_t from = starts[f], to = f + 1 < n ? starts[f + 1] : SIZE_MAX;
-        char *hex = cs_token_hex(src->pos.ts, CS_TOKEN_EVENT, src->pos.op, src->pos.inv, uuid, eid, (int32_t)f);
-        bson_t *fr = &(*frags)[f], id, se;
-        bson_init(fr);
-        BSON_APPEND_DOCUMENT_BEGIN(fr, "_id", &id);
-        BSON_APPEND_UTF8(&id, "_data", hex);
-        bson_append_document_end(fr, &id);
-        BSON_APPEND_DOCUMENT_BEGIN(fr, "splitEvent", &se);
-        BSON_APPEND_INT32(&se, "fragment", (int32_t)f + 1);
-        BSON_APPEND_INT32(&se, "of", (int32_t)n);
-        bson_append_document_end(fr, &se);
-        bson_iter_init(&it, ev);
-        size_t i = 0;
-        while (bson_iter_next(&it)) {
-            if (i >= from && i < to && strcmp(bson_iter_key(&it), "_id") != 0)
-                bson_append_iter(fr, bson_iter_key(&it), -1, &it);
-            i++;
+    for (size_t f = 0; f < nf;) {
+        if (n == fcap) {
+            fcap *= 2;
+            *frags = realloc(*frags, fcap * sizeof **frags);
+            *hexes = realloc(*hexes, fcap * sizeof **hexes);
+            if (!*frags || !*hexes)
+                abort();
         }
-        (*hexes)[f] = hex;
+        uint8_t tb[CS_TYPEBITS_MAX];
+        size_t tblen;
+        char *hex =
+            cs_token_make(src->pos.ts, CS_TOKEN_EVENT, src->pos.op, src->pos.inv, uuid, eid, (int32_t)n, tb, &tblen);
+        bson_t *fr = &(*frags)[n], se;
+        bson_init(fr);
+        append_token(fr, "_id", hex, tb, tblen);
+        BSON_APPEND_DOCUMENT_BEGIN(fr, "splitEvent", &se);
+        BSON_APPEND_INT32(&se, "fragment", (int32_t)n + 1);
+        BSON_APPEND_INT32(&se, "of", 0); /* set below, once the count is known */
+        bson_append_document_end(fr, &se);
+        (*hexes)[n] = hex;
+        n++;
+        size_t size = fr->len + token_doc_size(hex);
+        do {
+            bson_append_iter(fr, fields[f].key, -1, &fields[f].it);
+            size += fields[f].size;
+        } while (++f < nf && size + fields[f].size <= limit);
+        if (size > limit) {
+            cs_error_set(err, 7182500, false,
+                         "Splitting change event failed: fragment size %zu is greater than maximum allowed fragment "
+                         "size %zu",
+                         size, limit);
+            for (size_t k = 0; k < n; k++) {
+                bson_destroy(&(*frags)[k]);
+                bson_free((*hexes)[k]);
+            }
+            free(*frags);
+            free(*hexes);
+            free(fields);
+            return 0;
+        }
     }
-    free(starts);
+    free(fields);
+    /* splitEvent.of: the int32 written as 0 above, patched in place */
+    for (size_t k = 0; k < n; k++) {
+        bson_iter_t of;
+        if (bson_iter_init(&of, &(*frags)[k]) && bson_iter_find_descendant(&of, "splitEvent.of", &of))
+            bson_iter_overwrite_int32(&of, (int32_t)n);
+    }
     return n;
 }
 
@@ -1823,10 +2071,24 @@ static void append_event(bson_t *events, uint32_t *key, const bson_t *doc)
     BSON_APPEND_DOCUMENT(events, k, doc);
 }
 
-static void set_pbrt(cs_stream *s, const char *hex, uint64_t ts)
+/* The post-batch token becomes the _id of a returned event (or fragment). */
+static void set_pbrt(cs_stream *s, const bson_t *ev, uint64_t ts)
 {
+    bson_iter_t it, f;
     bson_free(s->pbrt_hex);
-    s->pbrt_hex = bson_strdup(hex);
+    s->pbrt_hex = bson_strdup(
+        bson_iter_init(&it, ev) && bson_iter_find_descendant(&it, "_id._data", &f) ? bson_iter_utf8(&f, NULL) : "");
+    s->pbrt_tblen = 0;
+    if (bson_iter_init(&it, ev) && bson_iter_find_descendant(&it, "_id._typeBits", &f) && BSON_ITER_HOLDS_BINARY(&f)) {
+        bson_subtype_t st;
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_binary(&f, &st, &len, &data);
+        if (len <= CS_TYPEBITS_MAX) {
+            memcpy(s->pbrt_tb, data, len);
+            s->pbrt_tblen = len;
+        }
+    }
     s->pbrt_ts = ts;
 }
 
@@ -1847,9 +2109,15 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
         return false;
     }
     while (!stop && s->scan_seq < env->visible_end && s->scan_seq < oplog_end_seq(env->oplog)) {
+        uint64_t entry_ts = oplog_entry_ts(env->oplog, s->scan_seq);
+        if (entry_ts < s->start_ts) {
+            /* written after the open but before a start in the future: the oplog scan (ts >= start) never sees
+             * it, and the post-batch token stays at the start (report_post_batch_resume_token.js) */
+            s->scan_seq++;
+            continue;
+        }
         if (!build_cache(s, env, s->scan_seq, err))
             return false;
-        uint64_t entry_ts = oplog_entry_ts(env->oplog, s->scan_seq);
         for (size_t i = 0; i < s->ncache && !stop; i++) {
             cs_event *ev = &s->cache[i];
             int c = s->have_last ? pos_cmp3(&ev->pos, &s->last) : 1;
@@ -1874,8 +2142,9 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
                 int32_t frag;
                 if (!token_names(ev->hex, s->must_hex, &frag)) {
                     bson_destroy(&out);
+                    /* the message ends with the _id of the event that went past the token */
                     cs_error_set(err, 280, true,
-                                 "cannot resume stream; the resume token was not found. {_data: \"%s\"}", s->must_hex);
+                                 "cannot resume stream; the resume token was not found. {_data: \"%s\"}", ev->hex);
                     return false;
                 }
                 s->must_find = false;
@@ -1885,7 +2154,15 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
                     continue;
                 }
             }
-            if (out.len > CS_MAX_USER && s->split) {
+            if (s->split && skip_frag >= 0 && out.len <= CS_MAX_CHANGE_EVENT) {
+                /* document_source_change_stream_split_large_event.cpp, _handleResumeAfterSplit */
+                bson_destroy(&out);
+                cs_error_set(err, 280, true,
+                             "Attempted to resume from a split event fragment, but the event in the resumed stream "
+                             "was not large enough to be split");
+                return false;
+            }
+            if (out.len > CS_MAX_CHANGE_EVENT && s->split) {
                 bson_t eid;
                 const uint8_t *uuid;
                 uint8_t ub[16];
@@ -1899,6 +2176,18 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
                 bson_destroy(&out);
                 if (nf == 0)
                     return false;
+                if (skip_frag >= 0 && (size_t)skip_frag >= nf) {
+                    for (size_t f = 0; f < nf; f++) {
+                        bson_destroy(&frags[f]);
+                        bson_free(hexes[f]);
+                    }
+                    free(frags);
+                    free(hexes);
+                    cs_error_set(err, 280, true,
+                                 "Attempted to resume from a split event, but the resumed stream produced a different "
+                                 "split. Ensure that the pipeline used to resume is the same as the original");
+                    return false;
+                }
                 for (size_t f = 0; f < nf; f++) {
                     if (!stop && (int32_t)f > skip_frag) {
                         if ((batch >= 0 && n >= batch) || (n > 0 && bytes + frags[f].len > SIM_BATCH_BYTES)) {
@@ -1910,7 +2199,7 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
                             s->last = ev->pos;
                             s->last.frag = (int32_t)f;
                             s->have_last = true;
-                            set_pbrt(s, hexes[f], ev->pos.ts);
+                            set_pbrt(s, &frags[f], ev->pos.ts);
                         }
                     }
                     bson_destroy(&frags[f]);
@@ -1949,7 +2238,7 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
             bson_destroy(&out);
             s->last = ev->pos;
             s->have_last = true;
-            set_pbrt(s, ev->hex, ev->pos.ts);
+            set_pbrt(s, ev->doc, ev->pos.ts);
             if (ev->closes) {
                 s->closed = true;
                 stop = true;
@@ -1966,6 +2255,8 @@ bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *event
     }
     *closed = s->closed;
     BSON_APPEND_UTF8(pbrt, "_data", s->pbrt_hex);
+    if (s->pbrt_tblen)
+        bson_append_binary(pbrt, "_typeBits", -1, BSON_SUBTYPE_BINARY, s->pbrt_tb, (uint32_t)s->pbrt_tblen);
     return true;
 }
 
@@ -2020,8 +2311,11 @@ static void env_of(sim_server *srv, cs_env *env)
     env->visible_end = srv->maj_frozen ? oplog_seek(srv->oplog, srv->maj_ts, false) : oplog_end_seq(srv->oplog);
 }
 
-/* An error reply with the change-stream labels the server adds (error_labels.cpp: NonResumableChangeStreamError
- * for ChangeStreamFatalError 280 and ChangeStreamHistoryLost 286). */
+/* An error reply with the change-stream labels the server adds (error_labels.cpp, ErrorLabelBuilder):
+ * NonResumableChangeStreamError for the codes of that category (error_codes.yml: ChangeStreamFatalError 280 and
+ * ChangeStreamHistoryLost 286); ResumableChangeStreamError for a retriable or network error of a change stream's
+ * aggregate or getMore (isResumableChangeStreamError; among mongosim's errors, 10107 NotWritablePrimary and 11602
+ * InterruptedDueToReplStateChange). */
 static void cs_reply_error(sim_reply *r, const cs_error *err)
 {
     bson_t doc = BSON_INITIALIZER;
@@ -2034,19 +2328,23 @@ static void cs_reply_error(sim_reply *r, const cs_error *err)
                        : err->code == 10334 ? "BSONObjectTooLarge"
                        : err->code == 40415 ? "Location40415"
                        : err->code == 40674 ? "Location40674"
+                       : err->code == 50865 ? "Location50865"
                        : err->code == 72    ? "InvalidOptions"
                        : err->code == 260   ? "InvalidResumeToken"
                                             : sim_code_name(err->code);
     BSON_APPEND_UTF8(&doc, "codeName", name);
-    if (err->nonresumable) {
+    bool resumable = err->code == 10107 || err->code == 11602;
+    if (err->nonresumable || resumable) {
         bson_t labels;
         BSON_APPEND_ARRAY_BEGIN(&doc, "errorLabels", &labels);
-        BSON_APPEND_UTF8(&labels, "0", "NonResumableChangeStreamError");
+        BSON_APPEND_UTF8(&labels, "0", resumable ? "ResumableChangeStreamError" : "NonResumableChangeStreamError");
         bson_append_array_end(&doc, &labels);
     }
     reply_bson(r, &doc);
     bson_destroy(&doc);
 }
+
+static const cs_error stepped_down_error = {11602, false, "operation was interrupted because the node stepped down"};
 
 /* {cursor: {firstBatch|nextBatch, postBatchResumeToken, id, ns}, ok: 1} */
 static void cs_reply_batch(sim_reply *r, cs_cursor *cur, bool first, const bson_t *events, const bson_t *pbrt,
@@ -2105,7 +2403,9 @@ void cs_cmd_aggregate(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
         return;
     }
     if (srv->stepped_down) {
-        reply_error(r, 10107, "not primary");
+        cs_error e = {.code = 10107};
+        snprintf(e.msg, sizeof e.msg, "not primary");
+        cs_reply_error(r, &e);
         return;
     }
     bson_t pipeline;
@@ -2127,9 +2427,9 @@ void cs_cmd_aggregate(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
     }
     if (bson_iter_recurse(&cu, &bs) && bson_iter_find(&bs, "batchSize") && BSON_ITER_HOLDS_NUMBER(&bs))
         batch = bson_iter_as_int64(&bs);
-    /* A change stream reads majority-committed data: readConcern other than majority (or none) is refused
-     * (document_source_change_stream.cpp assertValidReadConcern: 'local' is allowed too in 7.0 and treated as
-     * majority; mongosim accepts local and majority). */
+    /* A change stream reads majority-committed data; the specification's drivers send readConcern majority or
+     * none (mongodb/specifications change-streams.md). mongosim refuses other levels with a message of its own
+     * (the server's exact check is not modelled) and always reads the majority commit point. */
     bson_iter_t rct, rc;
     if (find_path(&rct, cmd, "readConcern.level", &rc) && BSON_ITER_HOLDS_UTF8(&rc)) {
         const char *lvl = bson_iter_utf8(&rc, NULL);
@@ -2168,7 +2468,7 @@ void cs_cmd_aggregate(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
 void cs_cmd_get_more(sim_server *srv, sim_reply *r, const bson_t *cmd, int64_t id)
 {
     cs_cursor *cur = cs_find(srv, id);
-    int64_t batch = -1, max_time = 1000; /* an awaitData getMore without maxTimeMS waits 1 s on a server */
+    int64_t batch = -1, max_time = 1000; /* without maxTimeMS: 1 s, as mongosim's oplog getMore (commands.c) */
     bson_iter_t it;
     if (bson_iter_init_find(&it, cmd, "batchSize") && BSON_ITER_HOLDS_NUMBER(&it))
         batch = bson_iter_as_int64(&it) > 0 ? bson_iter_as_int64(&it) : -1; /* getMore batchSize 0: no bound */
@@ -2176,7 +2476,7 @@ void cs_cmd_get_more(sim_server *srv, sim_reply *r, const bson_t *cmd, int64_t i
         max_time = bson_iter_as_int64(&it);
     if (srv->stepped_down) {
         cs_cursor_free(srv, cur);
-        reply_error(r, 11602, "operation was interrupted because the node stepped down");
+        cs_reply_error(r, &stepped_down_error);
         return;
     }
     if (cs_answer(srv, r, cur, false, batch, max_time > 0 && !r->no_reply))
@@ -2199,7 +2499,7 @@ bool cs_parked_try(sim_server *srv, sim_conn *c, bool timeout)
     }
     if (srv->stepped_down) {
         cs_cursor_free(srv, cur);
-        reply_error(&r, 11602, "operation was interrupted because the node stepped down");
+        cs_reply_error(&r, &stepped_down_error);
         return true;
     }
     return cs_answer(srv, &r, cur, false, c->park_batch, !timeout);

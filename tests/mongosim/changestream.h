@@ -58,9 +58,15 @@ typedef struct {
     int32_t fragment; /* -1: none */
 } cs_token_info;
 
-/* The uppercase hex _data of a version-2 token; event_id NULL for a high-water mark. Free with bson_free. */
+#define CS_TYPEBITS_MAX 256
+
+/* The uppercase hex _data of a version-2 token; event_id NULL for a high-water mark, fragment -1 for none. Free
+ * with bson_free. cs_token_make also writes the token's _typeBits (empty when every bit is zero: *tblen 0) into tb
+ * (CS_TYPEBITS_MAX bytes). */
 char *cs_token_hex(uint64_t ts, int type, uint32_t txn_op, bool from_invalidate, const uint8_t *uuid,
                    const bson_t *event_id, int32_t fragment);
+char *cs_token_make(uint64_t ts, int type, uint32_t txn_op, bool from_invalidate, const uint8_t *uuid,
+                    const bson_t *event_id, int32_t fragment, uint8_t *tb, size_t *tblen);
 /* Reads clusterTime, version, tokenType, txnOpIndex, fromInvalidate and UUID back from a token this module (or a
  * 7.0 server) made; false when hex is not such a token. */
 bool cs_token_parse(const char *hex, cs_token_info *out);

@@ -264,6 +264,37 @@ START_TEST(test_token_fields_read_back)
 }
 END_TEST
 
+/* _typeBits: one or two bits per value, packed from the low bit (key_string.h TypeBits). The layout is the one a
+ * real 4.4 server printed for a v1 token of documentKey {_id: 2} (a double from the shell): _typeBits
+ * BinData(0, "40") after three int32s, i.e. bits 0-5 zero and the double's kDouble (1, then 0) at bits 6 and 7
+ * (quoted in a public tutorial on change-stream pre-images, found by the search tool; the v1 _data was
+ * 825F103409000000042B022C0100296E5A10044912D5BB665545B48DDAD38FCD774270461E5F6964002B040004). A v2 token has the
+ * operationType string's bit (0) before the documentKey, so the double's bits move to 7 and 8. */
+START_TEST(test_token_type_bits)
+{
+    uint8_t tb[CS_TYPEBITS_MAX];
+    size_t n;
+    bson_t *eid = BCON_NEW("operationType", "update", "documentKey", "{", "_id", BCON_DOUBLE(2.0), "}");
+    char *hex = cs_token_make(OPLOG_TS(1, 1), CS_TOKEN_EVENT, 0, false, UUID_A, eid, -1, tb, &n);
+    ck_assert_uint_eq(n, 3);
+    ck_assert(tb[0] == 0x82 && tb[1] == 0x80 && tb[2] == 0x00);
+    char *hex_int = cs_token_hex(OPLOG_TS(1, 1), CS_TOKEN_EVENT, 0, false, UUID_A, eid, -1);
+    ck_assert_str_eq(hex, hex_int); /* the bytes do not tell a double 2 from an int 2: only the type bits do */
+    bson_free(hex);
+    bson_free(hex_int);
+    bson_destroy(eid);
+    eid = BCON_NEW("operationType", "insert", "documentKey", "{", "_id", BCON_INT64(7), "}");
+    bson_free(cs_token_make(OPLOG_TS(1, 1), CS_TOKEN_EVENT, 0, false, UUID_A, eid, -1, tb, &n));
+    ck_assert_uint_eq(n, 3);
+    ck_assert(tb[0] == 0x82 && tb[1] == 0x00 && tb[2] == 0x01); /* kLong: 0, then 1 */
+    bson_destroy(eid);
+    eid = BCON_NEW("operationType", "insert", "documentKey", "{", "_id", BCON_INT32(7), "}");
+    bson_free(cs_token_make(OPLOG_TS(1, 1), CS_TOKEN_EVENT, 0, false, UUID_A, eid, -1, tb, &n));
+    ck_assert_uint_eq(n, 0); /* all zero: no _typeBits */
+    bson_destroy(eid);
+}
+END_TEST
+
 /* ---- events ---- */
 
 START_TEST(test_crud_events)
@@ -315,7 +346,20 @@ START_TEST(test_crud_events)
     ck_assert_int_eq(int_at(&b.ev[2], "fullDocument.x"), 99);
     ck_assert_str_eq(str_at(&b.ev[3], "operationType"), "delete");
     ck_assert(!has(&b.ev[3], "fullDocument"));
+    ck_assert(!has(&b.ev[3], "_id._typeBits"));
     batch_free(&b);
+    /* an int64 _id: the event's _id and the PBRT carry _typeBits */
+    put(&f, BCON_NEW("op", "d", "ns", "db.c", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
+                     BCON_INT64(5), "}"));
+    cs_env env = env_of(&f);
+    bson_t events = BSON_INITIALIZER, pbrt = BSON_INITIALIZER;
+    bool closed;
+    cs_error err;
+    ck_assert(cs_next_batch(s, &env, -1, &events, &pbrt, &closed, &err));
+    ck_assert(has(&events, "0._id._typeBits"));
+    ck_assert(has(&pbrt, "_typeBits"));
+    bson_destroy(&events);
+    bson_destroy(&pbrt);
     cs_close(s);
     fx_free(&f);
 }
@@ -537,6 +581,15 @@ START_TEST(test_pbrt_and_resume)
     ck_assert(b.err.nonresumable);
     ck_assert(strstr(b.err.msg, "resume token was not found"));
     cs_close(s);
+    /* a startAtOperationTime in the future: the PBRT stays at it while older entries are written
+     * (report_post_batch_resume_token.js) */
+    uint64_t future = OPLOG_TS(f.secs + 100, 1);
+    s = open_ok(&f, "db", "c", pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs + 100, 1))));
+    put_insert(&f, "db.c", 9, 0);
+    next(&f, s, -1, &b);
+    ck_assert(b.ok && b.n == 0);
+    ck_assert_uint_eq(decode(b.pbrt).ts, future);
+    cs_close(s);
     /* two start options */
     cs_error err;
     ck_assert_int_eq(open_err(&f, "db", "c",
@@ -612,6 +665,324 @@ START_TEST(test_drop_invalidates)
 }
 END_TEST
 
+START_TEST(test_view_events)
+{
+    fixture f;
+    fx_init(&f);
+    cs_stream *exp = open_ok(
+        &f, "db", NULL,
+        pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "showExpandedEvents", BCON_BOOL(true))));
+    cs_stream *plain = open_ok(&f, "db", NULL, pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1))));
+    put(&f, BCON_NEW("op", "i", "ns", "db.system.views", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
+                     "db.v", "viewOn", "c", "pipeline", "[", "]", "}"));
+    put(&f, BCON_NEW("op", "i", "ns", "db.system.views", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
+                     "db.ts", "viewOn", "system.buckets.ts", "pipeline", "[", "]", "}"));
+    put(&f, BCON_NEW("op", "d", "ns", "db.system.views", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "_id",
+                     "db.v", "}"));
+    batch_t b;
+    next(&f, exp, -1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 3);
+    ck_assert_str_eq(str_at(&b.ev[0], "operationType"), "create");
+    ck_assert_str_eq(str_at(&b.ev[0], "ns.coll"), "v");
+    ck_assert_str_eq(str_at(&b.ev[0], "nsType"), "view");
+    ck_assert_str_eq(str_at(&b.ev[0], "operationDescription.viewOn"), "c");
+    ck_assert(!has(&b.ev[0], "collectionUUID") && !has(&b.ev[0], "operationDescription._id"));
+    ck_assert_str_eq(str_at(&b.ev[1], "nsType"), "timeseries");
+    ck_assert_str_eq(str_at(&b.ev[2], "operationType"), "drop");
+    ck_assert_str_eq(str_at(&b.ev[2], "ns.coll"), "v");
+    batch_free(&b);
+    next(&f, plain, -1, &b); /* without showExpandedEvents: nothing from system.views */
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 0);
+    cs_close(exp);
+    cs_close(plain);
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- every $v:2 vector: the updateDescription applied to the pre-image gives the post-image ---- */
+
+/* A path's parts: disambiguatedPaths[path] when listed (ints are array indices), else the dotted path split. */
+typedef struct {
+    char name[64][256];
+    int n;
+} vpath;
+
+static void vpath_of(const char *dotted, const bson_t *disamb, vpath *p)
+{
+    bson_iter_t it, a;
+    p->n = 0;
+    if (disamb && bson_iter_init_find(&it, disamb, dotted) && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &a)) {
+        while (bson_iter_next(&a) && p->n < 64) {
+            if (BSON_ITER_HOLDS_UTF8(&a))
+                snprintf(p->name[p->n++], 256, "%s", bson_iter_utf8(&a, NULL));
+            else
+                snprintf(p->name[p->n++], 256, "%d", (int)bson_iter_as_int64(&a));
+        }
+        return;
+    }
+    const char *s = dotted;
+    while (*s && p->n < 64) {
+        const char *dot = strchr(s, '.');
+        size_t len = dot ? (size_t)(dot - s) : strlen(s);
+        snprintf(p->name[p->n++], 256, "%.*s", (int)len, s);
+        s += len + (dot ? 1 : 0);
+    }
+}
+
+/* out = doc with the value at parts[i..] set (val), removed (val NULL) or, for an array there, cut to newsize
+ * (newsize >= 0); missing documents on the way are made, an array set past its end is padded with nulls (the
+ * server's diff applier does both). */
+static void vapply(const bson_t *doc, bool is_array, const vpath *p, int i, const bson_iter_t *val, int newsize,
+                   bson_t *out)
+{
+    bson_iter_t it;
+    bool done = false;
+    int idx = 0;
+    bson_iter_init(&it, doc);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        char kb[16];
+        if (is_array)
+            snprintf(kb, sizeof kb, "%d", idx);
+        const char *key = is_array ? kb : k;
+        idx++;
+        if (strcmp(key, p->name[i]) != 0) {
+            bson_append_iter(out, key, -1, &it);
+            continue;
+        }
+        done = true;
+        if (i + 1 == p->n && newsize < 0) {
+            if (val)
+                bson_append_iter(out, key, -1, val);
+            continue; /* removed */
+        }
+        bool arr = BSON_ITER_HOLDS_ARRAY(&it);
+        bson_t sub, child;
+        uint32_t len;
+        const uint8_t *data;
+        if (arr)
+            bson_iter_array(&it, &len, &data);
+        else if (BSON_ITER_HOLDS_DOCUMENT(&it))
+            bson_iter_document(&it, &len, &data);
+        else {
+            data = NULL;
+            len = 0;
+        }
+        bson_t empty = BSON_INITIALIZER;
+        if (data)
+            bson_init_static(&sub, data, len);
+        if (arr)
+            bson_append_array_begin(out, key, -1, &child);
+        else
+            bson_append_document_begin(out, key, -1, &child);
+        if (i + 1 == p->n) { /* truncate this array */
+            bson_iter_t e;
+            bson_iter_init(&e, &sub);
+            for (int n = 0; n < newsize && bson_iter_next(&e); n++)
+                bson_append_iter(&child, bson_iter_key(&e), -1, &e);
+        } else {
+            vapply(data ? &sub : &empty, arr, p, i + 1, val, newsize, &child);
+        }
+        if (arr)
+            bson_append_array_end(out, &child);
+        else
+            bson_append_document_end(out, &child);
+        bson_destroy(&empty);
+    }
+    if (done || !val)
+        return;
+    if (is_array) { /* pad to the index */
+        int want = atoi(p->name[i]);
+        for (; idx < want; idx++) {
+            char kb[16];
+            snprintf(kb, sizeof kb, "%d", idx);
+            bson_append_null(out, kb, -1);
+        }
+    }
+    if (i + 1 == p->n) {
+        bson_append_iter(out, p->name[i], -1, val);
+        return;
+    }
+    bson_t child, empty = BSON_INITIALIZER;
+    bson_append_document_begin(out, p->name[i], -1, &child);
+    vapply(&empty, false, p, i + 1, val, newsize, &child);
+    bson_append_document_end(out, &child);
+    bson_destroy(&empty);
+}
+
+static void vapply_doc(bson_t **doc, const vpath *p, const bson_iter_t *val, int newsize)
+{
+    bson_t *out = bson_new();
+    vapply(*doc, false, p, 0, val, newsize, out);
+    bson_destroy(*doc);
+    *doc = out;
+}
+
+/* Equal as documents whatever the field order (an updateDescription does not keep positions); arrays in order. */
+static bool same_unordered(const bson_t *a, const bson_t *b, bool arrays)
+{
+    bson_iter_t ia, ib;
+    int na = 0, nb = 0;
+    bson_iter_init(&ia, a);
+    while (bson_iter_next(&ia))
+        na++;
+    bson_iter_init(&ib, b);
+    while (bson_iter_next(&ib))
+        nb++;
+    if (na != nb)
+        return false;
+    bson_iter_init(&ia, a);
+    while (bson_iter_next(&ia)) {
+        if (!bson_iter_init_find(&ib, b, bson_iter_key(&ia)) || bson_iter_type(&ia) != bson_iter_type(&ib))
+            return false;
+        if (BSON_ITER_HOLDS_DOCUMENT(&ia) || BSON_ITER_HOLDS_ARRAY(&ia)) {
+            bson_t sa, sb;
+            uint32_t la, lb;
+            const uint8_t *da, *db;
+            if (BSON_ITER_HOLDS_DOCUMENT(&ia)) {
+                bson_iter_document(&ia, &la, &da);
+                bson_iter_document(&ib, &lb, &db);
+            } else {
+                bson_iter_array(&ia, &la, &da);
+                bson_iter_array(&ib, &lb, &db);
+            }
+            bson_init_static(&sa, da, la);
+            bson_init_static(&sb, db, lb);
+            if (!same_unordered(&sa, &sb, BSON_ITER_HOLDS_ARRAY(&ia)))
+                return false;
+        } else if (!bson_iter_value(&ia) || !bson_iter_value(&ib)) {
+            return false;
+        } else {
+            bson_t x = BSON_INITIALIZER, y = BSON_INITIALIZER;
+            bson_append_iter(&x, "v", 1, &ia);
+            bson_append_iter(&y, "v", 1, &ib);
+            bool eq = bson_equal(&x, &y);
+            bson_destroy(&x);
+            bson_destroy(&y);
+            if (!eq)
+                return false;
+        }
+    }
+    (void)arrays;
+    return true;
+}
+
+START_TEST(test_update_description_vectors)
+{
+    /* tests/vectors/diff_v2_pre_post.jsonl: real $v:2 diffs (the server's own tests) with their pre- and
+     * post-images. The updateDescription mongosim derives, applied to the pre-image with disambiguatedPaths, must
+     * give the post-image (field order aside). Left out: binary diffs of time-series buckets (b: updatedFields then
+     * holds the raw {o, d}, change_stream_document_diff_parser.cpp) and the vectors whose diff meets a pre-image of
+     * another shape than the one it was made for (an absent or mismatched sub-document, an object or a scalar where
+     * the diff expects an array or a sub-document, which the diff applier turns into null): an updateDescription
+     * describes the change to the document the diff was made from. */
+    FILE *fp = fopen("tests/vectors/diff_v2_pre_post.jsonl", "r");
+    ck_assert_msg(fp != NULL, "run from the repository root");
+    char *line = NULL;
+    size_t cap = 0;
+    int checked = 0;
+    while (getline(&line, &cap, fp) > 0) {
+        bson_error_t e;
+        bson_t *v = bson_new_from_json((const uint8_t *)line, -1, &e);
+        ck_assert_msg(v, "%s", e.message);
+        bson_iter_t it;
+        if (!bson_iter_init_find(&it, v, "id")) {
+            bson_destroy(v);
+            continue;
+        }
+        const char *id = bson_iter_utf8(&it, NULL);
+        if (strstr(id, "Binary") || strstr(id, "-absent") || strstr(id, "Mismatch") || strstr(id, "NotArray") ||
+            strstr(id, "-scalars")) {
+            bson_destroy(v);
+            continue;
+        }
+        bson_t pre, o, post;
+        uint32_t len;
+        const uint8_t *data;
+        ck_assert(bson_iter_init_find(&it, v, "pre"));
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&pre, data, len);
+        ck_assert(bson_iter_init_find(&it, v, "o"));
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&o, data, len);
+        ck_assert(bson_iter_init_find(&it, v, "post"));
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&post, data, len);
+        fixture f;
+        fx_init(&f);
+        cs_stream *s = open_ok(&f, "db", "c",
+                               pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(f.secs, 1), "showExpandedEvents",
+                                                BCON_BOOL(true))));
+        bson_t *body = BCON_NEW("op", "u", "ns", "db.c", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16));
+        BSON_APPEND_DOCUMENT(body, "o", &o);
+        bson_t *o2 = BCON_NEW("_id", BCON_INT32(1));
+        BSON_APPEND_DOCUMENT(body, "o2", o2);
+        bson_destroy(o2);
+        put(&f, body);
+        batch_t b;
+        next(&f, s, -1, &b);
+        ck_assert_msg(b.ok && b.n == 1, "%s", id);
+        bson_t ud, part, disamb;
+        bson_iter_t u;
+        ck_assert(bson_iter_init_find(&u, &b.ev[0], "updateDescription"));
+        bson_iter_document(&u, &len, &data);
+        bson_init_static(&ud, data, len);
+        ck_assert(bson_iter_init_find(&u, &ud, "disambiguatedPaths"));
+        bson_iter_document(&u, &len, &data);
+        bson_init_static(&disamb, data, len);
+        bson_t *doc = bson_copy(&pre);
+        vpath p;
+        bson_iter_t x;
+        /* truncations first (the array diff's new length), then the updated and the removed fields */
+        ck_assert(bson_iter_init_find(&u, &ud, "truncatedArrays"));
+        bson_iter_array(&u, &len, &data);
+        bson_init_static(&part, data, len);
+        bson_iter_init(&x, &part);
+        while (bson_iter_next(&x)) {
+            bson_t t;
+            bson_iter_t fld, ns;
+            bson_iter_document(&x, &len, &data);
+            bson_init_static(&t, data, len);
+            ck_assert(bson_iter_init_find(&fld, &t, "field") && bson_iter_init_find(&ns, &t, "newSize"));
+            vpath_of(bson_iter_utf8(&fld, NULL), &disamb, &p);
+            vapply_doc(&doc, &p, NULL, (int)bson_iter_as_int64(&ns));
+        }
+        ck_assert(bson_iter_init_find(&u, &ud, "updatedFields"));
+        bson_iter_document(&u, &len, &data);
+        bson_init_static(&part, data, len);
+        bson_iter_init(&x, &part);
+        while (bson_iter_next(&x)) {
+            vpath_of(bson_iter_key(&x), &disamb, &p);
+            vapply_doc(&doc, &p, &x, -1);
+        }
+        ck_assert(bson_iter_init_find(&u, &ud, "removedFields"));
+        bson_iter_array(&u, &len, &data);
+        bson_init_static(&part, data, len);
+        bson_iter_init(&x, &part);
+        while (bson_iter_next(&x)) {
+            vpath_of(bson_iter_utf8(&x, NULL), &disamb, &p);
+            vapply_doc(&doc, &p, NULL, -1);
+        }
+        char *got = bson_as_relaxed_extended_json(doc, NULL), *want = bson_as_relaxed_extended_json(&post, NULL);
+        ck_assert_msg(same_unordered(doc, &post, false), "%s: got %s, want %s", id, got, want);
+        bson_free(got);
+        bson_free(want);
+        bson_destroy(doc);
+        batch_free(&b);
+        cs_close(s);
+        fx_free(&f);
+        bson_destroy(v);
+        checked++;
+    }
+    free(line);
+    fclose(fp);
+    ck_assert_int_ge(checked, 25);
+}
+END_TEST
+
 /* ---- options ---- */
 
 static void noemit(void *ctx, const bson_t *body)
@@ -628,9 +999,13 @@ START_TEST(test_full_document_options)
     bson_t *doc = BCON_NEW("_id", BCON_INT32(1), "x", BCON_INT32(42), "a.b", BCON_INT32(1));
     ck_assert(store_insert(f.store, "db", "c", doc, noemit, NULL, &e));
     bson_destroy(doc);
+    /* a dotted name (ambiguous even first), a numeric name past the first part (ambiguous), a numeric first part
+     * (not), an array index (not, but shown as an int once the path is ambiguous) */
     bson_t *upd = BCON_NEW("op", "u", "ns", "db.c", "ui", BCON_BIN(BSON_SUBTYPE_UUID, UUID_A, 16), "o", "{", "$v",
                            BCON_INT32(2), "diff", "{", "u", "{", "x", BCON_INT32(42), "a.b", BCON_INT32(1), "}", "s0",
-                           "{", "u", "{", "q", BCON_INT32(1), "}", "}", "}", "}", "o2", "{", "_id", BCON_INT32(1), "}");
+                           "{", "u", "{", "q", BCON_INT32(1), "}", "}", "sm", "{", "s1", "{", "a", BCON_BOOL(true),
+                           "u2", BCON_INT32(7), "}", "}", "sarr", "{", "a", BCON_BOOL(true), "u3", BCON_INT32(1), "}",
+                           "}", "}", "o2", "{", "_id", BCON_INT32(1), "}");
     bson_t *upd2 = bson_copy(upd);
     put(&f, upd);
     put(&f,
@@ -657,7 +1032,7 @@ START_TEST(test_full_document_options)
     const uint8_t *data;
     bson_iter_document(&dp, &len, &data);
     bson_init_static(&d, data, len);
-    bson_t *want = BCON_NEW("a.b", "[", "a.b", "]", "0.q", "[", "0", "q", "]");
+    bson_t *want = BCON_NEW("a.b", "[", "a.b", "]", "m.1.2", "[", "m", "1", BCON_INT32(2), "]");
     ck_assert_msg(bson_equal(&d, want), "got %s", bson_as_relaxed_extended_json(&d, NULL));
     bson_destroy(want);
     batch_free(&b);
@@ -777,7 +1152,9 @@ START_TEST(test_large_event_split)
     ck_assert_uint_eq(b.n, 1);
     ck_assert_int_eq(int_at(&b.ev[0], "splitEvent.fragment"), 1);
     ck_assert_int_eq(int_at(&b.ev[0], "splitEvent.of"), 2);
-    ck_assert_uint_le(b.ev[0].len, 16 * 1024 * 1024);
+    ck_assert_uint_le(b.ev[0].len, 16 * 1024 * 1024 + 8 * 1024);
+    ck_assert_str_eq(str_at(&b.ev[0], "operationType"), "update");
+    ck_assert_str_eq(str_at(&b.ev[0], "ns.coll"), "c");
     char frag1[4096];
     snprintf(frag1, sizeof frag1, "%s", token_of(&b.ev[0]));
     ck_assert_str_eq(b.pbrt, frag1);
@@ -789,12 +1166,30 @@ START_TEST(test_large_event_split)
     BSON_APPEND_DOCUMENT(p3, "1", sp);
     bson_destroy(sp);
     bson_destroy(p2);
+    sp = NULL;
     s = open_ok(&f, "db", "c", p3);
     next(&f, s, -1, &b);
     ck_assert(b.ok);
     ck_assert_uint_eq(b.n, 2);
     ck_assert_int_eq(int_at(&b.ev[0], "splitEvent.fragment"), 2);
+    ck_assert_int_eq(int_at(&b.ev[0], "splitEvent.of"), 2);
     ck_assert_str_eq(str_at(&b.ev[1], "operationType"), "insert");
+    /* the fields go by size, smallest first: the small ones in fragment 1, one 9 MB field in each */
+    ck_assert(!has(&b.ev[0], "operationType") && !has(&b.ev[0], "ns"));
+    char frag2[4096];
+    snprintf(frag2, sizeof frag2, "%s", token_of(&b.ev[0]));
+    batch_free(&b);
+    cs_close(s);
+    /* resume from the last fragment: the next event */
+    bson_t *p4 = pipe_cs(BCON_NEW("resumeAfter", "{", "_data", frag2, "}", "fullDocument", "updateLookup"));
+    sp = BCON_NEW("$changeStreamSplitLargeEvent", "{", "}");
+    BSON_APPEND_DOCUMENT(p4, "1", sp);
+    bson_destroy(sp);
+    s = open_ok(&f, "db", "c", p4);
+    next(&f, s, -1, &b);
+    ck_assert(b.ok);
+    ck_assert_uint_eq(b.n, 1);
+    ck_assert_str_eq(str_at(&b.ev[0], "operationType"), "insert");
     batch_free(&b);
     cs_close(s);
     fx_free(&f);
@@ -808,11 +1203,14 @@ Suite *mongosim_changestream_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_token_bytes_match_real_server);
     tcase_add_test(tc, test_token_fields_read_back);
+    tcase_add_test(tc, test_token_type_bits);
     tcase_add_test(tc, test_crud_events);
+    tcase_add_test(tc, test_update_description_vectors);
     tcase_add_test(tc, test_transactions_unwound);
     tcase_add_test(tc, test_match_stage);
     tcase_add_test(tc, test_pbrt_and_resume);
     tcase_add_test(tc, test_drop_invalidates);
+    tcase_add_test(tc, test_view_events);
     tcase_add_test(tc, test_full_document_options);
     tcase_add_test(tc, test_large_event_split);
     suite_add_tcase(s, tc);

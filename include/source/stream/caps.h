@@ -83,6 +83,14 @@ stream_start_status stream_caps_start_at(mongoc_client_t *client, const op_pos *
 stream_start_status stream_caps_now(mongoc_client_t *client, op_pos *now, bool *pbrt, uint8_t **tok, size_t *tok_len,
                                     char *why, size_t len);
 
+/* Whether a change stream shows a collection renamed after `after`, up to and including `upto` (`rename` events of
+ * a cluster-wide stream, filtered on the server by a $match, read with getMores until the post-batch resume token
+ * passes upto): *renamed. False with err set when that cannot be told: no stream opens, the server sends no
+ * post-batch resume token (nothing says how far a batch read), or the stream did not reach upto within a bounded
+ * number of getMores. */
+bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const op_pos *upto, bool *renamed, char *err,
+                            size_t errlen);
+
 /* The clusterTime at the head of a resume token (raw BSON {_data: hex, ...}), term -1; false when the token is not
  * in KeyString form. */
 bool stream_token_time(const uint8_t *tok, size_t len, op_pos *out);

@@ -495,3 +495,99 @@ stream_start_status stream_caps_now(mongoc_client_t *client, op_pos *now, bool *
     bson_destroy(&reply);
     return st;
 }
+
+/* getMores a rename search may take before it gives up (each waits at most RENAME_AWAIT_MS for new events). */
+#define RENAME_GETMORES 50
+#define RENAME_AWAIT_MS 200
+
+/* The batch of a reply (firstBatch or nextBatch) holds a document; the post-batch resume token's clusterTime. */
+static bool batch_read(const bson_t *reply, bool *any, op_pos *pbrt, bool *have_pbrt)
+{
+    bson_iter_t it, cur;
+    *any = false;
+    *have_pbrt = false;
+    if (!bson_iter_init_find(&it, reply, "cursor") || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &cur))
+        return false;
+    while (bson_iter_next(&cur)) {
+        const char *k = bson_iter_key(&cur);
+        if ((strcmp(k, "firstBatch") == 0 || strcmp(k, "nextBatch") == 0) && BSON_ITER_HOLDS_ARRAY(&cur)) {
+            bson_iter_t b;
+            *any = bson_iter_recurse(&cur, &b) && bson_iter_next(&b);
+        } else if (strcmp(k, "postBatchResumeToken") == 0 && BSON_ITER_HOLDS_DOCUMENT(&cur)) {
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_document(&cur, &len, &data);
+            *have_pbrt = stream_token_time(data, len, pbrt);
+        }
+    }
+    return true;
+}
+
+bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const op_pos *upto, bool *renamed, char *err,
+                            size_t errlen)
+{
+    probe p;
+    bson_error_t e;
+    *renamed = false;
+    if (!probe_open(&p, client, &e)) {
+        snprintf(err, errlen, "selecting a server: %s", e.message);
+        return false;
+    }
+    op_pos from = *after;
+    if (from.inc < UINT32_MAX) {
+        from.inc++;
+    } else {
+        from.secs++;
+        from.inc = 0;
+    }
+    /* [{$changeStream: {allChangesForCluster, startAtOperationTime}}, {$match: {operationType: "rename"}}] */
+    bson_t *cmd = BCON_NEW("aggregate", BCON_INT32(1), "pipeline", "[", "{", "$changeStream", "{",
+                           "allChangesForCluster", BCON_BOOL(true), "startAtOperationTime",
+                           BCON_TIMESTAMP(from.secs, from.inc), "}", "}", "{", "$match", "{", "operationType",
+                           BCON_UTF8("rename"), "}", "}", "]", "cursor", "{", "batchSize", BCON_INT32(1), "}");
+    bson_t reply;
+    bool ok = run(&p, "admin", cmd, &reply, &e);
+    bson_destroy(cmd);
+    int64_t id = ok ? cursor_id(&reply) : 0;
+    bool done = false, said = false; /* said: err holds the reason */
+    for (int round = 0; ok && !done; round++) {
+        bool any, have_pbrt;
+        op_pos pbrt;
+        if (!batch_read(&reply, &any, &pbrt, &have_pbrt)) {
+            snprintf(err, errlen, "a change stream's reply without a cursor");
+            ok = false;
+            said = true;
+            break;
+        }
+        if (any) {
+            *renamed = true;
+            done = true;
+        } else if (!have_pbrt) {
+            snprintf(err, errlen,
+                     "the server sends no post-batch resume token: how far the stream was read is not "
+                     "known");
+            ok = false;
+            said = true;
+        } else if (op_pos_cmp(&pbrt, upto) > 0) {
+            done = true;
+        } else if (id == 0 || round == RENAME_GETMORES) {
+            snprintf(err, errlen, "the change stream did not reach clusterTime %u:%u", upto->secs, upto->inc);
+            ok = false;
+            said = true;
+        } else {
+            bson_destroy(&reply);
+            cmd = BCON_NEW("getMore", BCON_INT64(id), "collection", BCON_UTF8("$cmd.aggregate"), "batchSize",
+                           BCON_INT32(1), "maxTimeMS", BCON_INT32(RENAME_AWAIT_MS));
+            ok = run(&p, "admin", cmd, &reply, &e);
+            bson_destroy(cmd);
+            if (ok)
+                id = cursor_id(&reply);
+        }
+    }
+    if (!ok && !said)
+        snprintf(err, errlen, "reading the change stream for renames: %s", e.message);
+    bson_destroy(&reply);
+    kill_cursor(&p, "admin", "$cmd.aggregate", id);
+    probe_close(&p);
+    return ok;
+}
