@@ -49,6 +49,7 @@
 #include "source/dump/dump.h"
 #include "source/mongo_client.h"
 #include "source/oplog/reader.h"
+#include "source/stream/stream.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/memory.h"
@@ -917,6 +918,27 @@ static bool start_source(daemon_ctx *d, int have, const op_pos *start, char *err
         d->dump = dump_start(&dc, d->q, err, errlen);
         return d->dump != NULL;
     }
+    if (d->source == SOURCE_CHANGE_STREAM) {
+        /* One stream in one order, from the replica set or through a sharded cluster's routers. */
+        stream_config sc;
+        stream_config_init(&sc);
+        sc.uri = d->cfg->mongodb_uri_effective;
+        sc.start = *start;
+        const uint8_t *tok = NULL;
+        size_t tok_len = 0;
+        if (sink_read_token(d->snk, &tok, &tok_len) && tok != NULL) {
+            sc.token = tok;
+            sc.token_len = tok_len;
+        }
+        sc.filter = d->filter;
+        sc.maps = &d->cfg->maps;
+        sc.decode_flags = d->careful ? 0 : DECODE_BORROW_PAYLOAD;
+        sc.updates = d->cfg->change_stream_updates == CONFIG_STREAM_UPDATES_RAW           ? STREAM_UPDATES_RAW
+                     : d->cfg->change_stream_updates == CONFIG_STREAM_UPDATES_DESCRIPTION ? STREAM_UPDATES_DESCRIPTION
+                                                                                          : STREAM_UPDATES_AUTO;
+        d->srd = stream_start(&sc, d->q, err, errlen);
+        return d->srd != NULL;
+    }
     if (d->sharded) {
         int fatal = 0;
         d->cl = cluster_start(d, start, &fatal, err, errlen);
@@ -1029,6 +1051,7 @@ static void run_session(daemon_ctx *d)
     d->in_session = false;
 
     reader_stop(d->rd);
+    stream_stop(d->srd);
     cluster_stop(d->cl);
     dump_stop(d->dump);
     ev_io_stop(d->loop, &d->pg_io);
@@ -1057,6 +1080,8 @@ static void end_of_session_cleanup(daemon_ctx *d)
     report_close_session(d);
     reader_free(d->rd);
     d->rd = NULL;
+    stream_free(d->srd);
+    d->srd = NULL;
     cluster_free(d->cl);
     d->cl = NULL;
     dump_free(d->dump);
@@ -1120,6 +1145,20 @@ static int learn_topology(daemon_ctx *d)
     return -1;
 }
 
+/* Which source to read ([mongodb] source): decided once, before the first session (daemon/source_choice.h). -1:
+ * known; -2: not now (MongoDB cannot be asked, and nothing else says which: try again); an exit code otherwise. */
+static int learn_source(daemon_ctx *d)
+{
+    int rc = source_resolve(d->cfg, "", &d->source);
+    if (rc == EXIT_FAILURE_GENERIC) {
+        sink_set_activity(d->snk, "waiting for MongoDB");
+        return -2;
+    }
+    if (rc < 0)
+        d->source_known = true;
+    return rc;
+}
+
 /* Sessions until a stop, the source's end or a fatal fault. */
 static int run_sessions(daemon_ctx *d, const daemon_options *opts)
 {
@@ -1142,11 +1181,23 @@ static int run_sessions(daemon_ctx *d, const daemon_options *opts)
                 continue;
             }
         }
+        if (!d->source_known && d->dump_path == NULL) {
+            rc = learn_source(d);
+            if (rc >= 0)
+                return rc;
+            if (rc == -2) {
+                sink_disconnect(d->snk);
+                if (!nap(d, backoff_next(&b)))
+                    return EXIT_OK;
+                continue;
+            }
+        }
         if (first_session) {
             first_session = false;
             sink_set_activity(d->snk, "starting");
             if (opts != NULL) {
                 start_params sp = {.sharded = d->sharded,
+                                   .change_stream = d->source == SOURCE_CHANGE_STREAM,
                                    .cfg = d->cfg,
                                    .opts = opts,
                                    .snk = d->snk,

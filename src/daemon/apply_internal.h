@@ -16,9 +16,11 @@
 #include "core/queue.h"
 #include "daemon/config.h"
 #include "daemon/metrics.h"
+#include "daemon/source_choice.h"
 #include "sink/pg.h"
 #include "source/dump/dump.h"
 #include "source/oplog/reader.h"
+#include "source/stream/stream.h"
 
 typedef enum {
     END_NONE = 0,
@@ -47,10 +49,15 @@ typedef struct {
     batcher *bt;
     queue *q;
     reader *rd;
+    stream_reader *srd; /* the change-stream reader, when the source is a change stream */
     dump_reader *dump;
     /* A sharded cluster (cluster.c): known once the configured URI was asked (`hello`); then each session reads its
      * shards through `cl` (one reader and queue per shard, merged) instead of `rd` and `q`. */
     bool topology_known, sharded;
+    /* The source [mongodb] source resolved to (daemon/source_choice.h), decided once, before the first session: a
+     * change stream is read by `srd` (through the routers, on a sharded cluster) instead of `rd` or `cl`. */
+    bool source_known;
+    source_kind source;
     cluster *cl;
     ev_timer merge_timer;     /* the merge's next nudge (cluster_deadline) */
     bool notes_refused_shown; /* a shard refused oplog notes, and the activity `status` shows says so */

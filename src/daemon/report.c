@@ -44,9 +44,12 @@ static uint64_t source_seen(const daemon_ctx *d, uint64_t *reconnects)
         *reconnects = rs.reconnects;
         return rs.entries + rs.idles;
     }
-    if (d->rd != NULL) {
+    if (d->rd != NULL || d->srd != NULL) {
         reader_stats rs;
-        reader_get_stats(d->rd, &rs);
+        if (d->rd != NULL)
+            reader_get_stats(d->rd, &rs);
+        else
+            stream_get_stats(d->srd, &rs);
         *reconnects = rs.reconnects;
         return rs.entries + rs.idles;
     }
