@@ -1,0 +1,340 @@
+/*
+ * test_stream_source.c — the change-stream reader thread (source/stream/stream.h) against the server in MONGO_URI: a
+ * real replica set, or a mongosim that serves change streams. A server that refuses a cluster-wide $changeStream
+ * makes every case skip, with that reason (tests/lib/skip.h).
+ *
+ * Each case starts a reader on its own queue and pops what it pushes: inserts, updates and deletes after the start
+ * position as ops equal to the oplog's, each entry carrying the resume token of its event; a transaction's events as
+ * one atomic entry at its commit time; a restart from an entry's token reading what follows it and nothing before;
+ * QUEUE_IDLE once the stream is drained. The cases look only at their own database (database strm_*).
+ */
+#include <check.h>
+#include <mongoc/mongoc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/queue.h"
+#include "source/stream/event.h"
+#include "source/stream/stream.h"
+
+#include "../lib/skip.h"
+
+Suite *stream_source_suite(void);
+
+#define AWAIT_MS 300
+
+static const char *mongo_uri(void)
+{
+    const char *uri = getenv("MONGO_URI");
+    ck_assert_msg(uri && *uri, "MONGO_URI is not set: the integration harness (tests/integration/run.sh) sets it");
+    return uri;
+}
+
+static mongoc_client_t *client_new(void)
+{
+    bson_error_t err;
+    mongoc_init();
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(mongo_uri(), &err);
+    ck_assert_msg(uri, "bad MONGO_URI: %s", err.message);
+    mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, 15000);
+    mongoc_client_t *c = mongoc_client_new_from_uri(uri);
+    mongoc_uri_destroy(uri);
+    ck_assert_ptr_nonnull(c);
+    return c;
+}
+
+/* Whether the server opens a cluster-wide change stream; *at gets the cluster time to start after (the operationTime
+ * of the newest write), why the server's refusal. */
+static bool have_streams(mongoc_client_t *c, op_pos *at, char *why, size_t whylen)
+{
+    bson_t reply;
+    bson_error_t err;
+    bson_t *cmd =
+        BCON_NEW("aggregate", BCON_INT32(1), "pipeline", "[", "{", "$changeStream", "{", "allChangesForCluster",
+                 BCON_BOOL(true), "}", "}", "]", "cursor", "{", "batchSize", BCON_INT32(0), "}");
+    bool ok = mongoc_client_command_simple(c, "admin", cmd, NULL, &reply, &err);
+    bson_destroy(cmd);
+    bson_destroy(&reply);
+    op_pos p = {0, 0, -1};
+    if (ok) { /* where the oplog ends now: hello's lastWrite.opTime.ts */
+        bson_iter_t it, t;
+        bson_t *hello = BCON_NEW("hello", BCON_INT32(1));
+        ck_assert(mongoc_client_command_simple(c, "admin", hello, NULL, &reply, &err));
+        bson_destroy(hello);
+        if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "lastWrite.opTime.ts", &t) &&
+            BSON_ITER_HOLDS_TIMESTAMP(&t))
+            bson_iter_timestamp(&t, &p.secs, &p.inc);
+        bson_destroy(&reply);
+    }
+    if (!ok) {
+        snprintf(why, whylen, "%s", err.message);
+        return false;
+    }
+    ck_assert_msg(p.secs > 0, "hello has no lastWrite.opTime.ts");
+    *at = p;
+    return true;
+}
+
+/* In a case: skips it unless the server has change streams, else sets `at`. */
+#define NEED_STREAMS(c, at)                                                                                            \
+    do {                                                                                                               \
+        char why_[512];                                                                                                \
+        if (!have_streams(c, &at, why_, sizeof why_)) {                                                                \
+            mongoc_client_destroy(c);                                                                                  \
+            SKIP_TEST("the server has no cluster-wide change stream (%s)", why_);                                      \
+        }                                                                                                              \
+    } while (0)
+
+static void drop_db(mongoc_client_t *c, const char *db)
+{
+    mongoc_database_t *d = mongoc_client_get_database(c, db);
+    mongoc_database_drop(d, NULL);
+    mongoc_database_destroy(d);
+}
+
+static void run(mongoc_client_t *c, const char *db, const char *json)
+{
+    bson_error_t err;
+    bson_t reply;
+    bson_t *cmd = bson_new_from_json((const uint8_t *)json, -1, &err);
+    ck_assert_msg(cmd, "%s: %s", json, err.message);
+    bool ok = mongoc_client_command_simple(c, db, cmd, NULL, &reply, &err);
+    bson_destroy(cmd);
+    bson_destroy(&reply);
+    ck_assert_msg(ok, "%s: %s", json, err.message);
+}
+
+static stream_reader *start_mode(queue *q, const op_pos *at, const uint8_t *token, uint32_t token_len,
+                                 stream_updates mode)
+{
+    char err[256];
+    stream_config cfg;
+    stream_config_init(&cfg);
+    cfg.uri = mongo_uri();
+    cfg.start = *at;
+    cfg.token = token;
+    cfg.token_len = token_len;
+    cfg.await_ms = AWAIT_MS;
+    cfg.updates = mode;
+    stream_reader *r = stream_start(&cfg, q, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    return r;
+}
+
+static stream_reader *start(queue *q, const op_pos *at, const uint8_t *token, uint32_t token_len)
+{
+    return start_mode(q, at, token, token_len, STREAM_UPDATES_AUTO);
+}
+
+/* The next entry with a data op of database db (others' entries, the creates of collections that a first insert
+ * makes, and IDLE items are passed over), within a generous time. */
+static op_entry *next_entry(queue *q, const char *db)
+{
+    time_t until = time(NULL) + 60;
+    while (time(NULL) < until) {
+        queue_item it;
+        if (!queue_pop(q, &it)) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        ck_assert_msg(it.type != QUEUE_END, "the reader stopped: %s", it.message);
+        if (it.type == QUEUE_ENTRY) {
+            op_entry *e = it.entry;
+            for (size_t i = 0; i < e->n; i++)
+                if (e->ops[i].db && strcmp(e->ops[i].db, db) == 0 && e->ops[i].kind != OP_CREATE)
+                    return e;
+        }
+        queue_item_clear(&it);
+    }
+    ck_abort_msg("no entry of %s within 60 s", db);
+    return NULL;
+}
+
+static void expect_token(const op_entry *e)
+{
+    stream_token t;
+    ck_assert_ptr_nonnull(e->token);
+    ck_assert(stream_token_decode(e->token, e->token_len, &t));
+    if (t.keystring) {
+        ck_assert_uint_eq(t.secs, e->pos.secs);
+        ck_assert_uint_eq(t.inc, e->pos.inc);
+    }
+}
+
+/* Inserts, updates (a $v:2 diff, a replacement) and deletes, with updates read as `mode` says. */
+static void crud_entries(stream_updates mode)
+{
+    mongoc_client_t *c = client_new();
+    op_pos at;
+    NEED_STREAMS(c, at);
+    drop_db(c, "strm_crud");
+    queue *q = queue_new(1000, 0);
+    stream_reader *r = start_mode(q, &at, NULL, 0, mode);
+    run(c, "strm_crud", "{\"insert\": \"c\", \"documents\": [{\"_id\": 1, \"a\": {\"k\": 1}}]}");
+    run(c, "strm_crud", "{\"update\": \"c\", \"updates\": [{\"q\": {\"_id\": 1}, \"u\": {\"$set\": {\"a.b\": 2}}}]}");
+    run(c, "strm_crud", "{\"update\": \"c\", \"updates\": [{\"q\": {\"_id\": 1}, \"u\": {\"x\": 5}}]}");
+    run(c, "strm_crud", "{\"delete\": \"c\", \"deletes\": [{\"q\": {\"_id\": 1}, \"limit\": 1}]}");
+    /* The last event's group closes when something later shows up: one more write elsewhere. */
+    run(c, "strm_other", "{\"insert\": \"c\", \"documents\": [{\"_id\": 1}]}");
+    op_kind kinds[] = {OP_INSERT, OP_UPDATE, OP_UPDATE, OP_DELETE};
+    op_update_form forms[] = {OP_FORM_NONE, OP_FORM_NONE, OP_FORM_REPLACE, OP_FORM_NONE};
+    op_pos last = at;
+    for (int i = 0; i < 4; i++) {
+        op_entry *e = next_entry(q, "strm_crud");
+        ck_assert_uint_eq(e->n, 1);
+        ck_assert_msg(e->ops[0].kind == kinds[i], "entry %d: %s", i, op_kind_name(e->ops[0].kind));
+        if (forms[i] != OP_FORM_NONE)
+            ck_assert_int_eq(e->ops[0].form, forms[i]);
+        if (i == 1) /* the $v:2 diff, raw or rebuilt from the description */
+            ck_assert_int_eq(e->ops[0].form, OP_FORM_DIFF);
+        ck_assert_int_gt(op_pos_cmp(&e->pos, &last), 0);
+        expect_token(e);
+        last = e->pos;
+        op_entry_free(e);
+    }
+    reader_stats st;
+    stream_get_stats(r, &st);
+    ck_assert_uint_ge(st.entries, 4);
+    stream_free(r);
+    queue_free(q);
+    drop_db(c, "strm_crud");
+    drop_db(c, "strm_other");
+    mongoc_client_destroy(c);
+}
+
+START_TEST(test_crud_entries)
+{
+    crud_entries(STREAM_UPDATES_AUTO);
+}
+END_TEST
+
+/* The same with updates rebuilt from their updateDescription. */
+START_TEST(test_crud_entries_description)
+{
+    crud_entries(STREAM_UPDATES_DESCRIPTION);
+}
+END_TEST
+
+START_TEST(test_transaction_one_entry)
+{
+    mongoc_client_t *c = client_new();
+    op_pos at;
+    NEED_STREAMS(c, at);
+    drop_db(c, "strm_txn");
+    run(c, "strm_txn", "{\"create\": \"c\"}");
+    queue *q = queue_new(1000, 0);
+    stream_reader *r = start(q, &at, NULL, 0);
+    bson_error_t err;
+    mongoc_client_session_t *s = mongoc_client_start_session(c, NULL, &err);
+    ck_assert_msg(s, "%s", err.message);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, "strm_txn", "c");
+    ck_assert_msg(mongoc_client_session_start_transaction(s, NULL, &err), "%s", err.message);
+    bson_t opts = BSON_INITIALIZER;
+    ck_assert(mongoc_client_session_append(s, &opts, &err));
+    for (int i = 0; i < 3; i++) {
+        bson_t *doc = BCON_NEW("_id", BCON_INT32(i));
+        ck_assert_msg(mongoc_collection_insert_one(col, doc, &opts, NULL, &err), "%s", err.message);
+        bson_destroy(doc);
+    }
+    bson_t reply;
+    ck_assert_msg(mongoc_client_session_commit_transaction(s, &reply, &err), "%s", err.message);
+    bson_destroy(&reply);
+    bson_destroy(&opts);
+    mongoc_collection_destroy(col);
+    mongoc_client_session_destroy(s);
+    run(c, "strm_other", "{\"insert\": \"c\", \"documents\": [{\"_id\": 2}]}");
+    op_entry *e = next_entry(q, "strm_txn");
+    ck_assert_uint_eq(e->n, 3);
+    ck_assert(e->atomic && !e->more);
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_int_eq(e->ops[i].kind, OP_INSERT);
+    expect_token(e);
+    op_entry_free(e);
+    stream_free(r);
+    queue_free(q);
+    drop_db(c, "strm_txn");
+    drop_db(c, "strm_other");
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_resume_from_token)
+{
+    mongoc_client_t *c = client_new();
+    op_pos at;
+    NEED_STREAMS(c, at);
+    drop_db(c, "strm_res");
+    queue *q = queue_new(1000, 0);
+    stream_reader *r = start(q, &at, NULL, 0);
+    for (int i = 1; i <= 3; i++) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "{\"insert\": \"c\", \"documents\": [{\"_id\": %d}]}", i);
+        run(c, "strm_res", cmd);
+    }
+    run(c, "strm_other", "{\"insert\": \"c\", \"documents\": [{\"_id\": 3}]}");
+    op_entry *first = next_entry(q, "strm_res");
+    ck_assert_int_eq(first->ops[0].id.value.v_int32, 1);
+    stream_free(r);
+    queue_free(q);
+    /* From the first entry's token: the second and third, nothing before. */
+    q = queue_new(1000, 0);
+    r = start(q, &first->pos, first->token, first->token_len);
+    for (int want = 2; want <= 3; want++) {
+        op_entry *e = next_entry(q, "strm_res");
+        ck_assert_int_eq(e->ops[0].kind, OP_INSERT);
+        ck_assert_int_eq(e->ops[0].id.value.v_int32, want);
+        op_entry_free(e);
+    }
+    op_entry_free(first);
+    stream_free(r);
+    queue_free(q);
+    drop_db(c, "strm_res");
+    drop_db(c, "strm_other");
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_idle)
+{
+    mongoc_client_t *c = client_new();
+    op_pos at;
+    NEED_STREAMS(c, at);
+    queue *q = queue_new(1000, 0);
+    stream_reader *r = start(q, &at, NULL, 0);
+    time_t until = time(NULL) + 60;
+    bool idle = false;
+    while (!idle && time(NULL) < until) {
+        queue_item it;
+        if (queue_pop(q, &it)) {
+            ck_assert_msg(it.type != QUEUE_END, "the reader stopped: %s", it.message);
+            idle = it.type == QUEUE_IDLE;
+            queue_item_clear(&it);
+        } else {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    ck_assert_msg(idle, "no QUEUE_IDLE within 60 s");
+    ck_assert(!stream_finished(r));
+    stream_free(r);
+    queue_free(q);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+Suite *stream_source_suite(void)
+{
+    Suite *s = suite_create("stream_source");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_crud_entries);
+    tcase_add_test(tc, test_crud_entries_description);
+    tcase_add_test(tc, test_transaction_one_entry);
+    tcase_add_test(tc, test_resume_from_token);
+    tcase_add_test(tc, test_idle);
+    suite_add_tcase(s, tc);
+    return s;
+}
