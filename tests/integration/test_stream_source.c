@@ -325,6 +325,135 @@ START_TEST(test_idle)
 }
 END_TEST
 
+/* Pops until the reader's QUEUE_END; returns its reason and keeps its message. */
+static queue_end_reason wait_end(queue *q, char *msg, size_t len)
+{
+    time_t until = time(NULL) + 60;
+    while (time(NULL) < until) {
+        queue_item it;
+        if (!queue_pop(q, &it)) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (it.type == QUEUE_END) {
+            queue_end_reason why = it.reason;
+            snprintf(msg, len, "%s", it.message ? it.message : "");
+            queue_item_clear(&it);
+            return why;
+        }
+        queue_item_clear(&it);
+    }
+    ck_abort_msg("no QUEUE_END within 60 s");
+    return QUEUE_END_DONE;
+}
+
+/* A start before the oldest entry the server holds (the history is gone): resume lost, naming --reimport. */
+START_TEST(test_history_lost)
+{
+    mongoc_client_t *c = client_new();
+    op_pos at;
+    NEED_STREAMS(c, at);
+    op_pos old = {1, 0, -1};
+    char msg[1024];
+    queue *q = queue_new(1000, 0);
+    stream_reader *r = start(q, &old, NULL, 0);
+    ck_assert_int_eq(wait_end(q, msg, sizeof msg), QUEUE_END_RESUME_LOST);
+    ck_assert_msg(strstr(msg, "--reimport") != NULL, "%s", msg);
+    stream_free(r);
+    queue_free(q);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+/* A token whose event the stream cannot find (error 280): the reader starts again at the token's time, so the event
+ * at that time comes again, then what followed. */
+START_TEST(test_token_not_found_restarts_at_its_time)
+{
+    mongoc_client_t *c = client_new();
+    op_pos at;
+    NEED_STREAMS(c, at);
+    drop_db(c, "strm_280");
+    queue *q = queue_new(1000, 0);
+    stream_reader *r = start(q, &at, NULL, 0);
+    run(c, "strm_280", "{\"insert\": \"c\", \"documents\": [{\"_id\": 1}]}");
+    run(c, "strm_280", "{\"insert\": \"c\", \"documents\": [{\"_id\": 2}]}");
+    run(c, "strm_other", "{\"insert\": \"c\", \"documents\": [{\"_id\": 4}]}");
+    op_entry *first = next_entry(q, "strm_280");
+    ck_assert_int_eq(first->ops[0].id.value.v_int32, 1);
+    stream_free(r);
+    queue_free(q);
+    /* The same token with another transaction index (3): no event has it. */
+    bson_t tok;
+    bson_iter_t it;
+    ck_assert(bson_init_static(&tok, first->token, first->token_len));
+    ck_assert(bson_iter_init_find(&it, &tok, "_data") && BSON_ITER_HOLDS_UTF8(&it));
+    const char *hex = bson_iter_utf8(&it, NULL);
+    const char *idx = strstr(hex, "2C0100");
+    ck_assert_ptr_nonnull(idx);
+    ck_assert(strncmp(idx + 6, "29", 2) == 0);
+    char forged[1024];
+    snprintf(forged, sizeof forged, "%.*s2B06%s", (int)(idx + 6 - hex), hex, idx + 8);
+    bson_t *ft = BCON_NEW("_data", BCON_UTF8(forged));
+    q = queue_new(1000, 0);
+    r = start(q, &first->pos, bson_get_data(ft), ft->len);
+    for (int want = 1; want <= 2; want++) {
+        op_entry *e = next_entry(q, "strm_280");
+        ck_assert_int_eq(e->ops[0].id.value.v_int32, want);
+        op_entry_free(e);
+    }
+    bson_destroy(ft);
+    op_entry_free(first);
+    stream_free(r);
+    queue_free(q);
+    drop_db(c, "strm_280");
+    drop_db(c, "strm_other");
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+/* A quiet stream whose post-batch resume token moves (noops written to the oplog, as the periodic noop writer does)
+ * hands on a noop entry with that token, so its committed position moves too. The entry sits one tick before the
+ * token's time (a high-water mark at T resumes at the events of T): two notes, so that it is past the start. */
+START_TEST(test_quiet_stream_position_moves)
+{
+    mongoc_client_t *c = client_new();
+    op_pos at;
+    NEED_STREAMS(c, at);
+    queue *q = queue_new(1000, 0);
+    stream_reader *r = start(q, &at, NULL, 0);
+    run(c, "admin", "{\"appendOplogNote\": 1, \"data\": {\"msg\": \"oplog2pg test\"}}");
+    run(c, "admin", "{\"appendOplogNote\": 1, \"data\": {\"msg\": \"oplog2pg test\"}}");
+    time_t until = time(NULL) + 60;
+    op_entry *mark = NULL;
+    while (!mark && time(NULL) < until) {
+        queue_item it;
+        if (!queue_pop(q, &it)) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        ck_assert_msg(it.type != QUEUE_END, "the reader stopped: %s", it.message);
+        if (it.type == QUEUE_ENTRY && it.entry->n == 1 && it.entry->ops[0].kind == OP_NOOP && it.entry->ops[0].reason &&
+            strcmp(it.entry->ops[0].reason, "change stream position") == 0) {
+            mark = it.entry;
+            it.entry = NULL;
+        }
+        queue_item_clear(&it);
+    }
+    ck_assert_msg(mark != NULL, "no position noop within 60 s");
+    ck_assert_ptr_nonnull(mark->token);
+    ck_assert_int_gt(op_pos_cmp(&mark->pos, &at), 0);
+    stream_token t;
+    ck_assert(stream_token_decode(mark->token, mark->token_len, &t));
+    ck_assert(t.keystring && t.type == STREAM_TOKEN_HWM);
+    op_entry_free(mark);
+    stream_free(r);
+    queue_free(q);
+    mongoc_client_destroy(c);
+}
+END_TEST
+
 Suite *stream_source_suite(void)
 {
     Suite *s = suite_create("stream_source");
@@ -335,6 +464,9 @@ Suite *stream_source_suite(void)
     tcase_add_test(tc, test_transaction_one_entry);
     tcase_add_test(tc, test_resume_from_token);
     tcase_add_test(tc, test_idle);
+    tcase_add_test(tc, test_history_lost);
+    tcase_add_test(tc, test_token_not_found_restarts_at_its_time);
+    tcase_add_test(tc, test_quiet_stream_position_moves);
     suite_add_tcase(s, tc);
     return s;
 }
