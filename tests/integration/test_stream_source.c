@@ -454,6 +454,130 @@ START_TEST(test_quiet_stream_position_moves)
 }
 END_TEST
 
+/* A transaction of more than STREAM_PART_OPS events: parts with `more` at one position, the last one alone carrying
+ * the token, the ops numbered across them. */
+START_TEST(test_large_transaction_in_parts)
+{
+    mongoc_client_t *c = client_new();
+    op_pos at;
+    NEED_STREAMS(c, at);
+    drop_db(c, "strm_big");
+    run(c, "strm_big", "{\"create\": \"c\"}");
+    queue *q = queue_new(100000, 0);
+    stream_reader *r = start(q, &at, NULL, 0);
+    bson_error_t err;
+    mongoc_client_session_t *s = mongoc_client_start_session(c, NULL, &err);
+    ck_assert_msg(s, "%s", err.message);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, "strm_big", "c");
+    ck_assert_msg(mongoc_client_session_start_transaction(s, NULL, &err), "%s", err.message);
+    bson_t opts = BSON_INITIALIZER;
+    ck_assert(mongoc_client_session_append(s, &opts, &err));
+    int total = STREAM_PART_OPS + 7;
+    for (int i = 0; i < total; i++) {
+        bson_t *doc = BCON_NEW("_id", BCON_INT32(i));
+        ck_assert_msg(mongoc_collection_insert_one(col, doc, &opts, NULL, &err), "%s", err.message);
+        bson_destroy(doc);
+    }
+    bson_t reply;
+    ck_assert_msg(mongoc_client_session_commit_transaction(s, &reply, &err), "%s", err.message);
+    bson_destroy(&reply);
+    bson_destroy(&opts);
+    mongoc_collection_destroy(col);
+    mongoc_client_session_destroy(s);
+    run(c, "strm_other", "{\"insert\": \"c\", \"documents\": [{\"_id\": 5}]}");
+    int seen = 0, parts = 0;
+    op_pos pos = {0, 0, -1};
+    while (seen < total) {
+        op_entry *e = next_entry(q, "strm_big");
+        if (parts == 0)
+            pos = e->pos;
+        ck_assert_int_eq(op_pos_cmp(&e->pos, &pos), 0);
+        ck_assert(e->atomic);
+        for (size_t i = 0; i < e->n; i++) {
+            ck_assert_int_eq(e->ops[i].kind, OP_INSERT);
+            ck_assert_uint_eq(e->ops[i].index, (uint32_t)(seen + (int)i));
+        }
+        seen += (int)e->n;
+        parts++;
+        ck_assert(e->more == (seen < total));
+        ck_assert(e->more ? e->token == NULL : e->token != NULL);
+        op_entry_free(e);
+    }
+    ck_assert_int_eq(seen, total);
+    ck_assert_int_eq(parts, 2);
+    stream_free(r);
+    queue_free(q);
+    drop_db(c, "strm_big");
+    drop_db(c, "strm_other");
+    mongoc_client_destroy(c);
+}
+END_TEST
+
+/* An insert whose event is larger than 16 MB reaches the reader in fragments ($changeStreamSplitLargeEvent) and is
+ * handed on whole. A server without the split stage stops the reader instead, saying so. */
+START_TEST(test_large_event_split)
+{
+    mongoc_client_t *c = client_new();
+    op_pos at;
+    NEED_STREAMS(c, at);
+    drop_db(c, "strm_huge");
+    queue *q = queue_new(1000, 0);
+    stream_reader *r = start(q, &at, NULL, 0);
+    size_t n = 16 * 1024 * 1024 - 4096;
+    char *big = malloc(n + 1);
+    ck_assert_ptr_nonnull(big);
+    memset(big, 'x', n);
+    big[n] = '\0';
+    bson_t *doc = BCON_NEW("_id", BCON_INT32(1), "big", BCON_UTF8(big));
+    free(big);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, "strm_huge", "c");
+    bson_error_t err;
+    ck_assert_msg(mongoc_collection_insert_one(col, doc, NULL, NULL, &err), "%s", err.message);
+    uint32_t doc_len = doc->len;
+    bson_destroy(doc);
+    mongoc_collection_destroy(col);
+    run(c, "strm_other", "{\"insert\": \"c\", \"documents\": [{\"_id\": 6}]}");
+    time_t until = time(NULL) + 60;
+    bool got = false;
+    while (!got && time(NULL) < until) {
+        queue_item it;
+        if (!queue_pop(q, &it)) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (it.type == QUEUE_END) {
+            ck_assert_msg(it.reason == QUEUE_END_UNSUPPORTED && strstr(it.message, "16 MB") &&
+                              strstr(it.message, "refused"),
+                          "%s", it.message);
+            queue_item_clear(&it);
+            stream_free(r);
+            queue_free(q);
+            drop_db(c, "strm_huge");
+            drop_db(c, "strm_other");
+            mongoc_client_destroy(c);
+            SKIP_TEST("the server does not split large events: the reader stopped, as it should");
+        }
+        if (it.type == QUEUE_ENTRY && it.entry->ops[0].db && strcmp(it.entry->ops[0].db, "strm_huge") == 0 &&
+            it.entry->ops[0].kind == OP_INSERT) {
+            ck_assert_uint_eq(it.entry->n, 1);
+            /* rendered: the document's text is there, of about its size */
+            ck_assert_ptr_nonnull(it.entry->ops[0].json);
+            ck_assert_uint_ge(it.entry->ops[0].json_len, doc_len - 4096);
+            ck_assert_ptr_nonnull(it.entry->token);
+            got = true;
+        }
+        queue_item_clear(&it);
+    }
+    ck_assert_msg(got, "the large insert was not handed on within 60 s");
+    stream_free(r);
+    queue_free(q);
+    drop_db(c, "strm_huge");
+    drop_db(c, "strm_other");
+    mongoc_client_destroy(c);
+}
+END_TEST
+
 Suite *stream_source_suite(void)
 {
     Suite *s = suite_create("stream_source");
@@ -467,6 +591,8 @@ Suite *stream_source_suite(void)
     tcase_add_test(tc, test_history_lost);
     tcase_add_test(tc, test_token_not_found_restarts_at_its_time);
     tcase_add_test(tc, test_quiet_stream_position_moves);
+    tcase_add_test(tc, test_large_transaction_in_parts);
+    tcase_add_test(tc, test_large_event_split);
     suite_add_tcase(s, tc);
     return s;
 }

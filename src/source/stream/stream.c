@@ -697,6 +697,15 @@ static step follow_once(stream_reader *r)
         bson_destroy(&cmd);
         if (ok)
             break;
+        if (!r->probed && (err.domain == MONGOC_ERROR_SERVER || err.domain == MONGOC_ERROR_QUERY) &&
+            !mongo_error_refused(&err) && strstr(err.message, "allChangesForCluster") != NULL) {
+            bson_destroy(&reply);
+            fatal(r, QUEUE_END_UNSUPPORTED,
+                  "the server refuses a cluster-wide change stream (%s, code %u); one stream per database is not "
+                  "implemented: use [mongodb] source = oplog",
+                  err.message, err.code);
+            return STEP_END;
+        }
         bool dropped = drop_refused_option(r, &err);
         if (dropped && r->cfg.updates == STREAM_UPDATES_RAW && !(r->opts & OPT_RAW)) {
             bson_destroy(&reply);
