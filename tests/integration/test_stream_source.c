@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "core/queue.h"
+#include "source/oplog/reader.h"
 #include "source/stream/event.h"
 #include "source/stream/stream.h"
 
@@ -578,6 +579,181 @@ START_TEST(test_large_event_split)
 }
 END_TEST
 
+/* ---- the same changes through both sources ---- */
+
+#define EQ_MAX 64
+
+typedef struct eq_list {
+    op_entry *e[EQ_MAX];
+    size_t n;
+} eq_list;
+
+/* Collects the entries holding a data or DDL op of db (noops dropped from each: the oplog has noops a stream does
+ * not show) until one holds an op of kind `last`. */
+static void collect(queue *q, const char *db, op_kind last, eq_list *out)
+{
+    time_t until = time(NULL) + 60;
+    out->n = 0;
+    while (time(NULL) < until) {
+        queue_item it;
+        if (!queue_pop(q, &it)) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        ck_assert_msg(it.type != QUEUE_END, "the reader stopped: %s", it.message);
+        bool mine = false, done = false;
+        if (it.type == QUEUE_ENTRY)
+            for (size_t i = 0; i < it.entry->n; i++) {
+                const op *o = &it.entry->ops[i];
+                if (o->kind != OP_NOOP && o->db && strcmp(o->db, db) == 0) {
+                    mine = true;
+                    done |= o->kind == last;
+                }
+            }
+        if (mine) {
+            ck_assert(out->n < EQ_MAX);
+            out->e[out->n++] = it.entry;
+            it.entry = NULL;
+        }
+        queue_item_clear(&it);
+        if (done)
+            return;
+    }
+    ck_abort_msg("the workload's last op did not come within 60 s");
+}
+
+static bool bytes_eq(const uint8_t *a, uint32_t al, const uint8_t *b, uint32_t bl)
+{
+    return al == bl && (al == 0 || memcmp(a, b, al) == 0);
+}
+
+/* The oplog reader and the change-stream reader from the same point over the same workload (CRUD of every update
+ * shape, a transaction, a rename, drops): the same entries, grouped the same, with equal ops (documents byte for
+ * byte; with updates read from their description, a diff rebuilt has the same form but may order or name its
+ * sections otherwise: `u` for `i`). */
+static void same_ops_as_oplog(stream_updates mode)
+{
+    mongoc_client_t *c = client_new();
+    op_pos at;
+    NEED_STREAMS(c, at);
+    drop_db(c, "strm_eq");
+    NEED_STREAMS(c, at); /* after the drop: both readers start past it */
+    queue *qo = queue_new(10000, 0), *qs = queue_new(10000, 0);
+    char err[256];
+    reader_config rc;
+    reader_config_init(&rc);
+    rc.uri = mongo_uri();
+    rc.start = at;
+    rc.await_ms = AWAIT_MS;
+    reader *ro = reader_start(&rc, qo, err, sizeof err);
+    ck_assert_msg(ro != NULL, "%s", err);
+    stream_reader *rs = start_mode(qs, &at, NULL, 0, mode);
+
+    run(c, "strm_eq",
+        "{\"insert\": \"c\", \"documents\": [{\"_id\": 1, \"a\": {\"b\": 1}, \"arr\": [1, 2, 3]}, "
+        "{\"_id\": 2, \"s\": \"x\"}]}");
+    run(c, "strm_eq",
+        "{\"update\": \"c\", \"updates\": [{\"q\": {\"_id\": 1}, \"u\": {\"$set\": {\"a.b\": 2, "
+        "\"arr.1\": 9}, \"$unset\": {\"zz\": 1}}}]}");
+    run(c, "strm_eq", "{\"update\": \"c\", \"updates\": [{\"q\": {\"_id\": 1}, \"u\": {\"$pop\": {\"arr\": 1}}}]}");
+    run(c, "strm_eq", "{\"update\": \"c\", \"updates\": [{\"q\": {\"_id\": 2}, \"u\": {\"t\": true}}]}");
+    run(c, "strm_eq", "{\"delete\": \"c\", \"deletes\": [{\"q\": {\"_id\": 2}, \"limit\": 1}]}");
+    bson_error_t berr;
+    mongoc_client_session_t *ss = mongoc_client_start_session(c, NULL, &berr);
+    ck_assert_msg(ss, "%s", berr.message);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, "strm_eq", "c");
+    ck_assert_msg(mongoc_client_session_start_transaction(ss, NULL, &berr), "%s", berr.message);
+    bson_t opts = BSON_INITIALIZER;
+    ck_assert(mongoc_client_session_append(ss, &opts, &berr));
+    bson_t *d3 = BCON_NEW("_id", BCON_INT32(3)), *sel = BCON_NEW("_id", BCON_INT32(1)),
+           *upd = BCON_NEW("$inc", "{", "n", BCON_INT32(1), "}");
+    ck_assert_msg(mongoc_collection_insert_one(col, d3, &opts, NULL, &berr), "%s", berr.message);
+    ck_assert_msg(mongoc_collection_update_one(col, sel, upd, &opts, NULL, &berr), "%s", berr.message);
+    bson_t reply;
+    ck_assert_msg(mongoc_client_session_commit_transaction(ss, &reply, &berr), "%s", berr.message);
+    bson_destroy(&reply);
+    bson_destroy(d3);
+    bson_destroy(sel);
+    bson_destroy(upd);
+    bson_destroy(&opts);
+    mongoc_collection_destroy(col);
+    mongoc_client_session_destroy(ss);
+    run(c, "admin", "{\"renameCollection\": \"strm_eq.c\", \"to\": \"strm_eq.d\"}");
+    run(c, "strm_eq", "{\"drop\": \"d\"}");
+    run(c, "strm_eq", "{\"insert\": \"e\", \"documents\": [{\"_id\": 1}]}");
+    run(c, "strm_eq", "{\"dropDatabase\": 1}");
+    run(c, "strm_other", "{\"insert\": \"c\", \"documents\": [{\"_id\": 7}]}");
+
+    eq_list lo, ls;
+    collect(qo, "strm_eq", OP_DROP_DATABASE, &lo);
+    collect(qs, "strm_eq", OP_DROP_DATABASE, &ls);
+    ck_assert_msg(lo.n == ls.n, "%zu entries from the oplog, %zu from the stream", lo.n, ls.n);
+    for (size_t k = 0; k < lo.n; k++) {
+        const op_entry *a = lo.e[k], *b = ls.e[k];
+        ck_assert_msg(op_pos_cmp(&a->pos, &b->pos) == 0, "entry %zu: position", k);
+        ck_assert_msg(b->token != NULL, "entry %zu: no token", k);
+        size_t i = 0, j = 0;
+        for (;;) {
+            while (i < a->n && a->ops[i].kind == OP_NOOP)
+                i++;
+            while (j < b->n && b->ops[j].kind == OP_NOOP)
+                j++;
+            if (i == a->n || j == b->n)
+                break;
+            const op *x = &a->ops[i], *y = &b->ops[j];
+            ck_assert_msg(x->kind == y->kind && x->form == y->form,
+                          "entry %zu: %s/%s from the oplog, %s/%s from the "
+                          "stream",
+                          k, op_kind_name(x->kind), op_form_name(x->form), op_kind_name(y->kind),
+                          op_form_name(y->form));
+            ck_assert_msg(strcmp(x->db, y->db) == 0 && ((!x->coll && !y->coll) || strcmp(x->coll, y->coll) == 0),
+                          "entry %zu: namespace", k);
+            if (x->kind == OP_RENAME)
+                ck_assert(strcmp(x->to_db, y->to_db) == 0 && strcmp(x->to_coll, y->to_coll) == 0);
+            bool rebuilt = mode == STREAM_UPDATES_DESCRIPTION && x->kind == OP_UPDATE && x->form == OP_FORM_DIFF;
+            if ((x->kind == OP_INSERT || x->kind == OP_UPDATE || x->kind == OP_DELETE) && !rebuilt) {
+                ck_assert_msg(bytes_eq(x->doc, x->doc_len, y->doc, y->doc_len), "entry %zu: %s document", k,
+                              op_kind_name(x->kind));
+                ck_assert_msg((x->kind == OP_DELETE || (x->json && y->json)) &&
+                                  ((!x->json && !y->json) || strcmp(x->json, y->json) == 0),
+                              "entry %zu: rendered text %s / %s", k, x->json ? x->json : "-", y->json ? y->json : "-");
+                ck_assert_msg(x->id_key && y->id_key && strcmp(x->id_key, y->id_key) == 0, "entry %zu: key", k);
+            }
+            if (rebuilt)
+                ck_assert_msg(x->id_key && y->id_key && strcmp(x->id_key, y->id_key) == 0, "entry %zu: key", k);
+            if (x->kind == OP_UPDATE || x->kind == OP_DELETE)
+                ck_assert_msg(bytes_eq(x->key, x->key_len, y->key, y->key_len), "entry %zu: document key", k);
+            i++;
+            j++;
+        }
+        ck_assert_msg(i == a->n && j == b->n, "entry %zu: more ops on one side", k);
+        ck_assert_msg(a->atomic == b->atomic, "entry %zu: atomic", k);
+    }
+    for (size_t k = 0; k < lo.n; k++)
+        op_entry_free(lo.e[k]);
+    for (size_t k = 0; k < ls.n; k++)
+        op_entry_free(ls.e[k]);
+    reader_free(ro);
+    stream_free(rs);
+    queue_free(qo);
+    queue_free(qs);
+    drop_db(c, "strm_other");
+    mongoc_client_destroy(c);
+}
+
+START_TEST(test_same_ops_as_oplog)
+{
+    same_ops_as_oplog(STREAM_UPDATES_AUTO);
+}
+END_TEST
+
+START_TEST(test_same_ops_as_oplog_description)
+{
+    same_ops_as_oplog(STREAM_UPDATES_DESCRIPTION);
+}
+END_TEST
+
 Suite *stream_source_suite(void)
 {
     Suite *s = suite_create("stream_source");
@@ -593,6 +769,8 @@ Suite *stream_source_suite(void)
     tcase_add_test(tc, test_quiet_stream_position_moves);
     tcase_add_test(tc, test_large_transaction_in_parts);
     tcase_add_test(tc, test_large_event_split);
+    tcase_add_test(tc, test_same_ops_as_oplog);
+    tcase_add_test(tc, test_same_ops_as_oplog_description);
     suite_add_tcase(s, tc);
     return s;
 }
