@@ -149,6 +149,7 @@ static op_entry *next_entry(queue *q, const char *db)
                     return e;
         }
         queue_item_clear(&it);
+        queue_release(q); /* as the apply loop does once it has written what it popped */
     }
     ck_abort_msg("no entry of %s within 60 s", db);
     return NULL;
@@ -313,6 +314,7 @@ START_TEST(test_idle)
             ck_assert_msg(it.type != QUEUE_END, "the reader stopped: %s", it.message);
             idle = it.type == QUEUE_IDLE;
             queue_item_clear(&it);
+            queue_release(q); /* as the apply loop does once it has written what it popped */
         } else {
             struct timespec ts = {0, 10 * 1000000L};
             nanosleep(&ts, NULL);
@@ -341,9 +343,11 @@ static queue_end_reason wait_end(queue *q, char *msg, size_t len)
             queue_end_reason why = it.reason;
             snprintf(msg, len, "%s", it.message ? it.message : "");
             queue_item_clear(&it);
+            queue_release(q); /* as the apply loop does once it has written what it popped */
             return why;
         }
         queue_item_clear(&it);
+        queue_release(q); /* as the apply loop does once it has written what it popped */
     }
     ck_abort_msg("no QUEUE_END within 60 s");
     return QUEUE_END_DONE;
@@ -441,6 +445,7 @@ START_TEST(test_quiet_stream_position_moves)
             it.entry = NULL;
         }
         queue_item_clear(&it);
+        queue_release(q); /* as the apply loop does once it has written what it popped */
     }
     ck_assert_msg(mark != NULL, "no position noop within 60 s");
     ck_assert_ptr_nonnull(mark->token);
@@ -552,6 +557,7 @@ START_TEST(test_large_event_split)
                               strstr(it.message, "refused"),
                           "%s", it.message);
             queue_item_clear(&it);
+            queue_release(q); /* as the apply loop does once it has written what it popped */
             stream_free(r);
             queue_free(q);
             drop_db(c, "strm_huge");
@@ -569,6 +575,7 @@ START_TEST(test_large_event_split)
             got = true;
         }
         queue_item_clear(&it);
+        queue_release(q); /* as the apply loop does once it has written what it popped */
     }
     ck_assert_msg(got, "the large insert was not handed on within 60 s");
     stream_free(r);
@@ -617,6 +624,7 @@ static void collect(queue *q, const char *db, op_kind last, eq_list *out)
             it.entry = NULL;
         }
         queue_item_clear(&it);
+        queue_release(q); /* as the apply loop does once it has written what it popped */
         if (done)
             return;
     }

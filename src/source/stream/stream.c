@@ -30,7 +30,9 @@
  *   event at the mark's own time may still come), so a quiet stream's committed position keeps moving.
  * - Not done here: the per-database streams for a server that refuses the cluster-wide one (the reader stops and
  *   says so), a $match built from the namespace filter (the filter applies on this side; ops of other namespaces
- *   become noops as from the oplog), and the byte-sized getMore the oplog reader asks for (batch_size events).
+ *   become noops as from the oplog), and the byte-sized getMore the oplog reader asks for (batch_size events; a
+ *   batch of events of READER_REPLY_BYTES or more each waits, as there, for the applier to drain the queue before
+ *   the next getMore).
  */
 #include "source/stream/stream.h"
 
@@ -51,6 +53,7 @@
 #include "source/stream/event.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/memory.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
@@ -744,6 +747,7 @@ static step follow_once(stream_reader *r)
     backoff_reset(&r->bo);
     s = take_batch(r, &batch, pbrt, pbrt_len, 0, "aggregate");
     bson_destroy(&reply);
+    bool huge = false; /* the last batch's events weighed READER_REPLY_BYTES or more each */
 
     while (s == STEP_OK) {
         if (stopping(r))
@@ -753,6 +757,15 @@ static step follow_once(stream_reader *r)
             return r->parts_pushed
                        ? (fatal(r, QUEUE_END_RETRY, "the change stream's cursor closed mid-transaction"), STEP_END)
                        : STEP_RETRY;
+        }
+        if (huge && !r->parts_pushed) {
+            /* Events of several MB each: the next one arrives twice over (libmongoc's buffer and its copy), so let
+             * the applier write and free the last ones first, as the oplog reader does (core/queue.h). Not while
+             * parts of a transaction are out: the applier commits nothing before its last part, so it would never
+             * say it is done. */
+            if (!queue_pusher_flush(&r->out) || !queue_wait_drained(r->q, &r->stop))
+                return STEP_END;
+            memory_release();
         }
         bson_t gm = BSON_INITIALIZER;
         int32_t asked = r->cfg.batch_size;
@@ -776,6 +789,10 @@ static step follow_once(stream_reader *r)
             return failed(r, "getMore", &err, &none);
         }
         backoff_reset(&r->bo);
+        uint32_t count = 0;
+        for (bson_iter_t c = batch; bson_iter_next(&c);)
+            count++;
+        huge = count > 0 && reply.len / count >= READER_REPLY_BYTES;
         s = take_batch(r, &batch, pbrt, pbrt_len, asked, "getMore");
         bson_destroy(&reply);
     }
