@@ -290,6 +290,15 @@ static step failed(stream_reader *r, const char *what, const bson_error_t *e, co
               e->message, e->code, posfmt(&r->pos, pbuf));
         return STEP_END;
     }
+    if (!resumable && strcmp(what, "aggregate") == 0 &&
+        (e->domain == MONGOC_ERROR_SERVER || e->domain == MONGOC_ERROR_QUERY)) {
+        /* A refusal of the opening aggregate that no retry mends (the change-streams specification resumes nothing
+         * there): a token the server cannot read, streams switched off (DocumentDB's modifyChangeStreams), ... */
+        fatal(r, QUEUE_END_UNSUPPORTED,
+              "the server refuses to open the change stream after %s: %s (code %u); nothing after it was applied",
+              posfmt(&r->pos, pbuf), e->message, e->code);
+        return STEP_END;
+    }
     if (r->parts_pushed) {
         /* Parts of a logical entry were handed on: the session must end uncommitted and start again (core/queue.h). */
         fatal(r, QUEUE_END_RETRY, "%s failed (%s, code %u) while a transaction's parts were being handed on", what,
