@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/nsfilter.h"
 #include "core/queue.h"
 #include "source/oplog/reader.h"
 #include "source/stream/event.h"
@@ -762,6 +763,66 @@ START_TEST(test_same_ops_as_oplog_description)
 }
 END_TEST
 
+/* A filter that names its databases exactly: the server sends only their events ($match), so no op of another
+ * database comes even as an excluded noop; the filter's own ops come as before, a rename from another database into
+ * them included (4.2+ writes it as a copy into a temporary collection of the target database, then a rename there). */
+START_TEST(test_filter_match)
+{
+    mongoc_client_t *c = client_new();
+    op_pos at;
+    NEED_STREAMS(c, at);
+    drop_db(c, "strm_flt");
+    drop_db(c, "strm_nope");
+    NEED_STREAMS(c, at);
+    char err[256];
+    const char *inc[] = {"strm_flt.*", NULL};
+    nsfilter *f = nsfilter_new(inc, NULL, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    queue *q = queue_new(1000, 0);
+    stream_config cfg;
+    stream_config_init(&cfg);
+    cfg.uri = mongo_uri();
+    cfg.start = at;
+    cfg.await_ms = AWAIT_MS;
+    cfg.filter = f;
+    stream_reader *r = stream_start(&cfg, q, err, sizeof err);
+    ck_assert_msg(r, "%s", err);
+    run(c, "strm_nope", "{\"insert\": \"x\", \"documents\": [{\"_id\": 1}]}");
+    run(c, "strm_flt", "{\"insert\": \"c\", \"documents\": [{\"_id\": 1}]}");
+    run(c, "admin", "{\"renameCollection\": \"strm_nope.x\", \"to\": \"strm_flt.y\"}");
+    run(c, "strm_flt", "{\"insert\": \"c\", \"documents\": [{\"_id\": 2}]}"); /* closes the rename's group */
+    time_t until = time(NULL) + 60;
+    bool insert = false, renamed = false;
+    while (!renamed && time(NULL) < until) {
+        queue_item it;
+        if (!queue_pop(q, &it)) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        ck_assert_msg(it.type != QUEUE_END, "the reader stopped: %s", it.message);
+        if (it.type == QUEUE_ENTRY)
+            for (size_t i = 0; i < it.entry->n; i++) {
+                const op *o = &it.entry->ops[i];
+                ck_assert_msg(o->kind != OP_NOOP || !o->reason || strcmp(o->reason, "excluded by include/exclude"),
+                              "an op of a database the filter leaves out came");
+                insert |= o->kind == OP_INSERT && o->db && strcmp(o->db, "strm_flt") == 0;
+                renamed |= o->kind == OP_RENAME && strcmp(o->to_db, "strm_flt") == 0 && strcmp(o->to_coll, "y") == 0;
+            }
+        queue_item_clear(&it);
+        queue_release(q);
+    }
+    ck_assert_msg(insert, "the insert into strm_flt did not come");
+    ck_assert_msg(renamed, "the rename into strm_flt.y did not come");
+    stream_free(r);
+    queue_free(q);
+    nsfilter_free(f);
+    drop_db(c, "strm_flt");
+    drop_db(c, "strm_nope");
+    mongoc_client_destroy(c);
+}
+END_TEST
+
 Suite *stream_source_suite(void)
 {
     Suite *s = suite_create("stream_source");
@@ -779,6 +840,7 @@ Suite *stream_source_suite(void)
     tcase_add_test(tc, test_large_event_split);
     tcase_add_test(tc, test_same_ops_as_oplog);
     tcase_add_test(tc, test_same_ops_as_oplog_description);
+    tcase_add_test(tc, test_filter_match);
     suite_add_tcase(s, tc);
     return s;
 }

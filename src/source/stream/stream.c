@@ -28,9 +28,12 @@
  * - An empty batch whose post-batch resume token is a high-water mark past the last entry pushed is pushed as a noop
  *   entry carrying that token, positioned one tick before the mark (every event before the mark has been seen; an
  *   event at the mark's own time may still come), so a quiet stream's committed position keeps moving.
+ * - A $match keeps the server from sending events of databases the filter leaves out, when its include patterns
+ *   name their databases exactly (core/nsfilter.h nsfilter_each_exact_db); the filter still decides every op on this
+ *   side, as for the oplog. A token taken under another filter may then be one the stream cannot find: error 280,
+ *   handled as above.
  * - Not done here: the per-database streams for a server that refuses the cluster-wide one (the reader stops and
- *   says so), a $match built from the namespace filter (the filter applies on this side; ops of other namespaces
- *   become noops as from the oplog), and the byte-sized getMore the oplog reader asks for (batch_size events; a
+ *   says so), and the byte-sized getMore the oplog reader asks for (batch_size events; a
  *   batch of events of READER_REPLY_BYTES or more each waits, as there, for the applier to drain the queue before
  *   the next getMore).
  */
@@ -109,6 +112,7 @@ struct stream_reader {
     int64_t cursor_id;
     unsigned opts;    /* the options asked for (OPT_*) */
     unsigned refused; /* the options the server refused */
+    bool matched;     /* the pipeline has a $match of the filter's databases */
     bool probed;      /* an aggregate succeeded: opts are what the server accepts */
     bool pbrt_seen;   /* the server sends post-batch resume tokens */
     uint8_t *token;   /* the resume point: the last token pushed, or cfg.token (malloc'd), NULL when none */
@@ -627,6 +631,50 @@ static step take_batch(stream_reader *r, bson_iter_t *batch, const uint8_t *pbrt
 
 /* ---- the stream ---- */
 
+typedef struct dblist {
+    bson_t arr;
+    uint32_t n;
+    bool ok;
+} dblist;
+
+static void add_db(const char *db, size_t len, void *arg)
+{
+    dblist *l = arg;
+    char key[16];
+    const char *k;
+    bson_uint32_to_string(l->n++, &k, key, sizeof key);
+    l->ok = l->ok && bson_append_utf8(&l->arr, k, -1, db, (int)len);
+}
+
+/* {$match: {$or: [{ns.db: {$in: DBS}}, {to.db: ...}, {operationDescription.to.db: ...}]}} when the namespace filter
+ * names its databases exactly (a rename from elsewhere into them must come, for the filter to refuse it as from the
+ * oplog); else nothing is appended and every event comes. */
+static bool append_match(stream_reader *r, bson_t *pipe, const char *key)
+{
+    dblist l = {.n = 0, .ok = true};
+    bson_init(&l.arr);
+    if (!nsfilter_each_exact_db(r->cfg.filter, add_db, &l) || l.n == 0) {
+        bson_destroy(&l.arr);
+        return l.ok;
+    }
+    static const char *const fields[] = {"ns.db", "to.db", "operationDescription.to.db"};
+    bson_t stage, match, or, one, in;
+    bool ok = l.ok && BSON_APPEND_DOCUMENT_BEGIN(pipe, key, &stage) &&
+              BSON_APPEND_DOCUMENT_BEGIN(&stage, "$match", &match) && BSON_APPEND_ARRAY_BEGIN(&match, "$or", & or);
+    for (int i = 0; ok && i < 3; i++) {
+        char k[4];
+        snprintf(k, sizeof k, "%d", i);
+        ok = BSON_APPEND_DOCUMENT_BEGIN(& or, k, &one) && BSON_APPEND_DOCUMENT_BEGIN(&one, fields[i], &in) &&
+             BSON_APPEND_ARRAY(&in, "$in", &l.arr) && bson_append_document_end(&one, &in) &&
+             bson_append_document_end(& or, &one);
+    }
+    ok = ok && bson_append_array_end(&match, & or) && bson_append_document_end(&stage, &match) &&
+         bson_append_document_end(pipe, &stage);
+    bson_destroy(&l.arr);
+    r->matched = ok;
+    return ok;
+}
+
 static bool build_aggregate(stream_reader *r, bson_t *cmd)
 {
     bson_t pipe, stage, cs, cur, empty;
@@ -657,8 +705,10 @@ static bool build_aggregate(stream_reader *r, bson_t *cmd)
         ok = BSON_APPEND_TIMESTAMP(&cs, "startAtOperationTime", at.secs, at.inc);
     }
     ok = ok && bson_append_document_end(&stage, &cs) && bson_append_document_end(&pipe, &stage);
+    r->matched = false;
+    ok = ok && append_match(r, &pipe, "1");
     if (ok && (r->opts & OPT_SPLIT))
-        ok = BSON_APPEND_DOCUMENT_BEGIN(&pipe, "1", &stage) &&
+        ok = BSON_APPEND_DOCUMENT_BEGIN(&pipe, r->matched ? "2" : "1", &stage) &&
              BSON_APPEND_DOCUMENT_BEGIN(&stage, "$changeStreamSplitLargeEvent", &empty) &&
              bson_append_document_end(&stage, &empty) && bson_append_document_end(&pipe, &stage);
     ok = ok && bson_append_array_end(cmd, &pipe) && BSON_APPEND_DOCUMENT_BEGIN(cmd, "cursor", &cur) &&
