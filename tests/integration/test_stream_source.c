@@ -17,6 +17,7 @@
 
 #include "core/nsfilter.h"
 #include "core/queue.h"
+#include "source/decode.h"
 #include "source/oplog/reader.h"
 #include "source/stream/event.h"
 #include "source/stream/stream.h"
@@ -641,7 +642,7 @@ static bool bytes_eq(const uint8_t *a, uint32_t al, const uint8_t *b, uint32_t b
  * shape, a transaction, a rename, drops): the same entries, grouped the same, with equal ops (documents byte for
  * byte; with updates read from their description, a diff rebuilt has the same form but may order or name its
  * sections otherwise: `u` for `i`). */
-static void same_ops_as_oplog(stream_updates mode)
+static void same_ops_as_oplog(stream_updates mode, unsigned flags)
 {
     mongoc_client_t *c = client_new();
     op_pos at;
@@ -655,9 +656,18 @@ static void same_ops_as_oplog(stream_updates mode)
     rc.uri = mongo_uri();
     rc.start = at;
     rc.await_ms = AWAIT_MS;
+    rc.decode_flags = flags;
     reader *ro = reader_start(&rc, qo, err, sizeof err);
     ck_assert_msg(ro != NULL, "%s", err);
-    stream_reader *rs = start_mode(qs, &at, NULL, 0, mode);
+    stream_config sc;
+    stream_config_init(&sc);
+    sc.uri = mongo_uri();
+    sc.start = at;
+    sc.await_ms = AWAIT_MS;
+    sc.updates = mode;
+    sc.decode_flags = flags;
+    stream_reader *rs = stream_start(&sc, qs, err, sizeof err);
+    ck_assert_msg(rs != NULL, "%s", err);
 
     run(c, "strm_eq",
         "{\"insert\": \"c\", \"documents\": [{\"_id\": 1, \"a\": {\"b\": 1}, \"arr\": [1, 2, 3]}, "
@@ -753,13 +763,20 @@ static void same_ops_as_oplog(stream_updates mode)
 
 START_TEST(test_same_ops_as_oplog)
 {
-    same_ops_as_oplog(STREAM_UPDATES_AUTO);
+    same_ops_as_oplog(STREAM_UPDATES_AUTO, 0);
+}
+END_TEST
+
+/* With payloads borrowed from the raw entry until rendered (DECODE_BORROW_PAYLOAD): the same text. */
+START_TEST(test_same_ops_as_oplog_borrowed)
+{
+    same_ops_as_oplog(STREAM_UPDATES_AUTO, DECODE_BORROW_PAYLOAD);
 }
 END_TEST
 
 START_TEST(test_same_ops_as_oplog_description)
 {
-    same_ops_as_oplog(STREAM_UPDATES_DESCRIPTION);
+    same_ops_as_oplog(STREAM_UPDATES_DESCRIPTION, 0);
 }
 END_TEST
 
@@ -840,6 +857,7 @@ Suite *stream_source_suite(void)
     tcase_add_test(tc, test_large_event_split);
     tcase_add_test(tc, test_same_ops_as_oplog);
     tcase_add_test(tc, test_same_ops_as_oplog_description);
+    tcase_add_test(tc, test_same_ops_as_oplog_borrowed);
     tcase_add_test(tc, test_filter_match);
     suite_add_tcase(s, tc);
     return s;
