@@ -64,15 +64,17 @@ typedef enum stream_updates {
 } stream_updates;
 
 typedef struct stream_config {
-    const char *uri;      /* MongoDB connection string (copied) */
-    op_pos start;         /* the committed checkpoint's position (its clusterTime) */
+    const char *uri;      /* MongoDB connection string (copied); set up as the oplog reader's (mongo_client.h) */
+    op_pos start;         /* the committed checkpoint's position (its clusterTime; the term is ignored) */
     const uint8_t *token; /* the committed resume token (raw BSON; copied), NULL when none: start after `start` */
     size_t token_len;
     int32_t await_ms;       /* maxTimeMS of each getMore; <= 0: READER_DEFAULT_AWAIT_MS */
-    int32_t batch_size;     /* batchSize of the aggregate and each getMore; <= 0: READER_DEFAULT_BATCH_SIZE */
-    const nsfilter *filter; /* NULL = everything; must outlive the reader */
+    int32_t batch_size;     /* batchSize of each getMore (the aggregate asks 0); <= 0: STREAM_DEFAULT_BATCH_SIZE */
+    const nsfilter *filter; /* NULL = everything; must outlive the reader. Decides every op as for the oplog; when
+                             * its include patterns name their databases exactly, the server sends only theirs */
     const map_set *maps;    /* typed maps, projected on the reader thread as the oplog reader does */
-    unsigned decode_flags;  /* as reader_config.decode_flags */
+    unsigned decode_flags;  /* as reader_config.decode_flags (DECODE_BORROW_PAYLOAD borrows from the entry rebuilt
+                             * from the events; DECODE_KEEP_SYSTEM changes nothing: a stream shows no system.buckets) */
     stream_updates updates;
 } stream_config;
 
