@@ -455,9 +455,23 @@ START_TEST(test_quiet_stream_position_moves)
     stream_token t;
     ck_assert(stream_token_decode(mark->token, mark->token_len, &t));
     ck_assert(t.keystring && t.type == STREAM_TOKEN_HWM);
+    stream_free(r);
+    queue_free(q);
+    /* A restart from that token (what a quiet daemon commits) reads what comes next. */
+    drop_db(c, "strm_quiet");
+    q = queue_new(1000, 0);
+    r = start(q, &mark->pos, mark->token, mark->token_len);
+    run(c, "strm_quiet", "{\"insert\": \"c\", \"documents\": [{\"_id\": 8}]}");
+    run(c, "strm_other", "{\"insert\": \"c\", \"documents\": [{\"_id\": 8}]}");
+    op_entry *e = next_entry(q, "strm_quiet");
+    ck_assert_int_eq(e->ops[0].kind, OP_INSERT);
+    ck_assert_int_gt(op_pos_cmp(&e->pos, &mark->pos), 0);
+    op_entry_free(e);
     op_entry_free(mark);
     stream_free(r);
     queue_free(q);
+    drop_db(c, "strm_quiet");
+    drop_db(c, "strm_other");
     mongoc_client_destroy(c);
 }
 END_TEST
