@@ -22,6 +22,7 @@
 #include "source/stream/event.h"
 #include "source/stream/stream.h"
 
+#include "../lib/oplogutil.h"
 #include "../lib/skip.h"
 
 Suite *stream_source_suite(void);
@@ -854,6 +855,57 @@ START_TEST(test_filter_match)
 }
 END_TEST
 
+/* mongosim drops every connection: the reader re-opens the stream after the last token it pushed, nothing lost and
+ * nothing repeated. */
+START_TEST(test_reconnect_after_drop)
+{
+    mongoc_client_t *c = client_new();
+    op_pos at;
+    NEED_STREAMS(c, at);
+    if (!oplogutil_is_mongosim(c)) {
+        mongoc_client_destroy(c);
+        SKIP_TEST("needs mongosim's mongosimDropConnections");
+    }
+    drop_db(c, "strm_drop");
+    NEED_STREAMS(c, at);
+    queue *q = queue_new(1000, 0);
+    stream_reader *r = start(q, &at, NULL, 0);
+    char cmd[128];
+    for (int i = 1; i <= 6; i++) {
+        if (i == 4) {
+            run(c, "strm_other", "{\"insert\": \"c\", \"documents\": [{\"_id\": 1}]}");
+            for (int k = 1; k <= 3; k++) {
+                op_entry *e = next_entry(q, "strm_drop");
+                ck_assert_int_eq(e->ops[0].id.value.v_int32, k);
+                op_entry_free(e);
+            }
+            bson_t reply;
+            bson_error_t err;
+            bson_t *drop = BCON_NEW("mongosimDropConnections", BCON_INT32(1));
+            ck_assert_msg(mongoc_client_command_simple(c, "admin", drop, NULL, &reply, &err), "%s", err.message);
+            bson_destroy(drop);
+            bson_destroy(&reply);
+        }
+        snprintf(cmd, sizeof cmd, "{\"insert\": \"c\", \"documents\": [{\"_id\": %d}]}", i);
+        run(c, "strm_drop", cmd);
+    }
+    run(c, "strm_other", "{\"insert\": \"c\", \"documents\": [{\"_id\": 2}]}");
+    for (int k = 4; k <= 6; k++) {
+        op_entry *e = next_entry(q, "strm_drop");
+        ck_assert_int_eq(e->ops[0].id.value.v_int32, k);
+        op_entry_free(e);
+    }
+    reader_stats st;
+    stream_get_stats(r, &st);
+    ck_assert_uint_ge(st.reconnects, 1);
+    stream_free(r);
+    queue_free(q);
+    drop_db(c, "strm_drop");
+    drop_db(c, "strm_other");
+    mongoc_client_destroy(c);
+}
+END_TEST
+
 Suite *stream_source_suite(void)
 {
     Suite *s = suite_create("stream_source");
@@ -873,6 +925,7 @@ Suite *stream_source_suite(void)
     tcase_add_test(tc, test_same_ops_as_oplog_description);
     tcase_add_test(tc, test_same_ops_as_oplog_borrowed);
     tcase_add_test(tc, test_filter_match);
+    tcase_add_test(tc, test_reconnect_after_drop);
     suite_add_tcase(s, tc);
     return s;
 }
