@@ -571,7 +571,10 @@ static step take_batch(stream_reader *r, bson_iter_t *batch, const uint8_t *pbrt
             return STEP_END;
         }
         bson_iter_document(batch, &len, &data);
-        if (!bson_init_static(&ev, data, len) || !stream_event_info_read(&ev, &info) || !info.has_time || !info.token) {
+        /* A fragment of a split event need not hold the clusterTime (the fields are spread over the fragments); the
+         * whole event must. */
+        if (!bson_init_static(&ev, data, len) || !stream_event_info_read(&ev, &info) ||
+            (!info.has_time && !info.split) || !info.token) {
             fatal(r, QUEUE_END_UNSUPPORTED,
                   "malformed change event in the reply to %s (no clusterTime Timestamp or no _id token); stopped "
                   "after %s",
@@ -593,7 +596,13 @@ static step take_batch(stream_reader *r, bson_iter_t *batch, const uint8_t *pbrt
             if (!done)
                 continue;
             stream_event_info whole;
-            stream_event_info_read(&r->frag.merged, &whole);
+            if (!stream_event_info_read(&r->frag.merged, &whole) || !whole.has_time || !whole.token) {
+                fatal(r, QUEUE_END_UNSUPPORTED,
+                      "malformed split event in the reply to %s: its fragments hold no clusterTime Timestamp or no "
+                      "_id token; stopped after %s",
+                      what, posfmt(&r->pos, pbuf));
+                return STEP_END;
+            }
             s = take_event(r, &r->frag.merged, &whole);
             stream_frag_clear(&r->frag);
         } else {
