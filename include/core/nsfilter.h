@@ -51,6 +51,13 @@ bool ns_is_internal(const char *db, size_t dblen, const char *coll, size_t colll
  * f NULL keeps everything. */
 bool nsfilter_filter_entry(const nsfilter *f, op_entry *e, char *err, size_t errlen);
 
+/* The databases the include patterns name, when every include pattern names its database exactly (no `*` or `?` in
+ * its database part): calls fn once per include pattern with that database (a database may come more than once) and
+ * returns true. False, without a call, when some include pattern's database part is a glob, or f is NULL (everything
+ * is replicated). For a source that can ask its server for those databases only (a change stream's $match); the
+ * filter itself still decides every op. */
+bool nsfilter_each_exact_db(const nsfilter *f, void (*fn)(const char *db, size_t len, void *arg), void *arg);
+
 void nsfilter_free(nsfilter *f);
 
 #endif

@@ -273,6 +273,18 @@ bool ns_is_internal(const char *db, size_t dblen, const char *coll, size_t colll
     return coll != NULL && colllen >= 7 && memcmp(coll, "system.", 7) == 0;
 }
 
+bool nsfilter_each_exact_db(const nsfilter *f, void (*fn)(const char *db, size_t len, void *arg), void *arg)
+{
+    if (f == NULL)
+        return false;
+    for (size_t i = 0; i < f->ninclude; i++)
+        if (f->include[i].db.kind != PART_EXACT)
+            return false;
+    for (size_t i = 0; i < f->ninclude; i++)
+        fn(f->include[i].db.text, f->include[i].db.len, arg);
+    return true;
+}
+
 void nsfilter_free(nsfilter *f)
 {
     if (f == NULL)

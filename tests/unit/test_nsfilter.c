@@ -282,6 +282,35 @@ START_TEST(test_filter_entry_renames)
 }
 END_TEST
 
+static void collect_db(const char *db, size_t len, void *arg)
+{
+    char *out = arg;
+    strncat(out, db, len);
+    strcat(out, ";");
+}
+
+/* The exact databases of the include patterns, for a server-side $match; none when a database part is a glob. */
+START_TEST(test_each_exact_db)
+{
+    char got[256] = "";
+    const char *inc[] = {"shop.*", "crm.users", "shop.orders", NULL}, *exc[] = {"w*.x", NULL};
+    nsfilter *f = make(inc, exc);
+    ck_assert(nsfilter_each_exact_db(f, collect_db, got));
+    ck_assert_str_eq(got, "shop;crm;shop;");
+    nsfilter_free(f);
+    const char *glob[] = {"shop.*", "s?op.x", NULL}, *all[] = {"*.*", NULL};
+    got[0] = '\0';
+    f = make(glob, NULL);
+    ck_assert(!nsfilter_each_exact_db(f, collect_db, got));
+    nsfilter_free(f);
+    f = make(all, NULL);
+    ck_assert(!nsfilter_each_exact_db(f, collect_db, got));
+    nsfilter_free(f);
+    ck_assert(!nsfilter_each_exact_db(NULL, collect_db, got));
+    ck_assert_str_eq(got, "");
+}
+END_TEST
+
 Suite *nsfilter_suite(void); /* called by the generated runner list */
 
 Suite *nsfilter_suite(void)
@@ -302,6 +331,7 @@ Suite *nsfilter_suite(void)
     tcase_add_test(tc, test_internal_namespaces);
     tcase_add_test(tc, test_rename_temp_collection);
     tcase_add_test(tc, test_filter_entry_renames);
+    tcase_add_test(tc, test_each_exact_db);
     suite_add_tcase(s, tc);
     return s;
 }

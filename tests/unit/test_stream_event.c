@@ -995,6 +995,65 @@ START_TEST(test_group_parts_and_closing)
 }
 END_TEST
 
+/* A group whose every event went in parts before it closed ends with one noop carrying the token; one large event
+ * alone is never a part. */
+START_TEST(test_group_closed_after_parts)
+{
+    stream_group g;
+    stream_group_init(&g);
+    char buf[512], err[512];
+    for (int i = 0; i < STREAM_PART_OPS; i++) {
+        txn_event(buf, sizeof buf, i, 3);
+        bson_t *ev = from_json(buf);
+        bson_t one = BSON_INITIALIZER;
+        stream_event_info info;
+        ck_assert(stream_event_info_read(ev, &info));
+        ck_assert_int_eq(stream_event_to_op(ev, &one, err, sizeof err), STREAM_EV_OK);
+        ck_assert(stream_group_add(&g, info.secs, info.inc, &one, info.token, info.token_len, info.has_txn));
+        bson_destroy(&one);
+        bson_destroy(ev);
+    }
+    ck_assert(stream_group_full(&g));
+    op_entry e;
+    bson_t raw;
+    ck_assert_int_eq(stream_group_build(&g, false, 0, &e, &raw, err, sizeof err), STREAM_BUILD_OK);
+    ck_assert(e.more && e.n == STREAM_PART_OPS);
+    op_entry_clear(&e);
+    bson_destroy(&raw);
+    ck_assert_int_eq(stream_group_build(&g, true, 0, &e, &raw, err, sizeof err), STREAM_BUILD_OK);
+    ck_assert(!e.more && e.atomic && e.n == 1);
+    ck_assert_int_eq(e.ops[0].kind, OP_NOOP);
+    ck_assert_uint_eq(e.ops[0].index, STREAM_PART_OPS);
+    ck_assert_uint_eq(e.pos.inc, 3);
+    ck_assert_ptr_nonnull(e.token);
+    ck_assert(!g.open);
+    op_entry_clear(&e);
+    bson_destroy(&raw);
+    /* Nothing to build: refused, not an empty entry. */
+    ck_assert_int_eq(stream_group_build(&g, true, 0, &e, &raw, err, sizeof err), STREAM_BUILD_MALFORMED);
+    bson_destroy(&raw);
+    /* One event of more than STREAM_PART_BYTES is not a part. */
+    size_t n = STREAM_PART_BYTES + 10;
+    char *big = malloc(n + 1);
+    memset(big, 'y', n);
+    big[n] = '\0';
+    bson_t one = BSON_INITIALIZER, o;
+    BSON_APPEND_UTF8(&one, "op", "i");
+    BSON_APPEND_UTF8(&one, "ns", "shop.c");
+    BSON_APPEND_DOCUMENT_BEGIN(&one, "o", &o);
+    BSON_APPEND_INT32(&o, "_id", 1);
+    BSON_APPEND_UTF8(&o, "big", big);
+    bson_append_document_end(&one, &o);
+    free(big);
+    ck_assert(stream_group_add(&g, 5, 1, &one, NULL, 0, false));
+    ck_assert(!stream_group_full(&g));
+    ck_assert(stream_group_add(&g, 5, 1, &one, NULL, 0, false));
+    ck_assert(stream_group_full(&g));
+    bson_destroy(&one);
+    stream_group_clear(&g);
+}
+END_TEST
+
 Suite *stream_event_suite(void); /* called by the generated runner list */
 
 Suite *stream_event_suite(void)
@@ -1014,6 +1073,7 @@ Suite *stream_event_suite(void)
     tcase_add_test(tc, test_fragments_joined);
     tcase_add_test(tc, test_group_transaction);
     tcase_add_test(tc, test_group_parts_and_closing);
+    tcase_add_test(tc, test_group_closed_after_parts);
     suite_add_tcase(s, tc);
     return s;
 }

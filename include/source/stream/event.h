@@ -165,7 +165,8 @@ void stream_group_clear(stream_group *g);
  * same clusterTime. False on OOM. */
 bool stream_group_add(stream_group *g, uint32_t secs, uint32_t inc, const bson_t *one, const uint8_t *token,
                       uint32_t token_len, bool has_txn);
-/* The group holds enough to be handed on as a part (STREAM_PART_OPS ops or STREAM_PART_BYTES bytes). */
+/* The group holds enough to be handed on as a part (STREAM_PART_OPS ops, or two ops or more of STREAM_PART_BYTES
+ * bytes: one event alone is handed on whole). */
 bool stream_group_full(const stream_group *g);
 /* Whether a token seen after the group (the next event's, or a post-batch resume token) shows it complete: its
  * clusterTime is later than the group's. An opaque token tells nothing (false). */
@@ -173,7 +174,8 @@ bool stream_group_closes(const stream_group *g, const stream_token *t);
 
 /* Builds the oplog entry of the group's ops (a plain entry for one op of a group never split, else an applyOps at
  * ns admin.$cmd), decodes it (decode_entry_ex with flags) into a new entry e: pos = the clusterTime (term -1), ops
- * numbered after those handed on before, more = !last, the token (a copy) on the last part only. *raw receives the
+ * numbered after those handed on before, more = !last, the token (a copy) on the last part only; a last part with no
+ * ops left (all went in parts before the group closed) is one noop at the group's position. *raw receives the
  * synthetic oplog entry, which must outlive e while e borrows from it (DECODE_BORROW_PAYLOAD): destroy it after
  * rendering and op_entry_drop_payload. The group is emptied of its ops (kept open at its clusterTime unless last).
  * A decoder error: its status, err naming the clusterTime. */

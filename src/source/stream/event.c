@@ -499,7 +499,8 @@ bool stream_group_add(stream_group *g, uint32_t secs, uint32_t inc, const bson_t
 
 bool stream_group_full(const stream_group *g)
 {
-    return g->open && (g->n >= STREAM_PART_OPS || g->ops.len >= STREAM_PART_BYTES);
+    /* One event alone is never a part: it is handed on whole, whatever its size. */
+    return g->open && (g->n >= STREAM_PART_OPS || (g->n > 1 && g->ops.len >= STREAM_PART_BYTES));
 }
 
 bool stream_group_closes(const stream_group *g, const stream_token *t)
@@ -515,9 +516,25 @@ stream_build_status stream_group_build(stream_group *g, bool last, unsigned flag
     char derr[768];
     bson_init(raw);
     op_entry_init(e);
-    if (!g->open || g->n == 0) {
+    if (!g->open || (g->n == 0 && (g->done == 0 || !last))) {
         snprintf(err, errlen, "no events to hand on");
         return STREAM_BUILD_MALFORMED;
+    }
+    if (g->n == 0) {
+        /* Every event went in parts already and the group has just closed: its end is one noop carrying the token. */
+        op_pos at = {.secs = g->secs, .inc = g->inc, .term = -1};
+        if (!op_entry_alloc(e, &at, 1))
+            return STREAM_BUILD_NOMEM;
+        e->ops[0].kind = OP_NOOP;
+        e->ops[0].reason = "the end of a transaction handed on in parts";
+        e->ops[0].index = g->done;
+        e->atomic = true;
+        e->token = g->token;
+        e->token_len = g->token_len;
+        g->token = NULL;
+        g->token_len = 0;
+        stream_group_clear(g);
+        return STREAM_BUILD_OK;
     }
     bool ok = BSON_APPEND_TIMESTAMP(raw, "ts", g->secs, g->inc);
     if (g->n == 1 && g->done == 0 && last) {

@@ -28,9 +28,14 @@
  * - An empty batch whose post-batch resume token is a high-water mark past the last entry pushed is pushed as a noop
  *   entry carrying that token, positioned one tick before the mark (every event before the mark has been seen; an
  *   event at the mark's own time may still come), so a quiet stream's committed position keeps moving.
+ * - A $match keeps the server from sending events of databases the filter leaves out, when its include patterns
+ *   name their databases exactly (core/nsfilter.h nsfilter_each_exact_db); the filter still decides every op on this
+ *   side, as for the oplog. A token taken under another filter may then be one the stream cannot find: error 280,
+ *   handled as above.
  * - Not done here: the per-database streams for a server that refuses the cluster-wide one (the reader stops and
- *   says so), a $match built from the namespace filter (the filter applies on this side; ops of other namespaces
- *   become noops as from the oplog), and the byte-sized getMore the oplog reader asks for (batch_size events).
+ *   says so), and the byte-sized getMore the oplog reader asks for (batch_size events; a
+ *   batch of events of READER_REPLY_BYTES or more each waits, as there, for the applier to drain the queue before
+ *   the next getMore).
  */
 #include "source/stream/stream.h"
 
@@ -51,6 +56,7 @@
 #include "source/stream/event.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/memory.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
@@ -106,6 +112,7 @@ struct stream_reader {
     int64_t cursor_id;
     unsigned opts;    /* the options asked for (OPT_*) */
     unsigned refused; /* the options the server refused */
+    bool matched;     /* the pipeline has a $match of the filter's databases */
     bool probed;      /* an aggregate succeeded: opts are what the server accepts */
     bool pbrt_seen;   /* the server sends post-batch resume tokens */
     uint8_t *token;   /* the resume point: the last token pushed, or cfg.token (malloc'd), NULL when none */
@@ -285,6 +292,15 @@ static step failed(stream_reader *r, const char *what, const bson_error_t *e, co
         fatal(r, QUEUE_END_UNSUPPORTED,
               "%s of the change stream failed for good: %s (code %u); stopped after %s, nothing after it applied", what,
               e->message, e->code, posfmt(&r->pos, pbuf));
+        return STEP_END;
+    }
+    if (!resumable && strcmp(what, "aggregate") == 0 &&
+        (e->domain == MONGOC_ERROR_SERVER || e->domain == MONGOC_ERROR_QUERY)) {
+        /* A refusal of the opening aggregate that no retry mends (the change-streams specification resumes nothing
+         * there): a token the server cannot read, streams switched off (DocumentDB's modifyChangeStreams), ... */
+        fatal(r, QUEUE_END_UNSUPPORTED,
+              "the server refuses to open the change stream after %s: %s (code %u); nothing after it was applied",
+              posfmt(&r->pos, pbuf), e->message, e->code);
         return STEP_END;
     }
     if (r->parts_pushed) {
@@ -555,7 +571,10 @@ static step take_batch(stream_reader *r, bson_iter_t *batch, const uint8_t *pbrt
             return STEP_END;
         }
         bson_iter_document(batch, &len, &data);
-        if (!bson_init_static(&ev, data, len) || !stream_event_info_read(&ev, &info) || !info.has_time || !info.token) {
+        /* A fragment of a split event need not hold the clusterTime (the fields are spread over the fragments); the
+         * whole event must. */
+        if (!bson_init_static(&ev, data, len) || !stream_event_info_read(&ev, &info) ||
+            (!info.has_time && !info.split) || !info.token) {
             fatal(r, QUEUE_END_UNSUPPORTED,
                   "malformed change event in the reply to %s (no clusterTime Timestamp or no _id token); stopped "
                   "after %s",
@@ -577,7 +596,13 @@ static step take_batch(stream_reader *r, bson_iter_t *batch, const uint8_t *pbrt
             if (!done)
                 continue;
             stream_event_info whole;
-            stream_event_info_read(&r->frag.merged, &whole);
+            if (!stream_event_info_read(&r->frag.merged, &whole) || !whole.has_time || !whole.token) {
+                fatal(r, QUEUE_END_UNSUPPORTED,
+                      "malformed split event in the reply to %s: its fragments hold no clusterTime Timestamp or no "
+                      "_id token; stopped after %s",
+                      what, posfmt(&r->pos, pbuf));
+                return STEP_END;
+            }
             s = take_event(r, &r->frag.merged, &whole);
             stream_frag_clear(&r->frag);
         } else {
@@ -615,6 +640,50 @@ static step take_batch(stream_reader *r, bson_iter_t *batch, const uint8_t *pbrt
 
 /* ---- the stream ---- */
 
+typedef struct dblist {
+    bson_t arr;
+    uint32_t n;
+    bool ok;
+} dblist;
+
+static void add_db(const char *db, size_t len, void *arg)
+{
+    dblist *l = arg;
+    char key[16];
+    const char *k;
+    bson_uint32_to_string(l->n++, &k, key, sizeof key);
+    l->ok = l->ok && bson_append_utf8(&l->arr, k, -1, db, (int)len);
+}
+
+/* {$match: {$or: [{ns.db: {$in: DBS}}, {to.db: ...}, {operationDescription.to.db: ...}]}} when the namespace filter
+ * names its databases exactly (a rename from elsewhere into them must come, for the filter to refuse it as from the
+ * oplog); else nothing is appended and every event comes. */
+static bool append_match(stream_reader *r, bson_t *pipe, const char *key)
+{
+    dblist l = {.n = 0, .ok = true};
+    bson_init(&l.arr);
+    if (!nsfilter_each_exact_db(r->cfg.filter, add_db, &l) || l.n == 0) {
+        bson_destroy(&l.arr);
+        return l.ok;
+    }
+    static const char *const fields[] = {"ns.db", "to.db", "operationDescription.to.db"};
+    bson_t stage, match, or, one, in;
+    bool ok = l.ok && BSON_APPEND_DOCUMENT_BEGIN(pipe, key, &stage) &&
+              BSON_APPEND_DOCUMENT_BEGIN(&stage, "$match", &match) && BSON_APPEND_ARRAY_BEGIN(&match, "$or", & or);
+    for (int i = 0; ok && i < 3; i++) {
+        char k[4];
+        snprintf(k, sizeof k, "%d", i);
+        ok = BSON_APPEND_DOCUMENT_BEGIN(& or, k, &one) && BSON_APPEND_DOCUMENT_BEGIN(&one, fields[i], &in) &&
+             BSON_APPEND_ARRAY(&in, "$in", &l.arr) && bson_append_document_end(&one, &in) &&
+             bson_append_document_end(& or, &one);
+    }
+    ok = ok && bson_append_array_end(&match, & or) && bson_append_document_end(&stage, &match) &&
+         bson_append_document_end(pipe, &stage);
+    bson_destroy(&l.arr);
+    r->matched = ok;
+    return ok;
+}
+
 static bool build_aggregate(stream_reader *r, bson_t *cmd)
 {
     bson_t pipe, stage, cs, cur, empty;
@@ -645,8 +714,10 @@ static bool build_aggregate(stream_reader *r, bson_t *cmd)
         ok = BSON_APPEND_TIMESTAMP(&cs, "startAtOperationTime", at.secs, at.inc);
     }
     ok = ok && bson_append_document_end(&stage, &cs) && bson_append_document_end(&pipe, &stage);
+    r->matched = false;
+    ok = ok && append_match(r, &pipe, "1");
     if (ok && (r->opts & OPT_SPLIT))
-        ok = BSON_APPEND_DOCUMENT_BEGIN(&pipe, "1", &stage) &&
+        ok = BSON_APPEND_DOCUMENT_BEGIN(&pipe, r->matched ? "2" : "1", &stage) &&
              BSON_APPEND_DOCUMENT_BEGIN(&stage, "$changeStreamSplitLargeEvent", &empty) &&
              bson_append_document_end(&stage, &empty) && bson_append_document_end(&pipe, &stage);
     ok = ok && bson_append_array_end(cmd, &pipe) && BSON_APPEND_DOCUMENT_BEGIN(cmd, "cursor", &cur) &&
@@ -697,6 +768,15 @@ static step follow_once(stream_reader *r)
         bson_destroy(&cmd);
         if (ok)
             break;
+        if (!r->probed && (err.domain == MONGOC_ERROR_SERVER || err.domain == MONGOC_ERROR_QUERY) &&
+            !mongo_error_refused(&err) && strstr(err.message, "allChangesForCluster") != NULL) {
+            bson_destroy(&reply);
+            fatal(r, QUEUE_END_UNSUPPORTED,
+                  "the server refuses a cluster-wide change stream (%s, code %u); one stream per database is not "
+                  "implemented: use [mongodb] source = oplog",
+                  err.message, err.code);
+            return STEP_END;
+        }
         bool dropped = drop_refused_option(r, &err);
         if (dropped && r->cfg.updates == STREAM_UPDATES_RAW && !(r->opts & OPT_RAW)) {
             bson_destroy(&reply);
@@ -735,6 +815,7 @@ static step follow_once(stream_reader *r)
     backoff_reset(&r->bo);
     s = take_batch(r, &batch, pbrt, pbrt_len, 0, "aggregate");
     bson_destroy(&reply);
+    bool huge = false; /* the last batch's events weighed READER_REPLY_BYTES or more each */
 
     while (s == STEP_OK) {
         if (stopping(r))
@@ -744,6 +825,15 @@ static step follow_once(stream_reader *r)
             return r->parts_pushed
                        ? (fatal(r, QUEUE_END_RETRY, "the change stream's cursor closed mid-transaction"), STEP_END)
                        : STEP_RETRY;
+        }
+        if (huge && !r->parts_pushed) {
+            /* Events of several MB each: the next one arrives twice over (libmongoc's buffer and its copy), so let
+             * the applier write and free the last ones first, as the oplog reader does (core/queue.h). Not while
+             * parts of a transaction are out: the applier commits nothing before its last part, so it would never
+             * say it is done. */
+            if (!queue_pusher_flush(&r->out) || !queue_wait_drained(r->q, &r->stop))
+                return STEP_END;
+            memory_release();
         }
         bson_t gm = BSON_INITIALIZER;
         int32_t asked = r->cfg.batch_size;
@@ -767,6 +857,10 @@ static step follow_once(stream_reader *r)
             return failed(r, "getMore", &err, &none);
         }
         backoff_reset(&r->bo);
+        uint32_t count = 0;
+        for (bson_iter_t c = batch; bson_iter_next(&c);)
+            count++;
+        huge = count > 0 && reply.len / count >= READER_REPLY_BYTES;
         s = take_batch(r, &batch, pbrt, pbrt_len, asked, "getMore");
         bson_destroy(&reply);
     }

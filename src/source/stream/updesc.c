@@ -12,7 +12,10 @@
  *   change_stream_document_diff_parser.cpp (mongodb/mongo, DeltaUpdateDescriptionBuilder::_appendFieldToPath): a path
  *   gets an entry there as soon as a segment holds a dot, or a segment after the first is a numeric field name
  *   (FieldRef::isNumericPathComponentStrict: digits only, no leading zero); so in a path without an entry the dots
- *   split fields and a numeric segment after the first is an array index.
+ *   split fields and a numeric segment after the first is an array index. A server that disambiguates sends the
+ *   field even when nothing is ambiguous (`disambiguatedPaths: {}` in the expected events of mongodb/mongo's
+ *   jstests/change_streams/show_expanded_events.js and its updateDescription test), so its absence means a server
+ *   that cannot: a path with a dot is then refused as ambiguous (STREAM_EV_AMBIGUOUS), never guessed.
  */
 #include <stdarg.h>
 #include <stdio.h>
