@@ -623,7 +623,10 @@ static step take_batch(stream_reader *r, bson_iter_t *batch, const uint8_t *pbrt
         stream_token_decode(pbrt, pbrt_len, &t);
     }
     bool under_full = count < (uint32_t)(asked > 0 ? asked : 1);
-    if (r->group.open && !r->frag.active && (stream_group_closes(&r->group, &t) || (!r->pbrt_seen && under_full))) {
+    /* An empty batch also closes the group: the rest of a clusterTime's events, were there any, would be in the
+     * server's hands already (unwound from the one oplog entry it has read), and would have come at once. */
+    if (r->group.open && !r->frag.active &&
+        (stream_group_closes(&r->group, &t) || (!r->pbrt_seen && under_full) || count == 0)) {
         step s = push_group(r, true);
         if (s != STEP_OK)
             return s;
@@ -840,7 +843,9 @@ static step follow_once(stream_reader *r)
         BSON_APPEND_INT64(&gm, "getMore", r->cursor_id);
         BSON_APPEND_UTF8(&gm, "collection", "$cmd.aggregate");
         BSON_APPEND_INT32(&gm, "batchSize", asked);
-        BSON_APPEND_INT64(&gm, "maxTimeMS", r->cfg.await_ms);
+        /* While a group is open, only an empty batch may say it is whole (take_batch): ask for the next one with a
+         * short await, so the last transaction of a burst is not held back until the next write or periodic noop. */
+        BSON_APPEND_INT64(&gm, "maxTimeMS", r->group.open && !r->frag.active ? READER_PROBE_MS : r->cfg.await_ms);
         bool ok = run_cmd(r, &gm, &reply, &err);
         bson_destroy(&gm);
         if (!ok) {
