@@ -1200,7 +1200,7 @@ static void diff_sub(diff_out *d, const char *name, bool index, const bson_iter_
 /* A $v:2 document diff, as buildUpdateDescriptionWithDeltaOplog reads it: the u (updated) then i (inserted) fields
  * into updatedFields, the d fields into removedFields, then each s<field> sub-diff; an array diff (a: true): its
  * new length l into truncatedArrays, then u<N> ("arr.N" into updatedFields) and s<N> sub-diffs in their order.
- * Binary diffs (b) of time-series buckets are not logged by mongosim. */
+ * Binary diffs (b) of time-series buckets go into updatedFields as their raw {o, d} objects. */
 static void diff_walk(diff_out *d, const bson_t *diff, bool array)
 {
     bson_iter_t it, f;
@@ -1235,6 +1235,11 @@ static void diff_walk(diff_out *d, const bson_t *diff, bool array)
             while (bson_iter_next(&f))
                 diff_updated(d, bson_iter_key(&f), false, &f);
     }
+    /* A binary diff (b: time-series buckets) is listed in updatedFields as its raw {o, d} object
+     * (change_stream_document_diff_parser.cpp: the b section goes where u and i go). */
+    if (bson_iter_init_find(&it, diff, "b") && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f))
+        while (bson_iter_next(&f))
+            diff_updated(d, bson_iter_key(&f), false, &f);
     if (bson_iter_init_find(&it, diff, "d") && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f))
         while (bson_iter_next(&f))
             diff_removed(d, bson_iter_key(&f));

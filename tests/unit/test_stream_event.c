@@ -462,8 +462,22 @@ START_TEST(test_updesc_disambiguation)
                                    STREAM_EV_MALFORMED, err, sizeof err));
     ck_assert_ptr_null(updesc_diff("{\"updatedFields\": {\"a.0\": 1, \"a.b\": 2}, \"disambiguatedPaths\": {}}",
                                    STREAM_EV_MALFORMED, err, sizeof err));
-    ck_assert_ptr_null(updesc_diff("{\"removedFields\": [\"a.0\"], \"disambiguatedPaths\": {}}", STREAM_EV_MALFORMED,
-                                   err, sizeof err));
+    /* Array elements set past the end, beside a sub-document (vector ut-...NonContiguous-scalarNotArray). */
+    bson_t *arrset = updesc_diff("{\"updatedFields\": {\"arr.1\": 997, \"arr.2\": {\"newVal\": 998}, \"arr.5\": 999}, "
+                                 "\"removedFields\": [], \"truncatedArrays\": [], \"disambiguatedPaths\": {}}",
+                                 STREAM_EV_OK, err, sizeof err);
+    bson_destroy(arrset);
+    /* An array element among removedFields (a $v:1 $unset of it) becomes null, as the server's $unset makes it. */
+    bson_t *nulled =
+        updesc_diff("{\"removedFields\": [\"a.0\"], \"disambiguatedPaths\": {}}", STREAM_EV_OK, err, sizeof err);
+    bson_t *want_null = from_json("{\"$v\": 2, \"diff\": {\"sa\": {\"a\": true, \"u0\": null}}}");
+    char *got_json = bson_as_canonical_extended_json(nulled, NULL),
+         *want_json = bson_as_canonical_extended_json(want_null, NULL);
+    ck_assert_str_eq(got_json, want_json);
+    bson_free(got_json);
+    bson_free(want_json);
+    bson_destroy(nulled);
+    bson_destroy(want_null);
     ck_assert_ptr_null(
         updesc_diff("{\"updatedFields\": {}, \"removedFields\": []}", STREAM_EV_MALFORMED, err, sizeof err));
     ck_assert_ptr_null(updesc_diff("{\"updatedFields\": {\"a.b\": 1}, \"disambiguatedPaths\": {\"a.b\": [true]}}",
