@@ -58,6 +58,10 @@ typedef enum stream_caps_status {
 
 /* Probes everything above on client (out is reset first; free with stream_caps_free, whatever the result). */
 stream_caps_status stream_caps_probe(mongoc_client_t *client, stream_caps *out, char *err, size_t errlen);
+/* The same, leaving out the pre- and post-images unless `images` (that one lists the collections of every database:
+ * `check` and `status` show it, the choice of a source at start needs none of it). */
+stream_caps_status stream_caps_probe_ex(mongoc_client_t *client, bool images, stream_caps *out, char *err,
+                                        size_t errlen);
 void stream_caps_free(stream_caps *c);
 
 /* Opens a cluster-wide change stream at startAtOperationTime `at` and kills it: STREAM_START_OK when the server

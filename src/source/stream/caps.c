@@ -362,6 +362,12 @@ static void not_tried(stream_cap *c, const char *why)
 
 stream_caps_status stream_caps_probe(mongoc_client_t *client, stream_caps *out, char *err, size_t errlen)
 {
+    return stream_caps_probe_ex(client, true, out, err, errlen);
+}
+
+stream_caps_status stream_caps_probe_ex(mongoc_client_t *client, bool images, stream_caps *out, char *err,
+                                        size_t errlen)
+{
     memset(out, 0, sizeof *out);
     probe p;
     bson_error_t e;
@@ -416,8 +422,10 @@ stream_caps_status stream_caps_probe(mongoc_client_t *client, stream_caps *out, 
         if (st == STREAM_CAPS_OK)
             st = probe_option(&p, &out->split_events, NULL, true, err, errlen);
     }
-    if (st == STREAM_CAPS_OK)
+    if (st == STREAM_CAPS_OK && images)
         st = probe_images(&p, &out->images, err, errlen);
+    else if (st == STREAM_CAPS_OK)
+        not_tried(&out->images, "not asked");
 done:
     probe_close(&p);
     return st;
