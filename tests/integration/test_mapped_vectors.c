@@ -412,18 +412,12 @@ static const exclusion excluded_description[] = {
     {NULL, NULL},
 };
 
-static bool stream_descriptions(void)
-{
-    const char *src = getenv("OPLOG2PG_TEST_SOURCE"), *upd = getenv("OPLOG2PG_TEST_STREAM_UPDATES");
-    return src != NULL && strcmp(src, "change_stream") == 0 && upd != NULL && strcmp(upd, "description") == 0;
-}
-
 static const char *exclusion_reason(const char *id)
 {
     for (size_t i = 0; excluded[i].id != NULL; i++)
         if (strcmp(excluded[i].id, id) == 0)
             return excluded[i].reason;
-    for (size_t i = 0; stream_descriptions() && excluded_description[i].id != NULL; i++)
+    for (size_t i = 0; denv_stream_descriptions() && excluded_description[i].id != NULL; i++)
         if (strcmp(excluded_description[i].id, id) == 0)
             return excluded_description[i].reason;
     return NULL;
@@ -592,7 +586,7 @@ static void run_mode(const char *name, const char *mode)
                   checked, failed.data);
     ck_assert_msg(stale.len == 0, "excluded vectors that now match (remove them from the list): %s", stale.data);
     size_t nlist = sizeof excluded / sizeof excluded[0] - 1;
-    if (stream_descriptions())
+    if (denv_stream_descriptions())
         nlist += sizeof excluded_description / sizeof excluded_description[0] - 1;
     ck_assert_int_eq(nexcluded, (int)nlist);
     ck_assert_int_eq(checked + nexcluded, 49);
