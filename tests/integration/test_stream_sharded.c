@@ -365,6 +365,10 @@ START_TEST(test_daemon_through_the_router)
     }
     shenv_daemon_ready(&e, NULL);
     ck_assert(shenv_wait_equal(&e, 60, true));
+    /* one change stream through the router, not a reader per shard */
+    ck_assert(denv_file_contains(e.log, "reading one change stream through it"));
+    ck_assert(denv_file_contains(e.log, "the change stream starts after clusterTime"));
+    ck_assert(!denv_file_contains(e.log, "every shard's oplog"));
     for (int i = 30; i < 60; i++) {
         shenv_insert(&e, "c", i, i);
         shenv_insert(&e, "c", 100 + i, i);

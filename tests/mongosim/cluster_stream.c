@@ -44,9 +44,9 @@ typedef struct {
     cs_stream *s; /* NULL: not opened yet (a shard added after the open) or closed */
     bson_t **buf; /* events returned by the shard, not yet merged */
     size_t n, pos, cap;
-    char *pbrt;      /* the shard's latest postBatchResumeToken _data: its later events sort after it */
+    char *pbrt;       /* the shard's latest postBatchResumeToken _data: its later events sort after it */
     bson_t *pbrt_doc; /* the whole token ({_data, _typeBits?}); heap: a bson_t may not move */
-    bool closed;     /* returned an invalidate */
+    bool closed;      /* returned an invalidate */
 } cl_remote;
 
 typedef struct cl_stream {
