@@ -404,6 +404,37 @@ START_TEST(test_daemon_through_the_router)
 }
 END_TEST
 
+/* --skip-import through the router, then a shard added to the cluster and a chunk moved onto it: the router reads it
+ * from its addition on, and the daemon gets its writes with nothing else to do. */
+START_TEST(test_daemon_skip_import_and_a_new_shard)
+{
+    SHENV_SKIP_UNLESS_SIM();
+    shenv e;
+    const char *sim[] = {"--noop-interval", "1", "--orphan-cleanup-delay", "0", NULL};
+    begin(&e, "newshard", sim, "source = change_stream");
+    const char *skip[] = {"--skip-import", NULL};
+    shenv_daemon_ready(&e, skip);
+    for (int i = 0; i < 20; i++) {
+        shenv_insert(&e, "c", i, i);
+        shenv_insert(&e, "c", 100 + i, i);
+    }
+    ck_assert(shenv_wait_equal(&e, 60, true));
+    shenv_admin(&e, BCON_NEW("mongosimAddShard", BCON_INT32(1)), NULL);
+    char err[256];
+    ck_assert_msg(simcluster_refresh(&e.c, err, sizeof err), "%s", err);
+    ck_assert_uint_eq(e.c.n, 3);
+    shenv_move(&e, "c", "_id", 150, e.c.id[2]);
+    for (int i = 100; i < 120; i++)
+        shenv_update(&e, "c", i, BCON_NEW("$set", "{", "on", BCON_UTF8("new shard"), "}"), false);
+    for (int i = 120; i < 140; i++)
+        shenv_insert(&e, "c", i, i);
+    ck_assert(shenv_wait_equal(&e, 60, true));
+    /* the config never named a shard: nothing per shard was made */
+    ck_assert(!denv_file_contains(e.log, "new shard"));
+    shenv_stop(&e);
+}
+END_TEST
+
 Suite *stream_sharded_suite(void); /* called by the generated runner list */
 
 Suite *stream_sharded_suite(void)
@@ -416,6 +447,7 @@ Suite *stream_sharded_suite(void)
     tcase_add_test(tc, test_idle_shard_latency_is_the_noop_interval);
     tcase_add_test(tc, test_resume_from_a_merged_token);
     tcase_add_test(tc, test_daemon_through_the_router);
+    tcase_add_test(tc, test_daemon_skip_import_and_a_new_shard);
     suite_add_tcase(s, tc);
     return s;
 }
