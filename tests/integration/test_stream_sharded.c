@@ -435,6 +435,33 @@ START_TEST(test_daemon_skip_import_and_a_new_shard)
 }
 END_TEST
 
+/* --tail-from a position through the router: the stream starts there on every shard, the event at it included. */
+START_TEST(test_daemon_tail_from)
+{
+    SHENV_SKIP_UNLESS_SIM();
+    shenv e;
+    const char *sim[] = {"--noop-interval", "1", NULL};
+    begin(&e, "tail", sim, "source = change_stream");
+    evlist l;
+    int code = 0;
+    ck_assert_msg(open_stream(e.client, e.db, bson_new(), &l, &code), "aggregate failed: %d", code);
+    for (int i = 0; i < 10; i++) {
+        shenv_insert(&e, "c", 100 + i, i);
+        shenv_insert(&e, "c", i, i);
+    }
+    more_until(e.client, e.db, &l, 20, 60);
+    uint64_t t = ev_time(l.ev[0]);
+    ck_assert_int_eq(ev_id(l.ev[0]), 100);
+    char from[64];
+    snprintf(from, sizeof from, "%u:%u", (unsigned)(t >> 32), (unsigned)t);
+    const char *args[] = {"--tail-from", from, NULL};
+    shenv_daemon_ready(&e, args);
+    ck_assert(shenv_wait_equal(&e, 60, true));
+    evlist_free(&l);
+    shenv_stop(&e);
+}
+END_TEST
+
 Suite *stream_sharded_suite(void); /* called by the generated runner list */
 
 Suite *stream_sharded_suite(void)
@@ -448,6 +475,7 @@ Suite *stream_sharded_suite(void)
     tcase_add_test(tc, test_resume_from_a_merged_token);
     tcase_add_test(tc, test_daemon_through_the_router);
     tcase_add_test(tc, test_daemon_skip_import_and_a_new_shard);
+    tcase_add_test(tc, test_daemon_tail_from);
     suite_add_tcase(s, tc);
     return s;
 }
