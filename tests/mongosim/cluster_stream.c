@@ -377,8 +377,7 @@ static bool answer(sim_cluster *cl, sim_reply *r, cl_stream *st, bool first, int
     cs_error err;
     if (!merge(cl, st, batch, &events, &n, &err)) {
         bson_destroy(&events);
-        if (!first)
-            stream_unlink(cl, st);
+        stream_unlink(cl, st); /* registered already on the first batch too: the client never gets its id */
         cs_reply_error(r, &err);
         return true;
     }
@@ -510,8 +509,7 @@ void cl_stream_aggregate(sim_cluster *cl, sim_reply *r, const bson_t *cmd, const
     } while (1);
     st->next = *cluster_streams(cl);
     *cluster_streams(cl) = st;
-    if (!answer(cl, r, st, true, batch, false))
-        stream_unlink(cl, st);
+    answer(cl, r, st, true, batch, false); /* never waits: a first batch is answered at once */
 }
 
 static cl_stream *find(sim_cluster *cl, int64_t id)
