@@ -400,6 +400,13 @@ START_TEST(test_daemon_through_the_router)
     ck_assert_msg(denv_file_contains(out, "change_stream") || denv_file_contains(out, "change stream"),
                   "status does not name the change-stream source (%s)", out);
     ck_assert_int_eq(shenv_run(&e, "check", out, sizeof out), 0);
+    /* one position, a resume token; no shard's checkpoint */
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM oplog2pg.checkpoint WHERE service = '%s' AND resume_token IS NOT NULL", e.service);
+    ck_assert_int_eq(denv_pg_int(sql), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM oplog2pg.shard_checkpoint WHERE service = '%s'", e.service);
+    ck_assert_int_eq(denv_pg_int(sql), 0);
     shenv_stop(&e);
 }
 END_TEST
