@@ -1024,6 +1024,19 @@ fail:
     return NULL;
 }
 
+void cs_merge_part(cs_stream *s)
+{
+    /* document_source_change_stream.cpp (buildPipeline): a shard's part of a merged stream (needsMerge) checks only
+     * that its oplog still holds the resume point (DocumentSourceChangeStreamCheckResumability) and passes the
+     * resumed event itself on; the merging mongos runs DocumentSourceChangeStreamEnsureResumeTokenPresent, which
+     * looks for the token's event among all shards' events and swallows it. */
+    if (!s->must_find)
+        return;
+    s->must_find = false;
+    s->last = (cs_pos){s->must_pos.ts, 0, false, -1};
+    s->have_last = false;
+}
+
 /* ================================================================ events from oplog entries */
 
 typedef struct {
@@ -2305,7 +2318,7 @@ bool cs_owns_cursor(sim_server *srv, int64_t id)
     return cs_find(srv, id) != NULL;
 }
 
-static void env_of(sim_server *srv, cs_env *env)
+void cs_env_of(sim_server *srv, cs_env *env)
 {
     uint64_t maj_ts;
     int64_t t, wall;
@@ -2321,7 +2334,7 @@ static void env_of(sim_server *srv, cs_env *env)
  * ChangeStreamHistoryLost 286); ResumableChangeStreamError for a retriable or network error of a change stream's
  * aggregate or getMore (isResumableChangeStreamError; among mongosim's errors, 10107 NotWritablePrimary and 11602
  * InterruptedDueToReplStateChange). */
-static void cs_reply_error(sim_reply *r, const cs_error *err)
+void cs_reply_error(sim_reply *r, const cs_error *err)
 {
     bson_t doc = BSON_INITIALIZER;
     BSON_APPEND_DOUBLE(&doc, "ok", 0.0);
@@ -2371,7 +2384,7 @@ static void cs_reply_batch(sim_reply *r, cs_cursor *cur, bool first, const bson_
 static bool cs_answer(sim_server *srv, sim_reply *r, cs_cursor *cur, bool first, int64_t batch, bool may_wait)
 {
     cs_env env;
-    env_of(srv, &env);
+    cs_env_of(srv, &env);
     bson_t events = BSON_INITIALIZER, pbrt = BSON_INITIALIZER;
     bool closed = false;
     cs_error err;
@@ -2444,7 +2457,7 @@ void cs_cmd_aggregate(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
         }
     }
     cs_env env;
-    env_of(srv, &env);
+    cs_env_of(srv, &env);
     cs_error err;
     cs_stream *s = cs_open(&env, db, coll, &pipeline, &err);
     if (!s) {

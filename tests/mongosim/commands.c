@@ -1429,6 +1429,8 @@ static void h_get_more(cmd_ctx *x)
 
 bool cmd_parked_try(sim_server *srv, sim_conn *c, bool timeout)
 {
+    if (srv->is_router)
+        return cl_stream_parked_try(srv->cluster, c, timeout); /* the router parks only change-stream getMores */
     if (c->park_kind == SIM_PARK_WRITE)
         return wc_parked_try(srv, c, timeout);
     if (c->park_kind == SIM_PARK_CHANGESTREAM)

@@ -700,7 +700,8 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
     sim_server *srv = w->data;
-    uint64_t end = oplog_end_seq(srv->oplog);
+    /* the router's parked change-stream getMores wait on the shards' oplogs */
+    uint64_t end = srv->is_router ? cl_stream_wake_gen(srv->cluster) : oplog_end_seq(srv->oplog);
     if (end == srv->woken_end)
         return;
     srv->woken_end = end;
