@@ -10,6 +10,8 @@
  * {w: "majority"} has its finished reply cut out of the output buffer and parked until the majority commit point
  * covers it ("write concern" below).
  */
+#include "ddl.h"
+#include "images.h"
 #include "projection.h"
 #include "sim_internal.h"
 #include "txn.h"
@@ -988,6 +990,46 @@ static void h_create(cmd_ctx *x)
     x->r->wc_ran = true;
     bson_error_t err;
     bool ok = store_create_cmd(x->srv->store, x->db, coll, x->cmd, emit_body, &w, &err);
+    bson_t reply = BSON_INITIALIZER;
+    ddl_reply(x, ok, &w, &err, &reply);
+}
+
+/* collMod, with the one option mongosim models: changeStreamPreAndPostImages {enabled} (coll_mod.cpp; the option
+ * parsed as create parses it, ddl.c). Reply {ok: 1} (7.0 adds nothing for this option). */
+static void h_collmod(cmd_ctx *x)
+{
+    const char *coll = coll_name(x);
+    write_ctx w;
+    if (!coll || !need_primary(x))
+        return;
+    bson_iter_t it;
+    bool enabled = false, have = false;
+    bson_error_t err;
+    bson_iter_init(&it, x->cmd);
+    bson_iter_next(&it);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (k[0] == '$' || !strcmp(k, "lsid") || !strcmp(k, "txnNumber") || !strcmp(k, "writeConcern") ||
+            !strcmp(k, "comment"))
+            continue;
+        if (strcmp(k, "changeStreamPreAndPostImages") != 0) {
+            reply_error(x->r, 2, "mongosim's collMod supports only changeStreamPreAndPostImages, not '%s'", k);
+            return;
+        }
+        if (!ddl_images_option(&it, &enabled, &err)) {
+            reply_error(x->r, (int)err.code, "%s", err.message);
+            return;
+        }
+        have = true;
+    }
+    if (!have) {
+        reply_error(x->r, 2, "mongosim's collMod needs changeStreamPreAndPostImages");
+        return;
+    }
+    if (!write_ctx_init(x, &w))
+        return;
+    x->r->wc_ran = true;
+    bool ok = store_coll_mod_images(x->srv->store, x->db, coll, enabled, emit_body, &w, &err);
     bson_t reply = BSON_INITIALIZER;
     ddl_reply(x, ok, &w, &err, &reply);
 }
@@ -2259,6 +2301,7 @@ static void h_rollback(cmd_ctx *x)
     if (srv->maj_store) {
         store_free(srv->store);
         srv->store = srv->maj_store;
+        store_set_image_hook(srv->store, images_pending, srv->images);
         srv->maj_store = NULL;
     }
     srv->maj_frozen = false;
@@ -2433,6 +2476,7 @@ static const cmd_entry COMMANDS[] = {
     {"delete", h_delete},
     {"create", h_create},
     {"drop", h_drop},
+    {"collMod", h_collmod},
     {"renameCollection", h_rename},
     {"dropDatabase", h_drop_database},
     {"find", h_find},

@@ -120,6 +120,7 @@ struct sim_server {
     int malform_batch;            /* mongosimMalformBatch: 0 off, 1 a non-document element, 2 a corrupt one */
     bool malform_lookup;          /* ... in the next batch of a find with a projection, before its first entry */
     struct cs_cursor *cs_cursors; /* open change streams (changestream.c) */
+    struct sim_images *images;    /* pre- and post-images (images.c) */
 };
 
 /* One reply under construction: a header is written into conn->out by reply_begin, the body document follows,
