@@ -25,6 +25,7 @@
  */
 #include "changestream.h"
 
+#include "flavor.h"
 #include "images.h"
 #include "projection.h"
 #include "sim_internal.h"
@@ -2373,12 +2374,28 @@ static void cs_reply_batch(sim_reply *r, cs_cursor *cur, bool first, const bson_
 {
     bson_t reply = BSON_INITIALIZER, c;
     BSON_APPEND_DOCUMENT_BEGIN(&reply, "cursor", &c);
-    BSON_APPEND_ARRAY(&c, first ? "firstBatch" : "nextBatch", events);
-    BSON_APPEND_DOCUMENT(&c, "postBatchResumeToken", pbrt);
+    bson_t sent;
+    flavor_cs_events(r->conn->srv, events, &sent); /* --flavor: the events as that server sends them */
+    BSON_APPEND_ARRAY(&c, first ? "firstBatch" : "nextBatch", &sent);
+    bson_destroy(&sent);
+    if (flavor_cs_pbrt(r->conn->srv)) {
+        bson_t tok;
+        flavor_cs_token(r->conn->srv, pbrt, &tok);
+        BSON_APPEND_DOCUMENT(&c, "postBatchResumeToken", &tok);
+        bson_destroy(&tok);
+    }
     BSON_APPEND_INT64(&c, "id", closed ? 0 : cur->id);
     BSON_APPEND_UTF8(&c, "ns", cur->ns);
     bson_append_document_end(&reply, &c);
     BSON_APPEND_DOUBLE(&reply, "ok", 1.0);
+    if (!flavor_cs_pbrt(r->conn->srv)) {
+        /* DocumentDB's replies carry operationTime (quoted in its errors, e.g. on the MongoDB community forum); a
+         * driver without a post-batch token resumes from it (change-streams specification) */
+        uint64_t ts;
+        int64_t t, wall;
+        cmd_majority_optime(r->conn->srv, &ts, &t, &wall);
+        BSON_APPEND_TIMESTAMP(&reply, "operationTime", OPLOG_TS_SECS(ts), OPLOG_TS_INC(ts));
+    }
     reply_bson(r, &reply);
     bson_destroy(&reply);
 }
@@ -2459,10 +2476,16 @@ void cs_cmd_aggregate(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
             return;
         }
     }
+    bson_t opened;
+    if (!flavor_cs_open(srv, r, db, coll, &pipeline, &opened)) {
+        bson_destroy(&opened);
+        return;
+    }
     cs_env env;
     env_of(srv, &env);
     cs_error err;
-    cs_stream *s = cs_open(&env, db, coll, &pipeline, &err);
+    cs_stream *s = cs_open(&env, db, coll, &opened, &err);
+    bson_destroy(&opened);
     if (!s) {
         cs_reply_error(r, &err);
         return;

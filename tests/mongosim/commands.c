@@ -11,6 +11,7 @@
  * covers it ("write concern" below).
  */
 #include "ddl.h"
+#include "flavor.h"
 #include "images.h"
 #include "projection.h"
 #include "sim_internal.h"
@@ -1034,6 +1035,11 @@ static void h_collmod(cmd_ctx *x)
     ddl_reply(x, ok, &w, &err, &reply);
 }
 
+static void h_modify_change_streams(cmd_ctx *x)
+{
+    flavor_cmd_modify_change_streams(x->srv, x->r, x->cmd, x->db);
+}
+
 static void h_drop(cmd_ctx *x)
 {
     const char *coll = coll_name(x);
@@ -1323,6 +1329,8 @@ static void h_find(cmd_ctx *x)
     if (!find_options(x, &batch, &limit, &single, &skip))
         return;
     bool is_oplog = strcmp(x->db, "local") == 0 && strcmp(coll, "oplog.rs") == 0;
+    if (is_oplog && !flavor_oplog_find(x->srv, x->r, &filter))
+        return;
     if (is_oplog) {
         uint64_t start;
         bool reverse = false;
@@ -2477,6 +2485,7 @@ static const cmd_entry COMMANDS[] = {
     {"create", h_create},
     {"drop", h_drop},
     {"collMod", h_collmod},
+    {"modifyChangeStreams", h_modify_change_streams},
     {"renameCollection", h_rename},
     {"dropDatabase", h_drop_database},
     {"find", h_find},

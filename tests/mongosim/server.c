@@ -11,6 +11,7 @@
  * commit point from the same watcher, which mongosimMajority re-arms. Connections
  * are only freed from top-level callbacks (conn_service), never while a handler further up the stack uses them.
  */
+#include "flavor.h"
 #include "images.h"
 #include "projection.h"
 #include "sim_internal.h"
@@ -999,6 +1000,7 @@ void sim_server_free(sim_server *srv)
     store_free(srv->store);
     store_free(srv->maj_store);
     images_free(srv->images);
+    flavor_free(srv);
     if (srv->before_cmd != NULL)
         bson_destroy(srv->before_cmd);
     oplog_free(srv->oplog);

@@ -28,6 +28,14 @@ typedef enum {
     SIM_FORMAT_44, /* MongoDB 4.4: updates as {$v: 1, $set: ..., $unset: ...} */
 } sim_oplog_format;
 
+/* Which server mongosim plays (--flavor; flavor.c): MongoDB itself, or one that differs. */
+typedef enum {
+    SIM_FLAVOR_MONGODB,
+    SIM_FLAVOR_ATLAS_SHARED, /* Atlas M0 / Flex: local.oplog.rs only with an equality on ns */
+    SIM_FLAVOR_DOCUMENTDB,   /* Amazon DocumentDB */
+    SIM_FLAVOR_COSMOS,       /* Azure Cosmos DB for MongoDB (RU) */
+} sim_flavor;
+
 /* Receives one oplog entry body (op, ns, ui, o[, o2]); the callee copies what it keeps. */
 typedef void (*store_emit_fn)(void *ctx, const bson_t *body);
 

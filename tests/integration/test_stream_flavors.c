@@ -1,0 +1,201 @@
+/*
+ * test_stream_flavors.c — the daemon against servers that differ from MongoDB, played by mongosim --flavor
+ * (tests/mongosim/README.md "Flavors"): an Atlas shared tier (the oplog closed but for an equality on ns), Amazon
+ * DocumentDB (change streams enabled by modifyChangeStreams, no post-batch resume token, opaque tokens, startAfter
+ * refused) and Azure Cosmos DB for MongoDB RU (no operationType, no delete events).
+ */
+#include <check.h>
+#include <mongoc/mongoc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../lib/daemonenv.h"
+#include "../lib/proc.h"
+#include "../lib/skip.h"
+#include "daemon/exitcodes.h"
+
+Suite *stream_flavors_suite(void);
+
+#define WAIT_S 60
+
+/* The newest write's ts as hello reports it (lastWrite.opTime.ts): these servers do not let the test read the
+ * oplog either. */
+static uint64_t newest_ts(const denv *e)
+{
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    ck_assert_ptr_nonnull(c);
+    bson_t *cmd = BCON_NEW("hello", BCON_INT32(1)), reply;
+    bson_error_t err;
+    ck_assert_msg(mongoc_client_command_simple(c, "admin", cmd, NULL, &reply, &err), "%s", err.message);
+    bson_iter_t it, ts;
+    uint32_t secs = 0, inc = 0;
+    ck_assert(bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "lastWrite.opTime.ts", &ts));
+    bson_iter_timestamp(&ts, &secs, &inc);
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+    mongoc_client_destroy(c);
+    return (uint64_t)secs << 32 | inc;
+}
+
+static void wait_caught_up(denv *e)
+{
+    uint64_t want = newest_ts(e);
+    double until = denv_now() + WAIT_S;
+    while (denv_now() < until) {
+        if (denv_checkpoint_ts(e->service) >= want)
+            return;
+        if (e->daemon.pid != 0 && proc_wait(&e->daemon, 0.0)) {
+            denv_show_log(e);
+            ck_abort_msg("the daemon exited with %d while catching up", proc_exit_code(&e->daemon));
+        }
+        usleep(50 * 1000);
+    }
+    denv_show_log(e);
+    ck_abort_msg("the daemon did not catch up within %d s", WAIT_S);
+}
+
+static void command(const denv *e, const char *db, bson_t *cmd)
+{
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    ck_assert_ptr_nonnull(c);
+    bson_error_t err;
+    bson_t reply;
+    bool ok = mongoc_client_command_simple(c, db, cmd, NULL, &reply, &err);
+    char *json = bson_as_relaxed_extended_json(cmd, NULL);
+    ck_assert_msg(ok, "%s: %s", json, err.message);
+    bson_free(json);
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+    mongoc_client_destroy(c);
+}
+
+/* Inserts, updates (fields set, removed, an array grown and cut), replaces and deletes in two collections. */
+static void mixed_workload(const denv *e, const char *db, int round)
+{
+    int base = round * 1000;
+    denv_insert_range(e, db, "a", base + 1, base + 40);
+    denv_insert_range(e, db, "b", base + 1, base + 10);
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    ck_assert_ptr_nonnull(c);
+    mongoc_collection_t *a = mongoc_client_get_collection(c, db, "a");
+    bson_error_t err;
+    for (int i = base + 1; i <= base + 40; i++) {
+        bson_t *q = BCON_NEW("_id", BCON_INT32(i)), *u;
+        switch (i % 5) {
+        case 0:
+            u = BCON_NEW("$set", "{", "n.x", BCON_INT32(i), "arr", "[", BCON_INT32(1), BCON_INT32(2), "]", "}");
+            break;
+        case 1:
+            u = BCON_NEW("$unset", "{", "s", BCON_UTF8(""), "}");
+            break;
+        case 2:
+            u = BCON_NEW("$push", "{", "arr", BCON_INT32(7), "}");
+            break;
+        default:
+            u = NULL;
+        }
+        bool ok = true;
+        if (u != NULL) {
+            ok = mongoc_collection_update_one(a, q, u, NULL, NULL, &err);
+            bson_destroy(u);
+        } else if (i % 5 == 3) {
+            bson_t *r = BCON_NEW("_id", BCON_INT32(i), "replaced", BCON_BOOL(true));
+            ok = mongoc_collection_replace_one(a, q, r, NULL, NULL, &err);
+            bson_destroy(r);
+        } else {
+            ok = mongoc_collection_delete_one(a, q, NULL, NULL, &err);
+        }
+        bson_destroy(q);
+        ck_assert_msg(ok, "%s", err.message);
+    }
+    mongoc_collection_destroy(a);
+    mongoc_client_destroy(c);
+}
+
+/* An Atlas shared tier: `auto` finds the oplog refused (a find on local.oplog.rs without an equality on ns) and
+ * reads a change stream, exactly. */
+START_TEST(test_atlas_shared)
+{
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim --flavor atlas-shared");
+    const char *sim_args[] = {"--flavor", "atlas-shared", NULL};
+    denv e;
+    denv_start(&e, "flatlas", sim_args, NULL);
+    char db[64];
+    snprintf(db, sizeof db, "%s_a", e.prefix);
+    mixed_workload(&e, db, 0);
+    denv_daemon_start(&e);
+    ck_assert_msg(denv_wait_log(&e, "source = auto: the oplog cannot be read", WAIT_S), "no change stream chosen");
+    ck_assert(denv_file_contains(e.log, "AtlasError") || denv_file_contains(e.log, "not allowed"));
+    wait_caught_up(&e);
+    mixed_workload(&e, db, 1);
+    wait_caught_up(&e);
+    denv_expect_match(&e);
+    denv_stop(&e);
+}
+END_TEST
+
+/* DocumentDB: refused with a message naming modifyChangeStreams until the user enables change streams; then the
+ * same workload replicates exactly, with the events' own clusterTime as the position. */
+START_TEST(test_documentdb)
+{
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim --flavor documentdb");
+    const char *sim_args[] = {"--flavor", "documentdb", NULL};
+    denv e;
+    denv_start(&e, "fldocdb", sim_args, NULL);
+    char db[64];
+    snprintf(db, sizeof db, "%s_a", e.prefix);
+    mixed_workload(&e, db, 0);
+    denv_daemon_start(&e);
+    ck_assert_msg(proc_wait(&e.daemon, WAIT_S), "the daemon did not stop");
+    denv_show_log(&e);
+    ck_assert_msg(denv_file_contains(e.log, "modifyChangeStreams"), "no message naming modifyChangeStreams");
+    ck_assert_int_ne(proc_exit_code(&e.daemon), 0);
+    e.daemon.pid = 0;
+    command(&e, "admin",
+            BCON_NEW("modifyChangeStreams", BCON_INT32(1), "database", BCON_UTF8(""), "collection", BCON_UTF8(""),
+                     "enable", BCON_BOOL(true)));
+    denv_daemon_start(&e);
+    mixed_workload(&e, db, 1);
+    wait_caught_up(&e);
+    denv_show_log(&e);
+    denv_expect_match_prefix(&e, db);
+    denv_stop(&e);
+}
+END_TEST
+
+/* Cosmos DB RU: no delete event would ever arrive, so the daemon refuses it at start, saying why. */
+START_TEST(test_cosmos_refused)
+{
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim --flavor cosmos");
+    const char *sim_args[] = {"--flavor", "cosmos", NULL};
+    denv e;
+    denv_start(&e, "flcosmos", sim_args, NULL);
+    char db[64];
+    snprintf(db, sizeof db, "%s_a", e.prefix);
+    denv_insert_range(&e, db, "a", 1, 10);
+    denv_daemon_start(&e);
+    ck_assert_msg(proc_wait(&e.daemon, WAIT_S), "the daemon did not stop");
+    denv_show_log(&e);
+    ck_assert_int_ne(proc_exit_code(&e.daemon), 0);
+    ck_assert_msg(denv_file_contains(e.log, "Cosmos"), "no message naming Cosmos DB");
+    e.daemon.pid = 0;
+    denv_stop(&e);
+}
+END_TEST
+
+Suite *stream_flavors_suite(void)
+{
+    Suite *s = suite_create("stream_flavors");
+    TCase *tc = tcase_create("flavors");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_atlas_shared);
+    tcase_add_test(tc, test_documentdb);
+    tcase_add_test(tc, test_cosmos_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
