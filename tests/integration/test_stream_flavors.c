@@ -130,6 +130,7 @@ START_TEST(test_atlas_shared)
     ck_assert_msg(denv_wait_log(&e, "source = auto: the oplog cannot be read", WAIT_S), "no change stream chosen");
     ck_assert(denv_file_contains(e.log, "AtlasError") || denv_file_contains(e.log, "not allowed"));
     wait_caught_up(&e);
+    ck_assert_msg(denv_wait_log(&e, "ready:", WAIT_S), "the daemon did not get ready");
     mixed_workload(&e, db, 1);
     wait_caught_up(&e);
     denv_expect_match(&e);
@@ -137,8 +138,11 @@ START_TEST(test_atlas_shared)
 }
 END_TEST
 
-/* DocumentDB: refused with a message naming modifyChangeStreams until the user enables change streams; then the
- * same workload replicates exactly, with the events' own clusterTime as the position. */
+/* DocumentDB: refused with a message naming modifyChangeStreams until the user enables change streams; then a
+ * mixed workload replicates exactly, with the events' own clusterTime as the position (the tokens are opaque). The
+ * server sends no post-batch resume token, so a quiet stream's position stays at its last event while the server's
+ * newest operation moves on (docs/sources.md says so). The initial copy needs a post-batch resume token to look for
+ * renames while it lists the collections, so the test starts with --skip-import (docs/sources.md, "Not yet"). */
 START_TEST(test_documentdb)
 {
     if (!denv_using_sim())
@@ -148,20 +152,37 @@ START_TEST(test_documentdb)
     denv_start(&e, "fldocdb", sim_args, NULL);
     char db[64];
     snprintf(db, sizeof db, "%s_a", e.prefix);
-    mixed_workload(&e, db, 0);
+    denv_insert_range(&e, db, "before", 1, 5);
     denv_daemon_start(&e);
     ck_assert_msg(proc_wait(&e.daemon, WAIT_S), "the daemon did not stop");
-    denv_show_log(&e);
-    ck_assert_msg(denv_file_contains(e.log, "modifyChangeStreams"), "no message naming modifyChangeStreams");
-    ck_assert_int_ne(proc_exit_code(&e.daemon), 0);
+    int code = proc_exit_code(&e.daemon);
     e.daemon.pid = 0;
+    if (code == 0 || !denv_file_contains(e.log, "modifyChangeStreams: 1"))
+        denv_show_log(&e);
+    ck_assert_int_ne(code, 0);
+    ck_assert_msg(denv_file_contains(e.log, "modifyChangeStreams: 1"), "no message naming modifyChangeStreams");
     command(&e, "admin",
             BCON_NEW("modifyChangeStreams", BCON_INT32(1), "database", BCON_UTF8(""), "collection", BCON_UTF8(""),
                      "enable", BCON_BOOL(true)));
-    denv_daemon_start(&e);
+    denv_drop_collection(&e, db, "before");
+    const char *skip[] = {"--skip-import", NULL};
+    denv_daemon_start_args(&e, skip, NULL);
+    ck_assert_msg(denv_wait_log(&e, "ready:", WAIT_S), "the daemon did not get ready");
+    ck_assert(denv_file_contains(e.log, "post-batch resume tokens no"));
+    mixed_workload(&e, db, 0);
     mixed_workload(&e, db, 1);
     wait_caught_up(&e);
-    denv_show_log(&e);
+    denv_expect_match_prefix(&e, db);
+    /* Quiet: an oplog note moves the server's newest operation but is no event; without a post-batch resume token
+     * nothing tells the daemon, so its position stays. */
+    uint64_t at = denv_checkpoint_ts(e.service);
+    command(&e, "admin", BCON_NEW("appendOplogNote", BCON_INT32(1), "data", "{", "msg", BCON_UTF8("quiet"), "}"));
+    ck_assert_uint_gt(newest_ts(&e), at);
+    sleep(3);
+    ck_assert_uint_eq(denv_checkpoint_ts(e.service), at);
+    /* the next event moves it again */
+    denv_insert_range(&e, db, "a", 5001, 5001);
+    wait_caught_up(&e);
     denv_expect_match_prefix(&e, db);
     denv_stop(&e);
 }
@@ -182,7 +203,9 @@ START_TEST(test_cosmos_refused)
     ck_assert_msg(proc_wait(&e.daemon, WAIT_S), "the daemon did not stop");
     denv_show_log(&e);
     ck_assert_int_ne(proc_exit_code(&e.daemon), 0);
-    ck_assert_msg(denv_file_contains(e.log, "Cosmos"), "no message naming Cosmos DB");
+    ck_assert_msg(denv_file_contains(e.log, "Azure Cosmos DB for MongoDB (RU) sends no delete events: a replica would "
+                                            "keep every deleted document, so oplog2pg refuses it"),
+                  "no message naming Cosmos DB and its missing deletes");
     e.daemon.pid = 0;
     denv_stop(&e);
 }
