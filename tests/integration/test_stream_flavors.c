@@ -161,6 +161,14 @@ START_TEST(test_documentdb)
         denv_show_log(&e);
     ck_assert_int_ne(code, 0);
     ck_assert_msg(denv_file_contains(e.log, "modifyChangeStreams: 1"), "no message naming modifyChangeStreams");
+    /* `check` says the same, and exits with the configuration code */
+    char out[400];
+    snprintf(out, sizeof out, "%s/check.out", e.dir);
+    const char *check[] = {"-c", e.ini, "check", NULL};
+    ck_assert_int_eq(denv_run_command(&e, check, out), EXIT_CONFIG);
+    ck_assert_msg(denv_file_contains(out, "modifyChangeStreams: 1"), "check does not name modifyChangeStreams");
+    ck_assert_msg(denv_file_contains(out, "Amazon DocumentDB: change streams are enabled with modifyChangeStreams"),
+                  "check does not say DocumentDB");
     command(&e, "admin",
             BCON_NEW("modifyChangeStreams", BCON_INT32(1), "database", BCON_UTF8(""), "collection", BCON_UTF8(""),
                      "enable", BCON_BOOL(true)));
