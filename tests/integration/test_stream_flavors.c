@@ -71,7 +71,8 @@ static void command(const denv *e, const char *db, bson_t *cmd)
     mongoc_client_destroy(c);
 }
 
-/* Inserts, updates (fields set, removed, an array grown and cut), replaces and deletes in two collections. */
+/* Inserts, updates (fields set and removed, an array set and grown), replaces and deletes in two collections, and a
+ * transaction over both. */
 static void mixed_workload(const denv *e, const char *db, int round)
 {
     int base = round * 1000;
@@ -110,6 +111,29 @@ static void mixed_workload(const denv *e, const char *db, int round)
         bson_destroy(q);
         ck_assert_msg(ok, "%s", err.message);
     }
+    /* a transaction across both collections: an insert, an update and a delete, committed together */
+    mongoc_collection_t *b = mongoc_client_get_collection(c, db, "b");
+    mongoc_client_session_t *ses = mongoc_client_start_session(c, NULL, &err);
+    ck_assert_msg(ses != NULL, "%s", err.message);
+    ck_assert_msg(mongoc_client_session_start_transaction(ses, NULL, &err), "%s", err.message);
+    bson_t opts = BSON_INITIALIZER;
+    ck_assert_msg(mongoc_client_session_append(ses, &opts, &err), "%s", err.message);
+    bson_t *doc = BCON_NEW("_id", BCON_INT32(base + 500), "in", BCON_UTF8("txn"));
+    ck_assert_msg(mongoc_collection_insert_one(a, doc, &opts, NULL, &err), "%s", err.message);
+    bson_destroy(doc);
+    bson_t *q = BCON_NEW("_id", BCON_INT32(base + 2)), *u = BCON_NEW("$set", "{", "txn", BCON_BOOL(true), "}");
+    ck_assert_msg(mongoc_collection_update_one(b, q, u, &opts, NULL, &err), "%s", err.message);
+    bson_destroy(q);
+    bson_destroy(u);
+    q = BCON_NEW("_id", BCON_INT32(base + 3));
+    ck_assert_msg(mongoc_collection_delete_one(b, q, &opts, NULL, &err), "%s", err.message);
+    bson_destroy(q);
+    bson_destroy(&opts);
+    bson_t reply;
+    ck_assert_msg(mongoc_client_session_commit_transaction(ses, &reply, &err), "%s", err.message);
+    bson_destroy(&reply);
+    mongoc_client_session_destroy(ses);
+    mongoc_collection_destroy(b);
     mongoc_collection_destroy(a);
     mongoc_client_destroy(c);
 }
