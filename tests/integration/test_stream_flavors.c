@@ -196,6 +196,15 @@ START_TEST(test_documentdb)
     command(&e, "admin",
             BCON_NEW("modifyChangeStreams", BCON_INT32(1), "database", BCON_UTF8(""), "collection", BCON_UTF8(""),
                      "enable", BCON_BOOL(true)));
+    /* The initial copy cannot look for renames without a post-batch resume token: it stops, saying so. */
+    denv_daemon_start(&e);
+    ck_assert_msg(proc_wait(&e.daemon, WAIT_S), "the daemon did not stop");
+    code = proc_exit_code(&e.daemon);
+    e.daemon.pid = 0;
+    if (code == 0 || !denv_file_contains(e.log, "the initial copy cannot run here"))
+        denv_show_log(&e);
+    ck_assert_int_ne(code, 0);
+    ck_assert_msg(denv_file_contains(e.log, "the initial copy cannot run here"), "no message about the copy");
     denv_drop_collection(&e, db, "before");
     const char *skip[] = {"--skip-import", NULL};
     denv_daemon_start_args(&e, skip, NULL);

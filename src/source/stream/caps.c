@@ -624,8 +624,9 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
             done = true;
         } else if (!have_pbrt) {
             snprintf(err, errlen,
-                     "the server sends no post-batch resume token: how far the stream was read is not "
-                     "known");
+                     "the server sends no post-batch resume token (Amazon DocumentDB sends none), so how far the "
+                     "stream was read is not known: the initial copy cannot run here (docs/sources.md, \"Not yet\"; "
+                     "--skip-import starts without it)");
             ok = false;
             said = true;
         } else if (op_pos_cmp(&pbrt, upto) > 0) {
