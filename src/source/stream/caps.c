@@ -384,7 +384,7 @@ static void server_kind(probe *p, stream_caps *out, const bson_error_t *e)
         out->documentdb = true;
         snprintf(out->streams.why, sizeof out->streams.why,
                  "change streams are not enabled: on Amazon DocumentDB, run {modifyChangeStreams: 1, database: \"\", "
-                 "collection: \"\", enable: true} on admin, or enable the databases or collections replicated "
+                 "collection: \"\", enable: true} on admin (oplog2pg reads one stream of the whole cluster) "
                  "(server: code %u)",
                  e->code);
         return;
