@@ -14,6 +14,7 @@
 #include <ev.h>
 
 #include "cluster.h"
+#include "flavor.h"
 #include "server.h"
 
 static void usage(FILE *out)
@@ -37,6 +38,8 @@ static void usage(FILE *out)
             "                           link or a busy member); with --shards each shard draws its own delays (0)\n"
             "  --seed N                 seed of the random delays, so a run can be replayed (default: from the clock;\n"
             "                           logged on stderr when --oplog-read-delay is set)\n"
+            "  --flavor NAME            mongodb (default), atlas-shared, documentdb or cosmos: a server that differs\n"
+            "                           (README \"Flavors\")\n"
             "  --verbose                log connections and commands to stderr\n");
 }
 
@@ -60,6 +63,7 @@ int main(int argc, char **argv)
         {"orphan-cleanup-delay", required_argument, NULL, 'D'},
         {"oplog-read-delay", required_argument, NULL, 'R'},
         {"seed", required_argument, NULL, 'e'},
+        {"flavor", required_argument, NULL, 'F'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -113,6 +117,13 @@ int main(int argc, char **argv)
             break;
         case 'o':
             opts.oplog_file = optarg;
+            break;
+        case 'F':
+            if (!flavor_parse(optarg, &opts.flavor)) {
+                fprintf(stderr, "mongosim: --flavor must be mongodb, atlas-shared, documentdb or cosmos, not '%s'\n",
+                        optarg);
+                return 2;
+            }
             break;
         case 'd':
             opts.data_dir = optarg;
@@ -172,6 +183,10 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     bson_error_t err;
     struct ev_loop *loop = ev_default_loop(0);
+    if (shards > 0 && opts.flavor != SIM_FLAVOR_MONGODB) {
+        fprintf(stderr, "mongosim: --flavor is for a replica set; it cannot be combined with --shards\n");
+        return 2;
+    }
     if (shards > 0) {
         sim_cluster *cl = sim_cluster_new(&opts, (size_t)shards, orphan_delay, loop, &err);
         if (!cl) {

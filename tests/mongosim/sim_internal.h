@@ -121,6 +121,10 @@ struct sim_server {
     int malform_batch;            /* mongosimMalformBatch: 0 off, 1 a non-document element, 2 a corrupt one */
     bool malform_lookup;          /* ... in the next batch of a find with a projection, before its first entry */
     struct cs_cursor *cs_cursors; /* open change streams (changestream.c) */
+    struct sim_images *images;    /* pre- and post-images (images.c) */
+    /* --flavor documentdb: the namespaces modifyChangeStreams enabled, each "db\0coll\0" ("" for all) */
+    char **cs_enabled;
+    size_t n_cs_enabled;
 };
 
 /* One reply under construction: a header is written into conn->out by reply_begin, the body document follows,

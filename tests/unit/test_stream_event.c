@@ -359,6 +359,15 @@ START_TEST(test_event_refused)
                      STREAM_EV_MALFORMED);
     ck_assert_msg(strstr(err, "fullDocument") && strstr(err, "\"_id\" : 1"), "%s", err);
     bson_destroy(&out);
+    /* An event as Azure Cosmos DB for MongoDB RU sends it (no operationType, no updateDescription): refused, naming
+     * that server and its missing deletes, never guessed into an upsert. */
+    ck_assert_int_eq(convert("{\"_id\": {\"_data\": \"gmsTk4kAAAAG\"}, \"fullDocument\": {\"_id\": 1, \"x\": 2}, "
+                             "\"ns\": {\"db\": \"shop\", \"coll\": \"c\"}, \"documentKey\": {\"_id\": 1}}",
+                             err, sizeof err, &out),
+                     STREAM_EV_MALFORMED);
+    ck_assert_msg(strstr(err, "no operationType") && strstr(err, "Cosmos DB") && strstr(err, "no delete events"), "%s",
+                  err);
+    bson_destroy(&out);
     /* Internal events that change nothing are noops, never refusals. */
     const char *quiet[] = {"endOfTransaction", "reshardBegin", "migrateChunkToNewShard", "reshardDoneCatchUp"};
     for (size_t i = 0; i < 4; i++) {

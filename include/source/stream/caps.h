@@ -43,6 +43,10 @@ typedef struct stream_caps {
     stream_cap raw_updates;     /* showRawUpdateDescription */
     stream_cap split_events;    /* a trailing $changeStreamSplitLargeEvent */
     stream_cap images;          /* some collection has changeStreamPreAndPostImages enabled (why: the first found) */
+    /* Servers that are not MongoDB, told by their behaviour or the URI's host (the drivers' own check: a host ending
+     * in .cosmos.azure.com or .docdb.amazonaws.com; mongodb/specifications, "Detect Cosmos DB and DocumentDB"). */
+    bool documentdb; /* Amazon DocumentDB: change streams refused until modifyChangeStreams enables them */
+    bool cosmos;     /* Azure Cosmos DB for MongoDB (RU): no delete events; streams.yes is false, streams.why says */
     /* Where the stream stands now: the post-batch resume token's clusterTime, else the reply's operationTime. */
     bool have_time;
     op_pos time;
