@@ -637,7 +637,9 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
                      "--skip-import starts without it)");
             ok = false;
             said = true;
-        } else if (op_pos_cmp(&pbrt, upto) > 0) {
+        } else if (op_pos_cmp(&pbrt, upto) > 0 || (round > 0 && op_pos_cmp(&pbrt, upto) == 0)) {
+            /* past upto; or at it once the scan has run (a getMore's high-water mark is an entry the scan passed,
+             * the aggregate's is only where the stream opens) */
             done = true;
         } else if (id == 0 || round == RENAME_GETMORES) {
             snprintf(err, errlen, "the change stream did not reach clusterTime %u:%u", upto->secs, upto->inc);
