@@ -84,6 +84,19 @@ void denv_start(denv *e, const char *name, const char *const *sim_args, const ch
     snprintf(e->service, sizeof e->service, "rep_%s", name);
     snprintf(e->prefix, sizeof e->prefix, "rep_%s_", name);
     snprintf(e->base_log, sizeof e->base_log, "%s/oplog2pg.log", e->dir);
+    /* A new environment is a new service: what an earlier run of the same test left in PostgreSQL (its checkpoint, copy
+     * state, catalog rows and schemas; tests/integration/run.sh runs chosen suites twice on one cluster) goes. */
+    char sql[2048];
+    snprintf(sql, sizeof sql,
+             "DO $$ DECLARE s text; BEGIN "
+             "IF to_regclass('oplog2pg.checkpoint') IS NOT NULL THEN "
+             "FOR s IN SELECT nspname FROM pg_namespace WHERE nspname LIKE 'rep\\_%s\\_%%' LOOP "
+             "EXECUTE format('DROP SCHEMA %%I CASCADE', s); END LOOP; "
+             "DELETE FROM oplog2pg.tables WHERE service = '%s'; DELETE FROM oplog2pg.schemas WHERE service = '%s'; "
+             "DELETE FROM oplog2pg.dead_letter WHERE service = '%s'; DELETE FROM oplog2pg.copy_state WHERE service = "
+             "'%s'; DELETE FROM oplog2pg.checkpoint WHERE service = '%s'; END IF; END $$",
+             name, e->service, e->service, e->service, e->service, e->service);
+    denv_pg_exec(sql);
     mongoc_init();
     if (denv_using_sim()) {
         char simlog[256];
