@@ -19,8 +19,9 @@
 /* What one batch may read. */
 typedef struct {
     const sim_oplog *oplog;
-    const sim_store *store; /* fullDocument: "updateLookup" reads the current document here (the majority data) */
-    uint64_t visible_end;   /* the first oplog seq a majority read may not see yet */
+    const sim_store *store;   /* fullDocument: "updateLookup" reads the current document here (the majority data) */
+    uint64_t visible_end;     /* the first oplog seq a majority read may not see yet */
+    const char *refuse_stage; /* a stage this server does not know (--refuse-stage), or NULL */
 } cs_env;
 
 typedef struct {
