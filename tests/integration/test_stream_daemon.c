@@ -125,6 +125,15 @@ static void stop_daemon(denv *e)
     ck_assert_int_eq(code, 0);
 }
 
+/* Waits for a line of the daemon's log holding needle; shows the log's end when none comes. */
+static bool log_has(denv *e, const char *needle, double timeout_s)
+{
+    if (denv_wait_log(e, needle, timeout_s))
+        return true;
+    denv_show_log(e);
+    return false;
+}
+
 /* Rewrites the configuration's `include = ...` line. */
 static void set_include(denv *e, const char *include)
 {
@@ -520,15 +529,131 @@ START_TEST(test_filter_change_280)
     /* An include naming one database exactly: the stream's $match now filters out the token's event. */
     set_include(&e, "rep_sflt_a.*");
     denv_daemon_start(&e);
-    ck_assert_msg(denv_wait_log(&e, "code 280", 60), "no restart logged for the refused token");
-    ck_assert_msg(denv_file_contains(e.log, at), "the restart does not name the token's clusterTime %s", at);
+    ck_assert(denv_wait_log(&e, "ready:", 60));
+    /* The server finds the token missing at the first event past it. */
     denv_insert_range(&e, "rep_sflt_a", "c", 11, 20);
     denv_insert_range(&e, "rep_sflt_b", "c", 11, 20); /* filtered out now */
     denv_insert_range(&e, "rep_sflt_a", "c", 21, 30);
+    ck_assert_msg(log_has(&e, "code 280", 60), "no restart logged for the refused token");
+    ck_assert_msg(denv_file_contains(e.log, at), "the restart does not name the token's clusterTime %s", at);
     ck_assert(denv_wait_caught_up(&e, 60));
     denv_expect_match_prefix(&e, "rep_sflt_a");
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM \"rep_sflt_a\".\"c\""), 30);
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM \"rep_sflt_b\".\"c\""), 10);
+    denv_stop(&e);
+}
+END_TEST
+
+/* ---- 3. events over 16 MB ---- */
+
+/* The daemon asks for post-images only "whenAvailable" (mongosim stores none), so an event carries at most one copy
+ * of a document: it passes 16 MB by its key, which comes three times (fullDocument, documentKey, and as hex in the
+ * token). A 12 000-byte _id and a document of 16 MB - 18 000 bytes make an event of about 16 MB + 18 KB: over the
+ * 16 MB + 16 KB a server can send whole (BSONObjectTooLarge without the split stage), while its largest fragment
+ * (fullDocument with the token) stays under the split stage's 16 MB + 8 KB. */
+#define BIG_ID_LEN 12000
+
+static bson_t *big_doc(char fill, const char *id)
+{
+    size_t n = 16 * 1024 * 1024 - 18000 - BIG_ID_LEN - 64;
+    char *big = malloc(n + 1);
+    ck_assert_ptr_nonnull(big);
+    for (size_t i = 0; i < n; i++)
+        big[i] = (char)(fill + (char)(i % 7 == 0));
+    big[n] = '\0';
+    bson_t *doc = BCON_NEW("_id", BCON_UTF8(id), "big", BCON_UTF8(big), "n", BCON_INT32(fill));
+    free(big);
+    return doc;
+}
+
+static char *big_id(void)
+{
+    char *id = malloc(BIG_ID_LEN + 1);
+    ck_assert_ptr_nonnull(id);
+    for (int i = 0; i < BIG_ID_LEN; i++)
+        id[i] = (char)('a' + i % 26);
+    id[BIG_ID_LEN] = '\0';
+    return id;
+}
+
+/* The split stage accepted: an insert and a replacement over 16 MB arrive in fragments, are joined, and the rows
+ * equal the source. */
+START_TEST(test_large_event_split)
+{
+    NEED_SIM();
+    denv e;
+    denv_start(&e, "sbig", NULL, INI_RAW);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_msg(denv_file_contains(e.log, "large events split"), "the stream does not ask for the split stage");
+    mongoc_client_t *c = client(&e);
+    mongoc_collection_t *coll = mongoc_client_get_collection(c, "rep_sbig_a", "c");
+    char *id = big_id();
+    bson_error_t err;
+    bson_t *doc = big_doc('x', id);
+    ck_assert_msg(mongoc_collection_insert_one(coll, doc, NULL, NULL, &err), "%s", err.message);
+    bson_destroy(doc);
+    ck_assert_msg(denv_wait_caught_up(&e, 120), "the split insert was not applied");
+    doc = big_doc('y', id);
+    bson_t *q = BCON_NEW("_id", BCON_UTF8(id));
+    ck_assert_msg(mongoc_collection_replace_one(coll, q, doc, NULL, NULL, &err), "%s", err.message);
+    bson_destroy(doc);
+    bson_destroy(q);
+    denv_insert_range(&e, "rep_sbig_a", "c", 1, 3);
+    ck_assert_msg(denv_wait_caught_up(&e, 120), "the split replacement was not applied");
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM \"rep_sbig_a\".\"c\" WHERE doc->>'n' = '121'"), 1);
+    denv_expect_match(&e);
+    free(id);
+    mongoc_collection_destroy(coll);
+    mongoc_client_destroy(c);
+    denv_stop(&e);
+}
+END_TEST
+
+/* The split stage refused (a server before 6.0.9 and 7.0): the daemon reads without it, and the event over 16 MB
+ * stops it (exit 5) with a message naming the position and the stage; what came before is committed, nothing after. */
+START_TEST(test_large_event_refused)
+{
+    NEED_SIM();
+    const char *args[] = {"--refuse-stage", "$changeStreamSplitLargeEvent", NULL};
+    denv e;
+    denv_start(&e, "sbign", args, INI_RAW);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_msg(denv_file_contains(e.log, "refuses $changeStreamSplitLargeEvent"), "the refusal is not logged");
+    denv_insert_range(&e, "rep_sbign_a", "c", 1, 1);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    uint64_t before = denv_checkpoint_ts(e.service);
+    char at[32];
+    fmt_ts(before, at, sizeof at);
+    mongoc_client_t *c = client(&e);
+    mongoc_collection_t *coll = mongoc_client_get_collection(c, "rep_sbign_a", "c");
+    char *id = big_id();
+    bson_error_t err;
+    bson_t *doc = big_doc('x', id);
+    ck_assert_msg(mongoc_collection_insert_one(coll, doc, NULL, NULL, &err), "%s", err.message);
+    bson_destroy(doc);
+    denv_insert_range(&e, "rep_sbign_a", "c", 2, 3);
+    int code = wait_exit(&e, 120);
+    if (code != 5)
+        denv_show_log(&e);
+    ck_assert_int_eq(code, 5);
+    ck_assert_msg(denv_file_contains(e.log, "larger than 16 MB"), "the stop does not say why");
+    ck_assert_msg(denv_file_contains(e.log, "refused the $changeStreamSplitLargeEvent stage"),
+                  "the stop does not name the missing stage");
+    char want[96];
+    snprintf(want, sizeof want, "nothing after %s was applied", at);
+    ck_assert_msg(denv_file_contains(e.log, want), "the stop does not name the position %s", at);
+    ck_assert_uint_eq(denv_checkpoint_ts(e.service), before);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM \"rep_sbign_a\".\"c\""), 1);
+    /* a restart stops at the same place, and still commits nothing */
+    denv_daemon_start(&e);
+    ck_assert_int_eq(wait_exit(&e, 120), 5);
+    ck_assert_uint_eq(denv_checkpoint_ts(e.service), before);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM \"rep_sbign_a\".\"c\""), 1);
+    free(id);
+    mongoc_collection_destroy(coll);
+    mongoc_client_destroy(c);
     denv_stop(&e);
 }
 END_TEST
@@ -547,11 +672,18 @@ Suite *stream_daemon_suite(void)
     tcase_add_test(idle, test_idle_filter_excludes_all);
     tcase_add_test(idle, test_stopped_past_window_exits_4);
     suite_add_tcase(s, idle);
+    TCase *f280 = tcase_create("f280");
+    tcase_add_test(f280, test_filter_change_280);
+    suite_add_tcase(s, f280);
     TCase *ops = tcase_create("ops");
     tcase_set_timeout(ops, 300);
     tcase_add_test(ops, test_copy_status_check);
     tcase_add_test(ops, test_skip_import_and_tail_from);
-    tcase_add_test(ops, test_filter_change_280);
     suite_add_tcase(s, ops);
+    TCase *large = tcase_create("large");
+    tcase_set_timeout(large, 300);
+    tcase_add_test(large, test_large_event_split);
+    tcase_add_test(large, test_large_event_refused);
+    suite_add_tcase(s, large);
     return s;
 }
