@@ -55,6 +55,22 @@ static mongoc_client_t *client(const denv *e)
     return c;
 }
 
+/* Waits until the checkpoint of a daemon that sees no event is at the newest entry, as a quiet change stream puts
+ * it: one tick before (the post-batch resume token at the newest entry T is a high-water mark, which resumes at the
+ * events of T, so the position committed for it is T's predecessor). */
+static bool quiet_caught_up(denv *e, double timeout_s)
+{
+    double until = denv_now() + timeout_s;
+    while (denv_now() < until) {
+        uint64_t want = denv_newest_ts(e->uri), have = denv_checkpoint_ts(e->service);
+        if (have + 1 == want || have == want)
+            return true;
+        ck_assert_msg(!proc_wait(&e->daemon, 0.0), "the daemon exited with %d", proc_exit_code(&e->daemon));
+        usleep(20 * 1000);
+    }
+    return false;
+}
+
 /* n small inserts into db.coll outside the replicated databases, in bulks of 50: they fill and roll the oplog.
  * With a daemon running, each bulk waits until its position has followed (the oplog is capped at 500 entries: a
  * writer faster than the stream's reader would roll it past the reader's cursor, which then loses its history
@@ -73,8 +89,12 @@ static void fill_elsewhere(denv *e, const char *db, int n)
         bson_error_t err;
         ck_assert_msg(mongoc_bulk_operation_execute(b, NULL, &err), "fill: %s", err.message);
         mongoc_bulk_operation_destroy(b);
-        if (e->daemon.pid != 0)
-            ck_assert_msg(denv_wait_caught_up(e, 60), "the idle daemon's position did not follow the oplog");
+        if (e->daemon.pid != 0 && !quiet_caught_up(e, 60)) {
+            denv_show_log(e);
+            uint64_t have = denv_checkpoint_ts(e->service), want = denv_newest_ts(e->uri);
+            ck_abort_msg("the idle daemon's position did not follow the oplog: %u:%u, the newest entry %u:%u",
+                         (unsigned)(have >> 32), (unsigned)have, (unsigned)(want >> 32), (unsigned)want);
+        }
     }
     mongoc_collection_destroy(coll);
     mongoc_client_destroy(c);
@@ -371,6 +391,9 @@ START_TEST(test_idle_keeps_position)
     NEED_SIM();
     denv e;
     denv_start(&e, "sidle", capped, INI_RAW);
+    /* One database named exactly: the stream's $match leaves the other database's writes on the server, so only the
+     * post-batch resume tokens tell the daemon that time passes. */
+    set_include(&e, "rep_sidle_a.*");
     denv_daemon_start(&e);
     ck_assert(caught_up(&e, 60));
     char db[64];
@@ -380,7 +403,7 @@ START_TEST(test_idle_keeps_position)
     uint64_t last_event = denv_checkpoint_ts(e.service);
     fill_elsewhere(&e, "sidle_other", 2000);
     ck_assert_msg(oldest_ts(&e) > last_event, "the oplog did not roll past the last event");
-    ck_assert_msg(caught_up(&e, 60), "the idle daemon's position did not follow the oplog");
+    ck_assert_msg(denv_checkpoint_ts(e.service) >= oldest_ts(&e), "the committed position is out of the window");
     stop_daemon(&e);
     fill_elsewhere(&e, "sidle_other", 100); /* within the window: the committed position is still held */
     denv_daemon_start(&e);
@@ -398,12 +421,13 @@ START_TEST(test_idle_filter_excludes_all)
     NEED_SIM();
     denv e;
     denv_start(&e, "sidle0", capped, INI_DESCRIPTION);
+    set_include(&e, "rep_sidle0_a.*");
     denv_daemon_start(&e);
     ck_assert(caught_up(&e, 60));
     uint64_t start = denv_checkpoint_ts(e.service);
     fill_elsewhere(&e, "sidle0_other", 2000);
     ck_assert_msg(oldest_ts(&e) > start, "the oplog did not roll past the start");
-    ck_assert_msg(caught_up(&e, 60), "the idle daemon's position did not follow the oplog");
+    ck_assert_msg(denv_checkpoint_ts(e.service) >= oldest_ts(&e), "the committed position is out of the window");
     stop_daemon(&e);
     denv_daemon_start(&e);
     char db[64];
