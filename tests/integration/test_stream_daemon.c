@@ -1,22 +1,24 @@
 /*
  * test_stream_daemon.c — the whole daemon (`oplog2pg run`) reading a change stream ([mongodb] source =
- * change_stream) from mongosim, each case ending with every PostgreSQL row compared with the source
- * (tests/lib/compare.h through denv_expect_match):
- *   - kill -9 at random moments while a mixed workload (inserts, updates, replacements, deletes, DDL) and driver
- *     transactions are written, with change_stream_updates = raw and = description: every write of the transaction
- *     writer increments a counter with $inc, so a lost or repeated update would show in the final values;
- *   - a stream idle while other namespaces roll the capped oplog past its last event keeps its position (the
- *     post-batch resume tokens committed while idle), for a service that applied events and for one whose filter
- *     excludes everything written; a stream stopped for longer than the window exits 4 naming --reimport;
+ * change_stream) from mongosim, each case ending with PostgreSQL compared with the source (tests/lib/compare.h
+ * through denv_expect_match):
+ *   - kill -9 ten times at random moments while a mixed workload (inserts, updates, replacements, deletes, DDL) and
+ *     driver transactions are written, with change_stream_updates = raw and = description: every write of the
+ *     transaction writer increments a counter with $inc (a replacement carries it on), so a transaction applied in
+ *     part, or an update lost or applied out of order, leaves another value;
+ *   - a stream idle while another database (left on the server by the filter's $match) rolls the capped oplog past
+ *     its last event keeps its position (the post-batch resume tokens committed while idle) and resumes after a
+ *     restart, for a service that applied events and for one that never saw any; a stream stopped for longer than
+ *     the window exits 4 naming --reimport and commits nothing;
  *   - `status` and `check` of a running change-stream service (the source, the token's clusterTime), the initial
  *     copy of existing documents, --skip-import and --tail-from;
  *   - a namespace filter changed between runs so that the committed token's event is filtered out: the server
  *     refuses to resume (280), the daemon logs its restart at the token's clusterTime and ends exact;
  *   - events over 16 MB (an insert and a replacement of a document near 16 MB) replicated exactly; with the split
- *     stage refused (mongosim --refuse-stage, as servers before 6.0.9 and 7.0 do) the daemon stops
- *     naming the position and the stage, and nothing after it is committed.
+ *     stage refused (mongosim --refuse-stage, as servers before 6.0.9 and 7.0 answer) an event over 16 MB + 16 KB
+ *     stops the daemon (exit 5) naming the position and the stage, and nothing after it is committed.
  *
- * mongosim only (its capped oplog, its test commands): against a real replica set every case skips. Waits are on
+ * mongosim only (its capped oplog and test options): against a real replica set every case skips. Waits are on
  * events (the checkpoint, a log line, the daemon's exit); the only sleeps pace the kills and the polling.
  */
 #include <check.h>
