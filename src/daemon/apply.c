@@ -1139,7 +1139,10 @@ static int learn_topology(daemon_ctx *d)
     }
     d->topology_known = true;
     d->sharded = router;
-    if (router)
+    if (router && d->cfg->source == CONFIG_SOURCE_CHANGE_STREAM)
+        log_notice("the URI names a sharded cluster's router: reading one change stream through it (the router "
+                   "merges its shards' streams)");
+    else if (router)
         log_notice("the URI names a sharded cluster's router: reading every shard's oplog, merged in cluster-time "
                    "order");
     return -1;

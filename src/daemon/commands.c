@@ -200,6 +200,11 @@ static int check_source(const config *cfg, mongoc_client_t *client, source_kind 
     print_cap("showRawUpdateDescription (the oplog's own updates)", &caps.raw_updates);
     print_cap("$changeStreamSplitLargeEvent (events over 16 MB)", &caps.split_events);
     print_cap("pre- and post-images", &caps.images);
+    if (caps.documentdb)
+        printf("mongodb: Amazon DocumentDB: change streams are enabled with modifyChangeStreams; without post-batch "
+               "resume tokens a quiet stream's position moves only with events (docs/sources.md)\n");
+    if (caps.cosmos)
+        printf("mongodb: Azure Cosmos DB for MongoDB (RU): its change streams send no delete events\n");
     int code = EXIT_OK;
     if (source_choose(cfg->source, cfg->change_stream_updates, &caps, kind, note, sizeof note)) {
         printf("mongodb: reads %s (%s)\n", *kind == SOURCE_CHANGE_STREAM ? "a change stream" : "the oplog", note);

@@ -79,11 +79,10 @@ bool source_choose(enum config_source want, enum config_stream_updates updates, 
 /* One line of what a server offers a change stream, for the log. */
 static void log_caps(const stream_caps *c)
 {
-    const stream_cap *caps[] = {&c->pbrt,        &c->start_after,  &c->expanded_events,
-                                &c->raw_updates, &c->split_events, &c->images};
-    const char *names[] = {"post-batch resume tokens",     "startAfter",
-                           "showExpandedEvents",           "showRawUpdateDescription",
-                           "$changeStreamSplitLargeEvent", "pre- and post-images"};
+    /* (pre- and post-images are not asked at start: `check` shows them) */
+    const stream_cap *caps[] = {&c->pbrt, &c->start_after, &c->expanded_events, &c->raw_updates, &c->split_events};
+    const char *names[] = {"post-batch resume tokens", "startAfter", "showExpandedEvents", "showRawUpdateDescription",
+                           "$changeStreamSplitLargeEvent"};
     char line[512];
     size_t n = 0;
     for (size_t i = 0; i < sizeof caps / sizeof *caps && n < sizeof line; i++)
@@ -109,7 +108,7 @@ int source_resolve(const config *cfg, const char *committed, source_kind *out)
         return EXIT_CONFIG;
     }
     stream_caps caps;
-    stream_caps_status st = stream_caps_probe(c, &caps, err, sizeof err);
+    stream_caps_status st = stream_caps_probe_ex(c, false, &caps, err, sizeof err);
     mongoc_client_destroy(c);
     int rc = -1;
     if (st == STREAM_CAPS_REFUSED) {

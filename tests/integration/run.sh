@@ -41,6 +41,31 @@ CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120} "$build/integration_tests"
 # CK_RUN_SUITE=NAME (Check's own variable) runs one suite, for a developer at work: then nothing else runs.
 [ -n "${CK_RUN_SUITE:-}" ] && { echo "CK_RUN_SUITE=$CK_RUN_SUITE: pymongo and valgrind passes not run"; exit 0; }
 
+# The same suites again, reading a change stream instead of the oplog (tests/lib/daemonenv.h: the daemons they start
+# get [mongodb] source = change_stream): updates from updateDescription, then as the raw $v:2 diff. Under the
+# sanitizers (a build named *san*) a shorter list: the change-stream suites themselves ran above.
+stream_pass() { # UPDATES SUITE[:CASE]...
+    local updates=$1 spec
+    shift
+    for spec in "$@"; do
+        echo "== through a change stream (change_stream_updates = $updates): $spec"
+        local only=()
+        [ "${spec#*:}" != "$spec" ] && only=("CK_RUN_CASE=${spec#*:}")
+        env OPLOG2PG_TEST_SOURCE=change_stream OPLOG2PG_TEST_STREAM_UPDATES="$updates" CK_RUN_SUITE="${spec%%:*}" \
+            "${only[@]}" CK_DEFAULT_TIMEOUT="${CK_DEFAULT_TIMEOUT:-120}" "$build/integration_tests"
+    done
+}
+case "$build" in
+*san*)
+    stream_pass description mapped_vectors ddl driver_txn
+    ;;
+*)
+    stream_pass description replication:end_to_end replication:import ddl driver_txn lossless:lossless map_changes \
+        mapped_vectors copy_ddl
+    stream_pass raw mapped_vectors typed_updates ddl
+    ;;
+esac
+
 echo "== pymongo compatibility"
 /usr/bin/python3 tests/compat/pymongo_compat.py "$MONGO_URI"
 if [ -n "${OPLOG2PG_TEST_SIM:-}" ]; then

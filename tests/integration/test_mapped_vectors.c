@@ -402,11 +402,24 @@ static const exclusion excluded[] = {
     {NULL, NULL},
 };
 
+/* Read from a change stream's updateDescription (OPLOG2PG_TEST_SOURCE=change_stream with
+ * OPLOG2PG_TEST_STREAM_UPDATES=description), a diff of binary data cannot come through: the server lists a `b` entry
+ * in updatedFields as its raw {o, d} object (change_stream_document_diff_parser.cpp). Such diffs are only written for
+ * time-series buckets, which change streams never show; with the raw diff they apply exactly. */
+static const exclusion excluded_description[] = {
+    {"diff_v2_pre_post.jsonl ut-BinaryOverwriteSimple", "a binary diff, given by updateDescription as {o, d}"},
+    {"diff_v2_pre_post.jsonl ut-BinaryShrink", "a binary diff, given by updateDescription as {o, d}"},
+    {NULL, NULL},
+};
+
 static const char *exclusion_reason(const char *id)
 {
     for (size_t i = 0; excluded[i].id != NULL; i++)
         if (strcmp(excluded[i].id, id) == 0)
             return excluded[i].reason;
+    for (size_t i = 0; denv_stream_descriptions() && excluded_description[i].id != NULL; i++)
+        if (strcmp(excluded_description[i].id, id) == 0)
+            return excluded_description[i].reason;
     return NULL;
 }
 
@@ -573,6 +586,8 @@ static void run_mode(const char *name, const char *mode)
                   checked, failed.data);
     ck_assert_msg(stale.len == 0, "excluded vectors that now match (remove them from the list): %s", stale.data);
     size_t nlist = sizeof excluded / sizeof excluded[0] - 1;
+    if (denv_stream_descriptions())
+        nlist += sizeof excluded_description / sizeof excluded_description[0] - 1;
     ck_assert_int_eq(nexcluded, (int)nlist);
     ck_assert_int_eq(checked + nexcluded, 49);
     free(failed.data);

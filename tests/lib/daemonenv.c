@@ -129,6 +129,12 @@ void denv_write_source(FILE *f)
         fprintf(f, "change_stream_updates = %s\n", updates);
 }
 
+bool denv_stream_descriptions(void)
+{
+    const char *src = getenv("OPLOG2PG_TEST_SOURCE"), *upd = getenv("OPLOG2PG_TEST_STREAM_UPDATES");
+    return src != NULL && strcmp(src, "change_stream") == 0 && upd != NULL && strcmp(upd, "description") == 0;
+}
+
 void denv_daemon_start_env(denv *e, const char *const *env_extra)
 {
     denv_daemon_start_args(e, NULL, env_extra);

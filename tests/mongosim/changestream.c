@@ -19,12 +19,14 @@
  * and events at or before the last position are skipped, so nothing is copied into the cursor but the events of
  * the entry being read (cached). Not modelled: the _typeBits of a token whose documentKey holds an int64, a double
  * or a decimal (the server adds them; this module writes the _data only), non-integral doubles and decimals in a
- * documentKey (written with an encoding of mongosim's own), pre- and post-images (changeStreamPreAndPostImages:
- * "whenAvailable" gives null, "required" fails, as for a collection without them), and the flavors of servers that
- * differ (DocumentDB, Cosmos DB, Atlas shared tiers): cs_open is where they would refuse options.
+ * documentKey (written with an encoding of mongosim's own). Pre- and post-images come from images.c: kept for the
+ * writes of collections with changeStreamPreAndPostImages enabled; for others "whenAvailable" gives null and
+ * "required" fails, as on the server.
  */
 #include "changestream.h"
 
+#include "flavor.h"
+#include "images.h"
 #include "projection.h"
 #include "sim_internal.h"
 #include "update.h"
@@ -1030,6 +1032,19 @@ fail:
     return NULL;
 }
 
+void cs_merge_part(cs_stream *s)
+{
+    /* document_source_change_stream.cpp (buildPipeline): a shard's part of a merged stream (needsMerge) checks only
+     * that its oplog still holds the resume point (DocumentSourceChangeStreamCheckResumability) and passes the
+     * resumed event itself on; the merging mongos runs DocumentSourceChangeStreamEnsureResumeTokenPresent, which
+     * looks for the token's event among all shards' events and swallows it. */
+    if (!s->must_find)
+        return;
+    s->must_find = false;
+    s->last = (cs_pos){s->must_pos.ts, 0, false, -1};
+    s->have_last = false;
+}
+
 /* ================================================================ events from oplog entries */
 
 typedef struct {
@@ -1045,6 +1060,8 @@ typedef struct {
     bool failed;
     uint8_t tb[CS_TYPEBITS_MAX]; /* the _typeBits of the token made last */
     size_t tblen;
+    uint64_t img_ts;    /* the ts of the entry holding the op being read, */
+    uint32_t img_index; /* and its index in that entry's applyOps: the images' key (images.h) */
 } ev_ctx;
 
 static bool find_path(bson_iter_t *tmp, const bson_t *doc, const char *path, bson_iter_t *out)
@@ -1206,7 +1223,7 @@ static void diff_sub(diff_out *d, const char *name, bool index, const bson_iter_
 /* A $v:2 document diff, as buildUpdateDescriptionWithDeltaOplog reads it: the u (updated) then i (inserted) fields
  * into updatedFields, the d fields into removedFields, then each s<field> sub-diff; an array diff (a: true): its
  * new length l into truncatedArrays, then u<N> ("arr.N" into updatedFields) and s<N> sub-diffs in their order.
- * Binary diffs (b) of time-series buckets are not logged by mongosim. */
+ * Binary diffs (b) of time-series buckets go into updatedFields as their raw {o, d} objects. */
 static void diff_walk(diff_out *d, const bson_t *diff, bool array)
 {
     bson_iter_t it, f;
@@ -1241,6 +1258,11 @@ static void diff_walk(diff_out *d, const bson_t *diff, bool array)
             while (bson_iter_next(&f))
                 diff_updated(d, bson_iter_key(&f), false, &f);
     }
+    /* A binary diff (b: time-series buckets) is listed in updatedFields as its raw {o, d} object
+     * (change_stream_document_diff_parser.cpp: the b section goes where u and i go). */
+    if (bson_iter_init_find(&it, diff, "b") && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f))
+        while (bson_iter_next(&f))
+            diff_updated(d, bson_iter_key(&f), false, &f);
     if (bson_iter_init_find(&it, diff, "d") && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f))
         while (bson_iter_next(&f))
             diff_removed(d, bson_iter_key(&f));
@@ -1528,6 +1550,11 @@ static void crud_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
     bson_t ev = BSON_INITIALIZER;
     event_head(x, &ev, hex, type, uuid, NULL, NULL);
     bool is_insert = !strcmp(type, "insert"), is_replace = !strcmp(type, "replace");
+    /* The images kept for this write (images.h): the collection had changeStreamPreAndPostImages enabled when it
+     * happened (the server looks them up by {nsUUID, ts, applyOpsIndex}: document_source_change_stream_add_pre_image
+     * .cpp; the post-image is the pre-image with the update applied, add_post_image.cpp). */
+    bson_t pre, post;
+    bool images = !is_insert && uuid && images_find(x->env->images, uuid, x->img_ts, x->img_index, &pre, &post);
     if (is_insert || is_replace) {
         BSON_APPEND_DOCUMENT(&ev, "fullDocument", &o);
     } else if (update && x->s->full_doc == FD_LOOKUP) {
@@ -1537,9 +1564,11 @@ static void crud_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
         else
             BSON_APPEND_NULL(&ev, "fullDocument");
         bson_destroy(&cur);
-    } else if (update && x->s->full_doc == FD_WHEN) {
-        /* No post-images stored (changeStreamPreAndPostImages is not modelled): whenAvailable gives null. */
-        BSON_APPEND_NULL(&ev, "fullDocument");
+    } else if (update && (x->s->full_doc == FD_WHEN || x->s->full_doc == FD_REQUIRED)) {
+        if (images)
+            BSON_APPEND_DOCUMENT(&ev, "fullDocument", &post);
+        else if (x->s->full_doc == FD_WHEN)
+            BSON_APPEND_NULL(&ev, "fullDocument"); /* whenAvailable without a post-image: null */
     }
     append_ns(&ev, "ns", db, coll);
     BSON_APPEND_DOCUMENT(&ev, "documentKey", &key);
@@ -1554,11 +1583,13 @@ static void crud_event(ev_ctx *x, const bson_t *op, uint32_t op_index)
             bson_append_document_end(&ev, &ud);
         }
     }
-    if (!is_insert && x->s->before == FB_WHEN)
-        BSON_APPEND_NULL(&ev, "fullDocumentBeforeChange"); /* no pre-images stored */
-    if (!is_insert && x->s->before == FB_REQUIRED)
+    if (!is_insert && images && (x->s->before == FB_WHEN || x->s->before == FB_REQUIRED))
+        BSON_APPEND_DOCUMENT(&ev, "fullDocumentBeforeChange", &pre);
+    else if (!is_insert && x->s->before == FB_WHEN)
+        BSON_APPEND_NULL(&ev, "fullDocumentBeforeChange"); /* no pre-image kept */
+    if (!is_insert && !images && x->s->before == FB_REQUIRED)
         image_error(x, &ev, true);
-    else if (update && x->s->full_doc == FD_REQUIRED)
+    else if (update && !images && x->s->full_doc == FD_REQUIRED)
         image_error(x, &ev, false);
     bson_destroy(&key);
     if (x->failed) {
@@ -1772,15 +1803,21 @@ static void unwind_chain(ev_ctx *x, const bson_t *last)
     }
     uint32_t index = 0;
     for (size_t e = n; e-- > 0 && !x->failed;) {
-        bson_iter_t it, ops;
+        bson_iter_t it, ops, t;
         if (!find_path(&it, &chain[e], "o.applyOps", &ops) || !BSON_ITER_HOLDS_ARRAY(&ops) ||
             !bson_iter_recurse(&ops, &it))
             continue;
+        uint32_t secs = 0, inc = 0;
+        if (bson_iter_init_find(&t, &chain[e], "ts") && BSON_ITER_HOLDS_TIMESTAMP(&t))
+            bson_iter_timestamp(&t, &secs, &inc);
+        x->img_ts = OPLOG_TS(secs, inc);
+        x->img_index = 0;
         while (bson_iter_next(&it) && !x->failed) {
             bson_t op;
             if (get_doc(&it, &op))
                 op_event(x, &op, index);
             index++;
+            x->img_index++;
         }
     }
 }
@@ -1829,6 +1866,8 @@ static void entry_events(ev_ctx *x, const bson_t *entry)
     /* Noops (op n) give no event. A retryable write's entry carries lsid and txnNumber, but only ops unwound from
      * applyOps show them (change_stream_event_transform.cpp). */
     x->has_txn = false;
+    x->img_ts = x->ts;
+    x->img_index = 0;
     op_event(x, entry, 0);
 }
 
@@ -2306,7 +2345,7 @@ bool cs_owns_cursor(sim_server *srv, int64_t id)
     return cs_find(srv, id) != NULL;
 }
 
-static void env_of(sim_server *srv, cs_env *env)
+void cs_env_of(sim_server *srv, cs_env *env)
 {
     uint64_t maj_ts;
     int64_t t, wall;
@@ -2316,6 +2355,7 @@ static void env_of(sim_server *srv, cs_env *env)
     /* change streams read majority-committed data only (docs/change_streams.md) */
     env->visible_end = srv->maj_frozen ? oplog_seek(srv->oplog, srv->maj_ts, false) : oplog_end_seq(srv->oplog);
     env->refuse_stage = srv->opts.refuse_stage;
+    env->images = srv->images;
 }
 
 /* An error reply with the change-stream labels the server adds (error_labels.cpp, ErrorLabelBuilder):
@@ -2323,7 +2363,7 @@ static void env_of(sim_server *srv, cs_env *env)
  * ChangeStreamHistoryLost 286); ResumableChangeStreamError for a retriable or network error of a change stream's
  * aggregate or getMore (isResumableChangeStreamError; among mongosim's errors, 10107 NotWritablePrimary and 11602
  * InterruptedDueToReplStateChange). */
-static void cs_reply_error(sim_reply *r, const cs_error *err)
+void cs_reply_error(sim_reply *r, const cs_error *err)
 {
     bson_t doc = BSON_INITIALIZER;
     BSON_APPEND_DOUBLE(&doc, "ok", 0.0);
@@ -2359,12 +2399,28 @@ static void cs_reply_batch(sim_reply *r, cs_cursor *cur, bool first, const bson_
 {
     bson_t reply = BSON_INITIALIZER, c;
     BSON_APPEND_DOCUMENT_BEGIN(&reply, "cursor", &c);
-    BSON_APPEND_ARRAY(&c, first ? "firstBatch" : "nextBatch", events);
-    BSON_APPEND_DOCUMENT(&c, "postBatchResumeToken", pbrt);
+    bson_t sent;
+    flavor_cs_events(r->conn->srv, events, &sent); /* --flavor: the events as that server sends them */
+    BSON_APPEND_ARRAY(&c, first ? "firstBatch" : "nextBatch", &sent);
+    bson_destroy(&sent);
+    if (flavor_cs_pbrt(r->conn->srv)) {
+        bson_t tok;
+        flavor_cs_token(r->conn->srv, pbrt, &tok);
+        BSON_APPEND_DOCUMENT(&c, "postBatchResumeToken", &tok);
+        bson_destroy(&tok);
+    }
     BSON_APPEND_INT64(&c, "id", closed ? 0 : cur->id);
     BSON_APPEND_UTF8(&c, "ns", cur->ns);
     bson_append_document_end(&reply, &c);
     BSON_APPEND_DOUBLE(&reply, "ok", 1.0);
+    if (!flavor_cs_pbrt(r->conn->srv)) {
+        /* DocumentDB's replies carry operationTime (quoted in its errors, e.g. on the MongoDB community forum); a
+         * driver without a post-batch token resumes from it (change-streams specification) */
+        uint64_t ts;
+        int64_t t, wall;
+        cmd_majority_optime(r->conn->srv, &ts, &t, &wall);
+        BSON_APPEND_TIMESTAMP(&reply, "operationTime", OPLOG_TS_SECS(ts), OPLOG_TS_INC(ts));
+    }
     reply_bson(r, &reply);
     bson_destroy(&reply);
 }
@@ -2373,7 +2429,7 @@ static void cs_reply_batch(sim_reply *r, cs_cursor *cur, bool first, const bson_
 static bool cs_answer(sim_server *srv, sim_reply *r, cs_cursor *cur, bool first, int64_t batch, bool may_wait)
 {
     cs_env env;
-    env_of(srv, &env);
+    cs_env_of(srv, &env);
     bson_t events = BSON_INITIALIZER, pbrt = BSON_INITIALIZER;
     bool closed = false;
     cs_error err;
@@ -2445,10 +2501,16 @@ void cs_cmd_aggregate(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
             return;
         }
     }
+    bson_t opened;
+    if (!flavor_cs_open(srv, r, db, coll, &pipeline, &opened)) {
+        bson_destroy(&opened);
+        return;
+    }
     cs_env env;
-    env_of(srv, &env);
+    cs_env_of(srv, &env);
     cs_error err;
-    cs_stream *s = cs_open(&env, db, coll, &pipeline, &err);
+    cs_stream *s = cs_open(&env, db, coll, &opened, &err);
+    bson_destroy(&opened);
     if (!s) {
         cs_reply_error(r, &err);
         return;

@@ -19,9 +19,10 @@
 /* What one batch may read. */
 typedef struct {
     const sim_oplog *oplog;
-    const sim_store *store;   /* fullDocument: "updateLookup" reads the current document here (the majority data) */
-    uint64_t visible_end;     /* the first oplog seq a majority read may not see yet */
-    const char *refuse_stage; /* a stage this server does not know (--refuse-stage), or NULL */
+    const sim_store *store; /* fullDocument: "updateLookup" reads the current document here (the majority data) */
+    uint64_t visible_end;   /* the first oplog seq a majority read may not see yet */
+    const struct sim_images *images; /* pre- and post-images (images.h); NULL: none kept */
+    const char *refuse_stage;        /* a stage this server does not know (--refuse-stage), or NULL */
 } cs_env;
 
 typedef struct {
@@ -42,6 +43,9 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
 bool cs_next_batch(cs_stream *s, const cs_env *env, int64_t batch, bson_t *events, bson_t *pbrt, bool *closed,
                    cs_error *err);
 void cs_close(cs_stream *s);
+/* Makes s a shard's part of a stream a router merges (cluster_stream.c): a resume token's event is not looked for
+ * here (the router does), and events from the token's clusterTime on are returned, the token's own included. */
+void cs_merge_part(cs_stream *s);
 
 /* ---- resume tokens (src/mongo/db/pipeline/resume_token.cpp) ---- */
 

@@ -110,6 +110,7 @@ struct sim_cluster {
     int64_t next_cursor;
     cl_txn *txns;
     cl_range_del *dels;
+    struct cl_stream *streams; /* change streams through the router (cluster_stream.c) */
 };
 
 /* ---- small helpers ---- */
@@ -820,6 +821,8 @@ static void r_find(sim_cluster *cl, sim_reply *r, const bson_t *cmd, const char 
 static void r_get_more(sim_cluster *cl, sim_reply *r, const bson_t *cmd)
 {
     int64_t id = opt_i64(cmd, "getMore", 0);
+    if (cl_stream_get_more(cl, r, cmd, id))
+        return;
     for (cl_cursor *cur = cl->cursors; cur; cur = cur->next)
         if (cur->id == id) {
             cursor_reply(cl, r, cur, opt_i64(cmd, "batchSize", 0), false, false);
@@ -842,8 +845,9 @@ static void r_kill_cursors(sim_cluster *cl, sim_reply *r, const bson_t *cmd)
                 if (cur->id == id)
                     hit = cur;
             char k[24];
-            if (hit) {
-                cursor_free(cl, hit);
+            if (hit || cl_stream_kill(cl, id)) {
+                if (hit)
+                    cursor_free(cl, hit);
                 snprintf(k, sizeof k, "%d", nk++);
                 BSON_APPEND_INT64(&killed, k, id);
             } else {
@@ -2530,6 +2534,8 @@ void cluster_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
         r_kill_cursors(cl, r, cmd);
     else if (!strcmp(name, "count"))
         r_count(cl, r, cmd, db);
+    else if (!strcmp(name, "aggregate") && cs_is_change_stream(cmd))
+        cl_stream_aggregate(cl, r, cmd, db);
     else if (!strcmp(name, "aggregate"))
         r_aggregate(cl, r, cmd, db);
     else if (!strcmp(name, "insert"))
@@ -2571,6 +2577,33 @@ void cluster_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
         r_add_shard(cl, r);
     else
         reply_error(r, 59, "no such command: '%s'", name);
+}
+
+/* ---- what cluster_stream.c reads ---- */
+
+size_t cluster_shard_count(const sim_cluster *cl)
+{
+    return cl->nshards;
+}
+
+sim_server *cluster_shard_server(const sim_cluster *cl, size_t i)
+{
+    return cl->shards[i].srv;
+}
+
+uint64_t cluster_shard_added(const sim_cluster *cl, size_t i)
+{
+    return cl->shards[i].topology_time;
+}
+
+uint64_t cluster_clock(const sim_cluster *cl)
+{
+    return cl->clock;
+}
+
+struct cl_stream **cluster_streams(sim_cluster *cl)
+{
+    return &cl->streams;
 }
 
 /* ---- lifecycle ---- */
@@ -2640,6 +2673,7 @@ void sim_cluster_free(sim_cluster *cl)
         range_del_free(cl, cl->dels);
     while (cl->cursors)
         cursor_free(cl, cl->cursors);
+    cl_stream_free_all(cl);
     while (cl->txns) {
         cl_txn *t = cl->txns;
         cl->txns = t->next;

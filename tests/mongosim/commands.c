@@ -10,6 +10,9 @@
  * {w: "majority"} has its finished reply cut out of the output buffer and parked until the majority commit point
  * covers it ("write concern" below).
  */
+#include "ddl.h"
+#include "flavor.h"
+#include "images.h"
 #include "projection.h"
 #include "sim_internal.h"
 #include "txn.h"
@@ -992,6 +995,51 @@ static void h_create(cmd_ctx *x)
     ddl_reply(x, ok, &w, &err, &reply);
 }
 
+/* collMod, with the one option mongosim models: changeStreamPreAndPostImages {enabled} (coll_mod.cpp; the option
+ * parsed as create parses it, ddl.c). Reply {ok: 1} (7.0 adds nothing for this option). */
+static void h_collmod(cmd_ctx *x)
+{
+    const char *coll = coll_name(x);
+    write_ctx w;
+    if (!coll || !need_primary(x))
+        return;
+    bson_iter_t it;
+    bool enabled = false, have = false;
+    bson_error_t err;
+    bson_iter_init(&it, x->cmd);
+    bson_iter_next(&it);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (k[0] == '$' || !strcmp(k, "lsid") || !strcmp(k, "txnNumber") || !strcmp(k, "writeConcern") ||
+            !strcmp(k, "comment"))
+            continue;
+        if (strcmp(k, "changeStreamPreAndPostImages") != 0) {
+            reply_error(x->r, 2, "mongosim's collMod supports only changeStreamPreAndPostImages, not '%s'", k);
+            return;
+        }
+        if (!ddl_images_option(&it, &enabled, &err)) {
+            reply_error(x->r, (int)err.code, "%s", err.message);
+            return;
+        }
+        have = true;
+    }
+    if (!have) {
+        reply_error(x->r, 2, "mongosim's collMod needs changeStreamPreAndPostImages");
+        return;
+    }
+    if (!write_ctx_init(x, &w))
+        return;
+    x->r->wc_ran = true;
+    bool ok = store_coll_mod_images(x->srv->store, x->db, coll, enabled, emit_body, &w, &err);
+    bson_t reply = BSON_INITIALIZER;
+    ddl_reply(x, ok, &w, &err, &reply);
+}
+
+static void h_modify_change_streams(cmd_ctx *x)
+{
+    flavor_cmd_modify_change_streams(x->srv, x->r, x->cmd, x->db);
+}
+
 static void h_drop(cmd_ctx *x)
 {
     const char *coll = coll_name(x);
@@ -1281,6 +1329,8 @@ static void h_find(cmd_ctx *x)
     if (!find_options(x, &batch, &limit, &single, &skip))
         return;
     bool is_oplog = strcmp(x->db, "local") == 0 && strcmp(coll, "oplog.rs") == 0;
+    if (is_oplog && !flavor_oplog_find(x->srv, x->r, &filter))
+        return;
     if (is_oplog) {
         uint64_t start;
         bool reverse = false;
@@ -1429,6 +1479,8 @@ static void h_get_more(cmd_ctx *x)
 
 bool cmd_parked_try(sim_server *srv, sim_conn *c, bool timeout)
 {
+    if (srv->is_router)
+        return cl_stream_parked_try(srv->cluster, c, timeout); /* the router parks only change-stream getMores */
     if (c->park_kind == SIM_PARK_WRITE)
         return wc_parked_try(srv, c, timeout);
     if (c->park_kind == SIM_PARK_CHANGESTREAM)
@@ -2259,6 +2311,7 @@ static void h_rollback(cmd_ctx *x)
     if (srv->maj_store) {
         store_free(srv->store);
         srv->store = srv->maj_store;
+        store_set_image_hook(srv->store, images_pending, srv->images);
         srv->maj_store = NULL;
     }
     srv->maj_frozen = false;
@@ -2433,6 +2486,8 @@ static const cmd_entry COMMANDS[] = {
     {"delete", h_delete},
     {"create", h_create},
     {"drop", h_drop},
+    {"collMod", h_collmod},
+    {"modifyChangeStreams", h_modify_change_streams},
     {"renameCollection", h_rename},
     {"dropDatabase", h_drop_database},
     {"find", h_find},

@@ -125,6 +125,7 @@ typedef struct {
     bool has_size, has_max;
     int64_t size, max;
     bool has_validator, has_level, has_action, has_clustered, has_expire, has_view_on, has_pipeline, has_ts;
+    bool images; /* changeStreamPreAndPostImages: {enabled: true} */
     bson_iter_t validator, level, action, clustered, expire, view_on, pipeline, ts;
     char first_other[64];    /* the first option a time-series collection does not take */
     char first_non_view[64]; /* the first option other than viewOn and pipeline */
@@ -138,19 +139,56 @@ static bool enum_ok(const char *v, const char *const *allowed)
     return false;
 }
 
+/* changeStreamPreAndPostImages (catalog/collection_options.idl, ChangeStreamPreAndPostImagesOptions): an object
+ * {enabled: bool}, the field required (IDL error 40414), no other field (40415). Shown by listCollections only when
+ * enabled (CollectionOptions::appendBSON appends it when getEnabled()); its place among the options, after
+ * validationAction and before clusteredIndex, is inferred. */
+bool ddl_images_option(const bson_iter_t *it, bool *enabled, bson_error_t *err)
+{
+    if (!BSON_ITER_HOLDS_DOCUMENT(it))
+        return wrong_type(err, "changeStreamPreAndPostImages", it, "object");
+    bson_t d;
+    bson_iter_t f;
+    iter_doc(it, &d);
+    bool has = false;
+    bson_iter_init(&f, &d);
+    while (bson_iter_next(&f)) {
+        if (strcmp(bson_iter_key(&f), "enabled") != 0)
+            return fail(err, 40415, "BSON field 'changeStreamPreAndPostImages.%s' is an unknown field.",
+                        bson_iter_key(&f));
+        if (!BSON_ITER_HOLDS_BOOL(&f))
+            return wrong_type(err, "changeStreamPreAndPostImages.enabled", &f, "bool");
+        has = true;
+        *enabled = bson_iter_bool(&f);
+    }
+    if (!has)
+        return fail(err, 40414, "BSON field 'changeStreamPreAndPostImages.enabled' is missing but a required field");
+    return true;
+}
+
+void ddl_append_images(bson_t *options, bool enabled)
+{
+    bson_t d;
+    BSON_APPEND_DOCUMENT_BEGIN(options, "changeStreamPreAndPostImages", &d);
+    BSON_APPEND_BOOL(&d, "enabled", enabled);
+    bson_append_document_end(options, &d);
+}
+
+bool ddl_images_enabled(const bson_t *options)
+{
+    bson_iter_t it;
+    return options && bson_iter_init(&it, options) &&
+           bson_iter_find_descendant(&it, "changeStreamPreAndPostImages.enabled", &it) && BSON_ITER_HOLDS_BOOL(&it) &&
+           bson_iter_bool(&it);
+}
+
 static bool collect(const bson_t *cmd, found_opts *f, bson_error_t *err)
 {
-    static const char *const unsupported[] = {"autoIndexId",
-                                              "idIndex",
-                                              "storageEngine",
-                                              "indexOptionDefaults",
-                                              "collation",
-                                              "changeStreamPreAndPostImages",
-                                              "recordPreImages",
-                                              "temp",
-                                              "encryptedFields",
-                                              "flags",
-                                              NULL};
+    static const char *const unsupported[] = {"autoIndexId",   "idIndex",
+                                              "storageEngine", "indexOptionDefaults",
+                                              "collation",     "recordPreImages",
+                                              "temp",          "encryptedFields",
+                                              "flags",         NULL};
     static const char *const levels[] = {"off", "strict", "moderate", NULL};
     static const char *const actions[] = {"error", "warn", NULL};
     bson_iter_t it;
@@ -234,6 +272,9 @@ static bool collect(const bson_t *cmd, found_opts *f, bson_error_t *err)
             }
             f->has_pipeline = true;
             f->pipeline = it;
+        } else if (strcmp(k, "changeStreamPreAndPostImages") == 0) {
+            if (!ddl_images_option(&it, &f->images, err))
+                return false;
         } else if (strcmp(k, "timeseries") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
                 return wrong_type(err, path, &it, "object");
@@ -646,6 +687,8 @@ bool ddl_parse_create(const bson_t *cmd, const char *db, const char *coll, ddl_c
         BSON_APPEND_UTF8(&out->options, "validationLevel", bson_iter_utf8(&f.level, NULL));
     if (f.has_action)
         BSON_APPEND_UTF8(&out->options, "validationAction", bson_iter_utf8(&f.action, NULL));
+    if (f.images)
+        ddl_append_images(&out->options, true);
     if (f.has_clustered)
         BSON_APPEND_DOCUMENT(&out->options, "clusteredIndex", &cspec);
     if (f.has_expire)

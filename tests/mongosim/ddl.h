@@ -48,4 +48,10 @@ bool ddl_bucket(const bson_t *timeseries, const bson_t *measurement, bson_t *buc
 /* The `timeseries` sub-document of a buckets collection's options; false when there is none. */
 bool ddl_timeseries_of(const bson_t *options, bson_t *timeseries);
 
+/* changeStreamPreAndPostImages: parse the option's value {enabled: bool} (false and err on a bad one), append it to
+ * a collection's options, and whether a collection's options have it enabled. */
+bool ddl_images_option(const bson_iter_t *it, bool *enabled, bson_error_t *err);
+void ddl_append_images(bson_t *options, bool enabled);
+bool ddl_images_enabled(const bson_t *options);
+
 #endif

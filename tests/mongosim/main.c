@@ -14,6 +14,7 @@
 #include <ev.h>
 
 #include "cluster.h"
+#include "flavor.h"
 #include "server.h"
 
 static void usage(FILE *out)
@@ -39,6 +40,8 @@ static void usage(FILE *out)
             "                           logged on stderr when --oplog-read-delay is set)\n"
             "  --refuse-stage NAME      answer an aggregate naming this stage with 40324 Unrecognized pipeline stage\n"
             "                           name, as a server without it does ($changeStreamSplitLargeEvent before 6.0.9)\n"
+            "  --flavor NAME            mongodb (default), atlas-shared, documentdb or cosmos: a server that differs\n"
+            "                           (README \"Flavors\")\n"
             "  --verbose                log connections and commands to stderr\n");
 }
 
@@ -63,6 +66,7 @@ int main(int argc, char **argv)
         {"oplog-read-delay", required_argument, NULL, 'R'},
         {"seed", required_argument, NULL, 'e'},
         {"refuse-stage", required_argument, NULL, 'X'},
+        {"flavor", required_argument, NULL, 'F'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -116,6 +120,13 @@ int main(int argc, char **argv)
             break;
         case 'o':
             opts.oplog_file = optarg;
+            break;
+        case 'F':
+            if (!flavor_parse(optarg, &opts.flavor)) {
+                fprintf(stderr, "mongosim: --flavor must be mongodb, atlas-shared, documentdb or cosmos, not '%s'\n",
+                        optarg);
+                return 2;
+            }
             break;
         case 'd':
             opts.data_dir = optarg;
@@ -178,6 +189,10 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     bson_error_t err;
     struct ev_loop *loop = ev_default_loop(0);
+    if (shards > 0 && opts.flavor != SIM_FLAVOR_MONGODB) {
+        fprintf(stderr, "mongosim: --flavor is for a replica set; it cannot be combined with --shards\n");
+        return 2;
+    }
     if (shards > 0) {
         sim_cluster *cl = sim_cluster_new(&opts, (size_t)shards, orphan_delay, loop, &err);
         if (!cl) {

@@ -11,6 +11,8 @@
  * commit point from the same watcher, which mongosimMajority re-arms. Connections
  * are only freed from top-level callbacks (conn_service), never while a handler further up the stack uses them.
  */
+#include "flavor.h"
+#include "images.h"
 #include "projection.h"
 #include "sim_internal.h"
 #include "txn.h"
@@ -258,10 +260,20 @@ uint64_t sim_next_ts(sim_server *srv)
     return ts;
 }
 
+/* A write's pre- and post-images get their key (images.c) when its entry is logged; the oplog's capping removes the
+ * images of the entries it drops. */
+static void entry_images(sim_server *srv, const bson_t *entry, uint64_t ts)
+{
+    images_on_entry(srv->images, entry, ts);
+    if (oplog_count(srv->oplog))
+        images_expire(srv->images, oplog_entry_ts(srv->oplog, oplog_first_seq(srv->oplog)));
+}
+
 bool sim_append_entry(sim_server *srv, const bson_t *entry, uint64_t ts, bson_error_t *err)
 {
     if (!oplog_append(srv->oplog, bson_get_data(entry), entry->len, ts, err))
         return false;
+    entry_images(srv, entry, ts);
     if (srv->clock && ts > *srv->clock)
         *srv->clock = ts;
     oplog_cap(srv->oplog, srv->opts.max_oplog_entries);
@@ -274,6 +286,7 @@ bool sim_append_body(sim_server *srv, const bson_t *body, bson_error_t *err)
     if (!oplog_append_stamped(srv->oplog, bson_get_data(body), body->len, ts, srv->term, sim_now_ms(), true, true, true,
                               err))
         return false;
+    entry_images(srv, body, ts);
     oplog_cap(srv->oplog, srv->opts.max_oplog_entries);
     return true;
 }
@@ -700,7 +713,8 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
     sim_server *srv = w->data;
-    uint64_t end = oplog_end_seq(srv->oplog);
+    /* the router's parked change-stream getMores wait on the shards' oplogs */
+    uint64_t end = srv->is_router ? cl_stream_wake_gen(srv->cluster) : oplog_end_seq(srv->oplog);
     if (end == srv->woken_end)
         return;
     srv->woken_end = end;
@@ -854,6 +868,8 @@ sim_server *sim_server_new(const sim_options *opts, struct ev_loop *loop, bson_e
     srv->rng = opts->seed;
     srv->store = store_new(opts->format);
     srv->oplog = oplog_new();
+    srv->images = images_new();
+    store_set_image_hook(srv->store, images_pending, srv->images);
     if (!srv->store || !srv->oplog) {
         bson_set_error(err, 0, 1, "out of memory creating the store or the oplog");
         goto fail;
@@ -984,6 +1000,8 @@ void sim_server_free(sim_server *srv)
         close(srv->lfd);
     store_free(srv->store);
     store_free(srv->maj_store);
+    images_free(srv->images);
+    flavor_free(srv);
     if (srv->before_cmd != NULL)
         bson_destroy(srv->before_cmd);
     oplog_free(srv->oplog);

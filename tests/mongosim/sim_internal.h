@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "changestream.h"
 #include "oplog.h"
 #include "server.h"
 #include "store.h"
@@ -120,6 +121,10 @@ struct sim_server {
     int malform_batch;            /* mongosimMalformBatch: 0 off, 1 a non-document element, 2 a corrupt one */
     bool malform_lookup;          /* ... in the next batch of a find with a projection, before its first entry */
     struct cs_cursor *cs_cursors; /* open change streams (changestream.c) */
+    struct sim_images *images;    /* pre- and post-images (images.c) */
+    /* --flavor documentdb: the namespaces modifyChangeStreams enabled, each "db\0coll\0" ("" for all) */
+    char **cs_enabled;
+    size_t n_cs_enabled;
 };
 
 /* One reply under construction: a header is written into conn->out by reply_begin, the body document follows,
@@ -186,8 +191,29 @@ void cs_cmd_get_more(sim_server *srv, sim_reply *r, const bson_t *cmd, int64_t i
 bool cs_parked_try(sim_server *srv, sim_conn *c, bool timeout);
 bool cs_kill(sim_server *srv, int64_t id);
 void cs_cursors_free(sim_server *srv);
+/* What a change stream on srv may read now (its oplog, the majority store, the visible end). */
+void cs_env_of(sim_server *srv, cs_env *env);
+/* An error reply with the server's change-stream error labels. */
+void cs_reply_error(sim_reply *r, const cs_error *err);
 
 /* cluster.c: the router's commands (srv->is_router). */
 void cluster_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *db);
+/* The shards of config.shards (removed ones included: their part still serves), each shard's server and the
+ * cluster time it was added at (its topologyTime), and the cluster clock (the newest ts any shard stamped). */
+size_t cluster_shard_count(const struct sim_cluster *cl);
+sim_server *cluster_shard_server(const struct sim_cluster *cl, size_t i);
+uint64_t cluster_shard_added(const struct sim_cluster *cl, size_t i);
+uint64_t cluster_clock(const struct sim_cluster *cl);
+struct cl_stream **cluster_streams(struct sim_cluster *cl);
+
+/* cluster_stream.c: change streams through the router, merged from a stream on every shard. */
+void cl_stream_aggregate(struct sim_cluster *cl, sim_reply *r, const bson_t *cmd, const char *db);
+/* False when id is not one of the router's change-stream cursors. */
+bool cl_stream_get_more(struct sim_cluster *cl, sim_reply *r, const bson_t *cmd, int64_t id);
+bool cl_stream_kill(struct sim_cluster *cl, int64_t id);
+bool cl_stream_parked_try(struct sim_cluster *cl, sim_conn *c, bool timeout);
+/* Grows whenever any shard's oplog grows: the router's parked getMores are offered events then. */
+uint64_t cl_stream_wake_gen(struct sim_cluster *cl);
+void cl_stream_free_all(struct sim_cluster *cl);
 
 #endif

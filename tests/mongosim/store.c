@@ -73,7 +73,16 @@ struct sim_store {
     store_uuid_fn uuid_fn;
     store_doc_key_fn key_fn;
     void *hook_ctx;
+    /* changeStreamPreAndPostImages (store_set_image_hook); NULL: nothing kept */
+    store_image_fn image_fn;
+    void *image_ctx;
 };
+
+void store_set_image_hook(sim_store *store, store_image_fn fn, void *ctx)
+{
+    store->image_fn = fn;
+    store->image_ctx = ctx;
+}
 
 void store_set_shard_hooks(sim_store *store, store_uuid_fn uuid_fn, store_doc_key_fn key_fn, void *ctx)
 {
@@ -507,6 +516,29 @@ static void emit_doc_op(store_emit_fn emit, void *ctx, const char *op, const cha
     bson_free(ns);
 }
 
+/* An update or delete of a collection with changeStreamPreAndPostImages enabled: the body and its images go to the
+ * image hook first (the server writes the pre-image in the same storage transaction as the oplog entry:
+ * ChangeStreamPreImagesCollectionManager::insertPreImage from OpObserverImpl::onUpdate / onDelete), then the body
+ * to emit. Writes replayed without emit (a transaction's undo) keep nothing. */
+static void emit_doc_op_images(sim_store *store, store_emit_fn emit, void *ctx, const char *op, const char *db,
+                               const scoll *c, const bson_t *o, const bson_t *o2, const bson_t *pre, const bson_t *post)
+{
+    if (emit && store->image_fn && ddl_images_enabled(c->options)) {
+        bson_t body = BSON_INITIALIZER;
+        char *ns = bson_strdup_printf("%s.%s", db, c->name);
+        BSON_APPEND_UTF8(&body, "op", op);
+        BSON_APPEND_UTF8(&body, "ns", ns);
+        BSON_APPEND_BINARY(&body, "ui", BSON_SUBTYPE_UUID, c->uuid, 16);
+        BSON_APPEND_DOCUMENT(&body, "o", o);
+        if (o2)
+            BSON_APPEND_DOCUMENT(&body, "o2", o2);
+        store->image_fn(store->image_ctx, &body, pre, post);
+        bson_destroy(&body);
+        bson_free(ns);
+    }
+    emit_doc_op(emit, ctx, op, db, c, o, o2);
+}
+
 static void id_doc(const bson_iter_t *id, bson_t *out)
 {
     bson_init(out);
@@ -800,7 +832,7 @@ bool store_update(sim_store *store, const char *db, const char *coll, const bson
         if (!changed)
             return true;
         res->modified = 1;
-        bson_destroy(nd->doc);
+        bson_t *pre = nd->doc;
         nd->doc = bson_copy(&new_doc);
         bson_destroy(&new_doc);
         bson_iter_t nid;
@@ -808,7 +840,8 @@ bool store_update(sim_store *store, const char *db, const char *coll, const bson
             nd->id_off = bson_iter_offset(&nid);
         bson_t o2;
         doc_key(store, db, c, nd->doc, &nid, &o2);
-        emit_doc_op(emit, ctx, "u", db, c, &o, &o2);
+        emit_doc_op_images(store, emit, ctx, "u", db, c, &o, &o2, pre, nd->doc);
+        bson_destroy(pre);
         bson_destroy(&o2);
         bson_destroy(&o);
         if (res == &local)
@@ -860,7 +893,7 @@ static void delete_node(sim_store *store, const char *db, scoll *c, tnode *nd, s
     c->count--;
     bson_t o;
     doc_key(store, db, c, hit->doc, &key, &o);
-    emit_doc_op(emit, ctx, "d", db, c, &o, NULL);
+    emit_doc_op_images(store, emit, ctx, "d", db, c, &o, NULL, hit->doc, NULL);
     bson_destroy(&o);
     bson_destroy(hit->doc);
     free(hit);
@@ -969,6 +1002,42 @@ bool store_create_cmd(sim_store *store, const char *db, const char *coll, const 
 out:
     ddl_create_clear(&d);
     return ok;
+}
+
+bool store_coll_mod_images(sim_store *store, const char *db, const char *coll, bool enabled, store_emit_fn emit,
+                           void *ctx, bson_error_t *err)
+{
+    if (!check_ns(db, coll, err))
+        return false;
+    scoll *c = coll_get(store, db, coll);
+    if (!c) {
+        /* coll_mod.cpp: the namespace must be a collection or a view */
+        bson_set_error(err, 0, 26, "ns does not exist: %s.%s", db, coll);
+        return false;
+    }
+    /* coll_mod.cpp, _collModInternal: the entry is {collMod: coll, <the changed options>}, o2
+     * {collectionOptions_old: <the options before, with the uuid>} (OpObserverImpl::onCollMod). */
+    bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER, old;
+    BSON_APPEND_UTF8(&o, "collMod", c->name);
+    ddl_append_images(&o, enabled);
+    BSON_APPEND_DOCUMENT_BEGIN(&o2, "collectionOptions_old", &old);
+    BSON_APPEND_BINARY(&old, "uuid", BSON_SUBTYPE_UUID, c->uuid, 16);
+    if (c->options)
+        bson_concat(&old, c->options);
+    bson_append_document_end(&o2, &old);
+    /* the new options: the old ones without the images option, with it appended when enabled */
+    bson_t *next = bson_new();
+    if (c->options)
+        bson_copy_to_excluding_noinit(c->options, next, "changeStreamPreAndPostImages", NULL);
+    if (enabled)
+        ddl_append_images(next, true);
+    if (c->options)
+        bson_destroy(c->options);
+    c->options = next;
+    emit_cmd(emit, ctx, db, c->uuid, &o, &o2);
+    bson_destroy(&o);
+    bson_destroy(&o2);
+    return true;
 }
 
 bool store_drop(sim_store *store, const char *db, const char *coll, bool *existed, store_emit_fn emit, void *ctx,

@@ -28,6 +28,14 @@ typedef enum {
     SIM_FORMAT_44, /* MongoDB 4.4: updates as {$v: 1, $set: ..., $unset: ...} */
 } sim_oplog_format;
 
+/* Which server mongosim plays (--flavor; flavor.c): MongoDB itself, or one that differs. */
+typedef enum {
+    SIM_FLAVOR_MONGODB,
+    SIM_FLAVOR_ATLAS_SHARED, /* Atlas M0 / Flex: local.oplog.rs only with an equality on ns */
+    SIM_FLAVOR_DOCUMENTDB,   /* Amazon DocumentDB */
+    SIM_FLAVOR_COSMOS,       /* Azure Cosmos DB for MongoDB (RU) */
+} sim_flavor;
+
 /* Receives one oplog entry body (op, ns, ui, o[, o2]); the callee copies what it keeps. */
 typedef void (*store_emit_fn)(void *ctx, const bson_t *body);
 
@@ -91,6 +99,15 @@ typedef enum {
     STORE_NS_TIMESERIES,
 } store_ns_kind;
 store_ns_kind store_ns_kind_of(const sim_store *store, const char *db, const char *coll);
+/* collMod {changeStreamPreAndPostImages: {enabled}}: sets or clears the option and logs the collMod entry. 26 when
+ * db.coll is not a collection. */
+bool store_coll_mod_images(sim_store *store, const char *db, const char *coll, bool enabled, store_emit_fn emit,
+                           void *ctx, bson_error_t *err);
+/* Receives, for each update (replace included) and delete of a collection with changeStreamPreAndPostImages
+ * enabled, the entry body just before emit gets it, the document before the write and after it (NULL for a
+ * delete). The callee copies what it keeps. */
+typedef void (*store_image_fn)(void *ctx, const bson_t *body, const bson_t *pre, const bson_t *post);
+void store_set_image_hook(sim_store *store, store_image_fn fn, void *ctx);
 bool store_drop(sim_store *store, const char *db, const char *coll, bool *existed, store_emit_fn emit, void *ctx,
                 bson_error_t *err);
 bool store_rename(sim_store *store, const char *from_db, const char *from_coll, const char *to_db, const char *to_coll,

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "../mongosim/changestream.h"
+#include "../mongosim/ddl.h"
+#include "../mongosim/images.h"
 #include "../mongosim/oplog.h"
 #include "../mongosim/store.h"
 
@@ -109,7 +111,7 @@ static uint64_t put_insert(fixture *f, const char *ns, int id, int x)
 
 static cs_env env_of(fixture *f)
 {
-    cs_env e = {f->log, f->store, oplog_end_seq(f->log)};
+    cs_env e = {f->log, f->store, oplog_end_seq(f->log), NULL, NULL};
     return e;
 }
 
@@ -1096,6 +1098,208 @@ START_TEST(test_full_document_options)
 }
 END_TEST
 
+/* ---- pre- and post-images (changeStreamPreAndPostImages) ---- */
+
+typedef struct {
+    fixture *f;
+    sim_images *im;
+    bson_t *collected[8]; /* a transaction's bodies, logged in one applyOps; NULL: each logged at once */
+    size_t n;
+    bool txn;
+} img_log;
+
+/* The store's emit: logs the body as its own entry (or collects it for an applyOps), giving its images their key. */
+static void img_emit(void *ctx, const bson_t *body)
+{
+    img_log *l = ctx;
+    if (l->txn) {
+        ck_assert_uint_lt(l->n, 8);
+        l->collected[l->n++] = bson_copy(body);
+        return;
+    }
+    uint64_t ts = OPLOG_TS(l->f->secs, l->f->inc + 1);
+    bson_t *e = bson_copy(body);
+    BSON_APPEND_TIMESTAMP(e, "ts", OPLOG_TS_SECS(ts), OPLOG_TS_INC(ts));
+    images_on_entry(l->im, e, ts);
+    bson_destroy(e);
+    put(l->f, bson_copy(body));
+}
+
+static void img_commit(img_log *l)
+{
+    bson_t body = BSON_INITIALIZER, o, arr;
+    BSON_APPEND_UTF8(&body, "op", "c");
+    BSON_APPEND_UTF8(&body, "ns", "admin.$cmd");
+    BSON_APPEND_DOCUMENT_BEGIN(&body, "o", &o);
+    BSON_APPEND_ARRAY_BEGIN(&o, "applyOps", &arr);
+    for (size_t i = 0; i < l->n; i++) {
+        char k[8];
+        snprintf(k, sizeof k, "%zu", i);
+        BSON_APPEND_DOCUMENT(&arr, k, l->collected[i]);
+        bson_destroy(l->collected[i]);
+    }
+    bson_append_array_end(&o, &arr);
+    bson_append_document_end(&body, &o);
+    uint64_t ts = OPLOG_TS(l->f->secs, l->f->inc + 1);
+    images_on_entry(l->im, &body, ts);
+    put(l->f, bson_copy(&body));
+    bson_destroy(&body);
+    l->n = 0;
+    l->txn = false;
+}
+
+static bool null_at(const bson_t *doc, const char *path)
+{
+    bson_iter_t it, f;
+    return bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, path, &f) && BSON_ITER_HOLDS_NULL(&f);
+}
+
+static void ns_images(void *ctx, const store_ns_info *ns)
+{
+    if (ddl_images_enabled(ns->options)) {
+        strcat(ctx, ns->name);
+        strcat(ctx, " ");
+    }
+}
+
+START_TEST(test_pre_post_images)
+{
+    fixture f;
+    fx_init(&f);
+    img_log l = {.f = &f, .im = images_new()};
+    store_set_image_hook(f.store, images_pending, l.im);
+    bson_error_t e;
+    /* db.c with images from its create, db.plain without, db.later with them from a collMod */
+    bson_t *cmd = BCON_NEW("create", "c", "changeStreamPreAndPostImages", "{", "enabled", BCON_BOOL(true), "}");
+    ck_assert_msg(store_create_cmd(f.store, "db", "c", cmd, img_emit, &l, &e), "%s", e.message);
+    bson_destroy(cmd);
+    /* the option's value is checked as the server's IDL checks it */
+    cmd = BCON_NEW("create", "bad", "changeStreamPreAndPostImages", "{", "on", BCON_BOOL(true), "}");
+    ck_assert(!store_create_cmd(f.store, "db", "bad", cmd, img_emit, &l, &e));
+    ck_assert_int_eq(e.code, 40415);
+    bson_destroy(cmd);
+    uint64_t start = OPLOG_TS(f.secs, f.inc + 1);
+    const char *colls[] = {"c", "plain", "later"};
+    for (int i = 0; i < 3; i++) {
+        bson_t *d = BCON_NEW("_id", BCON_INT32(1), "x", BCON_INT32(1));
+        ck_assert(store_insert(f.store, "db", colls[i], d, img_emit, &l, &e));
+        bson_destroy(d);
+    }
+    ck_assert(store_coll_mod_images(f.store, "db", "later", true, img_emit, &l, &e));
+    bson_t *q = BCON_NEW("_id", BCON_INT32(1));
+    bson_t *set2 = BCON_NEW("$set", "{", "x", BCON_INT32(2), "}");
+    for (int i = 0; i < 3; i++)
+        ck_assert(store_update(f.store, "db", colls[i], q, set2, false, NULL, img_emit, &l, &e));
+    /* a replace, then a transaction of two updates of the same document, then a delete */
+    bson_t *repl = BCON_NEW("_id", BCON_INT32(1), "y", BCON_INT32(3));
+    ck_assert(store_update(f.store, "db", "c", q, repl, false, NULL, img_emit, &l, &e));
+    l.txn = true;
+    bson_t *set4 = BCON_NEW("$set", "{", "y", BCON_INT32(4), "}");
+    bson_t *set5 = BCON_NEW("$set", "{", "y", BCON_INT32(5), "}");
+    ck_assert(store_update(f.store, "db", "c", q, set4, false, NULL, img_emit, &l, &e));
+    ck_assert(store_update(f.store, "db", "c", q, set5, false, NULL, img_emit, &l, &e));
+    img_commit(&l);
+    /* the same body as the first update ({$set: {y: 4}}) again, logged alone: its own images, not the txn's */
+    ck_assert(store_update(f.store, "db", "c", q, set4, false, NULL, img_emit, &l, &e));
+    int64_t n;
+    ck_assert(store_delete(f.store, "db", "c", q, 1, &n, img_emit, &l, &e));
+    ck_assert_int_eq(n, 1);
+    /* listCollections shows the option on db.c and db.later */
+    char shown[64] = "";
+    store_list_namespaces(f.store, "db", ns_images, shown);
+    ck_assert_str_eq(shown, "c later ");
+
+    cs_env env = env_of(&f);
+    env.images = l.im;
+    cs_error err;
+    cs_stream *s =
+        cs_open(&env, "db", NULL,
+                pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(OPLOG_TS_SECS(start), OPLOG_TS_INC(start)),
+                                 "fullDocument", "whenAvailable", "fullDocumentBeforeChange", "whenAvailable")),
+                &err);
+    ck_assert_msg(s, "%s", err.msg);
+    bson_t events = BSON_INITIALIZER, pbrt = BSON_INITIALIZER;
+    bool closed;
+    ck_assert_msg(cs_next_batch(s, &env, -1, &events, &pbrt, &closed, &err), "%s", err.msg);
+    bson_t ev[16];
+    size_t ne = 0;
+    bson_iter_t it;
+    bson_iter_init(&it, &events);
+    while (bson_iter_next(&it) && ne < 16) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&ev[ne++], data, len);
+    }
+    /* 3 inserts, 3 updates, replace, 2 txn updates, update, delete (the collMod is no event without
+     * showExpandedEvents) */
+    ck_assert_uint_eq(ne, 11);
+    /* db.c's update: pre {x:1}, post {x:2} */
+    ck_assert_str_eq(str_at(&ev[3], "operationType"), "update");
+    ck_assert_str_eq(str_at(&ev[3], "ns.coll"), "c");
+    ck_assert_int_eq(int_at(&ev[3], "fullDocumentBeforeChange.x"), 1);
+    ck_assert_int_eq(int_at(&ev[3], "fullDocument.x"), 2);
+    /* db.plain: no images, whenAvailable gives null */
+    ck_assert_str_eq(str_at(&ev[4], "ns.coll"), "plain");
+    ck_assert(null_at(&ev[4], "fullDocument") && null_at(&ev[4], "fullDocumentBeforeChange"));
+    /* db.later: images since the collMod */
+    ck_assert_str_eq(str_at(&ev[5], "ns.coll"), "later");
+    ck_assert_int_eq(int_at(&ev[5], "fullDocumentBeforeChange.x"), 1);
+    ck_assert_int_eq(int_at(&ev[5], "fullDocument.x"), 2);
+    /* the replace: its fullDocument is the replacement, its pre-image the document before */
+    ck_assert_str_eq(str_at(&ev[6], "operationType"), "replace");
+    ck_assert_int_eq(int_at(&ev[6], "fullDocumentBeforeChange.x"), 2);
+    ck_assert_int_eq(int_at(&ev[6], "fullDocument.y"), 3);
+    /* the transaction: each write its own images (post-image as right after that write, not the commit's state) */
+    ck_assert_int_eq(int_at(&ev[7], "fullDocumentBeforeChange.y"), 3);
+    ck_assert_int_eq(int_at(&ev[7], "fullDocument.y"), 4);
+    ck_assert_int_eq(int_at(&ev[8], "fullDocumentBeforeChange.y"), 4);
+    ck_assert_int_eq(int_at(&ev[8], "fullDocument.y"), 5);
+    /* the same body logged alone later */
+    ck_assert_int_eq(int_at(&ev[9], "fullDocumentBeforeChange.y"), 5);
+    ck_assert_int_eq(int_at(&ev[9], "fullDocument.y"), 4);
+    /* the delete: the pre-image */
+    ck_assert_str_eq(str_at(&ev[10], "operationType"), "delete");
+    ck_assert_int_eq(int_at(&ev[10], "fullDocumentBeforeChange.y"), 4);
+    ck_assert(!has(&ev[10], "fullDocument"));
+    bson_destroy(&events);
+    bson_destroy(&pbrt);
+    cs_close(s);
+    /* required: served where images were kept, NoMatchingDocument (47) at db.plain's update */
+    s = cs_open(&env, "db", "c",
+                pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(OPLOG_TS_SECS(start), OPLOG_TS_INC(start)),
+                                 "fullDocument", "required", "fullDocumentBeforeChange", "required")),
+                &err);
+    ck_assert(s);
+    bson_init(&events);
+    bson_init(&pbrt);
+    ck_assert_msg(cs_next_batch(s, &env, -1, &events, &pbrt, &closed, &err), "%s", err.msg);
+    ck_assert_uint_eq(bson_count_keys(&events), 7);
+    bson_destroy(&events);
+    bson_destroy(&pbrt);
+    cs_close(s);
+    s = cs_open(&env, "db", "plain",
+                pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(OPLOG_TS_SECS(start), OPLOG_TS_INC(start)),
+                                 "fullDocument", "required")),
+                &err);
+    ck_assert(s);
+    bson_init(&events);
+    bson_init(&pbrt);
+    ck_assert(!cs_next_batch(s, &env, -1, &events, &pbrt, &closed, &err));
+    ck_assert_int_eq(err.code, 47);
+    bson_destroy(&events);
+    bson_destroy(&pbrt);
+    cs_close(s);
+    bson_destroy(q);
+    bson_destroy(set2);
+    bson_destroy(repl);
+    bson_destroy(set4);
+    bson_destroy(set5);
+    images_free(l.im);
+    fx_free(&f);
+}
+END_TEST
+
 /* ---- 16 MB ---- */
 
 START_TEST(test_large_event_split)
@@ -1212,6 +1416,7 @@ Suite *mongosim_changestream_suite(void)
     tcase_add_test(tc, test_drop_invalidates);
     tcase_add_test(tc, test_view_events);
     tcase_add_test(tc, test_full_document_options);
+    tcase_add_test(tc, test_pre_post_images);
     tcase_add_test(tc, test_large_event_split);
     suite_add_tcase(s, tc);
     return s;

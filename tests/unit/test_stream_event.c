@@ -359,6 +359,15 @@ START_TEST(test_event_refused)
                      STREAM_EV_MALFORMED);
     ck_assert_msg(strstr(err, "fullDocument") && strstr(err, "\"_id\" : 1"), "%s", err);
     bson_destroy(&out);
+    /* An event as Azure Cosmos DB for MongoDB RU sends it (no operationType, no updateDescription): refused, naming
+     * that server and its missing deletes, never guessed into an upsert. */
+    ck_assert_int_eq(convert("{\"_id\": {\"_data\": \"gmsTk4kAAAAG\"}, \"fullDocument\": {\"_id\": 1, \"x\": 2}, "
+                             "\"ns\": {\"db\": \"shop\", \"coll\": \"c\"}, \"documentKey\": {\"_id\": 1}}",
+                             err, sizeof err, &out),
+                     STREAM_EV_MALFORMED);
+    ck_assert_msg(strstr(err, "no operationType") && strstr(err, "Cosmos DB") && strstr(err, "no delete events"), "%s",
+                  err);
+    bson_destroy(&out);
     /* Internal events that change nothing are noops, never refusals. */
     const char *quiet[] = {"endOfTransaction", "reshardBegin", "migrateChunkToNewShard", "reshardDoneCatchUp"};
     for (size_t i = 0; i < 4; i++) {
@@ -462,8 +471,22 @@ START_TEST(test_updesc_disambiguation)
                                    STREAM_EV_MALFORMED, err, sizeof err));
     ck_assert_ptr_null(updesc_diff("{\"updatedFields\": {\"a.0\": 1, \"a.b\": 2}, \"disambiguatedPaths\": {}}",
                                    STREAM_EV_MALFORMED, err, sizeof err));
-    ck_assert_ptr_null(updesc_diff("{\"removedFields\": [\"a.0\"], \"disambiguatedPaths\": {}}", STREAM_EV_MALFORMED,
-                                   err, sizeof err));
+    /* Array elements set past the end, beside a sub-document (vector ut-...NonContiguous-scalarNotArray). */
+    bson_t *arrset = updesc_diff("{\"updatedFields\": {\"arr.1\": 997, \"arr.2\": {\"newVal\": 998}, \"arr.5\": 999}, "
+                                 "\"removedFields\": [], \"truncatedArrays\": [], \"disambiguatedPaths\": {}}",
+                                 STREAM_EV_OK, err, sizeof err);
+    bson_destroy(arrset);
+    /* An array element among removedFields (a $v:1 $unset of it) becomes null, as the server's $unset makes it. */
+    bson_t *nulled =
+        updesc_diff("{\"removedFields\": [\"a.0\"], \"disambiguatedPaths\": {}}", STREAM_EV_OK, err, sizeof err);
+    bson_t *want_null = from_json("{\"$v\": 2, \"diff\": {\"sa\": {\"a\": true, \"u0\": null}}}");
+    char *got_json = bson_as_canonical_extended_json(nulled, NULL),
+         *want_json = bson_as_canonical_extended_json(want_null, NULL);
+    ck_assert_str_eq(got_json, want_json);
+    bson_free(got_json);
+    bson_free(want_json);
+    bson_destroy(nulled);
+    bson_destroy(want_null);
     ck_assert_ptr_null(
         updesc_diff("{\"updatedFields\": {}, \"removedFields\": []}", STREAM_EV_MALFORMED, err, sizeof err));
     ck_assert_ptr_null(updesc_diff("{\"updatedFields\": {\"a.b\": 1}, \"disambiguatedPaths\": {\"a.b\": [true]}}",

@@ -43,6 +43,10 @@ typedef struct stream_caps {
     stream_cap raw_updates;     /* showRawUpdateDescription */
     stream_cap split_events;    /* a trailing $changeStreamSplitLargeEvent */
     stream_cap images;          /* some collection has changeStreamPreAndPostImages enabled (why: the first found) */
+    /* Servers that are not MongoDB, told by their behaviour or the URI's host (the drivers' own check: a host ending
+     * in .cosmos.azure.com or .docdb.amazonaws.com; mongodb/specifications, "Detect Cosmos DB and DocumentDB"). */
+    bool documentdb; /* Amazon DocumentDB: change streams refused until modifyChangeStreams enables them */
+    bool cosmos;     /* Azure Cosmos DB for MongoDB (RU): no delete events; streams.yes is false, streams.why says */
     /* Where the stream stands now: the post-batch resume token's clusterTime, else the reply's operationTime. */
     bool have_time;
     op_pos time;
@@ -58,6 +62,10 @@ typedef enum stream_caps_status {
 
 /* Probes everything above on client (out is reset first; free with stream_caps_free, whatever the result). */
 stream_caps_status stream_caps_probe(mongoc_client_t *client, stream_caps *out, char *err, size_t errlen);
+/* The same, leaving out the pre- and post-images unless `images` (that one lists the collections of every database:
+ * `check` and `status` show it, the choice of a source at start needs none of it). */
+stream_caps_status stream_caps_probe_ex(mongoc_client_t *client, bool images, stream_caps *out, char *err,
+                                        size_t errlen);
 void stream_caps_free(stream_caps *c);
 
 /* Opens a cluster-wide change stream at startAtOperationTime `at` and kills it: STREAM_START_OK when the server

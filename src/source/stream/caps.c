@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "source/mongo_client.h"
 
@@ -353,6 +354,52 @@ static stream_caps_status probe_images(probe *p, stream_cap *c, char *err, size_
     return STREAM_CAPS_OK;
 }
 
+/* A host of the client's URI ends with suffix. */
+static bool host_ends_with(mongoc_client_t *client, const char *suffix)
+{
+    const mongoc_uri_t *uri = mongoc_client_get_uri(client);
+    size_t sl = strlen(suffix);
+    for (const mongoc_host_list_t *h = uri ? mongoc_uri_get_hosts(uri) : NULL; h != NULL; h = h->next) {
+        size_t hl = strlen(h->host);
+        if (hl >= sl && strcasecmp(h->host + hl - sl, suffix) == 0)
+            return true;
+    }
+    return false;
+}
+
+#define COSMOS_REFUSAL                                                                                                 \
+    "Azure Cosmos DB for MongoDB (RU) sends no delete events: a replica would keep every deleted document, so "        \
+    "oplog2pg refuses it (no delete reconciliation exists yet)"
+
+/* A refused cluster-wide stream (e holds the refusal): a server that is not MongoDB, saying what to do.
+ * - Amazon DocumentDB answers 136 "modifyChangeStreams has not been run for this collection/database/cluster" until
+ *   change streams are enabled (docs.aws.amazon.com/documentdb/latest/developerguide/change_streams.html; the reply
+ *   as users quote it).
+ * - Azure Cosmos DB for MongoDB (RU) requires fullDocument: "updateLookup" on every change stream
+ *   (learn.microsoft.com/azure/cosmos-db/mongodb/change-streams): a stream that opens only with it is that server. */
+static void server_kind(probe *p, stream_caps *out, const bson_error_t *e)
+{
+    if (strstr(e->message, "modifyChangeStreams") != NULL || host_ends_with(p->client, ".docdb.amazonaws.com") ||
+        host_ends_with(p->client, ".docdb-elastic.amazonaws.com")) {
+        out->documentdb = true;
+        snprintf(out->streams.why, sizeof out->streams.why,
+                 "change streams are not enabled: on Amazon DocumentDB, run {modifyChangeStreams: 1, database: \"\", "
+                 "collection: \"\", enable: true} on admin (oplog2pg reads one stream of the whole cluster) "
+                 "(server: code %u)",
+                 e->code);
+        return;
+    }
+    bson_t *x = BCON_NEW("fullDocument", BCON_UTF8("updateLookup")), reply;
+    bson_error_t e2;
+    open_result r = open_stream(p, x, false, 0, &reply, &e2);
+    bson_destroy(x);
+    bson_destroy(&reply);
+    if (r == OPEN_OK || host_ends_with(p->client, ".cosmos.azure.com")) {
+        out->cosmos = true;
+        set_why(&out->streams, "", COSMOS_REFUSAL);
+    }
+}
+
 static void not_tried(stream_cap *c, const char *why)
 {
     c->probed = false;
@@ -361,6 +408,12 @@ static void not_tried(stream_cap *c, const char *why)
 }
 
 stream_caps_status stream_caps_probe(mongoc_client_t *client, stream_caps *out, char *err, size_t errlen)
+{
+    return stream_caps_probe_ex(client, true, out, err, errlen);
+}
+
+stream_caps_status stream_caps_probe_ex(mongoc_client_t *client, bool images, stream_caps *out, char *err,
+                                        size_t errlen)
 {
     memset(out, 0, sizeof *out);
     probe p;
@@ -389,13 +442,26 @@ stream_caps_status stream_caps_probe(mongoc_client_t *client, stream_caps *out, 
     bson_destroy(&reply);
     if (!out->streams.yes) {
         set_why(&out->streams, "", e.message);
+        server_kind(&p, out, &e);
         const char *why = "no change stream opens";
         not_tried(&out->pbrt, why);
         not_tried(&out->start_after, why);
         not_tried(&out->expanded_events, why);
         not_tried(&out->raw_updates, why);
         not_tried(&out->split_events, why);
+    } else if (host_ends_with(client, ".cosmos.azure.com")) {
+        out->cosmos = true;
+        out->streams.yes = false;
+        set_why(&out->streams, "", COSMOS_REFUSAL);
+        const char *why = "no change stream oplog2pg can read";
+        not_tried(&out->pbrt, why);
+        not_tried(&out->start_after, why);
+        not_tried(&out->expanded_events, why);
+        not_tried(&out->raw_updates, why);
+        not_tried(&out->split_events, why);
     } else {
+        out->documentdb =
+            host_ends_with(client, ".docdb.amazonaws.com") || host_ends_with(client, ".docdb-elastic.amazonaws.com");
         if (out->token != NULL) {
             bson_t extra = BSON_INITIALIZER, tok;
             if (bson_init_static(&tok, out->token, out->token_len))
@@ -416,8 +482,10 @@ stream_caps_status stream_caps_probe(mongoc_client_t *client, stream_caps *out, 
         if (st == STREAM_CAPS_OK)
             st = probe_option(&p, &out->split_events, NULL, true, err, errlen);
     }
-    if (st == STREAM_CAPS_OK)
+    if (st == STREAM_CAPS_OK && images)
         st = probe_images(&p, &out->images, err, errlen);
+    else if (st == STREAM_CAPS_OK)
+        not_tried(&out->images, "not asked");
 done:
     probe_close(&p);
     return st;
@@ -564,11 +632,14 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
             done = true;
         } else if (!have_pbrt) {
             snprintf(err, errlen,
-                     "the server sends no post-batch resume token: how far the stream was read is not "
-                     "known");
+                     "the server sends no post-batch resume token (Amazon DocumentDB sends none), so how far the "
+                     "stream was read is not known: the initial copy cannot run here (docs/sources.md, \"Not yet\"; "
+                     "--skip-import starts without it)");
             ok = false;
             said = true;
-        } else if (op_pos_cmp(&pbrt, upto) > 0) {
+        } else if (op_pos_cmp(&pbrt, upto) > 0 || (round > 0 && op_pos_cmp(&pbrt, upto) == 0)) {
+            /* past upto; or at it once the scan has run (a getMore's high-water mark is an entry the scan passed,
+             * the aggregate's is only where the stream opens) */
             done = true;
         } else if (id == 0 || round == RENAME_GETMORES) {
             snprintf(err, errlen, "the change stream did not reach clusterTime %u:%u", upto->secs, upto->inc);

@@ -296,7 +296,10 @@ stream_ev_status stream_event_to_op(const bson_t *event, bson_t *out, char *err,
     read_fields(event, &f);
     const char *t = f.type;
     if (t[0] == '\0')
-        return fail(&f, STREAM_EV_MALFORMED, err, errlen, "no operationType");
+        return fail(&f, STREAM_EV_MALFORMED, err, errlen,
+                    "no operationType: Azure Cosmos DB for MongoDB (RU) sends such events, and no delete events at "
+                    "all, so a replica would keep every deleted document; oplog2pg does not read that server (a "
+                    "delete reconciliation is not implemented)");
     if (strcmp(t, "invalidate") == 0)
         return fail(&f, STREAM_EV_UNSUPPORTED, err, errlen,
                     "an invalidate ends a collection's or a database's stream, never the cluster's that oplog2pg "

@@ -121,6 +121,8 @@ struct stream_reader {
     op_pos pos;   /* the last position pushed (or cfg.start) */
     bool at_time; /* the next aggregate starts at startAtOperationTime = time (after a 280) */
     op_pos time;
+    bool have_opened_at; /* the stream was opened at startAtOperationTime = opened_at */
+    op_pos opened_at;
     stream_group group; /* the events of one clusterTime not handed on yet */
     bool parts_pushed;  /* parts of the open group were handed on (op_entry.more): a fault must end the session */
     stream_frag frag;   /* the fragments of a split event */
@@ -471,12 +473,18 @@ static step push_group(stream_reader *r, bool last)
 /* A noop entry for a post-batch resume token past the last entry pushed. */
 static step push_mark(stream_reader *r, const uint8_t *pbrt, uint32_t len, const stream_token *t)
 {
+    /* A high-water mark at T once the scan has passed T says every event up to T came (the server moves it to an
+     * entry's ts only past that entry's events: plan_executor_pipeline.cpp), so the position is T. The mark of a
+     * stream just opened (at startAtOperationTime, or after a token) is where it opened, whose events may still
+     * come: the position is then the tick before (the token, committed with it, resumes at T either way). */
     op_pos at = {.secs = t->secs, .inc = t->inc, .term = -1};
-    if (at.inc > 0) {
-        at.inc--;
-    } else if (at.secs > 0) {
-        at.secs--;
-        at.inc = UINT32_MAX;
+    if (r->have_opened_at && op_pos_cmp(&at, &r->opened_at) <= 0) {
+        if (at.inc > 0) {
+            at.inc--;
+        } else if (at.secs > 0) {
+            at.secs--;
+            at.inc = UINT32_MAX;
+        }
     }
     if (op_pos_cmp(&at, &r->pos) <= 0)
         return STEP_OK;
@@ -715,6 +723,8 @@ static bool build_aggregate(stream_reader *r, bson_t *cmd)
             }
         }
         ok = BSON_APPEND_TIMESTAMP(&cs, "startAtOperationTime", at.secs, at.inc);
+        r->have_opened_at = true;
+        r->opened_at = at;
     }
     ok = ok && bson_append_document_end(&stage, &cs) && bson_append_document_end(&pipe, &stage);
     r->matched = false;
@@ -816,6 +826,18 @@ static step follow_once(stream_reader *r)
     if (r->at_time)
         log_info("change stream: opened at %s", posfmt(&r->time, pbuf));
     backoff_reset(&r->bo);
+    if (pbrt != NULL) {
+        /* The first batch's high-water mark is where the stream opens (a time asked for, or the token resumed
+         * after), not a point the scan has passed: its own events may still come (push_mark). */
+        stream_token first;
+        memset(&first, 0, sizeof first);
+        if (stream_token_decode(pbrt, pbrt_len, &first) && first.keystring && first.type == STREAM_TOKEN_HWM) {
+            op_pos at = {.secs = first.secs, .inc = first.inc, .term = -1};
+            if (!r->have_opened_at || op_pos_cmp(&at, &r->opened_at) > 0)
+                r->opened_at = at;
+            r->have_opened_at = true;
+        }
+    }
     s = take_batch(r, &batch, pbrt, pbrt_len, 0, "aggregate");
     bson_destroy(&reply);
     bool huge = false; /* the last batch's events weighed READER_REPLY_BYTES or more each */

@@ -355,10 +355,16 @@ static stream_ev_status add_path(tree *t, const char *path, size_t plen, char wh
     }
     if (n->has_val || n->removed || n->truncated || n->kind != KIND_LEAF)
         return bad(t, STREAM_EV_MALFORMED, "updateDescription: the path '%.*s' is changed twice", PLEN(plen), path);
-    if (what == 'd' && n->index)
-        return bad(t, STREAM_EV_MALFORMED,
-                   "updateDescription: removedFields names the array element '%.*s' (no diff removes one)", PLEN(plen),
-                   path);
+    if (what == 'd' && n->index) {
+        /* An array element among removedFields comes from a $v:1 `$unset` of it (a $v:2 diff never removes one), which
+         * sets the element to null rather than removing it (the $unset manual page; update/unset_node.cpp): the diff
+         * sets it to null. */
+        static const uint8_t null_doc[] = {8, 0, 0, 0, 0x0A, 0, 0, 0}; /* {"": null} */
+        if (!bson_iter_init_from_data(&n->val, null_doc, sizeof null_doc) || !bson_iter_next(&n->val))
+            return bad(t, STREAM_EV_MALFORMED, "updateDescription: internal error reading null");
+        n->has_val = true;
+        return STREAM_EV_OK;
+    }
     if (what == 'u') {
         n->has_val = true;
         n->val = *val;
