@@ -14,9 +14,10 @@
  *     copy of existing documents, --skip-import and --tail-from;
  *   - a namespace filter changed between runs so that the committed token's event is filtered out: the server
  *     refuses to resume (280), the daemon logs its restart at the token's clusterTime and ends exact;
- *   - events over 16 MB (an insert and a replacement of a document near 16 MB) replicated exactly; with the split
- *     stage refused (mongosim --refuse-stage, as servers before 6.0.9 and 7.0 answer) an event over 16 MB + 16 KB
- *     stops the daemon (exit 5) naming the position and the stage, and nothing after it is committed.
+ *   - events over 16 MB (an insert and a replacement of a document near 16 MB) replicated exactly; a 20 MB update
+ *     event (a 15 MB post-image beside a 5 MB updateDescription) cut by $changeStreamSplitLargeEvent and joined;
+ *     with the split stage refused (mongosim --refuse-stage, as servers before 6.0.9 and 7.0 answer) an event over 16
+ * MB + 16 KB stops the daemon (exit 5) naming the position and the stage, and nothing after it is committed.
  *
  * mongosim only (its capped oplog and test options): against a real replica set every case skips. Waits are on
  * events (the checkpoint, a log line, the daemon's exit); the only sleeps pace the kills and the polling.
@@ -581,8 +582,8 @@ END_TEST
 
 /* ---- 3. events over 16 MB ---- */
 
-/* The daemon asks for post-images only "whenAvailable" (mongosim stores none), so an event carries one copy of the
- * document, and passes 16 MB by its key, which comes three times (fullDocument, documentKey, and as hex in the
+/* Without pre- and post-images on the collection an event carries one copy of the document, and passes 16 MB by its
+ * key, which comes three times (fullDocument, documentKey, and as hex in the
  * token). big_doc(fill, id_len, short_by) is {_id: id_len characters, big: ..., n: fill} of 16 MB - short_by bytes. */
 static bson_t *big_doc(char fill, size_t id_len, size_t short_by, char **id_out)
 {
@@ -605,8 +606,7 @@ static bson_t *big_doc(char fill, size_t id_len, size_t short_by, char **id_out)
 
 /* An insert and a replacement whose events are over 16 MB (a 1 000-byte _id and a document 2 200 bytes short of
  * 16 MB: about 16 MB + 1 KB, under the 16 MB + 8 KB past which the split stage would cut them), replicated exactly.
- * (An event the split stage cuts needs a second large field beside the document, a post-image, which mongosim does
- * not store yet.) */
+ * (An event the split stage cuts needs a second large field beside the document: test_large_event_split.) */
 START_TEST(test_large_event_whole)
 {
     NEED_SIM();
@@ -635,6 +635,58 @@ START_TEST(test_large_event_whole)
     denv_expect_match(&e);
     free(id);
     free(id2);
+    mongoc_collection_destroy(coll);
+    mongoc_client_destroy(c);
+    denv_stop(&e);
+}
+END_TEST
+
+/* A 20 MB event: a document of 15 MB in a collection with changeStreamPreAndPostImages, updated with a 5 MB field:
+ * the update's event holds the 5 MB updateDescription and the 15 MB post-image (fullDocument "whenAvailable", asked
+ * for with change_stream_updates = description), so the split stage cuts it into fragments, which the daemon joins:
+ * the row equals the source. */
+START_TEST(test_large_event_split)
+{
+    NEED_SIM();
+    denv e;
+    denv_start(&e, "ssplit", NULL, INI_DESCRIPTION);
+    mongoc_client_t *c = client(&e);
+    bson_error_t err;
+    bson_t *cmd =
+        BCON_NEW("create", BCON_UTF8("c"), "changeStreamPreAndPostImages", "{", "enabled", BCON_BOOL(true), "}");
+    mongoc_database_t *mdb = mongoc_client_get_database(c, "rep_ssplit_a");
+    ck_assert_msg(mongoc_database_command_simple(mdb, cmd, NULL, NULL, &err), "create: %s", err.message);
+    bson_destroy(cmd);
+    mongoc_database_destroy(mdb);
+    denv_daemon_start(&e);
+    ck_assert(caught_up(&e, 60));
+    ck_assert_msg(denv_file_contains(e.log, "large events split"), "the stream does not ask for the split stage");
+    mongoc_collection_t *coll = mongoc_client_get_collection(c, "rep_ssplit_a", "c");
+    size_t n1 = 10 * 1024 * 1024, n2 = 5 * 1024 * 1024;
+    char *s1 = malloc(n1 + 1), *s2 = malloc(n2 + 1);
+    ck_assert(s1 && s2);
+    for (size_t i = 0; i < n1; i++)
+        s1[i] = (char)('a' + i % 13);
+    s1[n1] = '\0';
+    for (size_t i = 0; i < n2; i++)
+        s2[i] = (char)('n' + i % 11);
+    s2[n2] = '\0';
+    bson_t *doc = BCON_NEW("_id", BCON_INT32(1), "big", BCON_UTF8(s1), "n", BCON_INT32(1));
+    ck_assert_msg(mongoc_collection_insert_one(coll, doc, NULL, NULL, &err), "%s", err.message);
+    bson_destroy(doc);
+    bson_t *q = BCON_NEW("_id", BCON_INT32(1));
+    bson_t *u = BCON_NEW("$set", "{", "big2", BCON_UTF8(s2), "n", BCON_INT32(2), "}");
+    ck_assert_msg(mongoc_collection_update_one(coll, q, u, NULL, NULL, &err), "%s", err.message);
+    bson_destroy(q);
+    bson_destroy(u);
+    free(s1);
+    free(s2);
+    denv_insert_range(&e, "rep_ssplit_a", "c", 2, 4);
+    ck_assert_msg(caught_up(&e, 120), "the split update was not applied");
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM \"rep_ssplit_a\".\"c\" WHERE doc->>'n' = '2' AND "
+                                 "length(doc->>'big2') = 5242880"),
+                     1);
+    denv_expect_match(&e);
     mongoc_collection_destroy(coll);
     mongoc_client_destroy(c);
     denv_stop(&e);
@@ -716,6 +768,7 @@ Suite *stream_daemon_suite(void)
     TCase *large = tcase_create("large");
     tcase_set_timeout(large, 300);
     tcase_add_test(large, test_large_event_whole);
+    tcase_add_test(large, test_large_event_split);
     tcase_add_test(large, test_large_event_refused);
     suite_add_tcase(s, large);
     return s;
