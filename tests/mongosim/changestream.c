@@ -925,6 +925,12 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
             goto fail;
         }
         const char *name = bson_iter_key(&sk);
+        if (env->refuse_stage && !strcmp(name, env->refuse_stage)) {
+            /* A server that does not know the stage (before 6.0.9 and 7.0 for $changeStreamSplitLargeEvent):
+             * document_source.cpp, DocumentSource::parse: 40324 "Unrecognized pipeline stage name". */
+            cs_error_set(err, 40324, false, "Unrecognized pipeline stage name: '%s'", name);
+            goto fail;
+        }
         if (!strcmp(name, "$changeStreamSplitLargeEvent")) {
             bson_iter_t rest = st;
             if (bson_iter_next(&rest)) {
@@ -2348,6 +2354,7 @@ void cs_env_of(sim_server *srv, cs_env *env)
     env->store = srv->maj_frozen && srv->maj_store ? srv->maj_store : srv->store;
     /* change streams read majority-committed data only (docs/change_streams.md) */
     env->visible_end = srv->maj_frozen ? oplog_seek(srv->oplog, srv->maj_ts, false) : oplog_end_seq(srv->oplog);
+    env->refuse_stage = srv->opts.refuse_stage;
     env->images = srv->images;
 }
 

@@ -22,6 +22,7 @@ typedef struct {
     const sim_store *store; /* fullDocument: "updateLookup" reads the current document here (the majority data) */
     uint64_t visible_end;   /* the first oplog seq a majority read may not see yet */
     const struct sim_images *images; /* pre- and post-images (images.h); NULL: none kept */
+    const char *refuse_stage;        /* a stage this server does not know (--refuse-stage), or NULL */
 } cs_env;
 
 typedef struct {

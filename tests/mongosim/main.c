@@ -38,6 +38,8 @@ static void usage(FILE *out)
             "                           link or a busy member); with --shards each shard draws its own delays (0)\n"
             "  --seed N                 seed of the random delays, so a run can be replayed (default: from the clock;\n"
             "                           logged on stderr when --oplog-read-delay is set)\n"
+            "  --refuse-stage NAME      answer an aggregate naming this stage with 40324 Unrecognized pipeline stage\n"
+            "                           name, as a server without it does ($changeStreamSplitLargeEvent before 6.0.9)\n"
             "  --flavor NAME            mongodb (default), atlas-shared, documentdb or cosmos: a server that differs\n"
             "                           (README \"Flavors\")\n"
             "  --verbose                log connections and commands to stderr\n");
@@ -63,6 +65,7 @@ int main(int argc, char **argv)
         {"orphan-cleanup-delay", required_argument, NULL, 'D'},
         {"oplog-read-delay", required_argument, NULL, 'R'},
         {"seed", required_argument, NULL, 'e'},
+        {"refuse-stage", required_argument, NULL, 'X'},
         {"flavor", required_argument, NULL, 'F'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
@@ -159,6 +162,9 @@ int main(int argc, char **argv)
                 return 2;
             }
             have_seed = true;
+            break;
+        case 'X':
+            opts.refuse_stage = optarg;
             break;
         case 'v':
             opts.verbose = true;

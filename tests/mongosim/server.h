@@ -30,6 +30,7 @@ typedef struct {
     uint64_t *clock;             /* a shard of a simulated cluster: the cluster's one clock (cluster.c); NULL */
     int64_t oplog_read_delay_ms; /* each reply to a find/getMore on local.oplog.rs waits a random 0..this ms; 0 off */
     uint64_t seed;               /* seeds the server's random stream (the oplog read delays) */
+    const char *refuse_stage;    /* an aggregate stage answered as unknown (40324), as an older server does; NULL */
     sim_flavor flavor;           /* SIM_FLAVOR_MONGODB */
 } sim_options;
 

@@ -111,7 +111,7 @@ static uint64_t put_insert(fixture *f, const char *ns, int id, int x)
 
 static cs_env env_of(fixture *f)
 {
-    cs_env e = {f->log, f->store, oplog_end_seq(f->log), NULL};
+    cs_env e = {f->log, f->store, oplog_end_seq(f->log), NULL, NULL};
     return e;
 }
 
