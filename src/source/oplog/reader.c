@@ -62,21 +62,7 @@ bool reader_stopping(reader *r)
 /* Waits ms milliseconds unless reader_stop comes first; false when stopping. */
 static bool nap(reader *r, int64_t ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&r->nap_mu);
-    while (!reader_stopping(r)) {
-        if (pthread_cond_timedwait(&r->nap_cv, &r->nap_mu, &until) == ETIMEDOUT)
-            break;
-    }
-    pthread_mutex_unlock(&r->nap_mu);
-    return !reader_stopping(r);
+    return napper_nap(&r->napper, ms, &r->stop);
 }
 
 static const char *term_str(int64_t term, char *buf, size_t len)
@@ -762,32 +748,20 @@ reader *reader_start(const reader_config *cfg, queue *q, char *err, size_t errle
     if (!r->client)
         goto fail;
 
-    if (pthread_mutex_init(&r->nap_mu, NULL) != 0) {
-        snprintf(err, errlen, "pthread_mutex_init failed");
-        goto fail;
-    }
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&r->nap_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc != 0) {
-        pthread_mutex_destroy(&r->nap_mu);
-        snprintf(err, errlen, "pthread_cond_init failed");
+    if (!napper_init(&r->napper)) {
+        snprintf(err, errlen, "cannot make the reader's timer (pthread)");
         goto fail;
     }
     sync_ok = true;
-    rc = pthread_create(&r->thread, NULL, reader_main, r);
+    int rc = pthread_create(&r->thread, NULL, reader_main, r);
     if (rc != 0) {
         snprintf(err, errlen, "cannot start the reader thread: %s", strerror(rc));
         goto fail;
     }
     return r;
 fail:
-    if (sync_ok) {
-        pthread_cond_destroy(&r->nap_cv);
-        pthread_mutex_destroy(&r->nap_mu);
-    }
+    if (sync_ok)
+        napper_destroy(&r->napper);
     if (r->client)
         mongoc_client_destroy(r->client);
     free(r->uri_str);
@@ -800,9 +774,7 @@ void reader_stop(reader *r)
     if (!r || r->joined)
         return;
     atomic_store(&r->stop, true);
-    pthread_mutex_lock(&r->nap_mu);
-    pthread_cond_broadcast(&r->nap_cv);
-    pthread_mutex_unlock(&r->nap_mu);
+    napper_wake(&r->napper);
     queue_wake_pushers(r->q);
     pthread_join(r->thread, NULL);
     r->joined = true;
@@ -813,8 +785,7 @@ void reader_free(reader *r)
     if (!r)
         return;
     reader_stop(r);
-    pthread_cond_destroy(&r->nap_cv);
-    pthread_mutex_destroy(&r->nap_mu);
+    napper_destroy(&r->napper);
     free(r->uri_str);
     free(r);
 }

@@ -18,6 +18,7 @@
 #include "source/oplog/reader.h"
 #include "source/txn.h"
 #include "util/clock.h"
+#include "util/napper.h"
 
 struct reader {
     reader_config cfg;
@@ -29,8 +30,7 @@ struct reader {
 
     atomic_bool stop;
     atomic_bool finished;
-    pthread_mutex_t nap_mu;
-    pthread_cond_t nap_cv;
+    napper napper; /* the backoff's sleep, which reader_stop interrupts */
 
     atomic_uint_fast64_t entries, reconnects, idles;
     atomic_uint_fast64_t last_ts; /* secs << 32 | inc */

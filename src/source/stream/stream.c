@@ -57,6 +57,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/memory.h"
+#include "util/napper.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
@@ -99,8 +100,7 @@ struct stream_reader {
 
     atomic_bool stop;
     atomic_bool finished;
-    pthread_mutex_t nap_mu;
-    pthread_cond_t nap_cv;
+    napper napper; /* the backoff's sleep, which stream_stop interrupts */
     atomic_uint_fast64_t entries, reconnects, idles;
     atomic_uint_fast64_t last_ts; /* secs << 32 | inc */
     atomic_bool have_last;
@@ -148,21 +148,7 @@ static bool stopping(stream_reader *r)
 /* Waits ms milliseconds unless stream_stop comes first; false when stopping. */
 static bool nap(stream_reader *r, int64_t ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&r->nap_mu);
-    while (!stopping(r)) {
-        if (pthread_cond_timedwait(&r->nap_cv, &r->nap_mu, &until) == ETIMEDOUT)
-            break;
-    }
-    pthread_mutex_unlock(&r->nap_mu);
-    return !stopping(r);
+    return napper_nap(&r->napper, ms, &r->stop);
 }
 
 static void fatal(stream_reader *r, queue_end_reason reason, const char *fmt, ...)
@@ -972,32 +958,20 @@ stream_reader *stream_start(const stream_config *cfg, queue *q, char *err, size_
     r->client = mongo_client_open(r->uri_str, &mo, err, errlen);
     if (!r->client)
         goto fail;
-    if (pthread_mutex_init(&r->nap_mu, NULL) != 0) {
-        snprintf(err, errlen, "pthread_mutex_init failed");
-        goto fail;
-    }
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&r->nap_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc != 0) {
-        pthread_mutex_destroy(&r->nap_mu);
-        snprintf(err, errlen, "pthread_cond_init failed");
+    if (!napper_init(&r->napper)) {
+        snprintf(err, errlen, "cannot make the change-stream reader's timer (pthread)");
         goto fail;
     }
     sync_ok = true;
-    rc = pthread_create(&r->thread, NULL, stream_main, r);
+    int rc = pthread_create(&r->thread, NULL, stream_main, r);
     if (rc != 0) {
         snprintf(err, errlen, "cannot start the change-stream thread: %s", strerror(rc));
         goto fail;
     }
     return r;
 fail:
-    if (sync_ok) {
-        pthread_cond_destroy(&r->nap_cv);
-        pthread_mutex_destroy(&r->nap_mu);
-    }
+    if (sync_ok)
+        napper_destroy(&r->napper);
     if (r->client)
         mongoc_client_destroy(r->client);
     free(r->token);
@@ -1011,9 +985,7 @@ void stream_stop(stream_reader *r)
     if (!r || r->joined)
         return;
     atomic_store(&r->stop, true);
-    pthread_mutex_lock(&r->nap_mu);
-    pthread_cond_broadcast(&r->nap_cv);
-    pthread_mutex_unlock(&r->nap_mu);
+    napper_wake(&r->napper);
     queue_wake_pushers(r->q);
     pthread_join(r->thread, NULL);
     r->joined = true;
@@ -1024,8 +996,7 @@ void stream_free(stream_reader *r)
     if (!r)
         return;
     stream_stop(r);
-    pthread_cond_destroy(&r->nap_cv);
-    pthread_mutex_destroy(&r->nap_mu);
+    napper_destroy(&r->napper);
     free(r->token);
     free(r->uri_str);
     free(r);
