@@ -1133,7 +1133,7 @@ static void img_commit(img_log *l)
     BSON_APPEND_DOCUMENT_BEGIN(&body, "o", &o);
     BSON_APPEND_ARRAY_BEGIN(&o, "applyOps", &arr);
     for (size_t i = 0; i < l->n; i++) {
-        char k[8];
+        char k[24];
         snprintf(k, sizeof k, "%zu", i);
         BSON_APPEND_DOCUMENT(&arr, k, l->collected[i]);
         bson_destroy(l->collected[i]);
