@@ -556,7 +556,7 @@ static void note_dis(pstate *p)
     bson_t arr;
     bson_append_array_begin(&p->dis, key, -1, &arr);
     for (size_t i = 0; i < p->depth; i++) {
-        char k[16];
+        char k[24];
         snprintf(k, sizeof k, "%zu", i);
         if (p->path[i].index)
             BSON_APPEND_INT32(&arr, k, atoi(p->path[i].name));
