@@ -666,7 +666,8 @@ typedef struct {
 
 typedef struct {
     int kind; /* 0 $match, 1 $project */
-    bson_t spec;
+    bson_t
+        *spec; /* on the heap: stages live in an array, and a bson_t wants a 128-byte alignment malloc does not give */
     sim_projection *proj;
 } cs_stage;
 
@@ -723,7 +724,7 @@ void cs_close(cs_stream *s)
         return;
     cache_clear(s);
     for (size_t i = 0; i < s->nstages; i++) {
-        bson_destroy(&s->stages[i].spec);
+        bson_destroy(s->stages[i].spec);
         projection_free(s->stages[i].proj);
     }
     free(s->stages);
@@ -950,10 +951,10 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
         memset(cst, 0, sizeof *cst);
         bson_t arg;
         if (!strcmp(name, "$match") && get_doc(&sk, &arg) && BSON_ITER_HOLDS_DOCUMENT(&sk)) {
-            bson_copy_to(&arg, &cst->spec);
+            cst->spec = bson_copy(&arg);
             s->nstages++;
             bson_t empty = BSON_INITIALIZER;
-            int m = match_doc(&empty, &cst->spec);
+            int m = match_doc(&empty, cst->spec);
             bson_destroy(&empty);
             if (m < 0) {
                 cs_error_set(err, 2, false,
@@ -963,10 +964,10 @@ cs_stream *cs_open(const cs_env *env, const char *db, const char *coll, const bs
             }
         } else if ((!strcmp(name, "$project")) && get_doc(&sk, &arg) && BSON_ITER_HOLDS_DOCUMENT(&sk)) {
             sim_proj_error pe;
-            bson_copy_to(&arg, &cst->spec);
+            cst->spec = bson_copy(&arg);
             cst->kind = 1;
             s->nstages++;
-            if (!projection_parse(&cst->spec, &cst->proj, &pe)) {
+            if (!projection_parse(cst->spec, &cst->proj, &pe)) {
                 cs_error_set(err, pe.code, false, "%s", pe.message);
                 goto fail;
             }
@@ -1909,7 +1910,7 @@ static bool run_stages(cs_stream *s, const bson_t *ev, bson_t *out, bool *fatal,
     bson_copy_to(ev, out);
     for (size_t i = 0; i < s->nstages; i++) {
         if (s->stages[i].kind == 0) {
-            if (match_doc(out, &s->stages[i].spec) != 1)
+            if (match_doc(out, s->stages[i].spec) != 1)
                 return false;
         } else {
             bson_t p = BSON_INITIALIZER;

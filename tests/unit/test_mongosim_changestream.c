@@ -1108,6 +1108,14 @@ typedef struct {
     bool txn;
 } img_log;
 
+/* cs_open with a pipeline it then frees (cs_open only reads it). */
+static cs_stream *open_owned(const cs_env *env, const char *db, const char *coll, bson_t *pipeline, cs_error *err)
+{
+    cs_stream *s = cs_open(env, db, coll, pipeline, err);
+    bson_destroy(pipeline);
+    return s;
+}
+
 /* The store's emit: logs the body as its own entry (or collects it for an applyOps), giving its images their key. */
 static void img_emit(void *ctx, const bson_t *body)
 {
@@ -1213,10 +1221,10 @@ START_TEST(test_pre_post_images)
     env.images = l.im;
     cs_error err;
     cs_stream *s =
-        cs_open(&env, "db", NULL,
-                pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(OPLOG_TS_SECS(start), OPLOG_TS_INC(start)),
-                                 "fullDocument", "whenAvailable", "fullDocumentBeforeChange", "whenAvailable")),
-                &err);
+        open_owned(&env, "db", NULL,
+                   pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(OPLOG_TS_SECS(start), OPLOG_TS_INC(start)),
+                                    "fullDocument", "whenAvailable", "fullDocumentBeforeChange", "whenAvailable")),
+                   &err);
     ck_assert_msg(s, "%s", err.msg);
     bson_t events = BSON_INITIALIZER, pbrt = BSON_INITIALIZER;
     bool closed;
@@ -1266,10 +1274,10 @@ START_TEST(test_pre_post_images)
     bson_destroy(&pbrt);
     cs_close(s);
     /* required: served where images were kept, NoMatchingDocument (47) at db.plain's update */
-    s = cs_open(&env, "db", "c",
-                pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(OPLOG_TS_SECS(start), OPLOG_TS_INC(start)),
-                                 "fullDocument", "required", "fullDocumentBeforeChange", "required")),
-                &err);
+    s = open_owned(&env, "db", "c",
+                   pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(OPLOG_TS_SECS(start), OPLOG_TS_INC(start)),
+                                    "fullDocument", "required", "fullDocumentBeforeChange", "required")),
+                   &err);
     ck_assert(s);
     bson_init(&events);
     bson_init(&pbrt);
@@ -1278,10 +1286,10 @@ START_TEST(test_pre_post_images)
     bson_destroy(&events);
     bson_destroy(&pbrt);
     cs_close(s);
-    s = cs_open(&env, "db", "plain",
-                pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(OPLOG_TS_SECS(start), OPLOG_TS_INC(start)),
-                                 "fullDocument", "required")),
-                &err);
+    s = open_owned(&env, "db", "plain",
+                   pipe_cs(BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(OPLOG_TS_SECS(start), OPLOG_TS_INC(start)),
+                                    "fullDocument", "required")),
+                   &err);
     ck_assert(s);
     bson_init(&events);
     bson_init(&pbrt);

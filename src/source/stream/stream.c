@@ -919,7 +919,12 @@ static void *stream_main(void *arg)
 stream_reader *stream_start(const stream_config *cfg, queue *q, char *err, size_t errlen)
 {
     bool sync_ok = false;
-    stream_reader *r = calloc(1, sizeof *r);
+    /* The reader holds bson_t members (the group, the fragments), which libbson here wants 128-byte aligned
+     * (BSON_EXTRA_ALIGN, core/op.h): calloc's alignment is not enough. */
+    size_t align = _Alignof(stream_reader), size = (sizeof(stream_reader) + align - 1) / align * align;
+    stream_reader *r = aligned_alloc(align, size);
+    if (r)
+        memset(r, 0, size);
     if (!r) {
         snprintf(err, errlen, "out of memory");
         return NULL;
