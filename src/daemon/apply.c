@@ -1152,6 +1152,12 @@ static int learn_topology(daemon_ctx *d)
  * known; -2: not now (MongoDB cannot be asked, and nothing else says which: try again); an exit code otherwise. */
 static int learn_source(daemon_ctx *d)
 {
+    if (d->cfg->source == CONFIG_SOURCE_AUTO && d->sharded) {
+        /* auto on a sharded cluster's routers reads the shards' oplogs (source_choice.h): nothing to ask them */
+        d->source = SOURCE_OPLOG;
+        d->source_known = true;
+        return -1;
+    }
     int rc = source_resolve(d->cfg, "", &d->source);
     if (rc == EXIT_FAILURE_GENERIC) {
         sink_set_activity(d->snk, "waiting for MongoDB");
