@@ -786,7 +786,8 @@ static void r_find(sim_cluster *cl, sim_reply *r, const bson_t *cmd, const char 
     size_t from = (size_t)skip < cur->n ? (size_t)skip : cur->n;
     for (size_t i = 0; i < from; i++)
         bson_destroy(cur->docs[i]);
-    memmove(cur->docs, cur->docs + from, (cur->n - from) * sizeof *cur->docs);
+    if (from > 0) /* with no documents, docs may be NULL: memmove's arguments may never be */
+        memmove(cur->docs, cur->docs + from, (cur->n - from) * sizeof *cur->docs);
     cur->n -= from;
     if (limit < 0)
         limit = -limit;
