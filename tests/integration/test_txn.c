@@ -754,10 +754,16 @@ START_TEST(test_kill9_in_large_chain)
             killed = true;
         }
     }
+    if (killed && pg_rows(&t, "t") != 0) {
+        /* The transaction id seen was a later transaction's, or the commit's own while it was being sent: through a
+         * change stream the chain's events come in a few batches and an idle stream commits its position, so the
+         * chain can be committed between the check and the kill. Then it is there whole, never in part. */
+        ck_assert_int_eq(pg_rows(&t, "t"), ENTRIES * PER);
+        ck_assert_uint_ge(denv_checkpoint_ts(t.e.service), want);
+        killed = false;
+    }
     if (!killed)
         printf("note: txn kill -9: the daemon committed the chain before a backend was seen writing it\n");
-    else
-        ck_assert_int_eq(pg_rows(&t, "t"), 0); /* nothing of it was committed */
     sim_cmd(&t, BCON_NEW("mongosimDelay", BCON_INT32(0)));
     denv_daemon_start(&t.e);
     caught_up(&t);
