@@ -591,11 +591,12 @@ static bool batch_read(const bson_t *reply, bool *any, op_pos *pbrt, bool *have_
     return true;
 }
 
-/* getMores the search without post-batch resume tokens may take, and how long each awaits. Every getMore either
- * returns an event (the stream moves on towards upto, and the first event past it ends the search) or, awaited and
- * empty, ends it: the bound is only a guard against a server that breaks that. */
-#define UNTIL_GETMORES 1000
+/* getMores the search without post-batch resume tokens may take, how long each awaits, and the events each asks
+ * for. Every getMore either returns events (the stream moves on towards upto, and the first event past it ends the
+ * search) or, awaited and empty, ends it: the bound only stops a search that would read on for ever. */
+#define UNTIL_GETMORES 10000
 #define UNTIL_AWAIT_MS 500
+#define UNTIL_BATCH    100
 
 /* An event of a batch: a rename (*is_rename), or its clusterTime (*at, *have_at). */
 static void event_read(const bson_t *ev, bool *is_rename, op_pos *at, bool *have_at)
@@ -612,31 +613,30 @@ static void event_read(const bson_t *ev, bool *is_rename, op_pos *at, bool *have
 
 /* stream_renames_between on a server that sends no post-batch resume token (DocumentDB), where nothing in a reply
  * says how far the stream has read. `upto` is then the operationTime of a reply the server gave after the
- * collections were listed (copy_stream_start), and the search reads the stream from `from` with
- * [{$match: {$or: [{operationType: "rename"}, {clusterTime: {$gt: upto}}]}}] until either
+ * collections were listed (copy_stream_start), and the search reads every event of the stream from `from`, with no
+ * stage that could hold one back, until either
  *   (a) an event with a clusterTime after upto arrives: a change stream returns its events in clusterTime order
  *       (the server's docs/change_streams.md; DocumentDB: "change events are ordered as they occurred"), so every
  *       event up to upto, each rename among them, came before it; or
  *   (b) a getMore that waited (maxTimeMS) comes back empty. It was sent after upto was reported, and upto is the
  *       time of a read the server had already answered: every write at or before upto was committed and visible
- *       then. A getMore that waits and returns nothing has read to the end of the stream as it stood while it waited
- *       (it returns early only with events), and that end is past every write visible before it began, so an event
- *       at or before upto that had not come yet would have come in this batch. This holds where what a read sees is
- *       what the stream can show: on DocumentDB a write is visible only once durable in its storage quorum, with no
- *       separate majority point; a MongoDB server, where the stream shows only majority-committed writes, sends
- *       post-batch resume tokens and never comes here.
- * An event at or before upto that is not a rename (the server ignored the $match, or ran only part of it) is read
- * past, and a reply that is neither (no cursor, the cursor closed) ends the search with an error: nothing is
- * assumed. */
+ *       then. With nothing filtered out, a getMore that waits and returns nothing found no event at all to return
+ *       while it waited: the stream had none left that was visible when it began, and an event at or before upto
+ *       that had not come yet was visible then, so it would have come in this batch. This holds where what a read
+ *       sees is what the stream can show: on DocumentDB a write is visible only once durable in its storage quorum,
+ *       with no separate majority point; a MongoDB server, where the stream shows only majority-committed writes,
+ *       sends post-batch resume tokens and never comes here.
+ * Unfiltered, the search reads the events written while the collections were listed and the first one after (a
+ * $match on the server would send fewer, but a server that scans for long without a match may answer a getMore with
+ * an empty batch before it reached the end, and (b) would no longer hold). A reply that is neither (no batch, the
+ * cursor closed) ends the search with an error: nothing is assumed. */
 static bool renames_without_pbrt(probe *p, const op_pos *from, const op_pos *upto, bool *renamed, char *err,
                                  size_t errlen)
 {
     bson_t *cmd =
         BCON_NEW("aggregate", BCON_INT32(1), "pipeline", "[", "{", "$changeStream", "{", "allChangesForCluster",
-                 BCON_BOOL(true), "startAtOperationTime", BCON_TIMESTAMP(from->secs, from->inc), "}", "}", "{",
-                 "$match", "{", "$or", "[", "{", "operationType", BCON_UTF8("rename"), "}", "{", "clusterTime", "{",
-                 "$gt", BCON_TIMESTAMP(upto->secs, upto->inc), "}", "}", "]", "}", "}", "]", "cursor", "{", "batchSize",
-                 BCON_INT32(16), "}");
+                 BCON_BOOL(true), "startAtOperationTime", BCON_TIMESTAMP(from->secs, from->inc), "}", "}", "]",
+                 "cursor", "{", "batchSize", BCON_INT32(UNTIL_BATCH), "}");
     bson_t reply;
     bson_error_t e;
     bool ok = run(p, "admin", cmd, &reply, &e);
@@ -673,7 +673,7 @@ static bool renames_without_pbrt(probe *p, const op_pos *from, const op_pos *upt
             op_pos at;
             event_read(&ev, &is_rename, &at, &have_at);
             if (is_rename)
-                *renamed = done = true; /* (its clusterTime aside: a rename this late only costs another listing) */
+                *renamed = done = true; /* (even past upto: a rename that late costs only another listing) */
             else if (have_at && op_pos_cmp(&at, upto) > 0)
                 done = true; /* (a) */
         }
@@ -690,7 +690,7 @@ static bool renames_without_pbrt(probe *p, const op_pos *from, const op_pos *upt
         } else {
             bson_destroy(&reply);
             cmd = BCON_NEW("getMore", BCON_INT64(id), "collection", BCON_UTF8("$cmd.aggregate"), "batchSize",
-                           BCON_INT32(16), "maxTimeMS", BCON_INT32(UNTIL_AWAIT_MS));
+                           BCON_INT32(UNTIL_BATCH), "maxTimeMS", BCON_INT32(UNTIL_AWAIT_MS));
             ok = run(p, "admin", cmd, &reply, &e);
             bson_destroy(cmd);
             if (ok)
