@@ -289,6 +289,9 @@ START_TEST(test_documentdb_copy)
     denv_insert_range(&e, db, "a", 1, 3000);
     denv_insert_range(&e, db, "b", 1, 500);
     denv_insert_range(&e, db, "c", 1, 2000);
+    /* Every reply held 10 ms while the writes below are made: the copy (about 30 batches of mongosim's 200
+     * documents) then lasts well beyond the first of them. */
+    command(&e, "admin", BCON_NEW("mongosimDelay", BCON_INT32(10)));
     denv_daemon_start(&e);
     ck_assert_msg(denv_wait_log(&e, "starts a copy of 3 collections", WAIT_S), "the copy did not start");
     /* while it copies: new documents, and updates and deletes of documents copied or still to copy */
@@ -307,6 +310,7 @@ START_TEST(test_documentdb_copy)
     mongoc_collection_destroy(a);
     mongoc_client_destroy(c);
     mixed_workload(&e, db, 10);
+    command(&e, "admin", BCON_NEW("mongosimDelay", BCON_INT32(0)));
     ck_assert_msg(denv_wait_log(&e, "ready:", WAIT_S), "the daemon did not get ready");
     ck_assert_msg(denv_file_contains(e.log, "copy: service rep_fldoccp copied 3 collections"), "the copy did not run");
     mixed_workload(&e, db, 11);
