@@ -740,11 +740,11 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
             said = true;
             break;
         }
-        if (any) {
+        if (!have_pbrt) {
+            no_pbrt = done = true; /* searched another way, below (whatever this batch holds) */
+        } else if (any) {
             *renamed = true;
             done = true;
-        } else if (!have_pbrt) {
-            no_pbrt = done = true; /* searched another way, below */
         } else if (op_pos_cmp(&pbrt, upto) > 0 || (round > 0 && op_pos_cmp(&pbrt, upto) == 0)) {
             /* past upto; or at it once the scan has run (a getMore's high-water mark is an entry the scan passed,
              * the aggregate's is only where the stream opens) */
