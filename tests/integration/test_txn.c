@@ -13,6 +13,10 @@
  * Waits are on events (the checkpoint reaching the newest entry, a line of the daemon's log, the daemon's exit, a
  * PostgreSQL backend holding a transaction id), never on time. The schema-upgrade case works in a PostgreSQL
  * database of its own. mongosim only (appendOplog): against a real replica set every case skips (skip.h).
+ *
+ * mongosim builds its change streams from the same oplog, so the shapes (tcase `shapes`) also run through the
+ * change-stream source (tests/integration/run.sh: txn:shapes, with change_stream_updates = description and raw) and
+ * must end at the same reference; the cases about the oplog reader's own handling of chains skip there.
  */
 #include <check.h>
 #include <libpq-fe.h>
