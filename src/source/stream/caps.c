@@ -591,6 +591,119 @@ static bool batch_read(const bson_t *reply, bool *any, op_pos *pbrt, bool *have_
     return true;
 }
 
+/* getMores the search without post-batch resume tokens may take, how long each awaits, and the events each asks
+ * for. Every getMore either returns events (the stream moves on towards upto, and the first event past it ends the
+ * search) or, awaited and empty, ends it: the bound only stops a search that would read on for ever. */
+#define UNTIL_GETMORES 10000
+#define UNTIL_AWAIT_MS 500
+#define UNTIL_BATCH    100
+
+/* An event of a batch: a rename (*is_rename), or its clusterTime (*at, *have_at). */
+static void event_read(const bson_t *ev, bool *is_rename, op_pos *at, bool *have_at)
+{
+    bson_iter_t it;
+    *is_rename = bson_iter_init_find(&it, ev, "operationType") && BSON_ITER_HOLDS_UTF8(&it) &&
+                 strcmp(bson_iter_utf8(&it, NULL), "rename") == 0;
+    *have_at = bson_iter_init_find(&it, ev, "clusterTime") && BSON_ITER_HOLDS_TIMESTAMP(&it);
+    if (*have_at) {
+        bson_iter_timestamp(&it, &at->secs, &at->inc);
+        at->term = -1;
+    }
+}
+
+/* stream_renames_between on a server that sends no post-batch resume token (DocumentDB), where nothing in a reply
+ * says how far the stream has read. `upto` is then the operationTime of a reply the server gave after the
+ * collections were listed (copy_stream_start), and the search reads every event of the stream from `from`, with no
+ * stage that could hold one back, until either
+ *   (a) an event with a clusterTime after upto arrives: a change stream returns its events in clusterTime order
+ *       (the server's docs/change_streams.md; DocumentDB: "change events are ordered as they occurred"), so every
+ *       event up to upto, each rename among them, came before it; or
+ *   (b) a getMore that waited (maxTimeMS) comes back empty. It was sent after upto was reported, and upto is the
+ *       time of a read the server had already answered: every write at or before upto was committed and visible
+ *       then. With nothing filtered out, a getMore that waits and returns nothing found no event at all to return
+ *       while it waited: the stream had none left that was visible when it began, and an event at or before upto
+ *       that had not come yet was visible then, so it would have come in this batch. This holds where what a read
+ *       sees is what the stream can show: on DocumentDB a write is visible only once durable in its storage quorum,
+ *       with no separate majority point; a MongoDB server, where the stream shows only majority-committed writes,
+ *       sends post-batch resume tokens and never comes here.
+ * Unfiltered, the search reads the events written while the collections were listed and the first one after (a
+ * $match on the server would send fewer, but a server that scans for long without a match may answer a getMore with
+ * an empty batch before it reached the end, and (b) would no longer hold). A reply that is neither (no batch, the
+ * cursor closed) ends the search with an error: nothing is assumed. */
+static bool renames_without_pbrt(probe *p, const op_pos *from, const op_pos *upto, bool *renamed, char *err,
+                                 size_t errlen)
+{
+    bson_t *cmd =
+        BCON_NEW("aggregate", BCON_INT32(1), "pipeline", "[", "{", "$changeStream", "{", "allChangesForCluster",
+                 BCON_BOOL(true), "startAtOperationTime", BCON_TIMESTAMP(from->secs, from->inc), "}", "}", "]",
+                 "cursor", "{", "batchSize", BCON_INT32(UNTIL_BATCH), "}");
+    bson_t reply;
+    bson_error_t e;
+    bool ok = run(p, "admin", cmd, &reply, &e);
+    bson_destroy(cmd);
+    if (!ok) {
+        snprintf(err, errlen, "reading the change stream for renames: %s", e.message);
+        bson_destroy(&reply);
+        return false;
+    }
+    int64_t id = cursor_id(&reply);
+    bool done = false;
+    for (int round = 0; ok && !done; round++) {
+        bson_iter_t it, b;
+        if (!bson_iter_init(&it, &reply) ||
+            !(bson_iter_find_descendant(&it, round == 0 ? "cursor.firstBatch" : "cursor.nextBatch", &it) &&
+              BSON_ITER_HOLDS_ARRAY(&it)) ||
+            !bson_iter_recurse(&it, &b)) {
+            snprintf(err, errlen, "a change stream's reply without a batch");
+            ok = false;
+            break;
+        }
+        bool any = false;
+        while (!done && bson_iter_next(&b)) {
+            any = true;
+            uint32_t len;
+            const uint8_t *data;
+            bson_t ev;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&b))
+                continue;
+            bson_iter_document(&b, &len, &data);
+            if (!bson_init_static(&ev, data, len))
+                continue;
+            bool is_rename, have_at;
+            op_pos at;
+            event_read(&ev, &is_rename, &at, &have_at);
+            if (is_rename)
+                *renamed = done = true; /* (even past upto: a rename that late costs only another listing) */
+            else if (have_at && op_pos_cmp(&at, upto) > 0)
+                done = true; /* (a) */
+        }
+        if (done)
+            break;
+        if (!any && round > 0)
+            break; /* (b): an awaited getMore, empty */
+        if (id == 0) {
+            snprintf(err, errlen, "the change stream closed before clusterTime %u:%u", upto->secs, upto->inc);
+            ok = false;
+        } else if (round == UNTIL_GETMORES) {
+            snprintf(err, errlen, "the change stream did not reach clusterTime %u:%u", upto->secs, upto->inc);
+            ok = false;
+        } else {
+            bson_destroy(&reply);
+            cmd = BCON_NEW("getMore", BCON_INT64(id), "collection", BCON_UTF8("$cmd.aggregate"), "batchSize",
+                           BCON_INT32(UNTIL_BATCH), "maxTimeMS", BCON_INT32(UNTIL_AWAIT_MS));
+            ok = run(p, "admin", cmd, &reply, &e);
+            bson_destroy(cmd);
+            if (ok)
+                id = cursor_id(&reply);
+            else
+                snprintf(err, errlen, "reading the change stream for renames: %s", e.message);
+        }
+    }
+    bson_destroy(&reply);
+    kill_cursor(p, "admin", "$cmd.aggregate", id);
+    return ok;
+}
+
 bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const op_pos *upto, bool *renamed, char *err,
                             size_t errlen)
 {
@@ -617,7 +730,7 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
     bool ok = run(&p, "admin", cmd, &reply, &e);
     bson_destroy(cmd);
     int64_t id = ok ? cursor_id(&reply) : 0;
-    bool done = false, said = false; /* said: err holds the reason */
+    bool done = false, said = false, no_pbrt = false; /* said: err holds the reason */
     for (int round = 0; ok && !done; round++) {
         bool any, have_pbrt;
         op_pos pbrt;
@@ -627,16 +740,11 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
             said = true;
             break;
         }
-        if (any) {
+        if (!have_pbrt) {
+            no_pbrt = done = true; /* searched another way, below (whatever this batch holds) */
+        } else if (any) {
             *renamed = true;
             done = true;
-        } else if (!have_pbrt) {
-            snprintf(err, errlen,
-                     "the server sends no post-batch resume token (Amazon DocumentDB sends none), so how far the "
-                     "stream was read is not known: the initial copy cannot run here (docs/sources.md, \"Not yet\"; "
-                     "--skip-import starts without it)");
-            ok = false;
-            said = true;
         } else if (op_pos_cmp(&pbrt, upto) > 0 || (round > 0 && op_pos_cmp(&pbrt, upto) == 0)) {
             /* past upto; or at it once the scan has run (a getMore's high-water mark is an entry the scan passed,
              * the aggregate's is only where the stream opens) */
@@ -659,6 +767,8 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
         snprintf(err, errlen, "reading the change stream for renames: %s", e.message);
     bson_destroy(&reply);
     kill_cursor(&p, "admin", "$cmd.aggregate", id);
+    if (ok && no_pbrt)
+        ok = renames_without_pbrt(&p, &from, upto, renamed, err, errlen);
     probe_close(&p);
     return ok;
 }
