@@ -664,11 +664,17 @@ static bool renames_without_pbrt(probe *p, const op_pos *from, const op_pos *upt
             uint32_t len;
             const uint8_t *data;
             bson_t ev;
-            if (!BSON_ITER_HOLDS_DOCUMENT(&b))
-                continue;
-            bson_iter_document(&b, &len, &data);
-            if (!bson_init_static(&ev, data, len))
-                continue;
+            bool readable = BSON_ITER_HOLDS_DOCUMENT(&b);
+            if (readable) {
+                bson_iter_document(&b, &len, &data);
+                readable = bson_init_static(&ev, data, len);
+            }
+            if (!readable) {
+                /* an event that cannot be read could be a rename: the search cannot say there was none */
+                snprintf(err, errlen, "a change stream's batch holds an event that is not a document");
+                ok = false;
+                break;
+            }
             bool is_rename, have_at;
             op_pos at;
             event_read(&ev, &is_rename, &at, &have_at);
@@ -677,7 +683,7 @@ static bool renames_without_pbrt(probe *p, const op_pos *from, const op_pos *upt
             else if (have_at && op_pos_cmp(&at, upto) > 0)
                 done = true; /* (a) */
         }
-        if (done)
+        if (done || !ok)
             break;
         if (!any && round > 0)
             break; /* (b): an awaited getMore, empty */
