@@ -221,9 +221,9 @@ START_TEST(test_cosmos_refused_names_option)
     denv_daemon_start(&e);
     ck_assert_msg(proc_wait(&e.daemon, WAIT_S), "the daemon did not stop");
     ck_assert_int_ne(proc_exit_code(&e.daemon), 0);
-    if (!denv_file_contains(e.log, "unless [mongodb] delete_reconcile is set"))
+    if (!denv_file_contains(e.log, "unless [mongodb] delete_reconcile is set (docs/sources.md)"))
         denv_show_log(&e);
-    ck_assert_msg(denv_file_contains(e.log, "unless [mongodb] delete_reconcile is set"),
+    ck_assert_msg(denv_file_contains(e.log, "unless [mongodb] delete_reconcile is set (docs/sources.md)"),
                   "the refusal does not name delete_reconcile");
     e.daemon.pid = 0;
     denv_stop(&e);

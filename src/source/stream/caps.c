@@ -394,8 +394,7 @@ static bool host_ends_with(mongoc_client_t *client, const char *suffix)
 
 #define COSMOS_REFUSAL                                                                                                 \
     "Azure Cosmos DB for MongoDB (RU) sends no delete events: a replica would keep every deleted document, so "        \
-    "oplog2pg refuses it unless [mongodb] delete_reconcile is set (an interval: the rows whose _id MongoDB no "        \
-    "longer holds are then deleted at that interval; docs/sources.md)"
+    "oplog2pg refuses it unless [mongodb] delete_reconcile is set (docs/sources.md)"
 
 /* A refused cluster-wide stream (e holds the refusal): a server that is not MongoDB, saying what to do.
  * - Amazon DocumentDB answers 136 "modifyChangeStreams has not been run for this collection/database/cluster" until
