@@ -913,6 +913,7 @@ static void on_reconcile_timer(struct ev_loop *loop, ev_timer *w, int revents)
     ev_timer_stop(loop, w);
     ev_timer_set(w, next, 0.0);
     ev_timer_start(loop, w);
+    act_on_signals(d); /* the pass polled the signals while it scanned */
 }
 
 static void on_progress(struct ev_loop *loop, ev_timer *w, int revents)

@@ -59,6 +59,9 @@ apply_status reconcile_pass(daemon_ctx *d)
                     (long long)(d->cfg->delete_reconcile_ms / 1000));
         return APPLY_OK;
     }
+    if (d->reconcile_passes == 0 && d->cfg->maps.n > 0)
+        log_warning("delete reconciliation: collections with a typed map are not reconciled (only tables of the "
+                    "jsonb shape are): documents deleted from them keep their rows");
     sink_set_activity(d->snk, "reconciling deletes");
     notify_status("reconciling deletes: reading every _id of the included collections from MongoDB");
     double t0 = clock_s();
@@ -72,6 +75,10 @@ apply_status reconcile_pass(daemon_ctx *d)
     char act[SINK_ACTIVITY_MAX + 1];
     snprintf(act, sizeof act, "applying; deletes reconciled: %llu", (unsigned long long)d->reconcile_deleted);
     sink_set_activity(d->snk, act);
+    if (r.scan_status != APPLY_OK && signals_stop_requested()) {
+        log_notice("delete reconciliation: %s; nothing deleted for that collection", r.scan_why);
+        return APPLY_OK;
+    }
     if (r.scan_status != APPLY_OK) {
         log_warning("delete reconciliation stopped after %llu tables (%llu rows deleted): %s; nothing was deleted "
                     "for that collection, trying again in %lld s",
