@@ -219,6 +219,44 @@ START_TEST(test_cosmos_reconcile)
     ck_assert_int_eq(deleted, deletes - 1);
     ck_assert_int_ge(passes(&e, NULL), 5);
 
+    /* A reconciliation PostgreSQL fails with an error a retry may cure (a trigger raising 40001 on a delete from the
+     * table): the session ends uncommitted and the next one goes on; no row is deleted meanwhile and nothing is set
+     * aside; once the cause is gone a later pass deletes the rows. */
+    char sql[1024], tab[256];
+    snprintf(sql, sizeof sql,
+             "SELECT format('%%I.%%I', schema_name, table_name) FROM oplog2pg.tables WHERE service = '%s' AND db = "
+             "'%s' AND coll = 'a'",
+             e.service, db);
+    denv_pg_text(sql, tab, sizeof tab);
+    ck_assert_msg(tab[0] != '\0', "no table for %s.a", db);
+    snprintf(sql, sizeof sql,
+             "CREATE OR REPLACE FUNCTION public.cosmos_test_hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+             "RAISE EXCEPTION 'held by the test' USING ERRCODE = '40001'; END $$; CREATE TRIGGER cosmos_test_hold "
+             "BEFORE DELETE ON %s FOR EACH ROW EXECUTE FUNCTION public.cosmos_test_hold()",
+             tab);
+    denv_pg_exec(sql);
+    int before = passes(&e, NULL);
+    for (int i = 81; i <= 85; i++) {
+        bson_t *q = BCON_NEW("_id", BCON_INT32(i));
+        one(a, mongoc_collection_delete_one(a, q, NULL, NULL, &err), &err);
+        bson_destroy(q);
+        deletes++;
+    }
+    denv_insert_range(&e, db, "a", 3001, 3010);
+    ck_assert_msg(denv_wait_log(&e, "held by the test", WAIT_S), "the reconciliation did not meet the trigger");
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s WHERE _id IN ('81', '82', '83', '84', '85')", tab);
+    ck_assert_int_eq(denv_pg_int(sql), 5);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = '%s'", e.service);
+    ck_assert_int_eq(denv_pg_int(sql), 0);
+    ck_assert_int_eq(passes(&e, NULL), before); /* no pass completed */
+    snprintf(sql, sizeof sql, "DROP TRIGGER cosmos_test_hold ON %s; DROP FUNCTION public.cosmos_test_hold()", tab);
+    denv_pg_exec(sql);
+    wait_caught_up(&e);
+    wait_passes(&e, 2);
+    denv_expect_match_prefix(&e, db);
+    passes(&e, &deleted);
+    ck_assert_int_eq(deleted, deletes - 1);
+
     mongoc_collection_destroy(a);
     mongoc_collection_destroy(b);
     mongoc_client_destroy(c);
