@@ -14,6 +14,7 @@
 #include "../lib/daemonenv.h"
 #include "../lib/proc.h"
 #include "../lib/skip.h"
+#include "daemon/exitcodes.h"
 
 Suite *stream_cosmos_suite(void);
 
@@ -125,6 +126,15 @@ START_TEST(test_cosmos_reconcile)
         denv_show_log(&e);
     ck_assert_msg(denv_file_contains(e.log, "ready:"), "the daemon did not get ready");
     ck_assert(denv_file_contains(e.log, "delete_reconcile deletes the rows of documents no longer in MongoDB"));
+    {
+        char out[400];
+        snprintf(out, sizeof out, "%s/check.out", e.dir);
+        const char *check[] = {"-c", e.ini, "check", NULL};
+        int code = denv_run_command(&e, check, out);
+        ck_assert_msg(denv_file_contains(out, "delete_reconcile deletes the rows of documents gone from MongoDB") &&
+                          denv_file_contains(out, "reads a change stream"),
+                      "check does not say the server is read with delete_reconcile (exit %d)", code);
+    }
 
     mongoc_client_t *c = mongoc_client_new(e.uri);
     ck_assert_ptr_nonnull(c);
@@ -283,6 +293,13 @@ START_TEST(test_cosmos_refused_names_option)
     ck_assert_msg(denv_file_contains(e.log, "unless [mongodb] delete_reconcile is set (docs/sources.md)"),
                   "the refusal does not name delete_reconcile");
     e.daemon.pid = 0;
+    /* `check` says the same, and exits with the configuration code */
+    char out[400];
+    snprintf(out, sizeof out, "%s/check.out", e.dir);
+    const char *check[] = {"-c", e.ini, "check", NULL};
+    ck_assert_int_eq(denv_run_command(&e, check, out), EXIT_CONFIG);
+    ck_assert_msg(denv_file_contains(out, "read only with [mongodb] delete_reconcile set"),
+                  "check does not name delete_reconcile");
     denv_stop(&e);
 }
 END_TEST
