@@ -205,6 +205,16 @@ START_TEST(test_cosmos_reconcile)
     passes(&e, &deleted);
     /* every deleted document's row went, and nothing else (10 came back: deleted then, and written again) */
     ck_assert_int_eq(deleted, deletes - 1);
+    /* `status` says so */
+    {
+        char out[400];
+        snprintf(out, sizeof out, "%s/status.out", e.dir);
+        const char *status[] = {"-c", e.ini, "status", NULL};
+        denv_run_command(&e, status, out);
+        char want[64];
+        snprintf(want, sizeof want, "deletes reconciled: %lld", deleted);
+        ck_assert_msg(denv_file_contains(out, want), "status does not say \"%s\"", want);
+    }
 
     /* Inserts and updates while reconciliations run, one a few milliseconds, for several intervals: a row of a
      * document that exists is never deleted (each document here is written once, so a row deleted by mistake
