@@ -149,6 +149,31 @@ static open_result open_stream(probe *p, const bson_t *extra, bool split, int32_
     return server_answered(e) ? OPEN_REFUSED : OPEN_FAILED;
 }
 
+/* open_stream, and where the server refuses it, again with fullDocument: "updateLookup": Azure Cosmos DB for MongoDB
+ * (RU) opens no stream without it (learn.microsoft.com/azure/cosmos-db/mongodb/change-streams); its lack of deletes
+ * is the start's business (source_choice.c), not these positions'. */
+static open_result open_stream_lookup(probe *p, const bson_t *extra, bool split, int32_t batch, bson_t *reply,
+                                      bson_error_t *e)
+{
+    open_result r = open_stream(p, extra, split, batch, reply, e);
+    if (r != OPEN_REFUSED)
+        return r;
+    bson_t x = BSON_INITIALIZER, again;
+    bson_error_t e2;
+    if (extra != NULL)
+        bson_concat(&x, extra);
+    BSON_APPEND_UTF8(&x, "fullDocument", "updateLookup");
+    open_result r2 = open_stream(p, &x, split, batch, &again, &e2);
+    bson_destroy(&x);
+    if (r2 != OPEN_OK) {
+        bson_destroy(&again);
+        return r;
+    }
+    bson_destroy(reply);
+    bson_steal(reply, &again);
+    return OPEN_OK;
+}
+
 /* One capability that is a $changeStream option (or the split stage): offered when a stream opens with it. */
 static stream_caps_status probe_option(probe *p, stream_cap *c, const bson_t *extra, bool split, char *err,
                                        size_t errlen)
@@ -369,7 +394,7 @@ static bool host_ends_with(mongoc_client_t *client, const char *suffix)
 
 #define COSMOS_REFUSAL                                                                                                 \
     "Azure Cosmos DB for MongoDB (RU) sends no delete events: a replica would keep every deleted document, so "        \
-    "oplog2pg refuses it (no delete reconciliation exists yet)"
+    "oplog2pg refuses it unless [mongodb] delete_reconcile is set (docs/sources.md)"
 
 /* A refused cluster-wide stream (e holds the refusal): a server that is not MongoDB, saying what to do.
  * - Amazon DocumentDB answers 136 "modifyChangeStreams has not been run for this collection/database/cluster" until
@@ -508,7 +533,7 @@ stream_start_status stream_caps_start_at(mongoc_client_t *client, const op_pos *
         return STREAM_START_RETRY;
     }
     bson_t *extra = BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(at->secs, at->inc)), reply;
-    open_result r = open_stream(&p, extra, false, 1, &reply, &e);
+    open_result r = open_stream_lookup(&p, extra, false, 1, &reply, &e);
     bson_destroy(extra);
     bson_destroy(&reply);
     probe_close(&p);
@@ -537,7 +562,7 @@ stream_start_status stream_caps_now(mongoc_client_t *client, op_pos *now, bool *
         return STREAM_START_RETRY;
     }
     bson_t reply;
-    open_result r = open_stream(&p, NULL, false, 0, &reply, &e);
+    open_result r = open_stream_lookup(&p, NULL, false, 0, &reply, &e);
     probe_close(&p);
     stream_start_status st = STREAM_START_OK;
     if (r == OPEN_OK) {
@@ -734,6 +759,23 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
                            BCON_UTF8("rename"), "}", "}", "]", "cursor", "{", "batchSize", BCON_INT32(1), "}");
     bson_t reply;
     bool ok = run(&p, "admin", cmd, &reply, &e);
+    if (!ok && server_answered(&e)) {
+        /* Azure Cosmos DB for MongoDB (RU) opens a stream only with fullDocument "updateLookup" (as in
+         * open_stream_lookup); it sends no rename events, so the search then finds none. */
+        bson_t *cmd2 =
+            BCON_NEW("aggregate", BCON_INT32(1), "pipeline", "[", "{", "$changeStream", "{", "allChangesForCluster",
+                     BCON_BOOL(true), "fullDocument", BCON_UTF8("updateLookup"), "startAtOperationTime",
+                     BCON_TIMESTAMP(from.secs, from.inc), "}", "}", "{", "$match", "{", "operationType",
+                     BCON_UTF8("rename"), "}", "}", "]", "cursor", "{", "batchSize", BCON_INT32(1), "}");
+        bson_t reply2;
+        bson_error_t e2;
+        if (run(&p, "admin", cmd2, &reply2, &e2)) {
+            bson_destroy(&reply);
+            bson_steal(&reply, &reply2);
+            ok = true;
+        }
+        bson_destroy(cmd2);
+    }
     bson_destroy(cmd);
     int64_t id = ok ? cursor_id(&reply) : 0;
     bool done = false, said = false, no_pbrt = false; /* said: err holds the reason */
