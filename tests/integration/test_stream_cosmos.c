@@ -118,10 +118,10 @@ START_TEST(test_cosmos_reconcile)
     denv_start(&e, "cosmosrc", sim_args, "\n[mongodb]\nsource = change_stream\ndelete_reconcile = 1s\n");
     char db[64];
     snprintf(db, sizeof db, "%s_a", e.prefix);
-    /* Its resume tokens are opaque and its replies hold no operationTime: the initial copy cannot note where it
-     * starts (docs/sources.md, "Not yet"), so the daemon starts without it and the documents come as events. */
-    const char *skip[] = {"--skip-import", NULL};
-    denv_daemon_start_args(&e, skip, NULL);
+    /* Documents there before the start come by the initial copy (its start the operationTime of a stream reply:
+     * the tokens are opaque), the rest as events; some of the copied ones are deleted below. */
+    denv_insert_range(&e, db, "c", 1, 300);
+    denv_daemon_start(&e);
     if (!denv_wait_log(&e, "ready:", WAIT_S))
         denv_show_log(&e);
     ck_assert_msg(denv_file_contains(e.log, "ready:"), "the daemon did not get ready");
@@ -192,6 +192,16 @@ START_TEST(test_cosmos_reconcile)
         one(b, mongoc_collection_delete_one(b, q, NULL, NULL, &err), &err);
         bson_destroy(q);
         deletes++;
+    }
+    {
+        mongoc_collection_t *cc = coll_of(c, db, "c");
+        for (int i = 100; i < 110; i++) {
+            bson_t *q = BCON_NEW("_id", BCON_INT32(i));
+            one(cc, mongoc_collection_delete_one(cc, q, NULL, NULL, &err), &err);
+            bson_destroy(q);
+            deletes++;
+        }
+        mongoc_collection_destroy(cc);
     }
     {
         bson_t *d = BCON_NEW("_id", BCON_INT32(10), "again", BCON_BOOL(true)); /* deleted above, inserted again */
