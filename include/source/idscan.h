@@ -34,7 +34,7 @@ typedef struct {
 
 /* Every _id of db.coll to each(). APPLY_OK when the scan ended (*n ids seen; *stopped when each() stopped it);
  * APPLY_CONFIG when MongoDB refused it (a missing privilege); APPLY_RETRY for anything a later attempt may cure.
- * why says what failed. A document without an _id (none can exist in a collection) is not passed on. */
+ * why says what failed. A document without an _id (none can exist in a collection) ends the scan with APPLY_RETRY. */
 apply_status idscan_collection(mongoc_client_t *client, const char *db, const char *coll, const idscan_opts *o,
                                idscan_fn each, void *arg, uint64_t *n, bool *stopped, char *why, size_t whylen);
 

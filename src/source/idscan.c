@@ -25,8 +25,12 @@ apply_status idscan_collection(mongoc_client_t *client, const char *db, const ch
     apply_status st = APPLY_OK;
     while (mongoc_cursor_next(cur, &doc)) {
         bson_iter_t it;
-        if (!bson_iter_init_find(&it, doc, "_id"))
-            continue; /* no _id: no row can hold it (see the header) */
+        if (!bson_iter_init_find(&it, doc, "_id")) {
+            /* every document has one: a reply without it is not understood, and nothing is deleted on it */
+            snprintf(why, whylen, "a document of %s.%s came without its _id", db, coll);
+            st = APPLY_RETRY;
+            break;
+        }
         if (++*n % IDSCAN_BATCH == 0 && o != NULL && o->tick != NULL && !o->tick(o->tick_arg)) {
             snprintf(why, whylen, "stopping before the scan of %s.%s ended", db, coll);
             st = APPLY_RETRY;
