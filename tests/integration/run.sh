@@ -57,7 +57,7 @@ stream_pass() { # UPDATES SUITE[:CASE]...
 }
 case "$build" in
 *san*)
-    stream_pass description mapped_vectors ddl driver_txn
+    stream_pass description mapped_vectors ddl
     ;;
 *)
     stream_pass description replication:end_to_end replication:import ddl driver_txn lossless:lossless map_changes \

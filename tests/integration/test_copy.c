@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "../lib/compare.h"
+#include "../lib/daemonenv.h"
 #include "../lib/proc.h"
 #include "../lib/workload.h"
 #include "copy/copy.h"
@@ -263,7 +264,7 @@ START_TEST(test_copy_large)
 {
     env e;
     env_dir(&e, "big");
-    long total = getenv("COPY_TEST_DOCS") ? atol(getenv("COPY_TEST_DOCS")) : 1000000;
+    long total = getenv("COPY_TEST_DOCS") ? atol(getenv("COPY_TEST_DOCS")) : denv_scaled(1000000);
     int workers = getenv("COPY_TEST_WORKERS") ? atoi(getenv("COPY_TEST_WORKERS")) : 3;
     char data[300];
     snprintf(data, sizeof data, "%s/data", e.dir);

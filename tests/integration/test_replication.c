@@ -63,7 +63,7 @@ START_TEST(test_workload_v2)
     denv e;
     denv_start(&e, "v2", NULL, NULL);
     denv_daemon_start(&e);
-    run_workload(&e, 42, 100000);
+    run_workload(&e, 42, (uint64_t)denv_scaled(100000));
     ck_assert_msg(denv_wait_caught_up(&e, 300), "the daemon did not catch up within 300 s");
     denv_expect_match(&e);
     denv_stop(&e);
@@ -662,7 +662,8 @@ START_TEST(test_import_with_writer)
 {
     denv e;
     denv_start(&e, "imp", NULL, "[copy]\nworkers = 3\n");
-    fill(&e, 11, 1000000);
+    long docs = denv_scaled(1000000);
+    fill(&e, 11, (uint64_t)docs);
     denv_daemon_start(&e);
     /* The writers must overlap the copy, or this test proves nothing about it: they start once the copy has
      * committed its first documents and has not recorded its end (an event, whatever the machine's speed). */
@@ -676,8 +677,9 @@ START_TEST(test_import_with_writer)
         usleep(5 * 1000);
     }
     PQfinish(pg);
-    ck_assert_msg(!finished, "the copy of 1 000 000 documents ended before the writers could start");
-    workload_thread w = {.e = &e, .seed = 12, .ops = 50000, .no_ddl = true, .first_id = 10000000};
+    ck_assert_msg(!finished, "the copy of %ld documents ended before the writers could start", docs);
+    workload_thread w = {
+        .e = &e, .seed = 12, .ops = (uint64_t)denv_scaled(50000), .no_ddl = true, .first_id = 10000000};
     changer ch = {.e = &e};
     pthread_t th, th2;
     ck_assert_int_eq(pthread_create(&th, NULL, workload_main, &w), 0);

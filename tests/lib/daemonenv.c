@@ -27,6 +27,11 @@ bool denv_using_sim(void)
     return getenv("OPLOG2PG_TEST_SIM") != NULL || getenv("MONGO_URI") == NULL;
 }
 
+long denv_scaled(long full)
+{
+    return getenv("OPLOG2PG_TEST_SANITIZE") != NULL ? full / 4 : full;
+}
+
 double denv_now(void)
 {
     struct timespec ts;

@@ -31,6 +31,10 @@ typedef struct {
 const char *denv_pg_conninfo(void);
 /* True unless MONGO_URI names a real replica set (and OPLOG2PG_TEST_SIM is unset). */
 bool denv_using_sim(void);
+/* A test's volume (documents, ops): `full`, or a quarter of it in a sanitizer build (OPLOG2PG_TEST_SANITIZE, set by
+ * tests/run.sh). The sanitizers look for memory and undefined-behaviour errors, which every code path meets in the
+ * smaller run as well; the full volume, for what it proves about sizes and overlap, runs in the plain build. */
+long denv_scaled(long full);
 double denv_now(void); /* monotonic seconds */
 /* The newest oplog entry's ts as (secs << 32 | inc), 0 when the oplog is empty. */
 uint64_t denv_newest_ts(const char *uri);
