@@ -20,41 +20,6 @@ Suite *stream_cosmos_suite(void);
 
 #define WAIT_S 60
 
-/* The newest write's ts as hello reports it (lastWrite.opTime.ts): the server does not let the test read the oplog. */
-static uint64_t newest_ts(const denv *e)
-{
-    mongoc_client_t *c = mongoc_client_new(e->uri);
-    ck_assert_ptr_nonnull(c);
-    bson_t *cmd = BCON_NEW("hello", BCON_INT32(1)), reply;
-    bson_error_t err;
-    ck_assert_msg(mongoc_client_command_simple(c, "admin", cmd, NULL, &reply, &err), "%s", err.message);
-    bson_iter_t it, ts;
-    uint32_t secs = 0, inc = 0;
-    ck_assert(bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "lastWrite.opTime.ts", &ts));
-    bson_iter_timestamp(&ts, &secs, &inc);
-    bson_destroy(&reply);
-    bson_destroy(cmd);
-    mongoc_client_destroy(c);
-    return (uint64_t)secs << 32 | inc;
-}
-
-static void wait_caught_up(denv *e)
-{
-    uint64_t want = newest_ts(e);
-    double until = denv_now() + WAIT_S;
-    while (denv_now() < until) {
-        if (denv_checkpoint_ts(e->service) >= want)
-            return;
-        if (e->daemon.pid != 0 && proc_wait(&e->daemon, 0.0)) {
-            denv_show_log(e);
-            ck_abort_msg("the daemon exited with %d while catching up", proc_exit_code(&e->daemon));
-        }
-        usleep(50 * 1000);
-    }
-    denv_show_log(e);
-    ck_abort_msg("the daemon did not catch up within %d s", WAIT_S);
-}
-
 static const char pass_line[] = "delete reconciliation: ";
 
 /* The reconciliation passes the daemon logged, and the rows they deleted in all. */
@@ -208,7 +173,7 @@ START_TEST(test_cosmos_reconcile)
         one(a, mongoc_collection_insert_one(a, d, NULL, NULL, &err), &err);
         bson_destroy(d);
     }
-    wait_caught_up(&e);
+    denv_wait_hello_caught_up(&e, WAIT_S);
     wait_passes(&e, 2);
     denv_expect_match_prefix(&e, db);
     long long deleted = 0;
@@ -242,7 +207,7 @@ START_TEST(test_cosmos_reconcile)
         id++;
         usleep(5 * 1000);
     }
-    wait_caught_up(&e);
+    denv_wait_hello_caught_up(&e, WAIT_S);
     wait_passes(&e, 2);
     denv_expect_match_prefix(&e, db);
     passes(&e, &deleted);
@@ -281,7 +246,7 @@ START_TEST(test_cosmos_reconcile)
     ck_assert_int_eq(passes(&e, NULL), before); /* no pass completed */
     snprintf(sql, sizeof sql, "DROP TRIGGER cosmos_test_hold ON %s; DROP FUNCTION public.cosmos_test_hold()", tab);
     denv_pg_exec(sql);
-    wait_caught_up(&e);
+    denv_wait_hello_caught_up(&e, WAIT_S);
     wait_passes(&e, 2);
     denv_expect_match_prefix(&e, db);
     passes(&e, &deleted);

@@ -22,42 +22,6 @@ Suite *stream_flavors_suite(void);
 
 #define WAIT_S 60
 
-/* The newest write's ts as hello reports it (lastWrite.opTime.ts): these servers do not let the test read the
- * oplog either. */
-static uint64_t newest_ts(const denv *e)
-{
-    mongoc_client_t *c = mongoc_client_new(e->uri);
-    ck_assert_ptr_nonnull(c);
-    bson_t *cmd = BCON_NEW("hello", BCON_INT32(1)), reply;
-    bson_error_t err;
-    ck_assert_msg(mongoc_client_command_simple(c, "admin", cmd, NULL, &reply, &err), "%s", err.message);
-    bson_iter_t it, ts;
-    uint32_t secs = 0, inc = 0;
-    ck_assert(bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "lastWrite.opTime.ts", &ts));
-    bson_iter_timestamp(&ts, &secs, &inc);
-    bson_destroy(&reply);
-    bson_destroy(cmd);
-    mongoc_client_destroy(c);
-    return (uint64_t)secs << 32 | inc;
-}
-
-static void wait_caught_up(denv *e)
-{
-    uint64_t want = newest_ts(e);
-    double until = denv_now() + WAIT_S;
-    while (denv_now() < until) {
-        if (denv_checkpoint_ts(e->service) >= want)
-            return;
-        if (e->daemon.pid != 0 && proc_wait(&e->daemon, 0.0)) {
-            denv_show_log(e);
-            ck_abort_msg("the daemon exited with %d while catching up", proc_exit_code(&e->daemon));
-        }
-        usleep(50 * 1000);
-    }
-    denv_show_log(e);
-    ck_abort_msg("the daemon did not catch up within %d s", WAIT_S);
-}
-
 static void command(const denv *e, const char *db, bson_t *cmd)
 {
     mongoc_client_t *c = mongoc_client_new(e->uri);
@@ -155,10 +119,10 @@ START_TEST(test_atlas_shared)
     denv_daemon_start(&e);
     ck_assert_msg(denv_wait_log(&e, "source = auto: the oplog cannot be read", WAIT_S), "no change stream chosen");
     ck_assert(denv_file_contains(e.log, "AtlasError") || denv_file_contains(e.log, "not allowed"));
-    wait_caught_up(&e);
+    denv_wait_hello_caught_up(&e, WAIT_S);
     ck_assert_msg(denv_wait_log(&e, "ready:", WAIT_S), "the daemon did not get ready");
     mixed_workload(&e, db, 1);
-    wait_caught_up(&e);
+    denv_wait_hello_caught_up(&e, WAIT_S);
     denv_expect_match(&e);
     denv_stop(&e);
 }
@@ -205,18 +169,18 @@ START_TEST(test_documentdb)
     ck_assert(denv_file_contains(e.log, "post-batch resume tokens no"));
     mixed_workload(&e, db, 0);
     mixed_workload(&e, db, 1);
-    wait_caught_up(&e);
+    denv_wait_hello_caught_up(&e, WAIT_S);
     denv_expect_match_prefix(&e, db);
     /* Quiet: an oplog note moves the server's newest operation but is no event; without a post-batch resume token
      * nothing tells the daemon, so its position stays. */
     uint64_t at = denv_checkpoint_ts(e.service);
     command(&e, "admin", BCON_NEW("appendOplogNote", BCON_INT32(1), "data", "{", "msg", BCON_UTF8("quiet"), "}"));
-    ck_assert_uint_gt(newest_ts(&e), at);
+    ck_assert_uint_gt(denv_hello_newest_ts(e.uri), at);
     sleep(3);
     ck_assert_uint_eq(denv_checkpoint_ts(e.service), at);
     /* the next event moves it again */
     denv_insert_range(&e, db, "a", 5001, 5001);
-    wait_caught_up(&e);
+    denv_wait_hello_caught_up(&e, WAIT_S);
     denv_expect_match_prefix(&e, db);
     denv_stop(&e);
 }
@@ -314,7 +278,7 @@ START_TEST(test_documentdb_copy)
     ck_assert_msg(denv_wait_log(&e, "ready:", WAIT_S), "the daemon did not get ready");
     ck_assert_msg(denv_file_contains(e.log, "copy: service rep_fldoccp copied 3 collections"), "the copy did not run");
     mixed_workload(&e, db, 11);
-    wait_caught_up(&e);
+    denv_wait_hello_caught_up(&e, WAIT_S);
     denv_expect_match_prefix(&e, db);
     denv_stop(&e);
 }

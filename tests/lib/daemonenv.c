@@ -62,6 +62,40 @@ uint64_t denv_checkpoint_ts(const char *service)
     return ts;
 }
 
+uint64_t denv_hello_newest_ts(const char *uri)
+{
+    mongoc_client_t *c = mongoc_client_new(uri);
+    ck_assert_ptr_nonnull(c);
+    bson_t *cmd = BCON_NEW("hello", BCON_INT32(1)), reply;
+    bson_error_t err;
+    ck_assert_msg(mongoc_client_command_simple(c, "admin", cmd, NULL, &reply, &err), "%s", err.message);
+    bson_iter_t it, ts;
+    uint32_t secs = 0, inc = 0;
+    ck_assert(bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "lastWrite.opTime.ts", &ts));
+    bson_iter_timestamp(&ts, &secs, &inc);
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+    mongoc_client_destroy(c);
+    return (uint64_t)secs << 32 | inc;
+}
+
+void denv_wait_hello_caught_up(denv *e, double timeout_s)
+{
+    uint64_t want = denv_hello_newest_ts(e->uri);
+    double until = denv_now() + timeout_s;
+    while (denv_now() < until) {
+        if (denv_checkpoint_ts(e->service) >= want)
+            return;
+        if (e->daemon.pid != 0 && proc_wait(&e->daemon, 0.0)) {
+            denv_show_log(e);
+            ck_abort_msg("the daemon exited with %d while catching up", proc_exit_code(&e->daemon));
+        }
+        usleep(50 * 1000);
+    }
+    denv_show_log(e);
+    ck_abort_msg("the daemon did not catch up within %.0f s", timeout_s);
+}
+
 void denv_show_log(const denv *e)
 {
     FILE *f = fopen(e->log, "r");

@@ -40,6 +40,12 @@ double denv_now(void); /* monotonic seconds */
 uint64_t denv_newest_ts(const char *uri);
 /* The service's committed checkpoint the same way (0 when none). */
 uint64_t denv_checkpoint_ts(const char *service);
+/* The newest write's ts as hello reports it (lastWrite.opTime.ts), for servers that do not let a test read the
+ * oplog (mongosim --flavor). */
+uint64_t denv_hello_newest_ts(const char *uri);
+/* Waits until the service's checkpoint reaches the newest write hello reports at the call; aborts when the daemon
+ * exits or timeout_s passes. */
+void denv_wait_hello_caught_up(denv *e, double timeout_s);
 /* Prints the last 30 lines of the current daemon log to stderr. */
 void denv_show_log(const denv *e);
 /* Sets up the environment `name` (service rep_NAME, databases rep_NAME_*); extra_ini is appended to the
