@@ -28,6 +28,7 @@ typedef struct probe {
     mongoc_client_t *client;
     mongoc_client_session_t *cs; /* NULL: the server has no sessions */
     uint32_t server_id;
+    char db[128]; /* where the cluster-wide stream is refused: a database whose own stream this user may open */
 } probe;
 
 /* The server answered (ok: 0), as opposed to not being reached. */
@@ -116,14 +117,62 @@ typedef enum { OPEN_OK, OPEN_REFUSED, OPEN_FAILED } open_result;
 /* aggregate: 1 on admin, [{$changeStream: {allChangesForCluster: true, <extra>}}, (split: the split stage)],
  * batchSize `batch`; the cursor is killed before returning. On OPEN_OK the reply is kept in *reply (the caller
  * destroys it); otherwise *e holds the error and *reply is empty. */
+static open_result open_stream_on(probe *p, bool cluster, const bson_t *extra, bool split, int32_t batch, bson_t *reply,
+                                  bson_error_t *e);
+
+/* A database this user may read, for a probe where the cluster-wide stream is refused (Unauthorized, as to a user
+ * whose roles grant changeStream and find on some databases only): {listDatabases: 1, nameOnly: true,
+ * authorizedDatabases: true} lists those (docs "listDatabases"); the first that is not admin, local or config. What
+ * a database's stream answers (the options, the post-batch token's time, the history) is the cluster's: every stream
+ * reads the one oplog. */
+static bool find_readable_db(probe *p)
+{
+    if (p->db[0] != '\0')
+        return true;
+    bson_t *cmd =
+        BCON_NEW("listDatabases", BCON_INT32(1), "nameOnly", BCON_BOOL(true), "authorizedDatabases", BCON_BOOL(true));
+    bson_t reply;
+    bson_error_t e;
+    bool ok = run(p, "admin", cmd, &reply, &e);
+    bson_destroy(cmd);
+    bson_iter_t it, dbs, one;
+    if (ok && bson_iter_init_find(&it, &reply, "databases") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &dbs)) {
+        while (p->db[0] == '\0' && bson_iter_next(&dbs)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&dbs) || !bson_iter_recurse(&dbs, &one) || !bson_iter_find(&one, "name") ||
+                !BSON_ITER_HOLDS_UTF8(&one))
+                continue;
+            const char *n = bson_iter_utf8(&one, NULL);
+            if (strcmp(n, "admin") != 0 && strcmp(n, "local") != 0 && strcmp(n, "config") != 0 &&
+                strlen(n) < sizeof p->db)
+                snprintf(p->db, sizeof p->db, "%s", n);
+        }
+    }
+    bson_destroy(&reply);
+    return p->db[0] != '\0';
+}
+
 static open_result open_stream(probe *p, const bson_t *extra, bool split, int32_t batch, bson_t *reply, bson_error_t *e)
+{
+    if (p->db[0] == '\0') {
+        open_result r = open_stream_on(p, true, extra, split, batch, reply, e);
+        if (r != OPEN_REFUSED || e->code != 13 /* Unauthorized */ || !find_readable_db(p))
+            return r;
+    }
+    return open_stream_on(p, false, extra, split, batch, reply, e);
+}
+
+/* cluster: the cluster-wide stream on admin; else a database-level stream on p->db. */
+static open_result open_stream_on(probe *p, bool cluster, const bson_t *extra, bool split, int32_t batch, bson_t *reply,
+                                  bson_error_t *e)
 {
     bson_t cmd = BSON_INITIALIZER, pipeline, stage, spec, cursor, splitst, empty;
     BSON_APPEND_INT32(&cmd, "aggregate", 1);
     BSON_APPEND_ARRAY_BEGIN(&cmd, "pipeline", &pipeline);
     BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "0", &stage);
     BSON_APPEND_DOCUMENT_BEGIN(&stage, "$changeStream", &spec);
-    BSON_APPEND_BOOL(&spec, "allChangesForCluster", true);
+    if (cluster)
+        BSON_APPEND_BOOL(&spec, "allChangesForCluster", true);
     if (extra != NULL)
         bson_concat(&spec, extra);
     bson_append_document_end(&stage, &spec);
@@ -138,10 +187,11 @@ static open_result open_stream(probe *p, const bson_t *extra, bool split, int32_
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "cursor", &cursor);
     BSON_APPEND_INT32(&cursor, "batchSize", batch);
     bson_append_document_end(&cmd, &cursor);
-    bool ok = run(p, "admin", &cmd, reply, e);
+    const char *db = cluster ? "admin" : p->db;
+    bool ok = run(p, db, &cmd, reply, e);
     bson_destroy(&cmd);
     if (ok) {
-        kill_cursor(p, "admin", "$cmd.aggregate", cursor_id(reply));
+        kill_cursor(p, db, "$cmd.aggregate", cursor_id(reply));
         return OPEN_OK;
     }
     bson_destroy(reply);
