@@ -641,30 +641,21 @@ static bool batch_read(const bson_t *reply, bool *any, op_pos *pbrt, bool *have_
     return true;
 }
 
-bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const op_pos *upto, bool *renamed, char *err,
-                            size_t errlen)
+/* Looks for a rename event in (from - 1, upto] on db's stream (admin: the cluster-wide one). *unauthorized: the
+ * stream was refused with 13. */
+static bool renames_scan(probe *p, const char *db, const op_pos *from, const op_pos *upto, bool *renamed,
+                         bool *unauthorized, char *err, size_t errlen)
 {
-    probe p;
-    bson_error_t e;
-    *renamed = false;
-    if (!probe_open(&p, client, &e)) {
-        snprintf(err, errlen, "selecting a server: %s", e.message);
-        return false;
-    }
-    op_pos from = *after;
-    if (from.inc < UINT32_MAX) {
-        from.inc++;
-    } else {
-        from.secs++;
-        from.inc = 0;
-    }
     /* [{$changeStream: {allChangesForCluster, startAtOperationTime}}, {$match: {operationType: "rename"}}] */
+    bool cluster = strcmp(db, "admin") == 0;
     bson_t *cmd = BCON_NEW("aggregate", BCON_INT32(1), "pipeline", "[", "{", "$changeStream", "{",
-                           "allChangesForCluster", BCON_BOOL(true), "startAtOperationTime",
-                           BCON_TIMESTAMP(from.secs, from.inc), "}", "}", "{", "$match", "{", "operationType",
+                           "allChangesForCluster", BCON_BOOL(cluster), "startAtOperationTime",
+                           BCON_TIMESTAMP(from->secs, from->inc), "}", "}", "{", "$match", "{", "operationType",
                            BCON_UTF8("rename"), "}", "}", "]", "cursor", "{", "batchSize", BCON_INT32(1), "}");
     bson_t reply;
-    bool ok = run(&p, "admin", cmd, &reply, &e);
+    bson_error_t e;
+    bool ok = run(p, db, cmd, &reply, &e);
+    *unauthorized = !ok && server_answered(&e) && e.code == 13;
     bson_destroy(cmd);
     int64_t id = ok ? cursor_id(&reply) : 0;
     bool done = false, said = false; /* said: err holds the reason */
@@ -699,7 +690,7 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
             bson_destroy(&reply);
             cmd = BCON_NEW("getMore", BCON_INT64(id), "collection", BCON_UTF8("$cmd.aggregate"), "batchSize",
                            BCON_INT32(1), "maxTimeMS", BCON_INT32(RENAME_AWAIT_MS));
-            ok = run(&p, "admin", cmd, &reply, &e);
+            ok = run(p, db, cmd, &reply, &e);
             bson_destroy(cmd);
             if (ok)
                 id = cursor_id(&reply);
@@ -708,7 +699,53 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
     if (!ok && !said)
         snprintf(err, errlen, "reading the change stream for renames: %s", e.message);
     bson_destroy(&reply);
-    kill_cursor(&p, "admin", "$cmd.aggregate", id);
+    kill_cursor(p, db, "$cmd.aggregate", id);
+    return ok;
+}
+
+bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const op_pos *upto, bool *renamed, char *err,
+                            size_t errlen)
+{
+    probe p;
+    bson_error_t e;
+    *renamed = false;
+    if (!probe_open(&p, client, &e)) {
+        snprintf(err, errlen, "selecting a server: %s", e.message);
+        return false;
+    }
+    op_pos from = *after;
+    if (from.inc < UINT32_MAX) {
+        from.inc++;
+    } else {
+        from.secs++;
+        from.inc = 0;
+    }
+    bool unauthorized = false;
+    bool ok = renames_scan(&p, "admin", &from, upto, renamed, &unauthorized, err, errlen);
+    if (!ok && unauthorized) {
+        /* The cluster-wide stream refused (a user with rights on some databases only, who reads one stream per
+         * database): every database this user may read is scanned, which holds every database it can copy. */
+        bson_t *cmd = BCON_NEW("listDatabases", BCON_INT32(1), "nameOnly", BCON_BOOL(true), "authorizedDatabases",
+                               BCON_BOOL(true));
+        bson_t reply;
+        ok = run(&p, "admin", cmd, &reply, &e);
+        bson_destroy(cmd);
+        bson_iter_t it, dbs, one;
+        if (!ok)
+            snprintf(err, errlen, "listing the databases to read for renames: %s", e.message);
+        if (ok && bson_iter_init_find(&it, &reply, "databases") && BSON_ITER_HOLDS_ARRAY(&it) &&
+            bson_iter_recurse(&it, &dbs)) {
+            while (ok && !*renamed && bson_iter_next(&dbs)) {
+                if (!BSON_ITER_HOLDS_DOCUMENT(&dbs) || !bson_iter_recurse(&dbs, &one) ||
+                    !bson_iter_find(&one, "name") || !BSON_ITER_HOLDS_UTF8(&one))
+                    continue;
+                const char *n = bson_iter_utf8(&one, NULL);
+                if (strcmp(n, "admin") != 0 && strcmp(n, "local") != 0 && strcmp(n, "config") != 0)
+                    ok = renames_scan(&p, n, &from, upto, renamed, &unauthorized, err, errlen);
+            }
+        }
+        bson_destroy(&reply);
+    }
     probe_close(&p);
     return ok;
 }

@@ -225,8 +225,10 @@ perdb_next_status perdb_next(const perdb_merge *m, size_t *lane)
         if (read == m->n) {
             read = i;
         } else {
-            const perdb_lane *r = &m->lanes[read]; /* an unshown lane first, then the least far */
-            if (r->shown && (!l->shown || tcmp(l->hsecs, l->hinc, r->hsecs, r->hinc) < 0))
+            /* an unshown lane first, then the least far (at one point, one that still may hold events there) */
+            const perdb_lane *r = &m->lanes[read];
+            int c = tcmp(l->hsecs, l->hinc, r->hsecs, r->hinc);
+            if (r->shown && (!l->shown || c < 0 || (c == 0 && r->hincl && !l->hincl)))
                 read = i;
         }
     }

@@ -1118,7 +1118,9 @@ static step lane_take_batch(stream_reader *r, size_t i, bson_iter_t *batch, cons
     char pbuf[OP_POS_STRLEN], err[512];
     lane_io *lio = &r->lanes[i];
     const char *db = r->pm.lanes[i].db;
+    uint32_t count = 0;
     while (bson_iter_next(batch)) {
+        count++;
         const uint8_t *data;
         uint32_t len;
         bson_t ev;
@@ -1201,6 +1203,11 @@ static step lane_take_batch(stream_reader *r, size_t i, bson_iter_t *batch, cons
         op_pos at = {.secs = t.secs, .inc = t.inc, .term = -1};
         incl = !(lio->have_opened_at && op_pos_cmp(&at, &lio->opened_at) <= 0);
     }
+    /* An empty getMore shows its stream holds nothing more up to its token: the rest of a clusterTime's events, were
+     * there any, would be in the server's hands already (unwound from the one oplog entry it read) and would have
+     * come at once (as take_batch closes a group). */
+    if (count == 0 && strcmp(what, "getMore") == 0 && !lio->frag.active)
+        incl = true;
     if (!perdb_lane_batch_end(&r->pm, i, pbrt, pbrt_len, t.keystring, t.secs, t.inc, incl)) {
         fatal(r, QUEUE_END_NOMEM, "out of memory noting a change stream's position");
         return STEP_END;
