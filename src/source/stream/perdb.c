@@ -342,9 +342,12 @@ bool perdb_commit(perdb_merge *m)
         const uint8_t *t;
         uint32_t len;
         lane_point(l, &t, &len);
-        if (t && !set_bytes(&l->cur, &l->cur_len, t, len))
+        if (!t)
+            continue;
+        /* pushed first: t may be cur itself, which set_bytes would free before copying */
+        if (!set_bytes(&l->pushed, &l->pushed_len, t, len))
             return false;
-        if (t && !set_bytes(&l->pushed, &l->pushed_len, t, len))
+        if (t != l->cur && !set_bytes(&l->cur, &l->cur_len, l->pushed, l->pushed_len))
             return false;
     }
     return true;
