@@ -298,6 +298,36 @@ START_TEST(test_dropped_database_followed)
 }
 END_TEST
 
+/* mongosim --refuse-cluster-stream answers as the server does: 13 Unauthorized for the cluster-wide stream, and a
+ * database's stream still opens. */
+START_TEST(test_sim_refuses_cluster_stream)
+{
+    NEED_SIM();
+    denv e;
+    denv_start(&e, "pdbs", refuse, INI_STREAM);
+    mongoc_client_t *c = mongoc_client_new(e.uri);
+    bson_t *cmd = BCON_NEW("aggregate", BCON_INT32(1), "pipeline", "[", "{", "$changeStream", "{",
+                           "allChangesForCluster", BCON_BOOL(true), "}", "}", "]", "cursor", "{", "}");
+    bson_t reply;
+    bson_error_t err;
+    ck_assert(!mongoc_client_command_simple(c, "admin", cmd, NULL, &reply, &err));
+    ck_assert_uint_eq(err.code, 13);
+    ck_assert_msg(strncmp(err.message, "not authorized on admin to execute command {", 44) == 0, "%s", err.message);
+    bson_iter_t it;
+    ck_assert(bson_iter_init_find(&it, &reply, "codeName") && BSON_ITER_HOLDS_UTF8(&it));
+    ck_assert_str_eq(bson_iter_utf8(&it, NULL), "Unauthorized");
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+    cmd = BCON_NEW("aggregate", BCON_INT32(1), "pipeline", "[", "{", "$changeStream", "{", "}", "}", "]", "cursor", "{",
+                   "}");
+    ck_assert_msg(mongoc_client_command_simple(c, "rep_pdbs_a", cmd, NULL, &reply, &err), "%s", err.message);
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+    mongoc_client_destroy(c);
+    denv_stop(&e);
+}
+END_TEST
+
 START_TEST(test_wildcard_refused)
 {
     NEED_SIM();
@@ -321,6 +351,7 @@ Suite *stream_perdb_suite(void)
     Suite *s = suite_create("stream_perdb");
     TCase *tc = tcase_create("perdb");
     tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_sim_refuses_cluster_stream);
     tcase_add_test(tc, test_two_databases_and_transactions);
     tcase_add_test(tc, test_kill9_resumes_exactly);
     tcase_add_test(tc, test_dropped_database_followed);

@@ -32,8 +32,14 @@
  *   name their databases exactly (core/nsfilter.h nsfilter_each_exact_db); the filter still decides every op on this
  *   side, as for the oplog. A token taken under another filter may then be one the stream cannot find: error 280,
  *   handled as above.
- * - Not done here: the per-database streams for a server that refuses the cluster-wide one (the reader stops and
- *   says so), and the byte-sized getMore the oplog reader asks for (batch_size events; a
+ * - Per-database streams (source/stream/perdb.h): where the cluster-wide aggregate is refused, one lane per database
+ *   the filter names exactly, each with its own cursor (lane_io), all on the one session; the merge decides which
+ *   event goes on next and which lane to read (its getMore waits READER_PROBE_MS while events are held, else
+ *   await_ms). An empty getMore shows its lane complete up to its post-batch token (as an empty batch closes a group
+ *   above). Entries carry the composite token (perdb_token), and a whole entry pushed makes every lane's point the
+ *   one a reopening resumes from (perdb_commit). A fault reopens every lane; a lane's invalidate reopens that lane
+ *   after it (startAfter); a lane refused with 280 restarts at the last position pushed, as above.
+ * - Not done here: the byte-sized getMore the oplog reader asks for (batch_size events; a
  *   batch of events of READER_REPLY_BYTES or more each waits, as there, for the applier to drain the queue before
  *   the next getMore).
  */
