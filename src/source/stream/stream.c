@@ -278,9 +278,9 @@ static step failed(stream_reader *r, const char *what, const bson_error_t *e, co
         return STEP_END;
     if (mongo_error_refused(e)) {
         fatal(r, QUEUE_END_REFUSED,
-              "%s of the cluster-wide change stream refused: %s (code %u); the user needs the changeStream and find "
-              "actions on the cluster (e.g. the read role on every database, or readAnyDatabase); per-database "
-              "streams are not implemented",
+              "%s of the change stream refused: %s (code %u); the user needs the changeStream and find actions on "
+              "the cluster (e.g. the read role on every database, or readAnyDatabase), or on each database "
+              "[replication] include names",
               what, e->message, e->code);
         return STEP_END;
     }
