@@ -287,13 +287,17 @@ START_TEST(test_dropped_database_followed)
     snprintf(dc, sizeof dc, "%sc", e.prefix);
     proc_signal(&e.daemon, SIGTERM);
     ck_assert(proc_wait(&e.daemon, 30));
-    include_dbs(&e, true);
-    denv_daemon_start(&e);
+    ck_assert_int_eq(proc_exit_code(&e.daemon), 0);
+    /* written while the daemon is stopped, after its checkpoint: the new database's stream must start there */
     denv_insert_range(&e, dc, "c", 1, 5);
     denv_insert_range(&e, da, "c", 21, 25);
+    include_dbs(&e, true);
+    denv_daemon_start(&e);
+    denv_insert_range(&e, dc, "c", 6, 8);
     ck_assert(wait_at_newest(&e, 60, true));
     denv_expect_match(&e);
-    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM \"rep_pdbd_c\".\"c\""), 5);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM \"rep_pdbd_c\".\"c\""), 8);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM \"rep_pdbd_a\".\"c\""), 25);
     denv_stop(&e);
 }
 END_TEST
