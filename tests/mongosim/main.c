@@ -200,6 +200,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "mongosim: --flavor is for a replica set; it cannot be combined with --shards\n");
         return 2;
     }
+    if (shards > 0 && opts.refuse_cluster_stream) {
+        fprintf(stderr,
+                "mongosim: --refuse-cluster-stream is for a replica set; it cannot be combined with --shards\n");
+        return 2;
+    }
     if (shards > 0) {
         sim_cluster *cl = sim_cluster_new(&opts, (size_t)shards, orphan_delay, loop, &err);
         if (!cl) {
