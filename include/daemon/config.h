@@ -105,6 +105,7 @@ typedef struct config {
     enum config_read_concern read_concern;
     enum config_source source;
     enum config_stream_updates change_stream_updates;
+    int64_t delete_reconcile_ms; /* delete_reconcile: the interval of the _id anti-join; 0 = off */
     int64_t shard_note_after_ms; /* sharded clusters: appendOplogNote after this wait on a shard; 0 = never */
     /* [postgres] */
     char *postgres_conninfo; /* libpq conninfo or URI; "" = libpq's environment defaults */

@@ -67,11 +67,13 @@ typedef struct metrics_snapshot {
     uint64_t flushes[METRICS_FLUSH_TRIGGERS]; /* by trigger */
     uint64_t commits;                         /* PostgreSQL transactions committed */
     uint64_t rows_written[METRICS_WRITE_METHODS];
-    uint64_t bytes_written; /* document bytes sent to PostgreSQL */
-    uint64_t dup_fallbacks; /* COPY runs re-sent as upserts after a duplicate _id */
-    uint64_t rewinds;       /* groups applied again: a COPY that let go of rows, or a plain insert, met a _id */
-    uint64_t unnamed;       /* statements sent unnamed: the connection held its bound of prepared ones */
-    uint64_t dead_letters;  /* ops set aside in oplog2pg.dead_letter */
+    uint64_t bytes_written;     /* document bytes sent to PostgreSQL */
+    uint64_t dup_fallbacks;     /* COPY runs re-sent as upserts after a duplicate _id */
+    uint64_t rewinds;           /* groups applied again: a COPY that let go of rows, or a plain insert, met a _id */
+    uint64_t unnamed;           /* statements sent unnamed: the connection held its bound of prepared ones */
+    uint64_t dead_letters;      /* ops set aside in oplog2pg.dead_letter */
+    uint64_t reconcile_passes;  /* delete reconciliations that ran ([mongodb] delete_reconcile) */
+    uint64_t reconcile_deleted; /* rows they deleted */
     uint64_t pg_reconnects;
     uint64_t mongo_reconnects;
     uint64_t queue_depth;        /* ops waiting between the reader and the applier (gauge) */
@@ -80,10 +82,10 @@ typedef struct metrics_snapshot {
     double checkpoint_timestamp; /* oplog time (UNIX seconds) of the committed checkpoint; 0 = none yet */
     int64_t copy_documents;      /* initial copy: documents committed so far (gauge; 0 when no copy ran) */
     int64_t copy_documents_estimate;
-    uint64_t txn_open;      /* transactions over several oplog entries read but not yet committed (gauge) */
-    uint64_t txn_bytes;     /* the oplog bytes of their entries read so far (gauge) */
-    double txn_oldest_age;  /* seconds since the first entry of the oldest of them (gauge; 0 when none) */
-    size_t nshards; /* a sharded cluster's shards (this session's), 0 for a replica set */
+    uint64_t txn_open;     /* transactions over several oplog entries read but not yet committed (gauge) */
+    uint64_t txn_bytes;    /* the oplog bytes of their entries read so far (gauge) */
+    double txn_oldest_age; /* seconds since the first entry of the oldest of them (gauge; 0 when none) */
+    size_t nshards;        /* a sharded cluster's shards (this session's), 0 for a replica set */
     metrics_shard shards[METRICS_MAX_SHARDS];
     bool ready;        /* connected both ways and applying (1), or starting, copying, reconnecting (0) */
     double start_time; /* process start, UNIX seconds */

@@ -5,6 +5,12 @@
  * Renames while the collections are listed are looked for as the oplog source does (copy.c, plan_from_start), in
  * the stream's rename events between the start and where the stream stands after the listing.
  *
+ * A server without post-batch resume tokens (DocumentDB) gives positions only as its replies' operationTime: the
+ * time of the newest operation the reply's read saw. The start is then that time itself: every write at or before it
+ * was visible before the copy read anything, so it is in the copy, and tailing begins after it. The end of the rename
+ * search is the operationTime of a reply given after the listing, and the search reads the stream until an event
+ * past it or an awaited empty batch (caps.c, renames_without_pbrt, says why that is enough).
+ *
  * A change stream's history is the oplog the user cannot read: the guard asks the server whether a stream can still
  * be opened at the copy's start (startAtOperationTime), and ChangeStreamHistoryLost (286) is the window lost, as an
  * oldest oplog entry past the start is for the oplog source. No margin can be measured (the oldest entry is not

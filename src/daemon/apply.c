@@ -890,6 +890,32 @@ static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
         arm_flush_timer(d);
 }
 
+/* [mongodb] delete_reconcile: commit what is held, then reconcile while nothing is applied (daemon/reconcile.c). A
+ * transaction still open across the flush (its end not seen yet) puts the pass off by a second. */
+static void on_reconcile_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    daemon_ctx *d = w->data;
+    (void)revents;
+    if (d->end != END_NONE)
+        return;
+    double next = (double)d->cfg->delete_reconcile_ms / 1000.0;
+    apply_status st = batcher_flush(d->bt, FLUSH_IDLE);
+    if (st == APPLY_OK && batcher_dirty(d->bt)) {
+        next = 1.0;
+    } else if (st == APPLY_OK) {
+        report_refresh_committed(d);
+        st = reconcile_pass(d);
+    }
+    if (st != APPLY_OK) {
+        on_sink_failure(d, st);
+        return;
+    }
+    ev_timer_stop(loop, w);
+    ev_timer_set(w, next, 0.0);
+    ev_timer_start(loop, w);
+    act_on_signals(d); /* the pass polled the signals while it scanned */
+}
+
 static void on_progress(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)revents;
@@ -936,6 +962,7 @@ static bool start_source(daemon_ctx *d, int have, const op_pos *start, char *err
         sc.updates = d->cfg->change_stream_updates == CONFIG_STREAM_UPDATES_RAW           ? STREAM_UPDATES_RAW
                      : d->cfg->change_stream_updates == CONFIG_STREAM_UPDATES_DESCRIPTION ? STREAM_UPDATES_DESCRIPTION
                                                                                           : STREAM_UPDATES_AUTO;
+        sc.lookup = d->cfg->delete_reconcile_ms > 0;
         d->srd = stream_start(&sc, d->q, err, errlen);
         return d->srd != NULL;
     }
@@ -1045,6 +1072,10 @@ static void run_session(daemon_ctx *d)
     ev_async_start(d->loop, &d->wake);
     ev_async_send(d->loop, &d->wake); /* anything queued before the notify was set */
     d->in_session = true;
+    if (d->cfg->delete_reconcile_ms > 0 && d->dump_path == NULL) {
+        ev_timer_set(&d->reconcile_timer, (double)d->cfg->delete_reconcile_ms / 1000.0, 0.0);
+        ev_timer_start(d->loop, &d->reconcile_timer);
+    }
     act_on_signals(d);
     if (d->end == END_NONE)
         ev_run(d->loop, 0);
@@ -1057,6 +1088,7 @@ static void run_session(daemon_ctx *d)
     ev_io_stop(d->loop, &d->pg_io);
     ev_timer_stop(d->loop, &d->flush_timer);
     ev_timer_stop(d->loop, &d->merge_timer);
+    ev_timer_stop(d->loop, &d->reconcile_timer);
     ev_async_stop(d->loop, &d->wake);
     d->session_live = false;
     if (d->end == END_STOP) {
@@ -1297,6 +1329,8 @@ static bool ctx_init(daemon_ctx *d, config *cfg, const char *config_path, const 
     ev_timer_init(&d->flush_timer, on_flush_timer, 1.0, 0.0);
     d->flush_timer.data = d;
     ev_timer_init(&d->merge_timer, on_merge_timer, 1.0, 0.0);
+    ev_timer_init(&d->reconcile_timer, on_reconcile_timer, 1.0, 0.0);
+    d->reconcile_timer.data = d;
     d->merge_timer.data = d;
     ev_timer_init(&d->progress_timer, on_progress, 10.0, 10.0);
     d->progress_timer.data = d;

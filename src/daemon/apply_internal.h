@@ -111,6 +111,9 @@ typedef struct {
     metrics_server *metrics;
     metrics_snapshot totals; /* counters of the sessions that ended (the running one is added at publish time) */
     uint64_t pg_reconnects;
+    /* [mongodb] delete_reconcile (reconcile.c): its timer, and the passes and rows deleted so far */
+    ev_timer reconcile_timer;
+    uint64_t reconcile_passes, reconcile_deleted;
     int64_t copy_copied, copy_estimate;
     atomic_bool copy_cancel;
 } daemon_ctx;
@@ -119,6 +122,13 @@ typedef struct {
 
 /* The queues' notify: wakes the loop (ev_async_send). */
 void apply_notify_wake(void *arg);
+
+/* ---- reconcile.c ---- */
+
+/* One delete reconciliation, between flush groups (everything committed, nothing applied until it returns). A
+ * failure of PostgreSQL is returned as the sink's (the session ends); one of MongoDB is logged and the pass is tried
+ * again at the next interval (APPLY_OK). */
+apply_status reconcile_pass(daemon_ctx *d);
 
 /* ---- cluster.c ---- */
 

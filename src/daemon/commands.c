@@ -204,7 +204,11 @@ static int check_source(const config *cfg, mongoc_client_t *client, source_kind 
         printf("mongodb: Amazon DocumentDB: change streams are enabled with modifyChangeStreams; without post-batch "
                "resume tokens a quiet stream's position moves only with events (docs/sources.md)\n");
     if (caps.cosmos)
-        printf("mongodb: Azure Cosmos DB for MongoDB (RU): its change streams send no delete events\n");
+        printf("mongodb: Azure Cosmos DB for MongoDB (RU): its change streams send no delete events%s\n",
+               cfg->delete_reconcile_ms > 0 ? "; delete_reconcile deletes the rows of documents gone from MongoDB"
+                                            : "; read only with [mongodb] delete_reconcile set");
+    if (caps.cosmos && cfg->delete_reconcile_ms > 0)
+        caps.streams.yes = true;
     int code = EXIT_OK;
     if (source_choose(cfg->source, cfg->change_stream_updates, &caps, kind, note, sizeof note)) {
         printf("mongodb: reads %s (%s)\n", *kind == SOURCE_CHANGE_STREAM ? "a change stream" : "the oplog", note);

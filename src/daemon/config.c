@@ -94,6 +94,14 @@ static const struct option_def options[] = {
                       "auto: raw where the server gives it, else description"},
      .offset = offsetof(config, change_stream_updates)},
 
+    {.info = {.section = "mongodb", .name = "delete_reconcile", TYPE(DURATION, "duration"), .default_text = "off",
+              .min = 0, .max = 7 * 24 * MS_PER_H, .base_unit = "s", .zero_word = "off",
+              .help = "Azure Cosmos DB for MongoDB (RU), whose change streams send no deletes: every this often, "
+                      "applying pauses and the rows whose _id no longer exists in MongoDB are deleted from the "
+                      "tables of the included collections (a scan of every _id of each, so deletes appear up to "
+                      "one interval late); off = never, and such a server is refused at start"},
+     .offset = offsetof(config, delete_reconcile_ms)},
+
     {.info = {.section = "mongodb", .name = "shard_note_after", TYPE(DURATION, "duration"), .default_text = "100ms",
               .min = 0, .max = MS_PER_H, .base_unit = "ms",
               .help = "sharded clusters: when one shard has shown nothing for this long while the others wait on "

@@ -85,11 +85,12 @@ static bool parse_whole(const char *text, int64_t *out, const char **rest)
 
 void config_format_number(const config_option_info *o, int64_t v, char *buf, size_t buflen)
 {
+    if (v == 0 && o->zero_word != NULL) {
+        snprintf(buf, buflen, "%s", o->zero_word);
+        return;
+    }
     if (o->type != CONFIG_TYPE_DURATION && o->type != CONFIG_TYPE_SIZE) {
-        if (v == 0 && o->zero_word != NULL)
-            snprintf(buf, buflen, "%s", o->zero_word);
-        else
-            snprintf(buf, buflen, "%" PRId64, v);
+        snprintf(buf, buflen, "%" PRId64, v);
         return;
     }
     if (v == 0) {

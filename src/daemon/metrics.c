@@ -188,7 +188,8 @@ static void render_shards(FILE *f, const metrics_snapshot *s)
            "A sharded cluster: how long the merge of the shards waited on each shard to show it had nothing older.");
     for (size_t i = 0; i < n; i++)
         shard_sample(f, "oplog2pg_shard_merge_wait_seconds_total", s->shards[i].id, s->shards[i].merge_wait_seconds);
-    family(f, "oplog2pg_shard_entries_total", "counter", "A sharded cluster: each shard's oplog entries handed on by the merge to the applier.");
+    family(f, "oplog2pg_shard_entries_total", "counter",
+           "A sharded cluster: each shard's oplog entries handed on by the merge to the applier.");
     for (size_t i = 0; i < n; i++)
         shard_sample(f, "oplog2pg_shard_entries_total", s->shards[i].id, (double)s->shards[i].entries);
     family(
@@ -254,6 +255,11 @@ char *metrics_render(const metrics_snapshot *s, size_t *len)
             "ones.",
             s->unnamed);
     counter(f, "oplog2pg_dead_letters_total", "Operations set aside in oplog2pg.dead_letter.", s->dead_letters);
+    counter(f, "oplog2pg_delete_reconciliations_total",
+            "Delete reconciliations run ([mongodb] delete_reconcile: a server whose change streams send no deletes).",
+            s->reconcile_passes);
+    counter(f, "oplog2pg_reconciled_deletes_total",
+            "Rows deleted by the delete reconciliation: their _id no longer exists in MongoDB.", s->reconcile_deleted);
     family(f, "oplog2pg_reconnects_total", "counter", "Reconnections, by side.");
     sample_u64(f, "oplog2pg_reconnects_total", "side", "postgres", s->pg_reconnects);
     sample_u64(f, "oplog2pg_reconnects_total", "side", "mongodb", s->mongo_reconnects);

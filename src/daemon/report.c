@@ -150,6 +150,8 @@ static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
     m->unnamed = ss->unnamed;
     m->dead_letters = ss->dead_letters;
     m->pg_reconnects = d->pg_reconnects;
+    m->reconcile_passes = d->reconcile_passes;
+    m->reconcile_deleted = d->reconcile_deleted;
     m->queue_depth = d->cl != NULL ? cluster_queued_ops(d->cl) : d->q != NULL ? queue_ops(d->q) : 0;
     m->queue_capacity = (uint64_t)d->cfg->queue_size;
     m->checkpoint_timestamp = d->committed.secs;

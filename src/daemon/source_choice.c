@@ -131,6 +131,13 @@ int source_resolve(const config *cfg, const char *committed, source_kind *out)
         }
     } else {
         log_caps(&caps);
+        if (caps.cosmos && cfg->delete_reconcile_ms > 0) {
+            /* Its streams open (with updateLookup) and lack only deletes, which the reconciliation supplies. */
+            caps.streams.yes = true;
+            log_notice("Azure Cosmos DB for MongoDB (RU): its change streams send no deletes; [mongodb] "
+                       "delete_reconcile deletes the rows of documents no longer in MongoDB every %lld s",
+                       (long long)(cfg->delete_reconcile_ms / 1000));
+        }
         if (source_choose(cfg->source, cfg->change_stream_updates, &caps, out, note, sizeof note)) {
             log_notice("reading %s (%s)", *out == SOURCE_CHANGE_STREAM ? "a change stream" : "the oplog", note);
         } else {

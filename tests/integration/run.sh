@@ -61,8 +61,8 @@ case "$build" in
     ;;
 *)
     stream_pass description replication:end_to_end replication:import ddl driver_txn lossless:lossless map_changes \
-        mapped_vectors copy_ddl
-    stream_pass raw mapped_vectors typed_updates ddl
+        mapped_vectors copy_ddl txn:shapes
+    stream_pass raw mapped_vectors typed_updates ddl txn:shapes
     ;;
 esac
 

@@ -288,6 +288,14 @@ START_TEST(test_router_handshake_and_metadata)
     mongoc_collection_destroy(chunks);
     bson_destroy(&f);
     ck_assert_int_eq(count_all(cl.router), 10);
+    /* the local database is refused through the router, as mongos refuses it (code 20, IllegalOperation) */
+    bson_error_t err;
+    bson_t *q = BCON_NEW("find", "oplog.rs", "limit", BCON_INT32(1));
+    ck_assert(!mongoc_client_command_simple(cl.router, "local", q, NULL, &reply, &err));
+    ck_assert_uint_eq(err.code, 20);
+    ck_assert_msg(strstr(err.message, "Can't use 'local' database through mongos") != NULL, "%s", err.message);
+    bson_destroy(&reply);
+    bson_destroy(q);
     cluster_stop(&cl);
 }
 END_TEST

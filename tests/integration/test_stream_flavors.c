@@ -14,7 +14,9 @@
 #include "../lib/daemonenv.h"
 #include "../lib/proc.h"
 #include "../lib/skip.h"
+#include "copy/copy.h"
 #include "daemon/exitcodes.h"
+#include "source/stream/caps.h"
 
 Suite *stream_flavors_suite(void);
 
@@ -165,8 +167,8 @@ END_TEST
 /* DocumentDB: refused with a message naming modifyChangeStreams until the user enables change streams; then a
  * mixed workload replicates exactly, with the events' own clusterTime as the position (the tokens are opaque). The
  * server sends no post-batch resume token, so a quiet stream's position stays at its last event while the server's
- * newest operation moves on (docs/sources.md says so). The initial copy needs a post-batch resume token to look for
- * renames while it lists the collections, so the test starts with --skip-import (docs/sources.md, "Not yet"). */
+ * newest operation moves on (docs/sources.md says so). This one starts with --skip-import; test_documentdb_copy
+ * runs the initial copy there. */
 START_TEST(test_documentdb)
 {
     if (!denv_using_sim())
@@ -196,15 +198,6 @@ START_TEST(test_documentdb)
     command(&e, "admin",
             BCON_NEW("modifyChangeStreams", BCON_INT32(1), "database", BCON_UTF8(""), "collection", BCON_UTF8(""),
                      "enable", BCON_BOOL(true)));
-    /* The initial copy cannot look for renames without a post-batch resume token: it stops, saying so. */
-    denv_daemon_start(&e);
-    ck_assert_msg(proc_wait(&e.daemon, WAIT_S), "the daemon did not stop");
-    code = proc_exit_code(&e.daemon);
-    e.daemon.pid = 0;
-    if (code == 0 || !denv_file_contains(e.log, "the initial copy cannot run here"))
-        denv_show_log(&e);
-    ck_assert_int_ne(code, 0);
-    ck_assert_msg(denv_file_contains(e.log, "the initial copy cannot run here"), "no message about the copy");
     denv_drop_collection(&e, db, "before");
     const char *skip[] = {"--skip-import", NULL};
     denv_daemon_start_args(&e, skip, NULL);
@@ -223,6 +216,104 @@ START_TEST(test_documentdb)
     ck_assert_uint_eq(denv_checkpoint_ts(e.service), at);
     /* the next event moves it again */
     denv_insert_range(&e, db, "a", 5001, 5001);
+    wait_caught_up(&e);
+    denv_expect_match_prefix(&e, db);
+    denv_stop(&e);
+}
+END_TEST
+
+/* DocumentDB, where no post-batch resume token says how far a stream has read: a rename between two positions
+ * (operationTime) is found, and none where none happened, whether the search ends on an event past the end (a write
+ * came after it) or on an awaited empty batch (nothing did). */
+START_TEST(test_documentdb_renames)
+{
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim --flavor documentdb");
+    const char *sim_args[] = {"--flavor", "documentdb", NULL};
+    denv e;
+    denv_start(&e, "fldocren", sim_args, NULL);
+    command(&e, "admin",
+            BCON_NEW("modifyChangeStreams", BCON_INT32(1), "database", BCON_UTF8(""), "collection", BCON_UTF8(""),
+                     "enable", BCON_BOOL(true)));
+    char db[64], err[512];
+    snprintf(db, sizeof db, "%s_a", e.prefix);
+    denv_insert_range(&e, db, "r1", 1, 3);
+    mongoc_client_t *c = mongoc_client_new(e.uri);
+    ck_assert_ptr_nonnull(c);
+    op_pos a, b, d, f;
+    uint8_t *tok = (uint8_t *)"not set";
+    size_t tok_len;
+    bool retry, renamed = false;
+    ck_assert_msg(copy_stream_start(c, &a, &tok, &tok_len, &retry, err, sizeof err), "%s", err);
+    ck_assert_ptr_null(tok); /* no post-batch resume token: the start is the reply's operationTime */
+    denv_rename(&e, db, "r1", db, "r2", false);
+    denv_insert_range(&e, db, "o", 1, 2);
+    ck_assert_msg(copy_stream_start(c, &b, NULL, NULL, &retry, err, sizeof err), "%s", err);
+    ck_assert(op_pos_cmp(&b, &a) > 0);
+    ck_assert_msg(stream_renames_between(c, &a, &b, &renamed, err, sizeof err), "%s", err);
+    ck_assert_msg(renamed, "the rename was not found");
+    /* no rename in (b, d]; a write after d ends the search */
+    denv_insert_range(&e, db, "o", 3, 4);
+    ck_assert_msg(copy_stream_start(c, &d, NULL, NULL, &retry, err, sizeof err), "%s", err);
+    denv_insert_range(&e, db, "o", 5, 5);
+    ck_assert_msg(stream_renames_between(c, &b, &d, &renamed, err, sizeof err), "%s", err);
+    ck_assert(!renamed);
+    /* nothing after f: an awaited empty batch ends it */
+    ck_assert_msg(copy_stream_start(c, &f, NULL, NULL, &retry, err, sizeof err), "%s", err);
+    renamed = true;
+    ck_assert_msg(stream_renames_between(c, &d, &f, &renamed, err, sizeof err), "%s", err);
+    ck_assert(!renamed);
+    /* a rename after the end counts too: the copy only lists again */
+    denv_rename(&e, db, "r2", db, "r3", false);
+    ck_assert_msg(stream_renames_between(c, &d, &f, &renamed, err, sizeof err), "%s", err);
+    ck_assert(renamed);
+    mongoc_client_destroy(c);
+    denv_stop(&e);
+}
+END_TEST
+
+/* DocumentDB: the initial copy of collections holding data while writes go on (inserts, updates of documents being
+ * copied, deletes, a transaction), then tailing; PostgreSQL ends equal to MongoDB. */
+START_TEST(test_documentdb_copy)
+{
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim --flavor documentdb");
+    const char *sim_args[] = {"--flavor", "documentdb", NULL};
+    denv e;
+    denv_start(&e, "fldoccp", sim_args, "[copy]\nworkers = 1\nbatch_docs = 100\n");
+    command(&e, "admin",
+            BCON_NEW("modifyChangeStreams", BCON_INT32(1), "database", BCON_UTF8(""), "collection", BCON_UTF8(""),
+                     "enable", BCON_BOOL(true)));
+    char db[64];
+    snprintf(db, sizeof db, "%s_a", e.prefix);
+    denv_insert_range(&e, db, "a", 1, 3000);
+    denv_insert_range(&e, db, "b", 1, 500);
+    denv_insert_range(&e, db, "c", 1, 2000);
+    /* Every reply held 10 ms while the writes below are made: the copy (about 30 batches of mongosim's 200
+     * documents) then lasts well beyond the first of them. */
+    command(&e, "admin", BCON_NEW("mongosimDelay", BCON_INT32(10)));
+    denv_daemon_start(&e);
+    ck_assert_msg(denv_wait_log(&e, "starts a copy of 3 collections", WAIT_S), "the copy did not start");
+    /* while it copies: new documents, and updates and deletes of documents copied or still to copy */
+    mongoc_client_t *c = mongoc_client_new(e.uri);
+    ck_assert_ptr_nonnull(c);
+    mongoc_collection_t *a = mongoc_client_get_collection(c, db, "a");
+    bson_error_t err;
+    for (int i = 1; i <= 3000; i += 37) {
+        bson_t *q = BCON_NEW("_id", BCON_INT32(i)), *u = BCON_NEW("$set", "{", "during", BCON_INT32(i), "}");
+        ck_assert_msg(i % 3 == 0 ? mongoc_collection_delete_one(a, q, NULL, NULL, &err)
+                                 : mongoc_collection_update_one(a, q, u, NULL, NULL, &err),
+                      "%s", err.message);
+        bson_destroy(q);
+        bson_destroy(u);
+    }
+    mongoc_collection_destroy(a);
+    mongoc_client_destroy(c);
+    mixed_workload(&e, db, 10);
+    command(&e, "admin", BCON_NEW("mongosimDelay", BCON_INT32(0)));
+    ck_assert_msg(denv_wait_log(&e, "ready:", WAIT_S), "the daemon did not get ready");
+    ck_assert_msg(denv_file_contains(e.log, "copy: service rep_fldoccp copied 3 collections"), "the copy did not run");
+    mixed_workload(&e, db, 11);
     wait_caught_up(&e);
     denv_expect_match_prefix(&e, db);
     denv_stop(&e);
@@ -259,6 +350,8 @@ Suite *stream_flavors_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_atlas_shared);
     tcase_add_test(tc, test_documentdb);
+    tcase_add_test(tc, test_documentdb_renames);
+    tcase_add_test(tc, test_documentdb_copy);
     tcase_add_test(tc, test_cosmos_refused);
     suite_add_tcase(s, tc);
     return s;

@@ -2414,9 +2414,11 @@ static void cs_reply_batch(sim_reply *r, cs_cursor *cur, bool first, const bson_
     BSON_APPEND_UTF8(&c, "ns", cur->ns);
     bson_append_document_end(&reply, &c);
     BSON_APPEND_DOUBLE(&reply, "ok", 1.0);
-    if (!flavor_cs_pbrt(r->conn->srv)) {
+    if (!flavor_cs_pbrt(r->conn->srv) || r->conn->srv->opts.flavor == SIM_FLAVOR_COSMOS) {
         /* DocumentDB's replies carry operationTime (quoted in its errors, e.g. on the MongoDB community forum); a
-         * driver without a post-batch token resumes from it (change-streams specification) */
+         * driver without a post-batch token resumes from it (change-streams specification). Cosmos DB RU accepts
+         * startAtOperationTime (adiom-data/dsync#44), whose value drivers take from a reply's operationTime; that its
+         * stream replies carry one is inferred (its opaque tokens hold no time). */
         uint64_t ts;
         int64_t t, wall;
         cmd_majority_optime(r->conn->srv, &ts, &t, &wall);

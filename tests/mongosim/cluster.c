@@ -786,7 +786,8 @@ static void r_find(sim_cluster *cl, sim_reply *r, const bson_t *cmd, const char 
     size_t from = (size_t)skip < cur->n ? (size_t)skip : cur->n;
     for (size_t i = 0; i < from; i++)
         bson_destroy(cur->docs[i]);
-    memmove(cur->docs, cur->docs + from, (cur->n - from) * sizeof *cur->docs);
+    if (from > 0) /* with no documents, docs may be NULL: memmove's arguments may never be */
+        memmove(cur->docs, cur->docs + from, (cur->n - from) * sizeof *cur->docs);
     cur->n -= from;
     if (limit < 0)
         limit = -limit;
@@ -2515,6 +2516,13 @@ void cluster_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
     }
     if (cl->opts.verbose)
         fprintf(stderr, "mongosim: router conn %" PRId64 ": %s on %s\n", r->conn->id, name, db);
+    /* mongos refuses every command on the local database: each shard and the config servers have their own, and
+     * none is the cluster's (mongodb/mongo src/mongo/s/commands/strategy.cpp, runCommand: IllegalOperation, "Can't
+     * use 'local' database through mongos"). */
+    if (!strcmp(db, "local")) {
+        reply_error(r, 20, "Can't use 'local' database through mongos");
+        return;
+    }
     bool admin = strcmp(db, "admin") == 0;
     if (!strcmp(name, "hello") || !strcmp(name, "isMaster") || !strcmp(name, "ismaster"))
         r_hello(cl, r, cmd, name);

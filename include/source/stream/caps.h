@@ -93,9 +93,10 @@ stream_start_status stream_caps_now(mongoc_client_t *client, op_pos *now, bool *
 
 /* Whether a change stream shows a collection renamed after `after`, up to and including `upto` (`rename` events of
  * a cluster-wide stream, filtered on the server by a $match, read with getMores until the post-batch resume token
- * passes upto): *renamed. False with err set when that cannot be told: no stream opens, the server sends no
- * post-batch resume token (nothing says how far a batch read), or the stream did not reach upto within a bounded
- * number of getMores. */
+ * passes upto): *renamed. A server that sends no post-batch resume token (DocumentDB) is read until an event past
+ * upto arrives or an awaited getMore comes back empty, upto being the operationTime of a reply given after the
+ * events looked for (caps.c, renames_without_pbrt, says why that is enough). False with err set when that cannot be
+ * told: no stream opens, or the stream did not reach upto within a bounded number of getMores. */
 bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const op_pos *upto, bool *renamed, char *err,
                             size_t errlen);
 

@@ -118,6 +118,11 @@ bool stream_event_info_read(const bson_t *event, stream_event_info *out);
  * (operationType, ns, documentKey._id, clusterTime) and op is left in an unspecified state (destroy it). An update
  * takes rawUpdateDescription when the event has it, else its updateDescription. */
 stream_ev_status stream_event_to_op(const bson_t *event, bson_t *op, char *err, size_t errlen);
+/* The same; lookup: the stream asks fullDocument "updateLookup" ([mongodb] delete_reconcile): an event without
+ * operationType (Azure Cosmos DB for MongoDB RU) is the document as the server looked it up, an upsert of it (a
+ * delete when fullDocument is null), and fullDocument is never taken as an update's post-image (a lookup is the
+ * document as it is now, not as the update left it). */
+stream_ev_status stream_event_to_op_ex(const bson_t *event, bson_t *op, bool lookup, char *err, size_t errlen);
 
 /* Rebuilds the $v:2 diff of an updateDescription: appends `$v: 2` and `diff` to o. Reads disambiguatedPaths when
  * present (see above); without it a path holding a dot is STREAM_EV_AMBIGUOUS (err names it). STREAM_EV_MALFORMED for

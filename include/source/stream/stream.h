@@ -79,6 +79,8 @@ typedef struct stream_config {
     unsigned decode_flags;  /* as reader_config.decode_flags (DECODE_BORROW_PAYLOAD borrows from the entry rebuilt
                              * from the events; DECODE_KEEP_SYSTEM changes nothing: a stream shows no system.buckets) */
     stream_updates updates;
+    bool lookup; /* fullDocument "updateLookup" on the stream, and events without operationType read as upserts of
+                  * it (Azure Cosmos DB for MongoDB RU, whose deletes [mongodb] delete_reconcile reconciles) */
 } stream_config;
 
 typedef struct stream_reader stream_reader;

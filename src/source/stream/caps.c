@@ -199,6 +199,31 @@ static open_result open_stream_on(probe *p, bool cluster, const bson_t *extra, b
     return server_answered(e) ? OPEN_REFUSED : OPEN_FAILED;
 }
 
+/* open_stream, and where the server refuses it, again with fullDocument: "updateLookup": Azure Cosmos DB for MongoDB
+ * (RU) opens no stream without it (learn.microsoft.com/azure/cosmos-db/mongodb/change-streams); its lack of deletes
+ * is the start's business (source_choice.c), not these positions'. */
+static open_result open_stream_lookup(probe *p, const bson_t *extra, bool split, int32_t batch, bson_t *reply,
+                                      bson_error_t *e)
+{
+    open_result r = open_stream(p, extra, split, batch, reply, e);
+    if (r != OPEN_REFUSED)
+        return r;
+    bson_t x = BSON_INITIALIZER, again;
+    bson_error_t e2;
+    if (extra != NULL)
+        bson_concat(&x, extra);
+    BSON_APPEND_UTF8(&x, "fullDocument", "updateLookup");
+    open_result r2 = open_stream(p, &x, split, batch, &again, &e2);
+    bson_destroy(&x);
+    if (r2 != OPEN_OK) {
+        bson_destroy(&again);
+        return r;
+    }
+    bson_destroy(reply);
+    bson_steal(reply, &again);
+    return OPEN_OK;
+}
+
 /* One capability that is a $changeStream option (or the split stage): offered when a stream opens with it. */
 static stream_caps_status probe_option(probe *p, stream_cap *c, const bson_t *extra, bool split, char *err,
                                        size_t errlen)
@@ -419,7 +444,7 @@ static bool host_ends_with(mongoc_client_t *client, const char *suffix)
 
 #define COSMOS_REFUSAL                                                                                                 \
     "Azure Cosmos DB for MongoDB (RU) sends no delete events: a replica would keep every deleted document, so "        \
-    "oplog2pg refuses it (no delete reconciliation exists yet)"
+    "oplog2pg refuses it unless [mongodb] delete_reconcile is set (docs/sources.md)"
 
 /* A refused cluster-wide stream (e holds the refusal): a server that is not MongoDB, saying what to do.
  * - Amazon DocumentDB answers 136 "modifyChangeStreams has not been run for this collection/database/cluster" until
@@ -558,7 +583,7 @@ stream_start_status stream_caps_start_at(mongoc_client_t *client, const op_pos *
         return STREAM_START_RETRY;
     }
     bson_t *extra = BCON_NEW("startAtOperationTime", BCON_TIMESTAMP(at->secs, at->inc)), reply;
-    open_result r = open_stream(&p, extra, false, 1, &reply, &e);
+    open_result r = open_stream_lookup(&p, extra, false, 1, &reply, &e);
     bson_destroy(extra);
     bson_destroy(&reply);
     probe_close(&p);
@@ -587,7 +612,7 @@ stream_start_status stream_caps_now(mongoc_client_t *client, op_pos *now, bool *
         return STREAM_START_RETRY;
     }
     bson_t reply;
-    open_result r = open_stream(&p, NULL, false, 0, &reply, &e);
+    open_result r = open_stream_lookup(&p, NULL, false, 0, &reply, &e);
     probe_close(&p);
     stream_start_status st = STREAM_START_OK;
     if (r == OPEN_OK) {
@@ -703,6 +728,125 @@ static bool renames_scan(probe *p, const char *db, const op_pos *from, const op_
     return ok;
 }
 
+/* getMores the search without post-batch resume tokens may take, how long each awaits, and the events each asks
+ * for. Every getMore either returns events (the stream moves on towards upto, and the first event past it ends the
+ * search) or, awaited and empty, ends it: the bound only stops a search that would read on for ever. */
+#define UNTIL_GETMORES 10000
+#define UNTIL_AWAIT_MS 500
+#define UNTIL_BATCH    100
+
+/* An event of a batch: a rename (*is_rename), or its clusterTime (*at, *have_at). */
+static void event_read(const bson_t *ev, bool *is_rename, op_pos *at, bool *have_at)
+{
+    bson_iter_t it;
+    *is_rename = bson_iter_init_find(&it, ev, "operationType") && BSON_ITER_HOLDS_UTF8(&it) &&
+                 strcmp(bson_iter_utf8(&it, NULL), "rename") == 0;
+    *have_at = bson_iter_init_find(&it, ev, "clusterTime") && BSON_ITER_HOLDS_TIMESTAMP(&it);
+    if (*have_at) {
+        bson_iter_timestamp(&it, &at->secs, &at->inc);
+        at->term = -1;
+    }
+}
+
+/* stream_renames_between on a server that sends no post-batch resume token (DocumentDB), where nothing in a reply
+ * says how far the stream has read. `upto` is then the operationTime of a reply the server gave after the
+ * collections were listed (copy_stream_start), and the search reads every event of the stream from `from`, with no
+ * stage that could hold one back, until either
+ *   (a) an event with a clusterTime after upto arrives: a change stream returns its events in clusterTime order
+ *       (the server's docs/change_streams.md; DocumentDB: "change events are ordered as they occurred"), so every
+ *       event up to upto, each rename among them, came before it; or
+ *   (b) a getMore that waited (maxTimeMS) comes back empty. It was sent after upto was reported, and upto is the
+ *       time of a read the server had already answered: every write at or before upto was committed and visible
+ *       then. With nothing filtered out, a getMore that waits and returns nothing found no event at all to return
+ *       while it waited: the stream had none left that was visible when it began, and an event at or before upto
+ *       that had not come yet was visible then, so it would have come in this batch. This holds where what a read
+ *       sees is what the stream can show: on DocumentDB a write is visible only once durable in its storage quorum,
+ *       with no separate majority point; a MongoDB server, where the stream shows only majority-committed writes,
+ *       sends post-batch resume tokens and never comes here.
+ * Unfiltered, the search reads the events written while the collections were listed and the first one after (a
+ * $match on the server would send fewer, but a server that scans for long without a match may answer a getMore with
+ * an empty batch before it reached the end, and (b) would no longer hold). A reply that is neither (no batch, the
+ * cursor closed) ends the search with an error: nothing is assumed. */
+static bool renames_without_pbrt(probe *p, const op_pos *from, const op_pos *upto, bool *renamed, char *err,
+                                 size_t errlen)
+{
+    bson_t *cmd =
+        BCON_NEW("aggregate", BCON_INT32(1), "pipeline", "[", "{", "$changeStream", "{", "allChangesForCluster",
+                 BCON_BOOL(true), "startAtOperationTime", BCON_TIMESTAMP(from->secs, from->inc), "}", "}", "]",
+                 "cursor", "{", "batchSize", BCON_INT32(UNTIL_BATCH), "}");
+    bson_t reply;
+    bson_error_t e;
+    bool ok = run(p, "admin", cmd, &reply, &e);
+    bson_destroy(cmd);
+    if (!ok) {
+        snprintf(err, errlen, "reading the change stream for renames: %s", e.message);
+        bson_destroy(&reply);
+        return false;
+    }
+    int64_t id = cursor_id(&reply);
+    bool done = false;
+    for (int round = 0; ok && !done; round++) {
+        bson_iter_t it, b;
+        if (!bson_iter_init(&it, &reply) ||
+            !(bson_iter_find_descendant(&it, round == 0 ? "cursor.firstBatch" : "cursor.nextBatch", &it) &&
+              BSON_ITER_HOLDS_ARRAY(&it)) ||
+            !bson_iter_recurse(&it, &b)) {
+            snprintf(err, errlen, "a change stream's reply without a batch");
+            ok = false;
+            break;
+        }
+        bool any = false;
+        while (!done && bson_iter_next(&b)) {
+            any = true;
+            uint32_t len;
+            const uint8_t *data;
+            bson_t ev;
+            bool readable = BSON_ITER_HOLDS_DOCUMENT(&b);
+            if (readable) {
+                bson_iter_document(&b, &len, &data);
+                readable = bson_init_static(&ev, data, len);
+            }
+            if (!readable) {
+                /* an event that cannot be read could be a rename: the search cannot say there was none */
+                snprintf(err, errlen, "a change stream's batch holds an event that is not a document");
+                ok = false;
+                break;
+            }
+            bool is_rename, have_at;
+            op_pos at;
+            event_read(&ev, &is_rename, &at, &have_at);
+            if (is_rename)
+                *renamed = done = true; /* (even past upto: a rename that late costs only another listing) */
+            else if (have_at && op_pos_cmp(&at, upto) > 0)
+                done = true; /* (a) */
+        }
+        if (done || !ok)
+            break;
+        if (!any && round > 0)
+            break; /* (b): an awaited getMore, empty */
+        if (id == 0) {
+            snprintf(err, errlen, "the change stream closed before clusterTime %u:%u", upto->secs, upto->inc);
+            ok = false;
+        } else if (round == UNTIL_GETMORES) {
+            snprintf(err, errlen, "the change stream did not reach clusterTime %u:%u", upto->secs, upto->inc);
+            ok = false;
+        } else {
+            bson_destroy(&reply);
+            cmd = BCON_NEW("getMore", BCON_INT64(id), "collection", BCON_UTF8("$cmd.aggregate"), "batchSize",
+                           BCON_INT32(UNTIL_BATCH), "maxTimeMS", BCON_INT32(UNTIL_AWAIT_MS));
+            ok = run(p, "admin", cmd, &reply, &e);
+            bson_destroy(cmd);
+            if (ok)
+                id = cursor_id(&reply);
+            else
+                snprintf(err, errlen, "reading the change stream for renames: %s", e.message);
+        }
+    }
+    bson_destroy(&reply);
+    kill_cursor(p, "admin", "$cmd.aggregate", id);
+    return ok;
+}
+
 bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const op_pos *upto, bool *renamed, char *err,
                             size_t errlen)
 {
@@ -720,31 +864,100 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
         from.secs++;
         from.inc = 0;
     }
-    bool unauthorized = false;
-    bool ok = renames_scan(&p, "admin", &from, upto, renamed, &unauthorized, err, errlen);
+    /* [{$changeStream: {allChangesForCluster, startAtOperationTime}}, {$match: {operationType: "rename"}}] */
+    bson_t *cmd = BCON_NEW("aggregate", BCON_INT32(1), "pipeline", "[", "{", "$changeStream", "{",
+                           "allChangesForCluster", BCON_BOOL(true), "startAtOperationTime",
+                           BCON_TIMESTAMP(from.secs, from.inc), "}", "}", "{", "$match", "{", "operationType",
+                           BCON_UTF8("rename"), "}", "}", "]", "cursor", "{", "batchSize", BCON_INT32(1), "}");
+    bson_t reply;
+    bool ok = run(&p, "admin", cmd, &reply, &e), lookup_only = false;
+    /* 13 Unauthorized: a user with rights on some databases only (who reads one stream per database) */
+    bool unauthorized = !ok && server_answered(&e) && e.code == 13;
+    if (!ok && server_answered(&e)) {
+        /* Azure Cosmos DB for MongoDB (RU) opens a stream only with fullDocument "updateLookup" (as in
+         * open_stream_lookup); it sends no rename events, so the search then finds none. */
+        bson_t *cmd2 =
+            BCON_NEW("aggregate", BCON_INT32(1), "pipeline", "[", "{", "$changeStream", "{", "allChangesForCluster",
+                     BCON_BOOL(true), "fullDocument", BCON_UTF8("updateLookup"), "startAtOperationTime",
+                     BCON_TIMESTAMP(from.secs, from.inc), "}", "}", "{", "$match", "{", "operationType",
+                     BCON_UTF8("rename"), "}", "}", "]", "cursor", "{", "batchSize", BCON_INT32(1), "}");
+        bson_t reply2;
+        bson_error_t e2;
+        if (run(&p, "admin", cmd2, &reply2, &e2)) {
+            bson_destroy(&reply);
+            bson_steal(&reply, &reply2);
+            ok = lookup_only = true;
+        }
+        bson_destroy(cmd2);
+    }
+    bson_destroy(cmd);
+    int64_t id = ok ? cursor_id(&reply) : 0;
+    bool done = false, said = false, no_pbrt = false; /* said: err holds the reason */
+    for (int round = 0; ok && !done; round++) {
+        bool any, have_pbrt;
+        op_pos pbrt;
+        if (!batch_read(&reply, &any, &pbrt, &have_pbrt)) {
+            snprintf(err, errlen, "a change stream's reply without a cursor");
+            ok = false;
+            said = true;
+            break;
+        }
+        if (!have_pbrt) {
+            no_pbrt = done = true; /* searched another way, below (whatever this batch holds) */
+        } else if (any) {
+            *renamed = true;
+            done = true;
+        } else if (op_pos_cmp(&pbrt, upto) > 0 || (round > 0 && op_pos_cmp(&pbrt, upto) == 0)) {
+            /* past upto; or at it once the scan has run (a getMore's high-water mark is an entry the scan passed,
+             * the aggregate's is only where the stream opens) */
+            done = true;
+        } else if (id == 0 || round == RENAME_GETMORES) {
+            snprintf(err, errlen, "the change stream did not reach clusterTime %u:%u", upto->secs, upto->inc);
+            ok = false;
+            said = true;
+        } else {
+            bson_destroy(&reply);
+            cmd = BCON_NEW("getMore", BCON_INT64(id), "collection", BCON_UTF8("$cmd.aggregate"), "batchSize",
+                           BCON_INT32(1), "maxTimeMS", BCON_INT32(RENAME_AWAIT_MS));
+            ok = run(&p, "admin", cmd, &reply, &e);
+            bson_destroy(cmd);
+            if (ok)
+                id = cursor_id(&reply);
+        }
+    }
+    if (!ok && !said)
+        snprintf(err, errlen, "reading the change stream for renames: %s", e.message);
+    bson_destroy(&reply);
+    kill_cursor(&p, "admin", "$cmd.aggregate", id);
+    /* Without post-batch tokens the end is proved by reading every event (renames_without_pbrt); a server that opens
+     * streams only with updateLookup (Cosmos DB RU) sends no rename events at all, so no search there can find one
+     * (docs/sources.md says renames are not seen on it). */
+    if (ok && no_pbrt && !lookup_only)
+        ok = renames_without_pbrt(&p, &from, upto, renamed, err, errlen);
     if (!ok && unauthorized) {
-        /* The cluster-wide stream refused (a user with rights on some databases only, who reads one stream per
-         * database): every database this user may read is scanned, which holds every database it can copy. */
-        bson_t *cmd = BCON_NEW("listDatabases", BCON_INT32(1), "nameOnly", BCON_BOOL(true), "authorizedDatabases",
-                               BCON_BOOL(true));
-        bson_t reply;
-        ok = run(&p, "admin", cmd, &reply, &e);
-        bson_destroy(cmd);
+        /* The cluster-wide stream refused: every database this user may read is scanned, which holds every database
+         * it can copy (listDatabases with authorizedDatabases). */
+        bson_t *lcmd = BCON_NEW("listDatabases", BCON_INT32(1), "nameOnly", BCON_BOOL(true), "authorizedDatabases",
+                                BCON_BOOL(true));
+        bson_t lreply;
+        ok = run(&p, "admin", lcmd, &lreply, &e);
+        bson_destroy(lcmd);
         bson_iter_t it, dbs, one;
         if (!ok)
             snprintf(err, errlen, "listing the databases to read for renames: %s", e.message);
-        if (ok && bson_iter_init_find(&it, &reply, "databases") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        if (ok && bson_iter_init_find(&it, &lreply, "databases") && BSON_ITER_HOLDS_ARRAY(&it) &&
             bson_iter_recurse(&it, &dbs)) {
             while (ok && !*renamed && bson_iter_next(&dbs)) {
                 if (!BSON_ITER_HOLDS_DOCUMENT(&dbs) || !bson_iter_recurse(&dbs, &one) ||
                     !bson_iter_find(&one, "name") || !BSON_ITER_HOLDS_UTF8(&one))
                     continue;
                 const char *n = bson_iter_utf8(&one, NULL);
+                bool refused = false;
                 if (strcmp(n, "admin") != 0 && strcmp(n, "local") != 0 && strcmp(n, "config") != 0)
-                    ok = renames_scan(&p, n, &from, upto, renamed, &unauthorized, err, errlen);
+                    ok = renames_scan(&p, n, &from, upto, renamed, &refused, err, errlen);
             }
         }
-        bson_destroy(&reply);
+        bson_destroy(&lreply);
     }
     probe_close(&p);
     return ok;

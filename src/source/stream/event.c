@@ -288,18 +288,44 @@ static const char *const noop_events[] = {
 
 #define NOMEM_OR(x) ((x) ? STREAM_EV_OK : STREAM_EV_NOMEM)
 
+/* An event without operationType, as Azure Cosmos DB for MongoDB (RU) sends every one (its change-stream
+ * documentation: no operationType, no updateDescription, inserts, updates and replaces only, fullDocument
+ * "updateLookup" required): the document as the server looked it up, so a replacement, which the sink writes as an
+ * upsert of the whole document. A null fullDocument means the document was gone when the server looked it up: a
+ * later write of it comes as a later event, so its row goes now (a delete). */
+static stream_ev_status lookup_op(const evf *f, bson_t *out, char *err, size_t errlen)
+{
+    if (!f->db || !f->coll)
+        return fail(f, STREAM_EV_MALFORMED, err, errlen, "no ns.db or ns.coll");
+    if (!f->has_key)
+        return fail(f, STREAM_EV_MALFORMED, err, errlen, "no documentKey");
+    if (!f->has_full)
+        return NOMEM_OR(BSON_APPEND_UTF8(out, "op", "d") &&
+                        append_ns(out, "ns", f->db, f->db_len, f->coll, f->coll_len) &&
+                        append_doc_iter(out, "o", &f->key));
+    return NOMEM_OR(BSON_APPEND_UTF8(out, "op", "u") && append_ns(out, "ns", f->db, f->db_len, f->coll, f->coll_len) &&
+                    append_doc_iter(out, "o", &f->full) && append_doc_iter(out, "o2", &f->key));
+}
+
 stream_ev_status stream_event_to_op(const bson_t *event, bson_t *out, char *err, size_t errlen)
+{
+    return stream_event_to_op_ex(event, out, false, err, errlen);
+}
+
+stream_ev_status stream_event_to_op_ex(const bson_t *event, bson_t *out, bool lookup, char *err, size_t errlen)
 {
     evf f;
     if (err && errlen)
         err[0] = '\0';
     read_fields(event, &f);
     const char *t = f.type;
+    if (t[0] == '\0' && lookup)
+        return lookup_op(&f, out, err, errlen);
     if (t[0] == '\0')
         return fail(&f, STREAM_EV_MALFORMED, err, errlen,
                     "no operationType: Azure Cosmos DB for MongoDB (RU) sends such events, and no delete events at "
-                    "all, so a replica would keep every deleted document; oplog2pg does not read that server (a "
-                    "delete reconciliation is not implemented)");
+                    "all, so a replica would keep every deleted document; oplog2pg reads that server only with "
+                    "[mongodb] delete_reconcile set (docs/sources.md)");
     if (strcmp(t, "invalidate") == 0)
         return fail(&f, STREAM_EV_UNSUPPORTED, err, errlen,
                     "an invalidate ends a collection's or a database's stream, never the cluster's that oplog2pg "
@@ -374,7 +400,7 @@ stream_ev_status stream_event_to_op(const bson_t *event, bson_t *out, char *err,
     if (!BSON_APPEND_DOCUMENT_BEGIN(out, "o", &o))
         return STREAM_EV_NOMEM;
     stream_ev_status st = stream_updesc_to_diff(&desc, &o, why, sizeof why);
-    if (st == STREAM_EV_AMBIGUOUS && f.has_full) {
+    if (st == STREAM_EV_AMBIGUOUS && f.has_full && !lookup) {
         /* The documented fallback: the post-image (fullDocument whenAvailable/required, which the stream asks for
          * only where changeStreamPreAndPostImages is on: the document as this update left it) as a replacement. */
         bson_append_document_end(out, &o);

@@ -576,7 +576,7 @@ static step take_event(stream_reader *r, const bson_t *ev, const stream_event_in
         return STEP_END;
     }
     bson_t one = BSON_INITIALIZER;
-    stream_ev_status st = stream_event_to_op(ev, &one, err, sizeof err);
+    stream_ev_status st = stream_event_to_op_ex(ev, &one, r->cfg.lookup, err, sizeof err);
     if (st != STREAM_EV_OK) {
         bson_destroy(&one);
         if (st == STREAM_EV_NOMEM)
@@ -742,7 +742,9 @@ static bool build_aggregate(stream_reader *r, bson_t *cmd)
         ok = BSON_APPEND_BOOL(&cs, "showExpandedEvents", true);
     if (ok && (r->opts & OPT_RAW))
         ok = BSON_APPEND_BOOL(&cs, "showRawUpdateDescription", true);
-    if (ok && (r->opts & OPT_FULLDOC))
+    if (ok && r->cfg.lookup)
+        ok = BSON_APPEND_UTF8(&cs, "fullDocument", "updateLookup");
+    else if (ok && (r->opts & OPT_FULLDOC))
         ok = BSON_APPEND_UTF8(&cs, "fullDocument", "whenAvailable");
     if (ok && r->token && !r->at_time) {
         bson_t tok;
@@ -1092,7 +1094,9 @@ static bool build_lane_aggregate(stream_reader *r, size_t i, bson_t *cmd)
         ok = BSON_APPEND_BOOL(&cs, "showExpandedEvents", true);
     if (ok && (r->opts & OPT_RAW))
         ok = BSON_APPEND_BOOL(&cs, "showRawUpdateDescription", true);
-    if (ok && (r->opts & OPT_FULLDOC))
+    if (ok && r->cfg.lookup)
+        ok = BSON_APPEND_UTF8(&cs, "fullDocument", "updateLookup");
+    else if (ok && (r->opts & OPT_FULLDOC))
         ok = BSON_APPEND_UTF8(&cs, "fullDocument", "whenAvailable");
     lio->have_opened_at = false;
     if (ok && point && !lio->at_time) {

@@ -260,7 +260,8 @@ bool stream_token_decode(const uint8_t *doc, uint32_t len, stream_token *out)
         for (uint32_t i = 0; i < n / 2 && hex_ok; i++) {
             int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
             hex_ok = hi >= 0 && lo >= 0;
-            buf[i] = (uint8_t)(hi << 4 | lo);
+            if (hex_ok)
+                buf[i] = (uint8_t)(hi << 4 | lo);
         }
         if (hex_ok)
             stream_token_decode_bytes(buf, n / 2, out);
