@@ -215,6 +215,13 @@ START_TEST(test_two_databases_and_transactions)
     denv_expect_match(&e);
     expect_twins(&e);
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM \"rep_pdb_a\".\"c\""), 300);
+    /* status reads the per-database tokens' time */
+    char out[300];
+    snprintf(out, sizeof out, "%s/cmd.out", e.dir);
+    const char *status_json[] = {"-c", e.ini, "status", "--json", NULL};
+    ck_assert_int_eq(denv_run_command(&e, status_json, out), 0);
+    ck_assert_msg(denv_file_contains(out, "\"resume_token\": {\"bytes\": "), "status shows no resume token");
+    ck_assert_msg(!denv_file_contains(out, "\"time\": null}"), "status shows no time for the per-database tokens");
     denv_stop(&e);
 }
 END_TEST

@@ -262,7 +262,25 @@ static int hexval(char c)
 bool stream_token_time(const uint8_t *tok, size_t len, op_pos *out)
 {
     bson_t doc;
-    bson_iter_t it;
+    bson_iter_t it, dbs;
+    if (tok != NULL && bson_init_static(&doc, tok, len) && bson_iter_init_find(&it, &doc, "perdb") &&
+        BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &dbs)) {
+        /* one token per database (source/stream/perdb.h): the earliest of their times, from which all resume */
+        bool have = false;
+        while (bson_iter_next(&dbs)) {
+            const uint8_t *t;
+            uint32_t tl;
+            op_pos one;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&dbs))
+                continue;
+            bson_iter_document(&dbs, &tl, &t);
+            if (stream_token_time(t, tl, &one) && (!have || op_pos_cmp(&one, out) < 0)) {
+                *out = one;
+                have = true;
+            }
+        }
+        return have;
+    }
     if (tok == NULL || !bson_init_static(&doc, tok, len) || !bson_iter_init_find(&it, &doc, "_data") ||
         !BSON_ITER_HOLDS_UTF8(&it))
         return false;
