@@ -2456,6 +2456,17 @@ static bool cs_answer(sim_server *srv, sim_reply *r, cs_cursor *cur, bool first,
     return true;
 }
 
+/* Whether the pipeline's first stage is a $changeStream with allChangesForCluster: true. */
+static bool refuses_cluster_stream(const bson_t *pipeline)
+{
+    bson_iter_t it, st, cs;
+    if (!bson_iter_init(&it, pipeline) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &st) || !bson_iter_find(&st, "$changeStream") || !BSON_ITER_HOLDS_DOCUMENT(&st) ||
+        !bson_iter_recurse(&st, &cs) || !bson_iter_find(&cs, "allChangesForCluster"))
+        return false;
+    return bson_iter_as_bool(&cs);
+}
+
 void cs_cmd_aggregate(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *db)
 {
     bson_iter_t it, p;
@@ -2503,6 +2514,19 @@ void cs_cmd_aggregate(sim_server *srv, sim_reply *r, const bson_t *cmd, const ch
             reply_error(r, 72, "Change stream must use majority read concern, got: %s", lvl);
             return;
         }
+    }
+    if (srv->opts.refuse_cluster_stream && refuses_cluster_stream(&pipeline)) {
+        /* A cluster-wide stream needs the changeStream and find actions on every non-system collection of every
+         * database (docs "Change Streams > Access Control"; document_source_change_stream.cpp /
+         * change_stream_pipeline_helpers: the privileges of a cluster-wide stream are on the whole cluster,
+         * ResourcePattern::forAnyNormalResource). The command's authorization check fails first
+         * (commands.cpp, CommandHelpers / _checkAuthorizationImpl: uasserted(ErrorCodes::Unauthorized, "not
+         * authorized on <db> to execute command <the command, redacted>")). The server prints the command as
+         * BSONObj::toString ({ aggregate: 1, ... }); mongosim prints it as relaxed extended JSON. */
+        char *js = bson_as_relaxed_extended_json(cmd, NULL);
+        reply_error(r, 13, "not authorized on %s to execute command %s", db, js ? js : "{ aggregate: 1 }");
+        bson_free(js);
+        return;
     }
     bson_t opened;
     if (!flavor_cs_open(srv, r, db, coll, &pipeline, &opened)) {

@@ -40,6 +40,9 @@ static void usage(FILE *out)
             "                           logged on stderr when --oplog-read-delay is set)\n"
             "  --refuse-stage NAME      answer an aggregate naming this stage with 40324 Unrecognized pipeline stage\n"
             "                           name, as a server without it does ($changeStreamSplitLargeEvent before 6.0.9)\n"
+            "  --refuse-cluster-stream  answer a cluster-wide change stream (allChangesForCluster) with 13 "
+            "Unauthorized, as\n"
+            "                           to a user with changeStream/find on some databases only\n"
             "  --flavor NAME            mongodb (default), atlas-shared, documentdb or cosmos: a server that differs\n"
             "                           (README \"Flavors\")\n"
             "  --verbose                log connections and commands to stderr\n");
@@ -67,6 +70,7 @@ int main(int argc, char **argv)
         {"seed", required_argument, NULL, 'e'},
         {"refuse-stage", required_argument, NULL, 'X'},
         {"flavor", required_argument, NULL, 'F'},
+        {"refuse-cluster-stream", no_argument, NULL, 'C'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -166,6 +170,9 @@ int main(int argc, char **argv)
         case 'X':
             opts.refuse_stage = optarg;
             break;
+        case 'C':
+            opts.refuse_cluster_stream = true;
+            break;
         case 'v':
             opts.verbose = true;
             break;
@@ -191,6 +198,11 @@ int main(int argc, char **argv)
     struct ev_loop *loop = ev_default_loop(0);
     if (shards > 0 && opts.flavor != SIM_FLAVOR_MONGODB) {
         fprintf(stderr, "mongosim: --flavor is for a replica set; it cannot be combined with --shards\n");
+        return 2;
+    }
+    if (shards > 0 && opts.refuse_cluster_stream) {
+        fprintf(stderr,
+                "mongosim: --refuse-cluster-stream is for a replica set; it cannot be combined with --shards\n");
         return 2;
     }
     if (shards > 0) {

@@ -32,6 +32,8 @@ typedef struct {
     uint64_t seed;               /* seeds the server's random stream (the oplog read delays) */
     const char *refuse_stage;    /* an aggregate stage answered as unknown (40324), as an older server does; NULL */
     sim_flavor flavor;           /* SIM_FLAVOR_MONGODB */
+    bool refuse_cluster_stream;  /* a cluster-wide $changeStream is refused (13 Unauthorized), as to a user whose roles
+                                  * grant changeStream and find on some databases only (--refuse-cluster-stream) */
 } sim_options;
 
 typedef struct sim_server sim_server;

@@ -101,7 +101,7 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
                             size_t errlen);
 
 /* The clusterTime at the head of a resume token (raw BSON {_data: hex, ...}), term -1; false when the token is not
- * in KeyString form. */
+ * in KeyString form. For one token per database ({perdb: {<db>: token}}, source/stream/perdb.h), the earliest. */
 bool stream_token_time(const uint8_t *tok, size_t len, op_pos *out);
 
 #endif

@@ -7,8 +7,11 @@
  * are built by hand (libmongoc's watch cannot pass showExpandedEvents nor showRawUpdateDescription, and hides the
  * post-batch resume token of each batch). The first aggregate (batchSize 0) finds which options the server accepts:
  * one it refuses by name is dropped, with a log line (showRawUpdateDescription refused under STREAM_UPDATES_RAW stops
- * the reader, QUEUE_END_UNSUPPORTED naming it). A server that refuses the cluster-wide stream itself stops the reader
- * with a message saying so: one stream per database, merged in clusterTime order, is not implemented.
+ * the reader, QUEUE_END_UNSUPPORTED naming it). A server that refuses the cluster-wide stream itself (13 Unauthorized,
+ * or a refusal naming allChangesForCluster) is read through one database-level stream per database the filter
+ * names, merged in clusterTime order (source/stream/perdb.h), each entry then carrying a composite token
+ * {perdb: {<db>: <token>}} (a committed one is resumed from directly); a filter that does not name its databases
+ * exactly stops the reader then (QUEUE_END_REFUSED or QUEUE_END_UNSUPPORTED), the message naming the remedies.
  *
  * Events become ops as source/stream/event.h says: each is turned into the oplog op behind it and decoded by the oplog
  * decoder, so the ops equal the oplog source's; the namespace filter then turns those of namespaces not replicated

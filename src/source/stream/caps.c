@@ -28,6 +28,7 @@ typedef struct probe {
     mongoc_client_t *client;
     mongoc_client_session_t *cs; /* NULL: the server has no sessions */
     uint32_t server_id;
+    char db[128]; /* where the cluster-wide stream is refused: a database whose own stream this user may open */
 } probe;
 
 /* The server answered (ok: 0), as opposed to not being reached. */
@@ -116,14 +117,62 @@ typedef enum { OPEN_OK, OPEN_REFUSED, OPEN_FAILED } open_result;
 /* aggregate: 1 on admin, [{$changeStream: {allChangesForCluster: true, <extra>}}, (split: the split stage)],
  * batchSize `batch`; the cursor is killed before returning. On OPEN_OK the reply is kept in *reply (the caller
  * destroys it); otherwise *e holds the error and *reply is empty. */
+static open_result open_stream_on(probe *p, bool cluster, const bson_t *extra, bool split, int32_t batch, bson_t *reply,
+                                  bson_error_t *e);
+
+/* A database this user may read, for a probe where the cluster-wide stream is refused (Unauthorized, as to a user
+ * whose roles grant changeStream and find on some databases only): {listDatabases: 1, nameOnly: true,
+ * authorizedDatabases: true} lists those (docs "listDatabases"); the first that is not admin, local or config. What
+ * a database's stream answers (the options, the post-batch token's time, the history) is the cluster's: every stream
+ * reads the one oplog. */
+static bool find_readable_db(probe *p)
+{
+    if (p->db[0] != '\0')
+        return true;
+    bson_t *cmd =
+        BCON_NEW("listDatabases", BCON_INT32(1), "nameOnly", BCON_BOOL(true), "authorizedDatabases", BCON_BOOL(true));
+    bson_t reply;
+    bson_error_t e;
+    bool ok = run(p, "admin", cmd, &reply, &e);
+    bson_destroy(cmd);
+    bson_iter_t it, dbs, one;
+    if (ok && bson_iter_init_find(&it, &reply, "databases") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &dbs)) {
+        while (p->db[0] == '\0' && bson_iter_next(&dbs)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&dbs) || !bson_iter_recurse(&dbs, &one) || !bson_iter_find(&one, "name") ||
+                !BSON_ITER_HOLDS_UTF8(&one))
+                continue;
+            const char *n = bson_iter_utf8(&one, NULL);
+            if (strcmp(n, "admin") != 0 && strcmp(n, "local") != 0 && strcmp(n, "config") != 0 &&
+                strlen(n) < sizeof p->db)
+                snprintf(p->db, sizeof p->db, "%s", n);
+        }
+    }
+    bson_destroy(&reply);
+    return p->db[0] != '\0';
+}
+
 static open_result open_stream(probe *p, const bson_t *extra, bool split, int32_t batch, bson_t *reply, bson_error_t *e)
+{
+    if (p->db[0] == '\0') {
+        open_result r = open_stream_on(p, true, extra, split, batch, reply, e);
+        if (r != OPEN_REFUSED || e->code != 13 /* Unauthorized */ || !find_readable_db(p))
+            return r;
+    }
+    return open_stream_on(p, false, extra, split, batch, reply, e);
+}
+
+/* cluster: the cluster-wide stream on admin; else a database-level stream on p->db. */
+static open_result open_stream_on(probe *p, bool cluster, const bson_t *extra, bool split, int32_t batch, bson_t *reply,
+                                  bson_error_t *e)
 {
     bson_t cmd = BSON_INITIALIZER, pipeline, stage, spec, cursor, splitst, empty;
     BSON_APPEND_INT32(&cmd, "aggregate", 1);
     BSON_APPEND_ARRAY_BEGIN(&cmd, "pipeline", &pipeline);
     BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "0", &stage);
     BSON_APPEND_DOCUMENT_BEGIN(&stage, "$changeStream", &spec);
-    BSON_APPEND_BOOL(&spec, "allChangesForCluster", true);
+    if (cluster)
+        BSON_APPEND_BOOL(&spec, "allChangesForCluster", true);
     if (extra != NULL)
         bson_concat(&spec, extra);
     bson_append_document_end(&stage, &spec);
@@ -138,10 +187,11 @@ static open_result open_stream(probe *p, const bson_t *extra, bool split, int32_
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "cursor", &cursor);
     BSON_APPEND_INT32(&cursor, "batchSize", batch);
     bson_append_document_end(&cmd, &cursor);
-    bool ok = run(p, "admin", &cmd, reply, e);
+    const char *db = cluster ? "admin" : p->db;
+    bool ok = run(p, db, &cmd, reply, e);
     bson_destroy(&cmd);
     if (ok) {
-        kill_cursor(p, "admin", "$cmd.aggregate", cursor_id(reply));
+        kill_cursor(p, db, "$cmd.aggregate", cursor_id(reply));
         return OPEN_OK;
     }
     bson_destroy(reply);
@@ -212,7 +262,25 @@ static int hexval(char c)
 bool stream_token_time(const uint8_t *tok, size_t len, op_pos *out)
 {
     bson_t doc;
-    bson_iter_t it;
+    bson_iter_t it, dbs;
+    if (tok != NULL && bson_init_static(&doc, tok, len) && bson_iter_init_find(&it, &doc, "perdb") &&
+        BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &dbs)) {
+        /* one token per database (source/stream/perdb.h): the earliest of their times, from which all resume */
+        bool have = false;
+        while (bson_iter_next(&dbs)) {
+            const uint8_t *t;
+            uint32_t tl;
+            op_pos one;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&dbs))
+                continue;
+            bson_iter_document(&dbs, &tl, &t);
+            if (stream_token_time(t, tl, &one) && (!have || op_pos_cmp(&one, out) < 0)) {
+                *out = one;
+                have = true;
+            }
+        }
+        return have;
+    }
     if (tok == NULL || !bson_init_static(&doc, tok, len) || !bson_iter_init_find(&it, &doc, "_data") ||
         !BSON_ITER_HOLDS_UTF8(&it))
         return false;
@@ -616,6 +684,68 @@ static bool batch_read(const bson_t *reply, bool *any, op_pos *pbrt, bool *have_
     return true;
 }
 
+/* Looks for a rename event in (from - 1, upto] on db's stream (admin: the cluster-wide one). *unauthorized: the
+ * stream was refused with 13. */
+static bool renames_scan(probe *p, const char *db, const op_pos *from, const op_pos *upto, bool *renamed,
+                         bool *unauthorized, char *err, size_t errlen)
+{
+    /* [{$changeStream: {allChangesForCluster, startAtOperationTime}}, {$match: {operationType: "rename"}}] */
+    bool cluster = strcmp(db, "admin") == 0;
+    bson_t *cmd = BCON_NEW("aggregate", BCON_INT32(1), "pipeline", "[", "{", "$changeStream", "{",
+                           "allChangesForCluster", BCON_BOOL(cluster), "startAtOperationTime",
+                           BCON_TIMESTAMP(from->secs, from->inc), "}", "}", "{", "$match", "{", "operationType",
+                           BCON_UTF8("rename"), "}", "}", "]", "cursor", "{", "batchSize", BCON_INT32(1), "}");
+    bson_t reply;
+    bson_error_t e;
+    bool ok = run(p, db, cmd, &reply, &e);
+    *unauthorized = !ok && server_answered(&e) && e.code == 13;
+    bson_destroy(cmd);
+    int64_t id = ok ? cursor_id(&reply) : 0;
+    bool done = false, said = false; /* said: err holds the reason */
+    for (int round = 0; ok && !done; round++) {
+        bool any, have_pbrt;
+        op_pos pbrt;
+        if (!batch_read(&reply, &any, &pbrt, &have_pbrt)) {
+            snprintf(err, errlen, "a change stream's reply without a cursor");
+            ok = false;
+            said = true;
+            break;
+        }
+        if (any) {
+            *renamed = true;
+            done = true;
+        } else if (!have_pbrt) {
+            snprintf(err, errlen,
+                     "the server sends no post-batch resume token (Amazon DocumentDB sends none), so how far the "
+                     "stream was read is not known: the initial copy cannot run here (docs/sources.md, \"Not yet\"; "
+                     "--skip-import starts without it)");
+            ok = false;
+            said = true;
+        } else if (op_pos_cmp(&pbrt, upto) > 0 || (round > 0 && op_pos_cmp(&pbrt, upto) == 0)) {
+            /* past upto; or at it once the scan has run (a getMore's high-water mark is an entry the scan passed,
+             * the aggregate's is only where the stream opens) */
+            done = true;
+        } else if (id == 0 || round == RENAME_GETMORES) {
+            snprintf(err, errlen, "the change stream did not reach clusterTime %u:%u", upto->secs, upto->inc);
+            ok = false;
+            said = true;
+        } else {
+            bson_destroy(&reply);
+            cmd = BCON_NEW("getMore", BCON_INT64(id), "collection", BCON_UTF8("$cmd.aggregate"), "batchSize",
+                           BCON_INT32(1), "maxTimeMS", BCON_INT32(RENAME_AWAIT_MS));
+            ok = run(p, db, cmd, &reply, &e);
+            bson_destroy(cmd);
+            if (ok)
+                id = cursor_id(&reply);
+        }
+    }
+    if (!ok && !said)
+        snprintf(err, errlen, "reading the change stream for renames: %s", e.message);
+    bson_destroy(&reply);
+    kill_cursor(p, db, "$cmd.aggregate", id);
+    return ok;
+}
+
 /* getMores the search without post-batch resume tokens may take, how long each awaits, and the events each asks
  * for. Every getMore either returns events (the stream moves on towards upto, and the first event past it ends the
  * search) or, awaited and empty, ends it: the bound only stops a search that would read on for ever. */
@@ -759,6 +889,8 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
                            BCON_UTF8("rename"), "}", "}", "]", "cursor", "{", "batchSize", BCON_INT32(1), "}");
     bson_t reply;
     bool ok = run(&p, "admin", cmd, &reply, &e), lookup_only = false;
+    /* 13 Unauthorized: a user with rights on some databases only (who reads one stream per database) */
+    bool unauthorized = !ok && server_answered(&e) && e.code == 13;
     if (!ok && server_answered(&e)) {
         /* Azure Cosmos DB for MongoDB (RU) opens a stream only with fullDocument "updateLookup" (as in
          * open_stream_lookup); it sends no rename events, so the search then finds none. */
@@ -820,6 +952,31 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
      * (docs/sources.md says renames are not seen on it). */
     if (ok && no_pbrt && !lookup_only)
         ok = renames_without_pbrt(&p, &from, upto, renamed, err, errlen);
+    if (!ok && unauthorized) {
+        /* The cluster-wide stream refused: every database this user may read is scanned, which holds every database
+         * it can copy (listDatabases with authorizedDatabases). */
+        bson_t *lcmd = BCON_NEW("listDatabases", BCON_INT32(1), "nameOnly", BCON_BOOL(true), "authorizedDatabases",
+                                BCON_BOOL(true));
+        bson_t lreply;
+        ok = run(&p, "admin", lcmd, &lreply, &e);
+        bson_destroy(lcmd);
+        bson_iter_t it, dbs, one;
+        if (!ok)
+            snprintf(err, errlen, "listing the databases to read for renames: %s", e.message);
+        if (ok && bson_iter_init_find(&it, &lreply, "databases") && BSON_ITER_HOLDS_ARRAY(&it) &&
+            bson_iter_recurse(&it, &dbs)) {
+            while (ok && !*renamed && bson_iter_next(&dbs)) {
+                if (!BSON_ITER_HOLDS_DOCUMENT(&dbs) || !bson_iter_recurse(&dbs, &one) ||
+                    !bson_iter_find(&one, "name") || !BSON_ITER_HOLDS_UTF8(&one))
+                    continue;
+                const char *n = bson_iter_utf8(&one, NULL);
+                bool refused = false;
+                if (strcmp(n, "admin") != 0 && strcmp(n, "local") != 0 && strcmp(n, "config") != 0)
+                    ok = renames_scan(&p, n, &from, upto, renamed, &refused, err, errlen);
+            }
+        }
+        bson_destroy(&lreply);
+    }
     probe_close(&p);
     return ok;
 }

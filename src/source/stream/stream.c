@@ -32,8 +32,14 @@
  *   name their databases exactly (core/nsfilter.h nsfilter_each_exact_db); the filter still decides every op on this
  *   side, as for the oplog. A token taken under another filter may then be one the stream cannot find: error 280,
  *   handled as above.
- * - Not done here: the per-database streams for a server that refuses the cluster-wide one (the reader stops and
- *   says so), and the byte-sized getMore the oplog reader asks for (batch_size events; a
+ * - Per-database streams (source/stream/perdb.h): where the cluster-wide aggregate is refused, one lane per database
+ *   the filter names exactly, each with its own cursor (lane_io), all on the one session; the merge decides which
+ *   event goes on next and which lane to read (its getMore waits READER_PROBE_MS while events are held, else
+ *   await_ms). An empty getMore shows its lane complete up to its post-batch token (as an empty batch closes a group
+ *   above). Entries carry the composite token (perdb_token), and a whole entry pushed makes every lane's point the
+ *   one a reopening resumes from (perdb_commit). A fault reopens every lane; a lane's invalidate reopens that lane
+ *   after it (startAfter); a lane refused with 280 restarts at the last position pushed, as above.
+ * - Not done here: the byte-sized getMore the oplog reader asks for (batch_size events; a
  *   batch of events of READER_REPLY_BYTES or more each waits, as there, for the applier to drain the queue before
  *   the next getMore).
  */
@@ -54,6 +60,7 @@
 #include "source/mongo_client.h"
 #include "source/prepare.h"
 #include "source/stream/event.h"
+#include "source/stream/perdb.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/memory.h"
@@ -89,6 +96,17 @@ static const struct {
     {OPT_FULLDOC, "fullDocument"},
     {0, NULL},
 };
+
+/* The cursor of one database's stream (per-database mode). Holds a bson_t: allocated with its alignment. */
+typedef struct lane_io {
+    stream_frag frag; /* the fragments of a split event of this stream */
+    int64_t cursor_id;
+    bool have_opened_at; /* opened at startAtOperationTime = opened_at, or first batch's high-water mark there */
+    op_pos opened_at;
+    bool at_time; /* the next aggregate starts at startAtOperationTime = time (after a 280) */
+    op_pos time;
+    bool reopen; /* the server ended the cursor after an invalidate: open it again after that event */
+} lane_io;
 
 struct stream_reader {
     stream_config cfg;
@@ -130,6 +148,12 @@ struct stream_reader {
     backoff bo;
     queue_pusher out;
     bool out_failed;
+
+    /* ---- one stream per database (the server refuses the cluster-wide one; source/stream/perdb.h) ---- */
+    bool perdb;
+    bool perdb_at_pos; /* a lane with no resume point starts at pos itself (a restart), not after it */
+    perdb_merge pm;
+    lane_io *lanes; /* pm.n of them */
 };
 
 void stream_config_init(stream_config *cfg)
@@ -175,7 +199,7 @@ static const char *posfmt(const op_pos *p, char *buf)
 
 /* ---- commands ---- */
 
-static bool run_cmd(stream_reader *r, const bson_t *cmd, bson_t *reply, bson_error_t *err)
+static bool run_cmd_on(stream_reader *r, const char *db, const bson_t *cmd, bson_t *reply, bson_error_t *err)
 {
     if (!queue_pusher_flush(&r->out)) { /* a round trip may wait: what was rendered goes on first */
         r->out_failed = true;
@@ -191,27 +215,40 @@ static bool run_cmd(stream_reader *r, const bson_t *cmd, bson_t *reply, bson_err
     } else {
         if (r->server_id)
             BSON_APPEND_INT32(&opts, "serverId", (int32_t)r->server_id);
-        ok = mongoc_client_command_with_opts(r->client, "admin", cmd, NULL, &opts, reply, err);
+        ok = mongoc_client_command_with_opts(r->client, db, cmd, NULL, &opts, reply, err);
     }
     bson_destroy(&opts);
     return ok;
 }
 
-static void kill_cursor(stream_reader *r)
+static bool run_cmd(stream_reader *r, const bson_t *cmd, bson_t *reply, bson_error_t *err)
 {
-    if (r->cursor_id == 0)
+    return run_cmd_on(r, "admin", cmd, reply, err);
+}
+
+static void kill_cursor_on(stream_reader *r, const char *db, int64_t *id)
+{
+    if (*id == 0)
         return;
     bson_t cmd = BSON_INITIALIZER, arr, reply;
     bson_error_t err;
     BSON_APPEND_UTF8(&cmd, "killCursors", "$cmd.aggregate");
     BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
-    BSON_APPEND_INT64(&arr, "0", r->cursor_id);
+    BSON_APPEND_INT64(&arr, "0", *id);
     bson_append_array_end(&cmd, &arr);
-    if (!run_cmd(r, &cmd, &reply, &err))
+    if (!run_cmd_on(r, db, &cmd, &reply, &err))
         log_debug("change stream: killCursors failed: %s", err.message);
     bson_destroy(&reply);
     bson_destroy(&cmd);
-    r->cursor_id = 0;
+    *id = 0;
+}
+
+static void kill_lanes(stream_reader *r);
+
+static void kill_cursor(stream_reader *r)
+{
+    kill_cursor_on(r, "admin", &r->cursor_id);
+    kill_lanes(r);
 }
 
 static step open_session(stream_reader *r);
@@ -241,9 +278,9 @@ static step failed(stream_reader *r, const char *what, const bson_error_t *e, co
         return STEP_END;
     if (mongo_error_refused(e)) {
         fatal(r, QUEUE_END_REFUSED,
-              "%s of the cluster-wide change stream refused: %s (code %u); the user needs the changeStream and find "
-              "actions on the cluster (e.g. the read role on every database, or readAnyDatabase); per-database "
-              "streams are not implemented",
+              "%s of the change stream refused: %s (code %u); the user needs the changeStream and find actions on "
+              "the cluster (e.g. the read role on every database, or readAnyDatabase), or on each database "
+              "[replication] include names",
               what, e->message, e->code);
         return STEP_END;
     }
@@ -382,6 +419,9 @@ static bool set_token(stream_reader *r, const uint8_t *t, uint32_t len)
     return true;
 }
 
+static bool perdb_swap_token(stream_reader *r, op_entry *e);
+static bool perdb_pushed(stream_reader *r);
+
 /* Renders an entry and hands it on; the entry's token (if any) becomes the resume point. */
 static step push_entry(stream_reader *r, op_entry *e, size_t reserved)
 {
@@ -415,6 +455,10 @@ static step push_entry(stream_reader *r, op_entry *e, size_t reserved)
     }
     r->parts_pushed = false;
     r->at_time = false; /* from now on the resume point is a token pushed */
+    if (r->perdb && !perdb_pushed(r)) {
+        fatal(r, QUEUE_END_NOMEM, "out of memory noting the per-database streams' positions");
+        return STEP_END;
+    }
     r->pos = p;
     r->idle_due = true;
     atomic_fetch_add(&r->entries, 1);
@@ -442,6 +486,12 @@ static step push_group(stream_reader *r, bool last)
             fatal(r, QUEUE_END_UNSUPPORTED,
                   "%s %s; stopped before it (the last entry handed on is %s), a fixed version resumes there",
                   bs == STREAM_BUILD_MALFORMED ? "malformed" : "unsupported", err, posfmt(&r->pos, pbuf));
+        return STEP_END;
+    }
+    if (r->perdb && e->token && !perdb_swap_token(r, e)) {
+        bson_destroy(&raw);
+        op_entry_free(e);
+        fatal(r, QUEUE_END_NOMEM, "out of memory noting the per-database streams' positions");
         return STEP_END;
     }
     size_t reserved = raw.len;
@@ -744,6 +794,10 @@ static bool drop_refused_option(stream_reader *r, const bson_error_t *e)
     return false;
 }
 
+static bool perdb_is_composite(const uint8_t *tok, uint32_t len);
+static step perdb_setup(stream_reader *r, const bson_error_t *refusal);
+static step follow_perdb(stream_reader *r);
+
 static step follow_once(stream_reader *r)
 {
     bson_t cmd, reply;
@@ -753,6 +807,13 @@ static step follow_once(stream_reader *r)
     uint32_t pbrt_len;
     char pbuf[OP_POS_STRLEN];
 
+    if (!r->perdb && r->token && perdb_is_composite(r->token, r->token_len)) {
+        step s = perdb_setup(r, NULL);
+        if (s != STEP_OK)
+            return s;
+    }
+    if (r->perdb)
+        return follow_perdb(r);
     stream_group_clear(&r->group); /* what was not handed on is read again after the resume point */
     stream_frag_clear(&r->frag);
     step s = open_session(r);
@@ -770,13 +831,11 @@ static step follow_once(stream_reader *r)
         if (ok)
             break;
         if (!r->probed && (err.domain == MONGOC_ERROR_SERVER || err.domain == MONGOC_ERROR_QUERY) &&
-            !mongo_error_refused(&err) && strstr(err.message, "allChangesForCluster") != NULL) {
+            (mongo_error_refused(&err) || strstr(err.message, "allChangesForCluster") != NULL)) {
+            /* Unauthorized (the user may read some databases only) or not supported: one stream per database. */
             bson_destroy(&reply);
-            fatal(r, QUEUE_END_UNSUPPORTED,
-                  "the server refuses a cluster-wide change stream (%s, code %u); one stream per database is not "
-                  "implemented: use [mongodb] source = oplog",
-                  err.message, err.code);
-            return STEP_END;
+            s = perdb_setup(r, &err);
+            return s == STEP_OK ? follow_perdb(r) : s;
         }
         bool dropped = drop_refused_option(r, &err);
         if (dropped && r->cfg.updates == STREAM_UPDATES_RAW && !(r->opts & OPT_RAW)) {
@@ -882,6 +941,537 @@ static step follow_once(stream_reader *r)
     return s;
 }
 
+/* ---- one stream per database ---- */
+
+static bool perdb_is_composite(const uint8_t *tok, uint32_t len)
+{
+    bson_t b;
+    bson_iter_t it;
+    return bson_init_static(&b, tok, len) && bson_iter_init_find(&it, &b, "perdb") && BSON_ITER_HOLDS_DOCUMENT(&it);
+}
+
+/* The entry's token (its last event's) becomes the composite of every database's resume point. */
+static bool perdb_swap_token(stream_reader *r, op_entry *e)
+{
+    bson_t doc = BSON_INITIALIZER;
+    if (!perdb_token(&r->pm, &doc)) {
+        bson_destroy(&doc);
+        return false;
+    }
+    uint8_t *copy = malloc(doc.len);
+    if (!copy) {
+        bson_destroy(&doc);
+        return false;
+    }
+    memcpy(copy, bson_get_data(&doc), doc.len);
+    free(e->token);
+    e->token = copy;
+    e->token_len = doc.len;
+    bson_destroy(&doc);
+    return true;
+}
+
+/* A whole entry was handed on: every lane's resume point is now what a reopening resumes from. */
+static bool perdb_pushed(stream_reader *r)
+{
+    if (!perdb_commit(&r->pm))
+        return false;
+    for (size_t i = 0; i < r->pm.n; i++)
+        if (r->pm.lanes[i].pushed)
+            r->lanes[i].at_time = false;
+    return true;
+}
+
+typedef struct lane_ctx {
+    stream_reader *r;
+    bool ok;
+} lane_ctx;
+
+static void add_lane(const char *db, size_t len, void *arg)
+{
+    lane_ctx *c = arg;
+    char name[256]; /* a database name is at most 64 bytes */
+    if (!c->ok || len >= sizeof name)
+        return;
+    memcpy(name, db, len);
+    name[len] = '\0';
+    if (perdb_find(&c->r->pm, name) < 0)
+        c->ok = perdb_add_lane(&c->r->pm, db, len);
+}
+
+/* Sets up one lane per database the filter names; refusal: the cluster-wide stream's error (NULL when a committed
+ * composite token says so). */
+static step perdb_setup(stream_reader *r, const bson_error_t *refusal)
+{
+    lane_ctx c = {.r = r, .ok = true};
+    bool exact = nsfilter_each_exact_db(r->cfg.filter, add_lane, &c);
+    if (!c.ok) {
+        fatal(r, QUEUE_END_NOMEM, "out of memory setting up the per-database change streams");
+        return STEP_END;
+    }
+    if (!exact || r->pm.n == 0) {
+        char why[768];
+        if (refusal)
+            snprintf(why, sizeof why, "the server refuses the cluster-wide change stream (%s, code %u)",
+                     refusal->message, refusal->code);
+        else
+            snprintf(why, sizeof why, "the committed position is one resume token per database");
+        fatal(r, refusal && mongo_error_refused(refusal) ? QUEUE_END_REFUSED : QUEUE_END_UNSUPPORTED,
+              "%s; one change stream per database can replace it only when [replication] include names every "
+              "database exactly (a pattern such as 'shop.*', not '*.*' or 'shop*.*'): name the databases in "
+              "include, or grant this user the changeStream and find actions on every database (e.g. the "
+              "readAnyDatabase role)",
+              why);
+        return STEP_END;
+    }
+    size_t align = _Alignof(lane_io), size = (r->pm.n * sizeof(lane_io) + align - 1) / align * align;
+    r->lanes = aligned_alloc(align, size);
+    if (!r->lanes) {
+        fatal(r, QUEUE_END_NOMEM, "out of memory setting up the per-database change streams");
+        return STEP_END;
+    }
+    memset(r->lanes, 0, size);
+    for (size_t i = 0; i < r->pm.n; i++)
+        stream_frag_init(&r->lanes[i].frag);
+    r->perdb = true;
+    bool nomem = false;
+    if (r->token && perdb_parse(&r->pm, r->token, r->token_len, &nomem)) {
+        r->perdb_at_pos = true; /* a database without a token (added to the filter since) starts at the position */
+    } else if (nomem) {
+        fatal(r, QUEUE_END_NOMEM, "out of memory reading the committed per-database resume tokens");
+        return STEP_END;
+    } else if (r->token) {
+        /* a cluster-wide token committed before the server refused that stream: every database starts at its
+         * clusterTime, the changes of that instant applied again (idempotently) */
+        r->perdb_at_pos = true;
+    }
+    char list[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < r->pm.n && used < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", r->pm.lanes[i].db);
+    if (refusal)
+        log_warning("change stream: the server refuses the cluster-wide stream (%s, code %u): reading one stream per "
+                    "database instead (%zu: %s), merged in clusterTime order",
+                    refusal->message, refusal->code, r->pm.n, list);
+    else
+        log_info("change stream: resuming one stream per database (%zu: %s), merged in clusterTime order", r->pm.n,
+                 list);
+    return STEP_OK;
+}
+
+static void kill_lanes(stream_reader *r)
+{
+    for (size_t i = 0; r->perdb && i < r->pm.n; i++)
+        kill_cursor_on(r, r->pm.lanes[i].db, &r->lanes[i].cursor_id);
+}
+
+/* Where a lane with no resume point starts. */
+static op_pos lane_start(const stream_reader *r)
+{
+    op_pos at = r->pos;
+    if (!r->perdb_at_pos) { /* the first event after the committed position */
+        if (at.inc == UINT32_MAX) {
+            at.secs++;
+            at.inc = 0;
+        } else {
+            at.inc++;
+        }
+    }
+    return at;
+}
+
+static bool build_lane_aggregate(stream_reader *r, size_t i, bson_t *cmd)
+{
+    lane_io *lio = &r->lanes[i];
+    const uint8_t *point;
+    uint32_t point_len;
+    perdb_lane_point(&r->pm, i, &point, &point_len);
+    bson_t pipe, stage, cs, cur, empty;
+    bool ok = BSON_APPEND_INT32(cmd, "aggregate", 1) && BSON_APPEND_ARRAY_BEGIN(cmd, "pipeline", &pipe) &&
+              BSON_APPEND_DOCUMENT_BEGIN(&pipe, "0", &stage) &&
+              BSON_APPEND_DOCUMENT_BEGIN(&stage, "$changeStream", &cs);
+    if (ok && (r->opts & OPT_EXPANDED))
+        ok = BSON_APPEND_BOOL(&cs, "showExpandedEvents", true);
+    if (ok && (r->opts & OPT_RAW))
+        ok = BSON_APPEND_BOOL(&cs, "showRawUpdateDescription", true);
+    if (ok && r->cfg.lookup)
+        ok = BSON_APPEND_UTF8(&cs, "fullDocument", "updateLookup");
+    else if (ok && (r->opts & OPT_FULLDOC))
+        ok = BSON_APPEND_UTF8(&cs, "fullDocument", "whenAvailable");
+    lio->have_opened_at = false;
+    if (ok && point && !lio->at_time) {
+        bson_t tok;
+        stream_token d;
+        stream_token_decode(point, point_len, &d);
+        ok = bson_init_static(&tok, point, point_len) &&
+             BSON_APPEND_DOCUMENT(&cs, d.keystring && d.from_invalidate ? "startAfter" : "resumeAfter", &tok);
+    } else if (ok) {
+        op_pos at = lio->at_time ? lio->time : lane_start(r);
+        ok = BSON_APPEND_TIMESTAMP(&cs, "startAtOperationTime", at.secs, at.inc);
+        lio->have_opened_at = true;
+        lio->opened_at = at;
+    }
+    ok = ok && bson_append_document_end(&stage, &cs) && bson_append_document_end(&pipe, &stage);
+    if (ok && (r->opts & OPT_SPLIT))
+        ok = BSON_APPEND_DOCUMENT_BEGIN(&pipe, "1", &stage) &&
+             BSON_APPEND_DOCUMENT_BEGIN(&stage, "$changeStreamSplitLargeEvent", &empty) &&
+             bson_append_document_end(&stage, &empty) && bson_append_document_end(&pipe, &stage);
+    ok = ok && bson_append_array_end(cmd, &pipe) && BSON_APPEND_DOCUMENT_BEGIN(cmd, "cursor", &cur) &&
+         BSON_APPEND_INT32(&cur, "batchSize", 0) && bson_append_document_end(cmd, &cur);
+    return ok;
+}
+
+/* Every event of a lane's batch into its queue (fragments joined), then the horizon its post-batch token shows. */
+static step lane_take_batch(stream_reader *r, size_t i, bson_iter_t *batch, const uint8_t *pbrt, uint32_t pbrt_len,
+                            const char *what)
+{
+    char pbuf[OP_POS_STRLEN], err[512];
+    lane_io *lio = &r->lanes[i];
+    const char *db = r->pm.lanes[i].db;
+    uint32_t count = 0;
+    while (bson_iter_next(batch)) {
+        count++;
+        const uint8_t *data;
+        uint32_t len;
+        bson_t ev;
+        stream_event_info info;
+        if (!BSON_ITER_HOLDS_DOCUMENT(batch)) {
+            fatal(r, QUEUE_END_UNSUPPORTED, "malformed reply to %s on %s: an element of the batch is not a document",
+                  what, db);
+            return STEP_END;
+        }
+        bson_iter_document(batch, &len, &data);
+        if (!bson_init_static(&ev, data, len) || !stream_event_info_read(&ev, &info) ||
+            (!info.has_time && !info.split) || !info.token) {
+            fatal(r, QUEUE_END_UNSUPPORTED,
+                  "malformed change event in the reply to %s on %s (no clusterTime Timestamp or no _id token); "
+                  "stopped after %s",
+                  what, db, posfmt(&r->pos, pbuf));
+            return STEP_END;
+        }
+        const bson_t *whole_ev = &ev;
+        stream_event_info whole = info;
+        if (info.split || lio->frag.active) {
+            bool done = false;
+            stream_ev_status st =
+                info.split ? stream_frag_add(&lio->frag, &ev, &info, &done, err, sizeof err) : STREAM_EV_MALFORMED;
+            if (!info.split)
+                snprintf(err, sizeof err, "a whole event where the next fragment of a split event was expected");
+            if (st != STREAM_EV_OK) {
+                fatal(r, st == STREAM_EV_NOMEM ? QUEUE_END_NOMEM : QUEUE_END_UNSUPPORTED,
+                      "%s (database %s); stopped after %s", err, db, posfmt(&r->pos, pbuf));
+                return STEP_END;
+            }
+            if (!done)
+                continue;
+            if (!stream_event_info_read(&lio->frag.merged, &whole) || !whole.has_time || !whole.token) {
+                fatal(r, QUEUE_END_UNSUPPORTED,
+                      "malformed split event on %s: its fragments hold no clusterTime or no _id; stopped after %s", db,
+                      posfmt(&r->pos, pbuf));
+                return STEP_END;
+            }
+            whole_ev = &lio->frag.merged;
+        }
+        bool inval = strcmp(whole.type, "invalidate") == 0;
+        stream_token t;
+        memset(&t, 0, sizeof t);
+        stream_token_decode(whole.token, whole.token_len, &t);
+        bool ok = perdb_lane_add(&r->pm, i, bson_get_data(whole_ev), whole_ev->len, whole.secs, whole.inc,
+                                 t.keystring ? t.txn_op_index : 0, whole.token, whole.token_len, inval);
+        stream_frag_clear(&lio->frag);
+        if (!ok) {
+            fatal(r, QUEUE_END_NOMEM, "out of memory holding change events of %s", db);
+            return STEP_END;
+        }
+        if (inval) {
+            /* dropDatabase (or a rename away) ends a database's stream: it opens again after this event
+             * (startAfter), so nothing after it is missed */
+            lio->reopen = true;
+            log_notice("change stream: the stream of database %s was invalidated (the database was dropped); "
+                       "reopening it after that event",
+                       db);
+        }
+    }
+    if (batch->err_off != 0) {
+        fatal(r, QUEUE_END_UNSUPPORTED, "malformed reply to %s on %s: the batch is corrupt; stopped after %s", what, db,
+              posfmt(&r->pos, pbuf));
+        return STEP_END;
+    }
+    if (!pbrt) {
+        fatal(r, QUEUE_END_UNSUPPORTED,
+              "the server sends no post-batch resume token, which merging one change stream per database requires "
+              "(without it an idle database would hold every other back); grant this user the changeStream and find "
+              "actions on every database so that one cluster-wide stream is read");
+        return STEP_END;
+    }
+    r->pbrt_seen = true;
+    stream_token t;
+    memset(&t, 0, sizeof t);
+    stream_token_decode(pbrt, pbrt_len, &t);
+    bool incl = false;
+    if (t.keystring && t.type == STREAM_TOKEN_HWM) {
+        op_pos at = {.secs = t.secs, .inc = t.inc, .term = -1};
+        incl = !(lio->have_opened_at && op_pos_cmp(&at, &lio->opened_at) <= 0);
+    }
+    /* An empty getMore shows its stream holds nothing more up to its token: the rest of a clusterTime's events, were
+     * there any, would be in the server's hands already (unwound from the one oplog entry it read) and would have
+     * come at once (as take_batch closes a group). */
+    if (count == 0 && strcmp(what, "getMore") == 0 && !lio->frag.active)
+        incl = true;
+    if (!perdb_lane_batch_end(&r->pm, i, pbrt, pbrt_len, t.keystring, t.secs, t.inc, incl)) {
+        fatal(r, QUEUE_END_NOMEM, "out of memory noting a change stream's position");
+        return STEP_END;
+    }
+    return STEP_OK;
+}
+
+/* Opens (or reopens) lane i's stream at its resume point and takes its first batch. */
+static step lane_open(stream_reader *r, size_t i)
+{
+    bson_t cmd, reply;
+    bson_error_t err;
+    bson_iter_t batch;
+    const uint8_t *pbrt;
+    uint32_t pbrt_len;
+    lane_io *lio = &r->lanes[i];
+    const char *db = r->pm.lanes[i].db;
+    lio->reopen = false;
+    stream_frag_clear(&lio->frag);
+    for (;;) {
+        bson_init(&cmd);
+        if (!build_lane_aggregate(r, i, &cmd)) {
+            bson_destroy(&cmd);
+            fatal(r, QUEUE_END_NOMEM, "out of memory building a change stream's aggregate");
+            return STEP_END;
+        }
+        bool ok = run_cmd_on(r, db, &cmd, &reply, &err);
+        bson_destroy(&cmd);
+        if (ok)
+            break;
+        bool dropped = drop_refused_option(r, &err);
+        if (dropped && r->cfg.updates == STREAM_UPDATES_RAW && !(r->opts & OPT_RAW)) {
+            bson_destroy(&reply);
+            fatal(r, QUEUE_END_UNSUPPORTED,
+                  "the server refuses showRawUpdateDescription (%s), which [mongodb] change_stream_updates = raw "
+                  "requires; use change_stream_updates = auto or description",
+                  err.message);
+            return STEP_END;
+        }
+        if (dropped && !(r->opts & OPT_RAW) && !(r->refused & OPT_FULLDOC))
+            r->opts |= OPT_FULLDOC;
+        if (dropped) {
+            bson_destroy(&reply);
+            continue;
+        }
+        if (server_code(&err, ERR_CHANGE_STREAM_FATAL) && !lio->at_time && !r->out_failed) {
+            char pbuf[OP_POS_STRLEN];
+            log_warning("change stream: the server cannot resume database %s's stream after its saved token (%s, "
+                        "code 280): restarting it at %s with startAtOperationTime; the changes of that instant are "
+                        "applied again",
+                        db, err.message, posfmt(&r->pos, pbuf));
+            lio->at_time = true;
+            lio->time = r->pos;
+            bson_destroy(&reply);
+            return STEP_RETRY;
+        }
+        step s = mongo_error_refused(&err)
+                     ? (fatal(r, QUEUE_END_REFUSED,
+                              "the change stream of database %s is refused too: %s (code %u); the user needs the "
+                              "changeStream and find actions on every database [replication] include names",
+                              db, err.message, err.code),
+                        STEP_END)
+                     : failed(r, "aggregate", &err, &reply);
+        bson_destroy(&reply);
+        return s;
+    }
+    if (!r->probed) {
+        r->probed = true;
+        log_info("change stream: per database, showExpandedEvents %s, updates as %s, post-images %s, large events "
+                 "%s",
+                 (r->opts & OPT_EXPANDED) ? "on" : "refused",
+                 (r->opts & OPT_RAW) ? "the raw $v:2 diff" : "updateDescription",
+                 (r->opts & OPT_FULLDOC) ? "when available" : "off",
+                 (r->opts & OPT_SPLIT) ? "split" : "not split (the server refuses the split stage)");
+    }
+    if (!parse_cursor(&reply, "firstBatch", &lio->cursor_id, &batch, &pbrt, &pbrt_len)) {
+        bson_destroy(&reply);
+        bson_set_error(&err, 0, 0, "reply without cursor.id/firstBatch");
+        bson_t none = BSON_INITIALIZER;
+        return failed(r, "aggregate", &err, &none);
+    }
+    if (pbrt != NULL) { /* where the stream opens: its events at that time may still come (as in follow_once) */
+        stream_token first;
+        memset(&first, 0, sizeof first);
+        if (stream_token_decode(pbrt, pbrt_len, &first) && first.keystring && first.type == STREAM_TOKEN_HWM) {
+            op_pos at = {.secs = first.secs, .inc = first.inc, .term = -1};
+            if (!lio->have_opened_at || op_pos_cmp(&at, &lio->opened_at) > 0)
+                lio->opened_at = at;
+            lio->have_opened_at = true;
+        }
+    }
+    step s = lane_take_batch(r, i, &batch, pbrt, pbrt_len, "aggregate");
+    bson_destroy(&reply);
+    return s;
+}
+
+static step lane_get_more(stream_reader *r, size_t i, int64_t await_ms, bool *under_full)
+{
+    bson_t reply;
+    bson_error_t err;
+    bson_iter_t batch;
+    const uint8_t *pbrt;
+    uint32_t pbrt_len;
+    lane_io *lio = &r->lanes[i];
+    bson_t gm = BSON_INITIALIZER;
+    BSON_APPEND_INT64(&gm, "getMore", lio->cursor_id);
+    BSON_APPEND_UTF8(&gm, "collection", "$cmd.aggregate");
+    BSON_APPEND_INT32(&gm, "batchSize", r->cfg.batch_size);
+    BSON_APPEND_INT64(&gm, "maxTimeMS", await_ms);
+    bool ok = run_cmd_on(r, r->pm.lanes[i].db, &gm, &reply, &err);
+    bson_destroy(&gm);
+    if (!ok) {
+        lio->cursor_id = 0;
+        step s = failed(r, "getMore", &err, &reply);
+        bson_destroy(&reply);
+        return s;
+    }
+    if (!parse_cursor(&reply, "nextBatch", &lio->cursor_id, &batch, &pbrt, &pbrt_len)) {
+        bson_destroy(&reply);
+        lio->cursor_id = 0;
+        bson_set_error(&err, 0, 0, "reply without cursor.id/nextBatch");
+        bson_t none = BSON_INITIALIZER;
+        return failed(r, "getMore", &err, &none);
+    }
+    backoff_reset(&r->bo);
+    uint32_t count = 0;
+    for (bson_iter_t c = batch; bson_iter_next(&c);)
+        count++;
+    *under_full = count < (uint32_t)r->cfg.batch_size;
+    step s = lane_take_batch(r, i, &batch, pbrt, pbrt_len, "getMore");
+    bson_destroy(&reply);
+    return s;
+}
+
+/* Hands on every event the merge lets go, closes the group once every stream is past it, and notes a position every
+ * stream has passed while nothing is held. */
+static step perdb_drain(stream_reader *r)
+{
+    size_t l;
+    while (perdb_next(&r->pm, &l) == PERDB_READY) {
+        const perdb_event *h = perdb_head(&r->pm, l);
+        if (h->position_only) {
+            perdb_pop(&r->pm, l);
+            /* the lane resumes after the invalidate itself (startAfter), not after a later post-batch token */
+            perdb_lane *pl = &r->pm.lanes[l];
+            free(pl->pbrt);
+            pl->pbrt = NULL;
+            pl->pbrt_len = 0;
+            continue;
+        }
+        bson_t ev;
+        stream_event_info info;
+        if (!bson_init_static(&ev, h->doc, h->len) || !stream_event_info_read(&ev, &info)) {
+            fatal(r, QUEUE_END_UNSUPPORTED, "a held change event of %s is no longer valid BSON", r->pm.lanes[l].db);
+            return STEP_END;
+        }
+        step s = take_event(r, &ev, &info); /* before the pop: a group it closes carries the positions before it */
+        if (s != STEP_OK)
+            return s;
+        perdb_pop(&r->pm, l);
+    }
+    if (r->group.open && perdb_passed(&r->pm, r->group.secs, r->group.inc)) {
+        step s = push_group(r, true);
+        if (s != STEP_OK)
+            return s;
+    }
+    uint32_t secs, inc;
+    if (!r->group.open && perdb_complete_to(&r->pm, &secs, &inc)) {
+        op_pos at = {.secs = secs, .inc = inc, .term = -1};
+        if (op_pos_cmp(&at, &r->pos) > 0) {
+            op_entry *e = malloc(sizeof *e);
+            if (!e || !op_entry_alloc(e, &at, 1)) {
+                free(e);
+                fatal(r, QUEUE_END_NOMEM, "out of memory noting the change streams' position");
+                return STEP_END;
+            }
+            e->ops[0].kind = OP_NOOP;
+            e->ops[0].reason = "change stream position";
+            if (!perdb_swap_token(r, e)) {
+                op_entry_free(e);
+                fatal(r, QUEUE_END_NOMEM, "out of memory noting the change streams' position");
+                return STEP_END;
+            }
+            return push_entry(r, e, 0);
+        }
+    }
+    return STEP_OK;
+}
+
+static bool perdb_holding(const stream_reader *r)
+{
+    for (size_t i = 0; i < r->pm.n; i++)
+        if (r->pm.lanes[i].n > 0)
+            return true;
+    return false;
+}
+
+static step follow_perdb(stream_reader *r)
+{
+    char pbuf[OP_POS_STRLEN];
+    stream_group_clear(&r->group); /* what was not handed on is read again after the resume points */
+    for (size_t i = 0; i < r->pm.n; i++) {
+        r->lanes[i].cursor_id = 0;
+        r->lanes[i].reopen = false;
+        stream_frag_clear(&r->lanes[i].frag);
+        if (!perdb_lane_reset(&r->pm, i)) {
+            fatal(r, QUEUE_END_NOMEM, "out of memory reopening the per-database change streams");
+            return STEP_END;
+        }
+    }
+    step s = open_session(r);
+    if (s != STEP_OK)
+        return s;
+    for (size_t i = 0; i < r->pm.n && s == STEP_OK; i++)
+        s = lane_open(r, i);
+    if (s != STEP_OK)
+        return s;
+    backoff_reset(&r->bo);
+    bool under_full = false;
+    for (;;) {
+        if (stopping(r))
+            return STEP_END;
+        s = perdb_drain(r);
+        if (s != STEP_OK)
+            return s;
+        size_t l;
+        perdb_next(&r->pm, &l); /* drained: the lane that holds the others back */
+        lane_io *lio = &r->lanes[l];
+        if (lio->reopen && lio->cursor_id == 0) {
+            s = lane_open(r, l);
+            if (s != STEP_OK)
+                return s;
+            continue;
+        }
+        if (lio->cursor_id == 0) {
+            log_warning("change stream: the server closed database %s's cursor: re-opening the streams after %s",
+                        r->pm.lanes[l].db, posfmt(&r->pos, pbuf));
+            return r->parts_pushed
+                       ? (fatal(r, QUEUE_END_RETRY, "a change stream's cursor closed mid-transaction"), STEP_END)
+                       : STEP_RETRY;
+        }
+        bool busy = r->group.open || perdb_holding(r);
+        if (!busy && under_full) {
+            s = maybe_idle(r);
+            if (s != STEP_OK)
+                return s;
+        }
+        /* While events wait on this stream, ask it with a short await: its post-batch token is what frees them. */
+        s = lane_get_more(r, l, busy ? READER_PROBE_MS : r->cfg.await_ms, &under_full);
+        if (s != STEP_OK)
+            return s;
+    }
+}
+
 static void *stream_main(void *arg)
 {
     stream_reader *r = arg;
@@ -909,6 +1499,8 @@ static void *stream_main(void *arg)
     }
     stream_group_clear(&r->group);
     stream_frag_clear(&r->frag);
+    for (size_t i = 0; r->lanes && i < r->pm.n; i++)
+        stream_frag_clear(&r->lanes[i].frag);
     mongoc_client_destroy(r->client);
     r->client = NULL;
     atomic_store(&r->finished, true);
@@ -939,6 +1531,7 @@ stream_reader *stream_start(const stream_config *cfg, queue *q, char *err, size_
     r->q = q;
     queue_pusher_init(&r->out, q, &r->stop);
     stream_group_init(&r->group);
+    perdb_init(&r->pm);
     stream_frag_init(&r->frag);
     r->uri_str = strdup(cfg->uri ? cfg->uri : "");
     if (!r->uri_str || (cfg->token && cfg->token_len && !set_token(r, cfg->token, (uint32_t)cfg->token_len))) {
@@ -1004,6 +1597,8 @@ void stream_free(stream_reader *r)
         return;
     stream_stop(r);
     napper_destroy(&r->napper);
+    perdb_free(&r->pm);
+    free(r->lanes);
     free(r->token);
     free(r->uri_str);
     free(r);
