@@ -596,6 +596,15 @@ static bool check_whole(config *c, char *msg, size_t msglen, size_t *about, int 
     }
     bool maps_ok = config_map_check_filter(&c->maps, f, map_line, msg, msglen);
     nsfilter_free(f);
+    if (maps_ok && c->delete_reconcile_ms > 0 && c->maps.n > 0) {
+        /* the reconciliation deletes from tables of the jsonb shape only: a typed table's deleted documents would
+         * keep their rows, so the two are refused together rather than left to drift */
+        snprintf(msg, msglen,
+                 "[mongodb] delete_reconcile: collections with a typed map ([map ...] sections) are not reconciled, "
+                 "so documents deleted from them would keep their rows; remove the maps or delete_reconcile");
+        *about = (size_t)config_option_find("mongodb", "delete_reconcile");
+        return false;
+    }
     return maps_ok;
 }
 

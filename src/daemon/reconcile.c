@@ -59,9 +59,6 @@ apply_status reconcile_pass(daemon_ctx *d)
                     (long long)(d->cfg->delete_reconcile_ms / 1000));
         return APPLY_OK;
     }
-    if (d->reconcile_passes == 0 && d->cfg->maps.n > 0)
-        log_warning("delete reconciliation: collections with a typed map are not reconciled (only tables of the "
-                    "jsonb shape are): documents deleted from them keep their rows");
     sink_set_activity(d->snk, "reconciling deletes");
     notify_status("reconciling deletes: reading every _id of the included collections from MongoDB");
     double t0 = clock_s();

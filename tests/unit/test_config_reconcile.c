@@ -55,11 +55,30 @@ START_TEST(test_delete_reconcile_values)
 }
 END_TEST
 
+/* Typed tables are not reconciled: with a [map] section the option is refused (a deleted document would keep its
+ * typed row), naming both; the map alone, or the option alone, loads. */
+START_TEST(test_delete_reconcile_refused_with_maps)
+{
+    static const char map[] = "[map shop.orders]\ncolumn.total = numeric from amount.total\n";
+    char text[512], err[512];
+    config c;
+    snprintf(text, sizeof text, "[mongodb]\ndelete_reconcile = 1min\n%s", map);
+    ck_assert(!config_load_string("inline", text, &c, err, sizeof err));
+    ck_assert_msg(strstr(err, "delete_reconcile") && strstr(err, "typed map") && strstr(err, "inline:2"), "%s", err);
+    ck_assert_msg(config_load_string("inline", map, &c, err, sizeof err), "%s", err);
+    config_free(&c);
+    snprintf(text, sizeof text, "[mongodb]\ndelete_reconcile = off\n%s", map);
+    ck_assert_msg(config_load_string("inline", text, &c, err, sizeof err), "%s", err);
+    config_free(&c);
+}
+END_TEST
+
 Suite *config_reconcile_suite(void)
 {
     Suite *s = suite_create("config_reconcile");
     TCase *tc = tcase_create("values");
     tcase_add_test(tc, test_delete_reconcile_values);
+    tcase_add_test(tc, test_delete_reconcile_refused_with_maps);
     suite_add_tcase(s, tc);
     return s;
 }
