@@ -50,6 +50,8 @@ static const struct {
     {"oplog2pg_open_transaction_oldest_age_seconds", "gauge"},
     {"oplog2pg_copy_documents", "gauge"},
     {"oplog2pg_copy_documents_estimate", "gauge"},
+    {"oplog2pg_delete_reconciliations_total", "counter"},
+    {"oplog2pg_reconciled_deletes_total", "counter"},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
