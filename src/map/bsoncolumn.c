@@ -65,6 +65,7 @@ typedef struct {
     /* Simple-8b reader over the current run of blocks */
     bool reader_valid; /* a run was started since the last literal */
     size_t blk_off;    /* offset of the next block to read */
+    size_t cur_blk;    /* offset of the block the last slot came from */
     unsigned blk_left; /* blocks not yet read in the run */
     uint64_t cur;      /* the current (non-RLE) block, its selector removed */
     unsigned slot_bits, slot_cnt_bits, slot_scale, slots_left;
@@ -229,6 +230,28 @@ static const uint8_t *lv_bytes(const lastval *l)
     return l->owned ? l->own : l->ext;
 }
 
+/* Whether a document (not yet validated) nests at most BCOL_MAX_DEPTH deep; bson_iter checks each element's bounds. */
+static bool nesting_ok(const bson_t *b, int depth)
+{
+    bson_iter_t it;
+    if (depth > BCOL_MAX_DEPTH || !bson_iter_init(&it, b))
+        return false;
+    while (bson_iter_next(&it)) {
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)) {
+            uint32_t l;
+            const uint8_t *p;
+            bson_t sub;
+            if (BSON_ITER_HOLDS_DOCUMENT(&it))
+                bson_iter_document(&it, &l, &p);
+            else
+                bson_iter_array(&it, &l, &p);
+            if (!p || !bson_init_static(&sub, p, l) || !nesting_ok(&sub, depth + 1))
+                return false;
+        }
+    }
+    return true;
+}
+
 /*
  * The size of the value of a BSON element of type t at p (n bytes available), or -1 when it does not fit or is not
  * a value BSONColumn allows. Documents are checked by libbson.
@@ -289,7 +312,14 @@ static int64_t value_size(uint8_t t, const uint8_t *p, size_t n, const char **wh
         bson_t b;
         size_t eoff;
         *why = "embedded document is not valid BSON";
-        if (!bson_init_static(&b, p, l) || !bson_validate(&b, BSON_VALIDATE_NONE, &eoff))
+        if (!bson_init_static(&b, p, l))
+            return -1;
+        /* depth first (bounded), so that the validation's recursion is bounded too */
+        if (!nesting_ok(&b, 0)) {
+            *why = "embedded document nests too deep or is not valid BSON";
+            return -1;
+        }
+        if (!bson_validate(&b, BSON_VALIDATE_NONE, &eoff))
             return -1;
         return l;
     }
@@ -550,6 +580,7 @@ static bcol_status load_block(bcol_decoder *d, stream *s)
 {
     size_t at = s->blk_off;
     uint64_t b = rd64(d->data + at);
+    s->cur_blk = at;
     unsigned sel = (unsigned)(b & 15);
     s->blk_off += 8;
     s->blk_left--;
@@ -872,11 +903,10 @@ static bcol_status scalar_next(bcol_decoder *d, stream *s, uint32_t idx, bool *e
     bool more, present;
     u128 v;
     *ended = false;
-    size_t at = s->blk_off;
     if (next_slot(d, s, &more, &present, &v) == BCOL_ERROR)
         return BCOL_ERROR;
     if (more)
-        return apply_slot(d, s, at, present, v, missing);
+        return apply_slot(d, s, s->cur_blk, present, v, missing);
     if (d->off >= d->len)
         return fail(d, d->off, "column ends without its end byte");
     uint8_t c = d->data[d->off];
@@ -902,7 +932,7 @@ static bcol_status scalar_next(bcol_decoder *d, stream *s, uint32_t idx, bool *e
     d->off += size;
     if (next_slot(d, s, &more, &present, &v) == BCOL_ERROR)
         return BCOL_ERROR;
-    return apply_slot(d, s, off, present, v, missing);
+    return apply_slot(d, s, s->cur_blk, present, v, missing);
 }
 
 /* Builds the next object; *ended when interleaved mode ended instead. */
@@ -1018,11 +1048,10 @@ static bcol_status next_regular(bcol_decoder *d, bcol_elem *out)
     stream *s = &d->regular;
     bool more, present, missing;
     u128 v;
-    size_t at = s->blk_off;
     if (next_slot(d, s, &more, &present, &v) == BCOL_ERROR)
         return BCOL_ERROR;
     if (more) {
-        if (apply_slot(d, s, at, present, v, &missing) == BCOL_ERROR)
+        if (apply_slot(d, s, s->cur_blk, present, v, &missing) == BCOL_ERROR)
             return BCOL_ERROR;
         if (missing)
             out->missing = true;
@@ -1055,7 +1084,7 @@ static bcol_status next_regular(bcol_decoder *d, bcol_elem *out)
     d->off += size;
     if (next_slot(d, s, &more, &present, &v) == BCOL_ERROR)
         return BCOL_ERROR;
-    if (apply_slot(d, s, off, present, v, &missing) == BCOL_ERROR)
+    if (apply_slot(d, s, s->cur_blk, present, v, &missing) == BCOL_ERROR)
         return BCOL_ERROR;
     if (missing)
         out->missing = true;
