@@ -296,7 +296,8 @@ static uint64_t block_ext(unsigned sel, unsigned ext, const uint64_t *vals, cons
 static void check_col(const col *c, const char *want)
 {
     char *got = decode_all(c->b, c->n);
-    ck_assert_msg(strcmp(got, want) == 0, "decoded\n  %s\nwanted\n  %s", got, want);
+    /* (messages cut: Check refuses very long ones) */
+    ck_assert_msg(strcmp(got, want) == 0, "decoded\n  %.1500s\nwanted\n  %.1500s", got, want);
     free(got);
 }
 
@@ -389,7 +390,7 @@ START_TEST(server_columns)
                           got);
         } else {
             char *w = expand(want);
-            ck_assert_msg(strcmp(got, w) == 0, "%s: decoded\n  %s\nwanted\n  %s", name, got, w);
+            ck_assert_msg(strcmp(got, w) == 0, "%s: decoded\n  %.1500s\nwanted\n  %.1500s", name, got, w);
             free(w);
             size_t count = 0;
             char err[BCOL_ERR_MAX];
@@ -1006,6 +1007,208 @@ START_TEST(interleaved_errors)
 }
 END_TEST
 
+/* ---- layouts from the server's own unit tests ----
+ *
+ * src/mongo/bson/column/bsoncolumn_test.cpp (mongodb/mongo) builds the bytes it expects the server's encoder to write
+ * (an interleaved start and reference object, then per leaf a control byte and its Simple-8b blocks of deltas, then
+ * the end bytes) and checks that they decode to the elements it appended. Each test below rebuilds one of those
+ * layouts with this file's helpers and checks the decoded positions against those elements, byte for byte. A block
+ * holding n values uses the selector with n slots, as the server's Simple-8b builder does for a flush of n values.
+ */
+
+/* Checks each position against want[i]: JSON of the expected object (integers are int32, decimals double), or NULL
+ * for a missing position. */
+static void check_objs(const col *c, const char *const *want, size_t n)
+{
+    bcol_decoder *d = bcol_decoder_new(c->b, c->n);
+    bcol_elem e;
+    char err[BCOL_ERR_MAX];
+    for (size_t i = 0; i < n; i++) {
+        bcol_status st = bcol_decoder_next(d, &e, err, sizeof err);
+        ck_assert_msg(st == BCOL_VALUE, "position %zu: status %d %s", i, (int)st, st == BCOL_ERROR ? err : "");
+        if (!want[i]) {
+            ck_assert_msg(e.missing, "position %zu is not missing", i);
+            continue;
+        }
+        ck_assert_msg(!e.missing, "position %zu is missing", i);
+        ck_assert_int_eq(e.value.value_type, BSON_TYPE_DOCUMENT);
+        bson_error_t je;
+        bson_t *w = bson_new_from_json((const uint8_t *)want[i], -1, &je);
+        ck_assert_msg(w != NULL, "bad test JSON %s: %s", want[i], je.message);
+        bson_t got;
+        ck_assert(bson_init_static(&got, e.value.value.v_doc.data, e.value.value.v_doc.data_len));
+        char *gj = bson_as_canonical_extended_json(&got, NULL), *wj = bson_as_canonical_extended_json(w, NULL);
+        ck_assert_msg(got.len == w->len && memcmp(bson_get_data(&got), bson_get_data(w), w->len) == 0,
+                      "position %zu: decoded %s, wanted %s", i, gj, wj);
+        bson_free(gj);
+        bson_free(wj);
+        bson_destroy(w);
+    }
+    ck_assert_int_eq(bcol_decoder_next(d, &e, err, sizeof err), BCOL_END);
+    bcol_decoder_destroy(d);
+}
+
+/* One control byte and one block of the given zigzagged slots (UINT64_MAX: missing). */
+static void run1(col *c, uint8_t control, const uint64_t *slots, unsigned n)
+{
+    static const int sel_for_count[61] = {[1] = 14, [2] = 13, [3] = 12, [4] = 11, [5] = 10, [6] = 9,  [7] = 8,
+                                          [8] = 7,  [10] = 6, [12] = 5, [15] = 4, [20] = 3, [30] = 2, [60] = 1};
+    ck_assert(n <= 60 && sel_for_count[n] != 0);
+    byte(c, control);
+    le64(c, block((unsigned)sel_for_count[n], slots, n));
+}
+
+#define M UINT64_MAX
+
+/* BSONColumnTest.Interleaved, with both start bytes (legacy 0xF0 and 0xF1). */
+START_TEST(server_layout_interleaved)
+{
+    static const char *const want[] = {"{\"x\": 1, \"y\": 2}", "{\"x\": 1, \"y\": 3}", "{\"x\": 1, \"y\": 3}", NULL,
+                                       "{\"y\": 4}",           "{\"x\": 1, \"y\": 3}"};
+    for (int legacy = 0; legacy < 2; legacy++) {
+        col c = {.n = 0};
+        ref(&c, legacy ? 0xF0 : 0xF1, want[0]);
+        run1(&c, 0x80, (const uint64_t[]){0, zz(0), zz(0), M, M, zz(0)}, 6);
+        run1(&c, 0x80, (const uint64_t[]){0, zz(1), zz(0), M, zz(1), zz(-1)}, 6);
+        byte(&c, 0x00);
+        byte(&c, 0x00);
+        check_objs(&c, want, 6);
+    }
+}
+END_TEST
+
+/* BSONColumnTest.InterleavedArray (0xF1: the array's elements are leaves). */
+START_TEST(server_layout_interleaved_array)
+{
+    static const char *const want[] = {"{\"x\": [1, 2]}", "{\"x\": [2, 3]}"};
+    col c = {.n = 0};
+    ref(&c, 0xF1, want[0]);
+    run1(&c, 0x80, (const uint64_t[]){0, zz(1)}, 2);
+    run1(&c, 0x80, (const uint64_t[]){0, zz(1)}, 2);
+    byte(&c, 0x00);
+    byte(&c, 0x00);
+    check_objs(&c, want, 2);
+}
+END_TEST
+
+/* BSONColumnTest.InterleavedAfterNonInterleaved and InterleavedLevels. */
+START_TEST(server_layout_interleaved_after_literal_and_levels)
+{
+    for (int legacy = 0; legacy < 2; legacy++) {
+        col c = {.n = 0};
+        lit_i32(&c, 1);
+        ref(&c, legacy ? 0xF0 : 0xF1, "{\"x\": 1, \"y\": 2}");
+        run1(&c, 0x80, (const uint64_t[]){0, zz(0), zz(1)}, 3);
+        run1(&c, 0x80, (const uint64_t[]){0, zz(1), zz(1)}, 3);
+        byte(&c, 0x00);
+        byte(&c, 0x00);
+        check_col(&c,
+                  "i32:1 | obj:{ \"x\" : 1, \"y\" : 2 } | obj:{ \"x\" : 1, \"y\" : 3 } | obj:{ \"x\" : 2, \"y\" : 4 }");
+
+        static const char *const levels[] = {"{\"root\": {\"x\": 1}, \"y\": 2}", "{\"root\": {\"x\": 2}, \"y\": 5}",
+                                             "{\"root\": {\"x\": 2}, \"y\": 5}"};
+        c.n = 0;
+        ref(&c, legacy ? 0xF0 : 0xF1, levels[0]);
+        run1(&c, 0x80, (const uint64_t[]){0, zz(1), zz(0)}, 3);
+        run1(&c, 0x80, (const uint64_t[]){0, zz(3), zz(0)}, 3);
+        byte(&c, 0x00);
+        byte(&c, 0x00);
+        check_objs(&c, levels, 3);
+    }
+}
+END_TEST
+
+/* BSONColumnTest.InterleavedDoubleDifferentScale and InterleavedDoubleIncreaseScaleFromDeltaNoRescale: each leaf's
+ * doubles at their own scale, and a later control byte re-scaling the last value. */
+START_TEST(server_layout_interleaved_doubles)
+{
+    static const char *const want[] = {"{\"x\": 1.0, \"y\": 2.0}", "{\"x\": 1.1, \"y\": 3.0}",
+                                       "{\"x\": 1.2, \"y\": 2.0}", "{\"x\": 1.0}", "{\"x\": 1.5, \"y\": 2.0}"};
+    static const char *const rescale[] = {"{\"x\": 1.1}", "{\"x\": 2.1}", "{\"x\": 2.2}", "{\"x\": 2.3}",
+                                          "{\"x\": 3.12345678}"};
+    for (int legacy = 0; legacy < 2; legacy++) {
+        col c = {.n = 0};
+        ref(&c, legacy ? 0xF0 : 0xF1, want[0]);
+        run1(&c, 0xA0, (const uint64_t[]){0, zz(1), zz(1), zz(-2), zz(5)}, 5); /* x10 */
+        run1(&c, 0x90, (const uint64_t[]){0, zz(1), zz(-1), M, zz(0)}, 5);     /* x1 */
+        byte(&c, 0x00);
+        byte(&c, 0x00);
+        check_objs(&c, want, 5);
+
+        c.n = 0;
+        ref(&c, legacy ? 0xF0 : 0xF1, rescale[0]);
+        run1(&c, 0xA0, (const uint64_t[]){0, zz(10), zz(1), zz(1)}, 4);
+        run1(&c, 0xD0, (const uint64_t[]){zz(312345678 - 230000000)}, 1); /* 2.3 re-scaled by 10^8 */
+        byte(&c, 0x00);
+        byte(&c, 0x00);
+        check_objs(&c, rescale, 5);
+    }
+}
+END_TEST
+
+/* BSONColumnTest.InterleavedScalarToObject and DecodeInterleavedObjectAsScalar: a leaf becoming an object starts
+ * a new interleaved run; or a leaf's stream takes object literals. */
+START_TEST(server_layout_scalar_to_object)
+{
+    static const char *const want[] = {"{\"x\": 1}", "{\"x\": 2}", "{\"x\": {\"y\": 1, \"z\": 1}}",
+                                       "{\"x\": {\"y\": 2, \"z\": 3}}", "{\"x\": {\"y\": 2, \"z\": 3}}"};
+    for (int legacy = 0; legacy < 2; legacy++) {
+        col c = {.n = 0};
+        ref(&c, legacy ? 0xF0 : 0xF1, want[0]);
+        run1(&c, 0x80, (const uint64_t[]){0, zz(1)}, 2);
+        byte(&c, 0x00);
+        ref(&c, legacy ? 0xF0 : 0xF1, want[2]);
+        run1(&c, 0x80, (const uint64_t[]){0, zz(1)}, 2);
+        run1(&c, 0x80, (const uint64_t[]){0, zz(2)}, 2);
+        byte(&c, 0x00);
+        byte(&c, 0x00);
+        check_objs(&c, want, 4);
+
+        c.n = 0;
+        ref(&c, legacy ? 0xF0 : 0xF1, want[0]);
+        run1(&c, 0x80, (const uint64_t[]){0, zz(1)}, 2);
+        byte(&c, 0x03); /* literal {y: 1, z: 1} in x's stream */
+        byte(&c, 0);
+        put_doc_json(&c, "{\"y\": 1, \"z\": 1}");
+        byte(&c, 0x03);
+        byte(&c, 0);
+        put_doc_json(&c, "{\"y\": 2, \"z\": 3}");
+        run1(&c, 0x80, (const uint64_t[]){0}, 1);
+        byte(&c, 0x00);
+        byte(&c, 0x00);
+        check_objs(&c, want, 5);
+    }
+}
+END_TEST
+
+/* BSONColumnTest.InterleavedMix64And128Bit and InterleavedWithEmptySubObj. */
+START_TEST(server_layout_mixed_and_empty)
+{
+    static const char *const want[] = {"{\"x\": 1, \"y\": \"count0\"}", "{\"x\": 2, \"y\": \"count1\"}",
+                                       "{\"x\": 3, \"y\": \"count2\"}", "{\"x\": 4}", "{\"x\": 5, \"y\": \"count3\"}"};
+    static const char *const empty[] = {"{\"x\": 1, \"y\": {}}", "{\"x\": 2, \"y\": {}}", "{\"x\": 3, \"y\": {}}"};
+    for (int legacy = 0; legacy < 2; legacy++) {
+        col c = {.n = 0};
+        ref(&c, legacy ? 0xF0 : 0xF1, want[0]);
+        run1(&c, 0x80, (const uint64_t[]){0, zz(1), zz(1), zz(1), zz(1)}, 5);
+        /* "countN" reversed puts its last character in the lowest byte: each step is +1 */
+        run1(&c, 0x80, (const uint64_t[]){0, zz(1), zz(1), M, zz(1)}, 5);
+        byte(&c, 0x00);
+        byte(&c, 0x00);
+        check_objs(&c, want, 5);
+
+        c.n = 0;
+        ref(&c, legacy ? 0xF0 : 0xF1, empty[0]);
+        run1(&c, 0x80, (const uint64_t[]){0, zz(1), zz(1)}, 3);
+        byte(&c, 0x00);
+        byte(&c, 0x00);
+        check_objs(&c, empty, 3);
+    }
+}
+END_TEST
+
+#undef M
+
 /* ---- malformed columns ---- */
 
 START_TEST(bad_bytes)
@@ -1370,6 +1573,12 @@ Suite *bsoncolumn_suite(void)
     tcase_add_test(tc, interleaved_objects);
     tcase_add_test(tc, interleaved_arrays);
     tcase_add_test(tc, interleaved_errors);
+    tcase_add_test(tc, server_layout_interleaved);
+    tcase_add_test(tc, server_layout_interleaved_array);
+    tcase_add_test(tc, server_layout_interleaved_after_literal_and_levels);
+    tcase_add_test(tc, server_layout_interleaved_doubles);
+    tcase_add_test(tc, server_layout_scalar_to_object);
+    tcase_add_test(tc, server_layout_mixed_and_empty);
     tcase_add_test(tc, bad_bytes);
     tcase_add_test(tc, deep_nesting);
     tcase_add_test(tc, truncated_everywhere);
