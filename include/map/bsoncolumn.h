@@ -53,13 +53,14 @@ bcol_status bcol_decoder_next(bcol_decoder *d, bcol_elem *out, char *err, size_t
 /* Positions so far returned (values and missing ones). */
 size_t bcol_decoder_position(const bcol_decoder *d);
 
-/* Counts the positions of a whole column (decoding it: a malformed column is an error). */
+/* Counts the positions of a whole column (decoding it: a malformed column, or running out of memory, is an error;
+ * *count is then the positions read before it). */
 bool bcol_count(const uint8_t *data, size_t len, size_t *count, char *err, size_t errlen);
 
 /*
  * The column after a $v:2 binary diff `{o: offset, d: BinData}` (how 8.0 servers log an append to a compressed
- * bucket): the old bytes up to offset, then the diff's bytes. offset past the old column's end is an error. *out is
- * bson_malloc'd (free with bson_free), *outlen its size.
+ * bucket): the old bytes up to offset, then the diff's bytes. offset past the old column's end is an error (and out
+ * of memory one too). *out is malloc'd (free it with free), *outlen its size.
  */
 bool bcol_apply_binary_diff(const uint8_t *old, size_t oldlen, size_t offset, const uint8_t *diff, size_t difflen,
                             uint8_t **out, size_t *outlen, char *err, size_t errlen);

@@ -35,6 +35,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Nesting of reference objects the decoder follows (BSON documents the server accepts nest at most ~180 deep). */
@@ -207,7 +208,11 @@ static bool ob_reserve(obuf *b, size_t n)
         }
         cap *= 2;
     }
-    uint8_t *nb = bson_realloc(b->buf, cap);
+    uint8_t *nb = realloc(b->buf, cap);
+    if (!nb) {
+        b->oom = true;
+        return false;
+    }
     b->buf = nb;
     b->cap = cap;
     return true;
@@ -818,21 +823,27 @@ static bool add_entry(bcol_decoder *d, entry e)
 {
     if (d->nentries == d->entcap) {
         size_t cap = d->entcap ? d->entcap * 2 : 16;
-        d->entries = bson_realloc(d->entries, cap * sizeof *d->entries);
+        entry *ne = realloc(d->entries, cap * sizeof *d->entries);
+        if (!ne)
+            return false;
+        d->entries = ne;
         d->entcap = cap;
     }
     d->entries[d->nentries++] = e;
     return true;
 }
 
-/* The reference object's layout (interleaved_schema.cpp, _discover); every leaf's stream starts at its value. */
-static bool discover(bcol_decoder *d, const bson_t *obj, const char *name, uint32_t namelen, uint8_t type, bool arrays,
-                     int depth, size_t *nscalars)
+/* The reference object's layout (interleaved_schema.cpp, _discover); every leaf's stream starts at its value.
+ * NULL, or why not. */
+static const char *discover(bcol_decoder *d, const bson_t *obj, const char *name, uint32_t namelen, uint8_t type,
+                            bool arrays, int depth, size_t *nscalars)
 {
+    static const char *const oom = "out of memory";
     bson_iter_t it;
     if (depth > BCOL_MAX_DEPTH || !bson_iter_init(&it, obj))
-        return false;
-    add_entry(d, (entry){E_ENTER, name, namelen, type, bson_empty(obj), 0});
+        return "interleaved reference object nests too deep";
+    if (!add_entry(d, (entry){E_ENTER, name, namelen, type, bson_empty(obj), 0}))
+        return oom;
     while (bson_iter_next(&it)) {
         bson_type_t t = bson_iter_type(&it);
         if (t == BSON_TYPE_DOCUMENT || (arrays && t == BSON_TYPE_ARRAY)) {
@@ -844,16 +855,21 @@ static bool discover(bcol_decoder *d, const bson_t *obj, const char *name, uint3
                 bson_iter_array(&it, &l, &p);
             bson_t sub;
             if (!bson_init_static(&sub, p, l))
-                return false;
-            if (!discover(d, &sub, bson_iter_key(&it), bson_iter_key_len(&it), (uint8_t)t, arrays, depth + 1, nscalars))
-                return false;
+                return "interleaved reference object is not valid BSON";
+            const char *why =
+                discover(d, &sub, bson_iter_key(&it), bson_iter_key_len(&it), (uint8_t)t, arrays, depth + 1, nscalars);
+            if (why)
+                return why;
         } else {
-            add_entry(d, (entry){E_SCALAR, bson_iter_key(&it), bson_iter_key_len(&it), 0, false, (uint32_t)*nscalars});
+            if (!add_entry(
+                    d, (entry){E_SCALAR, bson_iter_key(&it), bson_iter_key_len(&it), 0, false, (uint32_t)*nscalars}))
+                return oom;
             (*nscalars)++;
         }
     }
-    add_entry(d, (entry){E_EXIT, name, namelen, type, bson_empty(obj), 0});
-    return true;
+    if (!add_entry(d, (entry){E_EXIT, name, namelen, type, bson_empty(obj), 0}))
+        return oom;
+    return NULL;
 }
 
 static bcol_status start_interleaved(bcol_decoder *d)
@@ -870,12 +886,18 @@ static bcol_status start_interleaved(bcol_decoder *d)
     size_t nscalars = 0;
     d->nentries = 0;
     d->lastobj_present = false;
-    if (!discover(d, &ref, "", 0, c == 0xF2 ? BSON_TYPE_ARRAY : BSON_TYPE_DOCUMENT, arrays, 0, &nscalars))
-        return fail(d, at, "interleaved reference object nests too deep");
+    const char *why_not =
+        discover(d, &ref, "", 0, c == 0xF2 ? BSON_TYPE_ARRAY : BSON_TYPE_DOCUMENT, arrays, 0, &nscalars);
+    if (why_not)
+        return fail(d, at, "%s", why_not);
     if (nscalars == 0)
         return fail(d, at, "interleaved reference object has no leaf");
-    bson_free(d->streams);
-    d->streams = bson_malloc0(nscalars * sizeof *d->streams);
+    free(d->streams);
+    d->streams = calloc(nscalars, sizeof *d->streams);
+    if (!d->streams) {
+        d->nstreams = 0;
+        return fail(d, at, "out of memory");
+    }
     d->nstreams = nscalars;
     /* each leaf's stream starts at its value in the reference object */
     for (size_t i = 0; i < d->nentries; i++) {
@@ -1015,7 +1037,9 @@ static bcol_status interleaved_next(bcol_decoder *d, bcol_elem *out, bool *ended
 
 bcol_decoder *bcol_decoder_new(const uint8_t *data, size_t len)
 {
-    bcol_decoder *d = bson_malloc0(sizeof *d);
+    bcol_decoder *d = calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
     d->data = data;
     d->len = len;
     return d;
@@ -1025,11 +1049,11 @@ void bcol_decoder_destroy(bcol_decoder *d)
 {
     if (!d)
         return;
-    bson_free(d->streams);
-    bson_free(d->entries);
-    bson_free(d->obj.buf);
-    bson_free(d->lastobj.buf);
-    bson_free(d);
+    free(d->streams);
+    free(d->entries);
+    free(d->obj.buf);
+    free(d->lastobj.buf);
+    free(d);
 }
 
 size_t bcol_decoder_position(const bcol_decoder *d)
@@ -1141,6 +1165,12 @@ bool bcol_count(const uint8_t *data, size_t len, size_t *count, char *err, size_
     bcol_decoder *d = bcol_decoder_new(data, len);
     bcol_elem e;
     bcol_status st;
+    *count = 0;
+    if (!d) {
+        if (err && errlen)
+            snprintf(err, errlen, "out of memory");
+        return false;
+    }
     while ((st = bcol_decoder_next(d, &e, err, errlen)) == BCOL_VALUE) {
     }
     *count = d->pos;
@@ -1161,7 +1191,12 @@ bool bcol_apply_binary_diff(const uint8_t *old, size_t oldlen, size_t offset, co
             snprintf(err, errlen, "binary diff too large");
         return false;
     }
-    uint8_t *b = bson_malloc(offset + difflen + 1);
+    uint8_t *b = malloc(offset + difflen + 1);
+    if (!b) {
+        if (err && errlen)
+            snprintf(err, errlen, "out of memory");
+        return false;
+    }
     if (offset)
         memcpy(b, old, offset);
     if (difflen)

@@ -135,6 +135,7 @@ static char *decode_all(const uint8_t *data, size_t len)
     ck_assert_ptr_nonnull(s);
     s[0] = 0;
     bcol_decoder *d = bcol_decoder_new(data, len);
+    ck_assert_ptr_nonnull(d);
     bcol_elem e;
     char err[BCOL_ERR_MAX];
     bcol_status st;
@@ -415,6 +416,7 @@ static void minmax_double(const char *b64, double min, double max, size_t count)
     uint8_t buf[256];
     size_t len = unbase64(b64, buf, sizeof buf);
     bcol_decoder *d = bcol_decoder_new(buf, len);
+    ck_assert_ptr_nonnull(d);
     bcol_elem e;
     double lo = INFINITY, hi = -INFINITY;
     size_t n = 0;
@@ -926,6 +928,7 @@ START_TEST(interleaved_arrays)
     /* libbson prints a nested array without its keys: the second object's array holds its element under "1" */
     check_col(&c, "obj:{ \"a\" : [ 2 ] } | obj:{ \"a\" : [ 0 ] }");
     bcol_decoder *d = bcol_decoder_new(c.b, c.n);
+    ck_assert_ptr_nonnull(d);
     bcol_elem e;
     ck_assert_int_eq(bcol_decoder_next(d, &e, NULL, 0), BCOL_VALUE);
     ck_assert_int_eq(bcol_decoder_next(d, &e, NULL, 0), BCOL_VALUE);
@@ -1021,6 +1024,7 @@ END_TEST
 static void check_objs(const col *c, const char *const *want, size_t n)
 {
     bcol_decoder *d = bcol_decoder_new(c->b, c->n);
+    ck_assert_ptr_nonnull(d);
     bcol_elem e;
     char err[BCOL_ERR_MAX];
     for (size_t i = 0; i < n; i++) {
@@ -1471,6 +1475,7 @@ START_TEST(mutations)
             p[rng % src->n] = (uint8_t)(rng >> 32);
         }
         bcol_decoder *d = bcol_decoder_new(p, src->n);
+        ck_assert_ptr_nonnull(d);
         bcol_elem e;
         char err[BCOL_ERR_MAX];
         bcol_status st;
@@ -1499,6 +1504,7 @@ START_TEST(positions_and_count)
     col cols[8];
     sample_columns(cols, 8);
     bcol_decoder *d = bcol_decoder_new(cols[0].b, cols[0].n);
+    ck_assert_ptr_nonnull(d);
     bcol_elem e;
     ck_assert_uint_eq(bcol_decoder_position(d), 0);
     ck_assert_int_eq(bcol_decoder_next(d, &e, NULL, 0), BCOL_VALUE);
@@ -1538,13 +1544,13 @@ START_TEST(binary_diff)
     ck_assert_str_eq(got, "date:1970-01-01T00:00:01.000Z | date:1970-01-01T00:00:01.010Z | "
                           "date:1970-01-01T00:00:01.020Z");
     free(got);
-    bson_free(nw);
+    free(nw);
 
     /* a whole replacement */
     ck_assert(bcol_apply_binary_diff(old.b, old.n, 0, old.b, old.n, &nw, &nl, err, sizeof err));
     ck_assert_uint_eq(nl, old.n);
     ck_assert(memcmp(nw, old.b, nl) == 0);
-    bson_free(nw);
+    free(nw);
 
     ck_assert(!bcol_apply_binary_diff(old.b, old.n, old.n + 1, tail.b, tail.n, &nw, &nl, err, sizeof err));
     ck_assert_msg(strstr(err, "past the column") != NULL, "%s", err);
