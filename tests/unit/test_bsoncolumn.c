@@ -5,6 +5,8 @@
  *   - real columns: tests/vectors/bsoncolumn/server_columns.txt holds columns copied from the server's own tests
  *     (sources in the file); each decodes to the values written next to it, and the buckets whose control min, max
  *     and count the server validates decode to exactly those;
+ *   - layouts from the server's unit tests (bsoncolumn_test.cpp: the bytes it expects its encoder to write), rebuilt
+ *     here, decoding to the elements those tests appended;
  *   - hand-built columns, one per feature of the format (every Simple-8b selector and extension, run-length blocks,
  *     skips, each type's delta encoding, double scales, interleaved objects and arrays), with the values worked out
  *     here from the format's rules (see the NOTES of src/map/bsoncolumn.c);
@@ -873,6 +875,23 @@ START_TEST(interleaved_objects)
     check_col(&c,
               "obj:{ \"x\" : 1, \"y\" : { \"z\" : 15 } } | obj:{ \"x\" : 2 } | obj:{ \"y\" : { \"z\" : 16 } } | - | "
               "- | i32:3");
+
+    /* a field the first objects lack and later ones have (the reference object holds every field) */
+    c.n = 0;
+    ref(&c, 0xF1, "{\"a\": {\"$numberInt\": \"1\"}, \"b\": {\"c\": {\"$numberInt\": \"2\"}, \"d\": true}}");
+    byte(&c, 0x80); /* a */
+    uint64_t sa[3] = {0, 0, UINT64_MAX};
+    le64(&c, block(12, sa, 3));
+    byte(&c, 0x80); /* b.c */
+    uint64_t sc[3] = {UINT64_MAX, zz(1), zz(1)};
+    le64(&c, block(12, sc, 3));
+    byte(&c, 0x80); /* b.d */
+    uint64_t sd[3] = {UINT64_MAX, UINT64_MAX, zz(-1)};
+    le64(&c, block(12, sd, 3));
+    byte(&c, 0x00);
+    byte(&c, 0x00);
+    check_col(&c, "obj:{ \"a\" : 1 } | obj:{ \"a\" : 1, \"b\" : { \"c\" : 3 } } | "
+                  "obj:{ \"b\" : { \"c\" : 4, \"d\" : false } }");
 
     /* the last object is the base of regular mode after it */
     c.n = 0;
