@@ -575,6 +575,159 @@ START_TEST(test_double_scales)
 }
 END_TEST
 
+/* bsoncolumn_test.cpp's double tests (BasicDouble .. DoubleMultiplePendingAfterWritingBlock): where the scale rises,
+ * is rescaled, falls after a written word, and comes back up. Each segment is one control byte over the deltas of
+ * inputs [from, to) against input 'base' at the multiplier 'mul' (0: the bits as an integer). */
+#define SKIP_D NAN
+typedef struct {
+    int from, to, base;
+    double mul;
+    uint8_t control;
+    size_t words;
+} dseg;
+
+static int64_t scaled(double v, double mul)
+{
+    if (mul == 0) {
+        int64_t b;
+        memcpy(&b, &v, 8);
+        return b;
+    }
+    long long r = llround(v * mul);
+    ck_assert((double)r / mul == v); /* the test's own check that the scale expresses v */
+    return r;
+}
+
+static void run_double_case(const char *name, const double *in, int n, const dseg *segs, int nsegs)
+{
+    bcenc_t *e = bcenc_new();
+    bson_t *a = bson_new();
+    xbuf x = {.n = 0};
+    bool literal_written = false;
+    for (int i = 0; i < n; i++) {
+        if (isnan(in[i])) {
+            bcenc_skip(e);
+            continue;
+        }
+        char k[8];
+        snprintf(k, sizeof k, "%d", i);
+        BSON_APPEND_DOUBLE(a, k, in[i]);
+        bson_iter_t it = elem(a, k);
+        bcenc_append_iter(e, &it);
+    }
+    for (int sgi = 0; sgi < nsegs; sgi++) {
+        const dseg *sg = &segs[sgi];
+        if (sg->control == 0) { /* the literal */
+            char k[8];
+            snprintf(k, sizeof k, "%d", sg->from);
+            bson_iter_t it = elem(a, k);
+            xb_literal(&x, &it);
+            literal_written = true;
+            continue;
+        }
+        vals v = {.n = 0};
+        double prev = in[sg->base];
+        for (int i = sg->from; i < sg->to; i++) {
+            if (isnan(in[i])) {
+                v_skip(&v);
+                continue;
+            }
+            v_add(&v, zz(scaled(in[i], sg->mul) - scaled(prev, sg->mul)));
+            prev = in[i];
+        }
+        size_t before = x.n;
+        xb_blocks(&x, sg->control, false, &v);
+        ck_assert_msg((x.n - before) == 1 + 8 * sg->words || sg->words > 16, "%s: words", name);
+    }
+    ck_assert(literal_written || n == 0 || isnan(in[0]));
+    xb_byte(&x, 0);
+    size_t len;
+    uint8_t *got = bcenc_finish(e, &len);
+    if (len != x.n || memcmp(got, x.p, len) != 0) {
+        hexdump("got ", got, len);
+        hexdump("want", x.p, x.n);
+        ck_abort_msg("%s differs", name);
+    }
+    free(got);
+    bson_destroy(a);
+    bcenc_free(e);
+}
+
+#define LIT(i)                                                                                                         \
+    {                                                                                                                  \
+        i, i + 1, i, 0, 0, 0                                                                                           \
+    }
+
+START_TEST(test_double_server_cases)
+{
+    {
+        double in[] = {1.0, 2.0};
+        dseg s[] = {LIT(0), {1, 2, 0, 1, 0x90, 1}};
+        run_double_case("BasicDouble", in, 2, s, 2);
+    }
+    {
+        double in[] = {1.0, 1.1};
+        dseg s[] = {LIT(0), {1, 2, 0, 10, 0xA0, 1}};
+        run_double_case("DoubleIncreaseScaleFromLiteral", in, 2, s, 2);
+    }
+    {
+        double in[] = {SKIP_D, 1.0, 1.1};
+        dseg s[] = {{0, 1, 0, 1, 0x80, 1}, LIT(1), {2, 3, 1, 10, 0xA0, 1}};
+        run_double_case("DoubleLiteralAndScaleAfterSkip", in, 3, s, 3);
+    }
+    {
+        double in[] = {1.0, SKIP_D, SKIP_D, 1.1};
+        dseg s[] = {LIT(0), {1, 4, 0, 10, 0xA0, 1}};
+        run_double_case("DoubleIncreaseScaleFromLiteralAfterSkip", in, 4, s, 2);
+    }
+    {
+        double in[] = {1.0, 2.0, 2.1, 2.2};
+        dseg s[] = {LIT(0), {1, 4, 0, 10, 0xA0, 1}};
+        run_double_case("DoubleIncreaseScaleFromDeltaWithRescale", in, 4, s, 2);
+    }
+    {
+        double in[] = {1.1, 2.1, 2.2, 2.3, 3.12345678};
+        dseg s[] = {LIT(0), {1, 4, 0, 10, 0xA0, 1}, {4, 5, 3, 100000000, 0xD0, 1}};
+        run_double_case("DoubleIncreaseScaleFromDeltaNoRescale", in, 5, s, 3);
+    }
+    {
+        double in[] = {1.12345671, 1.12345672, 2, 3};
+        dseg s[] = {LIT(0), {1, 3, 0, 100000000, 0xD0, 1}, {3, 4, 2, 1, 0x90, 1}};
+        run_double_case("DoubleDecreaseScaleAfterBlock", in, 4, s, 3);
+    }
+    {
+        double in[] = {94.8, 107.9, 111.9, 113.4, 89.0, 126.7, 119.0, 105.0, 120.0};
+        dseg s[] = {LIT(0), {1, 7, 0, 10, 0xA0, 1}, {7, 9, 6, 1, 0x90, 1}};
+        run_double_case("DoubleDecreaseScaleAfterBlockContinueAppend", in, 9, s, 3);
+    }
+    {
+        double in[] = {1.12345671, 2, SKIP_D, SKIP_D, 3};
+        dseg s[] = {LIT(0), {1, 3, 0, 100000000, 0xD0, 1}, {3, 5, 1, 1, 0x90, 1}};
+        run_double_case("DoubleDecreaseScaleAfterBlockUsingSkip", in, 5, s, 3);
+    }
+    {
+        double in[] = {1.12345671, 1.12345672, 2, 3, 1.12345672};
+        dseg s[] = {LIT(0), {1, 5, 0, 100000000, 0xD0, 2}};
+        run_double_case("DoubleDecreaseScaleAfterBlockThenScaleBackUp", in, 5, s, 2);
+    }
+    {
+        double in[] = {1.12345671, 2, SKIP_D, SKIP_D, 1.12345671};
+        dseg s[] = {LIT(0), {1, 5, 0, 100000000, 0xD0, 2}};
+        run_double_case("DoubleDecreaseScaleAfterBlockUsingSkipThenScaleBackUp", in, 5, s, 2);
+    }
+    {
+        double in[] = {1.0, 1.0 + 2.220446049250313e-16, 1.0 + 2 * 2.220446049250313e-16};
+        dseg s[] = {LIT(0), {1, 3, 0, 0, 0x80, 1}};
+        run_double_case("DoubleUnscalable", in, 3, s, 2);
+    }
+    {
+        double in[] = {116.0, 95.0, 80.0, 87.0, 113.0, 90.0, 113.0, 93.0, 99.0, 123.0, 89.0, 92.0};
+        dseg s[] = {LIT(0), {1, 12, 0, 1, 0x90, 2}};
+        run_double_case("DoubleMultiplePendingAfterWritingBlock", in, 12, s, 2);
+    }
+}
+END_TEST
+
 START_TEST(test_skips_runs_and_control_bytes)
 {
     /* a skip alone (bsoncolumn_test.cpp OnlySkip): a control byte and one word of skip */
@@ -794,6 +947,145 @@ START_TEST(test_interleaved_missing_and_merged_fields)
     v.n = 0;
     v_add(&v, 0);
     xb_blocks(&x, 0x80, false, &v);
+    xb_byte(&x, 0);
+    assert_column(a, &x);
+    bson_destroy(a);
+}
+END_TEST
+
+/* bsoncolumn_test.cpp Interleaved, InterleavedArray, InterleavedLevels, InterleavedArrayRootTypeChange and
+ * InterleavedDoubleDifferentScale: the streams of the reference's leaves, in its order. */
+static void xb_ref(xbuf *x, uint8_t start, const bson_t *doc, const char *key)
+{
+    bson_iter_t it = elem(doc, key);
+    size_t rn;
+    const uint8_t *ref = value_of(&it, &rn);
+    xb_byte(x, start);
+    xb_put(x, ref, rn);
+}
+
+static double dz(double v, double p, double mul)
+{
+    return (double)zz(llround(v * mul) - llround(p * mul));
+}
+
+START_TEST(test_interleaved_server_cases)
+{
+    /* Interleaved: a skipped object and a missing field */
+    bcenc_t *e = bcenc_new();
+    bson_t *a = BCON_NEW("0", "{", "x", BCON_INT32(1), "y", BCON_INT32(2), "}", "1", "{", "x", BCON_INT32(1), "y",
+                         BCON_INT32(3), "}", "2", "{", "x", BCON_INT32(1), "y", BCON_INT32(3), "}", "4", "{", "y",
+                         BCON_INT32(4), "}", "5", "{", "x", BCON_INT32(1), "y", BCON_INT32(3), "}");
+    const char *order[] = {"0", "1", "2", NULL, "4", "5"};
+    for (int i = 0; i < 6; i++) {
+        if (!order[i]) {
+            bcenc_skip(e);
+            continue;
+        }
+        bson_iter_t it = elem(a, order[i]);
+        bcenc_append_iter(e, &it);
+    }
+    xbuf x = {.n = 0};
+    xb_ref(&x, 0xF1, a, "0");
+    vals v = {.n = 0};
+    v_add(&v, 0);
+    v_add(&v, 0);
+    v_add(&v, 0);
+    v_skip(&v);
+    v_skip(&v);
+    v_add(&v, 0);
+    xb_blocks(&x, 0x80, false, &v);
+    v.n = 0;
+    v_add(&v, 0);
+    v_add(&v, zz(1));
+    v_add(&v, 0);
+    v_skip(&v);
+    v_add(&v, zz(1));
+    v_add(&v, zz(-1));
+    xb_blocks(&x, 0x80, false, &v);
+    xb_byte(&x, 0);
+    xb_byte(&x, 0);
+    size_t n;
+    uint8_t *got = bcenc_finish(e, &n);
+    assert_bytes(got, n, x.p, x.n);
+    free(got);
+    bcenc_free(e);
+    bson_destroy(a);
+
+    /* InterleavedArray: an array inside the objects, one stream per element */
+    a = BCON_NEW("0", "{", "x", "[", BCON_INT32(1), BCON_INT32(2), "]", "}", "1", "{", "x", "[", BCON_INT32(2),
+                 BCON_INT32(3), "]", "}");
+    x.n = 0;
+    xb_ref(&x, 0xF1, a, "0");
+    v.n = 0;
+    v_add(&v, 0);
+    v_add(&v, zz(1));
+    xb_blocks(&x, 0x80, false, &v);
+    xb_blocks(&x, 0x80, false, &v);
+    xb_byte(&x, 0);
+    xb_byte(&x, 0);
+    assert_column(a, &x);
+    bson_destroy(a);
+
+    /* InterleavedLevels: a sub-object's leaves come where the reference holds them */
+    a = BCON_NEW("0", "{", "root", "{", "x", BCON_INT32(1), "}", "y", BCON_INT32(2), "}", "1", "{", "root", "{", "x",
+                 BCON_INT32(2), "}", "y", BCON_INT32(5), "}", "2", "{", "root", "{", "x", BCON_INT32(2), "}", "y",
+                 BCON_INT32(5), "}");
+    x.n = 0;
+    xb_ref(&x, 0xF1, a, "0");
+    v.n = 0;
+    v_add(&v, 0);
+    v_add(&v, zz(1));
+    v_add(&v, 0);
+    xb_blocks(&x, 0x80, false, &v);
+    v.n = 0;
+    v_add(&v, 0);
+    v_add(&v, zz(3));
+    v_add(&v, 0);
+    xb_blocks(&x, 0x80, false, &v);
+    xb_byte(&x, 0);
+    xb_byte(&x, 0);
+    assert_column(a, &x);
+    bson_destroy(a);
+
+    /* InterleavedArrayRootTypeChange: an array root then an object root with the same fields: two sections */
+    a = BCON_NEW("0", "[", BCON_INT32(1), BCON_INT32(2), "]", "1", "{", "0", BCON_INT32(2), "1", BCON_INT32(3), "}");
+    x.n = 0;
+    xb_ref(&x, 0xF2, a, "0");
+    v.n = 0;
+    v_add(&v, 0);
+    xb_blocks(&x, 0x80, false, &v);
+    xb_blocks(&x, 0x80, false, &v);
+    xb_byte(&x, 0);
+    xb_ref(&x, 0xF1, a, "1");
+    xb_blocks(&x, 0x80, false, &v);
+    xb_blocks(&x, 0x80, false, &v);
+    xb_byte(&x, 0);
+    xb_byte(&x, 0);
+    assert_column(a, &x);
+    bson_destroy(a);
+
+    /* InterleavedDoubleDifferentScale: each stream picks its own scale */
+    a = BCON_NEW("0", "{", "x", BCON_DOUBLE(1.0), "y", BCON_DOUBLE(2.0), "}", "1", "{", "x", BCON_DOUBLE(1.1), "y",
+                 BCON_DOUBLE(3.0), "}", "2", "{", "x", BCON_DOUBLE(1.2), "y", BCON_DOUBLE(2.0), "}", "3", "{", "x",
+                 BCON_DOUBLE(1.0), "}", "4", "{", "x", BCON_DOUBLE(1.5), "y", BCON_DOUBLE(2.0), "}");
+    x.n = 0;
+    xb_ref(&x, 0xF1, a, "0");
+    v.n = 0;
+    v_add(&v, 0);
+    v_add(&v, (uint64_t)dz(1.1, 1.0, 10));
+    v_add(&v, (uint64_t)dz(1.2, 1.1, 10));
+    v_add(&v, (uint64_t)dz(1.0, 1.2, 10));
+    v_add(&v, (uint64_t)dz(1.5, 1.0, 10));
+    xb_blocks(&x, 0xA0, false, &v);
+    v.n = 0;
+    v_add(&v, 0);
+    v_add(&v, (uint64_t)dz(3.0, 2.0, 1));
+    v_add(&v, (uint64_t)dz(2.0, 3.0, 1));
+    v_skip(&v);
+    v_add(&v, (uint64_t)dz(2.0, 2.0, 1));
+    xb_blocks(&x, 0x90, false, &v);
+    xb_byte(&x, 0);
     xb_byte(&x, 0);
     assert_column(a, &x);
     bson_destroy(a);
@@ -1048,11 +1340,13 @@ Suite *mongosim_bsoncolumn_suite(void)
     tcase_add_test(tc, test_bool_null_and_repeats);
     tcase_add_test(tc, test_strings_binaries_decimals);
     tcase_add_test(tc, test_double_scales);
+    tcase_add_test(tc, test_double_server_cases);
     tcase_add_test(tc, test_skips_runs_and_control_bytes);
     suite_add_tcase(s, tc);
     tc = tcase_create("objects");
     tcase_add_test(tc, test_interleaved_after_non_interleaved);
     tcase_add_test(tc, test_interleaved_missing_and_merged_fields);
+    tcase_add_test(tc, test_interleaved_server_cases);
     suite_add_tcase(s, tc);
     tc = tcase_create("append");
     tcase_set_timeout(tc, 120);
