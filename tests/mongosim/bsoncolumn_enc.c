@@ -1329,52 +1329,18 @@ static void count_leaf(void *ctx, const bson_iter_t *r, const bson_iter_t *e)
     ++*(uint32_t *)ctx;
 }
 
+/* A scalar leaf met in lock step: its type and value bytes (inside a document that outlives the list), or a missing
+ * field. */
 typedef struct {
-    colbuilder *cb;
-    size_t i;
-} leafctx;
-
-static void sub_feed(substate *s, const bson_iter_t *e)
-{
-    if (e) {
-        size_t n;
-        const uint8_t *v = elem_value(e, &n);
-        es_append(&s->es, (uint8_t)bson_iter_type(e), v, n);
-    } else {
-        es_skip(&s->es);
-    }
-}
-
-static void init_leaf(void *ctx, const bson_iter_t *r, const bson_iter_t *e)
-{
-    leafctx *lc = ctx;
-    colbuilder *cb = lc->cb;
-    cb->subs = xrealloc(cb->subs, (cb->nsubs + 1) * sizeof *cb->subs);
-    substate *s = &cb->subs[cb->nsubs++];
-    memset(s, 0, sizeof *s);
-    /* The sub-state's buffer address moves when subs is reallocated: the pointers are set again below. */
-    es_init(&s->es, &s->buf, &s->cb);
+    bool has;
+    uint8_t type;
+    const uint8_t *v;
     size_t n;
-    const uint8_t *v = elem_value(r, &n);
-    store_prev(&s->es, (uint8_t)bson_iter_type(r), v, n);
-    init_from_prev(&s->es);
-    sub_feed(s, e);
-}
-
-static void fix_sub_pointers(colbuilder *cb)
-{
-    for (size_t i = 0; i < cb->nsubs; i++) {
-        substate *s = &cb->subs[i];
-        s->es.out = &s->buf;
-        s->es.cbw = &s->cb;
-        s->es.s.ctx = &s->es;
-    }
-}
+} leaf;
 
 typedef struct {
-    const bson_iter_t **elems;
+    leaf *v;
     size_t n, cap;
-    bson_iter_t *store;
 } leaflist;
 
 static void collect_leaf(void *ctx, const bson_iter_t *r, const bson_iter_t *e)
@@ -1383,16 +1349,47 @@ static void collect_leaf(void *ctx, const bson_iter_t *r, const bson_iter_t *e)
     leaflist *l = ctx;
     if (l->n == l->cap) {
         l->cap = l->cap ? l->cap * 2 : 16;
-        l->store = xrealloc(l->store, l->cap * sizeof *l->store);
-        l->elems = xrealloc(l->elems, l->cap * sizeof *l->elems);
+        l->v = xrealloc(l->v, l->cap * sizeof *l->v);
     }
+    leaf *lf = &l->v[l->n++];
+    memset(lf, 0, sizeof *lf);
     if (e) {
-        l->store[l->n] = *e;
-        l->elems[l->n] = &l->store[l->n];
-    } else {
-        l->elems[l->n] = NULL;
+        lf->has = true;
+        lf->type = (uint8_t)bson_iter_type(e);
+        lf->v = elem_value(e, &lf->n);
     }
-    l->n++;
+}
+
+static void sub_feed(substate *s, const leaf *e)
+{
+    if (e->has)
+        es_append(&s->es, e->type, e->v, e->n);
+    else
+        es_skip(&s->es);
+}
+
+/* A new stream whose previous value is the reference's leaf, so that the first object's value is a delta against
+ * the reference (which already holds it) rather than a literal. */
+static void init_leaf(colbuilder *cb, const leaf *r, const leaf *e)
+{
+    cb->subs = xrealloc(cb->subs, (cb->nsubs + 1) * sizeof *cb->subs);
+    substate *s = &cb->subs[cb->nsubs++];
+    memset(s, 0, sizeof *s);
+    es_init(&s->es, &s->buf, &s->cb);
+    store_prev(&s->es, r->type, r->v, r->n);
+    init_from_prev(&s->es);
+    sub_feed(s, e);
+}
+
+/* The streams point at their own buffers: set again after the array of streams moves. */
+static void fix_sub_pointers(colbuilder *cb)
+{
+    for (size_t i = 0; i < cb->nsubs; i++) {
+        substate *s = &cb->subs[i];
+        s->es.out = &s->buf;
+        s->es.cbw = &s->cb;
+        s->es.s.ctx = &s->es;
+    }
 }
 
 static const uint8_t kEmptyDoc[5] = {5, 0, 0, 0, 0};
@@ -1404,17 +1401,15 @@ static bool append_sub_elements(colbuilder *cb, const uint8_t *obj)
 {
     leaflist l = {0};
     if (!lock_step(cb->ref, obj ? obj : kEmptyDoc, collect_leaf, &l)) {
-        free(l.store);
-        free(l.elems);
+        free(l.v);
         flush_interleaved(cb);
         return false;
     }
     if (l.n != cb->nsubs)
         abort(); /* the reference fixes the number of streams: a mismatch is a bug here */
     for (size_t i = 0; i < l.n; i++)
-        sub_feed(&cb->subs[i], l.elems[i] ? &l.store[i] : NULL);
-    free(l.store);
-    free(l.elems);
+        sub_feed(&cb->subs[i], &l.v[i]);
+    free(l.v);
     return true;
 }
 
@@ -1424,21 +1419,19 @@ static void finish_determine(colbuilder *cb)
 {
     buf_byte(&cb->out, cb->reftype == BSON_TYPE_DOCUMENT ? 0xF1 : 0xF2);
     buf_put(&cb->out, cb->ref, (size_t)rd_i32le(cb->ref));
-    leaflist l = {0};
+    leaflist l = {0}, refl = {0};
     if (!lock_step(cb->ref, cb->buffered[0], collect_leaf, &l))
-        abort();
-    /* create the streams: the reference's leaves, in order */
-    leaflist refl = {0};
+        abort(); /* the reference was merged from this object */
+    /* the reference's own leaves, in order: one stream each */
     lock_step(cb->ref, cb->ref, collect_leaf, &refl);
-    leafctx lc = {cb, 0};
+    if (refl.n != l.n)
+        abort();
     for (size_t i = 0; i < refl.n; i++) {
-        init_leaf(&lc, refl.elems[i], l.elems[i] ? &l.store[i] : NULL);
+        init_leaf(cb, &refl.v[i], &l.v[i]);
         fix_sub_pointers(cb);
     }
-    free(refl.store);
-    free(refl.elems);
-    free(l.store);
-    free(l.elems);
+    free(refl.v);
+    free(l.v);
     cb->determining = false;
     for (size_t i = 1; i < cb->nbuf; i++)
         if (!append_sub_elements(cb, cb->buffered[i]))
