@@ -1602,6 +1602,11 @@ struct bcenc {
     size_t count;
     uint8_t *last;
     size_t lastlen;
+    /* BSONColumnBuilder::intermediate()'s bookkeeping (_is.offset, lastControl, lastControlOffset, lastBufLength) */
+    size_t consumed;
+    int last_control; /* -1: kInvalidControlByte */
+    ptrdiff_t last_control_off;
+    size_t last_buf_len;
 };
 
 bcenc_t *bcenc_new(void)
@@ -1609,6 +1614,7 @@ bcenc_t *bcenc_new(void)
     bcenc_t *e = calloc(1, sizeof *e);
     if (!e)
         abort();
+    e->last_control = -1;
     return e;
 }
 
@@ -1652,20 +1658,25 @@ size_t bcenc_count(const bcenc_t *enc)
     return enc->count;
 }
 
-uint8_t *bcenc_finish(const bcenc_t *enc, size_t *len)
+static void replay(const bcenc_t *enc, colbuilder *cb)
 {
-    colbuilder cb;
-    cb_init(&cb);
+    cb_init(cb);
     size_t i = 0;
     while (i < enc->log.n) {
         const uint8_t *h = enc->log.p + i;
         size_t n = (size_t)h[2] | (size_t)h[3] << 8 | (size_t)h[4] << 16 | (size_t)h[5] << 24;
         if (h[0] == 1)
-            cb_skip(&cb);
+            cb_skip(cb);
         else
-            cb_append(&cb, h[1], h + 6, n);
+            cb_append(cb, h[1], h + 6, n);
         i += 6 + n;
     }
+}
+
+uint8_t *bcenc_finish(const bcenc_t *enc, size_t *len)
+{
+    colbuilder cb;
+    replay(enc, &cb);
     cb_finalize(&cb);
     uint8_t *out = cb.out.p;
     *len = cb.out.n;
@@ -1682,16 +1693,62 @@ size_t bcenc_diff_offset(const uint8_t *before, size_t blen, const uint8_t *afte
     return i;
 }
 
+static uint8_t scale_of_control(uint8_t c)
+{
+    static const uint8_t k[16] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 5, 0, 1, 2, 3, 4, 0xFF, 0xFF};
+    return k[c >> 4];
+}
+
+/* BSONColumnBuilder::intermediate(): the builder keeps the bytes from its open control byte on (everything before is
+ * handed out for good), finalizes a copy, and returns the finalized bytes from where its kept bytes start, or from
+ * further on when the open control byte came out the same as last time. That offset can lie before the first byte
+ * that changed (the diff then repeats some bytes); it never lies after it. */
 uint8_t *bcenc_intermediate(bcenc_t *enc, size_t *offset, size_t *dlen)
 {
-    size_t n;
-    uint8_t *bin = bcenc_finish(enc, &n);
-    size_t off = enc->last ? bcenc_diff_offset(enc->last, enc->lastlen, bin, n) : 0;
+    colbuilder cb;
+    replay(enc, &cb);
+    size_t length = cb.out.n - enc->consumed;
+    ptrdiff_t ctrl = cb.interleaved || cb.reg.ctrl == -1 ? -1 : cb.reg.ctrl - (ptrdiff_t)enc->consumed;
+    cb_finalize(&cb);
+    const uint8_t *fin = cb.out.p;
+    size_t n = cb.out.n;
+    ptrdiff_t fctrl = cb.interleaved || cb.reg.ctrl == -1 ? -1 : cb.reg.ctrl - (ptrdiff_t)enc->consumed;
+    size_t prev = enc->consumed, identical = 0;
+    if (ctrl == -1) {
+        enc->consumed += length;
+        enc->last_control = -1;
+        enc->last_control_off = 0;
+        enc->last_buf_len = 0;
+    } else {
+        uint8_t fbyte = fctrl != -1 ? fin[prev + (size_t)fctrl] : 0;
+        if (enc->last_control != -1 && prev != 0 && enc->last_control_off == fctrl && enc->last_control == (int)fbyte) {
+            if ((ptrdiff_t)enc->last_buf_len < ctrl)
+                abort(); /* the server's invariant(identicalBytes >= 0) */
+            identical = enc->last_buf_len - (size_t)ctrl;
+        }
+        uint8_t at_ctrl = fin[prev + (size_t)ctrl];
+        if (fctrl != -1 && scale_of_control(fbyte) != scale_of_control(at_ctrl)) {
+            enc->last_control = fbyte;
+            enc->last_control_off = fctrl - ctrl;
+        } else {
+            enc->last_control = at_ctrl;
+            enc->last_control_off = 0;
+        }
+        enc->consumed += (size_t)ctrl;
+        enc->last_buf_len = length - (size_t)ctrl;
+    }
+    size_t off = prev + identical;
+    /* The diff must rebuild the binary from the previous one: never past the first byte that changed. */
+    size_t exact = enc->last ? bcenc_diff_offset(enc->last, enc->lastlen, fin, n) : 0;
+    if (off > exact || off > n)
+        abort();
     uint8_t *d = xrealloc(NULL, n - off);
-    memcpy(d, bin + off, n - off);
+    memcpy(d, fin + off, n - off);
     free(enc->last);
-    enc->last = bin;
+    enc->last = cb.out.p;
     enc->lastlen = n;
+    cb.out.p = NULL;
+    cb_free(&cb);
     *offset = off;
     *dlen = n - off;
     return d;

@@ -34,9 +34,10 @@ size_t bcenc_count(const bcenc_t *enc);
 /* The whole column as the server's finalize() writes it (the terminating 0x00 included); malloc'd. */
 uint8_t *bcenc_finish(const bcenc_t *enc, size_t *len);
 
-/* The change since the previous call (or since the empty column): the offset of the first byte that differs from
- * the binary returned last time and the bytes from there on (malloc'd, *dlen of them). The first call returns the
- * whole binary at offset 0. */
+/* The change since the previous call, as BSONColumnBuilder::intermediate() reports it: an offset into the binary
+ * returned last time and the bytes of the new binary from there on (malloc'd, *dlen of them). The offset is where
+ * the server's builder kept its bytes (its open control byte), or further when that byte came out unchanged; it is
+ * never past the first byte that differs. The first call returns the whole binary at offset 0. */
 uint8_t *bcenc_intermediate(bcenc_t *enc, size_t *offset, size_t *dlen);
 
 /* The binary diff between two column binaries: the length of their common prefix. */
