@@ -717,8 +717,8 @@ static bool renames_scan(probe *p, const char *db, const op_pos *from, const op_
         } else if (!have_pbrt) {
             snprintf(err, errlen,
                      "the server sends no post-batch resume token (Amazon DocumentDB sends none), so how far the "
-                     "stream was read is not known: the initial copy cannot run here (docs/sources.md, \"Not yet\"; "
-                     "--skip-import starts without it)");
+                     "stream was read is not known: the initial copy cannot run through per-database streams here "
+                     "(docs/sources.md, \"One stream per database\"; --skip-import starts without it)");
             ok = false;
             said = true;
         } else if (op_pos_cmp(&pbrt, upto) > 0 || (round > 0 && op_pos_cmp(&pbrt, upto) == 0)) {
@@ -905,6 +905,8 @@ bool stream_renames_between(mongoc_client_t *client, const op_pos *after, const 
             bson_destroy(&reply);
             bson_steal(&reply, &reply2);
             ok = lookup_only = true;
+        } else {
+            bson_destroy(&reply2); /* the refusal's reply */
         }
         bson_destroy(cmd2);
     }
