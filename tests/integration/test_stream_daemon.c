@@ -166,37 +166,8 @@ static bool caught_up(denv *e, double timeout_s)
     return false;
 }
 
-/* Rewrites the configuration's `include = ...` line. */
-static void set_include(denv *e, const char *include)
-{
-    FILE *f = fopen(e->ini, "r");
-    ck_assert_ptr_nonnull(f);
-    char buf[8192] = "", line[1024];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "include = ", 10) == 0)
-            snprintf(line, sizeof line, "include = %s\n", include);
-        ck_assert(strlen(buf) + strlen(line) < sizeof buf);
-        strcat(buf, line);
-    }
-    fclose(f);
-    f = fopen(e->ini, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(buf, f);
-    fclose(f);
-}
-
 /* Waits until PostgreSQL lists no session of a daemon (application_name oplog2pg): a killed daemon's backend can
  * still commit what it had sent until it has gone. */
-static void wait_sessions_gone(void)
-{
-    double until = denv_now() + 60;
-    while (denv_pg_int("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'oplog2pg' "
-                       "AND pid <> pg_backend_pid()") != 0) {
-        ck_assert_msg(denv_now() < until, "the daemon's old PostgreSQL sessions were still there after 60 s");
-        usleep(5 * 1000);
-    }
-}
-
 /* ---- 1. kill -9 during a mixed workload with transactions ---- */
 
 typedef struct {
@@ -358,7 +329,7 @@ static void crash_run(const char *name, const char *ini, unsigned seed)
         proc_signal(&e.daemon, SIGKILL);
         ck_assert(proc_wait(&e.daemon, 10));
         kills++;
-        wait_sessions_gone(); /* what the killed run committed is now all there is of it */
+        denv_wait_sessions_gone(); /* what the killed run committed is now all there is of it */
         uint64_t now = denv_checkpoint_ts(e.service);
         ck_assert_msg(now >= ckpt, "the checkpoint went back across a restart: %llx after %llx",
                       (unsigned long long)now, (unsigned long long)ckpt);
@@ -410,7 +381,7 @@ START_TEST(test_idle_keeps_position)
     denv_start(&e, "sidle", capped, INI_RAW);
     /* One database named exactly: the stream's $match leaves the other database's writes on the server, so only the
      * post-batch resume tokens tell the daemon that time passes. */
-    set_include(&e, "rep_sidle_a.*");
+    denv_set_include(&e, "rep_sidle_a.*");
     denv_daemon_start(&e);
     ck_assert(caught_up(&e, 60));
     char db[64];
@@ -438,7 +409,7 @@ START_TEST(test_idle_filter_excludes_all)
     NEED_SIM();
     denv e;
     denv_start(&e, "sidle0", capped, INI_DESCRIPTION);
-    set_include(&e, "rep_sidle0_a.*");
+    denv_set_include(&e, "rep_sidle0_a.*");
     denv_daemon_start(&e);
     ck_assert(caught_up(&e, 60));
     uint64_t start = denv_checkpoint_ts(e.service);
@@ -577,7 +548,7 @@ START_TEST(test_filter_change_280)
     char at[32];
     fmt_ts(denv_checkpoint_ts(e.service), at, sizeof at);
     /* An include naming one database exactly: the stream's $match now filters out the token's event. */
-    set_include(&e, "rep_sflt_a.*");
+    denv_set_include(&e, "rep_sflt_a.*");
     denv_daemon_start(&e);
     ck_assert(denv_wait_log(&e, "ready:", 60));
     /* The server finds the token missing at the first event past it. */

@@ -41,32 +41,13 @@ Suite *stream_perdb_suite(void);
 
 static const char *refuse[] = {"--refuse-cluster-stream", NULL};
 
-/* Rewrites the configuration's `include = ...` line. */
-static void set_include(denv *e, const char *include)
-{
-    FILE *f = fopen(e->ini, "r");
-    ck_assert_ptr_nonnull(f);
-    char buf[8192] = "", line[1024];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "include = ", 10) == 0)
-            snprintf(line, sizeof line, "include = %s\n", include);
-        ck_assert(strlen(buf) + strlen(line) < sizeof buf);
-        strcat(buf, line);
-    }
-    fclose(f);
-    f = fopen(e->ini, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(buf, f);
-    fclose(f);
-}
-
 /* Sets include to the databases <prefix>a and <prefix>b (and c when three). */
 static void include_dbs(denv *e, bool three)
 {
     char inc[512];
     snprintf(inc, sizeof inc, "%sa.*, %sb.*%s%s%s", e->prefix, e->prefix, three ? ", " : "", three ? e->prefix : "",
              three ? "c.*" : "");
-    set_include(e, inc);
+    denv_set_include(e, inc);
 }
 
 /* The checkpoint at the newest entry, or (strict false, before any write) the tick before it (a high-water mark
@@ -86,16 +67,6 @@ static bool wait_at_newest(denv *e, double timeout_s, bool strict)
     }
     denv_show_log(e);
     return false;
-}
-
-static void wait_sessions_gone(void)
-{
-    double until = denv_now() + 60;
-    while (denv_pg_int("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'oplog2pg' "
-                       "AND pid <> pg_backend_pid()") != 0) {
-        ck_assert_msg(denv_now() < until, "the daemon's old PostgreSQL sessions were still there after 60 s");
-        usleep(5 * 1000);
-    }
 }
 
 /* ---- the workload: single writes in both databases and transactions over both ---- */
@@ -252,7 +223,7 @@ START_TEST(test_kill9_resumes_exactly)
         proc_signal(&e.daemon, SIGKILL);
         ck_assert(proc_wait(&e.daemon, 10));
         kills++;
-        wait_sessions_gone();
+        denv_wait_sessions_gone();
         uint64_t now = denv_checkpoint_ts(e.service);
         ck_assert_msg(now >= ckpt, "the checkpoint went back across a restart");
         resumed += now > ckpt;

@@ -32,6 +32,34 @@ long denv_scaled(long full)
     return getenv("OPLOG2PG_TEST_SANITIZE") != NULL ? full / 4 : full;
 }
 
+void denv_set_include(denv *e, const char *include)
+{
+    FILE *f = fopen(e->ini, "r");
+    ck_assert_ptr_nonnull(f);
+    char buf[8192] = "", line[1024];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "include = ", 10) == 0)
+            snprintf(line, sizeof line, "include = %s\n", include);
+        ck_assert(strlen(buf) + strlen(line) < sizeof buf);
+        strcat(buf, line);
+    }
+    fclose(f);
+    f = fopen(e->ini, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(buf, f);
+    fclose(f);
+}
+
+void denv_wait_sessions_gone(void)
+{
+    double until = denv_now() + 60;
+    while (denv_pg_int("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'oplog2pg' "
+                       "AND pid <> pg_backend_pid()") != 0) {
+        ck_assert_msg(denv_now() < until, "the daemon's old PostgreSQL sessions were still there after 60 s");
+        usleep(5 * 1000);
+    }
+}
+
 double denv_now(void)
 {
     struct timespec ts;

@@ -35,6 +35,11 @@ bool denv_using_sim(void);
  * tests/run.sh). The sanitizers look for memory and undefined-behaviour errors, which every code path meets in the
  * smaller run as well; the full volume, for what it proves about sizes and overlap, runs in the plain build. */
 long denv_scaled(long full);
+/* Rewrites the `include = ...` line of the daemon's configuration file. */
+void denv_set_include(denv *e, const char *include);
+/* Waits (60 s at most) until no oplog2pg session is left in PostgreSQL: what a killed daemon committed is then all
+ * there is of it. */
+void denv_wait_sessions_gone(void);
 double denv_now(void); /* monotonic seconds */
 /* The newest oplog entry's ts as (secs << 32 | inc), 0 when the oplog is empty. */
 uint64_t denv_newest_ts(const char *uri);
