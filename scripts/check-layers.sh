@@ -58,6 +58,7 @@ SINK_LAYERS=(
     "pipeline.c"             # the channel: pipeline mode, pending results, the COPY it may carry
     "stmt.c"                 # statements over the channel: the jsonb shape's, prepares, catalog calls
     "jsonb.c mapped.c"       # the table kinds: the jsonb shape; a typed map with its child tables
+    "tseries.c"              # the time-series kind: buckets to measurements (names and DDL as the jsonb shape's)
     "backfill.c reconcile.c" # a map's new columns at connect; the delete reconciliation's anti-join
     "shards.c"               # a sharded cluster's checkpoints: one row per shard, written with each commit
     "pg.c"                   # the core: connect, tables, writes, streaming, DDL, commit

@@ -74,6 +74,9 @@ typedef struct op {
     bool upsert;         /* OP_UPDATE with `b: true` (applyOps alwaysUpsert) */
     bool drop_target;    /* OP_RENAME: an existing target collection was dropped first */
     bool notice;         /* OP_NOOP: an entry a user should hear of once (a view, a time-series collection) */
+    bool bucket;         /* a time-series collection's bucket op (source/decode.h, DECODE_KEEP_SYSTEM): db.coll is the
+                          * collection (the view's name), doc the bucket document, its change or the create command;
+                          * the sink turns it into rows of measurements (sink/tseries.c) */
     const char *reason;  /* OP_NOOP: a static string saying why (never NULL for a NOOP); OP_DROP: set when the drop
                           * stands for a rename out of the filter (core/nsfilter.h), to_db/to_coll then kept */
 

@@ -72,6 +72,9 @@ typedef struct metrics_snapshot {
     uint64_t rewinds;           /* groups applied again: a COPY that let go of rows, or a plain insert, met a _id */
     uint64_t unnamed;           /* statements sent unnamed: the connection held its bound of prepared ones */
     uint64_t dead_letters;      /* ops set aside in oplog2pg.dead_letter */
+    uint64_t ts_bucket_ops;     /* time-series bucket changes applied */
+    uint64_t ts_rows;           /* measurement rows they wrote */
+    uint64_t ts_bucket_reads;   /* bucket documents read back from PostgreSQL */
     uint64_t reconcile_passes;  /* delete reconciliations that ran ([mongodb] delete_reconcile) */
     uint64_t reconcile_deleted; /* rows they deleted */
     uint64_t pg_reconnects;

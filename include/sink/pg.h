@@ -102,6 +102,9 @@ typedef struct {
     uint64_t bytes;         /* bytes of text sent for inserts (keys and documents) and updates (the update) */
     uint64_t dead_letters;  /* ops set aside in oplog2pg.dead_letter */
     uint64_t unnamed;       /* statements sent unnamed because max_prepared were held and none had gone stale */
+    uint64_t ts_bucket_ops; /* time-series bucket changes applied (sink/tseries.c) */
+    uint64_t ts_rows;       /* measurement rows they wrote (inserted or changed) */
+    uint64_t ts_bucket_reads; /* bucket documents read back from oplog2pg.timeseries_bucket */
 } sink_stats;
 
 typedef apply_status sink_status;
@@ -152,6 +155,10 @@ sink_status sink_delete(sink *s, const char *db, const char *coll, const char *k
 /* An insert, update or delete of a collection with a typed map, as prepared on the reader thread (op->mapped, a
  * map_plan): the rows upserted, or the plan's edits sent as statements. */
 sink_status sink_apply_mapped(sink *s, const op *o);
+/* A time-series collection's bucket op (o->bucket): its create makes the table of measurements (with the collection's
+ * time and meta fields), an insert, update or delete of a bucket writes the rows of the measurements it changes
+ * (sink/tseries.c; docs/timeseries.md). */
+sink_status sink_apply_bucket(sink *s, const op *o);
 sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos *pos);
 sink_status sink_drop(sink *s, const char *db, const char *coll, const op_pos *pos);
 /* A rename drops a target this service owns first (as a rename with dropTarget, or one left from an earlier run). */
@@ -292,6 +299,7 @@ typedef struct {
     char activity[SINK_ACTIVITY_MAX + 1]; /* what it says it does (sink_set_activity); "" when it says nothing */
     int64_t activity_since;               /* since when (Unix seconds; 0 when unknown) */
     int64_t dead_letters;                 /* rows in oplog2pg.dead_letter for the service */
+    int64_t ts_tables, ts_buckets;        /* the service's time-series tables, and the bucket documents kept for them */
     bool has_hold; /* a transaction was open at the checkpoint: its first entry (txn_oldest_sec/inc) */
     op_pos hold;
     char source[16]; /* what the last commit read ("oplog", "change_stream"); "" when the row does not say */

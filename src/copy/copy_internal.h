@@ -52,7 +52,17 @@ typedef struct {
     int64_t run_base;            /* copied when this run took the job */
     int64_t careful_left;        /* documents still to write row by row (after a batch was refused as data) */
     double run_started;          /* when this run took the job (monotonic seconds) */
+    /* A time-series collection's buckets (coll is "system.buckets.NAME"): each bucket is written as the rows of its
+     * measurements into NAME's table (sink/tseries.h), with the collection's options, read where the job is located
+     * (ts_known once read; ts_meta "" when the collection has no metaField). */
+    bool ts;
+    bool ts_known;
+    char ts_time[256], ts_meta[256];
 } job;
+
+/* "system.buckets.": the buckets of time-series collection NAME are db.system.buckets.NAME. */
+#define COPY_BUCKETS_PREFIX     "system.buckets."
+#define COPY_BUCKETS_PREFIX_LEN 15
 
 /* One shard of a sharded cluster's copy (the coordinator's alone). */
 typedef struct {

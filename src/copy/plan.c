@@ -1,7 +1,7 @@
 /*
  * plan.c — which collections a new copy takes: every collection MongoDB lists (views and system collections left
- * out) that the filter includes and that maps to a PostgreSQL name (map/names.h), with its estimated count; stored
- * as the copy's first state in one transaction.
+ * out, but for the buckets of time-series collections) that the filter includes and that maps to a PostgreSQL name
+ * (map/names.h), with its estimated count; stored as the copy's first state in one transaction.
  */
 #include "copy_internal.h"
 
@@ -81,9 +81,16 @@ bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, plan
                 name = bson_iter_utf8(&it, NULL);
             if (bson_iter_init_find(&it, doc, "type") && BSON_ITER_HOLDS_UTF8(&it))
                 type = bson_iter_utf8(&it, NULL);
-            if (name == NULL || strcmp(type, "collection") != 0 || copy_skip_namespace(filter, dbname, name))
+            if (name == NULL || strcmp(type, "collection") != 0)
                 continue;
-            if (strlen(name) >= sizeof p->items[0].coll || !names_map(dbname, name, &nm, why, sizeof why)) {
+            /* A time-series collection's buckets are copied into the collection's table, when the filter takes it
+             * (its view is not a collection; docs/timeseries.md). */
+            bool buckets = strncmp(name, COPY_BUCKETS_PREFIX, COPY_BUCKETS_PREFIX_LEN) == 0 &&
+                           name[COPY_BUCKETS_PREFIX_LEN] != '\0';
+            const char *target = buckets ? name + COPY_BUCKETS_PREFIX_LEN : name;
+            if (copy_skip_namespace(filter, dbname, target))
+                continue;
+            if (strlen(name) >= sizeof p->items[0].coll || !names_map(dbname, target, &nm, why, sizeof why)) {
                 log_error("copy: leaving %s.%s out: %s", dbname, name,
                           strlen(name) >= sizeof p->items[0].coll ? "the name is longer than MongoDB allows" : why);
                 continue;

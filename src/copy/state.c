@@ -71,6 +71,7 @@ bool copy_jobs_load(pgconn *pg, const char *service, job **out, size_t *nout, ch
         snprintf(j->coll, sizeof j->coll, "%s", PQgetvalue(r, row, 1));
         snprintf(j->src_db, sizeof j->src_db, "%s", j->db);
         snprintf(j->src_coll, sizeof j->src_coll, "%s", j->coll);
+        j->ts = strncmp(j->coll, COPY_BUCKETS_PREFIX, COPY_BUCKETS_PREFIX_LEN) == 0;
         if (!PQgetisnull(r, row, 6) && PQgetlength(r, row, 6) == 16) {
             memcpy(j->uuid, PQgetvalue(r, row, 6), 16);
             j->has_uuid = true;
@@ -155,6 +156,17 @@ bool copy_reset(const char *pg_conninfo, const char *service, const nsfilter *fi
         bool ok =
             drop ? (dr = copy_query_params(pg, "SELECT oplog2pg.drop_table($1, $2, $3)", 3, dv, NULL, NULL, 0)) != NULL
                  : sql != NULL && copy_pg_exec(pg, sql, m, sizeof m, NULL);
+        PQclear(dr);
+        dr = NULL;
+        /* a time-series collection's bucket documents go with its rows (the copy stores them again) */
+        if (ok && !drop) {
+            ok = (dr = copy_query_params(pg,
+                                         "DELETE FROM oplog2pg.timeseries_bucket WHERE schema_name = $2 AND "
+                                         "table_name = $3 AND $1::text IS NOT NULL",
+                                         3, dv, NULL, NULL, 0)) != NULL;
+            if (!ok)
+                snprintf(m, sizeof m, "%s", copy_pg_error(pg));
+        }
         PQclear(dr);
         free(sql);
         if (!ok) {

@@ -100,7 +100,27 @@ typedef struct {
     const job *j;
     bool found, uuid_match;
     char db[128], coll[256];
+    bool ts; /* the entry's options.timeseries, for a time-series collection's buckets */
+    char ts_time[256], ts_meta[256];
 } locate_ctx;
+
+/* The time and meta fields of a listCollections entry's options.timeseries (false when it has no timeField). */
+static bool listed_timeseries(const bson_t *entry, char *time, size_t tlen, char *meta, size_t mlen)
+{
+    bson_iter_t it, opts, ts;
+    time[0] = meta[0] = '\0';
+    if (!bson_iter_init_find(&it, entry, "options") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &opts) || !bson_iter_find(&opts, "timeseries") || !BSON_ITER_HOLDS_DOCUMENT(&opts) ||
+        !bson_iter_recurse(&opts, &ts))
+        return false;
+    while (bson_iter_next(&ts)) {
+        if (strcmp(bson_iter_key(&ts), "timeField") == 0 && BSON_ITER_HOLDS_UTF8(&ts))
+            snprintf(time, tlen, "%s", bson_iter_utf8(&ts, NULL));
+        else if (strcmp(bson_iter_key(&ts), "metaField") == 0 && BSON_ITER_HOLDS_UTF8(&ts))
+            snprintf(meta, mlen, "%s", bson_iter_utf8(&ts, NULL));
+    }
+    return time[0] != '\0';
+}
 
 static bool locate_entry(void *arg, const char *db, const bson_t *entry)
 {
@@ -113,6 +133,8 @@ static bool locate_entry(void *arg, const char *db, const bson_t *entry)
         type = bson_iter_utf8(&it, NULL);
     if (name == NULL || strcmp(type, "collection") != 0)
         return false;
+    if (lc->j->ts && strcmp(name, lc->j->src_coll) == 0 && strcmp(db, lc->j->src_db) == 0)
+        lc->ts = listed_timeseries(entry, lc->ts_time, sizeof lc->ts_time, lc->ts_meta, sizeof lc->ts_meta);
     uint8_t uuid[16];
     if (!lc->j->has_uuid || !copy_listed_uuid(entry, uuid) || memcmp(uuid, lc->j->uuid, 16) != 0) {
         lc->found = true; /* a collection of that name, not necessarily this one */
@@ -133,6 +155,15 @@ static locate_result locate(worker *w, job *j)
     bson_destroy(filter);
     if (!ok)
         return LOC_ERROR;
+    if ((lc.uuid_match || (!j->has_uuid && lc.found)) && j->ts) {
+        if (!lc.ts) {
+            snprintf(w->err, sizeof w->err, "%s.%s lists no timeseries.timeField in its options", j->db, j->coll);
+            return LOC_ERROR;
+        }
+        snprintf(j->ts_time, sizeof j->ts_time, "%s", lc.ts_time);
+        snprintf(j->ts_meta, sizeof j->ts_meta, "%s", lc.ts_meta);
+        j->ts_known = true;
+    }
     if (lc.uuid_match)
         return LOC_HERE;
     if (!j->has_uuid)
@@ -177,7 +208,9 @@ static bool add_doc(worker *w, copy_batch *b, const bson_t *doc, const bson_valu
                     const ejson_error *key_err)
 {
     bool ok;
-    if (w->map != NULL) {
+    if (b->j->ts) {
+        ok = copy_batch_keep(b, doc, NULL); /* a bucket: the writer makes its rows (sink/tseries.h) */
+    } else if (w->map != NULL) {
         strbuf_reset(&w->rows.buf, 1024 * 1024);
         w->rows.count = 0;
         char why[512];

@@ -28,6 +28,7 @@
 #include "sink/mapped.h"
 #include "sink/pg.h"
 #include "sink/rows.h"
+#include "sink/tseries.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -45,6 +46,7 @@ struct copy_writer {
     /* The writing thread's own. */
     pgconn *pg;
     char *qtable;              /* "db"."coll" of the current job */
+    pg_name ts_name;           /* a time-series collection's table (the current job's, when j->ts) */
     const map_collection *map; /* the current job's typed map, NULL for the jsonb shape */
     sink_mapped_table *mtabs;  /* its tables' SQL, by table number */
     size_t nmtabs;
@@ -271,6 +273,51 @@ static bool copy_dead_letter(copy_writer *w, const job *j, const uint8_t *bson, 
     return false;
 }
 
+/* The buckets of a time-series collection's batch, each behind a savepoint: a bucket that cannot become rows, or
+ * whose rows PostgreSQL refuses as data, is set aside as a dead letter, and the others are written. */
+static bool write_buckets(copy_writer *w, const copy_batch *b, bool *retryable)
+{
+    const job *j = b->j;
+    sink_tseries_copy_target to = {.qtable = w->qtable,
+                                   .schema = w->ts_name.schema,
+                                   .table = w->ts_name.table,
+                                   .time_field = j->ts_time,
+                                   .meta_field = j->ts_meta[0] != '\0' ? j->ts_meta : NULL};
+    for (size_t k = 0; k < b->nkept; k++) {
+        const kept_doc *d = &b->kept[k];
+        if (d->why != NULL)
+            continue; /* set aside by commit_batch */
+        if (!copy_pg_exec(w->pg, "SAVEPOINT oplog2pg_bucket", w->err, sizeof w->err, retryable))
+            return false;
+        char why[1024];
+        sink_tseries_copy_status st = sink_tseries_copy_bucket(w->pg, &to, d->bson, d->len, why, sizeof why);
+        if (st == SINK_TS_COPY_PG && w->pg->last.status == APPLY_DATA) {
+            snprintf(why, sizeof why, "%s", w->pg->last.message);
+            st = SINK_TS_COPY_REFUSED;
+        }
+        switch (st) {
+        case SINK_TS_COPY_OK:
+            if (!copy_pg_exec(w->pg, "RELEASE SAVEPOINT oplog2pg_bucket", w->err, sizeof w->err, retryable))
+                return false;
+            break;
+        case SINK_TS_COPY_REFUSED:
+            if (!copy_pg_exec(w->pg, "ROLLBACK TO SAVEPOINT oplog2pg_bucket", w->err, sizeof w->err, retryable) ||
+                !copy_dead_letter(w, j, d->bson, d->len, why, NULL, retryable))
+                return false;
+            break;
+        case SINK_TS_COPY_PG:
+            *retryable = copy_pg_retryable(w->pg);
+            snprintf(w->err, sizeof w->err, "writing a bucket of %s.%s: %s", j->db, j->coll, copy_pg_error(w->pg));
+            return false;
+        case SINK_TS_COPY_NOMEM:
+            *retryable = true;
+            snprintf(w->err, sizeof w->err, "out of memory");
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Document k of a careful batch (its rows projected again from the BSON kept). */
 static bool careful_mapped(copy_writer *w, const kept_doc *doc, bool *retryable)
 {
@@ -420,18 +467,20 @@ static bool commit_batch(copy_writer *w, const copy_batch *b, bool *retryable)
 {
     job *j = b->j;
     const bson_t *last = b->docs > 0 ? &b->last : NULL;
-    size_t rows = sink_batch_rows(b->rows);
+    size_t rows = j->ts ? b->docs : sink_batch_rows(b->rows); /* a time-series collection's counts its buckets */
     char m[ERRLEN];
     w->data_refused = false;
     w->malformed = false;
-    if (!copy_batch_check(b, w->map != NULL ? w->nmtabs : 0, m, sizeof m))
+    if (!j->ts && !copy_batch_check(b, w->map != NULL ? w->nmtabs : 0, m, sizeof m))
         return batch_malformed(w, m);
     for (int pass = 0; pass < 2; pass++) {
         if (!copy_pg_exec(w->pg, "BEGIN", w->err, sizeof w->err, retryable) ||
             (!b->done && !copy_pg_exec(w->pg, "SET LOCAL synchronous_commit = off", w->err, sizeof w->err, retryable)))
             return false;
         bool dup = false, ok = true;
-        if (rows > 0) {
+        if (j->ts)
+            ok = write_buckets(w, b, retryable);
+        else if (rows > 0) {
             if (b->careful)
                 ok = careful_rows(w, b, retryable);
             else if (pass == 0)
@@ -560,7 +609,18 @@ static bool ensure_table(copy_writer *w, const job *j, bool *retryable)
     free(w->qtable);
     w->qtable = NULL;
     free_mapped(w);
-    const map_collection *m = map_find(w->rc->cfg->maps, j->db, j->coll);
+    /* a time-series collection's buckets land in the collection's table */
+    const char *coll = j->ts ? j->coll + COPY_BUCKETS_PREFIX_LEN : j->coll;
+    const map_collection *m = map_find(w->rc->cfg->maps, j->db, coll);
+    if (m != NULL && j->ts) {
+        *retryable = false;
+        w->data_refused = false;
+        snprintf(w->err, sizeof w->err,
+                 "%s.%s is a time-series collection, and typed maps of time-series collections are not supported "
+                 "yet: remove its [map %s.%s] section (its measurements then land as jsonb)",
+                 j->db, coll, j->db, coll);
+        return false;
+    }
     if (m != NULL) {
         *retryable = false;
         return ensure_mapped(w, j, m, retryable);
@@ -568,7 +628,11 @@ static bool ensure_table(copy_writer *w, const job *j, bool *retryable)
     pg_name nm;
     char why[120];
     *retryable = false;
-    if (!names_map(j->db, j->coll, &nm, why, sizeof why)) {
+    if (j->ts && !j->ts_known) {
+        snprintf(w->err, sizeof w->err, "the options of time-series collection %s.%s were not read", j->db, coll);
+        return false;
+    }
+    if (!names_map(j->db, coll, &nm, why, sizeof why)) {
         snprintf(w->err, sizeof w->err, "%s", why);
         return false;
     }
@@ -582,10 +646,13 @@ static bool ensure_table(copy_writer *w, const job *j, bool *retryable)
         snprintf(w->err, sizeof w->err, "out of memory");
         return false;
     }
-    const char *values[5] = {w->rc->cfg->service, j->db, j->coll, nm.schema, nm.table};
+    w->ts_name = nm;
+    const char *values[7] = {
+        w->rc->cfg->service, j->db, coll, nm.schema, nm.table, j->ts_time, j->ts_meta[0] != '\0' ? j->ts_meta : NULL};
     pthread_mutex_lock(&w->rc->ddl_mu);
     PGresult *r =
-        copy_query_params(w->pg, "SELECT oplog2pg.ensure_table($1, $2, $3, $4, $5)", 5, values, NULL, NULL, 0);
+        j->ts ? copy_query_params(w->pg, SINK_TSERIES_ENSURE_SQL, 7, values, NULL, NULL, 0)
+              : copy_query_params(w->pg, "SELECT oplog2pg.ensure_table($1, $2, $3, $4, $5)", 5, values, NULL, NULL, 0);
     pthread_mutex_unlock(&w->rc->ddl_mu);
     if (r == NULL) {
         *retryable = copy_pg_retryable(w->pg);

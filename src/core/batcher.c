@@ -366,39 +366,43 @@ static apply_status apply_op(batcher *b, op *o)
     switch (o->kind) {
     case OP_NOOP:
         return APPLY_OK;
-    case OP_INSERT: {
-        ns_run *r = get_run(b, o->db, o->coll);
-        if (r == NULL)
-            return APPLY_NOMEM;
-        touch(b, r);
-        /* A run never holds more than batch_bytes plus one row. Before it would, a run whose rows are already on
-         * their way (a streaming COPY) lets go of them and grows on; any other is written (no commit). */
-        uint64_t w = op_bytes(o);
-        if (r->bytes > 0 && r->bytes + w > b->cfg.batch_bytes) {
-            if (b->out.run_let_go != NULL && b->out.run_let_go(b->out.ctx, r->rows, &o->pos)) {
-                b->group_bytes -= r->bytes;
-                r->bytes = 0;
-                b->stats.let_go++;
-            } else {
-                apply_status st = write_run(b, r, FLUSH_SIZE);
-                if (st != APPLY_OK)
-                    return st;
+    case OP_INSERT:
+        if (o->bucket)
+            goto apply_now; /* a time-series bucket: rows made and written by the sink, never a run's */
+        {
+            ns_run *r = get_run(b, o->db, o->coll);
+            if (r == NULL)
+                return APPLY_NOMEM;
+            touch(b, r);
+            /* A run never holds more than batch_bytes plus one row. Before it would, a run whose rows are already on
+             * their way (a streaming COPY) lets go of them and grows on; any other is written (no commit). */
+            uint64_t w = op_bytes(o);
+            if (r->bytes > 0 && r->bytes + w > b->cfg.batch_bytes) {
+                if (b->out.run_let_go != NULL && b->out.run_let_go(b->out.ctx, r->rows, &o->pos)) {
+                    b->group_bytes -= r->bytes;
+                    r->bytes = 0;
+                    b->stats.let_go++;
+                } else {
+                    apply_status st = write_run(b, r, FLUSH_SIZE);
+                    if (st != APPLY_OK)
+                        return st;
+                }
             }
+            /* The key first: the sink may take the op's texts. */
+            if (!r->keyless &&
+                (o->id_key == NULL || !keys_add(r, key_hash(o->id_key, o->id_key_len), b->cfg.batch_bytes / 16)))
+                r->keyless = true;
+            apply_status st = b->out.run_add(b->out.ctx, r->rows, o);
+            if (st != APPLY_OK)
+                return st;
+            r->last = o->pos;
+            r->bytes += w;
+            b->group_bytes += w;
+            return APPLY_OK;
         }
-        /* The key first: the sink may take the op's texts. */
-        if (!r->keyless &&
-            (o->id_key == NULL || !keys_add(r, key_hash(o->id_key, o->id_key_len), b->cfg.batch_bytes / 16)))
-            r->keyless = true;
-        apply_status st = b->out.run_add(b->out.ctx, r->rows, o);
-        if (st != APPLY_OK)
-            return st;
-        r->last = o->pos;
-        r->bytes += w;
-        b->group_bytes += w;
-        return APPLY_OK;
-    }
     case OP_UPDATE:
-    case OP_DELETE: {
+    case OP_DELETE:
+    apply_now : {
         ns_run *r = get_run(b, o->db, o->coll); /* a run (empty) even without inserts: it counts the namespace */
         if (r == NULL)
             return APPLY_NOMEM;

@@ -986,7 +986,7 @@ static bool start_source(daemon_ctx *d, int have, const op_pos *start, char *err
     rc.maps = &d->cfg->maps;
     /* Only a careful session can set an op aside, and a dead letter keeps the op's raw BSON: other sessions drop it
      * once the text is made, which halves the memory of large documents. */
-    rc.decode_flags = d->careful ? 0 : DECODE_BORROW_PAYLOAD;
+    rc.decode_flags = DECODE_KEEP_SYSTEM | (d->careful ? 0 : DECODE_BORROW_PAYLOAD); /* buckets: sink/tseries.c */
     rc.majority = d->cfg->read_concern == CONFIG_READ_MAJORITY;
     d->rd = reader_start(&rc, d->q, err, errlen);
     return d->rd != NULL;

@@ -452,7 +452,7 @@ cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, cha
         rcfg.source = (uint16_t)i;
         rcfg.filter = d->filter;
         rcfg.maps = &d->cfg->maps;
-        rcfg.decode_flags = d->careful ? 0 : DECODE_BORROW_PAYLOAD;
+        rcfg.decode_flags = DECODE_KEEP_SYSTEM | (d->careful ? 0 : DECODE_BORROW_PAYLOAD);
         rcfg.majority = d->cfg->read_concern == CONFIG_READ_MAJORITY;
         rcfg.report_prepares = true;
         if (s->has_row) {

@@ -659,9 +659,10 @@ int daemon_status(config *cfg, bool json)
             fprintf(o, ", \"copy\": null");
         }
         if (pg_ok)
-            fprintf(o, ", \"dead_letters\": %lld", (long long)pr.dead_letters);
+            fprintf(o, ", \"dead_letters\": %lld, \"timeseries\": {\"tables\": %lld, \"buckets\": %lld}",
+                    (long long)pr.dead_letters, (long long)pr.ts_tables, (long long)pr.ts_buckets);
         else
-            fprintf(o, ", \"dead_letters\": null");
+            fprintf(o, ", \"dead_letters\": null, \"timeseries\": null");
         fprintf(o, ", \"errors\": [");
         const char *errs[3] = {pg_ok ? NULL : perr, mongo_ok ? NULL : merr, !pg_ok || copy_ok ? NULL : cerr};
         bool first = true;
@@ -723,6 +724,10 @@ int daemon_status(config *cfg, bool json)
                    (long long)pr.dead_letters, cfg->service);
         else
             printf("  dead letters:  0\n");
+        if (pr.ts_tables > 0)
+            printf("  time-series:   %lld tables of measurements, %lld bucket documents kept for their next changes "
+                   "(oplog2pg.timeseries_bucket)\n",
+                   (long long)pr.ts_tables, (long long)pr.ts_buckets);
     }
     if (stream && mongo_ok) {
         if (lag >= 0)

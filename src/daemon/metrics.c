@@ -255,6 +255,14 @@ char *metrics_render(const metrics_snapshot *s, size_t *len)
             "ones.",
             s->unnamed);
     counter(f, "oplog2pg_dead_letters_total", "Operations set aside in oplog2pg.dead_letter.", s->dead_letters);
+    counter(f, "oplog2pg_timeseries_bucket_changes_total",
+            "Time-series bucket changes applied (an insert, update or delete of a bucket).", s->ts_bucket_ops);
+    counter(f, "oplog2pg_timeseries_measurements_written_total",
+            "Measurement rows the bucket changes wrote (new places, and places whose measurement changed).",
+            s->ts_rows);
+    counter(f, "oplog2pg_timeseries_bucket_reads_total",
+            "Bucket documents read back from oplog2pg.timeseries_bucket (not held in memory when a change came).",
+            s->ts_bucket_reads);
     counter(f, "oplog2pg_delete_reconciliations_total",
             "Delete reconciliations run ([mongodb] delete_reconcile: a server whose change streams send no deletes).",
             s->reconcile_passes);

@@ -149,6 +149,9 @@ static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
     m->rewinds = ss->rewinds;
     m->unnamed = ss->unnamed;
     m->dead_letters = ss->dead_letters;
+    m->ts_bucket_ops = ss->ts_bucket_ops;
+    m->ts_rows = ss->ts_rows;
+    m->ts_bucket_reads = ss->ts_bucket_reads;
     m->pg_reconnects = d->pg_reconnects;
     m->reconcile_passes = d->reconcile_passes;
     m->reconcile_deleted = d->reconcile_deleted;

@@ -1089,6 +1089,8 @@ bool ejson_prepare_entry(op_entry *e)
         int r = 1;
         if (o->mapped != NULL)
             continue; /* a mapped collection's op carries its rows or plan instead (map/project.h) */
+        if (o->bucket)
+            continue; /* a time-series bucket's rows are made by the sink, from the bucket (sink/tseries.c) */
         /* A mapped op refused for a value its column cannot take still gets its text, for the dead letter. */
         bool refused_by_map = o->map != NULL && o->refusal != NULL;
         switch (o->kind) {

@@ -1015,8 +1015,8 @@ bool map_prepare_entry(op_entry *e, const map_set *maps)
     for (size_t i = 0; i < e->n; i++) {
         op *o = &e->ops[i];
         if ((o->kind != OP_INSERT && o->kind != OP_UPDATE && o->kind != OP_DELETE) || o->mapped != NULL ||
-            o->refusal != NULL || o->db == NULL || o->coll == NULL)
-            continue;
+            o->refusal != NULL || o->db == NULL || o->coll == NULL || o->bucket)
+            continue; /* (a bucket's rows are made by the sink: sink/tseries.c) */
         const map_collection *m = map_find(maps, o->db, o->coll);
         if (m != NULL && !prepare_op(o, m))
             return false;

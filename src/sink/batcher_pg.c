@@ -134,6 +134,8 @@ static apply_status apply(void *ctx, const op *o)
     sink *s = ctx;
     if (o->mapped != NULL)
         return sink_apply_mapped(s, o);
+    if (o->bucket && o->kind != OP_DROP)
+        return sink_apply_bucket(s, o); /* a drop goes as any drop: the table, and its buckets with it */
     switch (o->kind) {
     case OP_UPDATE:
     case OP_DELETE: {

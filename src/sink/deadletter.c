@@ -26,6 +26,7 @@ sink_status sink_guard_begin(sink *s)
     if (pipe_send_simple(s, P_SAVEPOINT, NULL, "SAVEPOINT " GUARD_NAME, NULL) != APPLY_OK || pipe_drain(s) != APPLY_OK)
         return s->failed;
     s->guarded = true;
+    s->ts_undo_table = NULL; /* the op about to run is the only one its undo may be about */
     return APPLY_OK;
 }
 
@@ -198,6 +199,8 @@ sink_status sink_dead_letter(sink *s, const op *o, const char *why)
         return s->failed;
     if (pipe_send_simple(s, P_SAVEPOINT, NULL, "ROLLBACK TO SAVEPOINT " GUARD_NAME, &o->pos) != APPLY_OK)
         return s->failed;
+    if (o->bucket)
+        tseries_undo(s); /* its bucket's document is unknown now: a later change of it is refused, not guessed */
 
     dl_params p;
     if (!dl_build(&p, s->service, o, msg, state)) {

@@ -209,13 +209,24 @@ static const table_kind *kind_of(const sink *s, const char *db, const char *coll
 /* The table for db.coll: made (schema, table, catalog row) or checked to be this service's (a typed map's statements
  * prepared on this connection too). A table of that name that oplog2pg did not make stops everything (O2FOR,
  * a person must act). */
-static table *get_table(sink *s, const char *db, const char *coll, const op_pos *pos)
+static table *get_table(sink *s, const char *db, const char *coll, const table_kind *want, const op_pos *pos)
 {
     table *t = find_table(s, db, coll);
+    const table_kind *kind = want != NULL ? want : kind_of(s, db, coll);
+    if (t != NULL && t->kind != kind) {
+        /* one namespace written both as a collection and as a time-series collection's buckets, with no drop
+         * between: no server does that, so nothing is guessed */
+        char where[32];
+        sink_fmt_pos(pos, where, sizeof where);
+        sink_set_err(s, APPLY_UNRECORDABLE, NULL,
+                     "%s.%s (oplog entry %s) is written as %s after being written as %s, with no drop between", db,
+                     coll, where, kind == &sink_tseries_kind ? "a time-series collection" : "a collection",
+                     t->kind == &sink_tseries_kind ? "a time-series collection" : "a collection");
+        return NULL;
+    }
     if (t != NULL && t->ready)
         return t;
     pg_name nm;
-    const table_kind *kind = kind_of(s, db, coll);
     if (!kind->name(s, db, coll, &nm, pos))
         return NULL;
     if (t == NULL) {
@@ -271,7 +282,7 @@ static table *open_table(sink *s, const char *db, const char *coll, const op_pos
 {
     if (pipe_begin_if_needed(s) != APPLY_OK)
         return NULL;
-    return get_table(s, db, coll, pos);
+    return get_table(s, db, coll, NULL, pos);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -553,6 +564,59 @@ sink_status sink_apply_mapped(sink *s, const op *o)
     return t->kind->apply_plan(s, t, o);
 }
 
+/* The time and meta fields of a create's `timeseries` options (NULL when it has none). */
+static void timeseries_options(const op *o, const char **time, const char **meta)
+{
+    bson_iter_t it, ts;
+    *time = *meta = NULL;
+    if (o->doc == NULL || !bson_iter_init_from_data(&it, o->doc, o->doc_len) || !bson_iter_find(&it, "timeseries") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &ts))
+        return;
+    while (bson_iter_next(&ts)) {
+        if (strcmp(bson_iter_key(&ts), "timeField") == 0 && BSON_ITER_HOLDS_UTF8(&ts))
+            *time = bson_iter_utf8(&ts, NULL);
+        else if (strcmp(bson_iter_key(&ts), "metaField") == 0 && BSON_ITER_HOLDS_UTF8(&ts))
+            *meta = bson_iter_utf8(&ts, NULL);
+    }
+}
+
+sink_status sink_apply_bucket(sink *s, const op *o)
+{
+    if (sink_settle(s) != APPLY_OK || pipe_begin_if_needed(s) != APPLY_OK)
+        return s->failed;
+    if (map_find(s->cfg.maps, o->db, o->coll) != NULL) {
+        sink_set_err(s, APPLY_CONFIG, NULL,
+                     "%s.%s is a time-series collection, and typed maps of time-series collections are not supported "
+                     "yet: remove its [map %s.%s] section (its measurements then land as jsonb)",
+                     o->db, o->coll, o->db, o->coll);
+        return s->failed;
+    }
+    const char *time = NULL, *meta = NULL;
+    if (o->kind == OP_CREATE) {
+        timeseries_options(o, &time, &meta);
+        if (time == NULL) {
+            char where[32];
+            sink_fmt_pos(&o->pos, where, sizeof where);
+            sink_set_err(s, APPLY_UNRECORDABLE, NULL,
+                         "the create of time-series collection %s.%s (oplog entry %s) has no timeseries.timeField",
+                         o->db, o->coll, where);
+            return s->failed;
+        }
+        sink_forget_table(s, o->db, o->coll, true); /* made (or checked) again, with these options */
+    }
+    s->ts_hint_time = time;
+    s->ts_hint_meta = meta;
+    table *t = get_table(s, o->db, o->coll, &sink_tseries_kind, &o->pos);
+    s->ts_hint_time = s->ts_hint_meta = NULL;
+    if (t == NULL)
+        return s->failed;
+    if (o->kind == OP_CREATE) {
+        s->stats.ddl++;
+        return APPLY_OK;
+    }
+    return tseries_apply(s, t, o);
+}
+
 sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos *pos)
 {
     if (sink_settle(s) != APPLY_OK)
@@ -560,7 +624,7 @@ sink_status sink_create(sink *s, const char *db, const char *coll, const op_pos 
     if (pipe_begin_if_needed(s) != APPLY_OK)
         return s->failed;
     s->stats.ddl++;
-    return get_table(s, db, coll, pos) != NULL ? APPLY_OK : s->failed;
+    return get_table(s, db, coll, NULL, pos) != NULL ? APPLY_OK : s->failed;
 }
 
 sink_status sink_drop(sink *s, const char *db, const char *coll, const op_pos *pos)
@@ -714,8 +778,14 @@ sink_status sink_commit(sink *s, const op_pos *pos)
         return s->failed;
     if (pipe_begin_if_needed(s) != APPLY_OK)
         return s->failed;
-    if (s->nshards > 0)
-        return commit_sharded(s, pos);
+    if (tseries_flush(s, pos) != APPLY_OK)
+        return s->failed;
+    if (s->nshards > 0) {
+        sink_status st = commit_sharded(s, pos);
+        if (st == APPLY_OK)
+            tseries_committed(s);
+        return st;
+    }
     if (!s->ckpt_prepared) {
         static const char sql[] = "SELECT oplog2pg.advance_checkpoint($1, $5::uuid, $2, $3, $4, $6, $7, $8::bytea, $9)";
         if (!pipe_push_pending(s, P_PREPARE, NULL, NULL))
@@ -733,6 +803,7 @@ sink_status sink_commit(sink *s, const op_pos *pos)
         return s->failed;
     sink_status st = commit_and_wait(s, pos, pos);
     if (st == APPLY_OK) {
+        tseries_committed(s);
         s->ckpt_has_hold = s->has_hold;
         s->ckpt_hold = s->hold;
         (void)sink_token_put(&s->ckpt_tok, s->tok.has ? s->tok.bytes : NULL, s->tok.len);

@@ -67,6 +67,7 @@ typedef enum {
     P_DEAD_LETTER,
     P_CATALOG,
     P_INSERT_NEW, /* an insert without ON CONFLICT: an existing _id fails it, and the sink rewinds (pg.c) */
+    P_READ,       /* a read inside the group (pipe_read): its rows are kept for the caller */
 } pending_kind;
 
 extern const char *const sink_pending_what[]; /* what each kind is, for messages */
@@ -143,6 +144,7 @@ struct table {
     bool ready;                 /* schema, table and statements sent on this connection */
     const table_kind *kind;
     const map_collection *map; /* a typed map's (mapped.c): its map */
+    struct sink_tseries *ts;   /* a time-series collection's (tseries.c): its options and bucket documents */
     sink_mapped_table *mtabs;  /* the map's tables, by table number (map_table_at) */
     size_t nmtabs;
 };
@@ -231,6 +233,13 @@ struct sink {
     pgconn *probe;       /* a side connection that asks pg_stat_activity what a long wait is about */
     double probed_at;    /* clock_s() of the last probe */
     char wait_note[300]; /* what the server said about the wait */
+    PGresult *read_res;  /* the rows of the last P_READ, until pipe_read hands them on */
+
+    /* pg.c: a time-series collection's options while its table is opened by its create (NULL: the recorded ones) */
+    const char *ts_hint_time, *ts_hint_meta;
+    /* tseries.c: the bucket the last bucket op changed, undone when that op is set aside (sink_dead_letter) */
+    struct table *ts_undo_table;
+    char ts_undo_key[25];
 
     /* stmt.c: the jsonb shape's prepared statements, newest first; nstmts of them, at most cfg.max_prepared */
     sink_stmt *stmt_newest, *stmt_oldest;
@@ -293,6 +302,12 @@ sink_status pipe_copy_done(sink *s);
 /* A statement on the connection outside pipeline mode (at connect), waiting for its result (*out when wanted); a
  * failure is recorded as `what` failing. */
 bool pipe_exec(sink *s, const char *sql, int n, const char *const *values, PGresult **out, const char *what);
+/* A read inside the open group (a bucket's stored document, sink/tseries.c): sent pipelined behind everything
+ * before it, with a flush request, and waited for; text results. *out (PQclear it) holds its rows. False (s->failed
+ * set) when it or anything before it failed. The group's one wait becomes two: reads are for what the sink cannot
+ * know otherwise. */
+bool pipe_read(sink *s, const table *t, const char *sql, int n, const char *const *values, const int *lengths,
+               const int *formats, const op_pos *pos, PGresult **out);
 /* The pending queue, made with the sink and freed with it. */
 bool pipe_init(sink *s);
 void pipe_free(sink *s);
@@ -333,6 +348,20 @@ sink_status jsonb_delete(sink *s, table *t, const char *key, const op_pos *pos);
 /* ---- mapped.c: the typed table kind ---- */
 
 extern const table_kind sink_mapped_kind;
+
+/* ---- tseries.c: the time-series table kind ---- */
+
+typedef struct sink_tseries sink_tseries;
+extern const table_kind sink_tseries_kind;
+/* A bucket op (o->bucket: insert, update or delete of one bucket) applied to t, a time-series table: the rows of the
+ * measurements that changed written, the bucket's new document kept for the next commit. */
+sink_status tseries_apply(sink *s, table *t, const op *o);
+/* The last bucket op's document made unknown (its op was set aside after it ran in a guard). */
+void tseries_undo(sink *s);
+/* In the open group, before its COMMIT: every bucket document changed since the last commit written. */
+sink_status tseries_flush(sink *s, const op_pos *pos);
+/* After a COMMIT PostgreSQL answered: the documents written are clean (and let go when too many are held). */
+void tseries_committed(sink *s);
 
 /* ---- backfill.c ---- */
 

@@ -29,6 +29,7 @@ const char *const sink_pending_what[] = {
     "recording a dead letter",
     "catalog call",
     "insert",
+    "read",
 };
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -147,6 +148,12 @@ bool pipe_read_ready(sink *s)
         }
         if (res == NULL) {
             s->pend_head++; /* this statement's results are complete */
+            continue;
+        }
+        if (p->kind == P_READ && PQresultStatus(res) == PGRES_TUPLES_OK) {
+            p->answered = true;
+            PQclear(s->read_res);
+            s->read_res = res; /* for pipe_read */
             continue;
         }
         take_result(s, res);
@@ -296,6 +303,33 @@ sink_status pipe_send_simple(sink *s, pending_kind kind, const table *t, const c
     return pipe_after_send(s, PQsendQueryParams(s->conn, sql, 0, NULL, NULL, NULL, NULL, 0) == 1, strlen(sql));
 }
 
+bool pipe_read(sink *s, const table *t, const char *sql, int n, const char *const *values, const int *lengths,
+               const int *formats, const op_pos *pos, PGresult **out)
+{
+    *out = NULL;
+    if (s->failed != APPLY_OK || !pipe_push_pending(s, P_READ, t, pos))
+        return false;
+    PQclear(s->read_res);
+    s->read_res = NULL;
+    bool sent = PQsendQueryParams(s->conn, sql, n, NULL, values, lengths, formats, 0) == 1;
+    if (pipe_after_send(s, sent, strlen(sql) + 64) != APPLY_OK)
+        return false;
+    /* Without a Sync the server keeps its answers until its buffer fills: ask it to send them now. */
+    if (PQsendFlushRequest(s->conn) != 1) {
+        sink_set_err(s, APPLY_RETRY, NULL, "sending a flush request: %s", PQerrorMessage(s->conn));
+        return false;
+    }
+    if (!pipe_pump(s, 0, 0) || s->failed != APPLY_OK)
+        return false;
+    if (s->read_res == NULL) {
+        sink_set_err(s, APPLY_RETRY, NULL, "a read in the pipeline came back without rows");
+        return false;
+    }
+    *out = s->read_res;
+    s->read_res = NULL;
+    return true;
+}
+
 bool pipe_exec(sink *s, const char *sql, int n, const char *const *values, PGresult **out, const char *what)
 {
     pgconn_error e;
@@ -332,6 +366,8 @@ void pipe_attach(sink *s, pgconn *c)
     s->in_copy = false; /* a COPY left open ends with its connection */
     s->pend_head = s->pend_tail = 0;
     s->unflushed = 0;
+    PQclear(s->read_res);
+    s->read_res = NULL;
 }
 
 sink_status pipe_commit(sink *s, const op_pos *pos)

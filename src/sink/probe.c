@@ -159,6 +159,25 @@ bool sink_probe(const char *conninfo, const char *service, sink_probe_result *ou
         }
         PQclear(res);
         res = NULL;
+        /* time-series tables (a later schema's) */
+        if (!pgconn_exec(c, "SELECT to_regclass('oplog2pg.timeseries_bucket') IS NOT NULL", &res, false, err))
+            goto done;
+        bool have_ts = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        PQclear(res);
+        res = NULL;
+        if (have_ts) {
+            if (!pgconn_exec_params(c,
+                                    "SELECT count(*), coalesce(sum((SELECT count(*) FROM oplog2pg.timeseries_bucket b "
+                                    "WHERE b.schema_name = t.schema_name AND b.table_name = t.table_name)), 0) "
+                                    "FROM oplog2pg.tables t JOIN oplog2pg.timeseries x USING (schema_name, table_name) "
+                                    "WHERE t.service = $1",
+                                    1, params, NULL, NULL, 0, &res, false, err))
+                goto done;
+            out->ts_tables = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+            out->ts_buckets = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+        }
+        PQclear(res);
+        res = NULL;
         if (!probe_shards(c, service, out, err))
             goto done;
     }

@@ -419,6 +419,34 @@ CREATE TABLE IF NOT EXISTS oplog2pg.schemas (
 
 COMMENT ON TABLE oplog2pg.schemas IS 'oplog2pg catalog: the schemas oplog2pg made (dropped only once empty)';
 
+-- Time-series collections (docs/timeseries.md). A time-series collection's table holds its measurements, one row
+-- each, keyed by the bucket that holds it and its place there. oplog2pg keeps, for each such table, the collection's
+-- options (its time and meta fields, from its create or the initial copy) and the current document of each of its
+-- buckets: a bucket change is applied to that document (a MongoDB 8.0 append is a binary diff of the compressed
+-- columns, which means nothing without the bytes it extends), and the rows that changed are written. Both are written
+-- in the same transaction as the rows, and go with the table (oplog2pg.drop_table).
+CREATE TABLE IF NOT EXISTS oplog2pg.timeseries (
+    schema_name text NOT NULL,
+    table_name  text NOT NULL,
+    time_field  text NOT NULL,
+    meta_field  text,
+    PRIMARY KEY (schema_name, table_name)
+);
+
+COMMENT ON TABLE oplog2pg.timeseries IS
+    'oplog2pg catalog: the tables of time-series collections, with the collection''s time and meta fields';
+
+CREATE TABLE IF NOT EXISTS oplog2pg.timeseries_bucket (
+    schema_name text NOT NULL,
+    table_name  text NOT NULL,
+    bucket      text COLLATE "C" NOT NULL, -- the bucket's _id (24 hex digits), as the table's bucket column
+    doc         bytea NOT NULL,            -- the bucket document (BSON) as of the last commit
+    PRIMARY KEY (schema_name, table_name, bucket)
+);
+
+COMMENT ON TABLE oplog2pg.timeseries_bucket IS
+    'oplog2pg state: the current document of each bucket of a time-series collection, to apply its next change to';
+
 -- Drops a schema oplog2pg made, once nothing is left in it.
 CREATE OR REPLACE FUNCTION oplog2pg.drop_schema_if_empty(p_schema text)
 RETURNS void LANGUAGE plpgsql AS $$
@@ -500,6 +528,8 @@ BEGIN
     END IF;
     EXECUTE format('DROP TABLE IF EXISTS %I.%I', p_schema, p_table);
     DELETE FROM oplog2pg.tables WHERE schema_name = p_schema AND table_name = p_table;
+    DELETE FROM oplog2pg.timeseries WHERE schema_name = p_schema AND table_name = p_table;
+    DELETE FROM oplog2pg.timeseries_bucket WHERE schema_name = p_schema AND table_name = p_table;
     PERFORM oplog2pg.drop_schema_if_empty(p_schema);
 END
 $$;
@@ -722,5 +752,37 @@ BEGIN
     UPDATE oplog2pg.tables SET schema_name = p_to_schema, table_name = p_to_table, db = p_to_db, coll = p_to_coll
      WHERE schema_name = p_schema AND table_name = p_table;
     PERFORM oplog2pg.drop_schema_if_empty(p_schema);
+END
+$$;
+
+-- The table of a time-series collection (docs/timeseries.md): made through ensure_mapped_table (which checks that
+-- this service owns it) with the columns of measurements, and its options recorded. p_time is the collection's
+-- timeField when the caller knows it (its create, the initial copy), NULL when it relies on what is recorded. Returns
+-- the recorded options; O2TSO when none are known.
+CREATE OR REPLACE FUNCTION oplog2pg.ensure_timeseries_table(p_service text, p_db text, p_coll text, p_schema text,
+                                                            p_table text, p_time text, p_meta text)
+RETURNS TABLE (time_field text, meta_field text) LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_time IS NOT NULL THEN
+        INSERT INTO oplog2pg.timeseries AS x (schema_name, table_name, time_field, meta_field)
+        VALUES (p_schema, p_table, p_time, p_meta)
+        ON CONFLICT (schema_name, table_name) DO UPDATE SET time_field = excluded.time_field,
+                                                            meta_field = excluded.meta_field;
+    ELSIF NOT EXISTS (SELECT 1 FROM oplog2pg.timeseries x WHERE x.schema_name = p_schema
+                         AND x.table_name = p_table) THEN
+        RAISE EXCEPTION 'the time field of time-series collection %.% is not known: its create was not read, and no '
+                        'initial copy recorded it', p_db, p_coll
+            USING ERRCODE = 'O2TSO',
+                  HINT = 'copy the collection (--reimport), or start from before its create';
+    END IF;
+    PERFORM oplog2pg.ensure_mapped_table(p_service, p_db, p_coll, p_schema, p_table,
+        '[{"name": "bucket", "type": "text", "ddl": "text COLLATE \"C\" NOT NULL"},
+          {"name": "pos", "type": "integer", "ddl": "integer NOT NULL"},
+          {"name": "time", "type": "timestamp with time zone", "ddl": "timestamptz NOT NULL"},
+          {"name": "meta", "type": "jsonb"},
+          {"name": "doc", "type": "jsonb", "ddl": "jsonb NOT NULL"}]'::jsonb,
+        '["bucket", "pos"]'::jsonb, false);
+    RETURN QUERY SELECT x.time_field, x.meta_field FROM oplog2pg.timeseries x
+                  WHERE x.schema_name = p_schema AND x.table_name = p_table;
 END
 $$;

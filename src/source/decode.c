@@ -240,6 +240,14 @@ static bool split_ns(const char *ns, size_t len, span *db, span *coll)
     return true;
 }
 
+#define BUCKETS_PREFIX_LEN 15 /* strlen("system.buckets.") */
+
+/* db.system.buckets.NAME: the buckets of time-series collection NAME (5.0 to 8.x keep them there, under a view). */
+static bool is_bucket_ns(span coll)
+{
+    return coll.len > BUCKETS_PREFIX_LEN && memcmp(coll.s, "system.buckets.", BUCKETS_PREFIX_LEN) == 0;
+}
+
 static bool internal_db(span db)
 {
     return ns_is_internal(db.s, db.len, NULL, 0);
@@ -251,7 +259,7 @@ static const char *skip_reason(const dctx *c, span db, span coll)
     if (internal_db(db))
         return "internal database (admin/local/config)";
     if (ns_is_internal(db.s, db.len, coll.s, coll.len)) {
-        if ((c->flags & DECODE_KEEP_SYSTEM) && coll.len > 15 && memcmp(coll.s, "system.buckets.", 15) == 0)
+        if ((c->flags & DECODE_KEEP_SYSTEM) && is_bucket_ns(coll))
             return NULL;
         return "system collection";
     }
@@ -411,7 +419,11 @@ static decode_status nomem(const dctx *c)
 }
 
 static const char VIEW_REASON[] = "a view: not replicated (no table); the collections it reads are";
-static const char TIMESERIES_REASON[] = "a time-series collection: not replicated (no table) in this version";
+static const char TIMESERIES_REASON[] =
+    "a time-series collection: its buckets are not read from this source (no table)";
+static const char VIEWLESS_REASON[] =
+    "a viewless time-series collection (buckets under its own name): not replicated yet (no table)";
+static const char TIMESERIES_VIEW_REASON[] = "the view of a time-series collection (its buckets are replicated)";
 
 /* A view is created by an insert into DB.system.views, {_id: "DB.NAME", viewOn, pipeline} (the server's
  * DatabaseImpl::createView writes the view catalog's document with an ordinary insert; no create entry), and a
@@ -438,7 +450,12 @@ static decode_status decode_view_insert(const dctx *c, const raw_op *r, span db,
     }
     if (!op_fill(out, vdb, vcoll, none, none, NULL, 0, NULL, 0))
         return nomem(c);
-    set_noop(out, strncmp(on, "system.buckets.", 15) == 0 ? TIMESERIES_REASON : VIEW_REASON);
+    bool ts = strncmp(on, "system.buckets.", BUCKETS_PREFIX_LEN) == 0;
+    if (ts && (c->flags & DECODE_KEEP_SYSTEM)) {
+        set_noop(out, TIMESERIES_VIEW_REASON); /* its buckets are read: the collection has its table */
+        return DECODE_OK;
+    }
+    set_noop(out, ts ? TIMESERIES_REASON : VIEW_REASON);
     out->notice = true;
     return DECODE_OK;
 }
@@ -460,6 +477,15 @@ static decode_status decode_data(const dctx *c, const raw_op *r, char code, op *
         set_noop(out, why);
         return DECODE_OK;
     }
+    /* A bucket of a time-series collection: the op is the collection's (db.NAME for db.system.buckets.NAME), and its
+     * payload is kept whole, never borrowed: the sink reads it after rendering (sink/tseries.c). */
+    bool bucket = is_bucket_ns(coll);
+    if (bucket) {
+        coll.s += BUCKETS_PREFIX_LEN;
+        coll.len -= BUCKETS_PREFIX_LEN;
+        borrow = false;
+    }
+    out->bucket = bucket;
     switch (code) {
     case 'i':
         if (!find_id(r->o, r->o_len, &id))
@@ -582,6 +608,10 @@ static decode_status decode_rename(const dctx *c, const raw_op *r, op *out)
         return fail(c, DECODE_MALFORMED, NULL, "renameCollection '%.*s' -> '%.*s': not db.collection names",
                     (int)from.len, from.s, (int)to.len, to.s);
     const char *why_from = skip_reason(c, fdb, fcoll), *why_to = skip_reason(c, tdb, tcoll);
+    if ((!why_from && is_bucket_ns(fcoll)) || (!why_to && is_bucket_ns(tcoll)))
+        /* a server refuses to rename a time-series collection or its buckets (rename_collection.cpp) */
+        return fail(c, DECODE_UNSUPPORTED, NULL, "renameCollection '%.*s' -> '%.*s' renames time-series buckets",
+                    (int)from.len, from.s, (int)to.len, to.s);
     if (why_from && why_to) {
         set_noop(out, why_from);
         return DECODE_OK;
@@ -654,6 +684,20 @@ static decode_status decode_command(const dctx *c, const raw_op *r, op *out)
         set_noop(out, why);
         return DECODE_OK;
     }
+    if (is_bucket_ns(coll)) {
+        /* Read only with DECODE_KEEP_SYSTEM (skip_reason): the create of a time-series collection's buckets (with
+         * its `timeseries` options, which the sink keeps) or their drop is the collection's; emptycapped cannot be
+         * run on it. */
+        coll.s += BUCKETS_PREFIX_LEN;
+        coll.len -= BUCKETS_PREFIX_LEN;
+        if (empty)
+            return fail(c, DECODE_UNSUPPORTED, NULL, "emptycapped on the buckets of a time-series collection");
+        if (!op_fill(out, db, coll, none, none, create ? r->o : NULL, create ? r->o_len : 0, NULL, 0))
+            return nomem(c);
+        out->kind = create ? OP_CREATE : OP_DROP;
+        out->bucket = true;
+        return DECODE_OK;
+    }
     if (create) {
         /* Neither a view nor a time-series collection has a table yet. 5.0 to 7.x write a time-series collection
          * as a create of DB.system.buckets.NAME (skipped above, as a system collection) and its view as an insert
@@ -667,7 +711,7 @@ static decode_status decode_command(const dctx *c, const raw_op *r, op *out)
                          ? TIMESERIES_REASON
                          : VIEW_REASON;
         else if (bson_iter_init_from_data(&v, r->o, r->o_len) && bson_iter_find(&v, "timeseries"))
-            reason = TIMESERIES_REASON;
+            reason = (c->flags & DECODE_KEEP_SYSTEM) ? VIEWLESS_REASON : TIMESERIES_REASON;
         if (reason != NULL) {
             if (!op_fill(out, db, coll, none, none, NULL, 0, NULL, 0))
                 return nomem(c);

@@ -47,18 +47,6 @@ static double watchdog_mean_interval(const notifysock *ns, int from, int count)
 #define WATCHDOG_USEC "2000000"
 #define WATCHDOG_S    2.0
 
-/* A TCP port nobody listens on right now. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* READY=1 after PostgreSQL and the oplog cursor are up (the starting checkpoint is committed by then); STATUS lines;
  * WATCHDOG=1 paced at a quarter of WATCHDOG_USEC, so always well within it; RELOADING=1 then READY=1 on SIGHUP;
  * STOPPING=1 on SIGTERM, then a clean exit. */
@@ -132,7 +120,7 @@ START_TEST(test_not_ready_without_postgres)
     FILE *f = fopen(ini, "w");
     ck_assert_ptr_nonnull(f);
     fprintf(f, "[mongodb]\nuri = %s\n[postgres]\nconninfo = host=127.0.0.1 port=%d connect_timeout=2\n", e.uri,
-            free_port());
+            denv_free_port());
     fclose(f);
     static notifysock ns;
     notifysock_open(&ns, e.dir);
@@ -242,35 +230,11 @@ END_TEST
 
 /* ---- metrics ---- */
 
-/* GET url with curl; the body (with headers when `headers`) into out. Returns curl's exit code. */
-static int curl_get(const char *url, bool headers, char *out, size_t outlen)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "curl -s -S --max-time 10 %s '%s' 2>&1", headers ? "-i" : "", url);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    size_t n = fread(out, 1, outlen - 1, p);
-    out[n] = '\0';
-    int rc = pclose(p);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-/* The value of the sample line that starts with `series` (name and labels as written), or -1. */
-static double metric(const char *text, const char *series)
-{
-    size_t len = strlen(series);
-    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-        if (strncmp(line, series, len) == 0 && line[len] == ' ')
-            return strtod(line + len + 1, NULL);
-    }
-    return -1;
-}
-
 /* Starts service `name` with the metrics endpoint on a free port (and more_ini after it), and waits until it is caught
  * up; returns the port. */
 static int start_with_metrics(denv *e, const char *name, const char *more_ini)
 {
-    int port = free_port();
+    int port = denv_free_port();
     char extra[256];
     snprintf(extra, sizeof extra, "[metrics]\nlisten = 127.0.0.1:%d\n%s", port, more_ini);
     denv_start(e, name, NULL, extra);
@@ -310,35 +274,35 @@ START_TEST(test_metrics_scrape)
      * (the checks below say what is missing if none came). */
     double until = denv_now() + 60;
     for (;;) {
-        ck_assert_int_eq(curl_get(url, true, body, 65536), 0);
-        if ((metric(body, "oplog2pg_ops_applied_total{kind=\"delete\"}") == 25 &&
-             metric(body, "oplog2pg_lag_seconds") == 0) ||
+        ck_assert_int_eq(denv_http_get(url, true, body, 65536), 0);
+        if ((denv_metric(body, "oplog2pg_ops_applied_total{kind=\"delete\"}") == 25 &&
+             denv_metric(body, "oplog2pg_lag_seconds") == 0) ||
             denv_now() > until)
             break;
         usleep(100 * 1000);
     }
     ck_assert_msg(strstr(body, "HTTP/1.1 200") != NULL, "status: %.200s", body);
     ck_assert_msg(strstr(body, "text/plain; version=0.0.4") != NULL, "content type: %.300s", body);
-    ck_assert_double_eq(metric(body, "oplog2pg_ops_applied_total{kind=\"insert\"}"), 300);
-    ck_assert_double_eq(metric(body, "oplog2pg_ops_applied_total{kind=\"update\"}"), 40);
-    ck_assert_double_eq(metric(body, "oplog2pg_ops_applied_total{kind=\"delete\"}"), 25);
-    ck_assert_double_eq(metric(body, "oplog2pg_rows_written_total{method=\"copy\"}") +
-                            metric(body, "oplog2pg_rows_written_total{method=\"insert\"}"),
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_ops_applied_total{kind=\"insert\"}"), 300);
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_ops_applied_total{kind=\"update\"}"), 40);
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_ops_applied_total{kind=\"delete\"}"), 25);
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_rows_written_total{method=\"copy\"}") +
+                            denv_metric(body, "oplog2pg_rows_written_total{method=\"insert\"}"),
                         300);
-    ck_assert_double_eq(metric(body, "oplog2pg_rows_written_total{method=\"update\"}"), 40);
-    ck_assert_double_eq(metric(body, "oplog2pg_rows_written_total{method=\"delete\"}"), 25);
-    ck_assert_double_eq(metric(body, "oplog2pg_dead_letters_total"), 0);
-    ck_assert_double_eq(metric(body, "oplog2pg_ready"), 1);
-    ck_assert_double_eq(metric(body, "oplog2pg_lag_seconds"), 0);
-    ck_assert_msg(metric(body, "oplog2pg_commits_total") >= 1, "no commits counted");
-    ck_assert_msg(metric(body, "oplog2pg_flushes_total{trigger=\"idle\"}") >= 1, "no idle flush counted");
-    ck_assert_msg(metric(body, "oplog2pg_bytes_written_total") > 0, "no bytes counted");
-    ck_assert_double_eq(metric(body, "oplog2pg_checkpoint_timestamp_seconds"),
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_rows_written_total{method=\"update\"}"), 40);
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_rows_written_total{method=\"delete\"}"), 25);
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_dead_letters_total"), 0);
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_ready"), 1);
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_lag_seconds"), 0);
+    ck_assert_msg(denv_metric(body, "oplog2pg_commits_total") >= 1, "no commits counted");
+    ck_assert_msg(denv_metric(body, "oplog2pg_flushes_total{trigger=\"idle\"}") >= 1, "no idle flush counted");
+    ck_assert_msg(denv_metric(body, "oplog2pg_bytes_written_total") > 0, "no bytes counted");
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_checkpoint_timestamp_seconds"),
                         (double)(denv_checkpoint_ts(e.service) >> 32));
     ck_assert_msg(strstr(body, "oplog2pg_info{service=\"rep_metrics\"") != NULL, "no info line");
 
     denv_stop(&e);
-    ck_assert_msg(curl_get(url, false, body, 65536) != 0, "the endpoint still answers after the daemon stopped");
+    ck_assert_msg(denv_http_get(url, false, body, 65536) != 0, "the endpoint still answers after the daemon stopped");
     free(body);
 }
 END_TEST
@@ -362,13 +326,13 @@ START_TEST(test_max_prepared_statements)
     snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", port);
     double until = denv_now() + 30;
     for (;;) { /* the snapshot is published every second */
-        ck_assert_int_eq(curl_get(url, true, body, 65536), 0);
-        if (metric(body, "oplog2pg_ops_applied_total{kind=\"insert\"}") == 12 || denv_now() > until)
+        ck_assert_int_eq(denv_http_get(url, true, body, 65536), 0);
+        if (denv_metric(body, "oplog2pg_ops_applied_total{kind=\"insert\"}") == 12 || denv_now() > until)
             break;
         usleep(100 * 1000);
     }
-    ck_assert_double_eq(metric(body, "oplog2pg_ops_applied_total{kind=\"insert\"}"), 12);
-    ck_assert_msg(metric(body, "oplog2pg_statements_unnamed_total") >= 2,
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_ops_applied_total{kind=\"insert\"}"), 12);
+    ck_assert_msg(denv_metric(body, "oplog2pg_statements_unnamed_total") >= 2,
                   "no statement went unnamed with room for two: the bound did not reach the connection");
     free(body);
     denv_expect_match(&e);

@@ -100,7 +100,11 @@ done:
  * neither compared nor orphans. Filtered by the MongoDB database the table holds. */
 static bool list_pg(PGconn *pg, const compare_options *opts, pg_table **tables, size_t *n, char *err, size_t errlen)
 {
-    PGresult *r = PQexec(pg, "SELECT schema_name, table_name, db FROM oplog2pg.tables ORDER BY 1, 2");
+    /* A time-series collection's table holds its measurements, not documents of a collection: the tests of
+     * time-series collections check those row by row (tests/integration/test_timeseries.c). */
+    PGresult *r = PQexec(pg, "SELECT schema_name, table_name, db FROM oplog2pg.tables t WHERE NOT EXISTS (SELECT 1 "
+                             "FROM oplog2pg.timeseries x WHERE x.schema_name = t.schema_name AND x.table_name = "
+                             "t.table_name) ORDER BY 1, 2");
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         /* No catalog yet: nothing was replicated. */
         PQclear(r);

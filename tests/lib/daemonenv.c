@@ -6,9 +6,12 @@
 #include <check.h>
 #include <libpq-fe.h>
 #include <mongoc/mongoc.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,8 +164,11 @@ void denv_start(denv *e, const char *name, const char *const *sim_args, const ch
              "EXECUTE format('DROP SCHEMA %%I CASCADE', s); END LOOP; "
              "DELETE FROM oplog2pg.tables WHERE service = '%s'; DELETE FROM oplog2pg.schemas WHERE service = '%s'; "
              "DELETE FROM oplog2pg.dead_letter WHERE service = '%s'; DELETE FROM oplog2pg.copy_state WHERE service = "
-             "'%s'; DELETE FROM oplog2pg.checkpoint WHERE service = '%s'; END IF; END $$",
-             name, e->service, e->service, e->service, e->service, e->service);
+             "'%s'; DELETE FROM oplog2pg.checkpoint WHERE service = '%s'; END IF; "
+             "IF to_regclass('oplog2pg.timeseries') IS NOT NULL THEN "
+             "DELETE FROM oplog2pg.timeseries WHERE schema_name LIKE 'rep\\_%s\\_%%'; "
+             "DELETE FROM oplog2pg.timeseries_bucket WHERE schema_name LIKE 'rep\\_%s\\_%%'; END IF; END $$",
+             name, e->service, e->service, e->service, e->service, e->service, name, name);
     denv_pg_exec(sql);
     mongoc_init();
     if (denv_using_sim()) {
@@ -456,4 +462,37 @@ void denv_rename(const denv *e, const char *db, const char *coll, const char *to
         BCON_NEW("renameCollection", BCON_UTF8(from), "to", BCON_UTF8(to), "dropTarget", BCON_BOOL(drop_target));
     run_command(e, "admin", cmd, "renameCollection");
     bson_destroy(cmd);
+}
+
+int denv_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+int denv_http_get(const char *url, bool headers, char *out, size_t outlen)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "curl -s -S --max-time 10 %s '%s' 2>&1", headers ? "-i" : "", url);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, outlen - 1, p);
+    out[n] = '\0';
+    int rc = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+double denv_metric(const char *text, const char *series)
+{
+    size_t len = strlen(series);
+    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, series, len) == 0 && line[len] == ' ')
+            return strtod(line + len + 1, NULL);
+    }
+    return -1;
 }

@@ -96,6 +96,12 @@ bool denv_file_contains(const char *path, const char *needle);
  * [from, to]; drop; dropDatabase; renameCollection. */
 void denv_insert_range(const denv *e, const char *db, const char *coll, int from, int to);
 void denv_drop_collection(const denv *e, const char *db, const char *coll);
+/* A TCP port nobody listens on right now. */
+int denv_free_port(void);
+/* GET url with curl; the body (with headers when `headers`) into out. Returns curl's exit code. */
+int denv_http_get(const char *url, bool headers, char *out, size_t outlen);
+/* The value of the metrics sample line that starts with `series` (name and labels as written), or -1. */
+double denv_metric(const char *text, const char *series);
 void denv_drop_database(const denv *e, const char *db);
 void denv_rename(const denv *e, const char *db, const char *coll, const char *to_db, const char *to_coll,
                  bool drop_target);

@@ -480,7 +480,8 @@ static void ts_cb(const bson_t *doc, size_t index, void *arg)
     ck_assert_int_eq(e.ops[0].kind, OP_UPDATE);
     ck_assert_int_eq(e.ops[0].form, OP_FORM_DIFF);
     ck_assert_str_eq(e.ops[0].db, "timeseries_test");
-    ck_assert_str_eq(e.ops[0].coll, "system.buckets.foo_ts");
+    ck_assert_str_eq(e.ops[0].coll, "foo_ts"); /* the collection's, not its buckets' */
+    ck_assert(e.ops[0].bucket);
     ck_assert_int_eq(e.ops[0].id.value_type, BSON_TYPE_OID);
     op_entry_clear(&e);
     s->ok++;
@@ -1082,6 +1083,48 @@ START_TEST(test_views_timeseries_and_newer_entries)
     ck_assert(e.ops[0].notice);
     ck_assert_ptr_nonnull(strstr(e.ops[0].reason, "time-series"));
     op_entry_clear(&e);
+    /* Read with DECODE_KEEP_SYSTEM (as the oplog is): the buckets' create is the collection's, with its options; the
+     * view is silent; the buckets' drop is the collection's; a bucket write is the collection's, marked as a bucket */
+    ck_assert_int_eq(decode_json("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"create\": "
+                                 "\"system.buckets.weather\", \"validator\": {}, \"clusteredIndex\": true, "
+                                 "\"timeseries\": {\"timeField\": \"t\", \"metaField\": \"m\"}}}",
+                                 DECODE_KEEP_SYSTEM, &e, err, sizeof err),
+                     DECODE_OK);
+    ck_assert_int_eq(e.ops[0].kind, OP_CREATE);
+    ck_assert(e.ops[0].bucket);
+    ck_assert_str_eq(e.ops[0].db, "m");
+    ck_assert_str_eq(e.ops[0].coll, "weather");
+    ck_assert_ptr_nonnull(e.ops[0].doc);
+    op_entry_clear(&e);
+    ck_assert_int_eq(decode_json("{" TS "\"op\": \"i\", \"ns\": \"m.system.views\", \"o\": {\"_id\": "
+                                 "\"m.weather\", \"viewOn\": \"system.buckets.weather\", \"pipeline\": []}}",
+                                 DECODE_KEEP_SYSTEM, &e, err, sizeof err),
+                     DECODE_OK);
+    ck_assert_int_eq(e.ops[0].kind, OP_NOOP);
+    ck_assert(!e.ops[0].notice);
+    op_entry_clear(&e);
+    ck_assert_int_eq(decode_json("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"drop\": "
+                                 "\"system.buckets.weather\"}}",
+                                 DECODE_KEEP_SYSTEM, &e, err, sizeof err),
+                     DECODE_OK);
+    ck_assert_int_eq(e.ops[0].kind, OP_DROP);
+    ck_assert(e.ops[0].bucket);
+    ck_assert_str_eq(e.ops[0].coll, "weather");
+    op_entry_clear(&e);
+    ck_assert_int_eq(decode_json("{" TS "\"op\": \"i\", \"ns\": \"m.system.buckets.weather\", \"o\": {\"_id\": "
+                                 "{\"$oid\": \"65a1b2c3d4e5f60718293a4b\"}, \"control\": {\"version\": 1}}}",
+                                 DECODE_KEEP_SYSTEM | DECODE_BORROW_PAYLOAD, &e, err, sizeof err),
+                     DECODE_OK);
+    ck_assert_int_eq(e.ops[0].kind, OP_INSERT);
+    ck_assert(e.ops[0].bucket);
+    ck_assert(!e.ops[0].doc_borrowed); /* the sink reads a bucket after rendering: kept */
+    ck_assert_str_eq(e.ops[0].coll, "weather");
+    op_entry_clear(&e);
+    ck_assert_int_eq(decode_json("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"renameCollection\": "
+                                 "\"m.system.buckets.weather\", \"to\": \"m.w3\"}}",
+                                 DECODE_KEEP_SYSTEM, &e, err, sizeof err),
+                     DECODE_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err, "time-series buckets"));
     /* a plain view */
     ck_assert_int_eq(decode_json("{" TS "\"op\": \"c\", \"ns\": \"m.$cmd\", \"o\": {\"create\": \"v\", "
                                  "\"viewOn\": \"orders\", \"pipeline\": [{\"$match\": {\"x\": 1}}]}}",

@@ -215,7 +215,8 @@ static bool prepare(dump_reader *d, const bson_t *doc, uint64_t num, unsigned fl
         return false;
     }
     decode_status ds =
-        decode_entry_ex(doc, (d->cfg.keep_payload ? 0 : DECODE_BORROW_PAYLOAD) | flags, e, err, sizeof err);
+        decode_entry_ex(doc, DECODE_KEEP_SYSTEM | (d->cfg.keep_payload ? 0 : DECODE_BORROW_PAYLOAD) | flags, e, err,
+                        sizeof err);
     if (ds != DECODE_OK) {
         queue_pusher_unreserve(&d->out, doc->len);
         free(e);

@@ -1,0 +1,810 @@
+/*
+ * tseries.c — the time-series table kind (pg_internal.h, table_kind): a time-series collection as a table of its
+ * measurements, one row each, keyed by the bucket that holds it and its place there (docs/timeseries.md):
+ *
+ *     bucket text COLLATE "C"   the bucket's _id, 24 hex digits  }  the primary key
+ *     pos    integer            its place in the bucket, from 0   }
+ *     time   timestamptz        the measurement's time field
+ *     meta   jsonb              the bucket's meta field (NULL without one)
+ *     doc    jsonb              the measurement as the collection returns it (its _id, time, meta and fields)
+ *
+ * MongoDB writes buckets, not measurements: a new bucket is an insert of many measurements, an append an update of
+ * the bucket (a `$v:2` diff: new keys of its columns up to 7.x, binary diffs of its compressed columns from 8.0), a
+ * compression or a re-pack a replacement, a deletion a delete. Each is applied here to the bucket's document as of
+ * the last op (kept in memory, and in oplog2pg.timeseries_bucket with each commit, so a restart or a later session
+ * finds it), old and new are unpacked (map/bucket.h), and only the rows that differ are written: an append inserts
+ * its new places, a compression that keeps the order writes nothing, a re-pack rewrites the places that changed and
+ * deletes those past the new end. Every op goes out as at most two pipelined statements whatever its size (the rows
+ * as arrays, binary), in the group's transaction like every other write.
+ *
+ * A change whose bucket has no stored document (a diff of a bucket whose insert was never applied, or after an
+ * earlier change of it was set aside) cannot be applied: it is refused as data, with that reason, and never guessed.
+ */
+#include "pg_internal.h"
+
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "map/bucket.h"
+#include "map/ejson.h"
+#include "sink/tseries.h"
+#include "util/strbuf.h"
+
+#define TS_KEY_LEN 24 /* an ObjectId in hex */
+/* Bucket documents kept in memory past a commit, in bytes, before the clean ones are let go (they are read back from
+ * oplog2pg.timeseries_bucket when needed again). */
+#define TS_CACHE_BYTES (64u * 1024 * 1024)
+
+/* PostgreSQL's type OIDs (pg_type.dat; fixed since the types were built in) */
+#define OID_BYTEA       17
+#define OID_INT4        23
+#define OID_TEXT        25
+#define OID_TIMESTAMPTZ 1184
+#define OID_JSONB       3802
+
+/* The instants PostgreSQL's timestamptz holds, in milliseconds since 1970 (4713 BC to 294276 AD, datetime.h's
+ * MIN_TIMESTAMP and END_TIMESTAMP), and the distance from 1970 to its epoch, 2000-01-01. */
+#define TS_MIN_MS       (-210866803200000LL)
+#define TS_END_MS       9224318016000000LL
+#define PG_EPOCH_OFF_MS 946684800000LL
+
+typedef struct ts_state {
+    char key[TS_KEY_LEN + 1]; /* "" marks a free slot */
+    uint8_t *doc;             /* the bucket document; NULL: none (deleted, or its last change set aside) */
+    uint32_t len;
+    bool dirty; /* changed since the last commit: written (or its row deleted) with the next one */
+} ts_state;
+
+struct sink_tseries {
+    char *time_field, *meta_field; /* the collection's options (meta_field NULL when none) */
+    ts_state *slots;
+    size_t cap, n; /* open addressing; cap a power of two, at least twice n */
+    size_t bytes;  /* of the documents held */
+    bool any_dirty;
+};
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* the bucket documents, by _id */
+
+static uint64_t key_hash(const char *k)
+{
+    uint64_t h = 1469598103934665603u;
+    for (; *k; k++)
+        h = (h ^ (uint8_t)*k) * 1099511628211u;
+    return h;
+}
+
+static ts_state *state_find(sink_tseries *ts, const char *key)
+{
+    if (ts->cap == 0)
+        return NULL;
+    for (size_t i = key_hash(key) & (ts->cap - 1);; i = (i + 1) & (ts->cap - 1)) {
+        if (ts->slots[i].key[0] == '\0')
+            return NULL;
+        if (strcmp(ts->slots[i].key, key) == 0)
+            return &ts->slots[i];
+    }
+}
+
+static bool state_grow(sink_tseries *ts)
+{
+    size_t cap = ts->cap ? ts->cap * 2 : 64;
+    ts_state *slots = calloc(cap, sizeof *slots);
+    if (slots == NULL)
+        return false;
+    for (size_t i = 0; i < ts->cap; i++) {
+        if (ts->slots[i].key[0] == '\0')
+            continue;
+        size_t j = key_hash(ts->slots[i].key) & (cap - 1);
+        while (slots[j].key[0] != '\0')
+            j = (j + 1) & (cap - 1);
+        slots[j] = ts->slots[i];
+    }
+    free(ts->slots);
+    ts->slots = slots;
+    ts->cap = cap;
+    return true;
+}
+
+/* The slot of key, made (empty, no document) when missing; NULL when memory ran out. */
+static ts_state *state_put(sink_tseries *ts, const char *key)
+{
+    ts_state *st = state_find(ts, key);
+    if (st != NULL)
+        return st;
+    if ((ts->n + 1) * 2 > ts->cap && !state_grow(ts))
+        return NULL;
+    size_t i = key_hash(key) & (ts->cap - 1);
+    while (ts->slots[i].key[0] != '\0')
+        i = (i + 1) & (ts->cap - 1);
+    memcpy(ts->slots[i].key, key, TS_KEY_LEN + 1);
+    ts->n++;
+    return &ts->slots[i];
+}
+
+/* Sets st's document (taking ownership of doc, which may be NULL) and marks it for the next commit. */
+static void state_set(sink_tseries *ts, ts_state *st, uint8_t *doc, uint32_t len)
+{
+    ts->bytes -= st->len;
+    free(st->doc);
+    st->doc = doc;
+    st->len = doc != NULL ? len : 0;
+    ts->bytes += st->len;
+    st->dirty = true;
+    ts->any_dirty = true;
+}
+
+/* Lets every document go that the last commit wrote, when they take more than TS_CACHE_BYTES. */
+static void state_trim(sink_tseries *ts)
+{
+    if (ts->bytes <= TS_CACHE_BYTES)
+        return;
+    ts_state *old = ts->slots;
+    size_t cap = ts->cap;
+    ts->slots = NULL;
+    ts->cap = ts->n = ts->bytes = 0;
+    for (size_t i = 0; i < cap; i++) {
+        if (old[i].key[0] == '\0')
+            continue;
+        if (!old[i].dirty) {
+            free(old[i].doc);
+            continue;
+        }
+        ts_state *st = state_put(ts, old[i].key); /* cannot fail for lack of room: fewer than before */
+        if (st == NULL) {
+            free(old[i].doc);
+            continue; /* (never: the table only shrinks) */
+        }
+        *st = old[i];
+        ts->bytes += st->len;
+    }
+    free(old);
+}
+
+static void tseries_free_state(sink_tseries *ts)
+{
+    if (ts == NULL)
+        return;
+    for (size_t i = 0; i < ts->cap; i++)
+        free(ts->slots[i].doc);
+    free(ts->slots);
+    free(ts->time_field);
+    free(ts->meta_field);
+    free(ts);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* binary parameters */
+
+static void put_u32(strbuf *b, uint32_t v)
+{
+    uint32_t n = htonl(v);
+    strbuf_append(b, &n, 4);
+}
+
+static void put_u64(strbuf *b, uint64_t v)
+{
+    put_u32(b, (uint32_t)(v >> 32));
+    put_u32(b, (uint32_t)v);
+}
+
+/* The header of a one-dimensional array of n elements of type oid, without NULLs (array_recv's format); each element
+ * follows as its length and bytes. */
+static void array_begin(strbuf *b, uint32_t oid, size_t n)
+{
+    put_u32(b, 1);
+    put_u32(b, 0);
+    put_u32(b, oid);
+    put_u32(b, (uint32_t)n);
+    put_u32(b, 1);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* the kind */
+
+static bool prepare(sink *s, table *t, const op_pos *pos)
+{
+    if (t->ts == NULL && (t->ts = calloc(1, sizeof *t->ts)) == NULL)
+        return false;
+    const char *values[7] = {s->service,    t->db,           t->coll,        t->name.schema,
+                             t->name.table, s->ts_hint_time, s->ts_hint_meta};
+    PGresult *res = NULL;
+    if (!pipe_read(s, t, SINK_TSERIES_ENSURE_SQL, 7, values, NULL, NULL, pos, &res))
+        return false;
+    bool ok = PQntuples(res) == 1 && !PQgetisnull(res, 0, 0);
+    if (ok) {
+        free(t->ts->time_field);
+        free(t->ts->meta_field);
+        t->ts->time_field = strdup(PQgetvalue(res, 0, 0));
+        t->ts->meta_field = PQgetisnull(res, 0, 1) ? NULL : strdup(PQgetvalue(res, 0, 1));
+        ok = t->ts->time_field != NULL && (PQgetisnull(res, 0, 1) || t->ts->meta_field != NULL);
+        if (!ok)
+            sink_set_err(s, APPLY_NOMEM, NULL, "out of memory reading the options of %s.%s", t->db, t->coll);
+    } else {
+        sink_set_err(s, APPLY_CONFIG, NULL, "the options of time-series collection %s.%s came back empty", t->db,
+                     t->coll);
+    }
+    PQclear(res);
+    return ok;
+}
+
+/* A time-series table is written only by its bucket ops (tseries_apply): runs of inserts never reach it (the batcher
+ * hands bucket ops on one by one), and its DDL goes by the catalog as the jsonb shape's does. */
+static sink_status no_runs(sink *s, table *t, const sink_batch *b, const op_pos *pos, bool fresh)
+{
+    (void)b;
+    (void)fresh;
+    char where[32];
+    sink_fmt_pos(pos, where, sizeof where);
+    sink_set_err(s, APPLY_UNRECORDABLE, NULL,
+                 "a run of documents reached the time-series table of %s.%s (oplog entry %s): a bug", t->db, t->coll,
+                 where);
+    return s->failed;
+}
+
+static bool no_streams(const table *t)
+{
+    (void)t;
+    return false;
+}
+
+static bool no_copy_start(sink *s, const table *t, pgconn_error *e)
+{
+    (void)s;
+    (void)t;
+    memset(e, 0, sizeof *e);
+    e->status = APPLY_UNRECORDABLE;
+    snprintf(e->message, sizeof e->message, "a COPY of documents into a time-series table: a bug");
+    return false;
+}
+
+static bool no_copy_rows(sink_copy_out *o, const table *t, const sink_batch *b, size_t *from, pgconn_error *e)
+{
+    (void)o;
+    (void)b;
+    (void)from;
+    return no_copy_start(NULL, t, e);
+}
+
+static sink_rows_dest no_dest(const table *t)
+{
+    return sink_jsonb_kind.dest(t);
+}
+
+static sink_status ddl_drop(sink *s, const char *db, const char *coll, const op_pos *pos)
+{
+    return sink_jsonb_kind.drop(s, db, coll, pos);
+}
+
+static sink_status ddl_rename(sink *s, const char *db, const char *coll, const char *to_db, const char *to_coll,
+                              const op_pos *pos)
+{
+    return sink_jsonb_kind.rename(s, db, coll, to_db, to_coll, pos);
+}
+
+static sink_status ddl_truncate(sink *s, table *t, const op_pos *pos)
+{
+    return sink_jsonb_kind.truncate(s, t, pos);
+}
+
+static void kind_free(table *t)
+{
+    tseries_free_state(t->ts);
+    t->ts = NULL;
+}
+
+const table_kind sink_tseries_kind = {
+    .name = sink_map_names,
+    .prepare = prepare,
+    .insert_rows = no_runs,
+    .streams = no_streams,
+    .copy_start = no_copy_start,
+    .copy_rows = no_copy_rows,
+    .dest = no_dest,
+    .apply_plan = NULL,
+    .drop = ddl_drop,
+    .rename = ddl_rename,
+    .truncate = ddl_truncate,
+    .free = kind_free,
+};
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* a bucket op */
+
+/* A refusal of the op's data: what cannot become rows (the bucket itself, or what it holds). */
+static sink_status refuse(sink *s, const table *t, const op *o, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static sink_status refuse(sink *s, const table *t, const op *o, const char *fmt, ...)
+{
+    char why[600], where[32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    sink_fmt_pos(&o->pos, where, sizeof where);
+    sink_set_err_at(s, &o->pos, APPLY_DATA, NULL, "%s of a bucket of time-series collection %s.%s (oplog entry %s): %s",
+                    op_kind_name(o->kind), t->db, t->coll, where, why);
+    return s->failed;
+}
+
+/* The stored document of a bucket missing from memory, read back (NULL doc: there is none). */
+static bool state_load(sink *s, table *t, ts_state *st, const op_pos *pos)
+{
+    const char *values[3] = {t->name.schema, t->name.table, st->key};
+    const int formats[3] = {0, 0, 0};
+    PGresult *res = NULL;
+    if (!pipe_read(s, t,
+                   "SELECT doc FROM oplog2pg.timeseries_bucket WHERE schema_name = $1 AND table_name = $2 AND "
+                   "bucket = $3",
+                   3, values, NULL, formats, pos, &res))
+        return false;
+    bool ok = true;
+    if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
+        size_t len = 0;
+        unsigned char *raw = PQunescapeBytea((const unsigned char *)PQgetvalue(res, 0, 0), &len);
+        uint8_t *doc = raw != NULL ? malloc(len > 0 ? len : 1) : NULL;
+        if (doc == NULL) {
+            ok = false;
+            sink_set_err(s, APPLY_NOMEM, NULL, "out of memory reading a bucket of %s.%s", t->db, t->coll);
+        } else {
+            memcpy(doc, raw, len);
+            s->stats.ts_bucket_reads++;
+            st->doc = doc;
+            st->len = (uint32_t)len;
+            t->ts->bytes += len;
+        }
+        PQfreemem(raw);
+    }
+    PQclear(res);
+    return ok;
+}
+
+/* The rows of a bucket op as the parameters of TS_UPSERT_SQL: the bucket's meta value (the same in each of its rows)
+ * and, for each place whose measurement differs between old and new (old NULL: unknown, so every one), its place,
+ * time and document, as binary arrays. */
+typedef struct ts_params {
+    strbuf pos, times, docs, meta, js;
+    bool has_meta;
+    size_t n;
+} ts_params;
+
+typedef enum { TS_BUILD_OK, TS_BUILD_REFUSED, TS_BUILD_NOMEM } ts_build;
+
+static void params_free(ts_params *p)
+{
+    strbuf_free(&p->pos);
+    strbuf_free(&p->times);
+    strbuf_free(&p->docs);
+    strbuf_free(&p->meta);
+    strbuf_free(&p->js);
+}
+
+static bool same_row(const bucket_rows *old, const bucket_rows *nw, size_t i)
+{
+    return old != NULL && i < old->n && old->times[i] == nw->times[i] && old->lens[i] == nw->lens[i] &&
+           memcmp(old->docs[i], nw->docs[i], nw->lens[i]) == 0;
+}
+
+static ts_build build_rows(const char *meta_field, const uint8_t *bucket, uint32_t len, const bucket_rows *old,
+                           const bucket_rows *nw, ts_params *p, char *why, size_t whylen)
+{
+    memset(p, 0, sizeof *p);
+    bson_iter_t it;
+    if (meta_field != NULL && bson_iter_init_from_data(&it, bucket, len) && bson_iter_find(&it, "meta")) {
+        ejson_error err;
+        strbuf_putc(&p->meta, 1); /* jsonb's binary format: version 1, then the text */
+        if (ejson_write_value(&p->meta, bson_iter_value(&it), &err) != EJSON_OK) {
+            if (p->meta.failed)
+                return TS_BUILD_NOMEM;
+            char e[200];
+            snprintf(why, whylen, "its meta value cannot be written as JSON: %s", ejson_error_text(&err, e, sizeof e));
+            return TS_BUILD_REFUSED;
+        }
+        p->has_meta = true;
+    }
+    for (size_t i = 0; i < nw->n; i++)
+        p->n += !same_row(old, nw, i);
+    if (p->n == 0)
+        return TS_BUILD_OK;
+    array_begin(&p->pos, OID_INT4, p->n);
+    array_begin(&p->times, OID_TIMESTAMPTZ, p->n);
+    array_begin(&p->docs, OID_JSONB, p->n);
+    for (size_t i = 0; i < nw->n; i++) {
+        if (same_row(old, nw, i))
+            continue; /* the same measurement in the same place: nothing to write */
+        int64_t ms = nw->times[i];
+        if (ms < TS_MIN_MS || ms >= TS_END_MS) {
+            snprintf(why, whylen, "measurement %zu's time (%lld ms from 1970) is outside timestamptz's range", i,
+                     (long long)ms);
+            return TS_BUILD_REFUSED;
+        }
+        put_u32(&p->pos, 4);
+        put_u32(&p->pos, (uint32_t)i);
+        put_u32(&p->times, 8);
+        put_u64(&p->times, (uint64_t)((ms - PG_EPOCH_OFF_MS) * 1000));
+        ejson_error err;
+        strbuf_reset(&p->js, 1 << 20);
+        strbuf_putc(&p->js, 1);
+        if (ejson_write_document_jsonb(&p->js, nw->docs[i], nw->lens[i], &err) != EJSON_OK) {
+            if (p->js.failed)
+                return TS_BUILD_NOMEM;
+            char e[200];
+            snprintf(why, whylen, "measurement %zu cannot be written as JSON: %s", i,
+                     ejson_error_text(&err, e, sizeof e));
+            return TS_BUILD_REFUSED;
+        }
+        put_u32(&p->docs, (uint32_t)p->js.len);
+        strbuf_append(&p->docs, p->js.data, p->js.len);
+    }
+    return p->pos.failed || p->times.failed || p->docs.failed || p->meta.failed ? TS_BUILD_NOMEM : TS_BUILD_OK;
+}
+
+/* The statements of a bucket's rows, for the table %s: the upsert of ts_params (a row whose values are the same is
+ * left alone), and the delete of the places from $2 on. */
+#define TS_UPSERT_SQL                                                                                                  \
+    "INSERT INTO %s AS r (bucket, pos, \"time\", meta, doc) SELECT $1, u.p, u.tm, $2::jsonb, u.d "                     \
+    "FROM unnest($3::int4[], $4::timestamptz[], $5::jsonb[]) AS u(p, tm, d) "                                          \
+    "ON CONFLICT (bucket, pos) DO UPDATE SET \"time\" = excluded.\"time\", meta = excluded.meta, "                     \
+    "doc = excluded.doc WHERE (r.\"time\", r.meta, r.doc) IS DISTINCT FROM "                                           \
+    "(excluded.\"time\", excluded.meta, excluded.doc)"
+#define TS_CUT_SQL "DELETE FROM %s WHERE bucket = $1 AND pos >= $2::int4"
+#define TS_STORE_ONE_SQL                                                                                               \
+    "INSERT INTO oplog2pg.timeseries_bucket (schema_name, table_name, bucket, doc) VALUES ($1, $2, $3, $4) "           \
+    "ON CONFLICT (schema_name, table_name, bucket) DO UPDATE SET doc = excluded.doc"
+
+/* The rows that differ between old and new (old may be NULL: unknown, so every row of new is written), sent as one
+ * upsert; the places past new's end deleted (when old had more, or is unknown). */
+static sink_status write_rows(sink *s, table *t, const op *o, const char *key, const uint8_t *bucket, uint32_t len,
+                              const bucket_rows *old, const bucket_rows *nw)
+{
+    ts_params p;
+    char why[400];
+    sink_status st = APPLY_OK;
+    switch (build_rows(t->ts->meta_field, bucket, len, old, nw, &p, why, sizeof why)) {
+    case TS_BUILD_OK:
+        break;
+    case TS_BUILD_REFUSED:
+        st = refuse(s, t, o, "%s", why);
+        goto out;
+    case TS_BUILD_NOMEM:
+        goto oom;
+    }
+    if (p.n > 0) {
+        char *sql = NULL;
+        if (asprintf(&sql, TS_UPSERT_SQL, t->qname) < 0)
+            goto oom;
+        const char *values[5] = {key, p.has_meta ? p.meta.data : NULL, p.pos.data, p.times.data, p.docs.data};
+        const int lengths[5] = {TS_KEY_LEN, p.has_meta ? (int)p.meta.len : 0, (int)p.pos.len, (int)p.times.len,
+                                (int)p.docs.len};
+        const int formats[5] = {1, 1, 1, 1, 1};
+        if (!pipe_push_pending(s, P_INSERT, t, &o->pos)) {
+            free(sql);
+            st = s->failed;
+            goto out;
+        }
+        bool ok = PQsendQueryParams(s->conn, sql, 5, NULL, values, lengths, formats, 0) == 1;
+        free(sql);
+        st = pipe_after_send(s, ok, p.pos.len + p.times.len + p.docs.len + p.meta.len + 256);
+        if (st != APPLY_OK)
+            goto out;
+        s->stats.ts_rows += p.n;
+        s->stats.bytes += p.docs.len;
+    }
+    if (old == NULL || old->n > nw->n) {
+        char *sql = NULL, cut[24];
+        if (asprintf(&sql, TS_CUT_SQL, t->qname) < 0)
+            goto oom;
+        snprintf(cut, sizeof cut, "%zu", nw->n);
+        const char *values[2] = {key, cut};
+        if (!pipe_push_pending(s, P_DELETE, t, &o->pos)) {
+            free(sql);
+            st = s->failed;
+            goto out;
+        }
+        bool ok = PQsendQueryParams(s->conn, sql, 2, NULL, values, NULL, NULL, 0) == 1;
+        free(sql);
+        st = pipe_after_send(s, ok, 128);
+    }
+    goto out;
+oom:
+    sink_set_err(s, APPLY_NOMEM, NULL, "out of memory writing the rows of a bucket of %s.%s", t->db, t->coll);
+    st = s->failed;
+out:
+    params_free(&p);
+    return st;
+}
+
+/* The key of the op's bucket: its _id, an ObjectId, in hex. */
+static bool bucket_key(const op *o, char key[TS_KEY_LEN + 1])
+{
+    if (o->id.value_type != BSON_TYPE_OID)
+        return false;
+    bson_oid_to_string(&o->id.value.v_oid, key);
+    return true;
+}
+
+sink_status tseries_apply(sink *s, table *t, const op *o)
+{
+    sink_tseries *ts = t->ts;
+    char key[TS_KEY_LEN + 1];
+    char why[300];
+    if (!bucket_key(o, key))
+        return refuse(s, t, o, "its _id is not an ObjectId, as a bucket's always is");
+    ts_state *st = state_put(ts, key);
+    if (st == NULL)
+        goto oom;
+    /* A slot made just now knows nothing yet: an update reads the stored document (a diff needs it; a replacement
+     * then writes only what it changes), an insert does without (a new bucket has none). */
+    bool known = st->doc != NULL || st->dirty;
+    if (!known && o->kind == OP_UPDATE) {
+        if (!state_load(s, t, st, &o->pos))
+            return s->failed;
+        known = st->doc != NULL;
+    }
+    /* the bucket after the op */
+    uint8_t *after = NULL;
+    uint32_t after_len = 0;
+    switch (o->kind) {
+    case OP_INSERT:
+    case OP_UPDATE: {
+        if (o->doc == NULL)
+            return refuse(s, t, o, "it carries no document");
+        if (o->kind == OP_INSERT || o->form == OP_FORM_REPLACE) {
+            after = malloc(o->doc_len);
+            if (after == NULL)
+                goto oom;
+            memcpy(after, o->doc, o->doc_len);
+            after_len = o->doc_len;
+            break;
+        }
+        if (o->form != OP_FORM_DIFF)
+            return refuse(s, t, o, "a %s update, which no server writes for a bucket", op_form_name(o->form));
+        if (st->doc == NULL)
+            return refuse(s, t, o,
+                          "no document of bucket %s is known to apply this change to (its insert was not replicated, "
+                          "or an earlier change of it was set aside)",
+                          key);
+        bson_iter_t it, d;
+        if (!bson_iter_init_from_data(&it, o->doc, o->doc_len) || !bson_iter_find(&it, "diff") ||
+            !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &d))
+            return refuse(s, t, o, "a $v:2 update without its diff");
+        uint32_t dlen;
+        const uint8_t *ddata;
+        bson_iter_document(&it, &dlen, &ddata);
+        bson_t out;
+        if (!bucket_apply_diff(st->doc, st->len, ddata, dlen, &out, why, sizeof why))
+            return refuse(s, t, o, "its diff does not apply to bucket %s: %s", key, why);
+        after_len = out.len;
+        after = malloc(out.len);
+        if (after != NULL)
+            memcpy(after, bson_get_data(&out), out.len);
+        bson_destroy(&out);
+        if (after == NULL)
+            goto oom;
+        break;
+    }
+    case OP_DELETE:
+        break;
+    default:
+        return refuse(s, t, o, "a %s, which no server writes for a bucket", op_kind_name(o->kind));
+    }
+
+    bucket_spec spec = {.time_field = ts->time_field, .meta_field = ts->meta_field};
+    bucket_rows old = {0}, nw = {0};
+    sink_status res = APPLY_OK;
+    if (after != NULL && !bucket_unpack(after, after_len, &spec, &nw, why, sizeof why)) {
+        free(after);
+        return refuse(s, t, o, "bucket %s cannot be read: %s", key, why);
+    }
+    if (after == NULL) {
+        /* a deleted bucket: all its rows go */
+        char *sql = NULL;
+        if (asprintf(&sql, "DELETE FROM %s WHERE bucket = $1", t->qname) < 0)
+            goto oom;
+        const char *values[1] = {key};
+        if (!pipe_push_pending(s, P_DELETE, t, &o->pos)) {
+            free(sql);
+            return s->failed;
+        }
+        bool ok = PQsendQueryParams(s->conn, sql, 1, NULL, values, NULL, NULL, 0) == 1;
+        free(sql);
+        res = pipe_after_send(s, ok, 128);
+    } else {
+        bool have_old = known && st->doc != NULL &&
+                        bucket_unpack(st->doc, st->len, &spec, &old, why, sizeof why); /* else: rewrite them all */
+        res = write_rows(s, t, o, key, after, after_len, have_old ? &old : NULL, &nw);
+        bucket_rows_clear(&old);
+    }
+    bucket_rows_clear(&nw);
+    if (res != APPLY_OK) {
+        free(after);
+        return res;
+    }
+    /* what the op changed, for an undo if it is set aside (careful sessions: sink_dead_letter) */
+    s->ts_undo_table = t;
+    memcpy(s->ts_undo_key, key, sizeof key);
+    s->stats.ts_bucket_ops++;
+    state_set(ts, st, after, after_len);
+    return APPLY_OK;
+
+oom:
+    sink_set_err(s, APPLY_NOMEM, NULL, "out of memory applying a bucket of %s.%s", t->db, t->coll);
+    return s->failed;
+}
+
+void tseries_undo(sink *s)
+{
+    table *t = s->ts_undo_table;
+    s->ts_undo_table = NULL;
+    if (t == NULL || t->ts == NULL)
+        return;
+    ts_state *st = state_find(t->ts, s->ts_undo_key);
+    if (st != NULL)
+        state_set(t->ts, st, NULL, 0); /* unknown from now on: a later diff of it is refused, never guessed */
+}
+
+/* One table's changed documents written (and the rows of those that went deleted), in the open group. */
+static sink_status flush_table(sink *s, table *t, const op_pos *pos)
+{
+    sink_tseries *ts = t->ts;
+    strbuf keys = STRBUF_INIT, docs = STRBUF_INIT, gone = STRBUF_INIT;
+    size_t nput = 0, ngone = 0;
+    for (size_t i = 0; i < ts->cap; i++)
+        if (ts->slots[i].key[0] != '\0' && ts->slots[i].dirty)
+            (ts->slots[i].doc != NULL ? nput++ : ngone++);
+    sink_status st = APPLY_OK;
+    if (nput > 0) {
+        array_begin(&keys, OID_TEXT, nput);
+        array_begin(&docs, OID_BYTEA, nput);
+    }
+    if (ngone > 0)
+        array_begin(&gone, OID_TEXT, ngone);
+    for (size_t i = 0; i < ts->cap; i++) {
+        ts_state *x = &ts->slots[i];
+        if (x->key[0] == '\0' || !x->dirty)
+            continue;
+        strbuf *k = x->doc != NULL ? &keys : &gone;
+        put_u32(k, TS_KEY_LEN);
+        strbuf_append(k, x->key, TS_KEY_LEN);
+        if (x->doc != NULL) {
+            put_u32(&docs, x->len);
+            strbuf_append(&docs, x->doc, x->len);
+        }
+    }
+    if (keys.failed || docs.failed || gone.failed) {
+        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory writing the buckets of %s.%s", t->db, t->coll);
+        st = s->failed;
+        goto out;
+    }
+    const int formats[4] = {0, 0, 1, 1};
+    if (nput > 0) {
+        const char *values[4] = {t->name.schema, t->name.table, keys.data, docs.data};
+        const int lengths[4] = {0, 0, (int)keys.len, (int)docs.len};
+        if (!pipe_push_pending(s, P_CATALOG, t, pos)) {
+            st = s->failed;
+            goto out;
+        }
+        bool ok = PQsendQueryParams(s->conn,
+                                    "INSERT INTO oplog2pg.timeseries_bucket (schema_name, table_name, bucket, doc) "
+                                    "SELECT $1, $2, u.b, u.d FROM unnest($3::text[], $4::bytea[]) AS u(b, d) "
+                                    "ON CONFLICT (schema_name, table_name, bucket) DO UPDATE SET doc = excluded.doc",
+                                    4, NULL, values, lengths, formats, 0) == 1;
+        if ((st = pipe_after_send(s, ok, keys.len + docs.len + 128)) != APPLY_OK)
+            goto out;
+    }
+    if (ngone > 0) {
+        const char *values[3] = {t->name.schema, t->name.table, gone.data};
+        const int lengths[3] = {0, 0, (int)gone.len};
+        if (!pipe_push_pending(s, P_CATALOG, t, pos)) {
+            st = s->failed;
+            goto out;
+        }
+        bool ok = PQsendQueryParams(s->conn,
+                                    "DELETE FROM oplog2pg.timeseries_bucket WHERE schema_name = $1 AND table_name = $2 "
+                                    "AND bucket = ANY ($3::text[])",
+                                    3, NULL, values, lengths, formats, 0) == 1;
+        st = pipe_after_send(s, ok, gone.len + 128);
+    }
+out:
+    strbuf_free(&keys);
+    strbuf_free(&docs);
+    strbuf_free(&gone);
+    return st;
+}
+
+sink_status tseries_flush(sink *s, const op_pos *pos)
+{
+    s->ts_undo_table = NULL;
+    for (size_t i = 0; i < s->ntables; i++) {
+        table *t = s->tables[i];
+        if (t->kind != &sink_tseries_kind || t->ts == NULL || !t->ts->any_dirty || t->db[0] == '\0')
+            continue;
+        if (flush_table(s, t, pos) != APPLY_OK)
+            return s->failed;
+    }
+    return APPLY_OK;
+}
+
+void tseries_committed(sink *s)
+{
+    for (size_t i = 0; i < s->ntables; i++) {
+        table *t = s->tables[i];
+        if (t->kind != &sink_tseries_kind || t->ts == NULL || !t->ts->any_dirty)
+            continue;
+        for (size_t j = 0; j < t->ts->cap; j++)
+            t->ts->slots[j].dirty = false;
+        t->ts->any_dirty = false;
+        state_trim(t->ts);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* the initial copy's buckets */
+
+sink_tseries_copy_status sink_tseries_copy_bucket(pgconn *c, const sink_tseries_copy_target *to, const uint8_t *bucket,
+                                                  uint32_t len, char *why, size_t whylen)
+{
+    bson_iter_t it;
+    char key[TS_KEY_LEN + 1];
+    if (!bson_iter_init_from_data(&it, bucket, len) || !bson_iter_find(&it, "_id") || !BSON_ITER_HOLDS_OID(&it)) {
+        snprintf(why, whylen, "a bucket whose _id is not an ObjectId");
+        return SINK_TS_COPY_REFUSED;
+    }
+    bson_oid_to_string(bson_iter_oid(&it), key);
+    bucket_spec spec = {.time_field = to->time_field, .meta_field = to->meta_field};
+    bucket_rows nw = {0};
+    char e[300];
+    if (!bucket_unpack(bucket, len, &spec, &nw, e, sizeof e)) {
+        snprintf(why, whylen, "bucket %s cannot be read: %s", key, e);
+        return SINK_TS_COPY_REFUSED;
+    }
+    ts_params p;
+    sink_tseries_copy_status st = SINK_TS_COPY_OK;
+    char *upsert = NULL, *cut = NULL;
+    switch (build_rows(to->meta_field, bucket, len, NULL, &nw, &p, e, sizeof e)) {
+    case TS_BUILD_OK:
+        break;
+    case TS_BUILD_REFUSED:
+        snprintf(why, whylen, "bucket %s: %s", key, e);
+        st = SINK_TS_COPY_REFUSED;
+        goto out;
+    case TS_BUILD_NOMEM:
+        st = SINK_TS_COPY_NOMEM;
+        goto out;
+    }
+    if (asprintf(&upsert, TS_UPSERT_SQL, to->qtable) < 0 || asprintf(&cut, TS_CUT_SQL, to->qtable) < 0) {
+        st = SINK_TS_COPY_NOMEM;
+        goto out;
+    }
+    if (p.n > 0) {
+        const char *values[5] = {key, p.has_meta ? p.meta.data : NULL, p.pos.data, p.times.data, p.docs.data};
+        const int lengths[5] = {TS_KEY_LEN, p.has_meta ? (int)p.meta.len : 0, (int)p.pos.len, (int)p.times.len,
+                                (int)p.docs.len};
+        const int formats[5] = {1, 1, 1, 1, 1};
+        if (!pgconn_exec_params(c, upsert, 5, values, lengths, formats, 0, NULL, true, &c->last)) {
+            st = SINK_TS_COPY_PG;
+            goto out;
+        }
+    }
+    char n[24];
+    snprintf(n, sizeof n, "%zu", nw.n);
+    const char *cv[2] = {key, n};
+    if (!pgconn_exec_params(c, cut, 2, cv, NULL, NULL, 0, NULL, true, &c->last)) {
+        st = SINK_TS_COPY_PG;
+        goto out;
+    }
+    const char *sv[4] = {to->schema, to->table, key, (const char *)bucket};
+    const int sl[4] = {0, 0, 0, (int)len};
+    const int sf[4] = {0, 0, 0, 1};
+    if (!pgconn_exec_params(c, TS_STORE_ONE_SQL, 4, sv, sl, sf, 0, NULL, false, &c->last))
+        st = SINK_TS_COPY_PG;
+out:
+    free(upsert);
+    free(cut);
+    params_free(&p);
+    bucket_rows_clear(&nw);
+    return st;
+}

@@ -1,0 +1,269 @@
+/*
+ * test_timeseries.c — time-series collections as tables of measurements (docs/timeseries.md): what a driver inserts
+ * into the collection lands as one row per measurement (bucket, pos, time, meta, doc), each bucket change writes
+ * only the rows it changes, the table goes with the collection, and a typed map of one stops with a clear error.
+ *
+ * The measurements are checked one by one against what the test inserted (the generic comparison of
+ * tests/lib/compare.c reads collections, not measurements).
+ */
+#include <check.h>
+#include <libpq-fe.h>
+#include <mongoc/mongoc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../lib/daemonenv.h"
+#include "../lib/proc.h"
+#include "daemon/exitcodes.h"
+
+#define T0_MS 1700000000000LL /* 2023-11-14 22:13:20 UTC */
+
+static void run_cmd(const denv *e, const char *db, bson_t *cmd)
+{
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    ck_assert_ptr_nonnull(c);
+    bson_error_t err;
+    bson_t reply;
+    bool ok = mongoc_client_command_simple(c, db, cmd, NULL, &reply, &err);
+    char *json = bson_as_relaxed_extended_json(cmd, NULL);
+    ck_assert_msg(ok, "%s: %s", json, err.message);
+    bson_free(json);
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+    mongoc_client_destroy(c);
+}
+
+/* Inserts measurements from..to (inclusive) of station `station` into db.coll, in one insertMany: measurement i has
+ * time T0 + i seconds, meta {station, kind: "temp"} and value i / 4. */
+static void insert_measurements(const denv *e, const char *db, const char *coll, int station, int from, int to)
+{
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, db, coll);
+    size_t n = (size_t)(to - from + 1);
+    bson_t **docs = calloc(n, sizeof *docs);
+    for (size_t k = 0; k < n; k++) {
+        int i = from + (int)k;
+        docs[k] = BCON_NEW("t", BCON_DATE_TIME(T0_MS + (int64_t)i * 1000), "m", "{", "station", BCON_INT32(station),
+                           "kind", "temp", "}", "i", BCON_INT32(i), "v", BCON_DOUBLE(i / 4.0));
+    }
+    bson_error_t err;
+    ck_assert_msg(mongoc_collection_insert_many(col, (const bson_t **)docs, n, NULL, NULL, &err),
+                  "insert into %s.%s: %s", db, coll, err.message);
+    for (size_t k = 0; k < n; k++)
+        bson_destroy(docs[k]);
+    free(docs);
+    mongoc_collection_destroy(col);
+    mongoc_client_destroy(c);
+}
+
+static void create_ts(const denv *e, const char *db, const char *coll)
+{
+    run_cmd(e, db, BCON_NEW("create", coll, "timeseries", "{", "timeField", "t", "metaField", "m", "}"));
+}
+
+static bool table_exists(const char *schema, const char *table)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_tables WHERE schemaname = '%s' AND tablename = '%s'", schema,
+             table);
+    return denv_pg_int(sql) == 1;
+}
+
+/* Every measurement of station `station` with i in from..to is a row exactly once, with its time, meta and value,
+ * and nothing else of that station is there; each bucket's places run 0..n-1. */
+static void expect_measurements(const char *qtable, int station, int from, int to)
+{
+    char sql[1200];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s WHERE (meta->>'station')::int = %d", qtable, station);
+    ck_assert_int_eq(denv_pg_int(sql), to - from + 1);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM %s r, generate_series(%d, %d) AS g(i) WHERE (r.meta->>'station')::int = %d AND "
+             "(r.doc->>'i')::int = g.i AND r.\"time\" = to_timestamp(%lld + g.i) AND (r.doc->>'v')::float8 = g.i / 4.0 "
+             "AND r.meta = '{\"kind\": \"temp\", \"station\": %d}'::jsonb AND r.doc->'m' = r.meta AND "
+             "r.doc ? '_id' AND r.doc->'t' IS NOT NULL",
+             qtable, from, to, station, T0_MS / 1000, station);
+    ck_assert_int_eq(denv_pg_int(sql), to - from + 1);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM (SELECT bucket, max(pos) AS top, count(*) AS n FROM %s GROUP BY bucket) b "
+             "WHERE b.top <> b.n - 1",
+             qtable);
+    ck_assert_int_eq(denv_pg_int(sql), 0);
+}
+
+/* Rows for what is inserted while the daemon tails; the create records the options; the drop takes the table, its
+ * options and its buckets' documents. */
+START_TEST(test_ts_tail_and_drop)
+{
+    denv e;
+    denv_start(&e, "tsa", NULL, NULL);
+    denv_insert_range(&e, "rep_tsa_a", "plain", 1, 3);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+
+    create_ts(&e, "rep_tsa_a", "weather");
+    insert_measurements(&e, "rep_tsa_a", "weather", 1, 0, 9);
+    insert_measurements(&e, "rep_tsa_a", "weather", 2, 0, 4);
+    insert_measurements(&e, "rep_tsa_a", "weather", 1, 10, 19);
+    ck_assert(denv_wait_caught_up(&e, 60));
+
+    ck_assert_msg(table_exists("rep_tsa_a", "weather"), "no table for the time-series collection");
+    expect_measurements("rep_tsa_a.weather", 1, 0, 19);
+    expect_measurements("rep_tsa_a.weather", 2, 0, 4);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.timeseries WHERE schema_name = 'rep_tsa_a' AND "
+                                 "table_name = 'weather' AND time_field = 't' AND meta_field = 'm'"),
+                     1);
+    /* one stored document per bucket, and every bucket of the table has one */
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.timeseries_bucket WHERE schema_name = 'rep_tsa_a'"),
+                     denv_pg_int("SELECT count(DISTINCT bucket) FROM rep_tsa_a.weather"));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsa_a.weather w WHERE NOT EXISTS (SELECT 1 FROM "
+                                 "oplog2pg.timeseries_bucket b WHERE b.schema_name = 'rep_tsa_a' AND b.table_name = "
+                                 "'weather' AND b.bucket = w.bucket)"),
+                     0);
+    ck_assert_msg(!table_exists("rep_tsa_a", "system.buckets.weather"), "a table for the buckets collection");
+    denv_expect_match(&e); /* the plain collection, and no orphan */
+
+    denv_drop_collection(&e, "rep_tsa_a", "weather");
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_msg(!table_exists("rep_tsa_a", "weather"), "the dropped time-series collection's table is still there");
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.timeseries WHERE schema_name = 'rep_tsa_a'"), 0);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.timeseries_bucket WHERE schema_name = 'rep_tsa_a'"), 0);
+    denv_stop(&e);
+}
+END_TEST
+
+/* kill -9 while measurements stream in, then a restart: every measurement once, the buckets' documents read back
+ * from PostgreSQL for the appends after it. */
+START_TEST(test_ts_kill9)
+{
+    denv e;
+    denv_start(&e, "tsk", NULL, NULL);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    create_ts(&e, "rep_tsk_a", "m");
+    insert_measurements(&e, "rep_tsk_a", "m", 1, 0, 4);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.timeseries WHERE schema_name = 'rep_tsk_a'"), 1);
+    for (int round = 0; round < 3; round++) {
+        int base = 5 + round * 40;
+        insert_measurements(&e, "rep_tsk_a", "m", 1, base, base + 19);
+        ck_assert(proc_signal(&e.daemon, SIGKILL));
+        ck_assert(proc_wait(&e.daemon, 30));
+        e.daemon.pid = 0;
+        insert_measurements(&e, "rep_tsk_a", "m", 1, base + 20, base + 39);
+        denv_daemon_start(&e);
+        ck_assert(denv_wait_caught_up(&e, 60));
+        expect_measurements("rep_tsk_a.m", 1, 0, base + 39);
+    }
+    denv_stop(&e);
+}
+END_TEST
+
+/* The initial copy reads the buckets into the same rows (and stores their documents, so the appends tailing meets
+ * next apply to them); what is inserted while the copy runs and after it lands once. */
+START_TEST(test_ts_copy)
+{
+    denv e;
+    denv_start(&e, "tsc", NULL, NULL);
+    create_ts(&e, "rep_tsc_a", "w");
+    insert_measurements(&e, "rep_tsc_a", "w", 1, 0, 29);
+    insert_measurements(&e, "rep_tsc_a", "w", 2, 0, 9);
+    denv_insert_range(&e, "rep_tsc_a", "plain", 1, 5);
+    denv_daemon_start(&e);
+    insert_measurements(&e, "rep_tsc_a", "w", 2, 10, 19); /* perhaps while the copy runs */
+    ck_assert(denv_wait_caught_up(&e, 60));
+    insert_measurements(&e, "rep_tsc_a", "w", 1, 30, 39);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    expect_measurements("rep_tsc_a.w", 1, 0, 39);
+    expect_measurements("rep_tsc_a.w", 2, 0, 19);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.copy_progress WHERE service = 'rep_tsc' AND coll = "
+                                 "'system.buckets.w' AND done"),
+                     1);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.timeseries_bucket WHERE schema_name = 'rep_tsc_a'"),
+                     denv_pg_int("SELECT count(DISTINCT bucket) FROM rep_tsc_a.w"));
+    denv_expect_match(&e);
+    denv_stop(&e);
+}
+END_TEST
+
+/* `status` names the time-series tables and the bucket documents kept; the metrics count the bucket changes and the
+ * measurement rows they wrote. */
+START_TEST(test_ts_status_and_metrics)
+{
+    denv e;
+    int port = denv_free_port();
+    char extra[128];
+    snprintf(extra, sizeof extra, "[metrics]\nlisten = 127.0.0.1:%d\n", port);
+    denv_start(&e, "tss", NULL, extra);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    create_ts(&e, "rep_tss_a", "w");
+    insert_measurements(&e, "rep_tss_a", "w", 1, 0, 9);
+    insert_measurements(&e, "rep_tss_a", "w", 1, 10, 14);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    expect_measurements("rep_tss_a.w", 1, 0, 14);
+
+    char out[400];
+    snprintf(out, sizeof out, "%s/status.txt", e.dir);
+    const char *args[] = {"-c", e.ini, "status", NULL};
+    ck_assert_int_eq(denv_run_command(&e, args, out), 0);
+    ck_assert_msg(denv_file_contains(out, "time-series:   1 tables of measurements"), "status does not list them");
+    snprintf(out, sizeof out, "%s/status.json", e.dir);
+    const char *jargs[] = {"-c", e.ini, "status", "--json", NULL};
+    ck_assert_int_eq(denv_run_command(&e, jargs, out), 0);
+    ck_assert_msg(denv_file_contains(out, "\"timeseries\": {\"tables\": 1, \"buckets\": "), "status --json");
+
+    char url[128], *body = malloc(65536);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", port);
+    double until = denv_now() + 60;
+    do {
+        ck_assert_int_eq(denv_http_get(url, false, body, 65536), 0);
+    } while (denv_metric(body, "oplog2pg_timeseries_measurements_written_total") < 15 && denv_now() < until &&
+             usleep(100 * 1000) == 0);
+    /* every measurement written once: the append wrote its new places only */
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_timeseries_measurements_written_total"), 15);
+    ck_assert(denv_metric(body, "oplog2pg_timeseries_bucket_changes_total") >= 2);
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_timeseries_bucket_reads_total"), 0);
+    free(body);
+    denv_stop(&e);
+}
+END_TEST
+
+/* A typed map of a time-series collection is not supported yet: the daemon stops, saying so, with nothing written. */
+START_TEST(test_ts_map_refused)
+{
+    denv e;
+    denv_start(&e, "tsm", NULL, "[map rep_tsm_a.w]\ncolumn.v = double precision\n");
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    uint64_t before = denv_checkpoint_ts(e.service);
+    create_ts(&e, "rep_tsm_a", "w");
+    insert_measurements(&e, "rep_tsm_a", "w", 1, 0, 2);
+    ck_assert_msg(proc_wait(&e.daemon, 60), "the daemon did not stop");
+    ck_assert_int_eq(proc_exit_code(&e.daemon), EXIT_CONFIG);
+    e.daemon.pid = 0;
+    ck_assert_msg(denv_file_contains(e.log, "typed maps of time-series collections are not supported"),
+                  "the log does not say why");
+    ck_assert_msg(denv_checkpoint_ts(e.service) == before, "the checkpoint moved past the refused create");
+    ck_assert_msg(!table_exists("rep_tsm_a", "w"), "a table for the refused collection");
+    denv_stop(&e);
+}
+END_TEST
+
+Suite *timeseries_suite(void); /* called by the generated runner list */
+
+Suite *timeseries_suite(void)
+{
+    Suite *s = suite_create("timeseries");
+    TCase *tc = tcase_create("timeseries");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, test_ts_tail_and_drop);
+    tcase_add_test(tc, test_ts_kill9);
+    tcase_add_test(tc, test_ts_copy);
+    tcase_add_test(tc, test_ts_status_and_metrics);
+    tcase_add_test(tc, test_ts_map_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
