@@ -9,7 +9,7 @@
  * oplog logs for bucket changes (and any other document), including the 8.0 binary diffs of compressed columns.
  *
  * Pure: libbson and the BSONColumn decoder only. Every input comes from outside: a malformed one is an error with a
- * one-line reason, never an over-read. docs/timeseries.md "Unpacking buckets" has the facts these functions rest on.
+ * one-line reason, never an over-read. docs/bsoncolumn.md "Unpacking buckets" has the facts these functions rest on.
  */
 #ifndef OPLOG2PG_MAP_BUCKET_H
 #define OPLOG2PG_MAP_BUCKET_H

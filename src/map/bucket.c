@@ -787,11 +787,11 @@ static bool apply_object(diffctx *c, const bson_iter_t *pre, const bson_iter_t *
                 goto done;
             if (mismatch) {
                 if (c->mode == BUCKET_DIFF_STRICT) {
-                    seterr(c->err, c->errlen, "$v:2 diff: %s sub-diff of %s, which is a %s",
+                    seterr(c->err, c->errlen, "$v:2 diff: %s sub-diff of %s, which is %s",
                            is_array_diff(&m->val) ? "array" : "object", sp,
-                           BSON_ITER_HOLDS_ARRAY(&it)      ? "array"
-                           : BSON_ITER_HOLDS_DOCUMENT(&it) ? "document"
-                                                           : "scalar");
+                           BSON_ITER_HOLDS_ARRAY(&it)      ? "an array"
+                           : BSON_ITER_HOLDS_DOCUMENT(&it) ? "a document"
+                                                           : "a scalar");
                     goto done;
                 }
                 /* the server: a type mismatch means a later entry rewrites the field; null meanwhile */
