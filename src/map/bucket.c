@@ -21,7 +21,15 @@
  * appendNewValueForArrayIndex) with mustCheckExistenceForInsertOperations on, the mode applyOps and recovery use and
  * the one that makes re-applying an insert harmless; the grammar is document_diff_serialization.h's (sections d, u,
  * i, b, then s<field>; array diffs {a: true, l?, u<idx>, s<idx>}). Section order and names are checked by
- * source/v2diff.c before a diff gets here; this walk checks what it needs to apply safely.
+ * source/v2diff.c before a diff gets here; this walk checks what it needs to apply safely. The binary section is
+ * what 8.0 servers log for an append to a compressed bucket (makeTimeseriesCompressedDiffEntry in
+ * src/mongo/db/timeseries/write_ops/timeseries_write_ops_utils.cpp: sdata.b.<column> = {o, d} from
+ * BSONColumnBuilder::intermediate, new columns whole in sdata.i, control.count (and version 3) in scontrol.u): the
+ * field keeps its place and subtype, its bytes become [0, o) of the old ones followed by d (bcol_apply_binary_diff);
+ * d itself arrives as subtype 0. On a missing or non-binary field the idempotent mode does what the applier does for
+ * any other section that does not fit (nothing, or null), as src/map/update_functions.sql does too.
+ * The existence check changes nothing for a diff the server computed from the document it is applied to (its `i`
+ * fields are new); it only makes re-applying an entry harmless.
  */
 #include "map/bucket.h"
 

@@ -574,26 +574,38 @@ START_TEST(server_binary_diff_append)
 }
 END_TEST
 
-/* A compressed bucket grown one measurement at a time by 8.0-style appends: the encoder's intermediate() gives
- * each column's {o, d}; applying them all as one $v:2 diff per append and unpacking must give every measurement
- * so far. */
+/* A compressed bucket grown one measurement at a time by 8.0-style appends, in the shape the server's
+ * makeTimeseriesCompressedDiffEntry (src/mongo/db/timeseries/write_ops/timeseries_write_ops_utils.cpp) logs:
+ * {scontrol: {u: {count[, version: 3]}}, sdata: {i: {<new column>: BinData 7}, b: {<column>: {o, d}}}}, each
+ * column's {o, d} from the encoder's intermediate(). A field that first appears at measurement 30 arrives as a new
+ * column (skips for the earlier positions) in the `i` section; at measurement 40 a time goes back and the bucket
+ * becomes version 3. After every append, unpacking must give every measurement so far. */
 START_TEST(encoder_append_diffs)
 {
-    enum { N = 60 };
-    static const char *const names[] = {"t", "v", "o"};
-    bcenc_t *enc[3] = {bcenc_new(), bcenc_new(), bcenc_new()};
+    enum { N = 60, NEWCOL = 30, UNSORTED = 40 };
+    static const char *const names[] = {"t", "v", "o", "n"};
+    bcenc_t *enc[4] = {bcenc_new(), bcenc_new(), bcenc_new(), NULL};
     bson_t *want[N];
     bson_t *bucket = NULL;
     char err[256];
     for (int i = 0; i < N; i++) {
         bson_t m = BSON_INITIALIZER, o;
-        BSON_APPEND_DATE_TIME(&m, "t", INT64_C(1714521600000) + i * 250);
+        BSON_APPEND_DATE_TIME(&m, "t", INT64_C(1714521600000) + i * 250 - (i >= UNSORTED ? 20000 : 0));
         if (i % 4 != 1)
             BSON_APPEND_INT64(&m, "v", (int64_t)i * i);
         BSON_APPEND_DOCUMENT_BEGIN(&m, "o", &o);
         BSON_APPEND_INT32(&o, "k", i % 3);
         bson_append_document_end(&m, &o);
-        for (int k = 0; k < 3; k++) {
+        if (i >= NEWCOL && i % 2 == 0)
+            BSON_APPEND_UTF8(&m, "n", "new");
+        bool newcol = i == NEWCOL;
+        if (newcol) { /* the server's builder for a new field starts with a skip per earlier measurement */
+            enc[3] = bcenc_new();
+            for (int k = 0; k < i; k++)
+                bcenc_skip(enc[3]);
+        }
+        int ncols = i >= NEWCOL ? 4 : 3;
+        for (int k = 0; k < ncols; k++) {
             bson_iter_t it;
             if (bson_iter_init_find(&it, &m, names[k]))
                 bcenc_append_iter(enc[k], &it);
@@ -603,44 +615,48 @@ START_TEST(encoder_append_diffs)
         want[i] = bson_copy(&m);
         bson_destroy(&m);
 
-        /* the diff of this append: control.count and one binary diff per column */
-        bson_t *diff = bson_new(), sc, u, sd, bb, e;
-        BSON_APPEND_DOCUMENT_BEGIN(diff, "scontrol", &sc);
-        BSON_APPEND_DOCUMENT_BEGIN(&sc, "u", &u);
-        BSON_APPEND_INT32(&u, "count", i + 1);
-        bson_append_document_end(&sc, &u);
-        bson_append_document_end(diff, &sc);
-        BSON_APPEND_DOCUMENT_BEGIN(diff, "sdata", &sd);
-        BSON_APPEND_DOCUMENT_BEGIN(&sd, "b", &bb);
-        bson_t *first = bson_new(), fc, fcc, fd;
-        for (int k = 0; k < 3; k++) {
-            size_t off, dl;
-            uint8_t *dbytes = bcenc_intermediate(enc[k], &off, &dl);
-            BSON_APPEND_DOCUMENT_BEGIN(&bb, names[k], &e);
-            BSON_APPEND_INT32(&e, "o", (int32_t)off);
-            bson_append_binary(&e, "d", 1, BSON_SUBTYPE_BINARY, dbytes, (uint32_t)dl);
-            bson_append_document_end(&bb, &e);
-            if (i == 0) {
-                ck_assert_uint_eq(off, 0);
-                if (k == 0) {
-                    BSON_APPEND_DOCUMENT_BEGIN(first, "control", &fc);
-                    BSON_APPEND_INT32(&fc, "version", 2);
-                    BSON_APPEND_INT32(&fc, "count", 1);
-                    bson_append_document_end(first, &fc);
-                    BSON_APPEND_DOCUMENT_BEGIN(first, "data", &fd);
-                }
-                bson_append_binary(&fd, names[k], -1, BSON_SUBTYPE_COLUMN, dbytes, (uint32_t)dl);
+        size_t off[4], dl[4];
+        uint8_t *dbytes[4];
+        for (int k = 0; k < ncols; k++)
+            dbytes[k] = bcenc_intermediate(enc[k], &off[k], &dl[k]);
+        if (i == 0) { /* the first measurement inserts the bucket */
+            bson_t c, d;
+            bucket = bson_new();
+            BSON_APPEND_DOCUMENT_BEGIN(bucket, "control", &c);
+            BSON_APPEND_INT32(&c, "version", 2);
+            BSON_APPEND_INT32(&c, "count", 1);
+            bson_append_document_end(bucket, &c);
+            BSON_APPEND_DOCUMENT_BEGIN(bucket, "data", &d);
+            for (int k = 0; k < ncols; k++) {
+                ck_assert_uint_eq(off[k], 0);
+                bson_append_binary(&d, names[k], -1, BSON_SUBTYPE_COLUMN, dbytes[k], (uint32_t)dl[k]);
             }
-            free(dbytes);
-        }
-        (void)fcc;
-        bson_append_document_end(&sd, &bb);
-        bson_append_document_end(diff, &sd);
-        if (i == 0) {
-            bson_append_document_end(first, &fd);
-            bucket = first; /* the first measurement inserts the bucket */
+            bson_append_document_end(bucket, &d);
         } else {
-            bson_destroy(first);
+            bson_t *diff = bson_new(), sc, u, sd, sec, e;
+            BSON_APPEND_DOCUMENT_BEGIN(diff, "scontrol", &sc);
+            BSON_APPEND_DOCUMENT_BEGIN(&sc, "u", &u);
+            BSON_APPEND_INT32(&u, "count", i + 1);
+            if (i == UNSORTED)
+                BSON_APPEND_INT32(&u, "version", 3);
+            bson_append_document_end(&sc, &u);
+            bson_append_document_end(diff, &sc);
+            BSON_APPEND_DOCUMENT_BEGIN(diff, "sdata", &sd);
+            if (newcol) {
+                ck_assert_uint_eq(off[3], 0);
+                BSON_APPEND_DOCUMENT_BEGIN(&sd, "i", &sec);
+                bson_append_binary(&sec, names[3], -1, BSON_SUBTYPE_COLUMN, dbytes[3], (uint32_t)dl[3]);
+                bson_append_document_end(&sd, &sec);
+            }
+            BSON_APPEND_DOCUMENT_BEGIN(&sd, "b", &sec);
+            for (int k = 0; k < (newcol ? 3 : ncols); k++) {
+                BSON_APPEND_DOCUMENT_BEGIN(&sec, names[k], &e);
+                BSON_APPEND_INT32(&e, "o", (int32_t)off[k]);
+                bson_append_binary(&e, "d", 1, BSON_SUBTYPE_BINARY, dbytes[k], (uint32_t)dl[k]);
+                bson_append_document_end(&sec, &e);
+            }
+            bson_append_document_end(&sd, &sec);
+            bson_append_document_end(diff, &sd);
             bson_t out;
             ck_assert_msg(bucket_apply_diff(bson_get_data(bucket), bucket->len, bson_get_data(diff), diff->len, &out,
                                             err, sizeof err),
@@ -648,8 +664,10 @@ START_TEST(encoder_append_diffs)
             bson_destroy(bucket);
             bucket = bson_copy(&out);
             bson_destroy(&out);
+            bson_destroy(diff);
         }
-        bson_destroy(diff);
+        for (int k = 0; k < ncols; k++)
+            free(dbytes[k]);
 
         bucket_rows r;
         bucket_spec spec = {"t", NULL};
@@ -658,9 +676,18 @@ START_TEST(encoder_append_diffs)
         expect_rows_equal(&r, want, (size_t)i + 1);
         bucket_rows_clear(&r);
     }
+    /* the bucket ends as version 3 with control.count N and the new column last in data */
+    bson_iter_t it;
+    ck_assert(bson_iter_init_find(&it, bucket, "control") && bson_iter_recurse(&it, &it) &&
+              bson_iter_find(&it, "version") && bson_iter_int32(&it) == 3);
+    ck_assert(bson_iter_init_find(&it, bucket, "data") && bson_iter_recurse(&it, &it));
+    const char *last = NULL;
+    while (bson_iter_next(&it))
+        last = bson_iter_key(&it);
+    ck_assert_str_eq(last, "n");
     for (int i = 0; i < N; i++)
         bson_destroy(want[i]);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         bcenc_free(enc[k]);
     bson_destroy(bucket);
 }
