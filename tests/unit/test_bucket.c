@@ -1135,6 +1135,67 @@ START_TEST(real_oplog_trim_matches_sample)
 }
 END_TEST
 
+/* Mutated buckets and diffs (bytes flipped, truncated, length headers kept): each call may succeed or fail, but
+ * never crashes or reads out of bounds (the sanitizer build checks the latter). */
+START_TEST(mutations_never_crash)
+{
+    size_t blen;
+    uint8_t *bbytes = read_file(TSDIR "mongo-tools_ts_dump_with_oplog.buckets.bson", &blen);
+    uint32_t first;
+    memcpy(&first, bbytes, 4);
+    bson_t *wantv[130];
+    bson_t *v2 = encoded_bucket(2, 130, 130, true, wantv);
+    for (int i = 0; i < 130; i++)
+        bson_destroy(wantv[i]);
+    bson_t *diff =
+        J("{\"scontrol\": {\"u\": {\"count\": 2}}, \"sdata\": {\"sv\": {\"a\": true, \"l\": 3, \"u1\": 5, "
+          "\"s0\": {\"i\": {\"x\": 1}}}, \"b\": {\"t\": {\"o\": 3, \"d\": {\"$binary\": {\"base64\": \"AAA=\", "
+          "\"subType\": \"00\"}}}}}}");
+    const uint8_t *srcs[3] = {bbytes, bson_get_data(v2), bson_get_data(diff)};
+    size_t lens[3] = {first, v2->len, diff->len};
+    unsigned seed = 777;
+    char err[256];
+    size_t unpacked = 0, refused = 0;
+    for (int round = 0; round < 3000; round++) {
+        int which = round % 3;
+        size_t n = lens[which];
+        uint8_t *m = malloc(n);
+        memcpy(m, srcs[which], n);
+        int flips = 1 + rand_r(&seed) % 4;
+        for (int f = 0; f < flips; f++) {
+            size_t at = 4 + (size_t)rand_r(&seed) % (n - 4);
+            m[at] = (uint8_t)(rand_r(&seed) % 3 == 0 ? (unsigned)m[at] ^ (1u << (rand_r(&seed) % 8))
+                                                     : (unsigned)rand_r(&seed));
+        }
+        bucket_spec spec = {which == 0 ? "ts" : "t", which == 0 ? "meta" : "tag"};
+        if (which < 2) {
+            bucket_rows r;
+            if (bucket_unpack(m, n, &spec, &r, err, sizeof err))
+                unpacked++;
+            else
+                refused++;
+            bucket_rows_clear(&r);
+            /* the mutated bucket as the document a diff applies to */
+            bson_t out;
+            bucket_apply_diff_ex(m, n, bson_get_data(diff), diff->len, BUCKET_DIFF_IDEMPOTENT, &out, err, sizeof err);
+            bson_destroy(&out);
+        } else {
+            bson_t out;
+            bucket_apply_diff(bson_get_data(v2), v2->len, m, n, &out, err, sizeof err);
+            bson_destroy(&out);
+            bucket_apply_diff_ex(bson_get_data(v2), v2->len, m, n, BUCKET_DIFF_IDEMPOTENT, &out, err, sizeof err);
+            bson_destroy(&out);
+        }
+        free(m);
+    }
+    ck_assert_uint_gt(unpacked, 0);
+    ck_assert_uint_gt(refused, 0);
+    bson_destroy(diff);
+    bson_destroy(v2);
+    free(bbytes);
+}
+END_TEST
+
 Suite *bucket_suite(void)
 {
     Suite *s = suite_create("bucket");
@@ -1161,6 +1222,7 @@ Suite *bucket_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, real_mongo_tools_dump_and_oplog);
     tcase_add_test(tc, real_oplog_trim_matches_sample);
+    tcase_add_test(tc, mutations_never_crash);
     suite_add_tcase(s, tc);
     return s;
 }
