@@ -1,0 +1,79 @@
+/*
+ * bucket.h — time-series buckets as measurements, and `$v:2` diffs applied to a BSON document.
+ *
+ * A time-series collection stores its measurements in bucket documents (mongodb/mongo src/mongo/db/timeseries/
+ * README.md): {_id, control: {version, min, max, count (v2/v3)}, meta, data: {<field>: column}}. A version 1 column
+ * is a document keyed "0", "1", ... (a key missing where the measurement lacks the field); a version 2 (sorted) or 3
+ * (unsorted) column is BinData subtype 7, BSONColumn (map/bsoncolumn.h). bucket_unpack rebuilds the measurements as
+ * the time-series view returns them ($_internalUnpackBucket); bucket_apply_diff applies the `$v:2` update diffs the
+ * oplog logs for bucket changes (and any other document), including the 8.0 binary diffs of compressed columns.
+ *
+ * Pure: libbson and the BSONColumn decoder only. Every input comes from outside: a malformed one is an error with a
+ * one-line reason, never an over-read. docs/bsoncolumn.md "Unpacking buckets" has the facts these functions rest on.
+ */
+#ifndef OPLOG2PG_MAP_BUCKET_H
+#define OPLOG2PG_MAP_BUCKET_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bucket_spec {
+    const char *time_field; /* the collection's timeField */
+    const char *meta_field; /* its metaField, NULL when none */
+} bucket_spec;
+
+/* The measurements of one bucket, in position order (position = index 0..n-1 in the bucket's time column). */
+typedef struct bucket_rows {
+    size_t n;
+    const uint8_t **docs; /* docs[i], lens[i]: measurement i as a BSON document, as the time-series view returns it:
+                             the time field first, then the meta field under the metaField name when the bucket has
+                             `meta`, then the bucket's other data fields in the order of its data region (the
+                             server's BucketUnpacker getNext) */
+    uint32_t *lens;
+    int64_t *times; /* measurement i's time (a BSON date, ms since the epoch) */
+    uint8_t *buf;   /* owns every document above (one buffer) */
+    void *arrays;   /* owns docs, lens and times (one block) */
+} bucket_rows;
+
+/*
+ * Unpacks a whole bucket document (control.version 1: data.<f> documents keyed "0","1",.. with gaps; version 2/3:
+ * data.<f> BinData subtype 7 BSONColumns). *out is overwritten (clear it first if it held rows). False with a
+ * one-line reason in err naming what is wrong (not BSON, no control, unknown version, a time missing at a position
+ * or not a date, a column of the wrong type or malformed (with its byte offset), columns of different lengths, a
+ * count that differs from control.count, or out of memory); *out is then empty. Never reads out of bounds.
+ */
+bool bucket_unpack(const uint8_t *bucket, size_t len, const bucket_spec *spec, bucket_rows *out, char *err,
+                   size_t errlen);
+/* Frees what bucket_unpack allocated and zeroes *r. Safe on a zeroed or cleared one. */
+void bucket_rows_clear(bucket_rows *r);
+
+/* How bucket_apply_diff_ex treats a diff that does not fit the document. */
+typedef enum {
+    /* A diff that does not fit is an error: the document is not the one the diff was computed from. */
+    BUCKET_DIFF_STRICT = 0,
+    /* The server's own application (document_diff_applier.cpp), made for re-applying entries to a document that
+     * may already hold later changes: a sub-diff or binary diff of a missing field does nothing, one of a field of
+     * another type writes null, a sub-diff of a missing array index writes null. */
+    BUCKET_DIFF_IDEMPOTENT = 1
+} bucket_diff_mode;
+
+/*
+ * Applies a $v:2 update diff (the value of the oplog entry's o.diff) to doc, writing the new document to *out
+ * (bson_init'ed by the function, also on failure; the caller bson_destroy's it). The whole grammar as the server's
+ * document_diff_applier.cpp applies it with its existence check for inserts on: object level d/u/i/b/s<field>,
+ * array sub-diffs {a: true, l: <newlen>, u<idx>: v, s<idx>: subdiff}, binary diffs
+ * `b: {<field>: {o: <offset>, d: BinData}}` (the old bytes [0, o) then d, the old subtype kept). Field order exactly
+ * as the server produces: unchanged, updated, sub-diffed and binary-diffed fields stay where they are; deleted ones
+ * go; `u` fields the document lacked and then every `i` field (an `i` of a field that exists moves it) are appended,
+ * in the diff's order. Strict (BUCKET_DIFF_STRICT): false with a reason on a diff that does not fit the document
+ * (a sub-diff of a missing or wrong-typed field, a delete of a missing field, an offset past the end, ...), on a
+ * malformed diff and when out of memory.
+ */
+bool bucket_apply_diff(const uint8_t *doc, size_t len, const uint8_t *diff, size_t diff_len, bson_t *out, char *err,
+                       size_t errlen);
+bool bucket_apply_diff_ex(const uint8_t *doc, size_t len, const uint8_t *diff, size_t diff_len, bucket_diff_mode mode,
+                          bson_t *out, char *err, size_t errlen);
+
+#endif

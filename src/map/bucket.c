@@ -1,0 +1,1030 @@
+/*
+ * bucket.c — time-series buckets unpacked into measurements, and `$v:2` diffs applied to documents.
+ *
+ * NOTES
+ * Unpacking follows the server's BucketUnpacker (mongodb/mongo src/mongo/db/exec/timeseries/bucket_unpacker.cpp:
+ * reset, BucketUnpackerV1::getNext, BucketUnpackerV2::getNext). A measurement is built as
+ *   <timeField>: the time column's value, <metaField>: the bucket's `meta` (only when the bucket has one),
+ *   then every other data column in the order of the bucket's data region, each only where it has a value.
+ * Version 1: the time column drives; each other column is walked alongside it and gives a value only when its next
+ * key is the time column's current key (so keys must come in the same order). Version 2/3: one BSONColumn per field,
+ * all advanced together, a missing value (a skip) leaves the field out. The server also refuses: an empty bucket,
+ * no time column in a non-empty data region (5346700), `meta` with no metaField (5369601) or of type undefined
+ * (5369600), no control document (5857902), a non-numeric version (5857903), an unknown one (5857900), a column
+ * shorter than the time column (6067601). Stricter here, because a row would otherwise vanish silently: a version 1
+ * time column must be keyed "0", "1", ... in order (the server assumes it: computeElementCountFromTimestampObjSize),
+ * a value left over in a version 1 column (a key the time column does not have, or out of order) is an error, a
+ * version 2/3 column longer than the time column is an error, times must be dates (the collection's timeField is
+ * always one: timeseries README), and a version 2/3 control.count must match the time column.
+ *
+ * The diff applier follows src/mongo/db/update/document_diff_applier.cpp (applyDiffToObject, applyDiffToArray,
+ * appendNewValueForArrayIndex) with mustCheckExistenceForInsertOperations on, the mode applyOps and recovery use and
+ * the one that makes re-applying an insert harmless; the grammar is document_diff_serialization.h's (sections d, u,
+ * i, b, then s<field>; array diffs {a: true, l?, u<idx>, s<idx>}). Section order and names are checked by
+ * source/v2diff.c before a diff gets here; this walk checks what it needs to apply safely. The binary section is
+ * what 8.0 servers log for an append to a compressed bucket (makeTimeseriesCompressedDiffEntry in
+ * src/mongo/db/timeseries/write_ops/timeseries_write_ops_utils.cpp: sdata.b.<column> = {o, d} from
+ * BSONColumnBuilder::intermediate, new columns whole in sdata.i, control.count (and version 3) in scontrol.u): the
+ * field keeps its place and subtype, its bytes become [0, o) of the old ones followed by d (bcol_apply_binary_diff);
+ * d itself arrives as subtype 0. On a missing or non-binary field the idempotent mode does what the applier does for
+ * any other section that does not fit (nothing, or null), as src/map/update_functions.sql does too.
+ * The existence check changes nothing for a diff the server computed from the document it is applied to (its `i`
+ * fields are new); it only makes re-applying an entry harmless.
+ */
+#include "map/bucket.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "map/bsoncolumn.h"
+
+/* Recursion bound of the diff walk (BSON nests at most ~100 levels in the server: BSONDepth::kDefaultMaxAllowable). */
+#define DIFF_MAX_DEPTH 200
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Unpacking                                                                                                     */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/* The measurements being built: their bytes one after another in buf, each one's offset, length and time. */
+typedef struct {
+    uint8_t *buf;
+    size_t len, cap;
+    size_t n, ncap;
+    size_t *offs;
+    uint32_t *lens;
+    int64_t *times;
+} rowbuf;
+
+static void rowbuf_free(rowbuf *rb)
+{
+    free(rb->buf);
+    free(rb->offs);
+    free(rb->lens);
+    free(rb->times);
+    memset(rb, 0, sizeof *rb);
+}
+
+static bool rowbuf_add(rowbuf *rb, const bson_t *doc, int64_t t)
+{
+    if (rb->n == rb->ncap) {
+        size_t nc = rb->ncap ? rb->ncap * 2 : 64;
+        size_t *o = realloc(rb->offs, nc * sizeof *o);
+        if (!o)
+            return false;
+        rb->offs = o;
+        uint32_t *l = realloc(rb->lens, nc * sizeof *l);
+        if (!l)
+            return false;
+        rb->lens = l;
+        int64_t *tt = realloc(rb->times, nc * sizeof *tt);
+        if (!tt)
+            return false;
+        rb->times = tt;
+        rb->ncap = nc;
+    }
+    size_t dl = doc->len;
+    if (rb->cap - rb->len < dl) {
+        size_t nc = rb->cap ? rb->cap : 4096;
+        while (nc - rb->len < dl)
+            nc *= 2;
+        uint8_t *b = realloc(rb->buf, nc);
+        if (!b)
+            return false;
+        rb->buf = b;
+        rb->cap = nc;
+    }
+    memcpy(rb->buf + rb->len, bson_get_data(doc), dl);
+    rb->offs[rb->n] = rb->len;
+    rb->lens[rb->n] = (uint32_t)dl;
+    rb->times[rb->n] = t;
+    rb->len += dl;
+    rb->n++;
+    return true;
+}
+
+/* Hands the rows over to *out (one block for the three arrays, the document buffer as is). */
+static bool rowbuf_finish(rowbuf *rb, bucket_rows *out)
+{
+    size_t n = rb->n;
+    size_t a1 = n * sizeof(const uint8_t *), a2 = n * sizeof(uint32_t), a3 = n * sizeof(int64_t);
+    /* times first (8-byte aligned), then the pointers, then the lengths */
+    uint8_t *block = malloc(a1 + a2 + a3 + 1);
+    if (!block)
+        return false;
+    out->times = (int64_t *)(void *)block;
+    out->docs = (const uint8_t **)(void *)(block + a3);
+    out->lens = (uint32_t *)(void *)(block + a3 + a1);
+    for (size_t i = 0; i < n; i++) {
+        out->times[i] = rb->times[i];
+        out->docs[i] = rb->buf + rb->offs[i];
+        out->lens[i] = rb->lens[i];
+    }
+    out->n = n;
+    out->buf = rb->buf;
+    out->arrays = block;
+    rb->buf = NULL;
+    rowbuf_free(rb);
+    return true;
+}
+
+void bucket_rows_clear(bucket_rows *r)
+{
+    if (!r)
+        return;
+    free(r->buf);
+    free(r->arrays);
+    memset(r, 0, sizeof *r);
+}
+
+static bool is_number(bson_type_t t)
+{
+    return t == BSON_TYPE_INT32 || t == BSON_TYPE_INT64 || t == BSON_TYPE_DOUBLE || t == BSON_TYPE_DECIMAL128;
+}
+
+/* The server's safeNumberInt of a numeric element (decimal counts as not an integer here). */
+static bool number_as_int64(const bson_iter_t *it, int64_t *v)
+{
+    switch (bson_iter_type(it)) {
+    case BSON_TYPE_INT32:
+        *v = bson_iter_int32(it);
+        return true;
+    case BSON_TYPE_INT64:
+        *v = bson_iter_int64(it);
+        return true;
+    case BSON_TYPE_DOUBLE: {
+        double d = bson_iter_double(it);
+        if (!(d >= -9.0e15 && d <= 9.0e15) || d != (double)(int64_t)d)
+            return false;
+        *v = (int64_t)d;
+        return true;
+    }
+    default:
+        return false;
+    }
+}
+
+/* Where the measurement's fixed fields come from. */
+typedef struct {
+    const bucket_spec *spec;
+    bool has_meta;
+    bson_iter_t meta;
+} unpack_ctx;
+
+static bool start_measurement(const unpack_ctx *c, bson_t *m, const bson_value_t *time)
+{
+    bson_reinit(m);
+    if (!bson_append_value(m, c->spec->time_field, -1, time))
+        return false;
+    if (c->has_meta && !bson_append_iter(m, c->spec->meta_field, -1, &c->meta))
+        return false;
+    return true;
+}
+
+/* Version 1: data.<f> documents keyed by position. */
+static bool unpack_v1(const unpack_ctx *c, const bson_iter_t *data, const bson_iter_t *timecol, rowbuf *rb, char *err,
+                      size_t errlen)
+{
+    const char *tf = c->spec->time_field;
+    if (!BSON_ITER_HOLDS_DOCUMENT(timecol)) {
+        seterr(err, errlen, "version 1 bucket: data.%s is a %s, not a document", tf,
+               bson_iter_type(timecol) == BSON_TYPE_BINARY ? "binary" : "non-document");
+        return false;
+    }
+    /* The other columns, in the data region's order. */
+    size_t ncols = 0;
+    bson_iter_t it = *data;
+    while (bson_iter_next(&it))
+        ncols++;
+    bson_iter_t *cols = calloc(ncols ? ncols : 1, sizeof *cols);
+    const char **names = calloc(ncols ? ncols : 1, sizeof *names);
+    bool *more = calloc(ncols ? ncols : 1, sizeof *more);
+    bson_t m = BSON_INITIALIZER;
+    bool ok = false;
+    if (!cols || !names || !more) {
+        seterr(err, errlen, "out of memory unpacking a bucket");
+        goto done;
+    }
+    size_t k = 0;
+    it = *data;
+    while (bson_iter_next(&it)) {
+        const char *name = bson_iter_key(&it);
+        if (strcmp(name, tf) == 0)
+            continue;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &cols[k])) {
+            seterr(err, errlen, "version 1 bucket: data.%s is not a document", name);
+            goto done;
+        }
+        names[k] = name;
+        more[k] = bson_iter_next(&cols[k]);
+        k++;
+    }
+    ncols = k;
+
+    bson_iter_t ti;
+    bson_iter_recurse(timecol, &ti);
+    size_t pos = 0;
+    char want[24];
+    while (bson_iter_next(&ti)) {
+        const char *key = bson_iter_key(&ti);
+        snprintf(want, sizeof want, "%zu", pos);
+        if (strcmp(key, want) != 0) {
+            seterr(err, errlen, "version 1 bucket: data.%s has key '%s' at position %zu (want '%s')", tf, key, pos,
+                   want);
+            goto done;
+        }
+        if (!BSON_ITER_HOLDS_DATE_TIME(&ti)) {
+            seterr(err, errlen, "version 1 bucket: the time at position %zu (data.%s.%s) is not a date", pos, tf, key);
+            goto done;
+        }
+        if (!start_measurement(c, &m, bson_iter_value(&ti)))
+            goto toolarge;
+        for (size_t j = 0; j < ncols; j++) {
+            if (more[j] && strcmp(bson_iter_key(&cols[j]), key) == 0) {
+                if (!bson_append_iter(&m, names[j], -1, &cols[j]))
+                    goto toolarge;
+                more[j] = bson_iter_next(&cols[j]);
+            }
+        }
+        if (!rowbuf_add(rb, &m, bson_iter_date_time(&ti))) {
+            seterr(err, errlen, "out of memory unpacking a bucket");
+            goto done;
+        }
+        pos++;
+    }
+    for (size_t j = 0; j < ncols; j++) {
+        if (more[j]) {
+            seterr(err, errlen,
+                   "version 1 bucket: data.%s has a value at key '%s' that matches no time position (a key the time "
+                   "column lacks, or out of order)",
+                   names[j], bson_iter_key(&cols[j]));
+            goto done;
+        }
+    }
+    ok = true;
+    goto done;
+toolarge:
+    seterr(err, errlen, "measurement %zu does not fit in a BSON document", pos);
+done:
+    bson_destroy(&m);
+    free(cols);
+    free(names);
+    free(more);
+    return ok;
+}
+
+/* A column of a version 2/3 bucket: the BinData subtype 7 payload. */
+static bool column_bytes(const bson_iter_t *it, const uint8_t **data, uint32_t *len, char *err, size_t errlen)
+{
+    bson_subtype_t st;
+    if (!BSON_ITER_HOLDS_BINARY(it)) {
+        seterr(err, errlen, "compressed bucket: data.%s is not BinData", bson_iter_key(it));
+        return false;
+    }
+    bson_iter_binary(it, &st, len, data);
+    if (st != BSON_SUBTYPE_COLUMN) {
+        seterr(err, errlen, "compressed bucket: data.%s is BinData subtype %d, not 7 (BSONColumn)", bson_iter_key(it),
+               (int)st);
+        return false;
+    }
+    return true;
+}
+
+/* Version 2/3: one BSONColumn per field, all advanced together. */
+static bool unpack_v2(const unpack_ctx *c, int64_t version, const bson_iter_t *data, const bson_iter_t *timecol,
+                      bool has_count, int64_t count, rowbuf *rb, char *err, size_t errlen)
+{
+    const char *tf = c->spec->time_field;
+    char cerr[BCOL_ERR_MAX];
+    size_t ncols = 0;
+    bson_iter_t it = *data;
+    while (bson_iter_next(&it))
+        ncols++;
+    bcol_decoder **dec = calloc(ncols + 1, sizeof *dec); /* dec[0]: the time column */
+    const char **names = calloc(ncols + 1, sizeof *names);
+    bson_t m = BSON_INITIALIZER;
+    bool ok = false;
+    size_t k = 0, pos = 0;
+    if (!dec || !names)
+        goto nomem;
+    const uint8_t *bytes;
+    uint32_t blen;
+    if (!column_bytes(timecol, &bytes, &blen, err, errlen))
+        goto done;
+    if (!(dec[0] = bcol_decoder_new(bytes, blen)))
+        goto nomem;
+    names[0] = tf;
+    k = 1;
+    it = *data;
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), tf) == 0)
+            continue;
+        if (!column_bytes(&it, &bytes, &blen, err, errlen))
+            goto done;
+        names[k] = bson_iter_key(&it);
+        if (!(dec[k] = bcol_decoder_new(bytes, blen)))
+            goto nomem;
+        k++;
+    }
+    for (;; pos++) {
+        bcol_elem te, e;
+        bcol_status st = bcol_decoder_next(dec[0], &te, cerr, sizeof cerr);
+        if (st == BCOL_ERROR) {
+            seterr(err, errlen, "version %" PRId64 " bucket: data.%s: %s", version, tf, cerr);
+            goto done;
+        }
+        if (st == BCOL_END)
+            break;
+        if (te.missing) {
+            seterr(err, errlen, "version %" PRId64 " bucket: no time at position %zu (data.%s has a skip)", version,
+                   pos, tf);
+            goto done;
+        }
+        if (te.value.value_type != BSON_TYPE_DATE_TIME) {
+            seterr(err, errlen, "version %" PRId64 " bucket: the time at position %zu (data.%s) is not a date", version,
+                   pos, tf);
+            goto done;
+        }
+        if (!start_measurement(c, &m, &te.value))
+            goto toolarge;
+        for (size_t j = 1; j < k; j++) {
+            st = bcol_decoder_next(dec[j], &e, cerr, sizeof cerr);
+            if (st == BCOL_ERROR) {
+                seterr(err, errlen, "version %" PRId64 " bucket: data.%s: %s", version, names[j], cerr);
+                goto done;
+            }
+            if (st == BCOL_END) {
+                seterr(err, errlen, "version %" PRId64 " bucket: data.%s ends at position %zu, before data.%s", version,
+                       names[j], pos, tf);
+                goto done;
+            }
+            if (!e.missing && !bson_append_value(&m, names[j], -1, &e.value))
+                goto toolarge;
+        }
+        if (!rowbuf_add(rb, &m, te.value.value.v_datetime))
+            goto nomem;
+    }
+    for (size_t j = 1; j < k; j++) {
+        bcol_elem e;
+        bcol_status st = bcol_decoder_next(dec[j], &e, cerr, sizeof cerr);
+        if (st == BCOL_ERROR) {
+            seterr(err, errlen, "version %" PRId64 " bucket: data.%s: %s", version, names[j], cerr);
+            goto done;
+        }
+        if (st != BCOL_END) {
+            seterr(err, errlen, "version %" PRId64 " bucket: data.%s has more positions than data.%s (%zu)", version,
+                   names[j], tf, pos);
+            goto done;
+        }
+    }
+    if (has_count && count != (int64_t)pos) {
+        seterr(err, errlen, "version %" PRId64 " bucket: control.count is %" PRId64 " but data.%s has %zu positions",
+               version, count, tf, pos);
+        goto done;
+    }
+    ok = true;
+    goto done;
+toolarge:
+    seterr(err, errlen, "measurement %zu does not fit in a BSON document", pos);
+    goto done;
+nomem:
+    seterr(err, errlen, "out of memory unpacking a bucket");
+done:
+    if (dec)
+        for (size_t j = 0; j < k; j++)
+            bcol_decoder_destroy(dec[j]);
+    free(dec);
+    free(names);
+    bson_destroy(&m);
+    return ok;
+}
+
+bool bucket_unpack(const uint8_t *bucket, size_t len, const bucket_spec *spec, bucket_rows *out, char *err,
+                   size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (!spec || !spec->time_field) {
+        seterr(err, errlen, "no time field given");
+        return false;
+    }
+    bson_t b;
+    size_t off = 0;
+    if (!bucket || !bson_init_static(&b, bucket, len)) {
+        seterr(err, errlen, "bucket is not a BSON document (%zu bytes)", len);
+        return false;
+    }
+    if (!bson_validate(&b, BSON_VALIDATE_NONE, &off)) {
+        seterr(err, errlen, "bucket is not valid BSON (at byte %zu)", off);
+        return false;
+    }
+    if (bson_empty(&b)) {
+        seterr(err, errlen, "an empty bucket cannot be unpacked");
+        return false;
+    }
+    unpack_ctx c = {.spec = spec};
+    bson_iter_t it, control, data, timecol;
+    bool has_control = false, has_data = false;
+    bson_iter_init(&it, &b);
+    while (bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        if (strcmp(key, "control") == 0 && !has_control) {
+            control = it;
+            has_control = true;
+        } else if (strcmp(key, "data") == 0 && !has_data) {
+            data = it;
+            has_data = true;
+        } else if (strcmp(key, "meta") == 0 && !c.has_meta) {
+            c.meta = it;
+            c.has_meta = true;
+        }
+    }
+    if (!has_data || !BSON_ITER_HOLDS_DOCUMENT(&data)) {
+        seterr(err, errlen, has_data ? "bucket's data is not a document" : "bucket has no data");
+        return false;
+    }
+    if (c.has_meta) {
+        if (!spec->meta_field) {
+            seterr(err, errlen, "bucket has meta but the collection has no metaField");
+            return false;
+        }
+        if (bson_iter_type(&c.meta) == BSON_TYPE_UNDEFINED) {
+            seterr(err, errlen, "bucket's meta is of the deprecated type undefined");
+            return false;
+        }
+    }
+    bson_iter_t dr;
+    bson_iter_recurse(&data, &dr);
+    bson_iter_t probe = dr;
+    if (!bson_iter_next(&probe))
+        return true; /* an empty data region holds no measurement (BucketUnpacker::reset) */
+    if (!has_control || !BSON_ITER_HOLDS_DOCUMENT(&control)) {
+        seterr(err, errlen, has_control ? "bucket's control is not a document" : "bucket has no control");
+        return false;
+    }
+    bson_iter_t ci, vi, cnt;
+    bson_iter_recurse(&control, &ci);
+    vi = ci;
+    if (!bson_iter_find(&vi, "version") || !is_number(bson_iter_type(&vi))) {
+        seterr(err, errlen, "bucket has no numeric control.version");
+        return false;
+    }
+    int64_t version;
+    if (!number_as_int64(&vi, &version)) {
+        seterr(err, errlen, "bucket has a control.version that is not an integer");
+        return false;
+    }
+    if (version < 1 || version > 3) {
+        seterr(err, errlen, "bucket has unknown control.version %" PRId64, version);
+        return false;
+    }
+    timecol = dr;
+    if (!bson_iter_find(&timecol, spec->time_field)) {
+        seterr(err, errlen, "bucket has no time column data.%s", spec->time_field);
+        return false;
+    }
+    rowbuf rb;
+    memset(&rb, 0, sizeof rb);
+    bool ok;
+    if (version == 1) {
+        ok = unpack_v1(&c, &dr, &timecol, &rb, err, errlen);
+    } else {
+        int64_t count = 0;
+        bool has_count = false;
+        cnt = ci;
+        if (bson_iter_find(&cnt, "count") && is_number(bson_iter_type(&cnt))) {
+            if (!number_as_int64(&cnt, &count)) {
+                seterr(err, errlen, "bucket's control.count is not an integer");
+                return false;
+            }
+            has_count = true;
+        }
+        ok = unpack_v2(&c, version, &dr, &timecol, has_count, count, &rb, err, errlen);
+    }
+    if (ok && !rowbuf_finish(&rb, out)) {
+        seterr(err, errlen, "out of memory unpacking a bucket");
+        ok = false;
+    }
+    if (!ok) {
+        rowbuf_free(&rb);
+        bucket_rows_clear(out);
+    }
+    return ok;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* $v:2 diffs                                                                                                    */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+typedef enum { MOD_DELETE, MOD_UPDATE, MOD_INSERT, MOD_BINARY, MOD_SUBDIFF } mod_kind;
+
+/* One field's modification at one level of an object diff (DocumentDiffTables in the server). */
+typedef struct {
+    const char *name; /* the field it changes */
+    mod_kind kind;
+    bson_iter_t val; /* the new element (u, i), the {o, d} entry (b) or the sub-diff (s) */
+    size_t order;    /* position among the level's u and i entries, for the appends at the end */
+    bool seen;       /* the document has this field */
+} fieldmod;
+
+typedef struct {
+    bucket_diff_mode mode;
+    char *err;
+    size_t errlen;
+} diffctx;
+
+static int cmp_mod(const void *a, const void *b)
+{
+    return strcmp(((const fieldmod *)a)->name, ((const fieldmod *)b)->name);
+}
+
+static int cmp_order(const void *a, const void *b)
+{
+    size_t x = (*(const fieldmod *const *)a)->order, y = (*(const fieldmod *const *)b)->order;
+    return x < y ? -1 : x > y;
+}
+
+static fieldmod *find_mod(fieldmod *mods, size_t n, const char *name)
+{
+    fieldmod key = {.name = name};
+    return bsearch(&key, mods, n, sizeof *mods, cmp_mod);
+}
+
+static bool is_array_diff(const bson_iter_t *sub)
+{
+    bson_iter_t it;
+    return BSON_ITER_HOLDS_DOCUMENT(sub) && bson_iter_recurse(sub, &it) && bson_iter_next(&it) &&
+           strcmp(bson_iter_key(&it), "a") == 0;
+}
+
+static bool apply_object(diffctx *c, const bson_iter_t *pre, const bson_iter_t *diff, bson_t *out, const char *path,
+                         int depth);
+static bool apply_array(diffctx *c, const bson_iter_t *pre, const bson_iter_t *diff, bson_t *out, const char *path,
+                        int depth);
+
+static void subpath(char *buf, size_t n, const char *path, const char *name)
+{
+    snprintf(buf, n, "%s%s%s", path, *path ? "." : "", name);
+}
+
+/* A binary diff {o: offset, d: BinData} applied to the binary element pre, appended to out as name. */
+static bool apply_binary(diffctx *c, const bson_iter_t *pre, const fieldmod *m, bson_t *out, const char *path)
+{
+    bson_iter_t e, o, d;
+    int64_t off = -1;
+    bool has_o = false, has_d = false;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&m->val) || !bson_iter_recurse(&m->val, &e)) {
+        seterr(c->err, c->errlen, "$v:2 diff: binary diff of %s is not {o, d}", path);
+        return false;
+    }
+    while (bson_iter_next(&e)) {
+        if (strcmp(bson_iter_key(&e), "o") == 0 && !has_o) {
+            o = e;
+            has_o = true;
+        } else if (strcmp(bson_iter_key(&e), "d") == 0 && !has_d) {
+            d = e;
+            has_d = true;
+        } else {
+            seterr(c->err, c->errlen, "$v:2 diff: binary diff of %s has an unexpected field '%s'", path,
+                   bson_iter_key(&e));
+            return false;
+        }
+    }
+    if (has_o && BSON_ITER_HOLDS_INT32(&o))
+        off = bson_iter_int32(&o);
+    else if (has_o && BSON_ITER_HOLDS_INT64(&o))
+        off = bson_iter_int64(&o);
+    if (!has_o || !has_d || off < 0 || !BSON_ITER_HOLDS_BINARY(&d)) {
+        seterr(c->err, c->errlen, "$v:2 diff: binary diff of %s is not {o: offset >= 0, d: BinData}", path);
+        return false;
+    }
+    bson_subtype_t pst, dst;
+    uint32_t plen, dlen;
+    const uint8_t *pdata, *ddata;
+    bson_iter_binary(pre, &pst, &plen, &pdata);
+    bson_iter_binary(&d, &dst, &dlen, &ddata);
+    uint8_t *nb = NULL;
+    size_t nlen = 0;
+    char berr[BCOL_ERR_MAX];
+    if (!bcol_apply_binary_diff(pdata, plen, (size_t)off, ddata, dlen, &nb, &nlen, berr, sizeof berr)) {
+        seterr(c->err, c->errlen, "$v:2 diff: binary diff of %s: %s", path, berr);
+        return false;
+    }
+    bool ok = nlen <= INT32_MAX && bson_append_binary(out, bson_iter_key(pre), -1, pst, nb, (uint32_t)nlen);
+    free(nb);
+    if (!ok)
+        seterr(c->err, c->errlen, "$v:2 diff: %s does not fit in a BSON document", path);
+    return ok;
+}
+
+/* Collects one object diff level's modifications (buildObjDiffTables). *mods is malloc'd. */
+static bool build_tables(diffctx *c, const bson_iter_t *diff, const char *path, fieldmod **mods, size_t *nmods)
+{
+    bson_iter_t lvl, sec;
+    size_t n = 0, cap = 0, order = 0;
+    fieldmod *v = NULL;
+    *mods = NULL;
+    *nmods = 0;
+    if (!bson_iter_recurse(diff, &lvl))
+        goto bad;
+    while (bson_iter_next(&lvl)) {
+        const char *key = bson_iter_key(&lvl);
+        mod_kind kind;
+        bool section = key[0] != '\0' && key[1] == '\0';
+        if (section && key[0] == 'd')
+            kind = MOD_DELETE;
+        else if (section && key[0] == 'u')
+            kind = MOD_UPDATE;
+        else if (section && key[0] == 'i')
+            kind = MOD_INSERT;
+        else if (section && key[0] == 'b')
+            kind = MOD_BINARY;
+        else if (key[0] == 's' && key[1] != '\0')
+            kind = MOD_SUBDIFF;
+        else {
+            seterr(c->err, c->errlen, "$v:2 diff at %s: unknown section '%s'", *path ? path : "(top)", key);
+            goto fail;
+        }
+        if (!BSON_ITER_HOLDS_DOCUMENT(&lvl)) {
+            seterr(c->err, c->errlen, "$v:2 diff at %s: section '%s' is not a document", *path ? path : "(top)", key);
+            goto fail;
+        }
+        if (kind == MOD_SUBDIFF) {
+            sec = lvl;
+            if (n == cap) {
+                cap = cap ? cap * 2 : 8;
+                fieldmod *nv = realloc(v, cap * sizeof *nv);
+                if (!nv)
+                    goto nomem;
+                v = nv;
+            }
+            v[n++] = (fieldmod){.name = key + 1, .kind = kind, .val = sec};
+            continue;
+        }
+        if (!bson_iter_recurse(&lvl, &sec))
+            goto bad;
+        while (bson_iter_next(&sec)) {
+            if (n == cap) {
+                cap = cap ? cap * 2 : 8;
+                fieldmod *nv = realloc(v, cap * sizeof *nv);
+                if (!nv)
+                    goto nomem;
+                v = nv;
+            }
+            /* the server's fieldsToInsert lists the u entries before the i entries */
+            size_t o = (kind == MOD_INSERT ? SIZE_MAX / 2 : 0) + order++;
+            v[n++] = (fieldmod){.name = bson_iter_key(&sec), .kind = kind, .val = sec, .order = o};
+        }
+    }
+    if (n > 1) {
+        qsort(v, n, sizeof *v, cmp_mod);
+        for (size_t i = 1; i < n; i++) {
+            if (strcmp(v[i - 1].name, v[i].name) == 0) {
+                /* the server's safeInsert: uassert 4728000 */
+                seterr(c->err, c->errlen, "$v:2 diff at %s: duplicate field name in diff: %s", *path ? path : "(top)",
+                       v[i].name);
+                goto fail;
+            }
+        }
+    }
+    *mods = v;
+    *nmods = n;
+    return true;
+bad:
+    seterr(c->err, c->errlen, "$v:2 diff at %s: not a valid document", *path ? path : "(top)");
+    goto fail;
+nomem:
+    seterr(c->err, c->errlen, "out of memory applying a $v:2 diff");
+fail:
+    free(v);
+    return false;
+}
+
+/* Applies the sub-diff m to the pre-image element pre (of the matching type), appended to out under key. */
+static bool apply_sub(diffctx *c, const bson_iter_t *pre, const bson_iter_t *sub, const char *key, bson_t *out,
+                      const char *path, int depth, bool *mismatch)
+{
+    bool arr = is_array_diff(sub);
+    *mismatch = false;
+    if ((arr && !BSON_ITER_HOLDS_ARRAY(pre)) || (!arr && !BSON_ITER_HOLDS_DOCUMENT(pre))) {
+        *mismatch = true;
+        return true;
+    }
+    bson_t child;
+    bson_iter_t pi;
+    if (!bson_iter_recurse(pre, &pi)) {
+        seterr(c->err, c->errlen, "$v:2 diff: %s is not a valid document", path);
+        return false;
+    }
+    if (arr ? !bson_append_array_begin(out, key, -1, &child) : !bson_append_document_begin(out, key, -1, &child)) {
+        seterr(c->err, c->errlen, "$v:2 diff: %s does not fit in a BSON document", path);
+        return false;
+    }
+    bool ok =
+        arr ? apply_array(c, &pi, sub, &child, path, depth + 1) : apply_object(c, &pi, sub, &child, path, depth + 1);
+    bool ended = arr ? bson_append_array_end(out, &child) : bson_append_document_end(out, &child);
+    if (ok && !ended) {
+        seterr(c->err, c->errlen, "$v:2 diff: %s does not fit in a BSON document", path);
+        ok = false;
+    }
+    return ok;
+}
+
+/* applyDiffToObject: pre iterates the pre-image object (before its first element), diff holds the level's diff. */
+static bool apply_object(diffctx *c, const bson_iter_t *pre, const bson_iter_t *diff, bson_t *out, const char *path,
+                         int depth)
+{
+    if (depth > DIFF_MAX_DEPTH) {
+        seterr(c->err, c->errlen, "$v:2 diff nests deeper than %d levels", DIFF_MAX_DEPTH);
+        return false;
+    }
+    fieldmod *mods = NULL;
+    size_t n = 0;
+    fieldmod **tail = NULL;
+    bool ok = false;
+    char sp[512];
+    if (!build_tables(c, diff, path, &mods, &n))
+        return false;
+    bson_iter_t it = *pre;
+    while (bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        fieldmod *m = n ? find_mod(mods, n, key) : NULL;
+        if (!m) {
+            if (!bson_append_iter(out, NULL, 0, &it))
+                goto toolarge;
+            continue;
+        }
+        m->seen = true;
+        subpath(sp, sizeof sp, path, key);
+        switch (m->kind) {
+        case MOD_DELETE:
+            break;
+        case MOD_UPDATE: /* in place */
+            if (!bson_append_iter(out, key, -1, &m->val))
+                goto toolarge;
+            break;
+        case MOD_INSERT: /* the pre-image's value goes; the new one is appended at the end */
+            break;
+        case MOD_BINARY:
+            if (!BSON_ITER_HOLDS_BINARY(&it)) {
+                if (c->mode == BUCKET_DIFF_STRICT) {
+                    seterr(c->err, c->errlen, "$v:2 diff: binary diff of %s, which is not BinData", sp);
+                    goto done;
+                }
+                if (!bson_append_null(out, key, -1))
+                    goto toolarge;
+                break;
+            }
+            if (!apply_binary(c, &it, m, out, sp))
+                goto done;
+            break;
+        case MOD_SUBDIFF: {
+            bool mismatch;
+            if (!apply_sub(c, &it, &m->val, key, out, sp, depth, &mismatch))
+                goto done;
+            if (mismatch) {
+                if (c->mode == BUCKET_DIFF_STRICT) {
+                    seterr(c->err, c->errlen, "$v:2 diff: %s sub-diff of %s, which is %s",
+                           is_array_diff(&m->val) ? "array" : "object", sp,
+                           BSON_ITER_HOLDS_ARRAY(&it)      ? "an array"
+                           : BSON_ITER_HOLDS_DOCUMENT(&it) ? "a document"
+                                                           : "a scalar");
+                    goto done;
+                }
+                /* the server: a type mismatch means a later entry rewrites the field; null meanwhile */
+                if (!bson_append_null(out, key, -1))
+                    goto toolarge;
+            }
+            break;
+        }
+        }
+    }
+    /* Fields the diff changes that the document lacks. */
+    size_t ntail = 0;
+    for (size_t i = 0; i < n; i++) {
+        fieldmod *m = &mods[i];
+        if (m->kind == MOD_UPDATE ? !m->seen : m->kind == MOD_INSERT)
+            ntail++;
+        else if (!m->seen && m->kind != MOD_UPDATE && c->mode == BUCKET_DIFF_STRICT) {
+            subpath(sp, sizeof sp, path, m->name);
+            seterr(c->err, c->errlen, "$v:2 diff: %s of %s, which the document lacks",
+                   m->kind == MOD_DELETE   ? "delete"
+                   : m->kind == MOD_BINARY ? "binary diff"
+                                           : "sub-diff",
+                   sp);
+            goto done;
+        }
+    }
+    /* Appended in the order of the server's fieldsToInsert: the u entries, then the i entries, each as in the
+     * diff (an u of a field already written in place is skipped: fieldsToSkipInserting). */
+    if (ntail) {
+        tail = malloc(ntail * sizeof *tail);
+        if (!tail) {
+            seterr(c->err, c->errlen, "out of memory applying a $v:2 diff");
+            goto done;
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (mods[i].kind == MOD_UPDATE ? !mods[i].seen : mods[i].kind == MOD_INSERT)
+                tail[k++] = &mods[i];
+        qsort(tail, ntail, sizeof *tail, cmp_order);
+        for (size_t i = 0; i < ntail; i++)
+            if (!bson_append_iter(out, tail[i]->name, -1, &tail[i]->val))
+                goto toolarge;
+    }
+    ok = true;
+    goto done;
+toolarge:
+    seterr(c->err, c->errlen, "$v:2 diff: the document at %s outgrows a BSON document", *path ? path : "(top)");
+done:
+    free(tail);
+    free(mods);
+    return ok;
+}
+
+/* An array diff index: decimal digits only, fitting in 32 bits (the server's ArrayDiffReader). */
+static bool parse_index(const char *s, uint32_t *idx)
+{
+    uint64_t v = 0;
+    if (!*s)
+        return false;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return false;
+        v = v * 10 + (uint64_t)(*s - '0');
+        if (v > UINT32_MAX)
+            return false;
+    }
+    *idx = (uint32_t)v;
+    return true;
+}
+
+/* One array diff modification, read in the diff's order. */
+typedef struct {
+    bson_iter_t it;
+    bool have;
+    bool sub; /* s<idx> (else u<idx>) */
+    uint32_t idx;
+} arraymod;
+
+static bool next_arraymod(diffctx *c, bson_iter_t *lvl, arraymod *m, const char *path)
+{
+    if (!bson_iter_next(lvl)) {
+        m->have = false;
+        return true;
+    }
+    const char *key = bson_iter_key(lvl);
+    uint32_t prev = m->idx;
+    bool had = m->have;
+    if ((key[0] != 'u' && key[0] != 's') || !parse_index(key + 1, &m->idx)) {
+        seterr(c->err, c->errlen, "$v:2 array diff at %s: unexpected field '%s'", path, key);
+        return false;
+    }
+    m->sub = key[0] == 's';
+    if (m->sub && !BSON_ITER_HOLDS_DOCUMENT(lvl)) {
+        seterr(c->err, c->errlen, "$v:2 array diff at %s: '%s' is not a document", path, key);
+        return false;
+    }
+    if (had && m->idx <= prev) {
+        seterr(c->err, c->errlen, "$v:2 array diff at %s: index %" PRIu32 " after %" PRIu32 " (not ascending)", path,
+               m->idx, prev);
+        return false;
+    }
+    m->it = *lvl;
+    m->have = true;
+    return true;
+}
+
+/* appendNewValueForArrayIndex: pre is NULL past the pre-image's end. */
+static bool array_value(diffctx *c, const bson_iter_t *pre, const arraymod *m, const char *key, bson_t *out,
+                        const char *path, int depth)
+{
+    if (!m->sub)
+        return bson_append_iter(out, key, -1, &m->it) ||
+               (seterr(c->err, c->errlen, "$v:2 diff: %s outgrows a BSON document", path), false);
+    bool mismatch = pre == NULL;
+    if (pre && !apply_sub(c, pre, &m->it, key, out, path, depth, &mismatch))
+        return false;
+    if (!mismatch)
+        return true;
+    if (c->mode == BUCKET_DIFF_STRICT) {
+        seterr(c->err, c->errlen, "$v:2 diff: sub-diff of %s, which %s", path,
+               pre ? "is of another type" : "is past the array's end");
+        return false;
+    }
+    return bson_append_null(out, key, -1) ||
+           (seterr(c->err, c->errlen, "$v:2 diff: %s outgrows a BSON document", path), false);
+}
+
+/* applyDiffToArray. */
+static bool apply_array(diffctx *c, const bson_iter_t *pre, const bson_iter_t *diff, bson_t *out, const char *path,
+                        int depth)
+{
+    if (depth > DIFF_MAX_DEPTH) {
+        seterr(c->err, c->errlen, "$v:2 diff nests deeper than %d levels", DIFF_MAX_DEPTH);
+        return false;
+    }
+    bson_iter_t lvl;
+    if (!bson_iter_recurse(diff, &lvl) || !bson_iter_next(&lvl) || strcmp(bson_iter_key(&lvl), "a") != 0 ||
+        !BSON_ITER_HOLDS_BOOL(&lvl) || !bson_iter_bool(&lvl)) {
+        seterr(c->err, c->errlen, "$v:2 array diff at %s: must start with a: true", path);
+        return false;
+    }
+    bool has_len = false;
+    uint32_t newlen = 0;
+    arraymod m = {.have = false};
+    bson_iter_t peek = lvl;
+    if (bson_iter_next(&peek) && strcmp(bson_iter_key(&peek), "l") == 0) {
+        if (!BSON_ITER_HOLDS_INT32(&peek) || bson_iter_int32(&peek) < 0) {
+            seterr(c->err, c->errlen, "$v:2 array diff at %s: l is not a non-negative int32", path);
+            return false;
+        }
+        has_len = true;
+        newlen = (uint32_t)bson_iter_int32(&peek);
+        lvl = peek;
+    }
+    if (!next_arraymod(c, &lvl, &m, path))
+        return false;
+    char key[16], sp[512];
+    bson_iter_t it = *pre;
+    uint32_t idx = 0;
+    bool more = bson_iter_next(&it);
+    for (; more && (!has_len || idx < newlen); idx++, more = bson_iter_next(&it)) {
+        snprintf(key, sizeof key, "%" PRIu32, idx);
+        if (m.have && m.idx == idx) {
+            snprintf(sp, sizeof sp, "%s.%s", path, key);
+            if (!array_value(c, &it, &m, key, out, sp, depth) || !next_arraymod(c, &lvl, &m, path))
+                return false;
+        } else if (!bson_append_iter(out, key, -1, &it)) {
+            seterr(c->err, c->errlen, "$v:2 diff: %s outgrows a BSON document", path);
+            return false;
+        }
+    }
+    /* Past the pre-image's end: the diff's values, null for the indexes it does not name. */
+    for (; (has_len && idx < newlen) || m.have; idx++) {
+        if (has_len && idx >= newlen) {
+            seterr(c->err, c->errlen, "$v:2 array diff at %s: index %" PRIu32 " is past the new length %" PRIu32, path,
+                   m.idx, newlen);
+            return false;
+        }
+        snprintf(key, sizeof key, "%" PRIu32, idx);
+        if (m.have && m.idx == idx) {
+            snprintf(sp, sizeof sp, "%s.%s", path, key);
+            if (!array_value(c, NULL, &m, key, out, sp, depth) || !next_arraymod(c, &lvl, &m, path))
+                return false;
+        } else if (!bson_append_null(out, key, -1)) {
+            seterr(c->err, c->errlen, "$v:2 diff: %s outgrows a BSON document", path);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool bucket_apply_diff_ex(const uint8_t *doc, size_t len, const uint8_t *diff, size_t diff_len, bucket_diff_mode mode,
+                          bson_t *out, char *err, size_t errlen)
+{
+    bson_init(out);
+    bson_t pre, d;
+    size_t off = 0;
+    if (!doc || !bson_init_static(&pre, doc, len) || !bson_validate(&pre, BSON_VALIDATE_NONE, &off)) {
+        seterr(err, errlen, "$v:2 diff: the document is not valid BSON (at byte %zu)", off);
+        return false;
+    }
+    if (!diff || !bson_init_static(&d, diff, diff_len) || !bson_validate(&d, BSON_VALIDATE_NONE, &off)) {
+        seterr(err, errlen, "$v:2 diff: the diff is not valid BSON (at byte %zu)", off);
+        return false;
+    }
+    /* apply_object takes the diff level as an element: wrap the top-level diff as one. */
+    bson_t holder = BSON_INITIALIZER;
+    bson_iter_t hi, pi;
+    diffctx c = {.mode = mode, .err = err, .errlen = errlen};
+    bool ok = bson_append_document(&holder, "diff", 4, &d) && bson_iter_init_find(&hi, &holder, "diff") &&
+              bson_iter_init(&pi, &pre);
+    if (!ok)
+        seterr(err, errlen, "out of memory applying a $v:2 diff");
+    else
+        ok = apply_object(&c, &pi, &hi, out, "", 0);
+    bson_destroy(&holder);
+    if (!ok) {
+        bson_destroy(out);
+        bson_init(out);
+    }
+    return ok;
+}
+
+bool bucket_apply_diff(const uint8_t *doc, size_t len, const uint8_t *diff, size_t diff_len, bson_t *out, char *err,
+                       size_t errlen)
+{
+    return bucket_apply_diff_ex(doc, len, diff, diff_len, BUCKET_DIFF_STRICT, out, err, errlen);
+}
