@@ -6,14 +6,15 @@
  * reset, BucketUnpackerV1::getNext, BucketUnpackerV2::getNext). A measurement is built as
  *   <timeField>: the time column's value, <metaField>: the bucket's `meta` (only when the bucket has one),
  *   then every other data column in the order of the bucket's data region, each only where it has a value.
- * Version 1: the time column drives; each other column is walked alongside it and gives a value only when its next
- * key is the time column's current key (so keys must come in the same order). Version 2/3: one BSONColumn per field,
+ * Version 1: a measurement's place is its key's number in the time column; each other column gives a value at the
+ * places its keys name. Version 2/3: one BSONColumn per field,
  * all advanced together, a missing value (a skip) leaves the field out. The server also refuses: an empty bucket,
  * no time column in a non-empty data region (5346700), `meta` with no metaField (5369601) or of type undefined
  * (5369600), no control document (5857902), a non-numeric version (5857903), an unknown one (5857900), a column
  * shorter than the time column (6067601). Stricter here, because a row would otherwise vanish silently: a version 1
- * time column must be keyed "0", "1", ... in order (the server assumes it: computeElementCountFromTimestampObjSize),
- * a value left over in a version 1 column (a key the time column does not have, or out of order) is an error, a
+ * time column must be keyed by exactly the places "0" to "n-1" (the server assumes it:
+ * computeElementCountFromTimestampObjSize; in any order here, see unpack_v1), a value in a version 1 column at a key
+ * the time column does not have is an error, a
  * version 2/3 column longer than the time column is an error, times must be dates (the collection's timeField is
  * always one: timeseries README), and a version 2/3 control.count must match the time column.
  *
@@ -193,7 +194,25 @@ static bool start_measurement(const unpack_ctx *c, bson_t *m, const bson_value_t
     return true;
 }
 
-/* Version 1: data.<f> documents keyed by position. */
+/* A version 1 key: the canonical decimal of a place (no sign, no leading zero but "0" itself). */
+static bool v1_key(const char *key, size_t *out)
+{
+    size_t v = 0;
+    if (key[0] == '\0' || (key[0] == '0' && key[1] != '\0'))
+        return false;
+    for (const char *p = key; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (SIZE_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (size_t)(*p - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* Version 1: data.<f> documents keyed by place. A measurement's place is its key's number: the time column's keys
+ * are exactly "0" to "n-1", in any order. The server writes them in order, but applying an oplog entry again (an
+ * insert of a key that is there already moves it to the end: document_diff_applier.cpp) may reorder them, and the
+ * place, the row's key, must not move with it. Every other column's keys must be places the time column has. */
 static bool unpack_v1(const unpack_ctx *c, const bson_iter_t *data, const bson_iter_t *timecol, rowbuf *rb, char *err,
                       size_t errlen)
 {
@@ -203,73 +222,76 @@ static bool unpack_v1(const unpack_ctx *c, const bson_iter_t *data, const bson_i
                bson_iter_type(timecol) == BSON_TYPE_BINARY ? "binary" : "non-document");
         return false;
     }
-    /* The other columns, in the data region's order. */
-    size_t ncols = 0;
-    bson_iter_t it = *data;
+    size_t n = 0, ncols = 0;
+    bson_iter_t it, ti;
+    bson_iter_recurse(timecol, &ti);
+    while (bson_iter_next(&ti))
+        n++;
+    it = *data;
     while (bson_iter_next(&it))
         ncols++;
-    bson_iter_t *cols = calloc(ncols ? ncols : 1, sizeof *cols);
-    const char **names = calloc(ncols ? ncols : 1, sizeof *names);
-    bool *more = calloc(ncols ? ncols : 1, sizeof *more);
+    /* the time column and every other column by place: slot [col * n + place], col 0 the time column */
+    bson_iter_t *at = calloc((ncols + 1) * (n ? n : 1), sizeof *at);
+    bool *has = calloc((ncols + 1) * (n ? n : 1), sizeof *has);
+    const char **names = calloc(ncols + 1, sizeof *names);
     bson_t m = BSON_INITIALIZER;
     bool ok = false;
-    if (!cols || !names || !more) {
+    size_t pos = 0;
+    if (!at || !has || !names) {
         seterr(err, errlen, "out of memory unpacking a bucket");
         goto done;
     }
-    size_t k = 0;
+    bson_iter_recurse(timecol, &ti);
+    while (bson_iter_next(&ti)) {
+        const char *key = bson_iter_key(&ti);
+        size_t p;
+        if (!v1_key(key, &p) || p >= n || has[p]) {
+            seterr(err, errlen, "version 1 bucket: data.%s has key '%s': its %zu keys are not the places 0 to %zu", tf,
+                   key, n, n ? n - 1 : 0);
+            goto done;
+        }
+        if (!BSON_ITER_HOLDS_DATE_TIME(&ti)) {
+            seterr(err, errlen, "version 1 bucket: the time at place %zu (data.%s.%s) is not a date", p, tf, key);
+            goto done;
+        }
+        at[p] = ti;
+        has[p] = true;
+    }
+    size_t k = 1;
     it = *data;
     while (bson_iter_next(&it)) {
         const char *name = bson_iter_key(&it);
         if (strcmp(name, tf) == 0)
             continue;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &cols[k])) {
+        bson_iter_t ci;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &ci)) {
             seterr(err, errlen, "version 1 bucket: data.%s is not a document", name);
             goto done;
         }
         names[k] = name;
-        more[k] = bson_iter_next(&cols[k]);
+        while (bson_iter_next(&ci)) {
+            size_t p;
+            if (!v1_key(bson_iter_key(&ci), &p) || p >= n || has[k * n + p]) {
+                seterr(err, errlen,
+                       "version 1 bucket: data.%s has a value at key '%s' that matches no time place (a key the time "
+                       "column lacks, or given twice)",
+                       name, bson_iter_key(&ci));
+                goto done;
+            }
+            at[k * n + p] = ci;
+            has[k * n + p] = true;
+        }
         k++;
     }
     ncols = k;
-
-    bson_iter_t ti;
-    bson_iter_recurse(timecol, &ti);
-    size_t pos = 0;
-    char want[24];
-    while (bson_iter_next(&ti)) {
-        const char *key = bson_iter_key(&ti);
-        snprintf(want, sizeof want, "%zu", pos);
-        if (strcmp(key, want) != 0) {
-            seterr(err, errlen, "version 1 bucket: data.%s has key '%s' at position %zu (want '%s')", tf, key, pos,
-                   want);
-            goto done;
-        }
-        if (!BSON_ITER_HOLDS_DATE_TIME(&ti)) {
-            seterr(err, errlen, "version 1 bucket: the time at position %zu (data.%s.%s) is not a date", pos, tf, key);
-            goto done;
-        }
-        if (!start_measurement(c, &m, bson_iter_value(&ti)))
+    for (pos = 0; pos < n; pos++) {
+        if (!start_measurement(c, &m, bson_iter_value(&at[pos])))
             goto toolarge;
-        for (size_t j = 0; j < ncols; j++) {
-            if (more[j] && strcmp(bson_iter_key(&cols[j]), key) == 0) {
-                if (!bson_append_iter(&m, names[j], -1, &cols[j]))
-                    goto toolarge;
-                more[j] = bson_iter_next(&cols[j]);
-            }
-        }
-        if (!rowbuf_add(rb, &m, bson_iter_date_time(&ti))) {
+        for (size_t j = 1; j < ncols; j++)
+            if (has[j * n + pos] && !bson_append_iter(&m, names[j], -1, &at[j * n + pos]))
+                goto toolarge;
+        if (!rowbuf_add(rb, &m, bson_iter_date_time(&at[pos]))) {
             seterr(err, errlen, "out of memory unpacking a bucket");
-            goto done;
-        }
-        pos++;
-    }
-    for (size_t j = 0; j < ncols; j++) {
-        if (more[j]) {
-            seterr(err, errlen,
-                   "version 1 bucket: data.%s has a value at key '%s' that matches no time position (a key the time "
-                   "column lacks, or out of order)",
-                   names[j], bson_iter_key(&cols[j]));
             goto done;
         }
     }
@@ -279,9 +301,9 @@ toolarge:
     seterr(err, errlen, "measurement %zu does not fit in a BSON document", pos);
 done:
     bson_destroy(&m);
-    free(cols);
+    free(at);
+    free(has);
     free(names);
-    free(more);
     return ok;
 }
 

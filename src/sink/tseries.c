@@ -55,7 +55,10 @@ typedef struct ts_state {
     char key[TS_KEY_LEN + 1]; /* "" marks a free slot */
     uint8_t *doc;             /* the bucket document; NULL: none (deleted, or its last change set aside) */
     uint32_t len;
-    bool dirty; /* changed since the last commit: written (or its row deleted) with the next one */
+    bool dirty;       /* changed since the last commit: written (or its row deleted) with the next one */
+    bool unpacked;    /* rows holds doc's measurements (so the next change compares with them, unpacking once) */
+    bucket_rows rows; /* when unpacked */
+    size_t rows_bytes;
 } ts_state;
 
 struct sink_tseries {
@@ -125,9 +128,39 @@ static ts_state *state_put(sink_tseries *ts, const char *key)
     return &ts->slots[i];
 }
 
-/* Sets st's document (taking ownership of doc, which may be NULL) and marks it for the next commit. */
+static size_t rows_bytes(const bucket_rows *r)
+{
+    size_t n = r->n * (sizeof *r->docs + sizeof *r->lens + sizeof *r->times);
+    for (size_t i = 0; i < r->n; i++)
+        n += r->lens[i];
+    return n;
+}
+
+/* Forgets st's measurements (st->rows). */
+static void state_drop_rows(sink_tseries *ts, ts_state *st)
+{
+    bucket_rows_clear(&st->rows);
+    ts->bytes -= st->rows_bytes;
+    st->rows_bytes = 0;
+    st->unpacked = false;
+}
+
+/* Keeps r (moved in, and zeroed) as st's measurements. */
+static void state_keep_rows(sink_tseries *ts, ts_state *st, bucket_rows *r)
+{
+    state_drop_rows(ts, st);
+    st->rows = *r;
+    memset(r, 0, sizeof *r);
+    st->rows_bytes = rows_bytes(&st->rows);
+    ts->bytes += st->rows_bytes;
+    st->unpacked = true;
+}
+
+/* Sets st's document (taking ownership of doc, which may be NULL) and marks it for the next commit; its rows are
+ * forgotten (the caller keeps the new ones). */
 static void state_set(sink_tseries *ts, ts_state *st, uint8_t *doc, uint32_t len)
 {
+    state_drop_rows(ts, st);
     ts->bytes -= st->len;
     free(st->doc);
     st->doc = doc;
@@ -151,15 +184,17 @@ static void state_trim(sink_tseries *ts)
             continue;
         if (!old[i].dirty) {
             free(old[i].doc);
+            bucket_rows_clear(&old[i].rows);
             continue;
         }
         ts_state *st = state_put(ts, old[i].key); /* cannot fail for lack of room: fewer than before */
         if (st == NULL) {
             free(old[i].doc);
+            bucket_rows_clear(&old[i].rows);
             continue; /* (never: the table only shrinks) */
         }
         *st = old[i];
-        ts->bytes += st->len;
+        ts->bytes += st->len + st->rows_bytes;
     }
     free(old);
 }
@@ -168,8 +203,10 @@ static void tseries_free_state(sink_tseries *ts)
 {
     if (ts == NULL)
         return;
-    for (size_t i = 0; i < ts->cap; i++)
+    for (size_t i = 0; i < ts->cap; i++) {
         free(ts->slots[i].doc);
+        bucket_rows_clear(&ts->slots[i].rows);
+    }
     free(ts->slots);
     free(ts->time_field);
     free(ts->meta_field);
@@ -388,8 +425,9 @@ static bool same_row(const bucket_rows *old, const bucket_rows *nw, size_t i)
            memcmp(old->docs[i], nw->docs[i], nw->lens[i]) == 0;
 }
 
+/* The rows of places from..to-1 of nw, those that differ from old's. */
 static ts_build build_rows(const char *meta_field, const uint8_t *bucket, uint32_t len, const bucket_rows *old,
-                           const bucket_rows *nw, ts_params *p, char *why, size_t whylen)
+                           const bucket_rows *nw, size_t from, size_t to, ts_params *p, char *why, size_t whylen)
 {
     memset(p, 0, sizeof *p);
     bson_iter_t it;
@@ -405,14 +443,14 @@ static ts_build build_rows(const char *meta_field, const uint8_t *bucket, uint32
         }
         p->has_meta = true;
     }
-    for (size_t i = 0; i < nw->n; i++)
+    for (size_t i = from; i < to; i++)
         p->n += !same_row(old, nw, i);
     if (p->n == 0)
         return TS_BUILD_OK;
     array_begin(&p->pos, OID_INT4, p->n);
     array_begin(&p->times, OID_TIMESTAMPTZ, p->n);
     array_begin(&p->docs, OID_JSONB, p->n);
-    for (size_t i = 0; i < nw->n; i++) {
+    for (size_t i = from; i < to; i++) {
         if (same_row(old, nw, i))
             continue; /* the same measurement in the same place: nothing to write */
         int64_t ms = nw->times[i];
@@ -450,71 +488,89 @@ static ts_build build_rows(const char *meta_field, const uint8_t *bucket, uint32
     "ON CONFLICT (bucket, pos) DO UPDATE SET \"time\" = excluded.\"time\", meta = excluded.meta, "                     \
     "doc = excluded.doc WHERE (r.\"time\", r.meta, r.doc) IS DISTINCT FROM "                                           \
     "(excluded.\"time\", excluded.meta, excluded.doc)"
+#define TS_INSERT_SQL                                                                                                  \
+    "INSERT INTO %s (bucket, pos, \"time\", meta, doc) SELECT $1, u.p, u.tm, $2::jsonb, u.d "                          \
+    "FROM unnest($3::int4[], $4::timestamptz[], $5::jsonb[]) AS u(p, tm, d)"
 #define TS_CUT_SQL "DELETE FROM %s WHERE bucket = $1 AND pos >= $2::int4"
 #define TS_STORE_ONE_SQL                                                                                               \
     "INSERT INTO oplog2pg.timeseries_bucket (schema_name, table_name, bucket, doc) VALUES ($1, $2, $3, $4) "           \
     "ON CONFLICT (schema_name, table_name, bucket) DO UPDATE SET doc = excluded.doc"
 
-/* The rows that differ between old and new (old may be NULL: unknown, so every row of new is written), sent as one
- * upsert; the places past new's end deleted (when old had more, or is unknown). */
+/* Sends one statement of rows (TS_UPSERT_SQL or TS_INSERT_SQL) with p's parameters. */
+static sink_status send_rows(sink *s, table *t, const op *o, const char *key, const char *fmt, pending_kind kind,
+                             const ts_params *p)
+{
+    char *sql = NULL;
+    if (asprintf(&sql, fmt, t->qname) < 0) {
+        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory writing the rows of a bucket of %s.%s", t->db, t->coll);
+        return s->failed;
+    }
+    const char *values[5] = {key, p->has_meta ? p->meta.data : NULL, p->pos.data, p->times.data, p->docs.data};
+    const int lengths[5] = {TS_KEY_LEN, p->has_meta ? (int)p->meta.len : 0, (int)p->pos.len, (int)p->times.len,
+                            (int)p->docs.len};
+    const int formats[5] = {1, 1, 1, 1, 1};
+    if (!pipe_push_pending(s, kind, t, &o->pos)) {
+        free(sql);
+        return s->failed;
+    }
+    bool ok = PQsendQueryParams(s->conn, sql, 5, NULL, values, lengths, formats, 0) == 1;
+    free(sql);
+    sink_status st = pipe_after_send(s, ok, p->pos.len + p->times.len + p->docs.len + p->meta.len + 256);
+    if (st == APPLY_OK) {
+        s->stats.ts_rows += p->n;
+        s->stats.bytes += p->docs.len;
+    }
+    return st;
+}
+
+/* The rows that differ between old and new (old may be NULL: unknown, so every row of new is written); the places
+ * past new's end deleted (when old had more, or is unknown). Places new adds past old's end, known to be free (old
+ * known, and past the keep point), go as a plain INSERT: one that meets a row all the same fails the group, which is
+ * applied again with upserts (pipeline.c, rewind_for_existing), as a jsonb table's plain inserts do. */
 static sink_status write_rows(sink *s, table *t, const op *o, const char *key, const uint8_t *bucket, uint32_t len,
                               const bucket_rows *old, const bucket_rows *nw)
 {
-    ts_params p;
     char why[400];
     sink_status st = APPLY_OK;
-    switch (build_rows(t->ts->meta_field, bucket, len, old, nw, &p, why, sizeof why)) {
-    case TS_BUILD_OK:
-        break;
-    case TS_BUILD_REFUSED:
-        st = refuse(s, t, o, "%s", why);
-        goto out;
-    case TS_BUILD_NOMEM:
-        goto oom;
-    }
-    if (p.n > 0) {
-        char *sql = NULL;
-        if (asprintf(&sql, TS_UPSERT_SQL, t->qname) < 0)
-            goto oom;
-        const char *values[5] = {key, p.has_meta ? p.meta.data : NULL, p.pos.data, p.times.data, p.docs.data};
-        const int lengths[5] = {TS_KEY_LEN, p.has_meta ? (int)p.meta.len : 0, (int)p.pos.len, (int)p.times.len,
-                                (int)p.docs.len};
-        const int formats[5] = {1, 1, 1, 1, 1};
-        if (!pipe_push_pending(s, P_INSERT, t, &o->pos)) {
-            free(sql);
+    bool plain = old != NULL && !s->cfg.per_op && op_pos_cmp(&o->pos, &s->keep_until) > 0 && old->n < nw->n;
+    size_t fresh = plain ? old->n : nw->n;
+    for (int part = 0; part < 2 && st == APPLY_OK; part++) {
+        size_t from = part == 0 ? 0 : fresh, to = part == 0 ? fresh : nw->n;
+        if (from >= to)
+            continue;
+        ts_params p;
+        switch (build_rows(t->ts->meta_field, bucket, len, part == 0 ? old : NULL, nw, from, to, &p, why, sizeof why)) {
+        case TS_BUILD_OK:
+            if (p.n > 0)
+                st = send_rows(s, t, o, key, part == 0 ? TS_UPSERT_SQL : TS_INSERT_SQL,
+                               part == 0 ? P_INSERT : P_INSERT_NEW, &p);
+            break;
+        case TS_BUILD_REFUSED:
+            st = refuse(s, t, o, "%s", why);
+            break;
+        case TS_BUILD_NOMEM:
+            sink_set_err(s, APPLY_NOMEM, NULL, "out of memory writing the rows of a bucket of %s.%s", t->db, t->coll);
             st = s->failed;
-            goto out;
+            break;
         }
-        bool ok = PQsendQueryParams(s->conn, sql, 5, NULL, values, lengths, formats, 0) == 1;
-        free(sql);
-        st = pipe_after_send(s, ok, p.pos.len + p.times.len + p.docs.len + p.meta.len + 256);
-        if (st != APPLY_OK)
-            goto out;
-        s->stats.ts_rows += p.n;
-        s->stats.bytes += p.docs.len;
+        params_free(&p);
     }
-    if (old == NULL || old->n > nw->n) {
-        char *sql = NULL, cut[24];
-        if (asprintf(&sql, TS_CUT_SQL, t->qname) < 0)
-            goto oom;
-        snprintf(cut, sizeof cut, "%zu", nw->n);
-        const char *values[2] = {key, cut};
-        if (!pipe_push_pending(s, P_DELETE, t, &o->pos)) {
-            free(sql);
-            st = s->failed;
-            goto out;
-        }
-        bool ok = PQsendQueryParams(s->conn, sql, 2, NULL, values, NULL, NULL, 0) == 1;
-        free(sql);
-        st = pipe_after_send(s, ok, 128);
+    if (st != APPLY_OK || (old != NULL && old->n <= nw->n))
+        return st;
+    char *sql = NULL, cut[24];
+    if (asprintf(&sql, TS_CUT_SQL, t->qname) < 0) {
+        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory writing the rows of a bucket of %s.%s", t->db, t->coll);
+        return s->failed;
     }
-    goto out;
-oom:
-    sink_set_err(s, APPLY_NOMEM, NULL, "out of memory writing the rows of a bucket of %s.%s", t->db, t->coll);
-    st = s->failed;
-out:
-    params_free(&p);
-    return st;
+    snprintf(cut, sizeof cut, "%zu", nw->n);
+    const char *values[2] = {key, cut};
+    if (!pipe_push_pending(s, P_DELETE, t, &o->pos)) {
+        free(sql);
+        return s->failed;
+    }
+    bool ok = PQsendQueryParams(s->conn, sql, 2, NULL, values, NULL, NULL, 0) == 1;
+    free(sql);
+    return pipe_after_send(s, ok, 128);
 }
 
 /* The key of the op's bucket: its _id, an ObjectId, in hex. */
@@ -562,6 +618,12 @@ sink_status tseries_apply(sink *s, table *t, const op *o)
         }
         if (o->form != OP_FORM_DIFF)
             return refuse(s, t, o, "a %s update, which no server writes for a bucket", op_form_name(o->form));
+        /* Up to the keep point (the end of an initial copy), the oplog replays changes the copy may already hold:
+         * a bucket the copy never saw was deleted before it read on (its delete comes later in this replay), and a
+         * change is applied as the server re-applies one (an insert of a field already there replaces it) */
+        bool replay = op_pos_cmp(&o->pos, &s->keep_until) <= 0;
+        if (st->doc == NULL && replay)
+            return APPLY_OK;
         if (st->doc == NULL)
             return refuse(s, t, o,
                           "no document of bucket %s is known to apply this change to (its insert was not replicated, "
@@ -575,8 +637,11 @@ sink_status tseries_apply(sink *s, table *t, const op *o)
         const uint8_t *ddata;
         bson_iter_document(&it, &dlen, &ddata);
         bson_t out;
-        if (!bucket_apply_diff(st->doc, st->len, ddata, dlen, &out, why, sizeof why))
+        if (!bucket_apply_diff_ex(st->doc, st->len, ddata, dlen, replay ? BUCKET_DIFF_IDEMPOTENT : BUCKET_DIFF_STRICT,
+                                  &out, why, sizeof why)) {
+            bson_destroy(&out);
             return refuse(s, t, o, "its diff does not apply to bucket %s: %s", key, why);
+        }
         after_len = out.len;
         after = malloc(out.len);
         if (after != NULL)
@@ -613,13 +678,13 @@ sink_status tseries_apply(sink *s, table *t, const op *o)
         free(sql);
         res = pipe_after_send(s, ok, 128);
     } else {
-        bool have_old = known && st->doc != NULL &&
-                        bucket_unpack(st->doc, st->len, &spec, &old, why, sizeof why); /* else: rewrite them all */
-        res = write_rows(s, t, o, key, after, after_len, have_old ? &old : NULL, &nw);
-        bucket_rows_clear(&old);
+        /* the measurements before the op: kept from the op before, or unpacked once (else: rewrite them all) */
+        if (st->doc != NULL && !st->unpacked && bucket_unpack(st->doc, st->len, &spec, &old, why, sizeof why))
+            state_keep_rows(ts, st, &old);
+        res = write_rows(s, t, o, key, after, after_len, st->unpacked ? &st->rows : NULL, &nw);
     }
-    bucket_rows_clear(&nw);
     if (res != APPLY_OK) {
+        bucket_rows_clear(&nw);
         free(after);
         return res;
     }
@@ -628,6 +693,9 @@ sink_status tseries_apply(sink *s, table *t, const op *o)
     memcpy(s->ts_undo_key, key, sizeof key);
     s->stats.ts_bucket_ops++;
     state_set(ts, st, after, after_len);
+    if (after != NULL)
+        state_keep_rows(ts, st, &nw);
+    bucket_rows_clear(&nw);
     return APPLY_OK;
 
 oom:
@@ -764,7 +832,7 @@ sink_tseries_copy_status sink_tseries_copy_bucket(pgconn *c, const sink_tseries_
     ts_params p;
     sink_tseries_copy_status st = SINK_TS_COPY_OK;
     char *upsert = NULL, *cut = NULL;
-    switch (build_rows(to->meta_field, bucket, len, NULL, &nw, &p, e, sizeof e)) {
+    switch (build_rows(to->meta_field, bucket, len, NULL, &nw, 0, nw.n, &p, e, sizeof e)) {
     case TS_BUILD_OK:
         break;
     case TS_BUILD_REFUSED:

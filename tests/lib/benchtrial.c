@@ -264,6 +264,11 @@ void trial_write_ini(trial *t, const char *apply_mode, const char *extra)
 
 void trial_open(trial *t, const char *name, const char *apply_mode)
 {
+    trial_open_sim(t, name, apply_mode, NULL);
+}
+
+void trial_open_sim(trial *t, const char *name, const char *apply_mode, const char *const *sim_args)
+{
     char err[512];
     memset(t, 0, sizeof *t);
     snprintf(t->dir, sizeof t->dir, "/tmp/oplog2pg-bench.XXXXXX");
@@ -271,7 +276,7 @@ void trial_open(trial *t, const char *name, const char *apply_mode)
         bench_die("mkdtemp failed");
     char simlog[128];
     snprintf(simlog, sizeof simlog, "%s/mongosim.log", t->dir);
-    if (!proc_start_mongosim(NULL, simlog, &t->sim, err, sizeof err))
+    if (!proc_start_mongosim(sim_args, simlog, &t->sim, err, sizeof err))
         bench_die("%s", err);
     snprintf(t->uri, sizeof t->uri, "mongodb://127.0.0.1:%d/?replicaSet=rs0", t->sim.port);
     snprintf(t->service, sizeof t->service, "bench_%s", name);

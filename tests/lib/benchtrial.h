@@ -77,6 +77,8 @@ typedef struct {
  * seed document in bench_seed.start, and the configuration written with trial_write_ini(apply_mode, ""). Any
  * schema bench_NAME_0, checkpoint or copy state of the service left by an earlier run is removed. */
 void trial_open(trial *t, const char *name, const char *apply_mode);
+/* The same, with mongosim started with sim_args (NULL-terminated; NULL: none), such as {"--oplog-format", "8.0"}. */
+void trial_open_sim(trial *t, const char *name, const char *apply_mode, const char *const *sim_args);
 /* (Re)writes the daemon's configuration: the trial's mongosim and service, include bench_NAME_*.*, apply_mode, then
  * the lines of $BENCH_REPLICATION_INI in [replication], [logging] level = $BENCH_LOG_LEVEL (default warning), then
  * `extra` (which may open sections of its own). */

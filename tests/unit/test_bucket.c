@@ -134,6 +134,15 @@ START_TEST(v1_gaps_meta_and_field_order)
     ck_assert(unpack_json("{\"data\": {}}", "t", NULL, &r, err, sizeof err));
     ck_assert_uint_eq(r.n, 0);
     bucket_rows_clear(&r);
+    /* keys out of order (an insert applied again moves its key to the end): each measurement keeps its place */
+    ck_assert_msg(unpack_json("{\"control\": {\"version\": 1}, \"data\": {\"t\": {\"1\": " D(20) ", \"0\": " D(
+                                  10) "}, \"x\": {\"0\": \"a\", \"1\": \"b\"}, \"y\": {\"1\": 2}}}",
+                              "t", NULL, &r, err, sizeof err),
+                  "%s", err);
+    ck_assert_uint_eq(r.n, 2);
+    expect_row(&r, 0, "{\"t\": " D(10) ", \"x\": \"a\"}");
+    expect_row(&r, 1, "{\"t\": " D(20) ", \"x\": \"b\", \"y\": 2}");
+    bucket_rows_clear(&r);
     /* a version given as a double or int64 counts as its integer (safeNumberInt) */
     ck_assert_msg(unpack_json("{\"control\": {\"version\": 1.0}, \"data\": {\"t\": {\"0\": " D(5) "}}}", "t", NULL, &r,
                               err, sizeof err),
@@ -161,16 +170,18 @@ START_TEST(refusals)
     expect_fail("{\"control\": {\"version\": 1}, \"data\": {\"x\": {\"0\": 1}}}", NULL, "no time column data.t");
     expect_fail("{\"control\": {\"version\": 1}, \"data\": {\"t\": [" D(1) "]}}", NULL, "data.t is a non-document");
     expect_fail("{\"control\": {\"version\": 1}, \"data\": {\"t\": {\"0\": " D(1) ", \"2\": " D(2) "}}}", NULL,
-                "has key '2' at position 1");
+                "has key '2': its 2 keys are not the places 0 to 1");
     expect_fail("{\"control\": {\"version\": 1}, \"data\": {\"t\": {\"0\": 5}}}", NULL,
-                "time at position 0 (data.t.0) is not a date");
+                "time at place 0 (data.t.0) is not a date");
     expect_fail("{\"control\": {\"version\": 1}, \"data\": {\"t\": {\"0\": " D(1) "}, \"x\": 3}}", NULL,
                 "data.x is not a document");
     expect_fail("{\"control\": {\"version\": 1}, \"data\": {\"t\": {\"0\": " D(1) "}, \"x\": {\"1\": 3}}}", NULL,
                 "data.x has a value at key '1'");
     expect_fail("{\"control\": {\"version\": 1}, \"data\": {\"t\": {\"0\": " D(1) ", \"1\": " D(2) "}, \"x\": {\"1\": "
-                                                                                                   "3, \"0\": 4}}}",
-                NULL, "data.x has a value at key '0'");
+                                                                                                   "3, \"1\": 4}}}",
+                NULL, "data.x has a value at key '1'");
+    expect_fail("{\"control\": {\"version\": 1}, \"data\": {\"t\": {\"0\": " D(1) ", \"01\": " D(2) "}}}", NULL,
+                "has key '01'");
     expect_fail("{\"control\": {\"version\": 2}, \"data\": {\"t\": {\"0\": " D(1) "}}}", NULL, "data.t is not BinData");
     expect_fail("{\"control\": {\"version\": 2}, \"data\": {\"t\": {\"$binary\": {\"base64\": \"AA==\", \"subType\": "
                 "\"00\"}}}}",
