@@ -26,10 +26,8 @@
  *     generateBucketOID: the _id's timestamp is the rounded time; bucket_catalog_helpers.cpp, normalizeMetadata:
  *     the meta value with object fields sorted by name.
  *
- * NOTES: one bucket per measurement is a simplification. A 7.0 server collects measurements with the same meta value
- * and close times into one bucket (up to timeseriesBucketMaxCount 1000), logging an insert for the first and $v:2
- * updates for the others (as in tests/vectors/real_v5.0_2021_timeseries_v2_diff_updates_sample.jsonl); it writes a
- * one-measurement bucket like this one when it opens a bucket, and makeInsertsToNewBuckets writes exactly these.
+ * NOTES: ddl_bucket writes a one-measurement bucket. The store buckets measurements as the server's bucket catalog
+ * does (tsbucket.c: several measurements per bucket, $v:2 appends, compression per --oplog-format).
  * The server orders `data`'s fields by a hash map (StringDataMap); mongosim keeps the measurement's order.
  */
 #include "ddl.h"

@@ -26,6 +26,7 @@
  */
 #include "store.h"
 #include "ddl.h"
+#include "tsbucket.h"
 #include "update.h"
 
 #include <dirent.h>
@@ -76,7 +77,15 @@ struct sim_store {
     /* changeStreamPreAndPostImages (store_set_image_hook); NULL: nothing kept */
     store_image_fn image_fn;
     void *image_ctx;
+    /* time-series buckets open for inserts (tsbucket.c), and timeseriesBucketMaxCount (0: the server's 1000) */
+    ts_catalog *ts;
+    int32_t ts_max_count;
 };
+
+void store_set_ts_bucket_max_count(sim_store *store, int32_t n)
+{
+    store->ts_max_count = n;
+}
 
 void store_set_image_hook(sim_store *store, store_image_fn fn, void *ctx)
 {
@@ -260,6 +269,7 @@ void store_free(sim_store *store)
     for (size_t i = 0; i < store->n; i++)
         db_free(store->dbs[i]);
     free(store->dbs);
+    ts_catalog_free(store->ts);
     free(store);
 }
 
@@ -280,6 +290,7 @@ static tnode *tnode_clone(const tnode *t)
 sim_store *store_clone(const sim_store *store)
 {
     sim_store *s = store_new(store->format);
+    s->ts_max_count = store->ts_max_count;
     s->dbs = bson_malloc0((store->cap ? store->cap : 1) * sizeof *s->dbs);
     s->cap = store->cap;
     for (size_t i = 0; i < store->n; i++) {
@@ -742,22 +753,126 @@ static bool insert_view(sim_store *s, const char *db, const char *coll, const ch
     return insert_prepared(s, db, SYSTEM_VIEWS, def, emit, ctx, err);
 }
 
-/* A measurement inserted into a time-series collection becomes a bucket of its own in the buckets collection
- * (ddl.c, ddl_bucket: one bucket per measurement is mongosim's simplification). No _id is added: a server does not
- * add one to measurements (drivers do, client-side). */
-static bool insert_measurement(sim_store *s, const char *db, scoll *buckets, const bson_t *doc, store_emit_fn emit,
-                               void *ctx, bson_error_t *err)
+/* A measurement inserted into a time-series collection goes into a bucket of the buckets collection (tsbucket.c). No
+ * _id is added: a server does not add one to measurements (drivers do, client-side). */
+typedef struct {
+    sim_store *s;
+    scoll *c;
+} bucket_lookup;
+
+static const bson_t *lookup_bucket(void *ctx, const bson_oid_t *id)
 {
-    bson_t ts, bucket;
-    if (!bson_validate(doc, BSON_VALIDATE_NONE, NULL)) {
-        bson_set_error(err, 0, 2, "invalid BSON document");
+    bucket_lookup *l = ctx;
+    bson_t key = BSON_INITIALIZER;
+    bson_iter_t it;
+    BSON_APPEND_OID(&key, "_id", id);
+    bson_iter_init_find(&it, &key, "_id");
+    tnode *nd = treap_find(l->c->root, &it);
+    bson_destroy(&key);
+    return nd ? nd->doc : NULL;
+}
+
+/* Applies one bucket write: the insert of a new bucket, or the update (o: the diff) of an open one. */
+static bool apply_bucket_write(sim_store *s, const char *db, scoll *c, const ts_write *w, store_emit_fn emit, void *ctx,
+                               bson_error_t *err)
+{
+    if (w->insert)
+        return insert_prepared(s, db, c->name, bson_copy(w->doc), emit, ctx, err);
+    bson_t key = BSON_INITIALIZER;
+    bson_iter_t it;
+    BSON_APPEND_OID(&key, "_id", &w->id);
+    bson_iter_init_find(&it, &key, "_id");
+    tnode *nd = treap_find(c->root, &it);
+    bson_destroy(&key);
+    if (!nd) {
+        bson_set_error(err, 0, 1, "time-series bucket vanished before its update");
         return false;
     }
-    if (!ddl_timeseries_of(buckets->options, &ts) || !ddl_bucket(&ts, doc, &bucket, err))
+    bson_t *pre = nd->doc;
+    nd->doc = bson_copy(w->doc);
+    bson_iter_t nid;
+    if (bson_iter_init_find(&nid, nd->doc, "_id"))
+        nd->id_off = bson_iter_offset(&nid);
+    bson_t o2;
+    doc_key(s, db, c, nd->doc, &nid, &o2);
+    emit_doc_op_images(s, emit, ctx, "u", db, c, w->o, &o2, pre, nd->doc);
+    bson_destroy(&o2);
+    bson_destroy(pre);
+    return true;
+}
+
+static bool insert_measurements(sim_store *s, const char *db, scoll *buckets, const bson_t *const *docs, size_t n,
+                                bool ordered, store_emit_fn emit, store_stmt_fn stmt, void *ctx, bson_error_t *errs,
+                                size_t *placed)
+{
+    bson_t ts;
+    for (size_t i = 0; i < n; i++) {
+        if (!bson_validate(docs[i], BSON_VALIDATE_NONE, NULL)) {
+            for (size_t j = 0; j < n; j++)
+                memset(&errs[j], 0, sizeof errs[j]);
+            bson_set_error(&errs[i], 0, 2, "invalid BSON document");
+            *placed = i + 1;
+            return false;
+        }
+    }
+    if (!ddl_timeseries_of(buckets->options, &ts)) {
+        for (size_t i = 0; i < n; i++)
+            bson_set_error(&errs[i], 0, 72, "Time-series buckets collection is missing time-series options");
+        *placed = ordered ? 1 : n;
         return false;
-    bson_t *d = bson_copy(&bucket);
-    bson_destroy(&bucket);
-    return insert_prepared(s, db, buckets->name, d, emit, ctx, err);
+    }
+    if (!s->ts)
+        s->ts = ts_catalog_new();
+    bucket_lookup l = {s, buckets};
+    ts_write *w;
+    size_t nw;
+    ts_catalog_insert(s->ts, buckets->uuid, &ts, s->format, s->ts_max_count, docs, n, ordered, lookup_bucket, &l, &w,
+                      &nw, errs, placed);
+    bool ok = true;
+    for (size_t k = 0; k < nw && ok; k++) {
+        bson_error_t e;
+        if (stmt)
+            stmt(ctx, w[k].first_index);
+        if (!apply_bucket_write(s, db, buckets, &w[k], emit, ctx, &e)) {
+            errs[w[k].first_index] = e;
+            ok = false;
+        }
+    }
+    ts_writes_free(w, nw);
+    return ok;
+}
+
+bool store_insert_many(sim_store *store, const char *db, const char *coll, const bson_t *const *docs, size_t n,
+                       bool ordered, store_emit_fn emit, store_stmt_fn stmt, void *ctx, bson_error_t *errs,
+                       size_t *placed)
+{
+    *placed = 0;
+    for (size_t i = 0; i < n; i++)
+        memset(&errs[i], 0, sizeof errs[i]);
+    if (n == 0)
+        return true;
+    if (!check_ns(db, coll, &errs[0])) {
+        *placed = 1;
+        return false;
+    }
+    if (!coll_get(store, db, coll)) {
+        tnode *v = view_node(store, db, coll);
+        scoll *b = v ? view_buckets(store, db, coll, v->doc) : NULL;
+        if (b)
+            return insert_measurements(store, db, b, docs, n, ordered, emit, stmt, ctx, errs, placed);
+    }
+    bool ok = true;
+    for (size_t i = 0; i < n; i++) {
+        *placed = i + 1;
+        if (stmt)
+            stmt(ctx, (int32_t)i);
+        if (!store_insert(store, db, coll, docs[i], emit, ctx, &errs[i])) {
+            ok = false;
+            if (ordered)
+                break;
+        }
+    }
+    return ok;
 }
 
 bool store_insert(sim_store *store, const char *db, const char *coll, const bson_t *doc, store_emit_fn emit, void *ctx,
@@ -770,8 +885,12 @@ bool store_insert(sim_store *store, const char *db, const char *coll, const bson
         tnode *v = view_node(store, db, coll);
         if (v) {
             scoll *b = view_buckets(store, db, coll, v->doc);
-            if (b)
-                return insert_measurement(store, db, b, doc, emit, ctx, err);
+            if (b) {
+                const bson_t *one[1] = {doc};
+                size_t placed;
+                bool ok = insert_measurements(store, db, b, one, 1, true, emit, NULL, ctx, err, &placed);
+                return ok && err->code == 0;
+            }
             bson_set_error(err, 0, 166, "Namespace %s.%s is a view, not a collection", db, coll);
             return false;
         }
