@@ -619,6 +619,8 @@ typedef struct {
     uint8_t lsid_id[16];
     int64_t txn_number;
     int32_t stmt_id;
+    const int32_t *stmt_ids; /* a time-series bucket write of several measurements: their stmtIds (n_stmt > 1) */
+    size_t n_stmt;
     bool have_prev;
     uint64_t prev_ts;
     int64_t prev_t;
@@ -660,7 +662,9 @@ static void emit_body(void *ctx, const bson_t *body)
     bool command = bson_iter_init_find(&it, body, "op") && BSON_ITER_HOLDS_UTF8(&it) &&
                    strcmp(bson_iter_utf8(&it, NULL), "c") == 0;
     bool ok;
-    if (!w->session || command) {
+    /* stmtId kUninitializedStmtId (-1: a time-series bucket compression) is no retryable-write statement: the entry
+     * carries no session fields (oplog.cpp appendOplogEntryChainInfo: "Not a retryable write."). */
+    if (!w->session || command || w->stmt_id == -1) {
         ok = sim_append_body(srv, body, &w->err);
     } else {
         /* A retryable write: [lsid, txnNumber,] op, ns, ui, o, [o2,] stmtId, ts, t, v, wall, prevOpTime. */
@@ -669,7 +673,20 @@ static void emit_body(void *ctx, const bson_t *body)
         append_lsid(&e, w->lsid_id);
         BSON_APPEND_INT64(&e, "txnNumber", w->txn_number);
         bson_concat(&e, body);
-        BSON_APPEND_INT32(&e, "stmtId", w->stmt_id);
+        if (w->stmt_ids && w->n_stmt > 1) {
+            /* A bucket write carries the stmtIds of all its measurements, as an array (OplogEntryBase's stmtId:
+             * a number or an array; timeseries write_ops_exec: the batch's stmtIds). */
+            bson_t arr;
+            char key[24];
+            BSON_APPEND_ARRAY_BEGIN(&e, "stmtId", &arr);
+            for (size_t i = 0; i < w->n_stmt; i++) {
+                snprintf(key, sizeof key, "%zu", i);
+                BSON_APPEND_INT32(&arr, key, w->stmt_ids[i]);
+            }
+            bson_append_array_end(&e, &arr);
+        } else {
+            BSON_APPEND_INT32(&e, "stmtId", w->stmt_id);
+        }
         BSON_APPEND_TIMESTAMP(&e, "ts", OPLOG_TS_SECS(ts), OPLOG_TS_INC(ts));
         BSON_APPEND_INT64(&e, "t", srv->term);
         BSON_APPEND_INT64(&e, "v", 2);
@@ -781,9 +798,12 @@ static bool write_ordered(const cmd_ctx *x)
     return bson_iter_init_find(&it, x->cmd, "ordered") ? bson_iter_as_bool(&it) : true;
 }
 
-static void set_stmt(void *ctx, int32_t index)
+static void set_stmt(void *ctx, const int32_t *ids, size_t n)
 {
-    ((write_ctx *)ctx)->stmt_id = index;
+    write_ctx *w = ctx;
+    w->stmt_id = n ? ids[0] : -1;
+    w->stmt_ids = n > 1 ? ids : NULL;
+    w->n_stmt = n;
 }
 
 /* Inserts into a time-series collection: the measurements (write errors for those refused); returns how many. */
@@ -823,6 +843,8 @@ static int32_t insert_measurements(cmd_ctx *x, const char *coll, bson_iter_t *do
             ptrs[k++] = &ds[i];
         }
     store_insert_many(x->srv->store, x->db, coll, ptrs, k, ordered, emit_body, set_stmt, w, es, &placed);
+    w->stmt_ids = NULL;
+    w->n_stmt = 0;
     int32_t ok = 0;
     size_t j = 0;
     for (size_t i = 0; i < n; i++) {

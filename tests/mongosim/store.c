@@ -832,9 +832,9 @@ static bool insert_measurements(sim_store *s, const char *db, scoll *buckets, co
     for (size_t k = 0; k < nw && ok; k++) {
         bson_error_t e;
         if (stmt)
-            stmt(ctx, w[k].first_index);
+            stmt(ctx, w[k].stmt_ids, w[k].nstmt);
         if (!apply_bucket_write(s, db, buckets, &w[k], emit, ctx, &e)) {
-            errs[w[k].first_index] = e;
+            errs[w[k].nstmt ? w[k].stmt_ids[0] : 0] = e;
             ok = false;
         }
     }
@@ -864,8 +864,9 @@ bool store_insert_many(sim_store *store, const char *db, const char *coll, const
     bool ok = true;
     for (size_t i = 0; i < n; i++) {
         *placed = i + 1;
+        int32_t id = (int32_t)i;
         if (stmt)
-            stmt(ctx, (int32_t)i);
+            stmt(ctx, &id, 1);
         if (!store_insert(store, db, coll, docs[i], emit, ctx, &errs[i])) {
             ok = false;
             if (ordered)

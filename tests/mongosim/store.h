@@ -72,8 +72,9 @@ sim_oplog_format store_format(const sim_store *store);
 
 /* Insert one document; adds an ObjectId _id first if it has none. Creates the collection (emitting its create
  * entry first) if it does not exist. */
-/* Before each write of store_insert_many: the index in the command of the (first) document it writes (its stmtId). */
-typedef void (*store_stmt_fn)(void *ctx, int32_t index);
+/* Before each write of store_insert_many: the indexes in the command of the documents it writes (their stmtIds; a
+ * bucket write may carry several); n == 0 for a write that is no statement of the command (kUninitializedStmtId). */
+typedef void (*store_stmt_fn)(void *ctx, const int32_t *ids, size_t n);
 /* The documents of one insert command. Into a time-series collection the measurements are bucketed together (one
  * write per bucket: tsbucket.c); elsewhere each is store_insert'ed. errs[i].code != 0 for a refused document i; with
  * ordered, nothing after the first refused one is written. *placed: the documents considered. */

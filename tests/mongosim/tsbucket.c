@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bsoncolumn_enc.h"
 #include "update.h"
 
 /* ---- MinMax ---- */
@@ -328,7 +329,8 @@ static bool mm_updates(mm_node *nd, bson_t *b, bool max)
 
 typedef struct {
     char *name;
-    bson_t col; /* {"0": v, "1": v, ...} */
+    bson_t col;   /* {"0": v, "1": v, ...}: the values by arrival index */
+    bcenc_t *enc; /* 8.0: the column's BSONColumnBuilder (values in bucket order), else NULL */
 } ts_column;
 
 typedef struct ts_bucket {
@@ -338,6 +340,8 @@ typedef struct ts_bucket {
     int64_t time_ms; /* the rounded time: control.min's time and the _id's timestamp */
     int32_t count;   /* measurements committed */
     int64_t size;
+    int version;          /* control.version written: 1, or 2 / 3 (8.0: compressed sorted / unsorted) */
+    int64_t last_time_ms; /* 8.0: the time of the last measurement appended to the columns */
     mm_node *mm;
     ts_column *cols;
     size_t ncols, capcols;
@@ -366,6 +370,7 @@ static void bucket_free(ts_bucket *b)
     for (size_t i = 0; i < b->ncols; i++) {
         free(b->cols[i].name);
         bson_destroy(&b->cols[i].col);
+        bcenc_free(b->cols[i].enc);
     }
     free(b->cols);
     if (b->doc)
@@ -392,6 +397,7 @@ void ts_writes_free(ts_write *w, size_t n)
             bson_destroy(w[i].doc);
         if (w[i].o)
             bson_destroy(w[i].o);
+        free(w[i].stmt_ids);
     }
     free(w);
 }
@@ -405,6 +411,10 @@ static void unlink_bucket(ts_catalog *cat, ts_bucket *b)
         }
     }
 }
+
+/* Buckets closed at once by one command, compressed before its writes (7.0); more are left uncompressed, as the
+ * server leaves a bucket whose compression fails. */
+#define TS_MAX_PRE 64
 
 typedef struct {
     const char *time_field, *meta_field;
@@ -511,6 +521,7 @@ static ts_column *column_add(ts_bucket *b, const char *name)
     ts_column *c = &b->cols[b->ncols++];
     c->name = strdup(name);
     bson_init(&c->col);
+    c->enc = NULL;
     return c;
 }
 
@@ -560,6 +571,133 @@ static bson_t *bucket_doc(const ts_bucket *b, const bson_iter_t *meta)
         BSON_APPEND_DOCUMENT(&data, b->cols[i].name, &b->cols[i].col);
     bson_append_document_end(d, &data);
     return d;
+}
+
+/* ---- compression (bucket_compression.cpp compressBucket) ---- */
+
+typedef struct {
+    int32_t idx;
+    int64_t t;
+} ts_order;
+
+static int cmp_order(const void *a, const void *b)
+{
+    const ts_order *x = a, *y = b;
+    if (x->t != y->t)
+        return x->t < y->t ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx; /* stable (the server's std::sort leaves ties unspecified) */
+}
+
+static ts_column *time_column(ts_bucket *b, const ts_opts *o)
+{
+    return column_of(b, o->time_field);
+}
+
+/* The arrival indexes 0..count-1 in time order. */
+static ts_order *time_order(ts_bucket *b, const ts_opts *o)
+{
+    ts_order *ord = calloc((size_t)(b->count ? b->count : 1), sizeof *ord);
+    if (!ord)
+        abort();
+    ts_column *tc = time_column(b, o);
+    bson_iter_t it;
+    int32_t n = 0;
+    if (tc && bson_iter_init(&it, &tc->col)) {
+        while (bson_iter_next(&it) && n < b->count) {
+            ord[n].idx = atoi(bson_iter_key(&it));
+            ord[n].t = bson_iter_date_time(&it);
+            n++;
+        }
+    }
+    qsort(ord, (size_t)n, sizeof *ord, cmp_order);
+    return ord;
+}
+
+/* A column's values (skips where a measurement lacks the field) in the order `ord` into a new encoder. */
+static bcenc_t *encode_column(const ts_column *c, const ts_order *ord, int32_t n)
+{
+    bcenc_t *enc = bcenc_new();
+    for (int32_t i = 0; i < n; i++) {
+        char key[16];
+        bson_iter_t it;
+        snprintf(key, sizeof key, "%d", ord[i].idx);
+        if (bson_iter_init_find(&it, &c->col, key))
+            bcenc_append_iter(enc, &it);
+        else
+            bcenc_skip(enc);
+    }
+    return enc;
+}
+
+static void append_column_binary(bson_t *data, const char *name, bcenc_t *enc)
+{
+    size_t len;
+    uint8_t *bin = bcenc_finish(enc, &len);
+    bson_append_binary(data, name, -1, BSON_SUBTYPE_COLUMN, bin, (uint32_t)len);
+    free(bin);
+}
+
+/* The compressed bucket: {_id, control: {version, min, max, count}, meta?, data: {<time>: BinData 7, <field>:
+ * BinData 7, ...}}: compressBucket keeps control's fields (version set to 2, kTimeseriesControlCompressedSorted-
+ * Version, or 3 for an 8.0 bucket gone unsorted) and appends count; the other top-level fields follow as they were;
+ * in data the time column comes first, then the others in the bucket's order. With b's encoders (8.0) the columns
+ * are theirs; otherwise every column is encoded anew in time order (compressBucket sorts the measurements by time). */
+static bson_t *compressed_doc(ts_bucket *b, const ts_opts *o, int version)
+{
+    bson_t *d = bson_new(), control, sub, data;
+    BSON_APPEND_OID(d, "_id", &b->id);
+    BSON_APPEND_DOCUMENT_BEGIN(d, "control", &control);
+    BSON_APPEND_INT32(&control, "version", version);
+    BSON_APPEND_DOCUMENT_BEGIN(&control, "min", &sub);
+    mm_append(b->mm, &sub, false);
+    bson_append_document_end(&control, &sub);
+    BSON_APPEND_DOCUMENT_BEGIN(&control, "max", &sub);
+    mm_append(b->mm, &sub, true);
+    bson_append_document_end(&control, &sub);
+    BSON_APPEND_INT32(&control, "count", b->count);
+    bson_append_document_end(d, &control);
+    if (!bson_empty(b->meta_key)) {
+        bson_iter_t mit;
+        bson_iter_init(&mit, b->meta_key);
+        bson_iter_next(&mit);
+        bson_append_iter(d, "meta", 4, &mit);
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(d, "data", &data);
+    ts_order *ord = NULL;
+    ts_column *tc = time_column(b, o);
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < b->ncols; i++) {
+            ts_column *c = &b->cols[i];
+            if ((pass == 0) != (c == tc))
+                continue;
+            if (c->enc) {
+                append_column_binary(&data, c->name, c->enc);
+            } else {
+                if (!ord)
+                    ord = time_order(b, o);
+                bcenc_t *enc = encode_column(c, ord, b->count);
+                append_column_binary(&data, c->name, enc);
+                bcenc_free(enc);
+            }
+        }
+    }
+    free(ord);
+    bson_append_document_end(d, &data);
+    return d;
+}
+
+/* 8.0: the bucket's columns become encoders holding its measurements in time order, their intermediate() state at
+ * the binaries just written (the next intermediate() is the diff against them). */
+static void start_encoders(ts_bucket *b, const ts_opts *o)
+{
+    ts_order *ord = time_order(b, o);
+    for (size_t i = 0; i < b->ncols; i++) {
+        size_t off, dlen;
+        b->cols[i].enc = encode_column(&b->cols[i], ord, b->count);
+        free(bcenc_intermediate(b->cols[i].enc, &off, &dlen));
+    }
+    b->last_time_ms = b->count ? ord[b->count - 1].t : 0;
+    free(ord);
 }
 
 static ts_bucket *find_open(ts_catalog *cat, const uint8_t uuid[16], const bson_t *meta_key, ts_lookup_fn lookup,
@@ -626,91 +764,237 @@ static void batch_push(ts_batch *t, size_t i)
     t->idx[t->n++] = i;
 }
 
-/* Commits one batch: appends its measurements to the bucket's columns and MinMax and builds the write. */
-static void commit_batch(ts_batch *t, const bson_t *const *ms, const ts_opts *o, ts_write *w)
+/* MinMax::update(doc, metaField) with one measurement. */
+static void minmax_add(ts_bucket *b, const bson_t *m, const char *meta_field)
+{
+    bson_t wrap = BSON_INITIALIZER;
+    bson_iter_t mit;
+    BSON_APPEND_DOCUMENT(&wrap, "", m);
+    bson_iter_init(&mit, &wrap);
+    bson_iter_next(&mit);
+    mm_update_obj(b->mm, &mit, true, true, meta_field);
+    bson_destroy(&wrap);
+}
+
+/* Adds m's fields (but the meta) to the bucket's by-index columns at index b->count; a field new to the bucket gets a
+ * column (with an encoder holding b->count skips when the bucket has encoders: measurement_map.cpp insertOne). */
+static void columns_add(ts_bucket *b, const bson_t *m, const char *meta_field, bool encoders)
+{
+    bson_iter_t it;
+    char key[16];
+    snprintf(key, sizeof key, "%d", b->count);
+    bson_iter_init(&it, m);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (meta_field && strcmp(k, meta_field) == 0)
+            continue;
+        ts_column *c = column_of(b, k);
+        if (!c) {
+            c = column_add(b, k);
+            if (encoders) {
+                c->enc = bcenc_new();
+                for (int32_t i = 0; i < b->count; i++)
+                    bcenc_skip(c->enc);
+            }
+        }
+        bson_append_iter(&c->col, key, -1, &it);
+        if (c->enc)
+            bcenc_append_iter(c->enc, &it);
+    }
+    if (!encoders)
+        return;
+    for (size_t i = 0; i < b->ncols; i++) /* the columns m lacks get a skip */
+        if (bcenc_count(b->cols[i].enc) == (size_t)b->count)
+            bcenc_skip(b->cols[i].enc);
+}
+
+/* MinMax updates into scontrol's smin / smax (makeTimeseriesUpdateOpEntry, makeTimeseriesCompressedDiffEntry). */
+static void append_minmax_diffs(ts_bucket *b, bson_t *ctl)
+{
+    bson_t smin = BSON_INITIALIZER, smax = BSON_INITIALIZER;
+    if (mm_updates(b->mm, &smin, false))
+        BSON_APPEND_DOCUMENT(ctl, "smin", &smin);
+    if (mm_updates(b->mm, &smax, true))
+        BSON_APPEND_DOCUMENT(ctl, "smax", &smax);
+    bson_destroy(&smin);
+    bson_destroy(&smax);
+}
+
+/* The batch's indexes sorted by measurement time (sortMeasurementsOnTimeField), stably. */
+static void sort_batch(ts_batch *t, const bson_t *const *ms, const ts_opts *o, ts_order *ord)
+{
+    for (size_t j = 0; j < t->n; j++) {
+        bson_iter_t it;
+        ord[j].idx = (int32_t)t->idx[j];
+        ord[j].t = bson_iter_init_find(&it, ms[t->idx[j]], o->time_field) ? bson_iter_date_time(&it) : 0;
+    }
+    qsort(ord, t->n, sizeof *ord, cmp_order);
+}
+
+/* 8.0: appends a batch to a compressed bucket (makeTimeseriesCompressedDiffUpdateOp): the measurements in time
+ * order into the column builders, then {$v: 2, diff: {scontrol: {u: {count[, version: 3]}, smin?, smax?}, sdata:
+ * {i?: {<new field>: BinData 7}, b?: {<field>: {o: <offset>, d: BinData 0}}}}} from each builder's intermediate()
+ * (makeTimeseriesCompressedDiffEntry, makeBSONColumnDocDiff). Version 3 when the batch's first measurement is before
+ * the bucket's last one (kTimeseriesControlCompressedUnsortedVersion). */
+static bson_t *append_compressed(ts_batch *t, const bson_t *const *ms, const ts_opts *o)
+{
+    ts_bucket *b = t->b;
+    ts_order *ord = calloc(t->n, sizeof *ord);
+    if (!ord)
+        abort();
+    sort_batch(t, ms, o, ord);
+    bool to_unsorted = b->version == 2 && ord[0].t < b->last_time_ms;
+    if (to_unsorted)
+        b->version = 3;
+    size_t first_new_col = b->ncols;
+    for (size_t j = 0; j < t->n; j++) {
+        const bson_t *m = ms[ord[j].idx];
+        columns_add(b, m, o->meta_field, true);
+        minmax_add(b, m, o->meta_field);
+        b->count++;
+        b->last_time_ms = ord[j].t;
+    }
+    free(ord);
+    bson_t *op = bson_new(), diff, ctl, u, dat, ins = BSON_INITIALIZER, bin = BSON_INITIALIZER, col;
+    BSON_APPEND_INT32(op, "$v", 2);
+    BSON_APPEND_DOCUMENT_BEGIN(op, "diff", &diff);
+    BSON_APPEND_DOCUMENT_BEGIN(&diff, "scontrol", &ctl);
+    BSON_APPEND_DOCUMENT_BEGIN(&ctl, "u", &u);
+    BSON_APPEND_INT32(&u, "count", b->count);
+    if (to_unsorted)
+        BSON_APPEND_INT32(&u, "version", 3);
+    bson_append_document_end(&ctl, &u);
+    append_minmax_diffs(b, &ctl);
+    bson_append_document_end(&diff, &ctl);
+    for (size_t i = 0; i < b->ncols; i++) {
+        size_t off, dlen;
+        uint8_t *d = bcenc_intermediate(b->cols[i].enc, &off, &dlen);
+        if (i >= first_new_col) {
+            bson_append_binary(&ins, b->cols[i].name, -1, BSON_SUBTYPE_COLUMN, d, (uint32_t)dlen);
+        } else {
+            bson_append_document_begin(&bin, b->cols[i].name, -1, &col);
+            BSON_APPEND_INT32(&col, "o", (int32_t)off);
+            bson_append_binary(&col, "d", 1, BSON_SUBTYPE_BINARY, d, (uint32_t)dlen);
+            bson_append_document_end(&bin, &col);
+        }
+        free(d);
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(&diff, "sdata", &dat);
+    if (!bson_empty(&ins))
+        BSON_APPEND_DOCUMENT(&dat, "i", &ins);
+    if (!bson_empty(&bin))
+        BSON_APPEND_DOCUMENT(&dat, "b", &bin);
+    bson_append_document_end(&diff, &dat);
+    bson_append_document_end(op, &diff);
+    bson_destroy(&ins);
+    bson_destroy(&bin);
+    return op;
+}
+
+/* 5.0 / 7.0 (version 1): appends a batch; the $v:2 diff of makeTimeseriesUpdateOpEntry. */
+static bson_t *append_v1(ts_batch *t, const bson_t *const *ms, const ts_opts *o)
 {
     ts_bucket *b = t->b;
     size_t first_new_col = b->ncols;
-    bson_t new_fields = BSON_INITIALIZER; /* sdata.i: fields not in the bucket before this batch */
     for (size_t j = 0; j < t->n; j++) {
         const bson_t *m = ms[t->idx[j]];
-        bson_iter_t it, mit;
-        char key[16];
-        snprintf(key, sizeof key, "%d", b->count);
-        bson_iter_init(&it, m);
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
-            if (o->meta_field && strcmp(k, o->meta_field) == 0)
-                continue;
-            ts_column *c = column_of(b, k);
-            if (!c)
-                c = column_add(b, k);
-            bson_append_iter(&c->col, key, -1, &it);
-        }
-        /* MinMax::update(doc, metaField) */
-        bson_t wrap = BSON_INITIALIZER;
-        BSON_APPEND_DOCUMENT(&wrap, "", m);
-        bson_iter_init(&mit, &wrap);
-        bson_iter_next(&mit);
-        mm_update_obj(b->mm, &mit, true, true, o->meta_field);
-        bson_destroy(&wrap);
+        columns_add(b, m, o->meta_field, false);
+        minmax_add(b, m, o->meta_field);
         b->count++;
     }
-    bson_t *doc = bucket_doc(b, t->has_meta ? &t->meta : NULL);
+    bson_t *op = bson_new(), diff, dat, sub, new_fields = BSON_INITIALIZER;
+    bson_t probe = BSON_INITIALIZER;
+    bool has_mm;
+    BSON_APPEND_INT32(op, "$v", 2);
+    BSON_APPEND_DOCUMENT_BEGIN(op, "diff", &diff);
+    append_minmax_diffs(b, &probe);
+    has_mm = !bson_empty(&probe);
+    if (has_mm)
+        BSON_APPEND_DOCUMENT(&diff, "scontrol", &probe);
+    bson_destroy(&probe);
+    BSON_APPEND_DOCUMENT_BEGIN(&diff, "sdata", &dat);
+    for (size_t i = first_new_col; i < b->ncols; i++)
+        BSON_APPEND_DOCUMENT(&new_fields, b->cols[i].name, &b->cols[i].col);
+    if (first_new_col < b->ncols)
+        BSON_APPEND_DOCUMENT(&dat, "i", &new_fields);
+    for (size_t i = 0; i < first_new_col; i++) {
+        bson_t part = BSON_INITIALIZER;
+        bson_iter_t it;
+        bson_iter_init(&it, &b->cols[i].col);
+        while (bson_iter_next(&it))
+            if (atoi(bson_iter_key(&it)) >= t->prev_count)
+                bson_append_iter(&part, NULL, 0, &it);
+        if (!bson_empty(&part)) {
+            char *k = bson_strdup_printf("s%s", b->cols[i].name);
+            BSON_APPEND_DOCUMENT_BEGIN(&dat, k, &sub);
+            BSON_APPEND_DOCUMENT(&sub, "i", &part);
+            bson_append_document_end(&dat, &sub);
+            bson_free(k);
+        }
+        bson_destroy(&part);
+    }
+    bson_append_document_end(&diff, &dat);
+    bson_append_document_end(op, &diff);
+    bson_destroy(&new_fields);
+    return op;
+}
+
+/* Commits one batch: a new bucket's insert or an open bucket's update. */
+static void commit_batch(ts_batch *t, const bson_t *const *ms, const ts_opts *o, sim_oplog_format fmt, ts_write *w)
+{
+    ts_bucket *b = t->b;
+    bool compressed = fmt == SIM_FORMAT_80;
     memset(w, 0, sizeof *w);
     w->id = b->id;
-    w->first_index = (int32_t)t->idx[0];
-    w->doc = doc;
+    w->stmt_ids = malloc(t->n * sizeof *w->stmt_ids);
+    if (!w->stmt_ids)
+        abort();
+    for (size_t j = 0; j < t->n; j++)
+        w->stmt_ids[j] = (int32_t)t->idx[j];
+    w->nstmt = t->n;
     if (t->is_new) {
+        /* makeNewDocument (5.0 / 7.0); 8.0: makeNewCompressedDocumentForWrite, that document compressed. */
+        for (size_t j = 0; j < t->n; j++) {
+            columns_add(b, ms[t->idx[j]], o->meta_field, false);
+            minmax_add(b, ms[t->idx[j]], o->meta_field);
+            b->count++;
+        }
         w->insert = true;
+        if (compressed) {
+            w->doc = compressed_doc(b, o, 2);
+            start_encoders(b, o);
+            b->version = 2;
+        } else {
+            w->doc = bucket_doc(b, t->has_meta ? &t->meta : NULL);
+            b->version = 1;
+        }
+    } else if (compressed) {
+        w->o = append_compressed(t, ms, o);
+        w->doc = compressed_doc(b, o, b->version);
     } else {
-        /* makeTimeseriesUpdateOpEntry */
-        bson_t *op = bson_new(), diff, ctl, dat, sub;
-        bson_t smin = BSON_INITIALIZER, smax = BSON_INITIALIZER;
-        bool has_min = mm_updates(b->mm, &smin, false);
-        bool has_max = mm_updates(b->mm, &smax, true);
-        BSON_APPEND_INT32(op, "$v", 2);
-        BSON_APPEND_DOCUMENT_BEGIN(op, "diff", &diff);
-        if (has_min || has_max) {
-            BSON_APPEND_DOCUMENT_BEGIN(&diff, "scontrol", &ctl);
-            if (has_min)
-                BSON_APPEND_DOCUMENT(&ctl, "smin", &smin);
-            if (has_max)
-                BSON_APPEND_DOCUMENT(&ctl, "smax", &smax);
-            bson_append_document_end(&diff, &ctl);
-        }
-        BSON_APPEND_DOCUMENT_BEGIN(&diff, "sdata", &dat);
-        /* The measurements' values of this batch per column: keys prev_count.. */
-        for (size_t i = first_new_col; i < b->ncols; i++)
-            BSON_APPEND_DOCUMENT(&new_fields, b->cols[i].name, &b->cols[i].col);
-        if (first_new_col < b->ncols)
-            BSON_APPEND_DOCUMENT(&dat, "i", &new_fields);
-        for (size_t i = 0; i < first_new_col; i++) {
-            bson_t part = BSON_INITIALIZER;
-            bson_iter_t it;
-            bson_iter_init(&it, &b->cols[i].col);
-            while (bson_iter_next(&it))
-                if (atoi(bson_iter_key(&it)) >= t->prev_count)
-                    bson_append_iter(&part, NULL, 0, &it);
-            if (!bson_empty(&part)) {
-                char *k = bson_strdup_printf("s%s", b->cols[i].name);
-                BSON_APPEND_DOCUMENT_BEGIN(&dat, k, &sub);
-                BSON_APPEND_DOCUMENT(&sub, "i", &part);
-                bson_append_document_end(&dat, &sub);
-                bson_free(k);
-            }
-            bson_destroy(&part);
-        }
-        bson_append_document_end(&diff, &dat);
-        bson_append_document_end(op, &diff);
-        bson_destroy(&smin);
-        bson_destroy(&smax);
-        w->o = op;
+        w->o = append_v1(t, ms, o);
+        w->doc = bucket_doc(b, t->has_meta ? &t->meta : NULL);
     }
-    bson_destroy(&new_fields);
     if (b->doc)
         bson_destroy(b->doc);
-    b->doc = bson_copy(doc);
+    b->doc = bson_copy(w->doc);
+}
+
+/* 7.0: a closed bucket holding more than one measurement is rewritten compressed (write_ops_exec.cpp
+ * performTimeseriesBucketCompression: "Buckets with just a single measurement is not worth compressing"). The
+ * update is a transform (makeTimeseriesCompressionOpEntry / makeTimeseriesTransformationOpEntry), logged as a
+ * replacement: o is the whole compressed bucket (update_oplog_entry::makeReplacementOplogEntry, as
+ * updateTimeseriesDocument and ObjectTransformExecutor log it). Its stmtId is kUninitializedStmtId (no stmt_ids):
+ * it is no statement of the user's insert. */
+static bool compress_closed(ts_bucket *b, const ts_opts *o, ts_write *w)
+{
+    if (b->count <= 1 || b->version != 1)
+        return false;
+    memset(w, 0, sizeof *w);
+    w->id = b->id;
+    w->doc = compressed_doc(b, o, 2);
+    w->o = bson_copy(w->doc);
+    return true;
 }
 
 static void fail_at(bson_error_t *e, int code, const char *field)
@@ -723,7 +1007,6 @@ bool ts_catalog_insert(ts_catalog *cat, const uint8_t uuid[16], const bson_t *ti
                        void *lookup_ctx, ts_write **writes, size_t *nw, bson_error_t *errs, size_t *placed)
 {
     ts_opts o;
-    (void)fmt;
     parse_opts(timeseries, &o);
     if (max_count <= 0)
         max_count = TS_DEFAULT_BUCKET_MAX_COUNT;
@@ -738,6 +1021,8 @@ bool ts_catalog_insert(ts_catalog *cat, const uint8_t uuid[16], const bson_t *ti
     }
     ts_batch *bs = NULL;
     size_t nb = 0, capb = 0;
+    ts_write pre[TS_MAX_PRE];
+    size_t nw_pre = 0;
     for (size_t i = 0; i < n; i++) {
         memset(&errs[i], 0, sizeof errs[i]);
         *placed = i + 1;
@@ -771,11 +1056,21 @@ bool ts_catalog_insert(ts_catalog *cat, const uint8_t uuid[16], const bson_t *ti
             /* determineRolloverAction: kCount, kSize, kTimeForward, kTimeBackward → close and open anew. */
             if (count >= max_count || b->size + pending_size + add > TS_BUCKET_MAX_SIZE ||
                 ms_time - b->time_ms >= o.max_span * 1000 || ms_time < b->time_ms) {
-                /* Commit what this command placed in it first, then close it. */
+                /* Closed. With measurements of this command pending in it, it is closed once they are committed
+                 * (allCommitted / finish returns the ClosedBucket); otherwise at once: 7.0 compresses it before
+                 * this command's batches are committed (the ClosedBucket of the insert result). */
+                bool has_batch = false;
                 for (size_t k = 0; k < nb; k++)
                     if (bs[k].b == b)
-                        bs[k].b->size = -1; /* marks: closed after this command */
+                        has_batch = true;
                 unlink_bucket(cat, b);
+                if (has_batch) {
+                    b->size = -1; /* marks: closed after its batch */
+                } else {
+                    if (fmt == SIM_FORMAT_70 && nw_pre < TS_MAX_PRE && compress_closed(b, &o, &pre[nw_pre]))
+                        nw_pre++;
+                    bucket_free(b);
+                }
                 b = NULL;
             }
         }
@@ -828,32 +1123,36 @@ bool ts_catalog_insert(ts_catalog *cat, const uint8_t uuid[16], const bson_t *ti
         }
         batch_push(t, i);
     }
-    /* Commit: one write per batch, in the order the batches were opened. */
-    ts_write *w = nb ? calloc(nb, sizeof *w) : NULL;
-    if (nb && !w)
+    /* Commit: the compressions of buckets closed at once, then one write per batch in the order the batches were
+     * opened, each followed by its bucket's compression when the batch closed it. */
+    size_t cap = nw_pre + 2 * nb;
+    ts_write *w = calloc(cap ? cap : 1, sizeof *w);
+    if (!w)
         abort();
+    size_t nwr = 0;
+    for (size_t k = 0; k < nw_pre; k++)
+        w[nwr++] = pre[k];
     for (size_t k = 0; k < nb; k++) {
         ts_batch *t = &bs[k];
         bool closing = t->b->size == -1;
         int64_t add = 0;
         for (size_t j = 0; j < t->n; j++)
             add += measurement_size(ms[t->idx[j]], o.meta_field, t->prev_count + (int32_t)j);
-        commit_batch(t, ms, &o, &w[k]);
-        t->b->size = closing ? -1 : t->b->size + add;
+        commit_batch(t, ms, &o, fmt, &w[nwr++]);
+        if (closing) {
+            if (fmt == SIM_FORMAT_70 && compress_closed(t->b, &o, &w[nwr]))
+                nwr++;
+        } else {
+            t->b->size += add;
+        }
         free(t->idx);
     }
     /* Buckets closed by this command leave the catalog (they were unlinked when they rolled over). */
-    for (size_t k = 0; k < nb; k++) {
-        if (bs[k].b->size == -1) {
-            bool linked = false;
-            for (ts_bucket *b = cat->open; b; b = b->next)
-                linked |= b == bs[k].b;
-            if (!linked)
-                bucket_free(bs[k].b);
-        }
-    }
+    for (size_t k = 0; k < nb; k++)
+        if (bs[k].b->size == -1)
+            bucket_free(bs[k].b);
     free(bs);
     *writes = w;
-    *nw = nb;
+    *nw = nwr;
     return true;
 }

@@ -35,7 +35,8 @@ typedef struct {
     bson_oid_t id;
     bson_t *doc;
     bson_t *o;
-    int32_t first_index; /* index in the command of the first measurement this write carries (its stmtId) */
+    int32_t *stmt_ids; /* indexes in the command of the measurements it carries (their stmtIds), batch order */
+    size_t nstmt;      /* 0: a compression, no statement of the command (kUninitializedStmtId) */
 } ts_write;
 
 void ts_writes_free(ts_write *w, size_t n);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../mongosim/server.h"
+#include "map/bsoncolumn.h"
 #include "simtest.h"
 
 Suite *mongosim_tswrite_suite(void);
@@ -67,10 +68,15 @@ static void cmd_ok(const char *db, const char *json)
     bson_destroy(cmd);
 }
 
-/* One insert command into db.w with these measurements (a JSON array). */
+/* One insert command into db.w with these measurements (a JSON array), as a retryable write (lsid and txnNumber in
+ * the command, as a driver sends them; the measurements are sent as written, no _id added). */
 static void insert(const char *docs_json)
 {
-    char *cmd = bson_strdup_printf("{\"insert\": \"w\", \"documents\": %s}", docs_json);
+    static int64_t txn = 0;
+    char *cmd = bson_strdup_printf("{\"insert\": \"w\", \"documents\": %s, \"lsid\": {\"id\": {\"$binary\": "
+                                   "{\"base64\": \"Ln1Oclf3SoCG9xPy/lJa+w==\", \"subType\": \"04\"}}}, \"txnNumber\": "
+                                   "{\"$numberLong\": \"%lld\"}}",
+                                   docs_json, (long long)++txn);
     cmd_ok("db", cmd);
     bson_free(cmd);
 }
@@ -118,6 +124,10 @@ static void entries_clear(entries *es)
 static void sub_of(const bson_t *b, const char *path, bson_t *out)
 {
     bson_iter_t it, f;
+    if (!*path) {
+        ck_assert(bson_init_static(out, bson_get_data(b), b->len));
+        return;
+    }
     ck_assert_msg(bson_iter_init(&it, b) && bson_iter_find_descendant(&it, path, &f) &&
                       (BSON_ITER_HOLDS_DOCUMENT(&f) || BSON_ITER_HOLDS_ARRAY(&f)),
                   "no document at %s", path);
@@ -404,6 +414,262 @@ START_TEST(test_v50_diff_matches_real_entry)
 }
 END_TEST
 
+/* ---- compressed buckets: decoded with the daemon's decoder (src/map/bsoncolumn.c) ---- */
+
+/* The binary at path (BinData of the given subtype). */
+static const uint8_t *bin_at(const bson_t *b, const char *path, bson_subtype_t want, uint32_t *len)
+{
+    bson_iter_t it, f;
+    bson_subtype_t st;
+    const uint8_t *data;
+    ck_assert_msg(bson_iter_init(&it, b) && bson_iter_find_descendant(&it, path, &f) && BSON_ITER_HOLDS_BINARY(&f),
+                  "no binary at %s", path);
+    bson_iter_binary(&f, &st, len, &data);
+    ck_assert_msg(st == want, "%s: subtype %d, want %d", path, (int)st, (int)want);
+    return data;
+}
+
+/* A column's values as canonical extended JSON, "-" for a missing position, joined by spaces. */
+static void column_text(const uint8_t *data, size_t len, char *out, size_t cap)
+{
+    bcol_decoder *d = bcol_decoder_new(data, len);
+    bcol_elem e;
+    char err[256];
+    bcol_status st;
+    out[0] = 0;
+    while ((st = bcol_decoder_next(d, &e, err, sizeof err)) == BCOL_VALUE) {
+        if (out[0])
+            strncat(out, " ", cap - strlen(out) - 1);
+        if (e.missing) {
+            strncat(out, "-", cap - strlen(out) - 1);
+            continue;
+        }
+        bson_t one = BSON_INITIALIZER;
+        bson_append_value(&one, "v", 1, &e.value);
+        char *j = bson_as_relaxed_extended_json(&one, NULL);
+        strncat(out, j, cap - strlen(out) - 1);
+        bson_free(j);
+        bson_destroy(&one);
+    }
+    ck_assert_msg(st == BCOL_END, "column does not decode: %s", err);
+    bcol_decoder_destroy(d);
+}
+
+static void expect_column(const bson_t *doc, const char *path, const char *want)
+{
+    uint32_t len;
+    const uint8_t *data = bin_at(doc, path, BSON_SUBTYPE_COLUMN, &len);
+    char got[4096];
+    column_text(data, len, got, sizeof got);
+    ck_assert_msg(strcmp(got, want) == 0, "%s:\n got  %s\n want %s", path, got, want);
+}
+
+static bool has_field(const bson_t *b, const char *key)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, b, key);
+}
+
+#define V(ms) "{ \"v\" : { \"$date\" : \"" ms "\" } }"
+
+/* 7.0: a bucket closed with more than one measurement is rewritten compressed: a 'u' whose o is the whole bucket
+ * (a replacement, no $v) with control.version 2 and count, its columns BinData 7 in time order, the time column
+ * first; no stmtId (kUninitializedStmtId), while the insert carries its measurements' stmtIds. Closed by a later
+ * command (no batch of that command in it): before that command's insert; closed by the command that filled it:
+ * after that fill. A one-measurement bucket is left as it is. */
+START_TEST(test_v70_compress_on_close)
+{
+    start(SIM_FORMAT_70, 3);
+    cmd_ok("db", "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\", \"metaField\": \"m\"}}");
+    insert("[{\"t\": " D("1623711485000") ", \"m\": 1, \"v\": 5}, {\"t\": " D(
+        "1623711483000") ", \"m\": 1, "
+                         "\"v\": 3}, {\"t\": " D("1623711484000") ", \"m\": 1}]");
+    insert("[{\"t\": " D("1623711486000") ", \"m\": 1, \"v\": 6}]");
+    entries es;
+    read_entries(&es);
+    ck_assert_int_eq(es.n, 3);
+    ck_assert_str_eq(op_of(es.e[0]), "i");
+    ck_assert_str_eq(op_of(es.e[1]), "u");
+    ck_assert_str_eq(op_of(es.e[2]), "i");
+    bson_t first, o;
+    sub_of(es.e[0], "o", &first);
+    sub_of(es.e[1], "o", &o);
+    ck_assert(bson_oid_equal(oid_at(&o, "_id"), oid_at(&first, "_id")));
+    ck_assert(bson_oid_equal(oid_at(es.e[1], "o2._id"), oid_at(&first, "_id")));
+    ck_assert(!has_field(&o, "$v"));
+    ck_assert(!has_field(es.e[1], "stmtId") && !has_field(es.e[1], "lsid"));
+    expect_at(es.e[0], "stmtId", "{\"0\": 0, \"1\": 1, \"2\": 2}");
+    expect_at(es.e[1], "o.control",
+              "{\"version\": 2, \"min\": {\"t\": " D(T0) ", \"v\": 3}, \"max\": {\"t\": " D(
+                  "1623711485000") ", \"v\": "
+                                   "5}, \"count\": 3}");
+    ck_assert_int_eq(simtest_str(&o, "meta") == NULL, 1);
+    char keys[128];
+    keys_of(&o, "", keys, sizeof keys);
+    ck_assert_str_eq(keys, "_id,control,meta,data");
+    keys_of(&o, "data", keys, sizeof keys);
+    ck_assert_str_eq(keys, "t,v");
+    expect_column(&o, "data.t", V("2021-06-14T22:58:03Z") " " V("2021-06-14T22:58:04Z") " " V("2021-06-14T22:58:05Z"));
+    expect_column(&o, "data.v", "{ \"v\" : 3 } - { \"v\" : 5 }");
+    entries_clear(&es);
+
+    /* Filled and closed by one command: its insert (2 more for the open bucket: count 3), the compression, then
+     * the new bucket. */
+    insert("[{\"t\": " D("1623711487000") ", \"m\": 1, \"v\": 7}, {\"t\": " D(
+        "1623711488000") ", \"m\": 1, "
+                         "\"v\": 8}, {\"t\": " D("1623711489000") ", \"m\": 1, \"v\": 9}]");
+    read_entries(&es);
+    ck_assert_int_eq(es.n, 6);
+    ck_assert_str_eq(op_of(es.e[3]), "u");
+    expect_at(es.e[3], "stmtId", "{\"0\": 0, \"1\": 1}");
+    sub_of(es.e[3], "o", &o);
+    ck_assert(has_field(&o, "$v"));
+    ck_assert_str_eq(op_of(es.e[4]), "u");
+    sub_of(es.e[4], "o", &o);
+    ck_assert(!has_field(&o, "$v"));
+    expect_column(&o, "data.v", "{ \"v\" : 6 } { \"v\" : 7 } { \"v\" : 8 }");
+    ck_assert_str_eq(op_of(es.e[5]), "i");
+    entries_clear(&es);
+
+    /* The one-measurement bucket (v 9) closed by a time 3600 s later: no compression. */
+    insert("[{\"t\": " D("1623715089000") ", \"m\": 1, \"v\": 10}]");
+    read_entries(&es);
+    ck_assert_int_eq(es.n, 7);
+    ck_assert_str_eq(op_of(es.e[6]), "i");
+    entries_clear(&es);
+    stop();
+}
+END_TEST
+
+/* 8.0: buckets compressed from the start (version 2, columns in time order, count); an append is a $v:2 diff with
+ * scontrol.u {count}, smin/smax, sdata.i {<new field>: BinData 7} and sdata.b {<field>: {o, d: BinData 0}}: applied
+ * to the bucket before (bcol_apply_binary_diff), the columns decode to the measurements; the stored bucket is that
+ * result. A measurement before the bucket's last one makes it version 3. */
+START_TEST(test_v80_compressed_appends)
+{
+    start(SIM_FORMAT_80, 0);
+    cmd_ok("db", "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\", \"metaField\": \"m\"}}");
+    insert("[{\"t\": " D("1623711482000") ", \"m\": 1, \"v\": 1}, {\"t\": " D("1623711481000") ", \"m\": 1, "
+                                                                                               "\"v\": 2}]");
+    entries es;
+    read_entries(&es);
+    ck_assert_int_eq(es.n, 1);
+    ck_assert_str_eq(op_of(es.e[0]), "i");
+    bson_t ins;
+    sub_of(es.e[0], "o", &ins);
+    expect_at(es.e[0], "o.control",
+              "{\"version\": 2, \"min\": {\"t\": " D(T0) ", \"v\": 1}, \"max\": {\"t\": " D(
+                  "1623711482000") ", \"v\": "
+                                   "2}, \"count\": 2}");
+    expect_column(&ins, "data.t", V("2021-06-14T22:58:01Z") " " V("2021-06-14T22:58:02Z"));
+    expect_column(&ins, "data.v", "{ \"v\" : 2 } { \"v\" : 1 }");
+    bson_t *before = bson_copy(&ins);
+    entries_clear(&es);
+
+    insert("[{\"t\": " D("1623711483000") ", \"m\": 1, \"v\": 3, \"x\": \"new\"}]");
+    read_entries(&es);
+    ck_assert_int_eq(es.n, 2);
+    ck_assert_str_eq(op_of(es.e[1]), "u");
+    bson_t diff;
+    sub_of(es.e[1], "o.diff", &diff);
+    char keys[128];
+    keys_of(&diff, "", keys, sizeof keys);
+    ck_assert_str_eq(keys, "scontrol,sdata");
+    expect_at(&diff, "scontrol",
+              "{\"u\": {\"count\": 3}, \"smin\": {\"u\": {\"t\": " D(
+                  T0) ", \"v\": 1, \"x\": \"new\"}}, \"smax\": "
+                      "{\"u\": {\"t\": " D("1623711483000") ", \"v\": 3, \"x\": \"new\"}}}");
+    keys_of(&diff, "sdata", keys, sizeof keys);
+    ck_assert_str_eq(keys, "i,b");
+    keys_of(&diff, "sdata.b", keys, sizeof keys);
+    ck_assert_str_eq(keys, "t,v");
+    keys_of(&diff, "sdata.b.t", keys, sizeof keys);
+    ck_assert_str_eq(keys, "o,d");
+    expect_column(&diff, "sdata.i.x", "- - { \"v\" : \"new\" }");
+    /* Each b diff applied to the column before gives the column after. */
+    const char *fields[] = {"t", "v"};
+    const char *want[] = {V("2021-06-14T22:58:01Z") " " V("2021-06-14T22:58:02Z") " " V("2021-06-14T22:58:03Z"),
+                          "{ \"v\" : 2 } { \"v\" : 1 } { \"v\" : 3 }"};
+    for (int i = 0; i < 2; i++) {
+        char path[64];
+        uint32_t olen, dlen;
+        snprintf(path, sizeof path, "data.%s", fields[i]);
+        const uint8_t *old = bin_at(before, path, BSON_SUBTYPE_COLUMN, &olen);
+        snprintf(path, sizeof path, "sdata.b.%s.d", fields[i]);
+        const uint8_t *d = bin_at(&diff, path, BSON_SUBTYPE_BINARY, &dlen);
+        snprintf(path, sizeof path, "sdata.b.%s.o", fields[i]);
+        bson_iter_t it, f;
+        ck_assert(bson_iter_init(&it, &diff) && bson_iter_find_descendant(&it, path, &f) && BSON_ITER_HOLDS_INT32(&f));
+        uint8_t *out;
+        size_t outlen;
+        char err[256], got[1024];
+        ck_assert_msg(
+            bcol_apply_binary_diff(old, olen, (size_t)bson_iter_int32(&f), d, dlen, &out, &outlen, err, sizeof err),
+            "%s", err);
+        column_text(out, outlen, got, sizeof got);
+        ck_assert_msg(strcmp(got, want[i]) == 0, "%s after the diff:\n got  %s\n want %s", fields[i], got, want[i]);
+        free(out);
+    }
+    bson_destroy(before);
+    entries_clear(&es);
+
+    /* Before the bucket's last measurement: version 3 (once); then the next append says only count. */
+    insert("[{\"t\": " D("1623711480500") ", \"m\": 1, \"v\": 0}]");
+    insert("[{\"t\": " D("1623711484000") ", \"m\": 1, \"v\": 1}]");
+    read_entries(&es);
+    ck_assert_int_eq(es.n, 4);
+    expect_at(es.e[2], "o.diff.scontrol", "{\"u\": {\"count\": 4, \"version\": 3}, \"smin\": {\"u\": {\"v\": 0}}}");
+    expect_at(es.e[3], "o.diff.scontrol",
+              "{\"u\": {\"count\": 5}, \"smax\": {\"u\": {\"t\": " D("1623711484000") "}}}");
+    entries_clear(&es);
+
+    /* The stored bucket: version 3, count 5, columns in arrival-sorted-per-batch order. */
+    mongoc_collection_t *c = mongoc_client_get_collection(client, "db", "system.buckets.w");
+    bson_t *filter = bson_new();
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(c, filter, NULL, NULL);
+    const bson_t *doc;
+    ck_assert(mongoc_cursor_next(cur, &doc));
+    expect_at(doc, "control",
+              "{\"version\": 3, \"min\": {\"t\": " D(T0) ", \"v\": 0, \"x\": \"new\"}, \"max\": {\"t\": " D(
+                  "1623711484000") ", \"v\": 3, \"x\": \"new\"}, \"count\": 5}");
+    expect_column(doc, "data.v", "{ \"v\" : 2 } { \"v\" : 1 } { \"v\" : 3 } { \"v\" : 0 } { \"v\" : 1 }");
+    expect_column(doc, "data.x", "- - { \"v\" : \"new\" } - -");
+    ck_assert(!mongoc_cursor_next(cur, &doc));
+    mongoc_cursor_destroy(cur);
+    bson_destroy(filter);
+    mongoc_collection_destroy(c);
+    stop();
+}
+END_TEST
+
+/* buildInfo's version and hello's maxWireVersion follow --oplog-format. */
+START_TEST(test_versions)
+{
+    struct {
+        sim_oplog_format f;
+        const char *version;
+        int wire;
+    } cases[] = {{SIM_FORMAT_50, "5.0.31", 13}, {SIM_FORMAT_80, "8.0.4", 25}, {SIM_FORMAT_70, "7.0.14", 17}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        start(cases[i].f, 0);
+        bson_t *cmd = simtest_json("{\"buildInfo\": 1}"), reply;
+        bson_error_t err;
+        ck_assert_msg(mongoc_client_command_simple(client, "admin", cmd, NULL, &reply, &err), "%s", err.message);
+        ck_assert_str_eq(simtest_str(&reply, "version"), cases[i].version);
+        bson_destroy(&reply);
+        bson_destroy(cmd);
+        cmd = simtest_json("{\"hello\": 1}");
+        ck_assert_msg(mongoc_client_command_simple(client, "admin", cmd, NULL, &reply, &err), "%s", err.message);
+        bson_iter_t it;
+        ck_assert(bson_iter_init_find(&it, &reply, "maxWireVersion"));
+        ck_assert_int_eq(bson_iter_int32(&it), cases[i].wire);
+        bson_destroy(&reply);
+        bson_destroy(cmd);
+        stop();
+    }
+}
+END_TEST
+
 Suite *mongosim_tswrite_suite(void)
 {
     Suite *s = suite_create("mongosim_tswrite");
@@ -412,6 +678,9 @@ Suite *mongosim_tswrite_suite(void)
     tcase_add_test(tc, test_count_limit_and_meta_grouping);
     tcase_add_test(tc, test_span_and_time_backward);
     tcase_add_test(tc, test_v50_diff_matches_real_entry);
+    tcase_add_test(tc, test_v70_compress_on_close);
+    tcase_add_test(tc, test_v80_compressed_appends);
+    tcase_add_test(tc, test_versions);
     suite_add_tcase(s, tc);
     return s;
 }
