@@ -925,6 +925,33 @@ static void h_insert(cmd_ctx *x)
     finish_write_reply(x, &reply, &errs, nerr);
 }
 
+/* The writes a server makes atomically for one time-series bucket (its modification and the new buckets of updated
+ * measurements): outside a retryable write and a transaction, one applyOps (timeseries_write_util.cpp
+ * performAtomicWrites: WriteUnitOfWork::kGroupForTransaction), logged as batched writes are (txn.c). */
+static void group_ts(void *ctx, bool begin)
+{
+    write_ctx *w = ctx;
+    if (w->session || txn_current(w->srv))
+        return;
+    if (begin) {
+        w->collected = calloc(16, sizeof *w->collected);
+        if (!w->collected)
+            abort();
+        w->capcollected = 16;
+        w->ncollected = 0;
+        return;
+    }
+    if (w->ncollected > 0 && !txn_log_grouped(w->srv, w->collected, w->ncollected, &w->err)) {
+        w->failed = true;
+        fprintf(stderr, "mongosim: cannot append an oplog entry: %s\n", w->err.message);
+    }
+    for (size_t i = 0; i < w->ncollected; i++)
+        bson_destroy(w->collected[i]);
+    free(w->collected);
+    w->collected = NULL;
+    w->ncollected = w->capcollected = 0;
+}
+
 static void h_update(cmd_ctx *x)
 {
     const char *coll = coll_name(x);
@@ -956,7 +983,11 @@ static void h_update(cmd_ctx *x)
         }
         sim_update_result res;
         memset(&res, 0, sizeof res);
-        if (!store_update(x->srv->store, x->db, coll, &q, &u, opt_bool(&spec, "upsert"), &res, emit_body, &w, &err)) {
+        bool ts = store_ns_kind_of(x->srv->store, x->db, coll) == STORE_NS_TIMESERIES;
+        if (ts ? !store_ts_update(x->srv->store, x->db, coll, &q, &u, opt_bool(&spec, "multi"),
+                                  opt_bool(&spec, "upsert"), &res, emit_body, group_ts, set_stmt, &w, &err)
+               : !store_update(x->srv->store, x->db, coll, &q, &u, opt_bool(&spec, "upsert"), &res, emit_body, &w,
+                               &err)) {
             add_write_error(&errs, &nerr, index, &err);
             store_update_result_clear(&res);
             if (ordered)
@@ -1055,9 +1086,12 @@ static void h_delete(cmd_ctx *x)
             continue;
         }
         opt_int64(&spec, "limit", &limit);
-        bool batched = limit == 0 && bson_empty(&q) && !w.session && !txn_current(x->srv);
-        if (batched ? !batched_delete(x, coll, &q, &deleted, &err)
-                    : !store_delete(x->srv->store, x->db, coll, &q, (int)limit, &deleted, emit_body, &w, &err)) {
+        bool ts = store_ns_kind_of(x->srv->store, x->db, coll) == STORE_NS_TIMESERIES;
+        bool batched = !ts && limit == 0 && bson_empty(&q) && !w.session && !txn_current(x->srv);
+        bool ok = ts        ? store_ts_delete(x->srv->store, x->db, coll, &q, (int)limit, &deleted, emit_body, &w, &err)
+                  : batched ? batched_delete(x, coll, &q, &deleted, &err)
+                            : store_delete(x->srv->store, x->db, coll, &q, (int)limit, &deleted, emit_body, &w, &err);
+        if (!ok) {
             add_write_error(&errs, &nerr, index, &err);
             if (ordered)
                 break;

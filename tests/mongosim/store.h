@@ -81,6 +81,14 @@ typedef void (*store_stmt_fn)(void *ctx, const int32_t *ids, size_t n);
 bool store_insert_many(sim_store *store, const char *db, const char *coll, const bson_t *const *docs, size_t n,
                        bool ordered, store_emit_fn emit, store_stmt_fn stmt, void *ctx, bson_error_t *errs,
                        size_t *placed);
+/* Deletes and updates sent to a time-series collection (the shapes per --oplog-format: store.c). group(ctx, true)
+ * and group(ctx, false) surround the writes a server makes atomically (one applyOps outside a retryable write). */
+typedef void (*store_group_fn)(void *ctx, bool begin);
+bool store_ts_delete(sim_store *store, const char *db, const char *coll, const bson_t *q, int limit, int64_t *deleted,
+                     store_emit_fn emit, void *ctx, bson_error_t *err);
+bool store_ts_update(sim_store *store, const char *db, const char *coll, const bson_t *q, const bson_t *u, bool multi,
+                     bool upsert, sim_update_result *res, store_emit_fn emit, store_group_fn group, store_stmt_fn stmt,
+                     void *ctx, bson_error_t *err);
 /* The server's startup parameter timeseriesBucketMaxCount (--timeseries-bucket-max-count; 0: 1000). */
 void store_set_ts_bucket_max_count(sim_store *store, int32_t n);
 bool store_insert(sim_store *store, const char *db, const char *coll, const bson_t *doc, store_emit_fn emit, void *ctx,

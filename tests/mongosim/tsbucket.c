@@ -346,11 +346,24 @@ typedef struct ts_bucket {
     ts_column *cols;
     size_t ncols, capcols;
     bson_t *doc; /* the bucket as last written */
+    bson_t **ms; /* its measurements (copies) in the order of its columns */
+    size_t nms, capms;
     struct ts_bucket *next;
 } ts_bucket;
 
+/* A bucket the catalog wrote, with its measurements: how mongosim unpacks a compressed bucket for a delete or an
+ * update (it has no BSONColumn decoder of its own); valid while the stored bucket is still this document. */
+typedef struct ts_known {
+    bson_oid_t id;
+    bson_t *doc;
+    bson_t **ms;
+    size_t n;
+    struct ts_known *next;
+} ts_known;
+
 struct ts_catalog {
     ts_bucket *open;
+    ts_known *known;
 };
 
 ts_catalog *ts_catalog_new(void)
@@ -375,7 +388,70 @@ static void bucket_free(ts_bucket *b)
     free(b->cols);
     if (b->doc)
         bson_destroy(b->doc);
+    for (size_t i = 0; i < b->nms; i++)
+        bson_destroy(b->ms[i]);
+    free(b->ms);
     free(b);
+}
+
+static void known_free(ts_known *k)
+{
+    bson_destroy(k->doc);
+    for (size_t i = 0; i < k->n; i++)
+        bson_destroy(k->ms[i]);
+    free(k->ms);
+    free(k);
+}
+
+static ts_known *known_find(ts_catalog *cat, const bson_oid_t *id)
+{
+    for (ts_known *k = cat->known; k; k = k->next)
+        if (bson_oid_equal(&k->id, id))
+            return k;
+    return NULL;
+}
+
+static void known_drop(ts_catalog *cat, const bson_oid_t *id)
+{
+    for (ts_known **p = &cat->known; *p; p = &(*p)->next) {
+        if (bson_oid_equal(&(*p)->id, id)) {
+            ts_known *k = *p;
+            *p = k->next;
+            known_free(k);
+            return;
+        }
+    }
+}
+
+/* Records bucket id as doc holding ms[0..n) (copied). */
+static void known_set(ts_catalog *cat, const bson_oid_t *id, const bson_t *doc, bson_t *const *ms, size_t n)
+{
+    known_drop(cat, id);
+    ts_known *k = calloc(1, sizeof *k);
+    if (!k)
+        abort();
+    k->id = *id;
+    k->doc = bson_copy(doc);
+    k->ms = malloc((n ? n : 1) * sizeof *k->ms);
+    if (!k->ms)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        k->ms[i] = bson_copy(ms[i]);
+    k->n = n;
+    k->next = cat->known;
+    cat->known = k;
+}
+
+static void bucket_push_ms(ts_bucket *b, const bson_t *m)
+{
+    if (b->nms == b->capms) {
+        b->capms = b->capms ? b->capms * 2 : 16;
+        bson_t **p = realloc(b->ms, b->capms * sizeof *p);
+        if (!p)
+            abort();
+        b->ms = p;
+    }
+    b->ms[b->nms++] = bson_copy(m);
 }
 
 void ts_catalog_free(ts_catalog *cat)
@@ -386,6 +462,11 @@ void ts_catalog_free(ts_catalog *cat)
         ts_bucket *n = cat->open->next;
         bucket_free(cat->open);
         cat->open = n;
+    }
+    while (cat->known) {
+        ts_known *n = cat->known->next;
+        known_free(cat->known);
+        cat->known = n;
     }
     free(cat);
 }
@@ -700,6 +781,21 @@ static void start_encoders(ts_bucket *b, const ts_opts *o)
     free(ord);
 }
 
+/* The bucket's measurement list in time order (as compressBucket sorts them), from arrival order. */
+static void reorder_by_time(ts_bucket *b, const ts_opts *o)
+{
+    ts_order *ord = time_order(b, o);
+    bson_t **sorted = malloc((b->nms ? b->nms : 1) * sizeof *sorted);
+    if (!sorted)
+        abort();
+    for (size_t i = 0; i < b->nms; i++)
+        sorted[i] = b->ms[ord[i].idx];
+    free(b->ms);
+    b->ms = sorted;
+    b->capms = b->nms;
+    free(ord);
+}
+
 static ts_bucket *find_open(ts_catalog *cat, const uint8_t uuid[16], const bson_t *meta_key, ts_lookup_fn lookup,
                             void *lctx)
 {
@@ -782,6 +878,7 @@ static void columns_add(ts_bucket *b, const bson_t *m, const char *meta_field, b
 {
     bson_iter_t it;
     char key[16];
+    bucket_push_ms(b, m);
     snprintf(key, sizeof key, "%d", b->count);
     bson_iter_init(&it, m);
     while (bson_iter_next(&it)) {
@@ -940,7 +1037,8 @@ static bson_t *append_v1(ts_batch *t, const bson_t *const *ms, const ts_opts *o)
 }
 
 /* Commits one batch: a new bucket's insert or an open bucket's update. */
-static void commit_batch(ts_batch *t, const bson_t *const *ms, const ts_opts *o, sim_oplog_format fmt, ts_write *w)
+static void commit_batch(ts_catalog *cat, ts_batch *t, const bson_t *const *ms, const ts_opts *o, sim_oplog_format fmt,
+                         ts_write *w)
 {
     ts_bucket *b = t->b;
     bool compressed = fmt == SIM_FORMAT_80;
@@ -963,6 +1061,7 @@ static void commit_batch(ts_batch *t, const bson_t *const *ms, const ts_opts *o,
         if (compressed) {
             w->doc = compressed_doc(b, o, 2);
             start_encoders(b, o);
+            reorder_by_time(b, o);
             b->version = 2;
         } else {
             w->doc = bucket_doc(b, t->has_meta ? &t->meta : NULL);
@@ -978,6 +1077,7 @@ static void commit_batch(ts_batch *t, const bson_t *const *ms, const ts_opts *o,
     if (b->doc)
         bson_destroy(b->doc);
     b->doc = bson_copy(w->doc);
+    known_set(cat, &b->id, b->doc, b->ms, b->nms);
 }
 
 /* 7.0: a closed bucket holding more than one measurement is rewritten compressed (write_ops_exec.cpp
@@ -986,7 +1086,7 @@ static void commit_batch(ts_batch *t, const bson_t *const *ms, const ts_opts *o,
  * replacement: o is the whole compressed bucket (update_oplog_entry::makeReplacementOplogEntry, as
  * updateTimeseriesDocument and ObjectTransformExecutor log it). Its stmtId is kUninitializedStmtId (no stmt_ids):
  * it is no statement of the user's insert. */
-static bool compress_closed(ts_bucket *b, const ts_opts *o, ts_write *w)
+static bool compress_closed(ts_catalog *cat, ts_bucket *b, const ts_opts *o, ts_write *w)
 {
     if (b->count <= 1 || b->version != 1)
         return false;
@@ -994,6 +1094,8 @@ static bool compress_closed(ts_bucket *b, const ts_opts *o, ts_write *w)
     w->id = b->id;
     w->doc = compressed_doc(b, o, 2);
     w->o = bson_copy(w->doc);
+    reorder_by_time(b, o);
+    known_set(cat, &b->id, w->doc, b->ms, b->nms);
     return true;
 }
 
@@ -1067,7 +1169,7 @@ bool ts_catalog_insert(ts_catalog *cat, const uint8_t uuid[16], const bson_t *ti
                 if (has_batch) {
                     b->size = -1; /* marks: closed after its batch */
                 } else {
-                    if (fmt == SIM_FORMAT_70 && nw_pre < TS_MAX_PRE && compress_closed(b, &o, &pre[nw_pre]))
+                    if (fmt == SIM_FORMAT_70 && nw_pre < TS_MAX_PRE && compress_closed(cat, b, &o, &pre[nw_pre]))
                         nw_pre++;
                     bucket_free(b);
                 }
@@ -1138,9 +1240,9 @@ bool ts_catalog_insert(ts_catalog *cat, const uint8_t uuid[16], const bson_t *ti
         int64_t add = 0;
         for (size_t j = 0; j < t->n; j++)
             add += measurement_size(ms[t->idx[j]], o.meta_field, t->prev_count + (int32_t)j);
-        commit_batch(t, ms, &o, fmt, &w[nwr++]);
+        commit_batch(cat, t, ms, &o, fmt, &w[nwr++]);
         if (closing) {
-            if (fmt == SIM_FORMAT_70 && compress_closed(t->b, &o, &w[nwr]))
+            if (fmt == SIM_FORMAT_70 && compress_closed(cat, t->b, &o, &w[nwr]))
                 nwr++;
         } else {
             t->b->size += add;
@@ -1155,4 +1257,159 @@ bool ts_catalog_insert(ts_catalog *cat, const uint8_t uuid[16], const bson_t *ti
     *writes = w;
     *nw = nwr;
     return true;
+}
+
+/* ---- deletes and updates of measurements (timeseries_write_util.cpp) ---- */
+
+void ts_measurements_free(bson_t **ms, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        bson_destroy(ms[i]);
+    free(ms);
+}
+
+static void push_copy(bson_t ***ms, size_t *n, size_t *cap, bson_t *m)
+{
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        bson_t **p = realloc(*ms, *cap * sizeof *p);
+        if (!p)
+            abort();
+        *ms = p;
+    }
+    (*ms)[(*n)++] = m;
+}
+
+/* A version 1 bucket unpacked: per index of the time column, the fields of data at that index, then the meta
+ * field (the order $_internalUnpackBucket gives: bucket_unpacker.cpp, the time field's column drives the rows). */
+static bool unpack_v1(const bson_t *doc, const ts_opts *o, bson_t ***out, size_t *n)
+{
+    bson_iter_t it, data, tcol, meta;
+    size_t cap = 0;
+    bool has_meta = o->meta_field && bson_iter_init_find(&meta, doc, "meta");
+    if (!bson_iter_init_find(&data, doc, "data") || !BSON_ITER_HOLDS_DOCUMENT(&data))
+        return false;
+    bson_iter_t dcopy = data;
+    if (!bson_iter_recurse(&dcopy, &it) || !bson_iter_find(&it, o->time_field) || !BSON_ITER_HOLDS_DOCUMENT(&it))
+        return false;
+    bson_iter_recurse(&it, &tcol);
+    while (bson_iter_next(&tcol)) {
+        const char *idx = bson_iter_key(&tcol);
+        bson_t *m = bson_new();
+        bson_iter_t cols, v;
+        bson_iter_recurse(&data, &cols);
+        while (bson_iter_next(&cols)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&cols) || !bson_iter_recurse(&cols, &v))
+                continue;
+            if (bson_iter_find(&v, idx))
+                bson_append_iter(m, bson_iter_key(&cols), -1, &v);
+        }
+        if (has_meta)
+            bson_append_iter(m, o->meta_field, -1, &meta);
+        push_copy(out, n, &cap, m);
+    }
+    return true;
+}
+
+bool ts_bucket_measurements(ts_catalog *cat, const bson_t *timeseries, const bson_t *doc, bson_t ***out, size_t *n)
+{
+    ts_opts o;
+    bson_iter_t it;
+    parse_opts(timeseries, &o);
+    *out = NULL;
+    *n = 0;
+    if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_OID(&it))
+        return false;
+    ts_known *k = cat ? known_find(cat, bson_iter_oid(&it)) : NULL;
+    if (k && bson_equal(k->doc, doc)) {
+        *out = malloc((k->n ? k->n : 1) * sizeof **out);
+        if (!*out)
+            abort();
+        for (size_t i = 0; i < k->n; i++)
+            (*out)[i] = bson_copy(k->ms[i]);
+        *n = k->n;
+        return true;
+    }
+    bson_iter_t ctl;
+    if (bson_iter_init(&ctl, doc) && bson_iter_find_descendant(&ctl, "control.version", &it) &&
+        bson_iter_as_int64(&it) == 1)
+        return unpack_v1(doc, &o, out, n);
+    return false;
+}
+
+void ts_catalog_forget(ts_catalog *cat, const bson_oid_t *id)
+{
+    for (ts_bucket *b = cat->open; b; b = b->next) {
+        if (bson_oid_equal(&b->id, id)) {
+            unlink_bucket(cat, b);
+            bucket_free(b);
+            break;
+        }
+    }
+    known_drop(cat, id);
+}
+
+/* makeModificationOp: the bucket the remaining measurements make under the same _id (makeNewDocumentForWrite:
+ * processTimeseriesMeasurements updates the MinMax with each measurement, then with the rounded minimum time; the
+ * meta is measurements[0]'s), compressed on 8.0 (gTimeseriesAlwaysUseCompressedBuckets). */
+bson_t *ts_catalog_rebuild(ts_catalog *cat, const bson_t *timeseries, sim_oplog_format fmt, const bson_oid_t *id,
+                           bson_t *const *ms, size_t n)
+{
+    ts_opts o;
+    parse_opts(timeseries, &o);
+    ts_catalog_forget(cat, id);
+    ts_bucket *b = calloc(1, sizeof *b);
+    if (!b)
+        abort();
+    b->id = *id;
+    b->meta_key = bson_new();
+    bson_iter_t mit;
+    bool has_meta = o.meta_field && n && bson_iter_init_find(&mit, ms[0], o.meta_field);
+    if (has_meta)
+        bson_append_iter(b->meta_key, "", 0, &mit);
+    b->mm = calloc(1, sizeof *b->mm);
+    if (!b->mm)
+        abort();
+    b->mm->min.type = b->mm->max.type = MM_OBJECT;
+    int64_t min_t = INT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        bson_iter_t t;
+        if (bson_iter_init_find(&t, ms[i], o.time_field) && BSON_ITER_HOLDS_DATE_TIME(&t) &&
+            bson_iter_date_time(&t) < min_t)
+            min_t = bson_iter_date_time(&t);
+        columns_add(b, ms[i], o.meta_field, false);
+        minmax_add(b, ms[i], o.meta_field);
+        b->count++;
+    }
+    int64_t secs = min_t >= 0 ? min_t / 1000 : -((-min_t + 999) / 1000);
+    int64_t rem = secs % o.rounding;
+    if (rem < 0)
+        rem += o.rounding;
+    bson_t ctl = BSON_INITIALIZER;
+    bson_append_date_time(&ctl, o.time_field, -1, (secs - rem) * 1000);
+    minmax_add(b, &ctl, NULL);
+    bson_destroy(&ctl);
+    bson_t *doc;
+    if (fmt == SIM_FORMAT_80) {
+        doc = compressed_doc(b, &o, 2);
+        reorder_by_time(b, &o);
+    } else {
+        bson_iter_t meta;
+        bool m = !bson_empty(b->meta_key) && bson_iter_init(&meta, b->meta_key) && bson_iter_next(&meta);
+        doc = bucket_doc(b, m ? &meta : NULL);
+    }
+    known_set(cat, id, doc, b->ms, b->nms);
+    bucket_free(b);
+    return doc;
+}
+
+void ts_catalog_adopt(ts_catalog *cat, ts_catalog *side)
+{
+    while (side->known) {
+        ts_known *k = side->known;
+        side->known = k->next;
+        known_drop(cat, &k->id);
+        k->next = cat->known;
+        cat->known = k;
+    }
 }

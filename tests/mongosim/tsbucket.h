@@ -52,4 +52,18 @@ bool ts_catalog_insert(ts_catalog *cat, const uint8_t uuid[16], const bson_t *ti
                        int32_t max_count, const bson_t *const *ms, size_t n, bool ordered, ts_lookup_fn lookup,
                        void *lookup_ctx, ts_write **writes, size_t *nw, bson_error_t *errs, size_t *placed);
 
+/* Deletes and updates of measurements (timeseries_write_util.cpp makeModificationOp, performAtomicWrites):
+ * ts_bucket_measurements gives the measurements of a stored bucket in column order (copies: ts_measurements_free):
+ * the catalog's record of the bucket when it wrote this very document (mongosim has no BSONColumn decoder), else a
+ * version 1 bucket unpacked; false when neither. ts_catalog_rebuild returns the bucket the given measurements make
+ * under _id id (version 1, or compressed on 8.0) and records it; ts_catalog_forget drops a deleted bucket;
+ * ts_catalog_adopt moves what a side catalog (new buckets for updated measurements) wrote into cat. A bucket
+ * touched by these leaves the open buckets. */
+bool ts_bucket_measurements(ts_catalog *cat, const bson_t *timeseries, const bson_t *doc, bson_t ***out, size_t *n);
+void ts_measurements_free(bson_t **ms, size_t n);
+bson_t *ts_catalog_rebuild(ts_catalog *cat, const bson_t *timeseries, sim_oplog_format fmt, const bson_oid_t *id,
+                           bson_t *const *ms, size_t n);
+void ts_catalog_forget(ts_catalog *cat, const bson_oid_t *id);
+void ts_catalog_adopt(ts_catalog *cat, ts_catalog *side);
+
 #endif

@@ -670,6 +670,166 @@ START_TEST(test_versions)
 }
 END_TEST
 
+/* The command's first write error code (0: none). */
+static int write_error(const char *db, const char *json)
+{
+    bson_t *cmd = simtest_json(json), reply;
+    bson_error_t err;
+    bool ok = mongoc_client_command_simple(client, db, cmd, NULL, &reply, &err);
+    bson_destroy(cmd);
+    int code = ok ? 0 : (int)err.code;
+    bson_iter_t it, f;
+    if (ok && bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "writeErrors.0.code", &f))
+        code = bson_iter_int32(&f);
+    bson_destroy(&reply);
+    return code;
+}
+
+/* All oplog entries after the first n of the whole oplog. */
+static void read_all(entries *out)
+{
+    mongoc_collection_t *oplog = mongoc_client_get_collection(client, "local", "oplog.rs");
+    bson_t *filter = bson_new();
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, filter, NULL, NULL);
+    const bson_t *doc;
+    out->n = 0;
+    while (mongoc_cursor_next(cur, &doc)) {
+        if (out->n == 64) {
+            bson_destroy(out->e[0]);
+            memmove(out->e, out->e + 1, 63 * sizeof *out->e);
+            out->n--;
+        }
+        out->e[out->n++] = bson_copy(doc);
+    }
+    mongoc_cursor_destroy(cur);
+    bson_destroy(filter);
+    mongoc_collection_destroy(oplog);
+}
+
+/* 8.0: a delete of some measurements replaces the bucket by the rest (a replacement 'u': o is the rebuilt compressed
+ * bucket); an update of a measurement replaces its bucket by the others and inserts a new bucket with the updated
+ * one, both in one applyOps (no session); deleting the last measurement deletes the bucket. */
+START_TEST(test_v80_delete_update)
+{
+    start(SIM_FORMAT_80, 0);
+    cmd_ok("db", "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\", \"metaField\": \"m\"}}");
+    insert("[{\"t\": " D("1623711481000") ", \"m\": 1, \"v\": 1}, {\"t\": " D(
+        "1623711482000") ", \"m\": 1, "
+                         "\"v\": 2}, {\"t\": " D("1623711483000") ", \"m\": 1, \"v\": 3}]");
+    cmd_ok("db", "{\"delete\": \"w\", \"deletes\": [{\"q\": {\"v\": 2}, \"limit\": 0}]}");
+    entries es;
+    read_entries(&es);
+    ck_assert_int_eq(es.n, 2);
+    ck_assert_str_eq(op_of(es.e[1]), "u");
+    bson_t o;
+    sub_of(es.e[1], "o", &o);
+    ck_assert(!has_field(&o, "$v"));
+    expect_at(&o, "control",
+              "{\"version\": 2, \"min\": {\"t\": " D(T0) ", \"v\": 1}, \"max\": {\"t\": " D(
+                  "1623711483000") ", \"v\": "
+                                   "3}, \"count\": 2}");
+    expect_column(&o, "data.t", V("2021-06-14T22:58:01Z") " " V("2021-06-14T22:58:03Z"));
+    expect_column(&o, "data.v", "{ \"v\" : 1 } { \"v\" : 3 }");
+    bson_oid_t first = *oid_at(&o, "_id");
+    entries_clear(&es);
+
+    cmd_ok("db", "{\"update\": \"w\", \"updates\": [{\"q\": {\"v\": 3}, \"u\": {\"$set\": {\"v\": 30}}}]}");
+    read_all(&es);
+    bson_t *last = es.e[es.n - 1];
+    ck_assert_str_eq(op_of(last), "c");
+    ck_assert(!has_field(last, "lsid"));
+    bson_t ops;
+    sub_of(last, "o.applyOps", &ops);
+    char keys[64];
+    keys_of(&ops, "", keys, sizeof keys);
+    ck_assert_str_eq(keys, "0,1");
+    bson_t op0, op1;
+    sub_of(&ops, "0", &op0);
+    sub_of(&ops, "1", &op1);
+    ck_assert_str_eq(op_of(&op0), "u");
+    ck_assert_str_eq(simtest_str(&op0, "ns"), "db.system.buckets.w");
+    ck_assert(bson_oid_equal(oid_at(&op0, "o2._id"), &first));
+    expect_column(&op0, "o.data.v", "{ \"v\" : 1 }");
+    ck_assert_str_eq(op_of(&op1), "i");
+    expect_column(&op1, "o.data.v", "{ \"v\" : 30 }");
+    expect_column(&op1, "o.data.t", V("2021-06-14T22:58:03Z"));
+    sub_of(&op1, "o", &o);
+    bson_iter_t mi;
+    ck_assert(bson_iter_init_find(&mi, &o, "meta") && bson_iter_as_int64(&mi) == 1);
+    entries_clear(&es);
+
+    cmd_ok("db", "{\"delete\": \"w\", \"deletes\": [{\"q\": {\"v\": 1}, \"limit\": 1}]}");
+    read_entries(&es);
+    ck_assert_str_eq(op_of(es.e[es.n - 1]), "d");
+    ck_assert(bson_oid_equal(oid_at(es.e[es.n - 1], "o._id"), &first));
+    entries_clear(&es);
+    stop();
+}
+END_TEST
+
+/* 7.0: the rebuilt bucket of a delete is version 1. */
+START_TEST(test_v70_delete_rebuilds_v1)
+{
+    start(SIM_FORMAT_70, 0);
+    cmd_ok("db", "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\"}}");
+    insert("[{\"t\": " D("1623711481000") ", \"v\": 1}, {\"t\": " D("1623711482000") ", \"v\": 2}]");
+    cmd_ok("db", "{\"delete\": \"w\", \"deletes\": [{\"q\": {\"v\": 1}, \"limit\": 0}]}");
+    entries es;
+    read_entries(&es);
+    ck_assert_int_eq(es.n, 2);
+    ck_assert_str_eq(op_of(es.e[1]), "u");
+    bson_t o;
+    sub_of(es.e[1], "o", &o);
+    char want[1024];
+    char hex[25];
+    bson_oid_to_string(oid_at(&o, "_id"), hex);
+    snprintf(want, sizeof want,
+             "{\"_id\": {\"$oid\": \"%s\"}, \"control\": {\"version\": 1, \"min\": {\"t\": " D(
+                 T0) ", \"v\": 2}, "
+                     "\"max\": {\"t\": " D("1623711482000") ", \"v\": 2}}, \"data\": {\"t\": {\"0\": " D(
+                         "1623711482000") "}, "
+                                          "\"v\": {\"0\": 2}}}",
+             hex);
+    expect_at(es.e[1], "o", want);
+    entries_clear(&es);
+    stop();
+}
+END_TEST
+
+/* 5.0: deletes and updates only on the metaField, multi only; they write the buckets: 'd' of each, or a $v:2 update
+ * of meta. */
+START_TEST(test_v50_meta_only)
+{
+    start(SIM_FORMAT_50, 0);
+    cmd_ok("db", "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\", \"metaField\": \"m\"}}");
+    insert("[{\"t\": " D("1623711481000") ", \"m\": {\"k\": 1}, \"v\": 1}, {\"t\": " D(
+        "1623711482000") ", \"m\": "
+                         "{\"k\": 2}, \"v\": 2}]");
+    ck_assert_int_eq(write_error("db", "{\"delete\": \"w\", \"deletes\": [{\"q\": {\"v\": 1}, \"limit\": 0}]}"), 72);
+    ck_assert_int_eq(write_error("db", "{\"delete\": \"w\", \"deletes\": [{\"q\": {\"m.k\": 1}, \"limit\": 1}]}"), 20);
+    ck_assert_int_eq(write_error("db", "{\"update\": \"w\", \"updates\": [{\"q\": {\"m.k\": 1}, \"u\": {\"$set\": "
+                                       "{\"m.k\": 3}}}]}"),
+                     72);
+    ck_assert_int_eq(write_error("db", "{\"update\": \"w\", \"updates\": [{\"q\": {\"m.k\": 1}, \"u\": {\"$set\": "
+                                       "{\"v\": 3}}, \"multi\": true}]}"),
+                     72);
+    cmd_ok("db", "{\"update\": \"w\", \"updates\": [{\"q\": {\"m.k\": 1}, \"u\": {\"$set\": {\"m.k\": 3}}, "
+                 "\"multi\": true}]}");
+    cmd_ok("db", "{\"delete\": \"w\", \"deletes\": [{\"q\": {\"m\": {\"k\": 2}}, \"limit\": 0}]}");
+    entries es;
+    read_entries(&es);
+    ck_assert_int_eq(es.n, 4);
+    ck_assert_str_eq(op_of(es.e[2]), "u");
+    expect_at(es.e[2], "o", "{\"$v\": 2, \"diff\": {\"smeta\": {\"u\": {\"k\": 3}}}}");
+    ck_assert_str_eq(op_of(es.e[3]), "d");
+    bson_t o;
+    sub_of(es.e[1], "o", &o);
+    ck_assert(bson_oid_equal(oid_at(es.e[3], "o._id"), oid_at(&o, "_id")));
+    entries_clear(&es);
+    stop();
+}
+END_TEST
+
 Suite *mongosim_tswrite_suite(void)
 {
     Suite *s = suite_create("mongosim_tswrite");
@@ -681,6 +841,9 @@ Suite *mongosim_tswrite_suite(void)
     tcase_add_test(tc, test_v70_compress_on_close);
     tcase_add_test(tc, test_v80_compressed_appends);
     tcase_add_test(tc, test_versions);
+    tcase_add_test(tc, test_v80_delete_update);
+    tcase_add_test(tc, test_v70_delete_rebuilds_v1);
+    tcase_add_test(tc, test_v50_meta_only);
     suite_add_tcase(s, tc);
     return s;
 }
