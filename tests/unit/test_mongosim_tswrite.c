@@ -830,6 +830,42 @@ START_TEST(test_v50_meta_only)
 }
 END_TEST
 
+/* Meta objects that differ only in field order are one series: one bucket, whose meta is the normalized object
+ * (fields sorted). A measurement that would take the bucket past timeseriesBucketMaxSize (125 KiB) opens another. */
+START_TEST(test_meta_normalized_and_size_limit)
+{
+    start(SIM_FORMAT_70, 0);
+    cmd_ok("db", "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\", \"metaField\": \"m\"}}");
+    insert("[{\"t\": " D("1623711481000") ", \"m\": {\"b\": 1, \"a\": 2}, \"v\": 1}, {\"t\": " D(
+        "1623711482000") ", "
+                         "\"m\": {\"a\": 2, \"b\": 1}, \"v\": 2}]");
+    entries es;
+    read_entries(&es);
+    ck_assert_int_eq(es.n, 1);
+    expect_at(es.e[0], "o.meta", "{\"a\": 2, \"b\": 1}");
+    expect_at(es.e[0], "o.data.v", "{\"0\": 1, \"1\": 2}");
+    entries_clear(&es);
+
+    size_t big = 70 * 1024;
+    char *s70 = malloc(big + 1);
+    ck_assert_ptr_nonnull(s70);
+    memset(s70, 'x', big);
+    s70[big] = 0;
+    char *docs = bson_strdup_printf("[{\"t\": " D("1623711483000") ", \"m\": 9, \"s\": \"%s\"}, {\"t\": " D(
+                                        "1623711484000") ", \"m\": 9, \"s\": \"%s\"}]",
+                                    s70, s70);
+    insert(docs);
+    bson_free(docs);
+    free(s70);
+    read_entries(&es);
+    ck_assert_int_eq(es.n, 3); /* two buckets of meta 9 */
+    ck_assert_str_eq(op_of(es.e[1]), "i");
+    ck_assert_str_eq(op_of(es.e[2]), "i");
+    entries_clear(&es);
+    stop();
+}
+END_TEST
+
 Suite *mongosim_tswrite_suite(void)
 {
     Suite *s = suite_create("mongosim_tswrite");
@@ -844,6 +880,7 @@ Suite *mongosim_tswrite_suite(void)
     tcase_add_test(tc, test_v80_delete_update);
     tcase_add_test(tc, test_v70_delete_rebuilds_v1);
     tcase_add_test(tc, test_v50_meta_only);
+    tcase_add_test(tc, test_meta_normalized_and_size_limit);
     suite_add_tcase(s, tc);
     return s;
 }
