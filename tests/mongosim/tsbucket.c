@@ -22,6 +22,14 @@
  *     element-wise, values in BSON order; an update section `u` lists whatever changed since the last minUpdates
  *     (a new field too), sub-diffs `s<field>` follow for objects whose members changed, arrays as {a: true,
  *     u<i>: ..., s<i>: ...}.
+ *   - per --oplog-format: 5.0 keeps version 1 buckets; 7.0 compresses a bucket closed with more than one measurement
+ *     (write_ops_exec.cpp performTimeseriesBucketCompression, bucket_compression.cpp compressBucket), logged as a
+ *     replacement (a transform update: update_oplog_entry::makeReplacementOplogEntry); 8.0 writes compressed buckets
+ *     from the start (timeseries_write_util.cpp makeNewCompressedDocumentForWrite) and appends BSONColumn binary
+ *     diffs (makeTimeseriesCompressedDiffUpdateOp / makeTimeseriesCompressedDiffEntry / makeBSONColumnDocDiff,
+ *     the columns in tests/mongosim/bsoncolumn_enc.c).
+ *   - deletes and updates of measurements (store.c store_ts_delete / store_ts_update): makeModificationOp rebuilds
+ *     a bucket from its remaining measurements (ts_catalog_rebuild).
  *
  * NOTES (deviations, each documented in README.md):
  *   - The server builds data columns and sdata sub-diffs in a hash map (StringDataMap), so their order differs run to
