@@ -349,6 +349,7 @@ typedef struct ts_bucket {
     int32_t count;   /* measurements committed */
     int64_t size;
     int version;          /* control.version written: 1, or 2 / 3 (8.0: compressed sorted / unsorted) */
+    bool archived;        /* 7.0 / 8.0: rolled over by a time before it, kept for measurements that fit it */
     int64_t last_time_ms; /* 8.0: the time of the last measurement appended to the columns */
     mm_node *mm;
     ts_column *cols;
@@ -808,7 +809,7 @@ static ts_bucket *find_open(ts_catalog *cat, const uint8_t uuid[16], const bson_
                             void *lctx)
 {
     for (ts_bucket *b = cat->open; b; b = b->next) {
-        if (memcmp(b->uuid, uuid, 16) != 0 || !bson_equal(b->meta_key, meta_key))
+        if (b->archived || memcmp(b->uuid, uuid, 16) != 0 || !bson_equal(b->meta_key, meta_key))
             continue;
         if (b->count == 0)
             return b; /* opened by this command, not written yet */
@@ -1107,6 +1108,48 @@ static bool compress_closed(ts_catalog *cat, ts_bucket *b, const ts_opts *o, ts_
     return true;
 }
 
+/* What this command has placed in bucket b so far: measurements and their size. */
+static void pending_of(const ts_batch *bs, size_t nb, const ts_bucket *b, const bson_t *const *ms, const ts_opts *o,
+                       int32_t *count, int64_t *size)
+{
+    *count = 0;
+    *size = 0;
+    for (size_t k = 0; k < nb; k++) {
+        if (bs[k].b != b)
+            continue;
+        *count = (int32_t)bs[k].n;
+        for (size_t j = 0; j < bs[k].n; j++)
+            *size += measurement_size(ms[bs[k].idx[j]], o->meta_field, b->count + (int32_t)j);
+    }
+}
+
+/* An archived bucket of the series (same collection and meta) whose time range holds t and that has room for m
+ * (useAlternateBucket), or NULL. One no longer stored as written is forgotten. */
+static ts_bucket *find_alternate(ts_catalog *cat, const ts_batch *bs, size_t nb, const uint8_t uuid[16],
+                                 const bson_t *meta_key, const bson_t *const *ms, size_t i, int64_t t, const ts_opts *o,
+                                 int32_t max_count, ts_lookup_fn lookup, void *lctx)
+{
+    for (ts_bucket *b = cat->open; b; b = b->next) {
+        if (!b->archived || memcmp(b->uuid, uuid, 16) != 0 || !bson_equal(b->meta_key, meta_key))
+            continue;
+        if (b->count > 0) {
+            const bson_t *cur = lookup(lctx, &b->id);
+            if (!cur || !bson_equal(cur, b->doc))
+                continue;
+        }
+        if (t < b->time_ms || t - b->time_ms >= o->max_span * 1000)
+            continue;
+        int32_t pending;
+        int64_t pending_size;
+        pending_of(bs, nb, b, ms, o, &pending, &pending_size);
+        if (b->count + pending >= max_count ||
+            b->size + pending_size + measurement_size(ms[i], o->meta_field, b->count + pending) > TS_BUCKET_MAX_SIZE)
+            continue;
+        return b;
+    }
+    return NULL;
+}
+
 static void fail_at(bson_error_t *e, int code, const char *field)
 {
     bson_set_error(e, 0, (uint32_t)code, "'%s' must be present and contain a valid BSON UTC datetime value", field);
@@ -1150,38 +1193,48 @@ bool ts_catalog_insert(ts_catalog *cat, const uint8_t uuid[16], const bson_t *ti
             normalize_value(meta_key, "", &meta_it);
         int64_t ms_time = bson_iter_date_time(&time_it);
         ts_bucket *b = find_open(cat, uuid, meta_key, lookup, lookup_ctx);
-        /* A bucket already taken into this command's batches is not in the store yet under its new content: it is
-         * checked again only against what this command placed (find_open compares with the last commit). */
-        int32_t pending = 0;
-        int64_t pending_size = 0;
-        for (size_t k = 0; b && k < nb; k++)
-            if (bs[k].b == b) {
-                pending = (int32_t)bs[k].n;
-                for (size_t j = 0; j < bs[k].n; j++)
-                    pending_size += measurement_size(ms[bs[k].idx[j]], o.meta_field, b->count + (int32_t)j);
-            }
         if (b) {
+            int32_t pending;
+            int64_t pending_size;
+            pending_of(bs, nb, b, ms, &o, &pending, &pending_size);
             int32_t count = b->count + pending;
             int64_t add = measurement_size(ms[i], o.meta_field, count);
-            /* determineRolloverAction: kCount, kSize, kTimeForward, kTimeBackward → close and open anew. */
-            if (count >= max_count || b->size + pending_size + add > TS_BUCKET_MAX_SIZE ||
-                ms_time - b->time_ms >= o.max_span * 1000 || ms_time < b->time_ms) {
-                /* Closed. With measurements of this command pending in it, it is closed once they are committed
-                 * (allCommitted / finish returns the ClosedBucket); otherwise at once: 7.0 compresses it before
-                 * this command's batches are committed (the ClosedBucket of the insert result). */
-                bool has_batch = false;
-                for (size_t k = 0; k < nb; k++)
-                    if (bs[k].b == b)
-                        has_batch = true;
-                unlink_bucket(cat, b);
-                if (has_batch) {
-                    b->size = -1; /* marks: closed after its batch */
+            /* determineRolloverAction: kTimeForward (soft close), kTimeBackward (archive where buckets can be
+             * reopened: 6.3+, else close), kCount and kSize (hard close). */
+            bool fwd = ms_time - b->time_ms >= o.max_span * 1000, back = ms_time < b->time_ms;
+            bool full = count >= max_count || b->size + pending_size + add > TS_BUCKET_MAX_SIZE;
+            bool reopening = fmt == SIM_FORMAT_70 || fmt == SIM_FORMAT_80;
+            if (fwd || back || full) {
+                /* A time rollover first tries an archived bucket of the series that the measurement fits
+                 * (useAlternateBucket: "we might be able to reopen a bucket we still have in memory"); the open
+                 * bucket stays open. */
+                ts_bucket *alt = reopening && (fwd || back) ? find_alternate(cat, bs, nb, uuid, meta_key, ms, i,
+                                                                             ms_time, &o, max_count, lookup, lookup_ctx)
+                                                            : NULL;
+                if (alt) {
+                    b = alt;
+                } else if (reopening && back) {
+                    b->archived = true; /* archiveBucket: kept, not closed (nor compressed) */
+                    b = NULL;
                 } else {
-                    if (fmt == SIM_FORMAT_70 && nw_pre < TS_MAX_PRE && compress_closed(cat, b, &o, &pre[nw_pre]))
-                        nw_pre++;
-                    bucket_free(b);
+                    /* Closed. With measurements of this command pending in it, it is closed once they are
+                     * committed (allCommitted / finish returns the ClosedBucket); otherwise at once: 7.0
+                     * compresses it before this command's batches are committed (the ClosedBucket of the insert
+                     * result). */
+                    bool has_batch = false;
+                    for (size_t k = 0; k < nb; k++)
+                        if (bs[k].b == b)
+                            has_batch = true;
+                    unlink_bucket(cat, b);
+                    if (has_batch) {
+                        b->size = -1; /* marks: closed after its batch */
+                    } else {
+                        if (fmt == SIM_FORMAT_70 && nw_pre < TS_MAX_PRE && compress_closed(cat, b, &o, &pre[nw_pre]))
+                            nw_pre++;
+                        bucket_free(b);
+                    }
+                    b = NULL;
                 }
-                b = NULL;
             }
         }
         if (!b) {

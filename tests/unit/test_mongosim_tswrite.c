@@ -866,6 +866,45 @@ START_TEST(test_meta_normalized_and_size_limit)
 }
 END_TEST
 
+/* 7.0 / 8.0: a measurement before the open bucket's time archives that bucket (no compression) and opens another; a
+ * later time rollover first goes back to an archived bucket the measurement fits (useAlternateBucket). 5.0 closes
+ * instead, so the same three measurements make three buckets there. Buckets of 60 s (bucketMaxSpanSeconds and
+ * bucketRoundingSeconds 60). */
+static void archive_case(sim_oplog_format f, const char *const ops[3])
+{
+    start(f, 0);
+    cmd_ok("db", "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\", \"bucketMaxSpanSeconds\": 60, "
+                 "\"bucketRoundingSeconds\": 60}}");
+    insert("[{\"t\": " D("1623711490000") ", \"v\": 1}]"); /* T0 + 10 s: bucket A at T0 */
+    insert("[{\"t\": " D("1623711430000") ", \"v\": 2}]"); /* T0 - 50 s: before A: bucket B at T0 - 60 s */
+    insert("[{\"t\": " D("1623711500000") ", \"v\": 3}]"); /* T0 + 20 s: 80 s after B's time; A holds it */
+    entries es;
+    read_entries(&es);
+    ck_assert_int_eq(es.n, 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_str_eq(op_of(es.e[i]), ops[i]);
+    bson_t a;
+    sub_of(es.e[0], "o", &a);
+    if (strcmp(ops[2], "u") == 0) {
+        ck_assert(bson_oid_equal(oid_at(es.e[2], "o2._id"), oid_at(&a, "_id")));
+        if (f == SIM_FORMAT_70)
+            expect_at(es.e[2], "o.diff.sdata",
+                      "{\"st\": {\"i\": {\"1\": " D("1623711500000") "}}, \"sv\": {\"i\": "
+                                                                     "{\"1\": 3}}}");
+    }
+    entries_clear(&es);
+    stop();
+}
+
+START_TEST(test_archive_and_alternate)
+{
+    static const char *const reopen[3] = {"i", "i", "u"}, *const close50[3] = {"i", "i", "i"};
+    archive_case(SIM_FORMAT_70, reopen);
+    archive_case(SIM_FORMAT_80, reopen);
+    archive_case(SIM_FORMAT_50, close50);
+}
+END_TEST
+
 Suite *mongosim_tswrite_suite(void)
 {
     Suite *s = suite_create("mongosim_tswrite");
@@ -881,6 +920,7 @@ Suite *mongosim_tswrite_suite(void)
     tcase_add_test(tc, test_v70_delete_rebuilds_v1);
     tcase_add_test(tc, test_v50_meta_only);
     tcase_add_test(tc, test_meta_normalized_and_size_limit);
+    tcase_add_test(tc, test_archive_and_alternate);
     suite_add_tcase(s, tc);
     return s;
 }
