@@ -2461,7 +2461,7 @@ static void r_hello(sim_cluster *cl, sim_reply *r, const bson_t *cmd, const char
     BSON_APPEND_INT32(&d, "logicalSessionTimeoutMinutes", 30);
     BSON_APPEND_INT32(&d, "connectionId", (int32_t)r->conn->id);
     BSON_APPEND_INT32(&d, "minWireVersion", 0);
-    BSON_APPEND_INT32(&d, "maxWireVersion", cl->opts.format == SIM_FORMAT_44 ? 9 : 17);
+    BSON_APPEND_INT32(&d, "maxWireVersion", sim_max_wire_version(cl->opts.format));
     BSON_APPEND_BOOL(&d, "readOnly", false);
     if (get_bool(cmd, "helloOk") || !legacy)
         BSON_APPEND_BOOL(&d, "helloOk", true);

@@ -619,6 +619,8 @@ typedef struct {
     uint8_t lsid_id[16];
     int64_t txn_number;
     int32_t stmt_id;
+    const int32_t *stmt_ids; /* a time-series bucket write of several measurements: their stmtIds (n_stmt > 1) */
+    size_t n_stmt;
     bool have_prev;
     uint64_t prev_ts;
     int64_t prev_t;
@@ -660,7 +662,9 @@ static void emit_body(void *ctx, const bson_t *body)
     bool command = bson_iter_init_find(&it, body, "op") && BSON_ITER_HOLDS_UTF8(&it) &&
                    strcmp(bson_iter_utf8(&it, NULL), "c") == 0;
     bool ok;
-    if (!w->session || command) {
+    /* stmtId kUninitializedStmtId (-1: a time-series bucket compression) is no retryable-write statement: the entry
+     * carries no session fields (oplog.cpp appendOplogEntryChainInfo: "Not a retryable write."). */
+    if (!w->session || command || w->stmt_id == -1) {
         ok = sim_append_body(srv, body, &w->err);
     } else {
         /* A retryable write: [lsid, txnNumber,] op, ns, ui, o, [o2,] stmtId, ts, t, v, wall, prevOpTime. */
@@ -669,7 +673,20 @@ static void emit_body(void *ctx, const bson_t *body)
         append_lsid(&e, w->lsid_id);
         BSON_APPEND_INT64(&e, "txnNumber", w->txn_number);
         bson_concat(&e, body);
-        BSON_APPEND_INT32(&e, "stmtId", w->stmt_id);
+        if (w->stmt_ids && w->n_stmt > 1) {
+            /* A bucket write carries the stmtIds of all its measurements, as an array (OplogEntryBase's stmtId:
+             * a number or an array; timeseries write_ops_exec: the batch's stmtIds). */
+            bson_t arr;
+            char key[24];
+            BSON_APPEND_ARRAY_BEGIN(&e, "stmtId", &arr);
+            for (size_t i = 0; i < w->n_stmt; i++) {
+                snprintf(key, sizeof key, "%zu", i);
+                BSON_APPEND_INT32(&arr, key, w->stmt_ids[i]);
+            }
+            bson_append_array_end(&e, &arr);
+        } else {
+            BSON_APPEND_INT32(&e, "stmtId", w->stmt_id);
+        }
         BSON_APPEND_TIMESTAMP(&e, "ts", OPLOG_TS_SECS(ts), OPLOG_TS_INC(ts));
         BSON_APPEND_INT64(&e, "t", srv->term);
         BSON_APPEND_INT64(&e, "v", 2);
@@ -781,6 +798,80 @@ static bool write_ordered(const cmd_ctx *x)
     return bson_iter_init_find(&it, x->cmd, "ordered") ? bson_iter_as_bool(&it) : true;
 }
 
+static void set_stmt(void *ctx, const int32_t *ids, size_t n)
+{
+    write_ctx *w = ctx;
+    w->stmt_id = n ? ids[0] : -1;
+    w->stmt_ids = n > 1 ? ids : NULL;
+    w->n_stmt = n;
+}
+
+/* Inserts into a time-series collection: the measurements (write errors for those refused); returns how many. */
+static int32_t insert_measurements(cmd_ctx *x, const char *coll, bson_iter_t *docs, bool ordered, write_ctx *w,
+                                   bson_t *errs, uint32_t *nerr)
+{
+    size_t n = 0, placed = 0;
+    /* Counted first: a bson_t made by bson_init_static points into itself and must not move (no realloc). */
+    bson_iter_t count_it = *docs;
+    while (bson_iter_next(&count_it))
+        n++;
+    bson_t *ds = malloc((n ? n : 1) * sizeof *ds);
+    bool *bad = malloc((n ? n : 1) * sizeof *bad);
+    if (!ds || !bad)
+        abort();
+    for (size_t i = 0; i < n && bson_iter_next(docs); i++) {
+        bad[i] = !iter_doc(docs, &ds[i]);
+        if (bad[i])
+            bson_init(&ds[i]);
+    }
+    /* A non-document ends an ordered command there: only the documents before it are inserted. */
+    size_t upto = n;
+    for (size_t i = 0; i < n; i++)
+        if (bad[i] && ordered) {
+            upto = i;
+            break;
+        }
+    const bson_t **ptrs = malloc((n ? n : 1) * sizeof *ptrs);
+    bson_error_t *es = calloc(n ? n : 1, sizeof *es);
+    size_t *map = malloc((n ? n : 1) * sizeof *map);
+    if (!ptrs || !es || !map)
+        abort();
+    size_t k = 0;
+    for (size_t i = 0; i < upto; i++)
+        if (!bad[i]) {
+            map[k] = i;
+            ptrs[k++] = &ds[i];
+        }
+    store_insert_many(x->srv->store, x->db, coll, ptrs, k, ordered, emit_body, set_stmt, w, es, &placed);
+    w->stmt_ids = NULL;
+    w->n_stmt = 0;
+    int32_t ok = 0;
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        bson_error_t err;
+        if (bad[i] && i <= upto) {
+            bson_set_error(&err, 0, 14, "insert document %zu is not a document", i);
+            add_write_error(errs, nerr, (int32_t)i, &err);
+            continue;
+        }
+        if (j < k && map[j] == i) {
+            if (j < placed && es[j].code != 0)
+                add_write_error(errs, nerr, (int32_t)i, &es[j]);
+            else if (j < placed)
+                ok++;
+            j++;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        bson_destroy(&ds[i]);
+    free(ds);
+    free(bad);
+    free(ptrs);
+    free(es);
+    free(map);
+    return ok;
+}
+
 static void h_insert(cmd_ctx *x)
 {
     const char *coll = coll_name(x);
@@ -802,6 +893,15 @@ static void h_insert(cmd_ctx *x)
     bson_t errs = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     uint32_t nerr = 0;
     int32_t n = 0, index = 0;
+    if (store_ns_kind_of(x->srv->store, x->db, coll) == STORE_NS_TIMESERIES) {
+        /* The measurements of one command go to the bucket catalog together (write_ops_exec.cpp
+         * performTimeseriesWrites: one WriteBatch per bucket, committed as one write). */
+        n = insert_measurements(x, coll, &docs, ordered, &w, &errs, &nerr);
+        write_ctx_clear(&w);
+        BSON_APPEND_INT32(&reply, "n", n);
+        finish_write_reply(x, &reply, &errs, nerr);
+        return;
+    }
     while (bson_iter_next(&docs)) {
         bson_t doc;
         bson_error_t err;
@@ -823,6 +923,33 @@ static void h_insert(cmd_ctx *x)
     write_ctx_clear(&w);
     BSON_APPEND_INT32(&reply, "n", n);
     finish_write_reply(x, &reply, &errs, nerr);
+}
+
+/* The writes a server makes atomically for one time-series bucket (its modification and the new buckets of updated
+ * measurements): outside a retryable write and a transaction, one applyOps (timeseries_write_util.cpp
+ * performAtomicWrites: WriteUnitOfWork::kGroupForTransaction), logged as batched writes are (txn.c). */
+static void group_ts(void *ctx, bool begin)
+{
+    write_ctx *w = ctx;
+    if (w->session || txn_current(w->srv))
+        return;
+    if (begin) {
+        w->collected = calloc(16, sizeof *w->collected);
+        if (!w->collected)
+            abort();
+        w->capcollected = 16;
+        w->ncollected = 0;
+        return;
+    }
+    if (w->ncollected > 0 && !txn_log_grouped(w->srv, w->collected, w->ncollected, &w->err)) {
+        w->failed = true;
+        fprintf(stderr, "mongosim: cannot append an oplog entry: %s\n", w->err.message);
+    }
+    for (size_t i = 0; i < w->ncollected; i++)
+        bson_destroy(w->collected[i]);
+    free(w->collected);
+    w->collected = NULL;
+    w->ncollected = w->capcollected = 0;
 }
 
 static void h_update(cmd_ctx *x)
@@ -856,7 +983,11 @@ static void h_update(cmd_ctx *x)
         }
         sim_update_result res;
         memset(&res, 0, sizeof res);
-        if (!store_update(x->srv->store, x->db, coll, &q, &u, opt_bool(&spec, "upsert"), &res, emit_body, &w, &err)) {
+        bool ts = store_ns_kind_of(x->srv->store, x->db, coll) == STORE_NS_TIMESERIES;
+        if (ts ? !store_ts_update(x->srv->store, x->db, coll, &q, &u, opt_bool(&spec, "multi"),
+                                  opt_bool(&spec, "upsert"), &res, emit_body, group_ts, set_stmt, &w, &err)
+               : !store_update(x->srv->store, x->db, coll, &q, &u, opt_bool(&spec, "upsert"), &res, emit_body, &w,
+                               &err)) {
             add_write_error(&errs, &nerr, index, &err);
             store_update_result_clear(&res);
             if (ordered)
@@ -955,9 +1086,12 @@ static void h_delete(cmd_ctx *x)
             continue;
         }
         opt_int64(&spec, "limit", &limit);
-        bool batched = limit == 0 && bson_empty(&q) && !w.session && !txn_current(x->srv);
-        if (batched ? !batched_delete(x, coll, &q, &deleted, &err)
-                    : !store_delete(x->srv->store, x->db, coll, &q, (int)limit, &deleted, emit_body, &w, &err)) {
+        bool ts = store_ns_kind_of(x->srv->store, x->db, coll) == STORE_NS_TIMESERIES;
+        bool batched = !ts && limit == 0 && bson_empty(&q) && !w.session && !txn_current(x->srv);
+        bool ok = ts        ? store_ts_delete(x->srv->store, x->db, coll, &q, (int)limit, &deleted, emit_body, &w, &err)
+                  : batched ? batched_delete(x, coll, &q, &deleted, &err)
+                            : store_delete(x->srv->store, x->db, coll, &q, (int)limit, &deleted, emit_body, &w, &err);
+        if (!ok) {
             add_write_error(&errs, &nerr, index, &err);
             if (ordered)
                 break;
@@ -1128,8 +1262,8 @@ static bool refuse_view_read(cmd_ctx *x, const char *coll)
     }
     if (k == STORE_NS_TIMESERIES) {
         reply_error(x->r, 2,
-                    "mongosim does not read time-series collections: read %s.system.buckets.%s, which holds one "
-                    "bucket per measurement",
+                    "mongosim does not read time-series collections: read %s.system.buckets.%s, which holds its "
+                    "buckets",
                     x->db, coll);
         return false;
     }
@@ -1899,7 +2033,7 @@ static void h_hello(cmd_ctx *x)
     BSON_APPEND_INT32(&d, "logicalSessionTimeoutMinutes", 30);
     BSON_APPEND_INT32(&d, "connectionId", (int32_t)x->r->conn->id);
     BSON_APPEND_INT32(&d, "minWireVersion", 0);
-    BSON_APPEND_INT32(&d, "maxWireVersion", srv->opts.format == SIM_FORMAT_44 ? 9 : 17);
+    BSON_APPEND_INT32(&d, "maxWireVersion", sim_max_wire_version(srv->opts.format));
     BSON_APPEND_BOOL(&d, "readOnly", false);
     if (opt_bool(x->cmd, "helloOk") || !legacy)
         BSON_APPEND_BOOL(&d, "helloOk", true);
@@ -1908,14 +2042,20 @@ static void h_hello(cmd_ctx *x)
 
 static void h_build_info(cmd_ctx *x)
 {
-    bool v44 = x->srv->opts.format == SIM_FORMAT_44;
+    /* A release of each line mongosim plays (its oplog shapes: --oplog-format). */
+    sim_oplog_format f = x->srv->opts.format;
+    int major = f == SIM_FORMAT_44 ? 4 : f == SIM_FORMAT_50 ? 5 : f == SIM_FORMAT_80 ? 8 : 7;
+    int minor = f == SIM_FORMAT_44 ? 4 : 0;
+    int patch = f == SIM_FORMAT_44 ? 29 : f == SIM_FORMAT_50 ? 31 : f == SIM_FORMAT_80 ? 4 : 14;
+    char version[32];
+    snprintf(version, sizeof version, "%d.%d.%d", major, minor, patch);
     bson_t d = BSON_INITIALIZER, arr, eng;
-    BSON_APPEND_UTF8(&d, "version", v44 ? "4.4.29" : "7.0.14");
+    BSON_APPEND_UTF8(&d, "version", version);
     BSON_APPEND_UTF8(&d, "gitVersion", "mongosim");
     BSON_APPEND_ARRAY_BEGIN(&d, "versionArray", &arr);
-    BSON_APPEND_INT32(&arr, "0", v44 ? 4 : 7);
-    BSON_APPEND_INT32(&arr, "1", v44 ? 4 : 0);
-    BSON_APPEND_INT32(&arr, "2", v44 ? 29 : 14);
+    BSON_APPEND_INT32(&arr, "0", major);
+    BSON_APPEND_INT32(&arr, "1", minor);
+    BSON_APPEND_INT32(&arr, "2", patch);
     BSON_APPEND_INT32(&arr, "3", 0);
     bson_append_array_end(&d, &arr);
     BSON_APPEND_INT32(&d, "bits", 64);

@@ -1,5 +1,5 @@
 /*
- * ddl.c — collection options, views and time-series buckets as a MongoDB 7.0 server writes them (see ddl.h).
+ * ddl.c — collection options, views and time-series collections as a MongoDB 7.0 server writes them (see ddl.h).
  *
  * Each rule names the mongodb/mongo file it follows, under src/mongo/db/ (7.0-era versions):
  *   - commands/create_command.cpp, CmdCreate::typedRun: the cross-option checks and their codes;
@@ -20,17 +20,8 @@
  *     ([{$_internalUnpackBucket: {timeField, metaField?, bucketMaxSpanSeconds}}]), getBucketRoundingSeconds-
  *     FromGranularity (60, 3600, 86400 s) and roundTimestampToGranularity; timeseries/timeseries.idl gives the field
  *     order (timeField, metaField, granularity, bucketRoundingSeconds, bucketMaxSpanSeconds);
- *   - timeseries/timeseries_write_util.cpp, makeNewDocument / processTimeseriesMeasurements /
- *     makeInsertsToNewBuckets: a bucket is {_id, control: {version: 1, min, max}, meta?, data: {field: {"0": v}}},
- *     min/max over every field but the metaField, the time field's min rounded down; bucket_catalog_internal.cpp,
- *     generateBucketOID: the _id's timestamp is the rounded time; bucket_catalog_helpers.cpp, normalizeMetadata:
- *     the meta value with object fields sorted by name.
  *
- * NOTES: one bucket per measurement is a simplification. A 7.0 server collects measurements with the same meta value
- * and close times into one bucket (up to timeseriesBucketMaxCount 1000), logging an insert for the first and $v:2
- * updates for the others (as in tests/vectors/real_v5.0_2021_timeseries_v2_diff_updates_sample.jsonl); it writes a
- * one-measurement bucket like this one when it opens a bucket, and makeInsertsToNewBuckets writes exactly these.
- * The server orders `data`'s fields by a hash map (StringDataMap); mongosim keeps the measurement's order.
+ * NOTES: the buckets themselves are written by tsbucket.c (the bucket catalog).
  */
 #include "ddl.h"
 
@@ -373,11 +364,6 @@ static int32_t span_of(const char *granularity)
                                                : 60 * 60;
 }
 
-static int64_t rounding_of(const char *granularity)
-{
-    return strcmp(granularity, "minutes") == 0 ? 60 * 60 : strcmp(granularity, "hours") == 0 ? 60 * 60 * 24 : 60;
-}
-
 /* The IDL parse of TimeseriesOptions (strict), then checkBucketingParameters with kSetToDefault. */
 static bool parse_ts(const bson_iter_t *ts_it, ts_opts *t, bson_error_t *err)
 {
@@ -713,151 +699,4 @@ bool ddl_timeseries_of(const bson_t *options, bson_t *timeseries)
     bson_iter_t it;
     return options && bson_iter_init_find(&it, options, "timeseries") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
            iter_doc(&it, timeseries);
-}
-
-/* ---- buckets ---- */
-
-typedef struct {
-    bson_iter_t it;
-} sort_elem;
-
-static int cmp_keys(const void *a, const void *b)
-{
-    return strcmp(bson_iter_key(&((const sort_elem *)a)->it), bson_iter_key(&((const sort_elem *)b)->it));
-}
-
-static void normalize_value(bson_t *b, const char *key, const bson_iter_t *v);
-
-/* normalizeObject: the fields sorted by name, each value normalized (stable for equal names). */
-static void normalize_object(bson_t *b, const char *key, const bson_iter_t *obj)
-{
-    bson_iter_t it;
-    size_t n = 0, cap = 16;
-    sort_elem *els = malloc(cap * sizeof *els);
-    if (!els)
-        abort();
-    bson_iter_recurse(obj, &it);
-    while (bson_iter_next(&it)) {
-        if (n == cap) {
-            cap *= 2;
-            sort_elem *p = realloc(els, cap * sizeof *els);
-            if (!p)
-                abort();
-            els = p;
-        }
-        els[n++].it = it;
-    }
-    /* qsort is not stable; duplicate names in one object are not valid input for a server either. */
-    if (n > 1)
-        qsort(els, n, sizeof *els, cmp_keys);
-    bson_t sub;
-    bson_append_document_begin(b, key, -1, &sub);
-    for (size_t i = 0; i < n; i++)
-        normalize_value(&sub, bson_iter_key(&els[i].it), &els[i].it);
-    bson_append_document_end(b, &sub);
-    free(els);
-}
-
-static void normalize_value(bson_t *b, const char *key, const bson_iter_t *v)
-{
-    if (BSON_ITER_HOLDS_DOCUMENT(v)) {
-        normalize_object(b, key, v);
-    } else if (BSON_ITER_HOLDS_ARRAY(v)) {
-        bson_iter_t it;
-        bson_t arr;
-        bson_append_array_begin(b, key, -1, &arr);
-        bson_iter_recurse(v, &it);
-        while (bson_iter_next(&it))
-            normalize_value(&arr, bson_iter_key(&it), &it);
-        bson_append_array_end(b, &arr);
-    } else {
-        bson_append_iter(b, key, -1, v);
-    }
-}
-
-bool ddl_bucket(const bson_t *timeseries, const bson_t *m, bson_t *bucket, bson_error_t *err)
-{
-    bson_iter_t it, time_it;
-    const char *time_field = NULL, *meta_field = NULL, *granularity = NULL;
-    int64_t rounding = 0;
-    if (bson_iter_init(&it, timeseries)) {
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
-            if (strcmp(k, "timeField") == 0)
-                time_field = bson_iter_utf8(&it, NULL);
-            else if (strcmp(k, "metaField") == 0)
-                meta_field = bson_iter_utf8(&it, NULL);
-            else if (strcmp(k, "granularity") == 0)
-                granularity = bson_iter_utf8(&it, NULL);
-            else if (strcmp(k, "bucketRoundingSeconds") == 0)
-                rounding = bson_iter_as_int64(&it);
-        }
-    }
-    if (!time_field)
-        return fail(err, 72, "Time-series buckets collection is missing time-series options");
-    /* extractTimeAndMeta (bucket_catalog_helpers.cpp): the first field of that name must be a date. */
-    if (!bson_iter_init_find(&time_it, m, time_field) || !BSON_ITER_HOLDS_DATE_TIME(&time_it))
-        return fail(err, 2, "'%s' must be present and contain a valid BSON UTC datetime value", time_field);
-    /* roundTimestampToGranularity: the granularity's rounding, else bucketRoundingSeconds (60 if neither). */
-    if (granularity)
-        rounding = rounding_of(granularity);
-    else if (rounding <= 0)
-        rounding = 60;
-    int64_t ms = bson_iter_date_time(&time_it);
-    int64_t secs = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
-    int64_t rem = secs % rounding;
-    if (rem < 0)
-        rem += rounding;
-    int64_t rounded = secs - rem;
-
-    /* generateBucketOID: a fresh ObjectId whose timestamp is the rounded time. */
-    bson_oid_t oid;
-    bson_oid_init(&oid, NULL);
-    uint32_t ts = (uint32_t)rounded;
-    oid.bytes[0] = (uint8_t)(ts >> 24);
-    oid.bytes[1] = (uint8_t)(ts >> 16);
-    oid.bytes[2] = (uint8_t)(ts >> 8);
-    oid.bytes[3] = (uint8_t)ts;
-
-    bson_t control, min, max, data;
-    bson_init(bucket);
-    BSON_APPEND_OID(bucket, "_id", &oid);
-    BSON_APPEND_DOCUMENT_BEGIN(bucket, "control", &control);
-    BSON_APPEND_INT32(&control, "version", 1); /* kTimeseriesControlUncompressedVersion */
-    /* One measurement: min and max are its values (the time field's min rounded down, where it stands). */
-    BSON_APPEND_DOCUMENT_BEGIN(&control, "min", &min);
-    bson_iter_init(&it, m);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        if (meta_field && strcmp(k, meta_field) == 0)
-            continue;
-        if (bson_iter_offset(&it) == bson_iter_offset(&time_it))
-            bson_append_date_time(&min, k, -1, rounded * 1000);
-        else
-            bson_append_iter(&min, k, -1, &it);
-    }
-    bson_append_document_end(&control, &min);
-    BSON_APPEND_DOCUMENT_BEGIN(&control, "max", &max);
-    bson_iter_init(&it, m);
-    while (bson_iter_next(&it))
-        if (!meta_field || strcmp(bson_iter_key(&it), meta_field) != 0)
-            bson_append_iter(&max, NULL, 0, &it);
-    bson_append_document_end(&control, &max);
-    bson_append_document_end(bucket, &control);
-    bson_iter_t meta_it;
-    if (meta_field && bson_iter_init_find(&meta_it, m, meta_field))
-        normalize_value(bucket, "meta", &meta_it);
-    BSON_APPEND_DOCUMENT_BEGIN(bucket, "data", &data);
-    bson_iter_init(&it, m);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        if (meta_field && strcmp(k, meta_field) == 0)
-            continue;
-        bson_t col;
-        bson_append_document_begin(&data, k, -1, &col);
-        bson_append_iter(&col, "0", 1, &it);
-        bson_append_document_end(&data, &col);
-    }
-    bson_append_document_end(bucket, &data);
-    return true;
 }

@@ -40,11 +40,6 @@ typedef struct {
 bool ddl_parse_create(const bson_t *cmd, const char *db, const char *coll, ddl_create *out, bson_error_t *err);
 void ddl_create_clear(ddl_create *c);
 
-/* The bucket document one measurement is written as, for a time-series collection whose buckets collection has
- * these `timeseries` options (ddl_create.options' timeseries field): a new bucket of its own. Fails with 2 BadValue
- * when the measurement has no date in the time field. */
-bool ddl_bucket(const bson_t *timeseries, const bson_t *measurement, bson_t *bucket, bson_error_t *err);
-
 /* The `timeseries` sub-document of a buckets collection's options; false when there is none. */
 bool ddl_timeseries_of(const bson_t *options, bson_t *timeseries);
 

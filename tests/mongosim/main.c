@@ -25,7 +25,10 @@ static void usage(FILE *out)
             "  --bind ADDR              listen address (default 127.0.0.1)\n"
             "  --set-name NAME          replica set name (default rs0)\n"
             "  --advertise-host NAME    host in me/hosts/primary (default 127.0.0.1; must match the client's URI)\n"
-            "  --oplog-format 7.0|4.4   entry shapes and buildInfo version (default 7.0)\n"
+            "  --oplog-format V         entry shapes and buildInfo version: 8.0, 7.0 (default), 5.0 or 4.4\n"
+            "                           (time-series buckets as each writes them: README \"Time-series\")\n"
+            "  --timeseries-bucket-max-count N  measurements per time-series bucket (the server's\n"
+            "                           timeseriesBucketMaxCount; default 1000)\n"
             "  --noop-interval SECS     periodic noop entries (default 0 = off)\n"
             "  --max-oplog-entries N    cap the oplog (oldest removed; default 0 = unlimited)\n"
             "  --oplog FILE.bson        append these entries (a mongodump of local.oplog.rs) at start\n"
@@ -71,6 +74,7 @@ int main(int argc, char **argv)
         {"refuse-stage", required_argument, NULL, 'X'},
         {"flavor", required_argument, NULL, 'F'},
         {"refuse-cluster-stream", no_argument, NULL, 'C'},
+        {"timeseries-bucket-max-count", required_argument, NULL, 'T'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -103,11 +107,24 @@ int main(int argc, char **argv)
                 opts.format = SIM_FORMAT_70;
             else if (strcmp(optarg, "4.4") == 0)
                 opts.format = SIM_FORMAT_44;
+            else if (strcmp(optarg, "5.0") == 0)
+                opts.format = SIM_FORMAT_50;
+            else if (strcmp(optarg, "8.0") == 0)
+                opts.format = SIM_FORMAT_80;
             else {
-                fprintf(stderr, "mongosim: --oplog-format must be 7.0 or 4.4, not '%s'\n", optarg);
+                fprintf(stderr, "mongosim: --oplog-format must be 8.0, 7.0, 5.0 or 4.4, not '%s'\n", optarg);
                 return 2;
             }
             break;
+        case 'T': {
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 1000000) {
+                fprintf(stderr, "mongosim: bad --timeseries-bucket-max-count '%s'\n", optarg);
+                return 2;
+            }
+            opts.ts_bucket_max_count = (int32_t)v;
+            break;
+        }
         case 'n':
             opts.noop_interval = strtod(optarg, &end);
             if (*end || opts.noop_interval < 0) {

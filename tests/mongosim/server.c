@@ -867,6 +867,7 @@ sim_server *sim_server_new(const sim_options *opts, struct ev_loop *loop, bson_e
     srv->clock = opts->clock;
     srv->rng = opts->seed;
     srv->store = store_new(opts->format);
+    store_set_ts_bucket_max_count(srv->store, opts->ts_bucket_max_count);
     srv->oplog = oplog_new();
     srv->images = images_new();
     store_set_image_hook(srv->store, images_pending, srv->images);

@@ -26,6 +26,7 @@
  */
 #include "store.h"
 #include "ddl.h"
+#include "tsbucket.h"
 #include "update.h"
 
 #include <dirent.h>
@@ -76,7 +77,15 @@ struct sim_store {
     /* changeStreamPreAndPostImages (store_set_image_hook); NULL: nothing kept */
     store_image_fn image_fn;
     void *image_ctx;
+    /* time-series buckets open for inserts (tsbucket.c), and timeseriesBucketMaxCount (0: the server's 1000) */
+    ts_catalog *ts;
+    int32_t ts_max_count;
 };
+
+void store_set_ts_bucket_max_count(sim_store *store, int32_t n)
+{
+    store->ts_max_count = n;
+}
 
 void store_set_image_hook(sim_store *store, store_image_fn fn, void *ctx)
 {
@@ -260,6 +269,7 @@ void store_free(sim_store *store)
     for (size_t i = 0; i < store->n; i++)
         db_free(store->dbs[i]);
     free(store->dbs);
+    ts_catalog_free(store->ts);
     free(store);
 }
 
@@ -280,6 +290,7 @@ static tnode *tnode_clone(const tnode *t)
 sim_store *store_clone(const sim_store *store)
 {
     sim_store *s = store_new(store->format);
+    s->ts_max_count = store->ts_max_count;
     s->dbs = bson_malloc0((store->cap ? store->cap : 1) * sizeof *s->dbs);
     s->cap = store->cap;
     for (size_t i = 0; i < store->n; i++) {
@@ -742,22 +753,132 @@ static bool insert_view(sim_store *s, const char *db, const char *coll, const ch
     return insert_prepared(s, db, SYSTEM_VIEWS, def, emit, ctx, err);
 }
 
-/* A measurement inserted into a time-series collection becomes a bucket of its own in the buckets collection
- * (ddl.c, ddl_bucket: one bucket per measurement is mongosim's simplification). No _id is added: a server does not
- * add one to measurements (drivers do, client-side). */
-static bool insert_measurement(sim_store *s, const char *db, scoll *buckets, const bson_t *doc, store_emit_fn emit,
-                               void *ctx, bson_error_t *err)
+/* A measurement inserted into a time-series collection goes into a bucket of the buckets collection (tsbucket.c). No
+ * _id is added: a server does not add one to measurements (drivers do, client-side). */
+typedef struct {
+    sim_store *s;
+    scoll *c;
+} bucket_lookup;
+
+static const bson_t *lookup_bucket(void *ctx, const bson_oid_t *id)
 {
-    bson_t ts, bucket;
-    if (!bson_validate(doc, BSON_VALIDATE_NONE, NULL)) {
-        bson_set_error(err, 0, 2, "invalid BSON document");
+    bucket_lookup *l = ctx;
+    bson_t key = BSON_INITIALIZER;
+    bson_iter_t it;
+    BSON_APPEND_OID(&key, "_id", id);
+    bson_iter_init_find(&it, &key, "_id");
+    tnode *nd = treap_find(l->c->root, &it);
+    bson_destroy(&key);
+    return nd ? nd->doc : NULL;
+}
+
+/* Applies one bucket write: the insert of a new bucket, or the update (o: the diff) of an open one. */
+static const bson_t *lookup_nothing(void *ctx, const bson_oid_t *id)
+{
+    return NULL;
+}
+
+static bool apply_bucket_write(sim_store *s, const char *db, scoll *c, const ts_write *w, store_emit_fn emit, void *ctx,
+                               bson_error_t *err)
+{
+    if (w->insert)
+        return insert_prepared(s, db, c->name, bson_copy(w->doc), emit, ctx, err);
+    bson_t key = BSON_INITIALIZER;
+    bson_iter_t it;
+    BSON_APPEND_OID(&key, "_id", &w->id);
+    bson_iter_init_find(&it, &key, "_id");
+    tnode *nd = treap_find(c->root, &it);
+    bson_destroy(&key);
+    if (!nd) {
+        bson_set_error(err, 0, 1, "time-series bucket vanished before its update");
         return false;
     }
-    if (!ddl_timeseries_of(buckets->options, &ts) || !ddl_bucket(&ts, doc, &bucket, err))
+    bson_t *pre = nd->doc;
+    nd->doc = bson_copy(w->doc);
+    bson_iter_t nid;
+    if (bson_iter_init_find(&nid, nd->doc, "_id"))
+        nd->id_off = bson_iter_offset(&nid);
+    bson_t o2;
+    doc_key(s, db, c, nd->doc, &nid, &o2);
+    emit_doc_op_images(s, emit, ctx, "u", db, c, w->o, &o2, pre, nd->doc);
+    bson_destroy(&o2);
+    bson_destroy(pre);
+    return true;
+}
+
+static bool insert_measurements(sim_store *s, const char *db, scoll *buckets, const bson_t *const *docs, size_t n,
+                                bool ordered, store_emit_fn emit, store_stmt_fn stmt, void *ctx, bson_error_t *errs,
+                                size_t *placed)
+{
+    bson_t ts;
+    for (size_t i = 0; i < n; i++) {
+        if (!bson_validate(docs[i], BSON_VALIDATE_NONE, NULL)) {
+            for (size_t j = 0; j < n; j++)
+                memset(&errs[j], 0, sizeof errs[j]);
+            bson_set_error(&errs[i], 0, 2, "invalid BSON document");
+            *placed = i + 1;
+            return false;
+        }
+    }
+    if (!ddl_timeseries_of(buckets->options, &ts)) {
+        for (size_t i = 0; i < n; i++)
+            bson_set_error(&errs[i], 0, 72, "Time-series buckets collection is missing time-series options");
+        *placed = ordered ? 1 : n;
         return false;
-    bson_t *d = bson_copy(&bucket);
-    bson_destroy(&bucket);
-    return insert_prepared(s, db, buckets->name, d, emit, ctx, err);
+    }
+    if (!s->ts)
+        s->ts = ts_catalog_new();
+    bucket_lookup l = {s, buckets};
+    ts_write *w;
+    size_t nw;
+    ts_catalog_insert(s->ts, buckets->uuid, &ts, s->format, s->ts_max_count, docs, n, ordered, lookup_bucket, &l, &w,
+                      &nw, errs, placed);
+    bool ok = true;
+    for (size_t k = 0; k < nw && ok; k++) {
+        bson_error_t e;
+        if (stmt)
+            stmt(ctx, w[k].stmt_ids, w[k].nstmt);
+        if (!apply_bucket_write(s, db, buckets, &w[k], emit, ctx, &e)) {
+            errs[w[k].nstmt ? w[k].stmt_ids[0] : 0] = e;
+            ok = false;
+        }
+    }
+    ts_writes_free(w, nw);
+    return ok;
+}
+
+bool store_insert_many(sim_store *store, const char *db, const char *coll, const bson_t *const *docs, size_t n,
+                       bool ordered, store_emit_fn emit, store_stmt_fn stmt, void *ctx, bson_error_t *errs,
+                       size_t *placed)
+{
+    *placed = 0;
+    for (size_t i = 0; i < n; i++)
+        memset(&errs[i], 0, sizeof errs[i]);
+    if (n == 0)
+        return true;
+    if (!check_ns(db, coll, &errs[0])) {
+        *placed = 1;
+        return false;
+    }
+    if (!coll_get(store, db, coll)) {
+        tnode *v = view_node(store, db, coll);
+        scoll *b = v ? view_buckets(store, db, coll, v->doc) : NULL;
+        if (b)
+            return insert_measurements(store, db, b, docs, n, ordered, emit, stmt, ctx, errs, placed);
+    }
+    bool ok = true;
+    for (size_t i = 0; i < n; i++) {
+        *placed = i + 1;
+        int32_t id = (int32_t)i;
+        if (stmt)
+            stmt(ctx, &id, 1);
+        if (!store_insert(store, db, coll, docs[i], emit, ctx, &errs[i])) {
+            ok = false;
+            if (ordered)
+                break;
+        }
+    }
+    return ok;
 }
 
 bool store_insert(sim_store *store, const char *db, const char *coll, const bson_t *doc, store_emit_fn emit, void *ctx,
@@ -770,8 +891,12 @@ bool store_insert(sim_store *store, const char *db, const char *coll, const bson
         tnode *v = view_node(store, db, coll);
         if (v) {
             scoll *b = view_buckets(store, db, coll, v->doc);
-            if (b)
-                return insert_measurement(store, db, b, doc, emit, ctx, err);
+            if (b) {
+                const bson_t *one[1] = {doc};
+                size_t placed;
+                bool ok = insert_measurements(store, db, b, one, 1, true, emit, NULL, ctx, err, &placed);
+                return ok && err->code == 0;
+            }
             bson_set_error(err, 0, 166, "Namespace %s.%s is a view, not a collection", db, coll);
             return false;
         }
@@ -926,6 +1051,421 @@ bool store_delete(sim_store *store, const char *db, const char *coll, const bson
     if (deleted)
         *deleted = n;
     return true;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Deletes and updates of measurements in a time-series collection
+ *
+ * 5.0 (and 4.4) take only multi deletes and updates whose query names the metaField alone, and updates that only
+ * change the metaField; they become writes of the buckets whose meta matches (timeseries_update_delete_util.cpp
+ * translateQuery / translateUpdate, write_ops_exec.cpp deleteRequestCheckFunction / updateRequestCheckFunction: the
+ * errors below). 7.0 and 8.0 take any (gTimeseriesDeletesSupport / gTimeseriesUpdatesSupport): each bucket holding
+ * a matching measurement is rewritten by itself (the TimeseriesModify stage, timeseries_write_util.cpp
+ * performAtomicWritesForDelete / performAtomicWritesForUpdate, makeModificationOp): deleted ('d') when no
+ * measurement remains, else replaced ('u' whose o is the rebuilt bucket: a replacement); updated measurements go to
+ * new buckets (a side bucket catalog, never reopening) inserted in the same atomic write, and outside a retryable
+ * write the replacement and the inserts are one applyOps (WriteUnitOfWork::kGroupForTransaction).
+ * mongosim matches equality filters only ({path: value, ...}).
+ * ------------------------------------------------------------------------------------------------------------- */
+
+static bool ts_filter_supported(const bson_t *q, bson_error_t *err)
+{
+    bson_iter_t it, sub;
+    bson_iter_init(&it, q);
+    while (bson_iter_next(&it)) {
+        bool op = bson_iter_key(&it)[0] == '$';
+        if (!op && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) && bson_iter_next(&sub))
+            op = bson_iter_key(&sub)[0] == '$';
+        if (op) {
+            char *js = bson_as_relaxed_extended_json(q, NULL);
+            bson_set_error(err, 0, 2,
+                           "mongosim matches only equality filters {path: value} on time-series "
+                           "measurements, not %s",
+                           js);
+            bson_free(js);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Every {path: value} of q holds in doc (a missing path equals null), with prefix `from` replaced by `to` when set. */
+static bool ts_match(const bson_t *doc, const bson_t *q, const char *from, const char *to)
+{
+    bson_iter_t it;
+    bson_iter_init(&it, q);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        char *path = NULL;
+        if (from) {
+            size_t fl = strlen(from);
+            path = bson_strdup_printf("%s%s", to, k + fl);
+        }
+        bson_iter_t d, f;
+        bool found = bson_iter_init(&d, doc) && bson_iter_find_descendant(&d, path ? path : k, &f);
+        bson_free(path);
+        const bson_value_t *want = bson_iter_value(&it);
+        if (!found) {
+            if (want->value_type != BSON_TYPE_NULL)
+                return false;
+            continue;
+        }
+        if (update_compare_values(bson_iter_value(&f), want) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* The path names the metaField (m or m.<...>). */
+static bool on_meta(const char *path, const char *meta)
+{
+    if (!meta)
+        return false;
+    size_t ml = strlen(meta);
+    return strncmp(path, meta, ml) == 0 && (path[ml] == '\0' || path[ml] == '.');
+}
+
+static const char *ts_meta_field(const bson_t *ts)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, ts, "metaField") && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
+}
+
+/* translateQuery: every field of q on the metaField. */
+static bool ts_meta_query(const bson_t *q, const char *meta, bson_error_t *err)
+{
+    bson_iter_t it;
+    if (!meta && !bson_empty(q)) {
+        bson_set_error(err, 0, 72,
+                       "Cannot perform an update or delete on a time-series collection that does not have a "
+                       "metaField");
+        return false;
+    }
+    bson_iter_init(&it, q);
+    while (bson_iter_next(&it)) {
+        if (!on_meta(bson_iter_key(&it), meta)) {
+            bson_set_error(err, 0, 72,
+                           "Cannot perform an update or delete on a time-series collection when querying on a field "
+                           "that is not the metaField '%s'",
+                           meta);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The buckets collection of the time-series collection db.coll, its options and the _ids of its buckets in order. */
+static scoll *ts_buckets_of(sim_store *s, const char *db, const char *coll, bson_t *ts, bson_error_t *err)
+{
+    tnode *v = coll_get(s, db, coll) ? NULL : view_node(s, db, coll);
+    scoll *b = v ? view_buckets(s, db, coll, v->doc) : NULL;
+    if (!b || !ddl_timeseries_of(b->options, ts)) {
+        bson_set_error(err, 0, 2, "%s.%s is not a time-series collection", db, coll);
+        return NULL;
+    }
+    if (!s->ts)
+        s->ts = ts_catalog_new();
+    return b;
+}
+
+static void collect_ids(tnode *t, bson_value_t **ids, size_t *n, size_t *cap)
+{
+    if (!t)
+        return;
+    collect_ids(t->l, ids, n, cap);
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        bson_value_t *p = realloc(*ids, *cap * sizeof *p);
+        if (!p)
+            abort();
+        *ids = p;
+    }
+    bson_iter_t id;
+    tnode_id(t, &id);
+    bson_value_copy(bson_iter_value(&id), &(*ids)[(*n)++]);
+    collect_ids(t->r, ids, n, cap);
+}
+
+static tnode *node_by_id(scoll *c, const bson_value_t *id)
+{
+    bson_t key = BSON_INITIALIZER;
+    bson_iter_t it;
+    bson_append_value(&key, "_id", 3, id);
+    bson_iter_init_find(&it, &key, "_id");
+    tnode *nd = treap_find(c->root, &it);
+    bson_destroy(&key);
+    return nd;
+}
+
+/* Replaces bucket nd by doc, logging a replacement 'u' (o: the whole bucket, o2: {_id}). */
+static void replace_bucket(sim_store *s, const char *db, scoll *c, tnode *nd, bson_t *doc, store_emit_fn emit,
+                           void *ctx)
+{
+    bson_t *pre = nd->doc;
+    nd->doc = doc;
+    bson_iter_t nid;
+    if (bson_iter_init_find(&nid, nd->doc, "_id"))
+        nd->id_off = bson_iter_offset(&nid);
+    bson_t o2;
+    doc_key(s, db, c, nd->doc, &nid, &o2);
+    emit_doc_op_images(s, emit, ctx, "u", db, c, nd->doc, &o2, pre, nd->doc);
+    bson_destroy(&o2);
+    bson_destroy(pre);
+}
+
+/* One bucket after a modification: deleted when nothing remains, else rebuilt from what remains. */
+static void modify_bucket(sim_store *s, const char *db, scoll *c, tnode *nd, const bson_t *ts, bson_t **keep,
+                          size_t nkeep, store_emit_fn emit, void *ctx)
+{
+    bson_iter_t id;
+    tnode_id(nd, &id);
+    const bson_oid_t oid = *bson_iter_oid(&id);
+    if (nkeep == 0) {
+        ts_catalog_forget(s->ts, &oid);
+        delete_node(s, db, c, nd, emit, ctx);
+    } else {
+        replace_bucket(s, db, c, nd, ts_catalog_rebuild(s->ts, ts, s->format, &oid, keep, nkeep), emit, ctx);
+    }
+}
+
+static bool ts_v50(const sim_store *s)
+{
+    return s->format == SIM_FORMAT_50 || s->format == SIM_FORMAT_44;
+}
+
+bool store_ts_delete(sim_store *store, const char *db, const char *coll, const bson_t *q, int limit, int64_t *deleted,
+                     store_emit_fn emit, void *ctx, bson_error_t *err)
+{
+    bson_t ts;
+    *deleted = 0;
+    scoll *b = ts_buckets_of(store, db, coll, &ts, err);
+    if (!b || !ts_filter_supported(q, err))
+        return false;
+    const char *meta = ts_meta_field(&ts);
+    if (ts_v50(store)) {
+        if (limit != 0) {
+            bson_set_error(err, 0, 20, "Cannot perform a non-multi delete on a time-series collection");
+            return false;
+        }
+        if (!ts_meta_query(q, meta, err))
+            return false;
+    }
+    bson_value_t *ids = NULL;
+    size_t nids = 0, cap = 0;
+    collect_ids(b->root, &ids, &nids, &cap);
+    bool ok = true;
+    for (size_t i = 0; i < nids && ok && !(limit == 1 && *deleted > 0); i++) {
+        tnode *nd = node_by_id(b, &ids[i]);
+        if (!nd)
+            continue;
+        if (ts_v50(store)) {
+            /* The translated query on the buckets: meta.<...> (a plain delete of each bucket). */
+            if (ts_match(nd->doc, q, meta, "meta")) {
+                ts_catalog_forget(store->ts, &ids[i].value.v_oid);
+                delete_node(store, db, b, nd, emit, ctx);
+                (*deleted)++;
+            }
+            continue;
+        }
+        bson_t **ms;
+        size_t n;
+        if (!ts_bucket_measurements(store->ts, &ts, nd->doc, &ms, &n)) {
+            bson_set_error(err, 0, 2, "mongosim cannot unpack a compressed bucket it did not write");
+            ok = false;
+            break;
+        }
+        bson_t **keep = malloc((n ? n : 1) * sizeof *keep);
+        if (!keep)
+            abort();
+        size_t nkeep = 0, hit = 0;
+        for (size_t j = 0; j < n; j++) {
+            if ((limit != 1 || *deleted + (int64_t)hit == 0) && ts_match(ms[j], q, NULL, NULL))
+                hit++;
+            else
+                keep[nkeep++] = ms[j];
+        }
+        if (hit) {
+            modify_bucket(store, db, b, nd, &ts, keep, nkeep, emit, ctx);
+            *deleted += (int64_t)hit;
+        }
+        free(keep);
+        ts_measurements_free(ms, n);
+    }
+    for (size_t i = 0; i < nids; i++)
+        bson_value_destroy(&ids[i]);
+    free(ids);
+    return ok;
+}
+
+/* translateUpdate (5.0): a modifier update whose every path is on the metaField, rewritten onto meta. */
+static bool ts_meta_update(const bson_t *u, const char *meta, bson_t *out, bson_error_t *err)
+{
+    bson_iter_t op, f;
+    bson_init(out);
+    bson_iter_init(&op, u);
+    while (bson_iter_next(&op)) {
+        if (bson_iter_key(&op)[0] != '$' || !BSON_ITER_HOLDS_DOCUMENT(&op)) {
+            bson_set_error(err, 0, 72,
+                           "Cannot perform an update on a time-series collection with a replacement "
+                           "document or a pipeline");
+            bson_destroy(out);
+            return false;
+        }
+        bson_t sub;
+        bson_append_document_begin(out, bson_iter_key(&op), -1, &sub);
+        bson_iter_recurse(&op, &f);
+        while (bson_iter_next(&f)) {
+            const char *k = bson_iter_key(&f);
+            if (!meta || !on_meta(k, meta)) {
+                bson_set_error(err, 0, 72,
+                               "Cannot perform an update on a time-series collection which updates a field that is "
+                               "not the metaField '%s'",
+                               meta ? meta : "");
+                bson_append_document_end(out, &sub);
+                bson_destroy(out);
+                return false;
+            }
+            char *path = bson_strdup_printf("meta%s", k + strlen(meta));
+            bson_append_iter(&sub, path, -1, &f);
+            bson_free(path);
+        }
+        bson_append_document_end(out, &sub);
+    }
+    return true;
+}
+
+bool store_ts_update(sim_store *store, const char *db, const char *coll, const bson_t *q, const bson_t *u, bool multi,
+                     bool upsert, sim_update_result *res, store_emit_fn emit, store_group_fn group, store_stmt_fn stmt,
+                     void *ctx, bson_error_t *err)
+{
+    bson_t ts;
+    memset(res, 0, sizeof *res);
+    scoll *b = ts_buckets_of(store, db, coll, &ts, err);
+    if (!b || !ts_filter_supported(q, err))
+        return false;
+    const char *meta = ts_meta_field(&ts);
+    bson_t tu = BSON_INITIALIZER;
+    if (ts_v50(store)) {
+        if (!multi) {
+            bson_set_error(err, 0, 72, "Cannot perform a non-multi update on a time-series collection");
+            return false;
+        }
+        if (upsert) {
+            bson_set_error(err, 0, 72, "Cannot perform an upsert on a time-series collection");
+            return false;
+        }
+        if (!meta) {
+            bson_set_error(err, 0, 72,
+                           "Cannot perform an update on a time-series collection that does not have a metaField");
+            return false;
+        }
+        bson_destroy(&tu);
+        if (!ts_meta_query(q, meta, err) || !ts_meta_update(u, meta, &tu, err))
+            return false;
+    } else if (upsert) {
+        bson_set_error(err, 0, 2, "mongosim does not model upserts into a time-series collection");
+        bson_destroy(&tu);
+        return false;
+    }
+    bson_value_t *ids = NULL;
+    size_t nids = 0, cap = 0;
+    collect_ids(b->root, &ids, &nids, &cap);
+    bool ok = true;
+    for (size_t i = 0; i < nids && ok && (multi || res->matched == 0); i++) {
+        tnode *nd = node_by_id(b, &ids[i]);
+        if (!nd)
+            continue;
+        if (ts_v50(store)) {
+            if (!ts_match(nd->doc, q, meta, "meta"))
+                continue;
+            bson_t idq = BSON_INITIALIZER;
+            sim_update_result one;
+            bson_append_value(&idq, "_id", 3, &ids[i]);
+            ts_catalog_forget(store->ts, &ids[i].value.v_oid);
+            ok = store_update(store, db, b->name, &idq, &tu, false, &one, emit, ctx, err);
+            bson_destroy(&idq);
+            res->matched += one.matched;
+            res->modified += one.modified;
+            store_update_result_clear(&one);
+            continue;
+        }
+        bson_t **ms;
+        size_t n;
+        if (!ts_bucket_measurements(store->ts, &ts, nd->doc, &ms, &n)) {
+            bson_set_error(err, 0, 2, "mongosim cannot unpack a compressed bucket it did not write");
+            ok = false;
+            break;
+        }
+        bson_t **keep = malloc((n ? n : 1) * sizeof *keep);
+        const bson_t **changed = malloc((n ? n : 1) * sizeof *changed);
+        bson_t *news = calloc(n ? n : 1, sizeof *news);
+        if (!keep || !changed || !news)
+            abort();
+        size_t nkeep = 0, nchanged = 0;
+        for (size_t j = 0; j < n && ok; j++) {
+            bool ch = false;
+            if ((multi || res->matched == 0) && ts_match(ms[j], q, NULL, NULL)) {
+                bson_t o;
+                res->matched++;
+                if (!update_apply(ms[j], u, store->format, false, &news[nchanged], &o, &ch, err)) {
+                    ok = false;
+                    break;
+                }
+                if (ch) {
+                    bson_destroy(&o);
+                    changed[nchanged] = &news[nchanged];
+                    nchanged++;
+                    res->modified++;
+                }
+            }
+            if (!ch)
+                keep[nkeep++] = ms[j];
+        }
+        if (ok && nchanged) {
+            /* performAtomicWritesForUpdate: the side catalog's new buckets for the updated measurements, then the
+             * original bucket's modification and the inserts in one atomic write. */
+            ts_catalog *side = ts_catalog_new();
+            ts_write *w;
+            size_t nw, placed;
+            bson_error_t *errs = calloc(nchanged, sizeof *errs);
+            if (!errs)
+                abort();
+            bson_t *buckets_ts = &ts;
+            ts_catalog_insert(side, b->uuid, buckets_ts, store->format, store->ts_max_count, changed, nchanged, true,
+                              lookup_nothing, NULL, &w, &nw, errs, &placed);
+            for (size_t j = 0; j < nchanged && ok; j++)
+                if (errs[j].code) {
+                    *err = errs[j];
+                    ok = false;
+                }
+            if (ok) {
+                if (group)
+                    group(ctx, true);
+                modify_bucket(store, db, b, nd, &ts, keep, nkeep, emit, ctx);
+                if (stmt)
+                    stmt(ctx, NULL, 0); /* the inserts carry no stmtId (InsertStatement without one) */
+                for (size_t k = 0; k < nw && ok; k++)
+                    ok = insert_prepared(store, db, b->name, bson_copy(w[k].doc), emit, ctx, err);
+                if (group)
+                    group(ctx, false);
+                ts_catalog_adopt(store->ts, side);
+            }
+            ts_writes_free(w, nw);
+            ts_catalog_free(side);
+            free(errs);
+        }
+        for (size_t j = 0; j < nchanged; j++)
+            bson_destroy(&news[j]);
+        free(news);
+        free(changed);
+        free(keep);
+        ts_measurements_free(ms, n);
+    }
+    for (size_t i = 0; i < nids; i++)
+        bson_value_destroy(&ids[i]);
+    free(ids);
+    bson_destroy(&tu);
+    return ok;
 }
 
 /* ---------------------------------------------------------------------------------------------------------------

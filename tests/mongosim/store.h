@@ -26,7 +26,16 @@ typedef struct sim_store sim_store;
 typedef enum {
     SIM_FORMAT_70, /* MongoDB 7.0: updates as {$v: 2, diff: ...} */
     SIM_FORMAT_44, /* MongoDB 4.4: updates as {$v: 1, $set: ..., $unset: ...} */
+    SIM_FORMAT_50, /* MongoDB 5.0: 7.0's shapes, but time-series buckets stay version 1 (tsbucket.c) */
+    SIM_FORMAT_80, /* MongoDB 8.0: 7.0's shapes, time-series buckets compressed from the start (tsbucket.c) */
 } sim_oplog_format;
+
+/* hello's maxWireVersion for a format (db/wire_version.h: 4.4 = 9, 5.0 = 13, 8.0 = 25; mongosim's 7.0 has always
+ * answered 17, the 6.0 value, and keeps it). */
+static inline int32_t sim_max_wire_version(sim_oplog_format f)
+{
+    return f == SIM_FORMAT_44 ? 9 : f == SIM_FORMAT_50 ? 13 : f == SIM_FORMAT_80 ? 25 : 17;
+}
 
 /* Which server mongosim plays (--flavor; flavor.c): MongoDB itself, or one that differs. */
 typedef enum {
@@ -63,6 +72,25 @@ sim_oplog_format store_format(const sim_store *store);
 
 /* Insert one document; adds an ObjectId _id first if it has none. Creates the collection (emitting its create
  * entry first) if it does not exist. */
+/* Before each write of store_insert_many: the indexes in the command of the documents it writes (their stmtIds; a
+ * bucket write may carry several); n == 0 for a write that is no statement of the command (kUninitializedStmtId). */
+typedef void (*store_stmt_fn)(void *ctx, const int32_t *ids, size_t n);
+/* The documents of one insert command. Into a time-series collection the measurements are bucketed together (one
+ * write per bucket: tsbucket.c); elsewhere each is store_insert'ed. errs[i].code != 0 for a refused document i; with
+ * ordered, nothing after the first refused one is written. *placed: the documents considered. */
+bool store_insert_many(sim_store *store, const char *db, const char *coll, const bson_t *const *docs, size_t n,
+                       bool ordered, store_emit_fn emit, store_stmt_fn stmt, void *ctx, bson_error_t *errs,
+                       size_t *placed);
+/* Deletes and updates sent to a time-series collection (the shapes per --oplog-format: store.c). group(ctx, true)
+ * and group(ctx, false) surround the writes a server makes atomically (one applyOps outside a retryable write). */
+typedef void (*store_group_fn)(void *ctx, bool begin);
+bool store_ts_delete(sim_store *store, const char *db, const char *coll, const bson_t *q, int limit, int64_t *deleted,
+                     store_emit_fn emit, void *ctx, bson_error_t *err);
+bool store_ts_update(sim_store *store, const char *db, const char *coll, const bson_t *q, const bson_t *u, bool multi,
+                     bool upsert, sim_update_result *res, store_emit_fn emit, store_group_fn group, store_stmt_fn stmt,
+                     void *ctx, bson_error_t *err);
+/* The server's startup parameter timeseriesBucketMaxCount (--timeseries-bucket-max-count; 0: 1000). */
+void store_set_ts_bucket_max_count(sim_store *store, int32_t n);
 bool store_insert(sim_store *store, const char *db, const char *coll, const bson_t *doc, store_emit_fn emit, void *ctx,
                   bson_error_t *err);
 

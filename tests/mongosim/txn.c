@@ -941,3 +941,22 @@ bool txn_log_batched_delete(sim_server *srv, bson_t *const *ops, size_t n, const
     }
     return true;
 }
+
+bool txn_log_grouped(sim_server *srv, bson_t *const *ops, size_t n, bson_error_t *err)
+{
+    struct sim_txns *s = state(srv);
+    log_ctx c = {.srv = srv};
+    txn_chain_opts o = {.kind = TXN_CHAIN_BATCHED,
+                        .term = srv->term,
+                        .count_limit = (size_t)s->max_batched_ops,
+                        .size_limit = (size_t)s->max_batched_bytes,
+                        .next_ts = log_next_ts,
+                        .append = log_append,
+                        .ctx = &c,
+                        .wall_ms = sim_now_ms()};
+    if (txn_log_chain(ops, n, &o, NULL) < 0) {
+        *err = c.err;
+        return false;
+    }
+    return true;
+}

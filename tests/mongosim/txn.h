@@ -74,6 +74,9 @@ void txn_cmd_set_parameter(sim_server *srv, sim_reply *r, const bson_t *cmd);
 /* Batched multi-delete: the d bodies of one deleteMany and each deleted document's size, in order. */
 bool txn_log_batched_delete(sim_server *srv, bson_t *const *ops, size_t n, const uint32_t *doc_sizes,
                             bson_error_t *err);
+/* Writes a server makes in one WriteUnitOfWork grouped for replication (kGroupForTransaction): one applyOps chain
+ * without lsid, as batched writes are logged. */
+bool txn_log_grouped(sim_server *srv, bson_t *const *ops, size_t n, bson_error_t *err);
 void txn_state_free(sim_server *srv);
 
 /* The session of a command: lsid.id (16 bytes into lsid) and txnNumber; false when either is missing or lsid.id is
