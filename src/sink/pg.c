@@ -193,6 +193,8 @@ void sink_forget_table(sink *s, const char *db, const char *coll, bool deallocat
              * Pending items may still point at the table, so it is kept, only marked not ready under a name no
              * lookup matches. */
             sink_stmt_forget(s, t, deallocate);
+            if (t->kind == &sink_tseries_kind)
+                tseries_discard(t); /* rows held for a table that goes */
             t->ready = false;
             t->coll[0] = '\0';
             t->db[0] = '\0';

@@ -356,6 +356,8 @@ extern const table_kind sink_tseries_kind;
 /* A bucket op (o->bucket: insert, update or delete of one bucket) applied to t, a time-series table: the rows of the
  * measurements that changed written, the bucket's new document kept for the next commit. */
 sink_status tseries_apply(sink *s, table *t, const op *o);
+/* Drops the rows t holds for a COPY (its table is being dropped: sink_forget_table). */
+void tseries_discard(table *t);
 /* The last bucket op's document made unknown (its op was set aside after it ran in a guard). */
 void tseries_undo(sink *s);
 /* In the open group, before its COMMIT: every bucket document changed since the last commit written. */

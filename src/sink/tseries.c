@@ -67,6 +67,11 @@ struct sink_tseries {
     size_t cap, n; /* open addressing; cap a power of two, at least twice n */
     size_t bytes;  /* of the documents held */
     bool any_dirty;
+    /* Rows of new places (past the keep point, in buckets whose document is known), held for one binary COPY: sent
+     * before any other statement on the table (copy_flush), and before the commit. */
+    strbuf copy;
+    size_t copy_rows;
+    op_pos copy_last; /* the last op whose rows it holds */
 };
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -208,6 +213,7 @@ static void tseries_free_state(sink_tseries *ts)
         bucket_rows_clear(&ts->slots[i].rows);
     }
     free(ts->slots);
+    strbuf_free(&ts->copy);
     free(ts->time_field);
     free(ts->meta_field);
     free(ts);
@@ -220,6 +226,12 @@ static void put_u32(strbuf *b, uint32_t v)
 {
     uint32_t n = htonl(v);
     strbuf_append(b, &n, 4);
+}
+
+static void put_u16(strbuf *b, uint16_t v)
+{
+    uint16_t n = htons(v);
+    strbuf_append(b, &n, 2);
 }
 
 static void put_u64(strbuf *b, uint64_t v)
@@ -425,9 +437,11 @@ static bool same_row(const bucket_rows *old, const bucket_rows *nw, size_t i)
            memcmp(old->docs[i], nw->docs[i], nw->lens[i]) == 0;
 }
 
-/* The rows of places from..to-1 of nw, those that differ from old's. */
+/* The rows of places from..to-1 of nw, those that differ from old's; as arrays in p, or, with tuples, appended to it
+ * as binary COPY tuples of (bucket = key, pos, time, meta, doc) (p then counts them). */
 static ts_build build_rows(const char *meta_field, const uint8_t *bucket, uint32_t len, const bucket_rows *old,
-                           const bucket_rows *nw, size_t from, size_t to, ts_params *p, char *why, size_t whylen)
+                           const bucket_rows *nw, size_t from, size_t to, ts_params *p, strbuf *tuples, const char *key,
+                           char *why, size_t whylen)
 {
     memset(p, 0, sizeof *p);
     bson_iter_t it;
@@ -447,9 +461,11 @@ static ts_build build_rows(const char *meta_field, const uint8_t *bucket, uint32
         p->n += !same_row(old, nw, i);
     if (p->n == 0)
         return TS_BUILD_OK;
-    array_begin(&p->pos, OID_INT4, p->n);
-    array_begin(&p->times, OID_TIMESTAMPTZ, p->n);
-    array_begin(&p->docs, OID_JSONB, p->n);
+    if (tuples == NULL) {
+        array_begin(&p->pos, OID_INT4, p->n);
+        array_begin(&p->times, OID_TIMESTAMPTZ, p->n);
+        array_begin(&p->docs, OID_JSONB, p->n);
+    }
     for (size_t i = from; i < to; i++) {
         if (same_row(old, nw, i))
             continue; /* the same measurement in the same place: nothing to write */
@@ -459,10 +475,24 @@ static ts_build build_rows(const char *meta_field, const uint8_t *bucket, uint32
                      (long long)ms);
             return TS_BUILD_REFUSED;
         }
-        put_u32(&p->pos, 4);
-        put_u32(&p->pos, (uint32_t)i);
-        put_u32(&p->times, 8);
-        put_u64(&p->times, (uint64_t)((ms - PG_EPOCH_OFF_MS) * 1000));
+        if (tuples != NULL) {
+            put_u16(tuples, 5);
+            put_u32(tuples, TS_KEY_LEN);
+            strbuf_append(tuples, key, TS_KEY_LEN);
+        }
+        strbuf *pb = tuples != NULL ? tuples : &p->pos, *tb = tuples != NULL ? tuples : &p->times;
+        put_u32(pb, 4);
+        put_u32(pb, (uint32_t)i);
+        put_u32(tb, 8);
+        put_u64(tb, (uint64_t)((ms - PG_EPOCH_OFF_MS) * 1000));
+        if (tuples != NULL) {
+            if (p->has_meta) {
+                put_u32(tuples, (uint32_t)p->meta.len);
+                strbuf_append(tuples, p->meta.data, p->meta.len);
+            } else {
+                put_u32(tuples, UINT32_MAX); /* -1: NULL */
+            }
+        }
         ejson_error err;
         strbuf_reset(&p->js, 1 << 20);
         strbuf_putc(&p->js, 1);
@@ -474,10 +504,12 @@ static ts_build build_rows(const char *meta_field, const uint8_t *bucket, uint32
                      ejson_error_text(&err, e, sizeof e));
             return TS_BUILD_REFUSED;
         }
-        put_u32(&p->docs, (uint32_t)p->js.len);
-        strbuf_append(&p->docs, p->js.data, p->js.len);
+        strbuf *db = tuples != NULL ? tuples : &p->docs;
+        put_u32(db, (uint32_t)p->js.len);
+        strbuf_append(db, p->js.data, p->js.len);
     }
-    return p->pos.failed || p->times.failed || p->docs.failed || p->meta.failed ? TS_BUILD_NOMEM : TS_BUILD_OK;
+    bool failed = p->pos.failed || p->times.failed || p->docs.failed || p->meta.failed || (tuples && tuples->failed);
+    return failed ? TS_BUILD_NOMEM : TS_BUILD_OK;
 }
 
 /* The statements of a bucket's rows, for the table %s: the upsert of ts_params (a row whose values are the same is
@@ -488,15 +520,73 @@ static ts_build build_rows(const char *meta_field, const uint8_t *bucket, uint32
     "ON CONFLICT (bucket, pos) DO UPDATE SET \"time\" = excluded.\"time\", meta = excluded.meta, "                     \
     "doc = excluded.doc WHERE (r.\"time\", r.meta, r.doc) IS DISTINCT FROM "                                           \
     "(excluded.\"time\", excluded.meta, excluded.doc)"
-#define TS_INSERT_SQL                                                                                                  \
-    "INSERT INTO %s (bucket, pos, \"time\", meta, doc) SELECT $1, u.p, u.tm, $2::jsonb, u.d "                          \
-    "FROM unnest($3::int4[], $4::timestamptz[], $5::jsonb[]) AS u(p, tm, d)"
 #define TS_CUT_SQL "DELETE FROM %s WHERE bucket = $1 AND pos >= $2::int4"
 #define TS_STORE_ONE_SQL                                                                                               \
     "INSERT INTO oplog2pg.timeseries_bucket (schema_name, table_name, bucket, doc) VALUES ($1, $2, $3, $4) "           \
     "ON CONFLICT (schema_name, table_name, bucket) DO UPDATE SET doc = excluded.doc"
 
-/* Sends one statement of rows (TS_UPSERT_SQL or TS_INSERT_SQL) with p's parameters. */
+#define TS_COPY_MAX (8u * 1024 * 1024) /* bytes of rows held for one COPY before it is sent */
+
+/* The rows held for a COPY into t, sent: the pipeline drained, one binary COPY, back into the pipeline (three waits
+ * on the network, once per group or per change that is not an append). A row already there (a replay past the keep
+ * point: rows written from elsewhere) fails the group, which is applied again with upserts up to there. */
+static sink_status copy_flush(sink *s, table *t)
+{
+    sink_tseries *ts = t->ts;
+    if (ts == NULL || ts->copy_rows == 0)
+        return APPLY_OK;
+    static const char header[] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, extension 0 */
+    static const char trailer[2] = {'\377', '\377'};
+    char *sql = NULL;
+    if (asprintf(&sql, "COPY %s (bucket, pos, \"time\", meta, doc) FROM STDIN (FORMAT binary)", t->qname) < 0) {
+        sink_set_err(s, APPLY_NOMEM, NULL, "out of memory writing the rows of %s.%s", t->db, t->coll);
+        return s->failed;
+    }
+    if (pipe_copy_begin(s) != APPLY_OK) {
+        free(sql);
+        return s->failed;
+    }
+    pgconn_error e;
+    bool ok = pgconn_copy_start(s->c, sql, &e) && pgconn_copy_put(s->c, header, sizeof header - 1, &e) &&
+              pgconn_copy_put(s->c, ts->copy.data, ts->copy.len, &e) &&
+              pgconn_copy_put(s->c, trailer, sizeof trailer, &e) && pgconn_copy_end(s->c, &e);
+    free(sql);
+    size_t rows = ts->copy_rows, bytes = ts->copy.len;
+    op_pos last = ts->copy_last;
+    strbuf_reset(&ts->copy, TS_COPY_MAX);
+    ts->copy_rows = 0;
+    if (pipe_copy_done(s) != APPLY_OK)
+        return s->failed;
+    if (!ok) {
+        char where[32];
+        sink_fmt_pos(&last, where, sizeof where);
+        if (strcmp(e.sqlstate, "23505") == 0) {
+            sink_keep_rows_until(s, &last);
+            s->stats.rewinds++;
+            sink_set_err(s, APPLY_REWIND, e.sqlstate,
+                         "new measurements of %s.%s (oplog entries up to %s) met rows already there", t->db, t->coll,
+                         where);
+            return s->failed;
+        }
+        sink_set_err_at(s, &last, e.status != APPLY_OK ? e.status : APPLY_RETRY, e.sqlstate,
+                        "COPY of measurements into %s.%s (oplog entries up to %s) failed: [%s] %s", t->db, t->coll,
+                        where, e.sqlstate[0] ? e.sqlstate : "?", e.message);
+        return s->failed;
+    }
+    s->stats.ts_rows += rows;
+    s->stats.bytes += bytes;
+    return APPLY_OK;
+}
+
+void tseries_discard(table *t)
+{
+    if (t->ts == NULL)
+        return;
+    strbuf_reset(&t->ts->copy, TS_COPY_MAX);
+    t->ts->copy_rows = 0;
+}
+
+/* Sends one statement of rows (TS_UPSERT_SQL) with p's parameters. */
 static sink_status send_rows(sink *s, table *t, const op *o, const char *key, const char *fmt, pending_kind kind,
                              const ts_params *p)
 {
@@ -525,8 +615,8 @@ static sink_status send_rows(sink *s, table *t, const op *o, const char *key, co
 
 /* The rows that differ between old and new (old may be NULL: unknown, so every row of new is written); the places
  * past new's end deleted (when old had more, or is unknown). Places new adds past old's end, known to be free (old
- * known, and past the keep point), go as a plain INSERT: one that meets a row all the same fails the group, which is
- * applied again with upserts (pipeline.c, rewind_for_existing), as a jsonb table's plain inserts do. */
+ * known, and past the keep point), are held for one binary COPY of the group's new places (copy_flush); everything
+ * else goes pipelined, after the rows held. */
 static sink_status write_rows(sink *s, table *t, const op *o, const char *key, const uint8_t *bucket, uint32_t len,
                               const bucket_rows *old, const bucket_rows *nw)
 {
@@ -539,13 +629,26 @@ static sink_status write_rows(sink *s, table *t, const op *o, const char *key, c
         if (from >= to)
             continue;
         ts_params p;
-        switch (build_rows(t->ts->meta_field, bucket, len, part == 0 ? old : NULL, nw, from, to, &p, why, sizeof why)) {
+        strbuf *tuples = part == 1 ? &t->ts->copy : NULL;
+        size_t held = t->ts->copy.len;
+        switch (build_rows(t->ts->meta_field, bucket, len, part == 0 ? old : NULL, nw, from, to, &p, tuples, key, why,
+                           sizeof why)) {
         case TS_BUILD_OK:
-            if (p.n > 0)
-                st = send_rows(s, t, o, key, part == 0 ? TS_UPSERT_SQL : TS_INSERT_SQL,
-                               part == 0 ? P_INSERT : P_INSERT_NEW, &p);
+            if (p.n > 0 && part == 1) {
+                t->ts->copy_rows += p.n;
+                t->ts->copy_last = o->pos;
+                if (t->ts->copy.len >= TS_COPY_MAX)
+                    st = copy_flush(s, t);
+            } else if (p.n > 0) {
+                /* a change of places already written: after the rows held for the COPY */
+                st = copy_flush(s, t);
+                if (st == APPLY_OK)
+                    st = send_rows(s, t, o, key, TS_UPSERT_SQL, P_INSERT, &p);
+            }
             break;
         case TS_BUILD_REFUSED:
+            if (tuples != NULL)
+                t->ts->copy.len = held; /* none of this op's rows stay held */
             st = refuse(s, t, o, "%s", why);
             break;
         case TS_BUILD_NOMEM:
@@ -557,6 +660,8 @@ static sink_status write_rows(sink *s, table *t, const op *o, const char *key, c
     }
     if (st != APPLY_OK || (old != NULL && old->n <= nw->n))
         return st;
+    if (copy_flush(s, t) != APPLY_OK)
+        return s->failed;
     char *sql = NULL, cut[24];
     if (asprintf(&sql, TS_CUT_SQL, t->qname) < 0) {
         sink_set_err(s, APPLY_NOMEM, NULL, "out of memory writing the rows of a bucket of %s.%s", t->db, t->coll);
@@ -665,7 +770,9 @@ sink_status tseries_apply(sink *s, table *t, const op *o)
         return refuse(s, t, o, "bucket %s cannot be read: %s", key, why);
     }
     if (after == NULL) {
-        /* a deleted bucket: all its rows go */
+        /* a deleted bucket: all its rows go (after those held for the COPY) */
+        if (copy_flush(s, t) != APPLY_OK)
+            return s->failed;
         char *sql = NULL;
         if (asprintf(&sql, "DELETE FROM %s WHERE bucket = $1", t->qname) < 0)
             goto oom;
@@ -788,6 +895,11 @@ sink_status tseries_flush(sink *s, const op_pos *pos)
     s->ts_undo_table = NULL;
     for (size_t i = 0; i < s->ntables; i++) {
         table *t = s->tables[i];
+        if (t->kind == &sink_tseries_kind && t->db[0] != '\0' && copy_flush(s, t) != APPLY_OK)
+            return s->failed;
+    }
+    for (size_t i = 0; i < s->ntables; i++) {
+        table *t = s->tables[i];
         if (t->kind != &sink_tseries_kind || t->ts == NULL || !t->ts->any_dirty || t->db[0] == '\0')
             continue;
         if (flush_table(s, t, pos) != APPLY_OK)
@@ -832,7 +944,7 @@ sink_tseries_copy_status sink_tseries_copy_bucket(pgconn *c, const sink_tseries_
     ts_params p;
     sink_tseries_copy_status st = SINK_TS_COPY_OK;
     char *upsert = NULL, *cut = NULL;
-    switch (build_rows(to->meta_field, bucket, len, NULL, &nw, 0, nw.n, &p, e, sizeof e)) {
+    switch (build_rows(to->meta_field, bucket, len, NULL, &nw, 0, nw.n, &p, NULL, NULL, e, sizeof e)) {
     case TS_BUILD_OK:
         break;
     case TS_BUILD_REFUSED:

@@ -17,6 +17,7 @@
 
 #include "../lib/daemonenv.h"
 #include "../lib/proc.h"
+#include "../lib/skip.h"
 #include "daemon/exitcodes.h"
 
 #define T0_MS 1700000000000LL /* 2023-11-14 22:13:20 UTC */
@@ -231,6 +232,174 @@ START_TEST(test_ts_status_and_metrics)
 }
 END_TEST
 
+/* ---- every server version's bucket writes ---- */
+
+#define NSTATIONS 3
+#define NPER      40
+
+/* What the collection holds, as the test wrote it: for each station and i, whether the measurement is there and its
+ * value. */
+typedef struct {
+    bool present[NSTATIONS + 1][NPER];
+    double v[NSTATIONS + 1][NPER];
+    bool zone[NSTATIONS + 1]; /* the station's meta has zone: "north" (a 5.0 meta update) */
+} ts_model;
+
+static void insert_one_measurement(const denv *e, const char *db, const char *coll, int station, int i, int64_t ms)
+{
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, db, coll);
+    bson_t *d = BCON_NEW("t", BCON_DATE_TIME(ms), "m", "{", "station", BCON_INT32(station), "kind", "temp", "}", "i",
+                         BCON_INT32(i), "v", BCON_DOUBLE(i / 4.0));
+    bson_error_t err;
+    ck_assert_msg(mongoc_collection_insert_one(col, d, NULL, NULL, &err), "insert: %s", err.message);
+    bson_destroy(d);
+    mongoc_collection_destroy(col);
+    mongoc_client_destroy(c);
+}
+
+static void write_many(const denv *e, const char *db, const char *coll, bool del, bson_t *filter, bson_t *update)
+{
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, db, coll);
+    bson_error_t err;
+    bool ok = del ? mongoc_collection_delete_many(col, filter, NULL, NULL, &err)
+                  : mongoc_collection_update_many(col, filter, update, NULL, NULL, &err);
+    ck_assert_msg(ok, "%s: %s", del ? "deleteMany" : "updateMany", err.message);
+    bson_destroy(filter);
+    if (update != NULL)
+        bson_destroy(update);
+    mongoc_collection_destroy(col);
+    mongoc_client_destroy(c);
+}
+
+/* The table holds exactly the model: one row per present measurement, with its value and meta; places dense. */
+static void expect_model(const char *qtable, const ts_model *m)
+{
+    int want = 0;
+    for (int st = 1; st <= NSTATIONS; st++)
+        for (int i = 0; i < NPER; i++)
+            want += m->present[st][i];
+    char sql[1500];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", qtable);
+    ck_assert_int_eq(denv_pg_int(sql), want);
+    for (int st = 1; st <= NSTATIONS; st++)
+        for (int i = 0; i < NPER; i++) {
+            snprintf(sql, sizeof sql,
+                     "SELECT count(*) FROM %s WHERE (meta->>'station')::int = %d AND (doc->>'i')::int = %d AND "
+                     "(doc->>'v')::float8 = %.17g AND r_ok",
+                     qtable, st, i, m->v[st][i]);
+            /* r_ok: the meta as written, and in the document too */
+            char cond[300];
+            snprintf(cond, sizeof cond,
+                     "meta = '{\"kind\": \"temp\", \"station\": %d%s}'::jsonb AND doc->'m' = meta AND \"time\" IS "
+                     "NOT NULL",
+                     st, m->zone[st] ? ", \"zone\": \"north\"" : "");
+            char *at = strstr(sql, "r_ok");
+            snprintf(at, sizeof sql - (size_t)(at - sql), "%s", cond);
+            ck_assert_msg(denv_pg_int(sql) == (m->present[st][i] ? 1 : 0), "station %d, i %d: %s", st, i,
+                          m->present[st][i] ? "missing or wrong" : "still there");
+        }
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM (SELECT bucket, max(pos) AS top, count(*) AS n FROM %s GROUP BY bucket) b WHERE "
+             "b.top <> b.n - 1",
+             qtable);
+    ck_assert_int_eq(denv_pg_int(sql), 0);
+}
+
+/* One server version's bucket writes, from what a driver sends to the collection: single inserts and insertMany,
+ * buckets of 8 rolling over (compressed on close in 7.0, compressed from the start with binary-diff appends in 8.0),
+ * a measurement out of time order (8.0's version 3), then deletes and updates (5.0: whole buckets and the meta
+ * field only; 7.0 and 8.0: any measurement, buckets re-packed in one applyOps), with a restart in the middle. */
+static void formats_case(const char *format, const char *name)
+{
+    const char *sim_args[] = {"--oplog-format", format, "--timeseries-bucket-max-count", "8", NULL};
+    denv e;
+    ts_model m;
+    memset(&m, 0, sizeof m);
+    bool v5 = strcmp(format, "5.0") == 0;
+    denv_start(&e, name, denv_using_sim() ? sim_args : NULL, NULL);
+    char db[64], qtable[96];
+    snprintf(db, sizeof db, "rep_%s_a", name);
+    snprintf(qtable, sizeof qtable, "%s.w", db);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    create_ts(&e, db, "w");
+    for (int st = 1; st <= NSTATIONS; st++) {
+        insert_measurements(&e, db, "w", st, 0, 9); /* one insertMany: a full bucket and the start of another */
+        for (int i = 0; i < 10; i++)
+            m.present[st][i] = true, m.v[st][i] = i / 4.0;
+    }
+    for (int i = 10; i < 20; i++) /* single inserts: appends one by one */
+        for (int st = 1; st <= NSTATIONS; st++) {
+            insert_one_measurement(&e, db, "w", st, i, T0_MS + (int64_t)i * 1000);
+            m.present[st][i] = true, m.v[st][i] = i / 4.0;
+        }
+    /* a measurement earlier than the bucket's others: 8.0 makes the bucket unsorted (version 3) */
+    insert_one_measurement(&e, db, "w", 1, 20, T0_MS + 15500);
+    m.present[1][20] = true, m.v[1][20] = 5.0;
+    ck_assert(denv_wait_caught_up(&e, 60));
+    expect_model(qtable, &m);
+
+    /* a restart: the buckets' documents come back from PostgreSQL for the changes after it */
+    ck_assert_msg(proc_stop(&e.daemon, 30), "the daemon did not stop on SIGTERM");
+    e.daemon.pid = 0;
+    insert_measurements(&e, db, "w", 2, 21, 29);
+    for (int i = 21; i < 30; i++)
+        m.present[2][i] = true, m.v[2][i] = i / 4.0;
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    expect_model(qtable, &m);
+
+    if (v5) {
+        /* 5.0: deletes and updates may only name the meta field: whole buckets go, the meta changes in place */
+        write_many(&e, db, "w", true, BCON_NEW("m.station", BCON_INT32(3)), NULL);
+        for (int i = 0; i < NPER; i++)
+            m.present[3][i] = false;
+        write_many(&e, db, "w", false, BCON_NEW("m.station", BCON_INT32(1)),
+                   BCON_NEW("$set", "{", "m.zone", "north", "}"));
+        m.zone[1] = true;
+    } else {
+        /* 7.0 and 8.0: any measurement; its bucket is re-packed, an updated one moves to a new bucket */
+        write_many(&e, db, "w", true, BCON_NEW("i", BCON_INT32(3)), NULL);
+        write_many(&e, db, "w", true, BCON_NEW("i", BCON_INT32(12)), NULL);
+        for (int st = 1; st <= NSTATIONS; st++)
+            m.present[st][3] = m.present[st][12] = false;
+        write_many(&e, db, "w", false, BCON_NEW("i", BCON_INT32(5)),
+                   BCON_NEW("$set", "{", "v", BCON_DOUBLE(99.5), "}"));
+        for (int st = 1; st <= NSTATIONS; st++)
+            m.v[st][5] = 99.5;
+    }
+    ck_assert(denv_wait_caught_up(&e, 60));
+    expect_model(qtable, &m);
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = '%s'", e.service);
+    ck_assert_int_eq(denv_pg_int(sql), 0);
+    denv_stop(&e);
+}
+
+START_TEST(test_ts_format_50)
+{
+    if (!denv_using_sim())
+        SKIP_TEST("a real server writes its own version's shapes (the 7.0 case runs against it)");
+    formats_case("5.0", "tsf5");
+}
+END_TEST
+
+START_TEST(test_ts_format_70)
+{
+    formats_case("7.0", "tsf7");
+}
+END_TEST
+
+START_TEST(test_ts_format_80)
+{
+    if (!denv_using_sim())
+        SKIP_TEST("a real server writes its own version's shapes (the 7.0 case runs against it)");
+    formats_case("8.0", "tsf8");
+}
+END_TEST
+
 /* A typed map of a time-series collection is not supported yet: the daemon stops, saying so, with nothing written. */
 START_TEST(test_ts_map_refused)
 {
@@ -263,6 +432,9 @@ Suite *timeseries_suite(void)
     tcase_add_test(tc, test_ts_kill9);
     tcase_add_test(tc, test_ts_copy);
     tcase_add_test(tc, test_ts_status_and_metrics);
+    tcase_add_test(tc, test_ts_format_50);
+    tcase_add_test(tc, test_ts_format_70);
+    tcase_add_test(tc, test_ts_format_80);
     tcase_add_test(tc, test_ts_map_refused);
     suite_add_tcase(s, tc);
     return s;
