@@ -113,6 +113,7 @@ void sink_disconnect(sink *s)
 {
     pipe_attach(s, NULL);
     s->stream_run = NULL; /* a COPY left open ends with the connection */
+    s->ts_copy = NULL;
     s->ckpt_prepared = false;
     sink_shards_clear(s, true);
     s->guarded = false;
@@ -444,7 +445,8 @@ static sink_status stream_open(sink *s, table *t, sink_batch *b, const op_pos *p
     return APPLY_OK;
 }
 
-sink_status sink_stream_end(sink *s)
+/* Ends the open COPY of an insert run (the jsonb shape's streaming). */
+static sink_status jsonb_stream_end(sink *s)
 {
     sink_batch *b = s->stream_run;
     if (b == NULL)
@@ -475,8 +477,17 @@ sink_status sink_stream_end(sink *s)
     return copy_release(s, &pos);
 }
 
+sink_status sink_stream_end(sink *s)
+{
+    if (s->ts_copy != NULL && tseries_copy_end(s) != APPLY_OK) /* a time-series table's COPY (tseries.c) */
+        return s->failed;
+    return jsonb_stream_end(s);
+}
+
 sink_status sink_stream_add(sink *s, sink_batch *b, const char *db, const char *coll, const op_pos *pos)
 {
+    if (s->ts_copy != NULL && tseries_copy_end(s) != APPLY_OK)
+        return s->failed;
     if (s->stream_run == b) {
         s->stream_last = *pos;
         pgconn_error e;
@@ -584,7 +595,9 @@ static void timeseries_options(const op *o, const char **time, const char **meta
 
 sink_status sink_apply_bucket(sink *s, const op *o)
 {
-    if (sink_settle(s) != APPLY_OK || pipe_begin_if_needed(s) != APPLY_OK)
+    /* an insert run's COPY ends here; a time-series table's stays open for the next bucket's new rows (tseries.c
+     * ends it before anything else it sends) */
+    if ((s->stream_run != NULL && jsonb_stream_end(s) != APPLY_OK) || pipe_begin_if_needed(s) != APPLY_OK)
         return s->failed;
     if (map_find(s->cfg.maps, o->db, o->coll) != NULL) {
         sink_set_err(s, APPLY_CONFIG, NULL,

@@ -240,6 +240,7 @@ struct sink {
     /* tseries.c: the bucket the last bucket op changed, undone when that op is set aside (sink_dead_letter) */
     struct table *ts_undo_table;
     char ts_undo_key[25];
+    struct table *ts_copy; /* tseries.c: the time-series table whose COPY of new measurements is open (NULL: none) */
 
     /* stmt.c: the jsonb shape's prepared statements, newest first; nstmts of them, at most cfg.max_prepared */
     sink_stmt *stmt_newest, *stmt_oldest;
@@ -356,6 +357,8 @@ extern const table_kind sink_tseries_kind;
 /* A bucket op (o->bucket: insert, update or delete of one bucket) applied to t, a time-series table: the rows of the
  * measurements that changed written, the bucket's new document kept for the next commit. */
 sink_status tseries_apply(sink *s, table *t, const op *o);
+/* Ends the open COPY of new measurements (s->ts_copy), if any: before any other statement (sink_settle). */
+sink_status tseries_copy_end(sink *s);
 /* Drops the rows t holds for a COPY (its table is being dropped: sink_forget_table). */
 void tseries_discard(table *t);
 /* The last bucket op's document made unknown (its op was set aside after it ran in a guard). */
@@ -403,7 +406,7 @@ sink_status sink_stream_end(sink *s);
  * rows precede whatever follows and a fallback to upserts goes out from there, never from inside another send. */
 static inline sink_status sink_settle(sink *s)
 {
-    return s->stream_run != NULL ? sink_stream_end(s) : APPLY_OK;
+    return s->stream_run != NULL || s->ts_copy != NULL ? sink_stream_end(s) : APPLY_OK;
 }
 
 #endif

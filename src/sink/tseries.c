@@ -256,6 +256,8 @@ static void array_begin(strbuf *b, uint32_t oid, size_t n)
 
 static bool prepare(sink *s, table *t, const op_pos *pos)
 {
+    if (tseries_copy_end(s) != APPLY_OK) /* another table's open COPY ends before the read */
+        return false;
     if (t->ts == NULL && (t->ts = calloc(1, sizeof *t->ts)) == NULL)
         return false;
     const char *values[7] = {s->service,    t->db,           t->coll,        t->name.schema,
@@ -382,6 +384,8 @@ static sink_status refuse(sink *s, const table *t, const op *o, const char *fmt,
 /* The stored document of a bucket missing from memory, read back (NULL doc: there is none). */
 static bool state_load(sink *s, table *t, ts_state *st, const op_pos *pos)
 {
+    if (tseries_copy_end(s) != APPLY_OK)
+        return false;
     const char *values[3] = {t->name.schema, t->name.table, st->key};
     const int formats[3] = {0, 0, 0};
     PGresult *res = NULL;
@@ -520,23 +524,56 @@ static ts_build build_rows(const char *meta_field, const uint8_t *bucket, uint32
     "ON CONFLICT (bucket, pos) DO UPDATE SET \"time\" = excluded.\"time\", meta = excluded.meta, "                     \
     "doc = excluded.doc WHERE (r.\"time\", r.meta, r.doc) IS DISTINCT FROM "                                           \
     "(excluded.\"time\", excluded.meta, excluded.doc)"
-#define TS_CUT_SQL "DELETE FROM %s WHERE bucket = $1 AND pos >= $2::int4"
+#define TS_COPY_MAX (8u * 1024 * 1024) /* storage kept for held rows between groups */
+#define TS_CUT_SQL  "DELETE FROM %s WHERE bucket = $1 AND pos >= $2::int4"
 #define TS_STORE_ONE_SQL                                                                                               \
     "INSERT INTO oplog2pg.timeseries_bucket (schema_name, table_name, bucket, doc) VALUES ($1, $2, $3, $4) "           \
     "ON CONFLICT (schema_name, table_name, bucket) DO UPDATE SET doc = excluded.doc"
 
-#define TS_COPY_MAX (8u * 1024 * 1024) /* bytes of rows held for one COPY before it is sent */
+#define TS_STREAM_AT (256u * 1024) /* bytes of new rows held before their COPY opens and takes them as they come */
 
-/* The rows held for a COPY into t, sent: the pipeline drained, one binary COPY, back into the pipeline (three waits
- * on the network, once per group or per change that is not an append). A row already there (a replay past the keep
- * point: rows written from elsewhere) fails the group, which is applied again with upserts up to there. */
-static sink_status copy_flush(sink *s, table *t)
+/* The new rows of a group go into one binary COPY per table, which opens once TS_STREAM_AT bytes are held and then
+ * takes the rows as the ops make them, so that PostgreSQL stores them while the next buckets are decoded (s->ts_copy:
+ * the table whose COPY is open). It ends before any other statement is sent (tseries_copy_end: sink_settle, and every
+ * send of this file), and at the commit; what is held for a table without an open COPY then goes by a COPY of its
+ * own (copy_flush). A row already there (a replay past the keep point: rows written from elsewhere) fails the group,
+ * which is applied again with upserts up to there. */
+static const char copy_header[] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, extension 0 */
+
+static sink_status copy_failed_at(sink *s, const table *t, const op_pos *last, const pgconn_error *e)
+{
+    char where[32];
+    sink_fmt_pos(last, where, sizeof where);
+    if (strcmp(e->sqlstate, "23505") == 0) {
+        sink_keep_rows_until(s, last);
+        s->stats.rewinds++;
+        sink_set_err(s, APPLY_REWIND, e->sqlstate,
+                     "new measurements of %s.%s (oplog entries up to %s) met rows already there", t->db, t->coll,
+                     where);
+        return s->failed;
+    }
+    sink_set_err_at(s, last, e->status != APPLY_OK ? e->status : APPLY_RETRY, e->sqlstate,
+                    "COPY of measurements into %s.%s (oplog entries up to %s) failed: [%s] %s", t->db, t->coll, where,
+                    e->sqlstate[0] ? e->sqlstate : "?", e->message);
+    return s->failed;
+}
+
+/* The rows t holds, into its open COPY. */
+static bool copy_put_held(sink *s, table *t, pgconn_error *e)
 {
     sink_tseries *ts = t->ts;
-    if (ts == NULL || ts->copy_rows == 0)
-        return APPLY_OK;
-    static const char header[] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0"; /* signature, flags 0, extension 0 */
-    static const char trailer[2] = {'\377', '\377'};
+    if (ts->copy.len > 0 && !pgconn_copy_put(s->c, ts->copy.data, ts->copy.len, e))
+        return false;
+    s->stats.ts_rows += ts->copy_rows;
+    s->stats.bytes += ts->copy.len;
+    strbuf_reset(&ts->copy, TS_COPY_MAX);
+    ts->copy_rows = 0;
+    return true;
+}
+
+/* Opens t's COPY (the pipeline drained first) and sends what t holds. */
+static sink_status copy_open(sink *s, table *t)
+{
     char *sql = NULL;
     if (asprintf(&sql, "COPY %s (bucket, pos, \"time\", meta, doc) FROM STDIN (FORMAT binary)", t->qname) < 0) {
         sink_set_err(s, APPLY_NOMEM, NULL, "out of memory writing the rows of %s.%s", t->db, t->coll);
@@ -547,35 +584,64 @@ static sink_status copy_flush(sink *s, table *t)
         return s->failed;
     }
     pgconn_error e;
-    bool ok = pgconn_copy_start(s->c, sql, &e) && pgconn_copy_put(s->c, header, sizeof header - 1, &e) &&
-              pgconn_copy_put(s->c, ts->copy.data, ts->copy.len, &e) &&
-              pgconn_copy_put(s->c, trailer, sizeof trailer, &e) && pgconn_copy_end(s->c, &e);
+    op_pos last = t->ts->copy_last;
+    bool ok = pgconn_copy_start(s->c, sql, &e) && pgconn_copy_put(s->c, copy_header, sizeof copy_header - 1, &e) &&
+              copy_put_held(s, t, &e);
     free(sql);
-    size_t rows = ts->copy_rows, bytes = ts->copy.len;
-    op_pos last = ts->copy_last;
-    strbuf_reset(&ts->copy, TS_COPY_MAX);
-    ts->copy_rows = 0;
+    if (!ok) {
+        s->ts_copy = NULL;
+        if (pipe_copy_done(s) != APPLY_OK)
+            return s->failed;
+        return copy_failed_at(s, t, &last, &e);
+    }
+    s->ts_copy = t;
+    return APPLY_OK;
+}
+
+sink_status tseries_copy_end(sink *s)
+{
+    table *t = s->ts_copy;
+    if (t == NULL)
+        return APPLY_OK;
+    static const char trailer[2] = {'\377', '\377'};
+    pgconn_error e;
+    op_pos last = t->ts->copy_last;
+    bool ok =
+        copy_put_held(s, t, &e) && pgconn_copy_put(s->c, trailer, sizeof trailer, &e) && pgconn_copy_end(s->c, &e);
+    s->ts_copy = NULL;
     if (pipe_copy_done(s) != APPLY_OK)
         return s->failed;
-    if (!ok) {
-        char where[32];
-        sink_fmt_pos(&last, where, sizeof where);
-        if (strcmp(e.sqlstate, "23505") == 0) {
-            sink_keep_rows_until(s, &last);
-            s->stats.rewinds++;
-            sink_set_err(s, APPLY_REWIND, e.sqlstate,
-                         "new measurements of %s.%s (oplog entries up to %s) met rows already there", t->db, t->coll,
-                         where);
-            return s->failed;
-        }
-        sink_set_err_at(s, &last, e.status != APPLY_OK ? e.status : APPLY_RETRY, e.sqlstate,
-                        "COPY of measurements into %s.%s (oplog entries up to %s) failed: [%s] %s", t->db, t->coll,
-                        where, e.sqlstate[0] ? e.sqlstate : "?", e.message);
+    return ok ? APPLY_OK : copy_failed_at(s, t, &last, &e);
+}
+
+/* What t holds, written: into its open COPY, or by a COPY of its own; before any other statement on t. */
+static sink_status copy_flush(sink *s, table *t)
+{
+    if (t->ts == NULL || (t->ts->copy_rows == 0 && s->ts_copy != t))
+        return APPLY_OK;
+    if (s->ts_copy != t && (tseries_copy_end(s) != APPLY_OK || copy_open(s, t) != APPLY_OK))
         return s->failed;
+    return tseries_copy_end(s);
+}
+
+/* After an op added rows to t's held ones: into t's open COPY once enough are held, or a COPY opened for them. */
+static sink_status copy_more(sink *s, table *t)
+{
+    if (t->ts->copy.len < TS_STREAM_AT)
+        return APPLY_OK;
+    if (s->ts_copy == t) {
+        pgconn_error e;
+        op_pos last = t->ts->copy_last;
+        if (!copy_put_held(s, t, &e)) {
+            s->ts_copy = NULL;
+            PQputCopyEnd(s->conn, "oplog2pg: sending failed"); /* the group fails; the session ends */
+            return copy_failed_at(s, t, &last, &e);
+        }
+        return APPLY_OK;
     }
-    s->stats.ts_rows += rows;
-    s->stats.bytes += bytes;
-    return APPLY_OK;
+    if (tseries_copy_end(s) != APPLY_OK)
+        return s->failed;
+    return copy_open(s, t);
 }
 
 void tseries_discard(table *t)
@@ -637,8 +703,7 @@ static sink_status write_rows(sink *s, table *t, const op *o, const char *key, c
             if (p.n > 0 && part == 1) {
                 t->ts->copy_rows += p.n;
                 t->ts->copy_last = o->pos;
-                if (t->ts->copy.len >= TS_COPY_MAX)
-                    st = copy_flush(s, t);
+                st = copy_more(s, t);
             } else if (p.n > 0) {
                 /* a change of places already written: after the rows held for the COPY */
                 st = copy_flush(s, t);
@@ -788,7 +853,13 @@ sink_status tseries_apply(sink *s, table *t, const op *o)
         /* the measurements before the op: kept from the op before, or unpacked once (else: rewrite them all) */
         if (st->doc != NULL && !st->unpacked && bucket_unpack(st->doc, st->len, &spec, &old, why, sizeof why))
             state_keep_rows(ts, st, &old);
-        res = write_rows(s, t, o, key, after, after_len, st->unpacked ? &st->rows : NULL, &nw);
+        /* A bucket inserted past the keep point is new (an ObjectId MongoDB made for it), so it has no rows yet: its
+         * places go as new ones (a replay that meets them all the same rewinds, copy_flush). */
+        bucket_rows none = {0};
+        const bucket_rows *before = st->unpacked                                                      ? &st->rows
+                                    : o->kind == OP_INSERT && op_pos_cmp(&o->pos, &s->keep_until) > 0 ? &none
+                                                                                                      : NULL;
+        res = write_rows(s, t, o, key, after, after_len, before, &nw);
     }
     if (res != APPLY_OK) {
         bucket_rows_clear(&nw);

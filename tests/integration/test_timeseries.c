@@ -19,6 +19,8 @@
 #include "../lib/proc.h"
 #include "../lib/skip.h"
 #include "daemon/exitcodes.h"
+#include "sink/pg.h"
+#include "source/decode.h"
 
 #define T0_MS 1700000000000LL /* 2023-11-14 22:13:20 UTC */
 
@@ -400,6 +402,121 @@ START_TEST(test_ts_format_80)
 }
 END_TEST
 
+/* ---- the real mongo-tools dump, through the sink ---- */
+
+#define TSDIR "tests/vectors/timeseries/"
+
+/* Decodes one oplog entry as the oplog reader does (buckets kept) and applies its ops to the sink. */
+static void apply_entry(sink *s, const bson_t *entry)
+{
+    op_entry e;
+    char err[512];
+    ck_assert_msg(decode_entry_ex(entry, DECODE_KEEP_SYSTEM, &e, err, sizeof err) == DECODE_OK, "%s", err);
+    for (size_t i = 0; i < e.n; i++) {
+        ck_assert(e.ops[i].bucket);
+        ck_assert_msg(sink_apply_bucket(s, &e.ops[i]) == APPLY_OK, "%s", sink_error(s));
+    }
+    op_entry_clear(&e);
+}
+
+/* mongo-tools' dump of a 5.0 time-series collection taken while measurements were written (tests/vectors/timeseries/
+ * SOURCES.md): its 10 buckets written as the oplog inserts them, then its 872 `$v:2` updates (two of them already in
+ * the dump) applied by the sink as tailing applies them, committed in groups: the table holds exactly the 2 164
+ * measurements expected.py computes on its own, each in its place, with its time, _id and value. */
+START_TEST(test_ts_real_dump)
+{
+    const char *service = "rep_tsdump";
+    char sql[600];
+    denv_pg_exec("DROP SCHEMA IF EXISTS timeseries_test CASCADE");
+    snprintf(sql, sizeof sql,
+             "DO $$ BEGIN IF to_regclass('oplog2pg.checkpoint') IS NOT NULL THEN DELETE FROM oplog2pg.checkpoint "
+             "WHERE service = '%s'; DELETE FROM oplog2pg.tables WHERE service = '%s'; DELETE FROM "
+             "oplog2pg.timeseries WHERE schema_name = 'timeseries_test'; DELETE FROM oplog2pg.timeseries_bucket WHERE "
+             "schema_name = 'timeseries_test'; END IF; END $$",
+             service, service);
+    denv_pg_exec(sql);
+    sink_config cfg = {.conninfo = denv_pg_conninfo(), .service = service};
+    sink *s = sink_new(&cfg);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_msg(sink_connect(s) == APPLY_OK, "connect: %s", sink_error(s));
+
+    /* the collection's create (foo_ts.metadata.json: timeField ts, metaField meta), then its buckets' inserts */
+    uint32_t inc = 1;
+    op_pos pos = {.secs = 1623711500, .inc = inc, .term = 1};
+    bson_t *create = BCON_NEW("ts", BCON_TIMESTAMP(pos.secs, inc), "t", BCON_INT64(1), "op", "c", "ns",
+                              "timeseries_test.$cmd", "o", "{", "create", "system.buckets.foo_ts", "timeseries", "{",
+                              "timeField", "ts", "metaField", "meta", "granularity", "seconds", "}", "}");
+    apply_entry(s, create);
+    bson_destroy(create);
+    bson_error_t berr;
+    bson_reader_t *rd = bson_reader_new_from_file(TSDIR "mongo-tools_ts_dump_with_oplog.buckets.bson", &berr);
+    ck_assert_msg(rd != NULL, "%s", berr.message);
+    const bson_t *b;
+    bool eof = false;
+    int nb = 0;
+    while ((b = bson_reader_read(rd, &eof)) != NULL) {
+        bson_t *ins = BCON_NEW("ts", BCON_TIMESTAMP(pos.secs, ++inc), "t", BCON_INT64(1), "op", "i", "ns",
+                               "timeseries_test.system.buckets.foo_ts", "o", BCON_DOCUMENT(b));
+        apply_entry(s, ins);
+        bson_destroy(ins);
+        nb++;
+    }
+    ck_assert(eof);
+    bson_reader_destroy(rd);
+    ck_assert_int_eq(nb, 10);
+    pos.inc = inc;
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+
+    /* the oplog of the dump, as it is (ts, op, ns, o2, o), committed every 100 entries */
+    rd = bson_reader_new_from_file(TSDIR "mongo-tools_ts_dump_with_oplog.oplog.bson", &berr);
+    ck_assert_msg(rd != NULL, "%s", berr.message);
+    int n = 0;
+    while ((b = bson_reader_read(rd, &eof)) != NULL) {
+        apply_entry(s, b);
+        bson_iter_t it;
+        ck_assert(bson_iter_init_find(&it, b, "ts"));
+        bson_iter_timestamp(&it, &pos.secs, &pos.inc);
+        if (++n % 100 == 0)
+            ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    }
+    ck_assert(eof);
+    bson_reader_destroy(rd);
+    ck_assert_int_eq(n, 872);
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    sink_free(s);
+
+    /* the expected measurements, loaded beside the table and compared as sets */
+    denv_pg_exec("DROP TABLE IF EXISTS public.tsdump_expected; CREATE TABLE public.tsdump_expected (bucket text, pos "
+                 "int, ms bigint, hash text, id text, v bigint)");
+    FILE *f = fopen(TSDIR "mongo-tools_ts_dump_with_oplog.expected.txt", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[256];
+    int lines = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        char bucket[32], hash[32], id[32];
+        int p;
+        long long ms, v;
+        ck_assert(sscanf(line, "%31s %d %lld %31s %31s %lld", bucket, &p, &ms, hash, id, &v) == 6);
+        snprintf(sql, sizeof sql, "INSERT INTO public.tsdump_expected VALUES ('%s', %d, %lld, '%s', '%s', %lld)",
+                 bucket, p, ms, hash, id, v);
+        denv_pg_exec(sql);
+        lines++;
+    }
+    fclose(f);
+    ck_assert_int_eq(lines, 2164);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM timeseries_test.foo_ts"), 2164);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM (SELECT bucket, pos, (extract(epoch FROM \"time\") * 1000)"
+                                 "::bigint, doc->'_id'->>'$oid', (doc->>'measurement')::bigint FROM "
+                                 "timeseries_test.foo_ts EXCEPT SELECT bucket, pos, ms, id, v FROM "
+                                 "public.tsdump_expected) x"),
+                     0);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM timeseries_test.foo_ts WHERE doc->'ts' IS NULL OR doc->'meta' "
+                                 "IS DISTINCT FROM meta"),
+                     0);
+    denv_pg_exec("DROP TABLE public.tsdump_expected");
+}
+END_TEST
+
 /* A typed map of a time-series collection is not supported yet: the daemon stops, saying so, with nothing written. */
 START_TEST(test_ts_map_refused)
 {
@@ -435,6 +552,7 @@ Suite *timeseries_suite(void)
     tcase_add_test(tc, test_ts_format_50);
     tcase_add_test(tc, test_ts_format_70);
     tcase_add_test(tc, test_ts_format_80);
+    tcase_add_test(tc, test_ts_real_dump);
     tcase_add_test(tc, test_ts_map_refused);
     suite_add_tcase(s, tc);
     return s;

@@ -99,7 +99,9 @@ def main():
             assert int.from_bytes(raw[:4], "little") == len(raw)
             ms = bson.decode(bson.encode({"t": m[TIME]}), CodecOptions(tz_aware=True))["t"]
             ms = int(round(ms.timestamp() * 1000))
-            lines.append("%s %d %d %016x\n" % (b["_id"], pos, ms, fnv1a64(raw)))
+            # then the measurement's own fields, for checks that see it as JSON (the daemon's table): its _id and
+            # its `measurement` value
+            lines.append("%s %d %d %016x %s %s\n" % (b["_id"], pos, ms, fnv1a64(raw), m["_id"], m["measurement"]))
     assert len(lines) == 2164, len(lines)
     open("mongo-tools_ts_dump_with_oplog.expected.txt", "w").write("".join(lines))
     print("%d measurements in %d buckets" % (len(lines), len(buckets)))
