@@ -25,6 +25,9 @@
 #      shard idle, with oplog notes and with the periodic noop only: bench/shards;
 #   7c. the change-stream source against the oplog source on the same mixed workload: writes per second and the
 #      daemon's CPU per write (bench/streams);
+#   7d. a time-series collection: measurements per second from MongoDB 8.0 buckets (compressed, appends as binary
+#      diffs) against psql \copy of the same measurement rows, and the CPU the bucket decoder spends per measurement
+#      (bench/timeseries);
 #   8. latency: from MongoDB's acknowledgement to the commit in PostgreSQL, for single inserts on an idle system,
 #      insertMany bursts of 10, 10 000 and 200 000 documents, and single inserts beside a steady mixed stream of
 #      20 000 ops/s (the goal) and of 5 000 (bench/latency.c says how it is measured).
@@ -38,7 +41,7 @@
 # BENCH_KEYS (default 300000), BENCH_MAPPED (default 200000), BENCH_ARRAYS (default 10000), BENCH_TXN (default 270000
 # documents), BENCH_LATENCY_SECS (default 30 s of probes beside each stream) and BENCH_LATENCY_RATE (default 20000,5000 ops/s),
 # BENCH_SMALL (default 300000) and BENCH_LARGE (default 30000) documents, BENCH_COLLECTIONS (default 100000 inserts),
-# BENCH_STREAMS (default 100000 writes), BENCH_SHARDS (default 200000 entries) and BENCH_SHARDS_SECS (default 10 s of probes per latency trial),
+# BENCH_STREAMS (default 100000 writes), BENCH_TIMESERIES (default 200000 measurements), BENCH_SHARDS (default 200000 entries) and BENCH_SHARDS_SECS (default 10 s of probes per latency trial),
 # BENCH_BACKLOG (default 10000000 entries) and BENCH_HUGE (default 40 documents of 16 MB) scale them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -115,6 +118,9 @@ echo "## Sharded clusters"
 echo
 echo "## A change stream against the oplog"
 "$build/bench/streams" "${BENCH_STREAMS:-100000}" 2>/dev/null
+echo
+echo "## Time-series collections"
+"$build/bench/timeseries" "${BENCH_TIMESERIES:-200000}" 10 2>/dev/null
 echo
 echo "## Latency under load"
 "$build/bench/latency" all "${BENCH_LATENCY_SECS:-30}" "${BENCH_LATENCY_RATE:-20000,5000}" 2>/dev/null

@@ -199,8 +199,9 @@ sink_status sink_dead_letter(sink *s, const op *o, const char *why)
         return s->failed;
     if (pipe_send_simple(s, P_SAVEPOINT, NULL, "ROLLBACK TO SAVEPOINT " GUARD_NAME, &o->pos) != APPLY_OK)
         return s->failed;
-    if (o->bucket)
-        tseries_undo(s); /* its bucket's document is unknown now: a later change of it is refused, not guessed */
+    if (o->bucket && tseries_undo(s) != APPLY_OK) /* its bucket's document is unknown now: a later change of it is
+                                                   * refused, not guessed */
+        return s->failed;
 
     dl_params p;
     if (!dl_build(&p, s->service, o, msg, state)) {

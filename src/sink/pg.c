@@ -114,6 +114,7 @@ void sink_disconnect(sink *s)
     pipe_attach(s, NULL);
     s->stream_run = NULL; /* a COPY left open ends with the connection */
     s->ts_copy = NULL;
+    s->ts_undo_table = NULL;
     s->ckpt_prepared = false;
     sink_shards_clear(s, true);
     s->guarded = false;

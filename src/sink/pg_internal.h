@@ -361,8 +361,9 @@ sink_status tseries_apply(sink *s, table *t, const op *o);
 sink_status tseries_copy_end(sink *s);
 /* Drops the rows t holds for a COPY (its table is being dropped: sink_forget_table). */
 void tseries_discard(table *t);
-/* The last bucket op's document made unknown (its op was set aside after it ran in a guard). */
-void tseries_undo(sink *s);
+/* The last bucket op's document made unknown, in memory and in PostgreSQL (its op is being set aside: after the
+ * ROLLBACK TO SAVEPOINT of its guard, in the dead letter's transaction). */
+sink_status tseries_undo(sink *s);
 /* In the open group, before its COMMIT: every bucket document changed since the last commit written. */
 sink_status tseries_flush(sink *s, const op_pos *pos);
 /* After a COMMIT PostgreSQL answered: the documents written are clean (and let go when too many are held). */

@@ -48,6 +48,7 @@ static const policy_row policy[] = {
     {"O2MAP", APPLY_CONFIG, "a table does not match its typed map (columns, types or key)"},
     {"O2BAK", APPLY_CONFIG, "the checkpoint would move backwards"},
     {"O2TSO", APPLY_CONFIG, "the time field of a time-series collection is not known"},
+    {"O2TSK", APPLY_CONFIG, "a namespace written both as a collection and as a time-series collection"},
     /* Passing faults (listed for the record: the default is the same). */
     {"08", APPLY_RETRY, "connection exception"},
     {"40", APPLY_RETRY, "transaction rollback: deadlock or serialization failure"},

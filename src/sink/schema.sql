@@ -479,6 +479,14 @@ BEGIN
             quote_ident(p_table), v_owner, p_service
             USING ERRCODE = 'O2FOR', HINT = 'give the services namespaces of their own ([replication] include)';
     END IF;
+    IF EXISTS (SELECT 1 FROM oplog2pg.timeseries x WHERE x.schema_name = p_schema AND x.table_name = p_table) THEN
+        RAISE EXCEPTION 'table %.% holds the measurements of time-series collection %.%, and a document of a '
+                        'collection was written to that namespace', quote_ident(p_schema), quote_ident(p_table),
+                        p_db, p_coll
+            USING ERRCODE = 'O2TSK',
+                  HINT = 'a server whose time-series buckets are not marked isTimeseries: leave the namespace out of '
+                         '[replication] include';
+    END IF;
     IF FOUND AND to_regclass(format('%I.%I', p_schema, p_table)) IS NOT NULL THEN
         IF EXISTS (SELECT 1 FROM oplog2pg.tables WHERE schema_name = p_schema AND table_name = p_table
                       AND (db, coll) <> (p_db, p_coll)) THEN
@@ -763,6 +771,13 @@ CREATE OR REPLACE FUNCTION oplog2pg.ensure_timeseries_table(p_service text, p_db
                                                             p_table text, p_time text, p_meta text)
 RETURNS TABLE (time_field text, meta_field text) LANGUAGE plpgsql AS $$
 BEGIN
+    IF EXISTS (SELECT 1 FROM oplog2pg.tables t WHERE t.schema_name = p_schema AND t.table_name = p_table)
+       AND NOT EXISTS (SELECT 1 FROM oplog2pg.timeseries x WHERE x.schema_name = p_schema AND x.table_name = p_table)
+       AND to_regclass(format('%I.%I', p_schema, p_table)) IS NOT NULL THEN
+        RAISE EXCEPTION 'table %.% holds the documents of collection %.%, and a time-series bucket was written to '
+                        'that namespace', quote_ident(p_schema), quote_ident(p_table), p_db, p_coll
+            USING ERRCODE = 'O2TSK', HINT = 'copy the collection again (--reimport)';
+    END IF;
     IF p_time IS NOT NULL THEN
         INSERT INTO oplog2pg.timeseries AS x (schema_name, table_name, time_field, meta_field)
         VALUES (p_schema, p_table, p_time, p_meta)

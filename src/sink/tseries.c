@@ -752,7 +752,27 @@ static bool bucket_key(const op *o, char key[TS_KEY_LEN + 1])
     return true;
 }
 
+static sink_status apply_op(sink *s, table *t, const op *o);
+
 sink_status tseries_apply(sink *s, table *t, const op *o)
+{
+    sink_status st = apply_op(s, t, o);
+    if (st == APPLY_DATA) {
+        /* A bucket change set aside (or about to be: the group goes careful): the bucket's document is unknown from
+         * now on, so that its next change is refused rather than applied to a document without this one (a binary
+         * diff of a column that lacks what was set aside could decode to values of the wrong places). */
+        char key[TS_KEY_LEN + 1];
+        ts_state *b = bucket_key(o, key) ? state_put(t->ts, key) : NULL;
+        if (b != NULL) {
+            state_set(t->ts, b, NULL, 0);
+            s->ts_undo_table = t; /* a dead letter forgets the table: tseries_undo deletes the stored document */
+            memcpy(s->ts_undo_key, key, sizeof key);
+        }
+    }
+    return st;
+}
+
+static sink_status apply_op(sink *s, table *t, const op *o)
 {
     sink_tseries *ts = t->ts;
     char key[TS_KEY_LEN + 1];
@@ -881,15 +901,25 @@ oom:
     return s->failed;
 }
 
-void tseries_undo(sink *s)
+sink_status tseries_undo(sink *s)
 {
     table *t = s->ts_undo_table;
     s->ts_undo_table = NULL;
     if (t == NULL || t->ts == NULL)
-        return;
+        return APPLY_OK;
     ts_state *st = state_find(t->ts, s->ts_undo_key);
     if (st != NULL)
         state_set(t->ts, st, NULL, 0); /* unknown from now on: a later diff of it is refused, never guessed */
+    /* and in PostgreSQL, in the dead letter's transaction: the table is forgotten after a dead letter (and its held
+     * documents with it), and the next session reads the stored one */
+    const char *values[3] = {t->name.schema, t->name.table, s->ts_undo_key};
+    if (!pipe_push_pending(s, P_CATALOG, t, NULL))
+        return s->failed;
+    bool ok = PQsendQueryParams(s->conn,
+                                "DELETE FROM oplog2pg.timeseries_bucket WHERE schema_name = $1 AND table_name = $2 "
+                                "AND bucket = $3",
+                                3, NULL, values, NULL, NULL, 0) == 1;
+    return pipe_after_send(s, ok, 128);
 }
 
 /* One table's changed documents written (and the rows of those that went deleted), in the open group. */

@@ -40,6 +40,9 @@ typedef struct raw_op {
     const uint8_t *o2;
     uint32_t o2_len;
     bool from_migrate, upsert, has_lsid, has_txn, has_multi;
+    bool is_timeseries;    /* isTimeseries: true, which 8.3 and later put on a time-series collection's entries
+                            * (jstests/core/timeseries/... oplog "isTimeseries set to true",
+                            * featureFlagMarkTimeseriesEventsInOplog) */
     const char *bad_field; /* first ill-typed field, reported after the pass */
     const char *bad_what;
     decode_status bad_status;
@@ -212,6 +215,10 @@ static bool parse_raw(const uint8_t *data, uint32_t len, raw_op *r, bool top)
         case 'l':
             if (top && strcmp(k, "lsid") == 0)
                 r->has_lsid = true;
+            break;
+        case 'i':
+            if (strcmp(k, "isTimeseries") == 0)
+                r->is_timeseries = bson_iter_as_bool(&it);
             break;
         case 'm':
             if (top && strcmp(k, "multiOpType") == 0)
@@ -421,14 +428,19 @@ static decode_status nomem(const dctx *c)
 static const char VIEW_REASON[] = "a view: not replicated (no table); the collections it reads are";
 static const char TIMESERIES_REASON[] =
     "a time-series collection: its buckets are not read from this source (no table)";
-static const char VIEWLESS_REASON[] =
-    "a viewless time-series collection (buckets under its own name): not replicated yet (no table)";
 static const char TIMESERIES_VIEW_REASON[] = "the view of a time-series collection (its buckets are replicated)";
 
 /* A view is created by an insert into DB.system.views, {_id: "DB.NAME", viewOn, pipeline} (the server's
  * DatabaseImpl::createView writes the view catalog's document with an ordinary insert; no create entry), and a
  * 5.0-7.x time-series collection NAME by one whose viewOn is "system.buckets.NAME". Both are noops that carry the
  * view's namespace, for one notice (decode_log_notices); anything unexpected in the document is only a noop. */
+/* Whether a create names a view (viewOn). */
+static bool has_view_on(const raw_op *r)
+{
+    bson_iter_t v;
+    return bson_iter_init_from_data(&v, r->o, r->o_len) && bson_iter_find(&v, "viewOn");
+}
+
 static decode_status decode_view_insert(const dctx *c, const raw_op *r, span db, op *out)
 {
     span vdb, vcoll, none = {NULL, 0};
@@ -483,6 +495,11 @@ static decode_status decode_data(const dctx *c, const raw_op *r, char code, op *
     if (bucket) {
         coll.s += BUCKETS_PREFIX_LEN;
         coll.len -= BUCKETS_PREFIX_LEN;
+        borrow = false;
+    }
+    if (!bucket && r->is_timeseries && (c->flags & DECODE_KEEP_SYSTEM)) {
+        /* a viewless time-series collection's bucket, under the collection's own name (8.3 and later mark it) */
+        bucket = true;
         borrow = false;
     }
     out->bucket = bucket;
@@ -711,7 +728,17 @@ static decode_status decode_command(const dctx *c, const raw_op *r, op *out)
                          ? TIMESERIES_REASON
                          : VIEW_REASON;
         else if (bson_iter_init_from_data(&v, r->o, r->o_len) && bson_iter_find(&v, "timeseries"))
-            reason = (c->flags & DECODE_KEEP_SYSTEM) ? VIEWLESS_REASON : TIMESERIES_REASON;
+            reason = TIMESERIES_REASON;
+        if (reason == TIMESERIES_REASON && !has_view_on(r) && (c->flags & DECODE_KEEP_SYSTEM)) {
+            /* A viewless time-series collection: its buckets are written under its own name, marked isTimeseries
+             * (8.3 and later); its create makes its table of measurements. A write to it without the mark would be
+             * taken for a document: the sink refuses that (a table of measurements, oplog2pg.ensure_table). */
+            if (!op_fill(out, db, coll, none, none, r->o, r->o_len, NULL, 0))
+                return nomem(c);
+            out->kind = OP_CREATE;
+            out->bucket = true;
+            return DECODE_OK;
+        }
         if (reason != NULL) {
             if (!op_fill(out, db, coll, none, none, NULL, 0, NULL, 0))
                 return nomem(c);

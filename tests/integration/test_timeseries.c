@@ -19,6 +19,8 @@
 #include "../lib/proc.h"
 #include "../lib/skip.h"
 #include "daemon/exitcodes.h"
+#include "map/ejson.h"
+#include "sink/batch.h"
 #include "sink/pg.h"
 #include "source/decode.h"
 
@@ -517,6 +519,116 @@ START_TEST(test_ts_real_dump)
 }
 END_TEST
 
+/* A viewless time-series collection (8.3 and later): its create and its buckets marked isTimeseries become its table
+ * of measurements; a write to its name that is not marked (a server that does not mark them) is refused, never
+ * written as a document into the table of measurements. */
+START_TEST(test_ts_viewless)
+{
+    const char *service = "rep_tsvl";
+    denv_pg_exec("DROP SCHEMA IF EXISTS rep_tsvl_a CASCADE");
+    denv_pg_exec("DO $$ BEGIN IF to_regclass('oplog2pg.checkpoint') IS NOT NULL THEN DELETE FROM oplog2pg.checkpoint "
+                 "WHERE service = 'rep_tsvl'; DELETE FROM oplog2pg.tables WHERE service = 'rep_tsvl'; DELETE FROM "
+                 "oplog2pg.timeseries WHERE schema_name = 'rep_tsvl_a'; END IF; END $$");
+    sink_config cfg = {.conninfo = denv_pg_conninfo(), .service = service};
+    sink *s = sink_new(&cfg);
+    ck_assert_msg(sink_connect(s) == APPLY_OK, "connect: %s", sink_error(s));
+    bson_t *create =
+        BCON_NEW("ts", BCON_TIMESTAMP(100, 1), "t", BCON_INT64(1), "op", "c", "ns", "rep_tsvl_a.$cmd", "isTimeseries",
+                 BCON_BOOL(true), "o", "{", "create", "w", "timeseries", "{", "timeField", "t", "}", "}");
+    apply_entry(s, create);
+    bson_destroy(create);
+    bson_oid_t oid;
+    bson_oid_init_from_string(&oid, "65a1b2c3d4e5f60718293a4b");
+    bson_t *bucket = BCON_NEW("ts", BCON_TIMESTAMP(100, 2), "t", BCON_INT64(1), "op", "i", "ns", "rep_tsvl_a.w",
+                              "isTimeseries", BCON_BOOL(true), "o", "{", "_id", BCON_OID(&oid), "control", "{",
+                              "version", BCON_INT32(1), "}", "data", "{", "t", "{", "0", BCON_DATE_TIME(1700000000000),
+                              "}", "v", "{", "0", BCON_INT32(7), "}", "}", "}");
+    apply_entry(s, bucket);
+    bson_destroy(bucket);
+    op_pos pos = {.secs = 100, .inc = 2, .term = 1};
+    ck_assert_msg(sink_commit(s, &pos) == APPLY_OK, "%s", sink_error(s));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsvl_a.w WHERE (doc->>'v')::int = 7 AND \"time\" = "
+                                 "to_timestamp(1700000000)"),
+                     1);
+
+    /* the same name written without the mark: a document, which that table cannot take (in a later session, as after
+     * a restart: within one, the sink knows the table's kind already and stops before asking) */
+    sink_free(s);
+    s = sink_new(&cfg);
+    ck_assert_msg(sink_connect(s) == APPLY_OK, "connect: %s", sink_error(s));
+    bson_t *doc = BCON_NEW("ts", BCON_TIMESTAMP(100, 3), "t", BCON_INT64(1), "op", "i", "ns", "rep_tsvl_a.w", "o", "{",
+                           "_id", BCON_INT32(1), "}");
+    op_entry e;
+    char err[256];
+    ck_assert(decode_entry_ex(doc, DECODE_KEEP_SYSTEM, &e, err, sizeof err) == DECODE_OK);
+    ck_assert(ejson_prepare_entry(&e));
+    ck_assert(!e.ops[0].bucket);
+    sink_batch *run = sink_batch_new();
+    ck_assert(sink_batch_take(run, e.ops[0].id_key, e.ops[0].id_key_len, &e.ops[0].json, e.ops[0].json_len));
+    pos.inc = 3;
+    sink_status st = sink_insert_batch(s, "rep_tsvl_a", "w", run, &pos);
+    if (st == APPLY_OK)
+        st = sink_commit(s, &pos);
+    ck_assert_int_eq(st, APPLY_CONFIG);
+    ck_assert_msg(strstr(sink_error(s), "holds the measurements of time-series collection") != NULL, "%s",
+                  sink_error(s));
+    sink_batch_free(run);
+    op_entry_clear(&e);
+    bson_destroy(doc);
+    sink_free(s);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsvl_a.w"), 1);
+}
+END_TEST
+
+/* A measurement PostgreSQL refuses (a trigger raising, SQLSTATE P0001): its bucket change is set aside as a dead
+ * letter, the bucket's document is forgotten, so its next appends are set aside too (never applied to a document
+ * that lacks what was set aside); the next bucket, and the other stations, arrive whole; nothing stops. */
+START_TEST(test_ts_dead_letters)
+{
+    const char *sim_args[] = {"--timeseries-bucket-max-count", "8", NULL};
+    denv e;
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim's --timeseries-bucket-max-count");
+    denv_start(&e, "tsd", sim_args, NULL);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    create_ts(&e, "rep_tsd_a", "w");
+    insert_one_measurement(&e, "rep_tsd_a", "w", 2, 0, T0_MS);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    denv_pg_exec("CREATE FUNCTION rep_tsd_a.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION "
+                 "'no 13 here'; END $$; CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON rep_tsd_a.w FOR EACH ROW "
+                 "WHEN ((NEW.doc->>'i')::int = 13 AND (NEW.meta->>'station')::int = 1) EXECUTE FUNCTION "
+                 "rep_tsd_a.refuse()");
+    for (int i = 0; i < 24; i++) {
+        insert_one_measurement(&e, "rep_tsd_a", "w", 1, i, T0_MS + (int64_t)i * 1000);
+        if (i > 0)
+            insert_one_measurement(&e, "rep_tsd_a", "w", 2, i, T0_MS + (int64_t)i * 1000);
+    }
+    ck_assert(denv_wait_caught_up(&e, 120));
+    /* station 1's buckets hold places 0-7, 8-15, 16-23: the second one's change for 13 is refused, its appends after
+     * it are set aside (its document is unknown), and so is its compression when it closes (7.0: the bucket
+     * rewritten whole, 13 with it, refused again); the third bucket arrives whole */
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsd_a.w WHERE (meta->>'station')::int = 1"), 21);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsd_a.w WHERE (meta->>'station')::int = 1 AND "
+                                 "(doc->>'i')::int IN (13, 14, 15)"),
+                     0);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsd_a.w WHERE (meta->>'station')::int = 2"), 24);
+    char dl[4000];
+    denv_pg_text(
+        "SELECT string_agg(ts_sec || ':' || ts_inc || ' ' || op || ' ' || left(error, 200), E'\\n' ORDER BY id) "
+        "FROM oplog2pg.dead_letter WHERE service = 'rep_tsd'",
+        dl, sizeof dl);
+    ck_assert_msg(denv_pg_int("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_tsd'") == 4, "%s", dl);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_tsd' AND error "
+                                 "LIKE '%no 13 here%'"),
+                     2);
+    ck_assert_msg(denv_pg_int("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_tsd' AND error LIKE "
+                              "'%an earlier change of it was set aside%'") == 2,
+                  "%s", dl);
+    denv_stop(&e);
+}
+END_TEST
+
 /* A typed map of a time-series collection is not supported yet: the daemon stops, saying so, with nothing written. */
 START_TEST(test_ts_map_refused)
 {
@@ -553,6 +665,8 @@ Suite *timeseries_suite(void)
     tcase_add_test(tc, test_ts_format_70);
     tcase_add_test(tc, test_ts_format_80);
     tcase_add_test(tc, test_ts_real_dump);
+    tcase_add_test(tc, test_ts_viewless);
+    tcase_add_test(tc, test_ts_dead_letters);
     tcase_add_test(tc, test_ts_map_refused);
     suite_add_tcase(s, tc);
     return s;
