@@ -230,8 +230,9 @@ static bool unpack_v1(const unpack_ctx *c, const bson_iter_t *data, const bson_i
     it = *data;
     while (bson_iter_next(&it))
         ncols++;
-    /* the time column and every other column by place: slot [col * n + place], col 0 the time column */
-    bson_iter_t *at = calloc((ncols + 1) * (n ? n : 1), sizeof *at);
+    /* the time column and every other column by place: slot [col * n + place], col 0 the time column (values, not
+     * iterators: libbson here aligns bson_iter_t to 128 bytes, which calloc does not) */
+    bson_value_t *at = calloc((ncols + 1) * (n ? n : 1), sizeof *at);
     bool *has = calloc((ncols + 1) * (n ? n : 1), sizeof *has);
     const char **names = calloc(ncols + 1, sizeof *names);
     bson_t m = BSON_INITIALIZER;
@@ -254,7 +255,7 @@ static bool unpack_v1(const unpack_ctx *c, const bson_iter_t *data, const bson_i
             seterr(err, errlen, "version 1 bucket: the time at place %zu (data.%s.%s) is not a date", p, tf, key);
             goto done;
         }
-        at[p] = ti;
+        at[p] = *bson_iter_value(&ti);
         has[p] = true;
     }
     size_t k = 1;
@@ -278,19 +279,19 @@ static bool unpack_v1(const unpack_ctx *c, const bson_iter_t *data, const bson_i
                        name, bson_iter_key(&ci));
                 goto done;
             }
-            at[k * n + p] = ci;
+            at[k * n + p] = *bson_iter_value(&ci);
             has[k * n + p] = true;
         }
         k++;
     }
     ncols = k;
     for (pos = 0; pos < n; pos++) {
-        if (!start_measurement(c, &m, bson_iter_value(&at[pos])))
+        if (!start_measurement(c, &m, &at[pos]))
             goto toolarge;
         for (size_t j = 1; j < ncols; j++)
-            if (has[j * n + pos] && !bson_append_iter(&m, names[j], -1, &at[j * n + pos]))
+            if (has[j * n + pos] && !bson_append_value(&m, names[j], -1, &at[j * n + pos]))
                 goto toolarge;
-        if (!rowbuf_add(rb, &m, bson_iter_date_time(&at[pos]))) {
+        if (!rowbuf_add(rb, &m, at[pos].value.v_datetime)) {
             seterr(err, errlen, "out of memory unpacking a bucket");
             goto done;
         }

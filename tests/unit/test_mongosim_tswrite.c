@@ -39,7 +39,12 @@ static void start(sim_oplog_format fmt, int32_t max_count)
     srv = sim_server_new(&opts, NULL, &err);
     ck_assert_msg(srv, "sim_server_new: %s", err.message);
     ck_assert_int_eq(pthread_create(&thr, NULL, run, srv), 0);
-    mongoc_init();
+    /* once per process: libmongoc's handshake data freed by mongoc_cleanup is used again by a later mongoc_init
+     * (a use after free AddressSanitizer reports), so a test that starts mongosim twice keeps libmongoc up */
+    static bool inited;
+    if (!inited)
+        mongoc_init();
+    inited = true;
     char uri[128];
     snprintf(uri, sizeof uri, "mongodb://127.0.0.1:%d/?directConnection=true&serverSelectionTimeoutMS=5000",
              sim_server_port(srv));
@@ -51,7 +56,6 @@ static void stop(void)
 {
     mongoc_client_destroy(client);
     client = NULL;
-    mongoc_cleanup();
     sim_server_stop(srv);
     pthread_join(thr, NULL);
     sim_server_free(srv);
