@@ -36,8 +36,8 @@ static void write_ini(const denv *e, const char *include, const char *exclude)
 static bool table_exists(const char *schema, const char *table)
 {
     char sql[400];
-    snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM pg_tables WHERE schemaname = '%s' AND tablename = '%s'", schema, table);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_tables WHERE schemaname = '%s' AND tablename = '%s'", schema,
+             table);
     return denv_pg_int(sql) == 1;
 }
 
@@ -52,11 +52,12 @@ static int64_t rows(const char *schema, const char *table)
 static int64_t temp_leftovers(const char *schema)
 {
     char sql[500];
-    snprintf(sql, sizeof sql,
-             "SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = '%s' AND tablename LIKE 'tmp%%.renameCollection')"
-             " + (SELECT count(*) FROM oplog2pg.tables WHERE schema_name = '%s' AND table_name LIKE "
-             "'tmp%%.renameCollection')",
-             schema, schema);
+    snprintf(
+        sql, sizeof sql,
+        "SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = '%s' AND tablename LIKE 'tmp%%.renameCollection')"
+        " + (SELECT count(*) FROM oplog2pg.tables WHERE schema_name = '%s' AND table_name LIKE "
+        "'tmp%%.renameCollection')",
+        schema, schema);
     return denv_pg_int(sql);
 }
 
@@ -66,21 +67,6 @@ static int wait_exit(denv *e, double secs)
     int code = proc_exit_code(&e->daemon);
     e->daemon.pid = 0;
     return code;
-}
-
-static void run_cmd(const denv *e, const char *db, bson_t *cmd)
-{
-    mongoc_client_t *c = mongoc_client_new(e->uri);
-    ck_assert_ptr_nonnull(c);
-    bson_error_t err;
-    bson_t reply;
-    bool ok = mongoc_client_command_simple(c, db, cmd, NULL, &reply, &err);
-    char *json = bson_as_relaxed_extended_json(cmd, NULL);
-    ck_assert_msg(ok, "%s: %s", json, err.message);
-    bson_free(json);
-    bson_destroy(&reply);
-    bson_destroy(cmd);
-    mongoc_client_destroy(c);
 }
 
 static void insert_one(const denv *e, const char *db, const char *coll, bson_t *doc)
@@ -196,17 +182,19 @@ START_TEST(test_views_timeseries_and_options)
     denv_daemon_start(&e);
     ck_assert(denv_wait_caught_up(&e, 60));
 
-    run_cmd(&e, "rep_ddlv_a", BCON_NEW("create", "v", "viewOn", "base", "pipeline", "[", "{", "$match", "{", "v",
-                                       "{", "$gt", BCON_INT32(10), "}", "}", "}", "]"));
-    run_cmd(&e, "rep_ddlv_a", BCON_NEW("create", "weather", "timeseries", "{", "timeField", "t", "metaField", "m",
-                                       "}"));
+    denv_command(&e, "rep_ddlv_a",
+                 BCON_NEW("create", "v", "viewOn", "base", "pipeline", "[", "{", "$match", "{", "v", "{", "$gt",
+                          BCON_INT32(10), "}", "}", "}", "]"));
+    denv_command(&e, "rep_ddlv_a",
+                 BCON_NEW("create", "weather", "timeseries", "{", "timeField", "t", "metaField", "m", "}"));
     insert_one(&e, "rep_ddlv_a", "weather",
                BCON_NEW("t", BCON_DATE_TIME(1700000000000), "m", "{", "station", BCON_INT32(7), "}", "temp",
                         BCON_DOUBLE(21.5)));
-    run_cmd(&e, "rep_ddlv_a", BCON_NEW("create", "capped", "capped", BCON_BOOL(true), "size", BCON_INT32(65536)));
-    run_cmd(&e, "rep_ddlv_a", BCON_NEW("create", "clustered", "clusteredIndex", "{", "key", "{", "_id", BCON_INT32(1),
-                                       "}", "unique", BCON_BOOL(true), "}"));
-    run_cmd(&e, "rep_ddlv_a", BCON_NEW("create", "checked", "validator", "{", "v", "{", "$type", "int", "}", "}"));
+    denv_command(&e, "rep_ddlv_a", BCON_NEW("create", "capped", "capped", BCON_BOOL(true), "size", BCON_INT32(65536)));
+    denv_command(&e, "rep_ddlv_a",
+                 BCON_NEW("create", "clustered", "clusteredIndex", "{", "key", "{", "_id", BCON_INT32(1), "}", "unique",
+                          BCON_BOOL(true), "}"));
+    denv_command(&e, "rep_ddlv_a", BCON_NEW("create", "checked", "validator", "{", "v", "{", "$type", "int", "}", "}"));
     denv_insert_range(&e, "rep_ddlv_a", "capped", 1, 2);
     ck_assert(denv_wait_caught_up(&e, 60));
 

@@ -22,21 +22,6 @@ Suite *stream_flavors_suite(void);
 
 #define WAIT_S 60
 
-static void command(const denv *e, const char *db, bson_t *cmd)
-{
-    mongoc_client_t *c = mongoc_client_new(e->uri);
-    ck_assert_ptr_nonnull(c);
-    bson_error_t err;
-    bson_t reply;
-    bool ok = mongoc_client_command_simple(c, db, cmd, NULL, &reply, &err);
-    char *json = bson_as_relaxed_extended_json(cmd, NULL);
-    ck_assert_msg(ok, "%s: %s", json, err.message);
-    bson_free(json);
-    bson_destroy(&reply);
-    bson_destroy(cmd);
-    mongoc_client_destroy(c);
-}
-
 /* Inserts, updates (fields set and removed, an array set and grown), replaces and deletes in two collections, and a
  * transaction over both. */
 static void mixed_workload(const denv *e, const char *db, int round)
@@ -159,9 +144,9 @@ START_TEST(test_documentdb)
     ck_assert_msg(denv_file_contains(out, "modifyChangeStreams: 1"), "check does not name modifyChangeStreams");
     ck_assert_msg(denv_file_contains(out, "Amazon DocumentDB: change streams are enabled with modifyChangeStreams"),
                   "check does not say DocumentDB");
-    command(&e, "admin",
-            BCON_NEW("modifyChangeStreams", BCON_INT32(1), "database", BCON_UTF8(""), "collection", BCON_UTF8(""),
-                     "enable", BCON_BOOL(true)));
+    denv_command(&e, "admin",
+                 BCON_NEW("modifyChangeStreams", BCON_INT32(1), "database", BCON_UTF8(""), "collection", BCON_UTF8(""),
+                          "enable", BCON_BOOL(true)));
     denv_drop_collection(&e, db, "before");
     const char *skip[] = {"--skip-import", NULL};
     denv_daemon_start_args(&e, skip, NULL);
@@ -174,7 +159,7 @@ START_TEST(test_documentdb)
     /* Quiet: an oplog note moves the server's newest operation but is no event; without a post-batch resume token
      * nothing tells the daemon, so its position stays. */
     uint64_t at = denv_checkpoint_ts(e.service);
-    command(&e, "admin", BCON_NEW("appendOplogNote", BCON_INT32(1), "data", "{", "msg", BCON_UTF8("quiet"), "}"));
+    denv_command(&e, "admin", BCON_NEW("appendOplogNote", BCON_INT32(1), "data", "{", "msg", BCON_UTF8("quiet"), "}"));
     ck_assert_uint_gt(denv_hello_newest_ts(e.uri), at);
     sleep(3);
     ck_assert_uint_eq(denv_checkpoint_ts(e.service), at);
@@ -196,9 +181,9 @@ START_TEST(test_documentdb_renames)
     const char *sim_args[] = {"--flavor", "documentdb", NULL};
     denv e;
     denv_start(&e, "fldocren", sim_args, NULL);
-    command(&e, "admin",
-            BCON_NEW("modifyChangeStreams", BCON_INT32(1), "database", BCON_UTF8(""), "collection", BCON_UTF8(""),
-                     "enable", BCON_BOOL(true)));
+    denv_command(&e, "admin",
+                 BCON_NEW("modifyChangeStreams", BCON_INT32(1), "database", BCON_UTF8(""), "collection", BCON_UTF8(""),
+                          "enable", BCON_BOOL(true)));
     char db[64], err[512];
     snprintf(db, sizeof db, "%s_a", e.prefix);
     denv_insert_range(&e, db, "r1", 1, 3);
@@ -245,9 +230,9 @@ START_TEST(test_documentdb_copy)
     const char *sim_args[] = {"--flavor", "documentdb", NULL};
     denv e;
     denv_start(&e, "fldoccp", sim_args, "[copy]\nworkers = 1\nbatch_docs = 100\n");
-    command(&e, "admin",
-            BCON_NEW("modifyChangeStreams", BCON_INT32(1), "database", BCON_UTF8(""), "collection", BCON_UTF8(""),
-                     "enable", BCON_BOOL(true)));
+    denv_command(&e, "admin",
+                 BCON_NEW("modifyChangeStreams", BCON_INT32(1), "database", BCON_UTF8(""), "collection", BCON_UTF8(""),
+                          "enable", BCON_BOOL(true)));
     char db[64];
     snprintf(db, sizeof db, "%s_a", e.prefix);
     denv_insert_range(&e, db, "a", 1, 3000);
@@ -255,7 +240,7 @@ START_TEST(test_documentdb_copy)
     denv_insert_range(&e, db, "c", 1, 2000);
     /* Every reply held 10 ms while the writes below are made: the copy (about 30 batches of mongosim's 200
      * documents) then lasts well beyond the first of them. */
-    command(&e, "admin", BCON_NEW("mongosimDelay", BCON_INT32(10)));
+    denv_command(&e, "admin", BCON_NEW("mongosimDelay", BCON_INT32(10)));
     denv_daemon_start(&e);
     ck_assert_msg(denv_wait_log(&e, "starts a copy of 3 collections", WAIT_S), "the copy did not start");
     /* while it copies: new documents, and updates and deletes of documents copied or still to copy */
@@ -274,7 +259,7 @@ START_TEST(test_documentdb_copy)
     mongoc_collection_destroy(a);
     mongoc_client_destroy(c);
     mixed_workload(&e, db, 10);
-    command(&e, "admin", BCON_NEW("mongosimDelay", BCON_INT32(0)));
+    denv_command(&e, "admin", BCON_NEW("mongosimDelay", BCON_INT32(0)));
     ck_assert_msg(denv_wait_log(&e, "ready:", WAIT_S), "the daemon did not get ready");
     ck_assert_msg(denv_file_contains(e.log, "copy: service rep_fldoccp copied 3 collections"), "the copy did not run");
     mixed_workload(&e, db, 11);

@@ -26,21 +26,6 @@
 
 #define T0_MS 1700000000000LL /* 2023-11-14 22:13:20 UTC */
 
-static void run_cmd(const denv *e, const char *db, bson_t *cmd)
-{
-    mongoc_client_t *c = mongoc_client_new(e->uri);
-    ck_assert_ptr_nonnull(c);
-    bson_error_t err;
-    bson_t reply;
-    bool ok = mongoc_client_command_simple(c, db, cmd, NULL, &reply, &err);
-    char *json = bson_as_relaxed_extended_json(cmd, NULL);
-    ck_assert_msg(ok, "%s: %s", json, err.message);
-    bson_free(json);
-    bson_destroy(&reply);
-    bson_destroy(cmd);
-    mongoc_client_destroy(c);
-}
-
 /* Inserts measurements from..to (inclusive) of station `station` into db.coll, in one insertMany: measurement i has
  * time T0 + i seconds, meta {station, kind: "temp"} and value i / 4. */
 static void insert_measurements(const denv *e, const char *db, const char *coll, int station, int from, int to)
@@ -66,7 +51,7 @@ static void insert_measurements(const denv *e, const char *db, const char *coll,
 
 static void create_ts(const denv *e, const char *db, const char *coll)
 {
-    run_cmd(e, db, BCON_NEW("create", coll, "timeseries", "{", "timeField", "t", "metaField", "m", "}"));
+    denv_command(e, db, BCON_NEW("create", coll, "timeseries", "{", "timeField", "t", "metaField", "m", "}"));
 }
 
 static bool table_exists(const char *schema, const char *table)

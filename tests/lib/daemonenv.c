@@ -496,3 +496,18 @@ double denv_metric(const char *text, const char *series)
     }
     return -1;
 }
+
+void denv_command(const denv *e, const char *db, bson_t *cmd)
+{
+    mongoc_client_t *c = mongoc_client_new(e->uri);
+    ck_assert_ptr_nonnull(c);
+    bson_error_t err;
+    bson_t reply;
+    bool ok = mongoc_client_command_simple(c, db, cmd, NULL, &reply, &err);
+    char *json = bson_as_relaxed_extended_json(cmd, NULL);
+    ck_assert_msg(ok, "%s: %s", json, err.message);
+    bson_free(json);
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+    mongoc_client_destroy(c);
+}

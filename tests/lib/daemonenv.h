@@ -7,6 +7,7 @@
 #ifndef OPLOG2PG_TESTS_DAEMONENV_H
 #define OPLOG2PG_TESTS_DAEMONENV_H
 
+#include <bson/bson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -96,6 +97,8 @@ bool denv_file_contains(const char *path, const char *needle);
  * [from, to]; drop; dropDatabase; renameCollection. */
 void denv_insert_range(const denv *e, const char *db, const char *coll, int from, int to);
 void denv_drop_collection(const denv *e, const char *db, const char *coll);
+/* Runs a command on db of the environment's MongoDB, which must succeed; cmd is destroyed. */
+void denv_command(const denv *e, const char *db, bson_t *cmd);
 /* A TCP port nobody listens on right now. */
 int denv_free_port(void);
 /* GET url with curl; the body (with headers when `headers`) into out. Returns curl's exit code. */
