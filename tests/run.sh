@@ -2,8 +2,9 @@
 # tests/run.sh BUILD — everything `make check` runs, in order, from the repository root.
 #
 #   1. the one-way layer rule of src/ (scripts/check-layers.sh), then the Check unit suites (no servers needed);
-#   2. the integration tests, against a throwaway PostgreSQL (scripts/with-pg.sh) and mongosim — or a real replica
-#      set when MONGO_URI is set (see tests/integration/run.sh).
+#   2. the integration tests, in parallel shards, each against its own throwaway PostgreSQL (scripts/with-pg.sh) and
+#      mongosim (tests/integration/shards.sh) — or in one run against a real replica set when MONGO_URI is set (see
+#      tests/integration/run.sh).
 # Any failure fails the whole run; nothing is skipped silently: a test or pass that cannot run here records itself in
 # the file named by OPLOG2PG_TEST_SKIPS (tests/lib/skip.h), and the run ends with that list.
 set -euo pipefail
@@ -25,7 +26,7 @@ echo "== make install / uninstall (tests/system/install.sh)"
 tests/system/install.sh "$build"
 
 echo "== integration tests"
-scripts/with-pg.sh tests/integration/run.sh "$build"
+tests/integration/shards.sh "$build"
 
 if [ -s "$skips" ]; then
     echo "== skipped in this run: $(wc -l <"$skips") (counted apart from the passes above)"

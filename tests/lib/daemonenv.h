@@ -39,7 +39,8 @@ long denv_scaled(long full);
 /* Rewrites the `include = ...` line of the daemon's configuration file. */
 void denv_set_include(denv *e, const char *include);
 /* Waits (60 s at most) until no oplog2pg session is left in PostgreSQL: what a killed daemon committed is then all
- * there is of it. */
+ * there is of it. It counts every daemon's session on the cluster, so nothing else may run daemons against the same
+ * PostgreSQL: tests/integration/shards.sh gives each parallel shard a cluster of its own. */
 void denv_wait_sessions_gone(void);
 double denv_now(void); /* monotonic seconds */
 /* The newest oplog entry's ts as (secs << 32 | inc), 0 when the oplog is empty. */
