@@ -175,33 +175,19 @@ static void state_set(sink_tseries *ts, ts_state *st, uint8_t *doc, uint32_t len
     ts->any_dirty = true;
 }
 
-/* Lets every document go that the last commit wrote, when they take more than TS_CACHE_BYTES. */
+/* Lets every document go, once the last commit wrote them all, when they take more than TS_CACHE_BYTES (the next
+ * change of a bucket reads its document back). A table holding a change not yet written keeps everything. */
 static void state_trim(sink_tseries *ts)
 {
-    if (ts->bytes <= TS_CACHE_BYTES)
+    if (ts->bytes <= TS_CACHE_BYTES || ts->any_dirty)
         return;
-    ts_state *old = ts->slots;
-    size_t cap = ts->cap;
+    for (size_t i = 0; i < ts->cap; i++) {
+        free(ts->slots[i].doc);
+        bucket_rows_clear(&ts->slots[i].rows);
+    }
+    free(ts->slots);
     ts->slots = NULL;
     ts->cap = ts->n = ts->bytes = 0;
-    for (size_t i = 0; i < cap; i++) {
-        if (old[i].key[0] == '\0')
-            continue;
-        if (!old[i].dirty) {
-            free(old[i].doc);
-            bucket_rows_clear(&old[i].rows);
-            continue;
-        }
-        ts_state *st = state_put(ts, old[i].key); /* cannot fail for lack of room: fewer than before */
-        if (st == NULL) {
-            free(old[i].doc);
-            bucket_rows_clear(&old[i].rows);
-            continue; /* (never: the table only shrinks) */
-        }
-        *st = old[i];
-        ts->bytes += st->len + st->rows_bytes;
-    }
-    free(old);
 }
 
 static void tseries_free_state(sink_tseries *ts)
