@@ -40,6 +40,9 @@ static const struct {
     {"oplog2pg_rewinds_total", "counter"},
     {"oplog2pg_statements_unnamed_total", "counter"},
     {"oplog2pg_dead_letters_total", "counter"},
+    {"oplog2pg_timeseries_bucket_changes_total", "counter"},
+    {"oplog2pg_timeseries_measurements_written_total", "counter"},
+    {"oplog2pg_timeseries_bucket_reads_total", "counter"},
     {"oplog2pg_reconnects_total", "counter"},
     {"oplog2pg_queue_depth", "gauge"},
     {"oplog2pg_queue_capacity", "gauge"},
@@ -220,6 +223,9 @@ static void fill_distinct(metrics_snapshot *s)
     s->rewinds = 6004;
     s->unnamed = 6003;
     s->dead_letters = 6002;
+    s->ts_bucket_ops = 6101;
+    s->ts_rows = 6102;
+    s->ts_bucket_reads = 6103;
     s->pg_reconnects = 7001;
     s->mongo_reconnects = 7002;
     s->queue_depth = 8001;
@@ -272,6 +278,9 @@ START_TEST(render_every_value)
     expect_u64(t, "oplog2pg_rewinds_total", 6004);
     expect_u64(t, "oplog2pg_statements_unnamed_total", 6003);
     expect_u64(t, "oplog2pg_dead_letters_total", 6002);
+    expect_u64(t, "oplog2pg_timeseries_bucket_changes_total", 6101);
+    expect_u64(t, "oplog2pg_timeseries_measurements_written_total", 6102);
+    expect_u64(t, "oplog2pg_timeseries_bucket_reads_total", 6103);
     expect_u64(t, "oplog2pg_reconnects_total{side=\"postgres\"}", 7001);
     expect_u64(t, "oplog2pg_reconnects_total{side=\"mongodb\"}", 7002);
     expect_u64(t, "oplog2pg_queue_depth", 8001);
