@@ -211,7 +211,8 @@ static bool plan_from_start(run_ctx *rc, mongoc_client_t *mongo, plan *p, char *
         op_pos listed;
         if (rc->nshards > 0) {
             /* A sharded cluster: each shard's start in its own oplog, the collections listed through the routers. */
-            if (!copy_shards_note_starts(rc, m, mlen) || !copy_plan_collections(mongo, rc->cfg->filter, p, m, mlen) ||
+            if (!copy_shards_note_starts(rc, m, mlen) ||
+                !copy_plan_collections(mongo, rc->cfg->filter, COPY_BUCKETS_TAKE, p, m, mlen) ||
                 !copy_shards_renamed(rc, &renamed, m, mlen))
                 return false;
         } else if (rc->cfg->change_stream) {
@@ -224,7 +225,7 @@ static bool plan_from_start(run_ctx *rc, mongoc_client_t *mongo, plan *p, char *
                 rc->start_refused = !retry;
                 return false;
             }
-            if (!copy_plan_collections(mongo, rc->cfg->filter, p, m, mlen) ||
+            if (!copy_plan_collections(mongo, rc->cfg->filter, COPY_BUCKETS_LEAVE_NOTICE, p, m, mlen) ||
                 !copy_stream_start(mongo, &listed, NULL, NULL, &retry, m, mlen) ||
                 !copy_stream_renamed(mongo, &rc->start, &listed, &renamed, m, mlen))
                 return false;
@@ -235,7 +236,7 @@ static bool plan_from_start(run_ctx *rc, mongoc_client_t *mongo, plan *p, char *
                 snprintf(m, mlen, "the oplog is empty: there is no position to tail from after the copy");
                 return false;
             }
-            if (!copy_plan_collections(mongo, rc->cfg->filter, p, m, mlen) ||
+            if (!copy_plan_collections(mongo, rc->cfg->filter, COPY_BUCKETS_TAKE, p, m, mlen) ||
                 !oplog_edge(mongo, -1, &listed, &found, m, mlen) ||
                 !oplog_renames_between(mongo, &rc->start, &listed, &renamed, m, mlen))
                 return false;

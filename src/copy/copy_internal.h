@@ -148,7 +148,11 @@ void copy_jobs_free(job *jobs, size_t n);
 bool copy_listed_uuid(const bson_t *entry, uint8_t uuid[16]);
 
 /* Every included collection (views and system collections left out), with its estimated count. */
-bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, plan *p, char *err, size_t errlen);
+/* What becomes of a time-series collection's buckets (DB.system.buckets.NAME): copied into NAME's table (the oplog
+ * keeps them current), or left out (a change stream never shows them; infer-map samples documents), with a notice. */
+typedef enum { COPY_BUCKETS_TAKE, COPY_BUCKETS_LEAVE, COPY_BUCKETS_LEAVE_NOTICE } copy_buckets;
+bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, copy_buckets buckets, plan *p, char *err,
+                           size_t errlen);
 /* The copy_state row, one copy_progress row per collection and, for a sharded cluster, one copy_shard_state row per
  * shard (rc->shards), in one transaction. */
 bool copy_plan_store(pgconn *pg, const char *service, const run_ctx *rc, const plan *p, char *err, size_t errlen);

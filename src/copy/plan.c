@@ -50,7 +50,8 @@ static bool plan_add(plan *p, const char *db, const char *coll, int64_t estimate
 }
 
 /* Every included collection (views and system collections left out), with its estimated count. */
-bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, plan *p, char *err, size_t errlen)
+bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, copy_buckets buckets, plan *p, char *err,
+                           size_t errlen)
 {
     bson_error_t e;
     char **dbs = mongoc_client_get_database_names_with_opts(client, NULL, &e);
@@ -85,11 +86,18 @@ bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, plan
                 continue;
             /* A time-series collection's buckets are copied into the collection's table, when the filter takes it
              * (its view is not a collection; docs/timeseries.md). */
-            bool buckets = strncmp(name, COPY_BUCKETS_PREFIX, COPY_BUCKETS_PREFIX_LEN) == 0 &&
-                           name[COPY_BUCKETS_PREFIX_LEN] != '\0';
-            const char *target = buckets ? name + COPY_BUCKETS_PREFIX_LEN : name;
+            bool is_buckets = strncmp(name, COPY_BUCKETS_PREFIX, COPY_BUCKETS_PREFIX_LEN) == 0 &&
+                              name[COPY_BUCKETS_PREFIX_LEN] != '\0';
+            const char *target = is_buckets ? name + COPY_BUCKETS_PREFIX_LEN : name;
             if (copy_skip_namespace(filter, dbname, target))
                 continue;
+            if (is_buckets && buckets != COPY_BUCKETS_TAKE) {
+                if (buckets == COPY_BUCKETS_LEAVE_NOTICE)
+                    log_notice("copy: time-series collection %s.%s is not copied: a change stream never shows its "
+                               "buckets, so it could not be kept current (docs/sources.md)",
+                               dbname, target);
+                continue;
+            }
             if (strlen(name) >= sizeof p->items[0].coll || !names_map(dbname, target, &nm, why, sizeof why)) {
                 log_error("copy: leaving %s.%s out: %s", dbname, name,
                           strlen(name) >= sizeof p->items[0].coll ? "the name is longer than MongoDB allows" : why);
@@ -126,7 +134,7 @@ bool copy_list_collections(mongoc_client_t *client, const nsfilter *filter, copy
     plan p = {NULL, 0, 0};
     *out = NULL;
     *n = 0;
-    if (!copy_plan_collections(client, filter, &p, err, errlen)) {
+    if (!copy_plan_collections(client, filter, COPY_BUCKETS_LEAVE, &p, err, errlen)) {
         free(p.items);
         return false;
     }

@@ -614,6 +614,24 @@ START_TEST(test_ts_dead_letters)
 }
 END_TEST
 
+/* With a change stream for source, a time-series collection is left out of the initial copy, with a notice: the
+ * stream never shows its buckets, so its table could not be kept current. */
+START_TEST(test_ts_stream_copy_leaves_out)
+{
+    denv e;
+    denv_start(&e, "tsx", NULL, "\n[mongodb]\nsource = change_stream\n");
+    create_ts(&e, "rep_tsx_a", "w");
+    insert_measurements(&e, "rep_tsx_a", "w", 1, 0, 4);
+    denv_insert_range(&e, "rep_tsx_a", "plain", 1, 3);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_msg(!table_exists("rep_tsx_a", "w"), "a table for a time-series collection a stream cannot follow");
+    ck_assert_msg(denv_file_contains(e.log, "time-series collection rep_tsx_a.w is not copied"), "no notice");
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsx_a.plain"), 3);
+    denv_stop(&e);
+}
+END_TEST
+
 /* A typed map of a time-series collection is not supported yet: the daemon stops, saying so, with nothing written. */
 START_TEST(test_ts_map_refused)
 {
@@ -652,6 +670,7 @@ Suite *timeseries_suite(void)
     tcase_add_test(tc, test_ts_real_dump);
     tcase_add_test(tc, test_ts_viewless);
     tcase_add_test(tc, test_ts_dead_letters);
+    tcase_add_test(tc, test_ts_stream_copy_leaves_out);
     tcase_add_test(tc, test_ts_map_refused);
     suite_add_tcase(s, tc);
     return s;
