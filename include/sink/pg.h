@@ -149,6 +149,9 @@ op_pos sink_keep_until(const sink *s);
  * sets it to the oplog's end when an initial copy completes, since tailing meets the rows the copy wrote until it
  * passes there, and a rewind for each would apply a group twice. */
 void sink_keep_rows_until(sink *s, const op_pos *pos);
+/* The oplog's end as the initial copy finished: the keep point moves there too, and up to it a time-series bucket's
+ * changes are applied as a replay of what the copy may hold already (sink/tseries.c); a rewind never moves it. */
+void sink_set_copy_end(sink *s, const op_pos *pos);
 sink_status sink_update(sink *s, const char *db, const char *coll, const char *key, op_update_form form,
                         const char *json, const op_pos *pos);
 sink_status sink_delete(sink *s, const char *db, const char *coll, const char *key, const op_pos *pos);

@@ -135,7 +135,7 @@ static void keep_rows_through_copy(const start_params *p, const op_pos *end)
         log_debug("the oplog's end after the copy is not known: a replayed insert may cost a rewind");
         return;
     }
-    sink_keep_rows_until(p->snk, end);
+    sink_set_copy_end(p->snk, end);
     log_info("insert runs keep their rows up to oplog entry %s, the oplog's end after the copy: tailing meets rows "
              "the copy wrote until there",
              op_pos_format(end, at, sizeof at));

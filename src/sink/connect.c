@@ -244,7 +244,7 @@ sink_status sink_connect(sink *s)
                      "tailing meets rows the copy wrote until there",
                      at);
         }
-        sink_keep_rows_until(s, &end);
+        sink_set_copy_end(s, &end);
     }
     PQclear(res);
     res = NULL;

@@ -83,6 +83,13 @@ void sink_keep_rows_until(sink *s, const op_pos *pos)
         s->keep_until = *pos;
 }
 
+void sink_set_copy_end(sink *s, const op_pos *pos)
+{
+    if (op_pos_cmp(pos, &s->copy_end) > 0)
+        s->copy_end = *pos;
+    sink_keep_rows_until(s, pos);
+}
+
 void sink_clear_err(sink *s)
 {
     s->failed = APPLY_OK;

@@ -258,6 +258,7 @@ struct sink {
     bool err_has_pos;  /* the first failure was a statement's for the op (or the run ending) at err_pos */
     op_pos err_pos;
     op_pos keep_until; /* runs keep their rows for entries up to here (sink_stream_let_go) */
+    op_pos copy_end;   /* the oplog's end as the initial copy finished (0:0: none); never moved by a rewind */
 
     sink_stats stats;
 };

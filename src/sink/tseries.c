@@ -794,10 +794,10 @@ static sink_status apply_op(sink *s, table *t, const op *o)
         }
         if (o->form != OP_FORM_DIFF)
             return refuse(s, t, o, "a %s update, which no server writes for a bucket", op_form_name(o->form));
-        /* Up to the keep point (the end of an initial copy), the oplog replays changes the copy may already hold:
+        /* Up to the end of an initial copy, the oplog replays changes the copy may already hold:
          * a bucket the copy never saw was deleted before it read on (its delete comes later in this replay), and a
          * change is applied as the server re-applies one (an insert of a field already there replaces it) */
-        bool replay = op_pos_cmp(&o->pos, &s->keep_until) <= 0;
+        bool replay = op_pos_cmp(&o->pos, &s->copy_end) <= 0; /* not the keep point: a rewind moves that */
         if (st->doc == NULL && replay)
             return APPLY_OK;
         if (st->doc == NULL)
