@@ -42,7 +42,7 @@ case $status in "" | not-installed) ;; *) fail "the package oplog2pg is on this 
 mapfile -t build_deps < <(sed -n '/^Build-Depends:/,/^[A-Z]/p' debian/control | sed -e 's/^Build-Depends://' -e '/^[A-Z]/d' |
     tr ',' '\n' | sed -e 's/([^)]*)//g' -e 's/[[:space:]]//g' -e '/^$/d' -e 's/debhelper-compat/debhelper/')
 [ ${#build_deps[@]} -ge 5 ] || fail "could not read Build-Depends from debian/control"
-want=(dpkg-dev build-essential fakeroot lintian systemd python3-pymongo "${build_deps[@]}")
+want=(dpkg-dev build-essential fakeroot lintian systemd postgresql python3-pymongo "${build_deps[@]}")
 missing=()
 for p in "${want[@]}"; do
     [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)" = installed ] || missing+=("$p")
