@@ -6,6 +6,8 @@
 #   make demo            replicate a sample workload into a throwaway PostgreSQL and show the result
 #   make bench           benchmarks (kept in build/bench-results.md, plotted into docs/*.svg by bench/plots.sh;
 #                        figures go to docs/benchmarks.md by hand)
+#   make package-check   build the Debian package (debian/), install, run, purge it here (root; not in make check)
+#   make monitoring-check   the Grafana dashboard and Prometheus rules in contrib/ (part of make check)
 #   make install         binary, unit, sysusers file, man pages, docs, and the configuration if there is none
 #                        (PREFIX=/usr/local, DESTDIR=, SYSCONFDIR=...: see the install section below); make uninstall
 #   make format / lint   clang-format in place / cppcheck
@@ -79,7 +81,7 @@ SIM_LIB    := $(BUILD)/libmongosim.a
 TEST_LIB   := $(BUILD)/libtestutil.a
 BENCH_LIB  := $(BUILD)/libbench.a
 
-.PHONY: all check unit integration demo bench format lint clean deps install uninstall
+.PHONY: all check unit integration demo bench format lint clean deps install uninstall package-check monitoring-check
 
 all: $(BUILD)/oplog2pg $(BUILD)/mongosim $(BENCH_BIN)
 
@@ -238,6 +240,17 @@ install: $(BUILD)/oplog2pg
 	fi
 	@if [ -z "$(DESTDIR)" ]; then echo "install: next: edit $(CONFDIR)/oplog2pg.ini, then" \
 	    "systemctl daemon-reload && systemctl enable --now oplog2pg (see oplog2pg(8))"; fi
+
+# The Grafana dashboard and Prometheus rules (contrib/): metric names against src/daemon/metrics.c, promtool check and
+# test rules (a few seconds; make check runs it too, through tests/run.sh).
+monitoring-check:
+	@tests/system/monitoring.sh
+
+# The Debian package (debian/): built with `dpkg-buildpackage -us -uc -b`, then installed, run as the oplog2pg user
+# against a throwaway PostgreSQL and mongosim, removed and purged on this machine (root; tests/system/package.sh).
+# Not part of `make check`.
+package-check: $(BUILD)/mongosim
+	@tests/system/package.sh $(BUILD)
 
 # Removes what install put, except the configuration (and the oplog2pg user, which may own files elsewhere).
 uninstall:

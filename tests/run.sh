@@ -2,7 +2,9 @@
 # tests/run.sh BUILD — everything `make check` runs, in order, from the repository root.
 #
 #   1. the one-way layer rule of src/ (scripts/check-layers.sh), then the Check unit suites (no servers needed);
-#   2. the integration tests, in parallel shards, each against its own throwaway PostgreSQL (scripts/with-pg.sh) and
+#   2. make install / uninstall (tests/system/install.sh), the Grafana dashboard and Prometheus rules in contrib/
+#      (tests/system/monitoring.sh: metric names against src/daemon/metrics.c, promtool);
+#   3. the integration tests, in parallel shards, each against its own throwaway PostgreSQL (scripts/with-pg.sh) and
 #      mongosim (tests/integration/shards.sh) — or in one run against a real replica set when MONGO_URI is set (see
 #      tests/integration/run.sh).
 # Any failure fails the whole run; nothing is skipped silently: a test or pass that cannot run here records itself in
@@ -24,6 +26,9 @@ CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-30} "$build/unit_tests"
 
 echo "== make install / uninstall (tests/system/install.sh)"
 tests/system/install.sh "$build"
+
+echo "== dashboard and alert rules (tests/system/monitoring.sh)"
+tests/system/monitoring.sh
 
 echo "== integration tests"
 tests/integration/shards.sh "$build"
