@@ -321,17 +321,17 @@ sink_tseries_typed_status sink_tseries_typed_new(PGconn *conn, const map_collect
     ty->columns_json = b.failed ? NULL : strndup(b.data, b.len);
     strbuf_reset(&b, 0);
 
-    strbuf_printf(&b, "COPY %s (bucket, pos, \"time\"", ty->mt.qname);
+    strbuf fields = STRBUF_INIT; /* the column list */
+    strbuf_puts(&fields, "(bucket, pos, \"time\"");
     for (size_t f = 0; f < nf; f++)
-        strbuf_printf(&b, ", %s", ty->mt.qfields[f]);
-    strbuf_puts(&b, ") FROM STDIN (FORMAT binary)");
-    ty->copy_sql = b.failed ? NULL : strndup(b.data, b.len);
+        strbuf_printf(&fields, ", %s", ty->mt.qfields[f]);
+    strbuf_putc(&fields, ')');
+    strbuf_printf(&b, "COPY %s %.*s FROM STDIN (FORMAT binary)", ty->mt.qname, (int)fields.len, fields.data);
+    ty->copy_sql = b.failed || fields.failed ? NULL : strndup(b.data, b.len);
     strbuf_reset(&b, 0);
 
-    strbuf_printf(&b, "INSERT INTO %s AS r (bucket, pos, \"time\"", ty->mt.qname);
-    for (size_t f = 0; f < nf; f++)
-        strbuf_printf(&b, ", %s", ty->mt.qfields[f]);
-    strbuf_puts(&b, ") VALUES ($1, $2, $3");
+    strbuf_printf(&b, "INSERT INTO %s AS r %.*s VALUES ($1, $2, $3", ty->mt.qname, (int)fields.len, fields.data);
+    strbuf_free(&fields);
     for (size_t f = 0; f < nf; f++)
         strbuf_printf(&b, ", $%zu", f + 4);
     strbuf_puts(&b, ") ON CONFLICT (bucket, pos) DO UPDATE SET \"time\" = excluded.\"time\"");
