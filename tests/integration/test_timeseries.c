@@ -762,6 +762,7 @@ START_TEST(test_ts_typed_copy)
     e.daemon.pid = 0;
     const char *reimport[] = {"--reimport", NULL};
     denv_daemon_start_args(&e, reimport, NULL);
+    ck_assert_msg(denv_wait_log(&e, "initial copy complete", 60), "the new copy did not complete");
     ck_assert(denv_wait_caught_up(&e, 60));
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM typed.weather WHERE station IN (1, 2)"), 60);
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM typed.weather WHERE station = 4"), 1);
@@ -832,6 +833,7 @@ START_TEST(test_ts_typed_shape_changed)
     /* a new copy makes the table again, with the map's columns */
     const char *reimport[] = {"--reimport", NULL};
     denv_daemon_start_args(&e, reimport, NULL);
+    ck_assert_msg(denv_wait_log(&e, "initial copy complete", 60), "the new copy did not complete");
     ck_assert(denv_wait_caught_up(&e, 60));
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tso_a.w WHERE v IS NOT NULL"), 5);
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM information_schema.columns WHERE table_schema = 'rep_tso_a' "
