@@ -6,10 +6,15 @@
  * system collections left out, the filter applied, names PostgreSQL can hold), whether or not it is inferred, since
  * their tables are the names an inferred table must avoid. Without NS, each of them that the file does not map yet
  * is inferred, in MongoDB's listing order; with NS, those named, each of which must be in that list and unmapped.
+ * A time-series collection is in that list by its own name (from its buckets collection DB.system.buckets.NAME and
+ * that entry's options.timeseries, as the copy takes it). A viewless one (8.3 and later: its buckets under its own
+ * name, listed as type "timeseries") is not: the copy does not list it either, and mongosim has none.
  *
  * Sampling: mongosim (tests/mongosim/commands.c) has no $sample stage (its aggregate takes $match, $count and
  * $group only), so the sample is a plain find with a limit: the first N documents in the server's natural order.
- * That is what the docs say too.
+ * That is what the docs say too. A time-series collection's sample is its measurements: the first buckets of its
+ * buckets collection, found the same way (at most N: each holds a measurement at least), unpacked by bucket_unpack
+ * (map/bucket.h) into the documents the time-series view returns, up to N of them.
  *
  * Names: a table is taken when an existing map (or one of its child tables) writes it, when it is the jsonb table of
  * another listed collection without a map (names_map), or when a map inferred earlier in this run took it.

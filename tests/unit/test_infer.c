@@ -956,8 +956,7 @@ END_TEST
  * only is still no column; a field named like the time field below the top level is a column like any other. */
 START_TEST(test_timeseries_no_meta)
 {
-    char tf[8];
-    snprintf(tf, sizeof tf, "ts");
+    char tf[8] = "ts";
     infer_options o = {.time_field = tf};
     infer_stats *s = infer_stats_new(&o);
     ck_assert_ptr_nonnull(s);
