@@ -397,6 +397,15 @@ START_TEST(test_infer_map_timeseries)
         }
     mongoc_collection_t *plain = mongoc_client_get_collection(c, "rep_infers_a", "plain");
     insert_json(plain, "{\"_id\": 1, \"s\": \"x\"}");
+    /* a time-series collection with a bucket that cannot be unpacked (written straight into its buckets): it is left
+     * out of the sample, with a comment */
+    denv_command(&e, "rep_infers_a", BCON_NEW("create", "broken", "timeseries", "{", "timeField", "ts", "}"));
+    mongoc_collection_t *broken = mongoc_client_get_collection(c, "rep_infers_a", "broken");
+    insert_json(broken, "{\"ts\": {\"$date\": \"2026-11-29T10:00:00Z\"}, \"v\": 1}");
+    mongoc_collection_t *raw = mongoc_client_get_collection(c, "rep_infers_a", "system.buckets.broken");
+    insert_json(
+        raw,
+        "{\"_id\": {\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}, \"control\": {\"version\": 1}, \"data\": {\"ts\": 5}}");
 
     char *out, *err;
     int code = run_infer(&e, "infer-map --sample 6", &out, &err);
@@ -415,6 +424,12 @@ START_TEST(test_infer_map_timeseries)
     expect_in(out, "\ncolumn.time_2 = text from time\n");
     expect_in(out, "\ncolumn.readings = jsonb from readings\n");
     expect_in(out, "[map rep_infers_a.plain]\n");
+    expect_in(out,
+              "; rep_infers_a.broken: a time-series collection: 1 measurement unpacked from the first 2 buckets of "
+              "rep_infers_a.system.buckets.broken\n; rep_infers_a.broken: 1 bucket could not be unpacked and is not "
+              "in the sample (");
+    expect_in(out, "[map rep_infers_a.broken]\n");
+    expect_in(out, "\ncolumn.v = integer from v\n");
     ck_assert_msg(strstr(out, "from ts\n") == NULL, "%s", out);
     ck_assert_msg(strstr(out, "child.") == NULL, "%s", out);
     ck_assert_msg(strstr(out, "[map rep_infers_a.system.buckets") == NULL, "%s", out);
@@ -437,6 +452,8 @@ START_TEST(test_infer_map_timeseries)
     free(err);
 
     mongoc_collection_destroy(plain);
+    mongoc_collection_destroy(broken);
+    mongoc_collection_destroy(raw);
     mongoc_collection_destroy(col);
     mongoc_client_destroy(c);
     denv_stop(&e);
