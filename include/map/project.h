@@ -53,6 +53,11 @@ const char *map_table_field(const map_table *t, size_t i, char *type, size_t typ
 project_status map_project_document(const map_collection *m, const uint8_t *doc, size_t len, const bson_value_t *id,
                                     map_rows *out, uint64_t *nulled, char *why, size_t whylen);
 
+/* The same with the key column's value given as a framed field (key NULL: the key column is NULL): for a table whose
+ * key column is not its primary key, where a document may lack the _id (a time-series measurement: sink/tseries.c). */
+project_status map_project_document_keyed(const map_collection *m, const uint8_t *doc, size_t len, const uint8_t *key,
+                                          size_t key_len, map_rows *out, uint64_t *nulled, char *why, size_t whylen);
+
 /* The binary value of the key column for a document whose _id is id (the parameter that finds its row). */
 project_status map_project_key(const map_collection *m, const bson_value_t *id, strbuf *out, char *why, size_t whylen);
 

@@ -9,18 +9,41 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <libpq-fe.h>
+
+#include "map/map.h"
 #include "sink/pgconn.h"
 
-/* Makes (or checks) the table of a time-series collection and records its options; $1..$7: service, db, coll,
- * schema, table, timeField, metaField (NULL when none, or both NULL to rely on what is recorded). One row: the
- * recorded time_field and meta_field. */
+/* Makes (or checks) the table of a time-series collection and records its options; $1..$9: service, db, coll,
+ * schema, table, timeField, metaField (NULL when none, or both NULL to rely on what is recorded), the columns of a
+ * typed map (sink_tseries_typed_columns; NULL for the default ones) and whether the map adopts the table. One row:
+ * the recorded time_field and meta_field. */
 #define SINK_TSERIES_ENSURE_SQL                                                                                        \
-    "SELECT time_field, meta_field FROM oplog2pg.ensure_timeseries_table($1, $2, $3, $4, $5, $6, $7)"
+    "SELECT time_field, meta_field FROM oplog2pg.ensure_timeseries_table($1, $2, $3, $4, $5, $6, $7, $8::jsonb, "      \
+    "$9::boolean)"
+
+/* The table of a typed map of a time-series collection (docs/timeseries.md, "Typed columns"): bucket, pos and time,
+ * then the map's fields, projected from each measurement. */
+typedef struct sink_tseries_typed sink_tseries_typed;
+
+typedef enum {
+    SINK_TS_TYPED_OK = 0,
+    SINK_TS_TYPED_REFUSED, /* the map cannot describe a time-series table (why says why): a configuration error */
+    SINK_TS_TYPED_NOMEM,
+} sink_tseries_typed_status;
+
+/* The statements of m's table for a time-series collection, names quoted for conn. */
+sink_tseries_typed_status sink_tseries_typed_new(PGconn *conn, const map_collection *m, sink_tseries_typed **out,
+                                                 char *why, size_t whylen);
+void sink_tseries_typed_free(sink_tseries_typed *ty);
+/* Its columns as SINK_TSERIES_ENSURE_SQL's $8 takes them. */
+const char *sink_tseries_typed_columns(const sink_tseries_typed *ty);
 
 typedef struct sink_tseries_copy_target {
     const char *qtable;                  /* "schema"."table", quoted */
     const char *schema, *table;          /* unquoted, for oplog2pg.timeseries_bucket */
     const char *time_field, *meta_field; /* the collection's options (meta_field NULL when none) */
+    sink_tseries_typed *typed;           /* its typed map's table, NULL for the default columns */
 } sink_tseries_copy_target;
 
 typedef enum {

@@ -50,7 +50,8 @@ struct copy_writer {
     const map_collection *map; /* the current job's typed map, NULL for the jsonb shape */
     sink_mapped_table *mtabs;  /* its tables' SQL, by table number */
     size_t nmtabs;
-    map_rows rows; /* one document's rows, reused (a careful batch projects its documents again) */
+    sink_tseries_typed *ts_typed; /* a time-series collection's typed map's table (when j->ts and it has a map) */
+    map_rows rows;                /* one document's rows, reused (a careful batch projects its documents again) */
     bool stage_ready;
     bool data_refused;          /* the last batch failed because PostgreSQL refused a row's data */
     bool send_retryable;        /* the row writer's statement that failed may succeed on a retry */
@@ -282,7 +283,8 @@ static bool write_buckets(copy_writer *w, const copy_batch *b, bool *retryable)
                                    .schema = w->ts_name.schema,
                                    .table = w->ts_name.table,
                                    .time_field = j->ts_time,
-                                   .meta_field = j->ts_meta[0] != '\0' ? j->ts_meta : NULL};
+                                   .meta_field = j->ts_meta[0] != '\0' ? j->ts_meta : NULL,
+                                   .typed = w->ts_typed};
     for (size_t k = 0; k < b->nkept; k++) {
         const kept_doc *d = &b->kept[k];
         if (d->why != NULL)
@@ -563,6 +565,8 @@ static bool commit_batch(copy_writer *w, const copy_batch *b, bool *retryable)
 
 static void free_mapped(copy_writer *w)
 {
+    sink_tseries_typed_free(w->ts_typed);
+    w->ts_typed = NULL;
     sink_mapped_tables_free(w->mtabs, w->nmtabs);
     w->mtabs = NULL;
     w->nmtabs = 0;
@@ -613,15 +617,22 @@ static bool ensure_table(copy_writer *w, const job *j, bool *retryable)
     const char *coll = j->ts ? j->coll + COPY_BUCKETS_PREFIX_LEN : j->coll;
     const map_collection *m = map_find(w->rc->cfg->maps, j->db, coll);
     if (m != NULL && j->ts) {
+        /* a typed map of a time-series collection: its table has the fixed columns first (sink/tseries.h) */
+        char why[600];
         *retryable = false;
         w->data_refused = false;
-        snprintf(w->err, sizeof w->err,
-                 "%s.%s is a time-series collection, and typed maps of time-series collections are not supported "
-                 "yet: remove its [map %s.%s] section (its measurements then land as jsonb)",
-                 j->db, coll, j->db, coll);
-        return false;
-    }
-    if (m != NULL) {
+        switch (sink_tseries_typed_new(w->pg->pg, m, &w->ts_typed, why, sizeof why)) {
+        case SINK_TS_TYPED_OK:
+            break;
+        case SINK_TS_TYPED_REFUSED:
+            snprintf(w->err, sizeof w->err, "%s", why);
+            return false;
+        case SINK_TS_TYPED_NOMEM:
+            *retryable = true;
+            snprintf(w->err, sizeof w->err, "out of memory");
+            return false;
+        }
+    } else if (m != NULL) {
         *retryable = false;
         return ensure_mapped(w, j, m, retryable);
     }
@@ -632,7 +643,9 @@ static bool ensure_table(copy_writer *w, const job *j, bool *retryable)
         snprintf(w->err, sizeof w->err, "the options of time-series collection %s.%s were not read", j->db, coll);
         return false;
     }
-    if (!names_map(j->db, coll, &nm, why, sizeof why)) {
+    if (m != NULL) {
+        nm = m->table.name;
+    } else if (!names_map(j->db, coll, &nm, why, sizeof why)) {
         snprintf(w->err, sizeof w->err, "%s", why);
         return false;
     }
@@ -647,11 +660,18 @@ static bool ensure_table(copy_writer *w, const job *j, bool *retryable)
         return false;
     }
     w->ts_name = nm;
-    const char *values[7] = {
-        w->rc->cfg->service, j->db, coll, nm.schema, nm.table, j->ts_time, j->ts_meta[0] != '\0' ? j->ts_meta : NULL};
+    const char *values[9] = {w->rc->cfg->service,
+                             j->db,
+                             coll,
+                             nm.schema,
+                             nm.table,
+                             j->ts_time,
+                             j->ts_meta[0] != '\0' ? j->ts_meta : NULL,
+                             w->ts_typed != NULL ? sink_tseries_typed_columns(w->ts_typed) : NULL,
+                             m != NULL && m->table.adopt ? "true" : "false"};
     pthread_mutex_lock(&w->rc->ddl_mu);
     PGresult *r =
-        j->ts ? copy_query_params(w->pg, SINK_TSERIES_ENSURE_SQL, 7, values, NULL, NULL, 0)
+        j->ts ? copy_query_params(w->pg, SINK_TSERIES_ENSURE_SQL, 9, values, NULL, NULL, 0)
               : copy_query_params(w->pg, "SELECT oplog2pg.ensure_table($1, $2, $3, $4, $5)", 5, values, NULL, NULL, 0);
     pthread_mutex_unlock(&w->rc->ddl_mu);
     if (r == NULL) {

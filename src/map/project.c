@@ -819,6 +819,21 @@ project_status map_project_key(const map_collection *m, const bson_value_t *id, 
     return PROJECT_OK;
 }
 
+project_status map_project_document_keyed(const map_collection *m, const uint8_t *doc, size_t len, const uint8_t *key,
+                                          size_t key_len, map_rows *out, uint64_t *nulled, char *why, size_t whylen)
+{
+    static const uint8_t null_frame[4] = {0xff, 0xff, 0xff, 0xff};
+    size_t mark = out->buf.len;
+    uint32_t count = out->count;
+    project_status st = project_row(m, &m->table, doc, len, key != NULL ? key : null_frame,
+                                    key != NULL ? key_len : sizeof null_frame, -1, out, nulled, why, whylen);
+    if (st != PROJECT_OK && !strbuf_failed(&out->buf)) {
+        out->buf.len = mark;
+        out->count = count;
+    }
+    return st;
+}
+
 project_status map_project_document(const map_collection *m, const uint8_t *doc, size_t len, const bson_value_t *id,
                                     map_rows *out, uint64_t *nulled, char *why, size_t whylen)
 {

@@ -12,6 +12,8 @@
  *      table per changed table, from which one UPDATE per table sets the new fields (one INSERT fills a new child
  *      table);
  *   3. COMMIT. A crash before it leaves the table as it was, and the next start does it again.
+ * The table of a time-series collection is not checked here: its map's columns follow columns of its own, and it is
+ * checked when its first bucket is written (sink/tseries.c); a column its map gained stays NULL in its older rows.
  *
  * NOTES. Why MongoDB and not the document kept in the rest column: relaxed Extended JSON does not keep BSON's types.
  * A double and an int64 are both JSON numbers, and jsonb keeps neither the double's binary value nor that it was one:
@@ -269,6 +271,18 @@ static bool fill_from_mongodb(sink *s, const map_collection *m, sink_mapped_tabl
  * lack fields of the map given them, in one transaction. */
 static bool sync_map(sink *s, const map_collection *m)
 {
+    /* The table of a time-series collection has columns of its own before the map's, and is checked (and given the
+     * columns the map gained) when its first bucket is written (sink/tseries.c): not here. */
+    const char *tv[2] = {m->table.name.schema, m->table.name.table};
+    PGresult *tr = NULL;
+    if (!pipe_exec(s, "SELECT 1 FROM oplog2pg.timeseries WHERE schema_name = $1 AND table_name = $2", 2, tv, &tr,
+                   "looking up a time-series table"))
+        return false;
+    bool ts = PQntuples(tr) > 0;
+    PQclear(tr);
+    if (ts)
+        return true;
+
     size_t ntabs = map_table_count(m);
     sink_mapped_table *tabs = calloc(ntabs, sizeof *tabs);
     bool *changed = calloc(ntabs, sizeof *changed);

@@ -600,13 +600,6 @@ sink_status sink_apply_bucket(sink *s, const op *o)
      * ends it before anything else it sends) */
     if ((s->stream_run != NULL && jsonb_stream_end(s) != APPLY_OK) || pipe_begin_if_needed(s) != APPLY_OK)
         return s->failed;
-    if (map_find(s->cfg.maps, o->db, o->coll) != NULL) {
-        sink_set_err(s, APPLY_CONFIG, NULL,
-                     "%s.%s is a time-series collection, and typed maps of time-series collections are not supported "
-                     "yet: remove its [map %s.%s] section (its measurements then land as jsonb)",
-                     o->db, o->coll, o->db, o->coll);
-        return s->failed;
-    }
     const char *time = NULL, *meta = NULL;
     if (o->kind == OP_CREATE) {
         timeseries_options(o, &time, &meta);

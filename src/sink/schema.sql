@@ -765,18 +765,51 @@ $$;
 
 -- The table of a time-series collection (docs/timeseries.md): made through ensure_mapped_table (which checks that
 -- this service owns it) with the columns of measurements, and its options recorded. p_time is the collection's
--- timeField when the caller knows it (its create, the initial copy), NULL when it relies on what is recorded. Returns
--- the recorded options; O2TSO when none are known.
+-- timeField when the caller knows it (its create, the initial copy), NULL when it relies on what is recorded.
+-- p_columns are a typed map's columns (bucket, pos and time first; sink/tseries.c), NULL for the default ones
+-- (bucket, pos, time, meta, doc); p_adopt whether that map adopts the table. A table whose shape changed (a map
+-- added, removed or changed so that a NOT NULL column would be missing or left unwritten) stops with O2MAP: a new
+-- copy makes it again. Returns the recorded options; O2TSO when none are known.
 CREATE OR REPLACE FUNCTION oplog2pg.ensure_timeseries_table(p_service text, p_db text, p_coll text, p_schema text,
-                                                            p_table text, p_time text, p_meta text)
+                                                            p_table text, p_time text, p_meta text,
+                                                            p_columns jsonb, p_adopt boolean)
 RETURNS TABLE (time_field text, meta_field text) LANGUAGE plpgsql AS $$
+DECLARE
+    v_cols jsonb := coalesce(p_columns,
+        '[{"name": "bucket", "type": "text", "ddl": "text COLLATE \"C\" NOT NULL"},
+          {"name": "pos", "type": "integer", "ddl": "integer NOT NULL"},
+          {"name": "time", "type": "timestamp with time zone", "ddl": "timestamptz NOT NULL"},
+          {"name": "meta", "type": "jsonb"},
+          {"name": "doc", "type": "jsonb", "ddl": "jsonb NOT NULL"}]'::jsonb);
+    v_rel regclass := to_regclass(format('%I.%I', p_schema, p_table));
+    v_col text;
 BEGIN
     IF EXISTS (SELECT 1 FROM oplog2pg.tables t WHERE t.schema_name = p_schema AND t.table_name = p_table)
        AND NOT EXISTS (SELECT 1 FROM oplog2pg.timeseries x WHERE x.schema_name = p_schema AND x.table_name = p_table)
-       AND to_regclass(format('%I.%I', p_schema, p_table)) IS NOT NULL THEN
+       AND v_rel IS NOT NULL THEN
         RAISE EXCEPTION 'table %.% holds the documents of collection %.%, and a time-series bucket was written to '
                         'that namespace', quote_ident(p_schema), quote_ident(p_table), p_db, p_coll
             USING ERRCODE = 'O2TSK', HINT = 'copy the collection again (--reimport)';
+    END IF;
+    IF v_rel IS NOT NULL AND EXISTS (SELECT 1 FROM oplog2pg.timeseries x WHERE x.schema_name = p_schema
+                                        AND x.table_name = p_table) THEN
+        SELECT n INTO v_col FROM (
+            SELECT e->>'name' AS n FROM jsonb_array_elements(v_cols) AS x(e)
+             WHERE coalesce(e->>'ddl', '') LIKE '%NOT NULL'
+               AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = v_rel AND a.attname = e->>'name'
+                                  AND a.attnum > 0 AND NOT a.attisdropped)
+            UNION ALL
+            SELECT a.attname::text FROM pg_attribute a
+             WHERE a.attrelid = v_rel AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull AND NOT a.atthasdef
+               AND a.attidentity = '' AND a.attgenerated = ''
+               AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(v_cols) AS x(e) WHERE e->>'name' = a.attname)
+        ) AS m LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'the table %.% of time-series collection %.% was made for other columns than its map '
+                            'gives it now (column %)', quote_ident(p_schema), quote_ident(p_table), p_db, p_coll,
+                            quote_ident(v_col)
+                USING ERRCODE = 'O2MAP', HINT = 'copy the collection again: oplog2pg run --reimport';
+        END IF;
     END IF;
     IF p_time IS NOT NULL THEN
         INSERT INTO oplog2pg.timeseries AS x (schema_name, table_name, time_field, meta_field)
@@ -790,14 +823,10 @@ BEGIN
             USING ERRCODE = 'O2TSO',
                   HINT = 'copy the collection (--reimport), or start from before its create';
     END IF;
-    PERFORM oplog2pg.ensure_mapped_table(p_service, p_db, p_coll, p_schema, p_table,
-        '[{"name": "bucket", "type": "text", "ddl": "text COLLATE \"C\" NOT NULL"},
-          {"name": "pos", "type": "integer", "ddl": "integer NOT NULL"},
-          {"name": "time", "type": "timestamp with time zone", "ddl": "timestamptz NOT NULL"},
-          {"name": "meta", "type": "jsonb"},
-          {"name": "doc", "type": "jsonb", "ddl": "jsonb NOT NULL"}]'::jsonb,
-        '["bucket", "pos"]'::jsonb, false);
+    PERFORM oplog2pg.ensure_mapped_table(p_service, p_db, p_coll, p_schema, p_table, v_cols,
+        '["bucket", "pos"]'::jsonb, coalesce(p_adopt, false));
     RETURN QUERY SELECT x.time_field, x.meta_field FROM oplog2pg.timeseries x
                   WHERE x.schema_name = p_schema AND x.table_name = p_table;
 END
 $$;
+

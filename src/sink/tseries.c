@@ -8,6 +8,9 @@
  *     meta   jsonb              the bucket's meta field (NULL without one)
  *     doc    jsonb              the measurement as the collection returns it (its _id, time, meta and fields)
  *
+ * or, for a collection with a typed map, bucket, pos and time followed by the map's fields, projected from each
+ * measurement as a mapped collection's document is (sink_tseries_typed; "Typed columns" in the docs).
+ *
  * MongoDB writes buckets, not measurements: a new bucket is an insert of many measurements, an append an update of
  * the bucket (a `$v:2` diff: new keys of its columns up to 7.x, binary diffs of its compressed columns from 8.0), a
  * compression or a re-pack a replacement, a deletion a delete. Each is applied here to the bucket's document as of
@@ -30,6 +33,8 @@
 
 #include "map/bucket.h"
 #include "map/ejson.h"
+#include "map/project.h"
+#include "sink/mapped.h"
 #include "sink/tseries.h"
 #include "util/strbuf.h"
 
@@ -63,6 +68,7 @@ typedef struct ts_state {
 
 struct sink_tseries {
     char *time_field, *meta_field; /* the collection's options (meta_field NULL when none) */
+    sink_tseries_typed *typed;     /* the collection's typed map, NULL for the default columns */
     ts_state *slots;
     size_t cap, n; /* open addressing; cap a power of two, at least twice n */
     size_t bytes;  /* of the documents held */
@@ -200,6 +206,7 @@ static void tseries_free_state(sink_tseries *ts)
     }
     free(ts->slots);
     strbuf_free(&ts->copy);
+    sink_tseries_typed_free(ts->typed);
     free(ts->time_field);
     free(ts->meta_field);
     free(ts);
@@ -238,6 +245,121 @@ static void array_begin(strbuf *b, uint32_t oid, size_t n)
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
+/* a typed map (docs/timeseries.md, "Typed columns") */
+
+/* The table of a typed map of a time-series collection: bucket, pos and time, as in the default shape, then the map's
+ * fields (map_table_field: its columns, the one taking the measurement's _id among them, and its rest column), taken
+ * from each measurement as the collection returns it, by the same projection as a document of a mapped collection. */
+struct sink_tseries_typed {
+    const map_collection *map;
+    sink_mapped_table mt; /* the map's table: its fields quoted, in COPY order */
+    char *columns_json;   /* ensure_timeseries_table's p_columns */
+    char *copy_sql;       /* COPY of whole rows, binary */
+    char *upsert_sql;     /* one row ($1..$n: bucket, pos, time, the map's fields); the same values are left alone */
+    size_t nfields;       /* the map's fields */
+    map_rows scratch;     /* one measurement's projection */
+    strbuf key;           /* its key column's value, framed */
+};
+
+void sink_tseries_typed_free(sink_tseries_typed *ty)
+{
+    if (ty == NULL)
+        return;
+    sink_mapped_table_free(&ty->mt);
+    free(ty->columns_json);
+    free(ty->copy_sql);
+    free(ty->upsert_sql);
+    strbuf_free(&ty->scratch.buf);
+    strbuf_free(&ty->key);
+    free(ty);
+}
+
+/* The column names the table has whatever the map says. */
+static const char *const ts_fixed[3] = {"bucket", "pos", "time"};
+
+sink_tseries_typed_status sink_tseries_typed_new(PGconn *conn, const map_collection *m, sink_tseries_typed **out,
+                                                 char *why, size_t whylen)
+{
+    *out = NULL;
+    if (m->table.nchildren > 0) {
+        snprintf(why, whylen,
+                 "%s.%s is a time-series collection, and its map declares a child table (child.%s): a measurement's "
+                 "rows have no key of their own for child rows to point to; take the array as a jsonb column instead",
+                 m->db, m->coll, m->table.children[0].path);
+        return SINK_TS_TYPED_REFUSED;
+    }
+    size_t nf = map_table_fields(&m->table);
+    for (size_t f = 0; f < nf; f++) {
+        char type[80];
+        const char *name = map_table_field(&m->table, f, type, sizeof type);
+        for (size_t k = 0; k < 3; k++)
+            if (strcmp(name, ts_fixed[k]) == 0) {
+                snprintf(why, whylen,
+                         "%s.%s is a time-series collection, whose table has the columns bucket, pos and time of its "
+                         "own, and its map names a column %s: rename that column in [map %s.%s]",
+                         m->db, m->coll, name, m->db, m->coll);
+                return SINK_TS_TYPED_REFUSED;
+            }
+    }
+    sink_tseries_typed *ty = calloc(1, sizeof *ty);
+    if (ty == NULL)
+        return SINK_TS_TYPED_NOMEM;
+    ty->map = m;
+    ty->nfields = nf;
+    if (!sink_mapped_table_build(conn, m, 0, &ty->mt)) {
+        free(ty);
+        return SINK_TS_TYPED_NOMEM;
+    }
+    strbuf b = STRBUF_INIT;
+    strbuf_puts(&b, "[{\"name\": \"bucket\", \"type\": \"text\", \"ddl\": \"text COLLATE \\\"C\\\" NOT NULL\"}, "
+                    "{\"name\": \"pos\", \"type\": \"integer\", \"ddl\": \"integer NOT NULL\"}, "
+                    "{\"name\": \"time\", \"type\": \"timestamp with time zone\", \"ddl\": \"timestamptz NOT NULL\"}");
+    const char *cols = ty->mt.columns_json; /* "[...]": its elements follow the fixed ones */
+    if (cols[1] != ']')
+        strbuf_puts(&b, ", ");
+    strbuf_puts(&b, cols + 1);
+    ty->columns_json = b.failed ? NULL : strndup(b.data, b.len);
+    strbuf_reset(&b, 0);
+
+    strbuf_printf(&b, "COPY %s (bucket, pos, \"time\"", ty->mt.qname);
+    for (size_t f = 0; f < nf; f++)
+        strbuf_printf(&b, ", %s", ty->mt.qfields[f]);
+    strbuf_puts(&b, ") FROM STDIN (FORMAT binary)");
+    ty->copy_sql = b.failed ? NULL : strndup(b.data, b.len);
+    strbuf_reset(&b, 0);
+
+    strbuf_printf(&b, "INSERT INTO %s AS r (bucket, pos, \"time\"", ty->mt.qname);
+    for (size_t f = 0; f < nf; f++)
+        strbuf_printf(&b, ", %s", ty->mt.qfields[f]);
+    strbuf_puts(&b, ") VALUES ($1, $2, $3");
+    for (size_t f = 0; f < nf; f++)
+        strbuf_printf(&b, ", $%zu", f + 4);
+    strbuf_puts(&b, ") ON CONFLICT (bucket, pos) DO UPDATE SET \"time\" = excluded.\"time\"");
+    for (size_t f = 0; f < nf; f++)
+        strbuf_printf(&b, ", %s = excluded.%s", ty->mt.qfields[f], ty->mt.qfields[f]);
+    strbuf_puts(&b, " WHERE (r.\"time\"");
+    for (size_t f = 0; f < nf; f++)
+        strbuf_printf(&b, ", r.%s", ty->mt.qfields[f]);
+    strbuf_puts(&b, ") IS DISTINCT FROM (excluded.\"time\"");
+    for (size_t f = 0; f < nf; f++)
+        strbuf_printf(&b, ", excluded.%s", ty->mt.qfields[f]);
+    strbuf_puts(&b, ")");
+    ty->upsert_sql = b.failed ? NULL : strndup(b.data, b.len);
+    strbuf_free(&b);
+    if (ty->columns_json == NULL || ty->copy_sql == NULL || ty->upsert_sql == NULL) {
+        sink_tseries_typed_free(ty);
+        return SINK_TS_TYPED_NOMEM;
+    }
+    *out = ty;
+    return SINK_TS_TYPED_OK;
+}
+
+const char *sink_tseries_typed_columns(const sink_tseries_typed *ty)
+{
+    return ty->columns_json;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
 /* the kind */
 
 static bool prepare(sink *s, table *t, const op_pos *pos)
@@ -246,10 +368,32 @@ static bool prepare(sink *s, table *t, const op_pos *pos)
         return false;
     if (t->ts == NULL && (t->ts = calloc(1, sizeof *t->ts)) == NULL)
         return false;
-    const char *values[7] = {s->service,    t->db,           t->coll,        t->name.schema,
-                             t->name.table, s->ts_hint_time, s->ts_hint_meta};
+    const map_collection *m = map_find(s->cfg.maps, t->db, t->coll);
+    if (m != NULL && t->ts->typed == NULL) {
+        char why[600];
+        switch (sink_tseries_typed_new(s->conn, m, &t->ts->typed, why, sizeof why)) {
+        case SINK_TS_TYPED_OK:
+            break;
+        case SINK_TS_TYPED_REFUSED:
+            sink_set_err(s, APPLY_CONFIG, NULL, "%s", why);
+            return false;
+        case SINK_TS_TYPED_NOMEM:
+            sink_set_err(s, APPLY_NOMEM, NULL, "out of memory preparing the table of %s.%s", t->db, t->coll);
+            return false;
+        }
+    }
+    sink_tseries_typed *ty = t->ts->typed;
+    const char *values[9] = {s->service,
+                             t->db,
+                             t->coll,
+                             t->name.schema,
+                             t->name.table,
+                             s->ts_hint_time,
+                             s->ts_hint_meta,
+                             ty != NULL ? ty->columns_json : NULL,
+                             ty != NULL && ty->map->table.adopt ? "true" : "false"};
     PGresult *res = NULL;
-    if (!pipe_read(s, t, SINK_TSERIES_ENSURE_SQL, 7, values, NULL, NULL, pos, &res))
+    if (!pipe_read(s, t, SINK_TSERIES_ENSURE_SQL, 9, values, NULL, NULL, pos, &res))
         return false;
     bool ok = PQntuples(res) == 1 && !PQgetisnull(res, 0, 0);
     if (ok) {
@@ -265,7 +409,23 @@ static bool prepare(sink *s, table *t, const op_pos *pos)
                      t->coll);
     }
     PQclear(res);
+    if (ok && ty != NULL) {
+        char name[32];
+        snprintf(name, sizeof name, "TSU%u", t->id);
+        ok = sink_prepare(s, t, name, ty->upsert_sql) == APPLY_OK;
+    }
     return ok;
+}
+
+/* The table of db.coll: its map's, else the one names_map gives (as for the jsonb shape). */
+static bool ts_name(sink *s, const char *db, const char *coll, pg_name *out, const op_pos *pos)
+{
+    const map_collection *m = map_find(s->cfg.maps, db, coll);
+    if (m != NULL) {
+        *out = m->table.name;
+        return true;
+    }
+    return sink_map_names(s, db, coll, out, pos);
 }
 
 /* A time-series table is written only by its bucket ops (tseries_apply): runs of inserts never reach it (the batcher
@@ -334,7 +494,7 @@ static void kind_free(table *t)
 }
 
 const table_kind sink_tseries_kind = {
-    .name = sink_map_names,
+    .name = ts_name,
     .prepare = prepare,
     .insert_rows = no_runs,
     .streams = no_streams,
@@ -410,7 +570,7 @@ typedef struct ts_params {
     size_t n;
 } ts_params;
 
-typedef enum { TS_BUILD_OK, TS_BUILD_REFUSED, TS_BUILD_NOMEM } ts_build;
+typedef enum { TS_BUILD_OK, TS_BUILD_REFUSED, TS_BUILD_NOMEM, TS_BUILD_BUG } ts_build;
 
 static void params_free(ts_params *p)
 {
@@ -502,6 +662,54 @@ static ts_build build_rows(const char *meta_field, const uint8_t *bucket, uint32
     return failed ? TS_BUILD_NOMEM : TS_BUILD_OK;
 }
 
+/* Place i of nw as a row of a typed map: its COPY tuple (bucket = key, pos, time, then the map's fields, projected
+ * from the measurement as a mapped collection's document is; its _id, if it has one, in the key column) appended to
+ * out. */
+static ts_build typed_row(sink_tseries_typed *ty, const char *key, const bucket_rows *nw, size_t i, strbuf *out,
+                          char *why, size_t whylen)
+{
+    int64_t ms = nw->times[i];
+    if (ms < TS_MIN_MS || ms >= TS_END_MS) {
+        snprintf(why, whylen, "measurement %zu's time (%lld ms from 1970) is outside timestamptz's range", i,
+                 (long long)ms);
+        return TS_BUILD_REFUSED;
+    }
+    strbuf_reset(&ty->scratch.buf, 1u << 20);
+    ty->scratch.count = 0;
+    strbuf_reset(&ty->key, 4096);
+    bson_iter_t it;
+    bool has_id = bson_iter_init_from_data(&it, nw->docs[i], nw->lens[i]) && bson_iter_find(&it, "_id") &&
+                  !BSON_ITER_HOLDS_NULL(&it);
+    char e[400];
+    project_status ps = has_id ? map_project_key(ty->map, bson_iter_value(&it), &ty->key, e, sizeof e) : PROJECT_OK;
+    if (ps == PROJECT_OK)
+        ps =
+            map_project_document_keyed(ty->map, nw->docs[i], nw->lens[i], has_id ? (const uint8_t *)ty->key.data : NULL,
+                                       ty->key.len, &ty->scratch, NULL, e, sizeof e);
+    if (ps == PROJECT_NOMEM || ty->key.failed)
+        return TS_BUILD_NOMEM;
+    if (ps == PROJECT_TYPE_ERROR) {
+        snprintf(why, whylen, "measurement %zu: %s", i, e);
+        return TS_BUILD_REFUSED;
+    }
+    map_row_iter ri;
+    uint16_t tn;
+    const uint8_t *tuple;
+    uint32_t tlen;
+    map_rows_iter(&ty->scratch, &ri);
+    if (!map_rows_next(&ri, &tn, &tuple, &tlen) || tn != 0 || tlen < 2 || map_tuple_fields(tuple) != ty->nfields)
+        return TS_BUILD_BUG; /* a map without child tables projects one row of its own fields */
+    put_u16(out, (uint16_t)(3 + ty->nfields));
+    put_u32(out, TS_KEY_LEN);
+    strbuf_append(out, key, TS_KEY_LEN);
+    put_u32(out, 4);
+    put_u32(out, (uint32_t)i);
+    put_u32(out, 8);
+    put_u64(out, (uint64_t)((ms - PG_EPOCH_OFF_MS) * 1000));
+    strbuf_append(out, tuple + 2, tlen - 2);
+    return out->failed ? TS_BUILD_NOMEM : TS_BUILD_OK;
+}
+
 /* The statements of a bucket's rows, for the table %s: the upsert of ts_params (a row whose values are the same is
  * left alone), and the delete of the places from $2 on. */
 #define TS_UPSERT_SQL                                                                                                  \
@@ -561,7 +769,9 @@ static bool copy_put_held(sink *s, table *t, pgconn_error *e)
 static sink_status copy_open(sink *s, table *t)
 {
     char *sql = NULL;
-    if (asprintf(&sql, "COPY %s (bucket, pos, \"time\", meta, doc) FROM STDIN (FORMAT binary)", t->qname) < 0) {
+    if (t->ts->typed != NULL
+            ? (sql = strdup(t->ts->typed->copy_sql)) == NULL
+            : asprintf(&sql, "COPY %s (bucket, pos, \"time\", meta, doc) FROM STDIN (FORMAT binary)", t->qname) < 0) {
         sink_set_err(s, APPLY_NOMEM, NULL, "out of memory writing the rows of %s.%s", t->db, t->coll);
         return s->failed;
     }
@@ -665,6 +875,87 @@ static sink_status send_rows(sink *s, table *t, const op *o, const char *key, co
     return st;
 }
 
+/* The rows of places from..to-1 of nw for a typed map: those that differ from old's, each by the prepared upsert of one
+ * row (places already written: a re-pack, a replay), or (held) all of them held for the group's COPY (new places). */
+static sink_status typed_rows(sink *s, table *t, const op *o, const char *key, const bucket_rows *old,
+                              const bucket_rows *nw, size_t from, size_t to, bool held)
+{
+    sink_tseries_typed *ty = t->ts->typed;
+    char why[600];
+    ts_build b = TS_BUILD_OK;
+    if (held) {
+        size_t mark = t->ts->copy.len;
+        for (size_t i = from; i < to && b == TS_BUILD_OK; i++)
+            b = typed_row(ty, key, nw, i, &t->ts->copy, why, sizeof why);
+        if (b == TS_BUILD_OK) {
+            t->ts->copy_rows += to - from;
+            t->ts->copy_last = o->pos;
+            return copy_more(s, t);
+        }
+        t->ts->copy.len = mark; /* none of this op's rows stay held */
+    } else {
+        strbuf row = STRBUF_INIT;
+        size_t n = 3 + ty->nfields;
+        const char **values = calloc(n, sizeof *values);
+        int *lengths = calloc(n, sizeof *lengths), *formats = calloc(n, sizeof *formats);
+        char name[32];
+        snprintf(name, sizeof name, "TSU%u", t->id);
+        bool flushed = false;
+        sink_status st = APPLY_OK;
+        if (values == NULL || lengths == NULL || formats == NULL)
+            b = TS_BUILD_NOMEM;
+        for (size_t i = from; i < to && b == TS_BUILD_OK && st == APPLY_OK; i++) {
+            if (same_row(old, nw, i))
+                continue; /* the same measurement in the same place: nothing to write */
+            if (!flushed && (st = copy_flush(s, t)) != APPLY_OK) /* after the rows held for the COPY */
+                break;
+            flushed = true;
+            strbuf_reset(&row, 1u << 20);
+            if ((b = typed_row(ty, key, nw, i, &row, why, sizeof why)) != TS_BUILD_OK)
+                break;
+            map_tuple_iter ti;
+            map_field v;
+            map_tuple_iter_init(&ti, (const uint8_t *)row.data);
+            for (size_t f = 0; f < n && map_tuple_next(&ti, &v); f++) {
+                values[f] = (const char *)v.value;
+                lengths[f] = v.len;
+                formats[f] = 1;
+            }
+            if (!pipe_push_pending(s, P_INSERT, t, &o->pos)) {
+                st = s->failed;
+                break;
+            }
+            bool ok = PQsendQueryPrepared(s->conn, name, (int)n, values, lengths, formats, 0) == 1;
+            if ((st = pipe_after_send(s, ok, row.len + 64)) == APPLY_OK) {
+                s->stats.ts_rows++;
+                s->stats.bytes += row.len;
+            }
+        }
+        strbuf_free(&row);
+        free(values);
+        free(lengths);
+        free(formats);
+        if (st != APPLY_OK)
+            return st;
+    }
+    switch (b) {
+    case TS_BUILD_OK:
+        return APPLY_OK;
+    case TS_BUILD_REFUSED:
+        return refuse(s, t, o, "%s", why);
+    case TS_BUILD_NOMEM:
+        break;
+    case TS_BUILD_BUG:
+        sink_set_err(s, APPLY_UNRECORDABLE, NULL,
+                     "the map of time-series collection %s.%s projected a measurement into other rows than its "
+                     "table's one: a bug",
+                     t->db, t->coll);
+        return s->failed;
+    }
+    sink_set_err(s, APPLY_NOMEM, NULL, "out of memory writing the rows of a bucket of %s.%s", t->db, t->coll);
+    return s->failed;
+}
+
 /* The rows that differ between old and new (old may be NULL: unknown, so every row of new is written); the places
  * past new's end deleted (when old had more, or is unknown). Places new adds past old's end, known to be free (old
  * known, and past the keep point), are held for one binary COPY of the group's new places (copy_flush); everything
@@ -680,6 +971,10 @@ static sink_status write_rows(sink *s, table *t, const op *o, const char *key, c
         size_t from = part == 0 ? 0 : fresh, to = part == 0 ? fresh : nw->n;
         if (from >= to)
             continue;
+        if (t->ts->typed != NULL) {
+            st = typed_rows(s, t, o, key, part == 0 ? old : NULL, nw, from, to, part == 1);
+            continue;
+        }
         ts_params p;
         strbuf *tuples = part == 1 ? &t->ts->copy : NULL;
         size_t held = t->ts->copy.len;
@@ -703,6 +998,7 @@ static sink_status write_rows(sink *s, table *t, const op *o, const char *key, c
             st = refuse(s, t, o, "%s", why);
             break;
         case TS_BUILD_NOMEM:
+        case TS_BUILD_BUG: /* (only typed_row says that) */
             sink_set_err(s, APPLY_NOMEM, NULL, "out of memory writing the rows of a bucket of %s.%s", t->db, t->coll);
             st = s->failed;
             break;
@@ -1011,6 +1307,106 @@ void tseries_committed(sink *s)
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* the initial copy's buckets */
 
+/* The places past a bucket's end deleted, and its document stored. */
+static sink_tseries_copy_status copy_cut_and_store(pgconn *c, const sink_tseries_copy_target *to, const char *key,
+                                                   const uint8_t *bucket, uint32_t len, size_t n)
+{
+    char *cut = NULL, places[24];
+    if (asprintf(&cut, TS_CUT_SQL, to->qtable) < 0)
+        return SINK_TS_COPY_NOMEM;
+    snprintf(places, sizeof places, "%zu", n);
+    const char *cv[2] = {key, places};
+    bool ok = pgconn_exec_params(c, cut, 2, cv, NULL, NULL, 0, NULL, true, &c->last);
+    free(cut);
+    if (!ok)
+        return SINK_TS_COPY_PG;
+    const char *sv[4] = {to->schema, to->table, key, (const char *)bucket};
+    const int sl[4] = {0, 0, 0, (int)len};
+    const int sf[4] = {0, 0, 0, 1};
+    return pgconn_exec_params(c, TS_STORE_ONE_SQL, 4, sv, sl, sf, 0, NULL, false, &c->last) ? SINK_TS_COPY_OK
+                                                                                            : SINK_TS_COPY_PG;
+}
+
+/* A bucket's rows for a typed map: one binary COPY, which a bucket read again (its rows there already) turns into
+ * upserts of one row each, behind a savepoint of their own. */
+static sink_tseries_copy_status copy_typed(pgconn *c, const sink_tseries_copy_target *to, const char *key,
+                                           const uint8_t *bucket, uint32_t len, const bucket_rows *nw, char *why,
+                                           size_t whylen)
+{
+    sink_tseries_typed *ty = to->typed;
+    strbuf rows = STRBUF_INIT;
+    char e[600];
+    ts_build b = TS_BUILD_OK;
+    strbuf_append(&rows, copy_header, sizeof copy_header - 1);
+    size_t *at = calloc(nw->n + 1, sizeof *at); /* where each row's tuple begins */
+    for (size_t i = 0; i < nw->n && b == TS_BUILD_OK && at != NULL; i++) {
+        at[i] = rows.len;
+        b = typed_row(ty, key, nw, i, &rows, e, sizeof e);
+    }
+    strbuf_append(&rows, "\377\377", 2);
+    sink_tseries_copy_status st = SINK_TS_COPY_OK;
+    if (at == NULL || rows.failed || b == TS_BUILD_NOMEM || b == TS_BUILD_BUG) {
+        if (b == TS_BUILD_BUG)
+            snprintf(why, whylen, "bucket %s: its map projected a measurement into other rows than its table's one",
+                     key);
+        st = b == TS_BUILD_BUG ? SINK_TS_COPY_REFUSED : SINK_TS_COPY_NOMEM;
+        goto out;
+    }
+    if (b == TS_BUILD_REFUSED) {
+        snprintf(why, whylen, "bucket %s: %s", key, e);
+        st = SINK_TS_COPY_REFUSED;
+        goto out;
+    }
+    if (!pgconn_exec(c, "SAVEPOINT oplog2pg_rows", NULL, false, &c->last)) {
+        st = SINK_TS_COPY_PG;
+        goto out;
+    }
+    bool copied = pgconn_copy_start(c, ty->copy_sql, &c->last) && pgconn_copy_put(c, rows.data, rows.len, &c->last) &&
+                  pgconn_copy_end(c, &c->last);
+    if (!copied && strcmp(c->last.sqlstate, "23505") != 0) {
+        st = SINK_TS_COPY_PG;
+        goto out;
+    }
+    if (!copied) {
+        /* rows already there (a batch read again): each place upserted, a row holding the same values left alone */
+        if (!pgconn_exec(c, "ROLLBACK TO SAVEPOINT oplog2pg_rows", NULL, false, &c->last)) {
+            st = SINK_TS_COPY_PG;
+            goto out;
+        }
+        size_t n = 3 + ty->nfields;
+        const char **values = calloc(n, sizeof *values);
+        int *lengths = calloc(n, sizeof *lengths), *formats = calloc(n, sizeof *formats);
+        if (values == NULL || lengths == NULL || formats == NULL)
+            st = SINK_TS_COPY_NOMEM;
+        for (size_t i = 0; i < nw->n && st == SINK_TS_COPY_OK; i++) {
+            map_tuple_iter ti;
+            map_field v;
+            map_tuple_iter_init(&ti, (const uint8_t *)rows.data + at[i]);
+            for (size_t f = 0; f < n && map_tuple_next(&ti, &v); f++) {
+                values[f] = (const char *)v.value;
+                lengths[f] = v.len;
+                formats[f] = 1;
+            }
+            if (!pgconn_exec_params(c, ty->upsert_sql, (int)n, values, lengths, formats, 0, NULL, true, &c->last))
+                st = SINK_TS_COPY_PG;
+        }
+        free(values);
+        free(lengths);
+        free(formats);
+        if (st != SINK_TS_COPY_OK)
+            goto out;
+    }
+    if (!pgconn_exec(c, "RELEASE SAVEPOINT oplog2pg_rows", NULL, false, &c->last)) {
+        st = SINK_TS_COPY_PG;
+        goto out;
+    }
+    st = copy_cut_and_store(c, to, key, bucket, len, nw->n);
+out:
+    free(at);
+    strbuf_free(&rows);
+    return st;
+}
+
 sink_tseries_copy_status sink_tseries_copy_bucket(pgconn *c, const sink_tseries_copy_target *to, const uint8_t *bucket,
                                                   uint32_t len, char *why, size_t whylen)
 {
@@ -1023,14 +1419,19 @@ sink_tseries_copy_status sink_tseries_copy_bucket(pgconn *c, const sink_tseries_
     bson_oid_to_string(bson_iter_oid(&it), key);
     bucket_spec spec = {.time_field = to->time_field, .meta_field = to->meta_field};
     bucket_rows nw = {0};
-    char e[300];
+    char e[600];
     if (!bucket_unpack(bucket, len, &spec, &nw, e, sizeof e)) {
         snprintf(why, whylen, "bucket %s cannot be read: %s", key, e);
         return SINK_TS_COPY_REFUSED;
     }
+    if (to->typed != NULL) {
+        sink_tseries_copy_status ts = copy_typed(c, to, key, bucket, len, &nw, why, whylen);
+        bucket_rows_clear(&nw);
+        return ts;
+    }
     ts_params p;
     sink_tseries_copy_status st = SINK_TS_COPY_OK;
-    char *upsert = NULL, *cut = NULL;
+    char *upsert = NULL;
     switch (build_rows(to->meta_field, bucket, len, NULL, &nw, 0, nw.n, &p, NULL, NULL, e, sizeof e)) {
     case TS_BUILD_OK:
         break;
@@ -1039,10 +1440,11 @@ sink_tseries_copy_status sink_tseries_copy_bucket(pgconn *c, const sink_tseries_
         st = SINK_TS_COPY_REFUSED;
         goto out;
     case TS_BUILD_NOMEM:
+    case TS_BUILD_BUG: /* (only typed_row says that) */
         st = SINK_TS_COPY_NOMEM;
         goto out;
     }
-    if (asprintf(&upsert, TS_UPSERT_SQL, to->qtable) < 0 || asprintf(&cut, TS_CUT_SQL, to->qtable) < 0) {
+    if (asprintf(&upsert, TS_UPSERT_SQL, to->qtable) < 0) {
         st = SINK_TS_COPY_NOMEM;
         goto out;
     }
@@ -1056,21 +1458,9 @@ sink_tseries_copy_status sink_tseries_copy_bucket(pgconn *c, const sink_tseries_
             goto out;
         }
     }
-    char n[24];
-    snprintf(n, sizeof n, "%zu", nw.n);
-    const char *cv[2] = {key, n};
-    if (!pgconn_exec_params(c, cut, 2, cv, NULL, NULL, 0, NULL, true, &c->last)) {
-        st = SINK_TS_COPY_PG;
-        goto out;
-    }
-    const char *sv[4] = {to->schema, to->table, key, (const char *)bucket};
-    const int sl[4] = {0, 0, 0, (int)len};
-    const int sf[4] = {0, 0, 0, 1};
-    if (!pgconn_exec_params(c, TS_STORE_ONE_SQL, 4, sv, sl, sf, 0, NULL, false, &c->last))
-        st = SINK_TS_COPY_PG;
+    st = copy_cut_and_store(c, to, key, bucket, len, nw.n);
 out:
     free(upsert);
-    free(cut);
     params_free(&p);
     bucket_rows_clear(&nw);
     return st;

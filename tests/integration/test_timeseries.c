@@ -1,7 +1,8 @@
 /*
  * test_timeseries.c — time-series collections as tables of measurements (docs/timeseries.md): what a driver inserts
  * into the collection lands as one row per measurement (bucket, pos, time, meta, doc), each bucket change writes
- * only the rows it changes, the table goes with the collection, and a typed map of one stops with a clear error.
+ * only the rows it changes, the table goes with the collection; a typed map gives the table its columns (and what
+ * it cannot say stops the daemon with a clear error).
  *
  * The measurements are checked one by one against what the test inserted (the generic comparison of
  * tests/lib/compare.c reads collections, not measurements).
@@ -262,6 +263,44 @@ static void write_many(const denv *e, const char *db, const char *coll, bool del
     mongoc_client_destroy(c);
 }
 
+/* The typed map the typed cases give a collection w of database db (docs/timeseries.md, "Typed columns"): the
+ * station out of the meta field, the measurement's own fields, its _id, and the rest (the rest of the meta, its
+ * time) in extra. */
+static void typed_map(char *out, size_t outlen, const char *db)
+{
+    snprintf(out, outlen,
+             "\n[map %s.w]\nrest = extra\ncolumn.mid = text from _id\ncolumn.station = integer from m.station\n"
+             "column.i = integer\ncolumn.v = double precision\n",
+             db);
+}
+
+/* The table of the typed map holds exactly the model. */
+static void expect_model_typed(const char *qtable, const ts_model *m)
+{
+    int want = 0;
+    for (int st = 1; st <= NSTATIONS; st++)
+        for (int i = 0; i < NPER; i++)
+            want += m->present[st][i];
+    char sql[1500];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", qtable);
+    ck_assert_int_eq(denv_pg_int(sql), want);
+    for (int st = 1; st <= NSTATIONS; st++)
+        for (int i = 0; i < NPER; i++) {
+            snprintf(sql, sizeof sql,
+                     "SELECT count(*) FROM %s WHERE station = %d AND i = %d AND v = %.17g AND \"time\" IS NOT NULL "
+                     "AND length(mid) = 24 AND extra->'m' = '{\"kind\": \"temp\"%s}'::jsonb AND extra ? 't' AND "
+                     "NOT extra ? 'v' AND NOT extra ? '_id'",
+                     qtable, st, i, m->v[st][i], m->zone[st] ? ", \"zone\": \"north\"" : "");
+            ck_assert_msg(denv_pg_int(sql) == (m->present[st][i] ? 1 : 0), "station %d, i %d: %s", st, i,
+                          m->present[st][i] ? "missing or wrong" : "still there");
+        }
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM (SELECT bucket, max(pos) AS top, count(*) AS n FROM %s GROUP BY bucket) b WHERE "
+             "b.top <> b.n - 1",
+             qtable);
+    ck_assert_int_eq(denv_pg_int(sql), 0);
+}
+
 /* The table holds exactly the model: one row per present measurement, with its value and meta; places dense. */
 static void expect_model(const char *qtable, const ts_model *m)
 {
@@ -300,17 +339,19 @@ static void expect_model(const char *qtable, const ts_model *m)
  * buckets of 8 rolling over (compressed on close in 7.0, compressed from the start with binary-diff appends in 8.0),
  * a measurement out of time order (8.0's version 3), then deletes and updates (5.0: whole buckets and the meta
  * field only; 7.0 and 8.0: any measurement, buckets re-packed in one applyOps), with a restart in the middle. */
-static void formats_case(const char *format, const char *name)
+static void formats_case(const char *format, const char *name, bool typed)
 {
     const char *sim_args[] = {"--oplog-format", format, "--timeseries-bucket-max-count", "8", NULL};
     denv e;
     ts_model m;
     memset(&m, 0, sizeof m);
     bool v5 = strcmp(format, "5.0") == 0;
-    denv_start(&e, name, denv_using_sim() ? sim_args : NULL, NULL);
-    char db[64], qtable[96];
+    char db[64], qtable[96], map[400];
     snprintf(db, sizeof db, "rep_%s_a", name);
     snprintf(qtable, sizeof qtable, "%s.w", db);
+    typed_map(map, sizeof map, db);
+    denv_start(&e, name, denv_using_sim() ? sim_args : NULL, typed ? map : NULL);
+    void (*expect)(const char *, const ts_model *) = typed ? expect_model_typed : expect_model;
     denv_daemon_start(&e);
     ck_assert(denv_wait_caught_up(&e, 60));
     create_ts(&e, db, "w");
@@ -328,7 +369,7 @@ static void formats_case(const char *format, const char *name)
     insert_one_measurement(&e, db, "w", 1, 20, T0_MS + 15500);
     m.present[1][20] = true, m.v[1][20] = 5.0;
     ck_assert(denv_wait_caught_up(&e, 60));
-    expect_model(qtable, &m);
+    expect(qtable, &m);
 
     /* a restart: the buckets' documents come back from PostgreSQL for the changes after it */
     ck_assert_msg(proc_stop(&e.daemon, 30), "the daemon did not stop on SIGTERM");
@@ -338,7 +379,7 @@ static void formats_case(const char *format, const char *name)
         m.present[2][i] = true, m.v[2][i] = i / 4.0;
     denv_daemon_start(&e);
     ck_assert(denv_wait_caught_up(&e, 60));
-    expect_model(qtable, &m);
+    expect(qtable, &m);
 
     if (v5) {
         /* 5.0: deletes and updates may only name the meta field: whole buckets go, the meta changes in place */
@@ -360,7 +401,7 @@ static void formats_case(const char *format, const char *name)
             m.v[st][5] = 99.5;
     }
     ck_assert(denv_wait_caught_up(&e, 60));
-    expect_model(qtable, &m);
+    expect(qtable, &m);
     char sql[200];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = '%s'", e.service);
     ck_assert_int_eq(denv_pg_int(sql), 0);
@@ -371,13 +412,13 @@ START_TEST(test_ts_format_50)
 {
     if (!denv_using_sim())
         SKIP_TEST("a real server writes its own version's shapes (the 7.0 case runs against it)");
-    formats_case("5.0", "tsf5");
+    formats_case("5.0", "tsf5", false);
 }
 END_TEST
 
 START_TEST(test_ts_format_70)
 {
-    formats_case("7.0", "tsf7");
+    formats_case("7.0", "tsf7", false);
 }
 END_TEST
 
@@ -385,7 +426,30 @@ START_TEST(test_ts_format_80)
 {
     if (!denv_using_sim())
         SKIP_TEST("a real server writes its own version's shapes (the 7.0 case runs against it)");
-    formats_case("8.0", "tsf8");
+    formats_case("8.0", "tsf8", false);
+}
+END_TEST
+
+/* The same writes into the table of a typed map: the columns it names, the rest in extra. */
+START_TEST(test_ts_typed_70)
+{
+    formats_case("7.0", "tst7", true);
+}
+END_TEST
+
+START_TEST(test_ts_typed_80)
+{
+    if (!denv_using_sim())
+        SKIP_TEST("a real server writes its own version's shapes (the 7.0 case runs against it)");
+    formats_case("8.0", "tst8", true);
+}
+END_TEST
+
+START_TEST(test_ts_typed_50)
+{
+    if (!denv_using_sim())
+        SKIP_TEST("a real server writes its own version's shapes (the 7.0 case runs against it)");
+    formats_case("5.0", "tst5", true);
 }
 END_TEST
 
@@ -632,23 +696,146 @@ START_TEST(test_ts_stream_copy_leaves_out)
 }
 END_TEST
 
-/* A typed map of a time-series collection is not supported yet: the daemon stops, saying so, with nothing written. */
-START_TEST(test_ts_map_refused)
+/* A typed map with the initial copy: the buckets there before the start become typed rows (and a bucket read again
+ * after a stop is upserted, not refused), what arrives while tailing too; a measurement whose value the column
+ * cannot take (on_type_error = dead_letter) sets its bucket change aside, nothing else; one with on_type_error =
+ * null keeps its row with NULL there. */
+START_TEST(test_ts_typed_copy)
 {
     denv e;
-    denv_start(&e, "tsm", NULL, "[map rep_tsm_a.w]\ncolumn.v = double precision\n");
+    char map[600];
+    snprintf(map, sizeof map,
+             "\n[map rep_tsy_a.w]\ntable = typed.weather\nrest = doc\ncolumn.station = integer from m.station\n"
+             "column.i = integer\ncolumn.v = double precision\ncolumn.note = integer on_type_error=null\n");
+    denv_start(&e, "tsy", NULL, map);
+    create_ts(&e, "rep_tsy_a", "w");
+    insert_measurements(&e, "rep_tsy_a", "w", 1, 0, 29);
+    insert_measurements(&e, "rep_tsy_a", "w", 2, 0, 9);
+    denv_daemon_start(&e);
+    insert_measurements(&e, "rep_tsy_a", "w", 2, 10, 19); /* perhaps while the copy runs */
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.copy_progress WHERE service = 'rep_tsy' AND coll = "
+                                 "'system.buckets.w' AND done"),
+                     1);
+    /* a station whose value is a string: a dead letter for its bucket's insert; a note that is text: NULL */
+    mongoc_client_t *c = mongoc_client_new(e.uri);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, "rep_tsy_a", "w");
+    bson_error_t err;
+    bson_t *bad = BCON_NEW("t", BCON_DATE_TIME(T0_MS), "m", "{", "station", BCON_INT32(3), "kind", "temp", "}", "i",
+                           BCON_INT32(0), "v", "hot");
+    bson_t *odd = BCON_NEW("t", BCON_DATE_TIME(T0_MS), "m", "{", "station", BCON_INT32(4), "kind", "temp", "}", "i",
+                           BCON_INT32(0), "v", BCON_DOUBLE(1.5), "note", "not a number");
+    ck_assert_msg(mongoc_collection_insert_one(col, bad, NULL, NULL, &err), "%s", err.message);
+    ck_assert_msg(mongoc_collection_insert_one(col, odd, NULL, NULL, &err), "%s", err.message);
+    bson_destroy(bad);
+    bson_destroy(odd);
+    mongoc_collection_destroy(col);
+    mongoc_client_destroy(c);
+    insert_measurements(&e, "rep_tsy_a", "w", 1, 30, 39);
+    ck_assert(denv_wait_caught_up(&e, 60));
+
+    for (int st = 1; st <= 2; st++) {
+        char sql[600];
+        int top = st == 1 ? 39 : 19;
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM typed.weather r, generate_series(0, %d) AS g(i) WHERE r.station = %d AND "
+                 "r.i = g.i AND r.v = g.i / 4.0 AND r.\"time\" = to_timestamp(%lld + g.i) AND r.doc->>'i' = g.i::text "
+                 "AND r.\"_id\" LIKE '{\"$oid\": %%' AND r.note IS NULL",
+                 top, st, T0_MS / 1000);
+        ck_assert_int_eq(denv_pg_int(sql), top + 1);
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM typed.weather WHERE station = %d", st);
+        ck_assert_int_eq(denv_pg_int(sql), top + 1);
+    }
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM typed.weather WHERE station = 3"), 0);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM typed.weather WHERE station = 4 AND v = 1.5 AND note IS NULL "
+                                 "AND doc->>'note' = 'not a number'"),
+                     1);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_tsy' AND error LIKE "
+                                 "'%column \"v\"%'"),
+                     1);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_tsy'"), 1);
+    ck_assert_msg(!table_exists("rep_tsy_a", "w"), "the default table was made beside the map's");
+
+    /* the copy again (--reimport): the buckets read again make the same rows */
+    ck_assert_msg(proc_stop(&e.daemon, 30), "the daemon did not stop on SIGTERM");
+    e.daemon.pid = 0;
+    const char *reimport[] = {"--reimport", NULL};
+    denv_daemon_start_args(&e, reimport, NULL);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM typed.weather WHERE station IN (1, 2)"), 60);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM typed.weather WHERE station = 4"), 1);
+    denv_stop(&e);
+}
+END_TEST
+
+/* What a typed map of a time-series collection cannot say stops the daemon with exit 3 and the reason, nothing
+ * written: a child table, a column named as one of the table's own (bucket, pos, time); and a table made for the
+ * default columns does not take a map's without a new copy. */
+static void refused_case(const char *name, const char *map_lines, const char *needle)
+{
+    denv e;
+    char ini[600], db[64];
+    snprintf(db, sizeof db, "rep_%s_a", name);
+    snprintf(ini, sizeof ini, "\n[map %s.w]\n%s", db, map_lines);
+    denv_start(&e, name, NULL, ini);
     denv_daemon_start(&e);
     ck_assert(denv_wait_caught_up(&e, 60));
     uint64_t before = denv_checkpoint_ts(e.service);
-    create_ts(&e, "rep_tsm_a", "w");
-    insert_measurements(&e, "rep_tsm_a", "w", 1, 0, 2);
+    create_ts(&e, db, "w");
+    insert_measurements(&e, db, "w", 1, 0, 2);
     ck_assert_msg(proc_wait(&e.daemon, 60), "the daemon did not stop");
     ck_assert_int_eq(proc_exit_code(&e.daemon), EXIT_CONFIG);
     e.daemon.pid = 0;
-    ck_assert_msg(denv_file_contains(e.log, "typed maps of time-series collections are not supported"),
-                  "the log does not say why");
+    ck_assert_msg(denv_file_contains(e.log, needle), "the log does not say why (%s)", needle);
     ck_assert_msg(denv_checkpoint_ts(e.service) == before, "the checkpoint moved past the refused create");
-    ck_assert_msg(!table_exists("rep_tsm_a", "w"), "a table for the refused collection");
+    ck_assert_msg(!table_exists(db, "w"), "a table for the refused collection");
+    denv_stop(&e);
+}
+
+START_TEST(test_ts_typed_refused)
+{
+    refused_case("tsm",
+                 "column.v = double precision\nchild.items = w_items\n[child rep_tsm_a.w_items]\n"
+                 "column.x = integer\n",
+                 "declares a child table (child.items)");
+    refused_case("tsn", "column.time = timestamptz from t\n", "its map names a column time");
+}
+END_TEST
+
+START_TEST(test_ts_typed_shape_changed)
+{
+    denv e;
+    denv_start(&e, "tso", NULL, NULL);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    create_ts(&e, "rep_tso_a", "w");
+    insert_measurements(&e, "rep_tso_a", "w", 1, 0, 2);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_msg(proc_stop(&e.daemon, 30), "the daemon did not stop on SIGTERM");
+    e.daemon.pid = 0;
+    /* the same collection with a map now: its table has the default columns (doc NOT NULL) */
+    FILE *f = fopen(e.ini, "a");
+    ck_assert_ptr_nonnull(f);
+    fputs("\n[map rep_tso_a.w]\nrest = drop\ncolumn.v = double precision\n", f);
+    fclose(f);
+    denv_daemon_start(&e);
+    uint64_t before = denv_checkpoint_ts(e.service);
+    insert_measurements(&e, "rep_tso_a", "w", 1, 3, 4);
+    ck_assert_msg(proc_wait(&e.daemon, 60), "the daemon did not stop");
+    ck_assert_int_eq(proc_exit_code(&e.daemon), EXIT_CONFIG);
+    e.daemon.pid = 0;
+    ck_assert_msg(denv_file_contains(e.log, "was made for other columns than its map gives it now"),
+                  "the log does not say why");
+    ck_assert_msg(denv_checkpoint_ts(e.service) == before, "the checkpoint moved");
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tso_a.w"), 3);
+    /* a new copy makes the table again, with the map's columns */
+    const char *reimport[] = {"--reimport", NULL};
+    denv_daemon_start_args(&e, reimport, NULL);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tso_a.w WHERE v IS NOT NULL"), 5);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM information_schema.columns WHERE table_schema = 'rep_tso_a' "
+                                 "AND table_name = 'w' AND column_name IN ('doc', 'meta')"),
+                     0);
     denv_stop(&e);
 }
 END_TEST
@@ -671,7 +858,12 @@ Suite *timeseries_suite(void)
     tcase_add_test(tc, test_ts_viewless);
     tcase_add_test(tc, test_ts_dead_letters);
     tcase_add_test(tc, test_ts_stream_copy_leaves_out);
-    tcase_add_test(tc, test_ts_map_refused);
+    tcase_add_test(tc, test_ts_typed_50);
+    tcase_add_test(tc, test_ts_typed_70);
+    tcase_add_test(tc, test_ts_typed_80);
+    tcase_add_test(tc, test_ts_typed_copy);
+    tcase_add_test(tc, test_ts_typed_refused);
+    tcase_add_test(tc, test_ts_typed_shape_changed);
     suite_add_tcase(s, tc);
     return s;
 }
