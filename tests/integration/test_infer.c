@@ -376,7 +376,8 @@ END_TEST
 /* A time-series collection: infer-map lists it by its own name, samples its measurements (the buckets of
  * system.buckets.weather unpacked, compressed ones included: --oplog-format 8.0 writes them so from the start), and
  * writes the map of its table of measurements: no column for the time field, no child table, the fixed columns'
- * names left to them. The output, appended to the file, loads (`oplog2pg map` prints it). */
+ * names left to them. The output, appended to the file, loads (`oplog2pg map` prints it), and the daemon writes the
+ * measurements into the typed columns it declares. */
 START_TEST(test_infer_map_timeseries)
 {
     const char *sim_args[] = {"--oplog-format", "8.0", "--timeseries-bucket-max-count", "4", NULL};
@@ -442,6 +443,20 @@ START_TEST(test_infer_map_timeseries)
     ck_assert_int_eq(denv_run_command(&e, args, map_out), 0);
     ck_assert(denv_file_contains(map_out, "rep_infers_a.weather"));
     ck_assert(denv_file_contains(map_out, "time_2"));
+
+    /* the daemon takes the inferred maps: the measurements land in their typed columns */
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_infers_a.weather"), 10);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_infers_a.weather WHERE sensor_site = 'A' AND sensor_id "
+                                 "IN (1, 2) AND temp >= 20.5 AND hum >= 40 AND time_2 LIKE 't_' AND _id IS NOT NULL "
+                                 "AND jsonb_typeof(readings) = 'array' AND \"time\" IS NOT NULL"),
+                     10);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM information_schema.columns WHERE table_schema = "
+                                 "'rep_infers_a' AND table_name = 'weather' AND column_name IN ('bucket', 'pos', "
+                                 "'time', '_id', 'sensor_id', 'sensor_site', 'temp', 'hum', 'time_2', 'readings', "
+                                 "'doc')"),
+                     11);
     free(out);
     free(err);
 
