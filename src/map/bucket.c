@@ -702,9 +702,11 @@ static void col_trim(colstate *c)
     if (drop > c->nvals)
         drop = c->nvals;
     size_t start = drop < c->nvals ? c->vals[drop].off : c->nbytes;
-    memmove(c->bytes, c->bytes + start, c->nbytes - start);
+    if (c->nbytes > start)
+        memmove(c->bytes, c->bytes + start, c->nbytes - start);
     c->nbytes -= start;
-    memmove(c->vals, c->vals + drop, (c->nvals - drop) * sizeof *c->vals);
+    if (c->nvals > drop)
+        memmove(c->vals, c->vals + drop, (c->nvals - drop) * sizeof *c->vals);
     c->nvals -= drop;
     for (size_t i = 0; i < c->nvals; i++)
         c->vals[i].off -= (uint32_t)start;
@@ -957,7 +959,8 @@ static next_result unpack_next_v2(const parsed_bucket *pb, const parsed_bucket *
                 tail[k] = c->vals[from - c->base + k];
                 tail[k].off -= (uint32_t)b0;
             }
-            memcpy(tailbytes, c->bytes + b0, nb);
+            if (nb)
+                memcpy(tailbytes, c->bytes + b0, nb);
             col_cut(c, from);
         } else {
             c->nmarks = c->nvals = c->nbytes = c->base = 0;
@@ -976,7 +979,7 @@ static next_result unpack_next_v2(const parsed_bucket *pb, const parsed_bucket *
             for (; p < end; p++) {
                 const colval *x = col_at(c, p), *y = &tail[p - from];
                 if (x->type != y->type || x->len != y->len ||
-                    memcmp(c->bytes + x->off, tailbytes + y->off, x->len) != 0)
+                    (x->len && memcmp(c->bytes + x->off, tailbytes + y->off, x->len) != 0))
                     break;
             }
             if (p < first)

@@ -1661,8 +1661,10 @@ START_TEST(marks_resume)
                 size_t off, dl;
                 uint8_t *d = bcenc_intermediate(enc, &off, &dl);
                 uint8_t *next = malloc(off + dl + 1);
-                memcpy(next, cur, off);
-                memcpy(next + off, d, dl);
+                if (off)
+                    memcpy(next, cur, off);
+                if (dl)
+                    memcpy(next + off, d, dl);
                 free(d);
                 size_t nextlen = off + dl;
                 if (i % 40 == 39) {

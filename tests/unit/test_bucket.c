@@ -1284,8 +1284,10 @@ static void nx_append(nx_seq *q)
         uint8_t *d = bcenc_intermediate(q->enc[j], &off, &dl);
         ck_assert_uint_le(off, q->binlen[j]);
         uint8_t *nb = malloc(off + dl + 1);
-        memcpy(nb, q->bin[j], off);
-        memcpy(nb + off, d, dl);
+        if (off)
+            memcpy(nb, q->bin[j], off);
+        if (dl)
+            memcpy(nb + off, d, dl);
         free(d);
         free(q->bin[j]);
         q->bin[j] = nb;
