@@ -673,6 +673,30 @@ static void on_delay_done(struct ev_loop *loop, ev_timer *w, int revents)
     conn_service(c);
 }
 
+/* A connection on fd (non-blocking), served from the next loop iteration on. */
+static bool conn_adopt(sim_server *srv, int fd)
+{
+    sim_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return false;
+    c->srv = srv;
+    c->fd = fd;
+    c->id = ++srv->next_conn_id;
+    ev_io_init(&c->rio, on_read, fd, EV_READ);
+    ev_io_init(&c->wio, on_write, fd, EV_WRITE);
+    ev_init(&c->park_timer, on_park_timeout);
+    ev_init(&c->delay_timer, on_delay_done);
+    c->rio.data = c->wio.data = c->park_timer.data = c->delay_timer.data = c;
+    c->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = c;
+    srv->conns = c;
+    ev_io_start(srv->loop, &c->rio);
+    if (srv->opts.verbose)
+        fprintf(stderr, "mongosim: conn %" PRId64 " accepted\n", c->id);
+    return true;
+}
+
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 {
     sim_server *srv = w->data;
@@ -685,28 +709,21 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        sim_conn *c = calloc(1, sizeof *c);
-        if (!c) {
+        if (!conn_adopt(srv, fd)) {
             fprintf(stderr, "mongosim: out of memory accepting a connection\n");
             close(fd);
-            continue;
         }
-        c->srv = srv;
-        c->fd = fd;
-        c->id = ++srv->next_conn_id;
-        ev_io_init(&c->rio, on_read, fd, EV_READ);
-        ev_io_init(&c->wio, on_write, fd, EV_WRITE);
-        ev_init(&c->park_timer, on_park_timeout);
-        ev_init(&c->delay_timer, on_delay_done);
-        c->rio.data = c->wio.data = c->park_timer.data = c->delay_timer.data = c;
-        c->next = srv->conns;
-        if (srv->conns)
-            srv->conns->prev = c;
-        srv->conns = c;
-        ev_io_start(loop, &c->rio);
-        if (srv->opts.verbose)
-            fprintf(stderr, "mongosim: conn %" PRId64 " accepted\n", c->id);
     }
+}
+
+bool sim_server_adopt(sim_server *srv, int fd)
+{
+    return conn_adopt(srv, fd);
+}
+
+void sim_server_run_once(sim_server *srv)
+{
+    ev_run(srv->loop, EVRUN_NOWAIT);
 }
 
 /* Offers new oplog entries to parked getMores (see NOTES). */
