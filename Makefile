@@ -10,7 +10,7 @@
 #                        (PREFIX=/usr/local, DESTDIR=, SYSCONFDIR=...: see the install section below); make uninstall
 #   make format / lint   clang-format in place / cppcheck
 #   make fuzz            libFuzzer targets (clang, ASan, UBSan; objects in build/fuzz), each run FUZZ_SECONDS
-#                        (default 20) from its corpus; tests/fuzz/README.md and docs/reliability.md say more
+#                        (default 20) from its corpus; docs/reliability.md says more
 #
 # Sources are found by folder, so adding a file needs no edit here:
 #   src/**.c              the daemon (src/daemon/main.c holds main(); the rest is also linked into the tests)
@@ -192,6 +192,7 @@ FUZZ_SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recov
 FUZZ_TARGETS := $(shell sed -n 's/^ *X(\([a-z0-9_]*\)).*/\1/p' tests/fuzz/fuzz.h)
 
 fuzz:
+	@scripts/deps.sh --fuzz
 	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang CXX=clang++ MALLOC=glibc CFLAGS='-O1 -g' \
 	    SANFLAGS='$(FUZZ_SANFLAGS)' fuzz-targets
 	@tests/fuzz/run.sh build/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)

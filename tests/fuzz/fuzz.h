@@ -1,5 +1,5 @@
 /*
- * fuzz.h — the fuzz targets' entry points (tests/fuzz/README.md says what each covers).
+ * fuzz.h — the fuzz targets' entry points (docs/reliability.md says what each covers).
  *
  * Each fuzz_NAME takes one input and feeds it to the parser it covers; it returns 0, and it aborts (through a
  * sanitizer, or FUZZ_CHECK) when the code under test misbehaves. The same functions are built twice: into a libFuzzer

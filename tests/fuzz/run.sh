@@ -5,8 +5,8 @@
 # BUILD/fuzz_seeds writes from the test vectors (BUILD/seeds/TARGET, written afresh) and the regression inputs
 # tests/fuzz/regressions/TARGET. A crash, leak, sanitizer report or timeout is saved under BUILD/crashes/TARGET/
 # with libFuzzer's log (BUILD/logs/TARGET.log). The summary gives, per target, the seconds, the executions (libFuzzer's
-# stat::number_of_executed_units), executions per second, the corpus size and the outcome. Exits 1 when any target
-# found a fault.
+# stat::number_of_executed_units), executions per second, the corpus size, the code edges covered (libFuzzer's cov)
+# and the outcome. Exits 1 when any target found a fault.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=$1
@@ -19,7 +19,7 @@ mkdir -p "$build/logs"
 failed=0
 summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
-printf '%-11s %8s %12s %9s %7s  %s\n' target seconds executions exec/s corpus outcome >"$summary"
+printf '%-11s %8s %12s %9s %7s %6s  %s\n' target seconds executions exec/s corpus edges outcome >"$summary"
 for t in "$@"; do
     corpus=$build/corpus/$t
     crashes=$build/crashes/$t
@@ -36,13 +36,15 @@ for t in "$@"; do
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)
     size=$(find "$corpus" -type f | wc -l)
+    edges=$(grep -oE '(DONE|INITED|pulse|NEW|REDUCE) +cov: [0-9]+' "$log" | tail -n 1 | sed 's/.*cov: //')
     if [ "$rc" -eq 0 ]; then
         outcome=ok
     else
         outcome="FAULT (exit $rc): $(grep -m1 -E 'ERROR: |runtime error|invariant broken|Test unit written' "$log")"
         failed=1
     fi
-    printf '%-11s %8s %12s %9s %7s  %s\n' "$t" "$took" "${execs:-?}" "${rate:-?}" "$size" "$outcome" >>"$summary"
+    printf '%-11s %8s %12s %9s %7s %6s  %s\n' "$t" "$took" "${execs:-?}" "${rate:-?}" "$size" "${edges:-?}" "$outcome" \
+        >>"$summary"
 done
 echo "== fuzz summary (logs in $build/logs, faults in $build/crashes)"
 cat "$summary"

@@ -111,10 +111,11 @@ static bool apply(const char *pre_json, const char *diff_json, bucket_diff_mode 
 START_TEST(test_array_length_bounded)
 {
     const char *huge[] = {"{\"sarr\": {\"a\": true, \"l\": 805306371}}", "{\"sarr\": {\"a\": true, \"u6000000\": 1}}",
-                          /* two arrays, each under the bound, together over it */
-                          "{\"sarr\": {\"a\": true, \"l\": 1500000}, \"sb\": {\"a\": true, \"l\": 1500000}}"};
+                          /* two arrays, each under the bound (8.8 MB of nulls), together over it; strict mode only,
+                           * as a million nulls take a while under the sanitizers */
+                          "{\"sarr\": {\"a\": true, \"l\": 1100000}, \"sb\": {\"a\": true, \"l\": 1100000}}"};
     for (int mode = 0; mode < 2; mode++) {
-        for (size_t i = 0; i < 3; i++) {
+        for (size_t i = 0; i < (mode == 0 ? 3u : 2u); i++) {
             bson_t out;
             char err[512] = "";
             bool ok = apply("{\"arr\": [1, 2], \"b\": []}", huge[i], (bucket_diff_mode)mode, &out, err, sizeof err);
