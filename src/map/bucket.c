@@ -44,6 +44,8 @@
 
 /* Recursion bound of the diff walk (BSON nests at most ~100 levels in the server: BSONDepth::kDefaultMaxAllowable). */
 #define DIFF_MAX_DEPTH 200
+/* The largest document the server writes (BSONObjMaxInternalSize): no diff it logs makes a larger one. */
+#define BUCKET_DIFF_MAX_DOC (16 * 1024 * 1024 + 16 * 1024)
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -1150,6 +1152,7 @@ typedef struct {
     bucket_diff_mode mode;
     char *err;
     size_t errlen;
+    uint64_t padded; /* bytes of elements appended past arrays' ends, all arrays together (bounded: apply_array) */
 } diffctx;
 
 static int cmp_mod(const void *a, const void *b)
@@ -1536,6 +1539,18 @@ static bool array_value(diffctx *c, const bson_iter_t *pre, const arraymod *m, c
 }
 
 /* applyDiffToArray. */
+/* The bytes of the elements [a, b) of an array at their smallest (a null: type byte, decimal key, its NUL). */
+static uint64_t null_bytes(uint64_t a, uint64_t b)
+{
+    uint64_t sum = 0, lo = 0, hi = 10;
+    for (uint64_t digits = 1; lo < b; digits++, lo = hi, hi *= 10) {
+        uint64_t s = a > lo ? a : lo, e = b < hi ? b : hi;
+        if (s < e)
+            sum += (e - s) * (2 + digits);
+    }
+    return sum;
+}
+
 static bool apply_array(diffctx *c, const bson_iter_t *pre, const bson_iter_t *diff, bson_t *out, const char *path,
                         int depth)
 {
@@ -1579,8 +1594,20 @@ static bool apply_array(diffctx *c, const bson_iter_t *pre, const bson_iter_t *d
             return false;
         }
     }
-    /* Past the pre-image's end: the diff's values, null for the indexes it does not name. */
+    /* Past the pre-image's end: the diff's values, null for the indexes it does not name. A length or an index far
+     * past the end (l: 805306371 is 35 bytes of diff) would fill gigabytes of nulls: all arrays together may grow
+     * only by what a document the server can hold (BSONObjMaxInternalSize, 16 MB + 16 KB) has room for, which no
+     * diff the server logs passes. Each element checks room for all those still to come, so a huge one fails at once.
+     */
     for (; (has_len && idx < newlen) || m.have; idx++) {
+        uint64_t want = has_len ? newlen : (uint64_t)m.idx + 1;
+        if (want > idx && c->padded + null_bytes(idx, want) > BUCKET_DIFF_MAX_DOC) {
+            seterr(c->err, c->errlen,
+                   "$v:2 array diff at %s: index %" PRIu64 " makes the document outgrow a BSON document", path,
+                   want - 1);
+            return false;
+        }
+        c->padded += null_bytes(idx, (uint64_t)idx + 1);
         if (has_len && idx >= newlen) {
             seterr(c->err, c->errlen, "$v:2 array diff at %s: index %" PRIu32 " is past the new length %" PRIu32, path,
                    m.idx, newlen);
