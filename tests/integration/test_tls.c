@@ -307,6 +307,26 @@ START_TEST(test_mongosim_x509)
     ck_assert(!mongoc_collection_insert_one(col, doc, NULL, NULL, &err));
     ck_assert_msg(err.code == 13 && strstr(err.message, "command insert requires authentication") != NULL,
                   "unauthenticated insert: %u %s", err.code, err.message);
+    /* The `authenticate` command itself (a driver runs it when speculative authentication in hello did not succeed):
+     * on another database refused, on $external the certificate's subject; then the same connection writes. */
+    bson_t reply;
+    bson_t *auth = BCON_NEW("authenticate", BCON_INT32(1), "mechanism", "MONGODB-X509");
+    ck_assert(!mongoc_client_command_simple(c, "admin", auth, NULL, &reply, &err));
+    ck_assert_msg(strstr(err.message, "$external") != NULL, "authenticate on admin: %s", err.message);
+    bson_destroy(&reply);
+    ck_assert_msg(mongoc_client_command_simple(c, "$external", auth, NULL, &reply, &err), "authenticate: %s",
+                  err.message);
+    bson_iter_t it;
+    ck_assert(bson_iter_init_find(&it, &reply, "user") && BSON_ITER_HOLDS_UTF8(&it));
+    ck_assert_str_eq(bson_iter_utf8(&it, NULL), "CN=postgres,O=oplog2pg test");
+    ck_assert(bson_iter_init_find(&it, &reply, "dbname") && BSON_ITER_HOLDS_UTF8(&it));
+    ck_assert_str_eq(bson_iter_utf8(&it, NULL), "$external");
+    bson_destroy(&reply);
+    bson_destroy(auth);
+    bson_t *doc2 = BCON_NEW("_id", BCON_INT32(2));
+    ck_assert_msg(mongoc_collection_insert_one(col, doc2, NULL, NULL, &err), "insert after authenticate: %s",
+                  err.message);
+    bson_destroy(doc2);
     mongoc_collection_destroy(col);
     mongoc_client_destroy(c);
 

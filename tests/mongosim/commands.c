@@ -2048,10 +2048,11 @@ static void h_authenticate(cmd_ctx *x)
     reply_ok(x->r, &d);
 }
 
-/* hello's speculativeAuthenticate (src/mongo/db/s/../auth/speculative_auth.cpp, handleIsMasterSpeculativeAuth): an
- * `authenticate` document with MONGODB-X509 and db is run as the command would be; on success the reply carries
- * speculativeAuthenticate {dbname, user}, on failure nothing (the driver then authenticates explicitly). libmongoc
- * adds it to its handshake (mongoc-topology-scanner.c, _mongoc_topology_scanner_add_speculative_authentication). */
+/* hello's speculativeAuthenticate (src/mongo/db/repl/hello_auth.cpp, handleHelloAuth, which hands an `authenticate`
+ * document to doSpeculativeAuthenticate in authentication_commands.cpp): MONGODB-X509 with its db is run as the
+ * command would be; on success the reply carries speculativeAuthenticate {dbname, user}, on failure nothing (the
+ * driver then authenticates explicitly). libmongoc adds it to its handshake (mongoc-topology-scanner.c,
+ * _mongoc_topology_scanner_add_speculative_authentication). */
 static void speculative_auth(cmd_ctx *x, bson_t *reply)
 {
     bson_iter_t it;
