@@ -50,6 +50,8 @@ PKG_LIBS   += $(shell pkg-config --libs libtcmalloc_minimal 2>/dev/null || echo 
 MALLOC_FLAGS := -DOPLOG2PG_TCMALLOC
 endif
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+# mongosim serves TLS (--tls-cert) through OpenSSL, the library libmongoc itself is built with on Debian.
+SIM_LIBS   := $(shell pkg-config --libs openssl 2>/dev/null || echo -lssl -lcrypto)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 CFLAGS  ?= -O2 -g
@@ -140,7 +142,7 @@ $(BUILD)/oplog2pg: $(call obj,src/daemon/main.c) $(DAEMON_LIB)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
 $(BUILD)/mongosim: $(call obj,tests/mongosim/main.c) $(SIM_LIB)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) $(SIM_LIBS)
 
 # The suite lists are generated from the `Suite *NAME_suite(void)` definitions in the test files.
 $(BUILD)/gen/unit_suites.h: $(UNIT_SRC)
@@ -154,10 +156,10 @@ $(call obj,tests/unit/runner.c): $(BUILD)/gen/unit_suites.h
 $(call obj,tests/integration/runner.c): $(BUILD)/gen/integration_suites.h
 
 $(BUILD)/unit_tests: $(call obj,$(UNIT_SRC)) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PKG_LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PKG_LIBS) $(SIM_LIBS)
 
 $(BUILD)/integration_tests: $(call obj,$(INTEG_SRC)) $(BUILD)/obj/gen/test_sql_embed.o $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PKG_LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PKG_LIBS) $(SIM_LIBS)
 
 # Benchmarks: each bench/NAME.c is a program linked with what the replication benchmarks share (bench/lib/*.c), the
 # test helpers, the daemon and simulator libraries (and libcrypto, whose md5 checks what a benchmark wrote;
@@ -165,7 +167,7 @@ $(BUILD)/integration_tests: $(call obj,$(INTEG_SRC)) $(BUILD)/obj/gen/test_sql_e
 BENCH_LIBS := $(shell pkg-config --libs libcrypto 2>/dev/null)
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BENCH_LIB) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) $(BENCH_LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) $(BENCH_LIBS) $(SIM_LIBS)
 
 check: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/unit_tests $(BUILD)/integration_tests
@@ -204,7 +206,7 @@ fuzz-targets: $(patsubst %,$(BUILD)/fuzz_%,$(FUZZ_TARGETS)) $(BUILD)/fuzz_seeds
 
 $(BUILD)/fuzz_%: tests/fuzz/main.c tests/fuzz/fuzz.h $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
 	$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -DFUZZ_ENTRY=fuzz_$* -fsanitize=fuzzer -o $@ tests/fuzz/main.c $(TEST_LIB) $(DAEMON_LIB) \
-	    $(SIM_LIB) $(PKG_LIBS)
+	    $(SIM_LIB) $(PKG_LIBS) $(SIM_LIBS)
 
 $(BUILD)/fuzz_seeds: $(call obj,tests/fuzz/seeds.c)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS)

@@ -43,10 +43,15 @@ bool pgerror_listed(const char *sqlstate);
 apply_status pgerror_classify_result(PGconn *conn, const PGresult *res, bool data_statement);
 
 /* A failed connection attempt (made with PQERRORS_VERBOSE, see sink/pgconn.h): APPLY_CONFIG when the server refused
- * the login (authentication, role, database; or a password is needed and none was given), APPLY_RETRY otherwise
- * (unreachable, starting up, shutting down, too many connections). The SQLSTATE found in the message, if any, goes
- * to state (6 bytes). */
+ * the login (authentication, role, database; or a password is needed and none was given) or TLS failed verification
+ * (pgerror_tls_refused), APPLY_RETRY otherwise (unreachable, starting up, shutting down, too many connections). The
+ * SQLSTATE found in the message, if any, goes to state (6 bytes). */
 apply_status pgerror_classify_connect(PGconn *conn, char *state);
+
+/* libpq's message of a failed connection says TLS could not be set up as the connection string asks: the server's
+ * certificate failed verification (its CA is not in sslrootcert, it does not name the host), a certificate or key
+ * file cannot be used, the server has no TLS while sslmode requires it, or the server refused our certificate. */
+bool pgerror_tls_refused(const char *msg);
 
 /* What to tell the operator to do about a SQLSTATE of class APPLY_CONFIG (a sentence, or "" when nothing
  * specific). */

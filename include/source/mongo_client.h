@@ -25,8 +25,14 @@ typedef struct {
 mongoc_client_t *mongo_client_open(const char *uri, const mongo_client_opts *opts, char *err, size_t errlen);
 
 /* MongoDB refused the login or the role lacks a privilege (Unauthorized 13, AuthenticationFailed 18, or the driver's
- * authentication failure): a person must act, retrying will not help. */
+ * authentication failure), or the server's TLS certificate failed verification (mongo_error_tls): a person must act,
+ * retrying will not help. */
 bool mongo_error_refused(const bson_error_t *e);
+
+/* The server's TLS certificate failed verification (an unknown CA, a host name it does not name, expired): libmongoc
+ * reports it only in the text of a stream or server-selection error ("TLS handshake failed: certificate verify
+ * failed (N): REASON"). */
+bool mongo_error_tls(const bson_error_t *e);
 
 /* An error that a later attempt may not meet: the network, server selection, elections and stepdowns, shutdowns,
  * killed or timed-out cursors. */

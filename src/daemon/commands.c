@@ -236,7 +236,12 @@ int daemon_check(config *cfg)
         bson_t *ping = BCON_NEW("ping", BCON_INT32(1));
         if (!mongoc_client_command_simple(client, "admin", ping, NULL, NULL, &err)) {
             bool refused = mongo_error_refused(&err);
-            printf("mongodb: %s: %s\n", refused ? "the login was refused" : "cannot reach it", err.message);
+            printf("mongodb: %s: %s\n",
+                   mongo_error_tls(&err) ? "the server's TLS certificate was not accepted (check tlsCAFile and the "
+                                           "host names in the URI)"
+                   : refused             ? "the login was refused"
+                                         : "cannot reach it",
+                   err.message);
             code = worse(code, refused ? EXIT_CONFIG : EXIT_FAILURE_GENERIC);
         } else {
             source_kind kind = SOURCE_OPLOG;

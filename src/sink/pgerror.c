@@ -144,7 +144,33 @@ apply_status pgerror_classify_connect(PGconn *conn, char *state)
     if (strstr(msg, "invalid connection option") != NULL || strstr(msg, "invalid URI") != NULL ||
         strstr(msg, "invalid integer value") != NULL || strstr(msg, "invalid sslmode value") != NULL)
         return APPLY_CONFIG;
+    /* Nor can TLS that fails verification (libpq's fe-secure-openssl.c words these): the server's certificate is not
+     * issued by a CA in sslrootcert, or does not name the host; a certificate file cannot be read; the server sent an
+     * alert refusing ours. */
+    if (pgerror_tls_refused(msg))
+        return APPLY_CONFIG;
     return APPLY_RETRY;
+}
+
+bool pgerror_tls_refused(const char *msg)
+{
+    static const char *const texts[] = {
+        "certificate verify failed",  /* SSL error: ... (an unknown CA, expired, not yet valid) */
+        "does not match host name",   /* server certificate for "X" does not match host name "Y" */
+        "root certificate file",      /* ... does not exist, could not read root certificate file */
+        "could not open certificate", /* sslcert */
+        "could not read certificate", /* sslcert */
+        "certificate present, but not private key file",
+        "private key file",            /* could not load, has group or world access, does not exist */
+        "server does not support SSL", /* ... but SSL was required */
+        "alert unknown ca",            /* the server does not know the CA of our certificate */
+        "alert bad certificate",
+        "alert certificate required",
+    };
+    for (size_t i = 0; msg != NULL && i < sizeof texts / sizeof texts[0]; i++)
+        if (strstr(msg, texts[i]) != NULL)
+            return true;
+    return false;
 }
 
 const char *pgerror_advice(const char *sqlstate)

@@ -3,6 +3,8 @@
  */
 #include "source/mongo_client.h"
 
+#include <string.h>
+
 #include <stdio.h>
 
 mongoc_client_t *mongo_client_open(const char *uri_text, const mongo_client_opts *opts, char *err, size_t errlen)
@@ -38,10 +40,18 @@ static bool server_error(const bson_error_t *e)
            e->domain == MONGOC_ERROR_WRITE_CONCERN;
 }
 
+bool mongo_error_tls(const bson_error_t *e)
+{
+    /* libmongoc's OpenSSL stream (mongoc-stream-tls-openssl.c) words a failed verification this way; server selection
+     * copies it into its own message. No error code tells it apart from a network failure. */
+    return (e->domain == MONGOC_ERROR_STREAM || e->domain == MONGOC_ERROR_SERVER_SELECTION) &&
+           strstr(e->message, "TLS handshake failed: certificate verify failed") != NULL;
+}
+
 bool mongo_error_refused(const bson_error_t *e)
 {
     return (server_error(e) && (e->code == 13 || e->code == 18)) ||
-           (e->domain == MONGOC_ERROR_CLIENT && e->code == MONGOC_ERROR_CLIENT_AUTHENTICATE);
+           (e->domain == MONGOC_ERROR_CLIENT && e->code == MONGOC_ERROR_CLIENT_AUTHENTICATE) || mongo_error_tls(e);
 }
 
 bool mongo_error_network(const bson_error_t *e)

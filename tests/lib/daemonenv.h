@@ -17,7 +17,7 @@
 typedef struct {
     proc_handle sim;
     bool own_sim;
-    char uri[256];
+    char uri[1024]; /* long enough for TLS options naming files (test_tls.c) */
     char dir[200];
     char ini[256];
     char base_log[256];

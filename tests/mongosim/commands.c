@@ -1990,6 +1990,106 @@ static void h_list_collections(cmd_ctx *x)
 
 /* ---- handshake and server info ---- */
 
+/* ---- MONGODB-X509 authentication (--tls-ca) ---- */
+
+/* The X.509 checks of the server (src/mongo/db/commands/authentication_commands.cpp, _authenticateX509, 6.0/7.0):
+ * a verified client certificate must be there ("No verified subject name available from client"), a user named in
+ * the command must equal its subject in RFC 2253 form ("There is no x.509 client certificate matching the user."),
+ * both AuthenticationFailed (18), and the database must be $external (ProtocolError 17). Every user is accepted as
+ * if created in $external: mongosim has no user catalog. NULL when authenticated, else the reason (and *code). */
+static const char *opt_utf8(const bson_t *doc, const char *key)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
+}
+
+static const char *x509_check(sim_conn *c, const char *user, const char *db, int *code)
+{
+    *code = 18;
+    if (c->x509_subject == NULL)
+        return "No verified subject name available from client";
+    if (user != NULL && strcmp(user, c->x509_subject) != 0)
+        return "There is no x.509 client certificate matching the user.";
+    if (strcmp(db, "$external") != 0) {
+        *code = 17;
+        return "X.509 authentication must always use the $external database.";
+    }
+    c->authenticated = true;
+    return NULL;
+}
+
+/* {authenticate: 1, mechanism: "MONGODB-X509"[, user: SUBJECT]} on $external, as libmongoc 1.23 sends it
+ * (mongoc-cluster.c, _mongoc_cluster_get_auth_cmd_x509: the user is the subject of tlsCertificateKeyFile, printed by
+ * mongoc_ssl_extract_subject in RFC 2253 form). The reply is {dbname, user, ok: 1} (AuthenticateReply in
+ * authentication_commands.idl). A failed AuthenticationFailed is answered "auth failed", without the reason, as the
+ * server answers a client; --verbose logs the reason. Other mechanisms go through saslStart on a server; here they
+ * are refused with 2 BadValue. */
+static void h_authenticate(cmd_ctx *x)
+{
+    sim_conn *c = x->r->conn;
+    const char *mech = opt_utf8(x->cmd, "mechanism");
+    const char *user = opt_utf8(x->cmd, "user");
+    if (mech == NULL || strcmp(mech, "MONGODB-X509") != 0) {
+        reply_error(x->r, 2, "Unsupported mechanism '%s' on authenticate command (mongosim knows MONGODB-X509 only)",
+                    mech ? mech : "");
+        return;
+    }
+    int code;
+    const char *why = x509_check(c, user, x->db, &code);
+    if (why != NULL) {
+        if (x->srv->opts.verbose)
+            fprintf(stderr, "mongosim: conn %" PRId64 ": MONGODB-X509 authentication failed: %s\n", c->id, why);
+        reply_error(x->r, code, "%s", code == 18 ? "auth failed" : why);
+        return;
+    }
+    bson_t d = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&d, "dbname", "$external");
+    BSON_APPEND_UTF8(&d, "user", c->x509_subject);
+    reply_ok(x->r, &d);
+}
+
+/* hello's speculativeAuthenticate (src/mongo/db/repl/hello_auth.cpp, handleHelloAuth, which hands an `authenticate`
+ * document to doSpeculativeAuthenticate in authentication_commands.cpp): MONGODB-X509 with its db is run as the
+ * command would be; on success the reply carries speculativeAuthenticate {dbname, user}, on failure nothing (the
+ * driver then authenticates explicitly). libmongoc adds it to its handshake (mongoc-topology-scanner.c,
+ * _mongoc_topology_scanner_add_speculative_authentication). */
+static void speculative_auth(cmd_ctx *x, bson_t *reply)
+{
+    bson_iter_t it;
+    bson_t spec;
+    if (x->srv->tls_ctx == NULL || !bson_iter_init_find(&it, x->cmd, "speculativeAuthenticate") ||
+        !iter_doc(&it, &spec))
+        return;
+    const char *mech = opt_utf8(&spec, "mechanism");
+    const char *db = opt_utf8(&spec, "db");
+    if (!bson_has_field(&spec, "authenticate") || mech == NULL || strcmp(mech, "MONGODB-X509") != 0 || db == NULL)
+        return;
+    int code;
+    if (x509_check(x->r->conn, opt_utf8(&spec, "user"), db, &code) != NULL)
+        return;
+    bson_t sub;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "speculativeAuthenticate", &sub);
+    BSON_APPEND_UTF8(&sub, "dbname", "$external");
+    BSON_APPEND_UTF8(&sub, "user", x->r->conn->x509_subject);
+    bson_append_document_end(reply, &sub);
+}
+
+/* With --tls-ca a connection runs only these before it authenticates; anything else fails with 13 Unauthorized,
+ * "command NAME requires authentication", as a server with authorization enabled answers (its command dispatch checks
+ * Command::requiresAuth, src/mongo/db/service_entry_point_common.cpp; these are the commands that return false). */
+static bool needs_auth(const sim_server *srv, const sim_conn *c, const char *name)
+{
+    static const char *const open_cmds[] = {"hello",        "isMaster", "ismaster",     "buildInfo",
+                                            "buildinfo",    "ping",     "authenticate", "saslStart",
+                                            "saslContinue", "logout",   "getnonce"};
+    if (srv->opts.tls_ca == NULL || c->authenticated)
+        return false;
+    for (size_t i = 0; i < sizeof open_cmds / sizeof open_cmds[0]; i++)
+        if (strcmp(open_cmds[i], name) == 0)
+            return false;
+    return true;
+}
+
 static void h_hello(cmd_ctx *x)
 {
     sim_server *srv = x->srv;
@@ -2037,6 +2137,7 @@ static void h_hello(cmd_ctx *x)
     BSON_APPEND_BOOL(&d, "readOnly", false);
     if (opt_bool(x->cmd, "helloOk") || !legacy)
         BSON_APPEND_BOOL(&d, "helloOk", true);
+    speculative_auth(x, &d);
     reply_ok(x->r, &d);
 }
 
@@ -2614,6 +2715,7 @@ static const cmd_entry COMMANDS[] = {
     {"isMaster", h_hello},
     {"ismaster", h_hello},
     {"ping", h_ok},
+    {"authenticate", h_authenticate},
     {"endSessions", h_ok},
     {"buildInfo", h_build_info},
     {"buildinfo", h_build_info},
@@ -2678,6 +2780,10 @@ void cmd_dispatch(sim_server *srv, sim_reply *r, const bson_t *cmd, const char *
     }
     if (srv->opts.verbose)
         fprintf(stderr, "mongosim: conn %" PRId64 ": %s on %s\n", r->conn->id, x.name, x.db);
+    if (needs_auth(srv, r->conn, x.name)) {
+        reply_error(r, 13, "command %s requires authentication", x.name);
+        return;
+    }
     if (srv->before_cmd != NULL && strcmp(srv->before_name, x.name) == 0) {
         /* mongosimBeforeNext: taken first (so it runs once), answered into nothing. */
         bson_t *run = srv->before_cmd;

@@ -48,6 +48,10 @@ static void usage(FILE *out)
             "                           to a user with changeStream/find on some databases only\n"
             "  --flavor NAME            mongodb (default), atlas-shared, documentdb or cosmos: a server that differs\n"
             "                           (README \"Flavors\")\n"
+            "  --tls-cert FILE          serve TLS only, with the certificate (chain) and private key in this PEM file\n"
+            "  --tls-ca FILE            with --tls-cert: require a client certificate issued by a CA in this PEM\n"
+            "                           file, and MONGODB-X509 authentication before other commands\n"
+            "                           (README \"TLS\")\n"
             "  --verbose                log connections and commands to stderr\n");
 }
 
@@ -75,6 +79,8 @@ int main(int argc, char **argv)
         {"flavor", required_argument, NULL, 'F'},
         {"refuse-cluster-stream", no_argument, NULL, 'C'},
         {"timeseries-bucket-max-count", required_argument, NULL, 'T'},
+        {"tls-cert", required_argument, NULL, 'K'},
+        {"tls-ca", required_argument, NULL, 'A'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -190,6 +196,12 @@ int main(int argc, char **argv)
         case 'C':
             opts.refuse_cluster_stream = true;
             break;
+        case 'K':
+            opts.tls_cert = optarg;
+            break;
+        case 'A':
+            opts.tls_ca = optarg;
+            break;
         case 'v':
             opts.verbose = true;
             break;
@@ -222,6 +234,15 @@ int main(int argc, char **argv)
                 "mongosim: --refuse-cluster-stream is for a replica set; it cannot be combined with --shards\n");
         return 2;
     }
+    if (shards > 0 && (opts.tls_cert != NULL || opts.tls_ca != NULL)) {
+        fprintf(stderr,
+                "mongosim: --tls-cert and --tls-ca are for a replica set; they cannot be combined with --shards\n");
+        return 2;
+    }
+    if (opts.tls_ca != NULL && opts.tls_cert == NULL) {
+        fprintf(stderr, "mongosim: --tls-ca needs --tls-cert\n");
+        return 2;
+    }
     if (shards > 0) {
         sim_cluster *cl = sim_cluster_new(&opts, (size_t)shards, orphan_delay, loop, &err);
         if (!cl) {
@@ -248,8 +269,11 @@ int main(int argc, char **argv)
         printf("%d\n", sim_server_port(srv));
         fflush(stdout);
     }
-    fprintf(stderr, "mongosim: PRIMARY of replica set %s listening on %s:%d\n", opts.set_name, opts.bind_host,
-            sim_server_port(srv));
+    fprintf(stderr, "mongosim: PRIMARY of replica set %s listening on %s:%d%s\n", opts.set_name, opts.bind_host,
+            sim_server_port(srv),
+            opts.tls_ca     ? " (TLS, client certificates required)"
+            : opts.tls_cert ? " (TLS)"
+                            : "");
     sim_server_handle_signals(srv);
     sim_server_run(srv);
     int rc = 0;

@@ -10,6 +10,13 @@
  * for writeConcern {w: "majority"} is parked the same way (its reply held in the connection) and is offered the
  * commit point from the same watcher, which mongosimMajority re-arms. Connections
  * are only freed from top-level callbacks (conn_service), never while a handler further up the stack uses them.
+ *
+ * TLS (--tls-cert): the same loop and the same non-blocking sockets, with OpenSSL between them and the buffers. An
+ * accepted connection first runs SSL_accept from its watchers until it completes (WANT_READ waits on the read
+ * watcher, WANT_WRITE on the write watcher); then SSL_read fills `in` until WANT_READ, and SSL_write drains `out` a
+ * record at a time until WANT_WRITE. A read that needs to write first (WANT_WRITE from SSL_read) or a write that needs
+ * to read (WANT_READ from SSL_write) sets a flag that keeps the other watcher running, and is retried from it. An
+ * SSL_write that could not finish is repeated with the same length, as OpenSSL requires.
  */
 #include "flavor.h"
 #include "images.h"
@@ -22,6 +29,10 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -316,6 +327,12 @@ static void conn_free(sim_conn *c)
     ev_io_stop(srv->loop, &c->wio);
     ev_timer_stop(srv->loop, &c->park_timer);
     ev_timer_stop(srv->loop, &c->delay_timer);
+    if (c->ssl != NULL) {
+        if (c->tls_ready && !c->dead)
+            SSL_shutdown(c->ssl); /* best effort: one close_notify, not waited for */
+        SSL_free(c->ssl);
+        free(c->x509_subject);
+    }
     close(c->fd);
     if (c->prev)
         c->prev->next = c->next;
@@ -335,6 +352,27 @@ static void conn_free(sim_conn *c)
 /* Sends what the socket takes; false on a socket error. */
 static bool conn_flush(sim_conn *c)
 {
+    c->tls_write_wants_read = false;
+    while (c->ssl != NULL && c->out_off < c->out.len) {
+        size_t left = c->out.len - c->out_off;
+        int len = c->tls_pending > 0 ? c->tls_pending : (int)(left < 16384 ? left : 16384);
+        ERR_clear_error();
+        int n = SSL_write(c->ssl, c->out.data + c->out_off, len);
+        if (n > 0) {
+            c->out_off += (size_t)n;
+            c->tls_pending = 0;
+            continue;
+        }
+        int e = SSL_get_error(c->ssl, n);
+        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+            c->tls_pending = len;
+            c->tls_write_wants_read = e == SSL_ERROR_WANT_READ;
+            if (e == SSL_ERROR_WANT_WRITE)
+                ev_io_start(c->srv->loop, &c->wio);
+            return true;
+        }
+        return false;
+    }
     while (c->out_off < c->out.len) {
         ssize_t n = send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
         if (n > 0) {
@@ -652,15 +690,130 @@ static void conn_service(sim_conn *c)
         conn_free(c);
         return;
     }
-    if (c->parked || c->held)
+    if ((c->parked || c->held) && !c->tls_write_wants_read)
         ev_io_stop(c->srv->loop, &c->rio);
     else
         ev_io_start(c->srv->loop, &c->rio);
+    if (c->tls_read_wants_write)
+        ev_io_start(c->srv->loop, &c->wio);
+}
+
+/* ---- TLS ---- */
+
+/* The subject of the client's verified certificate in RFC 2253 form, the user name MONGODB-X509 authenticates (as
+ * libmongoc's mongoc_ssl_extract_subject prints it: X509_NAME_print_ex with XN_FLAG_RFC2253). NULL without one. */
+static char *peer_subject(SSL *ssl)
+{
+    if (SSL_get_verify_result(ssl) != X509_V_OK)
+        return NULL;
+    X509 *peer = SSL_get1_peer_certificate(ssl);
+    if (peer == NULL)
+        return NULL;
+    char *out = NULL;
+    BIO *b = BIO_new(BIO_s_mem());
+    if (b != NULL && X509_NAME_print_ex(b, X509_get_subject_name(peer), 0, XN_FLAG_RFC2253) >= 0) {
+        char *p;
+        long n = BIO_get_mem_data(b, &p);
+        if (n > 0)
+            out = strndup(p, (size_t)n);
+    }
+    BIO_free(b);
+    X509_free(peer);
+    return out;
+}
+
+static void tls_log_error(sim_conn *c, const char *what)
+{
+    if (!c->srv->opts.verbose)
+        return;
+    char buf[256];
+    unsigned long e = ERR_peek_error();
+    ERR_error_string_n(e, buf, sizeof buf);
+    fprintf(stderr, "mongosim: conn %" PRId64 ": TLS %s failed: %s\n", c->id, what, e ? buf : strerror(errno));
+}
+
+/* Advances the handshake: 1 done, 0 waiting for the socket (the right watcher runs), -1 failed. */
+static int tls_handshake(sim_conn *c)
+{
+    ERR_clear_error();
+    int rc = SSL_accept(c->ssl);
+    if (rc == 1) {
+        c->tls_ready = true;
+        c->x509_subject = peer_subject(c->ssl);
+        ev_io_stop(c->srv->loop, &c->wio);
+        ev_io_start(c->srv->loop, &c->rio);
+        if (c->srv->opts.verbose)
+            fprintf(stderr, "mongosim: conn %" PRId64 ": TLS %s%s%s\n", c->id, SSL_get_version(c->ssl),
+                    c->x509_subject ? ", client certificate " : "", c->x509_subject ? c->x509_subject : "");
+        return 1;
+    }
+    int e = SSL_get_error(c->ssl, rc);
+    if (e == SSL_ERROR_WANT_READ) {
+        ev_io_stop(c->srv->loop, &c->wio);
+        ev_io_start(c->srv->loop, &c->rio);
+        return 0;
+    }
+    if (e == SSL_ERROR_WANT_WRITE) {
+        ev_io_start(c->srv->loop, &c->wio);
+        return 0;
+    }
+    tls_log_error(c, "handshake");
+    return -1;
+}
+
+/* Reads what OpenSSL has into `in`, until it needs the socket again. */
+static void tls_read(sim_conn *c)
+{
+    c->tls_read_wants_write = false;
+    for (;;) {
+        buf_reserve(&c->in, 64 * 1024);
+        size_t room = c->in.cap - c->in.len;
+        ERR_clear_error();
+        int n = SSL_read(c->ssl, c->in.data + c->in.len, room > INT32_MAX ? INT32_MAX : (int)room);
+        if (n > 0) {
+            c->in.len += (size_t)n;
+            continue;
+        }
+        int e = SSL_get_error(c->ssl, n);
+        if (e == SSL_ERROR_WANT_READ)
+            return;
+        if (e == SSL_ERROR_WANT_WRITE) {
+            c->tls_read_wants_write = true;
+            return;
+        }
+        if (e != SSL_ERROR_ZERO_RETURN)
+            tls_log_error(c, "read");
+        c->dead = true; /* close_notify, EOF or error */
+        return;
+    }
+}
+
+/* A watcher of a TLS connection fired. */
+static void tls_io(sim_conn *c, bool readable)
+{
+    if (!c->tls_ready) {
+        int h = tls_handshake(c);
+        if (h == 0)
+            return;
+        if (h < 0) {
+            c->dead = true;
+            conn_service(c);
+            return;
+        }
+        readable = true; /* what came with the last handshake flight may already sit in OpenSSL's buffer */
+    }
+    if (readable || c->tls_read_wants_write)
+        tls_read(c);
+    conn_service(c);
 }
 
 static void on_read(struct ev_loop *loop, ev_io *w, int revents)
 {
     sim_conn *c = w->data;
+    if (c->ssl != NULL) {
+        tls_io(c, true);
+        return;
+    }
     for (;;) {
         buf_reserve(&c->in, 64 * 1024);
         ssize_t n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
@@ -682,7 +835,12 @@ static void on_read(struct ev_loop *loop, ev_io *w, int revents)
 
 static void on_write(struct ev_loop *loop, ev_io *w, int revents)
 {
-    conn_service(w->data);
+    sim_conn *c = w->data;
+    if (c->ssl != NULL) {
+        tls_io(c, false);
+        return;
+    }
+    conn_service(c);
 }
 
 static void on_park_timeout(struct ev_loop *loop, ev_timer *w, int revents)
@@ -706,11 +864,22 @@ static void on_delay_done(struct ev_loop *loop, ev_timer *w, int revents)
 static bool conn_adopt(sim_server *srv, int fd)
 {
     sim_conn *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        fprintf(stderr, "mongosim: out of memory accepting a connection\n");
         return false;
+    }
     c->srv = srv;
     c->fd = fd;
     c->id = ++srv->next_conn_id;
+    if (srv->tls_ctx != NULL) {
+        c->ssl = SSL_new(srv->tls_ctx);
+        if (c->ssl == NULL || SSL_set_fd(c->ssl, fd) != 1) {
+            fprintf(stderr, "mongosim: cannot set up TLS for a connection\n");
+            SSL_free(c->ssl);
+            free(c);
+            return false;
+        }
+    }
     ev_io_init(&c->rio, on_read, fd, EV_READ);
     ev_io_init(&c->wio, on_write, fd, EV_WRITE);
     ev_init(&c->park_timer, on_park_timeout);
@@ -738,10 +907,8 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (!conn_adopt(srv, fd)) {
-            fprintf(stderr, "mongosim: out of memory accepting a connection\n");
+        if (!conn_adopt(srv, fd))
             close(fd);
-        }
     }
 }
 
@@ -901,6 +1068,47 @@ static void recover_term(sim_server *srv)
         srv->term = bson_iter_as_int64(&it);
 }
 
+/* The server side of --tls-cert/--tls-ca, as a mongod with net.tls.mode requireTLS, certificateKeyFile and CAFile:
+ * TLS 1.2 or later, and with a CA a client certificate that chains to it is required (mongod's default without
+ * allowConnectionsWithoutCertificates). */
+static SSL_CTX *tls_context_new(const sim_options *opts, bson_error_t *err)
+{
+    char why[256] = "";
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (ctx == NULL) {
+        bson_set_error(err, 0, 1, "cannot create a TLS context");
+        return NULL;
+    }
+    /* OpenSSL's socket BIO writes with write(2), which raises SIGPIPE when the peer is gone (the plain path sends with
+     * MSG_NOSIGNAL): a server embedded in a test process must not die of it. */
+    signal(SIGPIPE, SIG_IGN);
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    if (SSL_CTX_use_certificate_chain_file(ctx, opts->tls_cert) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx, opts->tls_cert, SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(ctx) != 1) {
+        ERR_error_string_n(ERR_get_error(), why, sizeof why);
+        bson_set_error(err, 0, 1, "--tls-cert %s: not a PEM with a certificate and its private key (%s)",
+                       opts->tls_cert, why);
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    if (opts->tls_ca != NULL) {
+        STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(opts->tls_ca);
+        if (names == NULL || SSL_CTX_load_verify_locations(ctx, opts->tls_ca, NULL) != 1) {
+            ERR_error_string_n(ERR_get_error(), why, sizeof why);
+            bson_set_error(err, 0, 1, "--tls-ca %s: no CA certificate could be read (%s)", opts->tls_ca, why);
+            if (names != NULL)
+                sk_X509_NAME_pop_free(names, X509_NAME_free);
+            SSL_CTX_free(ctx);
+            return NULL;
+        }
+        SSL_CTX_set_client_CA_list(ctx, names);
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    }
+    return ctx;
+}
+
 sim_server *sim_server_new(const sim_options *opts, struct ev_loop *loop, bson_error_t *err)
 {
     sim_server *srv = calloc(1, sizeof *srv);
@@ -930,6 +1138,12 @@ sim_server *sim_server_new(const sim_options *opts, struct ev_loop *loop, bson_e
     srv->oplog_uuid[8] = (uint8_t)((srv->oplog_uuid[8] & 0x3f) | 0x80);
     srv->next_txn_number = 1;
 
+    if (opts->tls_ca != NULL && opts->tls_cert == NULL) {
+        bson_set_error(err, 0, 1, "--tls-ca needs --tls-cert");
+        goto fail;
+    }
+    if (opts->tls_cert != NULL && (srv->tls_ctx = tls_context_new(opts, err)) == NULL)
+        goto fail;
     if (opts->state_dir && !load_state(srv, err))
         goto fail;
     if (opts->oplog_file && !oplog_load_file(srv->oplog, opts->oplog_file, err))
@@ -1052,5 +1266,6 @@ void sim_server_free(sim_server *srv)
     if (srv->before_cmd != NULL)
         bson_destroy(srv->before_cmd);
     oplog_free(srv->oplog);
+    SSL_CTX_free(srv->tls_ctx);
     free(srv);
 }

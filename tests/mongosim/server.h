@@ -35,6 +35,9 @@ typedef struct {
     int32_t ts_bucket_max_count; /* timeseriesBucketMaxCount (--timeseries-bucket-max-count); 0: the server's 1000 */
     bool refuse_cluster_stream;  /* a cluster-wide $changeStream is refused (13 Unauthorized), as to a user whose roles
                                   * grant changeStream and find on some databases only (--refuse-cluster-stream) */
+    const char *tls_cert;        /* PEM with the server's certificate (chain) and key: serve TLS only (--tls-cert) */
+    const char *tls_ca;          /* PEM of the CAs client certificates must chain to; with it a client certificate is
+                                  * required and commands need MONGODB-X509 authentication (--tls-ca); NULL */
 } sim_options;
 
 typedef struct sim_server sim_server;

@@ -70,6 +70,15 @@ struct sim_conn {
     ev_timer delay_timer;
     bool close_after_flush;
     bool dead; /* socket error: close at the next safe point */
+    /* TLS (--tls-cert): the connection's OpenSSL session, NULL on a plain server. Until tls_ready the handshake runs;
+     * afterwards SSL_read/SSL_write replace recv/send, and a read that must write first (or the reverse) waits on the
+     * other watcher (server.c, "TLS"). */
+    struct ssl_st *ssl;
+    bool tls_ready;
+    bool tls_read_wants_write, tls_write_wants_read;
+    int tls_pending;    /* length of an SSL_write to repeat as it was (OpenSSL requires the same length) */
+    char *x509_subject; /* the verified client certificate's subject, RFC 2253 (--tls-ca), or NULL */
+    bool authenticated; /* MONGODB-X509 authentication succeeded on this connection */
     sim_conn *prev, *next;
 };
 
@@ -79,6 +88,7 @@ struct sim_server {
     bool own_loop;
     int lfd;
     int port;
+    struct ssl_ctx_st *tls_ctx; /* --tls-cert: every accepted connection speaks TLS; NULL: plain */
     ev_io accept_io;
     ev_async stop_async;
     ev_prepare prepare;

@@ -66,6 +66,25 @@ START_TEST(test_advice)
 }
 END_TEST
 
+/* libpq's words for TLS that fails verification (fe-secure-openssl.c, fe-connect.c): a person must act; the network
+ * failing during a handshake is not among them. */
+START_TEST(test_tls_refusals)
+{
+    ck_assert(pgerror_tls_refused("connection to server at \"localhost\" (127.0.0.1), port 5432 failed: SSL error: "
+                                  "certificate verify failed"));
+    ck_assert(pgerror_tls_refused("connection to server at \"127.0.0.1\", port 5432 failed: server certificate for "
+                                  "\"localhost\" (and 1 other name) does not match host name \"db.example.com\""));
+    ck_assert(pgerror_tls_refused("root certificate file \"/etc/ca.pem\" does not exist"));
+    ck_assert(pgerror_tls_refused("private key file \"/etc/k.pem\" has group or world access"));
+    ck_assert(pgerror_tls_refused("server does not support SSL, but SSL was required"));
+    ck_assert(pgerror_tls_refused("SSL error: tlsv1 alert unknown ca"));
+    ck_assert(!pgerror_tls_refused("SSL SYSCALL error: Connection reset by peer"));
+    ck_assert(!pgerror_tls_refused("connection to server at \"localhost\" (127.0.0.1), port 5432 failed: Connection "
+                                   "refused"));
+    ck_assert(!pgerror_tls_refused(NULL));
+}
+END_TEST
+
 /* libpq quotes pieces of a malformed connection string; nothing from the password's part may be shown. */
 START_TEST(test_conninfo_errors_hide_the_password)
 {
@@ -110,6 +129,7 @@ Suite *pgerror_suite(void)
     tcase_add_test(tc, test_only_data_errors_are_data);
     tcase_add_test(tc, test_listed);
     tcase_add_test(tc, test_advice);
+    tcase_add_test(tc, test_tls_refusals);
     tcase_add_test(tc, test_conninfo_errors_hide_the_password);
     tcase_add_test(tc, test_message_cleaning);
     suite_add_tcase(s, tc);
