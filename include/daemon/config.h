@@ -140,7 +140,8 @@ typedef struct config {
     char *syslog_ident;
 
     /* [metrics] */
-    char *metrics_listen; /* "HOST:PORT"; "" = off */
+    char *metrics_listen;               /* "HOST:PORT"; "" = off */
+    int64_t metrics_window_interval_ms; /* how often the oplog window of the metrics is read */
 
     /* [map DB.COLL] and [child SCHEMA.TABLE] sections (daemon/config_map.h, docs/mapping.md): not options of the
      * table, and not reloadable (a reload that finds them changed keeps these and says a restart is needed). */

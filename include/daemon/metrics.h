@@ -57,6 +57,10 @@ typedef struct metrics_shard {
     uint64_t entries;            /* its entries handed on to the applier (counter) */
     uint64_t notes;              /* oplog notes written into it (counter) */
     bool notes_refused;          /* it refused appendOplogNote */
+    bool window_known;           /* its oplog's edges were read (the last read worked): the two below are shown */
+    double window_seconds;       /* newest minus oldest entry of its oplog */
+    bool margin_known;           /* and its checkpoint is known: margin_seconds is shown */
+    double margin_seconds;       /* what it still needs (checkpoint, or an open transaction's start) minus the oldest */
 } metrics_shard;
 
 /* Everything one scrape shows. Counters count since the process started (they survive reconnects). */
@@ -88,6 +92,12 @@ typedef struct metrics_snapshot {
     uint64_t txn_open;     /* transactions over several oplog entries read but not yet committed (gauge) */
     uint64_t txn_bytes;    /* the oplog bytes of their entries read so far (gauge) */
     double txn_oldest_age; /* seconds since the first entry of the oldest of them (gauge; 0 when none) */
+    /* The oplog window of a replica set's oplog (a sharded cluster's are per shard, in shards[]): absent from the
+     * scrape when unknown (change stream, not read yet, the read failed, no checkpoint yet for the margin). */
+    bool window_known;
+    double window_seconds; /* newest minus oldest oplog entry time */
+    bool margin_known;
+    double margin_seconds; /* the oldest entry still needed (checkpoint or open transaction) minus the oldest */
     size_t nshards;        /* a sharded cluster's shards (this session's), 0 for a replica set */
     metrics_shard shards[METRICS_MAX_SHARDS];
     bool ready;        /* connected both ways and applying (1), or starting, copying, reconnecting (0) */

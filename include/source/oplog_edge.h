@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "core/op.h"
+#include "source/mongo_client.h"
 
 /* natural 1: the oldest entry, -1: the newest. *found is false when the oplog is empty. False with a message in err
  * when the read fails. The term is -1 when the entry has none. */
@@ -21,8 +22,7 @@ bool oplog_entry_before(mongoc_client_t *client, const op_pos *pos, op_pos *out,
 
 /* The newest entry, or with majority the newest a majority of the replica set has committed (readConcern
  * majority): where a copy or --skip-import starts in [mongodb] read_concern = majority. */
-bool oplog_newest_committed(mongoc_client_t *client, bool majority, op_pos *out, bool *found, char *err,
-                            size_t errlen);
+bool oplog_newest_committed(mongoc_client_t *client, bool majority, op_pos *out, bool *found, char *err, size_t errlen);
 
 /* Whether an entry after `after`, up to and including `upto`, renames a collection (a renameCollection command,
  * alone or inside an applyOps): *renamed. One forward read of that stretch, from the primary's own oplog (not a
@@ -32,5 +32,8 @@ bool oplog_renames_between(mongoc_client_t *client, const op_pos *after, const o
 
 /* Both edges, over a client of its own made from uri (for the commands). *found is false when the oplog is empty. */
 bool oplog_window(const char *uri, op_pos *oldest, op_pos *newest, bool *found, char *err, size_t errlen);
+/* The same with the client's options given (the daemon's periodic probe: its own appname and short timeouts). */
+bool oplog_window_with(const char *uri, const mongo_client_opts *opts, op_pos *oldest, op_pos *newest, bool *found,
+                       char *err, size_t errlen);
 
 #endif

@@ -1350,6 +1350,7 @@ static bool ctx_init(daemon_ctx *d, config *cfg, const char *config_path, const 
 
 static void ctx_free(daemon_ctx *d)
 {
+    window_probe_stop(d->wprobe);
     metrics_stop(d->metrics);
     sink_free(d->snk);
     nsfilter_free(d->filter);
@@ -1383,6 +1384,9 @@ int daemon_run(config *cfg, const char *config_path, const daemon_options *opts)
             goto done;
         }
         log_info("serving metrics at http://%s/metrics", cfg->metrics_listen);
+        d.wprobe = window_probe_start(cfg->metrics_window_interval_ms);
+        if (d.wprobe == NULL)
+            log_warning("[metrics] cannot start the thread that reads the oplog window: its metrics stay absent");
         report_publish(&d);
     }
     code = run_sessions(&d, opts);

@@ -17,6 +17,7 @@
 #include "daemon/config.h"
 #include "daemon/metrics.h"
 #include "daemon/source_choice.h"
+#include "daemon/window_probe.h"
 #include "sink/pg.h"
 #include "source/dump/dump.h"
 #include "source/oplog/reader.h"
@@ -109,6 +110,7 @@ typedef struct {
     double stop_seen;   /* when a wait on PostgreSQL first saw the stop request (0: not yet) */
     bool cancel_sent;   /* the statement kept waiting past STOP_GRACE_S was cancelled */
     metrics_server *metrics;
+    window_probe *wprobe;    /* the oplog window the metrics show (daemon/window_probe.h); NULL without metrics */
     metrics_snapshot totals; /* counters of the sessions that ended (the running one is added at publish time) */
     uint64_t pg_reconnects;
     /* [mongodb] delete_reconcile (reconcile.c): its timer, and the passes and rows deleted so far */
@@ -176,6 +178,7 @@ void cluster_reader_totals(const cluster *c, reader_stats *sum);
 
 typedef struct cluster_shard_info {
     const char *id;
+    const char *uri; /* its replica set's (where the window probe reads its oplog) */
     bool has_read;
     op_pos read_last;   /* the last entry its reader pushed */
     uint64_t waited_ms; /* how long the merge has waited on it in all */

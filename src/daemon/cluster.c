@@ -713,6 +713,7 @@ bool cluster_shard_report(const cluster *c, size_t i, cluster_shard_info *out)
         return false;
     memset(out, 0, sizeof *out);
     out->id = c->s[i].id;
+    out->uri = c->s[i].uri;
     reader_stats rs;
     reader_get_stats(c->s[i].rd, &rs);
     out->read_last = rs.last;

@@ -258,6 +258,12 @@ static const struct option_def options[] = {
     {.info = {.section = "metrics", .name = "listen", TYPE(STRING, "string"), .default_text = "",
               .help = "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9187); empty = off"},
      .offset = offsetof(config, metrics_listen), .check = check_listen},
+
+    {.info = {.section = "metrics", .name = "oplog_window_interval", TYPE(DURATION, "duration"),
+              .default_text = "30s", .min = MS_PER_S, .max = MS_PER_H, .base_unit = "s",
+              .help = "how often the oplog's oldest and newest entries are read for oplog2pg_oplog_window_seconds and "
+                      "oplog2pg_oplog_margin_seconds (a thread of its own, off the apply loop)"},
+     .offset = offsetof(config, metrics_window_interval_ms)},
 };
 /* clang-format on */
 

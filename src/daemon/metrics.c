@@ -145,6 +145,14 @@ static void gauge_i64(FILE *f, const char *name, const char *help, int64_t v)
     fprintf(f, "%s %" PRId64 "\n", name, v);
 }
 
+static void gauge_double(FILE *f, const char *name, const char *help, double v)
+{
+    char num[DTOA_G_SIZE];
+    format_double(num, v);
+    family(f, name, "gauge", help);
+    fprintf(f, "%s %s\n", name, num);
+}
+
 /* One sample per shard of a sharded cluster, labelled shard="ID" (escaped as the exposition format asks). */
 static void shard_sample(FILE *f, const char *name, const char *id, double v)
 {
@@ -160,6 +168,42 @@ static void shard_sample(FILE *f, const char *name, const char *id, double v)
             fputc(*c, f);
     }
     fprintf(f, "\"} %s\n", num);
+}
+
+#define WINDOW_HELP                                                                                                    \
+    "Time between the oldest and the newest entry of the oplog (each shard's in a sharded cluster), read every "       \
+    "[metrics] oplog_window_interval; absent when unknown (a change stream has no oplog to read)."
+#define MARGIN_HELP                                                                                                    \
+    "How far the oldest entry still needed (the checkpoint, or the first entry of a transaction open there) is "       \
+    "from falling off the oplog, in seconds; negative: it has fallen off. Absent when unknown."
+
+/* The oplog window and margin of a replica set: unlabelled, and only what is known (no sample at all otherwise). */
+static void render_window(FILE *f, const metrics_snapshot *s)
+{
+    if (s->window_known)
+        gauge_double(f, "oplog2pg_oplog_window_seconds", WINDOW_HELP, s->window_seconds);
+    if (s->margin_known)
+        gauge_double(f, "oplog2pg_oplog_margin_seconds", MARGIN_HELP, s->margin_seconds);
+}
+
+/* The same for each shard whose figure is known, labelled shard="ID"; no family when no shard's is. */
+static void render_shard_windows(FILE *f, const metrics_snapshot *s, size_t n)
+{
+    bool window = false, margin = false;
+    for (size_t i = 0; i < n; i++) {
+        window = window || s->shards[i].window_known;
+        margin = margin || s->shards[i].margin_known;
+    }
+    if (window)
+        family(f, "oplog2pg_oplog_window_seconds", "gauge", WINDOW_HELP);
+    for (size_t i = 0; window && i < n; i++)
+        if (s->shards[i].window_known)
+            shard_sample(f, "oplog2pg_oplog_window_seconds", s->shards[i].id, s->shards[i].window_seconds);
+    if (margin)
+        family(f, "oplog2pg_oplog_margin_seconds", "gauge", MARGIN_HELP);
+    for (size_t i = 0; margin && i < n; i++)
+        if (s->shards[i].margin_known)
+            shard_sample(f, "oplog2pg_oplog_margin_seconds", s->shards[i].id, s->shards[i].margin_seconds);
 }
 
 static void render_shards(FILE *f, const metrics_snapshot *s)
@@ -202,14 +246,7 @@ static void render_shards(FILE *f, const metrics_snapshot *s)
            "periodic noop.");
     for (size_t i = 0; i < n; i++)
         shard_sample(f, "oplog2pg_shard_notes_refused", s->shards[i].id, s->shards[i].notes_refused ? 1 : 0);
-}
-
-static void gauge_double(FILE *f, const char *name, const char *help, double v)
-{
-    char num[DTOA_G_SIZE];
-    format_double(num, v);
-    family(f, name, "gauge", help);
-    fprintf(f, "%s %s\n", name, num);
+    render_shard_windows(f, s, n);
 }
 
 char *metrics_render(const metrics_snapshot *s, size_t *len)
@@ -291,6 +328,8 @@ char *metrics_render(const metrics_snapshot *s, size_t *len)
     gauge_i64(f, "oplog2pg_copy_documents_estimate", "Initial copy: estimated number of documents to copy.",
               s->copy_documents_estimate);
 
+    if (s->nshards == 0)
+        render_window(f, s);
     render_shards(f, s);
 
     bool failed = ferror(f) != 0;

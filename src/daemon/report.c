@@ -61,18 +61,73 @@ static uint64_t source_seen(const daemon_ctx *d, uint64_t *reconnects)
     return 0;
 }
 
+/* The oldest entry still needed, as `status` counts it: the checkpoint, or the first entry of the transaction open
+ * there (its hold) when that is older: it is read again from there at the commit. */
+static const op_pos *needed_entry(const op_pos *pos, bool has_hold, const op_pos *hold)
+{
+    return has_hold && op_pos_cmp(hold, pos) < 0 ? hold : pos;
+}
+
 typedef struct {
     metrics_snapshot *m;
+    op_pos oldest[METRICS_MAX_SHARDS]; /* each shard's oldest oplog entry, where m->shards[i].window_known */
 } shard_rows_ctx;
 
 static void shard_row(void *arg, const char *shard, const op_pos *pos, bool has_hold, const op_pos *hold)
 {
-    (void)has_hold;
-    (void)hold;
-    metrics_snapshot *m = ((shard_rows_ctx *)arg)->m;
+    shard_rows_ctx *rc = arg;
+    metrics_snapshot *m = rc->m;
     for (size_t i = 0; i < m->nshards; i++)
-        if (strcmp(m->shards[i].id, shard) == 0)
+        if (strcmp(m->shards[i].id, shard) == 0) {
             m->shards[i].checkpoint_timestamp = (double)pos->secs;
+            if (m->shards[i].window_known) {
+                m->shards[i].margin_known = true;
+                m->shards[i].margin_seconds =
+                    (double)needed_entry(pos, has_hold, hold)->secs - (double)rc->oldest[i].secs;
+            }
+        }
+}
+
+/* Which oplogs the window probe reads: the replica set's while an oplog reader runs, each shard's while a sharded
+ * cluster's readers run, none with a change stream or a dump (no oplog to read). Between sessions, and during an
+ * initial copy, the last list stays. */
+static void probe_targets(daemon_ctx *d)
+{
+    const char *ids[METRICS_MAX_SHARDS], *uris[METRICS_MAX_SHARDS];
+    size_t n = 0;
+    if (d->wprobe == NULL)
+        return;
+    if (d->cl != NULL) {
+        cluster_shard_info si;
+        for (size_t i = 0; i < cluster_shard_count(d->cl) && n < METRICS_MAX_SHARDS; i++) {
+            if (!cluster_shard_report(d->cl, i, &si))
+                break;
+            ids[n] = si.id;
+            uris[n++] = si.uri;
+        }
+    } else if (d->rd != NULL) {
+        ids[0] = "";
+        uris[n++] = d->cfg->mongodb_uri_effective;
+    } else if (d->srd == NULL && d->dump == NULL) {
+        return;
+    }
+    window_probe_set_targets(d->wprobe, ids, uris, n);
+}
+
+/* The replica set's oplog window and margin (a sharded cluster's are per shard: fill_shards). */
+static void fill_window(daemon_ctx *d, metrics_snapshot *m)
+{
+    op_pos oldest, newest, hold;
+    m->window_known = m->margin_known = false;
+    if (d->cl != NULL || !window_probe_get(d->wprobe, "", &oldest, &newest))
+        return;
+    m->window_known = true;
+    m->window_seconds = (double)newest.secs - (double)oldest.secs;
+    if (d->committed.secs == 0)
+        return;
+    bool has_hold = sink_read_hold(d->snk, &hold);
+    m->margin_known = true;
+    m->margin_seconds = (double)needed_entry(&d->committed, has_hold, &hold)->secs - (double)oldest.secs;
 }
 
 /* A sharded cluster's shards: what the session's readers, merge and note writers say, and each one's committed
@@ -95,6 +150,12 @@ static void fill_shards(daemon_ctx *d, metrics_snapshot *m)
     }
     if (m->nshards > 0) {
         shard_rows_ctx rc = {.m = m};
+        for (size_t i = 0; i < m->nshards; i++) {
+            op_pos newest;
+            metrics_shard *ms = &m->shards[i];
+            ms->window_known = window_probe_get(d->wprobe, ms->id, &rc.oldest[i], &newest);
+            ms->window_seconds = ms->window_known ? (double)newest.secs - (double)rc.oldest[i].secs : 0;
+        }
         sink_read_shard_checkpoints(d->snk, shard_row, &rc);
     }
 }
@@ -161,6 +222,8 @@ static void fill_snapshot(daemon_ctx *d, metrics_snapshot *m)
     m->lag_seconds = current_lag(d);
     m->copy_documents = d->copy_copied;
     m->copy_documents_estimate = d->copy_estimate;
+    probe_targets(d);
+    fill_window(d, m);
     fill_shards(d, m);
     m->ready = d->session_live && d->end == END_NONE;
 }

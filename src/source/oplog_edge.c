@@ -125,16 +125,22 @@ bool oplog_renames_between(mongoc_client_t *client, const op_pos *after, const o
     return ok;
 }
 
-bool oplog_window(const char *uri_text, op_pos *oldest, op_pos *newest, bool *found, char *err, size_t errlen)
+bool oplog_window_with(const char *uri_text, const mongo_client_opts *opts, op_pos *oldest, op_pos *newest, bool *found,
+                       char *err, size_t errlen)
 {
     bool f1 = false, f2 = false;
     *found = false;
-    mongo_client_opts o = {.appname = "oplog2pg-probe"};
-    mongoc_client_t *client = mongo_client_open(uri_text, &o, err, errlen);
+    mongoc_client_t *client = mongo_client_open(uri_text, opts, err, errlen);
     if (client == NULL)
         return false;
     bool ok = oplog_edge(client, 1, oldest, &f1, err, errlen) && oplog_edge(client, -1, newest, &f2, err, errlen);
     *found = ok && f1 && f2;
     mongoc_client_destroy(client);
     return ok;
+}
+
+bool oplog_window(const char *uri_text, op_pos *oldest, op_pos *newest, bool *found, char *err, size_t errlen)
+{
+    mongo_client_opts o = {.appname = "oplog2pg-probe"};
+    return oplog_window_with(uri_text, &o, oldest, newest, found, err, errlen);
 }

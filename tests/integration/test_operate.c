@@ -307,6 +307,64 @@ START_TEST(test_metrics_scrape)
 }
 END_TEST
 
+/* Scrapes until the window and margin shown are those of the oplog's edges read here and the committed checkpoint
+ * (the probe reads every second); fails with the last figures otherwise. *margin gets the margin shown. */
+static void expect_window(const denv *e, const char *url, char *body, size_t bodylen, double *margin)
+{
+    uint32_t oldest = 0, newest = 0;
+    double ck = 0, window = -2, shown = -2, until = denv_now() + 30;
+    for (;;) {
+        ck_assert_int_eq(denv_http_get(url, false, body, bodylen), 0);
+        denv_oplog_edges(e->uri, &oldest, &newest);
+        ck = (double)(denv_checkpoint_ts(e->service) >> 32);
+        window = denv_metric(body, "oplog2pg_oplog_window_seconds");
+        shown = denv_metric(body, "oplog2pg_oplog_margin_seconds");
+        if ((window == (double)newest - (double)oldest && shown == ck - (double)oldest) || denv_now() > until)
+            break;
+        usleep(200 * 1000);
+    }
+    ck_assert_msg(window == (double)newest - (double)oldest, "window shown %g, the oplog's edges %u..%u", window,
+                  oldest, newest);
+    ck_assert_msg(shown == ck - (double)oldest, "margin shown %g, checkpoint %.0f, oldest entry %u", shown, ck, oldest);
+    *margin = shown;
+}
+
+/* oplog2pg_oplog_window_seconds and oplog2pg_oplog_margin_seconds: the oplog's newest minus oldest entry, and the
+ * checkpoint minus the oldest, as the oplog holds them; the margin grows as the checkpoint moves on, and shrinks when
+ * the oplog loses its oldest entries. */
+START_TEST(test_metrics_oplog_window)
+{
+    denv e;
+    int port = start_with_metrics(&e, "opwin", "oplog_window_interval = 1s\n");
+    char url[128], *body = malloc(65536);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", port);
+    denv_insert_range(&e, "rep_opwin_a", "c", 1, 10);
+    ck_assert(denv_wait_caught_up(&e, 30));
+    double m1, m2, m3;
+    expect_window(&e, url, body, 65536, &m1);
+
+    sleep(3); /* entries three seconds later: the checkpoint moves three seconds on */
+    denv_insert_range(&e, "rep_opwin_a", "c", 11, 20);
+    ck_assert(denv_wait_caught_up(&e, 30));
+    expect_window(&e, url, body, 65536, &m2);
+    ck_assert_msg(m2 >= m1 + 3, "the margin went from %g to %g as the checkpoint moved 3 s on", m1, m2);
+
+    /* the oplog's entries before the checkpoint go: the window shrinks, the margin falls to 0 */
+    uint64_t ck = denv_checkpoint_ts(e.service);
+    mongoc_client_t *c = mongoc_client_new(e.uri);
+    bson_t *cmd =
+        BCON_NEW("mongosimTruncateOplog", BCON_INT32(1), "before", BCON_TIMESTAMP((uint32_t)(ck >> 32), (uint32_t)ck));
+    bson_error_t berr;
+    ck_assert_msg(mongoc_client_command_simple(c, "admin", cmd, NULL, NULL, &berr), "%s", berr.message);
+    bson_destroy(cmd);
+    mongoc_client_destroy(c);
+    expect_window(&e, url, body, 65536, &m3);
+    ck_assert_msg(m3 < m2 && m3 >= 0, "the margin went from %g to %g as the oplog lost its oldest entries", m2, m3);
+    denv_stop(&e);
+    free(body);
+}
+END_TEST
+
 /* [postgres] max_prepared_statements reaches the connection: with room for two statements, inserts going round four
  * collections leave two of them planned afresh each time, and the metrics count those (the default room, 1 000,
  * would send none unnamed here). */
@@ -480,6 +538,7 @@ Suite *operate_suite(void)
     tcase_add_test(tc, test_watchdog_fed_while_waiting_on_a_lock);
     tcase_add_test(tc, test_idle_connection_loss_noticed);
     tcase_add_test(tc, test_metrics_scrape);
+    tcase_add_test(tc, test_metrics_oplog_window);
     tcase_add_test(tc, test_max_prepared_statements);
     tcase_add_test(tc, test_dead_letters);
     tcase_add_test(tc, test_stop_on_refused_op);

@@ -444,6 +444,62 @@ START_TEST(test_idle_shard_noted)
 }
 END_TEST
 
+/* Each shard's oplog window and margin in the metrics (label shard): its own oplog's newest minus oldest entry, and
+ * its checkpoint row minus that oldest entry; the margin grows as writes on that shard move its checkpoint on. */
+static void expect_shard_window(shenv *e, int port, size_t k, double *margin)
+{
+    char url[96], uri[256], series[128], sql[256], *body = malloc(65536);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", port);
+    simcluster_shard_uri(&e->c, k, uri, sizeof uri);
+    snprintf(sql, sizeof sql,
+             "SELECT ts_sec FROM oplog2pg.shard_checkpoint WHERE service = '%s' AND shard = 'shard%zu'", e->service, k);
+    uint32_t oldest = 0, newest = 0;
+    double ck = 0, window = -2, shown = -2, until = denv_now() + 30;
+    for (;;) {
+        ck_assert_int_eq(denv_http_get(url, false, body, 65536), 0);
+        denv_oplog_edges(uri, &oldest, &newest);
+        ck = (double)denv_pg_int(sql);
+        snprintf(series, sizeof series, "oplog2pg_oplog_window_seconds{shard=\"shard%zu\"}", k);
+        window = denv_metric(body, series);
+        snprintf(series, sizeof series, "oplog2pg_oplog_margin_seconds{shard=\"shard%zu\"}", k);
+        shown = denv_metric(body, series);
+        if ((window == (double)newest - (double)oldest && shown == ck - (double)oldest) || denv_now() > until)
+            break;
+        usleep(200 * 1000);
+    }
+    ck_assert_msg(window == (double)newest - (double)oldest, "shard%zu: window shown %g, its oplog's edges %u..%u", k,
+                  window, oldest, newest);
+    ck_assert_msg(shown == ck - (double)oldest, "shard%zu: margin shown %g, checkpoint %.0f, oldest entry %u", k, shown,
+                  ck, oldest);
+    ck_assert_msg(strstr(body, "\noplog2pg_oplog_margin_seconds ") == NULL, "an unlabelled margin beside the shards");
+    *margin = shown;
+    free(body);
+}
+
+START_TEST(test_shard_oplog_window_metrics)
+{
+    shenv e;
+    int port = denv_free_port();
+    char ini[160];
+    snprintf(ini, sizeof ini,
+             "shard_note_after = 100ms\n[metrics]\nlisten = 127.0.0.1:%d\noplog_window_interval = 1s\n", port);
+    if (sh_skip_or_begin(&e, "opwin", "c", ini))
+        return;
+    shenv_insert(&e, "c", 1, 1);   /* shard0 */
+    shenv_insert(&e, "c", 150, 1); /* shard1 */
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "the first documents did not arrive");
+    double m0, m1, later0;
+    expect_shard_window(&e, port, 0, &m0);
+    expect_shard_window(&e, port, 1, &m1);
+    sleep(3);
+    shenv_insert(&e, "c", 2, 2); /* shard0 only: its checkpoint moves three seconds on */
+    ck_assert_msg(shenv_wait_equal(&e, 30, true), "the last document did not arrive");
+    expect_shard_window(&e, port, 0, &later0);
+    ck_assert_msg(later0 >= m0 + 3, "shard0's margin went from %g to %g as its checkpoint moved 3 s on", m0, later0);
+    shenv_stop(&e);
+}
+END_TEST
+
 Suite *sharded_suite(void); /* called by the generated runner list */
 
 Suite *sharded_suite(void)
@@ -457,6 +513,10 @@ Suite *sharded_suite(void)
     tcase_add_test(tc, test_shard_added_while_running);
     tcase_add_test(tc, test_shard_key_beside_id);
     suite_add_tcase(s, tc);
+    TCase *tm = tcase_create("metrics");
+    tcase_set_timeout(tm, 120);
+    tcase_add_test(tm, test_shard_oplog_window_metrics);
+    suite_add_tcase(s, tm);
     TCase *tp = tcase_create("prepared");
     tcase_set_timeout(tp, 300);
     tcase_add_test(tp, test_prepared_across_shards_visible_at_once);

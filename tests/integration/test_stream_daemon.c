@@ -459,7 +459,10 @@ START_TEST(test_copy_status_check)
 {
     NEED_SIM();
     denv e;
-    denv_start(&e, "sstat", NULL, INI_RAW);
+    int port = denv_free_port();
+    char ini[256];
+    snprintf(ini, sizeof ini, "%s[metrics]\nlisten = 127.0.0.1:%d\noplog_window_interval = 1s\n", INI_RAW, port);
+    denv_start(&e, "sstat", NULL, ini);
     char db[64];
     snprintf(db, sizeof db, "%sa", e.prefix);
     denv_insert_range(&e, db, "c", 1, 2000); /* there before the first start: copied */
@@ -489,6 +492,16 @@ START_TEST(test_copy_status_check)
     ck_assert_msg(denv_file_contains(out, "reads a change stream"), "check does not name the source");
     snprintf(want, sizeof want, "resumes after a change stream's resume token at clusterTime %s", at);
     ck_assert_msg(denv_file_contains(out, want), "check does not show the token's clusterTime %s", at);
+
+    /* A change stream has no oplog to read: no oplog window or margin in the metrics, however long it runs (here
+     * well past the probe's 1 s interval: the status and check above took longer). */
+    char url[96], *body = malloc(65536);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", port);
+    ck_assert_int_eq(denv_http_get(url, false, body, 65536), 0);
+    ck_assert_double_eq(denv_metric(body, "oplog2pg_ready"), 1);
+    ck_assert_msg(strstr(body, "oplog2pg_oplog_window_seconds") == NULL, "a change stream shows an oplog window");
+    ck_assert_msg(strstr(body, "oplog2pg_oplog_margin_seconds") == NULL, "a change stream shows an oplog margin");
+    free(body);
     denv_stop(&e);
 }
 END_TEST

@@ -487,6 +487,29 @@ int denv_http_get(const char *url, bool headers, char *out, size_t outlen)
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+void denv_oplog_edges(const char *uri, uint32_t *oldest, uint32_t *newest)
+{
+    mongoc_client_t *c = mongoc_client_new(uri);
+    mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
+    for (int natural = 1; natural >= -1; natural -= 2) {
+        bson_t *opts = BCON_NEW("sort", "{", "$natural", BCON_INT32(natural), "}", "limit", BCON_INT64(1));
+        bson_t *filter = bson_new();
+        mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, filter, opts, NULL);
+        const bson_t *doc;
+        bson_iter_t it;
+        uint32_t secs = 0, inc = 0;
+        ck_assert_msg(mongoc_cursor_next(cur, &doc), "the oplog is empty");
+        ck_assert(bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it));
+        bson_iter_timestamp(&it, &secs, &inc);
+        *(natural == 1 ? oldest : newest) = secs;
+        mongoc_cursor_destroy(cur);
+        bson_destroy(filter);
+        bson_destroy(opts);
+    }
+    mongoc_collection_destroy(oplog);
+    mongoc_client_destroy(c);
+}
+
 double denv_metric(const char *text, const char *series)
 {
     size_t len = strlen(series);

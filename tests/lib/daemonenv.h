@@ -106,6 +106,9 @@ int denv_free_port(void);
 int denv_http_get(const char *url, bool headers, char *out, size_t outlen);
 /* The value of the metrics sample line that starts with `series` (name and labels as written), or -1. */
 double denv_metric(const char *text, const char *series);
+/* The seconds of the oldest and the newest entry of local.oplog.rs at uri, read with a find of its own (fails the
+ * test when the oplog is empty). */
+void denv_oplog_edges(const char *uri, uint32_t *oldest, uint32_t *newest);
 void denv_drop_database(const denv *e, const char *db);
 void denv_rename(const denv *e, const char *db, const char *coll, const char *to_db, const char *to_coll,
                  bool drop_target);

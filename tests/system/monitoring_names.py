@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
-"""tests/system/monitoring_names.py METRICS_C MARGIN_SH DASHBOARD RULES [RULES_TEST]
+"""tests/system/monitoring_names.py METRICS_C DASHBOARD RULES [RULES_TEST]
 
 Checks that the Grafana dashboard and the Prometheus rules (and the rules' unit tests) use only metrics and labels
-that exist: the metric families src/daemon/metrics.c renders, with the labels it gives them, plus what
-contrib/prometheus/oplog2pg-margin.sh writes for node_exporter's textfile collector. A metric renamed or removed in
-metrics.c then fails this check until the dashboard and rules follow. Also checks that the dashboard is well-formed
+that exist: the metric families src/daemon/metrics.c renders, with the labels it gives them. A metric renamed or
+removed in metrics.c then fails this check until the dashboard and rules follow. Also checks that the dashboard is well-formed
 (valid JSON, unique panel ids, every panel's queries non-empty), that rate()/increase() are applied to counters only,
 and that every alert of the rules file has a unit test.
 
@@ -44,17 +43,6 @@ def metrics_c_families(text):
         fams["oplog2pg_info"][1].add(info.group(1))
         for lab in re.findall(r'fputs\("\\",(\w+)=\\""', text):
             fams["oplog2pg_info"][1].add(lab)
-    return fams
-
-
-def margin_families(text):
-    """The family the textfile script writes, with its labels."""
-    fams = {}
-    for name, typ in re.findall(r"# TYPE (oplog2pg_\w+) (\w+)", text):
-        labels = set()
-        for body in re.findall(re.escape(name) + r"\{(.*?)\}", text):
-            labels.update(re.findall(r"(\w+)=", body))
-        fams[name] = (typ, labels)
     return fams
 
 
@@ -103,22 +91,19 @@ def labels_in_expr(expr):
 
 
 def main(argv):
-    metrics_c, margin_sh, dashboard, rules = argv[1:5]
-    rules_test = argv[5] if len(argv) > 5 else None
+    metrics_c, dashboard, rules = argv[1:4]
+    rules_test = argv[4] if len(argv) > 4 else None
     problems = []
     fams = metrics_c_families(open(metrics_c).read())
     if len(fams) < 20:
         print("monitoring: found only %d metric families in %s: the parser no longer reads it" % (len(fams), metrics_c))
         return 1
-    fams.update(margin_families(open(margin_sh).read()))
-    if "oplog2pg_oplog_margin_seconds" not in fams:
-        problems.append("%s: does not declare oplog2pg_oplog_margin_seconds (# TYPE line)" % margin_sh)
 
     def check_expr(where, expr, legend=""):
         names = set(METRIC.findall(expr))
         for n in sorted(names):
             if n not in fams:
-                problems.append("%s: %s is not a metric of %s or %s (in: %s)" % (where, n, metrics_c, margin_sh, expr))
+                problems.append("%s: %s is not a metric of %s (in: %s)" % (where, n, metrics_c, expr))
         for m in re.finditer(r"\b(rate|irate|increase)\(\s*(oplog2pg_\w+)", expr):
             f = fams.get(m.group(2))
             if f and f[0] != "counter":
@@ -178,8 +163,8 @@ def main(argv):
         for p in problems:
             print("monitoring: " + p)
         return 1
-    print("monitoring: %d metric names used by the dashboard and the rules, all in %s (%d families) or %s; "
-          "%d alerts, each tested" % (len(used), metrics_c, len(fams) - 1, margin_sh, len(alerts)))
+    print("monitoring: %d metric names used by the dashboard and the rules, all in %s (%d families); "
+          "%d alerts, each tested" % (len(used), metrics_c, len(fams), len(alerts)))
     return 0
 
 

@@ -58,7 +58,8 @@ static const struct {
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
-/* Families only a sharded cluster's daemon exposes (one sample per shard), with their types. */
+/* Families shown only sometimes, with their types: a sharded cluster's (one sample per shard), and the oplog window
+ * and margin (absent while unknown; per shard in a sharded cluster). */
 static const struct {
     const char *name, *type;
 } shard_families[] = {
@@ -69,6 +70,8 @@ static const struct {
     {"oplog2pg_shard_entries_total", "counter"},
     {"oplog2pg_shard_notes_total", "counter"},
     {"oplog2pg_shard_notes_refused", "gauge"},
+    {"oplog2pg_oplog_window_seconds", "gauge"},
+    {"oplog2pg_oplog_margin_seconds", "gauge"},
 };
 #define N_SHARD_FAMILIES (sizeof shard_families / sizeof shard_families[0])
 
@@ -237,6 +240,10 @@ static void fill_distinct(metrics_snapshot *s)
     s->txn_open = 9101;
     s->txn_bytes = 9102;
     s->txn_oldest_age = 91.5;
+    s->window_known = true;
+    s->window_seconds = 86401.5;
+    s->margin_known = true;
+    s->margin_seconds = -12.25; /* fallen off: shown as it is */
     s->ready = true;
     s->start_time = 1700000000.5;
 }
@@ -292,6 +299,16 @@ START_TEST(render_every_value)
     expect_u64(t, "oplog2pg_open_transactions", 9101);
     expect_u64(t, "oplog2pg_open_transaction_bytes", 9102);
     expect_double(t, "oplog2pg_open_transaction_oldest_age_seconds", 91.5);
+    expect_double(t, "oplog2pg_oplog_window_seconds", 86401.5);
+    expect_double(t, "oplog2pg_oplog_margin_seconds", -12.25);
+    free(t);
+
+    /* a window known without a checkpoint: the margin alone is absent */
+    s.margin_known = false;
+    t = render(&s);
+    check_structure(t);
+    expect_double(t, "oplog2pg_oplog_window_seconds", 86401.5);
+    ck_assert_msg(strstr(t, "oplog2pg_oplog_margin_seconds") == NULL, "an unknown margin is shown:\n%s", t);
     free(t);
 }
 END_TEST
@@ -307,6 +324,7 @@ START_TEST(render_zeroed)
     expect_u64(t, "oplog2pg_commits_total", 0);
     expect_double(t, "oplog2pg_lag_seconds", 0);
     expect_i64(t, "oplog2pg_copy_documents_estimate", 0);
+    ck_assert_msg(strstr(t, "oplog2pg_oplog_") == NULL, "an unknown oplog window is shown:\n%s", t);
     free(t);
 }
 END_TEST
@@ -349,6 +367,13 @@ START_TEST(render_shards)
     s.shards[0].notes = 3;
     snprintf(s.shards[1].id, sizeof s.shards[1].id, "rs\"1");
     s.shards[1].notes_refused = true;
+    s.shards[0].window_known = s.shards[1].window_known = true;
+    s.shards[0].window_seconds = 7200;
+    s.shards[0].margin_known = true;
+    s.shards[0].margin_seconds = 3599.5;
+    s.shards[1].window_seconds = 60;
+    s.window_known = s.margin_known = true; /* a replica set's figures: not shown beside the shards' */
+    s.window_seconds = s.margin_seconds = 1;
     t = render(&s);
     check_structure(t);
     expect_u64(t, "oplog2pg_shard_checkpoint_timestamp_seconds{shard=\"shard0\"}", 1000);
@@ -360,6 +385,11 @@ START_TEST(render_shards)
     expect_u64(t, "oplog2pg_shard_notes_refused{shard=\"rs\\\"1\"}", 1);
     expect_u64(t, "oplog2pg_shard_lag_seconds{shard=\"rs\\\"1\"}", 0); /* no checkpoint yet */
     ck_assert_msg(strstr(t, "oplog2pg_shard_merge_wait_seconds_total{shard=\"shard0\"} 1.5\n") != NULL, "%s", t);
+    expect_u64(t, "oplog2pg_oplog_window_seconds{shard=\"shard0\"}", 7200);
+    expect_u64(t, "oplog2pg_oplog_window_seconds{shard=\"rs\\\"1\"}", 60);
+    expect_double(t, "oplog2pg_oplog_margin_seconds{shard=\"shard0\"}", 3599.5);
+    ck_assert_msg(strstr(t, "oplog2pg_oplog_margin_seconds{shard=\"rs") == NULL, "an unknown margin is shown:\n%s", t);
+    ck_assert_msg(strstr(t, "\noplog2pg_oplog_window_seconds ") == NULL, "an unlabelled window beside shards:\n%s", t);
     free(t);
 }
 END_TEST
