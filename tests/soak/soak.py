@@ -14,6 +14,8 @@ Scale and choices (environment):
   SOAK_KILLS=100        kill -9 of the daemon in all (shared the same way)
   SOAK_OUTAGE=60        seconds of the PostgreSQL outage (once, in phase rs; 0 leaves it out)
   SOAK_PHASES=rs,cs,sh  which phases run
+  SOAK_FAULTS=0         no faults at all (a control run of the same workload)
+  SOAK_CATCHUP_TIMEOUT=900  seconds a phase waits, after its workload, for the daemon to apply everything
   SOAK_SEED=N           the random seed (default: from the clock; printed)
   SOAK_LOSE_ROW=1       a self-test: deletes one replicated row from PostgreSQL behind the daemon mid-run; the final
                         comparison must then fail (the run exits 1 and says which row)
@@ -53,6 +55,8 @@ KILLS = int(os.environ.get("SOAK_KILLS", "100"))
 OUTAGE = int(os.environ.get("SOAK_OUTAGE", "60"))
 PHASES = [p for p in os.environ.get("SOAK_PHASES", "rs,cs,sh").split(",") if p]
 SEED = int(os.environ.get("SOAK_SEED", str(int(time.time()))))
+FAULTS = os.environ.get("SOAK_FAULTS", "1") != "0"
+CATCHUP = int(os.environ.get("SOAK_CATCHUP_TIMEOUT", "900"))
 LOSE_ROW = os.environ.get("SOAK_LOSE_ROW", "0") == "1"
 DATES = [datetime.datetime(1, 1, 1), datetime.datetime(1970, 1, 1), datetime.datetime(2262, 4, 11, 23, 47, 16),
          datetime.datetime(9999, 12, 31, 23, 59, 59, 999000)]
@@ -420,12 +424,13 @@ class Workload:
         shards = [s["_id"] for s in cfg.shards.find({})]
         if not chunks or len(shards) < 2:
             return
-        ch = rng.choice(chunks)
         if rng.random() < 0.3 and self.live:
             try:
                 a.command("split", "soak_%s_main.docs" % self.phase, middle={"_id": rng.choice(self.live)})
+                chunks = list(cfg.chunks.find({}))
             except PyMongoError:
                 pass
+        ch = rng.choice(chunks)
         to = rng.choice([s for s in shards if s != ch["shard"]])
         a.command("moveChunk", "soak_%s_main.docs" % self.phase, bounds=[ch["min"], ch["max"]], to=to)
         STATS.count("chunk migration")
@@ -479,13 +484,15 @@ class Faults:
         f += ["pg_terminate_backend"] * 3
         f += ["SIGHUP (valid configuration)", "SIGHUP (broken configuration)"] * 2
         if self.phase == "sh":
-            f += ["shard failover (step-down)"] * 3 + ["router: dropped connections"] * 2
+            f += ["shard failover (step-down)"] * 3 + ["shard: dropped connections"] * 2
         else:
             f += ["mongosim step-down"] * 3 + ["mongosim dropped connections"] * 3 + ["mongosim delay"] * 2
         if self.phase == "rs":
             f += ["mongosim restart from --state"] * 2
             if OUTAGE > 0:
                 f += ["PostgreSQL outage (%d s)" % OUTAGE]
+        if not FAULTS:
+            f = []
         if LOSE_ROW:
             f += ["self-test: delete one replicated row"]
         plan = sorted((self.rng.uniform(0.02, 0.95), name) for name in f)
@@ -504,6 +511,16 @@ class Faults:
                 log("fault %s could not be injected: %s" % (name, e))
                 STATS.count("NOT INJECTED: " + name)
             time.sleep(self.rng.uniform(0.05, 0.5))
+
+    def shard_command(self, name, value):
+        """A test command sent to one shard, picked at random (the router does not take them)."""
+        st = self.admin.command("mongosimStatus")
+        port = self.rng.choice(st["shards"])["port"]
+        c = pymongo.MongoClient("mongodb://127.0.0.1:%d/?directConnection=true" % port)
+        try:
+            c.admin.command(name, value)
+        finally:
+            c.close()
 
     def inject(self, name):
         d = self.daemon
@@ -544,16 +561,13 @@ class Faults:
                 time.sleep(0.05)
             time.sleep(0.2)
             write_ini(self.ini, self.sim.uri(), self.phase, self.source)
-        elif name in ("mongosim step-down", "shard failover (step-down)"):
-            if name.startswith("shard"):
-                st = self.admin.command("mongosimStatus")
-                port = self.rng.choice(st["shards"])["port"]
-                c = pymongo.MongoClient("mongodb://127.0.0.1:%d/?directConnection=true" % port)
-                c.admin.command("mongosimStepDown", self.rng.randrange(500, 3000))
-                c.close()
-            else:
-                self.admin.command("mongosimStepDown", self.rng.randrange(500, 3000))
-        elif name in ("mongosim dropped connections", "router: dropped connections"):
+        elif name == "shard failover (step-down)":
+            self.shard_command("mongosimStepDown", self.rng.randrange(500, 3000))
+        elif name == "shard: dropped connections":
+            self.shard_command("mongosimDropConnections", 1)
+        elif name == "mongosim step-down":
+            self.admin.command("mongosimStepDown", self.rng.randrange(500, 3000))
+        elif name == "mongosim dropped connections":
             self.admin.command("mongosimDropConnections", 1)
         elif name == "mongosim delay":
             self.admin.command("mongosimDelay", self.rng.randrange(100, 800))
@@ -589,7 +603,7 @@ class Faults:
 # The end of a phase: wait, compare, account for dead letters
 
 
-def wait_caught_up(phase, uri, daemon, timeout=900):
+def wait_caught_up(phase, uri, daemon, timeout):
     """Writes a marker after everything else and waits for its row: the daemon applies in order, so everything
     written before it is then applied too."""
     c = pymongo.MongoClient(uri, serverSelectionTimeoutMS=60000)
@@ -671,6 +685,9 @@ def check_phase(phase, uri, wl):
              len(unjustified), len(doubled), len(missing), nul_rows))
     for u in unjustified[:5]:
         print("  unjustified dead letter: %s" % (u,))
+    for key in [k for k, n in seen.items() if n > 1][:3]:
+        print("  refused at more than one position: %s: %s" % (key, sorted(
+            (p[3], int(p[4]), int(p[5]), int(p[6])) for p in positions if p[:3] == key)))
     for k in doubled[:5]:
         print("  doubled dead letter: %s" % (k,))
     for k in missing[:5]:
@@ -722,9 +739,9 @@ def run_phase(phase, ops, kills, rng):
                                                                                         time.time() - t0, wl.errors))
     STATS.ops += wl.ops
     daemon.check_alive()
-    caught = wait_caught_up(phase, sim.uri(), daemon)
+    caught = wait_caught_up(phase, sim.uri(), daemon, CATCHUP)
     if not caught:
-        log("phase %s: the daemon did not catch up within 900 s (%s)" % (phase, daemon.logpath))
+        log("phase %s: the daemon did not catch up within %d s (%s)" % (phase, CATCHUP, daemon.logpath))
     daemon.rss()
     ok = caught and check_phase(phase, sim.uri(), wl)
     daemon.stop()
