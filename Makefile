@@ -11,6 +11,8 @@
 #   make install         binary, unit, sysusers file, man pages, docs, and the configuration if there is none
 #                        (PREFIX=/usr/local, DESTDIR=, SYSCONFDIR=...: see the install section below); make uninstall
 #   make format / lint   clang-format in place / cppcheck
+#   make fuzz            libFuzzer targets (clang, ASan, UBSan; objects in build/fuzz), each run FUZZ_SECONDS
+#                        (default 20) from its corpus; docs/reliability.md says more
 #
 # Sources are found by folder, so adding a file needs no edit here:
 #   src/**.c              the daemon (src/daemon/main.c holds main(); the rest is also linked into the tests)
@@ -65,7 +67,10 @@ SIM_SRC    := $(sort $(wildcard tests/mongosim/*.c))
 SIM_LIB_SRC := $(filter-out tests/mongosim/main.c,$(SIM_SRC))
 UNIT_SRC   := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRC  := $(sort $(wildcard tests/integration/*.c))
-TESTLIB_SRC := $(sort $(wildcard tests/lib/*.c))
+# tests/fuzz/*.c: the fuzz targets' entry points, linked into the unit tests too (their regression inputs run there);
+# main.c (the libFuzzer side) and seeds.c (a program) are built by `make fuzz` only.
+FUZZ_ENTRY_SRC := $(filter-out tests/fuzz/main.c tests/fuzz/seeds.c,$(sort $(wildcard tests/fuzz/*.c)))
+TESTLIB_SRC := $(sort $(wildcard tests/lib/*.c)) $(FUZZ_ENTRY_SRC)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 cxxobj = $(patsubst %.cc,$(BUILD)/obj/%.o,$(1))
@@ -81,7 +86,8 @@ SIM_LIB    := $(BUILD)/libmongosim.a
 TEST_LIB   := $(BUILD)/libtestutil.a
 BENCH_LIB  := $(BUILD)/libbench.a
 
-.PHONY: all check soak unit integration demo bench format lint clean deps install uninstall package-check monitoring-check
+.PHONY: all check soak unit integration demo bench format lint clean deps install uninstall package-check \
+        monitoring-check fuzz fuzz-targets
 
 all: $(BUILD)/oplog2pg $(BUILD)/mongosim $(BENCH_BIN)
 
@@ -189,6 +195,30 @@ demo: deps
 bench: deps
 	@$(MAKE) --no-print-directory SANITIZE= CFLAGS='-O2 -g' all
 	@bench/run.sh build
+
+# ---- fuzzing ----------------------------------------------------------------------------------------------------
+# make fuzz [FUZZ_SECONDS=20]: builds every target of tests/fuzz/fuzz.h with clang into build/fuzz (the daemon's and
+# mongosim's sources compiled with -fsanitize=fuzzer-no-link,address,undefined, so libFuzzer sees their coverage),
+# writes the seed corpora, and runs each target for FUZZ_SECONDS (tests/fuzz/run.sh). Not part of `make check`: the
+# inputs that once crashed (tests/fuzz/regressions/) run in the unit tests instead.
+FUZZ_SECONDS ?= 20
+FUZZ_SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_TARGETS := $(shell sed -n 's/^ *X(\([a-z0-9_]*\)).*/\1/p' tests/fuzz/fuzz.h)
+
+fuzz:
+	@scripts/deps.sh --fuzz
+	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang CXX=clang++ MALLOC=glibc CFLAGS='-O1 -g' \
+	    SANFLAGS='$(FUZZ_SANFLAGS)' fuzz-targets
+	@tests/fuzz/run.sh build/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-targets: $(patsubst %,$(BUILD)/fuzz_%,$(FUZZ_TARGETS)) $(BUILD)/fuzz_seeds
+
+$(BUILD)/fuzz_%: tests/fuzz/main.c tests/fuzz/fuzz.h $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
+	$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -DFUZZ_ENTRY=fuzz_$* -fsanitize=fuzzer -o $@ tests/fuzz/main.c $(TEST_LIB) $(DAEMON_LIB) \
+	    $(SIM_LIB) $(PKG_LIBS)
+
+$(BUILD)/fuzz_seeds: $(call obj,tests/fuzz/seeds.c)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
 format:
 	clang-format -i $(shell find src include tests bench -name '*.[ch]' -o -name '*.cc')

@@ -2,7 +2,7 @@
 # scripts/deps.sh — make sure the Debian packages oplog2pg builds, tests and benchmarks with are present.
 #
 # Run by `make check`, `make demo` and `make bench` before anything else (and with --bench by bench/run.sh, for the
-# plots' gnuplot; --tools adds what `make format` and `make lint` use). As root it installs what is missing with
+# plots' gnuplot; --tools adds what `make format` and `make lint` use; --fuzz what `make fuzz` builds with). As root it installs what is missing with
 # apt-get; as anyone else it prints the exact command to run and fails. Set OPLOG2PG_NO_DEPS=1 to skip the check
 # (for packagers building in a prepared chroot).
 set -euo pipefail
@@ -21,6 +21,8 @@ pkgs+=(postgresql postgresql-client python3 python3-pymongo python3-yaml valgrin
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 # Tooling behind `make format` and `make lint`.
 [ "${1:-}" = --tools ] && pkgs+=(clang-format cppcheck)
+# What `make fuzz` builds with: clang and its libFuzzer and sanitizer runtimes (Debian 12: clang 14).
+[ "${1:-}" = --fuzz ] && pkgs+=(clang libclang-rt-14-dev)
 # The plots `make bench` draws (bench/plots.sh); bench/run.sh asks for them only when gnuplot is missing.
 [ "${1:-}" = --bench ] && pkgs+=(gnuplot-nox)
 

@@ -53,6 +53,34 @@ bcol_status bcol_decoder_next(bcol_decoder *d, bcol_elem *out, char *err, size_t
 /* Positions so far returned (values and missing ones). */
 size_t bcol_decoder_position(const bcol_decoder *d);
 
+/*
+ * A point where decoding can resume: a decoder's whole state between two Simple-8b blocks or two control bytes
+ * (regular mode). Plain data: copy it freely. Its state is a function of the column's first `prefix` bytes, save
+ * that, inside a run (`run` is then the offset of the run's control byte), the column may since have rewritten the
+ * run's control byte with more blocks (as the server's builder does when it appends: bsoncolumnbuilder.cpp
+ * intermediate).
+ */
+typedef struct bcol_mark {
+    size_t pos;    /* positions returned before it */
+    size_t prefix; /* bytes of the column it rests on */
+    size_t run;    /* the control byte of the run it is inside or at the end of; SIZE_MAX: none */
+    uint64_t state[28];
+} bcol_mark;
+
+/* True when d stands where it can resume from (in regular mode, between two blocks or two control bytes, its last
+ * value its own or in the column's bytes): *m then holds that point. */
+bool bcol_decoder_mark(const bcol_decoder *d, bcol_mark *m);
+
+/*
+ * A decoder over data[0..len) that goes on from m, a mark a decoder over old[0..oldlen) passed: exactly the decoder
+ * bcol_decoder_new(data, len) would be once it returned m->pos positions. NULL when the column does not continue
+ * old's bytes up to m (its first m->prefix bytes differ, beyond a run's control byte counting more blocks of the same
+ * kind) or when the column is too short for the run it counts (a fresh decoder then says why); *nomem also when out
+ * of memory.
+ */
+bcol_decoder *bcol_decoder_resume(const uint8_t *data, size_t len, const uint8_t *old, size_t oldlen,
+                                  const bcol_mark *m, bool *nomem);
+
 /* Counts the positions of a whole column (decoding it: a malformed column, or running out of memory, is an error;
  * *count is then the positions read before it). */
 bool bcol_count(const uint8_t *data, size_t len, size_t *count, char *err, size_t errlen);

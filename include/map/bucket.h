@@ -32,9 +32,11 @@ typedef struct bucket_rows {
                              `meta`, then the bucket's other data fields in the order of its data region (the
                              server's BucketUnpacker getNext) */
     uint32_t *lens;
-    int64_t *times; /* measurement i's time (a BSON date, ms since the epoch) */
-    uint8_t *buf;   /* owns every document above (one buffer) */
-    void *arrays;   /* owns docs, lens and times (one block) */
+    int64_t *times;               /* measurement i's time (a BSON date, ms since the epoch) */
+    struct rowstore *store;       /* holds every document above (shared, counted, with the rows bucket_unpack_next
+                                     made from these or these from) */
+    void *arrays;                 /* owns docs, lens and times (one block) */
+    struct bucket_resume *resume; /* what bucket_unpack_next needs to go on from these rows (NULL: nothing) */
 } bucket_rows;
 
 /*
@@ -46,6 +48,18 @@ typedef struct bucket_rows {
  */
 bool bucket_unpack(const uint8_t *bucket, size_t len, const bucket_spec *spec, bucket_rows *out, char *err,
                    size_t errlen);
+/*
+ * The same as bucket_unpack (the same rows, or the same error), doing less when prev holds the rows of an earlier
+ * version of the same bucket, prev_bucket[0..prev_len), made by bucket_unpack_next with the same spec: the columns'
+ * decoding resumes where their bytes stop being the same (at a Simple-8b block boundary, bcol_mark), only the
+ * places whose values may differ are built again, and every document that is the same as prev's at that place is
+ * prev's own (docs[i] == prev->docs[i]: a place whose pointer is the same holds the same document). prev may be NULL
+ * (prev_bucket is then ignored); prev_bucket must be the very bucket prev was made from (it was checked then, and is
+ * not again). Version 2/3 buckets only go on from prev; what the next call needs moves from prev (which keeps its
+ * rows: a later call from it decodes in full) to *out.
+ */
+bool bucket_unpack_next(const uint8_t *bucket, size_t len, const bucket_spec *spec, const uint8_t *prev_bucket,
+                        size_t prev_len, bucket_rows *prev, bucket_rows *out, char *err, size_t errlen);
 /* Frees what bucket_unpack allocated and zeroes *r. Safe on a zeroed or cleared one. */
 void bucket_rows_clear(bucket_rows *r);
 

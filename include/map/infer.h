@@ -19,7 +19,9 @@
  *     INI or path syntax cannot express, a path is left to the rest column (rest = doc) with a comment;
  *   - a path that is a document in some documents and something else in others is one jsonb column;
  *   - _id becomes the key column _id when every _id has one type that converts exactly; otherwise it is left to the
- *     text key column oplog2pg adds.
+ *     text key column oplog2pg adds;
+ *   - a time-series collection (infer_options.time_field): samples are measurements; the time field is the table's
+ *     fixed column time (a comment says so), bucket, pos and time are no column's names, no child tables.
  */
 #ifndef OPLOG2PG_MAP_INFER_H
 #define OPLOG2PG_MAP_INFER_H
@@ -33,15 +35,22 @@
 #include "map/names.h"
 #include "util/strbuf.h"
 
-#define INFER_DEFAULT_DEPTH 2
+#define INFER_DEFAULT_DEPTH       2
 #define INFER_DEFAULT_MAX_COLUMNS 50
-#define INFER_DEFAULT_MAX_PATHS 10000
-#define INFER_MAX_DEPTH 32
+#define INFER_DEFAULT_MAX_PATHS   10000
+#define INFER_MAX_DEPTH           32
 
 typedef struct infer_options {
     unsigned depth;     /* 1..INFER_MAX_DEPTH: a column path has at most this many parts (0: the default) */
     size_t max_columns; /* columns per table, the key included (0: the default) */
     size_t max_paths;   /* distinct paths followed per collection; later new paths are not (0: the default) */
+    /* A time-series collection: its timeField (NULL: a collection of documents) and its metaField (NULL: none). The
+     * samples are then its measurements, as the time-series view returns them (map/bucket.h), and the map is one for
+     * the table of measurements (docs/timeseries.md): its fixed columns bucket, pos and time are not the map's, so
+     * the time field is no column and those three names are no column's; an array of documents is never a child
+     * table. The strings are copied. */
+    const char *time_field;
+    const char *meta_field;
 } infer_options;
 
 /* What was seen in the documents of one collection. */

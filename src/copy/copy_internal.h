@@ -100,6 +100,8 @@ typedef struct {
     int64_t estimate;
     uint8_t uuid[16]; /* info.uuid of listCollections (has_uuid) */
     bool has_uuid;
+    bool ts; /* the buckets of a time-series collection whose entry lists options.timeseries.timeField */
+    char ts_time[256], ts_meta[256];
 } plan_item;
 
 typedef struct {
@@ -146,6 +148,9 @@ void copy_jobs_free(job *jobs, size_t n);
 
 /* The collection's UUID from one listCollections entry (info.uuid, binary subtype 4); false when it has none. */
 bool copy_listed_uuid(const bson_t *entry, uint8_t uuid[16]);
+/* The time and meta fields of a listCollections entry's options.timeseries ("" when absent); false when it has no
+ * timeField. */
+bool copy_listed_timeseries(const bson_t *entry, char *time, size_t tlen, char *meta, size_t mlen);
 
 /* Every included collection (views and system collections left out), with its estimated count. */
 /* What becomes of a time-series collection's buckets (DB.system.buckets.NAME): copied into NAME's table (the oplog

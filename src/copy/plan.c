@@ -31,6 +31,23 @@ bool copy_listed_uuid(const bson_t *entry, uint8_t uuid[16])
     return true;
 }
 
+bool copy_listed_timeseries(const bson_t *entry, char *time, size_t tlen, char *meta, size_t mlen)
+{
+    bson_iter_t it, opts, ts;
+    time[0] = meta[0] = '\0';
+    if (!bson_iter_init_find(&it, entry, "options") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &opts) || !bson_iter_find(&opts, "timeseries") || !BSON_ITER_HOLDS_DOCUMENT(&opts) ||
+        !bson_iter_recurse(&opts, &ts))
+        return false;
+    while (bson_iter_next(&ts)) {
+        if (strcmp(bson_iter_key(&ts), "timeField") == 0 && BSON_ITER_HOLDS_UTF8(&ts))
+            snprintf(time, tlen, "%s", bson_iter_utf8(&ts, NULL));
+        else if (strcmp(bson_iter_key(&ts), "metaField") == 0 && BSON_ITER_HOLDS_UTF8(&ts))
+            snprintf(meta, mlen, "%s", bson_iter_utf8(&ts, NULL));
+    }
+    return time[0] != '\0';
+}
+
 static bool plan_add(plan *p, const char *db, const char *coll, int64_t estimate, const bson_t *entry)
 {
     if (p->n == p->cap) {
@@ -46,6 +63,8 @@ static bool plan_add(plan *p, const char *db, const char *coll, int64_t estimate
     snprintf(it->coll, sizeof it->coll, "%s", coll);
     it->estimate = estimate;
     it->has_uuid = entry != NULL && copy_listed_uuid(entry, it->uuid);
+    it->ts = strncmp(coll, COPY_BUCKETS_PREFIX, COPY_BUCKETS_PREFIX_LEN) == 0 && entry != NULL &&
+             copy_listed_timeseries(entry, it->ts_time, sizeof it->ts_time, it->ts_meta, sizeof it->ts_meta);
     return true;
 }
 
@@ -134,7 +153,7 @@ bool copy_list_collections(mongoc_client_t *client, const nsfilter *filter, copy
     plan p = {NULL, 0, 0};
     *out = NULL;
     *n = 0;
-    if (!copy_plan_collections(client, filter, COPY_BUCKETS_LEAVE, &p, err, errlen)) {
+    if (!copy_plan_collections(client, filter, COPY_BUCKETS_TAKE, &p, err, errlen)) {
         free(p.items);
         return false;
     }
@@ -145,8 +164,17 @@ bool copy_list_collections(mongoc_client_t *client, const nsfilter *filter, copy
         return false;
     }
     for (size_t i = 0; i < p.n; i++) {
-        snprintf(c[i].db, sizeof c[i].db, "%s", p.items[i].db);
-        snprintf(c[i].coll, sizeof c[i].coll, "%s", p.items[i].coll);
+        const plan_item *it = &p.items[i];
+        bool buckets = strncmp(it->coll, COPY_BUCKETS_PREFIX, COPY_BUCKETS_PREFIX_LEN) == 0;
+        snprintf(c[i].db, sizeof c[i].db, "%s", it->db);
+        snprintf(c[i].coll, sizeof c[i].coll, "%s", buckets ? it->coll + COPY_BUCKETS_PREFIX_LEN : it->coll);
+        if (buckets) {
+            /* a time-series collection: listed by its own name, read through its buckets */
+            c[i].ts = true;
+            snprintf(c[i].buckets, sizeof c[i].buckets, "%s", it->coll);
+            snprintf(c[i].ts_time, sizeof c[i].ts_time, "%s", it->ts ? it->ts_time : "");
+            snprintf(c[i].ts_meta, sizeof c[i].ts_meta, "%s", it->ts ? it->ts_meta : "");
+        }
     }
     free(p.items);
     *out = c;

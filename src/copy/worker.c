@@ -104,24 +104,6 @@ typedef struct {
     char ts_time[256], ts_meta[256];
 } locate_ctx;
 
-/* The time and meta fields of a listCollections entry's options.timeseries (false when it has no timeField). */
-static bool listed_timeseries(const bson_t *entry, char *time, size_t tlen, char *meta, size_t mlen)
-{
-    bson_iter_t it, opts, ts;
-    time[0] = meta[0] = '\0';
-    if (!bson_iter_init_find(&it, entry, "options") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
-        !bson_iter_recurse(&it, &opts) || !bson_iter_find(&opts, "timeseries") || !BSON_ITER_HOLDS_DOCUMENT(&opts) ||
-        !bson_iter_recurse(&opts, &ts))
-        return false;
-    while (bson_iter_next(&ts)) {
-        if (strcmp(bson_iter_key(&ts), "timeField") == 0 && BSON_ITER_HOLDS_UTF8(&ts))
-            snprintf(time, tlen, "%s", bson_iter_utf8(&ts, NULL));
-        else if (strcmp(bson_iter_key(&ts), "metaField") == 0 && BSON_ITER_HOLDS_UTF8(&ts))
-            snprintf(meta, mlen, "%s", bson_iter_utf8(&ts, NULL));
-    }
-    return time[0] != '\0';
-}
-
 static bool locate_entry(void *arg, const char *db, const bson_t *entry)
 {
     locate_ctx *lc = arg;
@@ -134,7 +116,7 @@ static bool locate_entry(void *arg, const char *db, const bson_t *entry)
     if (name == NULL || strcmp(type, "collection") != 0)
         return false;
     if (lc->j->ts && strcmp(name, lc->j->src_coll) == 0 && strcmp(db, lc->j->src_db) == 0)
-        lc->ts = listed_timeseries(entry, lc->ts_time, sizeof lc->ts_time, lc->ts_meta, sizeof lc->ts_meta);
+        lc->ts = copy_listed_timeseries(entry, lc->ts_time, sizeof lc->ts_time, lc->ts_meta, sizeof lc->ts_meta);
     uint8_t uuid[16];
     if (!lc->j->has_uuid || !copy_listed_uuid(entry, uuid) || memcmp(uuid, lc->j->uuid, 16) != 0) {
         lc->found = true; /* a collection of that name, not necessarily this one */

@@ -6,10 +6,15 @@
  * system collections left out, the filter applied, names PostgreSQL can hold), whether or not it is inferred, since
  * their tables are the names an inferred table must avoid. Without NS, each of them that the file does not map yet
  * is inferred, in MongoDB's listing order; with NS, those named, each of which must be in that list and unmapped.
+ * A time-series collection is in that list by its own name (from its buckets collection DB.system.buckets.NAME and
+ * that entry's options.timeseries, as the copy takes it). A viewless one (8.3 and later: its buckets under its own
+ * name, listed as type "timeseries") is not: the copy does not list it either, and mongosim has none.
  *
  * Sampling: mongosim (tests/mongosim/commands.c) has no $sample stage (its aggregate takes $match, $count and
  * $group only), so the sample is a plain find with a limit: the first N documents in the server's natural order.
- * That is what the docs say too.
+ * That is what the docs say too. A time-series collection's sample is its measurements: the first buckets of its
+ * buckets collection, found the same way (at most N: each holds a measurement at least), unpacked by bucket_unpack
+ * (map/bucket.h) into the documents the time-series view returns, up to N of them.
  *
  * Names: a table is taken when an existing map (or one of its child tables) writes it, when it is the jsonb table of
  * another listed collection without a map (names_map), or when a map inferred earlier in this run took it.
@@ -29,6 +34,7 @@
 #include "copy/copy.h"
 #include "core/nsfilter.h"
 #include "daemon/exitcodes.h"
+#include "map/bucket.h"
 #include "map/infer.h"
 #include "map/map.h"
 #include "map/names.h"
@@ -221,16 +227,93 @@ static int sample_collection(mongoc_client_t *client, const char *db, const char
     return code;
 }
 
-/* Infers db.coll and appends its sections (or a comment saying why there is none) to out. */
-static int infer_one(mongoc_client_t *client, names_ctx *x, const infer_cmd_options *o, const infer_options *io,
-                     const char *db, const char *coll, strbuf *out)
+/* What sampling a time-series collection read. */
+typedef struct {
+    uint64_t buckets;    /* bucket documents read */
+    uint64_t bad;        /* of them, those bucket_unpack refused */
+    char first_bad[300]; /* its reason for the first of those */
+} ts_sample;
+
+/* Reads the first buckets of c->buckets and counts their measurements in s (as the time-series view returns them,
+ * map/bucket.h), up to `sample` measurements. Each bucket holds at least one measurement, so `sample` buckets are
+ * the most it takes. A bucket that cannot be unpacked is counted in *r and left out of the sample. EXIT_OK, or the
+ * exit code with the message printed. */
+static int sample_timeseries(mongoc_client_t *client, const copy_collection *cc, uint32_t sample, infer_stats *s,
+                             ts_sample *r)
 {
-    infer_stats *s = infer_stats_new(io);
+    mongoc_collection_t *c = mongoc_client_get_collection(client, cc->db, cc->buckets);
+    bson_t filter = BSON_INITIALIZER;
+    bson_t *opts =
+        BCON_NEW("limit", BCON_INT64((int64_t)sample), "batchSize", BCON_INT32(sample < 100 ? (int32_t)sample : 100));
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(c, &filter, opts, NULL);
+    const bucket_spec spec = {.time_field = cc->ts_time, .meta_field = cc->ts_meta[0] != '\0' ? cc->ts_meta : NULL};
+    const bson_t *doc;
+    int code = EXIT_OK;
+    while (code == EXIT_OK && infer_stats_docs(s) < sample && mongoc_cursor_next(cur, &doc)) {
+        r->buckets++;
+        bucket_rows rows = {0};
+        char err[300];
+        if (!bucket_unpack(bson_get_data(doc), doc->len, &spec, &rows, err, sizeof err)) {
+            if (strcmp(err, "out of memory") == 0) {
+                fprintf(stderr, "oplog2pg: infer-map: %s.%s: out of memory\n", cc->db, cc->coll);
+                code = EXIT_SOFTWARE;
+                break;
+            }
+            if (r->bad++ == 0)
+                snprintf(r->first_bad, sizeof r->first_bad, "%s", err);
+            continue;
+        }
+        for (size_t i = 0; i < rows.n && infer_stats_docs(s) < sample; i++) {
+            bson_t m;
+            if (!bson_init_static(&m, rows.docs[i], rows.lens[i]) || !infer_stats_add(s, &m)) {
+                fprintf(stderr, "oplog2pg: infer-map: %s.%s: out of memory\n", cc->db, cc->coll);
+                code = EXIT_SOFTWARE;
+                break;
+            }
+        }
+        bucket_rows_clear(&rows);
+    }
+    bson_error_t e;
+    if (code == EXIT_OK && mongoc_cursor_error(cur, &e)) {
+        bool refused = mongo_error_refused(&e);
+        fprintf(stderr, "oplog2pg: infer-map: reading %s.%s: %s%s\n", cc->db, cc->buckets, refused ? "refused: " : "",
+                e.message);
+        code = refused ? EXIT_CONFIG : EXIT_FAILURE_GENERIC;
+    }
+    mongoc_cursor_destroy(cur);
+    bson_destroy(opts);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(c);
+    return code;
+}
+
+/* Infers the listed collection cc and appends its sections (or a comment saying why there is none) to out. */
+static int infer_one(mongoc_client_t *client, names_ctx *x, const infer_cmd_options *o, const infer_options *io,
+                     const copy_collection *cc, strbuf *out)
+{
+    const char *db = cc->db, *coll = cc->coll;
+    char ns[1700];
+    shown_ns(db, coll, ns, sizeof ns);
+    if (cc->ts && cc->ts_time[0] == '\0') {
+        strbuf_putc(out, '\n');
+        comment_line(out, "%s: no map inferred (a time-series collection whose %s lists no timeseries.timeField)", ns,
+                     cc->buckets);
+        log_warning("infer-map: %s: no map inferred: %s lists no timeseries.timeField", ns, cc->buckets);
+        return EXIT_OK;
+    }
+    infer_options tio = *io;
+    if (cc->ts) {
+        tio.time_field = cc->ts_time;
+        tio.meta_field = cc->ts_meta[0] != '\0' ? cc->ts_meta : NULL;
+    }
+    infer_stats *s = infer_stats_new(&tio);
     if (s == NULL) {
         fprintf(stderr, "oplog2pg: infer-map: out of memory\n");
         return EXIT_SOFTWARE;
     }
-    int code = sample_collection(client, db, coll, o->sample, s);
+    ts_sample tr = {0};
+    int code =
+        cc->ts ? sample_timeseries(client, cc, o->sample, s, &tr) : sample_collection(client, db, coll, o->sample, s);
     if (code != EXIT_OK) {
         infer_stats_free(s);
         return code;
@@ -242,15 +325,29 @@ static int infer_one(mongoc_client_t *client, names_ctx *x, const infer_cmd_opti
     uint64_t docs = infer_stats_docs(s);
     infer_stats_free(s);
     strbuf_putc(out, '\n');
+    if (cc->ts) {
+        char bns[1700];
+        shown_ns(db, cc->buckets, bns, sizeof bns);
+        comment_line(out,
+                     "%s: a time-series collection: %llu measurement%s unpacked from the first %llu bucket%s of %s", ns,
+                     (unsigned long long)docs, docs == 1 ? "" : "s", (unsigned long long)tr.buckets,
+                     tr.buckets == 1 ? "" : "s", bns);
+        if (tr.bad > 0) {
+            comment_line(out, "%s: %llu bucket%s could not be unpacked and %s not in the sample (%s)", ns,
+                         (unsigned long long)tr.bad, tr.bad == 1 ? "" : "s", tr.bad == 1 ? "is" : "are", tr.first_bad);
+            log_warning("infer-map: %s: %llu bucket%s of %s could not be unpacked (%s)", ns, (unsigned long long)tr.bad,
+                        tr.bad == 1 ? "" : "s", bns, tr.first_bad);
+        }
+    }
     if (m == NULL) {
         if (strcmp(why, "out of memory") == 0) {
             fprintf(stderr, "oplog2pg: infer-map: %s.%s: out of memory\n", db, coll);
             return EXIT_SOFTWARE;
         }
-        /* an empty collection, or one whose name a [map] header cannot hold: it keeps the jsonb shape */
-        char ns[1700];
-        shown_ns(db, coll, ns, sizeof ns);
-        comment_line(out, "%s: no map inferred (%s); it keeps the jsonb shape", ns, why);
+        /* an empty collection, or one whose name a [map] header cannot hold: it keeps the jsonb shape (a time-series
+         * collection: its measurements land in the table of docs/timeseries.md) */
+        comment_line(out, "%s: no map inferred (%s); it keeps %s", ns, why,
+                     cc->ts ? "the table of measurements without a map" : "the jsonb shape");
         log_notice("infer-map: %s: no map inferred: %s", ns, why);
         return EXIT_OK;
     }
@@ -261,7 +358,8 @@ static int infer_one(mongoc_client_t *client, names_ctx *x, const infer_cmd_opti
         fprintf(stderr, "oplog2pg: infer-map: out of memory\n");
         return EXIT_SOFTWARE;
     }
-    log_info("infer-map: %s.%s: %llu document%s read", db, coll, (unsigned long long)docs, docs == 1 ? "" : "s");
+    log_info("infer-map: %s.%s: %llu %s%s read", db, coll, (unsigned long long)docs,
+             cc->ts ? "measurement" : "document", docs == 1 ? "" : "s");
     return EXIT_OK;
 }
 
@@ -375,8 +473,9 @@ int infer_map_command(FILE *out, const config *cfg, const infer_cmd_options *opt
     strbuf_printf(&text,
                   "; oplog2pg infer-map: maps inferred from a sample of each collection (--sample %lu: the first "
                   "documents a find\n"
-                  "; returns, in natural order), nested documents as dotted columns down to --depth %u. Review them, "
-                  "then append\n"
+                  "; returns, in natural order; of a time-series collection, the measurements of the first buckets), "
+                  "nested\n"
+                  "; documents as dotted columns down to --depth %u. Review them, then append\n"
                   "; them to the configuration file. A value a column cannot take (a type the sample did not show) "
                   "makes its op a\n"
                   "; dead letter (on_type_error).\n",
@@ -390,14 +489,15 @@ int infer_map_command(FILE *out, const config *cfg, const infer_cmd_options *opt
                 again = strcmp(o.ns[k], o.ns[i]) == 0;
             if (again)
                 continue;
-            if (find_listed(colls, ncolls, db, coll) == SIZE_MAX) {
+            size_t at = find_listed(colls, ncolls, db, coll);
+            if (at == SIZE_MAX) {
                 fprintf(stderr,
                         "oplog2pg: infer-map: %s: no such collection (MongoDB does not list it, or it is a view)\n",
                         o.ns[i]);
                 code = EXIT_USAGE;
                 break;
             }
-            code = infer_one(client, &x, &o, &io, db, coll, &text);
+            code = infer_one(client, &x, &o, &io, &colls[at], &text);
         }
     } else {
         size_t inferred = 0;
@@ -409,7 +509,7 @@ int infer_map_command(FILE *out, const config *cfg, const infer_cmd_options *opt
                              shown_ns(colls[i].db, colls[i].coll, ns, sizeof ns));
                 continue;
             }
-            code = infer_one(client, &x, &o, &io, colls[i].db, colls[i].coll, &text);
+            code = infer_one(client, &x, &o, &io, &colls[i], &text);
             inferred++;
         }
         if (code == EXIT_OK && inferred == 0)

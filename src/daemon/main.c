@@ -187,6 +187,13 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
 
+    /* Signals first: a SIGTERM, SIGINT or SIGHUP that comes while the configuration loads waits, blocked, for the
+     * daemon's first look (signals.h), rather than killing a process that has not yet said anything. */
+    if ((strcmp(command, "run") == 0 || strcmp(command, "replay") == 0) && !signals_init()) {
+        fprintf(stderr, "oplog2pg: cannot set up signal handling: %s\n", strerror(errno));
+        return EXIT_SOFTWARE;
+    }
+
     /* The driver first, with its messages routed into our log: loading the configuration already parses the URI,
      * and the driver warns there (an unsupported URI option, for instance). */
     /* No shared-memory counters: libmongoc would make /dev/shm/mongoc-PID, left behind by a kill -9, and warn on
@@ -228,11 +235,6 @@ int main(int argc, char **argv)
     }
     if (strcmp(command, "run") == 0 || strcmp(command, "replay") == 0) {
         memory_setup();
-    }
-    if ((strcmp(command, "run") == 0 || strcmp(command, "replay") == 0) && !signals_init()) {
-        log_error("cannot set up signal handling: %s", strerror(errno));
-        code = EXIT_SOFTWARE;
-        goto out;
     }
     if (strcmp(command, "replay") == 0)
         code = daemon_replay(&cfg, arg);

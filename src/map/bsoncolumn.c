@@ -65,6 +65,7 @@ typedef struct {
     u128 enc128;
     /* Simple-8b reader over the current run of blocks */
     bool reader_valid; /* a run was started since the last literal */
+    size_t run_off;    /* offset of the control byte of the current run (when reader_valid) */
     size_t blk_off;    /* offset of the next block to read */
     size_t cur_blk;    /* offset of the block the last slot came from */
     unsigned blk_left; /* blocks not yet read in the run */
@@ -707,6 +708,7 @@ static bcol_status start_run(bcol_decoder *d, size_t off, stream *s, size_t *siz
         s->prev = (u128){0, 0};
     }
     s->reader_valid = true;
+    s->run_off = off;
     s->blk_off = off + 1;
     s->blk_left = nblocks;
     s->slots_left = 0;
@@ -1204,4 +1206,86 @@ bool bcol_apply_binary_diff(const uint8_t *old, size_t oldlen, size_t offset, co
     *out = b;
     *outlen = offset + difflen;
     return true;
+}
+
+/* ---- marks ---- */
+
+/* What a mark holds (bcol_mark.state): the regular stream, its previous value as an offset into the column when it is
+ * not its own. */
+typedef struct {
+    stream s;
+    size_t last_off; /* s.last.ext - data, when the value is in the column's bytes */
+} mark_state;
+
+_Static_assert(sizeof(mark_state) <= sizeof(((bcol_mark *)0)->state), "bcol_mark.state is too small");
+
+bool bcol_decoder_mark(const bcol_decoder *d, bcol_mark *m)
+{
+    const stream *s = &d->regular;
+    if (d->done || d->interleaved || s->slots_left != 0 || s->rle_left != 0)
+        return false;
+    mark_state ms;
+    memset(&ms, 0, sizeof ms);
+    ms.s = *s;
+    if (s->last.type != 0 && !s->last.owned) {
+        /* a value in the column (a literal); not one in the decoder's own buffers (after interleaved mode) */
+        if (s->last.ext < d->data || s->last.ext >= d->data + d->len)
+            return false;
+        ms.last_off = (size_t)(s->last.ext - d->data);
+    }
+    ms.s.last.ext = NULL;
+    m->pos = d->pos;
+    if (s->reader_valid && s->blk_left > 0) {
+        /* inside a run: its control byte counts blocks the column may since have added */
+        m->run = s->run_off;
+        m->prefix = s->blk_off;
+    } else if (s->reader_valid) {
+        m->run = s->run_off;
+        m->prefix = d->off;
+    } else {
+        m->run = SIZE_MAX;
+        m->prefix = d->off;
+    }
+    memcpy(m->state, &ms, sizeof ms);
+    return true;
+}
+
+bcol_decoder *bcol_decoder_resume(const uint8_t *data, size_t len, const uint8_t *old, size_t oldlen,
+                                  const bcol_mark *m, bool *nomem)
+{
+    *nomem = false;
+    mark_state ms;
+    memcpy(&ms, m->state, sizeof ms);
+    size_t pre = m->prefix;
+    if (pre > len || pre > oldlen)
+        return NULL;
+    size_t nblocks_now = 0;
+    if (m->run != SIZE_MAX) {
+        size_t r = m->run;
+        if (r >= pre || memcmp(data, old, r) != 0 || (data[r] >> 4) != (old[r] >> 4) ||
+            memcmp(data + r + 1, old + r + 1, pre - r - 1) != 0)
+            return NULL;
+        /* the run's blocks read so far, and those the column's control byte now counts */
+        size_t read = (pre - r - 1) / 8;
+        if ((pre - r - 1) % 8 != 0)
+            return NULL;
+        nblocks_now = (size_t)(data[r] & 15u) + 1;
+        if (nblocks_now < read || len - r - 1 <= nblocks_now * 8) /* start_run's check, on the column as it is */
+            return NULL;
+        ms.s.blk_left = (unsigned)(nblocks_now - read);
+        ms.s.blk_off = pre;
+    } else if (memcmp(data, old, pre) != 0) {
+        return NULL;
+    }
+    bcol_decoder *d = bcol_decoder_new(data, len);
+    if (!d) {
+        *nomem = true;
+        return NULL;
+    }
+    d->regular = ms.s;
+    if (d->regular.last.type != 0 && !d->regular.last.owned)
+        d->regular.last.ext = data + ms.last_off;
+    d->pos = m->pos;
+    d->off = m->run != SIZE_MAX ? m->run + 1 + nblocks_now * 8 : pre;
+    return d;
 }

@@ -44,6 +44,8 @@
 
 /* Recursion bound of the diff walk (BSON nests at most ~100 levels in the server: BSONDepth::kDefaultMaxAllowable). */
 #define DIFF_MAX_DEPTH 200
+/* The largest document the server writes (BSONObjMaxInternalSize): no diff it logs makes a larger one. */
+#define BUCKET_DIFF_MAX_DOC (16 * 1024 * 1024 + 16 * 1024)
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -59,10 +61,33 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 /* Unpacking                                                                                                     */
 /* ------------------------------------------------------------------------------------------------------------ */
 
-/* The measurements being built: their bytes one after another in buf, each one's offset, length and time. */
+/* The documents of rows: one block, shared (counted) by the rows of successive versions of a bucket
+ * (bucket_unpack_next). Bytes below len are never written again; later documents go after them. */
+typedef struct rowstore {
+    size_t refs, len, cap;
+    uint8_t data[];
+} rowstore;
+
+static rowstore *store_new(size_t cap)
+{
+    rowstore *st = malloc(sizeof *st + cap);
+    if (st) {
+        st->refs = 1;
+        st->len = 0;
+        st->cap = cap;
+    }
+    return st;
+}
+
+static void store_unref(rowstore *st)
+{
+    if (st && --st->refs == 0)
+        free(st);
+}
+
+/* The measurements being built: their bytes one after another in st, each one's offset, length and time. */
 typedef struct {
-    uint8_t *buf;
-    size_t len, cap;
+    rowstore *st;
     size_t n, ncap;
     size_t *offs;
     uint32_t *lens;
@@ -71,7 +96,7 @@ typedef struct {
 
 static void rowbuf_free(rowbuf *rb)
 {
-    free(rb->buf);
+    free(rb->st);
     free(rb->offs);
     free(rb->lens);
     free(rb->times);
@@ -97,56 +122,71 @@ static bool rowbuf_add(rowbuf *rb, const bson_t *doc, int64_t t)
         rb->ncap = nc;
     }
     size_t dl = doc->len;
-    if (rb->cap - rb->len < dl) {
-        size_t nc = rb->cap ? rb->cap : 4096;
-        while (nc - rb->len < dl)
+    size_t used = rb->st ? rb->st->len : 0, cap = rb->st ? rb->st->cap : 0;
+    if (cap - used < dl) {
+        size_t nc = cap ? cap : 4096;
+        while (nc - used < dl)
             nc *= 2;
-        uint8_t *b = realloc(rb->buf, nc);
-        if (!b)
+        rowstore *st = realloc(rb->st, sizeof *st + nc); /* not shared yet */
+        if (!st)
             return false;
-        rb->buf = b;
-        rb->cap = nc;
+        if (!rb->st) {
+            st->refs = 1;
+            st->len = 0;
+        }
+        st->cap = nc;
+        rb->st = st;
     }
-    memcpy(rb->buf + rb->len, bson_get_data(doc), dl);
-    rb->offs[rb->n] = rb->len;
+    memcpy(rb->st->data + rb->st->len, bson_get_data(doc), dl);
+    rb->offs[rb->n] = rb->st->len;
     rb->lens[rb->n] = (uint32_t)dl;
     rb->times[rb->n] = t;
-    rb->len += dl;
+    rb->st->len += dl;
     rb->n++;
     return true;
 }
 
-/* Hands the rows over to *out (one block for the three arrays, the document buffer as is). */
-static bool rowbuf_finish(rowbuf *rb, bucket_rows *out)
+/* The one block of a rows' three arrays, for n places: times first (8-byte aligned), then pointers, then lengths. */
+static bool rows_arrays(bucket_rows *out, size_t n)
 {
-    size_t n = rb->n;
     size_t a1 = n * sizeof(const uint8_t *), a2 = n * sizeof(uint32_t), a3 = n * sizeof(int64_t);
-    /* times first (8-byte aligned), then the pointers, then the lengths */
     uint8_t *block = malloc(a1 + a2 + a3 + 1);
     if (!block)
         return false;
     out->times = (int64_t *)(void *)block;
     out->docs = (const uint8_t **)(void *)(block + a3);
     out->lens = (uint32_t *)(void *)(block + a3 + a1);
+    out->arrays = block;
+    out->n = n;
+    return true;
+}
+
+/* Hands the rows over to *out (one block for the three arrays, the documents' store as is). */
+static bool rowbuf_finish(rowbuf *rb, bucket_rows *out)
+{
+    size_t n = rb->n;
+    if (!rows_arrays(out, n))
+        return false;
     for (size_t i = 0; i < n; i++) {
         out->times[i] = rb->times[i];
-        out->docs[i] = rb->buf + rb->offs[i];
+        out->docs[i] = rb->st->data + rb->offs[i];
         out->lens[i] = rb->lens[i];
     }
-    out->n = n;
-    out->buf = rb->buf;
-    out->arrays = block;
-    rb->buf = NULL;
+    out->store = rb->st;
+    rb->st = NULL;
     rowbuf_free(rb);
     return true;
 }
+
+static void resume_free(struct bucket_resume *r);
 
 void bucket_rows_clear(bucket_rows *r)
 {
     if (!r)
         return;
-    free(r->buf);
+    store_unref(r->store);
     free(r->arrays);
+    resume_free(r->resume);
     memset(r, 0, sizeof *r);
 }
 
@@ -434,32 +474,43 @@ done:
     return ok;
 }
 
-bool bucket_unpack(const uint8_t *bucket, size_t len, const bucket_spec *spec, bucket_rows *out, char *err,
-                   size_t errlen)
+/* A bucket's parts, as parse_bucket found them. */
+typedef struct {
+    unpack_ctx c;
+    bson_t b;
+    bson_iter_t dr, timecol;
+    int64_t version; /* 0: the data region is empty (no measurement) */
+    bool has_count;
+    int64_t count;
+} parsed_bucket;
+
+/* The checks and parts every unpack shares (BucketUnpacker::reset). */
+static bool parse_bucket(const uint8_t *bucket, size_t len, const bucket_spec *spec, bool validated, parsed_bucket *pb,
+                         char *err, size_t errlen)
 {
-    memset(out, 0, sizeof *out);
+    memset(pb, 0, sizeof *pb);
     if (!spec || !spec->time_field) {
         seterr(err, errlen, "no time field given");
         return false;
     }
-    bson_t b;
     size_t off = 0;
-    if (!bucket || !bson_init_static(&b, bucket, len)) {
+    if (!bucket || !bson_init_static(&pb->b, bucket, len)) {
         seterr(err, errlen, "bucket is not a BSON document (%zu bytes)", len);
         return false;
     }
-    if (!bson_validate(&b, BSON_VALIDATE_NONE, &off)) {
+    if (!validated && !bson_validate(&pb->b, BSON_VALIDATE_NONE, &off)) {
         seterr(err, errlen, "bucket is not valid BSON (at byte %zu)", off);
         return false;
     }
-    if (bson_empty(&b)) {
+    if (bson_empty(&pb->b)) {
         seterr(err, errlen, "an empty bucket cannot be unpacked");
         return false;
     }
-    unpack_ctx c = {.spec = spec};
-    bson_iter_t it, control, data, timecol;
+    unpack_ctx *c = &pb->c;
+    c->spec = spec;
+    bson_iter_t it, control, data;
     bool has_control = false, has_data = false;
-    bson_iter_init(&it, &b);
+    bson_iter_init(&it, &pb->b);
     while (bson_iter_next(&it)) {
         const char *key = bson_iter_key(&it);
         if (strcmp(key, "control") == 0 && !has_control) {
@@ -468,28 +519,27 @@ bool bucket_unpack(const uint8_t *bucket, size_t len, const bucket_spec *spec, b
         } else if (strcmp(key, "data") == 0 && !has_data) {
             data = it;
             has_data = true;
-        } else if (strcmp(key, "meta") == 0 && !c.has_meta) {
-            c.meta = it;
-            c.has_meta = true;
+        } else if (strcmp(key, "meta") == 0 && !c->has_meta) {
+            c->meta = it;
+            c->has_meta = true;
         }
     }
     if (!has_data || !BSON_ITER_HOLDS_DOCUMENT(&data)) {
         seterr(err, errlen, has_data ? "bucket's data is not a document" : "bucket has no data");
         return false;
     }
-    if (c.has_meta) {
+    if (c->has_meta) {
         if (!spec->meta_field) {
             seterr(err, errlen, "bucket has meta but the collection has no metaField");
             return false;
         }
-        if (bson_iter_type(&c.meta) == BSON_TYPE_UNDEFINED) {
+        if (bson_iter_type(&c->meta) == BSON_TYPE_UNDEFINED) {
             seterr(err, errlen, "bucket's meta is of the deprecated type undefined");
             return false;
         }
     }
-    bson_iter_t dr;
-    bson_iter_recurse(&data, &dr);
-    bson_iter_t probe = dr;
+    bson_iter_recurse(&data, &pb->dr);
+    bson_iter_t probe = pb->dr;
     if (!bson_iter_next(&probe))
         return true; /* an empty data region holds no measurement (BucketUnpacker::reset) */
     if (!has_control || !BSON_ITER_HOLDS_DOCUMENT(&control)) {
@@ -512,29 +562,41 @@ bool bucket_unpack(const uint8_t *bucket, size_t len, const bucket_spec *spec, b
         seterr(err, errlen, "bucket has unknown control.version %" PRId64, version);
         return false;
     }
-    timecol = dr;
-    if (!bson_iter_find(&timecol, spec->time_field)) {
+    pb->timecol = pb->dr;
+    if (!bson_iter_find(&pb->timecol, spec->time_field)) {
         seterr(err, errlen, "bucket has no time column data.%s", spec->time_field);
         return false;
     }
-    rowbuf rb;
-    memset(&rb, 0, sizeof rb);
-    bool ok;
-    if (version == 1) {
-        ok = unpack_v1(&c, &dr, &timecol, &rb, err, errlen);
-    } else {
-        int64_t count = 0;
-        bool has_count = false;
+    if (version != 1) {
         cnt = ci;
         if (bson_iter_find(&cnt, "count") && is_number(bson_iter_type(&cnt))) {
-            if (!number_as_int64(&cnt, &count)) {
+            if (!number_as_int64(&cnt, &pb->count)) {
                 seterr(err, errlen, "bucket's control.count is not an integer");
                 return false;
             }
-            has_count = true;
+            pb->has_count = true;
         }
-        ok = unpack_v2(&c, version, &dr, &timecol, has_count, count, &rb, err, errlen);
     }
+    pb->version = version;
+    return true;
+}
+
+bool bucket_unpack(const uint8_t *bucket, size_t len, const bucket_spec *spec, bucket_rows *out, char *err,
+                   size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    parsed_bucket pb;
+    if (!parse_bucket(bucket, len, spec, false, &pb, err, errlen))
+        return false;
+    if (pb.version == 0)
+        return true;
+    rowbuf rb;
+    memset(&rb, 0, sizeof rb);
+    bool ok;
+    if (pb.version == 1)
+        ok = unpack_v1(&pb.c, &pb.dr, &pb.timecol, &rb, err, errlen);
+    else
+        ok = unpack_v2(&pb.c, pb.version, &pb.dr, &pb.timecol, pb.has_count, pb.count, &rb, err, errlen);
     if (ok && !rowbuf_finish(&rb, out)) {
         seterr(err, errlen, "out of memory unpacking a bucket");
         ok = false;
@@ -544,6 +606,531 @@ bool bucket_unpack(const uint8_t *bucket, size_t len, const bucket_spec *spec, b
         bucket_rows_clear(out);
     }
     return ok;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Unpacking the next version of a bucket                                                                       */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/* Marks kept per column: the last block boundaries (an append rewrites the blocks of the open control byte, which
+ * holds at most 16). When full, the older half goes. */
+#define MARKS_KEPT 12
+
+/* A column's value at one position: the bytes a BSON element holds after its field name, in the column's bytes
+ * buffer (made by bson_append_value, so exactly what a measurement gets). */
+typedef struct {
+    uint32_t off, len;
+    uint8_t type; /* 0: missing */
+} colval;
+
+typedef struct {
+    char *name;
+    bcol_mark marks[MARKS_KEPT]; /* ascending positions */
+    size_t nmarks;
+    size_t len;  /* the column's positions */
+    size_t base; /* position of vals[0] */
+    colval *vals;
+    size_t nvals, valcap;
+    uint8_t *bytes;
+    size_t nbytes, bytecap;
+} colstate;
+
+struct bucket_resume {
+    size_t ncols; /* cols[0]: the time column, then the others in the data region's order */
+    colstate *cols;
+};
+
+static void col_free(colstate *c)
+{
+    free(c->name);
+    free(c->vals);
+    free(c->bytes);
+    memset(c, 0, sizeof *c);
+}
+
+static void resume_free(struct bucket_resume *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->ncols; i++)
+        col_free(&r->cols[i]);
+    free(r->cols);
+    free(r);
+}
+
+static bool col_put(colstate *c, uint8_t type, const uint8_t *p, uint32_t len)
+{
+    if (c->nvals == c->valcap) {
+        size_t nc = c->valcap ? c->valcap * 2 : 64;
+        colval *v = realloc(c->vals, nc * sizeof *v);
+        if (!v)
+            return false;
+        c->vals = v;
+        c->valcap = nc;
+    }
+    if (c->bytecap - c->nbytes < len) {
+        size_t nc = c->bytecap ? c->bytecap : 512;
+        while (nc - c->nbytes < len)
+            nc *= 2;
+        uint8_t *b = realloc(c->bytes, nc);
+        if (!b)
+            return false;
+        c->bytes = b;
+        c->bytecap = nc;
+    }
+    if (len)
+        memcpy(c->bytes + c->nbytes, p, len);
+    c->vals[c->nvals++] = (colval){.off = (uint32_t)c->nbytes, .len = len, .type = type};
+    c->nbytes += len;
+    return true;
+}
+
+static void col_push_mark(colstate *c, const bcol_mark *m)
+{
+    if (c->nmarks == MARKS_KEPT) {
+        memmove(&c->marks[0], &c->marks[MARKS_KEPT / 2], (MARKS_KEPT - MARKS_KEPT / 2) * sizeof c->marks[0]);
+        c->nmarks -= MARKS_KEPT / 2;
+    }
+    c->marks[c->nmarks++] = *m;
+}
+
+/* Drops the values before the oldest mark kept (none are needed then), once they are many. */
+static void col_trim(colstate *c)
+{
+    size_t keep_from = c->nmarks ? c->marks[0].pos : c->len;
+    if (keep_from <= c->base || keep_from - c->base < 64 + c->nvals / 2)
+        return;
+    size_t drop = keep_from - c->base;
+    if (drop > c->nvals)
+        drop = c->nvals;
+    size_t start = drop < c->nvals ? c->vals[drop].off : c->nbytes;
+    if (c->nbytes > start)
+        memmove(c->bytes, c->bytes + start, c->nbytes - start);
+    c->nbytes -= start;
+    if (c->nvals > drop)
+        memmove(c->vals, c->vals + drop, (c->nvals - drop) * sizeof *c->vals);
+    c->nvals -= drop;
+    for (size_t i = 0; i < c->nvals; i++)
+        c->vals[i].off -= (uint32_t)start;
+    c->base += drop;
+}
+
+/* Forgets the values from position p on (p within the values held). */
+static void col_cut(colstate *c, size_t p)
+{
+    size_t k = p - c->base;
+    if (k < c->nvals) {
+        c->nbytes = c->vals[k].off;
+        c->nvals = k;
+    }
+}
+
+static const colval *col_at(const colstate *c, size_t pos)
+{
+    return pos >= c->base && pos - c->base < c->nvals ? &c->vals[pos - c->base] : NULL;
+}
+
+/* The next bucket's columns: name, bytes. */
+typedef struct {
+    const char *name;
+    const uint8_t *data;
+    uint32_t len;
+} colref;
+
+/* The columns of a parsed version 2/3 bucket, the time column first; false when one is not a BSONColumn (the full
+ * unpack says so). */
+static bool list_columns(const parsed_bucket *pb, colref **cols, size_t *ncols)
+{
+    const char *tf = pb->c.spec->time_field;
+    size_t n = 0;
+    bson_iter_t it = pb->dr;
+    while (bson_iter_next(&it))
+        n++;
+    colref *v = calloc(n + 1, sizeof *v);
+    if (!v)
+        return false;
+    size_t k = 0;
+    char e[8];
+    if (!column_bytes(&pb->timecol, &v[0].data, &v[0].len, e, 0)) {
+        free(v);
+        return false;
+    }
+    v[k++].name = tf;
+    it = pb->dr;
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), tf) == 0)
+            continue;
+        if (!column_bytes(&it, &v[k].data, &v[k].len, e, 0)) {
+            free(v);
+            return false;
+        }
+        v[k++].name = bson_iter_key(&it);
+    }
+    *cols = v;
+    *ncols = k;
+    return true;
+}
+
+/* Decodes the column from d (which stands at position c->base + c->nvals) to its end into c, keeping its marks.
+ * False on a malformed column or out of memory. */
+static bool col_decode(colstate *c, bcol_decoder *d)
+{
+    bson_t tmp = BSON_INITIALIZER;
+    bool ok = false;
+    for (;;) {
+        bcol_elem e;
+        bcol_status st = bcol_decoder_next(d, &e, NULL, 0);
+        if (st == BCOL_ERROR)
+            goto done;
+        if (st == BCOL_END)
+            break;
+        uint8_t le[8];
+        if (e.missing) {
+            if (!col_put(c, 0, NULL, 0))
+                goto done;
+        } else if (e.value.value_type == BSON_TYPE_DATE_TIME || e.value.value_type == BSON_TYPE_INT64 ||
+                   e.value.value_type == BSON_TYPE_DOUBLE) {
+            /* the common fixed-size values, as bson_append_value writes them (little-endian) */
+            uint64_t u;
+            if (e.value.value_type == BSON_TYPE_DOUBLE)
+                memcpy(&u, &e.value.value.v_double, 8);
+            else if (e.value.value_type == BSON_TYPE_INT64)
+                u = (uint64_t)e.value.value.v_int64;
+            else
+                u = (uint64_t)e.value.value.v_datetime;
+            u = BSON_UINT64_TO_LE(u);
+            memcpy(le, &u, 8);
+            if (!col_put(c, (uint8_t)e.value.value_type, le, 8))
+                goto done;
+        } else if (e.value.value_type == BSON_TYPE_INT32) {
+            uint32_t u = BSON_UINT32_TO_LE((uint32_t)e.value.value.v_int32);
+            memcpy(le, &u, 4);
+            if (!col_put(c, BSON_TYPE_INT32, le, 4))
+                goto done;
+        } else if (e.value.value_type == BSON_TYPE_BOOL) {
+            le[0] = e.value.value.v_bool ? 1 : 0;
+            if (!col_put(c, BSON_TYPE_BOOL, le, 1))
+                goto done;
+        } else {
+            bson_reinit(&tmp);
+            if (!bson_append_value(&tmp, "", 0, &e.value))
+                goto done;
+            /* the element: type, "" (one NUL), value; then the document's end byte */
+            const uint8_t *p = bson_get_data(&tmp);
+            if (!col_put(c, p[4], p + 6, tmp.len - 7))
+                goto done;
+        }
+        bcol_mark m;
+        if (bcol_decoder_mark(d, &m))
+            col_push_mark(c, &m);
+    }
+    c->len = bcol_decoder_position(d);
+    ok = true;
+done:
+    bson_destroy(&tmp);
+    return ok;
+}
+
+/* Appends an element (type, name, value bytes) to a document being built in buf. */
+static bool put_elem(uint8_t **buf, size_t *len, size_t *cap, uint8_t type, const char *name, const uint8_t *v,
+                     uint32_t vlen)
+{
+    size_t nl = strlen(name), need = 1 + nl + 1 + vlen;
+    if (*cap - *len < need) {
+        size_t nc = *cap ? *cap : 256;
+        while (nc - *len < need)
+            nc *= 2;
+        uint8_t *b = realloc(*buf, nc);
+        if (!b)
+            return false;
+        *buf = b;
+        *cap = nc;
+    }
+    uint8_t *p = *buf + *len;
+    *p++ = type;
+    memcpy(p, name, nl + 1);
+    p += nl + 1;
+    if (vlen)
+        memcpy(p, v, vlen);
+    *len += need;
+    return true;
+}
+
+/* Where the new rows' documents go: prev's store while it has room (its bytes past its end are nobody's), else a
+ * store of their own, into which the documents placed so far move. */
+typedef struct {
+    bucket_rows *out;
+    const bucket_rows *prev;
+    rowstore *st;
+    bool own; /* st is out's own (not prev's) */
+} placer;
+
+static bool place_doc(placer *pl, size_t i, const uint8_t *doc, uint32_t dl)
+{
+    rowstore *st = pl->st;
+    if (!st || st->cap - st->len < dl) {
+        size_t live = dl;
+        for (size_t j = 0; j < i; j++)
+            live += pl->out->lens[j];
+        rowstore *ns = store_new(live * 2 + 4096);
+        if (!ns)
+            return false;
+        for (size_t j = 0; j < i; j++) {
+            memcpy(ns->data + ns->len, pl->out->docs[j], pl->out->lens[j]);
+            pl->out->docs[j] = ns->data + ns->len;
+            ns->len += pl->out->lens[j];
+        }
+        if (pl->own)
+            store_unref(pl->st);
+        pl->st = st = ns;
+        pl->own = true;
+    }
+    memcpy(st->data + st->len, doc, dl);
+    pl->out->docs[i] = st->data + st->len;
+    pl->out->lens[i] = dl;
+    st->len += dl;
+    return true;
+}
+
+typedef enum { NEXT_OK, NEXT_FULL, NEXT_NOMEM } next_result;
+
+/* The column-wise unpack of a version 2/3 bucket (pb), going on from prev where it can. NEXT_FULL: anything this
+ * does not settle (a malformed bucket, a rewrite reaching back too far): the caller unpacks in full instead. */
+static next_result unpack_next_v2(const parsed_bucket *pb, const parsed_bucket *ppb, bucket_rows *prev,
+                                  bucket_rows *out)
+{
+    colref *cols = NULL, *pcols = NULL;
+    size_t ncols = 0, npcols = 0;
+    colval *tail = NULL;
+    uint8_t *tailbytes = NULL;
+    const struct bucket_resume *pr = prev ? prev->resume : NULL;
+    struct bucket_resume *r = NULL;
+    uint8_t *doc = NULL, *meta = NULL;
+    size_t doccap = 0, metalen = 0;
+    next_result res = NEXT_FULL;
+    placer pl = {.out = out, .prev = prev};
+    if (!list_columns(pb, &cols, &ncols))
+        goto done;
+    /* prev is usable when its columns are these, by name and order */
+    if (pr && ppb && list_columns(ppb, &pcols, &npcols) && npcols == ncols && pr->ncols == ncols) {
+        for (size_t j = 0; j < ncols && pr; j++)
+            if (strcmp(cols[j].name, pcols[j].name) != 0 || strcmp(pr->cols[j].name, cols[j].name) != 0)
+                pr = NULL;
+    } else {
+        pr = NULL;
+    }
+    size_t first = pr ? prev->n : 0; /* the first place that may differ from prev's */
+    if (pr) {
+        /* prev's resume state moves here: its columns' values are kept in place and go on from a mark */
+        r = prev->resume;
+        prev->resume = NULL;
+    } else {
+        if (!(r = calloc(1, sizeof *r)) || !(r->cols = calloc(ncols, sizeof *r->cols)))
+            goto nomem;
+        r->ncols = ncols;
+    }
+    for (size_t j = 0; j < ncols; j++) {
+        colstate *c = &r->cols[j];
+        if (!c->name && !(c->name = strdup(cols[j].name)))
+            goto nomem;
+        bcol_decoder *d = NULL;
+        size_t from = 0, oldlen = c->len;
+        for (size_t t = c->nmarks; pr && t-- > 0 && !d;) {
+            bool nomem;
+            const bcol_mark *m = &c->marks[t];
+            if (m->pos < c->base)
+                break;
+            d = bcol_decoder_resume(cols[j].data, cols[j].len, pcols[j].data, pcols[j].len, m, &nomem);
+            if (nomem)
+                goto nomem;
+            if (d) {
+                from = m->pos;
+                c->nmarks = t + 1; /* the marks up to it hold for the new bytes too */
+            }
+        }
+        /* prev's values from `from` on, to compare with the new ones */
+        size_t ntail = 0;
+        if (d) {
+            ntail = oldlen - from;
+            if (!(tail = realloc(tail, (ntail + 1) * sizeof *tail)))
+                goto nomem;
+            size_t b0 = ntail ? c->vals[from - c->base].off : 0, nb = c->nbytes - b0;
+            if (!(tailbytes = realloc(tailbytes, nb + 1)))
+                goto nomem;
+            for (size_t k = 0; k < ntail; k++) {
+                tail[k] = c->vals[from - c->base + k];
+                tail[k].off -= (uint32_t)b0;
+            }
+            if (nb)
+                memcpy(tailbytes, c->bytes + b0, nb);
+            col_cut(c, from);
+        } else {
+            c->nmarks = c->nvals = c->nbytes = c->base = 0;
+            if (!(d = bcol_decoder_new(cols[j].data, cols[j].len)))
+                goto nomem;
+        }
+        bool ok = col_decode(c, d);
+        bcol_decoder_destroy(d);
+        if (!ok)
+            goto done;
+        /* the first position whose value differs from prev's (those before `from` are the same bytes) */
+        if (pr) {
+            size_t p = from, end = c->len < oldlen ? c->len : oldlen;
+            if (ntail == 0 && from == 0)
+                end = 0; /* decoded afresh: nothing to compare with */
+            for (; p < end; p++) {
+                const colval *x = col_at(c, p), *y = &tail[p - from];
+                if (x->type != y->type || x->len != y->len ||
+                    (x->len && memcmp(c->bytes + x->off, tailbytes + y->off, x->len) != 0))
+                    break;
+            }
+            if (p < first)
+                first = p;
+        }
+    }
+    size_t n = r->cols[0].len;
+    for (size_t j = 1; j < ncols; j++)
+        if (r->cols[j].len != n)
+            goto done; /* a column of another length: the full unpack says which */
+    if (pb->has_count && pb->count != (int64_t)n)
+        goto done;
+    if (first > n)
+        first = n;
+    /* the meta element's value, as bson_append_iter writes it; rows differ from prev's everywhere when it changed */
+    if (pb->c.has_meta) {
+        bson_t tmp = BSON_INITIALIZER;
+        bool ok = bson_append_iter(&tmp, "", 0, &pb->c.meta);
+        if (ok) {
+            metalen = tmp.len - 7;
+            meta = malloc(metalen + 2);
+            if (meta)
+                memcpy(meta, bson_get_data(&tmp) + 4, metalen + 2); /* type, "", value */
+        }
+        bson_destroy(&tmp);
+        if (!ok)
+            goto done;
+        if (!meta)
+            goto nomem;
+    }
+    if (pr) {
+        bool same_meta = pb->c.has_meta == ppb->c.has_meta;
+        if (same_meta && pb->c.has_meta) {
+            bson_t tmp = BSON_INITIALIZER;
+            same_meta = bson_append_iter(&tmp, "", 0, &ppb->c.meta) && tmp.len - 7 == metalen &&
+                        memcmp(bson_get_data(&tmp) + 4, meta, metalen + 2) == 0;
+            bson_destroy(&tmp);
+        }
+        if (!same_meta)
+            first = 0;
+    }
+    /* every column's values from `first` on must be at hand */
+    for (size_t j = 0; j < ncols; j++)
+        if (first < n && first < r->cols[j].base)
+            goto done;
+    if (!rows_arrays(out, n))
+        goto nomem;
+    if (pr && first > 0) {
+        memcpy(out->times, prev->times, first * sizeof *out->times);
+        memcpy(out->docs, prev->docs, first * sizeof *out->docs);
+        memcpy(out->lens, prev->lens, first * sizeof *out->lens);
+        pl.st = prev->store;
+    }
+    const bucket_spec *spec = pb->c.spec;
+    for (size_t i = first; i < n; i++) {
+        const colstate *tc = &r->cols[0];
+        const colval *tv = col_at(tc, i);
+        if (tv->type != BSON_TYPE_DATE_TIME)
+            goto done; /* a skip or not a date: the full unpack says so */
+        size_t dl = 4;
+        if (!doccap) {
+            doccap = 256;
+            if (!(doc = malloc(doccap)))
+                goto nomem;
+        }
+        if (!put_elem(&doc, &dl, &doccap, tv->type, spec->time_field, tc->bytes + tv->off, tv->len))
+            goto nomem;
+        if (meta && !put_elem(&doc, &dl, &doccap, meta[0], spec->meta_field, meta + 2, (uint32_t)metalen))
+            goto nomem;
+        for (size_t j = 1; j < ncols; j++) {
+            const colstate *c = &r->cols[j];
+            const colval *v = col_at(c, i);
+            if (v->type && !put_elem(&doc, &dl, &doccap, v->type, c->name, c->bytes + v->off, v->len))
+                goto nomem;
+        }
+        if (!put_elem(&doc, &dl, &doccap, 0, "", NULL, 0))
+            goto nomem;
+        dl -= 1; /* the end byte is one byte, not an element */
+        if (dl > INT32_MAX)
+            goto done;
+        uint32_t l32 = (uint32_t)dl;
+        doc[0] = (uint8_t)l32;
+        doc[1] = (uint8_t)(l32 >> 8);
+        doc[2] = (uint8_t)(l32 >> 16);
+        doc[3] = (uint8_t)(l32 >> 24);
+        int64_t t;
+        memcpy(&t, tc->bytes + tv->off, 8);
+        t = (int64_t)BSON_UINT64_FROM_LE((uint64_t)t);
+        out->times[i] = t;
+        if (pr && i < prev->n && !pl.own && pl.st == prev->store && prev->lens[i] == l32 &&
+            memcmp(prev->docs[i], doc, l32) == 0) {
+            out->docs[i] = prev->docs[i];
+            out->lens[i] = l32;
+        } else if (!place_doc(&pl, i, doc, l32)) {
+            goto nomem;
+        }
+    }
+    if (!pl.st && !(pl.st = store_new(16)))
+        goto nomem;
+    if (!pl.own)
+        pl.st->refs++;
+    out->store = pl.st;
+    pl.st = NULL;
+    for (size_t j = 0; j < ncols; j++)
+        col_trim(&r->cols[j]);
+    out->resume = r;
+    r = NULL;
+    res = NEXT_OK;
+    goto done;
+nomem:
+    res = NEXT_NOMEM;
+done:
+    if (res != NEXT_OK) {
+        if (pl.own)
+            store_unref(pl.st);
+        free(out->arrays);
+        memset(out, 0, sizeof *out);
+    }
+    resume_free(r);
+    free(cols);
+    free(pcols);
+    free(tail);
+    free(tailbytes);
+    free(doc);
+    free(meta);
+    return res;
+}
+
+bool bucket_unpack_next(const uint8_t *bucket, size_t len, const bucket_spec *spec, const uint8_t *prev_bucket,
+                        size_t prev_len, bucket_rows *prev, bucket_rows *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    parsed_bucket pb, ppb;
+    if (!parse_bucket(bucket, len, spec, false, &pb, err, errlen))
+        return false;
+    if (pb.version < 2)
+        return bucket_unpack(bucket, len, spec, out, err, errlen);
+    bool have_prev = prev && prev->resume && prev_bucket &&
+                     parse_bucket(prev_bucket, prev_len, spec, true, &ppb, NULL, 0) && ppb.version >= 2;
+    next_result r = unpack_next_v2(&pb, have_prev ? &ppb : NULL, have_prev ? prev : NULL, out);
+    if (r == NEXT_FULL && have_prev)
+        r = unpack_next_v2(&pb, NULL, NULL, out);
+    if (r == NEXT_OK)
+        return true;
+    if (r == NEXT_NOMEM) {
+        seterr(err, errlen, "out of memory unpacking a bucket");
+        return false;
+    }
+    return bucket_unpack(bucket, len, spec, out, err, errlen);
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -565,6 +1152,7 @@ typedef struct {
     bucket_diff_mode mode;
     char *err;
     size_t errlen;
+    uint64_t padded; /* bytes of elements appended past arrays' ends, all arrays together (bounded: apply_array) */
 } diffctx;
 
 static int cmp_mod(const void *a, const void *b)
@@ -951,6 +1539,18 @@ static bool array_value(diffctx *c, const bson_iter_t *pre, const arraymod *m, c
 }
 
 /* applyDiffToArray. */
+/* The bytes of the elements [a, b) of an array at their smallest (a null: type byte, decimal key, its NUL). */
+static uint64_t null_bytes(uint64_t a, uint64_t b)
+{
+    uint64_t sum = 0, lo = 0, hi = 10;
+    for (uint64_t digits = 1; lo < b; digits++, lo = hi, hi *= 10) {
+        uint64_t s = a > lo ? a : lo, e = b < hi ? b : hi;
+        if (s < e)
+            sum += (e - s) * (2 + digits);
+    }
+    return sum;
+}
+
 static bool apply_array(diffctx *c, const bson_iter_t *pre, const bson_iter_t *diff, bson_t *out, const char *path,
                         int depth)
 {
@@ -994,8 +1594,20 @@ static bool apply_array(diffctx *c, const bson_iter_t *pre, const bson_iter_t *d
             return false;
         }
     }
-    /* Past the pre-image's end: the diff's values, null for the indexes it does not name. */
+    /* Past the pre-image's end: the diff's values, null for the indexes it does not name. A length or an index far
+     * past the end (l: 805306371 is 35 bytes of diff) would fill gigabytes of nulls: all arrays together may grow
+     * only by what a document the server can hold (BSONObjMaxInternalSize, 16 MB + 16 KB) has room for, which no
+     * diff the server logs passes. Each element checks room for all those still to come, so a huge one fails at once.
+     */
     for (; (has_len && idx < newlen) || m.have; idx++) {
+        uint64_t want = has_len ? newlen : (uint64_t)m.idx + 1;
+        if (want > idx && c->padded + null_bytes(idx, want) > BUCKET_DIFF_MAX_DOC) {
+            seterr(c->err, c->errlen,
+                   "$v:2 array diff at %s: index %" PRIu64 " makes the document outgrow a BSON document", path,
+                   want - 1);
+            return false;
+        }
+        c->padded += null_bytes(idx, (uint64_t)idx + 1);
         if (has_len && idx >= newlen) {
             seterr(c->err, c->errlen, "$v:2 array diff at %s: index %" PRIu32 " is past the new length %" PRIu32, path,
                    m.idx, newlen);

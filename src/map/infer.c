@@ -171,6 +171,8 @@ struct infer_stats {
     size_t nnodes;
     bool capped;        /* some new path was not counted (max_paths) */
     strbuf key_scratch; /* the key field of an _id, made to see whether the key's conversion takes it exactly */
+    char *time_field;   /* a time-series collection: o.time_field and o.meta_field point at these copies */
+    char *meta_field;
 };
 
 static void node_clear(inode *n);
@@ -210,6 +212,13 @@ infer_stats *infer_stats_new(const infer_options *o)
         s->o.max_columns = INFER_DEFAULT_MAX_COLUMNS;
     if (s->o.max_paths == 0)
         s->o.max_paths = INFER_DEFAULT_MAX_PATHS;
+    if ((s->o.time_field != NULL && (s->time_field = strdup(s->o.time_field)) == NULL) ||
+        (s->o.time_field != NULL && s->o.meta_field != NULL && (s->meta_field = strdup(s->o.meta_field)) == NULL)) {
+        infer_stats_free(s);
+        return NULL;
+    }
+    s->o.time_field = s->time_field;
+    s->o.meta_field = s->meta_field;
     return s;
 }
 
@@ -219,6 +228,8 @@ void infer_stats_free(infer_stats *s)
         return;
     node_clear(&s->top.root);
     strbuf_free(&s->key_scratch);
+    free(s->time_field);
+    free(s->meta_field);
     free(s);
 }
 
@@ -411,7 +422,8 @@ static bool count_doc(infer_stats *s, inode *parent, const uint8_t *data, uint32
 bool infer_stats_add(infer_stats *s, const bson_t *doc)
 {
     s->top.root.present++;
-    return count_doc(s, &s->top.root, bson_get_data(doc), doc->len, true, false);
+    /* a time-series table has no child tables: the document elements of arrays need no tree of their own */
+    return count_doc(s, &s->top.root, bson_get_data(doc), doc->len, true, s->time_field != NULL);
 }
 
 /* ---- text helpers ------------------------------------------------------------------------------------------------ */
@@ -767,6 +779,8 @@ static bool build_path(tbuild *b, const inode *n, char *const *prefix, size_t np
     if (c == NULL)
         return false;
     stats_line(&c->ns, c->path, n, b->total);
+    if (b->s->meta_field != NULL && nprefix == 0 && !b->child && strcmp(n->name, b->s->meta_field) == 0)
+        note(&c->ns, "  the meta field (metaField) of the time-series collection");
     const char *problem = part_problem(n->name);
     if (problem != NULL) {
         note(&c->ns, "  skipped: %s; kept in rest", problem);
@@ -819,6 +833,12 @@ static bool build_path(tbuild *b, const inode *n, char *const *prefix, size_t np
             return true;
         }
         if (e == BIT(IT_DOCUMENT)) {
+            if (b->s->time_field != NULL) {
+                note(&c->ns, "  an array of documents: jsonb (the table of a time-series collection has no child "
+                             "tables)");
+                make_column(b, c, MAP_JSONB, false);
+                return true;
+            }
             if (b->child) {
                 note(&c->ns, "  an array of documents inside an element: jsonb (a child table has no child tables)");
                 make_column(b, c, MAP_JSONB, false);
@@ -873,6 +893,16 @@ static bool build_table(tbuild *b, const inode *parent, char *const *prefix, siz
         const inode *n = parent->kids[i];
         if (!b->child && nprefix == 0 && strcmp(n->name, "_id") == 0)
             continue; /* the key: see build_key */
+        if (!b->child && nprefix == 0 && b->s->time_field != NULL && strcmp(n->name, b->s->time_field) == 0) {
+            /* the time field: the table's fixed column time, not a column of the map */
+            cand *c = add_cand(b, C_NOTE, n, prefix, nprefix, n->name);
+            if (c == NULL)
+                return false;
+            stats_line(&c->ns, c->path, n, b->total);
+            note(&c->ns, "  the time field (timeField): the table's fixed column time (timestamptz), not a column "
+                         "here");
+            continue;
+        }
         if (!build_path(b, n, prefix, nprefix))
             return false;
     }
@@ -912,8 +942,12 @@ static bool build_key(tbuild *b, const inode *root)
         else
             note(&c->ns, "  the key column: %s (an _id of another type would be refused as a dead letter)",
                  map_type_sql(&c->type, sql, sizeof sql));
+        if (b->s->time_field != NULL)
+            note(&c->ns, "  the measurement's _id, which MongoDB does not keep unique: not the table's primary key");
         return true;
     }
+    if (b->s->time_field != NULL)
+        note(&c->ns, "  the measurement's _id, which MongoDB does not keep unique: not the table's primary key");
     char why[300];
     if (n == NULL || n->present < b->total)
         snprintf(why, sizeof why, "not in every document");
@@ -1137,10 +1171,11 @@ static bool assemble(ctx *x, tbuild *b, map_table *parent)
 {
     infer_map *m = x->m;
     map_table *t = b->t;
-    const char *reserved_root[] = {"_id", "doc"};
+    /* a time-series table's fixed columns are bucket, pos and time (docs/timeseries.md) */
+    const char *reserved_root[] = {"_id", "doc", "bucket", "pos", "time"};
     const char *reserved_child[] = {"parent_key", "position", "doc"};
     const char *const *reserved = parent == NULL ? reserved_root : reserved_child;
-    size_t nreserved = parent == NULL ? 2 : 3;
+    size_t nreserved = parent == NULL ? (b->s->time_field != NULL ? 5 : 2) : 3;
 
     t->line = ++m->lines;
     for (size_t i = 0; i < nreserved; i++)
@@ -1292,8 +1327,24 @@ infer_map *infer_build(const infer_stats *s, const char *db, const char *coll, i
     snprintf(m->mc.table.name.table, sizeof m->mc.table.name.table, "%s", tname);
     m->renamed = strcmp(tname, own.table) != 0;
 
-    note(&b->head, "%llu document%s: per path, the share of them that hold it and the BSON types seen there",
-         (unsigned long long)b->total, b->total == 1 ? "" : "s");
+    if (s->time_field != NULL) {
+        char tf[256], mf[256];
+        display(s->time_field, tf, sizeof tf);
+        if (s->meta_field != NULL)
+            display(s->meta_field, mf, sizeof mf);
+        note(&b->head,
+             "a time-series collection (timeField %s%s%s): a row per measurement; the table's first columns "
+             "are fixed, not written here:",
+             tf, s->meta_field != NULL ? ", metaField " : "", s->meta_field != NULL ? mf : "");
+        note(&b->head,
+             "  bucket text, pos integer (the primary key: the bucket's _id and the measurement's place in "
+             "it), time timestamptz (the time field %s);",
+             tf);
+        note(&b->head, "  the paths below are paths into the measurement; no column may be named bucket, pos or time; "
+                       "no child tables");
+    }
+    note(&b->head, "%llu %s%s: per path, the share of them that hold it and the BSON types seen there",
+         (unsigned long long)b->total, s->time_field != NULL ? "measurement" : "document", b->total == 1 ? "" : "s");
     if (s->capped)
         note(&b->head, "more than %zu distinct paths: the paths met after the first %zu are not counted (kept in rest)",
              s->o.max_paths, s->o.max_paths);

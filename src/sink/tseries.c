@@ -321,17 +321,17 @@ sink_tseries_typed_status sink_tseries_typed_new(PGconn *conn, const map_collect
     ty->columns_json = b.failed ? NULL : strndup(b.data, b.len);
     strbuf_reset(&b, 0);
 
-    strbuf_printf(&b, "COPY %s (bucket, pos, \"time\"", ty->mt.qname);
+    strbuf fields = STRBUF_INIT; /* the column list */
+    strbuf_puts(&fields, "(bucket, pos, \"time\"");
     for (size_t f = 0; f < nf; f++)
-        strbuf_printf(&b, ", %s", ty->mt.qfields[f]);
-    strbuf_puts(&b, ") FROM STDIN (FORMAT binary)");
-    ty->copy_sql = b.failed ? NULL : strndup(b.data, b.len);
+        strbuf_printf(&fields, ", %s", ty->mt.qfields[f]);
+    strbuf_putc(&fields, ')');
+    strbuf_printf(&b, "COPY %s %.*s FROM STDIN (FORMAT binary)", ty->mt.qname, (int)fields.len, fields.data);
+    ty->copy_sql = b.failed || fields.failed ? NULL : strndup(b.data, b.len);
     strbuf_reset(&b, 0);
 
-    strbuf_printf(&b, "INSERT INTO %s AS r (bucket, pos, \"time\"", ty->mt.qname);
-    for (size_t f = 0; f < nf; f++)
-        strbuf_printf(&b, ", %s", ty->mt.qfields[f]);
-    strbuf_puts(&b, ") VALUES ($1, $2, $3");
+    strbuf_printf(&b, "INSERT INTO %s AS r %.*s VALUES ($1, $2, $3", ty->mt.qname, (int)fields.len, fields.data);
+    strbuf_free(&fields);
     for (size_t f = 0; f < nf; f++)
         strbuf_printf(&b, ", $%zu", f + 4);
     strbuf_puts(&b, ") ON CONFLICT (bucket, pos) DO UPDATE SET \"time\" = excluded.\"time\"");
@@ -583,8 +583,9 @@ static void params_free(ts_params *p)
 
 static bool same_row(const bucket_rows *old, const bucket_rows *nw, size_t i)
 {
+    /* the same pointer: the same document (bucket_unpack_next shares the places it did not build again) */
     return old != NULL && i < old->n && old->times[i] == nw->times[i] && old->lens[i] == nw->lens[i] &&
-           memcmp(old->docs[i], nw->docs[i], nw->lens[i]) == 0;
+           (old->docs[i] == nw->docs[i] || memcmp(old->docs[i], nw->docs[i], nw->lens[i]) == 0);
 }
 
 /* The rows of places from..to-1 of nw, those that differ from old's; as arrays in p, or, with tuples, appended to it
@@ -1132,7 +1133,13 @@ static sink_status apply_op(sink *s, table *t, const op *o)
     bucket_spec spec = {.time_field = ts->time_field, .meta_field = ts->meta_field};
     bucket_rows old = {0}, nw = {0};
     sink_status res = APPLY_OK;
-    if (after != NULL && !bucket_unpack(after, after_len, &spec, &nw, why, sizeof why)) {
+    /* the measurements before the op (kept from the op before, or unpacked once), then those after it, decoded from
+     * where the columns' bytes stop being the same (bucket_unpack_next) */
+    if (after != NULL && st->doc != NULL && !st->unpacked &&
+        bucket_unpack_next(st->doc, st->len, &spec, NULL, 0, NULL, &old, why, sizeof why))
+        state_keep_rows(ts, st, &old);
+    if (after != NULL && !bucket_unpack_next(after, after_len, &spec, st->doc, st->len, st->unpacked ? &st->rows : NULL,
+                                             &nw, why, sizeof why)) {
         free(after);
         return refuse(s, t, o, "bucket %s cannot be read: %s", key, why);
     }
@@ -1152,9 +1159,7 @@ static sink_status apply_op(sink *s, table *t, const op *o)
         free(sql);
         res = pipe_after_send(s, ok, 128);
     } else {
-        /* the measurements before the op: kept from the op before, or unpacked once (else: rewrite them all) */
-        if (st->doc != NULL && !st->unpacked && bucket_unpack(st->doc, st->len, &spec, &old, why, sizeof why))
-            state_keep_rows(ts, st, &old);
+        /* the measurements before the op: st->rows when known (else: rewrite them all) */
         /* A bucket inserted past the keep point is new (an ObjectId MongoDB made for it), so it has no rows yet: its
          * places go as new ones (a replay that meets them all the same rewinds, copy_flush). */
         bucket_rows none = {0};

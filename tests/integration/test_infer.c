@@ -373,6 +373,108 @@ START_TEST(test_infer_map_all_and_errors)
 }
 END_TEST
 
+/* A time-series collection: infer-map lists it by its own name, samples its measurements (the buckets of
+ * system.buckets.weather unpacked, compressed ones included: --oplog-format 8.0 writes them so from the start), and
+ * writes the map of its table of measurements: no column for the time field, no child table, the fixed columns'
+ * names left to them. The output, appended to the file, loads (`oplog2pg map` prints it), and the daemon writes the
+ * measurements into the typed columns it declares. */
+START_TEST(test_infer_map_timeseries)
+{
+    const char *sim_args[] = {"--oplog-format", "8.0", "--timeseries-bucket-max-count", "4", NULL};
+    denv e;
+    denv_start(&e, "infers", denv_using_sim() ? sim_args : NULL, NULL);
+    denv_command(&e, "rep_infers_a",
+                 BCON_NEW("create", "weather", "timeseries", "{", "timeField", "ts", "metaField", "sensor", "}"));
+    mongoc_client_t *c = mongoc_client_new(e.uri);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, "rep_infers_a", "weather");
+    for (int st = 1; st <= 2; st++)
+        for (int i = 0; i < 5; i++) {
+            char doc[512];
+            snprintf(doc, sizeof doc,
+                     "{\"ts\": {\"$date\": \"2026-11-29T10:%02d:00Z\"}, \"sensor\": {\"site\": \"A\", \"id\": %d}, "
+                     "\"temp\": %d.5, \"hum\": %d, \"time\": \"t%d\", \"readings\": [{\"a\": %d}]}",
+                     i, st, 20 + i, 40 + i, i, i);
+            insert_json(col, doc);
+        }
+    mongoc_collection_t *plain = mongoc_client_get_collection(c, "rep_infers_a", "plain");
+    insert_json(plain, "{\"_id\": 1, \"s\": \"x\"}");
+    /* a time-series collection with a bucket that cannot be unpacked (written straight into its buckets): it is left
+     * out of the sample, with a comment */
+    denv_command(&e, "rep_infers_a", BCON_NEW("create", "broken", "timeseries", "{", "timeField", "ts", "}"));
+    mongoc_collection_t *broken = mongoc_client_get_collection(c, "rep_infers_a", "broken");
+    insert_json(broken, "{\"ts\": {\"$date\": \"2026-11-29T10:00:00Z\"}, \"v\": 1}");
+    mongoc_collection_t *raw = mongoc_client_get_collection(c, "rep_infers_a", "system.buckets.broken");
+    insert_json(
+        raw,
+        "{\"_id\": {\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}, \"control\": {\"version\": 1}, \"data\": {\"ts\": 5}}");
+
+    char *out, *err;
+    int code = run_infer(&e, "infer-map --sample 6", &out, &err);
+    ck_assert_msg(code == 0, "infer-map exited %d: %s", code, err);
+    expect_in(out, "[map rep_infers_a.weather]\n; a time-series collection (timeField ts, metaField sensor): a row "
+                   "per measurement;");
+    expect_in(out, "; rep_infers_a.weather: a time-series collection: 6 measurements unpacked from the first ");
+    expect_in(out, " buckets of rep_infers_a.system.buckets.weather\n");
+    expect_in(out, "; 6 measurements: per path");
+    expect_in(out, "; ts: 100% present; date 100%\n;   the time field (timeField): the table's fixed column time");
+    expect_in(out, "\ncolumn._id = text from _id\n");
+    expect_in(out, "\ncolumn.sensor_site = text from sensor.site\n");
+    expect_in(out, "\ncolumn.sensor_id = integer from sensor.id\n");
+    expect_in(out, "\ncolumn.temp = double precision from temp\n");
+    expect_in(out, "\ncolumn.hum = integer from hum\n");
+    expect_in(out, "\ncolumn.time_2 = text from time\n");
+    expect_in(out, "\ncolumn.readings = jsonb from readings\n");
+    expect_in(out, "[map rep_infers_a.plain]\n");
+    expect_in(out,
+              "; rep_infers_a.broken: a time-series collection: 1 measurement unpacked from the first 2 buckets of "
+              "rep_infers_a.system.buckets.broken\n; rep_infers_a.broken: 1 bucket could not be unpacked and is not "
+              "in the sample (");
+    expect_in(out, "[map rep_infers_a.broken]\n");
+    expect_in(out, "\ncolumn.v = integer from v\n");
+    ck_assert_msg(strstr(out, "from ts\n") == NULL, "%s", out);
+    ck_assert_msg(strstr(out, "child.") == NULL, "%s", out);
+    ck_assert_msg(strstr(out, "[map rep_infers_a.system.buckets") == NULL, "%s", out);
+
+    /* the output loads as it is */
+    append_file(e.ini, out);
+    const char *args[] = {"-c", e.ini, "map", NULL};
+    char map_out[300];
+    snprintf(map_out, sizeof map_out, "%s/map.out", e.dir);
+    ck_assert_int_eq(denv_run_command(&e, args, map_out), 0);
+    ck_assert(denv_file_contains(map_out, "rep_infers_a.weather"));
+    ck_assert(denv_file_contains(map_out, "time_2"));
+
+    /* the daemon takes the inferred maps: the measurements land in their typed columns */
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_infers_a.weather"), 10);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_infers_a.weather WHERE sensor_site = 'A' AND sensor_id "
+                                 "IN (1, 2) AND temp >= 20.5 AND hum >= 40 AND time_2 LIKE 't_' AND _id IS NOT NULL "
+                                 "AND jsonb_typeof(readings) = 'array' AND \"time\" IS NOT NULL"),
+                     10);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM information_schema.columns WHERE table_schema = "
+                                 "'rep_infers_a' AND table_name = 'weather' AND column_name IN ('bucket', 'pos', "
+                                 "'time', '_id', 'sensor_id', 'sensor_site', 'temp', 'hum', 'time_2', 'readings', "
+                                 "'doc')"),
+                     11);
+    free(out);
+    free(err);
+
+    /* named on the command line by its own name; its buckets collection is not a collection to infer */
+    code = run_infer(&e, "infer-map rep_infers_a.system.buckets.weather", &out, &err);
+    ck_assert_msg(code == 2 && strstr(err, "never replicates") != NULL, "exit %d: %s", code, err);
+    free(out);
+    free(err);
+
+    mongoc_collection_destroy(plain);
+    mongoc_collection_destroy(broken);
+    mongoc_collection_destroy(raw);
+    mongoc_collection_destroy(col);
+    mongoc_client_destroy(c);
+    denv_stop(&e);
+}
+END_TEST
+
 Suite *infer_suite(void); /* called by the generated runner list */
 
 Suite *infer_suite(void)
@@ -382,6 +484,7 @@ Suite *infer_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_infer_map_then_run);
     tcase_add_test(tc, test_infer_map_all_and_errors);
+    tcase_add_test(tc, test_infer_map_timeseries);
     suite_add_tcase(s, tc);
     return s;
 }

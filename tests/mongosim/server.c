@@ -415,7 +415,36 @@ static bool read_i32(const uint8_t **p, const uint8_t *end, int32_t *v)
     return true;
 }
 
-/* A BSON document at *p (fully inside [p, end)) that passes structural validation. */
+/* Deeper than this a document is not walked further (the server refuses user documents past 100 levels and any
+ * message past a few hundred; the walk is recursive). */
+#define SIM_DOC_WALK_DEPTH 1000
+
+/* Every element of the document at every level reads to its end. bson_validate with BSON_VALIDATE_NONE alone is not
+ * enough: libbson 1.23 passes documents with nested elements that do not, and its copy functions then abort on them
+ * (found by tests/fuzz/wire.c: an aggregate pipeline so broken stopped mongosim). */
+static bool doc_sound(const uint8_t *data, size_t len, int depth)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_from_data(&it, data, len))
+        return false;
+    while (bson_iter_next(&it)) {
+        uint32_t n = 0, scope_len = 0;
+        const uint8_t *sub = NULL;
+        if (BSON_ITER_HOLDS_DOCUMENT(&it))
+            bson_iter_document(&it, &n, &sub);
+        else if (BSON_ITER_HOLDS_ARRAY(&it))
+            bson_iter_array(&it, &n, &sub);
+        else if (BSON_ITER_HOLDS_CODEWSCOPE(&it) && bson_iter_codewscope(&it, &n, &scope_len, &sub) != NULL)
+            n = scope_len;
+        else
+            continue;
+        if (sub == NULL || (depth < SIM_DOC_WALK_DEPTH && !doc_sound(sub, n, depth + 1)))
+            return false;
+    }
+    return it.err_off == 0;
+}
+
+/* A BSON document at *p (fully inside [p, end)) that passes structural validation, at every level. */
 static bool read_doc(const uint8_t **p, const uint8_t *end, bson_t *doc)
 {
     const uint8_t *q = *p;
@@ -425,7 +454,7 @@ static bool read_doc(const uint8_t **p, const uint8_t *end, bson_t *doc)
     if (!bson_init_static(doc, *p, (size_t)len))
         return false;
     size_t off;
-    if (!bson_validate(doc, BSON_VALIDATE_NONE, &off))
+    if (!bson_validate(doc, BSON_VALIDATE_NONE, &off) || !doc_sound(*p, (size_t)len, 0))
         return false;
     *p += len;
     return true;
@@ -673,6 +702,30 @@ static void on_delay_done(struct ev_loop *loop, ev_timer *w, int revents)
     conn_service(c);
 }
 
+/* A connection on fd (non-blocking), served from the next loop iteration on. */
+static bool conn_adopt(sim_server *srv, int fd)
+{
+    sim_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return false;
+    c->srv = srv;
+    c->fd = fd;
+    c->id = ++srv->next_conn_id;
+    ev_io_init(&c->rio, on_read, fd, EV_READ);
+    ev_io_init(&c->wio, on_write, fd, EV_WRITE);
+    ev_init(&c->park_timer, on_park_timeout);
+    ev_init(&c->delay_timer, on_delay_done);
+    c->rio.data = c->wio.data = c->park_timer.data = c->delay_timer.data = c;
+    c->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = c;
+    srv->conns = c;
+    ev_io_start(srv->loop, &c->rio);
+    if (srv->opts.verbose)
+        fprintf(stderr, "mongosim: conn %" PRId64 " accepted\n", c->id);
+    return true;
+}
+
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 {
     sim_server *srv = w->data;
@@ -685,28 +738,21 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        sim_conn *c = calloc(1, sizeof *c);
-        if (!c) {
+        if (!conn_adopt(srv, fd)) {
             fprintf(stderr, "mongosim: out of memory accepting a connection\n");
             close(fd);
-            continue;
         }
-        c->srv = srv;
-        c->fd = fd;
-        c->id = ++srv->next_conn_id;
-        ev_io_init(&c->rio, on_read, fd, EV_READ);
-        ev_io_init(&c->wio, on_write, fd, EV_WRITE);
-        ev_init(&c->park_timer, on_park_timeout);
-        ev_init(&c->delay_timer, on_delay_done);
-        c->rio.data = c->wio.data = c->park_timer.data = c->delay_timer.data = c;
-        c->next = srv->conns;
-        if (srv->conns)
-            srv->conns->prev = c;
-        srv->conns = c;
-        ev_io_start(loop, &c->rio);
-        if (srv->opts.verbose)
-            fprintf(stderr, "mongosim: conn %" PRId64 " accepted\n", c->id);
     }
+}
+
+bool sim_server_adopt(sim_server *srv, int fd)
+{
+    return conn_adopt(srv, fd);
+}
+
+void sim_server_run_once(sim_server *srv)
+{
+    ev_run(srv->loop, EVRUN_NOWAIT);
 }
 
 /* Offers new oplog entries to parked getMores (see NOTES). */

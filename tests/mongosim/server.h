@@ -50,6 +50,11 @@ void sim_server_run(sim_server *srv);
 void sim_server_stop(sim_server *srv);
 /* SIGTERM/SIGINT stop the loop (default loop only). */
 void sim_server_handle_signals(sim_server *srv);
+/* Serves a connected, non-blocking socket (one end of a socketpair) as if it had been accepted; the server owns fd
+ * from then on (false, fd untouched, when memory runs out). With sim_server_run_once, which runs one loop iteration
+ * without waiting, a test or a fuzz target (tests/fuzz/wire.c) drives the wire layer without TCP. */
+bool sim_server_adopt(sim_server *srv, int fd);
+void sim_server_run_once(sim_server *srv);
 /* Saves oplog and data to state_dir (no-op without one). */
 bool sim_server_save(sim_server *srv, bson_error_t *err);
 void sim_server_free(sim_server *srv);

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../mongosim/bsoncolumn_enc.h"
 #include "map/bsoncolumn.h"
 
 #define VEC "tests/vectors/bsoncolumn/"
@@ -1576,6 +1577,145 @@ START_TEST(binary_diff)
 }
 END_TEST
 
+/* ---- marks: a decoder resumed where an earlier version of the column stood ---- */
+
+static bool elem_eq(const bcol_elem *a, const bcol_elem *b)
+{
+    if (a->missing || b->missing)
+        return a->missing == b->missing;
+    bson_t x = BSON_INITIALIZER, y = BSON_INITIALIZER;
+    bool ok = bson_append_value(&x, "", 0, &a->value) && bson_append_value(&y, "", 0, &b->value) && x.len == y.len &&
+              memcmp(bson_get_data(&x), bson_get_data(&y), x.len) == 0;
+    bson_destroy(&x);
+    bson_destroy(&y);
+    return ok;
+}
+
+/* The decoder resumed at m over data gives, position for position, what a fresh decoder gives after m->pos. */
+static void expect_resumed_same(bcol_decoder *r, const uint8_t *data, size_t len, const bcol_mark *m)
+{
+    bcol_decoder *f = bcol_decoder_new(data, len);
+    bcol_elem a, b;
+    for (size_t i = 0; i < m->pos; i++)
+        ck_assert_int_eq(bcol_decoder_next(f, &a, NULL, 0), BCOL_VALUE);
+    for (;;) {
+        char e1[BCOL_ERR_MAX] = "", e2[BCOL_ERR_MAX] = "";
+        bcol_status s1 = bcol_decoder_next(f, &a, e1, sizeof e1), s2 = bcol_decoder_next(r, &b, e2, sizeof e2);
+        ck_assert_int_eq(s1, s2);
+        ck_assert_uint_eq(bcol_decoder_position(f), bcol_decoder_position(r));
+        if (s1 != BCOL_VALUE) {
+            ck_assert_str_eq(e1, e2);
+            break;
+        }
+        ck_assert_msg(elem_eq(&a, &b), "position %zu differs after a resume at %zu", bcol_decoder_position(f) - 1,
+                      m->pos);
+    }
+    bcol_decoder_destroy(f);
+}
+
+START_TEST(marks_resume)
+{
+    size_t appends = 0, resumed_appends = 0, resumes = 0, refused = 0;
+    uint64_t rng = 88172645463325252u;
+    for (int kind = 0; kind < 7; kind++) {
+        for (int rep = 0; rep < 4; rep++) {
+            bcenc_t *enc = bcenc_new();
+            uint8_t *cur = NULL;
+            size_t curlen = 0;
+            bcol_mark marks[512];
+            size_t nm = 0;
+            for (int i = 0; i < 120; i++) {
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                bson_t m = BSON_INITIALIZER, o;
+                switch (kind) {
+                case 0:
+                    BSON_APPEND_DATE_TIME(&m, "x", 1767225600000LL + i * 1000 + (rep && rng % 9 == 0 ? 7 : 0));
+                    break;
+                case 1:
+                    BSON_APPEND_DOUBLE(&m, "x", 20.0 + (double)(rng % 97) / (rep % 2 ? 10.0 : 1000.0));
+                    break;
+                case 2:
+                    BSON_APPEND_INT32(&m, "x", 40 + (int32_t)(rng % (rep ? 30 : 2)));
+                    break;
+                case 3:
+                    BSON_APPEND_BOOL(&m, "x", rng % 50 != 0);
+                    break;
+                case 4:
+                    BSON_APPEND_UTF8(&m, "x", rng % 3 ? "on" : "a string longer than sixteen bytes");
+                    break;
+                case 5:
+                    BSON_APPEND_DOCUMENT_BEGIN(&m, "x", &o);
+                    BSON_APPEND_INT32(&o, "a", (int32_t)(rng % 5));
+                    bson_append_document_end(&m, &o);
+                    break;
+                default:
+                    BSON_APPEND_INT64(&m, "x", (int64_t)i * 3);
+                    break;
+                }
+                bson_iter_t it;
+                if (rep == 3 && rng % 4 == 0)
+                    bcenc_skip(enc);
+                else if (bson_iter_init_find(&it, &m, "x"))
+                    bcenc_append_iter(enc, &it);
+                bson_destroy(&m);
+                size_t off, dl;
+                uint8_t *d = bcenc_intermediate(enc, &off, &dl);
+                uint8_t *next = malloc(off + dl + 1);
+                if (off)
+                    memcpy(next, cur, off);
+                if (dl)
+                    memcpy(next + off, d, dl);
+                free(d);
+                size_t nextlen = off + dl;
+                if (i % 40 == 39) {
+                    /* a column written whole (finalize), and one with a byte changed: earlier bytes differ */
+                    free(next);
+                    next = bcenc_finish(enc, &nextlen);
+                    if (rng % 2)
+                        next[(rng >> 8) % nextlen] ^= (uint8_t)(1 + rng % 255);
+                }
+                /* the last marks of the old column and some earlier ones: resumed over the new one, or refused */
+                bool any = false;
+                for (size_t k = 0; k < nm; k++) {
+                    if (k + 4 < nm && k % 16 != 0)
+                        continue;
+                    bool nomem;
+                    bcol_decoder *r = bcol_decoder_resume(next, nextlen, cur, curlen, &marks[k], &nomem);
+                    ck_assert(!nomem);
+                    if (!r) {
+                        refused++;
+                        continue;
+                    }
+                    any = true;
+                    resumes++;
+                    expect_resumed_same(r, next, nextlen, &marks[k]);
+                    bcol_decoder_destroy(r);
+                }
+                appends++;
+                resumed_appends += any;
+                free(cur);
+                cur = next;
+                curlen = nextlen;
+                nm = 0;
+                bcol_decoder *dd = bcol_decoder_new(cur, curlen);
+                bcol_elem e;
+                while (bcol_decoder_next(dd, &e, NULL, 0) == BCOL_VALUE)
+                    if (nm < 512 && bcol_decoder_mark(dd, &marks[nm]))
+                        nm++;
+                bcol_decoder_destroy(dd);
+            }
+            free(cur);
+            bcenc_free(enc);
+        }
+    }
+    ck_assert_uint_gt(refused, 0);
+    /* an append keeps the bytes before its open control byte: a mark there resumes (objects, interleaved, have no
+     * marks past their reference object) */
+    ck_assert_msg(resumed_appends * 10 > appends * 8, "%zu of %zu appends resumed", resumed_appends, appends);
+    ck_assert_uint_gt(resumes, appends);
+}
+END_TEST
+
 Suite *bsoncolumn_suite(void); /* called by the generated runner list */
 
 Suite *bsoncolumn_suite(void)
@@ -1608,6 +1748,7 @@ Suite *bsoncolumn_suite(void)
     tcase_add_test(tc, deep_nesting);
     tcase_add_test(tc, truncated_everywhere);
     tcase_add_test(tc, mutations);
+    tcase_add_test(tc, marks_resume);
     tcase_add_test(tc, positions_and_count);
     tcase_add_test(tc, binary_diff);
     suite_add_tcase(s, tc);

@@ -68,7 +68,7 @@ static void expect_fail_doc(const bson_t *b, const char *time, const char *meta,
     ck_assert_msg(!bucket_unpack(bson_get_data(b), b->len, &spec, &r, err, sizeof err), "unpacked, want '%s'", want);
     ck_assert_msg(strstr(err, want) != NULL, "error '%s' does not say '%s'", err, want);
     ck_assert_uint_eq(r.n, 0);
-    ck_assert_ptr_null(r.buf);
+    ck_assert_ptr_null(r.store);
     bucket_rows_clear(&r);
 }
 
@@ -1207,6 +1207,266 @@ START_TEST(mutations_never_crash)
 }
 END_TEST
 
+/* ---- bucket_unpack_next: the next version of a bucket, going on from the last ---- */
+
+/* A random column layout and the encoders that keep its columns as the server's builder does (appends as
+ * intermediate() diffs). */
+#define NX_MAXCOLS 8
+typedef struct {
+    uint64_t rng;
+    int version;
+    bool meta;
+    char meta_val[16];
+    size_t ncols;
+    char names[NX_MAXCOLS][8];
+    int kind[NX_MAXCOLS]; /* 0 time, 1 int32, 2 double, 3 string, 4 object, 5 bool, 6 int64 */
+    int miss[NX_MAXCOLS]; /* percent of positions missing */
+    bcenc_t *enc[NX_MAXCOLS];
+    uint8_t *bin[NX_MAXCOLS];
+    size_t binlen[NX_MAXCOLS];
+    size_t n;
+    int64_t t;
+    int64_t iv[NX_MAXCOLS];
+} nx_seq;
+
+static uint64_t nx_rand(nx_seq *q)
+{
+    q->rng ^= q->rng << 13;
+    q->rng ^= q->rng >> 7;
+    q->rng ^= q->rng << 17;
+    return q->rng;
+}
+
+/* Appends one measurement to every column, each column's bytes following its intermediate() diff. */
+static void nx_append(nx_seq *q)
+{
+    for (size_t j = 0; j < q->ncols; j++) {
+        bson_t m = BSON_INITIALIZER, o;
+        bool skip = q->kind[j] != 0 && (int)(nx_rand(q) % 100) < q->miss[j];
+        uint64_t r = nx_rand(q);
+        switch (q->kind[j]) {
+        case 0:
+            q->t += r % 8 == 0 ? (int64_t)(r % 100000) : 1000;
+            BSON_APPEND_DATE_TIME(&m, "x", q->t);
+            break;
+        case 1:
+            q->iv[j] += r % 4 == 0 ? (int64_t)(r % 2001) - 1000 : (int64_t)(r % 3) - 1;
+            BSON_APPEND_INT32(&m, "x", (int32_t)q->iv[j]);
+            break;
+        case 2:
+            BSON_APPEND_DOUBLE(&m, "x", r % 3 == 0 ? 20.5 : (double)(int64_t)(r % 4000) / (r % 2 ? 10.0 : 1000.0));
+            break;
+        case 3:
+            BSON_APPEND_UTF8(&m, "x", r % 4 == 0 ? "a much longer string value here" : (r % 2 ? "on" : "off"));
+            break;
+        case 4:
+            BSON_APPEND_DOCUMENT_BEGIN(&m, "x", &o);
+            BSON_APPEND_INT32(&o, "a", (int32_t)(r % 7));
+            if (r % 5)
+                BSON_APPEND_DOUBLE(&o, "b", (double)(r % 100) / 4);
+            bson_append_document_end(&m, &o);
+            break;
+        case 5:
+            BSON_APPEND_BOOL(&m, "x", r % 20 != 0);
+            break;
+        default:
+            q->iv[j] += (int64_t)(r % 5);
+            BSON_APPEND_INT64(&m, "x", q->iv[j]);
+            break;
+        }
+        bson_iter_t it;
+        if (skip)
+            bcenc_skip(q->enc[j]);
+        else if (bson_iter_init_find(&it, &m, "x"))
+            bcenc_append_iter(q->enc[j], &it);
+        bson_destroy(&m);
+        size_t off, dl;
+        uint8_t *d = bcenc_intermediate(q->enc[j], &off, &dl);
+        ck_assert_uint_le(off, q->binlen[j]);
+        uint8_t *nb = malloc(off + dl + 1);
+        if (off)
+            memcpy(nb, q->bin[j], off);
+        if (dl)
+            memcpy(nb + off, d, dl);
+        free(d);
+        free(q->bin[j]);
+        q->bin[j] = nb;
+        q->binlen[j] = off + dl;
+    }
+    q->n++;
+}
+
+static void nx_init(nx_seq *q, uint64_t seed)
+{
+    memset(q, 0, sizeof *q);
+    q->rng = seed * 0x9E3779B97F4A7C15u + 1;
+    q->version = nx_rand(q) % 2 ? 2 : 3;
+    q->meta = nx_rand(q) % 3 != 0;
+    snprintf(q->meta_val, sizeof q->meta_val, "m%d", (int)(nx_rand(q) % 5));
+    q->ncols = 2 + nx_rand(q) % 5;
+    size_t tpos = nx_rand(q) % q->ncols; /* the time column anywhere in the data region */
+    for (size_t j = 0; j < q->ncols; j++) {
+        q->kind[j] = j == tpos ? 0 : 1 + (int)(nx_rand(q) % 6);
+        snprintf(q->names[j], sizeof q->names[j], j == tpos ? "t" : "f%zu", j);
+        q->miss[j] = nx_rand(q) % 3 == 0 ? (int)(nx_rand(q) % 60) : 0;
+        q->enc[j] = bcenc_new();
+    }
+    q->t = INT64_C(1767225600000);
+}
+
+static void nx_free(nx_seq *q)
+{
+    for (size_t j = 0; j < q->ncols; j++) {
+        bcenc_free(q->enc[j]);
+        free(q->bin[j]);
+    }
+}
+
+/* A new column appears (a measurement with a field the bucket has not seen): earlier positions are skips. */
+static void nx_add_column(nx_seq *q)
+{
+    if (q->ncols == NX_MAXCOLS)
+        return;
+    size_t j = q->ncols++;
+    q->kind[j] = 1 + (int)(nx_rand(q) % 6);
+    snprintf(q->names[j], sizeof q->names[j], "g%zu", j);
+    q->miss[j] = 0;
+    q->enc[j] = bcenc_new();
+    for (size_t i = 0; i < q->n; i++)
+        bcenc_skip(q->enc[j]);
+    q->bin[j] = NULL;
+    q->binlen[j] = 0;
+    size_t off, dl;
+    uint8_t *d = bcenc_intermediate(q->enc[j], &off, &dl);
+    q->bin[j] = d;
+    q->binlen[j] = dl;
+}
+
+/* Rewrites every column whole (the server's finalize(), as a re-pack or a compression writes it): earlier bytes
+ * change. */
+static void nx_rewrite(nx_seq *q)
+{
+    for (size_t j = 0; j < q->ncols; j++) {
+        size_t l;
+        uint8_t *b = bcenc_finish(q->enc[j], &l);
+        free(q->bin[j]);
+        q->bin[j] = b;
+        q->binlen[j] = l;
+    }
+}
+
+static bson_t *nx_bucket(const nx_seq *q, int corrupt_col, size_t corrupt_at, uint8_t corrupt_xor)
+{
+    bson_t *b = bson_new(), c, d;
+    bson_oid_t bid;
+    bson_oid_init_from_string(&bid, "6553f1000102030405060708");
+    BSON_APPEND_OID(b, "_id", &bid);
+    BSON_APPEND_DOCUMENT_BEGIN(b, "control", &c);
+    BSON_APPEND_INT32(&c, "version", q->version);
+    BSON_APPEND_INT32(&c, "count", (int32_t)q->n);
+    bson_append_document_end(b, &c);
+    if (q->meta)
+        BSON_APPEND_UTF8(b, "meta", q->meta_val);
+    BSON_APPEND_DOCUMENT_BEGIN(b, "data", &d);
+    for (size_t j = 0; j < q->ncols; j++) {
+        uint8_t *bytes = malloc(q->binlen[j] + 1);
+        memcpy(bytes, q->bin[j], q->binlen[j]);
+        if ((int)j == corrupt_col && q->binlen[j] > 0)
+            bytes[corrupt_at % q->binlen[j]] ^= corrupt_xor;
+        ck_assert(bson_append_binary(&d, q->names[j], -1, BSON_SUBTYPE_COLUMN, bytes, (uint32_t)q->binlen[j]));
+        free(bytes);
+    }
+    bson_append_document_end(b, &d);
+    return b;
+}
+
+/* bucket_unpack_next from prev gives exactly bucket_unpack's rows (or its error). Counts the places shared with
+ * prev (the same pointer) into *shared, and the rows whose decoding went on from prev's into *resumed. */
+static bool nx_check(const bson_t *b, const bson_t *pb, bucket_rows *prev, bucket_rows *out, size_t *shared,
+                     const char *what)
+{
+    bucket_spec spec = {"t", "tag"};
+    bucket_rows full;
+    char e1[256] = "", e2[256] = "";
+    bool ok1 = bucket_unpack(bson_get_data(b), b->len, &spec, &full, e1, sizeof e1);
+    bool ok2 = bucket_unpack_next(bson_get_data(b), b->len, &spec, pb ? bson_get_data(pb) : NULL, pb ? pb->len : 0,
+                                  prev, out, e2, sizeof e2);
+    ck_assert_msg(ok1 == ok2, "%s: bucket_unpack %s (%s), bucket_unpack_next %s (%s)", what, ok1 ? "ok" : "failed", e1,
+                  ok2 ? "ok" : "failed", e2);
+    if (!ok1) {
+        ck_assert_str_eq(e1, e2);
+        ck_assert_uint_eq(out->n, 0);
+        return false;
+    }
+    ck_assert_msg(full.n == out->n, "%s: %zu rows, want %zu", what, out->n, full.n);
+    for (size_t i = 0; i < full.n; i++) {
+        ck_assert_int_eq(full.times[i], out->times[i]);
+        if (full.lens[i] != out->lens[i] || memcmp(full.docs[i], out->docs[i], full.lens[i]) != 0) {
+            char *want = as_json(full.docs[i], full.lens[i]), *got = as_json(out->docs[i], out->lens[i]);
+            ck_abort_msg("%s: row %zu is %s, want %s", what, i, got, want);
+        }
+        if (prev && i < prev->n && prev->docs[i] == out->docs[i])
+            (*shared)++;
+    }
+    bucket_rows_clear(&full);
+    return true;
+}
+
+START_TEST(next_matches_full_unpack)
+{
+    size_t shared = 0, steps = 0, rewrites = 0, corrupt = 0, newcols = 0;
+    for (uint64_t seed = 1; seed <= 60; seed++) {
+        nx_seq q;
+        nx_init(&q, seed);
+        bucket_rows prev = {0};
+        bson_t *pb = NULL;
+        size_t n = 20 + (size_t)(nx_rand(&q) % 400);
+        char what[64];
+        for (size_t k = 0; k < n; k++) {
+            nx_append(&q);
+            uint64_t r = nx_rand(&q) % 100;
+            if (r < 2) {
+                nx_rewrite(&q);
+                rewrites++;
+            } else if (r < 3) {
+                nx_add_column(&q);
+                newcols++;
+            } else if (r < 4 && q.meta) {
+                snprintf(q.meta_val, sizeof q.meta_val, "m%d", (int)(nx_rand(&q) % 5)); /* a meta rewritten */
+            }
+            snprintf(what, sizeof what, "seed %" PRIu64 " step %zu", seed, k);
+            if (nx_rand(&q) % 25 == 0) {
+                /* a column with a byte changed: the same error, or the same rows, and prev stays usable */
+                size_t j = (size_t)(nx_rand(&q) % q.ncols);
+                bson_t *bad = nx_bucket(&q, (int)j, (size_t)nx_rand(&q), (uint8_t)(1 + nx_rand(&q) % 255));
+                bucket_rows x;
+                if (nx_check(bad, pb, pb ? &prev : NULL, &x, &shared, what))
+                    bucket_rows_clear(&x);
+                bson_destroy(bad);
+                corrupt++;
+            }
+            bson_t *b = nx_bucket(&q, -1, 0, 0);
+            bucket_rows next;
+            ck_assert(nx_check(b, pb, pb ? &prev : NULL, &next, &shared, what));
+            bucket_rows_clear(&prev);
+            prev = next;
+            if (pb)
+                bson_destroy(pb);
+            pb = b;
+            steps++;
+        }
+        bucket_rows_clear(&prev);
+        bson_destroy(pb);
+        nx_free(&q);
+    }
+    /* the test exercises what it is for: most places are shared with the previous version */
+    ck_assert_uint_gt(rewrites, 0);
+    ck_assert_uint_gt(corrupt, 0);
+    ck_assert_uint_gt(newcols, 0);
+    ck_assert_msg(shared > steps * 50, "%zu places shared over %zu appends", shared, steps);
+}
+END_TEST
+
 Suite *bucket_suite(void)
 {
     Suite *s = suite_create("bucket");
@@ -1217,6 +1477,7 @@ Suite *bucket_suite(void)
     tcase_add_test(tc, v2_v3_encoded_buckets);
     tcase_add_test(tc, v2_refusals);
     tcase_add_test(tc, server_written_bucket);
+    tcase_add_test(tc, next_matches_full_unpack);
     suite_add_tcase(s, tc);
     tc = tcase_create("diff");
     tcase_set_timeout(tc, 60);

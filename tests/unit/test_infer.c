@@ -874,6 +874,118 @@ START_TEST(test_roundtrip_varied)
 }
 END_TEST
 
+/* ---- time-series collections ------------------------------------------------------------------------------------- */
+
+/* Measurements as the time-series view returns them (the time field first, then the meta field, then the data
+ * fields), with data fields named like the table's fixed columns and an array of documents. */
+static const char *const MEASUREMENTS[] = {
+    "{\"t\": {\"$date\": \"2026-11-29T10:00:00Z\"}, \"meta\": {\"sensor\": \"a\", \"site\": 1}, "
+    "\"_id\": {\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaaa\"}, \"temp\": 21.5, \"time\": \"noon\", \"bucket\": 3, "
+    "\"pos\": true, \"readings\": [{\"a\": 1}, {\"a\": 2}], \"tags\": [\"x\"]}",
+    "{\"t\": {\"$date\": \"2026-11-29T10:01:00Z\"}, \"meta\": {\"sensor\": \"b\", \"site\": 2}, "
+    "\"_id\": {\"$oid\": \"65a1f0aaaaaaaaaaaaaaaaab\"}, \"temp\": 22, \"readings\": [{\"a\": 3}]}",
+    NULL,
+};
+
+START_TEST(test_timeseries_measurements)
+{
+    infer_options o = {.time_field = "t", .meta_field = "meta"};
+    infer_map *m = infer_opts(MEASUREMENTS, &o, NULL, NULL);
+    const map_table *t = root(m);
+    char buf[64];
+    /* the time field is the fixed column time: no column of the map */
+    ck_assert_ptr_null(by_path(t, "t"));
+    /* the meta field under its own name, as dotted columns */
+    ck_assert_str_eq(type_at(t, "meta.sensor", buf, sizeof buf), "text");
+    ck_assert_str_eq(type_at(t, "meta.site", buf, sizeof buf), "integer");
+    /* the key column takes the measurement's _id */
+    ck_assert_str_eq(t->cols[0].path, "_id");
+    ck_assert_str_eq(t->cols[0].name, "_id");
+    ck_assert_str_eq(type_at(t, "_id", buf, sizeof buf), "text");
+    ck_assert_str_eq(type_at(t, "temp", buf, sizeof buf), "double precision");
+    ck_assert_str_eq(type_at(t, "tags", buf, sizeof buf), "text[]");
+    /* an array of documents: jsonb, never a child table */
+    ck_assert_uint_eq(t->nchildren, 0);
+    ck_assert_str_eq(type_at(t, "readings", buf, sizeof buf), "jsonb");
+    /* bucket, pos and time are the fixed columns' names: the fields of those names get others */
+    ck_assert_str_eq(by_path(t, "time")->name, "time_2");
+    ck_assert_str_eq(by_path(t, "bucket")->name, "bucket_2");
+    ck_assert_str_eq(by_path(t, "pos")->name, "pos_2");
+    for (size_t i = 0; i < t->ncols; i++)
+        ck_assert_msg(strcmp(t->cols[i].name, "time") != 0 && strcmp(t->cols[i].name, "bucket") != 0 &&
+                          strcmp(t->cols[i].name, "pos") != 0,
+                      "column %s", t->cols[i].name);
+    ck_assert_int_eq(t->rest, MAP_REST_DOC);
+    char *text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "child.") == NULL && strstr(text, "[child") == NULL, "%s", text);
+    ck_assert_msg(strstr(text, "\ncolumn.meta_sensor = text from meta.sensor\n") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "\ncolumn.time_2 = text from time\n") != NULL, "%s", text);
+    ck_assert_msg(strncmp(text,
+                          "[map shop.orders]\n; a time-series collection (timeField t, metaField meta): a row per "
+                          "measurement;",
+                          strlen("[map shop.orders]\n; a time-series collection (timeField t, metaField meta): a row "
+                                 "per measurement;")) == 0,
+                  "%s", text);
+    ck_assert_msg(strstr(text, "; 2 measurements: per path") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "; t: 100% present; date 100%\n;   the time field (timeField): the table's fixed "
+                               "column time (timestamptz), not a column here\n") != NULL,
+                  "%s", text);
+    ck_assert_msg(strstr(text, "; meta: 100% present; document 100%\n;   the meta field (metaField)") != NULL, "%s",
+                  text);
+    ck_assert_msg(strstr(text, "the measurement's _id, which MongoDB does not keep unique") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "(the table of a time-series collection has no child tables)") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "column.t ") == NULL, "%s", text);
+    free(text);
+    infer_map_free(m);
+
+    /* the same documents of a collection that is not time-series: t a column, readings a child table, time named
+     * time (what the time-series options change) */
+    m = infer_docs(MEASUREMENTS);
+    t = root(m);
+    ck_assert_str_eq(type_at(t, "t", buf, sizeof buf), "timestamptz");
+    ck_assert_ptr_nonnull(child_at(t, "readings"));
+    ck_assert_str_eq(by_path(t, "time")->name, "time");
+    text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "time-series") == NULL, "%s", text);
+    free(text);
+    infer_map_free(m);
+}
+END_TEST
+
+/* No metaField; the options' strings are copied (the caller's buffers may go); a time field in some measurements
+ * only is still no column; a field named like the time field below the top level is a column like any other. */
+START_TEST(test_timeseries_no_meta)
+{
+    char tf[8] = "ts";
+    infer_options o = {.time_field = tf};
+    infer_stats *s = infer_stats_new(&o);
+    ck_assert_ptr_nonnull(s);
+    memset(tf, 'x', sizeof tf - 1); /* the stats hold their own copy */
+    const char *docs[] = {"{\"ts\": {\"$date\": \"2026-11-29T10:00:00Z\"}, \"_id\": 1, \"v\": {\"ts\": 2}}",
+                          "{\"ts\": {\"$date\": \"2026-11-29T10:00:01Z\"}, \"_id\": 2, \"v\": {\"ts\": 3}}", NULL};
+    for (size_t i = 0; docs[i] != NULL; i++) {
+        bson_t *b = from_json(docs[i]);
+        ck_assert(infer_stats_add(s, b));
+        bson_destroy(b);
+    }
+    char why[256] = "";
+    infer_map *m = infer_build(s, "shop", "orders", NULL, NULL, why, sizeof why);
+    infer_stats_free(s);
+    ck_assert_msg(m != NULL, "%s", why);
+    const map_table *t = root(m);
+    char buf[64];
+    ck_assert_ptr_null(by_path(t, "ts"));
+    ck_assert_str_eq(type_at(t, "v.ts", buf, sizeof buf), "integer");
+    ck_assert_str_eq(type_at(t, "_id", buf, sizeof buf), "integer");
+    char *text = expect_roundtrip(m);
+    ck_assert_msg(strstr(text, "; a time-series collection (timeField ts): a row per measurement;") != NULL, "%s",
+                  text);
+    ck_assert_msg(strstr(text, "metaField") == NULL, "%s", text);
+    free(text);
+    infer_map_free(m);
+}
+END_TEST
+
 Suite *infer_suite(void); /* called by the generated runner list */
 
 Suite *infer_suite(void)
@@ -896,6 +1008,8 @@ Suite *infer_suite(void)
     tcase_add_test(tc, test_percent_bounds);
     tcase_add_test(tc, test_presence_comments);
     tcase_add_test(tc, test_roundtrip_varied);
+    tcase_add_test(tc, test_timeseries_measurements);
+    tcase_add_test(tc, test_timeseries_no_meta);
     suite_add_tcase(s, tc);
     /* samples of many megabytes: a bound far above what they take, far below what they took before */
     TCase *hostile = tcase_create("hostile");
