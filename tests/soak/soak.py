@@ -197,6 +197,14 @@ class Daemon:
         self.proc.wait()
 
     def sighup(self):
+        # Not before the daemon has set up its signal handlers (it logs "starting" after): a SIGHUP before that ends
+        # any process, as systemd, which reloads a Type=notify service only once it is ready, never does.
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            with open(self.logpath, errors="replace") as f:
+                if " starting: " in f.read():
+                    break
+            time.sleep(0.05)
         self.proc.send_signal(signal.SIGHUP)
 
     def stop(self):
@@ -263,6 +271,7 @@ class Workload:
         self.paused = threading.Event()
         self.paused.set()
         self.pending_loss = None
+        self.gate = target  # the workload waits here until the fault injector lets it go on (Faults.run)
 
     def _id(self):
         self.next_id += 1
@@ -271,6 +280,9 @@ class Workload:
     def run(self):
         while self.ops < self.target and not self.stop_flag:
             self.paused.wait()
+            if self.ops >= self.gate:
+                time.sleep(0.02)
+                continue
             try:
                 self.step()
             except PyMongoError as e:
@@ -499,7 +511,13 @@ class Faults:
         return plan
 
     def run(self, plan):
-        for frac, name in plan:
+        # The workload may run up to the point of the fault after the next one, never further: each fault then
+        # comes while the workload is writing, at its planned point, however long the faults before it took.
+        def gate(i):
+            return int(plan[i][0] * self.wl.target) if i < len(plan) else self.wl.target
+
+        self.wl.gate = gate(1)
+        for i, (frac, name) in enumerate(plan):
             while self.wl.ops < frac * self.wl.target and not self.wl.stop_flag:
                 time.sleep(0.05)
                 self.daemon.check_alive()
@@ -510,6 +528,7 @@ class Faults:
             except Exception as e:  # a fault that could not be injected is reported, not counted
                 log("fault %s could not be injected: %s" % (name, e))
                 STATS.count("NOT INJECTED: " + name)
+            self.wl.gate = gate(i + 2)
             time.sleep(self.rng.uniform(0.05, 0.5))
 
     def shard_command(self, name, value):
@@ -608,7 +627,14 @@ def wait_caught_up(phase, uri, daemon, timeout):
     written before it is then applied too."""
     c = pymongo.MongoClient(uri, serverSelectionTimeoutMS=60000)
     token = "%s-%f" % (phase, time.time())
-    c["soak_%s_marker" % phase].m.replace_one({"_id": 1}, {"_id": 1, "token": token}, upsert=True)
+    for attempt in range(100):  # a fault's step-down may still be running
+        try:
+            c["soak_%s_marker" % phase].m.replace_one({"_id": 1}, {"_id": 1, "token": token}, upsert=True)
+            break
+        except PyMongoError:
+            if attempt == 99:
+                raise
+            time.sleep(0.2)
     deadline = time.time() + timeout
     while time.time() < deadline:
         daemon.check_alive()
