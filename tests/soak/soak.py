@@ -107,6 +107,7 @@ class Stats:
 
 
 STATS = Stats()
+STARTED = []  # every mongosim and daemon started, stopped at the end even when the harness fails
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -116,6 +117,7 @@ STATS = Stats()
 class Sim:
     def __init__(self, phase, args):
         self.phase, self.args, self.proc, self.port = phase, args, None, 0
+        STARTED.append(self)
         self.starts = 0
 
     def start(self, port=0):
@@ -157,6 +159,7 @@ class Daemon:
 
     def __init__(self, phase, ini):
         self.phase, self.ini, self.proc, self.starts, self.logpath = phase, ini, None, 0, None
+        STARTED.append(self)
         self.lock = threading.Lock()
 
     def start(self):
@@ -802,7 +805,13 @@ def main():
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
+        rc = main()
     except Exception as e:
         log("soak harness failed: %r" % e)
-        raise SystemExit(2)
+        rc = 2
+    finally:
+        for p in STARTED:
+            if p.proc is not None and p.proc.poll() is None:
+                p.proc.kill()
+                p.proc.wait()
+    sys.exit(rc)
