@@ -88,8 +88,8 @@ SIM_LIB    := $(BUILD)/libmongosim.a
 TEST_LIB   := $(BUILD)/libtestutil.a
 BENCH_LIB  := $(BUILD)/libbench.a
 
-.PHONY: all check unit integration demo bench format lint clean deps install uninstall package-check monitoring-check \
-        fuzz fuzz-targets
+.PHONY: all check soak unit integration demo bench format lint clean deps install uninstall package-check \
+        monitoring-check fuzz fuzz-targets
 
 all: $(BUILD)/oplog2pg $(BUILD)/mongosim $(BENCH_BIN)
 
@@ -168,6 +168,17 @@ BENCH_LIBS := $(shell pkg-config --libs libcrypto 2>/dev/null)
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BENCH_LIB) $(TEST_LIB) $(DAEMON_LIB) $(SIM_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) $(BENCH_LIBS) $(SIM_LIBS)
+
+# The fault soak's comparer (tests/soak/): PostgreSQL against the source, by the integration tests' comparison.
+$(BUILD)/soak_compare: $(BUILD)/obj/tests/soak/soak_compare.o $(TEST_LIB) $(DAEMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
+# The fault soak (docs/reliability.md, "Fault soak"): long, so not part of `make check`. SOAK_OPS, SOAK_KILLS and the
+# other SOAK_* variables set its scale; tests/soak/soak.py says what each does.
+soak: deps
+	@$(MAKE) --no-print-directory $(BUILD)/oplog2pg $(BUILD)/mongosim $(BUILD)/soak_compare
+	@scripts/with-pg.sh /usr/bin/python3 tests/soak/soak.py $(BUILD)
 
 check: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/unit_tests $(BUILD)/integration_tests

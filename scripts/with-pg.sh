@@ -54,9 +54,10 @@ free_port() {
 started=0
 for _ in 1 2 3 4 5; do
     port=$(free_port)
+    pg_opts="-c port=$port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$dir -c fsync=on \
+-c max_connections=60 -c shared_buffers=128MB -c max_wal_size=2GB ${WITH_PG_OPTS:-}"
     if "${as_owner[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
-        -o "-c port=$port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$dir -c fsync=on \
-            -c max_connections=60 -c shared_buffers=128MB -c max_wal_size=2GB ${WITH_PG_OPTS:-}" start >/dev/null 2>&1; then
+        -o "$pg_opts" start >/dev/null 2>&1; then
         started=1
         break
     fi
@@ -66,4 +67,8 @@ done
 export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 export OPLOG2PG_TEST_PG="host=$dir port=$port user=postgres dbname=postgres"
 export OPLOG2PG_TEST_PG_BINDIR=$bindir
+# What a test needs to stop and start this cluster itself (the fault soak, tests/soak/soak.py): its data directory,
+# log, server options, and the user pg_ctl must run as (empty: the current one).
+export OPLOG2PG_TEST_PG_DATA=$dir/data OPLOG2PG_TEST_PG_LOG=$dir/postgres.log OPLOG2PG_TEST_PG_OPTS=$pg_opts
+export OPLOG2PG_TEST_PG_RUNAS=${as_owner[2]:-}
 "$@"

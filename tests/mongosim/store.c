@@ -2193,6 +2193,62 @@ static bool save_metadata(const char *dbdir, const scoll *c, bson_error_t *err)
     return ok;
 }
 
+/* Whether `name`, a file of database folder `db` in a saved state, is one store_save_dir writes for the store as it
+ * is now: COLL.bson of a collection, COLL.metadata.json of one with options. */
+static bool saved_file_current(const sim_store *store, const char *db, const char *name)
+{
+    size_t l = strlen(name);
+    const char *suffix = NULL;
+    if (l > 5 && strcmp(name + l - 5, ".bson") == 0)
+        suffix = name + l - 5;
+    else if (l > 14 && strcmp(name + l - 14, ".metadata.json") == 0)
+        suffix = name + l - 14;
+    if (!suffix)
+        return true; /* not ours: left alone */
+    char *coll = bson_strndup(name, (size_t)(suffix - name));
+    const scoll *c = coll_get(store, db, coll);
+    bson_free(coll);
+    return c != NULL && (suffix[1] == 'b' || c->options != NULL);
+}
+
+/* Removes what an earlier save wrote for collections and databases dropped (or renamed) since: without this a
+ * restart from the state would bring them back, with no oplog entry that created them. */
+static bool remove_stale_files(const sim_store *store, const char *dir, bson_error_t *err)
+{
+    DIR *top = opendir(dir);
+    if (!top) {
+        bson_set_error(err, 0, 1, "%s: %s", dir, strerror(errno));
+        return false;
+    }
+    struct dirent *de;
+    bool ok = true;
+    while (ok && (de = readdir(top))) {
+        if (de->d_name[0] == '.')
+            continue;
+        char *dbdir = bson_strdup_printf("%s/%s", dir, de->d_name);
+        struct stat st;
+        DIR *dd = stat(dbdir, &st) == 0 && S_ISDIR(st.st_mode) ? opendir(dbdir) : NULL;
+        struct dirent *fe;
+        while (ok && dd && (fe = readdir(dd))) {
+            if (fe->d_name[0] == '.' || saved_file_current(store, de->d_name, fe->d_name))
+                continue;
+            char *path = bson_strdup_printf("%s/%s", dbdir, fe->d_name);
+            if (unlink(path) != 0 && errno != ENOENT) {
+                bson_set_error(err, 0, 1, "%s: %s", path, strerror(errno));
+                ok = false;
+            }
+            bson_free(path);
+        }
+        if (dd)
+            closedir(dd);
+        if (ok && dd && !db_get(store, de->d_name, NULL))
+            rmdir(dbdir); /* empty now, unless it holds files that are not ours */
+        bson_free(dbdir);
+    }
+    closedir(top);
+    return ok;
+}
+
 bool store_save_dir(const sim_store *store, const char *dir, bson_error_t *err)
 {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -2227,7 +2283,7 @@ bool store_save_dir(const sim_store *store, const char *dir, bson_error_t *err)
         }
         bson_free(dbdir);
     }
-    return true;
+    return remove_stale_files(store, dir, err);
 }
 
 const char *store_code_name(int code)
