@@ -2129,7 +2129,12 @@ static bool load_metadata(sim_store *store, const char *dbdir, const char *db, c
     return ok;
 }
 
-bool store_load_dir(sim_store *store, const char *dir, bson_error_t *err)
+/* Calls each(arg, db, dbdir, file) for every file of every database folder of a saved state (names starting with a
+ * dot left out), and after(arg, db, dbdir) once a folder's files are done; stops at the first that fails. */
+typedef bool (*saved_file_fn)(void *arg, const char *db, const char *dbdir, const char *file, bson_error_t *err);
+typedef void (*saved_dir_fn)(void *arg, const char *db, const char *dbdir);
+
+static bool walk_saved(const char *dir, saved_file_fn each, saved_dir_fn after, void *arg, bson_error_t *err)
 {
     DIR *top = opendir(dir);
     if (!top) {
@@ -2145,22 +2150,38 @@ bool store_load_dir(sim_store *store, const char *dir, bson_error_t *err)
         struct stat st;
         DIR *dd = stat(dbdir, &st) == 0 && S_ISDIR(st.st_mode) ? opendir(dbdir) : NULL;
         struct dirent *fe;
-        while (ok && dd && (fe = readdir(dd))) {
-            size_t l = strlen(fe->d_name);
-            if (l <= 5 || strcmp(fe->d_name + l - 5, ".bson") != 0)
-                continue;
-            char *coll = bson_strndup(fe->d_name, l - 5);
-            char *path = bson_strdup_printf("%s/%s", dbdir, fe->d_name);
-            ok = load_file(store, path, de->d_name, coll, err) && load_metadata(store, dbdir, de->d_name, coll, err);
-            bson_free(coll);
-            bson_free(path);
-        }
-        if (dd)
+        while (ok && dd && (fe = readdir(dd)))
+            if (fe->d_name[0] != '.')
+                ok = each(arg, de->d_name, dbdir, fe->d_name, err);
+        if (dd) {
             closedir(dd);
+            if (ok && after)
+                after(arg, de->d_name, dbdir);
+        }
         bson_free(dbdir);
     }
     closedir(top);
     return ok;
+}
+
+/* A collection's COLL.bson (and its COLL.metadata.json) loaded. */
+static bool load_saved(void *arg, const char *db, const char *dbdir, const char *file, bson_error_t *err)
+{
+    sim_store *store = arg;
+    size_t l = strlen(file);
+    if (l <= 5 || strcmp(file + l - 5, ".bson") != 0)
+        return true;
+    char *coll = bson_strndup(file, l - 5);
+    char *path = bson_strdup_printf("%s/%s", dbdir, file);
+    bool ok = load_file(store, path, db, coll, err) && load_metadata(store, dbdir, db, coll, err);
+    bson_free(coll);
+    bson_free(path);
+    return ok;
+}
+
+bool store_load_dir(sim_store *store, const char *dir, bson_error_t *err)
+{
+    return walk_saved(dir, load_saved, NULL, store, err);
 }
 
 static bool save_tree(FILE *fp, const tnode *t)
@@ -2211,42 +2232,24 @@ static bool saved_file_current(const sim_store *store, const char *db, const cha
     return c != NULL && (suffix[1] == 'b' || c->options != NULL);
 }
 
-/* Removes what an earlier save wrote for collections and databases dropped (or renamed) since: without this a
+/* What an earlier save wrote for collections and databases dropped (or renamed) since, removed: without this a
  * restart from the state would bring them back, with no oplog entry that created them. */
-static bool remove_stale_files(const sim_store *store, const char *dir, bson_error_t *err)
+static bool remove_stale(void *arg, const char *db, const char *dbdir, const char *file, bson_error_t *err)
 {
-    DIR *top = opendir(dir);
-    if (!top) {
-        bson_set_error(err, 0, 1, "%s: %s", dir, strerror(errno));
-        return false;
-    }
-    struct dirent *de;
-    bool ok = true;
-    while (ok && (de = readdir(top))) {
-        if (de->d_name[0] == '.')
-            continue;
-        char *dbdir = bson_strdup_printf("%s/%s", dir, de->d_name);
-        struct stat st;
-        DIR *dd = stat(dbdir, &st) == 0 && S_ISDIR(st.st_mode) ? opendir(dbdir) : NULL;
-        struct dirent *fe;
-        while (ok && dd && (fe = readdir(dd))) {
-            if (fe->d_name[0] == '.' || saved_file_current(store, de->d_name, fe->d_name))
-                continue;
-            char *path = bson_strdup_printf("%s/%s", dbdir, fe->d_name);
-            if (unlink(path) != 0 && errno != ENOENT) {
-                bson_set_error(err, 0, 1, "%s: %s", path, strerror(errno));
-                ok = false;
-            }
-            bson_free(path);
-        }
-        if (dd)
-            closedir(dd);
-        if (ok && dd && !db_get(store, de->d_name, NULL))
-            rmdir(dbdir); /* empty now, unless it holds files that are not ours */
-        bson_free(dbdir);
-    }
-    closedir(top);
+    if (saved_file_current(arg, db, file))
+        return true;
+    char *path = bson_strdup_printf("%s/%s", dbdir, file);
+    bool ok = unlink(path) == 0 || errno == ENOENT;
+    if (!ok)
+        bson_set_error(err, 0, 1, "%s: %s", path, strerror(errno));
+    bson_free(path);
     return ok;
+}
+
+static void remove_stale_dir(void *arg, const char *db, const char *dbdir)
+{
+    if (!db_get(arg, db, NULL))
+        rmdir(dbdir); /* empty now, unless it holds files that are not ours */
 }
 
 bool store_save_dir(const sim_store *store, const char *dir, bson_error_t *err)
@@ -2283,7 +2286,7 @@ bool store_save_dir(const sim_store *store, const char *dir, bson_error_t *err)
         }
         bson_free(dbdir);
     }
-    return remove_stale_files(store, dir, err);
+    return walk_saved(dir, remove_stale, remove_stale_dir, (void *)store, err);
 }
 
 const char *store_code_name(int code)
