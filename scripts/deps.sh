@@ -12,11 +12,13 @@ set -euo pipefail
 # Build: compilers, pkg-config and the libraries the daemon links (tcmalloc from gperftools: include/util/memory.h;
 # libdouble-conversion, C++, through src/util/dtoa_digits.cc: include/util/dtoa.h).
 pkgs=(gcc g++ make pkg-config libmongoc-dev libbson-dev libpq-dev libev-dev libinih-dev libsystemd-dev libmicrohttpd-dev
-    check libgoogle-perftools-dev libdouble-conversion-dev)
+    check libgoogle-perftools-dev libdouble-conversion-dev libssl-dev)
 # Tests, demo and benchmarks: a PostgreSQL server to throw away, pymongo for the compatibility test, valgrind;
 # groff and man-db render the man pages and systemd verifies the installed unit (tests/system/install.sh); python3-yaml
-# reads the Prometheus rules (tests/system/monitoring.sh, which installs promtool itself).
-pkgs+=(postgresql postgresql-client python3 python3-pymongo python3-yaml valgrind util-linux curl systemd groff-base man-db)
+# reads the Prometheus rules (tests/system/monitoring.sh, which installs promtool itself); openssl makes the TLS test's
+# certificates (tests/integration/tls-env.sh; libssl-dev above: mongosim serves TLS with it).
+pkgs+=(postgresql postgresql-client python3 python3-pymongo python3-yaml valgrind util-linux curl systemd groff-base man-db
+    openssl)
 # The Node.js compatibility test (tests/compat/node_compat.mjs): Debian's nodejs and npm, unless a node is present.
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 # Tooling behind `make format` and `make lint`.

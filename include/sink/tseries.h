@@ -51,6 +51,7 @@ typedef enum {
     SINK_TS_COPY_REFUSED, /* the bucket cannot become rows (why says why): nothing was sent */
     SINK_TS_COPY_PG,      /* a statement failed: c->last holds the error and its class */
     SINK_TS_COPY_NOMEM,
+    SINK_TS_COPY_BUG, /* what cannot happen happened (why says what): the copy stops, nothing is set aside */
 } sink_tseries_copy_status;
 
 /* One bucket read by the initial copy, in the caller's open transaction on c: its measurements upserted (a row that

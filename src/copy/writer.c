@@ -311,6 +311,10 @@ static bool write_buckets(copy_writer *w, const copy_batch *b, bool *retryable)
             *retryable = copy_pg_retryable(w->pg);
             snprintf(w->err, sizeof w->err, "writing a bucket of %s.%s: %s", j->db, j->coll, copy_pg_error(w->pg));
             return false;
+        case SINK_TS_COPY_BUG:
+            *retryable = false;
+            snprintf(w->err, sizeof w->err, "writing a bucket of %s.%s: %.400s", j->db, j->coll, why);
+            return false;
         case SINK_TS_COPY_NOMEM:
             *retryable = true;
             snprintf(w->err, sizeof w->err, "out of memory");

@@ -197,6 +197,18 @@ static size_t find_listed(const copy_collection *colls, size_t n, const char *db
 
 /* ---- one collection ---------------------------------------------------------------------------------------------- */
 
+/* How a sampling cursor on db.coll ended: EXIT_OK, or the exit code with the message printed (a refusal, such as
+ * missing rights, is a configuration matter). */
+static int cursor_outcome(mongoc_cursor_t *cur, const char *db, const char *coll)
+{
+    bson_error_t e;
+    if (!mongoc_cursor_error(cur, &e))
+        return EXIT_OK;
+    bool refused = mongo_error_refused(&e);
+    fprintf(stderr, "oplog2pg: infer-map: reading %s.%s: %s%s\n", db, coll, refused ? "refused: " : "", e.message);
+    return refused ? EXIT_CONFIG : EXIT_FAILURE_GENERIC;
+}
+
 /* Reads up to o->sample documents of db.coll into s. EXIT_OK, or the exit code with the message printed. */
 static int sample_collection(mongoc_client_t *client, const char *db, const char *coll, uint32_t sample, infer_stats *s)
 {
@@ -214,12 +226,8 @@ static int sample_collection(mongoc_client_t *client, const char *db, const char
             break;
         }
     }
-    bson_error_t e;
-    if (code == EXIT_OK && mongoc_cursor_error(cur, &e)) {
-        bool refused = mongo_error_refused(&e);
-        fprintf(stderr, "oplog2pg: infer-map: reading %s.%s: %s%s\n", db, coll, refused ? "refused: " : "", e.message);
-        code = refused ? EXIT_CONFIG : EXIT_FAILURE_GENERIC;
-    }
+    if (code == EXIT_OK)
+        code = cursor_outcome(cur, db, coll);
     mongoc_cursor_destroy(cur);
     bson_destroy(opts);
     bson_destroy(&filter);
@@ -273,13 +281,8 @@ static int sample_timeseries(mongoc_client_t *client, const copy_collection *cc,
         }
         bucket_rows_clear(&rows);
     }
-    bson_error_t e;
-    if (code == EXIT_OK && mongoc_cursor_error(cur, &e)) {
-        bool refused = mongo_error_refused(&e);
-        fprintf(stderr, "oplog2pg: infer-map: reading %s.%s: %s%s\n", cc->db, cc->buckets, refused ? "refused: " : "",
-                e.message);
-        code = refused ? EXIT_CONFIG : EXIT_FAILURE_GENERIC;
-    }
+    if (code == EXIT_OK)
+        code = cursor_outcome(cur, cc->db, cc->buckets);
     mongoc_cursor_destroy(cur);
     bson_destroy(opts);
     bson_destroy(&filter);

@@ -999,8 +999,11 @@ static sink_status write_rows(sink *s, table *t, const op *o, const char *key, c
             st = refuse(s, t, o, "%s", why);
             break;
         case TS_BUILD_NOMEM:
-        case TS_BUILD_BUG: /* (only typed_row says that) */
             sink_set_err(s, APPLY_NOMEM, NULL, "out of memory writing the rows of a bucket of %s.%s", t->db, t->coll);
+            st = s->failed;
+            break;
+        case TS_BUILD_BUG: /* (only typed_row says that) */
+            sink_set_err(s, APPLY_UNRECORDABLE, NULL, "the rows of a bucket of %s.%s: a bug", t->db, t->coll);
             st = s->failed;
             break;
         }
@@ -1350,11 +1353,14 @@ static sink_tseries_copy_status copy_typed(pgconn *c, const sink_tseries_copy_ta
     }
     strbuf_append(&rows, "\377\377", 2);
     sink_tseries_copy_status st = SINK_TS_COPY_OK;
-    if (at == NULL || rows.failed || b == TS_BUILD_NOMEM || b == TS_BUILD_BUG) {
-        if (b == TS_BUILD_BUG)
-            snprintf(why, whylen, "bucket %s: its map projected a measurement into other rows than its table's one",
-                     key);
-        st = b == TS_BUILD_BUG ? SINK_TS_COPY_REFUSED : SINK_TS_COPY_NOMEM;
+    if (b == TS_BUILD_BUG) {
+        snprintf(why, whylen, "bucket %s: its map projected a measurement into other rows than its table's one: a bug",
+                 key);
+        st = SINK_TS_COPY_BUG;
+        goto out;
+    }
+    if (at == NULL || rows.failed || b == TS_BUILD_NOMEM) {
+        st = SINK_TS_COPY_NOMEM;
         goto out;
     }
     if (b == TS_BUILD_REFUSED) {
@@ -1445,8 +1451,11 @@ sink_tseries_copy_status sink_tseries_copy_bucket(pgconn *c, const sink_tseries_
         st = SINK_TS_COPY_REFUSED;
         goto out;
     case TS_BUILD_NOMEM:
-    case TS_BUILD_BUG: /* (only typed_row says that) */
         st = SINK_TS_COPY_NOMEM;
+        goto out;
+    case TS_BUILD_BUG: /* (only typed_row says that) */
+        snprintf(why, whylen, "bucket %s: its rows could not be built: a bug", key);
+        st = SINK_TS_COPY_BUG;
         goto out;
     }
     if (asprintf(&upsert, TS_UPSERT_SQL, to->qtable) < 0) {

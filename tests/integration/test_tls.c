@@ -366,16 +366,32 @@ END_TEST
 
 /* ---- refusals: exit 3, the side named, the reason given ---- */
 
+/* One refusal: mongosim serving sim_cert, the daemon connecting to PostgreSQL at pg_host trusting pg_ca and to
+ * mongosim trusting mongo_ca; `check` and `run` must exit 3, naming `side` (its line of `check` starting with
+ * side_prefix and holding needle) while the other side's line says other_ok. */
+static void refused_case(const char *name, const char *sim_cert, const char *pg_host, const char *pg_ca,
+                         const char *mongo_ca, const char *side_prefix, const char *needle, const char *other_ok,
+                         const char *side)
+{
+    char conninfo[1600], uri[1024];
+    pg_conninfo(conninfo, sizeof conninfo, pg_host, pg_ca);
+    denv e;
+    env_start(&e, name, sim_cert, NULL, conninfo);
+    if (strcmp(mongo_ca, "ca.pem") != 0) {
+        /* the same mongosim, trusted with another CA: the configuration's uri rewritten */
+        mongo_uri(uri, sizeof uri, e.sim.port, mongo_ca, true);
+        write_ini(&e, uri, conninfo);
+    }
+    expect_refused(&e, side_prefix, needle, other_ok, side);
+    denv_stop(&e);
+}
+
 START_TEST(test_pg_wrong_ca)
 {
     if (!env_ready())
         SKIP_TEST("needs mongosim (MONGO_URI names a real replica set)");
-    char conninfo[1600];
-    pg_conninfo(conninfo, sizeof conninfo, "localhost", "other-ca.pem");
-    denv e;
-    env_start(&e, "tls_pgca", "server-bundle.pem", NULL, conninfo);
-    expect_refused(&e, "postgres: ", "certificate verify failed", "mongodb: reads", "PostgreSQL");
-    denv_stop(&e);
+    refused_case("tls_pgca", "server-bundle.pem", "localhost", "other-ca.pem", "ca.pem",
+                 "postgres: ", "certificate verify failed", "mongodb: reads", "PostgreSQL");
 }
 END_TEST
 
@@ -383,12 +399,8 @@ START_TEST(test_pg_wrong_host)
 {
     if (!env_ready())
         SKIP_TEST("needs mongosim (MONGO_URI names a real replica set)");
-    char conninfo[1600];
-    pg_conninfo(conninfo, sizeof conninfo, "elsewhere.invalid", "ca.pem");
-    denv e;
-    env_start(&e, "tls_pghost", "server-bundle.pem", NULL, conninfo);
-    expect_refused(&e, "postgres: ", "does not match host name \"elsewhere.invalid\"", "mongodb: reads", "PostgreSQL");
-    denv_stop(&e);
+    refused_case("tls_pghost", "server-bundle.pem", "elsewhere.invalid", "ca.pem", "ca.pem",
+                 "postgres: ", "does not match host name \"elsewhere.invalid\"", "mongodb: reads", "PostgreSQL");
 }
 END_TEST
 
@@ -396,15 +408,8 @@ START_TEST(test_mongo_wrong_ca)
 {
     if (!env_ready())
         SKIP_TEST("needs mongosim (MONGO_URI names a real replica set)");
-    char conninfo[1600], uri[1024];
-    pg_conninfo(conninfo, sizeof conninfo, "localhost", "ca.pem");
-    denv e;
-    env_start(&e, "tls_mongoca", "server-bundle.pem", NULL, conninfo);
-    /* The same mongosim, trusted with the other CA: rewrite the configuration's uri. */
-    mongo_uri(uri, sizeof uri, e.sim.port, "other-ca.pem", true);
-    write_ini(&e, uri, conninfo);
-    expect_refused(&e, "mongodb: ", "certificate verify failed", "postgres: ok", "MongoDB");
-    denv_stop(&e);
+    refused_case("tls_mongoca", "server-bundle.pem", "localhost", "ca.pem", "other-ca.pem",
+                 "mongodb: ", "certificate verify failed", "postgres: ok", "MongoDB");
 }
 END_TEST
 
@@ -412,13 +417,9 @@ START_TEST(test_mongo_wrong_host)
 {
     if (!env_ready())
         SKIP_TEST("needs mongosim (MONGO_URI names a real replica set)");
-    char conninfo[1600];
-    pg_conninfo(conninfo, sizeof conninfo, "localhost", "ca.pem");
-    denv e;
-    /* mongosim serves a certificate for elsewhere.invalid; the URI says localhost. */
-    env_start(&e, "tls_mongohost", "elsewhere-bundle.pem", NULL, conninfo);
-    expect_refused(&e, "mongodb: ", "hostname mismatch", "postgres: ok", "MongoDB");
-    denv_stop(&e);
+    /* mongosim serves a certificate for elsewhere.invalid; the URI says localhost */
+    refused_case("tls_mongohost", "elsewhere-bundle.pem", "localhost", "ca.pem", "ca.pem",
+                 "mongodb: ", "hostname mismatch", "postgres: ok", "MongoDB");
 }
 END_TEST
 
