@@ -382,13 +382,15 @@ static bool out_of_locks(daemon_ctx *d, const char *msg)
                     (unsigned long long)had, (unsigned long long)cap);
     }
     if (entry != had && had > bound) {
+        char until[BOUND_STRLEN];
+        if (!bound_set(d, &d->isolate_until))
+            return false; /* out of memory: retried as it is (the caller ends the session for a retry) */
         d->isolating = true;
-        d->isolate_until = d->last_taken;
         log_warning("PostgreSQL ran out of shared memory in a flush group of %llu tables, %llu of them written by its "
                     "last entry: the entries up to %s are committed one at a time, to find whether one of them alone "
                     "needs more locks than PostgreSQL's lock table holds",
                     (unsigned long long)had, (unsigned long long)entry,
-                    op_pos_format(&d->isolate_until, at, sizeof at));
+                    bound_format(&d->isolate_until, until, sizeof until));
     }
     return false;
 }
@@ -497,13 +499,18 @@ static void on_sink_failure(daemon_ctx *d, apply_status st)
     case APPLY_DATA:
         if (!d->careful) {
             /* The group failed as a whole: find the op, committing each entry before it on its own. */
-            char until[OP_POS_STRLEN];
+            char until[BOUND_STRLEN];
             bool dl = d->cfg->on_error == CONFIG_ON_ERROR_DEAD_LETTER;
-            d->careful_until = d->last_taken;
             log_warning("%s", msg);
+            if (!bound_set(d, &d->careful_until)) {
+                log_warning("out of memory noting how far to apply one at a time; the session ends uncommitted and "
+                            "resumes from the committed checkpoint");
+                end_session(d, END_RETRY, 0);
+                break;
+            }
             log_warning("finding the op PostgreSQL refused: going back to the last commit and applying the entries "
                         "up to %s one at a time, %s ([replication] on_error = %s)",
-                        op_pos_format(&d->careful_until, until, sizeof until),
+                        bound_format(&d->careful_until, until, sizeof until),
                         dl ? "setting refused ones aside" : "to commit everything before it and stop there",
                         config_on_error_name(d->cfg->on_error));
             end_session(d, END_CAREFUL, 0);
@@ -571,32 +578,32 @@ static void arm_flush_timer(daemon_ctx *d)
     ev_timer_start(d->loop, &d->flush_timer);
 }
 
-static void leave_careful_if_past(daemon_ctx *d)
+/* At session start (start: the checkpoint it resumed after) or after an entry was taken (start NULL). */
+static void leave_careful_if_past(daemon_ctx *d, const op_pos *start)
 {
-    const batcher_stats *bs = batcher_get_stats(d->bt);
-    if (op_pos_cmp(&bs->committed, &d->careful_until) < 0)
+    if (!bound_reached(d, &d->careful_until, start))
         return;
-    char at[OP_POS_STRLEN];
+    char at[BOUND_STRLEN];
     d->careful = false;
     sink_set_per_op(d->snk, d->cfg->apply_mode == CONFIG_APPLY_PER_OP);
     batcher_config bc = batcher_config_from(d, false);
     batcher_set_config(d->bt, &bc);
     log_notice("stepped past oplog entry %s (%llu op(s) set aside in oplog2pg.dead_letter so far): back to batched "
                "apply",
-               op_pos_format(&d->careful_until, at, sizeof at),
+               bound_format(&d->careful_until, at, sizeof at),
                (unsigned long long)sink_get_stats(d->snk)->dead_letters);
 }
 
-static void leave_isolating_if_past(daemon_ctx *d)
+static void leave_isolating_if_past(daemon_ctx *d, const op_pos *start)
 {
-    if (op_pos_cmp(&batcher_get_stats(d->bt)->committed, &d->isolate_until) < 0)
+    if (!bound_reached(d, &d->isolate_until, start))
         return;
-    char at[OP_POS_STRLEN];
+    char at[BOUND_STRLEN];
     d->isolating = false;
     batcher_config bc = batcher_config_from(d, d->careful);
     batcher_set_config(d->bt, &bc);
     log_notice("committed the entries up to %s one at a time: back to flush groups of %llu tables at most",
-               op_pos_format(&d->isolate_until, at, sizeof at), (unsigned long long)group_tables(d));
+               bound_format(&d->isolate_until, at, sizeof at), (unsigned long long)group_tables(d));
 }
 
 /* Stop and reload requests, acted on from the loop (never from inside a call on PostgreSQL). */
@@ -801,15 +808,16 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
                     break;
                 d->caught_up = false;
                 d->last_taken = it->entry->pos;
+                d->last_taken_source = it->entry->source;
                 st = batcher_add(d->bt, it->entry, clock_ms());
                 if (st == APPLY_OK && !d->tables_hinted && batcher_get_stats(d->bt)->flushes[FLUSH_TABLES] > 0)
                     hint_tables_bound(d);
                 if (st == APPLY_OK)
                     st = batcher_tick(d->bt, clock_ms(), behind(d, i + 1 < n));
                 if (st == APPLY_OK && d->careful)
-                    leave_careful_if_past(d);
+                    leave_careful_if_past(d, NULL);
                 if (st == APPLY_OK && d->isolating)
-                    leave_isolating_if_past(d);
+                    leave_isolating_if_past(d, NULL);
                 break;
             case QUEUE_IDLE:
                 /* The reader drained the oplog; we have caught up with it only if nothing follows the marker. While
@@ -1020,14 +1028,14 @@ static void run_session(daemon_ctx *d)
     /* The refused op was committed past meanwhile (another run, or --reimport). A replay into a service without a
      * checkpoint yet (have == 0) stays careful: it starts again from the dump's first entry. The same for a group
      * being taken apart after PostgreSQL's lock table ran out. */
-    if (d->careful && have == 1 && op_pos_cmp(&start, &d->careful_until) >= 0)
+    if (d->careful && have == 1 && d->careful_until.shard == NULL && bound_reached(d, &d->careful_until, &start))
         d->careful = false;
-    if (d->isolating && have == 1 && op_pos_cmp(&start, &d->isolate_until) >= 0)
+    if (d->isolating && have == 1 && d->isolate_until.shard == NULL && bound_reached(d, &d->isolate_until, &start))
         d->isolating = false;
     if (d->careful) {
-        char until[OP_POS_STRLEN];
+        char until[BOUND_STRLEN];
         log_notice("applying oplog entries after %s up to %s one at a time, setting aside what PostgreSQL refuses",
-                   op_pos_format(&start, at, sizeof at), op_pos_format(&d->careful_until, until, sizeof until));
+                   op_pos_format(&start, at, sizeof at), bound_format(&d->careful_until, until, sizeof until));
     } else if (have == 1) {
         log_info("service '%s': resuming after oplog entry %s (term %lld)", d->cfg->service,
                  op_pos_format(&start, at, sizeof at), (long long)start.term);
@@ -1065,6 +1073,11 @@ static void run_session(daemon_ctx *d)
         d->exit_code = d->dump_path ? EXIT_USAGE : EXIT_CONFIG;
         return;
     }
+    /* A cluster's bounds are per shard: the shards' checkpoints are known once their readers start. */
+    if (d->careful && have == 1 && d->careful_until.shard != NULL)
+        leave_careful_if_past(d, &start);
+    if (d->isolating && have == 1 && d->isolate_until.shard != NULL)
+        leave_isolating_if_past(d, &start);
 
     ev_io_init(&d->pg_io, on_pg_readable, sink_socket(d->snk), EV_READ);
     d->pg_io.data = d;
@@ -1350,6 +1363,8 @@ static bool ctx_init(daemon_ctx *d, config *cfg, const char *config_path, const 
 
 static void ctx_free(daemon_ctx *d)
 {
+    bound_clear(&d->careful_until);
+    bound_clear(&d->isolate_until);
     window_probe_stop(d->wprobe);
     metrics_stop(d->metrics);
     sink_free(d->snk);

@@ -36,6 +36,20 @@ typedef enum {
 
 typedef struct cluster cluster;
 
+/* How far a careful or isolating stretch reaches (bound.c): through the last entry taken when its group failed. On a
+ * sharded cluster a merged position bounds nothing: an entry that changes nothing (a migration's copy, a note) is
+ * handed on ahead of older entries of the other shards (core/merge.h), and the merged position may pass an entry of
+ * another shard not applied yet. There the stretch reaches, shard by shard, each one's own last entry taken. */
+typedef struct bound_shard {
+    char *id;
+    op_pos pos;
+} bound_shard;
+typedef struct stream_bound {
+    op_pos until;       /* the merged stream's last entry taken */
+    bound_shard *shard; /* a sharded cluster's shards (n of them), NULL otherwise */
+    size_t n;
+} stream_bound;
+
 typedef struct {
     config *cfg;
     const char *config_path;
@@ -71,11 +85,12 @@ typedef struct {
     ev_tstamp last_progress;
     bool in_session; /* the loop of a session is running (the wait hook must not act, only note) */
 
-    /* Careful mode ([replication] on_error = dead-letter): after PostgreSQL refused an op, the next session applies
-     * the entries up to careful_until one at a time and sets refused ones aside (see batcher.h). */
+    /* Careful mode ([replication] on_error = dead-letter): after PostgreSQL refused an op, the next sessions apply
+     * the entries through careful_until one at a time and set refused ones aside (see batcher.h). */
     bool careful;
-    op_pos careful_until;
-    op_pos last_taken; /* the last entry handed to the batcher */
+    stream_bound careful_until;
+    op_pos last_taken;           /* the last entry handed to the batcher */
+    uint16_t last_taken_source;  /* ...and its source (op_entry.source) */
     /* A bound on the tables of a flush group below batch_tables, set when PostgreSQL ran out of shared memory (its
      * lock table full) in a group: half the tables that group had written to, until a reload (0: none).
      * tables_logged: the bound last logged; tables_hinted: a group committed at that bound was logged. */
@@ -84,7 +99,7 @@ typedef struct {
     /* After PostgreSQL ran out of shared memory in a group of several entries: the entries up to isolate_until go
      * one to a group (per-op commits), so that one too large for the lock table shows itself alone. */
     bool isolating;
-    op_pos isolate_until;
+    stream_bound isolate_until;
     /* The same failure again and again (see same_failure_again): its SQLSTATE, the op's position (or, when the sink
      * named none, the message), and how many sessions in a row it ended. */
     char repeat_state[6];
@@ -124,6 +139,20 @@ typedef struct {
 
 /* The queues' notify: wakes the loop (ev_async_send). */
 void apply_notify_wake(void *arg);
+
+/* ---- bound.c ---- */
+
+#define BOUND_STRLEN 512 /* bound_format's buffer: longer ones are cut */
+
+/* Sets *b to reach through what the session has taken so far (d->last_taken, and on a cluster every shard's last
+ * entry taken). False when memory runs out (*b is then empty, as bound_clear leaves it). */
+bool bound_set(daemon_ctx *d, stream_bound *b);
+/* Everything through *b is committed: the merged position (one source), or every shard's own one (a cluster). With
+ * session_start, before anything is taken: the checkpoints the session resumed after. */
+bool bound_reached(const daemon_ctx *d, const stream_bound *b, const op_pos *session_start);
+/* The bound for a log line: the merged position, then each shard's ("… (shard 'a' through …, shard 'b' through …)"). */
+const char *bound_format(const stream_bound *b, char *buf, size_t len);
+void bound_clear(stream_bound *b);
 
 /* ---- reconcile.c ---- */
 
@@ -192,6 +221,9 @@ size_t cluster_shard_count(const cluster *c);
 /* The session reads the shard of that id. */
 bool cluster_has_shard(const cluster *c, const char *id);
 bool cluster_shard_report(const cluster *c, size_t i, cluster_shard_info *out);
+/* Shard `id` as this session reads it: its index, the position its reading began after (everything of it through
+ * there is committed), and whether it is retired (read to its end). False when the session does not read it. */
+bool cluster_shard_place(const cluster *c, const char *id, size_t *i, op_pos *start, bool *retired);
 
 /* ---- report.c ---- */
 

@@ -55,6 +55,7 @@ typedef struct cluster_shard {
     op_pos row;
     bool has_hold;
     op_pos hold;
+    op_pos start;      /* this session reads it after here */
     bool has_topology; /* config.shards topologyTime: when the shard was added (5.0+) */
     op_pos topology;
     char *hosts; /* "rs/h1:p,h2:p", as config.shards lists it (or its row stored it) */
@@ -484,6 +485,7 @@ cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, cha
                         s->id, op_pos_format(cluster_pos, at, sizeof at));
         }
         merge_set_watermark(c->m, i, &rcfg.start);
+        s->start = rcfg.start;
         s->rd = reader_start(&rcfg, s->q, err, errlen);
         if (s->rd == NULL) {
             *fatal = 1;
@@ -705,6 +707,19 @@ bool cluster_has_shard(const cluster *c, const char *id)
 size_t cluster_shard_count(const cluster *c)
 {
     return c != NULL ? c->n : 0;
+}
+
+bool cluster_shard_place(const cluster *c, const char *id, size_t *i, op_pos *start, bool *retired)
+{
+    for (size_t k = 0; c != NULL && k < c->n; k++) {
+        if (strcmp(c->s[k].id, id) != 0)
+            continue;
+        *i = k;
+        *start = c->s[k].start;
+        *retired = c->s[k].retired;
+        return true;
+    }
+    return false;
 }
 
 bool cluster_shard_report(const cluster *c, size_t i, cluster_shard_info *out)

@@ -253,6 +253,7 @@ void report_publish(daemon_ctx *d)
 void report_live(daemon_ctx *d)
 {
     d->session_live = true;
+    report_publish(d); /* oplog2pg_ready turns 1 now, not at the next tick (a scrape meanwhile read the copy's 0) */
     if (!d->ready_sent) {
         d->ready_sent = true;
         notify_ready();
@@ -290,7 +291,7 @@ void report_status(daemon_ctx *d, ev_tstamp now, const metrics_snapshot *m)
                       now - d->reader_quiet_since, op_pos_format(&d->committed, at, sizeof at));
     else if (d->careful)
         notify_status("setting aside ops PostgreSQL refused: applying one at a time up to %s",
-                      op_pos_format(&d->careful_until, at, sizeof at));
+                      op_pos_format(&d->careful_until.until, at, sizeof at));
     else if (m->lag_seconds <= 0)
         notify_status("%s: caught up, %.0f entries/s, committed through %s", d->dump ? "replaying" : "tailing", d->rate,
                       op_pos_format(&d->committed, at, sizeof at));

@@ -9,8 +9,9 @@
 # tests/integration/job-seconds (a job not listed there counts as 60 s); each shard takes the next one when it is
 # free. Every job runs, even after a failure.
 #
-# Each finished job prints a line as it ends; then a summary, the whole log of every shard that failed, and every
-# skip (into $OPLOG2PG_TEST_SKIPS when it is set, as tests/run.sh lists them). The exit status is 1 when any job
+# Each finished job prints a line as it ends; then the whole log of every shard that failed, a summary ending with
+# Check's line for each failed test (last, where an output cut to its tail still shows them), and every skip (into
+# $OPLOG2PG_TEST_SKIPS when it is set, as tests/run.sh lists them). The exit status is 1 when any job
 # failed. With OPLOG2PG_TEST_SHARDS=1, CK_RUN_SUITE or MONGO_URI (a real replica set, shared by whatever runs against
 # it) set, it is the single run instead: scripts/with-pg.sh tests/integration/run.sh BUILD.
 set -euo pipefail
@@ -77,6 +78,8 @@ for i in $(seq 1 "$shards"); do
         awk '{ p += $2; s += $4; f += $6 } END { printf "Check tests %d passed, %d skipped, %d failed", p, s, f }')"
 done
 grep -h '^\[shard [0-9]*\] .*: FAILED ' "$dir"/log.* | sed 's/^/  /' || true
+# ...and Check's line for each failed test, last, where a log cut to its tail (a CI summary) still shows it.
+grep -h -E '^[^ :]+:[0-9]+:[EF]:' "$dir"/log.* | cut -c1-400 | head -n 20 | sed 's/^/  /' || true
 if [ -n "${OPLOG2PG_TEST_SKIPS:-}" ]; then
     cat "$dir"/skips.* >>"$OPLOG2PG_TEST_SKIPS" 2>/dev/null || true
 else

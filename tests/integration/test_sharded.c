@@ -10,7 +10,9 @@
  *   constant in PostgreSQL at every moment the test samples it;
  * - a write on one shard while the other is idle (no periodic noop) is applied once the daemon writes an oplog note
  *   into the idle shard;
- * - every shard has its row in oplog2pg.shard_checkpoint, and `status` shows one section per shard.
+ * - every shard has its row in oplog2pg.shard_checkpoint, and `status` shows one section per shard;
+ * - an op PostgreSQL refuses, with another shard's note after it in cluster time, is set aside once, and every entry
+ *   after it arrives.
  * They need the simulator (a real cluster would need MONGO_URI to name its routers): with MONGO_URI set they skip.
  */
 #include <check.h>
@@ -444,6 +446,59 @@ START_TEST(test_idle_shard_noted)
 }
 END_TEST
 
+/* An op PostgreSQL refuses on shard0, and after it in cluster time an oplog note on shard1 (an entry that changes
+ * nothing, as a migration's copy or a noop). The merge hands such an entry on ahead of the other shards' older ones,
+ * so the service's merged checkpoint passes the refused entry before it is set aside: the careful sessions that look
+ * for it must follow each shard's own position (daemon/bound.c), or they end at once and the daemon retries the
+ * failing group forever. The soak found it (tests/soak). The refused op is set aside once and everything after it,
+ * on both shards, arrives. */
+START_TEST(test_refused_op_behind_a_note)
+{
+    shenv e;
+    if (sh_skip_or_begin(&e, "refuse", "c", NULL))
+        return;
+    shenv_insert(&e, "c", 1, 1);   /* shard0 */
+    shenv_insert(&e, "c", 150, 1); /* shard1 */
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "the first documents did not arrive");
+    shenv_kill(&e);
+    shenv_insert(&e, "c", 2, 2);
+    /* jsonb cannot hold U+0000: PostgreSQL refuses the row (22P05) */
+    mongoc_collection_t *c = mongoc_client_get_collection(e.client, e.db, "c");
+    bson_t *bad = BCON_NEW("_id", BCON_INT32(3));
+    bson_append_utf8(bad, "s", 1, "a\0b", 3);
+    bson_error_t err;
+    ck_assert_msg(mongoc_collection_insert_one(c, bad, NULL, NULL, &err), "%s", err.message);
+    bson_destroy(bad);
+    shenv_insert(&e, "c", 4, 4);
+    sh_shard_cmd(&e, 1, "admin", BCON_NEW("appendOplogNote", BCON_INT32(1), "data", "{", "x", BCON_INT32(1), "}"),
+                 NULL);
+    const char *skip[] = {"--skip-import", NULL};
+    shenv_daemon_ready(&e, skip);
+    /* Nothing more is written until the op is set aside: a later entry in the failing group would carry the careful
+     * stretch past the note, and hide the fault. */
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = '%s' AND doc_id = '3' AND sqlstate = '22P05'",
+             e.service);
+    for (double until = denv_now() + 60; denv_pg_int(sql) == 0;) {
+        if (denv_now() > until) {
+            shenv_show_log(&e);
+            ck_abort_msg("the refused op was not set aside within 60 s");
+        }
+        usleep(100 * 1000);
+    }
+    /* the refused document leaves MongoDB too: then the tables must equal the collections */
+    shenv_delete(&e, "c", 3, false);
+    shenv_insert(&e, "c", 5, 5);     /* shard0 */
+    shenv_insert(&e, "c", 151, 151); /* shard1 */
+    ck_assert_msg(shenv_wait_equal(&e, 60, true), "the entries after the refused op did not all arrive");
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = '%s'", e.service);
+    ck_assert_int_eq(denv_pg_int(sql), 1);
+    mongoc_collection_destroy(c);
+    shenv_stop(&e);
+}
+END_TEST
+
 /* Each shard's oplog window and margin in the metrics (label shard): its own oplog's newest minus oldest entry, and
  * its checkpoint row minus that oldest entry; the margin grows as writes on that shard move its checkpoint on. */
 static void expect_shard_window(shenv *e, int port, size_t k, double *margin)
@@ -512,6 +567,7 @@ Suite *sharded_suite(void)
     tcase_add_test(tc, test_idle_shard_noted);
     tcase_add_test(tc, test_shard_added_while_running);
     tcase_add_test(tc, test_shard_key_beside_id);
+    tcase_add_test(tc, test_refused_op_behind_a_note);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("metrics");
     tcase_set_timeout(tm, 120);

@@ -498,6 +498,8 @@ START_TEST(test_copy_status_check)
     char url[96], *body = malloc(65536);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", port);
     ck_assert_int_eq(denv_http_get(url, false, body, 65536), 0);
+    if (denv_metric(body, "oplog2pg_ready") != 1)
+        denv_show_log(&e);
     ck_assert_double_eq(denv_metric(body, "oplog2pg_ready"), 1);
     ck_assert_msg(strstr(body, "oplog2pg_oplog_window_seconds") == NULL, "a change stream shows an oplog window");
     ck_assert_msg(strstr(body, "oplog2pg_oplog_margin_seconds") == NULL, "a change stream shows an oplog margin");
