@@ -308,4 +308,5 @@ uninstall:
 clean:
 	rm -rf build
 
--include $(shell find build -name '*.d' 2>/dev/null)
+# What each object was made from (-MMD): a changed header rebuilds what includes it, in whichever BUILD is made.
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

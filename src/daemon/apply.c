@@ -71,6 +71,13 @@ static uint64_t group_tables(const daemon_ctx *d)
     return d->tables_cap > 0 && d->tables_cap < n ? d->tables_cap : n;
 }
 
+/* Ops go one at a time, each guarded, each entry committed on its own: a careful session, once past the entries it
+ * applies batched (careful_ahead). */
+static bool stepping(const daemon_ctx *d)
+{
+    return d->careful && !d->careful_ahead;
+}
+
 static batcher_config batcher_config_from(const daemon_ctx *d, bool careful)
 {
     const config *cfg = d->cfg;
@@ -126,7 +133,7 @@ static void do_reload(daemon_ctx *d)
     logsetup_apply(d->cfg);
     d->tables_cap = 0; /* a bound the lock table set is tried afresh with the configuration */
     if (d->bt != NULL) {
-        batcher_config bc = batcher_config_from(d, d->careful);
+        batcher_config bc = batcher_config_from(d, stepping(d));
         batcher_set_config(d->bt, &bc);
     }
     if (d->loop != NULL && ev_is_active(&d->progress_timer)) {
@@ -383,7 +390,7 @@ static bool out_of_locks(daemon_ctx *d, const char *msg)
     }
     if (entry != had && had > bound) {
         char until[BOUND_STRLEN];
-        if (!bound_set(d, &d->isolate_until))
+        if (!bound_set(d, &d->isolate_until, NULL))
             return false; /* out of memory: retried as it is (the caller ends the session for a retry) */
         d->isolating = true;
         log_warning("PostgreSQL ran out of shared memory in a flush group of %llu tables, %llu of them written by its "
@@ -497,22 +504,42 @@ static void on_sink_failure(daemon_ctx *d, apply_status st)
         break;
     }
     case APPLY_DATA:
-        if (!d->careful) {
-            /* The group failed as a whole: find the op, committing each entry before it on its own. */
-            char until[BOUND_STRLEN];
+        if (!stepping(d)) {
+            /* The group failed as a whole: find the op, committing each entry before it on its own. When the failure
+             * names its op's entry, the entries before that one go batched (a failure among them, in a session
+             * that applies them batched, sends the next one stepping from the checkpoint). */
+            char until[BOUND_STRLEN], from[OP_POS_STRLEN];
             bool dl = d->cfg->on_error == CONFIG_ON_ERROR_DEAD_LETTER;
+            op_pos failed_at;
+            bool named = sink_error_pos(d->snk, &failed_at);
+            bool ahead = !d->careful && named && op_pos_cmp(&failed_at, &d->committed) > 0;
             log_warning("%s", msg);
-            if (!bound_set(d, &d->careful_until)) {
+            if (!bound_set(d, &d->careful_until, named ? &failed_at : NULL)) {
                 log_warning("out of memory noting how far to apply one at a time; the session ends uncommitted and "
                             "resumes from the committed checkpoint");
                 end_session(d, END_RETRY, 0);
                 break;
             }
-            log_warning("finding the op PostgreSQL refused: going back to the last commit and applying the entries "
-                        "up to %s one at a time, %s ([replication] on_error = %s)",
-                        bound_format(&d->careful_until, until, sizeof until),
-                        dl ? "setting refused ones aside" : "to commit everything before it and stop there",
-                        config_on_error_name(d->cfg->on_error));
+            if (d->careful_ahead)
+                log_warning("that op comes before oplog entry %s, where the failure before was placed: applying "
+                            "every entry after the last commit one at a time instead",
+                            op_pos_format(&d->careful_from, from, sizeof from));
+            d->careful_ahead = ahead;
+            d->careful_from = ahead ? failed_at : d->committed;
+            if (ahead)
+                log_warning("finding the op PostgreSQL refused: going back to the last commit, applying the entries "
+                            "before %s as before, then the entries up to %s one at a time, %s ([replication] "
+                            "on_error = %s)",
+                            op_pos_format(&d->careful_from, from, sizeof from),
+                            bound_format(&d->careful_until, until, sizeof until),
+                            dl ? "setting refused ones aside" : "to commit everything before it and stop there",
+                            config_on_error_name(d->cfg->on_error));
+            else
+                log_warning("finding the op PostgreSQL refused: going back to the last commit and applying the "
+                            "entries up to %s one at a time, %s ([replication] on_error = %s)",
+                            bound_format(&d->careful_until, until, sizeof until),
+                            dl ? "setting refused ones aside" : "to commit everything before it and stop there",
+                            config_on_error_name(d->cfg->on_error));
             end_session(d, END_CAREFUL, 0);
             break;
         }
@@ -585,6 +612,7 @@ static void leave_careful_if_past(daemon_ctx *d, const op_pos *start)
         return;
     char at[BOUND_STRLEN];
     d->careful = false;
+    d->careful_ahead = false;
     sink_set_per_op(d->snk, d->cfg->apply_mode == CONFIG_APPLY_PER_OP);
     batcher_config bc = batcher_config_from(d, false);
     batcher_set_config(d->bt, &bc);
@@ -594,13 +622,42 @@ static void leave_careful_if_past(daemon_ctx *d, const op_pos *start)
                (unsigned long long)sink_get_stats(d->snk)->dead_letters);
 }
 
+/* A careful session that applied the entries before careful_from batched has reached it: what it applied is
+ * committed, and from here ops go one at a time. A transaction open across the point (its parts, or one across
+ * shards) cannot be committed apart: the next session steps from the checkpoint instead. */
+static apply_status start_stepping(daemon_ctx *d)
+{
+    char at[OP_POS_STRLEN];
+    d->careful_ahead = false;
+    if (batcher_commit_held(d->bt)) {
+        log_notice("a transaction is open at oplog entry %s: applying every entry after the last commit one at a "
+                   "time instead",
+                   op_pos_format(&d->careful_from, at, sizeof at));
+        d->careful_from = d->committed;
+        end_session(d, END_CAREFUL, 0);
+        return APPLY_OK;
+    }
+    apply_status st = batcher_flush(d->bt, FLUSH_PER_OP);
+    if (st != APPLY_OK) {
+        d->careful_ahead = true; /* a failure before careful_from: on_sink_failure sends the next session stepping */
+        return st;
+    }
+    sink_set_per_op(d->snk, true);
+    batcher_config bc = batcher_config_from(d, true);
+    batcher_set_config(d->bt, &bc);
+    report_refresh_committed(d);
+    log_notice("applied the entries before oplog entry %s batched: from there one at a time",
+               op_pos_format(&d->careful_from, at, sizeof at));
+    return APPLY_OK;
+}
+
 static void leave_isolating_if_past(daemon_ctx *d, const op_pos *start)
 {
     if (!bound_reached(d, &d->isolate_until, start))
         return;
     char at[BOUND_STRLEN];
     d->isolating = false;
-    batcher_config bc = batcher_config_from(d, d->careful);
+    batcher_config bc = batcher_config_from(d, stepping(d));
     batcher_set_config(d->bt, &bc);
     log_notice("committed the entries up to %s one at a time: back to flush groups of %llu tables at most",
                bound_format(&d->isolate_until, at, sizeof at), (unsigned long long)group_tables(d));
@@ -807,6 +864,11 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
                 if (d->cl != NULL && new_shard_announced(d, it->entry, &st))
                     break;
                 d->caught_up = false;
+                if (d->careful_ahead && op_pos_cmp(&it->entry->pos, &d->careful_from) >= 0 &&
+                    (st = start_stepping(d)) != APPLY_OK)
+                    break;
+                if (d->end != END_NONE)
+                    break;
                 d->last_taken = it->entry->pos;
                 d->last_taken_source = it->entry->source;
                 st = batcher_add(d->bt, it->entry, clock_ms());
@@ -814,7 +876,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
                     hint_tables_bound(d);
                 if (st == APPLY_OK)
                     st = batcher_tick(d->bt, clock_ms(), behind(d, i + 1 < n));
-                if (st == APPLY_OK && d->careful)
+                if (st == APPLY_OK && stepping(d))
                     leave_careful_if_past(d, NULL);
                 if (st == APPLY_OK && d->isolating)
                     leave_isolating_if_past(d, NULL);
@@ -1029,13 +1091,19 @@ static void run_session(daemon_ctx *d)
      * checkpoint yet (have == 0) stays careful: it starts again from the dump's first entry. The same for a group
      * being taken apart after PostgreSQL's lock table ran out. */
     if (d->careful && have == 1 && d->careful_until.shard == NULL && bound_reached(d, &d->careful_until, &start))
-        d->careful = false;
+        d->careful = d->careful_ahead = false;
     if (d->isolating && have == 1 && d->isolate_until.shard == NULL && bound_reached(d, &d->isolate_until, &start))
         d->isolating = false;
-    if (d->careful) {
+    if (d->careful && !d->careful_ahead) {
         char until[BOUND_STRLEN];
         log_notice("applying oplog entries after %s up to %s one at a time, setting aside what PostgreSQL refuses",
                    op_pos_format(&start, at, sizeof at), bound_format(&d->careful_until, until, sizeof until));
+    } else if (d->careful) {
+        char until[BOUND_STRLEN], from[OP_POS_STRLEN];
+        log_notice("applying oplog entries after %s batched up to %s, then up to %s one at a time, setting aside what "
+                   "PostgreSQL refuses",
+                   op_pos_format(&start, at, sizeof at), op_pos_format(&d->careful_from, from, sizeof from),
+                   bound_format(&d->careful_until, until, sizeof until));
     } else if (have == 1) {
         log_info("service '%s': resuming after oplog entry %s (term %lld)", d->cfg->service,
                  op_pos_format(&start, at, sizeof at), (long long)start.term);
@@ -1043,7 +1111,7 @@ static void run_session(daemon_ctx *d)
 
     sink_set_activity(d->snk, d->dump_path ? "replaying" : "applying");
     d->notes_refused_shown = false;
-    batcher_config bc = batcher_config_from(d, d->careful);
+    batcher_config bc = batcher_config_from(d, stepping(d));
     if (bc.batch_tables != d->tables_logged) {
         d->tables_logged = bc.batch_tables;
         d->tables_hinted = false;
@@ -1052,7 +1120,7 @@ static void run_session(daemon_ctx *d)
                      "table of %llu locks, at two a table)",
                      (unsigned long long)bc.batch_tables, (unsigned long long)sink_lock_slots(d->snk));
     }
-    sink_set_per_op(d->snk, d->careful || d->cfg->apply_mode == CONFIG_APPLY_PER_OP);
+    sink_set_per_op(d->snk, stepping(d) || d->cfg->apply_mode == CONFIG_APPLY_PER_OP);
     batcher_sink out =
         d->cfg->on_error == CONFIG_ON_ERROR_STOP ? batcher_sink_pg_stop(d->snk) : batcher_sink_pg(d->snk);
     d->bt = batcher_new(&bc, &out);

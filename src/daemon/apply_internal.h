@@ -89,8 +89,13 @@ typedef struct {
      * the entries through careful_until one at a time and set refused ones aside (see batcher.h). */
     bool careful;
     stream_bound careful_until;
-    op_pos last_taken;           /* the last entry handed to the batcher */
-    uint16_t last_taken_source;  /* ...and its source (op_entry.source) */
+    /* ...and when the failure named its op's entry (careful_from), the entries before it are known good: a careful
+     * session applies them batched, commits, and steps one at a time only from there (careful_ahead true until it
+     * gets there). A failure before it sends the next session one at a time from the checkpoint. */
+    bool careful_ahead;
+    op_pos careful_from;
+    op_pos last_taken;          /* the last entry handed to the batcher */
+    uint16_t last_taken_source; /* ...and its source (op_entry.source) */
     /* A bound on the tables of a flush group below batch_tables, set when PostgreSQL ran out of shared memory (its
      * lock table full) in a group: half the tables that group had written to, until a reload (0: none).
      * tables_logged: the bound last logged; tables_hinted: a group committed at that bound was logged. */
@@ -145,8 +150,9 @@ void apply_notify_wake(void *arg);
 #define BOUND_STRLEN 512 /* bound_format's buffer: longer ones are cut */
 
 /* Sets *b to reach through what the session has taken so far (d->last_taken, and on a cluster every shard's last
- * entry taken). False when memory runs out (*b is then empty, as bound_clear leaves it). */
-bool bound_set(daemon_ctx *d, stream_bound *b);
+ * entry taken), cut at failed_at (the entry of the op that failed, when known: NULL otherwise) when that is past the
+ * committed checkpoint. False when memory runs out (*b is then empty, as bound_clear leaves it). */
+bool bound_set(daemon_ctx *d, stream_bound *b, const op_pos *failed_at);
 /* Everything through *b is committed: the merged position (one source), or every shard's own one (a cluster). With
  * session_start, before anything is taken: the checkpoints the session resumed after. */
 bool bound_reached(const daemon_ctx *d, const stream_bound *b, const op_pos *session_start);

@@ -11,6 +11,12 @@
  *   any more (removed, or retired: read to its end) has nothing more to give and counts as passed.
  * - The entry being taken when the failure came is not in the batcher's per-source positions yet (batcher_add stores
  *   them once the entry is in): its shard's bound is raised to it.
+ * - A failure that names its op's entry (sink_error_pos: the failing statement's op, or the last entry of a COPY's
+ *   run) has the refused op at or before it, so every bound is cut there: the entries after it go batched again at
+ *   once, not one at a time (with many refusals in a backlog that is most of the stretch). Only when that entry is
+ *   past the checkpoint: one that is not (a position the sink got wrong) would end each careful session before it
+ *   began, so the whole group is stepped through instead. A wrong one past the checkpoint costs one more round:
+ *   the next failure names the same entry, no longer past the checkpoint.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,12 +59,26 @@ static bool raise_shard(stream_bound *b, const char *id, const op_pos *pos)
     return true;
 }
 
-bool bound_set(daemon_ctx *d, stream_bound *b)
+/* Nothing after the failing op's entry needs stepping one at a time: each bound is cut there. */
+static void cut_at(stream_bound *b, const op_pos *at)
+{
+    if (op_pos_cmp(at, &b->until) < 0)
+        b->until = *at;
+    for (size_t k = 0; k < b->n; k++)
+        if (op_pos_cmp(at, &b->shard[k].pos) < 0)
+            b->shard[k].pos = *at;
+}
+
+bool bound_set(daemon_ctx *d, stream_bound *b, const op_pos *failed_at)
 {
     bound_clear(b);
     b->until = d->last_taken;
-    if (d->cl == NULL)
+    bool cut = failed_at != NULL && op_pos_cmp(failed_at, &d->committed) > 0;
+    if (d->cl == NULL) {
+        if (cut)
+            cut_at(b, failed_at);
         return true;
+    }
     size_t n = 0;
     const batcher_source_pos *sp = d->bt != NULL ? batcher_sources(d->bt, &n) : NULL;
     for (size_t i = 0; i < n; i++) {
@@ -75,6 +95,8 @@ bool bound_set(daemon_ctx *d, stream_bound *b)
         bound_clear(b);
         return false;
     }
+    if (cut)
+        cut_at(b, failed_at);
     return true;
 }
 
@@ -108,7 +130,7 @@ const char *bound_format(const stream_bound *b, char *buf, size_t len)
     char at[OP_POS_STRLEN];
     size_t used = (size_t)snprintf(buf, len, "%s", op_pos_format(&b->until, at, sizeof at));
     for (size_t k = 0; k < b->n && used < len; k++)
-        used += (size_t)snprintf(buf + used, len - used, "%s shard '%s' through %s", k == 0 ? " (" : ",",
+        used += (size_t)snprintf(buf + used, len - used, "%sshard '%s' through %s", k == 0 ? " (" : ", ",
                                  b->shard[k].id, op_pos_format(&b->shard[k].pos, at, sizeof at));
     if (b->n > 0 && used < len)
         snprintf(buf + used, len - used, ")");

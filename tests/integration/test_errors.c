@@ -1,11 +1,12 @@
 /*
  * test_errors.c — what the daemon does with errors PostgreSQL raises while applying, beyond the plain cases of
  * test_operate.c: a trigger on a replicated table raising PL/pgSQL's default SQLSTATE (P0001: the op is set aside,
- * what follows arrives); a SQLSTATE nobody listed, raised on the same op again and again (the daemon stops, exit 3,
- * after [replication] unlisted_error_limit failures, naming it and the op); PostgreSQL running out of shared memory
- * (53200: its lock table) in a group, where the bound on a group's tables only ever falls and one entry that no bound
- * can split stops the daemon (exit 3) naming max_locks_per_transaction; and `status` while the daemon retries
- * (always "running", saying what it does).
+ * what follows arrives, and only the entries up to the failing one are stepped through one at a time); a SQLSTATE
+ * nobody listed, raised on the same op again and again (the daemon stops, exit 3, after [replication]
+ * unlisted_error_limit failures, naming it and the op); PostgreSQL running out of shared memory (53200: its lock table)
+ * in a group, where the bound on a group's tables only ever falls and one entry that no bound can split stops the
+ * daemon (exit 3) naming max_locks_per_transaction; and `status` while the daemon retries (always "running", saying
+ * what it does).
  *
  * The errors come from triggers the tests put on the tables oplog2pg made: a real PostgreSQL error with the SQLSTATE
  * under test, met by the daemon's own statements. The lock table itself is not filled: on the shared test cluster
@@ -18,6 +19,7 @@
 #include <libpq-fe.h>
 #include <mongoc/mongoc.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +123,49 @@ START_TEST(test_trigger_raise_is_a_dead_letter)
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_errp0' AND "
                                  "op = 'u' AND doc_id = '7' AND sqlstate = 'P0001'"),
                      1);
+    denv_stop(&e);
+}
+END_TEST
+
+/* After a refusal, the entries before the failing op's entry (the sink names it) are known good: the careful session
+ * applies them batched and steps one at a time only through that entry, then goes batched again. Here c's last insert
+ * is refused, then in d the 150th of 300 (the failure of d's rows may name only the last entry they came from: a
+ * session that meets the refusal before the entry named steps from the checkpoint). Everything else arrives, each
+ * refused row is set aside once. */
+START_TEST(test_careful_ends_at_the_failing_entry)
+{
+    denv e;
+    denv_start(&e, "errcut", NULL, NULL);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    denv_insert_range(&e, "rep_errcut_a", "c", 1, 2);
+    denv_insert_range(&e, "rep_errcut_a", "d", 1000, 1000);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    add_trigger("rep_errcut_a", "c", 100, "EXCEPTION 'no hundred here'");
+    add_trigger("rep_errcut_a", "d", 1500, "EXCEPTION 'no 1500 here'");
+    /* stopped, so that all of what follows is one group when it starts again */
+    ck_assert(proc_signal(&e.daemon, SIGTERM));
+    ck_assert_msg(proc_wait(&e.daemon, 60) && proc_exit_code(&e.daemon) == 0, "the daemon did not stop cleanly");
+    denv_insert_range(&e, "rep_errcut_a", "c", 3, 10); /* _id 10 has v 100 */
+    uint64_t last_c = denv_newest_ts(e.uri);
+    denv_insert_range(&e, "rep_errcut_a", "d", 1, 300); /* _id 150 has v 1500 */
+    denv_daemon_start(&e);
+    ck_assert_msg(denv_wait_caught_up(&e, 90), "the daemon did not get past the ops the triggers refused");
+    char want[160];
+    snprintf(want, sizeof want, "applied the entries before oplog entry %u:%u batched: from there one at a time",
+             (unsigned)(last_c >> 32), (unsigned)last_c);
+    if (!denv_file_contains(e.log, want))
+        denv_show_log(&e);
+    ck_assert_msg(denv_file_contains(e.log, want), "the entries before the failing one were not applied batched");
+    snprintf(want, sizeof want, "stepped past oplog entry %u:%u (", (unsigned)(last_c >> 32), (unsigned)last_c);
+    ck_assert_msg(denv_file_contains(e.log, want), "the careful session did not end at the failing entry");
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_errcut_a.c"), 9);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_errcut_a.d"), 300);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_errcut' AND "
+                                 "((coll = 'c' AND doc_id = '10') OR (coll = 'd' AND doc_id = '150')) AND "
+                                 "sqlstate = 'P0001'"),
+                     2);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_errcut'"), 2);
     denv_stop(&e);
 }
 END_TEST
@@ -407,6 +452,7 @@ Suite *errors_suite(void)
     TCase *tc = tcase_create("errors");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_trigger_raise_is_a_dead_letter);
+    tcase_add_test(tc, test_careful_ends_at_the_failing_entry);
     tcase_add_test(tc, test_unlisted_sqlstate_stops);
     tcase_add_test(tc, test_config_stop_names_the_checkpoint);
     tcase_add_test(tc, test_unlisted_sqlstate_at_commit_stops);
