@@ -504,6 +504,8 @@ static void on_sink_failure(daemon_ctx *d, apply_status st)
         break;
     }
     case APPLY_DATA:
+        if (d->end == END_CAREFUL)
+            break; /* this session already ends to find the op: a later report is that failure's (sink_error) */
         if (!stepping(d)) {
             /* The group failed as a whole: find the op, committing each entry before it on its own. When the failure
              * names its op's entry, the entries before that one go batched (a failure among them, in a session
