@@ -194,6 +194,9 @@ void op_entry_free(op_entry *e);
 
 /* The bytes an entry holds in memory: its ops, their buffers (raw BSON and names) and their rendered text. */
 size_t op_entry_bytes(const op_entry *e);
+/* The entry changes nothing: every op a noop (a periodic noop, an oplog note, a migration's copy, a transaction's
+ * partial entry), and it plays no part in a transaction (no txn_role, not one of several parts). */
+bool op_entry_changes_nothing(const op_entry *e);
 
 /* Forgets every borrowed payload (DECODE_BORROW_PAYLOAD), once the text is rendered and before the raw entry goes:
  * doc becomes NULL, and an insert's id (a view into it) becomes BSON_TYPE_EOD; the rendered text stays. */

@@ -382,15 +382,7 @@ static size_t next_source(const merge *m)
  * so on: each note would call for the next. */
 static bool quiet(const queue_item *it)
 {
-    if (it->type != QUEUE_ENTRY)
-        return false;
-    const op_entry *e = it->entry;
-    if (e->more || e->txn_role != OP_TXN_NONE)
-        return false;
-    for (size_t i = 0; i < e->n; i++)
-        if (e->ops[i].kind != OP_NOOP)
-            return false;
-    return true;
+    return it->type == QUEUE_ENTRY && op_entry_changes_nothing(it->entry);
 }
 
 /* A source whose head is quiet (handed on at once), or NONE; never while a source is in the middle of its parts. */

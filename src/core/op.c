@@ -69,6 +69,16 @@ void op_clear(op *o)
     o->id.value_type = BSON_TYPE_EOD;
 }
 
+bool op_entry_changes_nothing(const op_entry *e)
+{
+    if (e->more || e->txn_role != OP_TXN_NONE)
+        return false;
+    for (size_t i = 0; i < e->n; i++)
+        if (e->ops[i].kind != OP_NOOP)
+            return false;
+    return true;
+}
+
 size_t op_entry_bytes(const op_entry *e)
 {
     size_t n = sizeof *e + e->n * sizeof *e->ops;

@@ -281,12 +281,16 @@ void queue_pusher_init(queue_pusher *p, queue *q, const atomic_bool *cancel)
     p->cancel = cancel;
 }
 
-/* Pushes the pending group (its reservation with it). */
+/* Pushes the pending group, with its reservation and the chunk held: a group larger than what was reserved for it
+ * waits for room, and must not wait on room this producer holds itself (an empty queue takes any group, but a held
+ * chunk kept it from looking empty: a transaction of two 8 MB documents waited forever, found by the soak). */
 static bool pusher_push(queue_pusher *p)
 {
     if (p->n == 0)
         return true;
-    bool ok = queue_push_entries(p->q, p->pending, p->n, p->pending_reserved, p->cancel);
+    size_t give = p->pending_reserved + p->held;
+    p->held = 0;
+    bool ok = queue_push_entries(p->q, p->pending, p->n, give, p->cancel);
     if (!ok)
         for (size_t i = 0; i < p->n; i++)
             op_entry_free(p->pending[i]);

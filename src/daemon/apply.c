@@ -873,6 +873,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
                     break;
                 d->last_taken = it->entry->pos;
                 d->last_taken_source = it->entry->source;
+                d->last_taken_changes = !op_entry_changes_nothing(it->entry);
                 st = batcher_add(d->bt, it->entry, clock_ms());
                 if (st == APPLY_OK && !d->tables_hinted && batcher_get_stats(d->bt)->flushes[FLUSH_TABLES] > 0)
                     hint_tables_bound(d);
@@ -1164,8 +1165,13 @@ static void run_session(daemon_ctx *d)
         ev_run(d->loop, 0);
     d->in_session = false;
 
-    reader_stop(d->rd);
-    stream_stop(d->srd);
+    if (d->end == END_CAREFUL || d->end == END_REWIND) {
+        reader_ask_stop(d->rd); /* joined later (end_of_session_cleanup): the next session starts at once */
+        stream_ask_stop(d->srd);
+    } else {
+        reader_stop(d->rd);
+        stream_stop(d->srd);
+    }
     cluster_stop(d->cl);
     dump_stop(d->dump);
     ev_io_stop(d->loop, &d->pg_io);
@@ -1190,9 +1196,29 @@ static void run_session(daemon_ctx *d)
     }
 }
 
-static void end_of_session_cleanup(daemon_ctx *d)
+/* Joins and frees the reader of the session before, if one was left running (old_rd). */
+static void free_old_reader(daemon_ctx *d)
+{
+    reader_free(d->old_rd);
+    d->old_rd = NULL;
+    stream_free(d->old_srd);
+    d->old_srd = NULL;
+    queue_free(d->old_q);
+    d->old_q = NULL;
+}
+
+static void end_of_session_cleanup(daemon_ctx *d, bool keep_reader)
 {
     report_close_session(d);
+    free_old_reader(d);
+    if (keep_reader && (d->rd != NULL || d->srd != NULL)) {
+        d->old_rd = d->rd;
+        d->old_srd = d->srd;
+        d->old_q = d->q;
+        d->rd = NULL;
+        d->srd = NULL;
+        d->q = NULL;
+    }
     reader_free(d->rd);
     d->rd = NULL;
     stream_free(d->srd);
@@ -1341,6 +1367,7 @@ static int run_sessions(daemon_ctx *d, const daemon_options *opts)
         if (every > 0) {
             ev_timer_set(&d->progress_timer, every, every);
             d->last_progress = ev_now(d->loop);
+            d->applied_at_last_progress = 0; /* each session's batcher counts from 0 */
             ev_timer_start(d->loop, &d->progress_timer);
         }
         d->last_tick = d->reader_quiet_since = ev_now(d->loop);
@@ -1352,7 +1379,7 @@ static int run_sessions(daemon_ctx *d, const daemon_options *opts)
         ev_timer_stop(d->loop, &d->progress_timer);
         session_end end = d->end;
         code = d->exit_code;
-        end_of_session_cleanup(d);
+        end_of_session_cleanup(d, end == END_CAREFUL || end == END_REWIND);
         if (end == END_CAREFUL || end == END_REWIND || end == END_RESHARD) {
             /* Not a fault of the connection: start over from the checkpoint at once (stepping carefully, or with the
              * runs keeping their rows up to the sink's keep point). */
@@ -1433,6 +1460,7 @@ static bool ctx_init(daemon_ctx *d, config *cfg, const char *config_path, const 
 
 static void ctx_free(daemon_ctx *d)
 {
+    free_old_reader(d);
     bound_clear(&d->careful_until);
     bound_clear(&d->isolate_until);
     window_probe_stop(d->wprobe);

@@ -65,6 +65,12 @@ typedef struct {
     queue *q;
     reader *rd;
     stream_reader *srd; /* the change-stream reader, when the source is a change stream */
+    /* The reader (or stream reader) of the session before and its queue, when that session ended for one that starts
+     * again at once (END_CAREFUL, END_REWIND): asked to stop, not waited for (a getMore under way ends by itself, up to
+     * its await), and joined and freed at the next session's end. NULL when none. */
+    reader *old_rd;
+    stream_reader *old_srd;
+    queue *old_q;
     dump_reader *dump;
     /* A sharded cluster (cluster.c): known once the configured URI was asked (`hello`); then each session reads its
      * shards through `cl` (one reader and queue per shard, merged) instead of `rd` and `q`. */
@@ -96,6 +102,7 @@ typedef struct {
     op_pos careful_from;
     op_pos last_taken;          /* the last entry handed to the batcher */
     uint16_t last_taken_source; /* ...and its source (op_entry.source) */
+    bool last_taken_changes;    /* ...and whether it changes data (an op other than a noop, or a transaction's part) */
     /* A bound on the tables of a flush group below batch_tables, set when PostgreSQL ran out of shared memory (its
      * lock table full) in a group: half the tables that group had written to, until a reload (0: none).
      * tables_logged: the bound last logged; tables_hinted: a group committed at that bound was logged. */

@@ -109,6 +109,11 @@ bool bound_reached(const daemon_ctx *d, const stream_bound *b, const op_pos *ses
     /* Something taken and not committed yet (a transaction's parts, a group still open): not yet. */
     if (session_start == NULL && batcher_dirty(d->bt))
         return false;
+    /* An entry that changes data, past the merged bound, is committed: the merge hands such entries on in cluster-time
+     * order (core/merge.h), so every shard's entries up to the bound are committed before it. A shard whose next
+     * entry comes long after the bound (an idle one) need not show it. */
+    if (session_start == NULL && d->last_taken_changes && op_pos_cmp(&d->last_taken, &b->until) > 0)
+        return true;
     size_t n = 0;
     const batcher_source_pos *sp = session_start == NULL ? batcher_sources(d->bt, &n) : NULL;
     for (size_t k = 0; k < b->n; k++) {

@@ -509,21 +509,10 @@ cluster *cluster_start(daemon_ctx *d, const op_pos *cluster_pos, int *fatal, cha
     return c;
 }
 
-/* An entry that changes nothing: what a removed shard may still write after its end. */
-static bool changes_nothing(const op_entry *e)
-{
-    if (e->txn_role != OP_TXN_NONE || e->more)
-        return false;
-    for (size_t i = 0; i < e->n; i++)
-        if (e->ops[i].kind != OP_NOOP)
-            return false;
-    return true;
-}
-
 /* A retired shard's entry: dropped when it changes nothing, else noted in c->refused (the first one). */
 static void drop_after_end(cluster *c, queue_item *it)
 {
-    if (it->type == QUEUE_ENTRY && !changes_nothing(it->entry) && c->refused == NULL) {
+    if (it->type == QUEUE_ENTRY && !op_entry_changes_nothing(it->entry) && c->refused == NULL) {
         char at[OP_POS_STRLEN], msg[256];
         snprintf(msg, sizeof msg,
                  "shard '%s' was retired (removed from the cluster, read to its end), and its oplog entry %s changes "

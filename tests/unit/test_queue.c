@@ -436,6 +436,27 @@ START_TEST(test_pusher_small_bound_and_stop)
 }
 END_TEST
 
+/* A group larger than the byte bound, and than what was reserved for it, goes into an empty queue: the chunk the
+ * producer holds does not count against it (it did, and the push waited forever). */
+START_TEST(test_pusher_group_over_the_bound_with_a_chunk_held)
+{
+    queue *q = queue_new(100000, 4096);
+    queue_pusher p;
+    queue_pusher_init(&p, q, NULL);
+    ck_assert(queue_pusher_reserve(&p, 100));
+    ck_assert_uint_gt(p.held, 0);
+    op_entry *a = make_entry(1, 1), *b = make_entry(2, 1);
+    a->ops[0].mapped_bytes = 3000; /* counted by op_entry_bytes, as a typed map's rows are */
+    b->ops[0].mapped_bytes = 3000;
+    ck_assert(queue_pusher_add(&p, a, 100));
+    ck_assert(queue_pusher_add(&p, b, 0));
+    ck_assert(queue_pusher_flush(&p));
+    ck_assert_uint_eq(queue_len(q), 2);
+    ck_assert_uint_eq(p.held, 0);
+    queue_free(q);
+}
+END_TEST
+
 /* queue_push_entries: one lock for many, the byte weights counted once, popped in order. */
 START_TEST(test_push_entries)
 {
@@ -536,6 +557,7 @@ Suite *queue_suite(void)
     tcase_add_test(tc, test_pusher_groups);
     tcase_add_test(tc, test_pusher_groups_under_a_small_bound);
     tcase_add_test(tc, test_pusher_small_bound_and_stop);
+    tcase_add_test(tc, test_pusher_group_over_the_bound_with_a_chunk_held);
     tcase_add_test(tc, test_push_entries);
     tcase_add_test(tc, test_wait_drained);
     suite_add_tcase(s, tc);

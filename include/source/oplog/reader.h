@@ -106,6 +106,9 @@ reader *reader_start(const reader_config *cfg, queue *q, char *err, size_t errle
 
 /* Asks the thread to end and joins it (idempotent). Items already pushed stay in the queue. */
 void reader_stop(reader *r);
+/* Asks the thread to end without waiting for it: a getMore under way still runs to its end (up to await_ms), and
+ * the thread may push nothing more. reader_stop or reader_free joins it later; q must live until then. */
+void reader_ask_stop(reader *r);
 
 /* reader_stop, then frees. NULL is fine. */
 void reader_free(reader *r);

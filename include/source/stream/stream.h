@@ -88,6 +88,8 @@ typedef struct stream_reader stream_reader;
 void stream_config_init(stream_config *cfg);
 stream_reader *stream_start(const stream_config *cfg, queue *q, char *err, size_t errlen);
 void stream_stop(stream_reader *r);
+/* As reader_ask_stop: asks the thread to end without waiting; stream_stop or stream_free joins it. */
+void stream_ask_stop(stream_reader *r);
 void stream_free(stream_reader *r);
 bool stream_finished(const stream_reader *r);
 /* The same counters as the oplog reader's (entries pushed, last position, reconnects, idles; no open transactions). */

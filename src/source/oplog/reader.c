@@ -769,13 +769,20 @@ fail:
     return NULL;
 }
 
-void reader_stop(reader *r)
+void reader_ask_stop(reader *r)
 {
     if (!r || r->joined)
         return;
     atomic_store(&r->stop, true);
     napper_wake(&r->napper);
     queue_wake_pushers(r->q);
+}
+
+void reader_stop(reader *r)
+{
+    if (!r || r->joined)
+        return;
+    reader_ask_stop(r);
     pthread_join(r->thread, NULL);
     r->joined = true;
 }

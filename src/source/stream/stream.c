@@ -1580,13 +1580,20 @@ fail:
     return NULL;
 }
 
-void stream_stop(stream_reader *r)
+void stream_ask_stop(stream_reader *r)
 {
     if (!r || r->joined)
         return;
     atomic_store(&r->stop, true);
     napper_wake(&r->napper);
     queue_wake_pushers(r->q);
+}
+
+void stream_stop(stream_reader *r)
+{
+    if (!r || r->joined)
+        return;
+    stream_ask_stop(r);
     pthread_join(r->thread, NULL);
     r->joined = true;
 }
