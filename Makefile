@@ -175,10 +175,12 @@ $(BUILD)/soak_compare: $(BUILD)/obj/tests/soak/soak_compare.o $(TEST_LIB) $(DAEM
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
 # The fault soak (docs/reliability.md, "Fault soak"): long, so not part of `make check`. SOAK_OPS, SOAK_KILLS and the
-# other SOAK_* variables set its scale; tests/soak/soak.py says what each does.
+# other SOAK_* variables set its scale; tests/soak/soak.py says what each does. SOAK_PARALLEL=1 runs its phases at the
+# same time, each with a PostgreSQL of its own (tests/soak/parallel.sh).
 soak: deps
 	@$(MAKE) --no-print-directory $(BUILD)/oplog2pg $(BUILD)/mongosim $(BUILD)/soak_compare
-	@scripts/with-pg.sh /usr/bin/python3 tests/soak/soak.py $(BUILD)
+	@if [ "$(SOAK_PARALLEL)" = 1 ]; then tests/soak/parallel.sh $(BUILD); \
+	else scripts/with-pg.sh /usr/bin/python3 tests/soak/soak.py $(BUILD); fi
 
 check: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/unit_tests $(BUILD)/integration_tests

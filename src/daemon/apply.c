@@ -514,6 +514,12 @@ static void on_sink_failure(daemon_ctx *d, apply_status st)
             bool dl = d->cfg->on_error == CONFIG_ON_ERROR_DEAD_LETTER;
             op_pos failed_at;
             bool named = sink_error_pos(d->snk, &failed_at);
+            if (!named && sink_error(d->snk)[0] == '\0') {
+                /* Nothing was sent for it: the batcher refused the op of the entry it was taking (op.refusal, a
+                 * value a typed column cannot take), the last one taken. */
+                failed_at = d->last_taken;
+                named = true;
+            }
             bool ahead = !d->careful && named && op_pos_cmp(&failed_at, &d->committed) > 0;
             log_warning("%s", msg);
             if (!bound_set(d, &d->careful_until, named ? &failed_at : NULL)) {
