@@ -73,6 +73,9 @@ static uint64_t group_tables(const daemon_ctx *d)
 
 /* Ops go one at a time, each guarded, each entry committed on its own: a careful session, once past the entries it
  * applies batched (careful_ahead). */
+/* Tries with the entries before the named one batched, for one refusal, before stepping from the checkpoint. */
+#define CAREFUL_AHEAD_TRIES 4
+
 static bool stepping(const daemon_ctx *d)
 {
     return d->careful && !d->careful_ahead;
@@ -520,7 +523,13 @@ static void on_sink_failure(daemon_ctx *d, apply_status st)
                 failed_at = d->last_taken;
                 named = true;
             }
-            bool ahead = !d->careful && named && op_pos_cmp(&failed_at, &d->committed) > 0;
+            /* Another try with the entries before batched, when the op came before the entry named last time (a
+             * COPY's failure names its run's last entry) and this failure names an earlier one: a few such tries,
+             * each a group applied batched, cost less than stepping through the whole group. */
+            bool again = d->careful && d->careful_ahead && d->ahead_tries < CAREFUL_AHEAD_TRIES;
+            bool ahead = (!d->careful || again) && named && op_pos_cmp(&failed_at, &d->committed) > 0 &&
+                         (!again || op_pos_cmp(&failed_at, &d->careful_from) < 0);
+            d->ahead_tries = !d->careful ? 0 : d->ahead_tries + 1;
             log_warning("%s", msg);
             if (!bound_set(d, &d->careful_until, named ? &failed_at : NULL)) {
                 log_warning("out of memory noting how far to apply one at a time; the session ends uncommitted and "
@@ -528,7 +537,7 @@ static void on_sink_failure(daemon_ctx *d, apply_status st)
                 end_session(d, END_RETRY, 0);
                 break;
             }
-            if (d->careful_ahead)
+            if (d->careful_ahead && !ahead)
                 log_warning("that op comes before oplog entry %s, where the failure before was placed: applying "
                             "every entry after the last commit one at a time instead",
                             op_pos_format(&d->careful_from, from, sizeof from));

@@ -100,6 +100,7 @@ typedef struct {
      * gets there). A failure before it sends the next session one at a time from the checkpoint. */
     bool careful_ahead;
     op_pos careful_from;
+    uint32_t ahead_tries;       /* sessions in a row that met the refusal before careful_from */
     op_pos last_taken;          /* the last entry handed to the batcher */
     uint16_t last_taken_source; /* ...and its source (op_entry.source) */
     bool last_taken_changes;    /* ...and whether it changes data (an op other than a noop, or a transaction's part) */
