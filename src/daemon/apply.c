@@ -888,7 +888,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
                     break;
                 d->last_taken = it->entry->pos;
                 d->last_taken_source = it->entry->source;
-                d->last_taken_changes = !op_entry_changes_nothing(it->entry);
+                d->last_taken_changes = d->careful && !op_entry_changes_nothing(it->entry); /* read by bound.c only */
                 st = batcher_add(d->bt, it->entry, clock_ms());
                 if (st == APPLY_OK && !d->tables_hinted && batcher_get_stats(d->bt)->flushes[FLUSH_TABLES] > 0)
                     hint_tables_bound(d);

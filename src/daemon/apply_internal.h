@@ -103,7 +103,8 @@ typedef struct {
     uint32_t ahead_tries;       /* sessions in a row that met the refusal before careful_from */
     op_pos last_taken;          /* the last entry handed to the batcher */
     uint16_t last_taken_source; /* ...and its source (op_entry.source) */
-    bool last_taken_changes;    /* ...and whether it changes data (an op other than a noop, or a transaction's part) */
+    bool last_taken_changes;    /* ...and whether it changes data (an op other than a noop, or a transaction's part);
+                                   careful sessions only */
     /* A bound on the tables of a flush group below batch_tables, set when PostgreSQL ran out of shared memory (its
      * lock table full) in a group: half the tables that group had written to, until a reload (0: none).
      * tables_logged: the bound last logged; tables_hinted: a group committed at that bound was logged. */
