@@ -22,6 +22,8 @@
 typedef struct bucket_spec {
     const char *time_field; /* the collection's timeField */
     const char *meta_field; /* its metaField, NULL when none */
+    bool docs_valid;        /* the caller vouches that the buckets given are valid BSON (libbson made them, or they
+                               were validated when they came in): they are not walked again */
 } bucket_spec;
 
 /* The measurements of one bucket, in position order (position = index 0..n-1 in the bucket's time column). */
@@ -32,10 +34,12 @@ typedef struct bucket_rows {
                              `meta`, then the bucket's other data fields in the order of its data region (the
                              server's BucketUnpacker getNext) */
     uint32_t *lens;
-    int64_t *times;               /* measurement i's time (a BSON date, ms since the epoch) */
-    struct rowstore *store;       /* holds every document above (shared, counted, with the rows bucket_unpack_next
-                                     made from these or these from) */
-    void *arrays;                 /* owns docs, lens and times (one block) */
+    int64_t *times;         /* measurement i's time (a BSON date, ms since the epoch) */
+    struct rowstore *store; /* holds every document above (shared, counted, with the rows bucket_unpack_next
+                               made from these or these from) */
+    void *arrays; /* holds docs, lens and times (one block, shared (counted) with the rows bucket_unpack_next made
+                     from these when it only added places) */
+    size_t same;  /* bucket_unpack_next: places 0..same-1 hold the same as prev's (0 without a prev) */
     struct bucket_resume *resume; /* what bucket_unpack_next needs to go on from these rows (NULL: nothing) */
 } bucket_rows;
 
@@ -56,10 +60,15 @@ bool bucket_unpack(const uint8_t *bucket, size_t len, const bucket_spec *spec, b
  * prev's own (docs[i] == prev->docs[i]: a place whose pointer is the same holds the same document). prev may be NULL
  * (prev_bucket is then ignored); prev_bucket must be the very bucket prev was made from (it was checked then, and is
  * not again). Version 2/3 buckets only go on from prev; what the next call needs moves from prev (which keeps its
- * rows: a later call from it decodes in full) to *out.
+ * rows: a later call from it decodes in full) to *out. out->same tells how many leading places are prev's, unchanged.
+ * When only places were added, out shares prev's arrays (each clears its own rows; prev's places are never written).
  */
 bool bucket_unpack_next(const uint8_t *bucket, size_t len, const bucket_spec *spec, const uint8_t *prev_bucket,
                         size_t prev_len, bucket_rows *prev, bucket_rows *out, char *err, size_t errlen);
+/* Asks the CPU to bring what bucket_unpack_next reads of r (its arrays' ends, its columns' resume state) into the
+ * cache, so that the misses of a bucket not touched for a while overlap each other and the caller's work before the
+ * unpack (applying the diff). Changes nothing; r may be zeroed. */
+void bucket_rows_prefetch(const bucket_rows *r);
 /* Frees what bucket_unpack allocated and zeroes *r. Safe on a zeroed or cleared one. */
 void bucket_rows_clear(bucket_rows *r);
 
@@ -70,7 +79,10 @@ typedef enum {
     /* The server's own application (document_diff_applier.cpp), made for re-applying entries to a document that
      * may already hold later changes: a sub-diff or binary diff of a missing field does nothing, one of a field of
      * another type writes null, a sub-diff of a missing array index writes null. */
-    BUCKET_DIFF_IDEMPOTENT = 1
+    BUCKET_DIFF_IDEMPOTENT = 1,
+    /* Or'd into either mode: the caller vouches that the document is valid BSON (libbson made it, or it was
+     * validated when it came in), so it is not walked again; the diff is always validated. */
+    BUCKET_DIFF_DOC_VALID = 0x10
 } bucket_diff_mode;
 
 /*

@@ -146,19 +146,58 @@ static bool rowbuf_add(rowbuf *rb, const bson_t *doc, int64_t t)
     return true;
 }
 
-/* The one block of a rows' three arrays, for n places: times first (8-byte aligned), then pointers, then lengths. */
-static bool rows_arrays(bucket_rows *out, size_t n)
+/* The one block of a rows' three arrays, with room for cap places: times first (8-byte aligned), then pointers,
+ * then lengths. Shared by the rows of successive versions of a bucket that only grew (bucket_unpack_next): each
+ * writes only past the places of the rows it came from. */
+typedef struct rowarrays {
+    size_t refs, cap;
+    int64_t data[];
+} rowarrays;
+
+static bool rows_arrays_cap(bucket_rows *out, size_t n, size_t cap)
 {
-    size_t a1 = n * sizeof(const uint8_t *), a2 = n * sizeof(uint32_t), a3 = n * sizeof(int64_t);
-    uint8_t *block = malloc(a1 + a2 + a3 + 1);
-    if (!block)
+    size_t a1 = cap * sizeof(const uint8_t *), a2 = cap * sizeof(uint32_t), a3 = cap * sizeof(int64_t);
+    rowarrays *ra = malloc(sizeof *ra + a1 + a2 + a3 + 1);
+    if (!ra)
         return false;
-    out->times = (int64_t *)(void *)block;
+    ra->refs = 1;
+    ra->cap = cap;
+    uint8_t *block = (uint8_t *)ra->data;
+    out->times = ra->data;
     out->docs = (const uint8_t **)(void *)(block + a3);
     out->lens = (uint32_t *)(void *)(block + a3 + a1);
-    out->arrays = block;
+    out->arrays = ra;
     out->n = n;
     return true;
+}
+
+static void arrays_unref(void *arrays)
+{
+    rowarrays *ra = arrays;
+    if (ra && --ra->refs == 0)
+        free(ra);
+}
+
+/* Makes r's arrays its own (a copy, when they are shared), so that its places may be written. */
+static bool arrays_own(bucket_rows *r)
+{
+    rowarrays *ra = r->arrays;
+    if (!ra || ra->refs == 1)
+        return true;
+    bucket_rows c = *r;
+    if (!rows_arrays_cap(&c, r->n, ra->cap))
+        return false;
+    memcpy(c.times, r->times, r->n * sizeof *c.times);
+    memcpy(c.docs, r->docs, r->n * sizeof *c.docs);
+    memcpy(c.lens, r->lens, r->n * sizeof *c.lens);
+    arrays_unref(ra);
+    *r = c;
+    return true;
+}
+
+static bool rows_arrays(bucket_rows *out, size_t n)
+{
+    return rows_arrays_cap(out, n, n);
 }
 
 /* Hands the rows over to *out (one block for the three arrays, the documents' store as is). */
@@ -185,7 +224,7 @@ void bucket_rows_clear(bucket_rows *r)
     if (!r)
         return;
     store_unref(r->store);
-    free(r->arrays);
+    arrays_unref(r->arrays);
     resume_free(r->resume);
     memset(r, 0, sizeof *r);
 }
@@ -498,7 +537,7 @@ static bool parse_bucket(const uint8_t *bucket, size_t len, const bucket_spec *s
         seterr(err, errlen, "bucket is not a BSON document (%zu bytes)", len);
         return false;
     }
-    if (!validated && !bson_validate(&pb->b, BSON_VALIDATE_NONE, &off)) {
+    if (!validated && !spec->docs_valid && !bson_validate(&pb->b, BSON_VALIDATE_NONE, &off)) {
         seterr(err, errlen, "bucket is not valid BSON (at byte %zu)", off);
         return false;
     }
@@ -624,15 +663,16 @@ typedef struct {
 } colval;
 
 typedef struct {
+    /* what every step reads first, together at the start (bucket_rows_prefetch) */
     char *name;
-    bcol_mark marks[MARKS_KEPT]; /* ascending positions */
     size_t nmarks;
     size_t len;  /* the column's positions */
     size_t base; /* position of vals[0] */
     colval *vals;
-    size_t nvals, valcap;
     uint8_t *bytes;
+    size_t nvals, valcap;
     size_t nbytes, bytecap;
+    bcol_mark marks[MARKS_KEPT]; /* ascending positions */
 } colstate;
 
 struct bucket_resume {
@@ -869,6 +909,9 @@ static bool place_doc(placer *pl, size_t i, const uint8_t *doc, uint32_t dl)
 {
     rowstore *st = pl->st;
     if (!st || st->cap - st->len < dl) {
+        /* the places before move to the new store: in arrays of out's own, since prev's places point to its store */
+        if (!arrays_own(pl->out))
+            return false;
         size_t live = dl;
         for (size_t j = 0; j < i; j++)
             live += pl->out->lens[j];
@@ -1027,14 +1070,27 @@ static next_result unpack_next_v2(const parsed_bucket *pb, const parsed_bucket *
     for (size_t j = 0; j < ncols; j++)
         if (first < n && first < r->cols[j].base)
             goto done;
-    if (!rows_arrays(out, n))
-        goto nomem;
-    if (pr && first > 0) {
-        memcpy(out->times, prev->times, first * sizeof *out->times);
-        memcpy(out->docs, prev->docs, first * sizeof *out->docs);
-        memcpy(out->lens, prev->lens, first * sizeof *out->lens);
-        pl.st = prev->store;
+    if (pr && first > 0 && first == prev->n && prev->arrays && ((rowarrays *)prev->arrays)->cap >= n) {
+        /* places added only, and room for them: prev's arrays go on, shared (prev's places stay as they are) */
+        out->arrays = prev->arrays;
+        ((rowarrays *)out->arrays)->refs++;
+        out->times = prev->times;
+        out->docs = prev->docs;
+        out->lens = prev->lens;
+        out->n = n;
+    } else {
+        /* a bucket this follows is likely to grow: room for half as much again */
+        if (!rows_arrays_cap(out, n, n + n / 2 + 8))
+            goto nomem;
+        if (pr && first > 0) {
+            memcpy(out->times, prev->times, first * sizeof *out->times);
+            memcpy(out->docs, prev->docs, first * sizeof *out->docs);
+            memcpy(out->lens, prev->lens, first * sizeof *out->lens);
+        }
     }
+    if (pr && first > 0)
+        pl.st = prev->store;
+    out->same = pr ? first : 0;
     const bucket_spec *spec = pb->c.spec;
     for (size_t i = first; i < n; i++) {
         const colstate *tc = &r->cols[0];
@@ -1097,7 +1153,7 @@ done:
     if (res != NEXT_OK) {
         if (pl.own)
             store_unref(pl.st);
-        free(out->arrays);
+        arrays_unref(out->arrays);
         memset(out, 0, sizeof *out);
     }
     resume_free(r);
@@ -1108,6 +1164,38 @@ done:
     free(doc);
     free(meta);
     return res;
+}
+
+void bucket_rows_prefetch(const bucket_rows *r)
+{
+    if (!r || !r->resume)
+        return;
+    if (r->n > 0) {
+        __builtin_prefetch(&r->times[r->n - 1]);
+        __builtin_prefetch(&r->docs[r->n - 1]);
+        __builtin_prefetch(&r->lens[r->n - 1]);
+    }
+    __builtin_prefetch(r->store);
+    const struct bucket_resume *res = r->resume;
+    /* first every column's head, all at once; then what the heads point to (the marks an append resumes from are
+     * the last few, and their values) */
+    for (size_t j = 0; j < res->ncols; j++)
+        __builtin_prefetch(&res->cols[j]);
+    for (size_t j = 0; j < res->ncols; j++) {
+        const colstate *c = &res->cols[j];
+        __builtin_prefetch(c->name);
+        for (size_t t = c->nmarks, k = 0; t-- > 0 && k < 2; k++) {
+            const bcol_mark *m = &c->marks[t];
+            for (size_t b = 0; b < sizeof *m; b += 64)
+                __builtin_prefetch((const char *)m + b);
+        }
+        if (c->nvals > 0) {
+            size_t from = c->nvals > 8 ? c->nvals - 8 : 0;
+            __builtin_prefetch(&c->vals[from]);
+            __builtin_prefetch(&c->vals[c->nvals - 1]);
+            __builtin_prefetch(c->bytes + c->vals[from].off);
+        }
+    }
 }
 
 bool bucket_unpack_next(const uint8_t *bucket, size_t len, const bucket_spec *spec, const uint8_t *prev_bucket,
@@ -1184,9 +1272,20 @@ static bool apply_object(diffctx *c, const bson_iter_t *pre, const bson_iter_t *
 static bool apply_array(diffctx *c, const bson_iter_t *pre, const bson_iter_t *diff, bson_t *out, const char *path,
                         int depth);
 
+/* path.name into buf (cut at n - 1 bytes): the path errors name. Made for every field a diff changes, so no printf. */
 static void subpath(char *buf, size_t n, const char *path, const char *name)
 {
-    snprintf(buf, n, "%s%s%s", path, *path ? "." : "", name);
+    size_t pl = strlen(path), nl = strlen(name), k = 0;
+    if (n == 0)
+        return;
+    size_t take = pl < n - 1 ? pl : n - 1;
+    memcpy(buf, path, take);
+    k = take;
+    if (pl > 0 && k < n - 1)
+        buf[k++] = '.';
+    take = nl < n - 1 - k ? nl : n - 1 - k;
+    memcpy(buf + k, name, take);
+    buf[k + take] = '\0';
 }
 
 /* A binary diff {o: offset, d: BinData} applied to the binary element pre, appended to out as name. */
@@ -1632,7 +1731,9 @@ bool bucket_apply_diff_ex(const uint8_t *doc, size_t len, const uint8_t *diff, s
     bson_init(out);
     bson_t pre, d;
     size_t off = 0;
-    if (!doc || !bson_init_static(&pre, doc, len) || !bson_validate(&pre, BSON_VALIDATE_NONE, &off)) {
+    bool doc_valid = (mode & BUCKET_DIFF_DOC_VALID) != 0;
+    mode = (bucket_diff_mode)(mode & ~BUCKET_DIFF_DOC_VALID);
+    if (!doc || !bson_init_static(&pre, doc, len) || (!doc_valid && !bson_validate(&pre, BSON_VALIDATE_NONE, &off))) {
         seterr(err, errlen, "$v:2 diff: the document is not valid BSON (at byte %zu)", off);
         return false;
     }

@@ -545,9 +545,19 @@ static bool state_load(sink *s, table *t, ts_state *st, const op_pos *pos)
         size_t len = 0;
         unsigned char *raw = PQunescapeBytea((const unsigned char *)PQgetvalue(res, 0, 0), &len);
         uint8_t *doc = raw != NULL ? malloc(len > 0 ? len : 1) : NULL;
+        bson_t b;
         if (doc == NULL) {
             ok = false;
             sink_set_err(s, APPLY_NOMEM, NULL, "out of memory reading a bucket of %s.%s", t->db, t->coll);
+        } else if (!bson_init_static(&b, raw, len) || !bson_validate(&b, BSON_VALIDATE_NONE, NULL)) {
+            /* the kept document is trusted from here on (bucket_apply_diff_ex, bucket_unpack_next): checked once */
+            free(doc);
+            ok = false;
+            sink_set_err(s, APPLY_CONFIG, NULL,
+                         "the kept document of bucket %s of %s.%s in oplog2pg.timeseries_bucket is not valid BSON; "
+                         "only oplog2pg writes that table: a new copy of the collection (oplog2pg run --reimport) "
+                         "makes it again",
+                         st->key, t->db, t->coll);
         } else {
             memcpy(doc, raw, len);
             s->stats.ts_bucket_reads++;
@@ -968,8 +978,10 @@ static sink_status write_rows(sink *s, table *t, const op *o, const char *key, c
     sink_status st = APPLY_OK;
     bool plain = old != NULL && !s->cfg.per_op && op_pos_cmp(&o->pos, &s->keep_until) > 0 && old->n < nw->n;
     size_t fresh = plain ? old->n : nw->n;
+    /* the leading places bucket_unpack_next found unchanged from old (the rows it went on from) need no look */
+    size_t same = old != NULL && nw->same <= old->n ? nw->same : 0;
     for (int part = 0; part < 2 && st == APPLY_OK; part++) {
-        size_t from = part == 0 ? 0 : fresh, to = part == 0 ? fresh : nw->n;
+        size_t from = part == 0 ? (same < fresh ? same : fresh) : fresh, to = part == 0 ? fresh : nw->n;
         if (from >= to)
             continue;
         if (t->ts->typed != NULL) {
@@ -1070,6 +1082,9 @@ static sink_status apply_op(sink *s, table *t, const op *o)
         goto oom;
     /* A slot made just now knows nothing yet: an update reads the stored document (a diff needs it; a replacement
      * then writes only what it changes), an insert does without (a new bucket has none). */
+    /* the bucket's kept state is likely cold (other buckets came between): its misses start now, and overlap */
+    if (st->unpacked)
+        bucket_rows_prefetch(&st->rows);
     bool known = st->doc != NULL || st->dirty;
     if (!known && o->kind == OP_UPDATE) {
         if (!state_load(s, t, st, &o->pos))
@@ -1079,6 +1094,7 @@ static sink_status apply_op(sink *s, table *t, const op *o)
     /* the bucket after the op */
     uint8_t *after = NULL;
     uint32_t after_len = 0;
+    bool after_valid = false;
     switch (o->kind) {
     case OP_INSERT:
     case OP_UPDATE: {
@@ -1112,19 +1128,19 @@ static sink_status apply_op(sink *s, table *t, const op *o)
         uint32_t dlen;
         const uint8_t *ddata;
         bson_iter_document(&it, &dlen, &ddata);
+        /* st->doc is valid BSON: it passed bucket_unpack_next's checks, or state_load's */
         bson_t out;
-        if (!bucket_apply_diff_ex(st->doc, st->len, ddata, dlen, replay ? BUCKET_DIFF_IDEMPOTENT : BUCKET_DIFF_STRICT,
-                                  &out, why, sizeof why)) {
+        if (!bucket_apply_diff_ex(st->doc, st->len, ddata, dlen,
+                                  (replay ? BUCKET_DIFF_IDEMPOTENT : BUCKET_DIFF_STRICT) | BUCKET_DIFF_DOC_VALID, &out,
+                                  why, sizeof why)) {
             bson_destroy(&out);
             return refuse(s, t, o, "its diff does not apply to bucket %s: %s", key, why);
         }
-        after_len = out.len;
-        after = malloc(out.len);
-        if (after != NULL)
-            memcpy(after, bson_get_data(&out), out.len);
-        bson_destroy(&out);
+        /* libbson made it from valid parts: valid */
+        after = bson_destroy_with_steal(&out, true, &after_len);
         if (after == NULL)
             goto oom;
+        after_valid = true;
         break;
     }
     case OP_DELETE:
@@ -1133,14 +1149,16 @@ static sink_status apply_op(sink *s, table *t, const op *o)
         return refuse(s, t, o, "a %s, which no server writes for a bucket", op_kind_name(o->kind));
     }
 
-    bucket_spec spec = {.time_field = ts->time_field, .meta_field = ts->meta_field};
+    bucket_spec spec = {.time_field = ts->time_field, .meta_field = ts->meta_field, .docs_valid = true};
     bucket_rows old = {0}, nw = {0};
     sink_status res = APPLY_OK;
     /* the measurements before the op (kept from the op before, or unpacked once), then those after it, decoded from
-     * where the columns' bytes stop being the same (bucket_unpack_next) */
+     * where the columns' bytes stop being the same (bucket_unpack_next); a document from the oplog entry itself is
+     * checked there, once, before it becomes the bucket's */
     if (after != NULL && st->doc != NULL && !st->unpacked &&
         bucket_unpack_next(st->doc, st->len, &spec, NULL, 0, NULL, &old, why, sizeof why))
         state_keep_rows(ts, st, &old);
+    spec.docs_valid = after_valid;
     if (after != NULL && !bucket_unpack_next(after, after_len, &spec, st->doc, st->len, st->unpacked ? &st->rows : NULL,
                                              &nw, why, sizeof why)) {
         free(after);

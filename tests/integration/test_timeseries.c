@@ -843,6 +843,40 @@ START_TEST(test_ts_typed_shape_changed)
 }
 END_TEST
 
+/* A kept bucket document is read back once and checked then (later changes trust it): one that is not BSON (only a
+ * person could have written it) stops the daemon, with the table named, and nothing moves. */
+START_TEST(test_ts_kept_document_checked)
+{
+    denv e;
+    denv_start(&e, "tsv", NULL, NULL);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    create_ts(&e, "rep_tsv_a", "w");
+    insert_measurements(&e, "rep_tsv_a", "w", 1, 0, 2);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_msg(proc_stop(&e.daemon, 30), "the daemon did not stop on SIGTERM");
+    e.daemon.pid = 0;
+    ck_assert_int_eq(
+        denv_pg_int("WITH u AS (UPDATE oplog2pg.timeseries_bucket SET doc = '\\x0900000002610000ff'::bytea "
+                    "WHERE schema_name = 'rep_tsv_a' RETURNING 1) SELECT count(*) FROM u"),
+        1);
+    uint64_t before = denv_checkpoint_ts(e.service);
+    denv_daemon_start(&e);
+    insert_measurements(&e, "rep_tsv_a", "w", 1, 3, 4); /* appends: changes of the bucket kept */
+    ck_assert_msg(proc_wait(&e.daemon, 60), "the daemon did not stop");
+    ck_assert_int_eq(proc_exit_code(&e.daemon), EXIT_CONFIG);
+    e.daemon.pid = 0;
+    ck_assert_msg(denv_file_contains(e.log, "in oplog2pg.timeseries_bucket is not valid BSON"),
+                  "the log does not say why");
+    ck_assert_msg(denv_checkpoint_ts(e.service) == before, "the checkpoint moved");
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsv_a.w"), 3);
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = '%s'", e.service);
+    ck_assert_int_eq(denv_pg_int(sql), 0);
+    denv_stop(&e);
+}
+END_TEST
+
 Suite *timeseries_suite(void); /* called by the generated runner list */
 
 Suite *timeseries_suite(void)
@@ -867,6 +901,7 @@ Suite *timeseries_suite(void)
     tcase_add_test(tc, test_ts_typed_copy);
     tcase_add_test(tc, test_ts_typed_refused);
     tcase_add_test(tc, test_ts_typed_shape_changed);
+    tcase_add_test(tc, test_ts_kept_document_checked);
     suite_add_tcase(s, tc);
     return s;
 }

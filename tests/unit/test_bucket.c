@@ -54,7 +54,7 @@ static void expect_row(const bucket_rows *r, size_t i, const char *json)
 static bool unpack_json(const char *json, const char *time, const char *meta, bucket_rows *r, char *err, size_t n)
 {
     bson_t *b = J(json);
-    bucket_spec spec = {time, meta};
+    bucket_spec spec = {time, meta, false};
     bool ok = bucket_unpack(bson_get_data(b), b->len, &spec, r, err, n);
     bson_destroy(b);
     return ok;
@@ -64,7 +64,7 @@ static void expect_fail_doc(const bson_t *b, const char *time, const char *meta,
 {
     char err[256] = "";
     bucket_rows r;
-    bucket_spec spec = {time, meta};
+    bucket_spec spec = {time, meta, false};
     ck_assert_msg(!bucket_unpack(bson_get_data(b), b->len, &spec, &r, err, sizeof err), "unpacked, want '%s'", want);
     ck_assert_msg(strstr(err, want) != NULL, "error '%s' does not say '%s'", err, want);
     ck_assert_uint_eq(r.n, 0);
@@ -190,7 +190,7 @@ START_TEST(refusals)
     /* not BSON at all, and every truncation of a real bucket: refused, never read past the end */
     char err[256];
     bucket_rows r;
-    bucket_spec spec = {"t", NULL};
+    bucket_spec spec = {"t", NULL, false};
     uint8_t junk[8] = {8, 0, 0, 0, 0x10, 'a', 0, 0};
     ck_assert(!bucket_unpack(junk, sizeof junk, &spec, &r, err, sizeof err));
     ck_assert(!bucket_unpack(NULL, 0, &spec, &r, err, sizeof err));
@@ -324,7 +324,7 @@ START_TEST(v2_v3_encoded_buckets)
                 bson_t **want = calloc(n, sizeof *want);
                 bson_t *b = encoded_bucket(version, n, s % 2 ? -1 : (int64_t)n, meta, want);
                 bucket_rows r;
-                bucket_spec spec = {"t", meta ? "tag" : NULL};
+                bucket_spec spec = {"t", meta ? "tag" : NULL, false};
                 ck_assert_msg(bucket_unpack(bson_get_data(b), b->len, &spec, &r, err, sizeof err), "v%d n=%zu: %s",
                               version, n, err);
                 expect_rows_equal(&r, want, n);
@@ -415,7 +415,7 @@ START_TEST(v2_refusals)
     b = bucket_with(2, -1, 1, names, e);
     char err[256];
     bucket_rows r;
-    bucket_spec spec = {"t", NULL};
+    bucket_spec spec = {"t", NULL, false};
     ck_assert_msg(bucket_unpack(bson_get_data(b), b->len, &spec, &r, err, sizeof err), "%s", err);
     ck_assert_uint_eq(r.n, 2);
     bucket_rows_clear(&r);
@@ -505,7 +505,7 @@ START_TEST(server_written_bucket)
     bson_append_document_end(b, &d);
     char err[256];
     bucket_rows r;
-    bucket_spec spec = {"t", NULL};
+    bucket_spec spec = {"t", NULL, false};
     ck_assert_msg(bucket_unpack(bson_get_data(b), b->len, &spec, &r, err, sizeof err), "%s", err);
     ck_assert_uint_eq(r.n, 2);
     /* values as the vector file lists them (read from the upstream test, not from a decoder) */
@@ -572,7 +572,7 @@ START_TEST(server_binary_diff_append)
     bson_iter_binary(&it, &st, &blen, &bytes);
     ck_assert_int_eq(st, BSON_SUBTYPE_COLUMN);
     bucket_rows r;
-    bucket_spec spec = {"ts", NULL};
+    bucket_spec spec = {"ts", NULL, false};
     ck_assert_msg(bucket_unpack(bson_get_data(&out), out.len, &spec, &r, err, sizeof err), "%s", err);
     ck_assert_uint_eq(r.n, 2);
     expect_row(&r, 0, "{\"ts\": " D(1000) ", \"_id\": {\"$numberDouble\": \"1.0\"}}");
@@ -681,7 +681,7 @@ START_TEST(encoder_append_diffs)
             free(dbytes[k]);
 
         bucket_rows r;
-        bucket_spec spec = {"t", NULL};
+        bucket_spec spec = {"t", NULL, false};
         ck_assert_msg(bucket_unpack(bson_get_data(bucket), bucket->len, &spec, &r, err, sizeof err), "append %d: %s", i,
                       err);
         expect_rows_equal(&r, want, (size_t)i + 1);
@@ -1066,7 +1066,7 @@ START_TEST(real_mongo_tools_dump_and_oplog)
     exp[elen] = '\0';
     char *line = exp, *save = NULL;
     size_t total = 0;
-    bucket_spec spec = {"ts", "meta"}; /* foo_ts.metadata.json */
+    bucket_spec spec = {"ts", "meta", false}; /* foo_ts.metadata.json */
     for (size_t k = 0; k < nb; k++) {
         bucket_rows r;
         ck_assert_msg(bucket_unpack(bson_get_data(buckets[k].doc), buckets[k].doc->len, &spec, &r, err, sizeof err),
@@ -1178,7 +1178,7 @@ START_TEST(mutations_never_crash)
             m[at] = (uint8_t)(rand_r(&seed) % 3 == 0 ? (unsigned)m[at] ^ (1u << (rand_r(&seed) % 8))
                                                      : (unsigned)rand_r(&seed));
         }
-        bucket_spec spec = {which == 0 ? "ts" : "t", which == 0 ? "meta" : "tag"};
+        bucket_spec spec = {which == 0 ? "ts" : "t", which == 0 ? "meta" : "tag", false};
         if (which < 2) {
             bucket_rows r;
             if (bucket_unpack(m, n, &spec, &r, err, sizeof err))
@@ -1385,7 +1385,7 @@ static bson_t *nx_bucket(const nx_seq *q, int corrupt_col, size_t corrupt_at, ui
 static bool nx_check(const bson_t *b, const bson_t *pb, bucket_rows *prev, bucket_rows *out, size_t *shared,
                      const char *what)
 {
-    bucket_spec spec = {"t", "tag"};
+    bucket_spec spec = {"t", "tag", false};
     bucket_rows full;
     char e1[256] = "", e2[256] = "";
     bool ok1 = bucket_unpack(bson_get_data(b), b->len, &spec, &full, e1, sizeof e1);
@@ -1408,13 +1408,35 @@ static bool nx_check(const bson_t *b, const bson_t *pb, bucket_rows *prev, bucke
         if (prev && i < prev->n && prev->docs[i] == out->docs[i])
             (*shared)++;
     }
+    /* the leading places it calls unchanged are prev's own */
+    ck_assert_msg(out->same <= (prev ? prev->n : 0), "%s: %zu places the same as prev's %zu", what, out->same,
+                  prev ? prev->n : 0);
+    for (size_t i = 0; i < out->same; i++)
+        ck_assert_msg(out->times[i] == prev->times[i] && out->lens[i] == prev->lens[i] &&
+                          memcmp(out->docs[i], prev->docs[i], out->lens[i]) == 0,
+                      "%s: place %zu", what, i);
     bucket_rows_clear(&full);
     return true;
 }
 
+/* rows hold exactly what bucket_unpack makes of b (rows made earlier stay whole whatever came after them). */
+static void nx_same_as_full(const bson_t *b, const bucket_rows *rows, const char *what)
+{
+    bucket_spec spec = {"t", "tag", false};
+    bucket_rows full;
+    char e[256] = "";
+    ck_assert_msg(bucket_unpack(bson_get_data(b), b->len, &spec, &full, e, sizeof e), "%s: %s", what, e);
+    ck_assert_uint_eq(full.n, rows->n);
+    for (size_t i = 0; i < full.n; i++)
+        ck_assert_msg(full.times[i] == rows->times[i] && full.lens[i] == rows->lens[i] &&
+                          memcmp(full.docs[i], rows->docs[i], full.lens[i]) == 0,
+                      "%s: place %zu of the earlier rows changed", what, i);
+    bucket_rows_clear(&full);
+}
+
 START_TEST(next_matches_full_unpack)
 {
-    size_t shared = 0, steps = 0, rewrites = 0, corrupt = 0, newcols = 0;
+    size_t shared = 0, steps = 0, rewrites = 0, corrupt = 0, newcols = 0, arrays_shared = 0;
     for (uint64_t seed = 1; seed <= 60; seed++) {
         nx_seq q;
         nx_init(&q, seed);
@@ -1442,12 +1464,24 @@ START_TEST(next_matches_full_unpack)
                 bucket_rows x;
                 if (nx_check(bad, pb, pb ? &prev : NULL, &x, &shared, what))
                     bucket_rows_clear(&x);
+                if (pb)
+                    nx_same_as_full(pb, &prev, what); /* x shared prev's arrays, maybe: they are still prev's */
                 bson_destroy(bad);
                 corrupt++;
             }
             bson_t *b = nx_bucket(&q, -1, 0, 0);
             bucket_rows next;
             ck_assert(nx_check(b, pb, pb ? &prev : NULL, &next, &shared, what));
+            if (pb && next.times == prev.times)
+                arrays_shared++;
+            if (pb && nx_rand(&q) % 7 == 0) {
+                /* the new rows cleared first: the earlier ones stay whole (they may share arrays) */
+                bson_t *nb = bson_copy(b);
+                bucket_rows_clear(&next);
+                nx_same_as_full(pb, &prev, what);
+                ck_assert(nx_check(nb, NULL, NULL, &next, &shared, what));
+                bson_destroy(nb);
+            }
             bucket_rows_clear(&prev);
             prev = next;
             if (pb)
@@ -1464,6 +1498,7 @@ START_TEST(next_matches_full_unpack)
     ck_assert_uint_gt(corrupt, 0);
     ck_assert_uint_gt(newcols, 0);
     ck_assert_msg(shared > steps * 50, "%zu places shared over %zu appends", shared, steps);
+    ck_assert_msg(arrays_shared > steps / 2, "arrays shared by %zu of %zu appends", arrays_shared, steps);
 }
 END_TEST
 
