@@ -1254,8 +1254,17 @@ static int cmp_order(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* A level's modifications are searched in order up to this many (a bucket's levels have a few), sorted beyond. */
+#define MODS_LINEAR 8
+
 static fieldmod *find_mod(fieldmod *mods, size_t n, const char *name)
 {
+    if (n <= MODS_LINEAR) {
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(mods[i].name, name) == 0)
+                return &mods[i];
+        return NULL;
+    }
     fieldmod key = {.name = name};
     return bsearch(&key, mods, n, sizeof *mods, cmp_mod);
 }
@@ -1398,14 +1407,22 @@ static bool build_tables(diffctx *c, const bson_iter_t *diff, const char *path, 
         }
     }
     if (n > 1) {
-        qsort(v, n, sizeof *v, cmp_mod);
-        for (size_t i = 1; i < n; i++) {
-            if (strcmp(v[i - 1].name, v[i].name) == 0) {
-                /* the server's safeInsert: uassert 4728000 */
-                seterr(c->err, c->errlen, "$v:2 diff at %s: duplicate field name in diff: %s", *path ? path : "(top)",
-                       v[i].name);
-                goto fail;
-            }
+        /* a name twice is the server's safeInsert refusal: uassert 4728000 */
+        const char *dup = NULL;
+        if (n <= MODS_LINEAR) {
+            for (size_t i = 1; i < n && !dup; i++)
+                for (size_t j = 0; j < i && !dup; j++)
+                    if (strcmp(v[j].name, v[i].name) == 0)
+                        dup = v[i].name;
+        } else {
+            qsort(v, n, sizeof *v, cmp_mod);
+            for (size_t i = 1; i < n && !dup; i++)
+                if (strcmp(v[i - 1].name, v[i].name) == 0)
+                    dup = v[i].name;
+        }
+        if (dup) {
+            seterr(c->err, c->errlen, "$v:2 diff at %s: duplicate field name in diff: %s", *path ? path : "(top)", dup);
+            goto fail;
         }
     }
     *mods = v;

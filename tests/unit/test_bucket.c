@@ -726,6 +726,9 @@ static void diff_ok(const char *pre, const char *diff, const char *post)
 {
     diff_ok_mode(BUCKET_DIFF_STRICT, pre, diff, post);
     diff_ok_mode(BUCKET_DIFF_IDEMPOTENT, pre, diff, post);
+    /* the same when the caller vouches for the document */
+    diff_ok_mode((bucket_diff_mode)(BUCKET_DIFF_STRICT | BUCKET_DIFF_DOC_VALID), pre, diff, post);
+    diff_ok_mode((bucket_diff_mode)(BUCKET_DIFF_IDEMPOTENT | BUCKET_DIFF_DOC_VALID), pre, diff, post);
 }
 
 static void diff_fails(const char *pre, const char *diff, const char *want)
@@ -853,6 +856,15 @@ START_TEST(diff_malformed)
     diff_fails("{\"a\": 1}", "{\"u\": {\"a\": 1}, \"i\": {\"a\": 2}}", "duplicate field name in diff: a");
     diff_fails("{\"a\": {}}", "{\"sa\": {\"u\": {\"b\": 1}}, \"d\": {\"a\": false}}",
                "duplicate field name in diff: a");
+    /* a level of more modifications than are searched in order (sorted then) */
+    diff_fails("{\"a\": 1}",
+               "{\"u\": {\"b\": 1, \"c\": 1, \"d\": 1, \"e\": 1, \"f\": 1}, \"i\": {\"g\": 1, \"h\": 1, \"j\": 1, "
+               "\"k\": 1, \"c\": 2}}",
+               "duplicate field name in diff: c");
+    diff_ok(
+        "{\"a\": 1, \"c\": 0, \"k\": 0}",
+        "{\"u\": {\"b\": 1, \"c\": 1, \"d\": 1, \"e\": 1, \"f\": 1}, \"i\": {\"g\": 1, \"h\": 1, \"j\": 1, \"k\": 2}}",
+        "{\"a\": 1, \"c\": 1, \"b\": 1, \"d\": 1, \"e\": 1, \"f\": 1, \"g\": 1, \"h\": 1, \"j\": 1, \"k\": 2}");
     diff_fails("{\"a\": [1]}", "{\"sa\": {\"a\": true, \"x0\": 1}}", "unexpected field 'x0'");
     diff_fails("{\"a\": [1]}", "{\"sa\": {\"a\": true, \"u\": 1}}", "unexpected field 'u'");
     diff_fails("{\"a\": [1]}", "{\"sa\": {\"a\": true, \"u-1\": 1}}", "unexpected field 'u-1'");
