@@ -804,32 +804,45 @@ START_TEST(test_ts_typed_refused)
 }
 END_TEST
 
+/* Measurements 0..2 of station 1 in DB.w, tailed, then the daemon stopped by SIGTERM. */
+static void three_then_stop(denv *e, const char *name, const char *db)
+{
+    denv_start(e, name, NULL, NULL);
+    denv_daemon_start(e);
+    ck_assert(denv_wait_caught_up(e, 60));
+    create_ts(e, db, "w");
+    insert_measurements(e, db, "w", 1, 0, 2);
+    ck_assert(denv_wait_caught_up(e, 60));
+    ck_assert_msg(proc_stop(&e->daemon, 30), "the daemon did not stop on SIGTERM");
+    e->daemon.pid = 0;
+}
+
+/* The daemon started again, measurements 3..4 inserted: it stops with exit 3 saying `needle`, and nothing moved. */
+static void next_two_stop(denv *e, const char *db, const char *needle)
+{
+    denv_daemon_start(e);
+    uint64_t before = denv_checkpoint_ts(e->service);
+    insert_measurements(e, db, "w", 1, 3, 4);
+    ck_assert_msg(proc_wait(&e->daemon, 60), "the daemon did not stop");
+    ck_assert_int_eq(proc_exit_code(&e->daemon), EXIT_CONFIG);
+    e->daemon.pid = 0;
+    ck_assert_msg(denv_file_contains(e->log, needle), "the log does not say why (%s)", needle);
+    ck_assert_msg(denv_checkpoint_ts(e->service) == before, "the checkpoint moved");
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s.w", db);
+    ck_assert_int_eq(denv_pg_int(sql), 3);
+}
+
 START_TEST(test_ts_typed_shape_changed)
 {
     denv e;
-    denv_start(&e, "tso", NULL, NULL);
-    denv_daemon_start(&e);
-    ck_assert(denv_wait_caught_up(&e, 60));
-    create_ts(&e, "rep_tso_a", "w");
-    insert_measurements(&e, "rep_tso_a", "w", 1, 0, 2);
-    ck_assert(denv_wait_caught_up(&e, 60));
-    ck_assert_msg(proc_stop(&e.daemon, 30), "the daemon did not stop on SIGTERM");
-    e.daemon.pid = 0;
+    three_then_stop(&e, "tso", "rep_tso_a");
     /* the same collection with a map now: its table has the default columns (doc NOT NULL) */
     FILE *f = fopen(e.ini, "a");
     ck_assert_ptr_nonnull(f);
     fputs("\n[map rep_tso_a.w]\nrest = drop\ncolumn.v = double precision\n", f);
     fclose(f);
-    denv_daemon_start(&e);
-    uint64_t before = denv_checkpoint_ts(e.service);
-    insert_measurements(&e, "rep_tso_a", "w", 1, 3, 4);
-    ck_assert_msg(proc_wait(&e.daemon, 60), "the daemon did not stop");
-    ck_assert_int_eq(proc_exit_code(&e.daemon), EXIT_CONFIG);
-    e.daemon.pid = 0;
-    ck_assert_msg(denv_file_contains(e.log, "was made for other columns than its map gives it now"),
-                  "the log does not say why");
-    ck_assert_msg(denv_checkpoint_ts(e.service) == before, "the checkpoint moved");
-    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tso_a.w"), 3);
+    next_two_stop(&e, "rep_tso_a", "was made for other columns than its map gives it now");
     /* a new copy makes the table again, with the map's columns */
     const char *reimport[] = {"--reimport", NULL};
     denv_daemon_start_args(&e, reimport, NULL);
@@ -848,28 +861,13 @@ END_TEST
 START_TEST(test_ts_kept_document_checked)
 {
     denv e;
-    denv_start(&e, "tsv", NULL, NULL);
-    denv_daemon_start(&e);
-    ck_assert(denv_wait_caught_up(&e, 60));
-    create_ts(&e, "rep_tsv_a", "w");
-    insert_measurements(&e, "rep_tsv_a", "w", 1, 0, 2);
-    ck_assert(denv_wait_caught_up(&e, 60));
-    ck_assert_msg(proc_stop(&e.daemon, 30), "the daemon did not stop on SIGTERM");
-    e.daemon.pid = 0;
+    three_then_stop(&e, "tsv", "rep_tsv_a");
     ck_assert_int_eq(
         denv_pg_int("WITH u AS (UPDATE oplog2pg.timeseries_bucket SET doc = '\\x0900000002610000ff'::bytea "
                     "WHERE schema_name = 'rep_tsv_a' RETURNING 1) SELECT count(*) FROM u"),
         1);
-    uint64_t before = denv_checkpoint_ts(e.service);
-    denv_daemon_start(&e);
-    insert_measurements(&e, "rep_tsv_a", "w", 1, 3, 4); /* appends: changes of the bucket kept */
-    ck_assert_msg(proc_wait(&e.daemon, 60), "the daemon did not stop");
-    ck_assert_int_eq(proc_exit_code(&e.daemon), EXIT_CONFIG);
-    e.daemon.pid = 0;
-    ck_assert_msg(denv_file_contains(e.log, "in oplog2pg.timeseries_bucket is not valid BSON"),
-                  "the log does not say why");
-    ck_assert_msg(denv_checkpoint_ts(e.service) == before, "the checkpoint moved");
-    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsv_a.w"), 3);
+    /* appends: changes of the bucket kept */
+    next_two_stop(&e, "rep_tsv_a", "in oplog2pg.timeseries_bucket is not valid BSON");
     char sql[200];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM oplog2pg.dead_letter WHERE service = '%s'", e.service);
     ck_assert_int_eq(denv_pg_int(sql), 0);
