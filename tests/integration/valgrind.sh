@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/integration/valgrind.sh BUILD — the daemon under valgrind: a short replication run with the metrics endpoint
-# on and scraped, one document PostgreSQL refuses (set aside as a dead letter), a SIGHUP reload, then SIGTERM.
+# on and scraped, one document PostgreSQL refuses (set aside as a dead letter), a typed map with a child table, a
+# time-series collection, a SIGHUP reload, then SIGTERM.
 #
 # Fails on any memory error or definite leak (valgrind's exit code 99), and when the daemon does not exit 0.
 # Skipped, with the reason printed, for sanitizer builds (ASan and valgrind cannot share a process).
@@ -101,6 +102,14 @@ for i in range(1, 60, 4):
 for i in range(0, 60, 10):
     o.delete_one({"_id": i})
 o.insert_one({"_id": 1000, "n": "not a number"})  # a type error: a dead letter naming the column
+import datetime  # a time-series collection (docs/timeseries.md): bucket inserts, appends, closes, re-packs
+d = pymongo.MongoClient(sys.argv[1]).vg
+d.create_collection("weather", timeseries={"timeField": "t", "metaField": "s"})
+w, t0 = d.weather, datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+for i in range(200):
+    w.insert_one({"t": t0 + datetime.timedelta(seconds=i), "s": i % 3, "v": i * 0.5})
+w.insert_many([{"t": t0 + datetime.timedelta(seconds=i), "s": i % 3, "v": i * 0.5} for i in range(200, 500)])
+w.delete_many({"s": 2})
 PY
 wait_caught_up
 kill -HUP "$daemon_pid"
@@ -120,4 +129,10 @@ fi
 # 54 orders (60, less 6 deleted); items: 3 for each of the 24 even ones left, none for the 15 unset, 2 for the 15 other odd ones
 mapped=$(psql -XAtc "SELECT (SELECT count(*) FROM vg.orders) || ' ' || (SELECT count(*) FROM vg.order_items)")
 [ "$mapped" = "54 102" ] || { echo "valgrind: expected 54 orders and 102 items, found $mapped" >&2; exit 1; }
-echo "valgrind: no memory errors, no definite leaks (257 + 54 rows and 102 child rows replicated, clean SIGTERM exit)"
+# 500 measurements, less the 166 of sensor 2; measurement i: at t0 + i s, of sensor i % 3, with v = i / 2
+measured=$(psql -XAtc "SELECT count(*) || ' ' || count(*) FILTER (WHERE (doc->>'v')::float8 * 2 =
+                       extract(epoch FROM \"time\" - timestamptz '2026-01-01 00:00:00+00') AND meta::text::int =
+                       ((doc->>'v')::float8 * 2)::int % 3 AND meta::text::int <> 2) FROM vg.weather")
+[ "$measured" = "334 334" ] || { echo "valgrind: expected 334 measurements of sensors 0 and 1, found $measured" >&2; exit 1; }
+echo "valgrind: no memory errors, no definite leaks (257 + 54 rows, 102 child rows and 334 measurements replicated," \
+    "clean SIGTERM exit)"
