@@ -337,7 +337,8 @@ static bool mm_updates(mm_node *nd, bson_t *b, bool max)
 
 typedef struct {
     char *name;
-    bson_t col;   /* {"0": v, "1": v, ...}: the values by arrival index */
+    bson_t *col;  /* {"0": v, "1": v, ...}: the values by arrival index (a bson_t of its own: the array of
+                   * columns is reallocated, and a bson_t must not move) */
     bcenc_t *enc; /* 8.0: the column's BSONColumnBuilder (values in bucket order), else NULL */
 } ts_column;
 
@@ -391,7 +392,7 @@ static void bucket_free(ts_bucket *b)
     mm_free(b->mm);
     for (size_t i = 0; i < b->ncols; i++) {
         free(b->cols[i].name);
-        bson_destroy(&b->cols[i].col);
+        bson_destroy(b->cols[i].col);
         bcenc_free(b->cols[i].enc);
     }
     free(b->cols);
@@ -610,7 +611,7 @@ static ts_column *column_add(ts_bucket *b, const char *name)
     }
     ts_column *c = &b->cols[b->ncols++];
     c->name = strdup(name);
-    bson_init(&c->col);
+    c->col = bson_new();
     c->enc = NULL;
     return c;
 }
@@ -658,7 +659,7 @@ static bson_t *bucket_doc(const ts_bucket *b, const bson_iter_t *meta)
         bson_append_iter(d, "meta", 4, meta);
     BSON_APPEND_DOCUMENT_BEGIN(d, "data", &data);
     for (size_t i = 0; i < b->ncols; i++)
-        BSON_APPEND_DOCUMENT(&data, b->cols[i].name, &b->cols[i].col);
+        BSON_APPEND_DOCUMENT(&data, b->cols[i].name, b->cols[i].col);
     bson_append_document_end(d, &data);
     return d;
 }
@@ -692,7 +693,7 @@ static ts_order *time_order(ts_bucket *b, const ts_opts *o)
     ts_column *tc = time_column(b, o);
     bson_iter_t it;
     int32_t n = 0;
-    if (tc && bson_iter_init(&it, &tc->col)) {
+    if (tc && bson_iter_init(&it, tc->col)) {
         while (bson_iter_next(&it) && n < b->count) {
             ord[n].idx = atoi(bson_iter_key(&it));
             ord[n].t = bson_iter_date_time(&it);
@@ -711,7 +712,7 @@ static bcenc_t *encode_column(const ts_column *c, const ts_order *ord, int32_t n
         char key[16];
         bson_iter_t it;
         snprintf(key, sizeof key, "%d", ord[i].idx);
-        if (bson_iter_init_find(&it, &c->col, key))
+        if (bson_iter_init_find(&it, c->col, key))
             bcenc_append_iter(enc, &it);
         else
             bcenc_skip(enc);
@@ -903,7 +904,7 @@ static void columns_add(ts_bucket *b, const bson_t *m, const char *meta_field, b
                     bcenc_skip(c->enc);
             }
         }
-        bson_append_iter(&c->col, key, -1, &it);
+        bson_append_iter(c->col, key, -1, &it);
         if (c->enc)
             bcenc_append_iter(c->enc, &it);
     }
@@ -1020,13 +1021,13 @@ static bson_t *append_v1(ts_batch *t, const bson_t *const *ms, const ts_opts *o)
     bson_destroy(&probe);
     BSON_APPEND_DOCUMENT_BEGIN(&diff, "sdata", &dat);
     for (size_t i = first_new_col; i < b->ncols; i++)
-        BSON_APPEND_DOCUMENT(&new_fields, b->cols[i].name, &b->cols[i].col);
+        BSON_APPEND_DOCUMENT(&new_fields, b->cols[i].name, b->cols[i].col);
     if (first_new_col < b->ncols)
         BSON_APPEND_DOCUMENT(&dat, "i", &new_fields);
     for (size_t i = 0; i < first_new_col; i++) {
         bson_t part = BSON_INITIALIZER;
         bson_iter_t it;
-        bson_iter_init(&it, &b->cols[i].col);
+        bson_iter_init(&it, b->cols[i].col);
         while (bson_iter_next(&it))
             if (atoi(bson_iter_key(&it)) >= t->prev_count)
                 bson_append_iter(&part, NULL, 0, &it);
