@@ -909,6 +909,68 @@ START_TEST(test_archive_and_alternate)
 }
 END_TEST
 
+/* A bucket with more columns than the first allocation of its array of columns (8): the array is reallocated
+ * while earlier columns hold values past a bson_t's inline buffer. Each column's values must survive the move (they
+ * once did not: a moved bson_t kept pointing into the freed array, and mongosim crashed a few appends later). */
+START_TEST(test_many_columns)
+{
+    start(SIM_FORMAT_50, 1000);
+    cmd_ok("db", "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\", \"metaField\": \"m\"}}");
+    char buf[16384];
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "[");
+    for (int i = 0; i < 20; i++)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%s{\"t\": {\"$date\": {\"$numberLong\": \"%lld\"}}, \"v\": %d}",
+                              i ? ", " : "", 1623711480000LL + i, i);
+    snprintf(buf + n, sizeof buf - n, "]");
+    insert(buf);
+    /* ten fields new to the bucket: the array of columns grows from 8 */
+    insert("[{\"t\": " D("1623711480100") ", \"v\": 20, \"f0\": 0, \"f1\": 1, \"f2\": 2, \"f3\": 3, \"f4\": 4, "
+                                          "\"f5\": 5, \"f6\": 6, \"f7\": 7, \"f8\": 8, \"f9\": 9}]");
+    /* appends that make the moved columns reallocate their buffers */
+    for (int k = 0; k < 4; k++) {
+        n = 0;
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "[");
+        for (int i = 0; i < 50; i++)
+            n += (size_t)snprintf(buf + n, sizeof buf - n,
+                                  "%s{\"t\": {\"$date\": {\"$numberLong\": \"%lld\"}}, \"v\": %d}", i ? ", " : "",
+                                  1623711480200LL + k * 50 + i, 21 + k * 50 + i);
+        snprintf(buf + n, sizeof buf - n, "]");
+        insert(buf);
+    }
+    /* The stored bucket: 221 measurements; v holds 0..220 at its places, f0..f9 one value each at place 20. */
+    mongoc_collection_t *c = mongoc_client_get_collection(client, "db", "system.buckets.w");
+    bson_t q = BSON_INITIALIZER;
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(c, &q, NULL, NULL);
+    const bson_t *doc;
+    ck_assert(mongoc_cursor_next(cur, &doc));
+    bson_iter_t it, col;
+    ck_assert(bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, "data.v", &col));
+    bson_iter_t v;
+    ck_assert(bson_iter_recurse(&col, &v));
+    int count = 0;
+    while (bson_iter_next(&v)) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", count);
+        ck_assert_str_eq(bson_iter_key(&v), key);
+        ck_assert_int_eq(bson_iter_as_int64(&v), count);
+        count++;
+    }
+    ck_assert_int_eq(count, 221);
+    for (int f = 0; f < 10; f++) {
+        char path[32];
+        snprintf(path, sizeof path, "data.f%d.20", f);
+        ck_assert(bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, path, &col));
+        ck_assert_int_eq(bson_iter_as_int64(&col), f);
+    }
+    ck_assert(!mongoc_cursor_next(cur, &doc));
+    mongoc_cursor_destroy(cur);
+    bson_destroy(&q);
+    mongoc_collection_destroy(c);
+    stop();
+}
+END_TEST
+
 Suite *mongosim_tswrite_suite(void)
 {
     Suite *s = suite_create("mongosim_tswrite");
@@ -925,6 +987,7 @@ Suite *mongosim_tswrite_suite(void)
     tcase_add_test(tc, test_v50_meta_only);
     tcase_add_test(tc, test_meta_normalized_and_size_limit);
     tcase_add_test(tc, test_archive_and_alternate);
+    tcase_add_test(tc, test_many_columns);
     suite_add_tcase(s, tc);
     return s;
 }
