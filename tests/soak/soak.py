@@ -8,6 +8,7 @@ Three phases, each with a mongosim, a service and databases of its own:
   rs  the oplog source on a replica set started with --state (it is also restarted from that state);
   cs  the change-stream source on a replica set;
   sh  the oplog source on a two-shard cluster, with chunk migrations in the workload.
+rs and sh also write time-series collections (tests/soak/soak_ts.py), checked against the workload's own record.
 
 Scale and choices (environment):
   SOAK_OPS=1000000      workload ops in all (rs 50 %, cs 25 %, sh 25 %)
@@ -19,6 +20,12 @@ Scale and choices (environment):
   SOAK_SEED=N           the random seed (default: from the clock; printed)
   SOAK_LOSE_ROW=1       a self-test: deletes one replicated row from PostgreSQL behind the daemon mid-run; the final
                         comparison must then fail (the run exits 1 and says which row)
+  SOAK_TS=1             time-series collections in phases rs and sh (tests/soak/soak_ts.py); 0 leaves them out
+  SOAK_TS_FORMATS=5.0,7.0,8.0  phase rs: mongosim's --oplog-format at its start, then after each restart from
+                        --state (an upgrade; the last one stays); phase sh runs 7.0
+  SOAK_TS_SELFTEST=delete,doc,time,meta  a self-test: after the catch-up, deletes one row of a table of measurements
+                        and changes the doc, time or meta of others, behind the daemon; the time-series check must then
+                        fail, and says whether it found exactly those differences
   SOAK_DIR=DIR          where logs go (default: a new folder under $TMPDIR, kept)
 
 Exit status: 0 when every phase ends with PostgreSQL equal to the source and every dead letter accounted for, 1
@@ -38,6 +45,7 @@ import time
 
 import bson
 import pymongo
+import soak_ts
 from bson.binary import Binary
 from bson.code import Code
 from bson.decimal128 import Decimal128
@@ -58,6 +66,9 @@ SEED = int(os.environ.get("SOAK_SEED", str(int(time.time()))))
 FAULTS = os.environ.get("SOAK_FAULTS", "1") != "0"
 CATCHUP = int(os.environ.get("SOAK_CATCHUP_TIMEOUT", "900"))
 LOSE_ROW = os.environ.get("SOAK_LOSE_ROW", "0") == "1"
+TS = os.environ.get("SOAK_TS", "1") != "0"
+TS_FORMATS = [f for f in os.environ.get("SOAK_TS_FORMATS", "5.0,7.0,8.0").split(",") if f]
+TS_SELFTEST = [k for k in os.environ.get("SOAK_TS_SELFTEST", "").split(",") if k]
 DATES = [datetime.datetime(1, 1, 1), datetime.datetime(1970, 1, 1), datetime.datetime(2262, 4, 11, 23, 47, 16),
          datetime.datetime(9999, 12, 31, 23, 59, 59, 999000)]
 SHARE = {"rs": 0.5, "cs": 0.25, "sh": 0.25}
@@ -275,6 +286,7 @@ class Workload:
         self.paused.set()
         self.pending_loss = None
         self.gate = target  # the workload waits here until the fault injector lets it go on (Faults.run)
+        self.ts = None  # the time-series part (soak_ts.TimeSeries), in phases rs and sh
 
     def _id(self):
         self.next_id += 1
@@ -296,6 +308,9 @@ class Workload:
 
     def step(self):
         rng = self.rng
+        if self.ts is not None and rng.random() < 0.06:
+            self.ops += self.ts.step()
+            return
         r = rng.random()
         docs = self.db.docs
         if r < 0.30 or len(self.live) < 50:
@@ -598,17 +613,35 @@ class Faults:
         elif name == "mongosim restart from --state":
             self.wl.paused.clear()
             time.sleep(0.3)
-            port = self.sim.port
-            self.sim.stop()  # SIGTERM saves the oplog and the data
-            time.sleep(self.rng.uniform(0.2, 2))
-            for _ in range(50):
-                try:
-                    self.sim.start(port)
-                    break
-                except RuntimeError:
-                    time.sleep(0.2)
-            else:
-                raise RuntimeError("mongosim did not start again on port %d" % port)
+            ts = self.wl.ts
+            if ts is not None:
+                ts.lock.acquire()  # no time-series write in flight: its outcome must be known (soak_ts.py)
+            try:
+                port = self.sim.port
+                self.sim.stop()  # SIGTERM saves the oplog and the data
+                time.sleep(self.rng.uniform(0.2, 2))
+                fmt = None
+                if ts is not None and "--oplog-format" in self.sim.args:
+                    # The next format: an upgrade, as far as time-series buckets go (docs/reliability.md).
+                    i = self.sim.args.index("--oplog-format") + 1
+                    k = TS_FORMATS.index(self.sim.args[i]) if self.sim.args[i] in TS_FORMATS else -1
+                    fmt = self.sim.args[i] = TS_FORMATS[min(k + 1, len(TS_FORMATS) - 1)]
+                for _ in range(50):
+                    try:
+                        self.sim.start(port)
+                        break
+                    except RuntimeError:
+                        time.sleep(0.2)
+                else:
+                    raise RuntimeError("mongosim did not start again on port %d" % port)
+                if ts is not None:
+                    # mongosim cannot re-pack the compressed buckets of its previous start: new collections.
+                    ts.new_generation(fmt or ts.fmt)
+                    log("mongosim restarted with --oplog-format %s; time-series collections of generation %d"
+                        % (ts.fmt, ts.gen))
+            finally:
+                if ts is not None:
+                    ts.lock.release()
             self.admin = pymongo.MongoClient(self.sim.uri(), serverSelectionTimeoutMS=60000).admin
             self.wl.paused.set()
         elif name.startswith("self-test"):
@@ -722,6 +755,8 @@ def check_phase(phase, uri, wl):
     for k in missing[:5]:
         print("  expected dead letter not found: %s" % (k,))
     ok = ok and not unjustified and not doubled and not missing and nul_rows == 0
+    if wl.ts is not None:
+        ok = soak_ts.check(wl.ts, psql, TS_SELFTEST) and ok
     if wl.pending_loss is not None:
         line = [x for x in report.splitlines() if x.strip().startswith("soak_%s_seed.s:" % phase)]
         found = r.returncode == 1 and bool(line) and "missing 1," in line[0]
@@ -735,13 +770,15 @@ def run_phase(phase, ops, kills, rng):
     if phase == "rs":
         state = os.path.join(DIR, "state-rs")
         os.makedirs(state, exist_ok=True)
-        sim = Sim(phase, ["--state", state, "--noop-interval", "1"])
+        sim = Sim(phase, ["--state", state, "--noop-interval", "1"] +
+                  (["--timeseries-bucket-max-count", "32", "--oplog-format", TS_FORMATS[0]] if TS else []))
         source = "oplog"
     elif phase == "cs":
         sim = Sim(phase, ["--noop-interval", "1"])
         source = "change_stream"
     else:
-        sim = Sim(phase, ["--shards", "2", "--noop-interval", "1"])
+        sim = Sim(phase, ["--shards", "2", "--noop-interval", "1"] +
+                  (["--timeseries-bucket-max-count", "32"] if TS else []))
         source = "oplog"
     sim.start()
     uri = sim.uri()
@@ -757,6 +794,9 @@ def run_phase(phase, ops, kills, rng):
     daemon = Daemon(phase, ini)
     daemon.start()
     wl = Workload(phase, uri, ops, random.Random(rng.random()), phase == "sh")
+    if TS and phase in ("rs", "sh"):
+        wl.ts = soak_ts.TimeSeries(phase, uri, random.Random(rng.random()), TS_FORMATS[0] if phase == "rs" else "7.0",
+                                   log)
     faults = Faults(phase, sim, daemon, wl, random.Random(rng.random()), kills, ini, source)
     plan = faults.plan()
     t0 = time.time()
