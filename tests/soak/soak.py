@@ -23,9 +23,9 @@ Scale and choices (environment):
   SOAK_TS=1             time-series collections in phases rs and sh (tests/soak/soak_ts.py); 0 leaves them out
   SOAK_TS_FORMATS=5.0,7.0,8.0  phase rs: mongosim's --oplog-format at its start, then after each restart from
                         --state (an upgrade; the last one stays); phase sh runs 7.0
-  SOAK_TS_SELFTEST=delete,doc,time,meta  a self-test: after the catch-up, deletes one row of a table of measurements
-                        and changes the doc, time or meta of others, behind the daemon; the time-series check must then
-                        fail, and says whether it found exactly those differences
+  SOAK_TS_SELFTEST=delete,doc,time,meta,swap  a self-test: after the catch-up, deletes one row of a table of measurements
+                        and changes the doc, time or meta of others, or swaps two rows of a bucket, behind the daemon;
+                        the time-series check must then fail, and says whether it found exactly those differences
   SOAK_DIR=DIR          where logs go (default: a new folder under $TMPDIR, kept)
 
 Exit status: 0 when every phase ends with PostgreSQL equal to the source and every dead letter accounted for, 1
