@@ -29,6 +29,7 @@
 #include "tsbucket.h"
 #include "update.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -2084,7 +2085,7 @@ fail:
     return false;
 }
 
-/* DIR/<db>/<coll>.metadata.json, when present: the collection's options (mongodump writes them there). */
+/* DIR/<db>/<coll>.metadata.json, when present: the collection's options and UUID (mongodump writes them there). */
 static bool load_metadata(sim_store *store, const char *dbdir, const char *db, const char *coll, bson_error_t *err)
 {
     char *path = bson_strdup_printf("%s/%s.metadata.json", dbdir, coll);
@@ -2107,6 +2108,20 @@ static bool load_metadata(sim_store *store, const char *dbdir, const char *db, c
         bson_iter_t it;
         bson_t opts;
         scoll *c = coll_get(store, db, coll);
+        if (meta && c && bson_iter_init_find(&it, meta, "uuid") && BSON_ITER_HOLDS_UTF8(&it)) {
+            uint32_t hlen;
+            const char *hex = bson_iter_utf8(&it, &hlen);
+            uint8_t uuid[16];
+            bool good = hlen == 32;
+            for (int i = 0; good && i < 16; i++) {
+                unsigned int byte = 0;
+                good = isxdigit((unsigned char)hex[2 * i]) && isxdigit((unsigned char)hex[2 * i + 1]) &&
+                       sscanf(hex + 2 * i, "%2x", &byte) == 1;
+                uuid[i] = (uint8_t)byte;
+            }
+            if (good)
+                memcpy(c->uuid, uuid, 16);
+        }
         if (!meta) {
             bson_set_error(err, 0, 2, "%s: %s", path, text ? je.message : "empty file");
             ok = false;
@@ -2199,8 +2214,13 @@ static bool save_tree(FILE *fp, const tnode *t)
 static bool save_metadata(const char *dbdir, const scoll *c, bson_error_t *err)
 {
     char *path = bson_strdup_printf("%s/%s.metadata.json", dbdir, c->name);
-    bson_t meta = BSON_INITIALIZER;
-    BSON_APPEND_DOCUMENT(&meta, "options", c->options);
+    bson_t meta = BSON_INITIALIZER, none = BSON_INITIALIZER;
+    BSON_APPEND_DOCUMENT(&meta, "options", c->options ? c->options : &none);
+    /* the collection's UUID, as mongodump writes it (32 hex digits): a restart keeps it, as a server does */
+    char hex[33];
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", c->uuid[i]);
+    BSON_APPEND_UTF8(&meta, "uuid", hex);
     char *json = bson_as_canonical_extended_json(&meta, NULL);
     FILE *fp = fopen(path, "wb");
     bool ok = fp && json && fputs(json, fp) >= 0;
@@ -2215,7 +2235,7 @@ static bool save_metadata(const char *dbdir, const scoll *c, bson_error_t *err)
 }
 
 /* Whether `name`, a file of database folder `db` in a saved state, is one store_save_dir writes for the store as it
- * is now: COLL.bson of a collection, COLL.metadata.json of one with options. */
+ * is now: COLL.bson and COLL.metadata.json of a collection. */
 static bool saved_file_current(const sim_store *store, const char *db, const char *name)
 {
     size_t l = strlen(name);
@@ -2229,7 +2249,7 @@ static bool saved_file_current(const sim_store *store, const char *db, const cha
     char *coll = bson_strndup(name, (size_t)(suffix - name));
     const scoll *c = coll_get(store, db, coll);
     bson_free(coll);
-    return c != NULL && (suffix[1] == 'b' || c->options != NULL);
+    return c != NULL;
 }
 
 /* What an earlier save wrote for collections and databases dropped (or renamed) since, removed: without this a
@@ -2279,7 +2299,7 @@ bool store_save_dir(const sim_store *store, const char *dir, bson_error_t *err)
                 return false;
             }
             bson_free(path);
-            if (d->colls[j]->options && !save_metadata(dbdir, d->colls[j], err)) {
+            if (!save_metadata(dbdir, d->colls[j], err)) {
                 bson_free(dbdir);
                 return false;
             }

@@ -24,12 +24,6 @@
 
 /* ---- helpers ---------------------------------------------------------------------------------------------- */
 
-
-
-
-
-
-
 static bool body_uuid(const bson_t *b, const char *key, const uint8_t **uuid)
 {
     bson_iter_t it;
@@ -112,7 +106,8 @@ static void run_vector(const char *file, const char *id, const char *update_json
         bson_t q = BSON_INITIALIZER;
         bson_append_iter(&q, "_id", 3, &idit);
         sim_update_result res;
-        ck_assert_msg(store_update(s, "db", "c", &q, u, false, &res, simtest_sink_emit, &k, &err), "%s: %s", id, err.message);
+        ck_assert_msg(store_update(s, "db", "c", &q, u, false, &res, simtest_sink_emit, &k, &err), "%s: %s", id,
+                      err.message);
         ck_assert_int_eq(res.matched, 1);
         ck_assert_int_eq(res.modified, 1);
         ck_assert_int_eq(k.n, 1);
@@ -465,7 +460,8 @@ START_TEST(test_update_noop_upsert_delete)
     sim_store *s = store_new(SIM_FORMAT_70);
     simtest_sink k = {{0}, 0};
     bson_error_t err;
-    bson_t *d = simtest_json("{\"_id\": 1, \"a\": 1}"), *q = simtest_json("{\"_id\": 1}"), *u = simtest_json("{\"$set\": {\"a\": 1}}");
+    bson_t *d = simtest_json("{\"_id\": 1, \"a\": 1}"), *q = simtest_json("{\"_id\": 1}"),
+           *u = simtest_json("{\"$set\": {\"a\": 1}}");
     ck_assert(store_insert(s, "db", "c", d, NULL, NULL, &err));
     sim_update_result res;
     /* No-op update: matched, not modified, nothing logged. */
@@ -656,7 +652,8 @@ START_TEST(test_format44_update_body)
     sim_store *s = store_new(SIM_FORMAT_44);
     simtest_sink k = {{0}, 0};
     bson_error_t err;
-    bson_t *d = simtest_json("{\"_id\": 1, \"a\": [1]}"), *q = simtest_json("{\"_id\": 1}"), *u = simtest_json("{\"$push\": {\"a\": 2}}");
+    bson_t *d = simtest_json("{\"_id\": 1, \"a\": [1]}"), *q = simtest_json("{\"_id\": 1}"),
+           *u = simtest_json("{\"$push\": {\"a\": 2}}");
     ck_assert(store_insert(s, "db", "c", d, NULL, NULL, &err));
     ck_assert(store_update(s, "db", "c", q, u, false, NULL, simtest_sink_emit, &k, &err));
     ck_assert_int_eq(k.n, 1);
@@ -727,7 +724,8 @@ START_TEST(test_id_order_across_types)
     bson_destroy(dup);
     collect c = {bson_new(), 0, 0};
     store_find(s, "db", "c", NULL, collect_id, &c);
-    bson_t *want = simtest_json("{\"0\": {\"$minKey\": 1}, \"1\": null, \"2\": 1, \"3\": 2.5, \"4\": {\"$numberLong\": \"3\"}, "
+    bson_t *want =
+        simtest_json("{\"0\": {\"$minKey\": 1}, \"1\": null, \"2\": 1, \"3\": 2.5, \"4\": {\"$numberLong\": \"3\"}, "
                      "\"5\": \"a\", \"6\": \"b\", \"7\": {\"x\": 0, \"y\": 1}, \"8\": {\"x\": 1}, "
                      "\"9\": {\"$binary\": {\"base64\": \"AA==\", \"subType\": \"00\"}}, "
                      "\"10\": {\"$oid\": \"000000000000000000000001\"}, \"11\": false, \"12\": true, "
@@ -824,6 +822,13 @@ START_TEST(test_load_save_roundtrip)
     store_list_databases(t, grab_name, &dbs);
     ck_assert_int_eq(dbs.n, 2);
     ck_assert_str_eq(dbs.names[0], "d1");
+    /* Each collection keeps its UUID, as across a server's restart (a new one would look like a drop and a create
+     * to a reader that follows collections by UUID, such as oplog2pg's initial copy). */
+    uint8_t before[16], after[16];
+    ck_assert(store_collection_uuid(s, "d1", "x", before) && store_collection_uuid(t, "d1", "x", after));
+    ck_assert_mem_eq(before, after, 16);
+    ck_assert(store_collection_uuid(s, "d2", "z", before) && store_collection_uuid(t, "d2", "z", after));
+    ck_assert_mem_eq(before, after, 16);
     store_free(t);
 
     /* A collection and a database dropped after a save are gone from the next save: a restart from the state does
