@@ -203,13 +203,20 @@ bool copy_plan_store(pgconn *pg, const char *service, const run_ctx *rc, const p
     for (size_t i = 0; ok && i < p->n; i++) {
         char est[24];
         snprintf(est, sizeof est, "%lld", (long long)p->items[i].estimate);
-        const char *pp[5] = {service, p->items[i].db, p->items[i].coll, est,
-                             p->items[i].has_uuid ? (const char *)p->items[i].uuid : NULL};
-        const int lens[5] = {0, 0, 0, 0, 16}, fmts[5] = {0, 0, 0, 0, 1};
+        /* a time-series collection's options with it: a resumed copy needs them even once it is dropped */
+        const plan_item *it = &p->items[i];
+        const char *pp[7] = {service,
+                             it->db,
+                             it->coll,
+                             est,
+                             it->has_uuid ? (const char *)it->uuid : NULL,
+                             it->ts ? it->ts_time : NULL,
+                             it->ts && it->ts_meta[0] != '\0' ? it->ts_meta : NULL};
+        const int lens[7] = {0, 0, 0, 0, 16, 0, 0}, fmts[7] = {0, 0, 0, 0, 1, 0, 0};
         r = copy_query_params(pg,
-                              "INSERT INTO oplog2pg.copy_progress (service, db, coll, total_estimate, uuid) "
-                              "VALUES ($1, $2, $3, $4, $5::bytea)",
-                              5, pp, lens, fmts, 0);
+                              "INSERT INTO oplog2pg.copy_progress (service, db, coll, total_estimate, uuid, ts_time, "
+                              "ts_meta) VALUES ($1, $2, $3, $4, $5::bytea, $6, $7)",
+                              7, pp, lens, fmts, 0);
         ok = PQresultStatus(r) == PGRES_COMMAND_OK;
         PQclear(r);
     }

@@ -49,11 +49,11 @@ bool copy_jobs_load(pgconn *pg, const char *service, job **out, size_t *nout, ch
 {
     const char *p[1] = {service};
     /* last_id in binary (result format 1) so the BSON comes back byte for byte. */
-    PGresult *r =
-        copy_query_params(pg,
-                          "SELECT db, coll, last_id, copied, total_estimate, done, uuid FROM oplog2pg.copy_progress "
-                          "WHERE service = $1 ORDER BY db, coll",
-                          1, p, NULL, NULL, 1);
+    PGresult *r = copy_query_params(pg,
+                                    "SELECT db, coll, last_id, copied, total_estimate, done, uuid, ts_time, ts_meta "
+                                    "FROM oplog2pg.copy_progress "
+                                    "WHERE service = $1 ORDER BY db, coll",
+                                    1, p, NULL, NULL, 1);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         snprintf(err, errlen, "reading oplog2pg.copy_progress: %s", copy_pg_error(pg));
         copy_trim_nl(err);
@@ -72,6 +72,12 @@ bool copy_jobs_load(pgconn *pg, const char *service, job **out, size_t *nout, ch
         snprintf(j->src_db, sizeof j->src_db, "%s", j->db);
         snprintf(j->src_coll, sizeof j->src_coll, "%s", j->coll);
         j->ts = strncmp(j->coll, COPY_BUCKETS_PREFIX, COPY_BUCKETS_PREFIX_LEN) == 0;
+        if (j->ts && !PQgetisnull(r, row, 7)) {
+            /* the options listed at the plan (where the job is located, they are read again) */
+            snprintf(j->ts_time, sizeof j->ts_time, "%s", PQgetvalue(r, row, 7));
+            snprintf(j->ts_meta, sizeof j->ts_meta, "%s", PQgetisnull(r, row, 8) ? "" : PQgetvalue(r, row, 8));
+            j->ts_known = j->ts_time[0] != '\0';
+        }
         if (!PQgetisnull(r, row, 6) && PQgetlength(r, row, 6) == 16) {
             memcpy(j->uuid, PQgetvalue(r, row, 6), 16);
             j->has_uuid = true;

@@ -643,10 +643,6 @@ static bool ensure_table(copy_writer *w, const job *j, bool *retryable)
     pg_name nm;
     char why[120];
     *retryable = false;
-    if (j->ts && !j->ts_known) {
-        snprintf(w->err, sizeof w->err, "the options of time-series collection %s.%s were not read", j->db, coll);
-        return false;
-    }
     if (m != NULL) {
         nm = m->table.name;
     } else if (!names_map(j->db, coll, &nm, why, sizeof why)) {
@@ -664,13 +660,10 @@ static bool ensure_table(copy_writer *w, const job *j, bool *retryable)
         return false;
     }
     w->ts_name = nm;
-    const char *values[9] = {w->rc->cfg->service,
-                             j->db,
-                             coll,
-                             nm.schema,
-                             nm.table,
-                             j->ts_time,
-                             j->ts_meta[0] != '\0' ? j->ts_meta : NULL,
+    const char *values[9] = {w->rc->cfg->service, j->db, coll, nm.schema, nm.table,
+                             /* options not read (a copy planned by an earlier version, its collection since
+                              * dropped): those recorded with its table, else PostgreSQL says they are not known */
+                             j->ts_known ? j->ts_time : NULL, j->ts_known && j->ts_meta[0] != '\0' ? j->ts_meta : NULL,
                              w->ts_typed != NULL ? sink_tseries_typed_columns(w->ts_typed) : NULL,
                              m != NULL && m->table.adopt ? "true" : "false"};
     pthread_mutex_lock(&w->rc->ddl_mu);

@@ -295,6 +295,19 @@ BEGIN
 END
 $$;
 
+-- ts_time, ts_meta: a time-series collection's time and meta fields as listed when the copy was planned (NULL for
+-- other collections, and for copies of earlier versions): a copy resumed after the collection was dropped still
+-- makes its table, which the replay's bucket writes before the drop need (src/copy/worker.c, mark_dropped).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'oplog2pg.copy_progress'::regclass
+                   AND attname = 'ts_time' AND NOT attisdropped) THEN
+        ALTER TABLE oplog2pg.copy_progress ADD COLUMN IF NOT EXISTS ts_time text,
+                                           ADD COLUMN IF NOT EXISTS ts_meta text;
+    END IF;
+END
+$$;
+
 COMMENT ON TABLE oplog2pg.copy_progress IS
     'oplog2pg initial copy progress per collection: last _id committed (BSON), documents copied, done';
 

@@ -179,6 +179,35 @@ START_TEST(test_ts_copy)
 }
 END_TEST
 
+/* A time-series collection dropped while the daemon is down in the middle of its initial copy: the resumed copy marks
+ * it done with the options the plan recorded (the collection is listed nowhere now), and the replay drops its table;
+ * the service goes on. */
+START_TEST(test_ts_copy_dropped_while_down)
+{
+    denv e;
+    denv_start(&e, "tsq", NULL, NULL);
+    create_ts(&e, "rep_tsq_a", "w");
+    for (int station = 1; station <= 20; station++)
+        insert_measurements(&e, "rep_tsq_a", "w", station, 0, 49);
+    denv_insert_range(&e, "rep_tsq_a", "plain", 1, 1000);
+    denv_command(&e, "admin", BCON_NEW("mongosimDelay", BCON_INT32(1500))); /* a slow copy, killed half-way */
+    denv_daemon_start(&e);
+    ck_assert_msg(denv_wait_log(&e, "copy: rep_tsq_a.system.buckets.w started", 60), "the bucket copy did not start");
+    ck_assert(proc_signal(&e.daemon, SIGKILL));
+    ck_assert(proc_wait(&e.daemon, 30));
+    e.daemon.pid = 0;
+    denv_command(&e, "admin", BCON_NEW("mongosimDelay", BCON_INT32(0)));
+    denv_command(&e, "rep_tsq_a", BCON_NEW("drop", "w"));
+    denv_daemon_start(&e);
+    ck_assert_msg(denv_wait_caught_up(&e, 90), "the resumed copy did not reach tailing");
+    ck_assert_msg(!proc_wait(&e.daemon, 0.2), "the daemon stopped");
+    ck_assert_msg(!table_exists("rep_tsq_a", "w"), "the dropped collection's table is still there");
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.copy_progress WHERE service = 'rep_tsq' AND done"), 2);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsq_a.plain"), 1000);
+    denv_stop(&e);
+}
+END_TEST
+
 /* `status` names the time-series tables and the bucket documents kept; the metrics count the bucket changes and the
  * measurement rows they wrote. */
 START_TEST(test_ts_status_and_metrics)
@@ -900,6 +929,7 @@ Suite *timeseries_suite(void)
     tcase_add_test(tc, test_ts_typed_refused);
     tcase_add_test(tc, test_ts_typed_shape_changed);
     tcase_add_test(tc, test_ts_kept_document_checked);
+    tcase_add_test(tc, test_ts_copy_dropped_while_down);
     suite_add_tcase(s, tc);
     return s;
 }
