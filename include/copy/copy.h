@@ -128,8 +128,8 @@ void copy_state_free(copy_state *s);
 /* The collections a new copy would take (views, system collections, excluded ones and names without a PostgreSQL
  * name left out; a time-series collection listed by its own name, from its buckets collection DB.system.buckets.NAME
  * and that entry's options.timeseries, or from its own entry when it is viewless), for `infer-map`
- * (src/daemon/infer_cmd.c). *out is malloc'd (free it), in
- * MongoDB's listing order. False with err set when MongoDB cannot list them. */
+ * (src/daemon/infer_cmd.c). *out is malloc'd (free it), in MongoDB's listing order. False with err set when MongoDB
+ * cannot list them. */
 typedef struct _mongoc_client_t mongoc_client_t;
 typedef struct {
     char db[128], coll[256];

@@ -285,8 +285,9 @@ static int sample_timeseries(mongoc_client_t *client, const copy_collection *cc,
         bucket_rows_clear(&rows);
     }
     bson_error_t e;
-    if (code == EXIT_OK && cc->viewless && mongoc_cursor_error(cur, &e) && !mongo_error_refused(&e)) {
-        /* not a matter of rights: a server that does not read raw buckets (before 8.2) */
+    if (code == EXIT_OK && cc->viewless && mongoc_cursor_error(cur, &e) && !mongo_error_refused(&e) &&
+        !mongo_error_retryable(&e)) {
+        /* neither a matter of rights nor a passing fault: a server that does not read raw buckets (before 8.2) */
         fprintf(stderr,
                 "oplog2pg: infer-map: reading the buckets of viewless time-series collection %s.%s with rawData: "
                 "true: %s (a server that does not take rawData cannot be sampled)\n",

@@ -636,7 +636,7 @@ END_TEST
  * marked isTimeseries, the 8.0 bucket shapes): the initial copy lists it (listCollections type "timeseries" with a
  * UUID, no system.buckets.w) and reads its buckets with rawData, the measurements written before and during the
  * copy all arrive once; what is written while tailing (appends, new buckets, a delete of a measurement that
- * re-packs its bucket) is applied; the drop takes the table. */
+ * re-packs its bucket, an update of one: an applyOps of marked ops) is applied; the drop takes the table. */
 START_TEST(test_ts_viewless_sim)
 {
     const char *sim_args[] = {
@@ -662,13 +662,20 @@ START_TEST(test_ts_viewless_sim)
     denv_command(&e, "rep_tsw_a",
                  BCON_NEW("delete", "w", "deletes", "[", "{", "q", "{", "i", BCON_INT32(33), "}", "limit",
                           BCON_INT32(0), "}", "]"));
+    /* an update of a measurement: its bucket re-packed and a new bucket for it, in one applyOps of marked ops */
+    denv_command(&e, "rep_tsw_a",
+                 BCON_NEW("update", "w", "updates", "[", "{", "q", "{", "i", BCON_INT32(34), "}", "u", "{", "$set", "{",
+                          "v", BCON_DOUBLE(100.0), "}", "}", "}", "]"));
     ck_assert(denv_wait_caught_up(&e, 60));
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsw_a.w WHERE (meta->>'station')::int = 1"), 39);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsw_a.w WHERE (doc->>'i')::int = 34 AND "
+                                 "(doc->>'v')::float8 = 100 AND \"time\" = to_timestamp(1700000034)"),
+                     1);
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsw_a.w WHERE (doc->>'i')::int = 33"), 0);
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsw_a.w r, generate_series(0, 39) AS g(i) WHERE "
                                  "(r.meta->>'station')::int = 1 AND (r.doc->>'i')::int = g.i AND r.\"time\" = "
                                  "to_timestamp(1700000000 + g.i) AND (r.doc->>'v')::float8 = g.i / 4.0"),
-                     39);
+                     38);
     expect_measurements("rep_tsw_a.w", 2, 0, 19);
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM (SELECT bucket, max(pos) AS top, count(*) AS n FROM "
                                  "rep_tsw_a.w GROUP BY bucket) b WHERE b.top <> b.n - 1"),
@@ -1004,8 +1011,6 @@ Suite *timeseries_suite(void)
     tcase_add_test(tc, test_ts_format_80);
     tcase_add_test(tc, test_ts_real_dump);
     tcase_add_test(tc, test_ts_viewless);
-    tcase_add_test(tc, test_ts_viewless_sim);
-    tcase_add_test(tc, test_ts_viewless_no_rawdata);
     tcase_add_test(tc, test_ts_dead_letters);
     tcase_add_test(tc, test_ts_stream_copy_leaves_out);
     tcase_add_test(tc, test_ts_typed_50);
@@ -1016,5 +1021,11 @@ Suite *timeseries_suite(void)
     tcase_add_test(tc, test_ts_typed_shape_changed);
     tcase_add_test(tc, test_ts_kept_document_checked);
     suite_add_tcase(s, tc);
+    /* viewless time-series collections (mongosim --timeseries-viewless) */
+    TCase *vl = tcase_create("viewless");
+    tcase_set_timeout(vl, 240);
+    tcase_add_test(vl, test_ts_viewless_sim);
+    tcase_add_test(vl, test_ts_viewless_no_rawdata);
+    suite_add_tcase(s, vl);
     return s;
 }

@@ -1260,6 +1260,14 @@ static bool refuse_view_read(cmd_ctx *x, const char *coll)
                     x->db, coll);
         return false;
     }
+    uint8_t uuid[16];
+    if (k == STORE_NS_TIMESERIES && store_collection_uuid(x->srv->store, x->db, coll, uuid)) {
+        reply_error(x->r, 2,
+                    "mongosim does not read time-series collections: %s.%s is a viewless one, whose buckets a read "
+                    "with rawData: true returns",
+                    x->db, coll);
+        return false;
+    }
     if (k == STORE_NS_TIMESERIES) {
         reply_error(x->r, 2,
                     "mongosim does not read time-series collections: read %s.system.buckets.%s, which holds its "
