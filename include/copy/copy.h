@@ -127,14 +127,16 @@ void copy_state_free(copy_state *s);
 
 /* The collections a new copy would take (views, system collections, excluded ones and names without a PostgreSQL
  * name left out; a time-series collection listed by its own name, from its buckets collection DB.system.buckets.NAME
- * and that entry's options.timeseries), for `infer-map` (src/daemon/infer_cmd.c). *out is malloc'd (free it), in
- * MongoDB's listing order. False with err set when MongoDB cannot list them. */
+ * and that entry's options.timeseries, or from its own entry when it is viewless), for `infer-map`
+ * (src/daemon/infer_cmd.c). *out is malloc'd (free it), in MongoDB's listing order. False with err set when MongoDB
+ * cannot list them. */
 typedef struct _mongoc_client_t mongoc_client_t;
 typedef struct {
     char db[128], coll[256];
     bool ts;                         /* a time-series collection: coll is its name, buckets its buckets collection */
     char buckets[256];               /* "system.buckets.NAME" */
     char ts_time[256], ts_meta[256]; /* its timeField ("" when the entry lists none) and metaField ("" when none) */
+    bool viewless; /* a viewless time-series collection: no buckets collection; coll read with rawData: true */
 } copy_collection;
 bool copy_list_collections(mongoc_client_t *client, const nsfilter *filter, copy_collection **out, size_t *n, char *err,
                            size_t errlen);

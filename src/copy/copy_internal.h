@@ -58,11 +58,21 @@ typedef struct {
     bool ts;
     bool ts_known;
     char ts_time[256], ts_meta[256];
+    /* A viewless time-series collection (set where the job is located): its buckets are not a collection of their
+     * own but the collection src_coll without the "system.buckets." prefix, read with rawData: true. */
+    bool viewless;
 } job;
 
 /* "system.buckets.": the buckets of time-series collection NAME are db.system.buckets.NAME. */
 #define COPY_BUCKETS_PREFIX     "system.buckets."
 #define COPY_BUCKETS_PREFIX_LEN 15
+
+/* Whether a listCollections entry is a viewless time-series collection: type "timeseries" with a UUID in its info.
+ * A time-series collection with a view (MongoDB 5.0 to 8.x) is listed as type "timeseries" without one, beside its
+ * buckets collection system.buckets.NAME; a viewless one (featureFlagCreateViewlessTimeseriesCollections, the only
+ * layout from 9.0) is a collection of its own, with its UUID, and has no system.buckets.NAME (mongo
+ * jstests/core/timeseries/ddl/timeseries_list_collections.js). Its buckets are read with rawData: true. */
+bool copy_listed_viewless(const bson_t *entry);
 
 /* One shard of a sharded cluster's copy (the coordinator's alone). */
 typedef struct {
@@ -102,6 +112,7 @@ typedef struct {
     bool has_uuid;
     bool ts; /* the buckets of a time-series collection whose entry lists options.timeseries.timeField */
     char ts_time[256], ts_meta[256];
+    bool viewless; /* coll is "system.buckets.NAME" for a viewless time-series collection NAME (copy_listed_viewless) */
 } plan_item;
 
 typedef struct {

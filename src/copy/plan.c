@@ -48,6 +48,14 @@ bool copy_listed_timeseries(const bson_t *entry, char *time, size_t tlen, char *
     return time[0] != '\0';
 }
 
+bool copy_listed_viewless(const bson_t *entry)
+{
+    bson_iter_t it;
+    uint8_t uuid[16];
+    return bson_iter_init_find(&it, entry, "type") && BSON_ITER_HOLDS_UTF8(&it) &&
+           strcmp(bson_iter_utf8(&it, NULL), "timeseries") == 0 && copy_listed_uuid(entry, uuid);
+}
+
 static bool plan_add(plan *p, const char *db, const char *coll, int64_t estimate, const bson_t *entry)
 {
     if (p->n == p->cap) {
@@ -65,6 +73,7 @@ static bool plan_add(plan *p, const char *db, const char *coll, int64_t estimate
     it->has_uuid = entry != NULL && copy_listed_uuid(entry, it->uuid);
     it->ts = strncmp(coll, COPY_BUCKETS_PREFIX, COPY_BUCKETS_PREFIX_LEN) == 0 && entry != NULL &&
              copy_listed_timeseries(entry, it->ts_time, sizeof it->ts_time, it->ts_meta, sizeof it->ts_meta);
+    it->viewless = entry != NULL && copy_listed_viewless(entry);
     return true;
 }
 
@@ -91,7 +100,9 @@ bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, copy
             continue;
         }
         mongoc_database_t *db = mongoc_client_get_database(client, dbname);
-        bson_t *opts = BCON_NEW("filter", "{", "type", "collection", "}");
+        /* Every namespace (no type filter): the collections, and the time-series collections, of which a viewless
+         * one is listed as type "timeseries" only. Views are left out below. */
+        bson_t *opts = bson_new();
         mongoc_cursor_t *cur = mongoc_database_find_collections_with_opts(db, opts);
         const bson_t *doc;
         while (ok && mongoc_cursor_next(cur, &doc)) {
@@ -101,10 +112,17 @@ bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, copy
                 name = bson_iter_utf8(&it, NULL);
             if (bson_iter_init_find(&it, doc, "type") && BSON_ITER_HOLDS_UTF8(&it))
                 type = bson_iter_utf8(&it, NULL);
-            if (name == NULL || strcmp(type, "collection") != 0)
+            bool viewless = name != NULL && copy_listed_viewless(doc);
+            if (name == NULL || (strcmp(type, "collection") != 0 && !viewless))
                 continue;
             /* A time-series collection's buckets are copied into the collection's table, when the filter takes it
-             * (its view is not a collection; docs/timeseries.md). */
+             * (its view is not a collection; docs/timeseries.md). A viewless one's buckets are the collection
+             * itself, read with rawData: true; its copy goes by the name system.buckets.NAME all the same. */
+            char vname[COPY_BUCKETS_PREFIX_LEN + 256];
+            if (viewless) {
+                snprintf(vname, sizeof vname, "%s%s", COPY_BUCKETS_PREFIX, name);
+                name = vname;
+            }
             bool is_buckets = strncmp(name, COPY_BUCKETS_PREFIX, COPY_BUCKETS_PREFIX_LEN) == 0 &&
                               name[COPY_BUCKETS_PREFIX_LEN] != '\0';
             const char *target = is_buckets ? name + COPY_BUCKETS_PREFIX_LEN : name;
@@ -122,9 +140,12 @@ bool copy_plan_collections(mongoc_client_t *client, const nsfilter *filter, copy
                           strlen(name) >= sizeof p->items[0].coll ? "the name is longer than MongoDB allows" : why);
                 continue;
             }
-            mongoc_collection_t *coll = mongoc_database_get_collection(db, name);
+            mongoc_collection_t *coll = mongoc_database_get_collection(db, viewless ? target : name);
             bson_error_t ce;
-            int64_t n = mongoc_collection_estimated_document_count(coll, NULL, NULL, NULL, &ce);
+            bson_t *copts = viewless ? BCON_NEW("rawData", BCON_BOOL(true)) : NULL; /* its buckets, counted */
+            int64_t n = mongoc_collection_estimated_document_count(coll, copts, NULL, NULL, &ce);
+            if (copts != NULL)
+                bson_destroy(copts);
             if (n < 0) {
                 log_warning("copy: counting %s.%s: %s (the progress will have no estimate)", dbname, name, ce.message);
                 n = 0;
@@ -169,8 +190,10 @@ bool copy_list_collections(mongoc_client_t *client, const nsfilter *filter, copy
         snprintf(c[i].db, sizeof c[i].db, "%s", it->db);
         snprintf(c[i].coll, sizeof c[i].coll, "%s", buckets ? it->coll + COPY_BUCKETS_PREFIX_LEN : it->coll);
         if (buckets) {
-            /* a time-series collection: listed by its own name, read through its buckets */
+            /* a time-series collection: listed by its own name, read through its buckets (a viewless one's are the
+             * collection itself, read with rawData: true) */
             c[i].ts = true;
+            c[i].viewless = it->viewless;
             snprintf(c[i].buckets, sizeof c[i].buckets, "%s", it->coll);
             snprintf(c[i].ts_time, sizeof c[i].ts_time, "%s", it->ts ? it->ts_time : "");
             snprintf(c[i].ts_meta, sizeof c[i].ts_meta, "%s", it->ts ? it->ts_meta : "");

@@ -102,6 +102,8 @@ typedef struct {
     char db[128], coll[256];
     bool ts; /* the entry's options.timeseries, for a time-series collection's buckets */
     char ts_time[256], ts_meta[256];
+    bool here_viewless; /* the entry at the job's name is a viewless time-series collection */
+    bool viewless;      /* so is the entry whose UUID matched */
 } locate_ctx;
 
 static bool locate_entry(void *arg, const char *db, const bson_t *entry)
@@ -113,18 +115,32 @@ static bool locate_entry(void *arg, const char *db, const bson_t *entry)
         name = bson_iter_utf8(&it, NULL);
     if (bson_iter_init_find(&it, entry, "type") && BSON_ITER_HOLDS_UTF8(&it))
         type = bson_iter_utf8(&it, NULL);
-    if (name == NULL || strcmp(type, "collection") != 0)
+    /* A viewless time-series collection NAME stands for the buckets collection system.buckets.NAME the job names
+     * (copy_listed_viewless): the same buckets, under the collection's own name. */
+    bool viewless = name != NULL && copy_listed_viewless(entry);
+    if (name == NULL || (strcmp(type, "collection") != 0 && !viewless))
         return false;
-    if (lc->j->ts && strcmp(name, lc->j->src_coll) == 0 && strcmp(db, lc->j->src_db) == 0)
+    char vname[COPY_BUCKETS_PREFIX_LEN + 256];
+    if (viewless) {
+        snprintf(vname, sizeof vname, "%s%s", COPY_BUCKETS_PREFIX, name);
+        name = vname;
+    }
+    if (lc->j->ts && strcmp(name, lc->j->src_coll) == 0 && strcmp(db, lc->j->src_db) == 0) {
         lc->ts = copy_listed_timeseries(entry, lc->ts_time, sizeof lc->ts_time, lc->ts_meta, sizeof lc->ts_meta);
+        lc->here_viewless = viewless;
+    }
     uint8_t uuid[16];
     if (!lc->j->has_uuid || !copy_listed_uuid(entry, uuid) || memcmp(uuid, lc->j->uuid, 16) != 0) {
         lc->found = true; /* a collection of that name, not necessarily this one */
         return false;
     }
+    size_t nlen = strlen(name);
+    if (nlen >= sizeof lc->coll)
+        return false; /* longer than a namespace can be: not this job's collection */
     lc->found = lc->uuid_match = true;
+    lc->viewless = viewless;
     snprintf(lc->db, sizeof lc->db, "%s", db);
-    snprintf(lc->coll, sizeof lc->coll, "%s", name);
+    memcpy(lc->coll, name, nlen + 1);
     return true;
 }
 
@@ -135,6 +151,12 @@ static locate_result locate(worker *w, job *j)
     bson_t *filter = BCON_NEW("name", BCON_UTF8(j->src_coll));
     bool ok = each_listed(w, j->src_db, filter, locate_entry, &lc, &stopped);
     bson_destroy(filter);
+    if (ok && j->ts && !lc.found && strlen(j->src_coll) > COPY_BUCKETS_PREFIX_LEN) {
+        /* no system.buckets.NAME: a viewless time-series collection NAME holds the buckets */
+        filter = BCON_NEW("name", BCON_UTF8(j->src_coll + COPY_BUCKETS_PREFIX_LEN));
+        ok = each_listed(w, j->src_db, filter, locate_entry, &lc, &stopped);
+        bson_destroy(filter);
+    }
     if (!ok)
         return LOC_ERROR;
     if ((lc.uuid_match || (!j->has_uuid && lc.found)) && j->ts) {
@@ -145,6 +167,7 @@ static locate_result locate(worker *w, job *j)
         snprintf(j->ts_time, sizeof j->ts_time, "%s", lc.ts_time);
         snprintf(j->ts_meta, sizeof j->ts_meta, "%s", lc.ts_meta);
         j->ts_known = true;
+        j->viewless = lc.here_viewless;
     }
     if (lc.uuid_match)
         return LOC_HERE;
@@ -181,6 +204,7 @@ static locate_result locate(worker *w, job *j)
                j->db, j->coll, lc.db, lc.coll, at, then);
     snprintf(j->src_db, sizeof j->src_db, "%s", lc.db);
     snprintf(j->src_coll, sizeof j->src_coll, "%s", lc.coll);
+    j->viewless = lc.viewless;
     return LOC_MOVED;
 }
 
@@ -309,10 +333,15 @@ static pass_result copy_pass(worker *w, job *j, bool *retryable)
         return vanished_unknown(w, j);
     if (at_start == LOC_GONE)
         return mark_dropped(w, j, retryable);
-    mongoc_collection_t *coll = mongoc_client_get_collection(w->mongo, j->src_db, j->src_coll);
+    /* A viewless time-series collection's buckets: the collection itself, read with rawData: true (the server's way
+     * to read raw buckets, FCV 8.2 and later: mongo jstests/libs/raw_operation_utils.js) */
+    mongoc_collection_t *coll = mongoc_client_get_collection(
+        w->mongo, j->src_db, j->viewless ? j->src_coll + COPY_BUCKETS_PREFIX_LEN : j->src_coll);
     bson_t filter = BSON_INITIALIZER;
     bson_t opts = BSON_INITIALIZER;
     bson_t sub;
+    if (j->viewless)
+        BSON_APPEND_BOOL(&opts, "rawData", true);
     BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sub);
     BSON_APPEND_INT32(&sub, "_id", 1);
     bson_append_document_end(&opts, &sub);
@@ -473,6 +502,17 @@ static pass_result copy_pass(worker *w, job *j, bool *retryable)
     }
     if (loc != LOC_HERE) {
         res = PASS_MOVED;
+        goto drain;
+    }
+    if (cursor_failed && j->viewless && !mongo_error_retryable(&e)) {
+        /* A server that does not take rawData (before 8.2) cannot give a viewless collection's buckets: said as
+         * such, never read another way. */
+        snprintf(w->err, sizeof w->err,
+                 "reading the buckets of viewless time-series collection %s.%s with rawData: true, which MongoDB "
+                 "refused (%s); a server that keeps time-series collections viewless and does not take rawData "
+                 "cannot be copied (docs/timeseries.md)",
+                 j->src_db, j->src_coll + COPY_BUCKETS_PREFIX_LEN, e.message);
+        res = PASS_UNSUPPORTED;
         goto drain;
     }
     if (cursor_failed) {

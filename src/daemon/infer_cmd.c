@@ -7,8 +7,9 @@
  * their tables are the names an inferred table must avoid. Without NS, each of them that the file does not map yet
  * is inferred, in MongoDB's listing order; with NS, those named, each of which must be in that list and unmapped.
  * A time-series collection is in that list by its own name (from its buckets collection DB.system.buckets.NAME and
- * that entry's options.timeseries, as the copy takes it). A viewless one (8.3 and later: its buckets under its own
- * name, listed as type "timeseries") is not: the copy does not list it either, and mongosim has none.
+ * that entry's options.timeseries, as the copy takes it). A viewless one (its buckets under its own name, listed as
+ * type "timeseries" with a UUID: copy_listed_viewless) is in it too, and its buckets are read from the collection
+ * itself with rawData: true; a server that refuses that option is named in the message (cursor_outcome).
  *
  * Sampling: mongosim (tests/mongosim/commands.c) has no $sample stage (its aggregate takes $match, $count and
  * $group only), so the sample is a plain find with a limit: the first N documents in the server's natural order.
@@ -249,10 +250,12 @@ typedef struct {
 static int sample_timeseries(mongoc_client_t *client, const copy_collection *cc, uint32_t sample, infer_stats *s,
                              ts_sample *r)
 {
-    mongoc_collection_t *c = mongoc_client_get_collection(client, cc->db, cc->buckets);
+    mongoc_collection_t *c = mongoc_client_get_collection(client, cc->db, cc->viewless ? cc->coll : cc->buckets);
     bson_t filter = BSON_INITIALIZER;
     bson_t *opts =
         BCON_NEW("limit", BCON_INT64((int64_t)sample), "batchSize", BCON_INT32(sample < 100 ? (int32_t)sample : 100));
+    if (cc->viewless)
+        BSON_APPEND_BOOL(opts, "rawData", true); /* a viewless collection's buckets: read raw */
     mongoc_cursor_t *cur = mongoc_collection_find_with_opts(c, &filter, opts, NULL);
     const bucket_spec spec = {.time_field = cc->ts_time, .meta_field = cc->ts_meta[0] != '\0' ? cc->ts_meta : NULL};
     const bson_t *doc;
@@ -281,8 +284,18 @@ static int sample_timeseries(mongoc_client_t *client, const copy_collection *cc,
         }
         bucket_rows_clear(&rows);
     }
+    bson_error_t e;
+    if (code == EXIT_OK && cc->viewless && mongoc_cursor_error(cur, &e) && !mongo_error_refused(&e) &&
+        !mongo_error_retryable(&e)) {
+        /* neither a matter of rights nor a passing fault: a server that does not read raw buckets (before 8.2) */
+        fprintf(stderr,
+                "oplog2pg: infer-map: reading the buckets of viewless time-series collection %s.%s with rawData: "
+                "true: %s (a server that does not take rawData cannot be sampled)\n",
+                cc->db, cc->coll, e.message);
+        code = EXIT_CONFIG;
+    }
     if (code == EXIT_OK)
-        code = cursor_outcome(cur, cc->db, cc->buckets);
+        code = cursor_outcome(cur, cc->db, cc->viewless ? cc->coll : cc->buckets);
     mongoc_cursor_destroy(cur);
     bson_destroy(opts);
     bson_destroy(&filter);
@@ -330,7 +343,9 @@ static int infer_one(mongoc_client_t *client, names_ctx *x, const infer_cmd_opti
     strbuf_putc(out, '\n');
     if (cc->ts) {
         char bns[1700];
-        shown_ns(db, cc->buckets, bns, sizeof bns);
+        shown_ns(db, cc->viewless ? cc->coll : cc->buckets, bns, sizeof bns);
+        if (cc->viewless && strlen(bns) + sizeof " (viewless, read with rawData)" <= sizeof bns)
+            strcat(bns, " (viewless, read with rawData)");
         comment_line(out,
                      "%s: a time-series collection: %llu measurement%s unpacked from the first %llu bucket%s of %s", ns,
                      (unsigned long long)docs, docs == 1 ? "" : "s", (unsigned long long)tr.buckets,

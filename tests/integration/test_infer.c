@@ -19,6 +19,7 @@
 
 #include "../lib/daemonenv.h"
 #include "../lib/proc.h"
+#include "../lib/skip.h"
 #include "../lib/textfile.h"
 
 #define DB_A "rep_infer_a"
@@ -475,6 +476,53 @@ START_TEST(test_infer_map_timeseries)
 }
 END_TEST
 
+/* A viewless time-series collection (mongosim --timeseries-viewless: listed as type "timeseries" with a UUID, no
+ * system.buckets.NAME): infer-map lists it by its name, samples its measurements from its buckets read with rawData,
+ * and the map it writes is taken by the daemon, whose copy reads the buckets the same way. */
+START_TEST(test_infer_map_viewless)
+{
+    const char *sim_args[] = {
+        "--oplog-format", "8.0", "--timeseries-viewless", "--timeseries-bucket-max-count", "4", NULL};
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim's --timeseries-viewless");
+    denv e;
+    denv_start(&e, "inferv", sim_args, NULL);
+    denv_command(&e, "rep_inferv_a",
+                 BCON_NEW("create", "weather", "timeseries", "{", "timeField", "ts", "metaField", "sensor", "}"));
+    mongoc_client_t *c = mongoc_client_new(e.uri);
+    mongoc_collection_t *col = mongoc_client_get_collection(c, "rep_inferv_a", "weather");
+    for (int i = 0; i < 10; i++) {
+        char doc[300];
+        snprintf(doc, sizeof doc,
+                 "{\"ts\": {\"$date\": \"2026-11-29T10:%02d:00Z\"}, \"sensor\": {\"site\": \"A\", \"id\": %d}, "
+                 "\"temp\": %d.5}",
+                 i, i % 2, 20 + i);
+        insert_json(col, doc);
+    }
+    char *out, *err;
+    int code = run_infer(&e, "infer-map --sample 6", &out, &err);
+    ck_assert_msg(code == 0, "infer-map exited %d: %s", code, err);
+    expect_in(out, "[map rep_inferv_a.weather]\n; a time-series collection (timeField ts, metaField sensor)");
+    expect_in(out, "; rep_inferv_a.weather: a time-series collection: 6 measurements unpacked from the first ");
+    expect_in(out, " buckets of rep_inferv_a.weather (viewless, read with rawData)\n");
+    expect_in(out, "\ncolumn.sensor_site = text from sensor.site\n");
+    expect_in(out, "\ncolumn.sensor_id = integer from sensor.id\n");
+    expect_in(out, "\ncolumn.temp = double precision from temp\n");
+    ck_assert_msg(strstr(out, "from ts\n") == NULL, "%s", out);
+    append_file(e.ini, out);
+    denv_daemon_start(&e);
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_inferv_a.weather WHERE sensor_site = 'A' AND sensor_id IN "
+                                 "(0, 1) AND temp >= 20.5 AND \"time\" IS NOT NULL"),
+                     10);
+    free(out);
+    free(err);
+    mongoc_collection_destroy(col);
+    mongoc_client_destroy(c);
+    denv_stop(&e);
+}
+END_TEST
+
 Suite *infer_suite(void); /* called by the generated runner list */
 
 Suite *infer_suite(void)
@@ -485,6 +533,7 @@ Suite *infer_suite(void)
     tcase_add_test(tc, test_infer_map_then_run);
     tcase_add_test(tc, test_infer_map_all_and_errors);
     tcase_add_test(tc, test_infer_map_timeseries);
+    tcase_add_test(tc, test_infer_map_viewless);
     suite_add_tcase(s, tc);
     return s;
 }

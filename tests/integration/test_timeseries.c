@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../lib/daemonenv.h"
@@ -598,9 +599,10 @@ START_TEST(test_ts_real_dump)
 }
 END_TEST
 
-/* A viewless time-series collection (8.3 and later): its create and its buckets marked isTimeseries become its table
- * of measurements; a write to its name that is not marked (a server that does not mark them) is refused, never
- * written as a document into the table of measurements. */
+/* A viewless time-series collection: a write to its name that is not marked isTimeseries (a server that does not
+ * mark them) is refused, never written as a document into the table of measurements. The entries are written here by
+ * hand: mongosim marks every write of a viewless collection (its marked writes, the copy and the replay are
+ * test_ts_viewless_sim's). */
 START_TEST(test_ts_viewless)
 {
     const char *service = "rep_tsvl";
@@ -656,6 +658,122 @@ START_TEST(test_ts_viewless)
     bson_destroy(doc);
     sink_free(s);
     ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsvl_a.w"), 1);
+}
+END_TEST
+
+/* A viewless time-series collection (mongosim --timeseries-viewless: its buckets under its own name, the writes
+ * marked isTimeseries, the 8.0 bucket shapes): the initial copy lists it (listCollections type "timeseries" with a
+ * UUID, no system.buckets.w) and reads its buckets with rawData, the measurements written before and during the
+ * copy all arrive once; what is written while tailing (appends, new buckets, a delete of a measurement that
+ * re-packs its bucket, an update of one: an applyOps of marked ops) is applied; the drop takes the table. */
+START_TEST(test_ts_viewless_sim)
+{
+    const char *sim_args[] = {
+        "--oplog-format", "8.0", "--timeseries-viewless", "--timeseries-bucket-max-count", "8", NULL};
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim's --timeseries-viewless");
+    denv e;
+    denv_start(&e, "tsw", sim_args, NULL);
+    create_ts(&e, "rep_tsw_a", "w");
+    insert_measurements(&e, "rep_tsw_a", "w", 1, 0, 29);
+    insert_measurements(&e, "rep_tsw_a", "w", 2, 0, 9);
+    denv_insert_range(&e, "rep_tsw_a", "plain", 1, 3);
+    denv_daemon_start(&e);
+    insert_measurements(&e, "rep_tsw_a", "w", 2, 10, 19); /* perhaps while the copy runs */
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.copy_progress WHERE service = 'rep_tsw' AND coll = "
+                                 "'system.buckets.w' AND done"),
+                     1);
+    expect_measurements("rep_tsw_a.w", 1, 0, 29);
+    expect_measurements("rep_tsw_a.w", 2, 0, 19);
+
+    insert_measurements(&e, "rep_tsw_a", "w", 1, 30, 39);
+    denv_command(&e, "rep_tsw_a",
+                 BCON_NEW("delete", "w", "deletes", "[", "{", "q", "{", "i", BCON_INT32(33), "}", "limit",
+                          BCON_INT32(0), "}", "]"));
+    /* an update of a measurement: its bucket re-packed and a new bucket for it, in one applyOps of marked ops */
+    denv_command(&e, "rep_tsw_a",
+                 BCON_NEW("update", "w", "updates", "[", "{", "q", "{", "i", BCON_INT32(34), "}", "u", "{", "$set", "{",
+                          "v", BCON_DOUBLE(100.0), "}", "}", "}", "]"));
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsw_a.w WHERE (meta->>'station')::int = 1"), 39);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsw_a.w WHERE (doc->>'i')::int = 34 AND "
+                                 "(doc->>'v')::float8 = 100 AND \"time\" = to_timestamp(1700000034)"),
+                     1);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsw_a.w WHERE (doc->>'i')::int = 33"), 0);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsw_a.w r, generate_series(0, 39) AS g(i) WHERE "
+                                 "(r.meta->>'station')::int = 1 AND (r.doc->>'i')::int = g.i AND r.\"time\" = "
+                                 "to_timestamp(1700000000 + g.i) AND (r.doc->>'v')::float8 = g.i / 4.0"),
+                     38);
+    expect_measurements("rep_tsw_a.w", 2, 0, 19);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM (SELECT bucket, max(pos) AS top, count(*) AS n FROM "
+                                 "rep_tsw_a.w GROUP BY bucket) b WHERE b.top <> b.n - 1"),
+                     0);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.timeseries WHERE schema_name = 'rep_tsw_a' AND "
+                                 "table_name = 'w' AND time_field = 't' AND meta_field = 'm'"),
+                     1);
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.timeseries_bucket WHERE schema_name = 'rep_tsw_a'"),
+                     denv_pg_int("SELECT count(DISTINCT bucket) FROM rep_tsw_a.w"));
+    ck_assert_msg(!table_exists("rep_tsw_a", "system.buckets.w"), "a table for the buckets");
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.dead_letter WHERE service = 'rep_tsw'"), 0);
+    denv_expect_match(&e); /* the plain collection */
+
+    denv_drop_collection(&e, "rep_tsw_a", "w");
+    ck_assert(denv_wait_caught_up(&e, 60));
+    ck_assert_msg(!table_exists("rep_tsw_a", "w"), "the dropped collection's table is still there");
+    ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM oplog2pg.timeseries_bucket WHERE schema_name = 'rep_tsw_a'"), 0);
+    denv_stop(&e);
+}
+END_TEST
+
+/* A server that keeps a time-series collection viewless but does not take rawData (mongosim without
+ * --timeseries-viewless answers it 40415, as servers before 8.2 do; the collection is loaded with --data, its
+ * options those of a viewless one): the copy stops (exit 5) saying that it could not read the buckets and why,
+ * nothing of the collection written and no checkpoint. */
+START_TEST(test_ts_viewless_no_rawdata)
+{
+    if (!denv_using_sim())
+        SKIP_TEST("needs mongosim --data");
+    char data[300], path[400];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(data, sizeof data, "%s/tsr-data.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(data));
+    snprintf(path, sizeof path, "%s/rep_tsr_a", data);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/rep_tsr_a/w.metadata.json", data);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"options\": {\"clusteredIndex\": true, \"timeseries\": {\"timeField\": \"t\", \"granularity\": "
+          "\"seconds\", \"bucketMaxSpanSeconds\": 3600}}}",
+          f);
+    ck_assert_int_eq(fclose(f), 0);
+    bson_oid_t oid;
+    bson_oid_init_from_string(&oid, "65a1b2c3d4e5f60718293a4b");
+    bson_t *bucket = BCON_NEW("_id", BCON_OID(&oid), "control", "{", "version", BCON_INT32(1), "min", "{", "t",
+                              BCON_DATE_TIME(T0_MS), "}", "max", "{", "t", BCON_DATE_TIME(T0_MS), "}", "}", "data", "{",
+                              "t", "{", "0", BCON_DATE_TIME(T0_MS), "}", "v", "{", "0", BCON_INT32(7), "}", "}");
+    snprintf(path, sizeof path, "%s/rep_tsr_a/w.bson", data);
+    f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(bson_get_data(bucket), 1, bucket->len, f), bucket->len);
+    ck_assert_int_eq(fclose(f), 0);
+    bson_destroy(bucket);
+
+    const char *sim_args[] = {"--oplog-format", "8.0", "--data", data, NULL};
+    denv e;
+    denv_start(&e, "tsr", sim_args, NULL);
+    denv_daemon_start(&e);
+    ck_assert_msg(proc_wait(&e.daemon, 60), "the daemon did not stop");
+    ck_assert_int_eq(proc_exit_code(&e.daemon), EXIT_UNSUPPORTED);
+    e.daemon.pid = 0;
+    ck_assert_msg(denv_file_contains(e.log, "reading the buckets of viewless time-series collection rep_tsr_a.w with "
+                                            "rawData: true, which MongoDB refused"),
+                  "the log does not say why");
+    ck_assert_msg(denv_file_contains(e.log, "rawData' is an unknown field"), "the log does not give the refusal");
+    ck_assert_uint_eq(denv_checkpoint_ts(e.service), 0);
+    if (table_exists("rep_tsr_a", "w")) /* made before the read, perhaps: then empty */
+        ck_assert_int_eq(denv_pg_int("SELECT count(*) FROM rep_tsr_a.w"), 0);
+    denv_stop(&e);
 }
 END_TEST
 
@@ -931,5 +1049,11 @@ Suite *timeseries_suite(void)
     tcase_add_test(tc, test_ts_kept_document_checked);
     tcase_add_test(tc, test_ts_copy_dropped_while_down);
     suite_add_tcase(s, tc);
+    /* viewless time-series collections (mongosim --timeseries-viewless) */
+    TCase *vl = tcase_create("viewless");
+    tcase_set_timeout(vl, 240);
+    tcase_add_test(vl, test_ts_viewless_sim);
+    tcase_add_test(vl, test_ts_viewless_no_rawdata);
+    suite_add_tcase(s, vl);
     return s;
 }

@@ -1260,6 +1260,14 @@ static bool refuse_view_read(cmd_ctx *x, const char *coll)
                     x->db, coll);
         return false;
     }
+    uint8_t uuid[16];
+    if (k == STORE_NS_TIMESERIES && store_collection_uuid(x->srv->store, x->db, coll, uuid)) {
+        reply_error(x->r, 2,
+                    "mongosim does not read time-series collections: %s.%s is a viewless one, whose buckets a read "
+                    "with rawData: true returns",
+                    x->db, coll);
+        return false;
+    }
     if (k == STORE_NS_TIMESERIES) {
         reply_error(x->r, 2,
                     "mongosim does not read time-series collections: read %s.system.buckets.%s, which holds its "
@@ -1267,6 +1275,35 @@ static bool refuse_view_read(cmd_ctx *x, const char *coll)
                     x->db, coll);
         return false;
     }
+    return true;
+}
+
+/* rawData: true on find, count and aggregate (featureFlagRawDataCrudOperations, FCV 8.2 and later): the reads of a
+ * time-series collection see its buckets, not its measurements; on a viewless one they read the collection itself,
+ * on one with a view its system.buckets.NAME; on any other namespace the option changes nothing
+ * (jstests/libs/raw_operation_utils.js: "getTimeseriesCollForRawOps acts as a no-op and simply returns the original
+ * coll"; jstests/core/timeseries/ddl/timeseries_list_collections_rawdata.js). mongosim takes it only with
+ * --timeseries-viewless, which stands for such a server; without it, as a server before 8.2, the field is unknown to
+ * the command's strict IDL parser: 40415 "BSON field '<command>.rawData' is an unknown field.". *coll is pointed at
+ * the namespace to read (buf when it is the buckets collection). False after replying. */
+static bool raw_data_target(cmd_ctx *x, const char *command, const char **coll, char *buf, size_t len, bool *raw)
+{
+    bson_iter_t it;
+    *raw = false;
+    if (!bson_iter_init_find(&it, x->cmd, "rawData"))
+        return true;
+    if (!store_ts_viewless(x->srv->store)) {
+        reply_error(x->r, 40415, "BSON field '%s.rawData' is an unknown field.", command);
+        return false;
+    }
+    if (!bson_iter_as_bool(&it) || store_ns_kind_of(x->srv->store, x->db, *coll) != STORE_NS_TIMESERIES)
+        return true;
+    uint8_t uuid[16];
+    *raw = true;
+    if (store_collection_uuid(x->srv->store, x->db, *coll, uuid))
+        return true; /* viewless: the collection holds the buckets */
+    snprintf(buf, len, "system.buckets.%s", *coll);
+    *coll = buf;
     return true;
 }
 
@@ -1504,7 +1541,9 @@ static void h_find(cmd_ctx *x)
         reply_oplog_batch(x->srv, x->r, cur, true, batch, single);
         return;
     }
-    if (!refuse_view_read(x, coll))
+    char raw_buf[300];
+    bool raw;
+    if (!raw_data_target(x, "find", &coll, raw_buf, sizeof raw_buf, &raw) || (!raw && !refuse_view_read(x, coll)))
         return;
     if (opt_bool(x->cmd, "tailable")) {
         reply_error(x->r, 2, "error processing query: tailable cursor requested on non capped collection");
@@ -1731,7 +1770,10 @@ static void h_count(cmd_ctx *x)
         return;
     bson_t query;
     bool present;
-    if (!opt_doc(x->cmd, "query", &query, &present) || !check_coll_filter(x, &query) || !refuse_view_read(x, coll))
+    char raw_buf[300];
+    bool raw;
+    if (!opt_doc(x->cmd, "query", &query, &present) || !check_coll_filter(x, &query) ||
+        !raw_data_target(x, "count", &coll, raw_buf, sizeof raw_buf, &raw) || (!raw && !refuse_view_read(x, coll)))
         return;
     int64_t n = strcmp(x->db, "local") == 0 && strcmp(coll, "oplog.rs") == 0
                     ? (int64_t)oplog_count(x->srv->oplog)
@@ -1753,7 +1795,10 @@ static void h_aggregate(cmd_ctx *x)
     }
     const char *coll = coll_name(x);
     bson_iter_t stages;
-    if (!coll || !array_field(x, "pipeline", &stages) || !refuse_view_read(x, coll))
+    char raw_buf[300];
+    bool raw;
+    if (!coll || !array_field(x, "pipeline", &stages) ||
+        !raw_data_target(x, "aggregate", &coll, raw_buf, sizeof raw_buf, &raw) || (!raw && !refuse_view_read(x, coll)))
         return;
     bson_t match = BSON_INITIALIZER, out = BSON_INITIALIZER;
     bool have_out = false, bad = false;

@@ -29,6 +29,8 @@ static void usage(FILE *out)
             "                           (time-series buckets as each writes them: README \"Time-series\")\n"
             "  --timeseries-bucket-max-count N  measurements per time-series bucket (the server's\n"
             "                           timeseriesBucketMaxCount; default 1000)\n"
+            "  --timeseries-viewless    time-series collections are viewless (their buckets under their own\n"
+            "                           name, entries marked isTimeseries) and rawData reads are taken\n"
             "  --noop-interval SECS     periodic noop entries (default 0 = off)\n"
             "  --max-oplog-entries N    cap the oplog (oldest removed; default 0 = unlimited)\n"
             "  --oplog FILE.bson        append these entries (a mongodump of local.oplog.rs) at start\n"
@@ -79,6 +81,7 @@ int main(int argc, char **argv)
         {"flavor", required_argument, NULL, 'F'},
         {"refuse-cluster-stream", no_argument, NULL, 'C'},
         {"timeseries-bucket-max-count", required_argument, NULL, 'T'},
+        {"timeseries-viewless", no_argument, NULL, 'V'},
         {"tls-cert", required_argument, NULL, 'K'},
         {"tls-ca", required_argument, NULL, 'A'},
         {"verbose", no_argument, NULL, 'v'},
@@ -131,6 +134,9 @@ int main(int argc, char **argv)
             opts.ts_bucket_max_count = (int32_t)v;
             break;
         }
+        case 'V':
+            opts.ts_viewless = true;
+            break;
         case 'n':
             opts.noop_interval = strtod(optarg, &end);
             if (*end || opts.noop_interval < 0) {

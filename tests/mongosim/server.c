@@ -1122,6 +1122,7 @@ sim_server *sim_server_new(const sim_options *opts, struct ev_loop *loop, bson_e
     srv->rng = opts->seed;
     srv->store = store_new(opts->format);
     store_set_ts_bucket_max_count(srv->store, opts->ts_bucket_max_count);
+    store_set_ts_viewless(srv->store, opts->ts_viewless);
     srv->oplog = oplog_new();
     srv->images = images_new();
     store_set_image_hook(srv->store, images_pending, srv->images);

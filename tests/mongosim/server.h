@@ -33,6 +33,7 @@ typedef struct {
     const char *refuse_stage;    /* an aggregate stage answered as unknown (40324), as an older server does; NULL */
     sim_flavor flavor;           /* SIM_FLAVOR_MONGODB */
     int32_t ts_bucket_max_count; /* timeseriesBucketMaxCount (--timeseries-bucket-max-count); 0: the server's 1000 */
+    bool ts_viewless;            /* time-series collections are viewless, rawData reads taken (--timeseries-viewless) */
     bool refuse_cluster_stream;  /* a cluster-wide $changeStream is refused (13 Unauthorized), as to a user whose roles
                                   * grant changeStream and find on some databases only (--refuse-cluster-stream) */
     const char *tls_cert;        /* PEM with the server's certificate (chain) and key: serve TLS only (--tls-cert) */

@@ -81,7 +81,18 @@ struct sim_store {
     /* time-series buckets open for inserts (tsbucket.c), and timeseriesBucketMaxCount (0: the server's 1000) */
     ts_catalog *ts;
     int32_t ts_max_count;
+    bool ts_viewless; /* --timeseries-viewless: a time-series collection is created viewless */
 };
+
+void store_set_ts_viewless(sim_store *store, bool on)
+{
+    store->ts_viewless = on;
+}
+
+bool store_ts_viewless(const sim_store *store)
+{
+    return store->ts_viewless;
+}
 
 void store_set_ts_bucket_max_count(sim_store *store, int32_t n)
 {
@@ -463,8 +474,23 @@ static bool check_ns(const char *db, const char *coll, bson_error_t *err)
  * Oplog bodies
  * ------------------------------------------------------------------------------------------------------------- */
 
+/* A viewless time-series collection (--timeseries-viewless; featureFlagCreateViewlessTimeseriesCollections, the only
+ * layout from 9.0): a collection under the time-series collection's own name holding its buckets, with the buckets
+ * collection's options (`timeseries` among them). A collection with `timeseries` options under any other name than
+ * system.buckets.* is one. */
+static bool coll_viewless(const scoll *c)
+{
+    bson_iter_t it;
+    return c->options != NULL && strncmp(c->name, "system.buckets.", 15) != 0 &&
+           bson_iter_init_find(&it, c->options, "timeseries");
+}
+
+/* mark: isTimeseries: true, which a server with featureFlagMarkTimeseriesEventsInOplog (8.3 and later) puts on the
+ * entries of a viewless time-series collection: its create, index builds, collMod, drop and bucket writes (mongo
+ * jstests/core/timeseries/write/timeseries_viewless_oplog_entries.js: "Tests expected operations on time-series
+ * collections produce oplog entries with isTimeseries set to true"; the DurableReplOperation field isTimeseries). */
 static void emit_body(store_emit_fn emit, void *ctx, const char *op, const char *ns, const uint8_t *uuid,
-                      const bson_t *o, const bson_t *o2)
+                      const bson_t *o, const bson_t *o2, bool mark)
 {
     if (!emit)
         return;
@@ -476,15 +502,17 @@ static void emit_body(store_emit_fn emit, void *ctx, const char *op, const char 
     BSON_APPEND_DOCUMENT(&body, "o", o);
     if (o2)
         BSON_APPEND_DOCUMENT(&body, "o2", o2);
+    if (mark)
+        BSON_APPEND_BOOL(&body, "isTimeseries", true);
     emit(ctx, &body);
     bson_destroy(&body);
 }
 
 static void emit_cmd(store_emit_fn emit, void *ctx, const char *db, const uint8_t *uuid, const bson_t *o,
-                     const bson_t *o2)
+                     const bson_t *o2, bool mark)
 {
     char *ns = bson_strdup_printf("%s.$cmd", db);
-    emit_body(emit, ctx, "c", ns, uuid, o, o2);
+    emit_body(emit, ctx, "c", ns, uuid, o, o2, mark);
     bson_free(ns);
 }
 
@@ -506,7 +534,7 @@ static void emit_create(store_emit_fn emit, void *ctx, const char *db, const sco
         BSON_APPEND_UTF8(&idx, "name", "_id_");
         bson_append_document_end(&o, &idx);
     }
-    emit_cmd(emit, ctx, db, c->uuid, &o, NULL);
+    emit_cmd(emit, ctx, db, c->uuid, &o, NULL, coll_viewless(c));
     bson_destroy(&o);
 }
 
@@ -515,7 +543,7 @@ static void emit_drop(store_emit_fn emit, void *ctx, const char *db, const scoll
     bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&o, "drop", c->name);
     BSON_APPEND_INT32(&o2, "numRecords", (int32_t)c->count);
-    emit_cmd(emit, ctx, db, c->uuid, &o, &o2);
+    emit_cmd(emit, ctx, db, c->uuid, &o, &o2, coll_viewless(c));
     bson_destroy(&o);
     bson_destroy(&o2);
 }
@@ -524,7 +552,7 @@ static void emit_doc_op(store_emit_fn emit, void *ctx, const char *op, const cha
                         const bson_t *o2)
 {
     char *ns = bson_strdup_printf("%s.%s", db, c->name);
-    emit_body(emit, ctx, op, ns, c->uuid, o, o2);
+    emit_body(emit, ctx, op, ns, c->uuid, o, o2, coll_viewless(c));
     bson_free(ns);
 }
 
@@ -718,8 +746,9 @@ bool store_collection_uuid(const sim_store *store, const char *db, const char *c
 
 store_ns_kind store_ns_kind_of(const sim_store *store, const char *db, const char *coll)
 {
-    if (coll_get(store, db, coll))
-        return STORE_NS_COLLECTION;
+    const scoll *c = coll_get(store, db, coll);
+    if (c)
+        return coll_viewless(c) ? STORE_NS_TIMESERIES : STORE_NS_COLLECTION;
     tnode *v = view_node(store, db, coll);
     if (!v)
         return STORE_NS_NONE;
@@ -730,7 +759,13 @@ store_ns_kind store_ns_kind_of(const sim_store *store, const char *db, const cha
  * time-series collection other than an insert (mongosim models inserts only). */
 static bool refuse_view_write(const sim_store *s, const char *db, const char *coll, const char *what, bson_error_t *err)
 {
-    tnode *v = coll_get(s, db, coll) ? NULL : view_node(s, db, coll);
+    const scoll *c = coll_get(s, db, coll);
+    if (c && coll_viewless(c)) {
+        bson_set_error(err, 0, 2, "mongosim does not support %s on the time-series collection %s.%s (only inserts)",
+                       what, db, coll);
+        return true;
+    }
+    tnode *v = c ? NULL : view_node(s, db, coll);
     if (!v)
         return false;
     if (view_buckets(s, db, coll, v->doc))
@@ -861,7 +896,10 @@ bool store_insert_many(sim_store *store, const char *db, const char *coll, const
         *placed = 1;
         return false;
     }
-    if (!coll_get(store, db, coll)) {
+    scoll *vl = coll_get(store, db, coll);
+    if (vl && coll_viewless(vl))
+        return insert_measurements(store, db, vl, docs, n, ordered, emit, stmt, ctx, errs, placed);
+    if (!vl) {
         tnode *v = view_node(store, db, coll);
         scoll *b = v ? view_buckets(store, db, coll, v->doc) : NULL;
         if (b)
@@ -888,7 +926,14 @@ bool store_insert(sim_store *store, const char *db, const char *coll, const bson
     bson_t *d;
     if (!check_ns(db, coll, err))
         return false;
-    if (!coll_get(store, db, coll)) {
+    scoll *vl = coll_get(store, db, coll);
+    if (vl && coll_viewless(vl)) {
+        const bson_t *one[1] = {doc};
+        size_t placed;
+        bool ok = insert_measurements(store, db, vl, one, 1, true, emit, NULL, ctx, err, &placed);
+        return ok && err->code == 0;
+    }
+    if (!vl) {
         tnode *v = view_node(store, db, coll);
         if (v) {
             scoll *b = view_buckets(store, db, coll, v->doc);
@@ -1158,8 +1203,11 @@ static bool ts_meta_query(const bson_t *q, const char *meta, bson_error_t *err)
 /* The buckets collection of the time-series collection db.coll, its options and the _ids of its buckets in order. */
 static scoll *ts_buckets_of(sim_store *s, const char *db, const char *coll, bson_t *ts, bson_error_t *err)
 {
-    tnode *v = coll_get(s, db, coll) ? NULL : view_node(s, db, coll);
-    scoll *b = v ? view_buckets(s, db, coll, v->doc) : NULL;
+    scoll *b = coll_get(s, db, coll);
+    if (b == NULL || !coll_viewless(b)) {
+        tnode *v = b ? NULL : view_node(s, db, coll);
+        b = v ? view_buckets(s, db, coll, v->doc) : NULL;
+    }
     if (!b || !ddl_timeseries_of(b->options, ts)) {
         bson_set_error(err, 0, 2, "%s.%s is not a time-series collection", db, coll);
         return NULL;
@@ -1523,6 +1571,25 @@ bool store_create_cmd(sim_store *store, const char *db, const char *coll, const 
         ok = true;
     } else if (d.kind == DDL_VIEW) {
         ok = insert_view(store, db, coll, d.view_on, &d.pipeline, emit, ctx, err);
+    } else if (store->ts_viewless) {
+        /* A viewless time-series collection (featureFlagCreateViewlessTimeseriesCollections): one collection under
+         * its own name with the buckets collection's options, logged as a create of NAME marked isTimeseries, then
+         * its default index (marked too) (jstests/core/timeseries/write/timeseries_viewless_oplog_entries.js finds the
+         * create {op: "c", ns: "DB.$cmd", o.create, isTimeseries: true} and the meta index's createIndexes; no
+         * system.buckets.NAME and no view: jstests/core/timeseries/ddl/timeseries_list_collections.js). */
+        scoll *b = coll_new(store, db, coll);
+        b->options = bson_copy(&d.options);
+        b->clustered = true;
+        catalog_add(store, db, b);
+        emit_create(emit, ctx, db, b);
+        if (d.has_index) {
+            bson_t o = BSON_INITIALIZER;
+            BSON_APPEND_UTF8(&o, "createIndexes", b->name);
+            bson_concat(&o, &d.index);
+            emit_cmd(emit, ctx, db, b->uuid, &o, NULL, true);
+            bson_destroy(&o);
+        }
+        ok = true;
     } else {
         /* _createTimeseries: the buckets collection, its default index (with a metaField), then the view. */
         scoll *b = coll_new(store, db, d.view_on);
@@ -1535,7 +1602,7 @@ bool store_create_cmd(sim_store *store, const char *db, const char *coll, const 
             bson_t o = BSON_INITIALIZER;
             BSON_APPEND_UTF8(&o, "createIndexes", b->name);
             bson_concat(&o, &d.index);
-            emit_cmd(emit, ctx, db, b->uuid, &o, NULL);
+            emit_cmd(emit, ctx, db, b->uuid, &o, NULL, false);
             bson_destroy(&o);
         }
         ok = insert_view(store, db, coll, d.view_on, &d.pipeline, emit, ctx, err);
@@ -1575,7 +1642,7 @@ bool store_coll_mod_images(sim_store *store, const char *db, const char *coll, b
     if (c->options)
         bson_destroy(c->options);
     c->options = next;
-    emit_cmd(emit, ctx, db, c->uuid, &o, &o2);
+    emit_cmd(emit, ctx, db, c->uuid, &o, &o2, coll_viewless(c));
     bson_destroy(&o);
     bson_destroy(&o2);
     return true;
@@ -1631,7 +1698,7 @@ static void emit_rename(store_emit_fn emit, void *ctx, const char *db, const uin
         BSON_APPEND_BINARY(&o, "dropTarget", BSON_SUBTYPE_UUID, dropped->uuid, 16);
         BSON_APPEND_INT32(&o2, "numRecords", (int32_t)dropped->count);
     }
-    emit_cmd(emit, ctx, db, uuid, &o, dropped ? &o2 : NULL);
+    emit_cmd(emit, ctx, db, uuid, &o, dropped ? &o2 : NULL, false);
     bson_destroy(&o);
     bson_destroy(&o2);
 }
@@ -1730,7 +1797,7 @@ bool store_drop_database(sim_store *store, const char *db, store_emit_fn emit, v
         emit_drop(emit, ctx, db, d->colls[i]);
     bson_t o = BSON_INITIALIZER;
     BSON_APPEND_INT32(&o, "dropDatabase", 1);
-    emit_cmd(emit, ctx, db, NULL, &o, NULL);
+    emit_cmd(emit, ctx, db, NULL, &o, NULL, false);
     bson_destroy(&o);
     db_free(d);
     memmove(&store->dbs[pos], &store->dbs[pos + 1], (store->n - pos - 1) * sizeof *store->dbs);
@@ -1985,6 +2052,16 @@ void store_list_namespaces(const sim_store *store, const char *db, store_ns_fn f
         e->info.type = "collection";
         e->info.uuid = c->uuid;
         e->info.id_index = !c->clustered;
+        if (coll_viewless(c)) {
+            /* A viewless time-series collection: {type: "timeseries", options: its options without the validator
+             * (clusteredIndex: true stays: "TODO(SERVER-105339): listCollections should not return clusteredIndex
+             * field"), info: {readOnly: false, uuid}}, and no system.buckets.NAME beside it
+             * (jstests/core/timeseries/ddl/timeseries_list_collections.js). */
+            e->info.type = "timeseries";
+            e->options = bson_new();
+            bson_copy_to_excluding_noinit(c->options, e->options, "validator", NULL);
+            continue;
+        }
         e->options = c->options ? bson_copy(c->options) : bson_new();
     }
     scoll *views = coll_get(store, db, SYSTEM_VIEWS);

@@ -91,6 +91,10 @@ bool store_ts_update(sim_store *store, const char *db, const char *coll, const b
                      void *ctx, bson_error_t *err);
 /* The server's startup parameter timeseriesBucketMaxCount (--timeseries-bucket-max-count; 0: 1000). */
 void store_set_ts_bucket_max_count(sim_store *store, int32_t n);
+/* --timeseries-viewless: a create with `timeseries` makes a viewless time-series collection (README "Viewless
+ * time-series collections"); store_ts_viewless says whether it is on. */
+void store_set_ts_viewless(sim_store *store, bool on);
+bool store_ts_viewless(const sim_store *store);
 bool store_insert(sim_store *store, const char *db, const char *coll, const bson_t *doc, store_emit_fn emit, void *ctx,
                   bson_error_t *err);
 

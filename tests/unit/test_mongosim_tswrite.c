@@ -22,6 +22,7 @@ Suite *mongosim_tswrite_suite(void);
 static sim_server *srv;
 static pthread_t thr;
 static mongoc_client_t *client;
+static bool start_viewless; /* the next start() runs with --timeseries-viewless */
 
 static void *run(void *arg)
 {
@@ -35,6 +36,7 @@ static void start(sim_oplog_format fmt, int32_t max_count)
     sim_options_init(&opts);
     opts.format = fmt;
     opts.ts_bucket_max_count = max_count;
+    opts.ts_viewless = start_viewless;
     bson_error_t err;
     srv = sim_server_new(&opts, NULL, &err);
     ck_assert_msg(srv, "sim_server_new: %s", err.message);
@@ -971,6 +973,154 @@ START_TEST(test_many_columns)
 }
 END_TEST
 
+/* The reply of a command (ok or not): *code is its error code (0 when it worked). The caller destroys reply. */
+static void command(const char *db, const char *json, bson_t *reply, int *code)
+{
+    bson_t *cmd = simtest_json(json);
+    bson_error_t err;
+    *code = mongoc_client_command_simple(client, db, cmd, NULL, reply, &err) ? 0 : (int)err.code;
+    bson_destroy(cmd);
+}
+
+static bool marked(const bson_t *e)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, e, "isTimeseries") && BSON_ITER_HOLDS_BOOL(&it) && bson_iter_bool(&it);
+}
+
+/* --timeseries-viewless: a create with `timeseries` makes a collection under the name itself, logged as a create of
+ * w (the buckets collection's options) and its meta index, both marked isTimeseries, with no system.buckets.w and no
+ * view; the bucket writes of inserts and deletes are the 8.0 shapes on db.w, marked; listCollections shows w as type
+ * "timeseries" with its uuid; find reads its buckets only with rawData (and without the option the server refuses
+ * the collection's reads as for a view); the drop is marked too. Without the option rawData is unknown (40415). */
+START_TEST(test_viewless)
+{
+    start_viewless = true;
+    start(SIM_FORMAT_80, 0);
+    start_viewless = false;
+    cmd_ok("db", "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\", \"metaField\": \"m\"}}");
+    insert("[{\"t\": " D("1623711482000") ", \"m\": 1, \"v\": 1}, {\"t\": " D("1623711481000") ", \"m\": 1, "
+                                                                                               "\"v\": 2}]");
+    insert("[{\"t\": " D("1623711483000") ", \"m\": 1, \"v\": 3}]");
+    entries es;
+    read_all(&es);
+    int creates = 0, indexes = 0;
+    for (int i = 0; i < es.n; i++) {
+        const char *ns = simtest_str(es.e[i], "ns");
+        ck_assert_msg(strcmp(ns, "db.system.views") != 0 && strcmp(ns, "db.system.buckets.w") != 0, "an entry on %s",
+                      ns);
+        bson_t o;
+        sub_of(es.e[i], "o", &o);
+        if (strcmp(ns, "db.$cmd") == 0 && simtest_str(&o, "create") != NULL) {
+            creates++;
+            ck_assert_str_eq(simtest_str(&o, "create"), "w");
+            ck_assert(marked(es.e[i]));
+            expect_at(&o, "timeseries",
+                      "{\"timeField\": \"t\", \"metaField\": \"m\", \"granularity\": \"seconds\", "
+                      "\"bucketMaxSpanSeconds\": 3600}");
+            ck_assert(has_field(&o, "clusteredIndex") && !has_field(&o, "idIndex"));
+        } else if (strcmp(ns, "db.$cmd") == 0 && simtest_str(&o, "createIndexes") != NULL) {
+            indexes++;
+            ck_assert_str_eq(simtest_str(&o, "createIndexes"), "w");
+            ck_assert_str_eq(simtest_str(&o, "name"), "m_1_t_1");
+            ck_assert(marked(es.e[i]));
+        }
+    }
+    ck_assert_int_eq(creates, 1);
+    ck_assert_int_eq(indexes, 1);
+    entries_clear(&es);
+
+    read_ns("db.w", &es);
+    ck_assert_int_eq(es.n, 2);
+    ck_assert_str_eq(op_of(es.e[0]), "i");
+    ck_assert_str_eq(op_of(es.e[1]), "u");
+    ck_assert(marked(es.e[0]) && marked(es.e[1]));
+    expect_at(es.e[0], "o.control",
+              "{\"version\": 2, \"min\": {\"t\": " D(T0) ", \"v\": 1}, \"max\": {\"t\": " D(
+                  "1623711482000") ", \"v\": 2}, \"count\": 2}");
+    expect_column(es.e[0], "o.data.v", "{ \"v\" : 2 } { \"v\" : 1 }");
+    expect_at(es.e[1], "o.diff.scontrol",
+              "{\"u\": {\"count\": 3}, \"smin\": {\"u\": {\"t\": " D(T0) ", \"v\": 1}}, \"smax\": {\"u\": {\"t\": " D(
+                  "1623711483000") ", \"v\": 3}}}");
+    bson_oid_t bucket = *oid_at(es.e[0], "o._id");
+    entries_clear(&es);
+
+    /* listCollections: w alone, as a viewless time-series collection */
+    bson_t reply;
+    int code;
+    command("db", "{\"listCollections\": 1}", &reply, &code);
+    ck_assert_int_eq(code, 0);
+    bson_t batch, first;
+    sub_of(&reply, "cursor.firstBatch", &batch);
+    char keys[128];
+    keys_of(&batch, "", keys, sizeof keys);
+    ck_assert_str_eq(keys, "0");
+    sub_of(&batch, "0", &first);
+    ck_assert_str_eq(simtest_str(&first, "name"), "w");
+    ck_assert_str_eq(simtest_str(&first, "type"), "timeseries");
+    expect_at(&first, "options",
+              "{\"clusteredIndex\": true, \"timeseries\": {\"timeField\": \"t\", \"metaField\": \"m\", "
+              "\"granularity\": \"seconds\", \"bucketMaxSpanSeconds\": 3600}}");
+    bson_t info;
+    sub_of(&first, "info", &info);
+    ck_assert(has_field(&info, "uuid") && has_field(&info, "readOnly"));
+    bson_destroy(&reply);
+
+    /* reads: the measurements are not served; rawData gives the bucket (find, count, aggregate) */
+    command("db", "{\"find\": \"w\"}", &reply, &code);
+    ck_assert_int_eq(code, 2);
+    bson_destroy(&reply);
+    command("db", "{\"find\": \"w\", \"rawData\": true}", &reply, &code);
+    ck_assert_int_eq(code, 0);
+    sub_of(&reply, "cursor.firstBatch", &batch);
+    keys_of(&batch, "", keys, sizeof keys);
+    ck_assert_str_eq(keys, "0");
+    sub_of(&batch, "0", &first);
+    ck_assert(bson_oid_equal(oid_at(&first, "_id"), &bucket));
+    expect_column(&first, "data.v", "{ \"v\" : 2 } { \"v\" : 1 } { \"v\" : 3 }");
+    bson_destroy(&reply);
+    command("db", "{\"count\": \"w\", \"rawData\": true}", &reply, &code);
+    ck_assert_int_eq(code, 0);
+    bson_iter_t it;
+    ck_assert(bson_iter_init_find(&it, &reply, "n") && bson_iter_as_int64(&it) == 1);
+    bson_destroy(&reply);
+    command("db", "{\"aggregate\": \"w\", \"pipeline\": [{\"$count\": \"n\"}], \"cursor\": {}, \"rawData\": true}",
+            &reply, &code);
+    ck_assert_int_eq(code, 0);
+    bson_destroy(&reply);
+
+    /* a delete of measurements rewrites the bucket on db.w, marked; the drop is marked */
+    cmd_ok("db", "{\"delete\": \"w\", \"deletes\": [{\"q\": {\"v\": 2}, \"limit\": 0}]}");
+    read_ns("db.w", &es);
+    ck_assert_int_eq(es.n, 3);
+    ck_assert_str_eq(op_of(es.e[2]), "u");
+    ck_assert(marked(es.e[2]));
+    expect_column(es.e[2], "o.data.v", "{ \"v\" : 1 } { \"v\" : 3 }");
+    entries_clear(&es);
+    cmd_ok("db", "{\"drop\": \"w\"}");
+    read_all(&es);
+    bson_t o;
+    sub_of(es.e[es.n - 1], "o", &o);
+    ck_assert_str_eq(simtest_str(&o, "drop"), "w");
+    ck_assert(marked(es.e[es.n - 1]));
+    entries_clear(&es);
+    stop();
+
+    /* a server without it (before 8.2) does not know rawData; its time-series collections keep their view */
+    start(SIM_FORMAT_80, 0);
+    cmd_ok("db", "{\"create\": \"w\", \"timeseries\": {\"timeField\": \"t\"}}");
+    command("db", "{\"find\": \"w\", \"rawData\": true}", &reply, &code);
+    ck_assert_int_eq(code, 40415);
+    bson_destroy(&reply);
+    insert("[{\"t\": " D("1623711482000") ", \"v\": 1}]");
+    read_entries(&es);
+    ck_assert_int_eq(es.n, 1);
+    ck_assert(!marked(es.e[0]));
+    entries_clear(&es);
+    stop();
+}
+END_TEST
+
 Suite *mongosim_tswrite_suite(void)
 {
     Suite *s = suite_create("mongosim_tswrite");
@@ -988,6 +1138,7 @@ Suite *mongosim_tswrite_suite(void)
     tcase_add_test(tc, test_meta_normalized_and_size_limit);
     tcase_add_test(tc, test_archive_and_alternate);
     tcase_add_test(tc, test_many_columns);
+    tcase_add_test(tc, test_viewless);
     suite_add_tcase(s, tc);
     return s;
 }
