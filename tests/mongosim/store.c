@@ -1530,6 +1530,26 @@ static void delete_view(sim_store *s, const char *db, const char *coll, store_em
         delete_node(s, db, v, nd, emit, ctx);
 }
 
+/* A time-series collection's buckets collection NAME (the viewless collection itself when marked): made with the
+ * create's options, clustered, logged as its create, then its default index when it has a metaField
+ * ({createIndexes: coll, v, key, name}: op_observer_impl.cpp, onCreateIndex); marked isTimeseries when viewless. */
+static void create_buckets(sim_store *store, const char *db, const char *name, const ddl_create *d, store_emit_fn emit,
+                           void *ctx, bool marked)
+{
+    scoll *b = coll_new(store, db, name);
+    b->options = bson_copy(&d->options);
+    b->clustered = true;
+    catalog_add(store, db, b);
+    emit_create(emit, ctx, db, b);
+    if (d->has_index) {
+        bson_t o = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&o, "createIndexes", b->name);
+        bson_concat(&o, &d->index);
+        emit_cmd(emit, ctx, db, b->uuid, &o, NULL, marked);
+        bson_destroy(&o);
+    }
+}
+
 bool store_create(sim_store *store, const char *db, const char *coll, store_emit_fn emit, void *ctx, bson_error_t *err)
 {
     return store_create_cmd(store, db, coll, NULL, emit, ctx, err);
@@ -1577,34 +1597,11 @@ bool store_create_cmd(sim_store *store, const char *db, const char *coll, const 
          * its default index (marked too) (jstests/core/timeseries/write/timeseries_viewless_oplog_entries.js finds the
          * create {op: "c", ns: "DB.$cmd", o.create, isTimeseries: true} and the meta index's createIndexes; no
          * system.buckets.NAME and no view: jstests/core/timeseries/ddl/timeseries_list_collections.js). */
-        scoll *b = coll_new(store, db, coll);
-        b->options = bson_copy(&d.options);
-        b->clustered = true;
-        catalog_add(store, db, b);
-        emit_create(emit, ctx, db, b);
-        if (d.has_index) {
-            bson_t o = BSON_INITIALIZER;
-            BSON_APPEND_UTF8(&o, "createIndexes", b->name);
-            bson_concat(&o, &d.index);
-            emit_cmd(emit, ctx, db, b->uuid, &o, NULL, true);
-            bson_destroy(&o);
-        }
+        create_buckets(store, db, coll, &d, emit, ctx, true);
         ok = true;
     } else {
         /* _createTimeseries: the buckets collection, its default index (with a metaField), then the view. */
-        scoll *b = coll_new(store, db, d.view_on);
-        b->options = bson_copy(&d.options);
-        b->clustered = true;
-        catalog_add(store, db, b);
-        emit_create(emit, ctx, db, b);
-        if (d.has_index) {
-            /* {createIndexes: coll, v, key, name} (op_observer_impl.cpp, onCreateIndex). */
-            bson_t o = BSON_INITIALIZER;
-            BSON_APPEND_UTF8(&o, "createIndexes", b->name);
-            bson_concat(&o, &d.index);
-            emit_cmd(emit, ctx, db, b->uuid, &o, NULL, false);
-            bson_destroy(&o);
-        }
+        create_buckets(store, db, d.view_on, &d, emit, ctx, false);
         ok = insert_view(store, db, coll, d.view_on, &d.pipeline, emit, ctx, err);
     }
 out:
